@@ -1,0 +1,1 @@
+"""ultimat3-jobs: the contract every backend implements, the worker, and the tools around them."""

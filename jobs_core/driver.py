@@ -1,0 +1,373 @@
+"""The `JobDriver` contract: every operation a backend implements, and the checks all share.
+
+Methods are named entity first, verb second, alphabetical inside a family. Each public method
+validates its arguments here, once for every backend, then calls the driver's `_`-prefixed
+implementation; a refusal therefore happens before anything is written, identically everywhere.
+The parity suite (`jobs_core.testing`) pins what each method must do.
+
+Families so far: jobs (`job_*`), queues (`queue_demand`), pauses (`pause_*`), workers
+(`worker_*`). A driver lacking an optional capability says so in `capabilities()`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, Protocol
+
+from jobs_core.errors import (
+    BatchTooLargeError,
+    ClaimQueuesEmptyError,
+    RecordInvalidError,
+)
+from jobs_core.jsonform import check_text
+from jobs_core.records import (
+    Ack,
+    CancelAnswer,
+    ClaimParams,
+    ClaimResult,
+    EnqueueResult,
+    Fence,
+    Heartbeat,
+    JobRecord,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    Progress,
+    WorkerBeat,
+    WorkerInfo,
+)
+
+#: The most records one `job_enqueue_many` call accepts.
+MAX_ENQUEUE_BATCH: Final = 10_000
+#: Records per statement / script call inside `job_enqueue_many`.
+ENQUEUE_CHUNK: Final = 1_000
+#: The most jobs one claim may ask for.
+MAX_CLAIM_LIMIT: Final = 1_000
+PRIORITY_MIN: Final = 0
+PRIORITY_MAX: Final = 100
+MAX_ATTEMPTS_LIMIT: Final = 1_000
+#: Times stay below 2**42 ms (year 2109), so a Redis score can pack priority beside them.
+MAX_TIME_MS: Final = 2**42 - 1
+MAX_LEASE_MS: Final = 7 * 24 * 3600 * 1000
+MAX_NAME_LENGTH: Final = 200
+MAX_KEY_LENGTH: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a driver offers beyond the required families; read by the worker and the suite."""
+
+    #: `wake_subscribe` delivers enqueue wake-ups across processes.
+    wake: bool = False
+
+
+class WakeSubscription(Protocol):
+    """A live wake channel. The poll stays the guarantee; this only shortens the wait."""
+
+    def is_live(self) -> bool:
+        """True once a probe has crossed the channel and it has not dropped since."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class JobDriver(abc.ABC):
+    """A store of jobs. Every method is async; every time comes from the caller."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+    async def open(self) -> None:  # noqa: B027 - optional hook, most drivers connect lazily
+        """Connect; idempotent. Methods open lazily, so calling it is optional."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, a memory store holds nothing
+        """Release connections; idempotent."""
+
+    async def __aenter__(self) -> JobDriver:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def describe(self) -> str:
+        """A one-line description for people, with any password masked."""
+        return type(self).__name__
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Complete each held job; answers, per item, whether its fence still held."""
+        for a in acks:
+            _check_fence(a.fence)
+            _check_time(a.now_ms, "now_ms")
+            _check_optional_json(a.result_json, "result_json")
+            _check_optional_json(a.progress_json, "progress_json")
+        if not acks:
+            return []
+        return await self._job_ack(acks)
+
+    async def job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+        """Cancel a live row (a running one's worker learns it at its next heartbeat)."""
+        _check_str(job_id, "job_id")
+        _check_time(now_ms, "now_ms")
+        return await self._job_cancel(job_id, now_ms)
+
+    async def job_claim(self, params: ClaimParams) -> ClaimResult:
+        """Claim due rows in (priority, run_at, id) order, burying lapsed final attempts."""
+        if not params.queues:
+            raise ClaimQueuesEmptyError(detail="queues")
+        for q in params.queues:
+            _check_str(q, "queues")
+        _check_str(params.worker_id, "worker_id")
+        _check_int(params.limit, "limit", 1, MAX_CLAIM_LIMIT)
+        _check_int(params.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
+        _check_time(params.now_ms, "now_ms")
+        if params.beat is not None:
+            _check_beat(params.beat)
+        return await self._job_claim(params)
+
+    async def job_enqueue(self, job: NewJob) -> EnqueueResult:
+        """Insert `job` unless its id names a row or a live row holds its key (then `deduped`)."""
+        check_new_job(job)
+        return await self._job_enqueue(job)
+
+    async def job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """`job_enqueue` for each record, in order, as if one after another; all checks first."""
+        if len(jobs) > MAX_ENQUEUE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(jobs)} > {MAX_ENQUEUE_BATCH}")
+        for j in jobs:
+            check_new_job(j)
+        if not jobs:
+            return []
+        return await self._job_enqueue_many(jobs)
+
+    async def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The rows of these ids that exist, by id."""
+        for i in job_ids:
+            _check_str(i, "job_ids")
+        if not job_ids:
+            return {}
+        return await self._job_get_many(job_ids)
+
+    async def job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        """Extend each held lease; answers, per item, whether its fence still held."""
+        for b in beats:
+            _check_fence(b.fence)
+            _check_int(b.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
+            _check_time(b.now_ms, "now_ms")
+        if not beats:
+            return []
+        return await self._job_heartbeat(beats)
+
+    async def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        """Give each held job back as its `kind` says; answers whether each fence still held."""
+        for n in nacks:
+            _check_fence(n.fence)
+            _check_time(n.now_ms, "now_ms")
+            if n.kind is NackKind.RETRY and n.run_at_ms is None:
+                raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
+            if n.run_at_ms is not None:
+                _check_time(n.run_at_ms, "run_at_ms")
+            _check_optional_json(n.progress_json, "progress_json")
+        if not nacks:
+            return []
+        return await self._job_nack(nacks)
+
+    async def job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        """Record each held job's progress; answers whether each fence still held."""
+        for p in items:
+            _check_fence(p.fence)
+            _check_time(p.now_ms, "now_ms")
+            check_text(p.progress_json, "progress_json")
+        if not items:
+            return []
+        return await self._job_progress(items)
+
+    async def job_requeue(self, job_id: str, now_ms: int) -> None:
+        """Make a finished row ready now with fresh attempts, in one write.
+
+        Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`) and a key
+        another live row holds now (`X_JOB_REQUEUE_DUPLICATE`). The run id stays: a requeued
+        run keeps its recorded steps.
+        """
+        _check_str(job_id, "job_id")
+        _check_time(now_ms, "now_ms")
+        await self._job_requeue(job_id, now_ms)
+
+    # -- pauses -------------------------------------------------------------------------------
+
+    async def pause_add(self, pause: Pause) -> bool:
+        """Pause a queue or a job name; True when it was not paused before."""
+        _check_pause(pause)
+        return await self._pause_add(pause)
+
+    async def pause_list(self) -> list[Pause]:
+        """Every pause, sorted."""
+        return sorted(await self._pause_list())
+
+    async def pause_remove(self, pause: Pause) -> bool:
+        """Lift a pause; True when it existed."""
+        _check_pause(pause)
+        return await self._pause_remove(pause)
+
+    # -- queues -------------------------------------------------------------------------------
+
+    async def queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Per asked queue, the `ready` rows due by `now_ms`; a paused queue answers 0."""
+        for q in queues:
+            _check_str(q, "queues")
+        _check_time(now_ms, "now_ms")
+        if not queues:
+            return {}
+        return await self._queue_demand(queues, now_ms)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    async def worker_beat(self, beat: WorkerBeat) -> None:
+        """Insert or refresh a worker's registry row until `now_ms + ttl_ms`."""
+        _check_beat(beat)
+        await self._worker_beat(beat)
+
+    async def worker_forget(self, worker_id: str) -> bool:
+        """Remove a worker's registry row; True when it existed."""
+        _check_str(worker_id, "worker_id")
+        return await self._worker_forget(worker_id)
+
+    async def worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        """Registry rows not yet expired at `now_ms`, by worker id."""
+        _check_time(now_ms, "now_ms")
+        return sorted(await self._worker_list(now_ms), key=lambda w: w.worker_id)
+
+    # -- wake ---------------------------------------------------------------------------------
+
+    async def wake_subscribe(
+        self, queues: Sequence[str], on_wake: Callable[[str], None]
+    ) -> WakeSubscription | None:
+        """Start delivering a queue name to `on_wake` when work arrives; None when unsupported."""
+        return None
+
+    # -- what each backend implements -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]: ...
+
+    @abc.abstractmethod
+    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer: ...
+
+    @abc.abstractmethod
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult: ...
+
+    @abc.abstractmethod
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult: ...
+
+    @abc.abstractmethod
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]: ...
+
+    @abc.abstractmethod
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]: ...
+
+    @abc.abstractmethod
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]: ...
+
+    @abc.abstractmethod
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]: ...
+
+    @abc.abstractmethod
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]: ...
+
+    @abc.abstractmethod
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None: ...
+
+    @abc.abstractmethod
+    async def _pause_add(self, pause: Pause) -> bool: ...
+
+    @abc.abstractmethod
+    async def _pause_list(self) -> list[Pause]: ...
+
+    @abc.abstractmethod
+    async def _pause_remove(self, pause: Pause) -> bool: ...
+
+    @abc.abstractmethod
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    async def _worker_beat(self, beat: WorkerBeat) -> None: ...
+
+    @abc.abstractmethod
+    async def _worker_forget(self, worker_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]: ...
+
+
+# -- the shared checks ----------------------------------------------------------------------------
+
+
+def _check_str(value: object, what: str, max_length: int = MAX_NAME_LENGTH) -> None:
+    if not isinstance(value, str) or not value:
+        raise RecordInvalidError("must be a non-empty string", detail=what)
+    if len(value) > max_length:
+        raise RecordInvalidError(f"longer than {max_length} characters", detail=what)
+    if "\x00" in value:
+        raise RecordInvalidError("holds a NUL character", detail=what)
+
+
+def _check_int(value: object, what: str, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise RecordInvalidError(f"must be an integer in [{lo}, {hi}]", detail=what)
+
+
+def _check_time(value: object, what: str) -> None:
+    _check_int(value, what, 0, MAX_TIME_MS)
+
+
+def _check_optional_json(value: str | None, what: str) -> None:
+    if value is not None:
+        check_text(value, what)
+
+
+def _check_fence(fence: Fence) -> None:
+    _check_str(fence.job_id, "fence.job_id")
+    _check_str(fence.worker_id, "fence.worker_id")
+    _check_int(fence.claims, "fence.claims", 1, 2**62)
+
+
+def _check_beat(beat: WorkerBeat) -> None:
+    _check_str(beat.worker_id, "worker_id")
+    check_text(beat.info_json, "info_json")
+    _check_int(beat.ttl_ms, "ttl_ms", 1, MAX_LEASE_MS)
+    _check_time(beat.now_ms, "now_ms")
+
+
+def _check_pause(pause: Pause) -> None:
+    if pause.kind not in ("queue", "name"):
+        raise RecordInvalidError("a pause is by 'queue' or by 'name'", detail="kind")
+    _check_str(pause.value, "value")
+
+
+def check_new_job(job: NewJob) -> None:
+    """Refuse a record any driver would store wrongly (`X_JOB_RECORD_INVALID`, naming the field)."""
+    _check_str(job.id, "id")
+    _check_str(job.run_id, "run_id")
+    _check_str(job.name, "name")
+    _check_str(job.queue, "queue")
+    if job.tenant_id is not None:
+        _check_str(job.tenant_id, "tenant_id")
+    _check_str(job.idempotency_key, "idempotency_key", MAX_KEY_LENGTH)
+    if job.enqueued_by is not None:
+        _check_str(job.enqueued_by, "enqueued_by")
+    check_text(job.input_json, "input_json")
+    _check_int(job.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+    _check_int(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
+    _check_time(job.run_at_ms, "run_at_ms")
+    _check_time(job.created_at_ms, "created_at_ms")

@@ -1,0 +1,242 @@
+"""Every refusal this library makes: one table of stable `X_*` codes and their typed exceptions.
+
+A driver translates its native failures at its own edge into these classes, so a caller sees the
+same code whatever the backend. `error_for(code)` is the one way to turn a code into its class.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final
+
+#: code -> one-line title. The single list of codes; a class below exists for each.
+CODES: Final[dict[str, str]] = {
+    "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
+    "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
+    "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
+    "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
+    "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
+    "X_JOB_CANCELLED": "the job was cancelled while it ran",
+    "X_JOB_CLAIM_QUEUES_EMPTY": "a claim must name at least one queue",
+    "X_JOB_DECLARATION_INVALID": "the job declaration is not valid",
+    "X_JOB_DUPLICATE": "a different job is already registered under this name",
+    "X_JOB_INPUT_INVALID": "the value has no JSON form",
+    "X_JOB_KEY_REQUIRED": "an idempotency key is required and none was given",
+    "X_JOB_LEASE_LOST": "the claim on this job is no longer held",
+    "X_JOB_NOT_CANCELLABLE": "the job is finished and cannot be cancelled",
+    "X_JOB_NOT_FOUND": "no job has this id",
+    "X_JOB_NOT_REGISTERED": "no job is registered under this name",
+    "X_JOB_NOT_REQUEUEABLE": "the job is still live and cannot be requeued",
+    "X_JOB_OPTION_INVALID": "an option is not finite or out of its range",
+    "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
+    "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
+    "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
+    "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
+    "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
+    "X_RATE_LIMITED": "the job was deferred by a rate limit",
+}
+
+
+class JobsError(Exception):
+    """A refusal of the jobs library."""
+
+    code: ClassVar[str] = "X_DRIVER_ERROR"
+    #: True when a job body raising this error must not be retried.
+    terminal: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None, *, detail: str | None = None) -> None:
+        self.detail = detail
+        self.title = CODES[self.code]
+        text = message or (self.__doc__ or self.title).strip().splitlines()[0]
+        if detail is not None:
+            text = f"{text} ({detail})"
+        self.message = text
+        super().__init__(f"{self.code}: {text}")
+
+
+class DrainingError(JobsError):
+    """The worker is draining; the run was aborted and its claim handed back."""
+
+    code = "X_DRAINING"
+
+
+class DriverError(JobsError):
+    """The store answered with an error this library does not expect."""
+
+    code = "X_DRIVER_ERROR"
+
+
+class DriverUnavailableError(JobsError):
+    """The store could not be reached or went away during the call."""
+
+    code = "X_DRIVER_UNAVAILABLE"
+
+
+class DriverUrlInvalidError(JobsError):
+    """The driver URL names no known backend or is malformed."""
+
+    code = "X_DRIVER_URL_INVALID"
+
+
+class BatchTooLargeError(JobsError):
+    """The batch holds more records than one call accepts."""
+
+    code = "X_JOB_BATCH_TOO_LARGE"
+
+
+class JobCancelledError(JobsError):
+    """The job was cancelled while it ran."""
+
+    code = "X_JOB_CANCELLED"
+
+
+class ClaimQueuesEmptyError(JobsError):
+    """A claim must name at least one queue."""
+
+    code = "X_JOB_CLAIM_QUEUES_EMPTY"
+
+
+class DeclarationInvalidError(JobsError):
+    """The job declaration is not valid."""
+
+    code = "X_JOB_DECLARATION_INVALID"
+
+
+class JobDuplicateError(JobsError):
+    """A different job is already registered under this name."""
+
+    code = "X_JOB_DUPLICATE"
+
+
+class InputInvalidError(JobsError):
+    """The value has no JSON form."""
+
+    code = "X_JOB_INPUT_INVALID"
+
+
+class KeyRequiredError(JobsError):
+    """An idempotency key is required and none was given."""
+
+    code = "X_JOB_KEY_REQUIRED"
+
+
+class LeaseLostError(JobsError):
+    """The claim on this job is no longer held."""
+
+    code = "X_JOB_LEASE_LOST"
+
+
+class NotCancellableError(JobsError):
+    """The job is finished and cannot be cancelled."""
+
+    code = "X_JOB_NOT_CANCELLABLE"
+
+
+class JobNotFoundError(JobsError):
+    """No job has this id."""
+
+    code = "X_JOB_NOT_FOUND"
+
+
+class JobNotRegisteredError(JobsError):
+    """No job is registered under this name."""
+
+    code = "X_JOB_NOT_REGISTERED"
+    terminal = True
+
+
+class NotRequeueableError(JobsError):
+    """The job is still live and cannot be requeued."""
+
+    code = "X_JOB_NOT_REQUEUEABLE"
+
+
+class OptionInvalidError(JobsError):
+    """An option is not finite or out of its range."""
+
+    code = "X_JOB_OPTION_INVALID"
+
+
+class RecordInvalidError(JobsError):
+    """A record handed to the driver is not valid."""
+
+    code = "X_JOB_RECORD_INVALID"
+
+
+class RequeueDuplicateError(JobsError):
+    """Another live job holds this job's idempotency key."""
+
+    code = "X_JOB_REQUEUE_DUPLICATE"
+
+
+class TenantRequiredError(JobsError):
+    """The job's tenant is required and could not be derived."""
+
+    code = "X_JOB_TENANT_REQUIRED"
+
+
+class TerminalError(JobsError):
+    """The job body failed with an error marked terminal."""
+
+    code = "X_JOB_TERMINAL"
+    terminal = True
+
+
+class JobTimeoutError(JobsError):
+    """The run passed its deadline and was cancelled."""
+
+    code = "X_JOB_TIMEOUT"
+
+
+class RateLimitedError(JobsError):
+    """The job was deferred by a rate limit."""
+
+    code = "X_RATE_LIMITED"
+
+    def __init__(
+        self, message: str | None = None, *, detail: str | None = None, retry_after_ms: int = 1000
+    ) -> None:
+        super().__init__(message, detail=detail)
+        self.retry_after_ms = retry_after_ms
+
+
+_CLASSES: Final[dict[str, type[JobsError]]] = {
+    cls.code: cls
+    for cls in (
+        DrainingError,
+        DriverError,
+        DriverUnavailableError,
+        DriverUrlInvalidError,
+        BatchTooLargeError,
+        JobCancelledError,
+        ClaimQueuesEmptyError,
+        DeclarationInvalidError,
+        JobDuplicateError,
+        InputInvalidError,
+        KeyRequiredError,
+        LeaseLostError,
+        NotCancellableError,
+        JobNotFoundError,
+        JobNotRegisteredError,
+        NotRequeueableError,
+        OptionInvalidError,
+        RecordInvalidError,
+        RequeueDuplicateError,
+        TenantRequiredError,
+        TerminalError,
+        JobTimeoutError,
+        RateLimitedError,
+    )
+}
+
+
+def error_for(code: str, message: str | None = None, *, detail: str | None = None) -> JobsError:
+    """The typed exception for `code`; an unknown code becomes `X_DRIVER_ERROR` naming it."""
+    cls = _CLASSES.get(code)
+    if cls is None:
+        return DriverError(message or f"unknown error code {code}", detail=detail)
+    return cls(message, detail=detail)
+
+
+def error_class(code: str) -> type[JobsError]:
+    """The class that carries `code` (KeyError for a code not in `CODES`)."""
+    return _CLASSES[code]

@@ -1,0 +1,428 @@
+"""`MemoryDriver`: the whole `JobDriver` contract in one process, behind one lock.
+
+Rows keep their JSON as text, exactly as a database would hand it back. Due rows are indexed per
+queue by (priority, run_at, id), and running rows by lease end, so a claim reads what it takes
+rather than every row. The lock (not the event loop) guards the state, so the sync enqueue facade
+may call in from another thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sortedcontainers import SortedList
+
+from jobs_core.driver import JobDriver
+from jobs_core.errors import JobNotFoundError, NotRequeueableError, RequeueDuplicateError
+from jobs_core.records import (
+    Ack,
+    BuriedJob,
+    CancelAnswer,
+    ClaimedJob,
+    ClaimParams,
+    ClaimResult,
+    EnqueueResult,
+    Fence,
+    Heartbeat,
+    JobRecord,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    Progress,
+    WorkerBeat,
+    WorkerInfo,
+)
+from jobs_core.semantics import LEASE_LAPSED_ERROR, namespace_of
+from jobs_core.states import LIVE_STATES, JobState
+
+_DueKey = tuple[int, int, str]
+
+
+@dataclass(slots=True)
+class _Row:
+    rec: JobRecord
+
+    @property
+    def due_key(self) -> _DueKey | None:
+        r = self.rec
+        if r.state in (JobState.READY, JobState.PARKED) and r.run_at_ms is not None:
+            return (r.priority, r.run_at_ms, r.id)
+        return None
+
+
+class MemoryDriver(JobDriver):
+    """Every job in this process's memory; lost with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, _Row] = {}
+        self._live_keys: dict[tuple[str, str, str], str] = {}
+        self._due: dict[str, SortedList[_DueKey]] = {}
+        self._leases: SortedList[tuple[int, str]] = SortedList()
+        self._pauses: set[Pause] = set()
+        self._workers: dict[str, WorkerInfo] = {}
+
+    def describe(self) -> str:
+        return "memory"
+
+    # -- the one place a row changes; it keeps every index true -------------------------------
+
+    def _put(self, old: JobRecord | None, new: JobRecord) -> None:
+        if old is not None:
+            self._unindex(old)
+        self._rows[new.id] = _Row(new)
+        self._index(new)
+
+    def _index(self, r: JobRecord) -> None:
+        if r.state in LIVE_STATES:
+            self._live_keys[namespace_of(r.name, r.tenant_id, r.idempotency_key)] = r.id
+        key = _Row(r).due_key
+        if key is not None:
+            self._due.setdefault(r.queue, SortedList()).add(key)
+        if r.state is JobState.RUNNING and r.lease_until_ms is not None:
+            self._leases.add((r.lease_until_ms, r.id))
+
+    def _unindex(self, r: JobRecord) -> None:
+        if r.state in LIVE_STATES:
+            self._live_keys.pop(namespace_of(r.name, r.tenant_id, r.idempotency_key), None)
+        key = _Row(r).due_key
+        if key is not None:
+            self._due[r.queue].discard(key)
+        if r.state is JobState.RUNNING and r.lease_until_ms is not None:
+            self._leases.discard((r.lease_until_ms, r.id))
+
+    def _held(self, fence: Fence) -> JobRecord | None:
+        row = self._rows.get(fence.job_id)
+        if row is None:
+            return None
+        r = row.rec
+        if (
+            r.state is JobState.RUNNING
+            and r.claims == fence.claims
+            and r.claimed_by == fence.worker_id
+        ):
+            return r
+        return None
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        with self._lock:
+            return self._enqueue_locked(job)
+
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        with self._lock:
+            return [self._enqueue_locked(j) for j in jobs]
+
+    def _enqueue_locked(self, job: NewJob) -> EnqueueResult:
+        if job.id in self._rows:
+            return EnqueueResult(job.id, deduped=True)
+        holder = self._live_keys.get(namespace_of(job.name, job.tenant_id, job.idempotency_key))
+        if holder is not None:
+            return EnqueueResult(holder, deduped=True)
+        self._put(
+            None,
+            JobRecord(
+                id=job.id,
+                run_id=job.run_id,
+                name=job.name,
+                queue=job.queue,
+                tenant_id=job.tenant_id,
+                idempotency_key=job.idempotency_key,
+                input_json=job.input_json,
+                state=JobState.READY,
+                priority=job.priority,
+                attempt=0,
+                max_attempts=job.max_attempts,
+                claims=0,
+                claimed_by=None,
+                lease_until_ms=None,
+                run_at_ms=job.run_at_ms,
+                created_at_ms=job.created_at_ms,
+                finished_at_ms=None,
+                last_error=None,
+                progress_json=None,
+                result_json=None,
+                enqueued_by=job.enqueued_by,
+            ),
+        )
+        return EnqueueResult(job.id, deduped=False)
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        now = params.now_ms
+        queues = set(params.queues)
+        with self._lock:
+            if params.beat is not None:
+                self._beat_locked(params.beat)
+            buried: list[BuriedJob] = []
+            candidates: list[_DueKey] = []
+            for lease_until, job_id in list(self._leases.irange(maximum=(now, "\U0010ffff"))):
+                r = self._rows[job_id].rec
+                if r.queue not in queues or lease_until > now:
+                    continue
+                if r.attempt >= r.max_attempts:
+                    state = JobState.FAILED if r.name in params.drop_exhausted else JobState.DEAD
+                    self._put(
+                        r,
+                        replace(
+                            r,
+                            state=state,
+                            lease_until_ms=None,
+                            finished_at_ms=now,
+                            last_error=LEASE_LAPSED_ERROR,
+                        ),
+                    )
+                    buried.append(BuriedJob(r.id, r.name, r.queue, state))
+                elif self._claimable(r) and r.run_at_ms is not None:
+                    candidates.append((r.priority, r.run_at_ms, r.id))
+            for q in queues:
+                candidates.extend(self._due_in(q, now, params.limit))
+            claimed: list[ClaimedJob] = []
+            for _, _, job_id in heapq.nsmallest(params.limit, candidates):
+                r = self._rows[job_id].rec
+                new = replace(
+                    r,
+                    state=JobState.RUNNING,
+                    attempt=r.attempt + 1,
+                    claims=r.claims + 1,
+                    claimed_by=params.worker_id,
+                    lease_until_ms=now + params.lease_ms,
+                )
+                self._put(r, new)
+                claimed.append(
+                    ClaimedJob(
+                        id=new.id,
+                        run_id=new.run_id,
+                        name=new.name,
+                        queue=new.queue,
+                        tenant_id=new.tenant_id,
+                        idempotency_key=new.idempotency_key,
+                        input_json=new.input_json,
+                        priority=new.priority,
+                        attempt=new.attempt,
+                        max_attempts=new.max_attempts,
+                        claims=new.claims,
+                        worker_id=params.worker_id,
+                        lease_until_ms=now + params.lease_ms,
+                        created_at_ms=new.created_at_ms,
+                        enqueued_by=new.enqueued_by,
+                    )
+                )
+            buried.sort(key=lambda b: b.id)
+            return ClaimResult(tuple(claimed), tuple(buried))
+
+    def _claimable(self, r: JobRecord) -> bool:
+        return (
+            Pause("queue", r.queue) not in self._pauses
+            and Pause("name", r.name) not in self._pauses
+        )
+
+    def _due_in(self, queue: str, now: int, limit: int) -> list[_DueKey]:
+        """Up to `limit` due, unpaused keys of one queue, skipping a priority's future rows."""
+        index = self._due.get(queue)
+        if not index or Pause("queue", queue) in self._pauses:
+            return []
+        out: list[_DueKey] = []
+        i = 0
+        while i < len(index) and len(out) < limit:
+            key = index[i]
+            if key[1] > now:
+                # Within one priority run_at ascends: the rest of this priority is not due.
+                i = index.bisect_left((key[0] + 1,))  # type: ignore[arg-type]
+                continue
+            if Pause("name", self._rows[key[2]].rec.name) not in self._pauses:
+                out.append(key)
+            i += 1
+        return out
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            for a in acks:
+                r = self._held(a.fence)
+                if r is None:
+                    out.append(False)
+                    continue
+                self._put(
+                    r,
+                    replace(
+                        r,
+                        state=JobState.COMPLETED,
+                        lease_until_ms=None,
+                        finished_at_ms=a.now_ms,
+                        result_json=a.result_json,
+                        progress_json=(
+                            a.progress_json if a.progress_json is not None else r.progress_json
+                        ),
+                    ),
+                )
+                out.append(True)
+        return out
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            for n in nacks:
+                r = self._held(n.fence)
+                if r is None:
+                    out.append(False)
+                    continue
+                self._put(r, nacked(r, n))
+                out.append(True)
+        return out
+
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            for b in beats:
+                r = self._held(b.fence)
+                if r is None:
+                    out.append(False)
+                    continue
+                self._put(r, replace(r, lease_until_ms=b.now_ms + b.lease_ms))
+                out.append(True)
+        return out
+
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            for p in items:
+                r = self._held(p.fence)
+                if r is None:
+                    out.append(False)
+                    continue
+                self._put(r, replace(r, progress_json=p.progress_json))
+                out.append(True)
+        return out
+
+    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+        with self._lock:
+            row = self._rows.get(job_id)
+            if row is None:
+                return CancelAnswer.NOT_FOUND
+            r = row.rec
+            if r.state not in LIVE_STATES:
+                return CancelAnswer.FINISHED
+            self._put(
+                r,
+                replace(r, state=JobState.CANCELLED, lease_until_ms=None, finished_at_ms=now_ms),
+            )
+            return CancelAnswer.CANCELLED
+
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+        with self._lock:
+            row = self._rows.get(job_id)
+            if row is None:
+                raise JobNotFoundError(detail=job_id)
+            r = row.rec
+            if r.state in LIVE_STATES:
+                raise NotRequeueableError(detail=job_id)
+            holder = self._live_keys.get(namespace_of(r.name, r.tenant_id, r.idempotency_key))
+            if holder is not None:
+                raise RequeueDuplicateError(detail=f"{job_id} (held by {holder})")
+            self._put(
+                r,
+                replace(
+                    r,
+                    state=JobState.READY,
+                    attempt=0,
+                    run_at_ms=now_ms,
+                    lease_until_ms=None,
+                    finished_at_ms=None,
+                ),
+            )
+
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        with self._lock:
+            return {i: self._rows[i].rec for i in job_ids if i in self._rows}
+
+    # -- pauses, queues, workers ------------------------------------------------------------------
+
+    async def _pause_add(self, pause: Pause) -> bool:
+        with self._lock:
+            if pause in self._pauses:
+                return False
+            self._pauses.add(pause)
+            return True
+
+    async def _pause_remove(self, pause: Pause) -> bool:
+        with self._lock:
+            if pause not in self._pauses:
+                return False
+            self._pauses.discard(pause)
+            return True
+
+    async def _pause_list(self) -> list[Pause]:
+        with self._lock:
+            return list(self._pauses)
+
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        with self._lock:
+            out: dict[str, int] = {}
+            for q in queues:
+                if Pause("queue", q) in self._pauses:
+                    out[q] = 0
+                    continue
+                index = self._due.get(q, ())
+                out[q] = sum(
+                    1
+                    for _, run_at, job_id in index
+                    if run_at <= now_ms and self._rows[job_id].rec.state is JobState.READY
+                )
+            return out
+
+    async def _worker_beat(self, beat: WorkerBeat) -> None:
+        with self._lock:
+            self._beat_locked(beat)
+
+    def _beat_locked(self, beat: WorkerBeat) -> None:
+        self._workers[beat.worker_id] = WorkerInfo(
+            beat.worker_id, beat.info_json, beat.now_ms, beat.now_ms + beat.ttl_ms
+        )
+
+    async def _worker_forget(self, worker_id: str) -> bool:
+        with self._lock:
+            return self._workers.pop(worker_id, None) is not None
+
+    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        with self._lock:
+            return [w for w in self._workers.values() if w.expires_at_ms > now_ms]
+
+
+def nacked(r: JobRecord, n: Nack) -> JobRecord:
+    """The row after a nack that landed (SPEC §6: which kinds count as an attempt)."""
+    progress = n.progress_json if n.progress_json is not None else r.progress_json
+    base = replace(r, lease_until_ms=None, progress_json=progress)
+    match n.kind:
+        case NackKind.RETRY:
+            return replace(base, state=JobState.READY, run_at_ms=n.run_at_ms, last_error=n.error)
+        case NackKind.FAIL:
+            return replace(
+                base,
+                state=JobState.DEAD if n.dead_letter else JobState.FAILED,
+                finished_at_ms=n.now_ms,
+                last_error=n.error,
+            )
+        case NackKind.PARK:
+            return replace(
+                base, state=JobState.PARKED, run_at_ms=n.run_at_ms, attempt=r.attempt - 1
+            )
+        case NackKind.SHED | NackKind.INTERRUPT:
+            return replace(
+                base,
+                state=JobState.READY,
+                run_at_ms=n.run_at_ms if n.run_at_ms is not None else n.now_ms,
+                attempt=r.attempt - 1,
+            )
+        case NackKind.REFUSE:
+            return replace(
+                base,
+                state=JobState.FAILED,
+                finished_at_ms=n.now_ms,
+                last_error=n.error,
+                attempt=r.attempt - 1,
+            )

@@ -1,0 +1,262 @@
+"""`job()`: declaring a unit of background work, and the registry that names it.
+
+A job's name is its registration name: an explicit `name=` (a durable queue key), else the name
+the decorated function is exported under. A second, different handle on a name is refused
+(`X_JOB_DUPLICATE`) at declaration, the earliest point that can decide it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from jobs_core.context import JobContext
+from jobs_core.driver import MAX_NAME_LENGTH, PRIORITY_MAX, PRIORITY_MIN
+from jobs_core.errors import (
+    DeclarationInvalidError,
+    JobDuplicateError,
+    KeyRequiredError,
+    TenantRequiredError,
+)
+from jobs_core.options import count, seconds_to_ms
+from jobs_core.retry import Retry
+
+if TYPE_CHECKING:
+    from jobs_core.facade import SettledEvent
+    from jobs_core.records import EnqueueResult
+
+JobBody = Callable[[Any, JobContext], Awaitable[Any]] | Callable[[Any, JobContext], Any]
+KeySpec = Callable[[Any], str] | None
+TenantSpec = Literal["none"] | Callable[[Any], str | None]
+SettledHook = Callable[["SettledEvent"], Awaitable[None] | None]
+
+
+@dataclass(eq=False)
+class JobHandle:
+    """A declared job. Enqueue it with `await handle.enqueue(input)` or `handle.enqueue_sync`."""
+
+    name: str
+    fn: JobBody
+    queue: str
+    key: KeySpec
+    tenant: TenantSpec
+    retry: Retry
+    priority: int
+    timeout_ms: int | None
+    step_timeout_ms: int | None
+    event_poll_ms: int | None
+    sensitive: frozenset[str]
+    on_settled: SettledHook | None
+    explicit_name: bool
+    is_async: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name!r} queue={self.queue!r}>"
+
+    def key_for(self, input: Any, given: str | None = None) -> str:
+        """The idempotency key: the one given at the call, else the declaration's function."""
+        key = given if given is not None else (self.key(input) if self.key is not None else None)
+        if not isinstance(key, str) or not key:
+            raise KeyRequiredError(detail=self.name)
+        return key
+
+    def tenant_for(self, input: Any) -> str | None:
+        """The org a run of `input` acts for; None for `'none'`. Fails closed on no answer."""
+        if self.tenant == "none":
+            return None
+        org = self.tenant(input)
+        if not isinstance(org, str) or not org:
+            raise TenantRequiredError(detail=self.name)
+        return org
+
+    async def enqueue(self, input: Any, **options: Any) -> EnqueueResult:
+        """Enqueue on the configured client (`jobs_core.configure`)."""
+        from jobs_core.facade import default_client
+
+        return await default_client().enqueue(self, input, **options)
+
+    def enqueue_sync(self, input: Any, **options: Any) -> EnqueueResult:
+        """Enqueue from plain sync code (a Flask view, a script); no event loop needed."""
+        from jobs_core.facade import default_client
+
+        return default_client().enqueue_sync(self, input, **options)
+
+
+class JobRegistry:
+    """Names → handles. One name holds one handle."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, JobHandle] = {}
+        self._lock = threading.Lock()
+
+    def add(self, handle: JobHandle) -> None:
+        with self._lock:
+            held = self._by_name.get(handle.name)
+            if held is not None and held is not handle:
+                raise JobDuplicateError(detail=handle.name)
+            self._by_name[handle.name] = handle
+
+    def get(self, name: str) -> JobHandle | None:
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+
+#: Where `job()` registers unless told otherwise.
+default_registry = JobRegistry()
+
+
+@overload
+def job(
+    fn: JobBody,
+    *,
+    tenant: TenantSpec,
+    name: str | None = ...,
+    queue: str = ...,
+    idempotency_key: KeySpec = ...,
+    retry: Retry | None = ...,
+    priority: int = ...,
+    timeout: float | None = ...,
+    step_timeout: float | None = ...,
+    event_poll: float | None = ...,
+    sensitive: Iterable[str] = ...,
+    on_settled: SettledHook | None = ...,
+    registry: JobRegistry | None = ...,
+) -> JobHandle: ...
+
+
+@overload
+def job(
+    fn: None = None,
+    *,
+    tenant: TenantSpec,
+    name: str | None = ...,
+    queue: str = ...,
+    idempotency_key: KeySpec = ...,
+    retry: Retry | None = ...,
+    priority: int = ...,
+    timeout: float | None = ...,
+    step_timeout: float | None = ...,
+    event_poll: float | None = ...,
+    sensitive: Iterable[str] = ...,
+    on_settled: SettledHook | None = ...,
+    registry: JobRegistry | None = ...,
+) -> Callable[[JobBody], JobHandle]: ...
+
+
+def job(
+    fn: JobBody | None = None,
+    *,
+    tenant: TenantSpec,
+    name: str | None = None,
+    queue: str = "default",
+    idempotency_key: KeySpec = None,
+    retry: Retry | None = None,
+    priority: int = 0,
+    timeout: float | None = None,
+    step_timeout: float | None = None,
+    event_poll: float | None = None,
+    sensitive: Iterable[str] = (),
+    on_settled: SettledHook | None = None,
+    registry: JobRegistry | None = None,
+) -> JobHandle | Callable[[JobBody], JobHandle]:
+    """Declare a job; as `@job(tenant=..., ...)` or `job(fn, tenant=..., ...)`.
+
+    `tenant` is required: a function of the input answering the org id, or `'none'`.
+    `idempotency_key` is a function of the input; without one, every enqueue must pass `key=`.
+    Durations (`timeout`, `step_timeout`, `event_poll`) are seconds, refused unless positive
+    and finite. `priority` is 0–100, lower runs first. Every refusal names its option.
+    """
+
+    def declare(body: JobBody) -> JobHandle:
+        if not callable(body):
+            raise DeclarationInvalidError("the body must be callable", detail="fn")
+        job_name = name if name is not None else getattr(body, "__name__", None)
+        _check_name(job_name, "name")
+        assert isinstance(job_name, str)
+        _check_name(queue, "queue")
+        if tenant != "none" and not callable(tenant):
+            raise TenantRequiredError(
+                "tenant must be 'none' or a function of the input", detail=job_name
+            )
+        if idempotency_key is not None and not callable(idempotency_key):
+            raise DeclarationInvalidError(
+                "idempotency_key must be a function of the input", detail="idempotency_key"
+            )
+        handle = JobHandle(
+            name=job_name,
+            fn=body,
+            queue=queue,
+            key=idempotency_key,
+            tenant=tenant,
+            retry=retry if retry is not None else Retry(),
+            priority=count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX),
+            timeout_ms=None if timeout is None else seconds_to_ms(timeout, "timeout"),
+            step_timeout_ms=(
+                None if step_timeout is None else seconds_to_ms(step_timeout, "step_timeout")
+            ),
+            event_poll_ms=None if event_poll is None else seconds_to_ms(event_poll, "event_poll"),
+            sensitive=frozenset(sensitive),
+            on_settled=on_settled,
+            explicit_name=name is not None,
+        )
+        (registry if registry is not None else default_registry).add(handle)
+        return handle
+
+    return declare(fn) if fn is not None else declare
+
+
+def _check_name(value: object, option: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
+        raise DeclarationInvalidError(
+            f"must be a non-empty string of at most {MAX_NAME_LENGTH} characters", detail=option
+        )
+    if "\x00" in value:
+        raise DeclarationInvalidError("holds a NUL character", detail=option)
+
+
+def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) -> list[JobHandle]:
+    """The handles a worker runs: a list as given, or every handle a module exports.
+
+    A module export name must be the handle's name unless the handle has an explicit `name=`;
+    one handle exported under two names is `X_JOB_DUPLICATE`.
+    """
+    if isinstance(source, ModuleType):
+        exported = {k: v for k, v in vars(source).items() if isinstance(v, JobHandle)}
+    elif isinstance(source, Mapping):
+        exported = dict(source)
+    else:
+        handles = list(source)
+        _refuse_duplicates(handles)
+        return handles
+    seen: dict[int, str] = {}
+    for attr, handle in exported.items():
+        if id(handle) in seen:
+            raise JobDuplicateError(
+                f"one job exported under two names ({seen[id(handle)]}, {attr})",
+                detail=handle.name,
+            )
+        seen[id(handle)] = attr
+        if attr != handle.name and not handle.explicit_name:
+            raise JobDuplicateError(
+                f"exported as {attr!r} but declared as {handle.name!r}", detail=handle.name
+            )
+    handles = list(exported.values())
+    _refuse_duplicates(handles)
+    return handles
+
+
+def _refuse_duplicates(handles: Sequence[JobHandle]) -> None:
+    by_name: dict[str, JobHandle] = {}
+    for h in handles:
+        held = by_name.setdefault(h.name, h)
+        if held is not h:
+            raise JobDuplicateError(detail=h.name)

@@ -1,0 +1,45 @@
+"""Numeric option checks shared by every declaration: finite, in range, or refused by name."""
+
+from __future__ import annotations
+
+import math
+
+from jobs_core.errors import OptionInvalidError
+
+
+def finite_number(
+    value: object,
+    option: str,
+    *,
+    minimum: float,
+    maximum: float = math.inf,
+    exclusive_minimum: bool = False,
+) -> float:
+    """`value` as a float when it is a real, finite number in range; else `X_JOB_OPTION_INVALID`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise OptionInvalidError("must be a number", detail=option)
+    v = float(value)
+    if not math.isfinite(v):
+        raise OptionInvalidError("must be finite", detail=option)
+    low_ok = v > minimum if exclusive_minimum else v >= minimum
+    if not low_ok or v > maximum:
+        bound = f"> {minimum}" if exclusive_minimum else f">= {minimum}"
+        raise OptionInvalidError(f"must be {bound} and <= {maximum}", detail=option)
+    return v
+
+
+def count(value: object, option: str, *, minimum: int, maximum: int = 2**31 - 1) -> int:
+    """`value` when it is an integer in `[minimum, maximum]`; else `X_JOB_OPTION_INVALID`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise OptionInvalidError("must be finite", detail=option)
+        raise OptionInvalidError("must be an integer", detail=option)
+    if not minimum <= value <= maximum:
+        raise OptionInvalidError(f"must be in [{minimum}, {maximum}]", detail=option)
+    return value
+
+
+def seconds_to_ms(value: object, option: str, *, minimum_ms: int = 1) -> int:
+    """A positive finite duration in seconds, as whole milliseconds (at least `minimum_ms`)."""
+    v = finite_number(value, option, minimum=0.0, exclusive_minimum=True, maximum=7 * 24 * 3600)
+    return max(minimum_ms, round(v * 1000))

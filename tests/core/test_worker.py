@@ -1,0 +1,365 @@
+"""The worker on the memory driver: bodies, retries, deadlines, cancellation, hooks, slots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from jobs_core.context import JobContext
+from jobs_core.errors import RateLimitedError, TerminalError
+from jobs_core.facade import Jobs, SettledEvent
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.records import ClaimParams, JobRecord, NewJob
+from jobs_core.retry import Retry
+from jobs_core.states import JobState, Outcome
+from jobs_core.tenant import acting_for, current_tenant
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+
+FAST = Retry(attempts=3, base_ms=1, cap_ms=5, jitter="none")
+
+
+def declare(fn: Any, **options: Any) -> JobHandle:
+    options.setdefault("tenant", "none")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    options.setdefault("retry", FAST)
+    return job(fn, registry=JobRegistry(), **options)
+
+
+def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) -> Worker:
+    options.setdefault("poll_floor", 0.001)
+    options.setdefault("poll_ceiling", 0.01)
+    options.setdefault("lease", 5.0)
+    return Worker(driver, handles, **options)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+async def row(driver: MemoryDriver, job_id: str) -> JobRecord:
+    return (await driver.job_get_many([job_id]))[job_id]
+
+
+async def settled(driver: MemoryDriver, job_id: str) -> bool:
+    return (await row(driver, job_id)).state in (
+        JobState.COMPLETED,
+        JobState.DEAD,
+        JobState.FAILED,
+    )
+
+
+async def test_async_and_thread_bodies_complete_with_their_results() -> None:
+    threads: list[str] = []
+
+    async def add(input: Any, ctx: JobContext) -> dict[str, int]:
+        return {"sum": input["a"] + input["b"]}
+
+    def blocking(input: Any, ctx: JobContext) -> str:
+        threads.append(threading.current_thread().name)
+        return "done"
+
+    driver = MemoryDriver()
+    h_add = declare(add, name="add")
+    h_blocking = declare(blocking, name="blocking")
+    jobs = Jobs(driver)
+    a = await jobs.enqueue(h_add, {"n": 1, "a": 2, "b": 3})
+    b = await jobs.enqueue(h_blocking, {"n": 1})
+    worker = fast_worker(driver, [h_add, h_blocking])
+    await worker.start()
+    await until(lambda: settled(driver, a.id))
+    await until(lambda: settled(driver, b.id))
+    await worker.stop()
+    assert (await row(driver, a.id)).result_json == '{"sum":5}'
+    assert (await row(driver, b.id)).result_json == '"done"'
+    assert threads and threads[0].startswith("ujobs-body")
+
+
+async def test_a_failing_body_retries_with_backoff_then_dead_letters() -> None:
+    seen: list[int] = []
+
+    async def fails(input: Any, ctx: JobContext) -> None:
+        seen.append(ctx.attempt)
+        raise RuntimeError(f"attempt {ctx.attempt}")
+
+    driver = MemoryDriver()
+    h = declare(fails)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await worker.stop()
+    r = await row(driver, queued.id)
+    assert seen == [1, 2, 3]
+    assert r.state is JobState.DEAD and r.attempt == 3
+    assert json.loads(r.last_error or "") == {"type": "RuntimeError", "message": "attempt 3"}
+    assert worker.stats.retried == 2 and worker.stats.dead_lettered == 1
+
+
+async def test_terminal_error_fails_at_once_and_dead_letter_false_drops() -> None:
+    events: list[SettledEvent] = []
+
+    async def refuse(input: Any, ctx: JobContext) -> None:
+        raise TerminalError("bad input")
+
+    driver = MemoryDriver()
+    h = declare(
+        refuse, retry=Retry(attempts=5, base_ms=1, dead_letter=False), on_settled=events.append
+    )
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await until(lambda: _true(bool(events)))
+    await worker.stop()
+    r = await row(driver, queued.id)
+    assert r.state is JobState.FAILED and r.attempt == 1
+    assert [e.outcome for e in events] == [Outcome.DROPPED]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_rate_limited_defers_without_spending_an_attempt() -> None:
+    calls: list[int] = []
+
+    async def limited(input: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        if len(calls) < 3:
+            raise RateLimitedError(retry_after_ms=1)
+
+    driver = MemoryDriver()
+    h = declare(limited)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await worker.stop()
+    assert calls == [1, 1, 1]
+    assert (await row(driver, queued.id)).state is JobState.COMPLETED
+    assert worker.stats.shed == 2
+
+
+async def test_a_deadline_cancels_the_body_before_failing_the_attempt() -> None:
+    order: list[str] = []
+
+    async def sleepy(input: Any, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            order.append(f"cancelled:{ctx.signal.reason.code if ctx.signal.reason else None}")
+            raise
+
+    driver = MemoryDriver()
+    h = declare(sleepy, timeout=0.02, retry=Retry(attempts=1))
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await worker.stop()
+    r = await row(driver, queued.id)
+    assert order == ["cancelled:X_JOB_TIMEOUT"]
+    assert r.state is JobState.DEAD
+    assert json.loads(r.last_error or "")["code"] == "X_JOB_TIMEOUT"
+
+
+async def test_cancelling_a_running_job_reaches_the_body_and_nothing_is_written_after() -> None:
+    started = asyncio.Event()
+    reasons: list[str] = []
+
+    async def long(input: Any, ctx: JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            ctx.progress({"after": "cancel"})
+            raise
+
+    driver = MemoryDriver()
+    h = declare(long)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h], lease=0.3)
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 5)
+    assert (await driver.job_cancel(queued.id, int(time.time() * 1000))).value == "cancelled"
+    await until(lambda: _true(bool(reasons)))
+    await worker.stop()
+    r = await row(driver, queued.id)
+    assert reasons == ["X_JOB_LEASE_LOST"]
+    assert r.state is JobState.CANCELLED and r.progress_json is None
+    assert worker.stats.lost == 1 and worker.stats.unowned == 0
+
+
+async def test_progress_is_throttled_and_flushed_with_the_ack() -> None:
+    async def counts(input: Any, ctx: JobContext) -> None:
+        for i in range(100):
+            ctx.progress({"done": i})
+
+    driver = MemoryDriver()
+    h = declare(counts)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await worker.stop()
+    assert json.loads((await row(driver, queued.id)).progress_json or "") == {"done": 99}
+
+
+async def test_the_body_runs_as_the_declared_tenant_and_none_strips_it() -> None:
+    seen: dict[str, str | None] = {}
+
+    async def scoped(input: Any, ctx: JobContext) -> None:
+        seen[input["kind"]] = current_tenant()
+
+    driver = MemoryDriver()
+    by_org = declare(
+        scoped, name="by_org", tenant=lambda i: i["org"], idempotency_key=lambda i: i["kind"]
+    )
+    stripped = declare(scoped, name="stripped", idempotency_key=lambda i: i["kind"])
+    jobs = Jobs(driver)
+    with acting_for("enqueuer-org"):
+        a = await jobs.enqueue(by_org, {"kind": "org", "org": "org-42"})
+        b = await jobs.enqueue(stripped, {"kind": "none"})
+    worker = fast_worker(driver, [by_org, stripped])
+    await worker.start()
+    await until(lambda: settled(driver, a.id))
+    await until(lambda: settled(driver, b.id))
+    await worker.stop()
+    assert seen == {"org": "org-42", "none": None}
+    assert (await row(driver, a.id)).tenant_id == "enqueuer-org"
+
+
+async def test_on_settled_fires_after_landed_endings_only_and_never_breaks_the_worker() -> None:
+    events: list[tuple[str, Outcome]] = []
+    tries: list[int] = []
+
+    def hook(event: SettledEvent) -> None:
+        tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("a hook that fails once")
+        events.append((event.name, event.outcome))
+
+    async def ok(input: Any, ctx: JobContext) -> int:
+        return 1
+
+    async def flaky(input: Any, ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    driver = MemoryDriver()
+    h_ok = declare(ok, name="ok")
+    h_flaky = declare(flaky, name="flaky")
+    jobs = Jobs(driver)
+    a = await jobs.enqueue(h_ok, {"n": 1})
+    b = await jobs.enqueue(h_flaky, {"n": 1})
+    worker = fast_worker(driver, [h_ok, h_flaky], on_settled=hook)
+    await worker.start()
+    await until(lambda: settled(driver, a.id))
+    await until(lambda: settled(driver, b.id))
+    await until(lambda: _true(len(events) == 2))
+    await worker.stop()
+    assert sorted(events) == [("flaky", Outcome.COMPLETED), ("ok", Outcome.COMPLETED)]
+    assert worker.stats.retried == 1
+
+
+async def test_concurrency_bounds_bodies_and_max_in_flight_bounds_claims() -> None:
+    running = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    async def held(input: Any, ctx: JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        running -= 1
+
+    driver = MemoryDriver()
+    h = declare(held)
+    await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(20)])
+    worker = fast_worker(driver, [h], concurrency=3, max_in_flight=5)
+    await worker.start()
+    await until(lambda: _true(worker.stats.claimed == 5 and worker.stats.running == 3))
+    await asyncio.sleep(0.05)
+    assert worker.stats.claimed == 5 and peak == 3
+    assert (await driver.queue_demand(["default"], 2**41))["default"] == 15
+    gate.set()
+    await until(lambda: _true(worker.stats.completed == 20))
+    await worker.stop()
+    assert peak == 3
+
+
+async def test_an_unknown_job_name_is_dead_lettered_with_its_code() -> None:
+    driver = MemoryDriver()
+    await driver.job_enqueue(NewJob("j1", "r1", "ghost", "default", None, "k", "{}", 0, 0, 3, 0))
+
+    async def other(input: Any, ctx: JobContext) -> None:
+        return None
+
+    worker = fast_worker(driver, [declare(other)])
+    await worker.start()
+    await until(lambda: settled(driver, "j1"))
+    await worker.stop()
+    r = await row(driver, "j1")
+    assert r.state is JobState.DEAD and json.loads(r.last_error or "")["code"] == (
+        "X_JOB_NOT_REGISTERED"
+    )
+
+
+async def test_a_lapsed_final_attempt_is_buried_and_announced() -> None:
+    events: list[SettledEvent] = []
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    driver = MemoryDriver()
+    h = declare(ok, retry=Retry(attempts=1))
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    # A crashed worker claimed it long ago with a short lease.
+    now = int(time.time() * 1000)
+    claim = await driver.job_claim(ClaimParams(("default",), "crashed", 1, 1, now))
+    assert [j.id for j in claim.jobs] == [queued.id]
+    worker = fast_worker(driver, [h], on_settled=events.append)
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await until(lambda: _true(bool(events)))
+    await worker.stop()
+    assert (await row(driver, queued.id)).state is JobState.DEAD
+    assert [(e.job_id, e.outcome) for e in events] == [(queued.id, Outcome.DEAD_LETTERED)]
+    assert worker.stats.buried == 1
+
+
+async def test_the_registry_lists_a_running_worker_and_forgets_it_on_stop() -> None:
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    driver = MemoryDriver()
+    worker = fast_worker(driver, [declare(ok)])
+    await worker.start()
+    now = int(time.time() * 1000)
+    listed = await driver.worker_list(now)
+    assert [w.worker_id for w in listed] == [worker.worker_id]
+    assert json.loads(listed[0].info_json)["queues"] == ["default"]
+    await worker.stop()
+    assert await driver.worker_list(now) == []
+
+
+@pytest.mark.parametrize("concurrency", [0, -1])
+def test_zero_concurrency_is_refused(concurrency: int) -> None:
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(Exception) as info:
+        Worker(MemoryDriver(), [declare(ok)], concurrency=concurrency)
+    assert getattr(info.value, "code", None) == "X_JOB_OPTION_INVALID"

@@ -1,0 +1,211 @@
+"""The worker under a fake clock: idle cost, backlog, lease loss; and the two-phase drain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from jobs_core.clock import FakeClock
+from jobs_core.context import JobContext
+from jobs_core.driver import Capabilities, JobDriver
+from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.facade import Jobs
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.records import Heartbeat
+from jobs_core.retry import Retry
+from jobs_core.states import JobState
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+
+
+class CountingDriver(MemoryDriver):
+    """Counts every store round-trip (each call into a backend method is one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.heartbeats_fail = False
+
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        self.calls.append("_job_heartbeat")
+        if self.heartbeats_fail:
+            raise DriverUnavailableError(detail="partitioned")
+        return await super()._job_heartbeat(beats)
+
+
+def _counted(name: str) -> Any:
+    async def method(self: CountingDriver, *args: Any) -> Any:
+        self.calls.append(name)
+        return await getattr(MemoryDriver, name)(self, *args)
+
+    return method
+
+
+for _name in sorted(JobDriver.__abstractmethods__ - {"_job_heartbeat"}):
+    setattr(CountingDriver, _name, _counted(_name))
+
+
+class _LiveWake:
+    def is_live(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class WakingDriver(CountingDriver):
+    """A driver whose wake channel is proven live (the poll may slow to its wake ceiling)."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(wake=True)
+
+    async def wake_subscribe(
+        self, queues: Sequence[str], on_wake: Callable[[str], None]
+    ) -> _LiveWake:
+        return _LiveWake()
+
+
+async def noop(input: Any, ctx: JobContext) -> None:
+    return None
+
+
+def declare(fn: Any, **options: Any) -> JobHandle:
+    options.setdefault("tenant", "none")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    return job(fn, registry=JobRegistry(), **options)
+
+
+@pytest.mark.parametrize(("driver_cls", "budget"), [(CountingDriver, 30), (WakingDriver, 12)])
+async def test_an_idle_minute_costs_at_most_its_budget_of_round_trips(
+    driver_cls: type[CountingDriver], budget: int
+) -> None:
+    clock = FakeClock()
+    driver = driver_cls()
+    worker = Worker(driver, [declare(noop)], clock=clock)
+    await worker.start()
+    await clock.advance(120_000)  # past the backoff ramp and a few registry beats
+    driver.calls.clear()
+    await clock.advance(60_000)
+    spent = list(driver.calls)
+    await worker.stop()
+    assert 0 < len(spent) <= budget, spent
+    assert set(spent) == {"_job_claim"}, "registry beats ride the claims"
+
+
+async def test_a_full_pass_marks_a_backlog_so_a_freed_slot_claims_at_once() -> None:
+    clock = FakeClock()
+    driver = CountingDriver()
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    async def gated(input: Any, ctx: JobContext) -> None:
+        started.append(input["n"])
+        if input["n"] == 0:
+            await gate.wait()
+
+    h = declare(gated)
+    await Jobs(driver, clock=clock).enqueue_many(h, [{"n": 0}, {"n": 1}])
+    worker = Worker(driver, [h], clock=clock, concurrency=1)
+    await worker.start()
+    await clock.advance(0)
+    assert started == [0]
+    gate.set()
+    await clock.advance(0)  # no time passes: the freed slot claims at once
+    assert started == [0, 1]
+    await worker.stop()
+
+
+async def test_a_lease_not_renewed_for_a_whole_window_is_lost_and_late_writes_refused() -> None:
+    clock = FakeClock()
+    driver = CountingDriver()
+    reasons: list[str] = []
+
+    async def long(input: Any, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            raise
+
+    h = declare(long, retry=Retry(attempts=3))
+    queued = await Jobs(driver, clock=clock).enqueue(h, {"n": 1})
+    worker = Worker(driver, [h], clock=clock, lease=3.0)
+    await worker.start()
+    await clock.advance(2_500, step_ms=100)
+    assert (await driver.job_get_many([queued.id]))[queued.id].claims == 1
+    driver.heartbeats_fail = True
+    await clock.advance(4_000, step_ms=100)
+    assert reasons == ["X_JOB_LEASE_LOST"]
+    assert worker.stats.lost == 1 and worker.stats.unowned == 0
+    # The lease lapsed in the store as well, so the job was claimed afresh (by this worker's
+    # next pass): a new fence, and the lost run never wrote a settle.
+    r = (await driver.job_get_many([queued.id]))[queued.id]
+    assert r.state is JobState.RUNNING and r.claims == 2 and r.attempt == 2
+    driver.heartbeats_fail = False
+    stopping = asyncio.create_task(worker.stop(timeout=2))
+    await clock.advance(3_000, step_ms=100)
+    await stopping
+    r = (await driver.job_get_many([queued.id]))[queued.id]
+    assert r.state is JobState.READY and r.attempt == 1 and reasons[-1] == "X_DRAINING"
+
+
+async def test_drain_lets_running_bodies_finish() -> None:
+    async def short(input: Any, ctx: JobContext) -> None:
+        await asyncio.sleep(0.1)
+
+    driver = MemoryDriver()
+    h = declare(short)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = Worker(driver, [h], poll_floor=0.001)
+    await worker.start()
+    await _until(lambda: worker.stats.running == 1)
+    await worker.stop(timeout=5)
+    r = (await driver.job_get_many([queued.id]))[queued.id]
+    assert r.state is JobState.COMPLETED and worker.stats.interrupted == 0
+
+
+async def test_drain_aborts_at_the_deadline_and_hands_claims_back_uncounted() -> None:
+    seen: list[str] = []
+
+    async def endless(input: Any, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            raise
+
+    driver = MemoryDriver()
+    h = declare(endless)
+    queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(4)])
+    ids = [q.id for q in queued]
+    worker = Worker(driver, [h], concurrency=2, max_in_flight=4, poll_floor=0.001, drain_margin=0.1)
+    await worker.start()
+    await _until(lambda: worker.stats.claimed == 4 and worker.stats.running == 2)
+    started = time.monotonic()
+    first, second = (
+        asyncio.create_task(worker.stop(timeout=0.4)),
+        asyncio.create_task(worker.stop(timeout=99)),
+    )
+    await asyncio.gather(first, second)
+    took = time.monotonic() - started
+    assert 0.25 <= took < 3.0, took
+    assert seen == ["X_DRAINING", "X_DRAINING"]
+    rows = await driver.job_get_many(ids)
+    assert all(r.state is JobState.READY and r.attempt == 0 for r in rows.values())
+    assert all(r.claims == 1 for r in rows.values())
+    assert worker.stats.interrupted == 4
+    with pytest.raises(JobsError) as info:
+        await worker.start()
+    assert info.value.code == "X_DRAINING"
+    assert await worker.demand() == {"default": 0}
+
+
+async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
+from tests.core.support import until
 
 FAST = Retry(attempts=3, base_ms=1, cap_ms=5, jitter="none")
 
@@ -37,13 +37,6 @@ def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) 
     options.setdefault("poll_ceiling", 0.01)
     options.setdefault("lease", 5.0)
     return Worker(driver, handles, **options)
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 async def row(driver: MemoryDriver, job_id: str) -> JobRecord:
@@ -119,15 +112,11 @@ async def test_terminal_error_fails_at_once_and_dead_letter_false_drops() -> Non
     worker = fast_worker(driver, [h])
     await worker.start()
     await until(lambda: settled(driver, queued.id))
-    await until(lambda: _true(bool(events)))
+    await until(lambda: bool(events))
     await worker.stop()
     r = await row(driver, queued.id)
     assert r.state is JobState.FAILED and r.attempt == 1
     assert [e.outcome for e in events] == [Outcome.DROPPED]
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_rate_limited_defers_without_spending_an_attempt() -> None:
@@ -193,7 +182,7 @@ async def test_cancelling_a_running_job_reaches_the_body_and_nothing_is_written_
     await worker.start()
     await asyncio.wait_for(started.wait(), 5)
     assert (await driver.job_cancel(queued.id, int(time.time() * 1000))).value == "cancelled"
-    await until(lambda: _true(bool(reasons)))
+    await until(lambda: bool(reasons))
     await worker.stop()
     r = await row(driver, queued.id)
     assert reasons == ["X_JOB_LEASE_LOST"]
@@ -267,7 +256,7 @@ async def test_on_settled_fires_after_landed_endings_only_and_never_breaks_the_w
     await worker.start()
     await until(lambda: settled(driver, a.id))
     await until(lambda: settled(driver, b.id))
-    await until(lambda: _true(len(events) == 2))
+    await until(lambda: len(events) == 2)
     await worker.stop()
     assert sorted(events) == [("flaky", Outcome.COMPLETED), ("ok", Outcome.COMPLETED)]
     assert worker.stats.retried == 1
@@ -290,12 +279,12 @@ async def test_concurrency_bounds_bodies_and_max_in_flight_bounds_claims() -> No
     await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(20)])
     worker = fast_worker(driver, [h], concurrency=3, max_in_flight=5)
     await worker.start()
-    await until(lambda: _true(worker.stats.claimed == 5 and worker.stats.running == 3))
+    await until(lambda: worker.stats.claimed == 5 and worker.stats.running == 3)
     await asyncio.sleep(0.05)
     assert worker.stats.claimed == 5 and peak == 3
     assert (await driver.queue_demand(["default"], 2**41))["default"] == 15
     gate.set()
-    await until(lambda: _true(worker.stats.completed == 20))
+    await until(lambda: worker.stats.completed == 20)
     await worker.stop()
     assert peak == 3
 
@@ -333,7 +322,7 @@ async def test_a_lapsed_final_attempt_is_buried_and_announced() -> None:
     worker = fast_worker(driver, [h], on_settled=events.append)
     await worker.start()
     await until(lambda: settled(driver, queued.id))
-    await until(lambda: _true(bool(events)))
+    await until(lambda: bool(events))
     await worker.stop()
     assert (await row(driver, queued.id)).state is JobState.DEAD
     assert [(e.job_id, e.outcome) for e in events] == [(queued.id, Outcome.DEAD_LETTERED)]

@@ -20,6 +20,7 @@ from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
+from tests.core.support import until
 
 
 class CountingDriver(MemoryDriver):
@@ -162,7 +163,7 @@ async def test_drain_lets_running_bodies_finish() -> None:
     queued = await Jobs(driver).enqueue(h, {"n": 1})
     worker = Worker(driver, [h], poll_floor=0.001)
     await worker.start()
-    await _until(lambda: worker.stats.running == 1)
+    await until(lambda: worker.stats.running == 1)
     await worker.stop(timeout=5)
     r = (await driver.job_get_many([queued.id]))[queued.id]
     assert r.state is JobState.COMPLETED and worker.stats.interrupted == 0
@@ -184,7 +185,7 @@ async def test_drain_aborts_at_the_deadline_and_hands_claims_back_uncounted() ->
     ids = [q.id for q in queued]
     worker = Worker(driver, [h], concurrency=2, max_in_flight=4, poll_floor=0.001, drain_margin=0.1)
     await worker.start()
-    await _until(lambda: worker.stats.claimed == 4 and worker.stats.running == 2)
+    await until(lambda: worker.stats.claimed == 4 and worker.stats.running == 2)
     started = time.monotonic()
     first, second = (
         asyncio.create_task(worker.stop(timeout=0.4)),
@@ -202,10 +203,3 @@ async def test_drain_aborts_at_the_deadline_and_hands_claims_back_uncounted() ->
         await worker.start()
     assert info.value.code == "X_DRAINING"
     assert await worker.demand() == {"default": 0}
-
-
-async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)

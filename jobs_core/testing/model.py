@@ -1,0 +1,397 @@
+"""`ReferenceModel`: the `JobDriver` contract (SPEC §6) as plainly as Python can say it.
+
+Deliberately naive — a dict of rows, linear scans, `sorted()` — and written from the contract,
+not from any driver, so a driver's bug shows up as a difference from it. Synchronous: the state
+machine calls it beside the driver under test. Argument checks are the ABC's own
+(`check_new_job`, the JSON text check) or their error codes restated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from jobs_core.driver import MAX_ENQUEUE_BATCH, check_new_job
+from jobs_core.errors import (
+    BatchTooLargeError,
+    ClaimQueuesEmptyError,
+    JobNotFoundError,
+    NotRequeueableError,
+    RecordInvalidError,
+    RequeueDuplicateError,
+)
+from jobs_core.jsonform import check_text
+from jobs_core.records import (
+    Ack,
+    BuriedJob,
+    CancelAnswer,
+    ClaimedJob,
+    ClaimParams,
+    ClaimResult,
+    EnqueueResult,
+    Fence,
+    Heartbeat,
+    JobRecord,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    Progress,
+    WorkerBeat,
+    WorkerInfo,
+)
+from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.states import JobState
+
+_LIVE = (JobState.READY, JobState.RUNNING, JobState.PARKED)
+
+
+def _namespace(r: JobRecord | NewJob) -> tuple[str, str, str]:
+    # Written out rather than imported so a wrong `namespace_of` would show as a difference.
+    return (r.name, r.tenant_id if r.tenant_id is not None else "", r.idempotency_key)
+
+
+def _check_json(text: str | None, what: str) -> None:
+    if text is not None:
+        check_text(text, what)
+
+
+class ReferenceModel:
+    """Every job, pause and worker row in plain dicts; each method answers what a driver must."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, JobRecord] = {}
+        self.pauses: set[Pause] = set()
+        self.workers: dict[str, WorkerInfo] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _by_id(self) -> list[JobRecord]:
+        return [self.rows[i] for i in sorted(self.rows)]
+
+    def _live_holder(self, ns: tuple[str, str, str]) -> JobRecord | None:
+        holders = [r for r in self._by_id() if r.state in _LIVE and _namespace(r) == ns]
+        # More than one live holder would already be a broken invariant of the model itself.
+        assert len(holders) <= 1, holders
+        return holders[0] if holders else None
+
+    def _held(self, fence: Fence) -> JobRecord | None:
+        r = self.rows.get(fence.job_id)
+        if (
+            r is not None
+            and r.state == JobState.RUNNING
+            and r.claims == fence.claims
+            and r.claimed_by == fence.worker_id
+        ):
+            return r
+        return None
+
+    def _paused(self, r: JobRecord) -> bool:
+        return Pause("queue", r.queue) in self.pauses or Pause("name", r.name) in self.pauses
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def job_enqueue(self, job: NewJob) -> EnqueueResult:
+        """Insert `job` as `ready`, or answer the row that already holds its id or live key."""
+        check_new_job(job)
+        return self._enqueue(job)
+
+    def job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """All checks first, then one enqueue after another (a batch dedupes against itself)."""
+        if len(jobs) > MAX_ENQUEUE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(jobs)} > {MAX_ENQUEUE_BATCH}")
+        for j in jobs:
+            check_new_job(j)
+        return [self._enqueue(j) for j in jobs]
+
+    def _enqueue(self, job: NewJob) -> EnqueueResult:
+        if job.id in self.rows:
+            return EnqueueResult(job.id, deduped=True)
+        holder = self._live_holder(_namespace(job))
+        if holder is not None:
+            return EnqueueResult(holder.id, deduped=True)
+        self.rows[job.id] = JobRecord(
+            id=job.id,
+            run_id=job.run_id,
+            name=job.name,
+            queue=job.queue,
+            tenant_id=job.tenant_id,
+            idempotency_key=job.idempotency_key,
+            input_json=job.input_json,
+            state=JobState.READY,
+            priority=job.priority,
+            attempt=0,
+            max_attempts=job.max_attempts,
+            claims=0,
+            claimed_by=None,
+            lease_until_ms=None,
+            run_at_ms=job.run_at_ms,
+            created_at_ms=job.created_at_ms,
+            finished_at_ms=None,
+            last_error=None,
+            progress_json=None,
+            result_json=None,
+            enqueued_by=job.enqueued_by,
+        )
+        return EnqueueResult(job.id, deduped=False)
+
+    def job_claim(self, p: ClaimParams) -> ClaimResult:
+        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order."""
+        if not p.queues:
+            raise ClaimQueuesEmptyError(detail="queues")
+        now = p.now_ms
+        if p.beat is not None:
+            self.worker_beat(p.beat)
+        asked = set(p.queues)
+
+        buried: list[BuriedJob] = []
+        for r in self._by_id():
+            if (
+                r.queue in asked
+                and r.state == JobState.RUNNING
+                and r.lease_until_ms is not None
+                and r.lease_until_ms <= now
+                and r.attempt >= r.max_attempts
+            ):
+                state = JobState.FAILED if r.name in p.drop_exhausted else JobState.DEAD
+                self.rows[r.id] = replace(
+                    r,
+                    state=state,
+                    finished_at_ms=now,
+                    lease_until_ms=None,
+                    last_error=LEASE_LAPSED_ERROR,
+                )
+                buried.append(BuriedJob(r.id, r.name, r.queue, state))
+
+        def claimable(r: JobRecord) -> bool:
+            if r.queue not in asked or self._paused(r):
+                return False
+            if r.state in (JobState.READY, JobState.PARKED):
+                return r.run_at_ms is not None and r.run_at_ms <= now
+            return (
+                r.state == JobState.RUNNING
+                and r.lease_until_ms is not None
+                and r.lease_until_ms <= now
+                and r.attempt < r.max_attempts
+            )
+
+        def order(r: JobRecord) -> tuple[int, int, str]:
+            # A row only becomes running from a due row, so a running row keeps a run_at.
+            assert r.run_at_ms is not None, r
+            return (r.priority, r.run_at_ms, r.id)
+
+        taken = sorted((r for r in self._by_id() if claimable(r)), key=order)[: p.limit]
+        jobs: list[ClaimedJob] = []
+        for r in taken:
+            new = replace(
+                r,
+                state=JobState.RUNNING,
+                attempt=r.attempt + 1,
+                claims=r.claims + 1,
+                claimed_by=p.worker_id,
+                lease_until_ms=now + p.lease_ms,
+            )
+            self.rows[r.id] = new
+            jobs.append(
+                ClaimedJob(
+                    id=new.id,
+                    run_id=new.run_id,
+                    name=new.name,
+                    queue=new.queue,
+                    tenant_id=new.tenant_id,
+                    idempotency_key=new.idempotency_key,
+                    input_json=new.input_json,
+                    priority=new.priority,
+                    attempt=new.attempt,
+                    max_attempts=new.max_attempts,
+                    claims=new.claims,
+                    worker_id=p.worker_id,
+                    lease_until_ms=now + p.lease_ms,
+                    created_at_ms=new.created_at_ms,
+                    enqueued_by=new.enqueued_by,
+                )
+            )
+        return ClaimResult(tuple(jobs), tuple(sorted(buried, key=lambda b: b.id)))
+
+    def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Complete each held job, in order; False where the fence no longer holds."""
+        for a in acks:
+            _check_json(a.result_json, "result_json")
+            _check_json(a.progress_json, "progress_json")
+        out: list[bool] = []
+        for a in acks:
+            r = self._held(a.fence)
+            if r is None:
+                out.append(False)
+                continue
+            self.rows[r.id] = replace(
+                r,
+                state=JobState.COMPLETED,
+                finished_at_ms=a.now_ms,
+                lease_until_ms=None,
+                result_json=a.result_json,
+                progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
+            )
+            out.append(True)
+        return out
+
+    def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        """Give each held job back as its kind says, in order; False where the fence is gone."""
+        for n in nacks:
+            if n.kind == NackKind.RETRY and n.run_at_ms is None:
+                raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
+            _check_json(n.progress_json, "progress_json")
+        out: list[bool] = []
+        for n in nacks:
+            r = self._held(n.fence)
+            if r is None:
+                out.append(False)
+                continue
+            self.rows[r.id] = _after_nack(r, n)
+            out.append(True)
+        return out
+
+    def job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        """Move each held lease to `now + lease_ms`; False where the fence is gone."""
+        out: list[bool] = []
+        for b in beats:
+            r = self._held(b.fence)
+            if r is None:
+                out.append(False)
+                continue
+            self.rows[r.id] = replace(r, lease_until_ms=b.now_ms + b.lease_ms)
+            out.append(True)
+        return out
+
+    def job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        """Store each held job's progress text; False where the fence is gone."""
+        for p in items:
+            check_text(p.progress_json, "progress_json")
+        out: list[bool] = []
+        for p in items:
+            r = self._held(p.fence)
+            if r is None:
+                out.append(False)
+                continue
+            self.rows[r.id] = replace(r, progress_json=p.progress_json)
+            out.append(True)
+        return out
+
+    def job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+        """Cancel a live row; a finished or unknown one is left alone."""
+        r = self.rows.get(job_id)
+        if r is None:
+            return CancelAnswer.NOT_FOUND
+        if r.state not in _LIVE:
+            return CancelAnswer.FINISHED
+        self.rows[job_id] = replace(
+            r, state=JobState.CANCELLED, finished_at_ms=now_ms, lease_until_ms=None
+        )
+        return CancelAnswer.CANCELLED
+
+    def job_requeue(self, job_id: str, now_ms: int) -> None:
+        """Make a finished row ready now with attempt 0, or raise one of the three refusals."""
+        r = self.rows.get(job_id)
+        if r is None:
+            raise JobNotFoundError(detail=job_id)
+        if r.state in _LIVE:
+            raise NotRequeueableError(detail=job_id)
+        holder = self._live_holder(_namespace(r))
+        if holder is not None:
+            raise RequeueDuplicateError(detail=f"{job_id} (held by {holder.id})")
+        self.rows[job_id] = replace(
+            r,
+            state=JobState.READY,
+            attempt=0,
+            run_at_ms=now_ms,
+            lease_until_ms=None,
+            finished_at_ms=None,
+        )
+
+    def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The rows of these ids that exist."""
+        return {i: self.rows[i] for i in job_ids if i in self.rows}
+
+    # -- pauses, queues, workers --------------------------------------------------------------
+
+    def pause_add(self, pause: Pause) -> bool:
+        """True when the pause is new."""
+        new = pause not in self.pauses
+        self.pauses.add(pause)
+        return new
+
+    def pause_remove(self, pause: Pause) -> bool:
+        """True when the pause existed."""
+        existed = pause in self.pauses
+        self.pauses.discard(pause)
+        return existed
+
+    def pause_list(self) -> list[Pause]:
+        """Every pause, sorted."""
+        return sorted(self.pauses)
+
+    def queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Per asked queue, `ready` rows due by `now_ms`; 0 for a paused queue."""
+        out: dict[str, int] = {}
+        for q in queues:
+            if Pause("queue", q) in self.pauses:
+                out[q] = 0
+                continue
+            out[q] = len(
+                [
+                    r
+                    for r in self.rows.values()
+                    if r.queue == q
+                    and r.state == JobState.READY
+                    and r.run_at_ms is not None
+                    and r.run_at_ms <= now_ms
+                ]
+            )
+        return out
+
+    def worker_beat(self, beat: WorkerBeat) -> None:
+        """Insert or replace the worker's row, alive until `now + ttl`."""
+        self.workers[beat.worker_id] = WorkerInfo(
+            worker_id=beat.worker_id,
+            info_json=beat.info_json,
+            last_beat_ms=beat.now_ms,
+            expires_at_ms=beat.now_ms + beat.ttl_ms,
+        )
+
+    def worker_forget(self, worker_id: str) -> bool:
+        """True when the worker had a row (expired or not)."""
+        return self.workers.pop(worker_id, None) is not None
+
+    def worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        """Rows still alive at `now_ms`, by worker id."""
+        return sorted(
+            (w for w in self.workers.values() if w.expires_at_ms > now_ms),
+            key=lambda w: w.worker_id,
+        )
+
+
+def _after_nack(r: JobRecord, n: Nack) -> JobRecord:
+    """The row a landed nack leaves: which kinds spend the attempt, which finish the job."""
+    progress = n.progress_json if n.progress_json is not None else r.progress_json
+    r = replace(r, lease_until_ms=None, progress_json=progress)
+    if n.kind == NackKind.RETRY:
+        return replace(r, state=JobState.READY, run_at_ms=n.run_at_ms, last_error=n.error)
+    if n.kind == NackKind.FAIL:
+        state = JobState.DEAD if n.dead_letter else JobState.FAILED
+        return replace(r, state=state, finished_at_ms=n.now_ms, last_error=n.error)
+    # Every other kind hands the attempt back: the job did not get to fail.
+    given_back = r.attempt - 1
+    if n.kind == NackKind.PARK:
+        return replace(r, state=JobState.PARKED, run_at_ms=n.run_at_ms, attempt=given_back)
+    if n.kind in (NackKind.SHED, NackKind.INTERRUPT):
+        run_at = n.run_at_ms if n.run_at_ms is not None else n.now_ms
+        return replace(r, state=JobState.READY, run_at_ms=run_at, attempt=given_back)
+    if n.kind == NackKind.REFUSE:
+        return replace(
+            r,
+            state=JobState.FAILED,
+            finished_at_ms=n.now_ms,
+            last_error=n.error,
+            attempt=given_back,
+        )
+    raise AssertionError(f"unknown nack kind {n.kind!r}")

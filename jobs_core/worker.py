@@ -186,6 +186,10 @@ class Worker:
         self._on_settled = on_settled
         self._drop_exhausted = frozenset(h.name for h in handles if not h.retry.dead_letter)
         self._beat_every_ms = max(1, self.registry_ttl_ms // 3)
+        # With a backlog, a freed slot claims at once; a worker that holds a buffer of
+        # claimed jobs beyond its running slots refills it in batches of half the buffer,
+        # so a busy worker spends one claim on many jobs, not one claim per job.
+        self._refill_at = max(1, (self.max_in_flight - self.concurrency) // 2)
 
         self.stats = WorkerStats()
         self._held: dict[str, _Held] = {}
@@ -434,7 +438,11 @@ class Worker:
         finally:
             if held.started:
                 self._held.pop(held.job.id, None)
-            if self._backlog and self._accepting:
+            if (
+                self._backlog
+                and self._accepting
+                and self.max_in_flight - len(self._held) >= self._refill_at
+            ):
                 self._backlog = False
                 self._kick.set()
 

@@ -1,1 +1,44 @@
 """ultimat3-jobs: the contract every backend implements, the worker, and the tools around them."""
+
+from jobs_core.clock import Clock, FakeClock, SystemClock
+from jobs_core.context import CancelSignal, JobContext
+from jobs_core.driver import Capabilities, JobDriver
+from jobs_core.errors import JobsError, RateLimitedError, TerminalError
+from jobs_core.facade import Jobs, SettledEvent, configure
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.records import EnqueueResult, JobRecord, Pause
+from jobs_core.retry import Retry
+from jobs_core.states import JobState, Outcome
+from jobs_core.tenant import acting_for, current_tenant
+from jobs_core.urls import driver_from_url
+from jobs_core.worker import Worker, WorkerStats
+
+__all__ = [
+    "CancelSignal",
+    "Capabilities",
+    "Clock",
+    "EnqueueResult",
+    "FakeClock",
+    "JobContext",
+    "JobDriver",
+    "JobHandle",
+    "JobRecord",
+    "JobRegistry",
+    "JobState",
+    "Jobs",
+    "JobsError",
+    "Outcome",
+    "Pause",
+    "RateLimitedError",
+    "Retry",
+    "SettledEvent",
+    "SystemClock",
+    "TerminalError",
+    "Worker",
+    "WorkerStats",
+    "acting_for",
+    "configure",
+    "current_tenant",
+    "driver_from_url",
+    "job",
+]

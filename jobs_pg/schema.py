@@ -1,0 +1,141 @@
+"""Every durable table of the Postgres driver, declared once on one `MetaData`.
+
+The tables carry no schema here: the driver renders its configured schema into each compiled
+statement, the migrations create them in the schema they are run for, and `metadata_in(schema)`
+gives the same tables placed in one schema (the migration test compares against it). Later
+issues add tables (steps, leases, counters, outbox…) here and in a new migration, never by
+editing a shipped one.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+from jobs_core.states import LIVE_STATES, JobState
+
+#: Every identifier-like column compares and sorts by code point (UTF-8 byte order): the claim
+#: breaks ties by id exactly as the memory driver does, and index comparisons skip the locale.
+C: Final = "C"
+
+metadata: Final = sa.MetaData(
+    naming_convention={
+        "pk": "%(table_name)s_pkey",
+        "ck": "%(table_name)s_%(constraint_name)s_check",
+    }
+)
+
+
+def lit(value: str) -> sa.ColumnElement[str]:
+    """A SQL string literal for one of OUR constants (a state, a pause kind), never a value.
+
+    States are literals, not bind parameters, so the planner can prove a query's state test
+    implies a partial index's predicate even under a generic prepared plan.
+    """
+    if "'" in value or "\\" in value:
+        raise ValueError(f"not a plain constant: {value!r}")
+    return sa.literal_column(f"'{value}'", sa.Text)
+
+
+def _in_clause(states: frozenset[JobState] | tuple[JobState, ...]) -> str:
+    return ", ".join(f"'{s.value}'" for s in sorted(states))
+
+
+LIVE_SQL: Final = _in_clause(LIVE_STATES)
+ALL_STATES_SQL: Final = _in_clause(tuple(JobState))
+
+jobs: Final = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.Text(collation=C), primary_key=True),
+    sa.Column("run_id", sa.Text(collation=C), nullable=False),
+    sa.Column("name", sa.Text(collation=C), nullable=False),
+    sa.Column("queue", sa.Text(collation=C), nullable=False),
+    sa.Column("tenant_id", sa.Text(collation=C), nullable=True),
+    sa.Column("idempotency_key", sa.Text(collation=C), nullable=False),
+    # JSON stays text: the exact form the caller stored comes back (jsonb would rewrite numbers,
+    # e.g. 1e100 reads back as an integer), and the insert path skips a parse.
+    sa.Column("input_json", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("claims", sa.BigInteger, nullable=False),
+    sa.Column("claimed_by", sa.Text(collation=C), nullable=True),
+    sa.Column("lease_until_ms", sa.BigInteger, nullable=True),
+    sa.Column("run_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("finished_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("progress_json", sa.Text, nullable=True),
+    sa.Column("result_json", sa.Text, nullable=True),
+    sa.Column("enqueued_by", sa.Text(collation=C), nullable=True),
+    sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
+)
+
+# The claim's main scan: one queue's due rows in exactly the claim order, so `LIMIT n` reads n
+# index entries (run_at is filtered inside the index, never on the heap).
+sa.Index(
+    "jobs_due",
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.run_at_ms,
+    jobs.c.id,
+    postgresql_where=sa.text("state IN ('parked', 'ready')"),
+)
+
+# Lapsed leases: the bury and the re-claim of a lapsed running row look only at running rows
+# (few: bounded by what workers hold), by queue and lease end.
+sa.Index(
+    "jobs_lease",
+    jobs.c.queue,
+    jobs.c.lease_until_ms,
+    postgresql_where=sa.text("state = 'running'"),
+)
+
+# The idempotency namespace (SPEC §5): (name, tenant or '', key) over live rows. The enqueue's
+# ON CONFLICT target and the holder lookups spell this very expression and predicate.
+sa.Index(
+    "jobs_live_key",
+    jobs.c.name,
+    sa.func.coalesce(jobs.c.tenant_id, sa.literal_column("''")),
+    jobs.c.idempotency_key,
+    unique=True,
+    postgresql_where=sa.text(f"state IN ({LIVE_SQL})"),
+)
+
+pauses: Final = sa.Table(
+    "pauses",
+    metadata,
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text(collation=C), primary_key=True),
+    sa.CheckConstraint("kind IN ('name', 'queue')", name="kind"),
+)
+
+workers: Final = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("worker_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("info_json", sa.Text, nullable=False),
+    sa.Column("last_beat_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+)
+
+# One row per queue: the wake slot (caller's clock / slot length) of its latest NOTIFY. Enqueues
+# read it without a lock and write it at most once per slot, so a busy queue notifies at most
+# once per slot however many jobs arrive.
+wakes: Final = sa.Table(
+    "wakes",
+    metadata,
+    sa.Column("queue", sa.Text(collation=C), primary_key=True),
+    sa.Column("slot", sa.BigInteger, nullable=False),
+)
+
+
+def metadata_in(schema: str) -> sa.MetaData:
+    """The declared tables and indexes, placed in `schema` (what the migrations must create)."""
+    out = sa.MetaData(naming_convention=metadata.naming_convention)
+    for table in metadata.sorted_tables:
+        table.to_metadata(out, schema=schema)
+    return out

@@ -1,0 +1,80 @@
+"""Small builders the statement modules share: typed bind parameters and `unnest` row sets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.selectable import TableValuedAlias
+
+from jobs_core.states import LIVE_STATES
+from jobs_pg.schema import jobs, lit
+
+TEXT = sa.Text()
+BIGINT = sa.BigInteger()
+INT = sa.Integer()
+BOOL = sa.Boolean()
+
+
+def p(name: str, type_: sa.types.TypeEngine[Any]) -> BindParameter[Any]:
+    """A named, typed bind parameter (typed so psycopg sends a cast, never a guess)."""
+    return sa.bindparam(name, type_=type_)
+
+
+def arr(name: str, type_: sa.types.TypeEngine[Any]) -> BindParameter[Any]:
+    """A named array parameter: one value per item of a batch."""
+    return sa.bindparam(name, type_=pg.ARRAY(type_))
+
+
+def unnest(alias: str, **columns: sa.types.TypeEngine[Any]) -> TableValuedAlias:
+    """`unnest(:a, :b, …) WITH ORDINALITY AS alias(a, b, …, ord)`: a batch as rows, in order.
+
+    Each column is bound as one array, so a batch of any size is a handful of parameters and
+    the statement text (and its prepared plan) never changes with the batch size.
+    """
+    fn = sa.func.unnest(*(arr(name, t) for name, t in columns.items()))
+    return fn.table_valued(
+        *(sa.column(name, t) for name, t in columns.items()), with_ordinality="ord"
+    ).render_derived(name=alias, with_types=False)
+
+
+def ex(*where: sa.ColumnElement[bool]) -> sa.Exists:
+    """`EXISTS (SELECT 1 …)`: a test of presence that names no column."""
+    return sa.select(sa.literal_column("1")).where(*where).exists()
+
+
+def live(t: sa.FromClause) -> sa.ColumnElement[bool]:
+    """`state IN ('parked', 'ready', 'running')` as literals, as the partial indexes spell it."""
+    return t.c.state.in_([lit(s.value) for s in sorted(LIVE_STATES)])
+
+
+def due_states(t: sa.FromClause) -> sa.ColumnElement[bool]:
+    """`state IN ('parked', 'ready')`: the `jobs_due` index predicate."""
+    return t.c.state.in_([lit("parked"), lit("ready")])
+
+
+def live_key_matches(
+    t: sa.FromClause,
+    name: sa.ColumnElement[Any],
+    tenant_id: sa.ColumnElement[Any],
+    key: sa.ColumnElement[Any],
+) -> sa.ColumnElement[bool]:
+    """Live rows of `t` holding this idempotency namespace, spelled as `jobs_live_key` is."""
+    return sa.and_(
+        t.c.name == name,
+        sa.func.coalesce(t.c.tenant_id, sa.literal_column("''"))
+        == sa.func.coalesce(tenant_id, sa.literal_column("''")),
+        t.c.idempotency_key == key,
+        live(t),
+    )
+
+
+#: The live-key ON CONFLICT target: exactly the `jobs_live_key` index expression and predicate.
+LIVE_KEY_TARGET: list[Any] = [
+    jobs.c.name,
+    sa.func.coalesce(jobs.c.tenant_id, sa.literal_column("''")),
+    jobs.c.idempotency_key,
+]
+LIVE_KEY_WHERE = live(jobs)

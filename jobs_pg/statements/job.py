@@ -1,0 +1,614 @@
+"""The `job_*` statements, one per driver method (plus the enqueue's wake), named after it.
+
+Every statement names its columns; every value is a bound parameter; states are SQL literals so
+the partial indexes' predicates are provably implied (see `jobs_pg.schema`). Batched settles
+bind one array per field and `unnest` them, so one round-trip settles a whole list, each item
+still fenced by its own claim.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from jobs_pg.schema import jobs, lit, pauses, wakes, workers
+from jobs_pg.statements._build import (
+    BIGINT,
+    BOOL,
+    INT,
+    LIVE_KEY_TARGET,
+    LIVE_KEY_WHERE,
+    TEXT,
+    arr,
+    due_states,
+    ex,
+    live,
+    live_key_matches,
+    p,
+    unnest,
+)
+
+#: The columns a `JobRecord` is built from, in its field order.
+RECORD_COLUMNS: Final = (
+    "id",
+    "run_id",
+    "name",
+    "queue",
+    "tenant_id",
+    "idempotency_key",
+    "input_json",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "claims",
+    "claimed_by",
+    "lease_until_ms",
+    "run_at_ms",
+    "created_at_ms",
+    "finished_at_ms",
+    "last_error",
+    "progress_json",
+    "result_json",
+    "enqueued_by",
+)
+
+_INSERT_COLUMNS: Final = (
+    "id",
+    "run_id",
+    "name",
+    "queue",
+    "tenant_id",
+    "idempotency_key",
+    "input_json",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "claims",
+    "run_at_ms",
+    "created_at_ms",
+    "enqueued_by",
+)
+
+
+def _fenced(t: sa.FromClause) -> sa.ColumnElement[bool]:
+    """The fence: the row is running under exactly the claim the item presents."""
+    return sa.and_(
+        jobs.c.id == t.c.id,
+        jobs.c.state == lit("running"),
+        jobs.c.claims == t.c.claims,
+        jobs.c.claimed_by == t.c.worker_id,
+    )
+
+
+def _not_paused_name(t: sa.FromClause) -> sa.ColumnElement[bool]:
+    return ~ex(pauses.c.kind == lit("name"), pauses.c.value == t.c.name)
+
+
+def _wake_cte(source: sa.CTE, name: str) -> sa.CTE:
+    """Record this slot for each queue that got a due row, unless this slot is already recorded.
+
+    The NOT EXISTS is a plain snapshot read: in the common case (the queue already notified in
+    this slot) the enqueue takes no lock and writes nothing here. Two enqueues racing on a new
+    slot both reach the upsert; the second waits for the first's row lock, re-reads the row, sees
+    the slot already set and returns nothing — so each queue notifies at most once per slot.
+    `:slot` NULL (wake disabled) writes nothing.
+    """
+    excluded = pg_insert(wakes).excluded
+    due = (
+        sa.select(source.c.queue, p("slot", BIGINT))
+        .where(
+            p("slot", BIGINT).is_not(None),
+            source.c.run_at_ms <= source.c.created_at_ms,
+            ~ex(wakes.c.queue == source.c.queue, wakes.c.slot == p("slot", BIGINT)),
+        )
+        .distinct()
+    )
+    return (
+        pg_insert(wakes)
+        .from_select(["queue", "slot"], due)
+        .on_conflict_do_update(
+            index_elements=[wakes.c.queue],
+            set_={"slot": excluded.slot},
+            where=wakes.c.slot != excluded.slot,
+        )
+        .returning(wakes.c.queue)
+        .cte(name)
+    )
+
+
+def _notified(wake: sa.CTE) -> sa.Label[Any]:
+    """NOTIFY once per queue the wake CTE recorded (delivered at commit, so never early)."""
+    return (
+        sa.select(
+            sa.func.count(
+                sa.func.pg_notify(p("channel", TEXT), sa.literal_column("'q:'") + wake.c.queue)
+            )
+        )
+        .scalar_subquery()
+        .label("notified")
+    )
+
+
+# -- JOB_ENQUEUE --------------------------------------------------------------------------------
+# One round-trip, at most two writes (the row, and the queue's wake slot once per slot). The id
+# test comes first (an id naming any row, live or finished, inserts nothing); the live key is
+# the ON CONFLICT target, so a concurrent enqueue of the same key cannot slip between a lookup
+# and the insert. The answer columns read the statement's snapshot: `existing` says the id was
+# taken, `holder` names the live row that holds the key. A holder committed by a concurrent
+# enqueue after this snapshot is invisible here; the driver then asks once more.
+_ENQ_VALUES: Final = {
+    "id": p("id", TEXT),
+    "run_id": p("run_id", TEXT),
+    "name": p("name", TEXT),
+    "queue": p("queue", TEXT),
+    "tenant_id": p("tenant_id", TEXT),
+    "idempotency_key": p("idempotency_key", TEXT),
+    "input_json": p("input_json", TEXT),
+    "state": lit("ready"),
+    "priority": p("priority", INT),
+    "attempt": sa.literal_column("0"),
+    "max_attempts": p("max_attempts", INT),
+    "claims": sa.literal_column("0"),
+    "run_at_ms": p("run_at_ms", BIGINT),
+    "created_at_ms": p("created_at_ms", BIGINT),
+    "enqueued_by": p("enqueued_by", TEXT),
+}
+_enq_ins = (
+    pg_insert(jobs)
+    .from_select(
+        list(_INSERT_COLUMNS),
+        sa.select(*(_ENQ_VALUES[c] for c in _INSERT_COLUMNS)).where(
+            ~ex(jobs.c.id == p("id", TEXT))
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
+    .returning(jobs.c.id, jobs.c.queue, jobs.c.run_at_ms, jobs.c.created_at_ms)
+    .cte("ins")
+)
+_enq_wake = _wake_cte(_enq_ins, "wake")
+_held = jobs.alias("held")
+JOB_ENQUEUE: Final = sa.select(
+    sa.select(_enq_ins.c.id).scalar_subquery().label("inserted"),
+    sa.select(jobs.c.id).where(jobs.c.id == p("id", TEXT)).scalar_subquery().label("existing"),
+    sa.select(_held.c.id)
+    .where(
+        live_key_matches(_held, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT))
+    )
+    .scalar_subquery()
+    .label("holder"),
+    _notified(_enq_wake),
+)
+
+# -- JOB_ENQUEUE_MANY ---------------------------------------------------------------------------
+# One statement per chunk (the driver splits a chunk where an id repeats, so ids are unique per
+# statement). Rows are inserted in batch order with the SAME conflict target as JOB_ENQUEUE:
+# Postgres checks each proposed row against rows this very statement already inserted, so a
+# later record of the batch dedupes against an earlier one exactly as sequential enqueues would.
+# Per record the answer says: id already taken (`existed`), inserted, or the holder of its key —
+# an earlier record of this batch (`batch_holder`) or a live row already stored (`holder`).
+_rows_src = unnest(
+    "r",
+    id=TEXT,
+    run_id=TEXT,
+    name=TEXT,
+    queue=TEXT,
+    tenant_id=TEXT,
+    idempotency_key=TEXT,
+    input_json=TEXT,
+    priority=INT,
+    max_attempts=INT,
+    run_at_ms=BIGINT,
+    created_at_ms=BIGINT,
+    enqueued_by=TEXT,
+)
+_rows = sa.select(*_rows_src.c).cte("rows")
+_many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}
+_many_values.update(
+    state=lit("ready"), attempt=sa.literal_column("0"), claims=sa.literal_column("0")
+)
+_many_ins = (
+    pg_insert(jobs)
+    .from_select(
+        list(_INSERT_COLUMNS),
+        sa.select(*(_many_values[c] for c in _INSERT_COLUMNS))
+        .where(~ex(jobs.c.id == _rows.c.id))
+        .order_by(_rows.c.ord),
+    )
+    .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
+    .returning(
+        jobs.c.id,
+        jobs.c.name,
+        jobs.c.tenant_id,
+        jobs.c.idempotency_key,
+        jobs.c.queue,
+        jobs.c.run_at_ms,
+        jobs.c.created_at_ms,
+    )
+    .cte("ins")
+)
+_many_wake = _wake_cte(_many_ins, "wake")
+_taken = jobs.alias("taken")
+_mine = _many_ins.alias("mine")
+_twin = _many_ins.alias("twin")
+_holder = jobs.alias("holder")
+JOB_ENQUEUE_MANY: Final = (
+    sa.select(
+        _rows.c.ord,
+        (_taken.c.id.is_not(None)).label("existed"),
+        (_mine.c.id.is_not(None)).label("inserted"),
+        _twin.c.id.label("batch_holder"),
+        _holder.c.id.label("holder"),
+        _notified(_many_wake),
+    )
+    .select_from(
+        _rows.outerjoin(_taken, _taken.c.id == _rows.c.id)
+        .outerjoin(_mine, _mine.c.id == _rows.c.id)
+        .outerjoin(
+            _twin,
+            sa.and_(
+                _twin.c.name == _rows.c.name,
+                sa.func.coalesce(_twin.c.tenant_id, sa.literal_column("''"))
+                == sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")),
+                _twin.c.idempotency_key == _rows.c.idempotency_key,
+            ),
+        )
+        .outerjoin(
+            _holder,
+            live_key_matches(_holder, _rows.c.name, _rows.c.tenant_id, _rows.c.idempotency_key),
+        )
+    )
+    .order_by(_rows.c.ord)
+)
+
+# -- JOB_KEY_HOLDER -----------------------------------------------------------------------------
+# The second look an enqueue takes only when a concurrent enqueue's row, committed after its
+# snapshot, won the key: a fresh snapshot names it.
+JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
+    live_key_matches(jobs, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT))
+)
+
+# -- JOB_CLAIM ----------------------------------------------------------------------------------
+# ONE statement: beat the registry (optional), bury lapsed final attempts, pick and lease.
+# * `due` walks each asked, unpaused queue's `jobs_due` index in claim order through a LATERAL
+#   (Postgres 15 cannot merge one ordered index scan over `queue = ANY(...)`), locking with
+#   SKIP LOCKED so concurrent claimers never wait on each other nor take the same row.
+# * `lapsed` adds running rows whose lease ended on a non-final attempt (`jobs_lease` index).
+# * `picked` keeps the first `:limit` of both by (priority, run_at, id) — id in COLLATE "C",
+#   i.e. code-point order, as the memory driver compares.
+# * `buried` moves running rows whose lease lapsed on the final attempt to dead/failed; it
+#   ignores pauses (burying is bookkeeping, not work) and touches rows disjoint from `picked`.
+# The claimed and buried rows come back in one result (`kind` tells them apart); the driver
+# orders them (claimed by claim order, buried by id).
+_q = (
+    sa.func.unnest(arr("queues", TEXT))
+    .table_valued(sa.column("queue", TEXT))
+    .render_derived(name="q", with_types=False)
+)
+_due_scan = (
+    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms)
+    .where(
+        jobs.c.queue == _q.c.queue,
+        due_states(jobs),
+        jobs.c.run_at_ms <= p("now_ms", BIGINT),
+        _not_paused_name(jobs),
+    )
+    .order_by(jobs.c.priority, jobs.c.run_at_ms, jobs.c.id)
+    .limit(p("limit", INT))
+    .with_for_update(skip_locked=True, of=jobs)
+    .lateral("due_scan")
+)
+_due = (
+    sa.select(_due_scan.c.id, _due_scan.c.priority, _due_scan.c.run_at_ms)
+    .select_from(_q.join(_due_scan, sa.true()))
+    .where(~ex(pauses.c.kind == lit("queue"), pauses.c.value == _q.c.queue))
+    .cte("due")
+)
+_queue_unpaused = ~ex(pauses.c.kind == lit("queue"), pauses.c.value == jobs.c.queue)
+_lapsed = (
+    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms)
+    .where(
+        jobs.c.state == lit("running"),
+        jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.attempt < jobs.c.max_attempts,
+        _not_paused_name(jobs),
+        _queue_unpaused,
+    )
+    .order_by(jobs.c.priority, jobs.c.run_at_ms, jobs.c.id)
+    .limit(p("limit", INT))
+    .with_for_update(skip_locked=True, of=jobs)
+    .cte("lapsed")
+)
+_cand = sa.union_all(
+    sa.select(_due.c.id, _due.c.priority, _due.c.run_at_ms),
+    sa.select(_lapsed.c.id, _lapsed.c.priority, _lapsed.c.run_at_ms),
+).subquery("cand")
+_picked = (
+    sa.select(_cand.c.id)
+    .order_by(_cand.c.priority, _cand.c.run_at_ms, _cand.c.id)
+    .limit(p("limit", INT))
+    .cte("picked")
+)
+_claimed = (
+    sa.update(jobs)
+    .where(jobs.c.id == _picked.c.id)
+    .values(
+        state=lit("running"),
+        attempt=jobs.c.attempt + sa.literal_column("1"),
+        claims=jobs.c.claims + sa.literal_column("1"),
+        claimed_by=p("worker_id", TEXT),
+        lease_until_ms=p("lease_until_ms", BIGINT),
+    )
+    .returning(
+        jobs.c.id,
+        jobs.c.run_id,
+        jobs.c.name,
+        jobs.c.queue,
+        jobs.c.tenant_id,
+        jobs.c.idempotency_key,
+        jobs.c.input_json,
+        jobs.c.state,
+        jobs.c.priority,
+        jobs.c.attempt,
+        jobs.c.max_attempts,
+        jobs.c.claims,
+        jobs.c.run_at_ms,
+        jobs.c.created_at_ms,
+        jobs.c.enqueued_by,
+    )
+    .cte("claimed")
+)
+_exhausted = (
+    sa.select(jobs.c.id)
+    .where(
+        jobs.c.state == lit("running"),
+        jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.attempt >= jobs.c.max_attempts,
+    )
+    .with_for_update(skip_locked=True, of=jobs)
+    .cte("exhausted")
+)
+_buried = (
+    sa.update(jobs)
+    .where(jobs.c.id == _exhausted.c.id)
+    .values(
+        state=sa.case(
+            (jobs.c.name == sa.func.any(arr("drop_exhausted", TEXT)), lit("failed")),
+            else_=lit("dead"),
+        ),
+        finished_at_ms=p("now_ms", BIGINT),
+        lease_until_ms=sa.null(),
+        last_error=p("lapsed_error", TEXT),
+    )
+    .returning(jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state)
+    .cte("buried")
+)
+_wex = pg_insert(workers).excluded
+_beat = (
+    pg_insert(workers)
+    .from_select(
+        ["worker_id", "info_json", "last_beat_ms", "expires_at_ms"],
+        sa.select(
+            p("beat_worker_id", TEXT),
+            p("beat_info_json", TEXT),
+            p("beat_now_ms", BIGINT),
+            p("beat_expires_at_ms", BIGINT),
+        ).where(p("beat_worker_id", TEXT).is_not(None)),
+    )
+    .on_conflict_do_update(
+        index_elements=[workers.c.worker_id],
+        set_={
+            "info_json": _wex.info_json,
+            "last_beat_ms": _wex.last_beat_ms,
+            "expires_at_ms": _wex.expires_at_ms,
+        },
+    )
+    .returning(workers.c.worker_id)
+    .cte("beat")
+)
+_null = sa.null
+JOB_CLAIM: Final = sa.union_all(
+    sa.select(
+        lit("c").label("kind"),
+        _claimed.c.id,
+        _claimed.c.run_id,
+        _claimed.c.name,
+        _claimed.c.queue,
+        _claimed.c.tenant_id,
+        _claimed.c.idempotency_key,
+        _claimed.c.input_json,
+        _claimed.c.state,
+        _claimed.c.priority,
+        _claimed.c.attempt,
+        _claimed.c.max_attempts,
+        _claimed.c.claims,
+        _claimed.c.run_at_ms,
+        _claimed.c.created_at_ms,
+        _claimed.c.enqueued_by,
+    ),
+    sa.select(
+        lit("b"),
+        _buried.c.id,
+        _null(),
+        _buried.c.name,
+        _buried.c.queue,
+        _null(),
+        _null(),
+        _null(),
+        _buried.c.state,
+        _null(),
+        _null(),
+        _null(),
+        _null(),
+        _null(),
+        _null(),
+        _null(),
+    ),
+).add_cte(_beat)
+
+# -- settles: JOB_ACK, JOB_NACK, JOB_HEARTBEAT, JOB_PROGRESS ------------------------------------
+# Each is one UPDATE … FROM unnest(arrays) over the whole list, fenced per item (state running,
+# same claims, same worker). RETURNING gives the ordinal of each item that landed; the driver
+# answers True exactly for those. Ids are unique within one statement (the driver splits a list
+# where an id repeats), so "the item that landed" is never ambiguous.
+_acks = unnest(
+    "a",
+    id=TEXT,
+    claims=BIGINT,
+    worker_id=TEXT,
+    now_ms=BIGINT,
+    result_json=TEXT,
+    progress_json=TEXT,
+)
+JOB_ACK: Final = (
+    sa.update(jobs)
+    .where(_fenced(_acks))
+    .values(
+        state=lit("completed"),
+        lease_until_ms=sa.null(),
+        finished_at_ms=_acks.c.now_ms,
+        result_json=_acks.c.result_json,
+        # The last progress rides the ack; none given keeps what was recorded.
+        progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
+    )
+    .returning(_acks.c.ord)
+)
+
+_nacks = unnest(
+    "n",
+    id=TEXT,
+    claims=BIGINT,
+    worker_id=TEXT,
+    kind=TEXT,
+    now_ms=BIGINT,
+    run_at_ms=BIGINT,
+    error=TEXT,
+    dead_letter=BOOL,
+    progress_json=TEXT,
+)
+_k = _nacks.c.kind
+# One statement for every kind: each column's CASE mirrors `jobs_memory.driver.nacked`.
+JOB_NACK: Final = (
+    sa.update(jobs)
+    .where(_fenced(_nacks))
+    .values(
+        state=sa.case(
+            (_k == lit("retry"), lit("ready")),
+            (_k == lit("fail"), sa.case((_nacks.c.dead_letter, lit("dead")), else_=lit("failed"))),
+            (_k == lit("park"), lit("parked")),
+            (_k == lit("refuse"), lit("failed")),
+            else_=lit("ready"),  # shed, interrupt
+        ),
+        lease_until_ms=sa.null(),
+        progress_json=sa.func.coalesce(_nacks.c.progress_json, jobs.c.progress_json),
+        run_at_ms=sa.case(
+            (_k.in_([lit("retry"), lit("park")]), _nacks.c.run_at_ms),
+            (
+                _k.in_([lit("shed"), lit("interrupt")]),
+                sa.func.coalesce(_nacks.c.run_at_ms, _nacks.c.now_ms),
+            ),
+            else_=jobs.c.run_at_ms,
+        ),
+        last_error=sa.case(
+            (_k.in_([lit("retry"), lit("fail"), lit("refuse")]), _nacks.c.error),
+            else_=jobs.c.last_error,
+        ),
+        finished_at_ms=sa.case(
+            (_k.in_([lit("fail"), lit("refuse")]), _nacks.c.now_ms),
+            else_=jobs.c.finished_at_ms,
+        ),
+        # Suspensions, sheds, drains and refusals give the attempt back.
+        attempt=sa.case(
+            (
+                _k.in_([lit("park"), lit("shed"), lit("interrupt"), lit("refuse")]),
+                jobs.c.attempt - sa.literal_column("1"),
+            ),
+            else_=jobs.c.attempt,
+        ),
+    )
+    .returning(_nacks.c.ord)
+)
+
+_beats = unnest("h", id=TEXT, claims=BIGINT, worker_id=TEXT, lease_until_ms=BIGINT)
+JOB_HEARTBEAT: Final = (
+    sa.update(jobs)
+    .where(_fenced(_beats))
+    .values(lease_until_ms=_beats.c.lease_until_ms)
+    .returning(_beats.c.ord)
+)
+
+_progress = unnest("g", id=TEXT, claims=BIGINT, worker_id=TEXT, progress_json=TEXT)
+JOB_PROGRESS: Final = (
+    sa.update(jobs)
+    .where(_fenced(_progress))
+    .values(progress_json=_progress.c.progress_json)
+    .returning(_progress.c.ord)
+)
+
+# -- JOB_CANCEL ---------------------------------------------------------------------------------
+# One round-trip answers all three outcomes: `found` reads the snapshot, the UPDATE only moves a
+# live row (re-checked under its row lock, so a row finished meanwhile stays finished).
+_cancel_upd = (
+    sa.update(jobs)
+    .where(jobs.c.id == p("id", TEXT), live(jobs))
+    .values(state=lit("cancelled"), lease_until_ms=sa.null(), finished_at_ms=p("now_ms", BIGINT))
+    .returning(jobs.c.id)
+    .cte("cancelled")
+)
+JOB_CANCEL: Final = sa.select(
+    ex(jobs.c.id == p("id", TEXT)).label("found"),
+    ex(_cancel_upd.c.id.is_not(None)).label("cancelled"),
+)
+
+# -- JOB_REQUEUE --------------------------------------------------------------------------------
+# One statement decides and moves: the row's state and the live holder of its key come from the
+# snapshot, and the UPDATE only fires when the row is finished and no live row holds the key.
+# A key won by a concurrent enqueue after the snapshot makes the UPDATE hit `jobs_live_key`;
+# the driver turns that unique violation into X_JOB_REQUEUE_DUPLICATE.
+_target = (
+    sa.select(jobs.c.id, jobs.c.state, jobs.c.name, jobs.c.tenant_id, jobs.c.idempotency_key)
+    .where(jobs.c.id == p("id", TEXT))
+    .cte("target")
+)
+_rq_holder = jobs.alias("rq_holder")
+_rq_holder_q = (
+    sa.select(_rq_holder.c.id)
+    .select_from(_target)
+    .where(
+        live_key_matches(_rq_holder, _target.c.name, _target.c.tenant_id, _target.c.idempotency_key)
+    )
+    .limit(1)
+    .cte("key_holder")
+)
+_requeued = (
+    sa.update(jobs)
+    .where(
+        jobs.c.id == p("id", TEXT),
+        ~live(jobs),
+        ~ex(_rq_holder_q.c.id.is_not(None)),
+    )
+    .values(
+        state=lit("ready"),
+        attempt=sa.literal_column("0"),
+        run_at_ms=p("now_ms", BIGINT),
+        lease_until_ms=sa.null(),
+        finished_at_ms=sa.null(),
+    )
+    .returning(jobs.c.id)
+    .cte("requeued")
+)
+JOB_REQUEUE: Final = sa.select(
+    _target.c.state,
+    sa.select(_rq_holder_q.c.id).scalar_subquery().label("holder"),
+    ex(_requeued.c.id.is_not(None)).label("requeued"),
+).select_from(_target)
+
+# -- JOB_GET_MANY -------------------------------------------------------------------------------
+JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
+    jobs.c.id == sa.func.any(arr("ids", TEXT))
+)

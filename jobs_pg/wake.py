@@ -1,0 +1,141 @@
+"""The wake: ONE dedicated LISTEN session per subscription, proven by a probe before it is trusted.
+
+Enqueues NOTIFY `q:<queue>` on the schema's channel at most once per queue per wake slot (see
+`jobs_pg.statements.job._wake_cte`). The subscription answers `is_live()` only after a probe
+(`p:<token>`, sent through the driver's POOL after LISTEN succeeded) came back on this session;
+every re-dial starts unproven. Behind PgBouncer in transaction mode LISTEN "succeeds" but nothing
+is delivered, so the probe never crosses and the worker keeps polling: the poll is the guarantee,
+the wake only shortens the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import psycopg
+from psycopg import sql
+
+from jobs_core.errors import JobsError
+
+if TYPE_CHECKING:
+    from jobs_pg.driver import PgDriver
+
+log = logging.getLogger("jobs.pg.wake")
+
+#: Probe retries after LISTEN (seconds); past the last one the session stays unproven until a
+#: re-dial, so a proxy that swallows notifications costs a handful of probes, not one a minute.
+PROBE_DELAYS: Final = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: Re-dial backoff after the session drops.
+REDIAL_MIN_S: Final = 0.2
+REDIAL_MAX_S: Final = 5.0
+
+
+class PgWakeSubscription:
+    """A LISTEN session delivering queue names to `on_wake`; trusted only once proven."""
+
+    def __init__(
+        self, driver: PgDriver, queues: frozenset[str], on_wake: Callable[[str], None]
+    ) -> None:
+        self._driver = driver
+        self._queues = queues
+        self._on_wake = on_wake
+        self._live = False
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        #: Sessions dialled so far (each re-dial starts unproven); read by tests.
+        self.dials = 0
+
+    def is_live(self) -> bool:
+        """True once a probe sent after LISTEN crossed this session, and it has not dropped."""
+        return self._live and not self._closed
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ujobs-wake")
+
+    async def close(self) -> None:
+        """Stop listening and close the session; idempotent."""
+        self._closed = True
+        self._live = False
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._driver.forget_subscription(self)
+
+    async def drop_session(self) -> None:
+        """Close the current session as if the network dropped it (tests exercise re-dials)."""
+        conn = self._conn
+        if conn is not None:
+            await conn.close()
+
+    async def _run(self) -> None:
+        delay = REDIAL_MIN_S
+        while not self._closed:
+            try:
+                await self._session()
+                delay = REDIAL_MIN_S
+            except asyncio.CancelledError:
+                raise
+            except (psycopg.Error, OSError) as exc:
+                log.info("jobs.wake.dropped: %s", type(exc).__name__)
+            finally:
+                self._live = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REDIAL_MAX_S)
+
+    async def _session(self) -> None:
+        d = self._driver
+        conn = await psycopg.AsyncConnection.connect(
+            d.conninfo, autocommit=True, **d.connect_kwargs()
+        )
+        self._conn = conn
+        self.dials += 1
+        token = uuid.uuid4().hex
+        probe: asyncio.Task[None] | None = None
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(d.channel)))
+            probe = asyncio.get_running_loop().create_task(self._probe(token))
+            want = "p:" + token
+            async for note in conn.notifies():
+                payload = note.payload
+                if payload.startswith("q:"):
+                    queue = payload[2:]
+                    if queue in self._queues:
+                        self._deliver(queue)
+                elif payload == want:
+                    self._live = True
+            # The generator ends only when the connection is closed under it.
+            raise psycopg.OperationalError("the LISTEN session closed")
+        finally:
+            self._live = False
+            self._conn = None
+            if probe is not None:
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _probe(self, token: str) -> None:
+        for delay in PROBE_DELAYS:
+            await asyncio.sleep(delay)
+            if self._live:
+                return
+            try:
+                await self._driver.send_probe("p:" + token)
+            except JobsError as exc:
+                log.info("jobs.wake.probe_failed: %s", exc.code)
+
+    def _deliver(self, queue: str) -> None:
+        try:
+            self._on_wake(queue)
+        except Exception:
+            log.exception("jobs.wake.callback_failed")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from sortedcontainers import SortedList
 
@@ -40,6 +41,7 @@ from jobs_core.semantics import LEASE_LAPSED_ERROR, namespace_of
 from jobs_core.states import LIVE_STATES, JobState
 
 _DueKey = tuple[int, int, str]
+_Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
 
 
 @dataclass(slots=True)
@@ -239,65 +241,30 @@ class MemoryDriver(JobDriver):
             i += 1
         return out
 
-    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+    def _fenced(
+        self, items: Sequence[_Fenced], change: Callable[[_Fenced, JobRecord], JobRecord]
+    ) -> list[bool]:
+        """Apply `change` to each item's row while its fence holds; answer which landed."""
         out: list[bool] = []
         with self._lock:
-            for a in acks:
-                r = self._held(a.fence)
-                if r is None:
-                    out.append(False)
-                    continue
-                self._put(
-                    r,
-                    replace(
-                        r,
-                        state=JobState.COMPLETED,
-                        lease_until_ms=None,
-                        finished_at_ms=a.now_ms,
-                        result_json=a.result_json,
-                        progress_json=(
-                            a.progress_json if a.progress_json is not None else r.progress_json
-                        ),
-                    ),
-                )
-                out.append(True)
+            for item in items:
+                r = self._held(item.fence)
+                if r is not None:
+                    self._put(r, change(item, r))
+                out.append(r is not None)
         return out
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        return self._fenced(acks, _acked)
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        out: list[bool] = []
-        with self._lock:
-            for n in nacks:
-                r = self._held(n.fence)
-                if r is None:
-                    out.append(False)
-                    continue
-                self._put(r, nacked(r, n))
-                out.append(True)
-        return out
+        return self._fenced(nacks, lambda n, r: nacked(r, n))
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
-        out: list[bool] = []
-        with self._lock:
-            for b in beats:
-                r = self._held(b.fence)
-                if r is None:
-                    out.append(False)
-                    continue
-                self._put(r, replace(r, lease_until_ms=b.now_ms + b.lease_ms))
-                out.append(True)
-        return out
+        return self._fenced(beats, lambda b, r: replace(r, lease_until_ms=b.now_ms + b.lease_ms))
 
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
-        out: list[bool] = []
-        with self._lock:
-            for p in items:
-                r = self._held(p.fence)
-                if r is None:
-                    out.append(False)
-                    continue
-                self._put(r, replace(r, progress_json=p.progress_json))
-                out.append(True)
-        return out
+        return self._fenced(items, lambda p, r: replace(r, progress_json=p.progress_json))
 
     async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
         with self._lock:
@@ -391,6 +358,17 @@ class MemoryDriver(JobDriver):
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         with self._lock:
             return [w for w in self._workers.values() if w.expires_at_ms > now_ms]
+
+
+def _acked(a: Ack, r: JobRecord) -> JobRecord:
+    return replace(
+        r,
+        state=JobState.COMPLETED,
+        lease_until_ms=None,
+        finished_at_ms=a.now_ms,
+        result_json=a.result_json,
+        progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
+    )
 
 
 def nacked(r: JobRecord, n: Nack) -> JobRecord:

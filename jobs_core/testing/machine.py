@@ -103,12 +103,17 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class FenceSpec:
-    """A fence taken from a past claim (`n` back from the latest) or forged from an id."""
+    """Which fence a settle presents.
 
-    kind: Literal["past", "forged"]
+    `past`: one a claim handed out (`n` back from the latest; it may be stale). `held`: the
+    fence a running row holds now. `skewed`: that fence with its count or worker off by one
+    (`skew` 1..4). `forged`: any stored id with `skew` as the count and `worker_id`.
+    """
+
+    kind: Literal["past", "held", "skewed", "forged"]
     n: int
     worker_id: str
-    claims: int
+    skew: int
 
 
 #: Latest-first positions: mostly recent rows or fences, sometimes far older ones.
@@ -132,7 +137,7 @@ def job_specs(tenants: tuple[str | None, ...]) -> st.SearchStrategy[JobSpec]:
         queue=st.sampled_from(QUEUES),
         priority=st.sampled_from((0, 1, 100)),
         run_at_offset=st.sampled_from((-1000, 0, 1000)),
-        max_attempts=st.sampled_from((1, 2, 3)),
+        max_attempts=st.sampled_from((1, 1, 2, 3)),
         input_json=st.sampled_from(INPUTS),
         enqueued_by=st.sampled_from((None, "u1")),
     )
@@ -143,10 +148,10 @@ single_job_specs = job_specs((None, None, None, "t1", "t1", "t1", ""))
 batch_job_specs = job_specs((None, "t1"))
 fence_specs = st.builds(
     FenceSpec,
-    kind=st.sampled_from(("past", "past", "past", "forged")),
+    kind=st.sampled_from(("past", "past", "held", "held", "skewed", "forged")),
     n=recent,
     worker_id=st.sampled_from(WORKERS),
-    claims=st.integers(1, 4),
+    skew=st.integers(1, 4),
 )
 #: Claim queue lists: mostly one or both queues (in either order), now and then none (refused).
 claim_queues = st.sampled_from(
@@ -200,6 +205,9 @@ def _difference(got: object, want: object) -> object:
             for k in keys
             if got.get(k, missing) != want.get(k, missing)
         }
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        pairs = enumerate(zip(got, want, strict=True))
+        return {f"[{i}]": _difference(g, w) for i, (g, w) in pairs if g != w}
     return (got, want)
 
 
@@ -302,7 +310,23 @@ class ParityMachine(RuleBasedStateMachine):
     def _fence(self, spec: FenceSpec) -> Fence:
         if spec.kind == "past" and self.fences:
             return self.fences[-1 - spec.n % len(self.fences)]
-        return Fence(self._used_id(spec.n) or UNKNOWN_ID, spec.claims, spec.worker_id)
+        held = [
+            Fence(r.id, r.claims, r.claimed_by)
+            for r in self.model.rows.values()
+            if r.state == JobState.RUNNING and r.claimed_by is not None
+        ]
+        if spec.kind in ("held", "skewed") and held:
+            f = held[-1 - spec.n % len(held)]
+            if spec.kind == "held":
+                return f
+            other = "w2" if f.worker_id == "w1" else "w1"
+            return {
+                1: replace(f, claims=f.claims - 1 if f.claims > 1 else 2),
+                2: replace(f, claims=f.claims + 1),
+                3: replace(f, worker_id=other),
+                4: Fence(f.job_id, f.claims + 1, other),
+            }[spec.skew]
+        return Fence(self._used_id(spec.n) or UNKNOWN_ID, spec.skew, spec.worker_id)
 
     def _target(self, pick: tuple[str, int]) -> str:
         kind, n = pick
@@ -582,21 +606,21 @@ class ParityMachine(RuleBasedStateMachine):
 
     # -- pauses, queues, workers --------------------------------------------------------------
 
-    @rule(pause=st.sampled_from(PAUSES))
-    def pause_add(self, pause: Pause) -> None:
-        self._both(
-            "pause_add",
-            lambda: self.model.pause_add(pause),
-            lambda: self.driver.pause_add(pause),
-        )
-
-    @rule(pause=st.sampled_from(PAUSES))
-    def pause_remove(self, pause: Pause) -> None:
-        self._both(
-            "pause_remove",
-            lambda: self.model.pause_remove(pause),
-            lambda: self.driver.pause_remove(pause),
-        )
+    @rule(pause=st.sampled_from(PAUSES), add=st.booleans())
+    def pause(self, pause: Pause, add: bool) -> None:
+        """Add or lift a pause (one rule, so the walk spends its steps on jobs)."""
+        if add:
+            self._both(
+                "pause_add",
+                lambda: self.model.pause_add(pause),
+                lambda: self.driver.pause_add(pause),
+            )
+        else:
+            self._both(
+                "pause_remove",
+                lambda: self.model.pause_remove(pause),
+                lambda: self.driver.pause_remove(pause),
+            )
 
     @rule(queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3))
     def queue_demand(self, queues: list[str]) -> None:
@@ -607,34 +631,34 @@ class ParityMachine(RuleBasedStateMachine):
         )
 
     @rule(
+        op=st.sampled_from(("beat", "beat", "forget", "list")),
         worker=st.sampled_from((*WORKERS, "w3")),
         ttl_ms=st.sampled_from((1000, 5000)),
         info=st.sampled_from(INFOS),
+        ahead=st.sampled_from((0, 999, 1000, 5000)),
     )
-    def worker_beat(self, worker: str, ttl_ms: int, info: str) -> None:
-        beat = WorkerBeat(worker, info, ttl_ms, self.now)
-        self._both(
-            "worker_beat",
-            lambda: self.model.worker_beat(beat),
-            lambda: self.driver.worker_beat(beat),
-        )
-
-    @rule(worker=st.sampled_from((*WORKERS, "w3")))
-    def worker_forget(self, worker: str) -> None:
-        self._both(
-            "worker_forget",
-            lambda: self.model.worker_forget(worker),
-            lambda: self.driver.worker_forget(worker),
-        )
-
-    @rule(ahead=st.sampled_from((0, 999, 1000, 5000)))
-    def worker_list(self, ahead: int) -> None:
-        at = self.now + ahead
-        self._both(
-            "worker_list",
-            lambda: self.model.worker_list(at),
-            lambda: self.driver.worker_list(at),
-        )
+    def worker(self, op: str, worker: str, ttl_ms: int, info: str, ahead: int) -> None:
+        """Beat, forget, or list the registry (`ahead` ms from now)."""
+        if op == "beat":
+            beat = WorkerBeat(worker, info, ttl_ms, self.now)
+            self._both(
+                "worker_beat",
+                lambda: self.model.worker_beat(beat),
+                lambda: self.driver.worker_beat(beat),
+            )
+        elif op == "forget":
+            self._both(
+                "worker_forget",
+                lambda: self.model.worker_forget(worker),
+                lambda: self.driver.worker_forget(worker),
+            )
+        else:
+            at = self.now + ahead
+            self._both(
+                "worker_list",
+                lambda: self.model.worker_list(at),
+                lambda: self.driver.worker_list(at),
+            )
 
     # -- the observable state -----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ def config(url: str, schema: str = "ujobs") -> Config:
     """An alembic `Config` for our packaged migrations against `url`, in `schema`."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("version_locations", str(MIGRATIONS / "versions"))
     cfg.attributes["url"] = url
     cfg.attributes["schema"] = schema

@@ -25,7 +25,12 @@ def _setting(name: str, env: str) -> str | None:
     config = context.config
     x = context.get_x_argument(as_dictionary=True)
     value = x.get(name) or config.attributes.get(name)
-    if value is None and name == "url":
+    if (
+        value is None
+        and name == "url"
+        and config.file_config.has_section(config.config_ini_section)
+    ):
+        # Only an .ini setup has a main section; pyproject.toml setups pass -x or the env.
         value = config.get_main_option("sqlalchemy.url")
     return value or os.environ.get(env)
 

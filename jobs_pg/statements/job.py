@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from jobs_pg.schema import jobs, lit, pauses, wakes, workers
@@ -82,6 +83,11 @@ def _fenced(t: sa.FromClause) -> sa.ColumnElement[bool]:
         jobs.c.claims == t.c.claims,
         jobs.c.claimed_by == t.c.worker_id,
     )
+
+
+def _ids_of(cte: sa.CTE) -> sa.ColumnElement[Any]:
+    """The CTE's ids as one text[] value (an expression, so `= ANY(...)` is an index lookup)."""
+    return sa.cast(sa.select(sa.func.array_agg(cte.c.id)).scalar_subquery(), pg.ARRAY(sa.Text))
 
 
 def _not_paused_name(t: sa.FromClause) -> sa.ColumnElement[bool]:
@@ -190,6 +196,10 @@ JOB_ENQUEUE: Final = sa.select(
 # later record of the batch dedupes against an earlier one exactly as sequential enqueues would.
 # Per record the answer says: id already taken (`existed`), inserted, or the holder of its key —
 # an earlier record of this batch (`batch_holder`) or a live row already stored (`holder`).
+# The lookups into `jobs` are correlated scalar subqueries on purpose: each is one index probe
+# per record (`jobs_pkey`, `jobs_live_key`), whatever the table's size — a join would let the
+# planner hash the whole table — and the holder probe sits in a CASE, so it runs only for the
+# records that were neither inserted nor deduped by id or by the batch itself.
 _rows_src = unnest(
     "r",
     id=TEXT,
@@ -205,7 +215,11 @@ _rows_src = unnest(
     created_at_ms=BIGINT,
     enqueued_by=TEXT,
 )
-_rows = sa.select(*_rows_src.c).cte("rows")
+_taken = jobs.alias("taken")
+_rows = sa.select(
+    *_rows_src.c,
+    sa.select(_taken.c.id).where(_taken.c.id == _rows_src.c.id).scalar_subquery().label("taken"),
+).cte("rows")
 _many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}
 _many_values.update(
     state=lit("ready"), attempt=sa.literal_column("0"), claims=sa.literal_column("0")
@@ -215,7 +229,7 @@ _many_ins = (
     .from_select(
         list(_INSERT_COLUMNS),
         sa.select(*(_many_values[c] for c in _INSERT_COLUMNS))
-        .where(~ex(jobs.c.id == _rows.c.id))
+        .where(_rows.c.taken.is_(None))
         .order_by(_rows.c.ord),
     )
     .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
@@ -231,23 +245,31 @@ _many_ins = (
     .cte("ins")
 )
 _many_wake = _wake_cte(_many_ins, "wake")
-_taken = jobs.alias("taken")
 _mine = _many_ins.alias("mine")
 _twin = _many_ins.alias("twin")
 _holder = jobs.alias("holder")
 JOB_ENQUEUE_MANY: Final = (
     sa.select(
         _rows.c.ord,
-        (_taken.c.id.is_not(None)).label("existed"),
+        (_rows.c.taken.is_not(None)).label("existed"),
         (_mine.c.id.is_not(None)).label("inserted"),
         _twin.c.id.label("batch_holder"),
-        _holder.c.id.label("holder"),
+        sa.case(
+            (
+                sa.and_(_rows.c.taken.is_(None), _mine.c.id.is_(None), _twin.c.id.is_(None)),
+                sa.select(_holder.c.id)
+                .where(
+                    live_key_matches(
+                        _holder, _rows.c.name, _rows.c.tenant_id, _rows.c.idempotency_key
+                    )
+                )
+                .scalar_subquery(),
+            ),
+        ).label("holder"),
         _notified(_many_wake),
     )
     .select_from(
-        _rows.outerjoin(_taken, _taken.c.id == _rows.c.id)
-        .outerjoin(_mine, _mine.c.id == _rows.c.id)
-        .outerjoin(
+        _rows.outerjoin(_mine, _mine.c.id == _rows.c.id).outerjoin(
             _twin,
             sa.and_(
                 _twin.c.name == _rows.c.name,
@@ -255,10 +277,6 @@ JOB_ENQUEUE_MANY: Final = (
                 == sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")),
                 _twin.c.idempotency_key == _rows.c.idempotency_key,
             ),
-        )
-        .outerjoin(
-            _holder,
-            live_key_matches(_holder, _rows.c.name, _rows.c.tenant_id, _rows.c.idempotency_key),
         )
     )
     .order_by(_rows.c.ord)
@@ -335,7 +353,9 @@ _picked = (
 )
 _claimed = (
     sa.update(jobs)
-    .where(jobs.c.id == _picked.c.id)
+    # `= ANY(array of the picked ids)` makes the UPDATE a primary-key lookup per picked row; a
+    # join to the CTE lets the planner hash-join against a sequential scan of every job.
+    .where(jobs.c.id == sa.func.any(_ids_of(_picked)))
     .values(
         state=lit("running"),
         attempt=jobs.c.attempt + sa.literal_column("1"),
@@ -375,7 +395,7 @@ _exhausted = (
 )
 _buried = (
     sa.update(jobs)
-    .where(jobs.c.id == _exhausted.c.id)
+    .where(jobs.c.id == sa.func.any(_ids_of(_exhausted)))
     .values(
         state=sa.case(
             (jobs.c.name == sa.func.any(arr("drop_exhausted", TEXT)), lit("failed")),

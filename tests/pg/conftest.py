@@ -1,0 +1,77 @@
+"""Postgres test setup: every test (and every parity example) gets its own migrated schema.
+
+The server is `JOBS_TEST_PG_URL` (default `postgresql+psycopg://postgres@127.0.0.1:5432/test`).
+A schema is created by the packaged migrations (`jobs_pg.migrate.upgrade`) and dropped when the
+test or example ends, so runs are safe twice over and side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from jobs_core.driver import JobDriver
+from jobs_pg import PgDriver
+from jobs_pg.migrate import upgrade
+from jobs_pg.url import libpq_url
+
+PG_URL = os.environ.get("JOBS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def fresh_schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def admin() -> psycopg.Connection[tuple[Any, ...]]:
+    """A short-lived autocommit connection for setup and inspection."""
+    return psycopg.connect(libpq_url(PG_URL), autocommit=True)
+
+
+def drop_schema(schema: str) -> None:
+    with admin() as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextlib.asynccontextmanager
+async def fresh_driver(**kwargs: Any) -> AsyncIterator[PgDriver]:
+    """A driver on a newly migrated schema of its own, dropped on the way out."""
+    schema = fresh_schema()
+    await asyncio.to_thread(upgrade, PG_URL, schema)
+    driver = PgDriver(PG_URL, schema=schema, pool_size=kwargs.pop("pool_size", 4), **kwargs)
+    try:
+        async with driver:
+            yield driver
+    finally:
+        await asyncio.to_thread(drop_schema, schema)
+
+
+def driver_factory_for_suite() -> AbstractAsyncContextManager[JobDriver]:
+    """The parity suite's factory: a fresh, empty driver per call."""
+    return fresh_driver()
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A migrated schema for one test."""
+    schema = fresh_schema()
+    upgrade(PG_URL, schema)
+    try:
+        yield schema
+    finally:
+        drop_schema(schema)
+
+
+@pytest.fixture
+async def pg(pg_schema: str) -> AsyncIterator[PgDriver]:
+    """An open driver on the test's own schema."""
+    async with PgDriver(PG_URL, schema=pg_schema, pool_size=4) as driver:
+        yield driver

@@ -1,0 +1,250 @@
+"""Postgres-specific behaviour beyond the parity suite: URLs, batching edges, concurrency, plans."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+import pytest
+
+from jobs_core.errors import DriverUrlInvalidError
+from jobs_core.records import (
+    Ack,
+    ClaimParams,
+    EnqueueResult,
+    Heartbeat,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    Progress,
+    WorkerBeat,
+)
+from jobs_memory import MemoryDriver
+from jobs_pg import PgDriver
+from jobs_pg.driver import STATEMENTS, unique_runs
+from tests.pg.conftest import PG_URL, admin
+
+T0 = 1_800_000_000_000
+ODD = ("q'uo\"te", "100%", "%s", "%(x)s", "$1", "new\nline", "☃ ünï", "back\\slash", "--", "a;b")
+
+
+def job(
+    i: int | str,
+    *,
+    key: str | None = None,
+    name: str = "n",
+    queue: str = "q",
+    tenant: str | None = None,
+    priority: int = 0,
+    run_at: int = T0,
+    input_json: str = '{"i":1}',
+) -> NewJob:
+    return NewJob(
+        id=f"id-{i}",
+        run_id=f"run-{i}",
+        name=name,
+        queue=queue,
+        tenant_id=tenant,
+        idempotency_key=key if key is not None else f"k-{i}",
+        input_json=input_json,
+        priority=priority,
+        run_at_ms=run_at,
+        max_attempts=3,
+        created_at_ms=T0,
+    )
+
+
+def test_describe_masks_the_password() -> None:
+    d = PgDriver("postgresql+psycopg://app:s3cr%40t@db.example:5432/jobs?sslmode=require")
+    assert "s3cr" not in d.describe()
+    assert "app:***@db.example:5432/jobs" in d.describe()
+    d2 = PgDriver("postgresql://app@db/jobs?password=hunter2&sslmode=disable")
+    assert "hunter2" not in d2.describe()
+
+
+def test_url_schemes() -> None:
+    PgDriver("postgresql://postgres@127.0.0.1/test")
+    PgDriver("postgresql+psycopg://postgres@127.0.0.1/test")
+    with pytest.raises(DriverUrlInvalidError) as err:
+        PgDriver("mysql://u:pw@h/db")
+    assert "pw" not in str(err.value)
+
+
+def test_unique_runs_split_where_a_key_repeats() -> None:
+    assert unique_runs(["a", "b", "a", "c", "b", "b"]) == [[0, 1], [2, 3, 4], [5]]
+    assert unique_runs([]) == [[]]
+
+
+def test_statements_name_their_columns() -> None:
+    for name, sql in STATEMENTS.items():
+        text = sql.render("s").upper()
+        assert "SELECT *" not in text and "RETURNING *" not in text, name
+        assert ".*" not in text, name
+
+
+async def _pair(ops_pg: PgDriver, records: Sequence[NewJob]) -> None:
+    mem = MemoryDriver()
+    assert await ops_pg.job_enqueue_many(records) == await mem.job_enqueue_many(records)
+    ids = sorted({r.id for r in records})
+    assert await ops_pg.job_get_many(ids) == await mem.job_get_many(ids)
+
+
+async def test_special_characters_round_trip(pg: PgDriver) -> None:
+    mem = MemoryDriver()
+    records = [
+        job(
+            f"{n}-{i}",
+            key=n,
+            name=n,
+            queue=n,
+            tenant=n,
+            input_json=json.dumps({n: [n, 1.5e300, -0.0, 10**30]}, ensure_ascii=False),
+        )
+        for i, n in enumerate(ODD)
+    ]
+    for d in (pg, mem):
+        assert [r.deduped for r in await d.job_enqueue_many(records)] == [False] * len(ODD)
+        await d.pause_add(Pause("name", ODD[0]))
+        await d.pause_add(Pause("queue", ODD[1]))
+        await d.worker_beat(WorkerBeat(ODD[2], json.dumps({"h": ODD[3]}), 1000, T0))
+    ids = [r.id for r in records]
+    got = await pg.job_get_many(ids)
+    assert got == await mem.job_get_many(ids)
+    for r in records:
+        assert got[r.id].input_json == r.input_json  # text kept byte for byte, not re-rendered
+    assert await pg.pause_list() == await mem.pause_list()
+    assert await pg.worker_list(T0) == await mem.worker_list(T0)
+    claim = ClaimParams(tuple(ODD), "w'%", 100, 1000, T0)
+    assert await pg.job_claim(claim) == await mem.job_claim(claim)
+    assert await pg.queue_demand(list(ODD), T0) == await mem.queue_demand(list(ODD), T0)
+
+
+async def test_enqueue_many_in_batch_duplicates_behave_sequentially(pg: PgDriver) -> None:
+    # A live row holding "held"; then a batch where the same id first loses to that holder and
+    # then, with a free key, is inserted; a key taken by an earlier record of the batch; ids
+    # repeated after an insert.
+    await pg.job_enqueue(job("x", key="held"))
+    mem = MemoryDriver()
+    await mem.job_enqueue(job("x", key="held"))
+    batch = [
+        job(1, key="held"),
+        job(1, key="free"),
+        job(2, key="free"),
+        job(1, key="other"),
+        job(3, key="k3"),
+        job(4, key="k3", tenant=""),  # '' and None share a namespace...
+        job(5, key="k3", tenant="t"),  # ...a real tenant does not
+        job("x", key="zzz"),
+    ]
+    batch = [b for b in batch if b.tenant_id != ""]  # '' is refused by the contract's checks
+    got = await pg.job_enqueue_many(batch)
+    assert got == await mem.job_enqueue_many(batch)
+    assert got[0] == EnqueueResult("id-x", True)
+    assert got[1] == EnqueueResult("id-1", False)
+    ids = ["id-x", "id-1", "id-2", "id-3", "id-5"]
+    assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
+
+
+async def test_enqueue_many_across_chunks(pg: PgDriver) -> None:
+    # 2,500 records: chunks of 1,000, keys repeating across chunk borders, ids repeating too.
+    records = [job(i % 2100, key=f"k{i % 1700}") for i in range(2500)]
+    await _pair(pg, records)
+
+
+async def test_concurrent_enqueues_of_one_key_insert_once(pg: PgDriver) -> None:
+    results = await asyncio.gather(*(pg.job_enqueue(job(i, key="same")) for i in range(24)))
+    inserted = [r for r in results if not r.deduped]
+    assert len(inserted) == 1
+    assert {r.id for r in results} == {inserted[0].id}
+
+
+async def test_concurrent_enqueue_many_of_one_id(pg: PgDriver) -> None:
+    batches = [[job(i), job("shared", key=f"s{n}")] for n, i in enumerate(range(8))]
+    results = await asyncio.gather(*(pg.job_enqueue_many(b) for b in batches))
+    shared = [r[1] for r in results]
+    assert sum(not r.deduped for r in shared) == 1
+    assert {r.id for r in shared} == {"id-shared"}
+
+
+async def test_concurrent_claims_never_share_a_job(pg_schema: str) -> None:
+    drivers = [PgDriver(PG_URL, schema=pg_schema, pool_size=2) for _ in range(4)]
+    try:
+        await drivers[0].job_enqueue_many([job(i, priority=i % 3) for i in range(600)])
+
+        async def drain(d: PgDriver, w: str) -> list[str]:
+            got: list[str] = []
+            while True:
+                r = await d.job_claim(ClaimParams(("q",), w, 25, 60_000, T0))
+                if not r.jobs:
+                    return got
+                got.extend(j.id for j in r.jobs)
+                acks = [Ack(j.fence, T0) for j in r.jobs]
+                assert await d.job_ack(acks) == [True] * len(acks)
+
+        claimed = await asyncio.gather(*(drain(d, f"w{n}") for n, d in enumerate(drivers)))
+        flat = [i for c in claimed for i in c]
+        assert len(flat) == len(set(flat)) == 600
+    finally:
+        for d in drivers:
+            await d.close()
+
+
+async def test_batched_settles_answer_per_item_in_order(pg: PgDriver) -> None:
+    mem = MemoryDriver()
+    records = [job(i) for i in range(6)]
+    claim = ClaimParams(("q",), "w", 6, 1000, T0)
+    for d in (pg, mem):
+        await d.job_enqueue_many(records)
+    pr, mr = await pg.job_claim(claim), await mem.job_claim(claim)
+    assert pr == mr
+    f = [j.fence for j in pr.jobs]
+    stale = type(f[0])(f[0].job_id, f[0].claims + 1, "w")
+    for d in (pg, mem):
+        beats = [Heartbeat(f[0], 500, T0 + 1), Heartbeat(stale, 500, T0 + 1)]
+        prog = [Progress(f[1], '{"p":1}', T0), Progress(f[1], '{"p":2}', T0)]
+        nacks = [
+            Nack(f[2], NackKind.RETRY, T0, run_at_ms=T0 + 5, error="e"),
+            Nack(f[3], NackKind.PARK, T0),
+            Nack(f[2], NackKind.FAIL, T0),
+        ]
+        acks = [Ack(f[1], T0, '"r"'), Ack(f[1], T0), Ack(stale, T0), Ack(f[4], T0, None, "[1]")]
+        assert await d.job_heartbeat(beats) == [True, False]
+        assert await d.job_progress(prog) == [True, True]
+        assert await d.job_nack(nacks) == [True, True, False]
+        assert await d.job_ack(acks) == [True, False, False, True]
+    ids = [r.id for r in records]
+    assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
+
+
+async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
+    """With a real backlog the claim walks `jobs_due` / `jobs_lease`, never a sequential scan."""
+    await pg.job_enqueue_many([job(i, priority=i % 5, run_at=T0 - i) for i in range(3000)])
+    await pg.job_enqueue_many(
+        [job(f"b{i}", queue=f"other{i % 7}", priority=i % 5) for i in range(3000)]
+    )
+    with admin() as conn:
+        conn.execute(f'ANALYZE "{pg.schema}".jobs')
+        sql = STATEMENTS["JOB_CLAIM"]
+        args = sql.args(
+            {
+                "queues": ["q", "other1"],
+                "now_ms": T0,
+                "limit": 50,
+                "worker_id": "w",
+                "lease_until_ms": T0 + 1000,
+                "drop_exhausted": [],
+                "lapsed_error": "x",
+                "beat_worker_id": None,
+                "beat_info_json": None,
+                "beat_now_ms": None,
+                "beat_expires_at_ms": None,
+            }
+        )
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + sql.render(pg.schema), args).fetchall()
+        )
+    assert "jobs_due" in plan
+    assert "jobs_lease" in plan
+    assert "Seq Scan on jobs" not in plan, plan

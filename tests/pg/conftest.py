@@ -73,5 +73,6 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture
 async def pg(pg_schema: str) -> AsyncIterator[PgDriver]:
     """An open driver on the test's own schema."""
-    async with PgDriver(PG_URL, schema=pg_schema, pool_size=4) as driver:
+    driver = PgDriver(PG_URL, schema=pg_schema, pool_size=4)
+    async with driver:
         yield driver

@@ -1,0 +1,149 @@
+"""The wake: one LISTEN session, proven by a probe; at most one NOTIFY per queue per slot."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from jobs_core.records import NewJob
+from jobs_pg import PgDriver
+from jobs_pg.wake import PgWakeSubscription
+from tests.pg.conftest import PG_URL, admin
+
+T0 = 1_800_000_000_000
+SLOT = 50  # the driver's default wake slot, ms
+
+
+def job(i: int | str, *, queue: str = "q", now: int = T0, run_at: int | None = None) -> NewJob:
+    return NewJob(
+        id=f"j-{i}",
+        run_id=f"r-{i}",
+        name="n",
+        queue=queue,
+        tenant_id=None,
+        idempotency_key=f"k-{i}",
+        input_json="{}",
+        priority=0,
+        run_at_ms=now if run_at is None else run_at,
+        max_attempts=3,
+        created_at_ms=now,
+    )
+
+
+async def _until(cond: Callable[[], bool], within: float = 8.0) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def _subscribe(pg: PgDriver, queues: list[str]) -> tuple[PgWakeSubscription, list[str]]:
+    woken: list[str] = []
+    sub = await pg.wake_subscribe(queues, woken.append)
+    assert isinstance(sub, PgWakeSubscription)
+    assert not sub.is_live() or sub.dials >= 1
+    await _until(sub.is_live)
+    return sub, woken
+
+
+async def test_capabilities_and_the_probe(pg: PgDriver) -> None:
+    assert pg.capabilities().wake is True
+    sub, woken = await _subscribe(pg, ["q"])
+    assert sub.dials == 1
+    assert woken == []  # the probe itself wakes nobody
+    await sub.close()
+    assert not sub.is_live()
+
+
+async def test_enqueues_notify_at_most_once_per_queue_per_slot(pg: PgDriver) -> None:
+    _, woken = await _subscribe(pg, ["q", "other"])
+    # Five due jobs in one slot: one wake.
+    for i in range(5):
+        await pg.job_enqueue(job(i, now=T0 + i))
+    await asyncio.sleep(0.3)
+    assert woken == ["q"]
+    # Concurrent enqueues racing into a new slot: still one.
+    now = T0 + 10 * SLOT
+    await asyncio.gather(*(pg.job_enqueue(job(f"c{i}", now=now)) for i in range(20)))
+    await asyncio.sleep(0.3)
+    assert woken == ["q", "q"]
+    # A delayed job (not due at enqueue) and a deduped one wake nobody.
+    now = T0 + 20 * SLOT
+    await pg.job_enqueue(job("later", now=now, run_at=now + 60_000))
+    await pg.job_enqueue(job(0, now=now))
+    await asyncio.sleep(0.3)
+    assert woken == ["q", "q"]
+    # A batch over two queues: one wake each, not one per job.
+    now = T0 + 30 * SLOT
+    batch = [job(f"b{i}", queue=("q", "other")[i % 2], now=now) for i in range(200)]
+    await pg.job_enqueue_many(batch)
+    await asyncio.sleep(0.3)
+    assert sorted(woken[2:]) == ["other", "q"]
+    with admin() as conn:
+        rows = conn.execute(
+            f'SELECT queue, slot FROM "{pg.schema}".wakes ORDER BY queue'
+        ).fetchall()
+    assert rows == [("other", now // SLOT), ("q", now // SLOT)]
+
+
+async def test_unsubscribed_queues_are_not_delivered(pg: PgDriver) -> None:
+    _, woken = await _subscribe(pg, ["q"])
+    await pg.job_enqueue(job(1, queue="elsewhere"))
+    await pg.job_enqueue(job(2, queue="q'uo%te\n☃", now=T0 + SLOT))
+    await pg.job_enqueue(job(3, queue="q", now=T0 + 2 * SLOT))
+    await asyncio.sleep(0.3)
+    assert woken == ["q"]
+
+
+async def test_special_queue_names_are_delivered(pg: PgDriver) -> None:
+    odd = "q'uo%te\n☃ q:x"
+    _, woken = await _subscribe(pg, [odd])
+    await pg.job_enqueue(job(1, queue=odd))
+    await _until(lambda: woken == [odd], 3)
+
+
+async def test_a_redial_starts_unproven(pg: PgDriver) -> None:
+    sub, woken = await _subscribe(pg, ["q"])
+    await sub.drop_session()
+    await _until(lambda: not sub.is_live(), 3)
+    await _until(sub.is_live)
+    assert sub.dials == 2
+    await pg.job_enqueue(job(1))
+    await _until(lambda: woken == ["q"], 3)
+
+
+class _SwallowedProbes(PgDriver):
+    """A path that delivers nothing back (as PgBouncer in transaction mode): probes vanish."""
+
+    probes = 0
+
+    async def send_probe(self, payload: str) -> None:
+        type(self).probes += 1
+
+
+async def test_never_proven_when_nothing_crosses(pg_schema: str) -> None:
+    d = _SwallowedProbes(PG_URL, schema=pg_schema, pool_size=2)
+    try:
+        sub = await d.wake_subscribe(["q"], lambda q: None)
+        assert isinstance(sub, PgWakeSubscription)
+        await _until(lambda: _SwallowedProbes.probes >= 2, 5)
+        assert sub.dials == 1  # LISTEN itself succeeded…
+        assert not sub.is_live()  # …but without a probe crossing it is never trusted
+    finally:
+        await d.close()
+
+
+async def test_wake_off_neither_listens_nor_notifies(pg_schema: str) -> None:
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, wake=False)
+    try:
+        assert d.capabilities().wake is False
+        assert await d.wake_subscribe(["q"], lambda q: None) is None
+        await d.job_enqueue(job(1))
+        await d.job_enqueue_many([job(2), job(3)])
+        with admin() as conn:
+            row = conn.execute(f'SELECT count(*) FROM "{pg_schema}".wakes').fetchone()
+        assert row == (0,)
+    finally:
+        await d.close()

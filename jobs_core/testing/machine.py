@@ -78,7 +78,8 @@ class ParityError(AssertionError):
 
 @dataclass(frozen=True, slots=True)
 class IdSpec:
-    """Which id a record carries: a fresh one (`slot` shared inside one batch) or a used one."""
+    """Which id a record carries: a fresh one (`n % 3` is a slot shared inside one batch, so a
+    batch repeats ids) or a stored row's (`n` back from the latest)."""
 
     kind: Literal["new", "old"]
     n: int

@@ -1,0 +1,565 @@
+"""`RedisDriver`: the `JobDriver` contract on Redis, one Lua script per operation.
+
+Key layout (every key shares the hash tag `{prefix}`, so a Redis Cluster keeps one prefix in one
+slot and every script declares every key it touches in KEYS):
+
+- `{p}:job:state`   hash id -> the mutable row, 13 NUL-joined fields (`lua/includes/row.lua`):
+  state, claims, claimed_by, attempt, lease_until, run_at, finished_at, priority, max_attempts,
+  queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
+  its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
+- `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json (written once).
+- `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
+- `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
+- `{p}:job:lease`   zset id by lease end: every running row, whatever its queue.
+- `{p}:due:<queue>` zset id by `priority * 2**42 + run_at_ms` (< 2**49, exact in a double):
+  ready rows and parked rows with a time; equal scores order by id bytewise, which is code-point
+  order for UTF-8, so a zset range IS the (priority, run_at, id) order. `{p}:parked:<queue>`
+  repeats the parked ones so `queue_demand` can count ready rows alone.
+- `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+
+Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
+caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
+fixed hashes the claim's KEYS are known up front (the fixed keys plus `due`/`parked` of each
+asked queue). The price: a nack, cancel or requeue must name the row's `due` key, so the driver
+remembers the queue of the jobs it claimed and reads it first (one HMGET) for any other id.
+
+Cluster: `redis+cluster://host:port` (or `rediss+cluster://`, or `cluster=True`) connects through
+`RedisCluster`. One prefix lives in one slot, so a cluster gives failover, not sharding, within a
+prefix; shard by giving applications different prefixes.
+
+Durability is Redis's own: without AOF `appendfsync everysec`/`always`, a server crash loses the
+jobs written since the last snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
+from jobs_core.errors import (
+    DriverError,
+    DriverUnavailableError,
+    JobNotFoundError,
+    NotRequeueableError,
+    RecordInvalidError,
+    RequeueDuplicateError,
+)
+from jobs_core.records import (
+    Ack,
+    BuriedJob,
+    CancelAnswer,
+    ClaimedJob,
+    ClaimParams,
+    ClaimResult,
+    EnqueueResult,
+    Heartbeat,
+    JobRecord,
+    Nack,
+    NewJob,
+    Pause,
+    Progress,
+    WorkerBeat,
+    WorkerInfo,
+)
+from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.states import JobState
+from jobs_core.urls import mask_url
+from jobs_redis.keys import Keys
+from jobs_redis.scripts import LuaScript, load_all
+
+#: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
+_PRIORITY_UNIT: Final = 2**42
+#: How many job ids -> queue the driver remembers from its claims (for nack without a read).
+_QUEUE_MEMORY: Final = 100_000
+_STATES: Final = {s.value: s for s in JobState}
+_CANCEL: Final = {a.value: a for a in CancelAnswer}
+
+_CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def _redis_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(errors meaning the store is unreachable, errors meaning the store refused the command)."""
+    from redis import exceptions as rx
+
+    unavailable: tuple[type[BaseException], ...] = (
+        rx.ConnectionError,
+        rx.TimeoutError,
+        rx.ClusterDownError,
+        rx.MasterDownError,
+        rx.TryAgainError,
+        rx.ReadOnlyError,
+        rx.RedisClusterException,
+        OSError,
+        TimeoutError,
+    )
+    return unavailable, (rx.ResponseError, rx.DataError)
+
+
+class RedisDriver(JobDriver):
+    """Jobs in Redis: as durable as the server's persistence settings.
+
+    `url`: `redis://[:password@]host:port/db`, `rediss://…`, `unix:///path`, or
+    `redis+cluster://host:port` for a Redis Cluster. `prefix` names this app's keys (a hash tag),
+    so several apps or tests share one server. `client`, when given, is used instead of one
+    made from `url` (it must decode responses; the driver never closes it) — fakeredis's
+    `FakeAsyncRedis(decode_responses=True)` plugs in this way. `connect_timeout` and
+    `socket_timeout` are seconds; a refused or dropped connection raises
+    `DriverUnavailableError` at once (no retries: the worker's poll is the retry).
+    `wake_slot_ms` bounds the wake PUBLISH to one per queue per slot of the enqueuer's clock.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "ujobs",
+        client: Any = None,
+        cluster: bool | None = None,
+        connect_timeout: float = 1.0,
+        socket_timeout: float = 30.0,
+        wake_slot_ms: int = 5,
+    ) -> None:
+        self.url = url
+        self.keys = Keys(prefix)
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        self.cluster = cluster if cluster is not None else scheme in _CLUSTER_SCHEMES
+        if wake_slot_ms < 1:
+            raise RecordInvalidError("must be at least 1", detail="wake_slot_ms")
+        self.wake_slot_ms = wake_slot_ms
+        self._unavailable, self._refused = _redis_errors()
+        self._scripts = load_all()
+        self._owned = client is None
+        self._client: Any = (
+            client
+            if client is not None
+            else self._make_client(url, scheme, connect_timeout, socket_timeout)
+        )
+        self._queue_of: dict[str, str] = {}
+
+    def _make_client(self, url: str, scheme: str, connect_timeout: float, timeout: float) -> Any:
+        from redis.asyncio import Redis
+        from redis.asyncio.cluster import RedisCluster
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        options: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_connect_timeout": connect_timeout,
+            "socket_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if self.cluster:
+            base = _CLUSTER_SCHEMES.get(scheme, scheme or "redis")
+            plain = base + url[len(scheme) :] if scheme else url
+            return RedisCluster.from_url(plain, **options)
+        return Redis.from_url(url, **options)
+
+    @property
+    def client(self) -> Any:
+        """The redis-py asyncio client (a `Redis` or a `RedisCluster`)."""
+        return self._client
+
+    def describe(self) -> str:
+        kind = "redis cluster" if self.cluster else "redis"
+        return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(wake=True)
+
+    async def open(self) -> None:
+        """Check the server answers; `DriverUnavailableError` at once when it does not."""
+        try:
+            await self._client.ping()
+        except self._unavailable as exc:
+            raise DriverUnavailableError(detail=f"ping: {_why(exc, self.url)}") from exc
+
+    async def close(self) -> None:
+        if self._owned:
+            await self._client.aclose()
+
+    # -- running a script ---------------------------------------------------------------------
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run one operation's script by SHA, loading it on NOSCRIPT; errors become typed."""
+        from redis.exceptions import NoScriptError
+
+        script: LuaScript = self._scripts[name]
+        try:
+            try:
+                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await self._client.script_load(script.source)
+                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+        except self._unavailable as exc:
+            raise DriverUnavailableError(detail=f"{name}: {_why(exc, self.url)}") from exc
+        except self._refused as exc:
+            raise DriverError(f"script {name} failed: {_why(exc, self.url)}", detail=name) from exc
+
+    async def _read(self, call: Callable[[], Any], what: str) -> Any:
+        try:
+            return await call()
+        except self._unavailable as exc:
+            raise DriverUnavailableError(detail=f"{what}: {_why(exc, self.url)}") from exc
+        except self._refused as exc:
+            raise DriverError(f"{what} failed: {_why(exc, self.url)}", detail=what) from exc
+
+    async def _queues_of(self, ids: Sequence[str]) -> dict[str, str]:
+        """The queue of each id that exists: remembered from a claim, else read in one HMGET."""
+        out = {i: self._queue_of[i] for i in ids if i in self._queue_of}
+        missing = list(dict.fromkeys(i for i in ids if i not in out))
+        if missing:
+            k = self.keys
+            rows = await self._read(lambda: self._client.hmget(k.state, missing), "HMGET")
+            for i, row in zip(missing, rows, strict=True):
+                if row is not None:
+                    out[i] = row.split("\x00", 10)[9]
+        return out
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def _wake_slot(self, job: NewJob) -> str:
+        if job.run_at_ms > job.created_at_ms:
+            return ""
+        return str(job.created_at_ms // self.wake_slot_ms)
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        k = self.keys
+        ns, state, data, score = _encode(job)
+        got = await self._run(
+            "job_enqueue",
+            (k.state, k.data, k.live, k.due(job.queue), k.wake),
+            (job.id, ns, state, data, score, self._wake_slot(job), job.queue, k.channel(job.queue)),
+        )
+        if got == 1:
+            return EnqueueResult(job.id, deduped=False)
+        return EnqueueResult(got, deduped=True)
+
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        out: list[EnqueueResult] = []
+        for start in range(0, len(jobs), ENQUEUE_CHUNK):
+            out.extend(await self._enqueue_chunk(jobs[start : start + ENQUEUE_CHUNK]))
+        return out
+
+    async def _enqueue_chunk(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        k = self.keys
+        queue_index: dict[str, int] = {}
+        slots: dict[str, str] = {}
+        args: list[object] = [len(jobs)]
+        for job in jobs:
+            q = queue_index.get(job.queue)
+            if q is None:
+                q = queue_index[job.queue] = len(queue_index) + 1
+            slot = self._wake_slot(job)
+            if slot:
+                slots.setdefault(job.queue, slot)
+            ns, state, data, score = _encode(job)
+            args += (job.id, ns, state, data, score, q, "1" if slot else "0")
+        keys = [k.state, k.data, k.live, k.wake]
+        for queue in queue_index:
+            keys.append(k.due(queue))
+            args += (queue, k.channel(queue), slots.get(queue, ""))
+        got = await self._run("job_enqueue_many", keys, args)
+        return [
+            EnqueueResult(job.id, deduped=False) if r == 1 else EnqueueResult(r, deduped=True)
+            for job, r in zip(jobs, got, strict=True)
+        ]
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        k = self.keys
+        queues = list(dict.fromkeys(params.queues))
+        keys = [k.state, k.data, k.live, k.lease, k.error, k.pause_queue, k.pause_name, k.worker]
+        for q in queues:
+            keys += (k.due(q), k.parked(q))
+        lease_end = params.now_ms + params.lease_ms
+        drop = sorted(params.drop_exhausted)
+        beat = params.beat
+        args: list[object] = [
+            params.now_ms,
+            params.worker_id,
+            params.limit,
+            lease_end,
+            LEASE_LAPSED_ERROR,
+            len(queues),
+            *queues,
+            len(drop),
+            *drop,
+            beat.worker_id if beat is not None else "",
+            _worker_row(beat) if beat is not None else "",
+        ]
+        claimed, buried = await self._run("job_claim", keys, args)
+        worker = params.worker_id
+        jobs: list[ClaimedJob] = []
+        remember = self._queue_of
+        if len(remember) > _QUEUE_MEMORY:
+            remember.clear()
+        for i in range(0, len(claimed), 3):
+            job_id = claimed[i]
+            s = claimed[i + 1].split("\x00")
+            d = claimed[i + 2].split("\x00", 3)
+            remember[job_id] = s[9]
+            jobs.append(
+                ClaimedJob(
+                    id=job_id,
+                    run_id=d[0],
+                    name=s[10],
+                    queue=s[9],
+                    tenant_id=s[11] or None,
+                    idempotency_key=s[12],
+                    input_json=d[3],
+                    priority=int(s[7]),
+                    attempt=int(s[3]),
+                    max_attempts=int(s[8]),
+                    claims=int(s[1]),
+                    worker_id=worker,
+                    lease_until_ms=lease_end,
+                    created_at_ms=int(d[1]),
+                    enqueued_by=d[2] or None,
+                )
+            )
+        dead = sorted(
+            (
+                BuriedJob(buried[i], buried[i + 1], buried[i + 2], _STATES[buried[i + 3]])
+                for i in range(0, len(buried), 4)
+            ),
+            key=lambda b: b.id,
+        )
+        return ClaimResult(tuple(jobs), tuple(dead))
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        k = self.keys
+        args: list[object] = []
+        for a in acks:
+            f = a.fence
+            args += (
+                f.job_id,
+                f.claims,
+                f.worker_id,
+                a.now_ms,
+                a.result_json or "",
+                a.progress_json or "",
+            )
+            self._queue_of.pop(f.job_id, None)
+        got = await self._run("job_ack", (k.state, k.live, k.lease, k.result, k.progress), args)
+        return [r == 1 for r in got]
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        for n in nacks:
+            if n.error is not None and "\x00" in n.error:
+                raise RecordInvalidError("holds a NUL character", detail="error")
+        k = self.keys
+        queue_of = await self._queues_of([n.fence.job_id for n in nacks])
+        queue_index: dict[str, int] = {}
+        keys = [k.state, k.live, k.lease, k.error, k.progress]
+        args: list[object] = []
+        for n in nacks:
+            f = n.fence
+            queue = queue_of.get(f.job_id)
+            q = 0
+            if queue is not None:
+                q = queue_index.get(queue, 0)
+                if not q:
+                    q = queue_index[queue] = len(queue_index) + 1
+                    keys += (k.due(queue), k.parked(queue))
+            args += (
+                f.job_id,
+                f.claims,
+                f.worker_id,
+                n.kind.value,
+                n.now_ms,
+                "" if n.run_at_ms is None else n.run_at_ms,
+                "" if n.error is None else "=" + n.error,
+                "1" if n.dead_letter else "0",
+                n.progress_json or "",
+                q,
+            )
+        got = await self._run("job_nack", keys, args)
+        for n in nacks:
+            self._queue_of.pop(n.fence.job_id, None)
+        return [r == 1 for r in got]
+
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        k = self.keys
+        args: list[object] = []
+        for b in beats:
+            f = b.fence
+            args += (f.job_id, f.claims, f.worker_id, b.now_ms + b.lease_ms)
+        got = await self._run("job_heartbeat", (k.state, k.lease), args)
+        return [r == 1 for r in got]
+
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        k = self.keys
+        args: list[object] = []
+        for p in items:
+            f = p.fence
+            args += (f.job_id, f.claims, f.worker_id, p.progress_json)
+        got = await self._run("job_progress", (k.state, k.progress), args)
+        return [r == 1 for r in got]
+
+    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+        k = self.keys
+        queue = (await self._queues_of([job_id])).get(job_id)
+        if queue is None:
+            return CancelAnswer.NOT_FOUND
+        got = await self._run(
+            "job_cancel",
+            (k.state, k.live, k.lease, k.due(queue), k.parked(queue)),
+            (job_id, now_ms, queue),
+        )
+        return _CANCEL[got]
+
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+        k = self.keys
+        queue = (await self._queues_of([job_id])).get(job_id)
+        if queue is None:
+            raise JobNotFoundError(detail=job_id)
+        got = await self._run(
+            "job_requeue", (k.state, k.live, k.due(queue)), (job_id, now_ms, queue)
+        )
+        match got[0]:
+            case "ok":
+                return
+            case "not_found":
+                raise JobNotFoundError(detail=job_id)
+            case "not_requeueable":
+                raise NotRequeueableError(detail=job_id)
+            case "duplicate":
+                raise RequeueDuplicateError(detail=f"{job_id} (held by {got[1]})")
+        raise DriverError(f"script job_requeue answered {got[0]!r}", detail="job_requeue")
+
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        k = self.keys
+        got = await self._run(
+            "job_get_many", (k.state, k.data, k.error, k.progress, k.result), job_ids
+        )
+        out: dict[str, JobRecord] = {}
+        for i, job_id in enumerate(job_ids):
+            state, data, error, progress, result = got[5 * i : 5 * i + 5]
+            if state is None:
+                continue
+            out[job_id] = _record(job_id, state, data, error, progress, result)
+        return out
+
+    # -- pauses, queues, workers ----------------------------------------------------------------
+
+    async def _pause_add(self, pause: Pause) -> bool:
+        k = self.keys
+        got = await self._run("pause_add", (k.pause_queue, k.pause_name), (pause.kind, pause.value))
+        return bool(got == 1)
+
+    async def _pause_remove(self, pause: Pause) -> bool:
+        k = self.keys
+        got = await self._run(
+            "pause_remove", (k.pause_queue, k.pause_name), (pause.kind, pause.value)
+        )
+        return bool(got == 1)
+
+    async def _pause_list(self) -> list[Pause]:
+        k = self.keys
+        queues, names = await self._run("pause_list", (k.pause_queue, k.pause_name), ())
+        return [Pause("queue", q) for q in queues] + [Pause("name", n) for n in names]
+
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        k = self.keys
+        asked = list(dict.fromkeys(queues))
+        keys = [k.pause_queue]
+        for q in asked:
+            keys += (k.due(q), k.parked(q))
+        got = await self._run("queue_demand", keys, (now_ms, *asked))
+        return {q: int(n) for q, n in zip(asked, got, strict=True)}
+
+    async def _worker_beat(self, beat: WorkerBeat) -> None:
+        await self._run("worker_beat", (self.keys.worker,), (beat.worker_id, _worker_row(beat)))
+
+    async def _worker_forget(self, worker_id: str) -> bool:
+        got = await self._run("worker_forget", (self.keys.worker,), (worker_id,))
+        return bool(got == 1)
+
+    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        got = await self._run("worker_list", (self.keys.worker,), (now_ms,))
+        out: list[WorkerInfo] = []
+        for i in range(0, len(got), 2):
+            last, expires, info = got[i + 1].split("\x00", 2)
+            out.append(WorkerInfo(got[i], info, int(last), int(expires)))
+        return out
+
+    # -- wake -----------------------------------------------------------------------------------
+
+    async def wake_subscribe(
+        self, queues: Sequence[str], on_wake: Callable[[str], None]
+    ) -> WakeSubscription | None:
+        """Deliver a queue's name to `on_wake` when an enqueue publishes its wake (pub/sub)."""
+        from jobs_redis.wake import RedisWake
+
+        wake = RedisWake(self, list(dict.fromkeys(queues)), on_wake)
+        wake.start()
+        return wake
+
+
+# -- codecs ---------------------------------------------------------------------------------------
+
+
+def _encode(job: NewJob) -> tuple[str, str, str, int]:
+    """(namespace, state row, data row, due score) of a new job."""
+    ns = f"{job.name}\x00{job.tenant_id or ''}\x00{job.idempotency_key}"
+    state = (
+        f"ready\x000\x00\x000\x00\x00{job.run_at_ms}\x00\x00"
+        f"{job.priority}\x00{job.max_attempts}\x00{job.queue}\x00{ns}"
+    )
+    data = f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
+    return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
+
+
+def _worker_row(beat: WorkerBeat) -> str:
+    return f"{beat.now_ms}\x00{beat.now_ms + beat.ttl_ms}\x00{beat.info_json}"
+
+
+def _opt_int(text: str) -> int | None:
+    return int(text) if text else None
+
+
+def _record(
+    job_id: str,
+    state: str,
+    data: str,
+    error: str | None,
+    progress: str | None,
+    result: str | None,
+) -> JobRecord:
+    s = state.split("\x00")
+    d = data.split("\x00", 3)
+    return JobRecord(
+        id=job_id,
+        run_id=d[0],
+        name=s[10],
+        queue=s[9],
+        tenant_id=s[11] or None,
+        idempotency_key=s[12],
+        input_json=d[3],
+        state=_STATES[s[0]],
+        priority=int(s[7]),
+        attempt=int(s[3]),
+        max_attempts=int(s[8]),
+        claims=int(s[1]),
+        claimed_by=s[2] or None,
+        lease_until_ms=_opt_int(s[4]),
+        run_at_ms=_opt_int(s[5]),
+        created_at_ms=int(d[1]),
+        finished_at_ms=_opt_int(s[6]),
+        last_error=error,
+        progress_json=progress,
+        result_json=result,
+        enqueued_by=d[2] or None,
+    )
+
+
+def _why(exc: BaseException, url: str) -> str:
+    """The error's text, with the URL's password masked should the text carry it."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "@" in url:
+        secret = url.split("://", 1)[-1].split("@", 1)[0]
+        if ":" in secret:
+            password = secret.split(":", 1)[1]
+            if password:
+                text = text.replace(password, "***")
+    return text

@@ -1,0 +1,65 @@
+"""The key layout: every key of one prefix shares the hash tag `{prefix}`, so one Redis Cluster
+slot holds them all and every script's keys are declared in KEYS and co-located.
+"""
+
+from __future__ import annotations
+
+from jobs_core.errors import RecordInvalidError
+
+
+class Keys:
+    """The names of one prefix's keys and wake channels."""
+
+    __slots__ = (
+        "data",
+        "error",
+        "lease",
+        "live",
+        "pause_name",
+        "pause_queue",
+        "prefix",
+        "progress",
+        "result",
+        "state",
+        "tag",
+        "wake",
+        "worker",
+    )
+
+    def __init__(self, prefix: str) -> None:
+        if not prefix or any(c in prefix for c in "{}\x00"):
+            raise RecordInvalidError("a non-empty prefix without braces or NUL", detail="prefix")
+        self.prefix = prefix
+        self.tag = t = "{" + prefix + "}"
+        self.state = f"{t}:job:state"
+        self.data = f"{t}:job:data"
+        self.live = f"{t}:job:live"
+        self.lease = f"{t}:job:lease"
+        self.error = f"{t}:job:error"
+        self.progress = f"{t}:job:progress"
+        self.result = f"{t}:job:result"
+        self.pause_queue = f"{t}:pause:queue"
+        self.pause_name = f"{t}:pause:name"
+        self.worker = f"{t}:worker"
+        self.wake = f"{t}:wake"
+
+    def due(self, queue: str) -> str:
+        """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""
+        return f"{self.tag}:due:{queue}"
+
+    def parked(self, queue: str) -> str:
+        """The parked rows with a time of one queue (also in `due`), same scores."""
+        return f"{self.tag}:parked:{queue}"
+
+    def channel(self, queue: str) -> str:
+        """The pub/sub channel an enqueue into `queue` publishes its wake on."""
+        return f"{self.tag}:wake:{queue}"
+
+    def probe_channel(self, token: str) -> str:
+        """A private channel a wake subscription proves itself on."""
+        return f"{self.tag}:probe:{token}"
+
+    def pattern(self) -> str:
+        """A SCAN MATCH pattern for every key of this prefix."""
+        escaped = "".join("\\" + c if c in "*?[]^\\" else c for c in self.prefix)
+        return "{" + escaped + "}:*"

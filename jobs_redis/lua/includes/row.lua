@@ -1,0 +1,62 @@
+-- includes/row.lua — the row codec every script shares (inlined by the loader, never run alone).
+--
+-- A job's mutable row lives in the hash KEYS job:state as ONE string of 13 fields joined by NUL
+-- (no stored string may hold NUL, so the separator is unambiguous):
+--   1 state  2 claims  3 claimed_by  4 attempt  5 lease_until_ms  6 run_at_ms  7 finished_at_ms
+--   8 priority  9 max_attempts  10 queue  11 name  12 tenant_id  13 idempotency_key
+-- An empty field means None (no stored value is empty: ids and names are non-empty, numbers are
+-- digits). Fields 11..13 are the idempotency namespace, so the row's tail IS the job:live field.
+-- The fence is a prefix test: "running" NUL claims NUL worker NUL.
+-- Numbers are formatted with %d before they are stored or sent: a Lua number (a double) would
+-- otherwise print as 4.398e+12 and lose digits.
+
+local Z = "\0"
+-- Due scores pack priority and run_at: priority * 2^42 + run_at_ms < 2^49, exact in a double.
+local B = 4398046511104
+
+local function fmt(n)
+  return string.format("%d", n)
+end
+
+local function split(raw)
+  local t, i, n = {}, 1, 0
+  while true do
+    local j = string.find(raw, Z, i, true)
+    n = n + 1
+    if not j then
+      t[n] = string.sub(raw, i)
+      return t
+    end
+    t[n] = string.sub(raw, i, j - 1)
+    i = j + 1
+  end
+end
+
+local function join(t)
+  return table.concat(t, Z, 1, 13)
+end
+
+local function ns_of(t)
+  return t[11] .. Z .. t[12] .. Z .. t[13]
+end
+
+local function score_of(priority, run_at)
+  return fmt(tonumber(priority) * B + tonumber(run_at))
+end
+
+local function is_live(state)
+  return state == "ready" or state == "running" or state == "parked"
+end
+
+-- The row of `id` split into fields while the fence (claims, worker) still holds, else nil.
+local function held(state_key, id, claims, worker)
+  local raw = redis.call("HGET", state_key, id)
+  if not raw then
+    return nil
+  end
+  local pre = "running" .. Z .. claims .. Z .. worker .. Z
+  if string.sub(raw, 1, #pre) ~= pre then
+    return nil
+  end
+  return split(raw)
+end

@@ -1,0 +1,207 @@
+-- job_claim — bury lapsed final attempts, then claim up to `limit` due rows in
+-- (priority, run_at, id) order across the asked queues, skipping paused queues and names.
+--
+-- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] job:lease (zset id by lease end)
+-- KEYS[5] job:error   KEYS[6] pause:queue (set)   KEYS[7] pause:name (set)   KEYS[8] worker (hash)
+-- KEYS[7 + 2q] due:<queue q>, KEYS[8 + 2q] parked:<queue q>, for q = 1..m in ARGV order
+-- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
+-- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
+-- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
+-- ARGV[7+m] d, then d job names whose exhausted rows are buried `failed` (else `dead`)
+-- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
+-- Returns {claimed, buried}: claimed is flat, per job in claim order: id, new state row, data
+-- row; buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
+--!include row.lua
+
+local now = tonumber(ARGV[1])
+local worker = ARGV[2]
+local limit = tonumber(ARGV[3])
+local lease_end = ARGV[4]
+local m = tonumber(ARGV[6])
+local d = tonumber(ARGV[7 + m])
+
+if ARGV[8 + m + d] ~= "" then
+  redis.call("HSET", KEYS[8], ARGV[8 + m + d], ARGV[9 + m + d])
+end
+
+local qindex, qpaused = {}, {}
+for q = 1, m do
+  qindex[ARGV[6 + q]] = q
+  qpaused[q] = redis.call("SISMEMBER", KEYS[6], ARGV[6 + q]) == 1
+end
+local drop = {}
+for i = 1, d do
+  drop[ARGV[7 + m + i]] = true
+end
+
+local any_name_paused = redis.call("SCARD", KEYS[7]) > 0
+local name_paused_cache = {}
+local function name_paused(name)
+  if not any_name_paused then
+    return false
+  end
+  local p = name_paused_cache[name]
+  if p == nil then
+    p = redis.call("SISMEMBER", KEYS[7], name) == 1
+    name_paused_cache[name] = p
+  end
+  return p
+end
+
+-- Ids compared byte by byte: UTF-8 byte order is code-point order. Lua's `<` on strings uses
+-- the server's collation locale, which is not.
+local function id_less(a, b)
+  if a == b then
+    return false
+  end
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+local function less(a, b)
+  if a.score ~= b.score then
+    return a.score < b.score
+  end
+  return id_less(a.id, b.id)
+end
+
+local buried = {}
+local lapsed = {}
+for _, id in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", ARGV[1])) do
+  local raw = redis.call("HGET", KEYS[1], id)
+  local t = split(raw)
+  local q = qindex[t[10]]
+  if q then
+    if tonumber(t[4]) >= tonumber(t[9]) then
+      local state = "dead"
+      if drop[t[11]] then
+        state = "failed"
+      end
+      t[1] = state
+      t[5] = ""
+      t[7] = ARGV[1]
+      redis.call("HSET", KEYS[1], id, join(t))
+      redis.call("ZREM", KEYS[4], id)
+      redis.call("HSET", KEYS[5], id, ARGV[5])
+      redis.call("HDEL", KEYS[3], ns_of(t))
+      local b = #buried
+      buried[b + 1] = id
+      buried[b + 2] = t[11]
+      buried[b + 3] = t[10]
+      buried[b + 4] = state
+    elseif not qpaused[q] and t[6] ~= "" and not name_paused(t[11]) then
+      lapsed[#lapsed + 1] = { score = tonumber(t[8]) * B + tonumber(t[6]), id = id, row = t }
+    end
+  end
+end
+table.sort(lapsed, less)
+
+-- Up to `limit` due, unpaused rows of one queue in order. Within a priority run_at ascends, so
+-- each priority is one score window [p*B, p*B + now]; past it the scan jumps to the next one.
+local function due_in(q)
+  local key = KEYS[7 + 2 * q]
+  local out = {}
+  local first = redis.call("ZRANGE", key, 0, 0, "WITHSCORES")
+  if #first == 0 then
+    return out
+  end
+  local p = math.floor(tonumber(first[2]) / B)
+  while true do
+    local lo = fmt(p * B)
+    local hi = fmt(p * B + now)
+    local offset = 0
+    while true do
+      local want = limit - #out
+      if any_name_paused and want < 64 then
+        want = 64
+      end
+      local batch = redis.call("ZRANGEBYSCORE", key, lo, hi, "WITHSCORES", "LIMIT", offset, want)
+      for i = 1, #batch, 2 do
+        local id = batch[i]
+        local c = { score = tonumber(batch[i + 1]), id = id, q = q }
+        local keep = true
+        if any_name_paused then
+          c.row = split(redis.call("HGET", KEYS[1], id))
+          keep = not name_paused(c.row[11])
+        end
+        if keep then
+          out[#out + 1] = c
+          if #out >= limit then
+            return out
+          end
+        end
+      end
+      if #batch < 2 * want then
+        break
+      end
+      offset = offset + want
+    end
+    local nxt = redis.call("ZRANGEBYSCORE", key, fmt((p + 1) * B), "+inf", "WITHSCORES", "LIMIT", 0, 1)
+    if #nxt == 0 then
+      return out
+    end
+    p = math.floor(tonumber(nxt[2]) / B)
+  end
+end
+
+local lists = { lapsed }
+for q = 1, m do
+  if not qpaused[q] then
+    lists[#lists + 1] = due_in(q)
+  end
+end
+
+-- Merge the sorted lists and take the first `limit`.
+local heads = {}
+for k = 1, #lists do
+  heads[k] = 1
+end
+local chosen = {}
+while #chosen < limit do
+  local best, best_k = nil, nil
+  for k = 1, #lists do
+    local c = lists[k][heads[k]]
+    if c and (best == nil or less(c, best)) then
+      best, best_k = c, k
+    end
+  end
+  if best == nil then
+    break
+  end
+  heads[best_k] = heads[best_k] + 1
+  chosen[#chosen + 1] = best
+end
+
+local claimed = {}
+for _, c in ipairs(chosen) do
+  local t = c.row
+  if not t then
+    t = split(redis.call("HGET", KEYS[1], c.id))
+  end
+  local was = t[1]
+  t[1] = "running"
+  t[2] = fmt(tonumber(t[2]) + 1)
+  t[3] = worker
+  t[4] = fmt(tonumber(t[4]) + 1)
+  t[5] = lease_end
+  local row = join(t)
+  redis.call("HSET", KEYS[1], c.id, row)
+  if c.q then
+    redis.call("ZREM", KEYS[7 + 2 * c.q], c.id)
+    if was == "parked" then
+      redis.call("ZREM", KEYS[8 + 2 * c.q], c.id)
+    end
+  end
+  redis.call("ZADD", KEYS[4], lease_end, c.id)
+  local n = #claimed
+  claimed[n + 1] = c.id
+  claimed[n + 2] = row
+  claimed[n + 3] = redis.call("HGET", KEYS[2], c.id)
+end
+return { claimed, buried }

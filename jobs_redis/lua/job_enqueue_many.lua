@@ -1,0 +1,83 @@
+-- job_enqueue_many — job_enqueue for each record in order, as if one after another.
+--
+-- A later record dedupes against an earlier one of the same call (by id, then by namespace).
+-- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] wake   (see job_enqueue)
+-- KEYS[4 + q] due:<queue q> for each distinct queue q = 1..m of the batch
+-- ARGV[1] n, the number of records
+-- ARGV[2 + 7(i-1) ..] per record i: id, namespace, state row, data row, due score,
+--                     queue index q, "1" when due at creation (may wake) else "0"
+-- ARGV[2 + 7n + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
+-- Returns one item per record, in order: 1 inserted, or the id it dedupes to.
+--!include row.lua
+
+local n = tonumber(ARGV[1])
+local ids, nss = {}, {}
+for i = 1, n do
+  local b = 2 + 7 * (i - 1)
+  ids[i] = ARGV[b]
+  nss[i] = ARGV[b + 1]
+end
+local found = redis.call("HMGET", KEYS[1], unpack(ids))
+local holders = redis.call("HMGET", KEYS[3], unpack(nss))
+
+local out = {}
+local new_ids, new_ns = {}, {}
+local state_args, data_args, live_args = {}, {}, {}
+local due_args, wake = {}, {}
+for i = 1, n do
+  local b = 2 + 7 * (i - 1)
+  local id, ns = ids[i], nss[i]
+  if found[i] or new_ids[id] then
+    out[i] = id
+  else
+    local holder = new_ns[ns] or holders[i]
+    if holder then
+      out[i] = holder
+    else
+      new_ids[id] = true
+      new_ns[ns] = id
+      out[i] = 1
+      local s = #state_args
+      state_args[s + 1] = id
+      state_args[s + 2] = ARGV[b + 2]
+      data_args[s + 1] = id
+      data_args[s + 2] = ARGV[b + 3]
+      live_args[s + 1] = ns
+      live_args[s + 2] = id
+      local q = tonumber(ARGV[b + 5])
+      local z = due_args[q]
+      if not z then
+        z = {}
+        due_args[q] = z
+      end
+      z[#z + 1] = ARGV[b + 4]
+      z[#z + 1] = id
+      if ARGV[b + 6] == "1" then
+        wake[q] = true
+      end
+    end
+  end
+end
+
+if #state_args > 0 then
+  redis.call("HSET", KEYS[1], unpack(state_args))
+  redis.call("HSET", KEYS[2], unpack(data_args))
+  redis.call("HSET", KEYS[3], unpack(live_args))
+end
+local m = #KEYS - 4
+for q = 1, m do
+  local z = due_args[q]
+  if z then
+    redis.call("ZADD", KEYS[4 + q], unpack(z))
+  end
+  if wake[q] then
+    -- At most one PUBLISH per queue per wake slot.
+    local b = 2 + 7 * n + 3 * (q - 1)
+    local queue, slot = ARGV[b], ARGV[b + 2]
+    if redis.call("HGET", KEYS[4], queue) ~= slot then
+      redis.call("HSET", KEYS[4], queue, slot)
+      redis.call("PUBLISH", ARGV[b + 1], queue)
+    end
+  end
+end
+return out

@@ -1,0 +1,91 @@
+-- job_nack — give each held job back as its kind says (jobs_memory.driver.nacked); fenced per item.
+--
+-- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] job:error
+-- KEYS[5] job:progress
+-- KEYS[4 + 2q] due:<queue q>, KEYS[5 + 2q] parked:<queue q>, for each distinct queue q of the items
+-- ARGV[10(i-1) + 1 ..] per item i: id, claims, worker, kind, now_ms, run_at_ms ("" for none),
+--   error ("" for none, else "=" .. text: an empty error text is a value), "1" when
+--   dead_letter else "0", progress_json ("" for none), queue index q ("0" when the row is unknown)
+-- Kinds: retry (ready at run_at, attempt spent, last_error = error), fail (dead or failed,
+-- finished now, last_error = error), park (parked until run_at or an event, attempt given back),
+-- shed and interrupt (ready at run_at or now, attempt given back), refuse (failed, finished now,
+-- last_error = error, attempt given back). Every kind drops the lease; a given progress is kept.
+-- Returns one integer per item: 1 landed, 0 the fence no longer held.
+--!include row.lua
+
+local out = {}
+local KINDS = { retry = 1, fail = 1, park = 1, shed = 1, interrupt = 1, refuse = 1 }
+local n = #ARGV / 10
+-- A script is not rolled back on error: refuse a bad kind before the first write.
+for i = 1, n do
+  if not KINDS[ARGV[10 * (i - 1) + 4]] then
+    return redis.error_reply("ERR job_nack: unknown kind " .. ARGV[10 * (i - 1) + 4])
+  end
+end
+for i = 1, n do
+  local b = 10 * (i - 1)
+  local id = ARGV[b + 1]
+  local t = held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3])
+  if t then
+    local kind, now, run_at, err = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+    local q = tonumber(ARGV[b + 10])
+    local due_key, parked_key = KEYS[4 + 2 * q], KEYS[5 + 2 * q]
+    t[5] = ""
+    redis.call("ZREM", KEYS[3], id)
+    local set_error, finished, due = false, false, false
+    if kind == "retry" then
+      t[1] = "ready"
+      t[6] = run_at
+      set_error, due = true, true
+    elseif kind == "fail" then
+      t[1] = "failed"
+      if ARGV[b + 8] == "1" then
+        t[1] = "dead"
+      end
+      t[7] = now
+      set_error, finished = true, true
+    elseif kind == "park" then
+      t[1] = "parked"
+      t[6] = run_at
+      t[4] = fmt(tonumber(t[4]) - 1)
+      if run_at ~= "" then
+        due = true
+        redis.call("ZADD", parked_key, score_of(t[8], run_at), id)
+      end
+    elseif kind == "shed" or kind == "interrupt" then
+      t[1] = "ready"
+      if run_at == "" then
+        run_at = now
+      end
+      t[6] = run_at
+      t[4] = fmt(tonumber(t[4]) - 1)
+      due = true
+    else -- refuse
+      t[1] = "failed"
+      t[7] = now
+      t[4] = fmt(tonumber(t[4]) - 1)
+      set_error, finished = true, true
+    end
+    redis.call("HSET", KEYS[1], id, join(t))
+    if due then
+      redis.call("ZADD", due_key, score_of(t[8], t[6]), id)
+    end
+    if finished then
+      redis.call("HDEL", KEYS[2], ns_of(t))
+    end
+    if set_error then
+      if err == "" then
+        redis.call("HDEL", KEYS[4], id)
+      else
+        redis.call("HSET", KEYS[4], id, string.sub(err, 2))
+      end
+    end
+    if ARGV[b + 9] ~= "" then
+      redis.call("HSET", KEYS[5], id, ARGV[b + 9])
+    end
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out

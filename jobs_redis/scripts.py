@@ -1,0 +1,66 @@
+"""The Lua scripts, one per driver operation: loaded from `lua/<method>.lua` with their includes.
+
+A script file may hold `--!include <file>` lines; each is replaced by `lua/includes/<file>`
+before the source is hashed, so the server sees one self-contained script per operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Final
+
+#: Every operation with a script, named after its `JobDriver` method.
+SCRIPT_NAMES: Final = (
+    "job_ack",
+    "job_cancel",
+    "job_claim",
+    "job_enqueue",
+    "job_enqueue_many",
+    "job_get_many",
+    "job_heartbeat",
+    "job_nack",
+    "job_progress",
+    "job_requeue",
+    "pause_add",
+    "pause_list",
+    "pause_remove",
+    "queue_demand",
+    "worker_beat",
+    "worker_forget",
+    "worker_list",
+)
+
+_INCLUDE: Final = "--!include "
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """One operation's self-contained source and the SHA1 the server knows it by."""
+
+    name: str
+    source: str
+    sha: str
+
+
+def load_source(name: str) -> str:
+    """The source of `lua/<name>.lua` with every include inlined."""
+    root = files("jobs_redis") / "lua"
+    lines = []
+    for line in (root / f"{name}.lua").read_text(encoding="utf-8").splitlines():
+        if line.startswith(_INCLUDE):
+            include = line[len(_INCLUDE) :].strip()
+            lines.append((root / "includes" / include).read_text(encoding="utf-8"))
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def load_all() -> dict[str, LuaScript]:
+    """Every operation's script, by name."""
+    out: dict[str, LuaScript] = {}
+    for name in SCRIPT_NAMES:
+        source = load_source(name)
+        out[name] = LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return out

@@ -126,14 +126,18 @@ class PgDriver(JobDriver):
         connect_timeout_s: float = 5.0,
         call_timeout_s: float = 30.0,
         prepare: bool = True,
+        listen_url: str | None = None,
     ) -> None:
         """Configure; nothing connects until `open()` or the first call.
 
         `wake=False` neither notifies on enqueue nor offers `wake_subscribe` (workers poll).
         `prepare=False` turns off server-side prepared statements (PgBouncer before 1.21).
+        `listen_url` points the one LISTEN session straight at Postgres when `url` goes through
+        a transaction-mode pooler (which cannot carry LISTEN).
         """
         self._url = url
         self._conninfo = libpq_url(url)
+        self._listen_conninfo = libpq_url(listen_url) if listen_url else self._conninfo
         if not schema or "\x00" in schema:
             raise DriverError("the schema name must be a non-empty string", detail="schema")
         self.schema = schema
@@ -170,8 +174,9 @@ class PgDriver(JobDriver):
         }
 
     @property
-    def conninfo(self) -> str:
-        return self._conninfo
+    def listen_conninfo(self) -> str:
+        """Where the LISTEN session dials (`listen_url`, else the pool's URL)."""
+        return self._listen_conninfo
 
     async def open(self) -> None:
         await self._ready()

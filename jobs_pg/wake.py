@@ -94,7 +94,7 @@ class PgWakeSubscription:
     async def _session(self) -> None:
         d = self._driver
         conn = await psycopg.AsyncConnection.connect(
-            d.conninfo, autocommit=True, **d.connect_kwargs()
+            d.listen_conninfo, autocommit=True, **d.connect_kwargs()
         )
         self._conn = conn
         self.dials += 1

@@ -147,3 +147,28 @@ async def test_wake_off_neither_listens_nor_notifies(pg_schema: str) -> None:
         assert row == (0,)
     finally:
         await d.close()
+
+
+async def test_listen_url_is_where_the_session_dials(pg_schema: str) -> None:
+    """Behind a transaction-mode pooler, `listen_url` sends only the LISTEN session direct."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"postgresql://postgres@127.0.0.1:{s.getsockname()[1]}/test"
+        d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, listen_url=dead, connect_timeout_s=1)
+        try:
+            sub = await d.wake_subscribe(["q"], lambda q: None)
+            assert isinstance(sub, PgWakeSubscription)
+            await d.job_enqueue(job(1))  # the pool is fine…
+            await asyncio.sleep(0.5)
+            assert sub.dials == 0 and not sub.is_live()  # …the listener dials only listen_url
+        finally:
+            await d.close()
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, listen_url=PG_URL)
+    try:
+        sub = await d.wake_subscribe(["q"], lambda q: None)
+        assert isinstance(sub, PgWakeSubscription)
+        await _until(sub.is_live)
+    finally:
+        await d.close()

@@ -259,9 +259,9 @@ class RedisDriver(JobDriver):
         for queue in queue_index:
             keys.append(k.due(queue))
             args += (queue, k.channel(queue), slots.get(queue, ""))
-        got = await self._run("job_enqueue_many", keys, args)
+        got = (await self._run("job_enqueue_many", keys, args)).split("\x00")
         return [
-            EnqueueResult(job.id, deduped=False) if r == 1 else EnqueueResult(r, deduped=True)
+            EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
             for job, r in zip(jobs, got, strict=True)
         ]
 
@@ -293,10 +293,11 @@ class RedisDriver(JobDriver):
         remember = self._queue_of
         if len(remember) > _QUEUE_MEMORY:
             remember.clear()
-        for i in range(0, len(claimed), 3):
-            job_id = claimed[i]
-            s = claimed[i + 1].split("\x00")
-            d = claimed[i + 2].split("\x00", 3)
+        fields = claimed.split("\x00") if claimed else []
+        for i in range(0, len(fields), 18):
+            job_id = fields[i]
+            s = fields[i + 1 : i + 14]
+            d = fields[i + 14 : i + 18]
             remember[job_id] = s[9]
             jobs.append(
                 ClaimedJob(
@@ -341,7 +342,7 @@ class RedisDriver(JobDriver):
             )
             self._queue_of.pop(f.job_id, None)
         got = await self._run("job_ack", (k.state, k.live, k.lease, k.result, k.progress), args)
-        return [r == 1 for r in got]
+        return [c == "1" for c in got]
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         for n in nacks:
@@ -376,7 +377,7 @@ class RedisDriver(JobDriver):
         got = await self._run("job_nack", keys, args)
         for n in nacks:
             self._queue_of.pop(n.fence.job_id, None)
-        return [r == 1 for r in got]
+        return [c == "1" for c in got]
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         k = self.keys
@@ -385,7 +386,7 @@ class RedisDriver(JobDriver):
             f = b.fence
             args += (f.job_id, f.claims, f.worker_id, b.now_ms + b.lease_ms)
         got = await self._run("job_heartbeat", (k.state, k.lease), args)
-        return [r == 1 for r in got]
+        return [c == "1" for c in got]
 
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
         k = self.keys
@@ -394,7 +395,7 @@ class RedisDriver(JobDriver):
             f = p.fence
             args += (f.job_id, f.claims, f.worker_id, p.progress_json)
         got = await self._run("job_progress", (k.state, k.progress), args)
-        return [r == 1 for r in got]
+        return [c == "1" for c in got]
 
     async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
         k = self.keys

@@ -6,7 +6,7 @@
 --   ("" for an absent JSON value: JSON text is never empty). An absent result clears the
 --   stored one; an absent progress keeps it.
 -- Items apply in order, so a second ack of the same fence in one call misses.
--- Returns one integer per item: 1 landed, 0 the fence no longer held (nothing written).
+-- Returns one string, a character per item: "1" landed, "0" the fence no longer held (nothing written).
 --!include row.lua
 
 local out = {}
@@ -30,9 +30,9 @@ for i = 1, n do
     if ARGV[b + 6] ~= "" then
       redis.call("HSET", KEYS[5], id, ARGV[b + 6])
     end
-    out[i] = 1
+    out[i] = "1"
   else
-    out[i] = 0
+    out[i] = "0"
   end
 end
-return out
+return table.concat(out)

@@ -9,8 +9,9 @@
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
 -- ARGV[7+m] d, then d job names whose exhausted rows are buried `failed` (else `dead`)
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
--- Returns {claimed, buried}: claimed is flat, per job in claim order: id, new state row, data
--- row; buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
+-- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row NUL
+-- data row, the jobs joined by NUL (18 fields each: the rows have fixed field counts), "" for
+-- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 
 local now = tonumber(ARGV[1])
@@ -204,4 +205,4 @@ for _, c in ipairs(chosen) do
   claimed[n + 2] = row
   claimed[n + 3] = redis.call("HGET", KEYS[2], c.id)
 end
-return { claimed, buried }
+return { table.concat(claimed, Z), buried }

@@ -3,7 +3,7 @@
 -- KEYS[1] job:state   KEYS[2] job:lease
 -- ARGV[4(i-1) + 1 ..] per item i: id, claims, worker, the new lease end (now_ms + lease_ms)
 -- A lapsed lease does not break the fence: only a new claim does.
--- Returns one integer per item: 1 landed, 0 the fence no longer held.
+-- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
 
 local out = {}
@@ -16,9 +16,9 @@ for i = 1, n do
     t[5] = ARGV[b + 4]
     redis.call("HSET", KEYS[1], id, join(t))
     redis.call("ZADD", KEYS[2], ARGV[b + 4], id)
-    out[i] = 1
+    out[i] = "1"
   else
-    out[i] = 0
+    out[i] = "0"
   end
 end
-return out
+return table.concat(out)

@@ -10,7 +10,7 @@
 -- finished now, last_error = error), park (parked until run_at or an event, attempt given back),
 -- shed and interrupt (ready at run_at or now, attempt given back), refuse (failed, finished now,
 -- last_error = error, attempt given back). Every kind drops the lease; a given progress is kept.
--- Returns one integer per item: 1 landed, 0 the fence no longer held.
+-- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
 
 local out = {}
@@ -83,9 +83,9 @@ for i = 1, n do
     if ARGV[b + 9] ~= "" then
       redis.call("HSET", KEYS[5], id, ARGV[b + 9])
     end
-    out[i] = 1
+    out[i] = "1"
   else
-    out[i] = 0
+    out[i] = "0"
   end
 end
-return out
+return table.concat(out)

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:progress
 -- ARGV[4(i-1) + 1 ..] per item i: id, claims, worker, progress_json
--- Returns one integer per item: 1 landed, 0 the fence no longer held.
+-- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
 
 local out = {}
@@ -12,9 +12,9 @@ for i = 1, n do
   local id = ARGV[b + 1]
   if held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3]) then
     redis.call("HSET", KEYS[2], id, ARGV[b + 4])
-    out[i] = 1
+    out[i] = "1"
   else
-    out[i] = 0
+    out[i] = "0"
   end
 end
-return out
+return table.concat(out)

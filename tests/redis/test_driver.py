@@ -1,0 +1,321 @@
+"""Redis-specific behaviour beyond the parity suite: names, key layout, refusals, wake, costs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from jobs_core.errors import DriverError, DriverUnavailableError
+from jobs_core.records import (
+    Ack,
+    ClaimParams,
+    Heartbeat,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    Progress,
+)
+from jobs_core.states import JobState
+from jobs_memory import MemoryDriver
+from jobs_redis import RedisDriver
+from tests.redis.conftest import Factory, fresh_prefix, purge, spare_port
+
+T0 = 1_800_000_000_000
+ODD = ("q'uo%te\n☃", "{brace}", "a}b{c", "ключ", "tab\there", "💥", " ", "%s%d")
+
+
+def new_job(
+    i: int | str,
+    *,
+    name: str = "n",
+    queue: str = "q",
+    key: str | None = None,
+    run_at: int = T0,
+    priority: int = 0,
+    tenant: str | None = None,
+    attempts: int = 3,
+    created: int = T0,
+) -> NewJob:
+    return NewJob(
+        id=f"id-{i}",
+        run_id=f"run-{i}",
+        name=name,
+        queue=queue,
+        tenant_id=tenant,
+        idempotency_key=key if key is not None else f"k-{i}",
+        input_json=json.dumps({"i": i}),
+        priority=priority,
+        run_at_ms=run_at,
+        max_attempts=attempts,
+        created_at_ms=created,
+    )
+
+
+def claim(
+    queues: tuple[str, ...], now: int = T0, limit: int = 100, worker: str = "w"
+) -> ClaimParams:
+    return ClaimParams(queues, worker, limit, 1000, now)
+
+
+async def test_special_names_round_trip(driver: RedisDriver) -> None:
+    """Quotes, %, newlines, braces and non-ASCII in every string survive unchanged."""
+    jobs = [
+        NewJob(
+            id=f"id{odd}",
+            run_id=f"run{odd}",
+            name=odd,
+            queue=odd,
+            tenant_id=odd,
+            idempotency_key=odd,
+            input_json=json.dumps({"v": odd}, ensure_ascii=False),
+            priority=7,
+            run_at_ms=T0,
+            max_attempts=2,
+            created_at_ms=T0,
+            enqueued_by=odd,
+        )
+        for odd in ODD
+    ]
+    assert [r.deduped for r in await driver.job_enqueue_many(jobs)] == [False] * len(jobs)
+    got = await driver.job_get_many([j.id for j in jobs])
+    for j in jobs:
+        r = got[j.id]
+        assert (r.name, r.queue, r.tenant_id, r.idempotency_key, r.input_json, r.enqueued_by) == (
+            j.name,
+            j.queue,
+            j.tenant_id,
+            j.idempotency_key,
+            j.input_json,
+            j.enqueued_by,
+        )
+    assert await driver.queue_demand(list(ODD), T0) == {q: 1 for q in ODD}
+    assert await driver.pause_add(Pause("name", ODD[0]))
+    assert await driver.pause_add(Pause("queue", ODD[1]))
+    assert await driver.pause_list() == sorted([Pause("name", ODD[0]), Pause("queue", ODD[1])])
+    res = await driver.job_claim(claim(ODD))
+    assert sorted(c.queue for c in res.jobs) == sorted(ODD[2:])
+    ok = await driver.job_nack(
+        [Nack(c.fence, NackKind.RETRY, T0, T0 + 5, ODD[0]) for c in res.jobs]
+    )
+    assert all(ok)
+    again = await driver.job_get_many([c.id for c in res.jobs])
+    assert {r.last_error for r in again.values()} == {ODD[0]}
+
+
+async def test_every_key_shares_the_prefix_slot(make_driver: Factory) -> None:
+    """Cluster safety: every key the driver writes carries the `{prefix}` hash tag."""
+    async with make_driver() as d:
+        await d.job_enqueue_many([new_job(i, queue=ODD[i % len(ODD)]) for i in range(20)])
+        res = await d.job_claim(claim(ODD, limit=5))
+        await d.job_nack([Nack(res.jobs[0].fence, NackKind.PARK, T0, T0 + 9)])
+        await d.job_ack([Ack(c.fence, T0, '{"r":1}', "[1]") for c in res.jobs[1:]])
+        await d.pause_add(Pause("queue", "x"))
+        found = [k async for k in d.client.scan_iter(match=d.keys.pattern())]
+        assert len(found) > 10
+        assert {key_slot(k.encode()) for k in found} == {key_slot(d.keys.state.encode())}
+
+
+async def test_prefixes_do_not_see_each_other(make_driver: Factory) -> None:
+    async with make_driver() as a:
+        b = RedisDriver("shared", prefix=fresh_prefix(), client=a.client)
+        await a.job_enqueue(new_job(1))
+        assert await b.job_get_many(["id-1"]) == {}
+        assert (await b.job_enqueue(new_job(1))).deduped is False
+        assert len((await a.job_claim(claim(("q",)))).jobs) == 1
+        assert len((await b.job_claim(claim(("q",)))).jobs) == 1
+        await purge(b)
+
+
+async def test_settles_from_another_driver_instance(make_driver: Factory) -> None:
+    """A nack, cancel or requeue by a driver that did not claim reads the row's queue first."""
+    async with make_driver() as a:
+        b = RedisDriver("same", prefix=a.keys.prefix, client=a.client)
+        await a.job_enqueue_many([new_job(i) for i in range(3)])
+        held = (await a.job_claim(claim(("q",)))).jobs
+        assert await b.job_nack([Nack(held[0].fence, NackKind.SHED, T0, None)]) == [True]
+        assert await b.job_heartbeat([Heartbeat(held[1].fence, 500, T0)]) == [True]
+        assert await b.job_progress([Progress(held[1].fence, "[2]", T0)]) == [True]
+        assert await b.job_ack([Ack(held[1].fence, T0)]) == [True]
+        assert await b.job_ack([Ack(held[1].fence, T0)]) == [False]
+        assert (await b.job_cancel(held[2].id, T0)).value == "cancelled"
+        await b.job_requeue(held[2].id, T0)
+        rows = await a.job_get_many([h.id for h in held])
+        assert [rows[h.id].state for h in held] == [
+            JobState.READY,
+            JobState.COMPLETED,
+            JobState.READY,
+        ]
+        assert await a.queue_demand(["q"], T0) == {"q": 2}
+
+
+async def test_claim_order_matches_memory_across_queues_and_pauses(make_driver: Factory) -> None:
+    """Priorities, run_at, byte-ordered ids across two queues, name pauses: memory's order."""
+    ids = ["b", "B", "é", "_", "a", "☃", "ab", "a\nb", "Z", "%"]
+    jobs = [
+        new_job(
+            i,
+            queue=("q1", "q2")[n % 2],
+            priority=(0, 5)[n % 3 == 0],
+            run_at=T0 - (n % 4),
+            name=("keep", "paused")[n % 5 == 4],
+        )
+        for n, i in enumerate(ids)
+    ]
+    jobs.append(new_job("future", run_at=T0 + 10, queue="q1"))
+    memory = MemoryDriver()
+    async with make_driver() as d:
+        for drv in (memory, d):
+            await drv.job_enqueue_many(jobs)
+            await drv.pause_add(Pause("name", "paused"))
+        for limit in (3, 100):
+            want = await memory.job_claim(claim(("q1", "q2"), limit=limit))
+            got = await d.job_claim(claim(("q1", "q2"), limit=limit))
+            assert got == want
+            assert want.jobs
+
+
+async def test_unavailable_at_once() -> None:
+    """A refused connection is X_DRIVER_UNAVAILABLE within the connect timeout, never a wait."""
+    d = RedisDriver(f"redis://:s3cret@127.0.0.1:{spare_port()}/0", prefix=fresh_prefix())
+    started = time.monotonic()
+    with pytest.raises(DriverUnavailableError) as exc:
+        await d.open()
+    with pytest.raises(DriverUnavailableError):
+        await d.job_claim(claim(("q",)))
+    with pytest.raises(DriverUnavailableError):
+        await d.job_enqueue(new_job(1))
+    assert time.monotonic() - started < 3
+    assert "s3cret" not in str(exc.value)
+    assert "s3cret" not in d.describe()
+    await d.close()
+
+
+async def test_script_error_is_typed_and_names_the_script(make_driver: Factory) -> None:
+    async with make_driver() as d:
+        await d.client.set(d.keys.state, "not a hash")
+        with pytest.raises(DriverError) as exc:
+            await d.job_enqueue(new_job(1))
+        assert exc.value.code == "X_DRIVER_ERROR"
+        assert exc.value.detail == "job_enqueue"
+        assert "job_enqueue" in str(exc.value)
+
+
+async def test_noscript_reloads_transparently() -> None:
+    import fakeredis
+
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    d = RedisDriver("fake", prefix=fresh_prefix(), client=client)
+    await d.job_enqueue(new_job(1))
+    await client.script_flush()
+    assert (await d.job_enqueue(new_job(2))).deduped is False
+    assert await client.script_exists(d._scripts["job_enqueue"].sha) == [True]
+    await client.aclose()
+
+
+# -- the wake --------------------------------------------------------------------------------------
+
+
+async def _until(cond: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def test_wake_publishes_once_per_queue_per_slot(make_driver: Factory) -> None:
+    async with make_driver(wake_slot_ms=1000) as d:
+        assert d.capabilities().wake
+        woken: list[str] = []
+        sub = await d.wake_subscribe(["q", ODD[0]], woken.append)
+        assert sub is not None
+        await _until(sub.is_live)
+        await d.job_enqueue(new_job(1, created=T0))
+        await d.job_enqueue(new_job(2, created=T0 + 10))  # same slot: no second PUBLISH
+        await d.job_enqueue(new_job(3, run_at=T0 + 5000, created=T0 + 2000))  # not due: none
+        await d.job_enqueue_many([new_job(4, queue=ODD[0]), new_job(5, queue=ODD[0])])
+        await d.job_enqueue(new_job(6, queue="other", created=T0 + 5000))  # not subscribed
+        await _until(lambda: len(woken) >= 2)
+        await d.job_enqueue(new_job(7, created=T0 + 1000))  # next slot
+        await _until(lambda: len(woken) >= 3)
+        await asyncio.sleep(0.2)
+        assert woken == ["q", ODD[0], "q"]
+        await sub.close()
+        assert not sub.is_live()
+
+
+# -- costs -----------------------------------------------------------------------------------------
+
+
+class CommandCounter:
+    """Counts the commands a client sends (each is one round-trip: the driver never pipelines)."""
+
+    def __init__(self, client: Any) -> None:
+        self.count = 0
+        inner = client.execute_command
+
+        async def counted(*args: Any, **kw: Any) -> Any:
+            self.count += 1
+            return await inner(*args, **kw)
+
+        client.execute_command = counted
+
+
+async def test_round_trips_per_processed_job(make_driver: Factory) -> None:
+    """A job enqueued alone, claimed in a batch of 100 and acked in a batch: 1.02 round-trips.
+
+    The worker adds its own heartbeats and registry beats on top; `test_worker_round_trips`
+    pins the whole loop.
+    """
+    async with make_driver() as d:
+        # Warm the server's script cache, so NOSCRIPT reloads are not counted.
+        await d.job_enqueue(new_job("warm", queue="warm"))
+        await d.job_ack([Ack(c.fence, T0) for c in (await d.job_claim(claim(("warm",)))).jobs])
+        counter = CommandCounter(d.client)
+        n = 300
+        for i in range(n):
+            await d.job_enqueue(new_job(i))
+        done = 0
+        while True:
+            res = await d.job_claim(claim(("q",), limit=100))
+            if not res.jobs:
+                break
+            assert all(await d.job_ack([Ack(c.fence, T0) for c in res.jobs]))
+            done += len(res.jobs)
+        assert done == n
+        # n enqueues + 3 claims + 3 acks + the final empty claim
+        assert counter.count == n + 7
+        assert counter.count / n < 1.03
+
+
+async def test_worker_round_trips(make_driver: Factory) -> None:
+    """The real worker, end to end: the amortised round-trips per processed job stay small."""
+    from jobs_core.job import JobRegistry, job
+    from jobs_core.worker import Worker
+
+    registry = JobRegistry()
+
+    @job(tenant="none", name="noop", queue="q", registry=registry)
+    async def noop(payload: Any, ctx: Any) -> None:
+        return None
+
+    async with make_driver() as d:
+        n = 400
+        now = int(time.time() * 1000)
+        await d.job_enqueue_many(
+            [new_job(i, name="noop", run_at=now, created=now) for i in range(n)]
+        )
+        counter = CommandCounter(d.client)
+        worker = Worker(d, [noop], concurrency=50, max_in_flight=200, poll_floor=0.01)
+        await worker.start()
+        await _until(lambda: worker.stats.completed >= n, 60)
+        await worker.stop()
+        per_job = counter.count / n
+        print(f"worker: {counter.count} round-trips for {n} jobs = {per_job:.3f} per job")
+        assert per_job < 0.25

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One command per backend: bench/run.sh pg|redis [harness options, see --help].
+# Builds each peer's own virtualenv under bench/.venvs/<peer> from bench/requirements/<peer>.txt
+# (so their pins never meet ours), then runs the harness from our .venv.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+python="$root/.venv/bin/python"
+
+case "${1:-}" in
+pg) peers="procrastinate pgqueuer" ;;
+redis) peers="arq saq rq" ;;
+*)
+    echo "usage: bench/run.sh pg|redis [--dry-run] [--runs N] [--systems a,b] [--help]" >&2
+    exit 2
+    ;;
+esac
+
+for peer in $peers; do
+    venv="$here/.venvs/$peer"
+    wanted="$here/requirements/$peer.txt"
+    # The copy of the requirements inside the venv says what it was built from: rebuild on change.
+    if ! cmp -s "$wanted" "$venv/built-from.txt"; then
+        echo "bench: building $venv" >&2
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$wanted"
+        cp "$wanted" "$venv/built-from.txt"
+    fi
+done
+
+cd "$root"
+exec "$python" -m bench.harness "$@"

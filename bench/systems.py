@@ -1,0 +1,184 @@
+"""Every system under test: its interpreter, its worker command, where its store lives and how
+the harness reads progress from that store (never from the worker's logs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.stores import Probe, Progress
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / "bench" / ".venvs"
+OURS_PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    label: str  # the table's name for it
+    backend: str  # "pg" or "redis"
+    python: Path  # runs its client, and its worker unless `worker` names a command
+    worker: tuple[str, ...]  # argv of its one worker process; "{url}" is its store's URL
+    worker_note: str  # how its worker runs, for the notes under the table
+    probe: Probe
+    package: str  # the distribution whose version the table reports
+    redis_db: int | None = None
+    drain_cap: int | None = None  # fewer drain jobs where the full count would take minutes
+
+
+def _sql_probe(query: str) -> Probe:
+    """A probe from one statement answering (untouched, unfinished)."""
+
+    def probe(conn: Any, expected: int) -> Progress:
+        untouched, unfinished = conn.execute(query).fetchone()
+        return Progress(untouched, unfinished)
+
+    return probe
+
+
+def _saq_probe(client: Any, expected: int) -> Progress:
+    # A job waits in `queued`, and stays in `incomplete` until it finishes.
+    queued, incomplete = (
+        client.pipeline().llen("saq:default:queued").zcard("saq:default:incomplete").execute()
+    )
+    return Progress(queued, incomplete)
+
+
+def _arq_probe(client: Any, expected: int) -> Progress:
+    # A job stays in arq's queue zset until it finishes; a claim only adds an in-progress key
+    # under an id the harness does not know, so arq's drain window opens at its first finish.
+    return Progress(None, client.zcard("arq:queue"))
+
+
+def _rq_probe(client: Any, expected: int) -> Progress:
+    # Between the queue list and the started registry a job is briefly in neither: count the
+    # registries it ends in instead.
+    queued, finished, failed = (
+        client.pipeline()
+        .llen("rq:queue:default")
+        .zcard("rq:finished:default")
+        .zcard("rq:failed:default")
+        .execute()
+    )
+    return Progress(queued, expected - finished - failed)
+
+
+def _ours_redis_probe(client: Any, expected: int) -> Progress:
+    # `due` holds the ready rows; every live row holds its namespace in `job:live`.
+    due, live = client.pipeline().zcard("{bench}:due:default").hlen("{bench}:job:live").execute()
+    return Progress(due, live)
+
+
+def _peer(name: str, *command: str) -> tuple[Path, tuple[str, ...]]:
+    bin_dir = VENVS / name / "bin"
+    return bin_dir / "python", (str(bin_dir / command[0]), *command[1:])
+
+
+def _ours(backend: str, probe: Probe, redis_db: int | None = None) -> System:
+    return System(
+        name="ours",
+        label="ultimat3-jobs",
+        backend=backend,
+        python=OURS_PYTHON,
+        worker=(str(OURS_PYTHON), "-m", "bench.peers.cli", "ours", "worker"),
+        worker_note="`jobs_core.Worker` with `ujobs worker`'s defaults (concurrency 10)",
+        probe=probe,
+        package="ultimat3-jobs",
+        redis_db=redis_db,
+    )
+
+
+_PROCRASTINATE_PYTHON, _PROCRASTINATE_WORKER = _peer(
+    "procrastinate",
+    "procrastinate",
+    "--app=bench.peers.procrastinate_peer.app",
+    "worker",
+    "--queues=default",
+)
+_PGQUEUER_PYTHON = VENVS / "pgqueuer" / "bin" / "python"
+_PGQUEUER_WORKER = (str(_PGQUEUER_PYTHON), "-m", "bench.peers.cli", "pgqueuer", "worker")
+_ARQ_PYTHON, _ARQ_WORKER = _peer("arq", "arq", "bench.peers.arq_peer.WorkerSettings")
+_SAQ_PYTHON, _SAQ_WORKER = _peer("saq", "saq", "bench.peers.saq_peer.settings")
+_RQ_PYTHON, _RQ_WORKER = _peer("rq", "rq", "worker", "--url", "{url}", "default")
+
+SYSTEMS: dict[str, tuple[System, ...]] = {
+    "pg": (
+        _ours(
+            "pg",
+            _sql_probe(
+                "SELECT count(*) FILTER (WHERE state = 'ready'),"
+                " count(*) FILTER (WHERE state IN ('ready', 'running', 'parked'))"
+                " FROM bench.jobs"
+            ),
+        ),
+        System(
+            name="procrastinate",
+            label="procrastinate",
+            backend="pg",
+            python=_PROCRASTINATE_PYTHON,
+            worker=_PROCRASTINATE_WORKER,
+            worker_note="`procrastinate worker` with its defaults (concurrency 1, LISTEN/NOTIFY)",
+            probe=_sql_probe(
+                "SELECT count(*) FILTER (WHERE status = 'todo'),"
+                " count(*) FILTER (WHERE status IN ('todo', 'doing'))"
+                " FROM procrastinate_jobs"
+            ),
+            package="procrastinate",
+        ),
+        System(
+            name="pgqueuer",
+            label="PgQueuer",
+            backend="pg",
+            python=_PGQUEUER_PYTHON,
+            worker=_PGQUEUER_WORKER,
+            worker_note="what `pgq run` runs, with its defaults (batch size 10, LISTEN/NOTIFY,"
+            " asyncpg, uvloop); the `pgq run` command itself fails to start in 1.6.0",
+            # A finished job leaves the table for the log; a failed one stays as `failed`.
+            probe=_sql_probe(
+                "SELECT count(*) FILTER (WHERE status = 'queued'),"
+                " count(*) FILTER (WHERE status IN ('queued', 'picked'))"
+                " FROM pgqueuer"
+            ),
+            package="pgqueuer",
+        ),
+    ),
+    "redis": (
+        _ours("redis", _ours_redis_probe, redis_db=10),
+        System(
+            name="arq",
+            label="arq",
+            backend="redis",
+            python=_ARQ_PYTHON,
+            worker=_ARQ_WORKER,
+            worker_note="`arq` worker with its defaults (max_jobs 10, poll_delay 0.5 s)",
+            probe=_arq_probe,
+            package="arq",
+            redis_db=11,
+        ),
+        System(
+            name="saq",
+            label="SAQ",
+            backend="redis",
+            python=_SAQ_PYTHON,
+            worker=_SAQ_WORKER,
+            worker_note="`saq` worker with its defaults (concurrency 10)",
+            probe=_saq_probe,
+            package="saq",
+            redis_db=12,
+        ),
+        System(
+            name="rq",
+            label="RQ",
+            backend="redis",
+            python=_RQ_PYTHON,
+            worker=_RQ_WORKER,
+            worker_note="`rq worker` with its default Worker class (a fork per job)",
+            probe=_rq_probe,
+            package="rq",
+            redis_db=13,
+            drain_cap=2_000,
+        ),
+    ),
+}

@@ -55,7 +55,7 @@ from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
-from jobs_pg.url import libpq_url, mask
+from jobs_pg.urls import libpq_url, mask
 
 log = logging.getLogger("jobs.pg")
 
@@ -164,14 +164,16 @@ class PgDriver(JobDriver):
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""
-        return {
+        kwargs: dict[str, Any] = {
             "connect_timeout": max(1, round(self._connect_timeout)),
             "keepalives": 1,
             "keepalives_idle": 30,
             "keepalives_interval": 10,
             "keepalives_count": 3,
-            "application_name": "ultimat3-jobs",
         }
+        if "application_name" not in self._conninfo:
+            kwargs["application_name"] = "ultimat3-jobs"
+        return kwargs
 
     @property
     def listen_conninfo(self) -> str:

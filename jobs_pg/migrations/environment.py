@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from alembic import context
 from jobs_pg.schema import metadata_in
-from jobs_pg.url import sqlalchemy_url
+from jobs_pg.urls import sqlalchemy_url
 
 VERSION_TABLE: Final = "ujobs_alembic_version"
 DEFAULT_SCHEMA: Final = "ujobs"

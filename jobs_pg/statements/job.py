@@ -629,6 +629,8 @@ JOB_REQUEUE: Final = sa.select(
 ).select_from(_target)
 
 # -- JOB_GET_MANY -------------------------------------------------------------------------------
+# One primary-key probe per id through `= ANY(array)`: the statement text does not change with
+# the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order.
 JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
     jobs.c.id == sa.func.any(arr("ids", TEXT))
 )

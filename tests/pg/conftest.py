@@ -22,7 +22,7 @@ from psycopg import sql
 from jobs_core.driver import JobDriver
 from jobs_pg import PgDriver
 from jobs_pg.migrate import upgrade
-from jobs_pg.url import libpq_url
+from jobs_pg.urls import libpq_url
 
 PG_URL = os.environ.get("JOBS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

@@ -248,3 +248,32 @@ async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
     assert "jobs_due" in plan
     assert "jobs_lease" in plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_from_url_reads_driver_options_and_hides_them_from_libpq() -> None:
+    from jobs_pg.urls import from_url, mask
+
+    d = from_url(
+        "postgresql+psycopg://app:pw@127.0.0.1:5432/test?sslmode=disable&schema=s%20x"
+        "&pool_size=3&wake=0&prepare=0&listen_url=postgresql://l:lpw@h/db"
+    )
+    assert d.schema == "s x"
+    assert d.capabilities().wake is False
+    assert d.listen_conninfo == "postgresql://l:lpw@h/db"
+    assert d.describe() == (
+        "postgres postgresql+psycopg://app:***@127.0.0.1:5432/test?sslmode=disable schema=s x"
+    )
+    masked = mask("postgresql://a:pw1@h/db?password=pw2&listen_url=postgresql://l:pw3@h/db")
+    assert "pw" not in masked
+    assert "listen_url=postgresql://l:***@h/db" in masked
+    with pytest.raises(DriverUrlInvalidError):
+        from_url("postgresql://h/db?wake=maybe")
+
+
+async def test_from_url_drives_a_real_schema(pg_schema: str) -> None:
+    from jobs_pg.urls import from_url
+
+    d = from_url(f"{PG_URL}?schema={pg_schema}&pool_size=2")
+    async with d:
+        assert (await d.job_enqueue(job(1))).deduped is False
+        assert list(await d.job_get_many(["id-1"])) == ["id-1"]

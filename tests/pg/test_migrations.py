@@ -11,9 +11,11 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from jobs_core.records import ClaimParams, NewJob
+from jobs_pg import PgDriver
 from jobs_pg.migrate import downgrade, upgrade
 from jobs_pg.schema import metadata_in
-from jobs_pg.url import sqlalchemy_url
+from jobs_pg.urls import sqlalchemy_url
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,11 +95,16 @@ def test_downgrade_then_upgrade(pg_schema: str) -> None:
     assert _diff(pg_schema) == []
 
 
-def test_special_schema_name_migrates() -> None:
-    schema = fresh_schema() + "_q'u\"o%te"
+async def test_special_schema_name_migrates_and_serves() -> None:
+    schema = fresh_schema() + "_q'u\"o%te ☃"
     try:
         upgrade(PG_URL, schema)
         assert {"jobs", "pauses", "workers", "wakes"} <= _tables(schema)
+        async with PgDriver(PG_URL, schema=schema, pool_size=2) as d:
+            new = NewJob("i", "r", "n", "q", None, "k", "{}", 0, 1000, 1, 1000)
+            assert (await d.job_enqueue(new)).deduped is False
+            got = await d.job_claim(ClaimParams(("q",), "w", 5, 100, 1000))
+            assert [j.id for j in got.jobs] == ["i"]
     finally:
         drop_schema(schema)
 

@@ -1,0 +1,12 @@
+"""The `redis`, `rediss` and `redis+cluster` URL schemes (`?prefix=` picks the key prefix)."""
+
+from __future__ import annotations
+
+from jobs_core.urlparams import pop_param
+from jobs_redis.driver import RedisDriver
+
+
+def from_url(url: str) -> RedisDriver:
+    """A `RedisDriver` for `url`; `?prefix=name` selects the key prefix (default `ujobs`)."""
+    plain, prefix = pop_param(url, "prefix", "ujobs")
+    return RedisDriver(plain, prefix=prefix)

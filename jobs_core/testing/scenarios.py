@@ -97,6 +97,7 @@ async def refused(code: str, call: Awaitable[object]) -> None:
 
 
 def ids(jobs: list[ClaimedJob]) -> list[str]:
+    """The claimed ids, in claim order."""
     return [j.id for j in jobs]
 
 
@@ -139,10 +140,8 @@ async def scenario_bury_final_attempt(driver: JobDriver) -> None:
     # A non-final lapsed row stays running while its queue is paused; another queue's stays too.
     assert (await row(driver, "x3")).state is JobState.RUNNING
     assert (await row(driver, "y1")).state is JobState.RUNNING
-    assert await driver.job_ack([Ack(fences["x1"], T0 + 1000), Ack(fences["x2"], T0 + 1000)]) == [
-        False,
-        False,
-    ]
+    stale = [Ack(fences["x1"], T0 + 1000), Ack(fences["x2"], T0 + 1000)]
+    assert await driver.job_ack(stale) == [False, False]
     assert await claim(driver, T0 + 1001) == ([], [])
 
     await driver.pause_remove(Pause("queue", "q"))

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from jobs_core.urlparams import pop_param
-from jobs_pg.driver import PgDriver
+from jobs_pg.urls import from_url
 
-
-def from_url(url: str) -> PgDriver:
-    """A `PgDriver` for `url`; `?schema=name` selects the schema (default `ujobs`)."""
-    plain, schema = pop_param(url, "schema", "ujobs")
-    return PgDriver(plain, schema=schema)
+__all__ = ["from_url"]

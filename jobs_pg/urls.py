@@ -1,13 +1,26 @@
-"""Driver URLs: which schemes we accept, the libpq form psycopg wants, and the masked form."""
+"""Driver URLs: the schemes we accept, the libpq form psycopg wants, the masked form, and
+`from_url` (behind the `ujobs.drivers` entry points `postgresql+psycopg`, `postgresql`,
+`postgres`, via `jobs_pg.plugin`).
+
+Driver options may ride the URL's query and are removed before libpq sees it (libpq refuses
+parameters it does not know): `schema` (else env `JOBS_PG_SCHEMA`, else `ujobs`), `pool_size`,
+`wake` (`0`/`1`), `prepare` (`0`/`1`), `listen_url`.
+"""
 
 from __future__ import annotations
 
-from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+import os
+from typing import TYPE_CHECKING, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobs_core.errors import DriverUrlInvalidError
 
+if TYPE_CHECKING:
+    from jobs_pg.driver import PgDriver
+
 SCHEMES: Final = ("postgresql+psycopg", "postgresql", "postgres")
+#: Query parameters that are ours, not libpq's.
+DRIVER_OPTIONS: Final = ("schema", "pool_size", "wake", "prepare", "listen_url")
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -43,12 +56,53 @@ def mask(url: str) -> str:
         if ":" in userinfo:
             userinfo = userinfo.split(":", 1)[0] + ":***"
         netloc = f"{userinfo}@{host}"
-    query = (
-        "&".join(
-            ("password=***" if q.lower().startswith("password=") else q)
-            for q in parts.query.split("&")
-        )
-        if parts.query
-        else ""
-    )
+    pairs = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k.lower() == "password":
+            v = "***"
+        elif k == "listen_url":
+            v = mask(v)  # a URL inside the URL carries its own password
+        pairs.append((k, v))
+    query = urlencode(pairs, safe="*:/@")
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def split_options(url: str) -> tuple[str, dict[str, str]]:
+    """`url` without our driver options, and those options."""
+    _split(url)
+    parts = urlsplit(url)
+    ours: dict[str, str] = {}
+    kept: list[tuple[str, str]] = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k in DRIVER_OPTIONS:
+            ours[k] = v
+        else:
+            kept.append((k, v))
+    return urlunsplit(parts._replace(query=urlencode(kept))), ours
+
+
+def _flag(value: str, what: str, url: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise DriverUrlInvalidError(f"{what} must be 0 or 1", detail=mask(url))
+
+
+def from_url(url: str) -> PgDriver:
+    """A new, unopened `PgDriver` for `url` (the `ujobs --driver postgresql+psycopg://…` path)."""
+    from jobs_pg.driver import PgDriver
+
+    base, opts = split_options(url)
+    try:
+        pool_size = int(opts.get("pool_size", "10"))
+    except ValueError:
+        raise DriverUrlInvalidError("pool_size must be an integer", detail=mask(url)) from None
+    return PgDriver(
+        base,
+        schema=opts.get("schema") or os.environ.get("JOBS_PG_SCHEMA") or "ujobs",
+        pool_size=pool_size,
+        wake=_flag(opts.get("wake", "1"), "wake", url),
+        prepare=_flag(opts.get("prepare", "1"), "prepare", url),
+        listen_url=opts.get("listen_url"),
+    )

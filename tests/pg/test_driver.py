@@ -277,3 +277,11 @@ async def test_from_url_drives_a_real_schema(pg_schema: str) -> None:
     async with d:
         assert (await d.job_enqueue(job(1))).deduped is False
         assert list(await d.job_get_many(["id-1"])) == ["id-1"]
+
+
+def test_the_entry_point_module_is_from_url() -> None:
+    from jobs_core.urls import driver_from_url
+
+    d = driver_from_url("postgresql+psycopg://u:pw@127.0.0.1/test?schema=app&wake=0")
+    assert isinstance(d, PgDriver)
+    assert d.schema == "app" and d.capabilities().wake is False

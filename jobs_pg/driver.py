@@ -197,7 +197,9 @@ class PgDriver(JobDriver):
                     min_size=1,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
-                    reconnect_timeout=0,  # keep retrying in the background; calls time out
+                    # A failed connect is not retried in the background: the next call asks
+                    # for a connection again and waits at most `connect_timeout_s`.
+                    reconnect_timeout=0,
                     open=False,
                     name=f"ujobs:{self.schema}",
                 )
@@ -241,8 +243,8 @@ class PgDriver(JobDriver):
         async def sweep() -> None:
             try:
                 await pool.check()
-            except Exception:
-                pass
+            except Exception:  # best effort: the next call reports whatever is still wrong
+                log.debug("jobs.pg.sweep_failed", exc_info=True)
             finally:
                 self._checking = False
 

@@ -254,7 +254,10 @@ class RedisDriver(JobDriver):
             if slot:
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
-            args += (job.id, ns, state, data, score, q, "1" if slot else "0")
+            args.append(
+                f"{score} {q} {'1' if slot else '0'} {_blen(job.id)} {_blen(state)} {_blen(ns)} "
+                f"{job.id}{state}{data}"
+            )
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
@@ -334,11 +337,8 @@ class RedisDriver(JobDriver):
             f = a.fence
             args += (
                 f.job_id,
-                f.claims,
-                f.worker_id,
-                a.now_ms,
-                a.result_json or "",
-                a.progress_json or "",
+                f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00"
+                f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
             self._queue_of.pop(f.job_id, None)
         got = await self._run("job_ack", (k.state, k.live, k.lease, k.result, k.progress), args)
@@ -362,17 +362,12 @@ class RedisDriver(JobDriver):
                 if not q:
                     q = queue_index[queue] = len(queue_index) + 1
                     keys += (k.due(queue), k.parked(queue))
+            run_at = "" if n.run_at_ms is None else n.run_at_ms
+            error = "" if n.error is None else "=" + n.error
             args += (
                 f.job_id,
-                f.claims,
-                f.worker_id,
-                n.kind.value,
-                n.now_ms,
-                "" if n.run_at_ms is None else n.run_at_ms,
-                "" if n.error is None else "=" + n.error,
-                "1" if n.dead_letter else "0",
-                n.progress_json or "",
-                q,
+                f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
+                f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}",
             )
         got = await self._run("job_nack", keys, args)
         for n in nacks:
@@ -384,7 +379,7 @@ class RedisDriver(JobDriver):
         args: list[object] = []
         for b in beats:
             f = b.fence
-            args += (f.job_id, f.claims, f.worker_id, b.now_ms + b.lease_ms)
+            args += (f.job_id, f"{f.claims}\x00{f.worker_id}\x00{b.now_ms + b.lease_ms}")
         got = await self._run("job_heartbeat", (k.state, k.lease), args)
         return [c == "1" for c in got]
 
@@ -393,7 +388,7 @@ class RedisDriver(JobDriver):
         args: list[object] = []
         for p in items:
             f = p.fence
-            args += (f.job_id, f.claims, f.worker_id, p.progress_json)
+            args += (f.job_id, f"{f.claims}\x00{f.worker_id}\x00{p.progress_json}")
         got = await self._run("job_progress", (k.state, k.progress), args)
         return [c == "1" for c in got]
 
@@ -509,6 +504,11 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
     )
     data = f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
+
+
+def _blen(text: str) -> int:
+    """The UTF-8 byte length of `text` (`isascii` is O(1), so ASCII costs no encoding)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _worker_row(beat: WorkerBeat) -> str:

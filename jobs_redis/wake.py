@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("jobs.redis.wake")
 
 #: Seconds between probes once live; a probe unseen by the next one marks the channel not live.
-PROBE_EVERY_S: Final = 30.0
+PROBE_EVERY_S: Final = 60.0
 #: Seconds to wait before resubscribing after the connection dropped.
 RETRY_FLOOR_S: Final = 0.1
 RETRY_CEILING_S: Final = 5.0

@@ -2,33 +2,32 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] job:result
 -- KEYS[5] job:progress
--- ARGV[6(i-1) + 1 ..] per item i: id, claims, worker, now_ms, result_json, progress_json
---   ("" for an absent JSON value: JSON text is never empty). An absent result clears the
---   stored one; an absent progress keeps it.
+-- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL now_ms NUL
+--   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty).
+--   An absent result clears the stored one; an absent progress keeps it.
+--   (Two ARGV per item, not six: the client packs each argument, and that cost dominated.)
 -- Items apply in order, so a second ack of the same fence in one call misses.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held (nothing written).
 --!include row.lua
 
 local out = {}
-local n = #ARGV / 6
-for i = 1, n do
-  local b = 6 * (i - 1)
-  local id = ARGV[b + 1]
-  local t = held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3])
+for i = 1, #ARGV / 2 do
+  local id = ARGV[2 * i - 1]
+  local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
     t[1] = "completed"
     t[5] = ""
-    t[7] = ARGV[b + 4]
+    t[7] = rest[1]
     redis.call("HSET", KEYS[1], id, join(t))
     redis.call("ZREM", KEYS[3], id)
     redis.call("HDEL", KEYS[2], ns_of(t))
-    if ARGV[b + 5] ~= "" then
-      redis.call("HSET", KEYS[4], id, ARGV[b + 5])
+    if rest[2] ~= "" then
+      redis.call("HSET", KEYS[4], id, rest[2])
     else
       redis.call("HDEL", KEYS[4], id)
     end
-    if ARGV[b + 6] ~= "" then
-      redis.call("HSET", KEYS[5], id, ARGV[b + 6])
+    if rest[3] ~= "" then
+      redis.call("HSET", KEYS[5], id, rest[3])
     end
     out[i] = "1"
   else

@@ -1,21 +1,20 @@
 -- job_heartbeat — extend each held lease to now_ms + lease_ms; fenced per item.
 --
 -- KEYS[1] job:state   KEYS[2] job:lease
--- ARGV[4(i-1) + 1 ..] per item i: id, claims, worker, the new lease end (now_ms + lease_ms)
+-- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL the new lease end
+--   (now_ms + lease_ms)
 -- A lapsed lease does not break the fence: only a new claim does.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
 
 local out = {}
-local n = #ARGV / 4
-for i = 1, n do
-  local b = 4 * (i - 1)
-  local id = ARGV[b + 1]
-  local t = held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3])
+for i = 1, #ARGV / 2 do
+  local id = ARGV[2 * i - 1]
+  local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
-    t[5] = ARGV[b + 4]
+    t[5] = rest[1]
     redis.call("HSET", KEYS[1], id, join(t))
-    redis.call("ZADD", KEYS[2], ARGV[b + 4], id)
+    redis.call("ZADD", KEYS[2], rest[1], id)
     out[i] = "1"
   else
     out[i] = "0"

@@ -3,9 +3,10 @@
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] job:error
 -- KEYS[5] job:progress
 -- KEYS[4 + 2q] due:<queue q>, KEYS[5 + 2q] parked:<queue q>, for each distinct queue q of the items
--- ARGV[10(i-1) + 1 ..] per item i: id, claims, worker, kind, now_ms, run_at_ms ("" for none),
---   error ("" for none, else "=" .. text: an empty error text is a value), "1" when
---   dead_letter else "0", progress_json ("" for none), queue index q ("0" when the row is unknown)
+-- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL kind NUL now_ms NUL
+--   run_at_ms ("" for none) NUL "1" when dead_letter else "0" NUL queue index q ("0" when
+--   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
+--   "=" .. text: an empty error text is a value)
 -- Kinds: retry (ready at run_at, attempt spent, last_error = error), fail (dead or failed,
 -- finished now, last_error = error), park (parked until run_at or an event, attempt given back),
 -- shed and interrupt (ready at run_at or now, attempt given back), refuse (failed, finished now,
@@ -15,20 +16,22 @@
 
 local out = {}
 local KINDS = { retry = 1, fail = 1, park = 1, shed = 1, interrupt = 1, refuse = 1 }
-local n = #ARGV / 10
+local n = #ARGV / 2
 -- A script is not rolled back on error: refuse a bad kind before the first write.
 for i = 1, n do
-  if not KINDS[ARGV[10 * (i - 1) + 4]] then
-    return redis.error_reply("ERR job_nack: unknown kind " .. ARGV[10 * (i - 1) + 4])
+  local meta = ARGV[2 * i]
+  local a = string.find(meta, Z, string.find(meta, Z, 1, true) + 1, true)
+  local kind = string.sub(meta, a + 1, string.find(meta, Z, a + 1, true) - 1)
+  if not KINDS[kind] then
+    return redis.error_reply("ERR job_nack: unknown kind " .. kind)
   end
 end
 for i = 1, n do
-  local b = 10 * (i - 1)
-  local id = ARGV[b + 1]
-  local t = held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3])
+  local id = ARGV[2 * i - 1]
+  local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
-    local kind, now, run_at, err = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
-    local q = tonumber(ARGV[b + 10])
+    local kind, now, run_at, dead_letter = rest[1], rest[2], rest[3], rest[4]
+    local q, progress, err = tonumber(rest[5]), rest[6], rest[7]
     local due_key, parked_key = KEYS[4 + 2 * q], KEYS[5 + 2 * q]
     t[5] = ""
     redis.call("ZREM", KEYS[3], id)
@@ -39,7 +42,7 @@ for i = 1, n do
       set_error, due = true, true
     elseif kind == "fail" then
       t[1] = "failed"
-      if ARGV[b + 8] == "1" then
+      if dead_letter == "1" then
         t[1] = "dead"
       end
       t[7] = now
@@ -80,8 +83,8 @@ for i = 1, n do
         redis.call("HSET", KEYS[4], id, string.sub(err, 2))
       end
     end
-    if ARGV[b + 9] ~= "" then
-      redis.call("HSET", KEYS[5], id, ARGV[b + 9])
+    if progress ~= "" then
+      redis.call("HSET", KEYS[5], id, progress)
     end
     out[i] = "1"
   else

@@ -1,17 +1,16 @@
 -- job_progress — record each held job's progress (JSON text); fenced per item.
 --
 -- KEYS[1] job:state   KEYS[2] job:progress
--- ARGV[4(i-1) + 1 ..] per item i: id, claims, worker, progress_json
+-- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL progress_json
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
 
 local out = {}
-local n = #ARGV / 4
-for i = 1, n do
-  local b = 4 * (i - 1)
-  local id = ARGV[b + 1]
-  if held(KEYS[1], id, ARGV[b + 2], ARGV[b + 3]) then
-    redis.call("HSET", KEYS[2], id, ARGV[b + 4])
+for i = 1, #ARGV / 2 do
+  local id = ARGV[2 * i - 1]
+  local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
+  if t then
+    redis.call("HSET", KEYS[2], id, rest[1])
     out[i] = "1"
   else
     out[i] = "0"

@@ -48,15 +48,18 @@ local function is_live(state)
   return state == "ready" or state == "running" or state == "parked"
 end
 
--- The row of `id` split into fields while the fence (claims, worker) still holds, else nil.
-local function held(state_key, id, claims, worker)
+-- A settle item travels as two ARGV: the id, and `meta` = claims NUL worker NUL the rest.
+-- Answers the row's fields while that fence holds (else nil), and the rest of `meta` split.
+local function held_item(state_key, id, meta)
+  local j = string.find(meta, Z, string.find(meta, Z, 1, true) + 1, true)
+  local rest = split(string.sub(meta, j + 1))
   local raw = redis.call("HGET", state_key, id)
   if not raw then
-    return nil
+    return nil, rest
   end
-  local pre = "running" .. Z .. claims .. Z .. worker .. Z
+  local pre = "running" .. Z .. string.sub(meta, 1, j)
   if string.sub(raw, 1, #pre) ~= pre then
-    return nil
+    return nil, rest
   end
-  return split(raw)
+  return split(raw), rest
 end

@@ -233,6 +233,28 @@ class PgDriver(JobDriver):
         except psycopg.Error as exc:
             raise DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}") from exc
 
+    async def _execute(
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
+    ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+        """Run one statement; behind a pooler that loses prepared statements, stop preparing.
+
+        A transaction-mode pooler without prepared-statement support (PgBouncer before 1.21)
+        hands an execution to a server session that never saw our PREPARE ("does not exist") or
+        that holds another client's statement of the same name ("already exists"). Either way the
+        server ran nothing (the failed Parse or Bind skips the rest up to Sync), so running it
+        again unprepared is safe. From then on this driver prepares nothing.
+        """
+        if self._prepare_threshold is None and conn.prepare_threshold is not None:
+            conn.prepare_threshold = None
+        try:
+            return await conn.execute(text, args)
+        except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
+            if self._prepare_threshold is not None:
+                log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
+            self._prepare_threshold = None
+            conn.prepare_threshold = None
+            return await conn.execute(text, args)
+
     def _after_failure(self) -> None:
         """After a failure, sweep broken idle connections so the next call gets a live one."""
         pool = self._pool
@@ -255,7 +277,7 @@ class PgDriver(JobDriver):
     async def _rows(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         stmt = self._q[name]
         async with self._conn() as conn:
-            cur = await conn.execute(stmt.text, stmt.args(values))
+            cur = await self._execute(conn, stmt.text, stmt.args(values))
             return await cur.fetchall() if cur.description is not None else []
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -297,7 +319,7 @@ class PgDriver(JobDriver):
         args = stmt.args(values)
         for _ in range(5):
             try:
-                cur = await conn.execute(stmt.text, args)
+                cur = await self._execute(conn, stmt.text, args)
             except psycopg.errors.UniqueViolation as exc:
                 # A concurrent enqueue of the same id committed between our snapshot and our
                 # insert; the next snapshot sees it and answers deduped.
@@ -324,7 +346,8 @@ class PgDriver(JobDriver):
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob
     ) -> str | None:
         stmt = self._q["JOB_KEY_HOLDER"]
-        cur = await conn.execute(
+        cur = await self._execute(
+            conn,
             stmt.text,
             stmt.args(
                 {
@@ -400,7 +423,7 @@ class PgDriver(JobDriver):
         args = stmt.args(values)
         for _ in range(5):
             try:
-                cur = await conn.execute(stmt.text, args)
+                cur = await self._execute(conn, stmt.text, args)
             except psycopg.errors.UniqueViolation as exc:
                 # An id inserted concurrently after our snapshot: nothing of this statement
                 # was written; run it again on a fresh snapshot that sees that id.
@@ -471,7 +494,7 @@ class PgDriver(JobDriver):
         stmt = self._q[name]
         async with self._conn() as conn:
             for run in unique_runs(ids):
-                cur = await conn.execute(stmt.text, stmt.args(columns(run)))
+                cur = await self._execute(conn, stmt.text, stmt.args(columns(run)))
                 for (ordinal,) in await cur.fetchall():
                     out[run[ordinal - 1]] = True
         return out

@@ -285,3 +285,21 @@ def test_the_entry_point_module_is_from_url() -> None:
     d = driver_from_url("postgresql+psycopg://u:pw@127.0.0.1/test?schema=app&wake=0")
     assert isinstance(d, PgDriver)
     assert d.schema == "app" and d.capabilities().wake is False
+
+
+async def test_a_lost_prepared_statement_turns_preparing_off(pg_schema: str) -> None:
+    """What a pooler without prepared-statement support does, made deterministic: the server
+    session forgets our statements; the driver reruns the statement unprepared, once."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1)
+    try:
+        assert (await d.job_enqueue(job(1))).deduped is False  # prepared on first use
+        pool = await d._ready()
+        async with pool.connection() as conn:
+            # Inside DO, so psycopg does not see it and still believes its statements exist.
+            await conn.execute("DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
+        assert (await d.job_enqueue(job(2))).deduped is False
+        assert (await d.job_enqueue(job(2))).deduped is True
+        assert d._prepare_threshold is None
+        assert sorted(await d.job_get_many(["id-1", "id-2", "id-3"])) == ["id-1", "id-2"]
+    finally:
+        await d.close()

@@ -180,9 +180,10 @@ async def test_claim_order_matches_memory_across_queues_and_pauses(make_driver: 
             assert want.jobs
 
 
-async def test_unavailable_at_once() -> None:
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+async def test_unavailable_at_once(scheme: str) -> None:
     """A refused connection is X_DRIVER_UNAVAILABLE within the connect timeout, never a wait."""
-    d = RedisDriver(f"redis://:s3cret@127.0.0.1:{spare_port()}/0", prefix=fresh_prefix())
+    d = RedisDriver(f"{scheme}://:s3cret@127.0.0.1:{spare_port()}/0", prefix=fresh_prefix())
     started = time.monotonic()
     with pytest.raises(DriverUnavailableError) as exc:
         await d.open()

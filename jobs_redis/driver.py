@@ -236,12 +236,59 @@ class RedisDriver(JobDriver):
         return EnqueueResult(got, deduped=True)
 
     async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
+        # The first chunk goes alone: it loads the script should the server lack it.
+        keys, args = self._chunk_call(chunks[0])
+        out = _chunk_answers(chunks[0], await self._run("job_enqueue_many", keys, args))
+        pool = getattr(self._client, "connection_pool", None)
+        if len(chunks) == 1:
+            return out
+        if self.cluster or pool is None:
+            for chunk in chunks[1:]:
+                keys, args = self._chunk_call(chunk)
+                out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
+            return out
+        return out + await self._enqueue_pipelined(pool, chunks[1:])
+
+    async def _enqueue_pipelined(
+        self, pool: Any, chunks: list[Sequence[NewJob]]
+    ) -> list[EnqueueResult]:
+        """The chunks in order on ONE connection, each sent while the server runs the last.
+
+        Pipelining keeps the order (a later record still dedupes against an earlier one) and
+        lets the client pack chunk n+1 while the server runs chunk n.
+        """
+        sha = self._scripts["job_enqueue_many"].sha
+        conn = await pool.get_connection()
+        replies: list[Any] = []
+        try:
+            for chunk in chunks:
+                keys, args = self._chunk_call(chunk)
+                await conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
+            for _ in chunks:
+                replies.append(await conn.read_response())
+        except BaseException as exc:
+            # Replies may still be in flight on this connection: it cannot be reused.
+            await conn.disconnect()
+            if isinstance(exc, self._unavailable):
+                raise DriverUnavailableError(
+                    detail=f"job_enqueue_many: {_why(exc, self.url)}"
+                ) from exc
+            if isinstance(exc, self._refused):
+                raise DriverError(
+                    f"script job_enqueue_many failed: {_why(exc, self.url)}",
+                    detail="job_enqueue_many",
+                ) from exc
+            raise
+        finally:
+            await pool.release(conn)
         out: list[EnqueueResult] = []
-        for start in range(0, len(jobs), ENQUEUE_CHUNK):
-            out.extend(await self._enqueue_chunk(jobs[start : start + ENQUEUE_CHUNK]))
+        for chunk, got in zip(chunks, replies, strict=True):
+            out += _chunk_answers(chunk, got)
         return out
 
-    async def _enqueue_chunk(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    def _chunk_call(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[object]]:
+        """The KEYS and ARGV of one `job_enqueue_many` script call."""
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
@@ -262,11 +309,7 @@ class RedisDriver(JobDriver):
         for queue in queue_index:
             keys.append(k.due(queue))
             args += (queue, k.channel(queue), slots.get(queue, ""))
-        got = (await self._run("job_enqueue_many", keys, args)).split("\x00")
-        return [
-            EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
-            for job, r in zip(jobs, got, strict=True)
-        ]
+        return keys, args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         k = self.keys
@@ -504,6 +547,13 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
     )
     data = f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
+
+
+def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
+    return [
+        EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
+        for job, r in zip(jobs, got.split("\x00"), strict=True)
+    ]
 
 
 def _blen(text: str) -> int:

@@ -14,6 +14,7 @@ from jobs_core.errors import DriverError, DriverUnavailableError
 from jobs_core.records import (
     Ack,
     ClaimParams,
+    EnqueueResult,
     Heartbeat,
     Nack,
     NackKind,
@@ -320,3 +321,19 @@ async def test_worker_round_trips(make_driver: Factory) -> None:
         per_job = counter.count / n
         print(f"worker: {counter.count} round-trips for {n} jobs = {per_job:.3f} per job")
         assert per_job < 0.25
+
+
+async def test_enqueue_many_across_pipelined_chunks_matches_memory(driver: RedisDriver) -> None:
+    """Chunks after the first are pipelined on one connection; order and dedupes still hold."""
+    jobs = [new_job(i) for i in range(2500)]
+    jobs[2001] = new_job("dup-key", key="k-5")  # a later chunk dedupes on an earlier key
+    jobs[2400] = new_job(10)  # and on an earlier id
+    jobs[1500] = new_job("late", run_at=T0 + 10, priority=3)
+    memory = MemoryDriver()
+    want = await memory.job_enqueue_many(jobs)
+    assert await driver.job_enqueue_many(jobs) == want
+    assert want[2001] == EnqueueResult("id-5", deduped=True)
+    assert want[2400] == EnqueueResult("id-10", deduped=True)
+    ids = [j.id for j in jobs]
+    assert await driver.job_get_many(ids) == await memory.job_get_many(ids)
+    assert await driver.queue_demand(["q"], T0) == await memory.queue_demand(["q"], T0)

@@ -18,7 +18,7 @@ from jobs_core.records import Ack, ClaimParams, Fence
 from jobs_core.states import JobState
 from jobs_redis import RedisDriver
 from tests.redis.conftest import RedisServer, fresh_prefix
-from tests.redis.test_driver import T0, new_job
+from tests.redis.test_driver import T0, _until, new_job
 
 LEASE_MS = 1000
 
@@ -41,6 +41,10 @@ async def test_kill_and_restart_mid_run(tmp_path: Path) -> None:
         async def ack(fences: list[Fence]) -> None:
             assert all(await driver.job_ack([Ack(f, now) for f in fences]))
 
+        woken: list[str] = []
+        wake = await driver.wake_subscribe(["q"], woken.append)
+        assert wake is not None
+        await _until(wake.is_live)
         await ack(await claim_batch())
         held = await claim_batch()  # claimed, its acks never sent: the server dies
         in_flight = {f.job_id for f in held}
@@ -58,9 +62,12 @@ async def test_kill_and_restart_mid_run(tmp_path: Path) -> None:
                 await call()
             assert time.monotonic() - started < 2, "an unreachable store must answer at once"
 
+        await _until(lambda: not wake.is_live())
         server.start()  # same port, same dir: the AOF brings every acknowledged write back
         await _until_up(driver)
         assert (await driver.job_enqueue(new_job("during"))).deduped is False
+        await _until(wake.is_live)  # resubscribed and proven by a fresh probe
+        await wake.close()
 
         # The held batch's leases lapse; a later claim takes those jobs again (at-least-once).
         now += LEASE_MS

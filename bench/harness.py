@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cpu import process_cpu
-from bench.report import METRICS, render
+from bench.report import BUSY_LOAD, METRICS, render
 from bench.stores import BenchError, PgServer, Progress, RedisServer, Target
 from bench.systems import ROOT, SYSTEMS, System
 
@@ -158,12 +158,16 @@ class SystemRun:
         worker: WorkerProcess,
         expected: int,
         until: Callable[[Progress], bool],
+        *,
+        slowing: bool = False,
     ) -> tuple[float, float, Progress]:
         """Poll the store until `until` holds: (the poll before, the poll that saw it, what
-        it saw). Each poll's time is taken as it is sent. Fails once the store shows no change
-        for `stall_seconds` (a worker that errors on every claim keeps running)."""
-        before = time.perf_counter()
-        stalled_at = before + self.config.stall_seconds
+        it saw). Each poll's time is taken as it is sent. `slowing` spaces the polls out to 1 %
+        of the time waited so far: the moment seen stays within 0.5 % of the wait, and a slow
+        drain does not carry thousands of the harness's own reads. Fails once the store shows
+        no change for `stall_seconds` (a worker that errors on every claim keeps running)."""
+        began = before = time.perf_counter()
+        stalled_at = began + self.config.stall_seconds
         last: Progress | None = None
         while True:
             sent = time.perf_counter()
@@ -179,7 +183,7 @@ class SystemRun:
                     f" {self.config.stall_seconds:.0f} s; see {worker.log}"
                 )
             before = sent
-            time.sleep(self.config.poll_seconds)
+            time.sleep(max(self.config.poll_seconds, (sent - began) / 100 if slowing else 0))
 
     def enqueue(self) -> float:
         with self._store() as target:
@@ -199,11 +203,14 @@ class SystemRun:
 
         with self._store() as target:
             self._client(target, "fill", jobs)
+            target.settle()
             with self._worker(target, "drain") as worker:
                 before, seen, first = self._wait(target, worker, jobs, started)
                 client_cpu, server_cpu = worker.cpu(), target.server_cpu()
                 opened = (before + seen) / 2
-                before, seen, _ = self._wait(target, worker, jobs, lambda p: p.unfinished == 0)
+                before, seen, _ = self._wait(
+                    target, worker, jobs, lambda p: p.unfinished == 0, slowing=True
+                )
                 client_cpu = worker.cpu() - client_cpu
                 server_cpu = target.server_cpu() - server_cpu
                 closed = (before + seen) / 2
@@ -348,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         systems = [s for s in systems if s.name != "ours"]
 
     load = os.getloadavg()[0]
-    if load >= 1.0:
+    if load >= BUSY_LOAD:
         print(f"bench: load average {load:.2f}: other work shares the cores, numbers are noise")
     server: PgServer | RedisServer = (
         PgServer(args.pg_url) if args.backend == "pg" else RedisServer(args.redis_url)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 BACKENDS = {"pg": "Postgres", "redis": "Redis"}
+# A one-minute load average at the start above this means other work shared the two cores.
+BUSY_LOAD = 1.0
 # Each metric, its column heading, and its format.
 COLUMNS = {
     "enqueue_per_s": ("enqueue/s", "{:,.0f}"),
@@ -38,6 +40,8 @@ def render(result: dict[str, Any]) -> str:
     )
     if result["dry_run"]:
         title += " (DRY RUN: tiny counts, the numbers mean nothing)"
+    elif about["load_before"][0] >= BUSY_LOAD:
+        title += f" (BUSY MACHINE, load {about['load_before'][0]:.2f}: not for the README)"
     lines = [
         title,
         "",

@@ -135,6 +135,9 @@ class RedisDriver(JobDriver):
             if client is not None
             else self._make_client(url, scheme, connect_timeout, socket_timeout)
         )
+        pool = getattr(self._client, "connection_pool", None)
+        if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
+            raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
 
     def _make_client(self, url: str, scheme: str, connect_timeout: float, timeout: float) -> Any:
@@ -169,10 +172,7 @@ class RedisDriver(JobDriver):
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
-        try:
-            await self._client.ping()
-        except self._unavailable as exc:
-            raise DriverUnavailableError(detail=f"ping: {_why(exc, self.url)}") from exc
+        await self._read(self._client.ping, "ping")
 
     async def close(self) -> None:
         if self._owned:

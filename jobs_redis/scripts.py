@@ -6,6 +6,7 @@ before the source is hashed, so the server sees one self-contained script per op
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from importlib.resources import files
@@ -57,8 +58,9 @@ def load_source(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@functools.cache
 def load_all() -> dict[str, LuaScript]:
-    """Every operation's script, by name."""
+    """Every operation's script, by name (read once per process; do not mutate)."""
     out: dict[str, LuaScript] = {}
     for name in SCRIPT_NAMES:
         source = load_source(name)

@@ -111,7 +111,8 @@ class RedisServer:
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if self.cli("ping").strip() == "PONG":
+            answer = self.cli("ping").strip()
+            if answer == "PONG" or answer.startswith("NOAUTH"):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"redis-server on {self.port} did not start")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.crc import key_slot
 
-from jobs_core.errors import DriverError, DriverUnavailableError
+from jobs_core.errors import DriverError, DriverUnavailableError, JobsError, RecordInvalidError
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -25,7 +26,7 @@ from jobs_core.records import (
 from jobs_core.states import JobState
 from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
-from tests.redis.conftest import Factory, fresh_prefix, purge, spare_port
+from tests.redis.conftest import Factory, RedisServer, fresh_prefix, purge, spare_port
 
 T0 = 1_800_000_000_000
 ODD = ("q'uo%te\n☃", "{brace}", "a}b{c", "ключ", "tab\there", "💥", " ", "%s%d")
@@ -337,3 +338,30 @@ async def test_enqueue_many_across_pipelined_chunks_matches_memory(driver: Redis
     ids = [j.id for j in jobs]
     assert await driver.job_get_many(ids) == await memory.job_get_many(ids)
     assert await driver.queue_demand(["q"], T0) == await memory.queue_demand(["q"], T0)
+
+
+def test_injected_client_must_decode() -> None:
+    import fakeredis
+
+    raw = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    with pytest.raises(RecordInvalidError):
+        RedisDriver("fake", client=raw)
+
+
+async def test_wrong_password_is_typed_and_masked(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "auth", "--requirepass", "right-one")
+    server.start()
+    try:
+        d = RedisDriver(f"redis://:wr0ng-s3cret@127.0.0.1:{server.port}/0", prefix="x")
+        with pytest.raises(JobsError) as exc:
+            await d.open()
+        assert exc.value.code in ("X_DRIVER_UNAVAILABLE", "X_DRIVER_ERROR")
+        assert "wr0ng-s3cret" not in str(exc.value)
+        assert "wr0ng-s3cret" not in d.describe()
+        await d.close()
+        ok = RedisDriver(f"redis://:right-one@127.0.0.1:{server.port}/0", prefix="x")
+        await ok.open()
+        assert (await ok.job_enqueue(new_job(1))).deduped is False
+        await ok.close()
+    finally:
+        server.stop()

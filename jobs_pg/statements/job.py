@@ -177,15 +177,29 @@ _enq_ins = (
 )
 _enq_wake = _wake_cte(_enq_ins, "wake")
 _held = jobs.alias("held")
+_inserted = sa.select(_enq_ins.c.id).scalar_subquery()
 JOB_ENQUEUE: Final = sa.select(
-    sa.select(_enq_ins.c.id).scalar_subquery().label("inserted"),
-    sa.select(jobs.c.id).where(jobs.c.id == p("id", TEXT)).scalar_subquery().label("existing"),
-    sa.select(_held.c.id)
-    .where(
-        live_key_matches(_held, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT))
-    )
-    .scalar_subquery()
-    .label("holder"),
+    _inserted.label("inserted"),
+    # The lookups sit in CASE so that, on the common path (inserted), neither probe runs: an
+    # InitPlan is evaluated only when its value is first needed.
+    sa.case(
+        (
+            _inserted.is_(None),
+            sa.select(jobs.c.id).where(jobs.c.id == p("id", TEXT)).scalar_subquery(),
+        )
+    ).label("existing"),
+    sa.case(
+        (
+            _inserted.is_(None),
+            sa.select(_held.c.id)
+            .where(
+                live_key_matches(
+                    _held, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT)
+                )
+            )
+            .scalar_subquery(),
+        )
+    ).label("holder"),
     _notified(_enq_wake),
 )
 

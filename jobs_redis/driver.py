@@ -10,7 +10,8 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json (written once).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
-- `{p}:job:lease`   zset id by lease end: every running row, whatever its queue.
+- `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
+  lapsed leases of the queues it asks for, and no others).
 - `{p}:due:<queue>` zset id by `priority * 2**42 + run_at_ms` (< 2**49, exact in a double):
   ready rows and parked rows with a time; equal scores order by id bytewise, which is code-point
   order for UTF-8, so a zset range IS the (priority, run_at, id) order. `{p}:parked:<queue>`
@@ -20,8 +21,8 @@ slot and every script declares every key it touches in KEYS):
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
 fixed hashes the claim's KEYS are known up front (the fixed keys plus `due`/`parked` of each
-asked queue). The price: a nack, cancel or requeue must name the row's `due` key, so the driver
-remembers the queue of the jobs it claimed and reads it first (one HMGET) for any other id.
+asked queue). The price: a settle must name the row's per-queue keys, so the driver remembers
+the queue of the jobs it claimed and reads it first (one HMGET) for any other id.
 
 Cluster: `redis+cluster://host:port` (or `rediss+cluster://`, or `cluster=True`) connects through
 `RedisCluster`. One prefix lives in one slot, so a cluster gives failover, not sharding, within a
@@ -314,9 +315,9 @@ class RedisDriver(JobDriver):
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         k = self.keys
         queues = list(dict.fromkeys(params.queues))
-        keys = [k.state, k.data, k.live, k.lease, k.error, k.pause_queue, k.pause_name, k.worker]
+        keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
-            keys += (k.due(q), k.parked(q))
+            keys += (k.due(q), k.parked(q), k.lease(q))
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
         beat = params.beat
@@ -375,17 +376,38 @@ class RedisDriver(JobDriver):
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
         k = self.keys
+        queue_of = await self._queues_of([a.fence.job_id for a in acks])
+        keys = [k.state, k.live, k.result, k.progress]
+        index: dict[str, int] = {}
         args: list[object] = []
         for a in acks:
             f = a.fence
+            q = self._index(queue_of.get(f.job_id), index, keys, k.lease)
             args += (
                 f.job_id,
-                f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00"
+                f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
-            self._queue_of.pop(f.job_id, None)
-        got = await self._run("job_ack", (k.state, k.live, k.lease, k.result, k.progress), args)
+        got = await self._run("job_ack", keys, args)
+        for a in acks:
+            self._queue_of.pop(a.fence.job_id, None)
         return [c == "1" for c in got]
+
+    @staticmethod
+    def _index(
+        queue: str | None,
+        index: dict[str, int],
+        keys: list[str],
+        *key_of: Callable[[str], str],
+    ) -> int:
+        """The 1-based index of `queue` among a call's queues, adding its keys on first sight."""
+        if queue is None:
+            return 0
+        q = index.get(queue)
+        if q is None:
+            q = index[queue] = len(index) + 1
+            keys += (f(queue) for f in key_of)
+        return q
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         for n in nacks:
@@ -393,18 +415,12 @@ class RedisDriver(JobDriver):
                 raise RecordInvalidError("holds a NUL character", detail="error")
         k = self.keys
         queue_of = await self._queues_of([n.fence.job_id for n in nacks])
-        queue_index: dict[str, int] = {}
-        keys = [k.state, k.live, k.lease, k.error, k.progress]
+        index: dict[str, int] = {}
+        keys = [k.state, k.live, k.error, k.progress]
         args: list[object] = []
         for n in nacks:
             f = n.fence
-            queue = queue_of.get(f.job_id)
-            q = 0
-            if queue is not None:
-                q = queue_index.get(queue, 0)
-                if not q:
-                    q = queue_index[queue] = len(queue_index) + 1
-                    keys += (k.due(queue), k.parked(queue))
+            q = self._index(queue_of.get(f.job_id), index, keys, k.due, k.parked, k.lease)
             run_at = "" if n.run_at_ms is None else n.run_at_ms
             error = "" if n.error is None else "=" + n.error
             args += (
@@ -419,11 +435,15 @@ class RedisDriver(JobDriver):
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         k = self.keys
+        queue_of = await self._queues_of([b.fence.job_id for b in beats])
+        keys = [k.state]
+        index: dict[str, int] = {}
         args: list[object] = []
         for b in beats:
             f = b.fence
-            args += (f.job_id, f"{f.claims}\x00{f.worker_id}\x00{b.now_ms + b.lease_ms}")
-        got = await self._run("job_heartbeat", (k.state, k.lease), args)
+            q = self._index(queue_of.get(f.job_id), index, keys, k.lease)
+            args += (f.job_id, f"{f.claims}\x00{f.worker_id}\x00{b.now_ms + b.lease_ms}\x00{q}")
+        got = await self._run("job_heartbeat", keys, args)
         return [c == "1" for c in got]
 
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
@@ -442,7 +462,7 @@ class RedisDriver(JobDriver):
             return CancelAnswer.NOT_FOUND
         got = await self._run(
             "job_cancel",
-            (k.state, k.live, k.lease, k.due(queue), k.parked(queue)),
+            (k.state, k.live, k.lease(queue), k.due(queue), k.parked(queue)),
             (job_id, now_ms, queue),
         )
         return _CANCEL[got]

@@ -13,7 +13,6 @@ class Keys:
     __slots__ = (
         "data",
         "error",
-        "lease",
         "live",
         "pause_name",
         "pause_queue",
@@ -34,7 +33,6 @@ class Keys:
         self.state = f"{t}:job:state"
         self.data = f"{t}:job:data"
         self.live = f"{t}:job:live"
-        self.lease = f"{t}:job:lease"
         self.error = f"{t}:job:error"
         self.progress = f"{t}:job:progress"
         self.result = f"{t}:job:result"
@@ -50,6 +48,10 @@ class Keys:
     def parked(self, queue: str) -> str:
         """The parked rows with a time of one queue (also in `due`), same scores."""
         return f"{self.tag}:parked:{queue}"
+
+    def lease(self, queue: str) -> str:
+        """The running rows of one queue, by lease end."""
+        return f"{self.tag}:lease:{queue}"
 
     def channel(self, queue: str) -> str:
         """The pub/sub channel an enqueue into `queue` publishes its wake on."""

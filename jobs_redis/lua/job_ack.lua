@@ -1,9 +1,10 @@
 -- job_ack — complete each held job; each item is fenced by its own claims and worker.
 --
--- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] job:result
--- KEYS[5] job:progress
--- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL now_ms NUL
---   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty).
+-- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:result   KEYS[4] job:progress
+-- KEYS[4 + q] lease:<queue q>, for each distinct queue q of the items
+-- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL now_ms NUL q NUL
+--   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty;
+--   q is "0" for a row the caller could not find, which no fence can hold).
 --   An absent result clears the stored one; an absent progress keeps it.
 --   (Two ARGV per item, not six: the client packs each argument, and that cost dominated.)
 -- Items apply in order, so a second ack of the same fence in one call misses.
@@ -19,15 +20,15 @@ for i = 1, #ARGV / 2 do
     t[5] = ""
     t[7] = rest[1]
     redis.call("HSET", KEYS[1], id, join(t))
-    redis.call("ZREM", KEYS[3], id)
+    redis.call("ZREM", KEYS[4 + tonumber(rest[2])], id)
     redis.call("HDEL", KEYS[2], ns_of(t))
-    if rest[2] ~= "" then
-      redis.call("HSET", KEYS[4], id, rest[2])
-    else
-      redis.call("HDEL", KEYS[4], id)
-    end
     if rest[3] ~= "" then
-      redis.call("HSET", KEYS[5], id, rest[3])
+      redis.call("HSET", KEYS[3], id, rest[3])
+    else
+      redis.call("HDEL", KEYS[3], id)
+    end
+    if rest[4] ~= "" then
+      redis.call("HSET", KEYS[4], id, rest[4])
     end
     out[i] = "1"
   else

@@ -1,7 +1,7 @@
 -- job_cancel — cancel a live row (ready, running or parked); a finished row is left alone.
 --
--- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] due:<the row's queue>
--- KEYS[5] parked:<the row's queue>
+-- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] lease:<the row's queue>
+-- KEYS[4] due:<the row's queue>   KEYS[5] parked:<the row's queue>
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] the row's queue (as the caller read it; checked)
 -- Returns "cancelled", "finished" or "not_found"; an error when ARGV[3] is not the row's queue.
 --!include row.lua

@@ -1,9 +1,10 @@
 -- job_claim — bury lapsed final attempts, then claim up to `limit` due rows in
 -- (priority, run_at, id) order across the asked queues, skipping paused queues and names.
 --
--- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] job:lease (zset id by lease end)
--- KEYS[5] job:error   KEYS[6] pause:queue (set)   KEYS[7] pause:name (set)   KEYS[8] worker (hash)
--- KEYS[7 + 2q] due:<queue q>, KEYS[8 + 2q] parked:<queue q>, for q = 1..m in ARGV order
+-- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] job:error
+-- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
+-- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
+--   (zset id by lease end), for q = 1..m in ARGV order
 -- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
 -- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
@@ -22,20 +23,19 @@ local m = tonumber(ARGV[6])
 local d = tonumber(ARGV[7 + m])
 
 if ARGV[8 + m + d] ~= "" then
-  redis.call("HSET", KEYS[8], ARGV[8 + m + d], ARGV[9 + m + d])
+  redis.call("HSET", KEYS[7], ARGV[8 + m + d], ARGV[9 + m + d])
 end
 
-local qindex, qpaused = {}, {}
+local qpaused = {}
 for q = 1, m do
-  qindex[ARGV[6 + q]] = q
-  qpaused[q] = redis.call("SISMEMBER", KEYS[6], ARGV[6 + q]) == 1
+  qpaused[q] = redis.call("SISMEMBER", KEYS[5], ARGV[6 + q]) == 1
 end
 local drop = {}
 for i = 1, d do
   drop[ARGV[7 + m + i]] = true
 end
 
-local any_name_paused = redis.call("SCARD", KEYS[7]) > 0
+local any_name_paused = redis.call("SCARD", KEYS[6]) > 0
 local name_paused_cache = {}
 local function name_paused(name)
   if not any_name_paused then
@@ -43,7 +43,7 @@ local function name_paused(name)
   end
   local p = name_paused_cache[name]
   if p == nil then
-    p = redis.call("SISMEMBER", KEYS[7], name) == 1
+    p = redis.call("SISMEMBER", KEYS[6], name) == 1
     name_paused_cache[name] = p
   end
   return p
@@ -74,11 +74,10 @@ end
 
 local buried = {}
 local lapsed = {}
-for _, id in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", ARGV[1])) do
-  local raw = redis.call("HGET", KEYS[1], id)
-  local t = split(raw)
-  local q = qindex[t[10]]
-  if q then
+for q = 1, m do
+  local lease_key = KEYS[7 + 3 * q]
+  for _, id in ipairs(redis.call("ZRANGEBYSCORE", lease_key, "-inf", ARGV[1])) do
+    local t = split(redis.call("HGET", KEYS[1], id))
     if tonumber(t[4]) >= tonumber(t[9]) then
       local state = "dead"
       if drop[t[11]] then
@@ -88,8 +87,8 @@ for _, id in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", ARGV[1])) do
       t[5] = ""
       t[7] = ARGV[1]
       redis.call("HSET", KEYS[1], id, join(t))
-      redis.call("ZREM", KEYS[4], id)
-      redis.call("HSET", KEYS[5], id, ARGV[5])
+      redis.call("ZREM", lease_key, id)
+      redis.call("HSET", KEYS[4], id, ARGV[5])
       redis.call("HDEL", KEYS[3], ns_of(t))
       local b = #buried
       buried[b + 1] = id
@@ -97,7 +96,7 @@ for _, id in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", ARGV[1])) do
       buried[b + 3] = t[10]
       buried[b + 4] = state
     elseif not qpaused[q] and t[6] ~= "" and not name_paused(t[11]) then
-      lapsed[#lapsed + 1] = { score = tonumber(t[8]) * B + tonumber(t[6]), id = id, row = t }
+      lapsed[#lapsed + 1] = { score = tonumber(t[8]) * B + tonumber(t[6]), id = id, row = t, lq = q }
     end
   end
 end
@@ -106,7 +105,7 @@ table.sort(lapsed, less)
 -- Up to `limit` due, unpaused rows of one queue in order. Within a priority run_at ascends, so
 -- each priority is one score window [p*B, p*B + now]; past it the scan jumps to the next one.
 local function due_in(q)
-  local key = KEYS[7 + 2 * q]
+  local key = KEYS[5 + 3 * q]
   local out = {}
   local first = redis.call("ZRANGE", key, 0, 0, "WITHSCORES")
   if #first == 0 then
@@ -193,13 +192,15 @@ for _, c in ipairs(chosen) do
   t[5] = lease_end
   local row = join(t)
   redis.call("HSET", KEYS[1], c.id, row)
+  local q = c.lq
   if c.q then
-    redis.call("ZREM", KEYS[7 + 2 * c.q], c.id)
+    q = c.q
+    redis.call("ZREM", KEYS[5 + 3 * q], c.id)
     if was == "parked" then
-      redis.call("ZREM", KEYS[8 + 2 * c.q], c.id)
+      redis.call("ZREM", KEYS[6 + 3 * q], c.id)
     end
   end
-  redis.call("ZADD", KEYS[4], lease_end, c.id)
+  redis.call("ZADD", KEYS[7 + 3 * q], lease_end, c.id)
   local n = #claimed
   claimed[n + 1] = c.id
   claimed[n + 2] = row

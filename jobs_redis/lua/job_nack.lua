@@ -1,8 +1,8 @@
 -- job_nack — give each held job back as its kind says (jobs_memory.driver.nacked); fenced per item.
 --
--- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:lease   KEYS[4] job:error
--- KEYS[5] job:progress
--- KEYS[4 + 2q] due:<queue q>, KEYS[5 + 2q] parked:<queue q>, for each distinct queue q of the items
+-- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:error   KEYS[4] job:progress
+-- KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>, KEYS[4 + 3q] lease:<queue q>,
+--   for each distinct queue q of the items
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL kind NUL now_ms NUL
 --   run_at_ms ("" for none) NUL "1" when dead_letter else "0" NUL queue index q ("0" when
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
@@ -32,9 +32,9 @@ for i = 1, n do
   if t then
     local kind, now, run_at, dead_letter = rest[1], rest[2], rest[3], rest[4]
     local q, progress, err = tonumber(rest[5]), rest[6], rest[7]
-    local due_key, parked_key = KEYS[4 + 2 * q], KEYS[5 + 2 * q]
+    local due_key, parked_key = KEYS[2 + 3 * q], KEYS[3 + 3 * q]
     t[5] = ""
-    redis.call("ZREM", KEYS[3], id)
+    redis.call("ZREM", KEYS[4 + 3 * q], id)
     local set_error, finished, due = false, false, false
     if kind == "retry" then
       t[1] = "ready"
@@ -78,13 +78,13 @@ for i = 1, n do
     end
     if set_error then
       if err == "" then
-        redis.call("HDEL", KEYS[4], id)
+        redis.call("HDEL", KEYS[3], id)
       else
-        redis.call("HSET", KEYS[4], id, string.sub(err, 2))
+        redis.call("HSET", KEYS[3], id, string.sub(err, 2))
       end
     end
     if progress ~= "" then
-      redis.call("HSET", KEYS[5], id, progress)
+      redis.call("HSET", KEYS[4], id, progress)
     end
     out[i] = "1"
   else

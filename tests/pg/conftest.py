@@ -45,9 +45,9 @@ def drop_schema(schema: str) -> None:
 async def fresh_driver(**kwargs: Any) -> AsyncIterator[PgDriver]:
     """A driver on a newly migrated schema of its own, dropped on the way out."""
     schema = fresh_schema()
-    await asyncio.to_thread(upgrade, PG_URL, schema)
-    driver = PgDriver(PG_URL, schema=schema, pool_size=kwargs.pop("pool_size", 4), **kwargs)
     try:
+        await asyncio.to_thread(upgrade, PG_URL, schema)
+        driver = PgDriver(PG_URL, schema=schema, pool_size=kwargs.pop("pool_size", 4), **kwargs)
         async with driver:
             yield driver
     finally:
@@ -63,8 +63,8 @@ def driver_factory_for_suite() -> AbstractAsyncContextManager[JobDriver]:
 def pg_schema() -> Iterator[str]:
     """A migrated schema for one test."""
     schema = fresh_schema()
-    upgrade(PG_URL, schema)
     try:
+        upgrade(PG_URL, schema)
         yield schema
     finally:
         drop_schema(schema)

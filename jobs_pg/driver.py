@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -71,6 +72,8 @@ STATEMENTS: Final[dict[str, Sql]] = {
 _STATES: Final = {s.value: s for s in JobState}
 _LIVE_VALUES: Final = frozenset(s.value for s in LIVE_STATES)
 #: Unavailability: the server is unreachable, went away, or a call outlived its timeout.
+#: How long the hot connection serves before it goes back to the pool for recycling.
+HOT_MAX_AGE_S: Final = 600.0
 _UNAVAILABLE: Final = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)
 
 T = TypeVar("T")
@@ -153,6 +156,9 @@ class PgDriver(JobDriver):
         self._open_lock = asyncio.Lock()
         self._subscriptions: set[WakeSubscription] = set()
         self._checking = False
+        self._hot: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+        self._hot_busy = False
+        self._hot_since = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -212,7 +218,10 @@ class PgDriver(JobDriver):
             await sub.close()
         self._subscriptions.clear()
         pool, self._pool = self._pool, None
+        hot, self._hot = self._hot, None
         if pool is not None:
+            if hot is not None and not self._hot_busy:
+                await pool.putconn(hot)
             await pool.close()
 
     # -- running statements -----------------------------------------------------------------------
@@ -222,7 +231,7 @@ class PgDriver(JobDriver):
         """A pooled connection; unavailability or a call past its timeout: X_DRIVER_UNAVAILABLE."""
         pool = await self._ready()
         try:
-            async with asyncio.timeout(self._call_timeout), pool.connection() as conn:
+            async with asyncio.timeout(self._call_timeout), self._lease(pool) as conn:
                 yield conn
         except TimeoutError as exc:
             self._after_failure()
@@ -232,6 +241,42 @@ class PgDriver(JobDriver):
             raise DriverUnavailableError(detail=_reason(exc)) from exc
         except psycopg.Error as exc:
             raise DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _lease(
+        self, pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
+    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        """The driver's hot connection when it is free, else one from the pool.
+
+        Calls made one after another (an enqueue loop, a worker's claim then its acks) reuse one
+        connection without a trip through the pool's locks and bookkeeping (≈ 35 µs a call);
+        concurrent calls spill over to the pool. After any failure the hot connection goes back
+        to the pool, which keeps or discards it by its state, and the next call takes a new one.
+        """
+        if self._hot_busy or self._pool_size < 2:
+            async with pool.connection() as conn:
+                yield conn
+            return
+        self._hot_busy = True
+        try:
+            hot = self._hot
+            if hot is not None and time.monotonic() - self._hot_since > HOT_MAX_AGE_S:
+                # The pool recycles connections by age; the hot one takes its turn too.
+                self._hot = None
+                await pool.putconn(hot)
+                hot = None
+            if hot is None:
+                hot = self._hot = await pool.getconn()
+                self._hot_since = time.monotonic()
+            conn = hot
+            try:
+                yield conn
+            except BaseException:
+                self._hot = None
+                await pool.putconn(conn)
+                raise
+        finally:
+            self._hot_busy = False
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]

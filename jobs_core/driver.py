@@ -197,8 +197,9 @@ class JobDriver(abc.ABC):
         """Make a finished row ready now with fresh attempts, in one write.
 
         Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`) and a key
-        another live row holds now (`X_JOB_REQUEUE_DUPLICATE`). The run id stays: a requeued
-        run keeps its recorded steps.
+        another live row holds now (`X_JOB_REQUEUE_DUPLICATE`). The run id stays (a requeued
+        run keeps its recorded steps), and so do `claims`, `last_error`, `result_json` and
+        `progress_json`: history for the operator until the next settle overwrites them.
         """
         _check_str(job_id, "job_id")
         _check_time(now_ms, "now_ms")
@@ -239,7 +240,10 @@ class JobDriver(abc.ABC):
         await self._worker_beat(beat)
 
     async def worker_forget(self, worker_id: str) -> bool:
-        """Remove a worker's registry row; True when it existed."""
+        """Remove a worker's registry row; True when it existed, expired or not.
+
+        Expired rows are not listed but stay until forgotten (a stopping worker forgets itself).
+        """
         _check_str(worker_id, "worker_id")
         return await self._worker_forget(worker_id)
 

@@ -18,7 +18,7 @@ class NewJob:
     run_id: str
     name: str
     queue: str
-    #: The enqueuer's tenant; `None` and `''` share one idempotency namespace.
+    #: The enqueuer's tenant, or None; never `''` (the namespace spells None as `''`).
     tenant_id: str | None
     idempotency_key: str
     input_json: str
@@ -189,7 +189,7 @@ class NackKind(StrEnum):
     PARK = "park"
     #: Back to `ready` at `run_at_ms` (or now); no attempt spent, `last_error` untouched.
     SHED = "shed"
-    #: A drain gave it back: `ready` now; no attempt spent.
+    #: A drain gave it back: `ready` at `run_at_ms`, or now; no attempt spent.
     INTERRUPT = "interrupt"
     #: Refused by keyed concurrency: `failed`, no attempt spent.
     REFUSE = "refuse"

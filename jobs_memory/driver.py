@@ -9,6 +9,7 @@ may call in from another thread.
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -162,9 +163,10 @@ class MemoryDriver(JobDriver):
                 self._beat_locked(params.beat)
             buried: list[BuriedJob] = []
             candidates: list[_DueKey] = []
-            for lease_until, job_id in list(self._leases.irange(maximum=(now, "\U0010ffff"))):
+            lapsed = list(itertools.takewhile(lambda lease: lease[0] <= now, self._leases))
+            for _, job_id in lapsed:
                 r = self._rows[job_id].rec
-                if r.queue not in queues or lease_until > now:
+                if r.queue not in queues:
                     continue
                 if r.attempt >= r.max_attempts:
                     state = JobState.FAILED if r.name in params.drop_exhausted else JobState.DEAD

@@ -61,7 +61,7 @@ QUEUES = ("q1", "q2")
 KEYS = ("k1", "k2")
 WORKERS = ("w1", "w2")
 #: Id prefixes whose order differs between code-point order and any locale's collation.
-ID_PREFIXES = ("a", "B", "_", "é", "f", "☃", "q'", "%", "n\nl")
+ID_PREFIXES = ("a", "B", "_", "é", "f", "☃", "q'", "%", "n\nl", "\U0010ffff")
 INPUTS = ('{"n":1}', "[1, 2.5, null]", '"s"', '{"b": {"a": [true, false]}, "a": "☃ q\'uo"}')
 RESULTS = (None, '{"ok":true}', "null", '"done"')
 PROGRESSES = (None, '{"pct": 50}', '[1,{"x":"y"}]')

@@ -239,6 +239,12 @@ class PgDriver(JobDriver):
         except _UNAVAILABLE as exc:
             self._after_failure()
             raise DriverUnavailableError(detail=_reason(exc)) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise DriverError(
+                f"the jobs schema {self.schema!r} is not installed or is behind this version"
+                " (run `alembic upgrade head`)",
+                detail=_reason(exc),
+            ) from exc
         except psycopg.Error as exc:
             raise DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}") from exc
 

@@ -303,3 +303,13 @@ async def test_a_lost_prepared_statement_turns_preparing_off(pg_schema: str) -> 
         assert sorted(await d.job_get_many(["id-1", "id-2", "id-3"])) == ["id-1", "id-2"]
     finally:
         await d.close()
+
+
+async def test_a_missing_schema_says_how_to_install_it() -> None:
+    from jobs_core.errors import DriverError
+
+    async with PgDriver(PG_URL, schema="never_migrated_here", pool_size=2) as d:
+        with pytest.raises(DriverError) as err:
+            await d.job_enqueue(job(1))
+    assert err.value.code == "X_DRIVER_ERROR"
+    assert "alembic upgrade head" in str(err.value)

@@ -42,6 +42,8 @@ RESULTS = ROOT / "bench" / "results"
 IDLE_SECONDS = 1.0
 STOP_GRACE_SECONDS = 20.0
 CLIENT_TIMEOUT_SECONDS = 300.0
+# A URL of each backend, only to ask whether our driver for it is installed (nothing connects).
+EXAMPLE_URLS = {"pg": "postgresql://localhost/bench", "redis": "redis://localhost/0"}
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,11 @@ class SystemRun:
         self.raw = raw
         self.run = run
 
+    def _url(self, target: Target) -> str:
+        return target.url + self.system.url_options
+
     def _env(self, target: Target, **extra: str) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_URL": target.url, **extra}
+        return {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_URL": self._url(target), **extra}
 
     def _client(self, target: Target, command: str, *args: object) -> dict[str, Any]:
         argv = [str(self.system.python), "-m", "bench.peers.cli", self.system.name, command]
@@ -140,7 +145,7 @@ class SystemRun:
     def _worker(
         self, target: Target, phase: str, side_file: Path | None = None
     ) -> Iterator[WorkerProcess]:
-        argv = [part.replace("{url}", target.url) for part in self.system.worker]
+        argv = [part.replace("{url}", self._url(target)) for part in self.system.worker]
         env = self._env(target)
         if side_file is not None:
             env["BENCH_LATENCY_FILE"] = str(side_file)
@@ -251,18 +256,18 @@ class SystemRun:
 
 
 def ours_missing(backend: str) -> str | None:
-    """Why our side cannot run yet on `backend` (its driver or worker not there), else None."""
-    driver_module, driver_class = {
-        "pg": ("jobs_pg", "PgDriver"),
-        "redis": ("jobs_redis", "RedisDriver"),
-    }[backend]
+    """Why our side cannot run yet on `backend` (no driver installed for its URL scheme, or no
+    worker API), else None."""
     try:
         importlib.import_module("bench.peers.ours_peer")
-        module = importlib.import_module(driver_module)
+        from jobs_core.errors import JobsError
+        from jobs_core.urls import driver_from_url
     except ImportError as exc:
         return str(exc)
-    if not hasattr(module, driver_class):
-        return f"{driver_module}.{driver_class} does not exist yet"
+    try:
+        driver_from_url(EXAMPLE_URLS[backend])
+    except JobsError as exc:
+        return exc.message
     return None
 
 

@@ -26,6 +26,7 @@ class System:
     package: str  # the distribution whose version the table reports
     redis_db: int | None = None
     drain_cap: int | None = None  # fewer drain jobs where the full count would take minutes
+    url_options: str = ""  # appended to its store's URL for its client and worker
 
 
 def _sql_probe(query: str) -> Probe:
@@ -65,9 +66,14 @@ def _rq_probe(client: Any, expected: int) -> Progress:
     return Progress(queued, expected - finished - failed)
 
 
+# Our schema (Postgres) or key prefix (Redis) inside the store the harness gives each phase.
+_OURS = "bench"
+
+
 def _ours_redis_probe(client: Any, expected: int) -> Progress:
     # `due` holds the ready rows; every live row holds its namespace in `job:live`.
-    due, live = client.pipeline().zcard("{bench}:due:default").hlen("{bench}:job:live").execute()
+    tag = "{" + _OURS + "}"
+    due, live = client.pipeline().zcard(f"{tag}:due:default").hlen(f"{tag}:job:live").execute()
     return Progress(due, live)
 
 
@@ -76,17 +82,19 @@ def _peer(name: str, *command: str) -> tuple[Path, tuple[str, ...]]:
     return bin_dir / "python", (str(bin_dir / command[0]), *command[1:])
 
 
-def _ours(backend: str, probe: Probe, redis_db: int | None = None) -> System:
+def _ours(backend: str, probe: Probe, url_options: str, redis_db: int | None = None) -> System:
+    ujobs = str(OURS_PYTHON.parent / "ujobs")
     return System(
         name="ours",
         label="ultimat3-jobs",
         backend=backend,
         python=OURS_PYTHON,
-        worker=(str(OURS_PYTHON), "-m", "bench.peers.cli", "ours", "worker"),
-        worker_note="`jobs_core.Worker` with `ujobs worker`'s defaults (concurrency 10)",
+        worker=(ujobs, "worker", "bench.peers.ours_peer", "--driver", "{url}", "--quiet"),
+        worker_note="`ujobs worker` with its defaults (concurrency 10, the wake on)",
         probe=probe,
         package="ultimat3-jobs",
         redis_db=redis_db,
+        url_options=url_options,
     )
 
 
@@ -110,8 +118,9 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             _sql_probe(
                 "SELECT count(*) FILTER (WHERE state = 'ready'),"
                 " count(*) FILTER (WHERE state IN ('ready', 'running', 'parked'))"
-                " FROM bench.jobs"
+                f" FROM {_OURS}.jobs"
             ),
+            f"?schema={_OURS}",
         ),
         System(
             name="procrastinate",
@@ -145,7 +154,7 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         ),
     ),
     "redis": (
-        _ours("redis", _ours_redis_probe, redis_db=10),
+        _ours("redis", _ours_redis_probe, f"?prefix={_OURS}", redis_db=10),
         System(
             name="arq",
             label="arq",

@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("system")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup", help="install the system's schema in the store")
-    commands.add_parser("worker", help="run the worker where its own command cannot be used")
+    commands.add_parser("worker", help="run PgQueuer's worker (its own command cannot start)")
     for name in ("enqueue", "bulk", "fill"):
         commands.add_parser(name).add_argument("n", type=int)
     latency = commands.add_parser("latency")

@@ -1,10 +1,9 @@
-"""Ours: `Jobs.enqueue` one by one, `Jobs.enqueue_many` in bulk, on `PgDriver` or `RedisDriver`
-as BENCH_URL's scheme says; the worker is one process running `jobs_core.Worker` with the
-defaults `ujobs worker` uses (`python -m bench.peers.cli ours worker`), drained by SIGTERM."""
+"""Ours: `Jobs.enqueue` one by one, `Jobs.enqueue_many` in bulk, on the driver BENCH_URL names
+(its `?schema=` or `?prefix=` included, as `ujobs --driver` reads it); the worker is
+`ujobs worker bench.peers.ours_peer --driver <the same URL>`."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,10 +13,7 @@ from bench.peers.cli import Input, record_start
 from jobs_core.driver import MAX_ENQUEUE_BATCH, JobDriver
 from jobs_core.facade import Jobs
 from jobs_core.job import job
-from jobs_core.worker import Worker
-
-# The schema (Postgres) or key prefix (Redis); the harness gives each run a store of its own.
-NAMESPACE = "bench"
+from jobs_core.urls import driver_from_url
 
 
 @job(name="noop", queue="default", idempotency_key=lambda inp: inp["k"], tenant="none")
@@ -25,33 +21,18 @@ async def noop(inp: Input, ctx: Any) -> None:
     record_start(inp)
 
 
-def _url() -> str:
-    return os.environ["BENCH_URL"]
-
-
-def _is_redis() -> bool:
-    return _url().startswith("redis")
-
-
-def _driver() -> JobDriver:
-    if _is_redis():
-        from jobs_redis import RedisDriver
-
-        return RedisDriver(_url(), prefix=NAMESPACE)
-    from jobs_pg import PgDriver
-
-    return PgDriver(_url(), schema=NAMESPACE)
-
-
 class _Client:
     def __init__(self, driver: JobDriver) -> None:
         self.jobs = Jobs(driver)
 
     async def setup(self) -> None:
-        if not _is_redis():
+        url = os.environ["BENCH_URL"]
+        if url.startswith("postgres"):
             from jobs_pg import migrate
+            from jobs_pg.urls import split_options
 
-            migrate.upgrade(_url(), NAMESPACE)
+            plain, options = split_options(url)
+            migrate.upgrade(plain, options["schema"])
 
     async def enqueue(self, inp: Input) -> None:
         await self.jobs.enqueue(noop, inp)
@@ -63,17 +44,5 @@ class _Client:
 
 @asynccontextmanager
 async def open_client() -> AsyncIterator[_Client]:
-    async with _driver() as driver:
+    async with driver_from_url(os.environ["BENCH_URL"]) as driver:
         yield _Client(driver)
-
-
-def run_worker() -> None:
-    asyncio.run(_work())
-
-
-async def _work() -> None:
-    async with _driver() as driver:
-        worker = Worker(driver, [noop], queues=["default"])
-        await worker.start()
-        worker.install_signal_handlers()
-        await worker.run()

@@ -121,15 +121,20 @@ class SystemRun:
 
     def _client(self, target: Target, command: str, *args: object) -> dict[str, Any]:
         argv = [str(self.system.python), "-m", "bench.peers.cli", self.system.name, command]
-        done = subprocess.run(
-            [*argv, *map(str, args)],
-            env=self._env(target, BENCH_TAG=command),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=CLIENT_TIMEOUT_SECONDS,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [*argv, *map(str, args)],
+                env=self._env(target, BENCH_TAG=command),
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=CLIENT_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BenchError(
+                f"{self.system.name} {command} took over {CLIENT_TIMEOUT_SECONDS:.0f} s"
+            ) from None
         if done.returncode != 0:
             raise BenchError(f"{self.system.name} {command} failed:\n{done.stderr[-3000:]}")
         answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -192,7 +197,7 @@ class SystemRun:
 
     def enqueue(self) -> float:
         with self._store() as target:
-            seconds = self._client(target, "enqueue", self.config.enqueue_jobs)["seconds"]
+            seconds = float(self._client(target, "enqueue", self.config.enqueue_jobs)["seconds"])
         return self.config.enqueue_jobs / seconds
 
     def bulk(self) -> float | None:

@@ -101,7 +101,7 @@ class PgServer:
 
 
 class RedisTarget:
-    def __init__(self, url: str, client: redis.Redis, probe: Probe) -> None:
+    def __init__(self, url: str, client: redis.Redis[Any], probe: Probe) -> None:
         self.url = url
         self._client = client
         self._probe = probe

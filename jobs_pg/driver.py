@@ -159,6 +159,8 @@ class PgDriver(JobDriver):
         self._hot: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
         self._hot_busy = False
         self._hot_since = 0.0
+        #: queue -> the wake slot this process knows is already spent (notified or recorded).
+        self._spent_slots: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -350,7 +352,13 @@ class PgDriver(JobDriver):
     async def _enqueue_on(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob
     ) -> EnqueueResult:
-        stmt = self._q["JOB_ENQUEUE"]
+        slot = self._slot(job.created_at_ms)
+        wake = (
+            slot is not None
+            and job.run_at_ms <= job.created_at_ms
+            and self._spent_slots.get(job.queue) != slot
+        )
+        stmt = self._q["JOB_ENQUEUE" if wake else "JOB_ENQUEUE_QUIET"]
         values = {
             "id": job.id,
             "run_id": job.run_id,
@@ -364,7 +372,7 @@ class PgDriver(JobDriver):
             "run_at_ms": job.run_at_ms,
             "created_at_ms": job.created_at_ms,
             "enqueued_by": job.enqueued_by,
-            "slot": self._slot(job.created_at_ms),
+            "slot": slot,
             "channel": self.channel,
         }
         args = stmt.args(values)
@@ -382,6 +390,11 @@ class PgDriver(JobDriver):
                 raise DriverError("the enqueue statement answered no row", detail=job.id)
             inserted, existing, holder = row[0], row[1], row[2]
             if inserted is not None:
+                if wake and slot is not None:
+                    # This queue's slot is now recorded (by us or by a peer earlier in it).
+                    if len(self._spent_slots) > 10_000:
+                        self._spent_slots.clear()
+                    self._spent_slots[job.queue] = slot
                 return EnqueueResult(job.id, deduped=False)
             if existing is not None:
                 return EnqueueResult(job.id, deduped=True)

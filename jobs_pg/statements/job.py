@@ -175,10 +175,9 @@ _enq_ins = (
     .returning(jobs.c.id, jobs.c.queue, jobs.c.run_at_ms, jobs.c.created_at_ms)
     .cte("ins")
 )
-_enq_wake = _wake_cte(_enq_ins, "wake")
 _held = jobs.alias("held")
 _inserted = sa.select(_enq_ins.c.id).scalar_subquery()
-JOB_ENQUEUE: Final = sa.select(
+_enq_answer = (
     _inserted.label("inserted"),
     # The lookups sit in CASE so that, on the common path (inserted), neither probe runs: an
     # InitPlan is evaluated only when its value is first needed.
@@ -200,8 +199,15 @@ JOB_ENQUEUE: Final = sa.select(
             .scalar_subquery(),
         )
     ).label("holder"),
-    _notified(_enq_wake),
 )
+JOB_ENQUEUE: Final = sa.select(*_enq_answer, _notified(_wake_cte(_enq_ins, "wake")))
+
+# -- JOB_ENQUEUE_QUIET --------------------------------------------------------------------------
+# JOB_ENQUEUE without the wake: the driver runs it when this process already knows the queue's
+# current wake slot is spent (it notified, or found the slot recorded, earlier in the slot), so
+# a busy enqueuer skips even the wake table's read. Skipping only ever removes a NOTIFY that
+# would not have been sent, so the once-per-slot bound and its delivery are unchanged.
+JOB_ENQUEUE_QUIET: Final = sa.select(*_enq_answer)
 
 # -- JOB_ENQUEUE_MANY ---------------------------------------------------------------------------
 # One statement per chunk (the driver splits a chunk where an id repeats, so ids are unique per

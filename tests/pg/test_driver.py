@@ -290,7 +290,7 @@ def test_the_entry_point_module_is_from_url() -> None:
 async def test_a_lost_prepared_statement_turns_preparing_off(pg_schema: str) -> None:
     """What a pooler without prepared-statement support does, made deterministic: the server
     session forgets our statements; the driver reruns the statement unprepared, once."""
-    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1)
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)  # one enqueue statement
     try:
         assert (await d.job_enqueue(job(1))).deduped is False  # prepared on first use
         pool = await d._ready()

@@ -172,3 +172,21 @@ async def test_listen_url_is_where_the_session_dials(pg_schema: str) -> None:
         await _until(sub.is_live)
     finally:
         await d.close()
+
+
+async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -> None:
+    """Each driver remembers the slots it spent; across drivers the wakes row decides."""
+    _, woken = await _subscribe(pg, ["q"])
+    other = PgDriver(PG_URL, schema=pg.schema, pool_size=2)
+    try:
+        await pg.job_enqueue(job(1))
+        await other.job_enqueue(job(2))  # same slot, a driver that never saw it: no NOTIFY
+        await pg.job_enqueue(job(3))
+        await asyncio.sleep(0.3)
+        assert woken == ["q"]
+        await other.job_enqueue(job(4, now=T0 + SLOT))  # the next slot: one more
+        await pg.job_enqueue(job(5, now=T0 + SLOT))
+        await asyncio.sleep(0.3)
+        assert woken == ["q", "q"]
+    finally:
+        await other.close()

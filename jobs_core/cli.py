@@ -143,6 +143,24 @@ def _stats_table(s: WorkerStats, title: str = "") -> Table:
     return table
 
 
+@main.group()
+def db() -> None:
+    """The store's schema."""
+
+
+@db.command()
+@click.option("--driver", "url", required=True, help="Driver URL (Postgres: ?schema=name).")
+def upgrade(url: str) -> None:
+    """Install or upgrade the schema the driver at URL needs (no-op where there is none)."""
+    try:
+        driver = driver_from_url(url)
+        asyncio.run(driver.migrate())
+    except JobsError as exc:
+        _fail(exc)
+        return
+    console.print(f"schema up to date on [cyan]{driver.describe()}[/cyan]")
+
+
 @main.command()
 @click.argument("module")
 @click.argument("job_name")

@@ -103,6 +103,9 @@ class JobDriver(abc.ABC):
         """A one-line description for people, with any password masked."""
         return type(self).__name__
 
+    async def migrate(self) -> None:  # noqa: B027 - a store without a schema has nothing to do
+        """Install or upgrade the store's schema to this version; idempotent."""
+
     # -- jobs ---------------------------------------------------------------------------------
 
     async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:

@@ -191,6 +191,12 @@ class PgDriver(JobDriver):
     async def open(self) -> None:
         await self._ready()
 
+    async def migrate(self) -> None:
+        """Apply the packaged alembic migrations to this driver's schema (`ujobs db upgrade`)."""
+        from jobs_pg.migrate import upgrade
+
+        await asyncio.to_thread(upgrade, self._url, self.schema)
+
     async def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
         pool = self._pool
         if pool is not None:

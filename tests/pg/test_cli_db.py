@@ -1,0 +1,33 @@
+"""`ujobs db upgrade` installs the schema a Postgres driver needs, and is idempotent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+
+
+def test_db_upgrade_creates_the_tables_once_and_again_changes_nothing() -> None:
+    schema = fresh_schema()
+    url = f"{PG_URL}?schema={schema}"
+    try:
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-m", "jobs_core.cli", "db", "upgrade", "--driver", url],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+        with admin() as conn:
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                    (schema,),
+                )
+            }
+        assert {"jobs", "pauses", "workers", "ujobs_alembic_version"} <= tables
+    finally:
+        drop_schema(schema)

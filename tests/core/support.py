@@ -6,6 +6,12 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from jobs_core.clock import FakeClock
+from jobs_core.driver import JobDriver
+
+D = TypeVar("D", bound=JobDriver)
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
@@ -19,3 +25,49 @@ async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.
             return
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.005)
+
+
+def counting(base: type[D], *extra: str) -> type[D]:
+    """A subclass of driver class `base` that records each store call in `self.calls`.
+
+    Every backend method of the contract (the `_`-prefixed ones) is one round-trip; `extra`
+    names more methods that reach the store (a wake probe).
+    """
+
+    def counted(name: str) -> Callable[..., Awaitable[object]]:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> object:
+            self.calls.append(name)
+            result: object = await getattr(base, name)(self, *args, **kwargs)
+            return result
+
+        return method
+
+    names = sorted(JobDriver.__abstractmethods__ | set(extra))
+    namespace: dict[str, Any] = {name: counted(name) for name in names}
+    cls = type(f"Counting{base.__name__}", (base,), namespace)
+
+    original_init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.calls = []
+        original_init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
+async def advance_quietly(clock: FakeClock, ms: int, *, sleepers: int, step_ms: int = 100) -> None:
+    """Advance `clock` by `ms` in steps, each once `sleepers` tasks wait on it.
+
+    Code under test that does real I/O (a database) finishes its call before time moves on,
+    as it would on a real clock; without this the fake clock runs ahead of the store.
+    """
+    left = ms
+    while left > 0:
+        deadline = time.monotonic() + 10
+        while clock.pending_sleepers() < sleepers:
+            assert time.monotonic() < deadline, "the code under test never went idle"
+            await asyncio.sleep(0.001)
+        step = min(step_ms, left)
+        await clock.advance(step)
+        left -= step

@@ -11,7 +11,7 @@ import pytest
 
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
-from jobs_core.driver import Capabilities, JobDriver
+from jobs_core.driver import Capabilities
 from jobs_core.errors import DriverUnavailableError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, JobRegistry, job
@@ -20,34 +20,23 @@ from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from tests.core.support import until
+from tests.core.support import counting, until
 
 
-class CountingDriver(MemoryDriver):
-    """Counts every store round-trip (each call into a backend method is one)."""
+class CountingDriver(counting(MemoryDriver)):  # type: ignore[misc]
+    """Counts every store round-trip; its heartbeats can be made to fail (a partition)."""
+
+    calls: list[str]
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[str] = []
         self.heartbeats_fail = False
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
-        self.calls.append("_job_heartbeat")
         if self.heartbeats_fail:
+            self.calls.append("_job_heartbeat")
             raise DriverUnavailableError(detail="partitioned")
         return await super()._job_heartbeat(beats)
-
-
-def _counted(name: str) -> Any:
-    async def method(self: CountingDriver, *args: Any) -> Any:
-        self.calls.append(name)
-        return await getattr(MemoryDriver, name)(self, *args)
-
-    return method
-
-
-for _name in sorted(JobDriver.__abstractmethods__ - {"_job_heartbeat"}):
-    setattr(CountingDriver, _name, _counted(_name))
 
 
 class _LiveWake:

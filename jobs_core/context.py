@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,14 +17,16 @@ class CancelSignal:
     `raise_if_cancelled()`): a thread cannot be stopped from outside.
     """
 
+    __slots__ = ("_callbacks", "_reason")
+
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # Fired on the worker's loop only; a body thread reads `_reason` (one attribute read).
         self._reason: JobsError | None = None
         self._callbacks: list[Callable[[], None]] = []
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._reason is not None
 
     @property
     def reason(self) -> JobsError | None:
@@ -34,10 +35,9 @@ class CancelSignal:
 
     def fire(self, reason: JobsError) -> bool:
         """Cancel with `reason` and run the callbacks; True the first time only."""
-        if self._event.is_set():
+        if self._reason is not None:
             return False
         self._reason = reason
-        self._event.set()
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb()
@@ -45,7 +45,7 @@ class CancelSignal:
 
     def on_fire(self, callback: Callable[[], None]) -> None:
         """Call `callback` when the signal fires (at once if it already has)."""
-        if self._event.is_set():
+        if self._reason is not None:
             callback()
         else:
             self._callbacks.append(callback)

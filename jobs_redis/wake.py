@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("jobs.redis.wake")
 
-#: Seconds between probes once live; a probe unseen by the next one marks the channel not live.
-PROBE_EVERY_S: Final = 60.0
+#: Seconds a probe gets to cross before another is sent, while the channel is unproven.
+PROBE_WAIT_S: Final = 5.0
+#: Probes per dial. Once one crosses, the channel stays live until its connection drops (which
+#: redis-py reports), so an idle worker sends no probe at all; a channel that never proves itself
+#: costs these few, and the poll carries on alone.
+PROBES_PER_DIAL: Final = 6
 #: Seconds to wait before resubscribing after the connection dropped.
 RETRY_FLOOR_S: Final = 0.1
 RETRY_CEILING_S: Final = 5.0
@@ -67,6 +71,7 @@ class RedisWake:
                 await pubsub.subscribe(*self._by_channel, self._probe_channel)
                 await self._probe()
                 sent = time.monotonic()
+                probes = 1
                 while not self._closed:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
@@ -79,13 +84,14 @@ class RedisWake:
                             queue = self._by_channel.get(channel)
                             if queue is not None:
                                 self._deliver(queue)
-                    if time.monotonic() - sent >= PROBE_EVERY_S:
-                        # The last probe had a whole period to cross; unseen, the channel is deaf.
-                        if not self._live:
-                            break
-                        self._live = False
+                    if (
+                        not self._live
+                        and probes < PROBES_PER_DIAL
+                        and time.monotonic() - sent >= PROBE_WAIT_S
+                    ):
                         await self._probe()
                         sent = time.monotonic()
+                        probes += 1
             except asyncio.CancelledError:
                 raise
             except unavailable as exc:

@@ -58,7 +58,7 @@ def main(verbose: int) -> None:
 @click.option(
     "--queue", "queues", multiple=True, help="Queue to work (repeat); default: the jobs' own."
 )
-@click.option("--concurrency", default=10, show_default=True, help="Bodies at once.")
+@click.option("--concurrency", default=50, show_default=True, help="Bodies at once.")
 @click.option("--max-in-flight", type=int, default=None, help="Jobs held at once (>= concurrency).")
 @click.option("--lease", default=30.0, show_default=True, help="Lease seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")

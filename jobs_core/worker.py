@@ -120,9 +120,10 @@ class _Held:
 class Worker:
     """Runs the given jobs from `queues` until `stop()`; see the README for every option.
 
-    Durations are seconds. `concurrency` bodies run at once; up to `max_in_flight` jobs are
-    held (claimed, leased) including those waiting for a slot. Zero concurrency is refused:
-    a worker that may run nothing is a mistake, not "unlimited".
+    Durations are seconds. `concurrency` bodies run at once (50 by default: an async body
+    waiting on I/O costs little, and a `def` body takes a thread from a pool of that size);
+    up to `max_in_flight` jobs are held (claimed, leased) including those waiting for a slot.
+    Zero concurrency is refused: a worker that may run nothing is a mistake, not "unlimited".
     """
 
     def __init__(
@@ -131,7 +132,7 @@ class Worker:
         jobs: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle],
         *,
         queues: Sequence[str] | None = None,
-        concurrency: int = 10,
+        concurrency: int = 50,
         max_in_flight: int | None = None,
         lease: float = 30.0,
         heartbeat_every: float | None = None,

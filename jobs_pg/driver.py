@@ -125,7 +125,7 @@ class PgDriver(JobDriver):
         schema: str = "ujobs",
         pool_size: int = 10,
         wake: bool = True,
-        wake_slot_ms: int = 50,
+        wake_slot_ms: int = 5,
         connect_timeout_s: float = 5.0,
         call_timeout_s: float = 30.0,
         prepare: bool = True,

@@ -12,7 +12,7 @@ from jobs_pg.wake import PgWakeSubscription
 from tests.pg.conftest import PG_URL, admin
 
 T0 = 1_800_000_000_000
-SLOT = 50  # the driver's default wake slot, ms
+SLOT = 5  # the driver's default wake slot, ms
 
 
 def job(i: int | str, *, queue: str = "q", now: int = T0, run_at: int | None = None) -> NewJob:

@@ -77,6 +77,7 @@ HOT_MAX_AGE_S: Final = 600.0
 _UNAVAILABLE: Final = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)
 
 T = TypeVar("T")
+_Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
 
 
 def wake_channel(schema: str) -> str:
@@ -557,72 +558,68 @@ class PgDriver(JobDriver):
         return ClaimResult(tuple(c for _, c in claimed), tuple(buried))
 
     async def _settle(
-        self, name: str, ids: Sequence[str], columns: Callable[[list[int]], dict[str, Any]]
+        self,
+        name: str,
+        items: Sequence[_Fenced],
+        columns: Callable[[list[_Fenced]], dict[str, Any]],
     ) -> list[bool]:
-        """Run a batched, fenced settle; True for each item whose fence held, in order."""
-        out = [False] * len(ids)
+        """Run a batched, fenced settle; True for each item whose fence held, in order.
+
+        Every settle binds the fence (id, claims, worker) per item; `columns` adds the rest.
+        """
+        ids = [item.fence.job_id for item in items]
+        out = [False] * len(items)
         stmt = self._q[name]
         async with self._conn() as conn:
             for run in unique_runs(ids):
-                cur = await self._execute(conn, stmt.text, stmt.args(columns(run)))
+                sel = [items[i] for i in run]
+                params = {
+                    "id": [item.fence.job_id for item in sel],
+                    "claims": [item.fence.claims for item in sel],
+                    "worker_id": [item.fence.worker_id for item in sel],
+                    **columns(sel),
+                }
+                cur = await self._execute(conn, stmt.text, stmt.args(params))
                 for (ordinal,) in await cur.fetchall():
                     out[run[ordinal - 1]] = True
         return out
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
-        def columns(run: list[int]) -> dict[str, Any]:
-            items = [acks[i] for i in run]
-            return {
-                "id": [a.fence.job_id for a in items],
-                "claims": [a.fence.claims for a in items],
-                "worker_id": [a.fence.worker_id for a in items],
-                "now_ms": [a.now_ms for a in items],
-                "result_json": [a.result_json for a in items],
-                "progress_json": [a.progress_json for a in items],
-            }
-
-        return await self._settle("JOB_ACK", [a.fence.job_id for a in acks], columns)
+        return await self._settle(
+            "JOB_ACK",
+            acks,
+            lambda sel: {
+                "now_ms": [a.now_ms for a in sel],
+                "result_json": [a.result_json for a in sel],
+                "progress_json": [a.progress_json for a in sel],
+            },
+        )
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        def columns(run: list[int]) -> dict[str, Any]:
-            items = [nacks[i] for i in run]
-            return {
-                "id": [n.fence.job_id for n in items],
-                "claims": [n.fence.claims for n in items],
-                "worker_id": [n.fence.worker_id for n in items],
-                "kind": [n.kind.value for n in items],
-                "now_ms": [n.now_ms for n in items],
-                "run_at_ms": [n.run_at_ms for n in items],
-                "error": [n.error for n in items],
-                "dead_letter": [n.dead_letter for n in items],
-                "progress_json": [n.progress_json for n in items],
-            }
-
-        return await self._settle("JOB_NACK", [n.fence.job_id for n in nacks], columns)
+        return await self._settle(
+            "JOB_NACK",
+            nacks,
+            lambda sel: {
+                "kind": [n.kind.value for n in sel],
+                "now_ms": [n.now_ms for n in sel],
+                "run_at_ms": [n.run_at_ms for n in sel],
+                "error": [n.error for n in sel],
+                "dead_letter": [n.dead_letter for n in sel],
+                "progress_json": [n.progress_json for n in sel],
+            },
+        )
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
-        def columns(run: list[int]) -> dict[str, Any]:
-            items = [beats[i] for i in run]
-            return {
-                "id": [b.fence.job_id for b in items],
-                "claims": [b.fence.claims for b in items],
-                "worker_id": [b.fence.worker_id for b in items],
-                "lease_until_ms": [b.now_ms + b.lease_ms for b in items],
-            }
-
-        return await self._settle("JOB_HEARTBEAT", [b.fence.job_id for b in beats], columns)
+        return await self._settle(
+            "JOB_HEARTBEAT",
+            beats,
+            lambda sel: {"lease_until_ms": [b.now_ms + b.lease_ms for b in sel]},
+        )
 
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
-        def columns(run: list[int]) -> dict[str, Any]:
-            sel = [items[i] for i in run]
-            return {
-                "id": [p.fence.job_id for p in sel],
-                "claims": [p.fence.claims for p in sel],
-                "worker_id": [p.fence.worker_id for p in sel],
-                "progress_json": [p.progress_json for p in sel],
-            }
-
-        return await self._settle("JOB_PROGRESS", [p.fence.job_id for p in items], columns)
+        return await self._settle(
+            "JOB_PROGRESS", items, lambda sel: {"progress_json": [p.progress_json for p in sel]}
+        )
 
     async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
         rows = await self._rows("JOB_CANCEL", {"id": job_id, "now_ms": now_ms})

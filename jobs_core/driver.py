@@ -181,6 +181,8 @@ class JobDriver(abc.ABC):
                 raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
             if n.run_at_ms is not None:
                 _check_time(n.run_at_ms, "run_at_ms")
+            if n.error is not None and "\x00" in n.error:
+                raise RecordInvalidError("holds a NUL character", detail="error")
             _check_optional_json(n.progress_json, "progress_json")
         if not nacks:
             return []

@@ -410,9 +410,6 @@ class RedisDriver(JobDriver):
         return q
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        for n in nacks:
-            if n.error is not None and "\x00" in n.error:
-                raise RecordInvalidError("holds a NUL character", detail="error")
         k = self.keys
         queue_of = await self._queues_of([n.fence.job_id for n in nacks])
         index: dict[str, int] = {}

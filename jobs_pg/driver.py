@@ -251,7 +251,7 @@ class PgDriver(JobDriver):
         except psycopg.errors.UndefinedTable as exc:
             raise DriverError(
                 f"the jobs schema {self.schema!r} is not installed or is behind this version"
-                " (run `alembic upgrade head`)",
+                " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
                 detail=_reason(exc),
             ) from exc
         except psycopg.Error as exc:

@@ -393,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     about["load_after"] = os.getloadavg()
+    # Ours runs from the working tree: a commit landing mid-run changes what later runs measure.
+    about["commit_after"] = _run_text(["git", "describe", "--always", "--dirty"]).strip()
 
     result = {
         "backend": args.backend,

@@ -42,6 +42,8 @@ def render(result: dict[str, Any]) -> str:
         title += " (DRY RUN: tiny counts, the numbers mean nothing)"
     elif about["load_before"][0] >= BUSY_LOAD:
         title += f" (BUSY MACHINE, load {about['load_before'][0]:.2f}: not for the README)"
+    if about["commit_after"] != about["commit"]:
+        title += f" (THE TREE MOVED from {about['commit']} to {about['commit_after']} mid-run)"
     lines = [
         title,
         "",

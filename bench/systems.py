@@ -18,8 +18,7 @@ OURS_PYTHON = ROOT / ".venv" / "bin" / "python"
 class System:
     name: str
     label: str  # the table's name for it
-    backend: str  # "pg" or "redis"
-    python: Path  # runs its client, and its worker unless `worker` names a command
+    python: Path  # its virtualenv's interpreter, which runs its client
     worker: tuple[str, ...]  # argv of its one worker process; "{url}" is its store's URL
     worker_note: str  # how its worker runs, for the notes under the table
     probe: Probe
@@ -82,12 +81,11 @@ def _peer(name: str, *command: str) -> tuple[Path, tuple[str, ...]]:
     return bin_dir / "python", (str(bin_dir / command[0]), *command[1:])
 
 
-def _ours(backend: str, probe: Probe, url_options: str, redis_db: int | None = None) -> System:
+def _ours(probe: Probe, url_options: str, redis_db: int | None = None) -> System:
     ujobs = str(OURS_PYTHON.parent / "ujobs")
     return System(
         name="ours",
         label="ultimat3-jobs",
-        backend=backend,
         python=OURS_PYTHON,
         worker=(ujobs, "worker", "bench.peers.ours_peer", "--driver", "{url}", "--quiet"),
         worker_note="`ujobs worker` with its defaults (the wake on)",
@@ -114,7 +112,6 @@ _RQ_PYTHON, _RQ_WORKER = _peer("rq", "rq", "worker", "--url", "{url}", "default"
 SYSTEMS: dict[str, tuple[System, ...]] = {
     "pg": (
         _ours(
-            "pg",
             _sql_probe(
                 "SELECT count(*) FILTER (WHERE state = 'ready'),"
                 " count(*) FILTER (WHERE state IN ('ready', 'running', 'parked'))"
@@ -125,7 +122,6 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         System(
             name="procrastinate",
             label="procrastinate",
-            backend="pg",
             python=_PROCRASTINATE_PYTHON,
             worker=_PROCRASTINATE_WORKER,
             worker_note="`procrastinate worker` with its defaults (concurrency 1, LISTEN/NOTIFY)",
@@ -139,7 +135,6 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         System(
             name="pgqueuer",
             label="PgQueuer",
-            backend="pg",
             python=_PGQUEUER_PYTHON,
             worker=_PGQUEUER_WORKER,
             worker_note="what `pgq run` runs, with its defaults (batch size 10, LISTEN/NOTIFY,"
@@ -154,11 +149,10 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         ),
     ),
     "redis": (
-        _ours("redis", _ours_redis_probe, f"?prefix={_OURS}", redis_db=10),
+        _ours(_ours_redis_probe, f"?prefix={_OURS}", redis_db=10),
         System(
             name="arq",
             label="arq",
-            backend="redis",
             python=_ARQ_PYTHON,
             worker=_ARQ_WORKER,
             worker_note="`arq` worker with its defaults (max_jobs 10, poll_delay 0.5 s)",
@@ -169,7 +163,6 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         System(
             name="saq",
             label="SAQ",
-            backend="redis",
             python=_SAQ_PYTHON,
             worker=_SAQ_WORKER,
             worker_note="`saq` worker with its defaults (concurrency 10)",
@@ -180,7 +173,6 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
         System(
             name="rq",
             label="RQ",
-            backend="redis",
             python=_RQ_PYTHON,
             worker=_RQ_WORKER,
             worker_note="`rq worker` with its default Worker class (a fork per job)",

@@ -13,11 +13,12 @@ import decimal
 import enum
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from jobs_core.errors import InputInvalidError
+from jobs_core.errors import InputInvalidError, RecordInvalidError
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
@@ -48,11 +49,8 @@ def _plain(value: Any, path: str) -> JsonValue:
     if isinstance(value, Mapping):
         out: dict[str, JsonValue] = {}
         for k, v in value.items():
-            if not isinstance(k, str):
-                raise InputInvalidError("an object key is not a string", detail=f"{path}.{k!r}")
-            if "\x00" in k:
-                raise InputInvalidError("an object key holds a NUL character", detail=path)
-            out[k] = _plain(v, f"{path}.{k}")
+            key = _key(k, path)
+            out[key] = _plain(v, f"{path}.{key}")
         return out
     if isinstance(value, list | tuple):
         return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -61,14 +59,66 @@ def _plain(value: Any, path: str) -> JsonValue:
     raise InputInvalidError(f"a {type(value).__name__} has no JSON form", detail=path or "$")
 
 
+def _key(k: object, path: str) -> str:
+    # Object keys become strings exactly as `json.dumps` makes them (1 -> "1", None -> "null").
+    if isinstance(k, str):
+        key = k
+    elif k is None or isinstance(k, bool | int | float):
+        key = json.dumps(k, allow_nan=False) if isinstance(k, bool | float) or k is None else str(k)
+    else:
+        raise InputInvalidError("an object key is not a string or a number", detail=f"{path}.{k!r}")
+    if "\x00" in key:
+        raise InputInvalidError("an object key holds a NUL character", detail=path or "$")
+    return key
+
+
+def _default(value: Any) -> Any:
+    """What the fast encoder asks for a value JSON has no type for (see `_plain`)."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(type(value).__name__)
+
+
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
+)
+#: A `\u0000` escape the encoder wrote for a NUL: preceded by an even run of backslashes (an odd
+#: run means the backslash itself was escaped and the text only spells the six characters).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def holds_nul(text: str) -> bool:
+    """True when JSON text encodes a NUL character (raw, or as a `\u0000` escape)."""
+    return "\x00" in text or ("\\u0000" in text and _NUL_ESCAPE.search(text) is not None)
+
+
 def to_json_value(value: Any) -> JsonValue:
     """The plain JSON value `value` stands for; `InputInvalidError` names the first bad path."""
     return _plain(value, "")
 
 
 def dumps(value: Any) -> str:
-    """`value` as compact JSON text, refused with `X_JOB_INPUT_INVALID` when it has no JSON form."""
-    return json.dumps(_plain(value, ""), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """`value` as compact JSON text, refused with `X_JOB_INPUT_INVALID` when it has no JSON form.
+
+    The encoder runs first; only a value it refuses, or one holding a NUL, is walked again to
+    name the offending path, so a good value is converted once.
+    """
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError):
+        text = None
+    if text is None or holds_nul(text):
+        _plain(value, "")  # raises, naming the path
+        raise InputInvalidError("the value has no JSON form", detail="$")
+    return text
 
 
 def loads(text: str) -> JsonValue:
@@ -79,15 +129,18 @@ def loads(text: str) -> JsonValue:
 
 def check_text(text: str, what: str) -> None:
     """Refuse `text` unless it is JSON text with no NUL character (`X_JOB_RECORD_INVALID`)."""
-    from jobs_core.errors import RecordInvalidError
-
-    if "\x00" in text or "\\u0000" in text:
+    if holds_nul(text):
         raise RecordInvalidError("JSON text holds a NUL character", detail=what)
     try:
-        json.loads(text, parse_constant=_refuse_constant)
+        _STRICT.decode(text)
     except ValueError as exc:
         raise RecordInvalidError("not JSON text", detail=what) from exc
 
 
 def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
+
+
+#: A decoder that refuses NaN and Infinity (made once: building one per call costs more than
+#: decoding a small payload).
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)

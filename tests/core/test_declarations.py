@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
 import math
 import random
 import types
@@ -13,6 +15,7 @@ from jobs_core.driver import MAX_ENQUEUE_BATCH
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobRegistry, job, jobs_of
+from jobs_core.jsonform import dumps, holds_nul
 from jobs_core.records import ClaimParams
 from jobs_core.retry import Retry
 from jobs_memory import MemoryDriver
@@ -115,7 +118,7 @@ def test_backoff_curve_and_jitter_modes() -> None:
 
 @pytest.mark.parametrize(
     "bad_input",
-    [{"x": math.nan}, {"s": {1, 2}}, {"o": object()}, {"nul": "a\x00b"}, {1: "int key"}],
+    [{"x": math.nan}, {"s": {1, 2}}, {"o": object()}, {"nul": "a\x00b"}, {(1, 2): "tuple key"}],
 )
 async def test_non_json_input_is_refused_before_any_write(bad_input: Any) -> None:
     driver = MemoryDriver()
@@ -125,6 +128,19 @@ async def test_non_json_input_is_refused_before_any_write(bad_input: Any) -> Non
         await Jobs(driver).enqueue(h, bad_input)
     assert info.value.code == "X_JOB_INPUT_INVALID"
     assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+def test_the_json_form_is_what_json_makes_of_a_value() -> None:
+    # A literal backslash-u0000 in a string is text, not a NUL: stored, not refused.
+    value = {1: "a", None: [dt.date(2026, 1, 2), Color.RED], "lit": "\\u0000 stays"}
+    text = dumps(value)
+    assert text == '{"1":"a","null":["2026-01-02","red"],"lit":"\\\\u0000 stays"}'
+    assert not holds_nul(text)
+    assert holds_nul('{"a":"\\u0000"}')
 
 
 async def test_missing_key_and_missing_tenant_are_refused_before_any_write() -> None:

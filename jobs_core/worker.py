@@ -369,8 +369,11 @@ class Worker:
                         beat=beat,
                     )
                 )
-            except JobsError as exc:
-                log.warning("jobs.claim.failed: %s", exc)
+            except Exception as exc:  # a failed pass re-arms at the floor; the loop never dies
+                if isinstance(exc, JobsError):
+                    log.warning("jobs.claim.failed: %s", exc)
+                else:
+                    log.exception("jobs.claim.crashed")
                 self._backoff.reset()
                 await self._wait(self._backoff.next_ms())
                 continue
@@ -434,6 +437,8 @@ class Worker:
                 self.stats.running += 1
                 try:
                     await self._execute(held)
+                except Exception:  # the row stays leased; it lapses and is claimed again
+                    log.exception("jobs.run.crashed %s %s", held.job.name, held.job.id)
                 finally:
                     self.stats.running -= 1
         finally:

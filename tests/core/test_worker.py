@@ -352,3 +352,26 @@ def test_zero_concurrency_is_refused(concurrency: int) -> None:
     with pytest.raises(Exception) as info:
         Worker(MemoryDriver(), [declare(ok)], concurrency=concurrency)
     assert getattr(info.value, "code", None) == "X_JOB_OPTION_INVALID"
+
+
+async def test_an_unexpected_claim_failure_does_not_stop_the_claim_loop() -> None:
+    class BuggyOnce(MemoryDriver):
+        failed = False
+
+        async def _job_claim(self, params: ClaimParams) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("a driver bug, not a typed refusal")
+            return await super()._job_claim(params)
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    driver = BuggyOnce()
+    h = declare(ok)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    await until(lambda: settled(driver, queued.id))
+    await worker.stop()
+    assert driver.failed and (await row(driver, queued.id)).state is JobState.COMPLETED

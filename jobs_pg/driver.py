@@ -384,14 +384,7 @@ class PgDriver(JobDriver):
         }
         args = stmt.args(values)
         for _ in range(5):
-            try:
-                cur = await self._execute(conn, stmt.text, args)
-            except psycopg.errors.UniqueViolation as exc:
-                # A concurrent enqueue of the same id committed between our snapshot and our
-                # insert; the next snapshot sees it and answers deduped.
-                if _constraint(exc) != "jobs_pkey":
-                    raise
-                continue
+            cur = await self._insert(conn, stmt, args, job.id)
             row = await cur.fetchone()
             if row is None:
                 raise DriverError("the enqueue statement answered no row", detail=job.id)
@@ -491,18 +484,28 @@ class PgDriver(JobDriver):
             "slot": self._slot(max(j.created_at_ms for j in batch)),
             "channel": self.channel,
         }
-        args = stmt.args(values)
+        cur = await self._insert(conn, stmt, stmt.args(values), batch[0].id)
+        return [r[:5] for r in await cur.fetchall()]
+
+    async def _insert(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        stmt: _Stmt,
+        args: Sequence[Any],
+        job_id: str,
+    ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+        """Run an enqueue statement, again while a concurrent insert of one of its ids races it.
+
+        Such an insert committed between our snapshot and our write: nothing of this statement
+        was written, and a fresh snapshot sees that id and answers it deduped.
+        """
         for _ in range(5):
             try:
-                cur = await self._execute(conn, stmt.text, args)
+                return await self._execute(conn, stmt.text, args)
             except psycopg.errors.UniqueViolation as exc:
-                # An id inserted concurrently after our snapshot: nothing of this statement
-                # was written; run it again on a fresh snapshot that sees that id.
                 if _constraint(exc) != "jobs_pkey":
                     raise
-                continue
-            return [r[:5] for r in await cur.fetchall()]
-        raise DriverError("enqueue_many kept racing a concurrent writer", detail=batch[0].id)
+        raise DriverError("enqueue kept racing a concurrent writer", detail=job_id)
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         now = params.now_ms

@@ -4,6 +4,7 @@ Uses the servers on 127.0.0.1:5432 and :6379 when they answer. Otherwise it star
 from the machine's binaries (initdb/pg_ctl, redis-server) in a temp dir on spare ports, points
 JOBS_TEST_PG_URL / JOBS_TEST_REDIS_URL at them, and stops them after. With no binaries either,
 it fails with a message naming what to install: tests never skip a backend.
+JOBS_TEST_THROWAWAY=1 starts the throwaway servers even when the standard ports answer.
 """
 
 from __future__ import annotations
@@ -24,10 +25,19 @@ PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
 
 
+#: Set to 1 to start throwaway servers even when the standard ports answer (tries that path).
+FORCE_THROWAWAY = os.environ.get("JOBS_TEST_THROWAWAY") == "1"
+
+
 def answers(port: int, host: str = "127.0.0.1") -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True
     return False
+
+
+def shared(port: int) -> bool:
+    """True when the machine's own server on `port` is to be used."""
+    return not FORCE_THROWAWAY and answers(port)
 
 
 def spare_port() -> int:
@@ -65,14 +75,14 @@ def as_user(cmd: list[str]) -> list[str]:
 
 @contextlib.contextmanager
 def postgres(tmp: str) -> Iterator[str]:
-    if answers(5432):
+    if shared(5432):
         yield os.environ.get("JOBS_TEST_PG_URL", PG_DEFAULT)
         return
-    initdb, pg_ctl = find("initdb"), find("pg_ctl")
-    if not initdb or not pg_ctl:
+    initdb, pg_ctl, createdb = find("initdb"), find("pg_ctl"), find("createdb")
+    if not initdb or not pg_ctl or not createdb:
         sys.exit(
-            "no Postgres on 127.0.0.1:5432 and no initdb/pg_ctl to start one: install PostgreSQL"
-            " 15+ (Debian: apt-get install postgresql) or start a server there"
+            "no Postgres on 127.0.0.1:5432 and no initdb/pg_ctl/createdb to start one: install"
+            " PostgreSQL 15+ (Debian: apt-get install postgresql) or start a server there"
         )
     data = os.path.join(tmp, "pg")
     os.makedirs(data)
@@ -97,7 +107,7 @@ def postgres(tmp: str) -> Iterator[str]:
         subprocess.run(
             as_user(
                 [
-                    os.path.join(os.path.dirname(initdb), "createdb"),
+                    createdb,
                     "-h",
                     "127.0.0.1",
                     "-p",
@@ -120,7 +130,7 @@ def postgres(tmp: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def redis(tmp: str) -> Iterator[str]:
-    if answers(6379):
+    if shared(6379):
         yield os.environ.get("JOBS_TEST_REDIS_URL", REDIS_DEFAULT)
         return
     server = find("redis-server")

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from urllib.parse import urlsplit
 
 
 class Proxy:
-    def __init__(self, upstream_host: str = "127.0.0.1", upstream_port: int = 5432) -> None:
-        self.upstream = (upstream_host, upstream_port)
+    """Pipes to the server of `upstream_url` (its host and port)."""
+
+    def __init__(self, upstream_url: str) -> None:
+        parts = urlsplit(upstream_url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -61,5 +65,6 @@ class Proxy:
             t.cancel()
 
     def url(self, base: str) -> str:
-        """`base` (a postgres URL on 127.0.0.1:5432) re-pointed at this proxy."""
-        return base.replace("127.0.0.1:5432", f"127.0.0.1:{self.port}")
+        """`base` (the upstream URL) re-pointed at this proxy."""
+        host, port = self.upstream
+        return base.replace(f"@{host}:{port}/", f"@127.0.0.1:{self.port}/", 1)

@@ -48,7 +48,7 @@ def job(i: int) -> NewJob:
 
 @pytest.fixture
 async def proxy() -> AsyncIterator[Proxy]:
-    p = Proxy()
+    p = Proxy(PG_URL)
     await p.start()
     try:
         yield p

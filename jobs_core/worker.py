@@ -298,10 +298,15 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._loops[1:], return_exceptions=True)
         await self._settler.join()
-        with contextlib.suppress(JobsError):
+        try:
             await self.driver.worker_forget(self.worker_id)
+        except Exception as exc:  # the registry row expires on its own; stopping must finish
+            log.warning("jobs.worker.forget_failed %s: %r", self.worker_id, exc)
         if self._wake is not None:
-            await self._wake.close()
+            try:
+                await self._wake.close()
+            except Exception as exc:
+                log.warning("jobs.wake.close_failed: %r", exc)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("jobs.worker.stopped %s", self.worker_id)
@@ -311,13 +316,11 @@ class Worker:
         if ms <= 0:
             return
         timer = asyncio.ensure_future(self.clock.sleep_ms(ms))
+        pending = [t for t in tasks if not t.done()]
         try:
-            await asyncio.wait([*tasks, timer], return_when=asyncio.FIRST_COMPLETED)
-            while not timer.done() and not all(t.done() for t in tasks):
-                await asyncio.wait(
-                    [*(t for t in tasks if not t.done()), timer],
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+            while pending and not timer.done():
+                await asyncio.wait([*pending, timer], return_when=asyncio.FIRST_COMPLETED)
+                pending = [t for t in pending if not t.done()]
         finally:
             timer.cancel()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -39,6 +40,18 @@ def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) 
     return Worker(driver, handles, **options)
 
 
+async def work(
+    driver: MemoryDriver, handles: list[JobHandle], job_ids: list[str], **options: Any
+) -> Worker:
+    """Run a fast worker until every one of `job_ids` has ended, then drain it."""
+    worker = fast_worker(driver, handles, **options)
+    await worker.start()
+    for job_id in job_ids:
+        await until(functools.partial(settled, driver, job_id))
+    await worker.stop()
+    return worker
+
+
 async def row(driver: MemoryDriver, job_id: str) -> JobRecord:
     return (await driver.job_get_many([job_id]))[job_id]
 
@@ -67,11 +80,7 @@ async def test_async_and_thread_bodies_complete_with_their_results() -> None:
     jobs = Jobs(driver)
     a = await jobs.enqueue(h_add, {"n": 1, "a": 2, "b": 3})
     b = await jobs.enqueue(h_blocking, {"n": 1})
-    worker = fast_worker(driver, [h_add, h_blocking])
-    await worker.start()
-    await until(lambda: settled(driver, a.id))
-    await until(lambda: settled(driver, b.id))
-    await worker.stop()
+    await work(driver, [h_add, h_blocking], [a.id, b.id])
     assert (await row(driver, a.id)).result_json == '{"sum":5}'
     assert (await row(driver, b.id)).result_json == '"done"'
     assert threads and threads[0].startswith("ujobs-body")
@@ -87,10 +96,7 @@ async def test_a_failing_body_retries_with_backoff_then_dead_letters() -> None:
     driver = MemoryDriver()
     h = declare(fails)
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = fast_worker(driver, [h])
-    await worker.start()
-    await until(lambda: settled(driver, queued.id))
-    await worker.stop()
+    worker = await work(driver, [h], [queued.id])
     r = await row(driver, queued.id)
     assert seen == [1, 2, 3]
     assert r.state is JobState.DEAD and r.attempt == 3
@@ -130,10 +136,7 @@ async def test_rate_limited_defers_without_spending_an_attempt() -> None:
     driver = MemoryDriver()
     h = declare(limited)
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = fast_worker(driver, [h])
-    await worker.start()
-    await until(lambda: settled(driver, queued.id))
-    await worker.stop()
+    worker = await work(driver, [h], [queued.id])
     assert calls == [1, 1, 1]
     assert (await row(driver, queued.id)).state is JobState.COMPLETED
     assert worker.stats.shed == 2
@@ -152,10 +155,7 @@ async def test_a_deadline_cancels_the_body_before_failing_the_attempt() -> None:
     driver = MemoryDriver()
     h = declare(sleepy, timeout=0.02, retry=Retry(attempts=1))
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = fast_worker(driver, [h])
-    await worker.start()
-    await until(lambda: settled(driver, queued.id))
-    await worker.stop()
+    await work(driver, [h], [queued.id])
     r = await row(driver, queued.id)
     assert order == ["cancelled:X_JOB_TIMEOUT"]
     assert r.state is JobState.DEAD
@@ -198,10 +198,7 @@ async def test_progress_is_throttled_and_flushed_with_the_ack() -> None:
     driver = MemoryDriver()
     h = declare(counts)
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = fast_worker(driver, [h])
-    await worker.start()
-    await until(lambda: settled(driver, queued.id))
-    await worker.stop()
+    await work(driver, [h], [queued.id])
     assert json.loads((await row(driver, queued.id)).progress_json or "") == {"done": 99}
 
 
@@ -220,11 +217,7 @@ async def test_the_body_runs_as_the_declared_tenant_and_none_strips_it() -> None
     with acting_for("enqueuer-org"):
         a = await jobs.enqueue(by_org, {"kind": "org", "org": "org-42"})
         b = await jobs.enqueue(stripped, {"kind": "none"})
-    worker = fast_worker(driver, [by_org, stripped])
-    await worker.start()
-    await until(lambda: settled(driver, a.id))
-    await until(lambda: settled(driver, b.id))
-    await worker.stop()
+    await work(driver, [by_org, stripped], [a.id, b.id])
     assert seen == {"org": "org-42", "none": None}
     assert (await row(driver, a.id)).tenant_id == "enqueuer-org"
 
@@ -296,10 +289,7 @@ async def test_an_unknown_job_name_is_dead_lettered_with_its_code() -> None:
     async def other(input: Any, ctx: JobContext) -> None:
         return None
 
-    worker = fast_worker(driver, [declare(other)])
-    await worker.start()
-    await until(lambda: settled(driver, "j1"))
-    await worker.stop()
+    await work(driver, [declare(other)], ["j1"])
     r = await row(driver, "j1")
     assert r.state is JobState.DEAD and json.loads(r.last_error or "")["code"] == (
         "X_JOB_NOT_REGISTERED"
@@ -370,8 +360,5 @@ async def test_an_unexpected_claim_failure_does_not_stop_the_claim_loop() -> Non
     driver = BuggyOnce()
     h = declare(ok)
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = fast_worker(driver, [h])
-    await worker.start()
-    await until(lambda: settled(driver, queued.id))
-    await worker.stop()
+    await work(driver, [h], [queued.id])
     assert driver.failed and (await row(driver, queued.id)).state is JobState.COMPLETED

@@ -149,7 +149,9 @@ def db() -> None:
 
 
 @db.command()
-@click.option("--driver", "url", required=True, help="Driver URL (Postgres: ?schema=name).")
+@click.option(
+    "--driver", "--url", "url", required=True, help="Driver URL (Postgres: ?schema=name)."
+)
 def upgrade(url: str) -> None:
     """Install or upgrade the schema the driver at URL needs (no-op where there is none)."""
     try:

@@ -12,9 +12,9 @@ def test_db_upgrade_creates_the_tables_once_and_again_changes_nothing() -> None:
     schema = fresh_schema()
     url = f"{PG_URL}?schema={schema}"
     try:
-        for _ in range(2):
+        for flag in ("--url", "--driver"):
             done = subprocess.run(
-                [sys.executable, "-m", "jobs_core.cli", "db", "upgrade", "--driver", url],
+                [sys.executable, "-m", "jobs_core.cli", "db", "upgrade", flag, url],
                 capture_output=True,
                 text=True,
                 timeout=120,

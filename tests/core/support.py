@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from jobs_core.clock import FakeClock
 from jobs_core.driver import JobDriver
 
 D = TypeVar("D", bound=JobDriver)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the `ujobs` CLI as a user would, in a subprocess; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "jobs_core.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+from tests.core.support import ujobs
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 
 
@@ -13,12 +11,7 @@ def test_db_upgrade_creates_the_tables_once_and_again_changes_nothing() -> None:
     url = f"{PG_URL}?schema={schema}"
     try:
         for flag in ("--url", "--driver"):
-            done = subprocess.run(
-                [sys.executable, "-m", "jobs_core.cli", "db", "upgrade", flag, url],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            done = ujobs("db", "upgrade", flag, url)
             assert done.returncode == 0, done.stdout + done.stderr
         with admin() as conn:
             tables = {

@@ -15,17 +15,8 @@ from pathlib import Path
 from psycopg import sql
 
 from jobs_core.states import JobState
+from tests.core.support import ujobs
 from tests.pg.conftest import PG_URL, admin
-
-
-def _ujobs(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobs_core.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-    )
 
 
 def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None:
@@ -39,7 +30,7 @@ def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None
     url = f"{PG_URL}?schema={pg_schema}"
     ids = []
     for n in range(5):
-        done = _ujobs(
+        done = ujobs(
             "enqueue", "pgjobs", "double", json.dumps({"n": n}), "--driver", url, cwd=tmp_path
         )
         assert done.returncode == 0, done.stdout + done.stderr

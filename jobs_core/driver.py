@@ -22,7 +22,7 @@ from jobs_core.errors import (
     ClaimQueuesEmptyError,
     RecordInvalidError,
 )
-from jobs_core.jsonform import check_text
+from jobs_core.jsonform import check_text, utf8_length
 from jobs_core.records import (
     Ack,
     CancelAnswer,
@@ -53,8 +53,12 @@ MAX_ATTEMPTS_LIMIT: Final = 1_000
 #: Times stay below 2**42 ms (year 2109), so a Redis score can pack priority beside them.
 MAX_TIME_MS: Final = 2**42 - 1
 MAX_LEASE_MS: Final = 7 * 24 * 3600 * 1000
-MAX_NAME_LENGTH: Final = 200
-MAX_KEY_LENGTH: Final = 512
+#: Names, queues, tenants, ids and worker ids: at most this many UTF-8 bytes. Limits are in bytes,
+#: not characters, so that no backend's own limit can be reached: the widest Postgres index row
+#: (name, tenant, key) stays far below btree's 2,704 bytes.
+MAX_NAME_BYTES: Final = 200
+#: Idempotency keys: at most this many UTF-8 bytes.
+MAX_KEY_BYTES: Final = 1_024
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,11 +326,12 @@ class JobDriver(abc.ABC):
 # -- the shared checks ----------------------------------------------------------------------------
 
 
-def _check_str(value: object, what: str, max_length: int = MAX_NAME_LENGTH) -> None:
+def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:
     if not isinstance(value, str) or not value:
         raise RecordInvalidError("must be a non-empty string", detail=what)
-    if len(value) > max_length:
-        raise RecordInvalidError(f"longer than {max_length} characters", detail=what)
+    # A character is at most 4 UTF-8 bytes: short strings skip the encode.
+    if len(value) * 4 > max_bytes and utf8_length(value) > max_bytes:
+        raise RecordInvalidError(f"longer than {max_bytes} UTF-8 bytes", detail=what)
     if "\x00" in value:
         raise RecordInvalidError("holds a NUL character", detail=what)
 
@@ -372,7 +377,7 @@ def check_new_job(job: NewJob) -> None:
     _check_str(job.queue, "queue")
     if job.tenant_id is not None:
         _check_str(job.tenant_id, "tenant_id")
-    _check_str(job.idempotency_key, "idempotency_key", MAX_KEY_LENGTH)
+    _check_str(job.idempotency_key, "idempotency_key", MAX_KEY_BYTES)
     if job.enqueued_by is not None:
         _check_str(job.enqueued_by, "enqueued_by")
     check_text(job.input_json, "input_json")

@@ -15,13 +15,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from jobs_core.context import JobContext
-from jobs_core.driver import MAX_NAME_LENGTH, PRIORITY_MAX, PRIORITY_MIN
+from jobs_core.driver import MAX_NAME_BYTES, PRIORITY_MAX, PRIORITY_MIN
 from jobs_core.errors import (
     DeclarationInvalidError,
     JobDuplicateError,
     KeyRequiredError,
     TenantRequiredError,
 )
+from jobs_core.jsonform import utf8_length
 from jobs_core.options import count, seconds_to_ms
 from jobs_core.retry import Retry
 
@@ -215,9 +216,9 @@ def job(
 
 
 def _check_name(value: object, option: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
+    if not isinstance(value, str) or not value or utf8_length(value) > MAX_NAME_BYTES:
         raise DeclarationInvalidError(
-            f"must be a non-empty string of at most {MAX_NAME_LENGTH} characters", detail=option
+            f"must be a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes", detail=option
         )
     if "\x00" in value:
         raise DeclarationInvalidError("holds a NUL character", detail=option)

@@ -3,6 +3,10 @@
 A value is converted once, at the edge, to compact JSON text; every driver stores and returns
 that text (or a JSON type that reads back equal), so a `datetime` in is an ISO string out
 everywhere. NUL characters are refused because Postgres text and jsonb cannot hold them.
+
+Bounds, the same on every driver: a JSON text is at most `MAX_JSON_BYTES` UTF-8 bytes and nests
+arrays and objects at most `MAX_JSON_DEPTH` deep. A value past either is refused with a typed
+error (never a bare `RecursionError`), before anything is written.
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ import math
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from jobs_core.errors import InputInvalidError, RecordInvalidError
+
+#: The most UTF-8 bytes one stored JSON text (an input, a result, a progress value) may hold.
+MAX_JSON_BYTES: Final = 1_048_576
+#: The deepest nesting of arrays and objects a stored JSON value may have.
+MAX_JSON_DEPTH: Final = 100
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
@@ -100,6 +109,46 @@ def holds_nul(text: str) -> bool:
     return "\x00" in text or ("\\u0000" in text and _NUL_ESCAPE.search(text) is not None)
 
 
+def utf8_length(text: str) -> int:
+    """The length of `text` in UTF-8 bytes (a lone surrogate counts as 3)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: Strings (which may hold brackets) go first, then everything but the brackets.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when JSON text nests arrays and objects deeper than `limit`.
+
+    Counting first keeps the common case to one C-speed pass; only a text with more brackets
+    than the limit is reduced, innermost pairs first, at most `limit` times.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    shape = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(limit):
+        if not shape:
+            return False
+        reduced = shape.replace("[]", "").replace("{}", "")
+        if reduced == shape:  # not balanced JSON: the decoder will refuse it
+            return False
+        shape = reduced
+    return bool(shape)
+
+
+def _check_bounds(
+    text: str, what: str, error: type[InputInvalidError | RecordInvalidError]
+) -> None:
+    if len(text) * 4 > MAX_JSON_BYTES and utf8_length(text) > MAX_JSON_BYTES:
+        raise error(f"the JSON text is longer than {MAX_JSON_BYTES} bytes", detail=what)
+    if json_depth_exceeds(text):
+        raise error(f"the JSON value nests deeper than {MAX_JSON_DEPTH} levels", detail=what)
+
+
 def to_json_value(value: Any) -> JsonValue:
     """The plain JSON value `value` stands for; `InputInvalidError` names the first bad path."""
     return _plain(value, "")
@@ -113,11 +162,21 @@ def dumps(value: Any) -> str:
     """
     try:
         text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InputInvalidError(
+            f"the JSON value nests deeper than {MAX_JSON_DEPTH} levels", detail="$"
+        ) from None
     except (TypeError, ValueError):
         text = None
     if text is None or holds_nul(text):
-        _plain(value, "")  # raises, naming the path
+        try:
+            _plain(value, "")  # raises, naming the path
+        except RecursionError:
+            raise InputInvalidError(
+                f"the JSON value nests deeper than {MAX_JSON_DEPTH} levels", detail="$"
+            ) from None
         raise InputInvalidError("the value has no JSON form", detail="$")
+    _check_bounds(text, "$", InputInvalidError)
     return text
 
 
@@ -131,8 +190,11 @@ def check_text(text: str, what: str) -> None:
     """Refuse `text` unless it is JSON text with no NUL character (`X_JOB_RECORD_INVALID`)."""
     if holds_nul(text):
         raise RecordInvalidError("JSON text holds a NUL character", detail=what)
+    _check_bounds(text, what, RecordInvalidError)
     try:
         _STRICT.decode(text)
+    except RecursionError:
+        raise RecordInvalidError("the JSON value nests too deep", detail=what) from None
     except ValueError as exc:
         raise RecordInvalidError("not JSON text", detail=what) from exc
 

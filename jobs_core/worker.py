@@ -145,7 +145,7 @@ class Worker:
     """Runs the given jobs from `queues` until `stop()`; see the README for every option.
 
     Durations are seconds. `concurrency` bodies run at once (50 by default: an async body
-    waiting on I/O costs little, and a `def` body takes a thread from a pool of that size);
+    waiting on I/O costs little, and a `def` body runs on a thread, see `_run_in_thread`);
     up to `max_in_flight` jobs are held (claimed, leased) including those waiting for a slot.
     Zero concurrency is refused: a worker that may run nothing is a mistake, not "unlimited".
     """
@@ -642,6 +642,7 @@ class Worker:
         """Give back a job this worker does not run: `SHED`, no attempt spent, due again in
         `UNKNOWN_NAME_DELAY_MS`; never failed for it (an older worker in a rolling deploy)."""
         job = held.job
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         held.settled = True
         now = self.clock.now_ms()
         self.stats.unknown_name += 1
@@ -900,7 +901,12 @@ class Worker:
         try:
             return dumps(held.progress)
         except Exception as exc:  # a bad progress value is dropped; it never blocks a settle
-            log.warning("jobs.progress.invalid %s: %s", held.job.id, _brief(exc))
+            log.warning(
+                "jobs.progress.invalid %s: %s",
+                held.job.id,
+                _brief(exc),
+                extra=self._fields(held.job),
+            )
             return None
 
     async def _heartbeat_loop(self) -> None:

@@ -83,23 +83,16 @@ class BodyThreads(Executor):
                 self._threads.discard(threading.current_thread())
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop the idle threads; busy ones end when their call returns. `wait` joins them all."""
+        """Stop the idle threads; busy ones end when their call returns. `wait` joins them all.
+
+        Every call has a thread of its own from the moment it is submitted, so none waits to
+        be cancelled: `cancel_futures` is accepted for the `Executor` interface and cancels
+        nothing (cancelling a call whose thread is about to start it would lose a body).
+        """
         with self._lock:
             self._shutdown = True
             idle, self._idle = self._idle, 0
             threads = list(self._threads)
-        if cancel_futures:
-            # Every submit has a thread of its own, so only a call not yet picked up is here.
-            while True:
-                try:
-                    item = self._work.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    idle += 1
-                    continue
-                item[0].cancel()
-                idle += 1  # its reserved thread now waits for a sentinel instead
         for _ in range(idle):
             self._work.put(None)
         if wait:

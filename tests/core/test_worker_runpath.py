@@ -15,7 +15,7 @@ import pytest
 from jobs_core import facade
 from jobs_core.context import JobContext
 from jobs_core.facade import Jobs
-from jobs_core.records import NewJob
+from jobs_core.records import ClaimParams, NewJob
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import TRACEBACK_BYTES, UNKNOWN_NAME_WARN_EVERY_MS, Worker
@@ -309,3 +309,38 @@ async def test_a_user_cancel_is_logged_and_counted_as_a_cancel_with_one_read(
     assert messages(caplog, "jobs.lease.lost") == []
     assert driver.calls.count("_job_get_many") == 1, driver.calls
     assert (await row(driver, queued.id)).state is JobState.CANCELLED
+
+
+async def test_a_reclaimed_run_is_a_lost_lease_told_apart_by_one_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="jobs")
+    started = threading.Event()
+
+    async def long(input: Any, ctx: JobContext) -> None:
+        started.set()
+        await ctx.signal.wait()
+
+    h = declare(long)
+    driver = CountingMemory()
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = quick_worker(driver, [h], lease=0.3)
+    await worker.start()
+    try:
+        await until(started.is_set)
+        driver.calls.clear()
+        # Another worker whose clock is past the lease takes the row: a new fence.
+        later = worker.clock.now_ms() + 60_000
+        taken = await driver.job_claim(ClaimParams(("default",), "thief", 1, 60_000, later))
+        assert [j.id for j in taken.jobs] == [queued.id]
+        await until(lambda: worker.stats.lost == 1)
+    finally:
+        await worker.stop()
+    assert worker.stats.cancelled == 0 and worker.stats.unowned == 0
+    lost = messages(caplog, "jobs.lease.lost")
+    assert [r.levelno for r in lost] == [logging.WARNING]
+    assert vars(lost[0])["job_id"] == queued.id
+    assert messages(caplog, "jobs.run.cancelled") == []
+    assert driver.calls.count("_job_get_many") == 1, driver.calls
+    r = await row(driver, queued.id)
+    assert r.state is JobState.RUNNING and r.claimed_by == "thief"

@@ -466,7 +466,8 @@ class Worker:
     def _on_buried(self, b: BuriedJob) -> None:
         self.stats.buried += 1
         outcome = Outcome.DEAD_LETTERED if b.state is JobState.DEAD else Outcome.DROPPED
-        log.warning(
+        # A dead letter (or drop) like any other: ERROR, though no traceback exists for it.
+        log.error(
             "jobs.claim.buried %s %s (lease lapsed on the final attempt)",
             b.name,
             b.id,

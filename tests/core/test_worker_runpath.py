@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from jobs_core import facade
+from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
+from jobs_core.errors import TerminalError
 from jobs_core.facade import Jobs
-from jobs_core.records import ClaimParams, NewJob
+from jobs_core.records import ClaimParams, Nack, NackKind, NewJob
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import TRACEBACK_BYTES, UNKNOWN_NAME_WARN_EVERY_MS, Worker
@@ -344,3 +346,39 @@ async def test_a_reclaimed_run_is_a_lost_lease_told_apart_by_one_read(
     assert driver.calls.count("_job_get_many") == 1, driver.calls
     r = await row(driver, queued.id)
     assert r.state is JobState.RUNNING and r.claimed_by == "thief"
+
+
+async def test_a_drop_and_a_buried_final_attempt_log_at_error_with_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="jobs")
+
+    async def refuses(input: Any, ctx: JobContext) -> None:
+        raise TerminalError("no such account")
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    h_drop = declare(refuses, name="refuses", retry=Retry(attempts=3, dead_letter=False))
+    h_ok = declare(ok, name="ok", retry=Retry(attempts=1))
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    dropped = await jobs.enqueue(h_drop, {"n": 1})
+    buried = await jobs.enqueue(h_ok, {"n": 2})
+    # A worker that crashed had claimed `ok` on its only attempt, with a 1 ms lease.
+    now = SystemClock().now_ms()
+    claim = await driver.job_claim(ClaimParams(("default",), "crashed", 10, 1, now))
+    assert {j.id for j in claim.jobs} == {dropped.id, buried.id}
+    await driver.job_nack(
+        [Nack(j.fence, NackKind.INTERRUPT, now) for j in claim.jobs if j.id == dropped.id]
+    )
+    worker = quick_worker(driver, [h_drop, h_ok])
+    await work(driver, worker, [dropped.id, buried.id])
+    assert (await row(driver, dropped.id)).state is JobState.FAILED
+    assert (await row(driver, buried.id)).state is JobState.DEAD
+    (drop,) = messages(caplog, "jobs.run.dropped")
+    (bury,) = messages(caplog, "jobs.claim.buried")
+    assert drop.levelno == logging.ERROR and bury.levelno == logging.ERROR
+    assert drop.exc_info is not None and str(drop.exc_info[1]).endswith("no such account")
+    assert vars(drop)["job_id"] == dropped.id and vars(drop)["attempt"] == 1
+    assert vars(bury)["job_id"] == buried.id and vars(bury)["worker_id"] == worker.worker_id

@@ -29,10 +29,12 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_OPTION_INVALID": "an option is not finite or out of its range",
     "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
     "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
+    "X_JOB_RESULT_INVALID": "the body's result cannot be stored (no JSON form, or past a bound)",
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
+    "X_WORKER_ERROR": "the worker failed around the body, not in it",
 }
 
 
@@ -168,6 +170,14 @@ class RequeueDuplicateError(JobsError):
     code = "X_JOB_REQUEUE_DUPLICATE"
 
 
+class ResultInvalidError(JobsError):
+    """The body's result cannot be stored (no JSON form, or past a bound)."""
+
+    code = "X_JOB_RESULT_INVALID"
+    # The same result would not be storable next time either, and a re-run repeats side effects.
+    terminal = True
+
+
 class TenantRequiredError(JobsError):
     """The job's tenant is required and could not be derived."""
 
@@ -199,6 +209,12 @@ class RateLimitedError(JobsError):
         self.retry_after_ms = retry_after_ms
 
 
+class WorkerError(JobsError):
+    """The worker failed around the body, not in it."""
+
+    code = "X_WORKER_ERROR"
+
+
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
@@ -221,10 +237,12 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         OptionInvalidError,
         RecordInvalidError,
         RequeueDuplicateError,
+        ResultInvalidError,
         TenantRequiredError,
         TerminalError,
         JobTimeoutError,
         RateLimitedError,
+        WorkerError,
     )
 }
 

@@ -8,9 +8,11 @@ event-loop thread, so a Flask view or a script never manages a loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -179,8 +181,53 @@ def configure(driver: JobDriver | str, *, clock: Clock | None = None) -> Jobs:
     return _default
 
 
+class LoopJobs(Jobs):
+    """A client whose sync methods run on `loop`, the loop the driver already serves.
+
+    A worker hands one to its bodies: a `def` body's `enqueue_sync` runs on the worker's loop
+    (the thread waits for the answer), so the driver is never used from a second event loop.
+    """
+
+    def __init__(
+        self, driver: JobDriver, *, loop: asyncio.AbstractEventLoop, clock: Clock | None = None
+    ) -> None:
+        super().__init__(driver, clock=clock)
+        self._loop = loop
+
+    def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError("called from a running event loop: await the async method instead")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+#: The client of the code running now (a worker sets it around each body and hook).
+_RUNNING: contextvars.ContextVar[Jobs | None] = contextvars.ContextVar("ujobs_client", default=None)
+
+
+@contextmanager
+def bound_client(client: Jobs) -> Iterator[None]:
+    """Inside the block (and the threads it copies its context to), `default_client()` is
+    `client`, ahead of any `configure`d one."""
+    token = _RUNNING.set(client)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
+
+
 def default_client() -> Jobs:
-    """The configured client; `X_JOB_DECLARATION_INVALID` when `configure` was never called."""
+    """The client bound to the running code (a body's worker), else the configured one.
+
+    `X_JOB_DECLARATION_INVALID` when neither exists.
+    """
+    running = _RUNNING.get()
+    if running is not None:
+        return running
     if _default is None:
         raise DeclarationInvalidError(
             "no jobs client: call jobs_core.configure(driver_or_url) first", detail="configure"

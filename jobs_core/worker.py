@@ -16,8 +16,9 @@ import os
 import random
 import signal
 import socket
+import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -30,13 +31,15 @@ from jobs_core.errors import (
     DrainingError,
     InputInvalidError,
     JobCancelledError,
-    JobNotRegisteredError,
     JobsError,
     JobTimeoutError,
     LeaseLostError,
     RateLimitedError,
+    ResultInvalidError,
+    TenantRequiredError,
+    WorkerError,
 )
-from jobs_core.facade import SettledEvent
+from jobs_core.facade import Jobs, LoopJobs, SettledEvent, bound_client
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.jsonform import JsonValue, dumps, loads
@@ -55,6 +58,7 @@ from jobs_core.records import (
 from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.tenant import acting_for
+from jobs_core.threads import BodyThreads
 
 log = logging.getLogger("jobs")
 
@@ -62,6 +66,16 @@ log = logging.getLogger("jobs")
 ON_SETTLED_TRIES = 3
 #: How long a cancelled async body gets to unwind before the worker moves on without it.
 CANCEL_GRACE_MS = 1_000
+#: A job whose name this worker does not run is given back (no attempt spent) to run this much
+#: later: a worker that knows the name (the rest of a rolling deploy) gets it then, and an old
+#: worker spends one claim a minute on it, not a spin.
+UNKNOWN_NAME_DELAY_MS = 60_000
+#: At most one warning per unknown name in this window (the worker's clock).
+UNKNOWN_NAME_WARN_EVERY_MS = 60_000
+#: The most UTF-8 bytes of traceback a `last_error` keeps (the last frames: where it raised).
+TRACEBACK_BYTES = 8_192
+#: The most characters of an exception's message a `last_error` keeps.
+MESSAGE_CHARS = 2_000
 
 WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 
@@ -77,8 +91,16 @@ class WorkerStats:
     dropped: int = 0
     shed: int = 0
     interrupted: int = 0
-    #: Runs aborted because the row was cancelled or reclaimed (their writes are refused).
+    #: Runs aborted because the row was reclaimed or its lease lapsed (their writes are refused).
     lost: int = 0
+    #: Runs aborted because a user cancelled the row while it ran.
+    cancelled: int = 0
+    #: Jobs given back because this worker does not run their name (alert on it in a deploy).
+    unknown_name: int = 0
+    #: `def` bodies whose run ended (deadline, cancel) while their thread still ran.
+    threads_overrun: int = 0
+    #: Of those, the threads still running now (each holds a thread, never a slot).
+    threads_overrunning: int = 0
     #: Lapsed final attempts the claims buried.
     buried: int = 0
     #: Settles that did not land (the fence refused them).
@@ -115,13 +137,15 @@ class _Held:
     progress_dirty: bool = False
     progress_sent_ms: int = 0
     in_body: bool = False
+    #: A settle was made (or the row is known not to be ours): the run path's net stands down.
+    settled: bool = False
 
 
 class Worker:
     """Runs the given jobs from `queues` until `stop()`; see the README for every option.
 
     Durations are seconds. `concurrency` bodies run at once (50 by default: an async body
-    waiting on I/O costs little, and a `def` body takes a thread from a pool of that size);
+    waiting on I/O costs little, and a `def` body runs on a thread, see `_run_in_thread`);
     up to `max_in_flight` jobs are held (claimed, leased) including those waiting for a slot.
     Zero concurrency is refused: a worker that may run nothing is a mistake, not "unlimited".
     """
@@ -200,13 +224,15 @@ class Worker:
         self._accepting = False
         self._started = False
         self._settler = Settler(driver, self.clock)
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: BodyThreads | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._stop_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._next_beat_at = 0
         self._wake: WakeSubscription | None = None
         self._hooks: set[asyncio.Task[None]] = set()
+        self._unknown_warned: dict[str, int] = {}
+        self._client: Jobs | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -422,10 +448,31 @@ class Worker:
 
         held.signal.on_fire(cancel_body)
 
+    def _log_fields(
+        self, job_id: str, name: str, queue: str, attempt: int | None
+    ) -> dict[str, object]:
+        """The `extra` every run-path log record carries (a JSON formatter prints them)."""
+        return {
+            "job_id": job_id,
+            "job_name": name,
+            "queue": queue,
+            "attempt": attempt,
+            "worker_id": self.worker_id,
+        }
+
+    def _fields(self, job: ClaimedJob) -> dict[str, object]:
+        return self._log_fields(job.id, job.name, job.queue, job.attempt)
+
     def _on_buried(self, b: BuriedJob) -> None:
         self.stats.buried += 1
         outcome = Outcome.DEAD_LETTERED if b.state is JobState.DEAD else Outcome.DROPPED
-        log.warning("jobs.claim.buried %s %s (lease lapsed on the final attempt)", b.name, b.id)
+        # A dead letter (or drop) like any other: ERROR, though no traceback exists for it.
+        log.error(
+            "jobs.claim.buried %s %s (lease lapsed on the final attempt)",
+            b.name,
+            b.id,
+            extra=self._log_fields(b.id, b.name, b.queue, None),
+        )
         event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, "X_JOB_LEASE_LOST")
         hook = asyncio.create_task(self._fire_settled(self._handles.get(b.name), event, None))
         self._hooks.add(hook)
@@ -434,14 +481,21 @@ class Worker:
     # -- one held job -----------------------------------------------------------------------------
 
     async def _run_held(self, held: _Held) -> None:
+        """Run one claimed job in a slot; whatever raises, the job is settled (or known lost).
+
+        An exception that escapes `_execute` before a settle was made fails the attempt on the
+        normal retry path, typed (`X_WORKER_ERROR` with the original type and message unless
+        it was a `JobsError` already). Only a settle that itself raises leaves the row to its
+        lease.
+        """
         try:
             async with self._slots:
                 held.started = True
                 self.stats.running += 1
                 try:
                     await self._execute(held)
-                except Exception:  # the row stays leased; it lapses and is claimed again
-                    log.exception("jobs.run.crashed %s %s", held.job.name, held.job.id)
+                except Exception as exc:
+                    await self._settle_crash(held, exc)
                 finally:
                     self.stats.running -= 1
         finally:
@@ -455,17 +509,50 @@ class Worker:
                 self._backlog = False
                 self._kick.set()
 
+    async def _settle_crash(self, held: _Held, exc: Exception) -> None:
+        job = held.job
+        if held.settled:
+            log.error(
+                "jobs.run.crashed %s %s after its settle",
+                job.name,
+                job.id,
+                exc_info=exc,
+                extra=self._fields(job),
+            )
+            return
+        error = _typed(exc, WorkerError(_brief(exc), detail=job.name))
+        try:
+            await self._settle_error(held, self._handles.get(job.name), error)
+        except Exception:  # the last resort: the row stays leased, lapses and is claimed again
+            log.exception(
+                "jobs.run.crashed %s %s and its settle failed",
+                job.name,
+                job.id,
+                extra=self._fields(job),
+            )
+
     async def _execute(self, held: _Held) -> None:
+        """Run the body and settle its job; each step around the body that raises settles the
+        job with a typed error (the stored input, the tenant function, the result's form)."""
         job = held.job
         handle = self._handles.get(job.name)
         if handle is None:
-            await self._settle_error(held, None, JobNotRegisteredError(detail=job.name))
+            await self._give_back_unknown(held)
             return
         try:
             input = loads(job.input_json)
+        except Exception as exc:
+            undecodable = InputInvalidError(f"the stored input cannot be decoded: {_brief(exc)}")
+            await self._settle_error(held, handle, _typed(exc, undecodable))
+            return
+        try:
             tenant = handle.tenant_for(input)
-        except JobsError as exc:
-            await self._settle_error(held, handle, exc)
+        except Exception as exc:
+            # The function sees the stored JSON form (a dict for a dataclass input).
+            no_org = TenantRequiredError(
+                f"the tenant function raised {_brief(exc)}", detail=job.name
+            )
+            await self._settle_error(held, handle, _typed(exc, no_org), input)
             return
         ctx = JobContext(
             job_id=job.id,
@@ -480,20 +567,24 @@ class Worker:
             signal=held.signal,
             _report=lambda value: self._report_progress(held, value),
         )
+        client = self._body_client()
+        started = asyncio.Event()
         deadline: asyncio.Task[None] | None = None
         if handle.timeout_ms is not None:
-            deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms))
+            deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms, started))
         value: Any = None
         error: BaseException | None = None
         held.in_body = True
         try:
             # The body runs inside this task, so a fired signal cancels it without a second
-            # task per job; the tenant context set here is this task's own.
-            with acting_for(tenant):
+            # task per job; the tenant and client contexts set here are this task's own (and
+            # a thread body's, whose context is a copy).
+            with acting_for(tenant), bound_client(client):
                 if handle.is_async:
+                    started.set()
                     value = await handle.fn(input, ctx)
                 else:
-                    value = await self._run_in_thread(handle, input, ctx)
+                    value = await self._run_in_thread(held, handle, input, ctx, started)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not held.signal.cancelled or task is None:
@@ -514,10 +605,16 @@ class Worker:
             return
         try:
             result_json = None if value is None else dumps(value)
-        except InputInvalidError as bad:
-            await self._settle_error(held, handle, bad, input)
+        except Exception as exc:
+            # Terminal: the same result will not be storable on a re-run, which would repeat
+            # the body's side effects.
+            why = exc.message if isinstance(exc, JobsError) else _brief(exc)
+            unstorable = ResultInvalidError(f"the result cannot be stored: {why}", detail=job.name)
+            unstorable.__cause__ = exc
+            await self._settle_error(held, handle, unstorable, input)
             return
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
         landed = await self._settler.ack(
             Ack(job.fence, self.clock.now_ms(), result_json, self._pending_progress(held))
         )
@@ -535,22 +632,110 @@ class Worker:
             )
             await self._fire_settled(handle, event, tenant)
 
-    async def _run_in_thread(self, handle: JobHandle, input: JsonValue, ctx: JobContext) -> Any:
+    def _body_client(self) -> Jobs:
+        """The client a body's `handle.enqueue()` uses: this worker's driver and clock, its
+        sync calls run on this worker's loop (so `enqueue_sync` works from a `def` body)."""
+        if self._client is None:
+            self._client = LoopJobs(self.driver, loop=asyncio.get_running_loop(), clock=self.clock)
+        return self._client
+
+    async def _give_back_unknown(self, held: _Held) -> None:
+        """Give back a job this worker does not run: `SHED`, no attempt spent, due again in
+        `UNKNOWN_NAME_DELAY_MS`; never failed for it (an older worker in a rolling deploy)."""
+        job = held.job
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
+        now = self.clock.now_ms()
+        self.stats.unknown_name += 1
+        warned = self._unknown_warned.get(job.name)
+        if warned is None or now - warned >= UNKNOWN_NAME_WARN_EVERY_MS:
+            self._unknown_warned[job.name] = now
+            log.warning(
+                "jobs.run.unknown_name %s %s: this worker does not run %r; given back for %d s",
+                job.name,
+                job.id,
+                job.name,
+                UNKNOWN_NAME_DELAY_MS // 1000,
+                extra=self._fields(job),
+            )
+        landed = await self._settler.nack(
+            Nack(job.fence, NackKind.SHED, now, now + UNKNOWN_NAME_DELAY_MS)
+        )
+        if not landed:
+            self._tally(Outcome.SHED, landed, job)
+
+    async def _run_in_thread(
+        self,
+        held: _Held,
+        handle: JobHandle,
+        input: JsonValue,
+        ctx: JobContext,
+        started: asyncio.Event,
+    ) -> Any:
+        """Run a `def` body on a thread free when it is submitted (`BodyThreads`).
+
+        `started` is set when the body starts on its thread. A run that ends while the thread
+        still runs (deadline, cancel) leaves it to finish on its own: counted in
+        `threads_overrun`, logged once, and it never takes a thread from the next body.
+        """
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ujobs-body")
+            self._executor = BodyThreads(self.concurrency, "ujobs-body")
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, context.run, handle.fn, input, ctx)
 
-    async def _deadline(self, held: _Held, ms: int) -> None:
+        def run() -> Any:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(started.set)
+            return context.run(handle.fn, input, ctx)
+
+        thread_run = self._executor.submit(run)
+        try:
+            return await asyncio.wrap_future(thread_run)
+        except asyncio.CancelledError:
+            if not thread_run.done():
+                self._thread_overran(held, thread_run, loop)
+            raise
+
+    def _thread_overran(
+        self, held: _Held, thread_run: Future[Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.stats.threads_overrun += 1
+        self.stats.threads_overrunning += 1
+        reason = held.signal.reason
+        log.warning(
+            "jobs.run.thread_overrun %s %s: the run ended (%s) but its thread still runs; "
+            "it keeps that thread until it returns",
+            held.job.name,
+            held.job.id,
+            reason.code if reason is not None else "cancelled",
+            extra=self._fields(held.job),
+        )
+
+        def returned() -> None:
+            self.stats.threads_overrunning -= 1
+
+        def on_done(_: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(returned)
+
+        thread_run.add_done_callback(on_done)
+
+    async def _deadline(self, held: _Held, ms: int, started: asyncio.Event) -> None:
+        """Fire the run's signal `ms` after its body STARTED (not from when it was claimed or
+        waited for a thread)."""
+        await started.wait()
         await self.clock.sleep_ms(ms)
         held.signal.fire(JobTimeoutError(f"deadline of {ms} ms passed", detail=held.job.id))
 
     async def _settle_cancelled(
         self, held: _Held, handle: JobHandle, reason: JobsError, input: JsonValue
     ) -> None:
+        """Settle a run its signal stopped: a drain hands it back, a deadline fails the
+        attempt; a lost fence writes nothing (the row is no longer ours) and is told apart
+        as a user cancel or a lost lease by one read of the row."""
         job = held.job
         if isinstance(reason, DrainingError):
+            held.settled = True
             landed = await self._settler.nack(
                 Nack(
                     job.fence,
@@ -563,9 +748,38 @@ class Worker:
         elif isinstance(reason, JobTimeoutError):
             await self._settle_error(held, handle, reason, input)
         else:
-            # Cancelled or reclaimed: the row is no longer ours, any write would be refused.
-            self.stats.lost += 1
-            log.warning("jobs.lease.lost %s %s: %s", job.name, job.id, reason)
+            held.settled = True
+            if await self._was_cancelled(held):
+                self.stats.cancelled += 1
+                log.info(
+                    "jobs.run.cancelled %s %s: cancelled while it ran",
+                    job.name,
+                    job.id,
+                    extra=self._fields(job),
+                )
+            else:
+                self.stats.lost += 1
+                log.warning(
+                    "jobs.lease.lost %s %s: %s", job.name, job.id, reason, extra=self._fields(job)
+                )
+
+    async def _was_cancelled(self, held: _Held) -> bool:
+        """True when the row reads `cancelled`: one read per lost run, never per heartbeat.
+
+        Skipped (False) when the lease went unrenewed for a whole window: then the store was
+        unreachable, a read would most likely fail too, and a reclaim is the likelier cause.
+        """
+        if self.clock.now_ms() - held.last_landed_ms >= self.lease_ms:
+            return False
+        try:
+            rows = await self.driver.job_get_many([held.job.id])
+        except Exception as exc:  # telling the two apart is for the log; never fatal
+            log.warning(
+                "jobs.lease.read_failed %s: %r", held.job.id, exc, extra=self._fields(held.job)
+            )
+            return False
+        found = rows.get(held.job.id)
+        return found is not None and found.state is JobState.CANCELLED
 
     async def _settle_error(
         self,
@@ -574,17 +788,22 @@ class Worker:
         exc: BaseException,
         input: JsonValue = None,
     ) -> None:
+        """Fail the attempt with `exc`: retried, shed (rate limited), or failed for good
+        (terminal, unknown handle or final attempt). A failed attempt logs at WARNING and a
+        dead letter or drop at ERROR, with the traceback."""
         job = held.job
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         now = self.clock.now_ms()
         error = _error_text(exc)
         progress = self._pending_progress(held)
         dead_letter = handle.retry.dead_letter if handle is not None else True
+        fields = self._fields(job)
         if isinstance(exc, RateLimitedError):
             nack = Nack(
                 job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
             )
             outcome = Outcome.SHED
+            log.debug("jobs.run.shed %s %s: %s", job.name, job.id, _brief(exc), extra=fields)
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
             nack = Nack(
                 job.fence,
@@ -595,14 +814,35 @@ class Worker:
                 progress_json=progress,
             )
             outcome = Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
+            log.error(
+                "jobs.run.%s %s %s attempt %d of %d: %s",
+                outcome.value.replace("-", "_"),
+                job.name,
+                job.id,
+                job.attempt,
+                job.max_attempts,
+                _brief(exc),
+                exc_info=exc,
+                extra=fields,
+            )
         else:
             delay = handle.retry.delay_ms(job.attempt, self._rng)
             nack = Nack(
                 job.fence, NackKind.RETRY, now, now + delay, error=error, progress_json=progress
             )
             outcome = Outcome.RETRIED
-        if outcome is not Outcome.SHED:
-            log.info("jobs.run.failed %s %s attempt %d: %s", job.name, job.id, job.attempt, error)
+            log.warning(
+                "jobs.run.failed %s %s attempt %d of %d, retry in %d ms: %s",
+                job.name,
+                job.id,
+                job.attempt,
+                job.max_attempts,
+                delay,
+                _brief(exc),
+                exc_info=exc,
+                extra=fields,
+            )
+        held.settled = True
         landed = await self._settler.nack(nack)
         self._tally(outcome, landed, job)
         if landed and outcome in ENDING_OUTCOMES:
@@ -616,7 +856,13 @@ class Worker:
             self.stats.count(outcome)
         else:
             self.stats.unowned += 1
-            log.warning("jobs.settle.unowned %s %s (%s)", job.name, job.id, outcome.value)
+            log.warning(
+                "jobs.settle.unowned %s %s (%s)",
+                job.name,
+                job.id,
+                outcome.value,
+                extra=self._fields(job),
+            )
 
     async def _fire_settled(
         self, handle: JobHandle | None, event: SettledEvent, tenant: str | None
@@ -625,13 +871,21 @@ class Worker:
         for hook in hooks:
             for attempt in range(1, ON_SETTLED_TRIES + 1):
                 try:
-                    with acting_for(tenant):
+                    with acting_for(tenant), bound_client(self._body_client()):
                         outcome = hook(event)
                         if outcome is not None:
                             await outcome
                     break
                 except Exception as exc:  # a hook never breaks the worker, by contract
-                    log.warning("jobs.on_settled.failed %s try %d: %r", event.job_id, attempt, exc)
+                    log.warning(
+                        "jobs.on_settled.failed %s try %d: %r",
+                        event.job_id,
+                        attempt,
+                        exc,
+                        extra=self._log_fields(
+                            event.job_id, event.name, event.queue, event.attempt or None
+                        ),
+                    )
 
     # -- progress and heartbeats ------------------------------------------------------------------
 
@@ -647,8 +901,13 @@ class Worker:
         held.progress_dirty = False
         try:
             return dumps(held.progress)
-        except InputInvalidError as exc:
-            log.warning("jobs.progress.invalid %s: %s", held.job.id, exc)
+        except Exception as exc:  # a bad progress value is dropped; it never blocks a settle
+            log.warning(
+                "jobs.progress.invalid %s: %s",
+                held.job.id,
+                _brief(exc),
+                extra=self._fields(held.job),
+            )
             return None
 
     async def _heartbeat_loop(self) -> None:
@@ -705,9 +964,51 @@ async def _swallow(fut: asyncio.Future[Any]) -> None:
         await fut
 
 
+def _clean(text: str) -> str:
+    # A lone surrogate in a message would make the settle unstorable (UTF-8 only).
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _brief(exc: BaseException) -> str:
+    """`Type: message` for an exception (`X_CODE: message` for a `JobsError`), bounded."""
+    return _clean(
+        str(exc)[:MESSAGE_CHARS]
+        if isinstance(exc, JobsError)
+        else f"{type(exc).__name__}: {str(exc)[:MESSAGE_CHARS]}"
+    )
+
+
+def _typed(exc: Exception, typed: JobsError) -> JobsError:
+    """`exc` itself when it is a `JobsError`, else `typed` caused by it (traceback kept)."""
+    if isinstance(exc, JobsError):
+        return exc
+    typed.__cause__ = exc
+    return typed
+
+
+def _traceback_text(exc: BaseException) -> str | None:
+    """The formatted traceback (with its cause chain), its last `TRACEBACK_BYTES` kept."""
+    if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
+        return None
+    text = _clean("".join(traceback.format_exception(exc)))
+    raw = text.encode("utf-8")
+    if len(raw) <= TRACEBACK_BYTES:
+        return text
+    marker = "... (earlier frames cut)\n"
+    tail = raw[len(raw) - TRACEBACK_BYTES + len(marker) :].decode("utf-8", "ignore")
+    # Start at a whole line, so the first frame kept reads as a frame.
+    cut = tail.find("\n")
+    return marker + (tail[cut + 1 :] if cut >= 0 else tail)
+
+
 def _error_text(exc: BaseException) -> str:
-    doc: dict[str, str] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+    """`last_error`: JSON with the type, the message, the code of a `JobsError`, and a bounded
+    traceback when the error was raised (not for one the worker made, a deadline)."""
+    doc: dict[str, str] = {"type": type(exc).__name__, "message": _clean(str(exc)[:MESSAGE_CHARS])}
     if isinstance(exc, JobsError):
         doc["code"] = exc.code
-        doc["message"] = exc.message[:2000]
+        doc["message"] = _clean(exc.message[:MESSAGE_CHARS])
+    tb = _traceback_text(exc)
+    if tb is not None:
+        doc["traceback"] = tb
     return json.dumps(doc, ensure_ascii=False)

@@ -8,6 +8,7 @@ event-loop thread, so a Flask view or a script never manages a loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -27,6 +28,7 @@ from jobs_core.errors import (
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
 from jobs_core.records import EnqueueResult, NewJob
 from jobs_core.states import Outcome
@@ -283,8 +285,14 @@ class _Portal:
         return fut.result()
 
     def stop(self) -> None:
+        """Shut the loop down as `asyncio.run` would: what still runs there is cancelled first
+        (a driver's per-loop connections close then), then the loop stops and is closed."""
+        with contextlib.suppress(Exception):
+            self.run(cancel_other_tasks())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 _default: Jobs | None = None

@@ -127,8 +127,8 @@ class Jobs:
             form = None
         handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
         return NewJob(
-            id=id or new_id(),
-            run_id=run_id or new_id(),
+            id=id if id is not None else new_id(),
+            run_id=run_id if run_id is not None else new_id(),
             name=handle.name,
             queue=queue or handle.queue,
             tenant_id=current_tenant() if tenant_id is _UNSET else tenant_id,
@@ -157,16 +157,35 @@ class Jobs:
         return await self._retrying(lambda: self.driver.job_enqueue(record))
 
     async def enqueue_many(
-        self, handle: JobHandle, inputs: Sequence[Any], **options: Any
+        self,
+        handle: JobHandle,
+        inputs: Sequence[Any],
+        *,
+        ids: Sequence[str] | None = None,
+        **options: Any,
     ) -> list[EnqueueResult]:
         """Insert many jobs of one handle; one answer per input, in order.
 
         Every record is built (and so every refusal made) before the first write. Retried under
-        the same ids like `enqueue`.
+        the same ids like `enqueue`; `ids=` (one per input) makes your own retries exactly-once.
         """
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
-        records = [self.build_record(handle, i, **options) for i in inputs]
+        for shared in ("id", "run_id"):
+            if shared in options:
+                raise DeclarationInvalidError(
+                    "one value for every record of a batch: pass ids=[...], one per input",
+                    detail=shared,
+                )
+        if ids is None:
+            records = [self.build_record(handle, i, **options) for i in inputs]
+        else:
+            if isinstance(ids, str) or len(ids) != len(inputs):
+                raise DeclarationInvalidError("must hold one id per input", detail="ids")
+            records = [
+                self.build_record(handle, i, id=job_id, **options)
+                for i, job_id in zip(inputs, ids, strict=True)
+            ]
         return await self._retrying(lambda: self.driver.job_enqueue_many(records))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:

@@ -183,3 +183,40 @@ async def test_run_time_options_are_refused_before_any_write(
         await jobs.enqueue(make_handle(), {"n": 1}, **options)
     assert (info.value.code, info.value.detail) == (code, detail)
     assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+async def test_enqueue_many_takes_one_id_per_input_so_a_retry_inserts_once() -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    h = make_handle()
+    first = await jobs.enqueue_many(h, [{"n": 1}, {"n": 2}], ids=["a-1", "a-2"])
+    assert [(r.id, r.deduped) for r in first] == [("a-1", False), ("a-2", False)]
+    # The caller's own retry (say its answer was lost) sends the same ids: nothing new.
+    again = await jobs.enqueue_many(h, [{"n": 1}, {"n": 2}], ids=["a-1", "a-2"])
+    assert [(r.id, r.deduped) for r in again] == [("a-1", True), ("a-2", True)]
+    assert sorted(await driver.job_get_many(["a-1", "a-2"])) == ["a-1", "a-2"]
+
+
+@pytest.mark.parametrize(
+    ("options", "detail"),
+    [
+        ({"id": "x"}, "id"),
+        ({"run_id": "x"}, "run_id"),
+        ({"ids": ["x"]}, "ids"),
+        ({"ids": "xy"}, "ids"),
+    ],
+)
+async def test_enqueue_many_refuses_one_id_for_every_record(
+    options: dict[str, Any], detail: str
+) -> None:
+    driver = MemoryDriver()
+    with pytest.raises(JobsError) as info:
+        await Jobs(driver).enqueue_many(make_handle(), [{"n": 1}, {"n": 2}], **options)
+    assert (info.value.code, info.value.detail) == ("X_JOB_DECLARATION_INVALID", detail)
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+async def test_an_empty_id_is_refused_not_replaced() -> None:
+    with pytest.raises(JobsError) as info:
+        await Jobs(MemoryDriver()).enqueue(make_handle(), {"n": 1}, id="")
+    assert info.value.code == "X_JOB_RECORD_INVALID"

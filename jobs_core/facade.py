@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -33,6 +34,8 @@ from jobs_core.options import count, finite_number
 from jobs_core.records import EnqueueResult, NewJob
 from jobs_core.states import Outcome
 from jobs_core.tenant import current_tenant
+
+log = logging.getLogger("jobs.enqueue")
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -198,10 +201,12 @@ class Jobs:
         while True:
             try:
                 return await call()
-            except DriverUnavailableError:
+            except DriverUnavailableError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
+                if delay == ENQUEUE_RETRY_FLOOR_S:
+                    log.warning("jobs.enqueue.retry: %s; sending the same records again", exc)
                 # Wall-clock sleeps: the store's recovery is real time, whatever `clock` says.
                 await asyncio.sleep(min(delay, left))
                 delay = min(delay * 2, ENQUEUE_RETRY_CEILING_S)

@@ -148,7 +148,11 @@ class _LoopConns:
 
 
 class PgDriver(JobDriver):
-    """Jobs in Postgres, as durable as its commit (see docs/pg.md)."""
+    """Jobs in Postgres, as durable as its commit (see docs/pg.md).
+
+    Callers on several event loops share one driver: each loop gets its own pool, hot connection
+    and LISTEN sessions, closed when that loop shuts down or by `close()`.
+    """
 
     def __init__(
         self,

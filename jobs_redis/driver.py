@@ -110,6 +110,8 @@ class RedisDriver(JobDriver):
     `socket_timeout` are seconds; a refused or dropped connection raises
     `DriverUnavailableError` at once (no retries: the worker's poll is the retry).
     `wake_slot_ms` bounds the wake PUBLISH to one per queue per slot of the enqueuer's clock.
+    Callers on several event loops share one driver: each loop gets its own client, closed when
+    that loop shuts down or by `close()` (a given `client` is shared as is: one loop only).
     """
 
     def __init__(

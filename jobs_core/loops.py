@@ -69,7 +69,7 @@ class LoopLocal(Generic[S]):
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> S:
         with self._lock:
             gone = [lp for lp in self._by_loop if lp.is_closed()]
-            stale = [self._by_loop.pop(lp)[0] for lp in gone]
+            stale = [_quiet(self._by_loop.pop(lp)) for lp in gone]
             value = self._make()
             guard = loop.create_task(self._guard(loop, value), name="ujobs-loop-guard")
             self._by_loop[loop] = (value, guard)
@@ -127,13 +127,22 @@ class LoopLocal(Generic[S]):
                     log.debug("jobs.loops.close_elsewhere_failed", exc_info=True)
                     self._release(value)
             else:
-                self._release(value)
+                self._release(_quiet((value, guard)))
         if mine is not None:
             try:
                 await self._close(mine)
             except BaseException:
                 self._release(mine)
                 raise
+
+
+def _quiet(held: tuple[S, asyncio.Task[None]]) -> S:
+    """The holder of a loop that is gone; its guard can never run, so asyncio must not warn
+    that it was destroyed pending (a closed loop cannot cancel it)."""
+    value, guard = held
+    with contextlib.suppress(AttributeError):
+        guard._log_destroy_pending = False  # type: ignore[attr-defined]
+    return value
 
 
 async def _call(close: Callable[[S], Awaitable[None]], value: S) -> None:

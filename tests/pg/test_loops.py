@@ -111,3 +111,39 @@ def test_consecutive_asyncio_runs_share_one_driver(pg_schema: str) -> None:
     assert answers[5].id == answers[0].id
     assert keys_stored(pg_schema) == [f"k{n}" for n in range(7)]
     assert sessions(pg_schema) == 0
+
+
+def test_a_wake_session_lives_on_its_loop_and_close_from_another_ends_it(pg_schema: str) -> None:
+    # A worker's loop on a thread holds the LISTEN session; an app on the main thread enqueues
+    # through its own pool, wakes the worker, then closes the driver from its own loop.
+    driver = PgDriver(app_url(pg_schema), schema=pg_schema, pool_size=2)
+    jobs = Jobs(driver, enqueue_retry_s=0)
+    h = declare()
+    worker_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=worker_loop.run_forever, daemon=True)
+    thread.start()
+    woken = threading.Event()
+
+    async def subscribe() -> Any:
+        return await driver.wake_subscribe(["default"], lambda q: woken.set())
+
+    try:
+        sub = asyncio.run_coroutine_threadsafe(subscribe(), worker_loop).result(10)
+        deadline = time.monotonic() + 20
+        while not sub.is_live():
+            assert time.monotonic() < deadline, "the wake never became live"
+            time.sleep(0.02)
+
+        async def app() -> None:
+            await jobs.enqueue(h, 1)
+            await asyncio.to_thread(woken.wait, 10)
+            await driver.close()
+
+        asyncio.run(app())
+        assert woken.is_set()
+        assert not sub.is_live()  # closed on its own loop by the main loop's close()
+        assert sessions(pg_schema) == 0
+    finally:
+        worker_loop.call_soon_threadsafe(worker_loop.stop)
+        thread.join(5)
+        worker_loop.close()

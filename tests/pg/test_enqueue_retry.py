@@ -3,6 +3,7 @@ one run, and the caller is answered with the original id (issue 7, item 7)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -73,9 +74,9 @@ async def run_all(driver: PgDriver, handle: JobHandle, ids: list[str]) -> None:
         await worker.stop()
 
 
-@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("mode", ["one", "many", "sync"])
 async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
-    pg_schema: str, proxy: Proxy, many: bool
+    pg_schema: str, proxy: Proxy, mode: str
 ) -> None:
     driver = PgDriver(proxy.url(PG_URL), schema=pg_schema, pool_size=2, connect_timeout_s=2.0)
     ran: list[int] = []
@@ -83,13 +84,17 @@ async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
     jobs = Jobs(driver)
     async with driver:
         # The connection and its prepared statement exist, so the next reply is the write's.
-        if many:
+        if mode == "many":
             warm = (await jobs.enqueue_many(handle, [{"n": 0}]))[0]
+        elif mode == "sync":  # a `def` caller: the facade's portal loop, its own connection
+            warm = await asyncio.to_thread(jobs.enqueue_sync, handle, {"n": 0})
         else:
             warm = await jobs.enqueue(handle, {"n": 0})
         proxy.drop_next_reply(until=READY)
-        if many:
+        if mode == "many":
             got = await jobs.enqueue_many(handle, [{"n": 1}, {"n": 2}, {"n": 3}])
+        elif mode == "sync":
+            got = [await asyncio.to_thread(jobs.enqueue_sync, handle, {"n": 1})]
         else:
             got = [await jobs.enqueue(handle, {"n": 1})]
         assert proxy.dropped == 1  # the answer really was lost, after the server sent it
@@ -100,6 +105,7 @@ async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
         assert [rows[r.id].idempotency_key for r in got] == keys
         assert all(r.deduped for r in got)
         await run_all(driver, handle, [warm.id, *(r.id for r in got)])
+        await asyncio.to_thread(jobs.close_sync)  # the portal's loop, if a sync call made it
     assert sorted(ran) == list(range(len(got) + 1))
     assert rows_by_key(pg_schema) == {"k0": 1, **dict.fromkeys(keys, 1)}
 

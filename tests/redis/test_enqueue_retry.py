@@ -3,6 +3,7 @@ one run, and the caller is answered with the original id (issue 7, item 7)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -50,9 +51,9 @@ async def keys_held(driver: RedisDriver) -> list[str]:
     return sorted(str(r).split("\x00")[12] for r in rows)
 
 
-@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("mode", ["one", "many", "sync"])
 async def test_an_enqueue_whose_reply_is_lost_after_the_script_ran_inserts_once(
-    proxy: RedisProxy, many: bool
+    proxy: RedisProxy, mode: str
 ) -> None:
     driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix())
     ran: list[int] = []
@@ -60,13 +61,17 @@ async def test_an_enqueue_whose_reply_is_lost_after_the_script_ran_inserts_once(
     jobs = Jobs(driver)
     try:
         # The connection exists and the script is loaded, so the next reply is the write's.
-        if many:
+        if mode == "many":
             warm = (await jobs.enqueue_many(handle, [{"n": 0}]))[0]
+        elif mode == "sync":  # a `def` caller: the facade's portal loop, its own connection
+            warm = await asyncio.to_thread(jobs.enqueue_sync, handle, {"n": 0})
         else:
             warm = await jobs.enqueue(handle, {"n": 0})
         proxy.drop_next_reply()
-        if many:
+        if mode == "many":
             got = await jobs.enqueue_many(handle, [{"n": 1}, {"n": 2}, {"n": 3}])
+        elif mode == "sync":
+            got = [await asyncio.to_thread(jobs.enqueue_sync, handle, {"n": 1})]
         else:
             got = [await jobs.enqueue(handle, {"n": 1})]
         assert proxy.dropped == 1
@@ -90,6 +95,7 @@ async def test_an_enqueue_whose_reply_is_lost_after_the_script_ran_inserts_once(
         assert sorted(ran) == list(range(len(got) + 1))
         assert await keys_held(driver) == ["k0", *keys]
     finally:
+        await asyncio.to_thread(jobs.close_sync)  # the portal's loop, if a sync call made it
         with contextlib.suppress(Exception):
             await purge(driver)
         await driver.close()

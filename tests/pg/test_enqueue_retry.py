@@ -78,7 +78,11 @@ async def run_all(driver: PgDriver, handle: JobHandle, ids: list[str]) -> None:
 async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
     pg_schema: str, proxy: Proxy, mode: str
 ) -> None:
-    driver = PgDriver(proxy.url(PG_URL), schema=pg_schema, pool_size=2, connect_timeout_s=2.0)
+    # No wake: every single enqueue runs the one statement the warm-up prepared (with a wake,
+    # a second enqueue inside the same slot runs another, whose first reply is its PREPARE's).
+    driver = PgDriver(
+        proxy.url(PG_URL), schema=pg_schema, pool_size=2, connect_timeout_s=2.0, wake=False
+    )
     ran: list[int] = []
     handle = declare(ran)
     jobs = Jobs(driver)

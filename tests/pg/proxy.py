@@ -25,6 +25,8 @@ class Proxy:
         #: When set, the server's next reply is held back until it holds this, then everything is
         #: cut: the client never reads it (b"" cuts at the first byte of the reply).
         self._drop_until: bytes | None = None
+        #: The connection whose reply is swallowed: the first to send a request once armed.
+        self._target: int | None = None
         self._held = b""
         #: How many replies were swallowed by `drop_next_reply`.
         self.dropped = 0
@@ -41,19 +43,21 @@ class Proxy:
             return
         self._writers |= {writer, up_writer}
         for src, dst, reply in ((reader, up_writer, False), (up_reader, writer, True)):
-            task = asyncio.get_running_loop().create_task(self._pipe(src, dst, reply))
+            task = asyncio.get_running_loop().create_task(self._pipe(src, dst, reply, id(writer)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _pipe(
-        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, reply: bool
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, reply: bool, conn: int
     ) -> None:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await src.read(65536):
-                if reply and self._drop_until is not None:
+                if not reply and self._drop_until is not None and self._target is None:
+                    self._target = conn
+                if reply and self._drop_until is not None and self._target == conn:
                     self._held += data
                     if self._drop_until in self._held:
-                        self._drop_until, self._held = None, b""
+                        self._drop_until, self._target, self._held = None, None, b""
                         self.dropped += 1
                         self.cut()
                         return
@@ -66,10 +70,13 @@ class Proxy:
     def drop_next_reply(self, until: bytes = b"") -> None:
         """Swallow the server's next reply (once it holds `until`), then cut every connection.
 
+        The reply swallowed is on the first connection to send a request after this call.
+
         For Postgres, `until=b"Z\\x00\\x00\\x00\\x05"` (ReadyForQuery) waits for the end of
         the answer, sent after the statement's implicit transaction committed.
         """
         self._held = b""
+        self._target = None
         self._drop_until = until
 
     def cut(self) -> None:

@@ -80,8 +80,9 @@ async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
 ) -> None:
     # No wake: every single enqueue runs the one statement the warm-up prepared (with a wake,
     # a second enqueue inside the same slot runs another, whose first reply is its PREPARE's).
+    # One connection: no pool growth in the background puts its traffic beside the write's.
     driver = PgDriver(
-        proxy.url(PG_URL), schema=pg_schema, pool_size=2, connect_timeout_s=2.0, wake=False
+        proxy.url(PG_URL), schema=pg_schema, pool_size=1, connect_timeout_s=2.0, wake=False
     )
     ran: list[int] = []
     handle = declare(ran)

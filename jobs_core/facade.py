@@ -41,6 +41,7 @@ T = TypeVar("T")
 _UNSET: Any = object()
 #: Values that are their own JSON form (parsing their text would give them back).
 _SELF_FORMED: Final = frozenset({str, int, float, bool, type(None)})
+_STR: Final = frozenset({str})
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MS: Final = dt.timedelta(milliseconds=1)
 
@@ -249,8 +250,9 @@ def _json_form(value: Any, text: str) -> Any:
         return value
     # A flat dict of strings and plain scalars is its own JSON form; checking that costs a
     # fraction of a parse, and it is what most inputs are.
-    if kind is dict and all(type(k) is str and type(v) in _SELF_FORMED for k, v in value.items()):
-        return value
+    if kind is dict and _SELF_FORMED.issuperset(map(type, value.values())):
+        if _STR.issuperset(map(type, value)):
+            return value
     return loads(text)
 
 

@@ -250,9 +250,12 @@ def _json_form(value: Any, text: str) -> Any:
         return value
     # A flat dict of strings and plain scalars is its own JSON form; checking that costs a
     # fraction of a parse, and it is what most inputs are.
-    if kind is dict and _SELF_FORMED.issuperset(map(type, value.values())):
-        if _STR.issuperset(map(type, value)):
-            return value
+    if (
+        kind is dict
+        and _SELF_FORMED.issuperset(map(type, value.values()))
+        and _STR.issuperset(map(type, value))
+    ):
+        return value
     return loads(text)
 
 

@@ -8,27 +8,50 @@ event-loop thread, so a Flask view or a script never manages a loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import datetime as dt
+import logging
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_TIME_MS, PRIORITY_MAX, PRIORITY_MIN, JobDriver
-from jobs_core.errors import BatchTooLargeError, DeclarationInvalidError
+from jobs_core.errors import (
+    BatchTooLargeError,
+    DeclarationInvalidError,
+    DriverUnavailableError,
+    OptionInvalidError,
+)
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
-from jobs_core.jsonform import JsonValue, dumps
-from jobs_core.options import count
+from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.loops import cancel_other_tasks
+from jobs_core.options import count, finite_number
 from jobs_core.records import EnqueueResult, NewJob
 from jobs_core.states import Outcome
 from jobs_core.tenant import current_tenant
 
+log = logging.getLogger("jobs.enqueue")
+
 T = TypeVar("T")
 _UNSET: Any = object()
+#: Values that are their own JSON form (parsing their text would give them back).
+_SELF_FORMED: Final = frozenset({str, int, float, bool, type(None)})
+_STR: Final = frozenset({str})
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MS: Final = dt.timedelta(milliseconds=1)
+
+#: Seconds an enqueue keeps retrying a store that is unreachable (`Jobs(enqueue_retry_s=)`).
+ENQUEUE_RETRY_S: Final = 10.0
+#: First and longest pause between two tries of an enqueue.
+ENQUEUE_RETRY_FLOOR_S: Final = 0.05
+ENQUEUE_RETRY_CEILING_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +72,19 @@ class SettledEvent:
 class Jobs:
     """Enqueue jobs on one driver, from async code (`enqueue`) or sync code (`enqueue_sync`)."""
 
-    def __init__(self, driver: JobDriver, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        driver: JobDriver,
+        *,
+        clock: Clock | None = None,
+        enqueue_retry_s: float = ENQUEUE_RETRY_S,
+    ) -> None:
+        """`enqueue_retry_s`: how long an enqueue keeps retrying an unreachable store (0: never)."""
         self.driver = driver
         self.clock = clock or SystemClock()
+        self.enqueue_retry_s = finite_number(
+            enqueue_retry_s, "enqueue_retry_s", minimum=0.0, maximum=3600.0
+        )
         self._portal: _Portal | None = None
         self._portal_lock = threading.Lock()
 
@@ -64,58 +97,122 @@ class Jobs:
         tenant_id: str | None = _UNSET,
         run_at_ms: int | None = None,
         delay_ms: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | None = None,
         priority: int | None = None,
         queue: str | None = None,
         id: str | None = None,
         run_id: str | None = None,
         enqueued_by: str | None = None,
     ) -> NewJob:
-        """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here."""
+        """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here.
+
+        The declaration's tenant and key functions see the input's JSON form, the value the
+        worker gives them at run, so a function that cannot answer for it is refused now
+        (`X_JOB_TENANT_REQUIRED` / `X_JOB_KEY_REQUIRED`), before anything is written. The run
+        time is at most one of `run_at_ms` / `run_at` (an aware `datetime`) / `delay_ms` /
+        `delay` (a `timedelta`, not negative); none means now.
+        """
         input_json = dumps(input)
         now = self.clock.now_ms()
-        if run_at_ms is not None and delay_ms is not None:
-            raise DeclarationInvalidError("give run_at_ms or delay_ms, not both", detail="run_at")
+        if run_at is not None or delay is not None:
+            run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)
         if delay_ms is not None:
-            run_at = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
+            if run_at_ms is not None:
+                raise DeclarationInvalidError(
+                    "give run_at_ms or delay_ms, not both", detail="run_at"
+                )
+            run_at_time = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
         elif run_at_ms is not None:
-            run_at = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
+            run_at_time = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
         else:
-            run_at = now
-        handle.tenant_for(input)  # refuse an input whose org cannot be derived, before any write
+            run_at_time = now
+        if handle.tenant != "none" or (key is None and handle.key is not None):
+            form = _json_form(input, input_json)
+        else:
+            form = None
+        handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
         return NewJob(
-            id=id or new_id(),
-            run_id=run_id or new_id(),
+            id=id if id is not None else new_id(),
+            run_id=run_id if run_id is not None else new_id(),
             name=handle.name,
             queue=queue or handle.queue,
             tenant_id=current_tenant() if tenant_id is _UNSET else tenant_id,
-            idempotency_key=handle.key_for(input, key),
+            idempotency_key=handle.key_for(form, key),
             input_json=input_json,
             priority=(
                 handle.priority
                 if priority is None
                 else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
             ),
-            run_at_ms=run_at,
+            run_at_ms=run_at_time,
             max_attempts=handle.retry.attempts,
             created_at_ms=now,
             enqueued_by=enqueued_by,
         )
 
     async def enqueue(self, handle: JobHandle, input: Any, **options: Any) -> EnqueueResult:
-        """Insert one job, or answer `deduped` with the live row holding its key."""
-        return await self.driver.job_enqueue(self.build_record(handle, input, **options))
+        """Insert one job, or answer `deduped` with the row holding its id or its live key.
+
+        A call that fails with `X_DRIVER_UNAVAILABLE` (its answer may have been lost after the
+        write) is sent again with the SAME record for up to `enqueue_retry_s`, so it cannot
+        insert twice; a retry that finds its own earlier write answers `deduped` with the
+        record's id. Pass `id=` to make your own retries of a failed call exactly-once too.
+        """
+        record = self.build_record(handle, input, **options)
+        return await self._retrying(lambda: self.driver.job_enqueue(record))
 
     async def enqueue_many(
-        self, handle: JobHandle, inputs: Sequence[Any], **options: Any
+        self,
+        handle: JobHandle,
+        inputs: Sequence[Any],
+        *,
+        ids: Sequence[str] | None = None,
+        **options: Any,
     ) -> list[EnqueueResult]:
         """Insert many jobs of one handle; one answer per input, in order.
 
-        Every record is built (and so every refusal made) before the first write.
+        Every record is built (and so every refusal made) before the first write. Retried under
+        the same ids like `enqueue`; `ids=` (one per input) makes your own retries exactly-once.
         """
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
-        records = [self.build_record(handle, i, **options) for i in inputs]
-        return await self.driver.job_enqueue_many(records)
+        for shared in ("id", "run_id"):
+            if shared in options:
+                raise DeclarationInvalidError(
+                    "one value for every record of a batch: pass ids=[...], one per input",
+                    detail=shared,
+                )
+        if ids is None:
+            records = [self.build_record(handle, i, **options) for i in inputs]
+        else:
+            if isinstance(ids, str) or len(ids) != len(inputs):
+                raise DeclarationInvalidError("must hold one id per input", detail="ids")
+            records = [
+                self.build_record(handle, i, id=job_id, **options)
+                for i, job_id in zip(inputs, ids, strict=True)
+            ]
+        return await self._retrying(lambda: self.driver.job_enqueue_many(records))
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, again after `X_DRIVER_UNAVAILABLE` with capped backoff, for a bounded time.
+
+        Only safe because every try sends the same records: an existing id dedupes.
+        """
+        deadline = time.monotonic() + self.enqueue_retry_s
+        delay = ENQUEUE_RETRY_FLOOR_S
+        while True:
+            try:
+                return await call()
+            except DriverUnavailableError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                if delay == ENQUEUE_RETRY_FLOOR_S:
+                    log.warning("jobs.enqueue.retry: %s; sending the same records again", exc)
+                # Wall-clock sleeps: the store's recovery is real time, whatever `clock` says.
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, ENQUEUE_RETRY_CEILING_S)
 
     def enqueue_sync(self, handle: JobHandle, input: Any, **options: Any) -> EnqueueResult:
         """`enqueue` from sync code; refuses to block a running event loop."""
@@ -148,6 +245,62 @@ class Jobs:
             self._portal = None
 
 
+def _json_form(value: Any, text: str) -> Any:
+    """The value the worker will parse from `text`: `value` itself when it is already plain."""
+    kind = type(value)
+    if kind in _SELF_FORMED:
+        return value
+    # A flat dict of strings and plain scalars is its own JSON form; checking that costs a
+    # fraction of a parse, and it is what most inputs are.
+    if (
+        kind is dict
+        and _SELF_FORMED.issuperset(map(type, value.values()))
+        and _STR.issuperset(map(type, value))
+    ):
+        return value
+    return loads(text)
+
+
+def _time_options(
+    run_at_ms: int | None,
+    delay_ms: int | None,
+    run_at: dt.datetime | None,
+    delay: dt.timedelta | None,
+) -> tuple[int | None, int | None]:
+    """`run_at` / `delay` as `(run_at_ms, delay_ms)`; one run-time option at most."""
+    given = [
+        n
+        for n, v in (
+            ("run_at_ms", run_at_ms),
+            ("delay_ms", delay_ms),
+            ("run_at", run_at),
+            ("delay", delay),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise DeclarationInvalidError(f"give one of {', '.join(given)}, not both", detail="run_at")
+    if run_at is not None:
+        if not isinstance(run_at, dt.datetime):
+            raise OptionInvalidError("must be a datetime", detail="run_at")
+        if run_at.utcoffset() is None:
+            raise OptionInvalidError(
+                "must be timezone-aware (a naive datetime names no instant)", detail="run_at"
+            )
+        ms = (run_at - _EPOCH) // _MS
+        if not 0 <= ms <= MAX_TIME_MS:
+            raise OptionInvalidError("must be between 1970 and 2109", detail="run_at")
+        return ms, None
+    if not isinstance(delay, dt.timedelta):
+        raise OptionInvalidError("must be a timedelta", detail="delay")
+    if delay < dt.timedelta(0):
+        raise OptionInvalidError("must not be negative", detail="delay")
+    ms = delay // _MS
+    if ms > MAX_TIME_MS:
+        raise OptionInvalidError("is too long", detail="delay")
+    return None, ms
+
+
 class _Portal:
     """A private event loop on a daemon thread, so the driver keeps one loop for sync callers."""
 
@@ -163,8 +316,14 @@ class _Portal:
         return fut.result()
 
     def stop(self) -> None:
+        """Shut the loop down as `asyncio.run` would: what still runs there is cancelled first
+        (a driver's per-loop connections close then), then the loop stops and is closed."""
+        with contextlib.suppress(Exception):
+            self.run(cancel_other_tasks())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 _default: Jobs | None = None

@@ -19,6 +19,7 @@ from jobs_core.driver import MAX_NAME_BYTES, PRIORITY_MAX, PRIORITY_MIN
 from jobs_core.errors import (
     DeclarationInvalidError,
     JobDuplicateError,
+    JobsError,
     KeyRequiredError,
     TenantRequiredError,
 )
@@ -62,17 +63,45 @@ class JobHandle:
         return f"<job {self.name!r} queue={self.queue!r}>"
 
     def key_for(self, input: Any, given: str | None = None) -> str:
-        """The idempotency key: the one given at the call, else the declaration's function."""
-        key = given if given is not None else (self.key(input) if self.key is not None else None)
+        """The idempotency key: the one given at the call, else the declaration's function.
+
+        `input` is the JSON form (what the worker hands the body). A function that raises, or
+        answers no non-empty string, is `X_JOB_KEY_REQUIRED` naming the job and the function (a
+        `JobsError` it raises passes through as is).
+        """
+        if given is not None:
+            key: object = given
+        elif self.key is not None:
+            try:
+                key = self.key(input)
+            except JobsError:
+                raise
+            except Exception as exc:
+                raise KeyRequiredError(
+                    f"the idempotency_key function raised {_failure(exc)}", detail=self.name
+                ) from exc
+        else:
+            key = None
         if not isinstance(key, str) or not key:
             raise KeyRequiredError(detail=self.name)
         return key
 
     def tenant_for(self, input: Any) -> str | None:
-        """The org a run of `input` acts for; None for `'none'`. Fails closed on no answer."""
+        """The org a run of `input` acts for; None for `'none'`. Fails closed on no answer.
+
+        `input` is the JSON form. A function that raises, or answers no non-empty string, is
+        `X_JOB_TENANT_REQUIRED` naming the job and the function.
+        """
         if self.tenant == "none":
             return None
-        org = self.tenant(input)
+        try:
+            org = self.tenant(input)
+        except JobsError:
+            raise
+        except Exception as exc:
+            raise TenantRequiredError(
+                f"the tenant function raised {_failure(exc)}", detail=self.name
+            ) from exc
         if not isinstance(org, str) or not org:
             raise TenantRequiredError(detail=self.name)
         return org
@@ -213,6 +242,14 @@ def job(
         return handle
 
     return declare(fn) if fn is not None else declare
+
+
+def _failure(exc: Exception) -> str:
+    """`Type: message` of a declaration function's failure, one short line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > 200:
+        text = text[:200] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _check_name(value: object, option: str) -> None:

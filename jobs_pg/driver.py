@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -31,6 +32,7 @@ from jobs_core.errors import (
     NotRequeueableError,
     RequeueDuplicateError,
 )
+from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
     BuriedJob,
@@ -116,8 +118,41 @@ def unique_runs(keys: Sequence[Hashable]) -> list[list[int]]:
     return runs
 
 
+class _LoopConns:
+    """What one event loop holds of a driver: its pool, hot connection and LISTEN sessions."""
+
+    __slots__ = (
+        "checking",
+        "conns",
+        "hot",
+        "hot_busy",
+        "hot_since",
+        "open_lock",
+        "pool",
+        "subscriptions",
+    )
+
+    def __init__(self) -> None:
+        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
+        self.open_lock = asyncio.Lock()
+        self.hot: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+        self.hot_busy = False
+        self.hot_since = 0.0
+        self.checking = False
+        self.subscriptions: set[WakeSubscription] = set()
+        #: Every connection the pool made, so a loop that is gone can still close its sockets.
+        self.conns: weakref.WeakSet[psycopg.AsyncConnection[tuple[Any, ...]]] = weakref.WeakSet()
+
+    async def track(self, conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+        self.conns.add(conn)
+
+
 class PgDriver(JobDriver):
-    """Jobs in Postgres, as durable as its commit (see docs/pg.md)."""
+    """Jobs in Postgres, as durable as its commit (see docs/pg.md).
+
+    Callers on several event loops share one driver: each loop gets its own pool, hot connection
+    and LISTEN sessions, closed when that loop shuts down or by `close()`.
+    """
 
     def __init__(
         self,
@@ -153,13 +188,9 @@ class PgDriver(JobDriver):
         self._prepare_threshold: int | None = 0 if prepare else None
         self.channel = wake_channel(schema)
         self._q = {name: _Stmt(sql, schema) for name, sql in STATEMENTS.items()}
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
-        self._open_lock = asyncio.Lock()
-        self._subscriptions: set[WakeSubscription] = set()
-        self._checking = False
-        self._hot: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
-        self._hot_busy = False
-        self._hot_since = 0.0
+        # A pool (and the hot connection, the LISTEN sessions) belongs to one event loop; each
+        # loop that calls gets its own, closed with that loop or by `close()`.
+        self._loops: LoopLocal[_LoopConns] = LoopLocal(_LoopConns, self._close_loop, _abandon_loop)
         #: queue -> the wake slot this process knows is already spent (notified or recorded).
         self._spent_slots: dict[str, int] = {}
 
@@ -199,11 +230,12 @@ class PgDriver(JobDriver):
         await asyncio.to_thread(upgrade, self._url, self.schema)
 
     async def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
-        pool = self._pool
+        here = self._loops.get()
+        pool = here.pool
         if pool is not None:
             return pool
-        async with self._open_lock:
-            if self._pool is None:
+        async with here.open_lock:
+            if here.pool is None:
                 kwargs = self.connect_kwargs()
                 kwargs.update(autocommit=True, prepare_threshold=self._prepare_threshold)
                 pool = AsyncConnectionPool(
@@ -217,19 +249,24 @@ class PgDriver(JobDriver):
                     reconnect_timeout=0,
                     open=False,
                     name=f"ujobs:{self.schema}",
+                    configure=here.track,
                 )
                 await pool.open(wait=False)
-                self._pool = pool
-            return self._pool
+                here.pool = pool
+            return here.pool
 
     async def close(self) -> None:
-        for sub in list(self._subscriptions):
+        """Close the pools of every loop that used this driver (each on its own loop)."""
+        await self._loops.close_all()
+
+    async def _close_loop(self, here: _LoopConns) -> None:
+        for sub in list(here.subscriptions):
             await sub.close()
-        self._subscriptions.clear()
-        pool, self._pool = self._pool, None
-        hot, self._hot = self._hot, None
+        here.subscriptions.clear()
+        pool, here.pool = here.pool, None
+        hot, here.hot = here.hot, None
         if pool is not None:
-            if hot is not None and not self._hot_busy:
+            if hot is not None and not here.hot_busy:
                 await pool.putconn(hot)
             await pool.close()
 
@@ -268,30 +305,31 @@ class PgDriver(JobDriver):
         concurrent calls spill over to the pool. After any failure the hot connection goes back
         to the pool, which keeps or discards it by its state, and the next call takes a new one.
         """
-        if self._hot_busy or self._pool_size < 2:
+        here = self._loops.get()
+        if here.hot_busy or self._pool_size < 2:
             async with pool.connection() as conn:
                 yield conn
             return
-        self._hot_busy = True
+        here.hot_busy = True
         try:
-            hot = self._hot
-            if hot is not None and time.monotonic() - self._hot_since > HOT_MAX_AGE_S:
+            hot = here.hot
+            if hot is not None and time.monotonic() - here.hot_since > HOT_MAX_AGE_S:
                 # The pool recycles connections by age; the hot one takes its turn too.
-                self._hot = None
+                here.hot = None
                 await pool.putconn(hot)
                 hot = None
             if hot is None:
-                hot = self._hot = await pool.getconn()
-                self._hot_since = time.monotonic()
+                hot = here.hot = await pool.getconn()
+                here.hot_since = time.monotonic()
             conn = hot
             try:
                 yield conn
             except BaseException:
-                self._hot = None
+                here.hot = None
                 await pool.putconn(conn)
                 raise
         finally:
-            self._hot_busy = False
+            here.hot_busy = False
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
@@ -317,10 +355,11 @@ class PgDriver(JobDriver):
 
     def _after_failure(self) -> None:
         """After a failure, sweep broken idle connections so the next call gets a live one."""
-        pool = self._pool
-        if pool is None or self._checking:
+        here = self._loops.peek()
+        pool = here.pool if here is not None else None
+        if here is None or pool is None or here.checking:
             return
-        self._checking = True
+        here.checking = True
 
         async def sweep() -> None:
             try:
@@ -328,7 +367,7 @@ class PgDriver(JobDriver):
             except Exception:  # best effort: the next call reports whatever is still wrong
                 log.debug("jobs.pg.sweep_failed", exc_info=True)
             finally:
-                self._checking = False
+                here.checking = False
 
         task = asyncio.get_running_loop().create_task(sweep())
         _BACKGROUND.add(task)
@@ -738,12 +777,13 @@ class PgDriver(JobDriver):
         from jobs_pg.wake import PgWakeSubscription
 
         sub = PgWakeSubscription(self, frozenset(queues), on_wake)
-        self._subscriptions.add(sub)
+        self._loops.get().subscriptions.add(sub)  # the session lives on the caller's loop
         sub.start()
         return sub
 
     def forget_subscription(self, sub: WakeSubscription) -> None:
-        self._subscriptions.discard(sub)
+        for here in self._loops.values():
+            here.subscriptions.discard(sub)
 
     async def send_probe(self, payload: str) -> None:
         """NOTIFY `payload` on this schema's channel through the pool (the wake's probe)."""
@@ -751,6 +791,15 @@ class PgDriver(JobDriver):
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _abandon_loop(here: _LoopConns) -> None:
+    """Close the sockets of a loop that is gone (it can no longer run the pool's close)."""
+    here.pool = None
+    here.hot = None
+    for conn in list(here.conns):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
 
 
 def _constraint(exc: psycopg.Error) -> str | None:

@@ -34,6 +34,7 @@ jobs written since the last snapshot.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -46,6 +47,7 @@ from jobs_core.errors import (
     RecordInvalidError,
     RequeueDuplicateError,
 )
+from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
     BuriedJob,
@@ -108,6 +110,8 @@ class RedisDriver(JobDriver):
     `socket_timeout` are seconds; a refused or dropped connection raises
     `DriverUnavailableError` at once (no retries: the worker's poll is the retry).
     `wake_slot_ms` bounds the wake PUBLISH to one per queue per slot of the enqueuer's clock.
+    Callers on several event loops share one driver: each loop gets its own client, closed when
+    that loop shuts down or by `close()` (a given `client` is shared as is: one loop only).
     """
 
     def __init__(
@@ -140,6 +144,21 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
+        # A redis-py asyncio client belongs to one event loop: the first loop to call takes the
+        # one made above, each other loop gets its own (a given `client` serves every loop).
+        self._client_args = (url, scheme, connect_timeout, socket_timeout)
+        self._first_taken = False
+        self._loops: LoopLocal[_LoopClient] = LoopLocal(
+            self._new_loop_client, _close_loop_client, _abandon_loop_client
+        )
+
+    def _new_loop_client(self) -> _LoopClient:
+        if not self._owned:
+            return _LoopClient(self._client, owned=False)
+        if not self._first_taken:
+            self._first_taken = True
+            return _LoopClient(self._client, owned=True)
+        return _LoopClient(self._make_client(*self._client_args), owned=True)
 
     def _make_client(self, url: str, scheme: str, connect_timeout: float, timeout: float) -> Any:
         from redis.asyncio import Redis
@@ -161,8 +180,12 @@ class RedisDriver(JobDriver):
 
     @property
     def client(self) -> Any:
-        """The redis-py asyncio client (a `Redis` or a `RedisCluster`)."""
-        return self._client
+        """The running loop's redis-py asyncio client (a `Redis` or a `RedisCluster`)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._client
+        return self._loops.get().client
 
     def describe(self) -> str:
         kind = "redis cluster" if self.cluster else "redis"
@@ -173,11 +196,11 @@ class RedisDriver(JobDriver):
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
-        await self._read(self._client.ping, "ping")
+        await self._read(self._loops.get().client.ping, "ping")
 
     async def close(self) -> None:
-        if self._owned:
-            await self._client.aclose()
+        """Close the clients of every loop that used this driver (a given `client` stays open)."""
+        await self._loops.close_all()
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -186,12 +209,13 @@ class RedisDriver(JobDriver):
         from redis.exceptions import NoScriptError
 
         script: LuaScript = self._scripts[name]
+        client = self._loops.get().client
         try:
             try:
-                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
-                await self._client.script_load(script.source)
-                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+                await client.script_load(script.source)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
         except self._unavailable as exc:
             raise DriverUnavailableError(detail=f"{name}: {_why(exc, self.url)}") from exc
         except self._refused as exc:
@@ -211,7 +235,8 @@ class RedisDriver(JobDriver):
         missing = list(dict.fromkeys(i for i in ids if i not in out))
         if missing:
             k = self.keys
-            rows = await self._read(lambda: self._client.hmget(k.state, missing), "HMGET")
+            client = self._loops.get().client
+            rows = await self._read(lambda: client.hmget(k.state, missing), "HMGET")
             for i, row in zip(missing, rows, strict=True):
                 if row is not None:
                     out[i] = row.split("\x00", 10)[9]
@@ -241,7 +266,7 @@ class RedisDriver(JobDriver):
         # The first chunk goes alone: it loads the script should the server lack it.
         keys, args = self._chunk_call(chunks[0])
         out = _chunk_answers(chunks[0], await self._run("job_enqueue_many", keys, args))
-        pool = getattr(self._client, "connection_pool", None)
+        pool = getattr(self._loops.get().client, "connection_pool", None)
         if len(chunks) == 1:
             return out
         if self.cluster or pool is None:
@@ -550,6 +575,29 @@ class RedisDriver(JobDriver):
         wake = RedisWake(self, list(dict.fromkeys(queues)), on_wake)
         wake.start()
         return wake
+
+
+# -- one client per event loop -------------------------------------------------------------------
+
+
+class _LoopClient:
+    """The client one event loop uses; `owned` when the driver made it (and so closes it)."""
+
+    __slots__ = ("client", "owned")
+
+    def __init__(self, client: Any, *, owned: bool) -> None:
+        self.client = client
+        self.owned = owned
+
+
+async def _close_loop_client(held: _LoopClient) -> None:
+    if held.owned:
+        await held.client.aclose()
+
+
+def _abandon_loop_client(held: _LoopClient) -> None:
+    """A loop that is gone cannot run the close; its sockets go with the client's references."""
+    held.client = None
 
 
 # -- codecs ---------------------------------------------------------------------------------------

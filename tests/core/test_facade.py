@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 import jobs_core
+from jobs_core.clock import FakeClock
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs, configure
 from jobs_core.job import JobRegistry, job
@@ -76,3 +78,145 @@ def test_configured_client_serves_handle_enqueue_from_sync_and_async() -> None:
     async_result = asyncio.run(h.enqueue({"n": 1}))
     assert async_result.deduped and async_result.id == sync_result.id
     jobs_core.facade.default_client().close_sync()
+
+
+@dataclass
+class Signup:
+    org_id: str
+    user_id: int
+
+
+async def test_declaration_functions_see_the_json_form_at_enqueue_as_at_run() -> None:
+    # The worker hands the functions the stored JSON form (a dict), so a function written for
+    # the caller's object must be refused at enqueue, not discovered at run.
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    seen: list[Any] = []
+
+    def tenant_of(i: Any) -> str:
+        seen.append(i)
+        return str(i["org_id"])
+
+    h = job(
+        body, tenant=tenant_of, idempotency_key=lambda i: f"{i['user_id']}", registry=JobRegistry()
+    )
+    when = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    got = await jobs.enqueue(h, {"org_id": "o1", "user_id": 7, "at": when, "tags": ("a",)})
+    assert seen == [
+        {"org_id": "o1", "user_id": 7, "at": "2026-01-02T00:00:00+00:00", "tags": ["a"]}
+    ]
+    row = (await driver.job_get_many([got.id]))[got.id]
+    assert row.idempotency_key == "7" and row.input == seen[0]
+    await jobs.enqueue(h, Signup("o2", 8))
+    assert seen[-1] == {"org_id": "o2", "user_id": 8}
+
+
+@pytest.mark.parametrize("which", ["tenant", "key"])
+async def test_a_declaration_function_that_raises_is_a_typed_refusal_before_any_write(
+    which: str,
+) -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    attr: Any = lambda i: i.org_id  # noqa: E731 - written for the dataclass, not its JSON form
+    h = job(
+        body,
+        name=f"signup_{which}",
+        tenant=attr if which == "tenant" else "none",
+        idempotency_key=attr if which == "key" else (lambda i: "k"),
+        registry=JobRegistry(),
+    )
+    with pytest.raises(JobsError) as info:
+        await jobs.enqueue(h, Signup("o1", 1))
+    code = "X_JOB_TENANT_REQUIRED" if which == "tenant" else "X_JOB_KEY_REQUIRED"
+    assert info.value.code == code and info.value.detail == f"signup_{which}"
+    function = "tenant" if which == "tenant" else "idempotency_key"
+    assert f"the {function} function raised AttributeError" in info.value.message
+    with pytest.raises(JobsError) as many:
+        await jobs.enqueue_many(h, [Signup("o1", 1)])
+    assert many.value.code == code
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+def test_a_raising_key_function_is_typed_at_run_time_too() -> None:
+    h = job(body, tenant="none", idempotency_key=lambda i: i["missing"], registry=JobRegistry())
+    with pytest.raises(JobsError) as info:
+        h.key_for({"n": 1})
+    assert info.value.code == "X_JOB_KEY_REQUIRED" and "KeyError" in info.value.message
+
+
+async def test_run_at_and_delay_take_datetime_and_timedelta() -> None:
+    clock = FakeClock(1_800_000_000_000)
+    jobs = Jobs(MemoryDriver(), clock=clock)
+    h = make_handle()
+    at = dt.datetime.fromtimestamp(1_800_000_123.456, tz=dt.timezone(dt.timedelta(hours=2)))
+    assert jobs.build_record(h, {"n": 1}, run_at=at).run_at_ms == 1_800_000_123_456
+    later = jobs.build_record(h, {"n": 1}, delay=dt.timedelta(seconds=5, microseconds=1500))
+    assert later.run_at_ms == 1_800_000_005_001
+    assert jobs.build_record(h, {"n": 1}, delay=dt.timedelta(0)).run_at_ms == clock.now_ms()
+    assert jobs.build_record(h, {"n": 1}, run_at_ms=5).run_at_ms == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "code", "detail"),
+    [
+        ({"run_at": dt.datetime(2030, 1, 1)}, "X_JOB_OPTION_INVALID", "run_at"),
+        ({"run_at": dt.date(2030, 1, 1)}, "X_JOB_OPTION_INVALID", "run_at"),
+        ({"run_at": 1_800_000_000_000}, "X_JOB_OPTION_INVALID", "run_at"),
+        ({"run_at": dt.datetime(1960, 1, 1, tzinfo=dt.UTC)}, "X_JOB_OPTION_INVALID", "run_at"),
+        ({"delay": dt.timedelta(seconds=-1)}, "X_JOB_OPTION_INVALID", "delay"),
+        ({"delay": 5}, "X_JOB_OPTION_INVALID", "delay"),
+        ({"delay": dt.timedelta(1), "delay_ms": 1}, "X_JOB_DECLARATION_INVALID", "run_at"),
+        (
+            {"run_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC), "delay": dt.timedelta(1)},
+            "X_JOB_DECLARATION_INVALID",
+            "run_at",
+        ),
+        ({"run_at_ms": 1, "delay_ms": 1}, "X_JOB_DECLARATION_INVALID", "run_at"),
+    ],
+)
+async def test_run_time_options_are_refused_before_any_write(
+    options: dict[str, Any], code: str, detail: str
+) -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    with pytest.raises(JobsError) as info:
+        await jobs.enqueue(make_handle(), {"n": 1}, **options)
+    assert (info.value.code, info.value.detail) == (code, detail)
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+async def test_enqueue_many_takes_one_id_per_input_so_a_retry_inserts_once() -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    h = make_handle()
+    first = await jobs.enqueue_many(h, [{"n": 1}, {"n": 2}], ids=["a-1", "a-2"])
+    assert [(r.id, r.deduped) for r in first] == [("a-1", False), ("a-2", False)]
+    # The caller's own retry (say its answer was lost) sends the same ids: nothing new.
+    again = await jobs.enqueue_many(h, [{"n": 1}, {"n": 2}], ids=["a-1", "a-2"])
+    assert [(r.id, r.deduped) for r in again] == [("a-1", True), ("a-2", True)]
+    assert sorted(await driver.job_get_many(["a-1", "a-2"])) == ["a-1", "a-2"]
+
+
+@pytest.mark.parametrize(
+    ("options", "detail"),
+    [
+        ({"id": "x"}, "id"),
+        ({"run_id": "x"}, "run_id"),
+        ({"ids": ["x"]}, "ids"),
+        ({"ids": "xy"}, "ids"),
+    ],
+)
+async def test_enqueue_many_refuses_one_id_for_every_record(
+    options: dict[str, Any], detail: str
+) -> None:
+    driver = MemoryDriver()
+    with pytest.raises(JobsError) as info:
+        await Jobs(driver).enqueue_many(make_handle(), [{"n": 1}, {"n": 2}], **options)
+    assert (info.value.code, info.value.detail) == ("X_JOB_DECLARATION_INVALID", detail)
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
+async def test_an_empty_id_is_refused_not_replaced() -> None:
+    with pytest.raises(JobsError) as info:
+        await Jobs(MemoryDriver()).enqueue(make_handle(), {"n": 1}, id="")
+    assert info.value.code == "X_JOB_RECORD_INVALID"

@@ -1,7 +1,8 @@
 """A TCP proxy on a spare loopback port, in the test's own event loop, that a test can cut.
 
 Cutting closes every piped connection at once, as a network drop or a server crash would look
-to the client; `stop()` also refuses new connections (the server "is down").
+to the client; `stop()` also refuses new connections (the server "is down"). `drop_next_reply()`
+cuts at the worst moment for a write: after the server answered it, before the client read it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: When set, the server's next reply is held back until it holds this, then everything is
+        #: cut: the client never reads it (b"" cuts at the first byte of the reply).
+        self._drop_until: bytes | None = None
+        #: The connection whose reply is swallowed: the first to send a request once armed.
+        self._target: int | None = None
+        self._held = b""
+        #: How many replies were swallowed by `drop_next_reply`.
+        self.dropped = 0
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
@@ -33,18 +42,42 @@ class Proxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.get_running_loop().create_task(self._pipe(src, dst))
+        for src, dst, reply in ((reader, up_writer, False), (up_reader, writer, True)):
+            task = asyncio.get_running_loop().create_task(self._pipe(src, dst, reply, id(writer)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, reply: bool, conn: int
+    ) -> None:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await src.read(65536):
+                if not reply and self._drop_until is not None and self._target is None:
+                    self._target = conn
+                if reply and self._drop_until is not None and self._target == conn:
+                    self._held += data
+                    if self._drop_until in self._held:
+                        self._drop_until, self._target, self._held = None, None, b""
+                        self.dropped += 1
+                        self.cut()
+                        return
+                    continue
                 dst.write(data)
                 await dst.drain()
         with contextlib.suppress(OSError):
             dst.close()
+
+    def drop_next_reply(self, until: bytes = b"") -> None:
+        """Swallow the server's next reply (once it holds `until`), then cut every connection.
+
+        The reply swallowed is on the first connection to send a request after this call.
+
+        For Postgres, `until=b"Z\\x00\\x00\\x00\\x05"` (ReadyForQuery) waits for the end of
+        the answer, sent after the statement's implicit transaction committed.
+        """
+        self._held = b""
+        self._target = None
+        self._drop_until = until
 
     def cut(self) -> None:
         """Drop every open connection (both directions), like a network failure."""

@@ -1,9 +1,10 @@
 """A multi-chunk `enqueue_many` is one transaction: cut, aborted or retried, never half written.
 
 Another session's uncommitted row holds a key of the second chunk, so the call waits there with
-its first chunk already inserted (uncommitted). Then the test terminates the call's backend
-(nothing may stay), or makes the call the victim of a deadlock (the driver starts the whole
-transaction over; with no retries left it answers X_DRIVER_CONFLICT and nothing stays).
+its first chunk already inserted (uncommitted). Then the test terminates the call's backend or
+lets the call outlive `call_timeout_s` (nothing may stay), or makes the call the victim of a
+deadlock (the driver starts the whole transaction over; with no retries left it answers
+X_DRIVER_CONFLICT and nothing stays).
 """
 
 from __future__ import annotations
@@ -133,4 +134,21 @@ async def test_a_deadlocked_batch_past_the_retries_leaves_nothing(pg: PgDriver) 
         assert "40P01" in str(got)
         assert await stored(d) == 0
     finally:
+        await d.close()
+
+
+async def test_a_batch_past_its_call_timeout_leaves_nothing(pg_schema: str) -> None:
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, call_timeout_s=1.0)
+    other = await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
+    try:
+        await hold_key(other, pg_schema, "x1", job(1_200).idempotency_key)
+        with pytest.raises(JobsError) as err:
+            await asyncio.wait_for(d.job_enqueue_many([job(i) for i in range(N)]), 20)
+        assert err.value.code == "X_DRIVER_UNAVAILABLE", str(err.value)
+        await other.rollback()
+        assert await stored(d) == 0
+        got = await d.job_enqueue_many([job(i) for i in range(N)])
+        assert got == [EnqueueResult(job(i).id, deduped=False) for i in range(N)]
+    finally:
+        await other.close()
         await d.close()

@@ -525,19 +525,31 @@ JOB_CLAIM: Final = sa.union_all(
 
 
 def _locked(name: str) -> sa.CTE:
-    """The batch's rows, locked in id order (`ORDER BY` sorts before `FOR UPDATE` locks)."""
-    return (
-        sa.select(jobs.c.id)
-        .where(jobs.c.id == sa.func.any(arr("id", TEXT)))
-        .order_by(jobs.c.id)
-        .with_for_update(of=jobs)
-        .cte(name)
+    """The batch's rows, locked one by one in id order.
+
+    A LATERAL primary-key lookup per sorted id: `WHERE id = ANY(…) ORDER BY id FOR UPDATE`
+    would lock in the same order, but the planner picks a sequential scan for it on tables of a
+    few ten thousand rows (a 250-id heartbeat went from 4 to 35 ms).
+    """
+    ids = (
+        sa.func.unnest(arr("id", TEXT))
+        .table_valued(sa.column("id", TEXT))
+        .render_derived(name=f"{name}_ids", with_types=False)
     )
+    in_order = sa.select(ids.c.id).order_by(ids.c.id).subquery(f"{name}_sorted")
+    row = (
+        sa.select(jobs.c.id)
+        .where(jobs.c.id == in_order.c.id)
+        .with_for_update(of=jobs)
+        .lateral(f"{name}_row")
+    )
+    return sa.select(row.c.id).select_from(in_order.join(row, sa.true())).cte(name)
 
 
 def _fenced_locked(t: sa.FromClause, name: str) -> sa.ColumnElement[bool]:
-    """The fence, on rows `_locked` already holds."""
-    return sa.and_(jobs.c.id == sa.func.any(_ids_of(_locked(name))), _fenced(t))
+    """The fence, once `_locked` holds the rows (a one-time filter: it runs before any row)."""
+    held = sa.select(sa.func.count()).select_from(_locked(name)).scalar_subquery()
+    return sa.and_(held >= sa.literal_column("0"), _fenced(t))
 
 
 _acks = unnest(

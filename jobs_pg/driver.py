@@ -2,11 +2,14 @@
 
 Each method is one round-trip in the common case: the statements (`jobs_pg.statements`) are
 SQLAlchemy Core constructs compiled once to SQL text, then run on raw psycopg connections in
-autocommit mode (each statement is its own transaction, so no session state is kept and the
-driver works behind PgBouncer in transaction mode). A server that is down, or goes away during
-a call, becomes `DriverUnavailableError` (`X_DRIVER_UNAVAILABLE`): connects and calls carry
-timeouts, and a failed call is never retried blindly (a write that may have landed is reported,
-not repeated), so nothing is lost or done twice beyond what the fence allows.
+autocommit mode (each statement is its own transaction — only an `enqueue_many` longer than
+one chunk runs its statements in one — so no session state is kept and the driver works behind
+PgBouncer in transaction mode). A server that is down, or goes away during a call, becomes
+`DriverUnavailableError` (`X_DRIVER_UNAVAILABLE`): connects and calls carry timeouts, and a
+failed call is never retried blindly (a write that may have landed is reported, not repeated),
+so nothing is lost or done twice beyond what the fence allows. Only a statement the server
+rolled back whole (deadlock, serialization failure) runs again; other server errors are sorted
+by SQLSTATE (`classify`).
 """
 
 from __future__ import annotations

@@ -79,7 +79,6 @@ STATEMENTS: Final[dict[str, Sql]] = {
 
 _STATES: Final = {s.value: s for s in JobState}
 _LIVE_VALUES: Final = frozenset(s.value for s in LIVE_STATES)
-#: Unavailability: the server is unreachable, went away, or a call outlived its timeout.
 #: How long the hot connection serves before it goes back to the pool for recycling.
 HOT_MAX_AGE_S: Final = 600.0
 #: Failures that carry no SQLSTATE and mean the store is out of reach (a refused connect, a
@@ -268,7 +267,8 @@ class PgDriver(JobDriver):
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
-        """A pooled connection; unavailability or a call past its timeout: X_DRIVER_UNAVAILABLE."""
+        """A pooled connection; a call past its timeout is X_DRIVER_UNAVAILABLE, a failure its
+        typed error by SQLSTATE (`classify`)."""
         pool = await self._ready()
         try:
             async with asyncio.timeout(self._call_timeout), self._lease(pool) as conn:

@@ -88,6 +88,8 @@ _UNAVAILABLE: Final = (psycopg.OperationalError, psycopg.InterfaceError, PoolTim
 _GONE_STATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
 #: Deadlock and serialization failure: the statement was rolled back whole, so it can run again.
 _CONFLICT_STATES: Final = frozenset({"40P01", "40001"})
+#: The note a server error carries to name the statement it came from.
+_STATEMENT_NOTE: Final = "ujobs statement: "
 #: How often a statement rolled back by a deadlock or serialization failure runs again.
 CONFLICT_RETRIES: Final = 3
 #: Which record fields an index or constraint is built from (to name them in a refusal).
@@ -334,6 +336,10 @@ class PgDriver(JobDriver):
         that holds another client's statement of the same name ("already exists"). Either way the
         server ran nothing (the failed Parse or Bind skips the rest up to Sync), so running it
         again unprepared is safe. From then on this driver prepares nothing.
+
+        A statement the server rolled back in a deadlock or serialization failure runs again (up
+        to `conflict_retries` times) when it ran alone; a server error is marked with the
+        statement's name, which its `X_*` message then shows.
         """
         retries = 0
         while True:
@@ -345,10 +351,18 @@ class PgDriver(JobDriver):
                 # so running it again is as if it ran once; inside one, the caller starts over.
                 idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 if retries >= self._conflict_retries or not idle:
+                    exc.add_note(_STATEMENT_NOTE + self._name_of(text))
                     raise
                 retries += 1
                 log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
                 await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
+            except psycopg.Error as exc:
+                if exc.sqlstate is not None:
+                    exc.add_note(_STATEMENT_NOTE + self._name_of(text))
+                raise
+
+    def _name_of(self, text: str) -> str:
+        return next((name for name, st in self._q.items() if st.text == text), "a statement")
 
     async def _execute_once(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
@@ -901,7 +915,9 @@ def classify(exc: BaseException) -> JobsError:
         if isinstance(exc, _UNAVAILABLE):
             return DriverUnavailableError(detail=_reason(exc))
         return DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}")
-    why = f"SQLSTATE {state}: {_reason(exc)}"
+    notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith(_STATEMENT_NOTE)]
+    where = f" in {notes[-1].removeprefix(_STATEMENT_NOTE)}" if notes else ""
+    why = f"SQLSTATE {state}{where}: {_reason(exc)}"
     if state.startswith("08") or state in _GONE_STATES:
         return DriverUnavailableError(detail=why)
     if state in _CONFLICT_STATES:

@@ -89,6 +89,7 @@ def beats(jobs: list[ClaimedJob]) -> list[Heartbeat]:
 def assert_clean(err: JobsError, code: str, sqlstate: str) -> None:
     assert err.code == code, str(err)
     assert f"SQLSTATE {sqlstate}" in str(err)
+    assert " in JOB_HEARTBEAT: " in str(err)
     assert SECRET not in str(err)
 
 

@@ -11,7 +11,10 @@ from typing import ClassVar, Final
 #: code -> one-line title. The single list of codes; a class below exists for each.
 CODES: Final[dict[str, str]] = {
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
+    "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
+    "X_DRIVER_CONFLICT": "the store kept aborting the call in a deadlock or serialization conflict",
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
+    "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
@@ -61,10 +64,28 @@ class DrainingError(JobsError):
     code = "X_DRAINING"
 
 
+class DriverCancelledError(JobsError):
+    """The store cancelled the statement (a statement timeout or a cancel)."""
+
+    code = "X_DRIVER_CANCELLED"
+
+
+class DriverConflictError(JobsError):
+    """The store kept aborting the call in a deadlock or serialization conflict."""
+
+    code = "X_DRIVER_CONFLICT"
+
+
 class DriverError(JobsError):
     """The store answered with an error this library does not expect."""
 
     code = "X_DRIVER_ERROR"
+
+
+class DriverLimitError(JobsError):
+    """The store refused a value past one of its own limits or out of its range."""
+
+    code = "X_DRIVER_LIMIT"
 
 
 class DriverUnavailableError(JobsError):
@@ -219,7 +240,10 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
         DrainingError,
+        DriverCancelledError,
+        DriverConflictError,
         DriverError,
+        DriverLimitError,
         DriverUnavailableError,
         DriverUrlInvalidError,
         BatchTooLargeError,

@@ -2,11 +2,14 @@
 
 Each method is one round-trip in the common case: the statements (`jobs_pg.statements`) are
 SQLAlchemy Core constructs compiled once to SQL text, then run on raw psycopg connections in
-autocommit mode (each statement is its own transaction, so no session state is kept and the
-driver works behind PgBouncer in transaction mode). A server that is down, or goes away during
-a call, becomes `DriverUnavailableError` (`X_DRIVER_UNAVAILABLE`): connects and calls carry
-timeouts, and a failed call is never retried blindly (a write that may have landed is reported,
-not repeated), so nothing is lost or done twice beyond what the fence allows.
+autocommit mode (each statement is its own transaction — only an `enqueue_many` longer than
+one chunk runs its statements in one — so no session state is kept and the driver works behind
+PgBouncer in transaction mode). A server that is down, or goes away during a call, becomes
+`DriverUnavailableError` (`X_DRIVER_UNAVAILABLE`): connects and calls carry timeouts, and a
+failed call is never retried blindly (a write that may have landed is reported, not repeated),
+so nothing is lost or done twice beyond what the fence allows. Only a statement the server
+rolled back whole (deadlock, serialization failure) runs again; other server errors are sorted
+by SQLSTATE (`classify`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
@@ -26,9 +30,13 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import (
+    DriverCancelledError,
+    DriverConflictError,
     DriverError,
+    DriverLimitError,
     DriverUnavailableError,
     JobNotFoundError,
+    JobsError,
     NotRequeueableError,
     RequeueDuplicateError,
 )
@@ -73,10 +81,28 @@ STATEMENTS: Final[dict[str, Sql]] = {
 
 _STATES: Final = {s.value: s for s in JobState}
 _LIVE_VALUES: Final = frozenset(s.value for s in LIVE_STATES)
-#: Unavailability: the server is unreachable, went away, or a call outlived its timeout.
 #: How long the hot connection serves before it goes back to the pool for recycling.
 HOT_MAX_AGE_S: Final = 600.0
+#: Failures that carry no SQLSTATE and mean the store is out of reach (a refused connect, a
+#: dropped socket, no pooled connection in time). A server's own answer is sorted by its SQLSTATE.
 _UNAVAILABLE: Final = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)
+#: SQLSTATEs of a server going away or refusing sessions (besides class 08, connection exception).
+_GONE_STATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
+#: Deadlock and serialization failure: the statement was rolled back whole, so it can run again.
+_CONFLICT_STATES: Final = frozenset({"40P01", "40001"})
+#: The note a server error carries to name the statement it came from.
+_STATEMENT_NOTE: Final = "ujobs statement: "
+#: How often a statement rolled back by a deadlock or serialization failure runs again.
+CONFLICT_RETRIES: Final = 3
+#: Which record fields an index or constraint is built from (to name them in a refusal).
+_INDEX_FIELDS: Final = {
+    "jobs_pkey": "id",
+    "jobs_live_key": "name, tenant_id, idempotency_key",
+    "jobs_due": "queue, id",
+    "jobs_lease": "queue",
+    "pauses_pkey": "value",
+    "workers_pkey": "worker_id",
+}
 
 T = TypeVar("T")
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
@@ -166,13 +192,16 @@ class PgDriver(JobDriver):
         call_timeout_s: float = 30.0,
         prepare: bool = True,
         listen_url: str | None = None,
+        conflict_retries: int = CONFLICT_RETRIES,
     ) -> None:
         """Configure; nothing connects until `open()` or the first call.
 
         `wake=False` neither notifies on enqueue nor offers `wake_subscribe` (workers poll).
         `prepare=False` turns off server-side prepared statements (PgBouncer before 1.21).
         `listen_url` points the one LISTEN session straight at Postgres when `url` goes through
-        a transaction-mode pooler (which cannot carry LISTEN).
+        a transaction-mode pooler (which cannot carry LISTEN). `conflict_retries`: how often a
+        statement the server rolled back in a deadlock or serialization failure runs again
+        before the call fails with `X_DRIVER_CONFLICT`.
         """
         self._url = url
         self._conninfo = libpq_url(url)
@@ -193,6 +222,9 @@ class PgDriver(JobDriver):
         self._loops: LoopLocal[_LoopConns] = LoopLocal(_LoopConns, self._close_loop, _abandon_loop)
         #: queue -> the wake slot this process knows is already spent (notified or recorded).
         self._spent_slots: dict[str, int] = {}
+        self._conflict_retries = max(0, conflict_retries)
+        #: Deadlocks and serialization failures this driver met (each retried or raised).
+        self.conflicts_seen = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -274,7 +306,8 @@ class PgDriver(JobDriver):
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
-        """A pooled connection; unavailability or a call past its timeout: X_DRIVER_UNAVAILABLE."""
+        """A pooled connection; a call past its timeout is X_DRIVER_UNAVAILABLE, a failure its
+        typed error by SQLSTATE (`classify`)."""
         pool = await self._ready()
         try:
             async with asyncio.timeout(self._call_timeout), self._lease(pool) as conn:
@@ -282,17 +315,17 @@ class PgDriver(JobDriver):
         except TimeoutError as exc:
             self._after_failure()
             raise DriverUnavailableError("the call timed out", detail=self.describe()) from exc
-        except _UNAVAILABLE as exc:
-            self._after_failure()
-            raise DriverUnavailableError(detail=_reason(exc)) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise DriverError(
                 f"the jobs schema {self.schema!r} is not installed or is behind this version"
                 " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
                 detail=_reason(exc),
             ) from exc
-        except psycopg.Error as exc:
-            raise DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}") from exc
+        except (psycopg.Error, *_UNAVAILABLE) as exc:
+            err = classify(exc)
+            if isinstance(err, DriverUnavailableError):
+                self._after_failure()
+            raise err from exc
 
     @contextlib.asynccontextmanager
     async def _lease(
@@ -341,7 +374,37 @@ class PgDriver(JobDriver):
         that holds another client's statement of the same name ("already exists"). Either way the
         server ran nothing (the failed Parse or Bind skips the rest up to Sync), so running it
         again unprepared is safe. From then on this driver prepares nothing.
+
+        A statement the server rolled back in a deadlock or serialization failure runs again (up
+        to `conflict_retries` times) when it ran alone; a server error is marked with the
+        statement's name, which its `X_*` message then shows.
         """
+        retries = 0
+        while True:
+            try:
+                return await self._execute_once(conn, text, args)
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
+                self.conflicts_seen += 1
+                # Outside a transaction of ours the server rolled back exactly this statement,
+                # so running it again is as if it ran once; inside one, the caller starts over.
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if retries >= self._conflict_retries or not idle:
+                    exc.add_note(_STATEMENT_NOTE + self._name_of(text))
+                    raise
+                retries += 1
+                log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
+                await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
+            except psycopg.Error as exc:
+                if exc.sqlstate is not None:
+                    exc.add_note(_STATEMENT_NOTE + self._name_of(text))
+                raise
+
+    def _name_of(self, text: str) -> str:
+        return next((name for name, st in self._q.items() if st.text == text), "a statement")
+
+    async def _execute_once(
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
+    ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
         try:
@@ -396,11 +459,12 @@ class PgDriver(JobDriver):
             return await self._enqueue_on(conn, job)
 
     async def _enqueue_on(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob, *, quiet: bool = False
     ) -> EnqueueResult:
         slot = self._slot(job.created_at_ms)
         wake = (
-            slot is not None
+            not quiet
+            and slot is not None
             and job.run_at_ms <= job.created_at_ms
             and self._spent_slots.get(job.queue) != slot
         )
@@ -464,48 +528,110 @@ class PgDriver(JobDriver):
         return None if row is None else str(row[0])
 
     async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """Answers as the records enqueued one after another, in the caller's order; all or nothing.
+
+        A batch of one statement (up to `ENQUEUE_CHUNK` records, no id repeated) is that one
+        autocommit statement. A longer batch runs every statement in ONE transaction, so a
+        refusal of any kind, even the server's in the last chunk, leaves nothing written. Rows
+        are written in namespace order (name, tenant, key; the caller's order within a key), so
+        two batches over the same keys in different orders wait for each other, never deadlock;
+        a batch that repeats an id keeps the caller's order (a deadlock is then retried).
+        """
+        unique_ids = len({j.id for j in jobs}) == len(jobs)
+        if unique_ids and len(jobs) <= ENQUEUE_CHUNK:
+            async with self._conn() as conn:
+                return await self._enqueue_chunks(conn, jobs, range(len(jobs)), wake=True)
+        order: Sequence[int] = range(len(jobs))
+        if unique_ids:
+            # Ids never repeat, so records interact only through their key: sorted stably by
+            # namespace, the answers are those of the caller's order (COLLATE "C" = code points).
+            order = sorted(order, key=lambda i: _namespace(jobs[i]))
+        tries = 0
+        while True:
+            try:
+                async with self._conn() as conn, conn.transaction():
+                    out = await self._enqueue_chunks(conn, jobs, order, wake=False)
+                    await self._enqueue_wake(conn, jobs, out)
+                return out
+            except (DriverConflictError, DriverError) as exc:
+                if not _restartable(exc) or tries >= self._conflict_retries:
+                    raise
+                tries += 1
+
+    async def _enqueue_chunks(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        jobs: Sequence[NewJob],
+        order: Sequence[int],
+        *,
+        wake: bool,
+    ) -> list[EnqueueResult]:
+        """Enqueue `jobs` taken in `order`, one statement per chunk (split where an id repeats)."""
         out: list[EnqueueResult | None] = [None] * len(jobs)
         stmt = self._q["JOB_ENQUEUE_MANY"]
         leftovers: list[int] = []
-        async with self._conn() as conn:
-            for start in range(0, len(jobs), ENQUEUE_CHUNK):
-                chunk = jobs[start : start + ENQUEUE_CHUNK]
-                for run in unique_runs([j.id for j in chunk]):
-                    batch = [chunk[i] for i in run]
-                    positions = [start + i for i in run]
-                    rows = await self._enqueue_batch(conn, stmt, batch)
-                    # Answer in batch order; `inserted` rows map to themselves, the rest to the
-                    # id that was taken or the key's holder (a row stored before, or an earlier
-                    # record of this very batch).
-                    for ordinal, existed, inserted, batch_holder, holder in rows:
-                        pos = positions[ordinal - 1]
-                        j = jobs[pos]
-                        if inserted:
-                            out[pos] = EnqueueResult(j.id, deduped=False)
-                        elif existed:
-                            out[pos] = EnqueueResult(j.id, deduped=True)
-                        elif batch_holder is not None or holder is not None:
-                            out[pos] = EnqueueResult(batch_holder or holder, deduped=True)
-                        else:
-                            leftovers.append(pos)
-                    if leftovers:
-                        # A concurrent writer won a key after our snapshot: settle those
-                        # records one by one, in order, before the next batch.
-                        for pos in leftovers:
-                            found = await self._key_holder(conn, jobs[pos])
-                            out[pos] = (
-                                EnqueueResult(found, deduped=True)
-                                if found is not None
-                                else await self._enqueue_on(conn, jobs[pos])
-                            )
-                        leftovers = []
+        for start in range(0, len(order), ENQUEUE_CHUNK):
+            chunk = order[start : start + ENQUEUE_CHUNK]
+            for run in unique_runs([jobs[pos].id for pos in chunk]):
+                positions = [chunk[i] for i in run]
+                batch = [jobs[pos] for pos in positions]
+                rows = await self._enqueue_batch(conn, stmt, batch, wake=wake)
+                # Answer in batch order; `inserted` rows map to themselves, the rest to the
+                # id that was taken or the key's holder (a row stored before, or an earlier
+                # record of this very batch).
+                for ordinal, existed, inserted, batch_holder, holder in rows:
+                    pos = positions[ordinal - 1]
+                    j = jobs[pos]
+                    if inserted:
+                        out[pos] = EnqueueResult(j.id, deduped=False)
+                    elif existed:
+                        out[pos] = EnqueueResult(j.id, deduped=True)
+                    elif batch_holder is not None or holder is not None:
+                        out[pos] = EnqueueResult(batch_holder or holder, deduped=True)
+                    else:
+                        leftovers.append(pos)
+                if leftovers:
+                    # A concurrent writer won a key after our snapshot: settle those
+                    # records one by one, in order, before the next batch.
+                    for pos in leftovers:
+                        found = await self._key_holder(conn, jobs[pos])
+                        out[pos] = (
+                            EnqueueResult(found, deduped=True)
+                            if found is not None
+                            else await self._enqueue_on(conn, jobs[pos], quiet=not wake)
+                        )
+                    leftovers = []
         return [r for r in out if r is not None]
+
+    async def _enqueue_wake(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        jobs: Sequence[NewJob],
+        answers: Sequence[EnqueueResult],
+    ) -> None:
+        """Record the wake slot of each queue that got a due row (NOTIFY at commit)."""
+        slot = self._slot(max(j.created_at_ms for j in jobs))
+        queues = sorted(
+            {
+                j.queue
+                for j, a in zip(jobs, answers, strict=True)
+                if not a.deduped and j.run_at_ms <= j.created_at_ms
+            }
+        )
+        if slot is None or not queues:
+            return
+        stmt = self._q["JOB_ENQUEUE_MANY_WAKE"]
+        await self._execute(
+            conn, stmt.text, stmt.args({"queue": queues, "slot": slot, "channel": self.channel})
+        )
 
     async def _enqueue_batch(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
         stmt: _Stmt,
         batch: Sequence[NewJob],
+        *,
+        wake: bool,
     ) -> list[tuple[Any, ...]]:
         values = {
             "id": [j.id for j in batch],
@@ -520,7 +646,7 @@ class PgDriver(JobDriver):
             "run_at_ms": [j.run_at_ms for j in batch],
             "created_at_ms": [j.created_at_ms for j in batch],
             "enqueued_by": [j.enqueued_by for j in batch],
-            "slot": self._slot(max(j.created_at_ms for j in batch)),
+            "slot": self._slot(max(j.created_at_ms for j in batch)) if wake else None,
             "channel": self.channel,
         }
         cur = await self._insert(conn, stmt, stmt.args(values), batch[0].id)
@@ -536,13 +662,15 @@ class PgDriver(JobDriver):
         """Run an enqueue statement, again while a concurrent insert of one of its ids races it.
 
         Such an insert committed between our snapshot and our write: nothing of this statement
-        was written, and a fresh snapshot sees that id and answers it deduped.
+        was written, and a fresh snapshot sees that id and answers it deduped. Inside a
+        transaction the error aborted it all: the caller starts the transaction over.
         """
         for _ in range(5):
             try:
                 return await self._execute(conn, stmt.text, args)
             except psycopg.errors.UniqueViolation as exc:
-                if _constraint(exc) != "jobs_pkey":
+                in_tx = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+                if _constraint(exc) != "jobs_pkey" or in_tx:
                     raise
         raise DriverError("enqueue kept racing a concurrent writer", detail=job_id)
 
@@ -802,10 +930,67 @@ def _abandon_loop(here: _LoopConns) -> None:
             conn.pgconn.finish()
 
 
+def _namespace(job: NewJob) -> tuple[str, str, str]:
+    """The idempotency namespace, ordered as the statements order it (code points)."""
+    return (job.name, job.tenant_id or "", job.idempotency_key)
+
+
+def _restartable(exc: JobsError) -> bool:
+    """A failed transaction that, started over, can succeed: a conflict or an id race."""
+    if isinstance(exc, DriverConflictError):
+        return True
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.errors.UniqueViolation) and _constraint(cause) == "jobs_pkey"
+
+
 def _constraint(exc: psycopg.Error) -> str | None:
     diag = getattr(exc, "diag", None)
     name = getattr(diag, "constraint_name", None)
     return name if isinstance(name, str) else None
+
+
+def classify(exc: BaseException) -> JobsError:
+    """The typed error for a psycopg or pool failure, by the server's SQLSTATE when it gave one.
+
+    Out of reach (no SQLSTATE, class 08, 57P01–57P03, 53300): `X_DRIVER_UNAVAILABLE`. Deadlock
+    or serialization failure (40P01, 40001) the retries did not clear: `X_DRIVER_CONFLICT`. A
+    cancelled statement (57014: `statement_timeout`, `pg_cancel_backend`): `X_DRIVER_CANCELLED`.
+    A data exception (class 22) or program limit (class 54): `X_DRIVER_LIMIT`, naming the
+    fields behind the column or index the server named. Anything else: `X_DRIVER_ERROR`. Every
+    message carries the SQLSTATE and never a connection string.
+    """
+    state = getattr(exc, "sqlstate", None)
+    if not isinstance(state, str):
+        if isinstance(exc, _UNAVAILABLE):
+            return DriverUnavailableError(detail=_reason(exc))
+        return DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}")
+    notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith(_STATEMENT_NOTE)]
+    where = f" in {notes[-1].removeprefix(_STATEMENT_NOTE)}" if notes else ""
+    why = f"SQLSTATE {state}{where}: {_reason(exc)}"
+    if state.startswith("08") or state in _GONE_STATES:
+        return DriverUnavailableError(detail=why)
+    if state in _CONFLICT_STATES:
+        return DriverConflictError(detail=why)
+    if state == "57014":
+        return DriverCancelledError(detail=why)
+    if state.startswith(("22", "54")):
+        fields = _fields(exc)
+        return DriverLimitError(detail=f"{fields}; {why}" if fields else why)
+    return DriverError(detail=why)
+
+
+def _fields(exc: BaseException) -> str | None:
+    """The record fields behind the column, constraint or index a server error names."""
+    diag = getattr(exc, "diag", None)
+    column = getattr(diag, "column_name", None)
+    if isinstance(column, str):
+        return column
+    named = _constraint(exc) if isinstance(exc, psycopg.Error) else None
+    if named is None:
+        # "index row size … for index "jobs_live_key"": the index is only in the message.
+        text = str(exc)
+        named = next((i for i in _INDEX_FIELDS if f'"{i}"' in text), None)
+    return _INDEX_FIELDS.get(named) if named is not None else None
 
 
 def _reason(exc: BaseException) -> str:
@@ -816,4 +1001,4 @@ def _reason(exc: BaseException) -> str:
     return text
 
 
-__all__ = ["STATEMENTS", "PgDriver", "unique_runs", "wake_channel"]
+__all__ = ["STATEMENTS", "PgDriver", "classify", "unique_runs", "wake_channel"]

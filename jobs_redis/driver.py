@@ -262,6 +262,14 @@ class RedisDriver(JobDriver):
         return EnqueueResult(got, deduped=True)
 
     async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """One script call per chunk of `ENQUEUE_CHUNK`, in order; each chunk is atomic.
+
+        Every record was checked (`JobDriver.job_enqueue_many`) before the first script call,
+        and the script refuses nothing, so a refusal never leaves part of a batch. What can: an
+        outage (or a server-side error such as OOM under `maxmemory`) after the first chunk ran
+        leaves the chunks before it written and answers `X_DRIVER_UNAVAILABLE` (or the script's
+        error); calling again with the same batch is safe, the written records answer deduped.
+        """
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
         # The first chunk goes alone: it loads the script should the server lack it.
         keys, args = self._chunk_call(chunks[0])

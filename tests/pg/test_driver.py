@@ -151,6 +151,15 @@ async def test_enqueue_many_across_chunks(pg: PgDriver) -> None:
     # 2,500 records: chunks of 1,000, keys repeating across chunk borders, ids repeating too.
     records = [job(i % 2100, key=f"k{i % 1700}") for i in range(2500)]
     await _pair(pg, records)
+    # Unique ids (the batch is then written in key order): keys shared across chunks, some
+    # held by rows stored before, answers still those of the caller's order.
+    mem = MemoryDriver()
+    before = [job(f"h{i}", key=f"v{i * 97}") for i in range(10)]
+    assert await pg.job_enqueue_many(before) == await mem.job_enqueue_many(before)
+    records = [job(f"u{i}", key=f"v{(i * 7919) % 1300}") for i in range(2500)]
+    assert await pg.job_enqueue_many(records) == await mem.job_enqueue_many(records)
+    ids = [r.id for r in records]
+    assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
 
 
 async def test_concurrent_enqueues_of_one_key_insert_once(pg: PgDriver) -> None:

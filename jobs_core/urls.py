@@ -166,6 +166,9 @@ def driver_from_url(url: str) -> JobDriver:
     try:
         factory = cast(Callable[[str], JobDriver], ep.load())
         return factory(url)
+    except ValueError as exc:
+        # A client library's own URL parser refusing it (a port that is not a number, …).
+        raise DriverUrlInvalidError(mask_text(str(exc), url), detail=mask_url(url)) from None
     except ModuleNotFoundError as exc:
         raise DriverNotInstalledError(
             f"the {scheme} driver needs {exc.name or 'a library'} that is not installed:"

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic.config import Config
 
 from alembic import command
-from jobs_core.errors import DriverError, DriverUnavailableError
-from jobs_core.urls import mask_text
+from jobs_core.errors import DriverError, DriverUnavailableError, DriverUrlInvalidError
+from jobs_core.urls import mask_text, mask_url
 from jobs_pg.migrations.environment import VERSION_TABLE, _quote
 from jobs_pg.urls import sqlalchemy_url
 
@@ -40,6 +40,9 @@ def _typed(url: str) -> Iterator[None]:
         raise DriverUnavailableError(detail=_reason(exc, url)) from None
     except sa.exc.DBAPIError as exc:
         raise DriverError(detail=_reason(exc, url)) from None
+    except (ValueError, sa.exc.ArgumentError) as exc:
+        # SQLAlchemy's URL parser refusing the URL (a port that is not a number, …).
+        raise DriverUrlInvalidError(mask_text(str(exc), url), detail=mask_url(url)) from None
 
 
 def _reason(exc: sa.exc.DBAPIError, url: str) -> str:

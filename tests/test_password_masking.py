@@ -63,6 +63,8 @@ BAD = [
     f"postgresql://postgres:PWa@127.0.0.1:{PORT}/test?pool_size=many",
     f"postgresql://postgres:PWa@PWb@127.0.0.1:{PORT}/test?wake=maybe",
     "mysql://root:PWa@db/app",
+    "redis://:PWa@127.0.0.1:notaport/0",
+    f"redis://:PWa@PWb@127.0.0.1:{PORT}/0?socket_timeout=soon",
 ]
 
 
@@ -177,7 +179,8 @@ def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Path) -> None:
     cwd = _jobs_module(tmp_path)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(cwd)}
+    path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
     env.pop("UJOBS_DRIVER", None)
     cli = [sys.executable, "-m", "jobs_core.cli", "-vv"]
     runs: list[tuple[str, str, list[str], dict[str, str]]] = []

@@ -124,17 +124,9 @@ def test_usage_errors_and_bad_values_are_typed_refusals(app: Path) -> None:
     assert "--lease" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
 
 
-def test_every_duration_option_is_in_seconds_with_fractions() -> None:
-    """Each option that takes a duration says seconds in its help and accepts a fraction."""
-    helps = {c: run(c, "--help").stdout for c in ("worker", "enqueue")}
-    assert "--lease FLOAT" in helps["worker"] and "--drain-timeout FLOAT" in helps["worker"]
-    assert "--delay FLOAT" in helps["enqueue"]
-    for text in helps.values():
-        assert " ms" not in text and "millisecond" not in text
-        assert "econds" in text
-
-
-def test_delay_is_seconds_and_the_banner_shows_seconds(app: Path) -> None:
+def test_every_duration_is_in_seconds_options_and_banner_alike() -> None:
+    """Each option that takes a duration says seconds and takes a fraction; the worker's banner
+    shows its lease and the jobs' timeouts in seconds too."""
     from jobs_core.cli import _print_plan, console
     from jobs_core.job import job
     from jobs_core.worker import Worker
@@ -149,6 +141,11 @@ def test_delay_is_seconds_and_the_banner_shows_seconds(app: Path) -> None:
         _print_plan(Worker(driver, [slow], lease=2.5), [slow], driver)
     banner = cap.get()
     assert "lease 2.5 s" in banner and "1.5 s" in banner and " ms" not in banner
+    helps = {c: run(c, "--help").stdout for c in ("worker", "enqueue")}
+    assert "--lease FLOAT" in helps["worker"] and "--drain-timeout FLOAT" in helps["worker"]
+    assert "--delay FLOAT" in helps["enqueue"]
+    for text in helps.values():
+        assert " ms" not in text and "millisecond" not in text and "econds" in text
 
 
 def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: Path) -> None:

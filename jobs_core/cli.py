@@ -176,6 +176,12 @@ def _version() -> str:
         return "unknown"
 
 
+#: Click ≥ 8.2 raises this for a group called with no command; older ones print help themselves.
+_NO_ARGS: tuple[type[Exception], ...] = tuple(
+    c for c in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(c, type)
+)
+
+
 class _Group(click.Group):
     """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too."""
 
@@ -188,6 +194,9 @@ class _Group(click.Group):
         except click.Abort:
             raise SystemExit(130) from None
         except click.UsageError as exc:
+            if isinstance(exc, _NO_ARGS) and exc.ctx is not None:
+                click.echo(exc.ctx.get_help())  # a bare `ujobs` (or `ujobs db`) asks for help
+                raise SystemExit(0) from None
             hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
             _fail(CliUsageInvalidError(exc.format_message() + hint))
         except click.ClickException as exc:

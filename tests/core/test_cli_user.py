@@ -64,6 +64,9 @@ def test_version() -> None:
     done = run("--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ujobs 0.1.0"
+    for bare in ((), ("db",)):  # a bare group asks for its help, not a refusal
+        done = run(*bare)
+        assert done.returncode == 0 and "Commands:" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_missing_extra_is_one_line_naming_it_with_its_brackets() -> None:

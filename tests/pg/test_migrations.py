@@ -12,8 +12,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from psycopg import sql
 
@@ -429,5 +431,56 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "created" in done.stdout
         assert _diff(schema) == []
+    finally:
+        drop_schema(schema)
+
+
+PROBE_REVISION = '''\
+"""A later revision of ours, for the test of what an upgrade reports."""
+import sqlalchemy as sa
+from alembic import op
+from jobs_pg.migrations.environment import run_step
+
+revision = "0002_probe"
+down_revision = "0001_jobs"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_step(revision, down_revision, "upgrade", lambda s: op.create_table(
+        "probe", sa.Column("id", sa.Integer, primary_key=True), schema=s))
+
+
+def downgrade() -> None:
+    run_step(revision, down_revision, "downgrade", lambda s: op.drop_table("probe", schema=s))
+'''
+
+
+def test_upgrade_says_created_upgraded_from_to_or_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a later revision beside ours, `upgrade` names the revisions it went from and to."""
+    import jobs_pg.migrate as migrate
+
+    (tmp_path / "0002_probe.py").write_text(PROBE_REVISION, encoding="utf-8")
+    plain = migrate.config
+
+    def with_probe(url: str, schema: str = "ujobs") -> Config:
+        cfg = plain(url, schema)
+        ours = cfg.get_main_option("version_locations")
+        cfg.set_main_option("version_locations", f"{ours}{os.pathsep}{tmp_path}")
+        return cfg
+
+    monkeypatch.setattr(migrate, "config", with_probe)
+    schema = fresh_schema()
+    try:
+        said = migrate.upgrade(PG_URL, schema, "0001_jobs")
+        assert said == f"created the jobs tables in schema '{schema}' at revision 0001_jobs"
+        said = migrate.upgrade(PG_URL, schema)
+        assert said == f"upgraded schema '{schema}' from revision 0001_jobs to 0002_probe"
+        assert "probe" in _tables(schema)
+        said = migrate.upgrade(PG_URL, schema)
+        assert said == f"schema '{schema}' is current (revision 0002_probe); nothing to do"
     finally:
         drop_schema(schema)

@@ -6,8 +6,13 @@ import asyncio
 import importlib
 import json
 import logging
+import math
 import sys
 import time
+import traceback
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,68 +20,244 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError
+from jobs_core.errors import (
+    CliDriverRequiredError,
+    CliModuleInvalidError,
+    CliNoJobsError,
+    CliUsageInvalidError,
+    InputInvalidError,
+    JobNotRegisteredError,
+    JobsError,
+    OptionInvalidError,
+)
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, jobs_of
-from jobs_core.urls import driver_from_url
+from jobs_core.urls import driver_from_url, mask_text
 from jobs_core.worker import Worker, WorkerStats
 
 console = Console(stderr=False)
 
 
+#: Where the CLI reads the driver URL when `--driver` is not given (kept off `ps`).
+DRIVER_ENV = "UJOBS_DRIVER"
+_DRIVER_HELP = f"Driver URL (else env {DRIVER_ENV}, which keeps a password off the command line)."
+
+
 def _import_module(target: str) -> ModuleType:
-    """Import `pkg.module` or `path/to/file.py`, with the current directory importable."""
+    """Import `pkg.module` or `path/to/file.py`, with the current directory importable;
+    `X_CLI_MODULE_INVALID` in one line when it is not there or fails to import."""
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    name = target
     if target.endswith(".py"):
         path = Path(target).resolve()
+        if not path.is_file():
+            raise CliModuleInvalidError(f"no file {target}", detail=target)
         sys.path.insert(0, str(path.parent))
-        target = path.stem
-    return importlib.import_module(target)
+        name = path.stem
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise CliModuleInvalidError(f"no module named {name!r}", detail=target) from None
+        raise CliModuleInvalidError(
+            f"importing {name!r} failed: {type(exc).__name__}: {exc}", detail=target
+        ) from exc
+    except Exception as exc:
+        logging.getLogger("jobs.cli").debug("importing %s failed", name, exc_info=True)
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+        raise CliModuleInvalidError(
+            f"importing {name!r} failed{at}: {type(exc).__name__}: {exc} (-vv shows the traceback)",
+            detail=target,
+        ) from exc
+
+
+def _jobs_in(module: str) -> list[JobHandle]:
+    """The jobs `module` exports; `X_CLI_NO_JOBS` when it exports none."""
+    handles = jobs_of(_import_module(module))
+    if not handles:
+        raise CliNoJobsError(
+            f"{module!r} exports no jobs (declare them with @job at module level)", detail=module
+        )
+    return handles
+
+
+def _required_driver(url: str | None, command: str) -> str:
+    """The driver URL a command that must not lose its jobs runs on: named, never implied."""
+    if url:
+        return url
+    raise CliDriverRequiredError(
+        f"ujobs {command} needs --driver URL or env {DRIVER_ENV}; the memory store dies with this"
+        " process, so pass --driver memory to mean it"
+    )
+
+
+def _seconds(value: float | None, option: str, *, positive: bool = False) -> None:
+    """Refuse a seconds option that is not finite, or negative (or zero where `positive`)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        need = "a positive" if positive else "a non-negative"
+        raise OptionInvalidError(f"{option} must be {need} number of seconds", detail=option)
 
 
 def _fail(exc: JobsError) -> None:
-    console.print(f"[red]{exc.code}[/red]: {exc.message}")
+    # One line, its brackets intact: an error's text is never rich markup, and never wrapped.
+    console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}", soft_wrap=True)
     raise SystemExit(2)
 
 
-@click.group()
-@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
-def main(verbose: int) -> None:
-    """Durable background jobs: workers, enqueueing, and the demo."""
+#: Attributes every LogRecord has; any other attribute came from `extra=`.
+_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class _Formatter(logging.Formatter):
+    """`text` or `json` (one object per line) log lines, with every password of `urls` masked."""
+
+    def __init__(self, kind: str, urls: Sequence[str]) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+        self.kind = kind
+        self.urls = tuple(urls)
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.kind == "json":
+            line: dict[str, Any] = {
+                "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                    timespec="milliseconds"
+                ),
+                "level": record.levelname,
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+            for key, value in _extras(record).items():
+                line.setdefault(key, value)
+            if record.exc_info:
+                line["exc_info"] = self.formatException(record.exc_info)
+            elif record.exc_text:
+                line["exc_info"] = record.exc_text
+            if record.stack_info:
+                line["stack_info"] = record.stack_info
+            text = json.dumps(line, default=str, ensure_ascii=False)
+        else:
+            text = super().format(record)
+            extras = _extras(record)
+            if extras:
+                fields = " ".join(f"{k}={v}" for k, v in extras.items())
+                head, nl, tail = text.partition("\n")
+                text = f"{head} {fields}{nl}{tail}"
+        return mask_text(text, *self.urls)
+
+
+def _configure_logging(verbose: int, kind: str = "text", urls: Sequence[str] = ()) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter(kind, urls))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _version() -> str:
+    try:
+        return version("ultimat3-jobs")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+#: Click ≥ 8.2 raises this for a group called with no command; older ones print help themselves.
+_NO_ARGS: tuple[type[Exception], ...] = tuple(
+    c for c in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(c, type)
+)
+
+
+class _Group(click.Group):
+    """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            raise SystemExit(exc.exit_code) from None
+        except click.Abort:
+            raise SystemExit(130) from None
+        except click.UsageError as exc:
+            if isinstance(exc, _NO_ARGS) and exc.ctx is not None:
+                click.echo(exc.ctx.get_help())  # a bare `ujobs` (or `ujobs db`) asks for help
+                raise SystemExit(0) from None
+            hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
+            _fail(CliUsageInvalidError(exc.format_message() + hint))
+        except click.ClickException as exc:
+            _fail(CliUsageInvalidError(exc.format_message()))
+        raise SystemExit(0)
+
+
+@click.group(cls=_Group)
+@click.version_option(_version(), "--version", prog_name="ujobs", message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
+    """Durable background jobs: workers, enqueueing, and the demo.
+
+    Every duration is in seconds (fractions allowed). The driver URL comes from --driver, else
+    env UJOBS_DRIVER; `ujobs worker` and `ujobs enqueue` never fall back to the memory store.
+    A refusal prints one line, `X_CODE: message`, and exits 2.
+    """
+    ctx.obj = verbose
+    _configure_logging(verbose)
 
 
 @main.command()
 @click.argument("module")
-@click.option("--driver", "url", default="memory", show_default=True, help="Driver URL.")
+@click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
 @click.option(
     "--queue", "queues", multiple=True, help="Queue to work (repeat); default: the jobs' own."
 )
 @click.option("--concurrency", default=50, show_default=True, help="Bodies at once.")
 @click.option("--max-in-flight", type=int, default=None, help="Jobs held at once (>= concurrency).")
-@click.option("--lease", default=30.0, show_default=True, help="Lease seconds.")
+@click.option("--lease", default=30.0, show_default=True, help="Lease, in seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text, or one JSON object per line (with the records' extra fields).",
+)
 @click.option("--quiet", is_flag=True, help="No live counts.")
+@click.pass_context
 def worker(
+    ctx: click.Context,
     module: str,
-    url: str,
+    url: str | None,
     queues: tuple[str, ...],
     concurrency: int,
     max_in_flight: int | None,
     lease: float,
     drain_timeout: float,
+    log_format: str,
     quiet: bool,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
+    _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
     try:
-        handles = jobs_of(_import_module(module))
+        url = _required_driver(url, "worker")
+        _seconds(lease, "--lease", positive=True)
+        _seconds(drain_timeout, "--drain-timeout")
         driver = driver_from_url(url)
+        handles = _jobs_in(module)
         w = Worker(
             driver,
             handles,
@@ -98,10 +279,11 @@ def worker(
 
 
 def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
-    console.print(f"[bold]ujobs worker[/bold] {w.worker_id} on [cyan]{driver.describe()}[/cyan]")
+    where = escape(driver.describe())
+    console.print(f"[bold]ujobs worker[/bold] {escape(w.worker_id)} on [cyan]{where}[/cyan]")
     console.print(
-        f"queues: {', '.join(w.queues)} · concurrency {w.concurrency} · "
-        f"max in flight {w.max_in_flight} · lease {w.lease_ms} ms"
+        f"queues: {escape(', '.join(w.queues))} · concurrency {w.concurrency} · "
+        f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s"
     )
     table = Table("job", "queue", "attempts", "timeout", "body")
     for h in sorted(handles, key=lambda h: h.name):
@@ -109,7 +291,7 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
             h.name,
             h.queue,
             str(h.retry.attempts),
-            f"{h.timeout_ms} ms" if h.timeout_ms else "-",
+            f"{h.timeout_ms / 1000:g} s" if h.timeout_ms else "-",
             "async" if h.is_async else "thread",
         )
     console.print(table)
@@ -150,47 +332,60 @@ def db() -> None:
 
 @db.command()
 @click.option(
-    "--driver", "--url", "url", required=True, help="Driver URL (Postgres: ?schema=name)."
+    "--driver",
+    "--url",
+    "url",
+    required=True,
+    envvar=DRIVER_ENV,
+    show_envvar=True,
+    help="Driver URL (Postgres: ?schema=name); else env UJOBS_DRIVER.",
 )
 def upgrade(url: str) -> None:
-    """Install or upgrade the schema the driver at URL needs (no-op where there is none)."""
+    """Install or upgrade the schema the driver at URL needs (no-op where there is none);
+    says whether it created the schema, upgraded it (from → to) or found it current."""
     try:
         driver = driver_from_url(url)
-        asyncio.run(driver.migrate())
+        done = asyncio.run(driver.migrate())
     except JobsError as exc:
         _fail(exc)
         return
-    console.print(f"schema up to date on [cyan]{driver.describe()}[/cyan]")
+    what = escape(done) if done else "this driver keeps no schema; nothing to do"
+    console.print(f"{what} on [cyan]{escape(driver.describe())}[/cyan]", soft_wrap=True)
 
 
 @main.command()
 @click.argument("module")
 @click.argument("job_name")
 @click.argument("input_json")
-@click.option("--driver", "url", default="memory", show_default=True, help="Driver URL.")
+@click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
 @click.option("--key", default=None, help="Idempotency key (else the job's own function).")
-@click.option("--delay", type=float, default=None, help="Seconds before it may run.")
+@click.option("--delay", type=float, default=None, help="Seconds before it may run (e.g. 1.5).")
 @click.option("--priority", type=int, default=None, help="0-100, lower runs first.")
 def enqueue(
     module: str,
     job_name: str,
     input_json: str,
-    url: str,
+    url: str | None,
     key: str | None,
     delay: float | None,
     priority: int | None,
 ) -> None:
     """Enqueue one JOB_NAME from MODULE with INPUT_JSON; prints the id and whether it deduped."""
     try:
-        handles = {h.name: h for h in jobs_of(_import_module(module))}
+        url = _required_driver(url, "enqueue")
+        _seconds(delay, "--delay")
+        driver = driver_from_url(url)
+        handles = {h.name: h for h in _jobs_in(module)}
         handle = handles.get(job_name)
         if handle is None:
-            raise click.BadParameter(f"{job_name!r} is not one of {sorted(handles)}")
+            raise JobNotRegisteredError(
+                f"{module!r} exports no job {job_name!r} (it has: {', '.join(sorted(handles))})",
+                detail=job_name,
+            )
         try:
             value = json.loads(input_json)
         except ValueError as exc:
-            raise click.BadParameter(f"INPUT_JSON is not JSON: {exc}") from exc
-        driver = driver_from_url(url)
+            raise InputInvalidError(f"INPUT_JSON is not JSON: {exc}", detail=job_name) from None
         options: dict[str, Any] = {"key": key, "priority": priority}
         if delay is not None:
             options["delay_ms"] = round(delay * 1000)
@@ -206,7 +401,13 @@ def enqueue(
 
 
 @main.command()
-@click.option("--driver", "url", default="memory", show_default=True, help="Driver URL.")
+@click.option(
+    "--driver",
+    "url",
+    default="memory",
+    show_default=True,
+    help="Driver URL (the demo alone runs on memory by default; it ignores UJOBS_DRIVER).",
+)
 @click.option("--jobs", "total", default=10_000, show_default=True, help="Jobs to enqueue.")
 @click.option("--concurrency", default=200, show_default=True, help="Bodies at once.")
 @click.option("--only-noop", is_flag=True, help="Every job a no-op: measures raw throughput.")
@@ -227,7 +428,9 @@ async def _demo(url: str, total: int, concurrency: int, only_noop: bool) -> bool
     await driver.open()
     jobs = Jobs(driver)
     plan = app.plan(total, only_noop=only_noop)
-    console.print(f"[bold]ujobs demo[/bold] on [cyan]{driver.describe()}[/cyan]: {total} jobs")
+    console.print(
+        f"[bold]ujobs demo[/bold] on [cyan]{escape(driver.describe())}[/cyan]: {total} jobs"
+    )
     ids: dict[str, list[str]] = {}
     started = time.perf_counter()
     for kind, inputs in plan:

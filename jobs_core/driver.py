@@ -107,8 +107,10 @@ class JobDriver(abc.ABC):
         """A one-line description for people, with any password masked."""
         return type(self).__name__
 
-    async def migrate(self) -> None:  # noqa: B027 - a store without a schema has nothing to do
-        """Install or upgrade the store's schema to this version; idempotent."""
+    async def migrate(self) -> str | None:
+        """Install or upgrade the store's schema to this version; idempotent. Answers one line
+        for people (created, upgraded from → to, or current), or None: no schema to keep."""
+        return None
 
     # -- jobs ---------------------------------------------------------------------------------
 

@@ -10,11 +10,16 @@ from typing import ClassVar, Final
 
 #: code -> one-line title. The single list of codes; a class below exists for each.
 CODES: Final[dict[str, str]] = {
+    "X_CLI_DRIVER_REQUIRED": "no driver was named, and the CLI does not pick one on its own",
+    "X_CLI_MODULE_INVALID": "the jobs module could not be imported",
+    "X_CLI_NO_JOBS": "the module exports no jobs",
+    "X_CLI_USAGE_INVALID": "the command line is not valid",
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
     "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
     "X_DRIVER_CONFLICT": "the store kept aborting the call in a deadlock or serialization conflict",
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
+    "X_DRIVER_NOT_INSTALLED": "the driver for this URL needs an extra that is not installed",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
@@ -58,6 +63,30 @@ class JobsError(Exception):
         super().__init__(f"{self.code}: {text}")
 
 
+class CliDriverRequiredError(JobsError):
+    """No driver was named, and the CLI does not pick one on its own."""
+
+    code = "X_CLI_DRIVER_REQUIRED"
+
+
+class CliModuleInvalidError(JobsError):
+    """The jobs module could not be imported."""
+
+    code = "X_CLI_MODULE_INVALID"
+
+
+class CliNoJobsError(JobsError):
+    """The module exports no jobs."""
+
+    code = "X_CLI_NO_JOBS"
+
+
+class CliUsageInvalidError(JobsError):
+    """The command line is not valid."""
+
+    code = "X_CLI_USAGE_INVALID"
+
+
 class DrainingError(JobsError):
     """The worker is draining; the run was aborted and its claim handed back."""
 
@@ -86,6 +115,12 @@ class DriverLimitError(JobsError):
     """The store refused a value past one of its own limits or out of its range."""
 
     code = "X_DRIVER_LIMIT"
+
+
+class DriverNotInstalledError(JobsError):
+    """The driver for this URL needs an extra that is not installed."""
+
+    code = "X_DRIVER_NOT_INSTALLED"
 
 
 class DriverUnavailableError(JobsError):
@@ -239,11 +274,16 @@ class WorkerError(JobsError):
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
+        CliDriverRequiredError,
+        CliModuleInvalidError,
+        CliNoJobsError,
+        CliUsageInvalidError,
         DrainingError,
         DriverCancelledError,
         DriverConflictError,
         DriverError,
         DriverLimitError,
+        DriverNotInstalledError,
         DriverUnavailableError,
         DriverUrlInvalidError,
         BatchTooLargeError,

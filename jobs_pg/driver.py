@@ -255,11 +255,12 @@ class PgDriver(JobDriver):
     async def open(self) -> None:
         await self._ready()
 
-    async def migrate(self) -> None:
-        """Apply the packaged alembic migrations to this driver's schema (`ujobs db upgrade`)."""
+    async def migrate(self) -> str:
+        """Apply the packaged alembic migrations to this driver's schema (`ujobs db upgrade`);
+        answers whether it created, upgraded (from → to) or found the schema current."""
         from jobs_pg.migrate import upgrade
 
-        await asyncio.to_thread(upgrade, self._url, self.schema)
+        return await asyncio.to_thread(upgrade, self._url, self.schema)
 
     async def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
         here = self._loops.get()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobs_core.errors import DriverUrlInvalidError
+from jobs_core.urls import encode_userinfo, mask_url
 
 if TYPE_CHECKING:
     from jobs_pg.driver import PgDriver
@@ -24,7 +25,7 @@ DRIVER_OPTIONS: Final = ("schema", "pool_size", "wake", "prepare", "listen_url")
 
 
 def _split(url: str) -> tuple[str, str]:
-    scheme, sep, rest = url.partition("://")
+    scheme, sep, rest = encode_userinfo(url).partition("://")
     if not sep or scheme not in SCHEMES:
         raise DriverUrlInvalidError(
             "expected postgresql+psycopg://… or postgresql://…", detail=mask(url)
@@ -45,26 +46,8 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def mask(url: str) -> str:
-    """`url` with any password replaced by `***` (for logs, errors and `describe()`)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    pairs = []
-    for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if k.lower() == "password":
-            v = "***"
-        elif k == "listen_url":
-            v = mask(v)  # a URL inside the URL carries its own password
-        pairs.append((k, v))
-    query = urlencode(pairs, safe="*:/@")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    """`url` with every password masked: `jobs_core.urls.mask_url`, the one masking function."""
+    return mask_url(url)
 
 
 def split_options(url: str) -> tuple[str, dict[str, str]]:

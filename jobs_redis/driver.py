@@ -67,7 +67,7 @@ from jobs_core.records import (
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.states import JobState
-from jobs_core.urls import mask_url
+from jobs_core.urls import mask_text, mask_url
 from jobs_redis.keys import Keys
 from jobs_redis.scripts import LuaScript, load_all
 
@@ -678,12 +678,5 @@ def _record(
 
 
 def _why(exc: BaseException, url: str) -> str:
-    """The error's text, with the URL's password masked should the text carry it."""
-    text = f"{type(exc).__name__}: {exc}"
-    if "@" in url:
-        secret = url.split("://", 1)[-1].split("@", 1)[0]
-        if ":" in secret:
-            password = secret.split(":", 1)[1]
-            if password:
-                text = text.replace(password, "***")
-    return text
+    """The error's text, with every password of the URL (and any URL in the text) masked."""
+    return mask_text(f"{type(exc).__name__}: {exc}", url)

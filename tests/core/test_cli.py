@@ -23,7 +23,7 @@ def test_enqueue_prints_the_id_and_dedupes_nothing_on_a_fresh_store(tmp_path: Pa
         "    return None\n",
         encoding="utf-8",
     )
-    done = ujobs("enqueue", "myjobs", "hello", '{"n": 1}', cwd=tmp_path)
+    done = ujobs("enqueue", "myjobs", "hello", '{"n": 1}', "--driver", "memory", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["deduped"] is False and len(answer["id"]) == 36

@@ -1,18 +1,22 @@
-"""`ujobs db upgrade` installs the schema a Postgres driver needs, and is idempotent."""
+"""`ujobs db upgrade` installs the schema a Postgres driver needs, is idempotent, says which it
+did, and answers a server that is down with one line."""
 
 from __future__ import annotations
 
 from tests.core.support import ujobs
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+from tests.redis.conftest import spare_port
 
 
 def test_db_upgrade_creates_the_tables_once_and_again_changes_nothing() -> None:
     schema = fresh_schema()
     url = f"{PG_URL}?schema={schema}"
     try:
+        said = []
         for flag in ("--url", "--driver"):
             done = ujobs("db", "upgrade", flag, url)
             assert done.returncode == 0, done.stdout + done.stderr
+            said.append(done.stdout)
         with admin() as conn:
             tables = {
                 r[0]
@@ -22,5 +26,24 @@ def test_db_upgrade_creates_the_tables_once_and_again_changes_nothing() -> None:
                 )
             }
         assert {"jobs", "pauses", "workers", "ujobs_alembic_version"} <= tables
+        # It says what it did: created the tables the first time, found them current after.
+        assert said[0].startswith(f"created the jobs tables in schema '{schema}' at revision")
+        assert said[1].startswith(f"schema '{schema}' is current (revision 0001_jobs)")
     finally:
         drop_schema(schema)
+
+
+def test_db_upgrade_on_a_server_that_is_down_is_one_line() -> None:
+    url = f"postgresql+psycopg://postgres:hunter2@127.0.0.1:{spare_port()}/test?schema=s"
+    done = ujobs("db", "upgrade", "--url", url)
+    out = (done.stdout + done.stderr).strip()
+    assert done.returncode == 2, out
+    assert out.startswith("X_DRIVER_UNAVAILABLE: ") and "\n" not in out, out
+    assert "Traceback" not in out and "hunter2" not in out
+    assert "Connection refused" in out  # the real cause, in the one line
+
+
+def test_db_upgrade_on_a_driver_without_a_schema_says_so() -> None:
+    done = ujobs("db", "upgrade", "--driver", "memory")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "keeps no schema" in done.stdout

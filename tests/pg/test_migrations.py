@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from psycopg import sql
 
 from jobs_core.records import ClaimParams, NewJob
 from jobs_pg import PgDriver
 from jobs_pg.migrate import downgrade, upgrade
 from jobs_pg.schema import metadata_in
-from jobs_pg.urls import sqlalchemy_url
+from jobs_pg.urls import libpq_url, sqlalchemy_url
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,5 +152,335 @@ def test_alembic_cli_with_the_pyproject_block(tmp_path: Path) -> None:
             capture_output=True,
         )
         assert _tables(schema) == {"ujobs_alembic_version"}
+    finally:
+        drop_schema(schema)
+
+
+# -- every path the README names, as a user runs it ------------------------------------------
+
+ALEMBIC = str(Path(sys.executable).parent / "alembic")
+UJOBS = [sys.executable, "-m", "jobs_core.cli"]
+
+
+def _readme_line(starts: str) -> str:
+    """The one line of the README's Postgres block that starts with `starts`, comment dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Postgres", 1)[1].split("```", 2)[1]
+    found = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.startswith(starts)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _db_upgrade(url: str, cwd: Path = REPO) -> str:
+    done = subprocess.run(
+        [*UJOBS, "db", "upgrade", "--url", url],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_readme_alembic_command_line_works_from_a_checkout() -> None:
+    """The README's `alembic -x url=… -x schema=… upgrade head`, word for word but the values."""
+    line = _readme_line("alembic ")
+    words = shlex.split(line)
+    assert words[0] == "alembic" and words[-2:] == ["upgrade", "head"], line
+    schema = fresh_schema()
+    values = {"url": PG_URL, "schema": schema}
+    for i, word in enumerate(words):
+        if words[i - 1] == "-x":
+            key = word.split("=", 1)[0]
+            words[i] = f"{key}={values.pop(key)}"
+    assert values == {}, f"the README's line names no -x {sorted(values)}: {line}"
+    try:
+        done = subprocess.run(
+            [ALEMBIC, *words[1:]], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert {"jobs", "pauses", "workers", "wakes", "ujobs_alembic_version"} <= _tables(schema)
+        # `ujobs db upgrade` reads the same version table and finds the schema current.
+        assert "is current" in _db_upgrade(f"{PG_URL}?schema={schema}")
+    finally:
+        drop_schema(schema)
+
+
+def _database_url(base: str, name: str) -> str:
+    parts = urlsplit(libpq_url(base))
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
+    """`alembic … upgrade head --sql` output builds the schema (CREATE SCHEMA included)."""
+    name = fresh_schema()
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _database_url(PG_URL, name)
+    try:
+        out = subprocess.run(
+            [ALEMBIC, "-x", f"url={url}", "-x", "schema=ujobs", "upgrade", "head", "--sql"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        assert "CREATE SCHEMA IF NOT EXISTS" in out
+        applied = subprocess.run(
+            ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url],
+            input=out,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert applied.returncode == 0, applied.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'ujobs'"
+            ).fetchall()
+            version = conn.execute("SELECT version_num FROM ujobs.ujobs_alembic_version").fetchall()
+        assert {r[0] for r in rows} == {
+            "jobs",
+            "pauses",
+            "workers",
+            "wakes",
+            "ujobs_alembic_version",
+        }
+        assert version == [("0001_jobs",)]
+        assert "is current" in _db_upgrade(
+            f"postgresql+psycopg{url.removeprefix('postgresql')}?schema=ujobs"
+        )
+    finally:
+        with admin() as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+APP_ENV = '''\
+"""An app's own alembic environment, as an app writes it: its history in its own schema."""
+import sqlalchemy as sa
+from alembic import context
+
+x = context.get_x_argument(as_dictionary=True)
+engine = sa.create_engine(x["url"], poolclass=sa.pool.NullPool)
+with engine.connect() as conn:
+    conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{x["app_schema"]}"'))
+    conn.commit()
+    context.configure(connection=conn, version_table_schema=x["app_schema"])
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()
+'''
+
+APP_REVISION = '''\
+"""The app's own first table."""
+import sqlalchemy as sa
+from alembic import context, op
+
+revision = "a1_app"
+down_revision = None
+branch_labels = ("app",)
+depends_on = None
+
+
+def upgrade() -> None:
+    schema = context.get_x_argument(as_dictionary=True)["app_schema"]
+    op.create_table("things", sa.Column("id", sa.Integer, primary_key=True), schema=schema)
+
+
+def downgrade() -> None:
+    schema = context.get_x_argument(as_dictionary=True)["app_schema"]
+    op.drop_table("things", schema=schema)
+'''
+
+
+def _app(tmp: Path) -> Path:
+    """A small app with its own alembic env whose `version_locations` adds our versions."""
+    import jobs_pg.migrations
+
+    ours = Path(jobs_pg.migrations.__file__).parent / "versions"
+    (tmp / "migrations" / "versions").mkdir(parents=True)
+    (tmp / "migrations" / "env.py").write_text(APP_ENV, encoding="utf-8")
+    (tmp / "migrations" / "script.py.mako").write_text("", encoding="utf-8")
+    (tmp / "migrations" / "versions" / "a1_app.py").write_text(APP_REVISION, encoding="utf-8")
+    (tmp / "alembic.ini").write_text(
+        "[alembic]\n"
+        "script_location = %(here)s/migrations\n"
+        "path_separator = os\n"
+        f"version_locations = %(here)s/migrations/versions{os.pathsep}{ours}\n",
+        encoding="utf-8",
+    )
+    return tmp
+
+
+def _app_alembic(app: Path, schema: str, app_schema: str, *command: str) -> str:
+    done = subprocess.run(
+        [
+            ALEMBIC,
+            "-c",
+            str(app / "alembic.ini"),
+            "-x",
+            f"url={sqlalchemy_url(PG_URL)}",
+            "-x",
+            f"schema={schema}",
+            "-x",
+            f"app_schema={app_schema}",
+            *command,
+        ],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_apps_own_alembic_env_with_our_versions_agrees_with_ujobs_db_upgrade(
+    tmp_path: Path,
+) -> None:
+    app = _app(tmp_path)
+    first, second, app_schema = fresh_schema(), fresh_schema(), fresh_schema()
+    try:
+        # The app's env creates our (missing) schema, and our version table records the step.
+        _app_alembic(app, first, app_schema, "upgrade", "heads")
+        assert {"jobs", "pauses", "workers", "wakes", "ujobs_alembic_version"} <= _tables(first)
+        assert _tables(app_schema) == {"alembic_version", "things"}
+        assert "is current" in _db_upgrade(f"{PG_URL}?schema={first}")
+        assert _diff(first) == []
+        # The other order: `ujobs db upgrade` first, then the app's env finds nothing to do.
+        assert "created" in _db_upgrade(f"{PG_URL}?schema={second}")
+        _app_alembic(app, second, app_schema + "_2", "upgrade", "heads")
+        assert "0001_jobs" in _app_alembic(app, second, app_schema + "_2", "current")
+        assert _diff(second) == []
+        # The app's env steps our branch back, and our version table follows it.
+        _app_alembic(app, first, app_schema, "downgrade", "ujobs@base")
+        assert _tables(first) == {"ujobs_alembic_version"}
+        assert "created" in _db_upgrade(f"{PG_URL}?schema={first}")
+    finally:
+        for schema in (first, second, app_schema, app_schema + "_2"):
+            drop_schema(schema)
+
+
+def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
+    """The wheel ships the migrations: a venv with only the wheel of ours (its dependencies
+    borrowed from this venv) runs `ujobs db upgrade`, away from the checkout."""
+    # Built from a copy, so the build leaves nothing in the checkout (runs side by side).
+    src = tmp_path / "src"
+    for name in ("pyproject.toml", "README.md"):
+        src.mkdir(exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
+    for package in ("jobs_core", "jobs_memory", "jobs_pg", "jobs_redis"):
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            str(src),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = (tmp_path / "dist").glob("ultimat3_jobs-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    deps = sysconfig.get_paths()["purelib"]  # this venv's: sqlalchemy, psycopg, alembic, …
+    (Path(site) / "borrowed_deps.pth").write_text(deps + "\n", encoding="utf-8")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    where = subprocess.run(
+        [str(python), "-c", "import jobs_pg.migrations as m; print(m.__file__)"],
+        cwd=away,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout's
+    schema = fresh_schema()
+    try:
+        done = subprocess.run(
+            [str(venv / "bin" / "ujobs"), "db", "upgrade", "--url", f"{PG_URL}?schema={schema}"],
+            cwd=away,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "created" in done.stdout
+        assert _diff(schema) == []
+    finally:
+        drop_schema(schema)
+
+
+PROBE_REVISION = '''\
+"""A later revision of ours, for the test of what an upgrade reports."""
+import sqlalchemy as sa
+from alembic import op
+from jobs_pg.migrations.environment import run_step
+
+revision = "0002_probe"
+down_revision = "0001_jobs"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_step(revision, down_revision, "upgrade", lambda s: op.create_table(
+        "probe", sa.Column("id", sa.Integer, primary_key=True), schema=s))
+
+
+def downgrade() -> None:
+    run_step(revision, down_revision, "downgrade", lambda s: op.drop_table("probe", schema=s))
+'''
+
+
+def test_upgrade_says_created_upgraded_from_to_or_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a later revision beside ours, `upgrade` names the revisions it went from and to."""
+    import jobs_pg.migrate as migrate
+
+    (tmp_path / "0002_probe.py").write_text(PROBE_REVISION, encoding="utf-8")
+    plain = migrate.config
+
+    def with_probe(url: str, schema: str = "ujobs") -> Config:
+        cfg = plain(url, schema)
+        ours = cfg.get_main_option("version_locations")
+        cfg.set_main_option("version_locations", f"{ours}{os.pathsep}{tmp_path}")
+        return cfg
+
+    monkeypatch.setattr(migrate, "config", with_probe)
+    schema = fresh_schema()
+    try:
+        said = migrate.upgrade(PG_URL, schema, "0001_jobs")
+        assert said == f"created the jobs tables in schema '{schema}' at revision 0001_jobs"
+        said = migrate.upgrade(PG_URL, schema)
+        assert said == f"upgraded schema '{schema}' from revision 0001_jobs to 0002_probe"
+        assert "probe" in _tables(schema)
+        said = migrate.upgrade(PG_URL, schema)
+        assert said == f"schema '{schema}' is current (revision 0002_probe); nothing to do"
     finally:
         drop_schema(schema)

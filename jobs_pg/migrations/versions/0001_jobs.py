@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
-from jobs_pg.migrations.environment import schema_of_run
+from jobs_pg.migrations.environment import run_step
 
 revision: str = "0001_jobs"
 down_revision: str | None = None
@@ -23,7 +23,14 @@ _LIVE = "state IN ('parked', 'ready', 'running')"
 
 
 def upgrade() -> None:
-    schema = schema_of_run()
+    run_step(revision, down_revision, "upgrade", _create)
+
+
+def downgrade() -> None:
+    run_step(revision, down_revision, "downgrade", _drop)
+
+
+def _create(schema: str) -> None:
     op.create_table(
         "jobs",
         sa.Column("id", sa.Text(collation="C"), nullable=False),
@@ -102,8 +109,7 @@ def upgrade() -> None:
     )
 
 
-def downgrade() -> None:
-    schema = schema_of_run()
+def _drop(schema: str) -> None:
     op.drop_table("wakes", schema=schema)
     op.drop_table("workers", schema=schema)
     op.drop_table("pauses", schema=schema)

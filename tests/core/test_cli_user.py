@@ -1,0 +1,207 @@
+"""`ujobs` as a new user meets it: every refusal one line with its `X_*` code and exit 2, seconds
+on every option, `--version`, no silent memory store, and JSON log lines for `--log-format json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core.support import ROOT
+
+JOBS_MODULE = (
+    "import logging\n"
+    "from jobs_core.job import job\n"
+    "@job(tenant='none', idempotency_key=lambda i: str(i['n']))\n"
+    "async def hello(input, ctx):\n"
+    "    return None\n"
+)
+
+
+def run(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, pre: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`ujobs ARGS` in a subprocess with `UJOBS_DRIVER` unset unless `env` sets it; `pre` is
+    Python run first in the same process (to hide an installed library, as a missing extra)."""
+    base = {k: v for k, v in os.environ.items() if k != "UJOBS_DRIVER"}
+    code = f"{pre}\nimport sys\nfrom jobs_core.cli import main\nsys.argv[0] = 'ujobs'\nmain()\n"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, **(env or {})},
+        timeout=120,
+    )
+
+
+def one_line_refusal(done: subprocess.CompletedProcess[str], code: str) -> str:
+    """The refusal's single line, checked: exit 2, its code, no traceback, nothing else."""
+    out = (done.stdout + done.stderr).strip()
+    assert done.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert out.count("\n") == 0, out
+    assert out.startswith(f"{code}: "), out
+    return out
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    (tmp_path / "myjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
+    (tmp_path / "nojobs.py").write_text("X = 1\n", encoding="utf-8")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    return tmp_path
+
+
+def test_version() -> None:
+    done = run("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ujobs 0.1.0"
+    for bare in ((), ("db",)):  # a bare group asks for its help, not a refusal
+        done = run(*bare)
+        assert done.returncode == 0 and "Commands:" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_missing_extra_is_one_line_naming_it_with_its_brackets() -> None:
+    hide = "import sys\nfor m in ('redis', 'psycopg', 'sqlalchemy'): sys.modules[m] = None"
+    for url, extra in (("redis://127.0.0.1:1/0", "redis"), ("postgresql://h/db", "pg")):
+        done = run("worker", "json", "--driver", url, pre=hide)
+        line = one_line_refusal(done, "X_DRIVER_NOT_INSTALLED")
+        assert f"pip install 'ultimat3-jobs[{extra}]'" in line
+
+
+def test_an_unknown_module_is_one_line(app: Path) -> None:
+    for command in (("worker", "nosuch_module"), ("enqueue", "nosuch_module", "hello", "{}")):
+        done = run(*command, "--driver", "memory", cwd=app)
+        line = one_line_refusal(done, "X_CLI_MODULE_INVALID")
+        assert "nosuch_module" in line
+    done = run("worker", "missing/file.py", "--driver", "memory", cwd=app)
+    one_line_refusal(done, "X_CLI_MODULE_INVALID")
+    done = run("worker", "broken", "--driver", "memory", cwd=app)
+    assert "boom at import" in one_line_refusal(done, "X_CLI_MODULE_INVALID")
+
+
+def test_a_module_without_jobs_is_its_own_refusal(app: Path) -> None:
+    for command in (("worker", "nojobs"), ("enqueue", "nojobs", "hello", "{}")):
+        done = run(*command, "--driver", "memory", cwd=app)
+        assert "nojobs" in one_line_refusal(done, "X_CLI_NO_JOBS")
+
+
+def test_worker_and_enqueue_never_fall_back_to_memory(app: Path) -> None:
+    for command in (("worker", "myjobs"), ("enqueue", "myjobs", "hello", '{"n": 1}')):
+        line = one_line_refusal(run(*command, cwd=app), "X_CLI_DRIVER_REQUIRED")
+        assert "--driver memory" in line and "UJOBS_DRIVER" in line
+    # Asked for explicitly, on the command line or in the environment, memory is fine.
+    done = run("enqueue", "myjobs", "hello", '{"n": 1}', "--driver", "memory", cwd=app)
+    assert done.returncode == 0 and json.loads(done.stdout)["deduped"] is False
+    done = run("enqueue", "myjobs", "hello", '{"n": 1}', cwd=app, env={"UJOBS_DRIVER": "memory"})
+    assert done.returncode == 0 and json.loads(done.stdout)["deduped"] is False
+
+
+def test_the_driver_url_comes_from_the_environment_and_help_says_so(app: Path) -> None:
+    done = run("enqueue", "myjobs", "hello", "{}", cwd=app, env={"UJOBS_DRIVER": "nosuch://h"})
+    assert "nosuch" in one_line_refusal(done, "X_DRIVER_URL_INVALID")
+    for command in ("worker", "enqueue"):
+        assert "UJOBS_DRIVER" in run(command, "--help").stdout
+    assert "UJOBS_DRIVER" in run("db", "upgrade", "--help").stdout
+
+
+def test_usage_errors_and_bad_values_are_typed_refusals(app: Path) -> None:
+    one_line_refusal(run("worker", "--no-such-option"), "X_CLI_USAGE_INVALID")
+    one_line_refusal(run("enqueue", "myjobs", cwd=app), "X_CLI_USAGE_INVALID")
+    mem = ("--driver", "memory")
+    done = run("enqueue", "myjobs", "nope", "{}", *mem, cwd=app)
+    assert "hello" in one_line_refusal(done, "X_JOB_NOT_REGISTERED")
+    one_line_refusal(run("enqueue", "myjobs", "hello", "{", *mem, cwd=app), "X_JOB_INPUT_INVALID")
+    for bad in ("nan", "-1", "inf"):
+        done = run("enqueue", "myjobs", "hello", '{"n": 1}', "--delay", bad, *mem, cwd=app)
+        assert "--delay" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+    done = run("worker", "myjobs", "--lease", "0", *mem, cwd=app)
+    assert "--lease" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+
+
+def test_every_duration_is_in_seconds_options_and_banner_alike() -> None:
+    """Each option that takes a duration says seconds and takes a fraction; the worker's banner
+    shows its lease and the jobs' timeouts in seconds too."""
+    from jobs_core.cli import _print_plan, console
+    from jobs_core.job import job
+    from jobs_core.worker import Worker
+    from jobs_memory import MemoryDriver
+
+    @job(tenant="none", timeout=1.5)
+    async def slow(input: object, ctx: object) -> None:
+        return None
+
+    driver = MemoryDriver()
+    with console.capture() as cap:
+        _print_plan(Worker(driver, [slow], lease=2.5), [slow], driver)
+    banner = cap.get()
+    assert "lease 2.5 s" in banner and "1.5 s" in banner and " ms" not in banner
+    helps = {c: run(c, "--help").stdout for c in ("worker", "enqueue")}
+    assert "--lease FLOAT" in helps["worker"] and "--drain-timeout FLOAT" in helps["worker"]
+    assert "--delay FLOAT" in helps["enqueue"]
+    for text in helps.values():
+        assert " ms" not in text and "millisecond" not in text and "econds" in text
+
+
+def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: Path) -> None:
+    (tmp_path / "logjobs.py").write_text(
+        JOBS_MODULE + "log = logging.getLogger('logjobs')\n"
+        "log.warning('hello %s', 'there', extra={'job_id': 'j1', 'job_name': 'hello',"
+        " 'queue': 'default', 'attempt': 2, 'worker_id': 'w9'})\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    log.exception('it broke', extra={'job_id': 'j2'})\n",
+        encoding="utf-8",
+    )
+    base = [sys.executable, "-m", "jobs_core.cli", "-vv", "worker", "logjobs", "--quiet"]
+    lines: dict[str, list[str]] = {}
+    for fmt in ("json", "text"):
+        proc = subprocess.Popen(
+            [*base, "--driver", "memory", "--log-format", fmt],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + 60
+            while "ujobs worker" not in proc.stdout.readline():
+                assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        lines[fmt] = [line for line in err.splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines["json"]]  # every line is one JSON object
+    hello = next(r for r in records if r["logger"] == "logjobs" and r["level"] == "WARNING")
+    assert hello["message"] == "hello there"
+    assert {k: hello[k] for k in ("job_id", "job_name", "queue", "attempt", "worker_id")} == {
+        "job_id": "j1",
+        "job_name": "hello",
+        "queue": "default",
+        "attempt": 2,
+        "worker_id": "w9",
+    }
+    assert hello["time"].endswith("+00:00") and "T" in hello["time"]
+    broke = next(r for r in records if r["message"] == "it broke")
+    assert broke["level"] == "ERROR" and broke["job_id"] == "j2"
+    assert "ZeroDivisionError" in broke["exc_info"] and "Traceback" in broke["exc_info"]
+    assert any(r["level"] == "DEBUG" for r in records)  # -vv reached the root logger
+    text = lines["text"]
+    first = next(line for line in text if "hello there" in line)
+    assert "WARNING logjobs hello there" in first and "job_id=j1" in first and "attempt=2" in first

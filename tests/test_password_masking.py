@@ -1,0 +1,214 @@
+"""No password is ever printed (SPEC §16): every URL form × every driver × every output path.
+
+Forms: a userinfo password, one with `%40`, one with an UNENCODED `@`, `?password=`, `rediss`,
+`redis+cluster`, `unix://`, a Postgres `listen_url=` nested URL, and bad URLs. Paths:
+`describe()`, the error (and its whole chained traceback) that opening a closed port raises,
+the logs at DEBUG (the drivers' libraries included), and the CLI's output at `-vv`: the
+`ujobs worker` banner and `ujobs db upgrade`. The passwords are made of the pieces `PWa`, `PWb`,
+so a password cut at its `@` is caught too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from jobs_core.driver import JobDriver
+from jobs_core.errors import JobsError
+from jobs_core.urls import driver_from_url, mask_text, mask_url, secrets_of
+from tests.redis.conftest import spare_port
+
+PIECES = ("PWa", "PWb", "PWn")
+PORT = spare_port()  # nothing listens here: every connect is refused
+
+
+def pg_forms(port: int) -> list[str]:
+    nested = quote(f"postgresql://postgres:PWn@127.0.0.1:{port}/test", safe="")
+    return [
+        f"postgresql+psycopg://postgres:PWa@127.0.0.1:{port}/test",
+        f"postgresql://postgres:PWa%40PWb@127.0.0.1:{port}/test",
+        f"postgresql://postgres:PWa@PWb@127.0.0.1:{port}/test",
+        f"postgresql://postgres@127.0.0.1:{port}/test?password=PWa",
+        f"postgres://postgres:PWa@127.0.0.1:{port}/test?listen_url={nested}",
+    ]
+
+
+def redis_forms(port: int) -> list[str]:
+    return [
+        f"redis://:PWa@127.0.0.1:{port}/0",
+        f"redis://default:PWa%40PWb@127.0.0.1:{port}/0",
+        f"redis://default:PWa@PWb@127.0.0.1:{port}/0",
+        f"redis://127.0.0.1:{port}/0?password=PWa",
+        f"rediss://:PWa@127.0.0.1:{port}/0",
+        f"redis+cluster://:PWa@127.0.0.1:{port}",
+        "unix://:PWa@/nonexistent-ujobs-dir/redis.sock?db=0",
+        "unix:///nonexistent-ujobs-dir/redis.sock?db=0&password=PWa",
+    ]
+
+
+FORMS = pg_forms(PORT) + redis_forms(PORT)
+#: URLs that are refused before any connect: each refusal must be masked too.
+BAD = [
+    "nosuch://user:PWa@host/db",
+    "nosuch://user:PWa@PWb@host/db",
+    f"postgresql://postgres:PWa@127.0.0.1:{PORT}/test?pool_size=many",
+    f"postgresql://postgres:PWa@PWb@127.0.0.1:{PORT}/test?wake=maybe",
+    "mysql://root:PWa@db/app",
+    "redis://:PWa@127.0.0.1:notaport/0",
+    f"redis://:PWa@PWb@127.0.0.1:{PORT}/0?socket_timeout=soon",
+]
+
+
+#: `unix://` reaches the Redis driver from code (`RedisDriver(url)`); the CLI has no such scheme.
+UNIX = [u for u in FORMS if u.startswith("unix:")]
+
+
+def make(url: str) -> JobDriver:
+    if url in UNIX:
+        from jobs_redis.plugin import from_url
+
+        return from_url(url)
+    return driver_from_url(url)
+
+
+def leaks(text: str) -> list[str]:
+    return [p for p in PIECES if p in text]
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:PWa@h:1/0", "redis://:***@h:1/0"),
+        ("redis://u:PWa%40PWb@h/0", "redis://u:***@h/0"),
+        ("redis://u:PWa@PWb@h:1/0?prefix=x", "redis://u:***@h:1/0?prefix=x"),
+        ("redis://h:1/0?password=PWa&prefix=a", "redis://h:1/0?password=***&prefix=a"),
+        ("rediss://u:PWa@h", "rediss://u:***@h"),
+        ("redis+cluster://u:PWa@h1:1,h2:2", "redis+cluster://u:***@h1:1,h2:2"),
+        ("unix://:PWa@/tmp/s.sock?db=0", "unix://:***@/tmp/s.sock?db=0"),
+        ("postgresql://u:PWa/PWb@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:PWa?PWb@h/db", "postgresql://u:***@h/db"),
+        (
+            "postgresql://u@h/db?listen_url=postgresql%3A%2F%2Fu%3APWa%40h2%2Fdb&schema=s",
+            "postgresql://u@h/db?listen_url=postgresql://u:***@h2/db&schema=s",
+        ),
+        ("host=h password='PWa PWb' user=x", "host=h password=*** user=x"),
+        ("host=h password=PWa user=x", "host=h password=*** user=x"),
+        ("redis://user@h:1/0", "redis://user@h:1/0"),
+        ("memory", "memory"),
+    ],
+)
+def test_mask_url_masks_every_form_and_keeps_the_rest(url: str, masked: str) -> None:
+    assert mask_url(url) == masked
+    # An error text that repeats the URL, or its password raw or decoded, is masked too.
+    text = f"failed at {url}: " + " ".join(secrets_of(url))
+    assert leaks(mask_text(text, url)) == []
+    assert (secrets_of(url) == []) == (masked == url)
+
+
+def test_the_drivers_mask_with_the_one_function() -> None:
+    from jobs_pg import urls as pg_urls
+    from jobs_redis import driver as redis_driver
+
+    assert pg_urls.mask is not None and "mask_url" in pg_urls.mask.__code__.co_names
+    assert "mask_text" in redis_driver._why.__code__.co_names
+
+
+@pytest.mark.parametrize("url", FORMS + BAD)
+async def test_describe_errors_and_debug_logs_never_carry_the_password(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    for name in ("psycopg", "psycopg.pool", "redis", "sqlalchemy", "alembic"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    seen: list[str] = []
+    try:
+        driver = make(url)
+    except JobsError as exc:
+        assert url in BAD, f"{url} refused: {exc}"
+        seen.append("".join(traceback.format_exception(exc)))
+    else:
+        assert url not in BAD, url
+        seen.append(driver.describe())
+        try:
+            async with asyncio.timeout(30):
+                await driver.open()
+                await driver.migrate()
+        except JobsError as exc:
+            assert exc.code == "X_DRIVER_UNAVAILABLE", exc
+            seen.append("".join(traceback.format_exception(exc)))
+        else:
+            raise AssertionError(f"{mask_url(url)} answered on a closed port")
+        finally:
+            await driver.close()
+    seen.append(caplog.text)
+    assert seen[0] and leaks("\n".join(seen)) == [], "\n".join(seen)
+
+
+def _jobs_module(tmp: Path) -> Path:
+    (tmp / "maskjobs.py").write_text(
+        "from jobs_core.job import job\n"
+        "@job(tenant='none')\n"
+        "async def noop(input, ctx):\n"
+        "    return None\n",
+        encoding="utf-8",
+    )
+    return tmp
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """The CLI's output; a worker that keeps retrying a closed port is stopped after a while,
+    and its output so far is what a user saw."""
+    try:
+        done = subprocess.run(
+            args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20
+        )
+        out = done.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or b""
+    return out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
+
+
+def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Path) -> None:
+    cwd = _jobs_module(tmp_path)
+    path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    env.pop("UJOBS_DRIVER", None)
+    cli = [sys.executable, "-m", "jobs_core.cli", "-vv"]
+    runs: list[tuple[str, str, list[str], dict[str, str]]] = []
+    for url in FORMS + BAD:
+        for command in (["worker", "maskjobs", "--quiet"], ["db", "upgrade"]):
+            runs.append(
+                (f"{command[0]} {mask_url(url)}", url, [*cli, *command, "--driver", url], env)
+            )
+    for url in (FORMS[0], FORMS[7]):
+        # The URL in UJOBS_DRIVER (kept off `ps`) takes the same masked paths.
+        for command in (["worker", "maskjobs", "--quiet"], ["db", "upgrade"]):
+            runs.append(
+                (
+                    f"{command[0]} {mask_url(url)}",
+                    url,
+                    [*cli, *command],
+                    {**env, "UJOBS_DRIVER": url},
+                )
+            )
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda r: _run(r[2], cwd, r[3]), runs))
+    banners = 0
+    for (label, url, _, _), out in zip(runs, outs, strict=True):
+        assert out.strip(), label
+        assert leaks(out) == [], f"{label}:\n{out}"
+        if label.startswith("worker") and url not in BAD + UNIX:
+            assert "ujobs worker" in out, f"{label}:\n{out}"  # the banner was printed
+            banners += 1
+        if label.startswith("db") and url.startswith("postgres") and url not in BAD:
+            assert "X_DRIVER_UNAVAILABLE" in out and "Traceback" not in out, out
+    assert banners == len(FORMS) - len(UNIX) + 2

@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import (
@@ -153,7 +153,7 @@ class PgDriver(JobDriver):
         self._prepare_threshold: int | None = 0 if prepare else None
         self.channel = wake_channel(schema)
         self._q = {name: _Stmt(sql, schema) for name, sql in STATEMENTS.items()}
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
+        self._pool: _Pool | None = None
         self._open_lock = asyncio.Lock()
         self._subscriptions: set[WakeSubscription] = set()
         self._checking = False
@@ -190,7 +190,15 @@ class PgDriver(JobDriver):
         return self._listen_conninfo
 
     async def open(self) -> None:
-        await self._ready()
+        """Connect once (`X_DRIVER_UNAVAILABLE` when the server does not answer); idempotent."""
+        pool = await self._ready()
+        try:
+            async with asyncio.timeout(self._call_timeout), pool.connection():
+                pass
+        except TimeoutError as exc:
+            raise DriverUnavailableError("the connect timed out", detail=self.describe()) from exc
+        except _UNAVAILABLE as exc:
+            raise DriverUnavailableError(detail=_reason(exc)) from exc
 
     async def migrate(self) -> None:
         """Apply the packaged alembic migrations to this driver's schema (`ujobs db upgrade`)."""
@@ -198,7 +206,7 @@ class PgDriver(JobDriver):
 
         await asyncio.to_thread(upgrade, self._url, self.schema)
 
-    async def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _ready(self) -> _Pool:
         pool = self._pool
         if pool is not None:
             return pool
@@ -206,20 +214,9 @@ class PgDriver(JobDriver):
             if self._pool is None:
                 kwargs = self.connect_kwargs()
                 kwargs.update(autocommit=True, prepare_threshold=self._prepare_threshold)
-                pool = AsyncConnectionPool(
-                    self._conninfo,
-                    kwargs=kwargs,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    timeout=self._connect_timeout,
-                    # A failed connect is not retried in the background: the next call asks
-                    # for a connection again and waits at most `connect_timeout_s`.
-                    reconnect_timeout=0,
-                    open=False,
-                    name=f"ujobs:{self.schema}",
+                self._pool = _Pool(
+                    self._conninfo, kwargs, max_size=self._pool_size, timeout=self._connect_timeout
                 )
-                await pool.open(wait=False)
-                self._pool = pool
             return self._pool
 
     async def close(self) -> None:
@@ -258,9 +255,7 @@ class PgDriver(JobDriver):
             raise DriverError(detail=f"{type(exc).__name__}: {_reason(exc)}") from exc
 
     @contextlib.asynccontextmanager
-    async def _lease(
-        self, pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
-    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _lease(self, pool: _Pool) -> AsyncIterator[_Conn]:
         """The driver's hot connection when it is free, else one from the pool.
 
         Calls made one after another (an enqueue loop, a worker's claim then its acks) reuse one
@@ -748,6 +743,103 @@ class PgDriver(JobDriver):
     async def send_probe(self, payload: str) -> None:
         """NOTIFY `payload` on this schema's channel through the pool (the wake's probe)."""
         await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": payload})
+
+
+_Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+#: A pooled connection older than this is closed when it comes back (server-side memory, DNS).
+POOL_MAX_LIFETIME_S: Final = 3600.0
+
+
+class _Pool:
+    """At most `max_size` connections; a caller needing one dials it itself when none is idle.
+
+    No background task connects: during an outage every call fails at once with the server's
+    own refusal (not after a pool-wide wait), and once the server is back the next call —
+    including one that was already waiting for a free slot — dials a live connection. A broken
+    or aged connection is closed when it comes back instead of being handed out again.
+    """
+
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], *, max_size: int, timeout: float
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self.timeout = timeout
+        self._slots = asyncio.Semaphore(max_size)
+        self._idle: list[tuple[_Conn, float]] = []
+        self._born: dict[int, float] = {}
+        self._closed = False
+
+    async def getconn(self, timeout: float | None = None) -> _Conn:
+        """A live-looking idle connection or a fresh one; PoolTimeout when no slot frees up."""
+        if self._closed:
+            raise psycopg.InterfaceError("the pool is closed")
+        wait = self.timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise PoolTimeout(f"no free connection after {wait:.2f} sec") from None
+        try:
+            while self._idle:
+                conn, _ = self._idle.pop()
+                if not conn.closed and not conn.broken:
+                    return conn
+                await self._discard(conn)
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs)
+            self._born[id(conn)] = time.monotonic()
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def putconn(self, conn: _Conn) -> None:
+        """Take a connection back: kept when idle and healthy, closed otherwise."""
+        try:
+            born = self._born.get(id(conn), 0.0)
+            healthy = (
+                not self._closed
+                and not conn.closed
+                and not conn.broken
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                and time.monotonic() - born < POOL_MAX_LIFETIME_S
+            )
+            if healthy:
+                self._idle.append((conn, time.monotonic()))
+            else:
+                await self._discard(conn)
+        finally:
+            self._slots.release()
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[_Conn]:
+        conn = await self.getconn(timeout)
+        try:
+            yield conn
+        finally:
+            await self.putconn(conn)
+
+    async def check(self) -> None:
+        """Close the idle connections the server no longer answers on."""
+        idle, self._idle = self._idle, []
+        for conn, since in idle:
+            try:
+                await conn.execute("")
+            except Exception:
+                await self._discard(conn)
+            else:
+                self._idle.append((conn, since))
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            await self._discard(conn)
+
+    async def _discard(self, conn: _Conn) -> None:
+        self._born.pop(id(conn), None)
+        with contextlib.suppress(Exception):
+            await conn.close()
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()

@@ -67,6 +67,8 @@ CANCEL_GRACE_MS = 1_000
 #: Backoff while the store is unavailable (start-up, claims): from the first to the last, doubling.
 OUTAGE_BACKOFF_MIN_MS = 100
 OUTAGE_BACKOFF_MAX_MS = 5_000
+#: How soon a heartbeat that could not reach the store is tried again.
+HEARTBEAT_RETRY_MS = 1_000
 #: At the backoff's ceiling, a still-unavailable store is logged once every this many tries.
 OUTAGE_LOG_EVERY = 12
 #: A settle the store cannot take is retried until its lease's end plus this (the fence keeps a
@@ -777,22 +779,24 @@ class Worker:
             return None
 
     async def _heartbeat_loop(self) -> None:
-        # After a failed renewal the next comes sooner (doubling back up to the period), so a
-        # store that returns within the lease renews it before it runs out.
-        wait = self.heartbeat_ms
+        # After a failed renewal the next comes within a second, not a period later, so a store
+        # that returns before the lease runs out renews it in time.
         while True:
-            await self.clock.sleep_ms(wait)
             try:
-                landed = await self._renew()
+                landed = await self._renew_after(self.heartbeat_ms)
             except Exception:  # a timer body catches before it finalises
                 log.exception("jobs.heartbeat.crashed")
                 landed = True
-            if landed:
-                wait = self.heartbeat_ms
-            elif wait >= self.heartbeat_ms:
-                wait = min(OUTAGE_BACKOFF_MIN_MS * 5, self.heartbeat_ms)
-            else:
-                wait = min(wait * 2, self.heartbeat_ms)
+            while not landed:
+                try:
+                    landed = await self._renew_after(min(HEARTBEAT_RETRY_MS, self.heartbeat_ms))
+                except Exception:
+                    log.exception("jobs.heartbeat.crashed")
+                    landed = True
+
+    async def _renew_after(self, ms: int) -> bool:
+        await self.clock.sleep_ms(ms)
+        return await self._renew()
 
     async def _renew(self) -> bool:
         """Renew every held lease; False when the store could not be reached for it."""

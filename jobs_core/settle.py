@@ -93,9 +93,6 @@ class _Lane(Generic[T]):
     async def _flush(self) -> None:
         delay = SETTLE_BACKOFF_MIN_MS
         while self._pending:
-            self._expire(self._clock.now_ms())
-            if not self._pending:
-                return
             batch, self._pending = self._pending[:SETTLE_BATCH], self._pending[SETTLE_BATCH:]
             try:
                 answers = await self._send([e.item for e in batch])
@@ -135,7 +132,11 @@ class _Lane(Generic[T]):
         return []
 
     async def _back_off(self, exc: JobsError | None, delay: int) -> int:
+        # Only after a failed try: every settle is sent at least once, however late.
         now = self._clock.now_ms()
+        self._expire(now)
+        if not self._pending:
+            return delay
         # Wake just past the earliest give-up, so an item is never held beyond its claim.
         soonest = min(self._give_up_ms(e) for e in self._pending) + 1
         wait = max(1, min(delay, soonest - now))

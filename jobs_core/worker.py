@@ -271,7 +271,8 @@ class Worker:
 
     async def run(self) -> None:
         """Start, then return once the worker has stopped (after a drain)."""
-        await self.start()
+        if not self.draining:  # a drain begun while the start waited for the store ends it
+            await self.start()
         await self._stopped.wait()
 
     def install_signal_handlers(self) -> None:
@@ -337,7 +338,8 @@ class Worker:
         # Every store call below is bounded, store up or down: the drain ends by `end_ms`
         # (plus a floor per call), never on the store's say.
         end_ms = None if deadline_ms is None else deadline_ms + STOP_SLACK_MS
-        self._settler.set_deadline(end_ms)
+        # Settles are retried up to the deadline itself; the slack is for the calls after them.
+        self._settler.set_deadline(deadline_ms)
         claim_loop = self._loops[0] if self._loops else None
         # The drain waits out the claim round it races, so no claim lands after it.
         if claim_loop is not None and not await self._bounded(
@@ -367,7 +369,10 @@ class Worker:
         await self._bounded(handback, self._left_ms(end_ms))
         for task in self._loops[1:]:
             task.cancel()
-        await asyncio.gather(*self._loops[1:], return_exceptions=True)
+        # A heartbeat cancelled mid-call may take its driver's time to unwind: not the drain's.
+        await self._bounded(
+            asyncio.gather(*self._loops[1:], return_exceptions=True), self._left_ms(end_ms)
+        )
         if not await self._bounded(self._settler.join(), self._left_ms(end_ms)):
             log.warning(
                 "jobs.worker.settles_abandoned %s: the store did not answer", self.worker_id

@@ -196,8 +196,10 @@ class PgDriver(JobDriver):
             async with asyncio.timeout(self._call_timeout), pool.connection():
                 pass
         except TimeoutError as exc:
+            self._after_failure()
             raise DriverUnavailableError("the connect timed out", detail=self.describe()) from exc
         except _UNAVAILABLE as exc:
+            self._after_failure()
             raise DriverUnavailableError(detail=_reason(exc)) from exc
 
     async def migrate(self) -> None:
@@ -311,7 +313,8 @@ class PgDriver(JobDriver):
             return await conn.execute(text, args)
 
     def _after_failure(self) -> None:
-        """After a failure, sweep broken idle connections so the next call gets a live one."""
+        """After a failure, sweep broken idle connections (the hot one too) so the next call gets a
+        live one."""
         pool = self._pool
         if pool is None or self._checking:
             return
@@ -319,6 +322,12 @@ class PgDriver(JobDriver):
 
         async def sweep() -> None:
             try:
+                hot = self._hot
+                if hot is not None and not self._hot_busy:
+                    # Idle through the failure, it is as likely dead as the rest: checked too, so
+                    # the first call after the server's return does not fail on it.
+                    self._hot = None
+                    await pool.putconn(hot)
                 await pool.check()
             except Exception:  # best effort: the next call reports whatever is still wrong
                 log.debug("jobs.pg.sweep_failed", exc_info=True)
@@ -770,11 +779,11 @@ class _Pool:
         self._born: dict[int, float] = {}
         self._closed = False
 
-    async def getconn(self, timeout: float | None = None) -> _Conn:
+    async def getconn(self) -> _Conn:
         """A live-looking idle connection or a fresh one; PoolTimeout when no slot frees up."""
         if self._closed:
             raise psycopg.InterfaceError("the pool is closed")
-        wait = self.timeout if timeout is None else timeout
+        wait = self.timeout
         try:
             async with asyncio.timeout(wait):
                 await self._slots.acquire()
@@ -812,8 +821,8 @@ class _Pool:
             self._slots.release()
 
     @contextlib.asynccontextmanager
-    async def connection(self, timeout: float | None = None) -> AsyncIterator[_Conn]:
-        conn = await self.getconn(timeout)
+    async def connection(self) -> AsyncIterator[_Conn]:
+        conn = await self.getconn()
         try:
             yield conn
         finally:

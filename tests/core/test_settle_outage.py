@@ -145,7 +145,7 @@ async def test_a_settle_the_driver_would_refuse_fails_its_own_job_with_the_typed
     assert all(r.state is JobState.COMPLETED for r in good)
 
 
-# -- items 5 and 6 under a fake clock ---------------------------------------------------------------
+# -- items 5 and 6 under a fake clock ------------------------------------------------------------
 
 
 async def test_a_store_back_before_the_lease_ends_has_it_renewed_in_time_not_lost() -> None:
@@ -223,6 +223,20 @@ async def test_a_worker_started_while_the_store_is_down_waits_for_it() -> None:
     await clock.advance(1_000, step_ms=50)
     await worker.stop()
     assert sorted(done) == [0, 1, 2]
+
+
+async def test_a_stop_while_start_waits_for_the_store_ends_start_and_run() -> None:
+    clock = FakeClock()
+    driver = Flaky()
+    driver.beats_down = True
+    worker = Worker(driver, [declare(lambda i, c: None)], clock=clock)
+    running = asyncio.create_task(worker.run())
+    await clock.advance(1_000, step_ms=50)
+    assert not running.done()
+    stopping = asyncio.create_task(worker.stop(1))
+    await clock.advance(3_000, step_ms=50)
+    await asyncio.wait_for(asyncio.gather(running, stopping), 5)
+    assert driver.claim_calls == 0  # it never began to claim
 
 
 async def test_stop_zero_aborts_running_bodies_at_once_and_hands_their_claims_back() -> None:

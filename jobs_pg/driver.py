@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import select
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar
@@ -272,8 +273,11 @@ class PgDriver(JobDriver):
         self._hot_busy = True
         try:
             hot = self._hot
-            if hot is not None and time.monotonic() - self._hot_since > HOT_MAX_AGE_S:
-                # The pool recycles connections by age; the hot one takes its turn too.
+            if hot is not None and (
+                time.monotonic() - self._hot_since > HOT_MAX_AGE_S or _stale(hot)
+            ):
+                # The pool recycles connections by age; the hot one takes its turn too. A stale
+                # one (the server ended it: a restart) goes back to be closed, not used.
                 self._hot = None
                 await pool.putconn(hot)
                 hot = None
@@ -792,7 +796,7 @@ class _Pool:
         try:
             while self._idle:
                 conn, _ = self._idle.pop()
-                if not conn.closed and not conn.broken:
+                if not _stale(conn):
                     return conn
                 await self._discard(conn)
             conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs)
@@ -808,8 +812,7 @@ class _Pool:
             born = self._born.get(id(conn), 0.0)
             healthy = (
                 not self._closed
-                and not conn.closed
-                and not conn.broken
+                and not _stale(conn)
                 and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 and time.monotonic() - born < POOL_MAX_LIFETIME_S
             )
@@ -849,6 +852,21 @@ class _Pool:
         self._born.pop(id(conn), None)
         with contextlib.suppress(Exception):
             await conn.close()
+
+
+def _stale(conn: _Conn) -> bool:
+    """True when an idle connection cannot serve: closed, broken, or the server has spoken on it.
+
+    An idle autocommit session receives nothing unasked; readable means the server ended it
+    (a restart's "terminating connection", or EOF). One non-blocking `select`, no round-trip.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()

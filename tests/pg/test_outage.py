@@ -107,3 +107,25 @@ async def test_ujobs_worker_gets_sigterm_while_postgres_is_stopped_and_exits_in_
         assert took < 2 + 2.5, (took, output.decode()[-2000:])
     finally:
         await driver.close()
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_every_call_after_a_restart_is_served_none_fails_on_a_stale_connection(
+    server: PgServer, mode: str
+) -> None:
+    schema = fresh_schema()
+    server.migrate(schema)
+    d = PgDriver(server.url, schema=schema, pool_size=3, connect_timeout_s=2.0)
+    try:
+        # Three calls at once: the hot connection and two pooled ones are open, then idle.
+        await asyncio.gather(*(d.job_get_many(["x"]) for _ in range(3)))
+        await asyncio.to_thread(server.restart, mode)  # type: ignore[arg-type]
+        # Writes (never retried blindly) at once and one after another: each must land.
+        _, endless = handles()
+        jobs = Jobs(d)
+        first = await asyncio.gather(*(jobs.enqueue(endless, {"n": i}) for i in range(5)))
+        later = [await jobs.enqueue(endless, {"n": i}) for i in range(5, 8)]
+        rows = await d.job_get_many([r.id for r in first + later])
+        assert len(rows) == 8
+    finally:
+        await d.close()

@@ -316,11 +316,11 @@ class Worker:
 
         Phase one stops claiming and hands back held jobs that never started. Running bodies
         may finish until `timeout` seconds minus `drain_margin`; then each is aborted with
-        `X_DRAINING` and its claim goes back uncounted (`interrupted`). `timeout=None` waits
-        for every body.
+        `X_DRAINING` and its claim goes back uncounted (`interrupted`); `timeout=0` aborts them
+        at once. `timeout=None` waits for every body. With a timeout the teardown returns by
+        about `timeout` + 1 s, store up or down: its store calls are bounded by that budget.
         """
         if self._stop_task is None:
-            # 0 is allowed: phase one, then every running body aborted at once.
             deadline = (
                 None
                 if timeout is None

@@ -27,14 +27,23 @@ from tests.pg.server import PgServer
 from tests.test_drain_subprocess import JOBS_MODULE, handles
 
 
-@pytest.fixture
-def server() -> Iterator[PgServer]:
+@pytest.fixture(scope="module")
+def owned_server() -> Iterator[PgServer]:
+    """One throwaway server for the module (an initdb costs seconds); each test its own schema."""
     s = PgServer()
     try:
         s.start()
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def server(owned_server: PgServer) -> PgServer:
+    """The module's server, running: a test that failed mid-outage leaves it stopped."""
+    if not owned_server.running():
+        owned_server.start()
+    return owned_server
 
 
 def store(server: PgServer, mode: str = "fast") -> outage.Store:

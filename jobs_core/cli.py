@@ -298,8 +298,9 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
 
 
 async def _run_worker(w: Worker, quiet: bool) -> None:
-    await w.start()
+    # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
+    await w.start()
     if quiet or not console.is_terminal:
         await w.run()
         return

@@ -117,10 +117,7 @@ class JobDriver(abc.ABC):
     async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Complete each held job; answers, per item, whether its fence still held."""
         for a in acks:
-            _check_fence(a.fence)
-            _check_time(a.now_ms, "now_ms")
-            _check_optional_json(a.result_json, "result_json")
-            _check_optional_json(a.progress_json, "progress_json")
+            check_ack(a)
         if not acks:
             return []
         return await self._job_ack(acks)
@@ -181,15 +178,7 @@ class JobDriver(abc.ABC):
     async def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         """Give each held job back as its `kind` says; answers whether each fence still held."""
         for n in nacks:
-            _check_fence(n.fence)
-            _check_time(n.now_ms, "now_ms")
-            if n.kind is NackKind.RETRY and n.run_at_ms is None:
-                raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
-            if n.run_at_ms is not None:
-                _check_time(n.run_at_ms, "run_at_ms")
-            if n.error is not None and "\x00" in n.error:
-                raise RecordInvalidError("holds a NUL character", detail="error")
-            _check_optional_json(n.progress_json, "progress_json")
+            check_nack(n)
         if not nacks:
             return []
         return await self._job_nack(nacks)
@@ -387,3 +376,28 @@ def check_new_job(job: NewJob) -> None:
     _check_int(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
     _check_time(job.run_at_ms, "run_at_ms")
     _check_time(job.created_at_ms, "created_at_ms")
+
+
+def check_ack(ack: Ack) -> None:
+    """Refuse an ack `job_ack` would refuse (`X_JOB_RECORD_INVALID`, naming the field).
+
+    A worker checks each settle with this before it sends it, so one bad item fails its own job
+    instead of the whole batch.
+    """
+    _check_fence(ack.fence)
+    _check_time(ack.now_ms, "now_ms")
+    _check_optional_json(ack.result_json, "result_json")
+    _check_optional_json(ack.progress_json, "progress_json")
+
+
+def check_nack(nack: Nack) -> None:
+    """Refuse a nack `job_nack` would refuse (`X_JOB_RECORD_INVALID`, naming the field)."""
+    _check_fence(nack.fence)
+    _check_time(nack.now_ms, "now_ms")
+    if nack.kind is NackKind.RETRY and nack.run_at_ms is None:
+        raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
+    if nack.run_at_ms is not None:
+        _check_time(nack.run_at_ms, "run_at_ms")
+    if nack.error is not None and "\x00" in nack.error:
+        raise RecordInvalidError("holds a NUL character", detail="error")
+    _check_optional_json(nack.progress_json, "progress_json")

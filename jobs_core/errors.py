@@ -6,6 +6,7 @@ same code whatever the backend. `error_for(code)` is the one way to turn a code 
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Final
 
 #: code -> one-line title. The single list of codes; a class below exists for each.
@@ -259,10 +260,26 @@ class RateLimitedError(JobsError):
     code = "X_RATE_LIMITED"
 
     def __init__(
-        self, message: str | None = None, *, detail: str | None = None, retry_after_ms: int = 1000
+        self,
+        message: str | None = None,
+        *,
+        detail: str | None = None,
+        retry_after_ms: float = 1000,
     ) -> None:
+        """`retry_after_ms`: any finite number of ms >= 0 (kept as a whole number of ms);
+        anything else is refused here, where it is written, with `X_JOB_OPTION_INVALID`."""
+        if (
+            isinstance(retry_after_ms, bool)
+            or not isinstance(retry_after_ms, int | float)
+            or not math.isfinite(retry_after_ms)
+            or retry_after_ms < 0
+        ):
+            raise OptionInvalidError(
+                f"must be a finite number of ms >= 0, not {retry_after_ms!r}",
+                detail="retry_after_ms",
+            )
         super().__init__(message, detail=detail)
-        self.retry_after_ms = retry_after_ms
+        self.retry_after_ms = round(retry_after_ms)
 
 
 class WorkerError(JobsError):

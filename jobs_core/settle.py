@@ -2,95 +2,239 @@
 
 While one call is in flight, the next settles gather behind it, so batching costs no added
 latency. Each item is still fenced by its own claim; the answer per item says if it landed.
+
+Every item is checked with the driver's own checks (`check_ack`, `check_nack`) when it is
+submitted, so a bad one never reaches a batch: it is replaced by what `replace_invalid` answers
+(a worker fails that job with the validation error) or answers False. A batch the driver still
+refuses is sent again item by item, so only the refused item answers False. A batch the store
+cannot take (`X_DRIVER_UNAVAILABLE`) is retried with capped backoff for as long as each item's
+claim could still be held (`give_up_at`) and the drain allows (`set_deadline`): the fence makes a
+late or repeated settle safe, so a body that finishes during an outage is not run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
 
 from jobs_core.clock import Clock
-from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError
-from jobs_core.records import Ack, Nack
+from jobs_core.driver import JobDriver, check_ack, check_nack
+from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.records import Ack, Fence, Nack
 
 log = logging.getLogger("jobs")
 
 #: The most settles one call carries.
-SETTLE_BATCH = 1_000
-#: Tries per batch when the store is unreachable; a settle that never lands leaves the lease to
-#: lapse and the job to be claimed again (at least once), never settled twice (the fence).
-SETTLE_TRIES = 3
+SETTLE_BATCH: Final = 1_000
+#: First wait before an unavailable batch is sent again; it doubles up to `SETTLE_BACKOFF_MAX_MS`.
+SETTLE_BACKOFF_MIN_MS: Final = 100
+SETTLE_BACKOFF_MAX_MS: Final = 2_000
+#: How long an unavailable settle is retried when `give_up_at` knows nothing of its claim.
+SETTLE_PATIENCE_MS: Final = 30_000
 
 T = TypeVar("T", Ack, Nack)
 
 
+@dataclass(eq=False, slots=True)
+class _Entry(Generic[T]):
+    item: T
+    fut: asyncio.Future[bool]
+    #: Give up on an unavailable store after this time unless `give_up_at` says later.
+    fallback_ms: int
+
+
 class _Lane(Generic[T]):
-    def __init__(self, send: Callable[[Sequence[T]], Awaitable[list[bool]]], clock: Clock) -> None:
+    def __init__(
+        self,
+        send: Callable[[Sequence[T]], Awaitable[list[bool]]],
+        clock: Clock,
+        give_up_at: Callable[[Fence], int | None],
+        deadline: Callable[[], int | None],
+    ) -> None:
         self._send: Callable[[Sequence[T]], Awaitable[list[bool]]] = send
         self._clock = clock
-        self._pending: list[tuple[T, asyncio.Future[bool]]] = []
+        self._give_up_at = give_up_at
+        self._deadline = deadline
+        self._pending: list[_Entry[T]] = []
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, item: T) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, fut))
+        fallback = self._clock.now_ms() + SETTLE_PATIENCE_MS
+        self._pending.append(_Entry(item, fut, fallback))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._flush())
         return fut
 
-    async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = (
-                self._pending[:SETTLE_BATCH],
-                self._pending[SETTLE_BATCH:],
-            )
-            answers = await self._send_with_retries([item for item, _ in batch])
-            for (_, fut), ok in zip(batch, answers, strict=True):
-                if not fut.done():
-                    fut.set_result(ok)
+    def _give_up_ms(self, e: _Entry[T]) -> int:
+        # Read again on every round: a heartbeat that lands meanwhile extends the claim.
+        until = self._give_up_at(e.item.fence)
+        end = e.fallback_ms if until is None else until
+        deadline = self._deadline()
+        return end if deadline is None else min(end, deadline)
 
-    async def _send_with_retries(self, items: list[T]) -> list[bool]:
-        for attempt in range(1, SETTLE_TRIES + 1):
+    def _expire(self, now: int) -> None:
+        keep: list[_Entry[T]] = []
+        for e in self._pending:
+            if now > self._give_up_ms(e):
+                log.warning(
+                    "jobs.settle.gave_up %s: the store stayed unavailable past the claim's lease",
+                    e.item.fence.job_id,
+                )
+                _answer(e, False)
+            else:
+                keep.append(e)
+        self._pending = keep
+
+    async def _flush(self) -> None:
+        delay = SETTLE_BACKOFF_MIN_MS
+        while self._pending:
+            batch, self._pending = self._pending[:SETTLE_BATCH], self._pending[SETTLE_BATCH:]
             try:
-                return await self._send(items)
+                answers = await self._send([e.item for e in batch])
+            except DriverUnavailableError as exc:
+                self._pending[:0] = batch
+                delay = await self._back_off(exc, delay)
+                continue
             except JobsError as exc:
                 log.warning(
-                    "jobs.settle.failed: %s (try %d of %d, %d items)",
-                    exc,
-                    attempt,
-                    SETTLE_TRIES,
-                    len(items),
+                    "jobs.settle.refused: %s (%d items, retried one by one)", exc, len(batch)
                 )
-                if attempt < SETTLE_TRIES:
-                    await self._clock.sleep_ms(100 * 2**attempt)
-        return [False] * len(items)
+                left = await self._one_by_one(batch)
+                if left:
+                    self._pending[:0] = left
+                    delay = await self._back_off(None, delay)
+                continue
+            except Exception:  # a bug must not leave a settle unanswered
+                log.exception("jobs.settle.crashed (%d items)", len(batch))
+                for e in batch:
+                    _answer(e, False)
+                continue
+            for e, ok in zip(batch, answers, strict=True):
+                _answer(e, ok)
+            delay = SETTLE_BACKOFF_MIN_MS
+
+    async def _one_by_one(self, batch: list[_Entry[T]]) -> list[_Entry[T]]:
+        """Send each item alone; answers the entries left for a retry (the store went away)."""
+        for i, e in enumerate(batch):
+            try:
+                (ok,) = await self._send([e.item])
+            except DriverUnavailableError:
+                return batch[i:]
+            except Exception as exc:
+                log.warning("jobs.settle.refused %s: %s", e.item.fence.job_id, exc)
+                ok = False
+            _answer(e, ok)
+        return []
+
+    async def _back_off(self, exc: JobsError | None, delay: int) -> int:
+        # Only after a failed try: every settle is sent at least once, however late.
+        now = self._clock.now_ms()
+        self._expire(now)
+        if not self._pending:
+            return delay
+        # Wake just past the earliest give-up, so an item is never held beyond its claim.
+        soonest = min(self._give_up_ms(e) for e in self._pending) + 1
+        wait = max(1, min(delay, soonest - now))
+        if exc is not None:
+            log.warning(
+                "jobs.settle.failed: %s (%d items, again in %d ms)", exc, len(self._pending), wait
+            )
+        await self._clock.sleep_ms(wait)
+        return min(delay * 2, SETTLE_BACKOFF_MAX_MS)
 
     async def join(self) -> None:
-        while self._task is not None and not self._task.done():
-            await self._task
+        while (task := self._task) is not None and not task.done():
+            # `wait`, not `await task`: an abandoned (cancelled) flush must not cancel the joiner.
+            await asyncio.wait([task])
+
+    def abandon(self) -> None:
+        """Stop retrying: every settle not yet answered answers False now."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        pending, self._pending = self._pending, []
+        for e in pending:
+            _answer(e, False)
+
+
+def _answer(e: _Entry[T], ok: bool) -> None:
+    if not e.fut.done():
+        e.fut.set_result(ok)
 
 
 class Settler:
-    """Queues acks and nacks and sends each kind in batches; `await` answers landed or not."""
+    """Queues acks and nacks and sends each kind in batches; `await` answers landed or not.
 
-    def __init__(self, driver: JobDriver, clock: Clock) -> None:
-        self._acks: _Lane[Ack] = _Lane(driver.job_ack, clock)
-        self._nacks: _Lane[Nack] = _Lane(driver.job_nack, clock)
+    `give_up_at(fence)`: the time after which an unavailable settle of that claim is given up
+    (the end of its lease plus a margin), or None for `SETTLE_PATIENCE_MS` from its submission.
+    `replace_invalid(item, error)`: the nack to send instead of an item the driver's checks
+    refuse, or None to answer False.
+    """
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        clock: Clock,
+        *,
+        give_up_at: Callable[[Fence], int | None] | None = None,
+        replace_invalid: Callable[[Ack | Nack, JobsError], Nack | None] | None = None,
+    ) -> None:
+        self._deadline_ms: int | None = None
+        until = give_up_at or (lambda fence: None)
+        self._acks: _Lane[Ack] = _Lane(driver.job_ack, clock, until, self._deadline)
+        self._nacks: _Lane[Nack] = _Lane(driver.job_nack, clock, until, self._deadline)
+        self._replace_invalid = replace_invalid
+
+    def _deadline(self) -> int | None:
+        return self._deadline_ms
+
+    def set_deadline(self, deadline_ms: int | None) -> None:
+        """No settle is retried past `deadline_ms` (a drain's end); None lifts the bound."""
+        self._deadline_ms = deadline_ms
 
     async def ack(self, item: Ack) -> bool:
+        try:
+            check_ack(item)
+        except JobsError as exc:
+            return await self._replace(item, exc)
         return await self._acks.submit(item)
 
     async def nack(self, item: Nack) -> bool:
+        try:
+            check_nack(item)
+        except JobsError as exc:
+            return await self._replace(item, exc)
         return await self._nacks.submit(item)
 
     async def nack_many(self, items: Sequence[Nack]) -> list[bool]:
-        futs = [self._nacks.submit(i) for i in items]
-        return list(await asyncio.gather(*futs))
+        return list(await asyncio.gather(*(self.nack(i) for i in items)))
+
+    async def _replace(self, item: Ack | Nack, exc: JobsError) -> bool:
+        instead = self._replace_invalid(item, exc) if self._replace_invalid else None
+        if instead is not None:
+            with contextlib.suppress(JobsError):
+                check_nack(instead)
+                log.warning(
+                    "jobs.settle.invalid %s: %s (sent as %s)",
+                    item.fence.job_id,
+                    exc,
+                    instead.kind.value,
+                )
+                return await self._nacks.submit(instead)
+        log.warning("jobs.settle.invalid %s: %s (not sent)", item.fence.job_id, exc)
+        return False
 
     async def join(self) -> None:
-        """Wait until every queued settle has been sent."""
+        """Wait until every queued settle has been answered."""
         await self._acks.join()
         await self._nacks.join()
+
+    def abandon(self) -> None:
+        """Answer False for every settle still waiting on the store (a drain out of time)."""
+        self._acks.abandon()
+        self._nacks.abandon()

@@ -29,6 +29,7 @@ from jobs_core.context import CancelSignal, JobContext
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import (
     DrainingError,
+    DriverUnavailableError,
     InputInvalidError,
     JobCancelledError,
     JobsError,
@@ -49,6 +50,7 @@ from jobs_core.records import (
     BuriedJob,
     ClaimedJob,
     ClaimParams,
+    Fence,
     Heartbeat,
     Nack,
     NackKind,
@@ -76,6 +78,20 @@ UNKNOWN_NAME_WARN_EVERY_MS = 60_000
 TRACEBACK_BYTES = 8_192
 #: The most characters of an exception's message a `last_error` keeps.
 MESSAGE_CHARS = 2_000
+#: Backoff while the store is unavailable (start-up, claims): from the first to the last, doubling.
+OUTAGE_BACKOFF_MIN_MS = 100
+OUTAGE_BACKOFF_MAX_MS = 5_000
+#: How soon a heartbeat that could not reach the store is tried again.
+HEARTBEAT_RETRY_MS = 1_000
+#: At the backoff's ceiling, a still-unavailable store is logged once every this many tries.
+OUTAGE_LOG_EVERY = 12
+#: A settle the store cannot take is retried until its lease's end plus this (the fence keeps a
+#: late one safe: it lands only while no other claim was made).
+SETTLE_MARGIN_MS = 1_000
+#: What a drain may spend past its deadline on the store calls of its teardown (settles,
+#: `worker_forget`, closing the wake), store up or down; each call gets at least the floor.
+STOP_SLACK_MS = 1_000
+STOP_CALL_FLOOR_MS = 250
 
 WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 
@@ -223,7 +239,14 @@ class Worker:
         self._backlog = False
         self._accepting = False
         self._started = False
-        self._settler = Settler(driver, self.clock)
+        self._settler = Settler(
+            driver,
+            self.clock,
+            give_up_at=self._settle_give_up_at,
+            replace_invalid=self._replace_invalid,
+        )
+        self._force = asyncio.Event()
+        self._abandoned: set[asyncio.Future[Any]] = set()
         self._executor: BodyThreads | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._stop_task: asyncio.Task[None] | None = None
@@ -248,11 +271,24 @@ class Worker:
             return
         self._started = True
         self._accepting = True
-        await self.driver.open()
-        await self.driver.worker_beat(self._beat(self.clock.now_ms()))
+        outage = _Outage("jobs.worker.store_unavailable")
+        while True:
+            try:
+                await self.driver.open()
+                await self.driver.worker_beat(self._beat(self.clock.now_ms()))
+                break
+            except DriverUnavailableError as exc:
+                # A store still starting (or restarting) is waited for, never a reason to exit.
+                await self._wait(outage.failed(exc))
+                if not self._accepting:
+                    return
+        outage.recovered()
         self._next_beat_at = self.clock.now_ms() + self._beat_every_ms
         if self.driver.capabilities().wake:
-            self._wake = await self.driver.wake_subscribe(self.queues, self._on_wake)
+            try:
+                self._wake = await self.driver.wake_subscribe(self.queues, self._on_wake)
+            except DriverUnavailableError as exc:  # the poll is the guarantee; the wake can wait
+                log.warning("jobs.wake.subscribe_failed: %s", exc)
         self._loops = [
             asyncio.create_task(self._claim_loop(), name="ujobs-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="ujobs-heartbeat"),
@@ -261,30 +297,63 @@ class Worker:
 
     async def run(self) -> None:
         """Start, then return once the worker has stopped (after a drain)."""
-        await self.start()
+        if not self.draining:  # a drain begun while the start waited for the store ends it
+            await self.start()
         await self._stopped.wait()
 
     def install_signal_handlers(self) -> None:
-        """Drain on SIGTERM and SIGINT, bounded by `drain_timeout` (a deploy)."""
+        """Drain on SIGTERM and SIGINT, bounded by `drain_timeout` (a deploy).
+
+        A second signal during the drain (Ctrl-C twice) forces the exit: after the drain's first
+        phase every running body is aborted at once and its claim handed back (`interrupted`).
+        """
         loop = asyncio.get_running_loop()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not self.draining:
+                log.warning(
+                    "jobs.worker.draining %s on %s (again to force the exit)",
+                    self.worker_id,
+                    sig.name,
+                )
+                task = asyncio.ensure_future(self.stop(self.drain_timeout_ms / 1000))
+                self._abandoned.add(task)
+                task.add_done_callback(self._abandoned.discard)
+            else:
+                self.force_stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(
-                sig, lambda: asyncio.ensure_future(self.stop(self.drain_timeout_ms / 1000))
-            )
+            loop.add_signal_handler(sig, on_signal, sig)
+
+    def force_stop(self) -> None:
+        """Cut a running drain short: bodies are aborted now (`X_DRAINING`), claims handed back."""
+        if self._force.is_set():
+            return
+        log.warning(
+            "jobs.worker.forced %s: aborting %d running bodies now, their claims handed back",
+            self.worker_id,
+            self.stats.running,
+        )
+        self._force.set()
+        self._kick.set()
 
     async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a drain budget, not a call timeout
         """Drain and tear down; a second call joins the first.
 
         Phase one stops claiming and hands back held jobs that never started. Running bodies
         may finish until `timeout` seconds minus `drain_margin`; then each is aborted with
-        `X_DRAINING` and its claim goes back uncounted (`interrupted`). `timeout=None` waits
-        for every body.
+        `X_DRAINING` and its claim goes back uncounted (`interrupted`); `timeout=0` aborts them
+        at once. `timeout=None` waits for every body. With a timeout the teardown returns by
+        about `timeout` + 1 s, store up or down: its store calls are bounded by that budget.
         """
         if self._stop_task is None:
             deadline = (
                 None
                 if timeout is None
-                else self.clock.now_ms() + seconds_to_ms(timeout, "timeout", minimum_ms=0)
+                else self.clock.now_ms()
+                + round(
+                    finite_number(timeout, "timeout", minimum=0.0, maximum=7 * 24 * 3600) * 1000
+                )
             )
             self._stop_task = asyncio.create_task(self._teardown(deadline))
         await asyncio.shield(self._stop_task)
@@ -292,45 +361,56 @@ class Worker:
     async def _teardown(self, deadline_ms: int | None) -> None:
         self._accepting = False
         self._kick.set()
+        # Every store call below is bounded, store up or down: the drain ends by `end_ms`
+        # (plus a floor per call), never on the store's say.
+        end_ms = None if deadline_ms is None else deadline_ms + STOP_SLACK_MS
+        # Settles are retried up to the deadline itself; the slack is for the calls after them.
+        self._settler.set_deadline(deadline_ms)
         claim_loop = self._loops[0] if self._loops else None
-        if claim_loop is not None:
-            # The drain waits out the claim round it races, so no claim lands after it.
-            await claim_loop
+        # The drain waits out the claim round it races, so no claim lands after it.
+        if claim_loop is not None and not await self._bounded(
+            claim_loop, self._left_ms(deadline_ms)
+        ):
+            log.warning("jobs.worker.claim_abandoned %s: outlived the drain", self.worker_id)
         waiting = [h for h in self._held.values() if not h.started]
         for h in waiting:
             if h.task is not None:
                 h.task.cancel()
         await asyncio.gather(*(h.task for h in waiting if h.task), return_exceptions=True)
-        if waiting:
-            now = self.clock.now_ms()
-            answers = await self._settler.nack_many(
-                [Nack(h.job.fence, NackKind.INTERRUPT, now) for h in waiting]
-            )
-            for h, ok in zip(waiting, answers, strict=True):
-                self._held.pop(h.job.id, None)
-                self._tally(Outcome.INTERRUPTED, ok, h.job)
-        running = [h.task for h in self._held.values() if h.task is not None]
+        # Handed back alongside phase two, so an unavailable store cannot eat the bodies' time.
+        handback = asyncio.ensure_future(self._hand_back(waiting))
+        running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
         if running:
             if deadline_ms is None:
-                await asyncio.gather(*running, return_exceptions=True)
+                await self._wait_tasks(running, None)
             else:
                 cutoff = deadline_ms - self.drain_margin_ms
                 await self._wait_tasks(running, cutoff - self.clock.now_ms())
+            if any(not t.done() for t in running):
                 for h in list(self._held.values()):
-                    h.signal.fire(DrainingError(detail=h.job.id))
+                    if h.started:
+                        h.signal.fire(DrainingError(detail=h.job.id))
                 # A body that ignores its cancellation must not hold the deploy hostage.
-                await self._wait_tasks(running, CANCEL_GRACE_MS)
+                await self._wait_tasks(running, CANCEL_GRACE_MS, forceable=False)
+        await self._bounded(handback, self._left_ms(end_ms))
         for task in self._loops[1:]:
             task.cancel()
-        await asyncio.gather(*self._loops[1:], return_exceptions=True)
-        await self._settler.join()
+        # A heartbeat cancelled mid-call may take its driver's time to unwind: not the drain's.
+        await self._bounded(
+            asyncio.gather(*self._loops[1:], return_exceptions=True), self._left_ms(end_ms)
+        )
+        if not await self._bounded(self._settler.join(), self._left_ms(end_ms)):
+            log.warning(
+                "jobs.worker.settles_abandoned %s: the store did not answer", self.worker_id
+            )
+            self._settler.abandon()
         try:
-            await self.driver.worker_forget(self.worker_id)
+            await self._call(self.driver.worker_forget(self.worker_id), end_ms, "worker_forget")
         except Exception as exc:  # the registry row expires on its own; stopping must finish
             log.warning("jobs.worker.forget_failed %s: %r", self.worker_id, exc)
         if self._wake is not None:
             try:
-                await self._wake.close()
+                await self._call(self._wake.close(), end_ms, "wake close")
             except Exception as exc:
                 log.warning("jobs.wake.close_failed: %r", exc)
         if self._executor is not None:
@@ -338,17 +418,69 @@ class Worker:
         log.info("jobs.worker.stopped %s", self.worker_id)
         self._stopped.set()
 
-    async def _wait_tasks(self, tasks: list[asyncio.Task[None]], ms: int) -> None:
-        if ms <= 0:
+    async def _hand_back(self, waiting: list[_Held]) -> None:
+        if not waiting:
             return
-        timer = asyncio.ensure_future(self.clock.sleep_ms(ms))
+        now = self.clock.now_ms()
+        answers = await self._settler.nack_many(
+            [Nack(h.job.fence, NackKind.INTERRUPT, now) for h in waiting]
+        )
+        for h, ok in zip(waiting, answers, strict=True):
+            self._held.pop(h.job.id, None)
+            self._tally(Outcome.INTERRUPTED, ok, h.job)
+
+    def _left_ms(self, end_ms: int | None) -> int | None:
+        """What is left of a drain budget ending at `end_ms` (None: unbounded), at least a floor."""
+        if end_ms is None:
+            return None
+        return max(STOP_CALL_FLOOR_MS, end_ms - self.clock.now_ms())
+
+    async def _bounded(self, aw: Awaitable[Any], ms: int | None) -> bool:
+        """Wait for `aw` at most `ms` of wall time (None: no bound); True when it finished.
+
+        Past the bound it is cancelled and left to unwind on its own: a store call cancelled
+        mid-flight may take its driver's own time to give up, and the drain does not wait for it.
+        """
+        fut = asyncio.ensure_future(aw)
+        done, _ = await asyncio.wait([fut], timeout=None if ms is None else ms / 1000)
+        if fut in done:
+            return True
+        fut.cancel()
+        self._abandoned.add(fut)
+        fut.add_done_callback(self._abandoned.discard)
+        return False
+
+    async def _call(self, aw: Awaitable[Any], end_ms: int | None, what: str) -> None:
+        """A teardown store call bounded by the drain's budget; past it, logged and abandoned."""
+        fut = asyncio.ensure_future(aw)
+        if not await self._bounded(fut, self._left_ms(end_ms) if end_ms is not None else None):
+            log.warning(
+                "jobs.worker.stop_call_abandoned %s: %s outlived the drain", self.worker_id, what
+            )
+            return
+        fut.result()
+
+    async def _wait_tasks(
+        self, tasks: list[asyncio.Task[None]], ms: int | None, *, forceable: bool = True
+    ) -> None:
+        """Until `tasks` are done, `ms` of the clock passed (None: no bound) or a forced stop."""
+        if ms is not None and ms <= 0:
+            return
         pending = [t for t in tasks if not t.done()]
+        if not pending or (forceable and self._force.is_set()):
+            return
+        stops: list[asyncio.Future[Any]] = []
+        if ms is not None:
+            stops.append(asyncio.ensure_future(self.clock.sleep_ms(ms)))
+        if forceable:
+            stops.append(asyncio.ensure_future(self._force.wait()))
         try:
-            while pending and not timer.done():
-                await asyncio.wait([*pending, timer], return_when=asyncio.FIRST_COMPLETED)
+            while pending and not any(s.done() for s in stops):
+                await asyncio.wait([*pending, *stops], return_when=asyncio.FIRST_COMPLETED)
                 pending = [t for t in pending if not t.done()]
         finally:
-            timer.cancel()
+            for s in stops:
+                s.cancel()
 
     async def demand(self) -> dict[str, int]:
         """Ready-now jobs per queue for an autoscaler; 0 everywhere once draining."""
@@ -376,6 +508,7 @@ class Worker:
         return self.wake_ceiling_ms if live else self._backoff.ceiling_ms
 
     async def _claim_loop(self) -> None:
+        outage = _Outage("jobs.claim.failed")
         while self._accepting:
             free = self.max_in_flight - len(self._held)
             if free <= 0:
@@ -398,14 +531,13 @@ class Worker:
                         beat=beat,
                     )
                 )
-            except Exception as exc:  # a failed pass re-arms at the floor; the loop never dies
-                if isinstance(exc, JobsError):
-                    log.warning("jobs.claim.failed: %s", exc)
-                else:
+            except Exception as exc:  # a failed pass backs off, capped; the loop never dies
+                if not isinstance(exc, JobsError):
                     log.exception("jobs.claim.crashed")
                 self._backoff.reset()
-                await self._wait(self._backoff.next_ms())
+                await self._wait(outage.failed(exc))
                 continue
+            outage.recovered()
             if beat is not None:
                 self._next_beat_at = now + self._beat_every_ms
             for b in result.buried:
@@ -911,14 +1043,28 @@ class Worker:
             return None
 
     async def _heartbeat_loop(self) -> None:
+        # After a failed renewal the next comes within a second, not a period later, so a store
+        # that returns before the lease runs out renews it in time.
         while True:
-            await self.clock.sleep_ms(self.heartbeat_ms)
             try:
-                await self._renew()
+                landed = await self._renew_after(self.heartbeat_ms)
             except Exception:  # a timer body catches before it finalises
                 log.exception("jobs.heartbeat.crashed")
+                landed = True
+            while not landed:
+                try:
+                    landed = await self._renew_after(min(HEARTBEAT_RETRY_MS, self.heartbeat_ms))
+                except Exception:
+                    log.exception("jobs.heartbeat.crashed")
+                    landed = True
 
-    async def _renew(self) -> None:
+    async def _renew_after(self, ms: int) -> bool:
+        await self.clock.sleep_ms(ms)
+        return await self._renew()
+
+    async def _renew(self) -> bool:
+        """Renew every held lease; False when the store could not be reached for it."""
+        landed = True
         now = self.clock.now_ms()
         held = [h for h in self._held.values() if not h.signal.cancelled]
         if held:
@@ -930,11 +1076,13 @@ class Worker:
             except JobsError as exc:
                 log.warning("jobs.heartbeat.failed: %s", exc)
                 answers = None
+                landed = False
             after = self.clock.now_ms()
             for i, h in enumerate(held):
                 if answers is not None and answers[i]:
                     h.last_landed_ms = now
                 elif answers is not None or after - h.last_landed_ms >= self.lease_ms:
+                    # Refused by the fence, or unrenewed for a whole lease: only then lost.
                     h.signal.fire(LeaseLostError(detail=h.job.id))
         due = [
             h
@@ -957,6 +1105,55 @@ class Worker:
             with contextlib.suppress(JobsError):
                 await self.driver.worker_beat(self._beat(now))
                 self._next_beat_at = now + self._beat_every_ms
+        return landed
+
+    # -- settles that cannot be sent as they are, or not yet ----------------------------------
+
+    def _settle_give_up_at(self, fence: Fence) -> int | None:
+        """When a settle of this claim stops being worth retrying: its lease's end plus a margin."""
+        h = self._held.get(fence.job_id)
+        if h is None or h.job.claims != fence.claims:
+            return None
+        return h.last_landed_ms + self.lease_ms + SETTLE_MARGIN_MS
+
+    def _replace_invalid(self, item: Ack | Nack, exc: JobsError) -> Nack | None:
+        """A settle the driver would refuse fails its own job with that error instead."""
+        now = self.clock.now_ms()
+        error = _error_text(exc)
+        h = self._held.get(item.fence.job_id)
+        handle = self._handles.get(h.job.name) if h is not None else None
+        if h is None or handle is None or h.job.final_attempt:
+            dead_letter = handle.retry.dead_letter if handle is not None else True
+            return Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
+        delay = handle.retry.delay_ms(h.job.attempt, self._rng)
+        return Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)
+
+
+class _Outage:
+    """Capped exponential backoff for a store that is down, logged once per step, not per try."""
+
+    def __init__(self, event: str) -> None:
+        self._event = event
+        self._next_ms = OUTAGE_BACKOFF_MIN_MS
+        self._tries = 0
+
+    def failed(self, exc: BaseException) -> int:
+        """The wait before the next try; logs when the wait grows (and now and then at the cap)."""
+        wait = self._next_ms
+        self._tries += 1
+        at_cap = wait >= OUTAGE_BACKOFF_MAX_MS
+        if not at_cap or self._tries % OUTAGE_LOG_EVERY == 0:
+            log.warning(
+                "%s: %s (try %d, again in %.1f s)", self._event, exc, self._tries, wait / 1000
+            )
+        self._next_ms = min(wait * 2, OUTAGE_BACKOFF_MAX_MS)
+        return wait
+
+    def recovered(self) -> None:
+        if self._tries:
+            log.warning("%s: the store answers again after %d tries", self._event, self._tries)
+        self._next_ms = OUTAGE_BACKOFF_MIN_MS
+        self._tries = 0
 
 
 async def _swallow(fut: asyncio.Future[Any]) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import logging
 import random
+import select
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import (
@@ -159,7 +160,7 @@ class _LoopConns:
     )
 
     def __init__(self) -> None:
-        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
+        self.pool: _Pool | None = None
         self.open_lock = asyncio.Lock()
         self.hot: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
         self.hot_busy = False
@@ -168,9 +169,6 @@ class _LoopConns:
         self.subscriptions: set[WakeSubscription] = set()
         #: Every connection the pool made, so a loop that is gone can still close its sockets.
         self.conns: weakref.WeakSet[psycopg.AsyncConnection[tuple[Any, ...]]] = weakref.WeakSet()
-
-    async def track(self, conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
-        self.conns.add(conn)
 
 
 class PgDriver(JobDriver):
@@ -253,7 +251,17 @@ class PgDriver(JobDriver):
         return self._listen_conninfo
 
     async def open(self) -> None:
-        await self._ready()
+        """Connect once (`X_DRIVER_UNAVAILABLE` when the server does not answer); idempotent."""
+        pool = await self._ready()
+        try:
+            async with asyncio.timeout(self._call_timeout), pool.connection():
+                pass
+        except TimeoutError as exc:
+            self._after_failure()
+            raise DriverUnavailableError("the connect timed out", detail=self.describe()) from exc
+        except _UNAVAILABLE as exc:
+            self._after_failure()
+            raise DriverUnavailableError(detail=_reason(exc)) from exc
 
     async def migrate(self) -> str:
         """Apply the packaged alembic migrations to this driver's schema (`ujobs db upgrade`);
@@ -262,7 +270,7 @@ class PgDriver(JobDriver):
 
         return await asyncio.to_thread(upgrade, self._url, self.schema)
 
-    async def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _ready(self) -> _Pool:
         here = self._loops.get()
         pool = here.pool
         if pool is not None:
@@ -271,21 +279,13 @@ class PgDriver(JobDriver):
             if here.pool is None:
                 kwargs = self.connect_kwargs()
                 kwargs.update(autocommit=True, prepare_threshold=self._prepare_threshold)
-                pool = AsyncConnectionPool(
+                here.pool = _Pool(
                     self._conninfo,
-                    kwargs=kwargs,
-                    min_size=1,
+                    kwargs,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
-                    # A failed connect is not retried in the background: the next call asks
-                    # for a connection again and waits at most `connect_timeout_s`.
-                    reconnect_timeout=0,
-                    open=False,
-                    name=f"ujobs:{self.schema}",
-                    configure=here.track,
+                    on_connect=here.conns.add,
                 )
-                await pool.open(wait=False)
-                here.pool = pool
             return here.pool
 
     async def close(self) -> None:
@@ -329,9 +329,7 @@ class PgDriver(JobDriver):
             raise err from exc
 
     @contextlib.asynccontextmanager
-    async def _lease(
-        self, pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
-    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _lease(self, pool: _Pool) -> AsyncIterator[_Conn]:
         """The driver's hot connection when it is free, else one from the pool.
 
         Calls made one after another (an enqueue loop, a worker's claim then its acks) reuse one
@@ -347,8 +345,11 @@ class PgDriver(JobDriver):
         here.hot_busy = True
         try:
             hot = here.hot
-            if hot is not None and time.monotonic() - here.hot_since > HOT_MAX_AGE_S:
-                # The pool recycles connections by age; the hot one takes its turn too.
+            if hot is not None and (
+                time.monotonic() - here.hot_since > HOT_MAX_AGE_S or _stale(hot)
+            ):
+                # The pool recycles connections by age; the hot one takes its turn too. A stale
+                # one (the server ended it: a restart) goes back to be closed, not used.
                 here.hot = None
                 await pool.putconn(hot)
                 hot = None
@@ -418,7 +419,8 @@ class PgDriver(JobDriver):
             return await conn.execute(text, args)
 
     def _after_failure(self) -> None:
-        """After a failure, sweep broken idle connections so the next call gets a live one."""
+        """After a failure, sweep broken idle connections (the hot one too) so the next call gets a
+        live one."""
         here = self._loops.peek()
         pool = here.pool if here is not None else None
         if here is None or pool is None or here.checking:
@@ -427,6 +429,12 @@ class PgDriver(JobDriver):
 
         async def sweep() -> None:
             try:
+                hot = here.hot
+                if hot is not None and not here.hot_busy:
+                    # Idle through the failure, it is as likely dead as the rest: checked too, so
+                    # the first call after the server's return does not fail on it.
+                    here.hot = None
+                    await pool.putconn(hot)
                 await pool.check()
             except Exception:  # best effort: the next call reports whatever is still wrong
                 log.debug("jobs.pg.sweep_failed", exc_info=True)
@@ -917,6 +925,126 @@ class PgDriver(JobDriver):
     async def send_probe(self, payload: str) -> None:
         """NOTIFY `payload` on this schema's channel through the pool (the wake's probe)."""
         await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": payload})
+
+
+_Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+#: A pooled connection older than this is closed when it comes back (server-side memory, DNS).
+POOL_MAX_LIFETIME_S: Final = 3600.0
+
+
+class _Pool:
+    """At most `max_size` connections; a caller needing one dials it itself when none is idle.
+
+    No background task connects: during an outage every call fails at once with the server's
+    own refusal (not after a pool-wide wait), and once the server is back the next call —
+    including one that was already waiting for a free slot — dials a live connection. A broken
+    or aged connection is closed when it comes back instead of being handed out again.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        *,
+        max_size: int,
+        timeout: float,
+        on_connect: Callable[[_Conn], None] | None = None,
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self.timeout = timeout
+        self._on_connect = on_connect
+        self._slots = asyncio.Semaphore(max_size)
+        self._idle: list[tuple[_Conn, float]] = []
+        self._born: dict[int, float] = {}
+        self._closed = False
+
+    async def getconn(self) -> _Conn:
+        """A live-looking idle connection or a fresh one; PoolTimeout when no slot frees up."""
+        if self._closed:
+            raise psycopg.InterfaceError("the pool is closed")
+        wait = self.timeout
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise PoolTimeout(f"no free connection after {wait:.2f} sec") from None
+        try:
+            while self._idle:
+                conn, _ = self._idle.pop()
+                if not _stale(conn):
+                    return conn
+                await self._discard(conn)
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs)
+            self._born[id(conn)] = time.monotonic()
+            if self._on_connect is not None:
+                self._on_connect(conn)
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def putconn(self, conn: _Conn) -> None:
+        """Take a connection back: kept when idle and healthy, closed otherwise."""
+        try:
+            born = self._born.get(id(conn), 0.0)
+            healthy = (
+                not self._closed
+                and not _stale(conn)
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                and time.monotonic() - born < POOL_MAX_LIFETIME_S
+            )
+            if healthy:
+                self._idle.append((conn, time.monotonic()))
+            else:
+                await self._discard(conn)
+        finally:
+            self._slots.release()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[_Conn]:
+        conn = await self.getconn()
+        try:
+            yield conn
+        finally:
+            await self.putconn(conn)
+
+    async def check(self) -> None:
+        """Close the idle connections the server no longer answers on."""
+        idle, self._idle = self._idle, []
+        for conn, since in idle:
+            try:
+                await conn.execute("")
+            except Exception:
+                await self._discard(conn)
+            else:
+                self._idle.append((conn, since))
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            await self._discard(conn)
+
+    async def _discard(self, conn: _Conn) -> None:
+        self._born.pop(id(conn), None)
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+def _stale(conn: _Conn) -> bool:
+    """True when an idle connection cannot serve: closed, broken, or the server has spoken on it.
+
+    An idle autocommit session receives nothing unasked; readable means the server ended it
+    (a restart's "terminating connection", or EOF). One non-blocking `select`, no round-trip.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()

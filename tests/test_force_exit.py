@@ -1,0 +1,50 @@
+"""Ctrl-C twice: the first SIGINT drains, the second forces the exit after the drain's first phase.
+
+A real `ujobs worker` subprocess with a 30 s drain budget and endless bodies: the second SIGINT
+aborts them at once (`X_DRAINING`), hands every claim back uncounted, says so
+(`jobs.worker.forced`) and exits 0 — long before the drain budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+from jobs_core import Jobs, JobState
+from tests.outage import rows_in, until
+from tests.test_drain_subprocess import JOBS_MODULE, handles, opened, store_url
+
+
+async def test_ctrl_c_twice_forces_the_exit_and_hands_the_claims_back(tmp_path: Path) -> None:
+    (tmp_path / "drainjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
+    with store_url("pg") as url:
+        async with opened(url) as driver:
+            _, endless = handles()
+            queued = await Jobs(driver).enqueue_many(endless, [{"n": i} for i in range(3)])
+            ids = [q.id for q in queued]
+            args = ["worker", "drainjobs", "--driver", url, "--concurrency", "2"]
+            args += ["--max-in-flight", "3", "--drain-timeout", "30", "--quiet"]
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "jobs_core.cli", *args,
+                cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            try:
+                await until(lambda: rows_in(driver, ids, JobState.RUNNING), 30, "all claimed")
+                proc.send_signal(signal.SIGINT)
+                await asyncio.sleep(0.5)
+                started = time.monotonic()
+                proc.send_signal(signal.SIGINT)
+                output, _ = await asyncio.wait_for(proc.communicate(), 60)
+                took = time.monotonic() - started
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+            text = output.decode()
+            assert proc.returncode == 0, text
+            assert "jobs.worker.forced" in text, text
+            assert took < 5, (took, text[-2000:])  # the drain budget was 30 s
+            rows = await driver.job_get_many(ids)
+            assert all(r.state is JobState.READY and r.attempt == 0 for r in rows.values()), rows

@@ -17,6 +17,9 @@ DRAIN_MARGIN_S: Final = 2.0
 #: Store-up time a worker has to land a settle after its body returned; killed sooner, the
 #: settle's loss is the kill's (allowed), not the worker's.
 SETTLE_GRACE_MS: Final = 1_000.0
+#: A worker renews its leases every third of the lease, so a lease has at least two thirds of
+#: it left when an outage starts; an outage at least that long may take it from any worker.
+LONG_OUTAGE_SHARE: Final = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def analyse(
     # Successes recorded as failures: the body returned, the row ended dead or failed.
     bad_ends: list[str] = []
     kill_ends: list[str] = []
+    long_ends: list[str] = []
     dead_reasons: Counter[str] = Counter()
     for row in rows.values():
         if row.state not in ("dead", "failed"):
@@ -280,6 +284,8 @@ def analyse(
             continue
         if all(_killed_before_settle(cfg, r, killed) for r in oks):
             kill_ends.append(row.id)
+        elif all(_killed_before_settle(cfg, r, killed) or _in_long_outage(cfg, r) for r in oks):
+            long_ends.append(row.id)
         else:
             bad_ends.append(f"{row.id} {row.name} {row.state} {_code(row.last_error)}")
     breakdowns["dead or failed rows whose body never returned"] = dict(dead_reasons)
@@ -309,7 +315,6 @@ def analyse(
     hung = [lf for lf in drains if lf.hung]
     exited = [lf for lf in lives if lf.pid in on_own]
     bad_rc = [lf for lf in drains if not lf.hung and lf.rc not in (0, None)]
-    short_outage = cfg.outage_s < cfg.lease_s
 
     met = Counter(e for a in {a.call: a for a in answers}.values() for e in a.errors)
     figures = [
@@ -387,10 +392,19 @@ def analyse(
         Figure(
             "successes recorded as failures",
             len(bad_ends),
-            short_outage,
-            "the body returned, the row ended dead/failed"
-            + ("" if short_outage else f" (outage {cfg.outage_s} s >= lease: not a failure)"),
+            True,
+            "the body returned, the row ended dead/failed, and no outage as long as"
+            f" {LONG_OUTAGE_SHARE:.2g} of the lease ({cfg.lease_s * LONG_OUTAGE_SHARE:.1f} s)"
+            " can explain it",
             bad_ends[:3],
+        ),
+        Figure(
+            "successes recorded as failures in a long outage",
+            len(long_ends),
+            False,
+            f"as above, the body returned in (or a lease before) an outage of"
+            f" >= {cfg.lease_s * LONG_OUTAGE_SHARE:.1f} s: the lease could lapse (allowed)",
+            long_ends[:3],
         ),
         Figure(
             "successes recorded as failures after a kill -9",
@@ -446,6 +460,15 @@ def analyse(
         ),
     ]
     return Findings(figures, breakdowns)
+
+
+def _in_long_outage(cfg: Config, run: Run) -> bool:
+    """The body returned during (or a lease before) an outage that could outlast its lease."""
+    end = run.end_t or 0
+    return any(
+        b - a >= cfg.lease_s * 1000 * LONG_OUTAGE_SHARE and a - cfg.lease_s * 1000 <= end <= b
+        for a, b in cfg.outages
+    )
 
 
 def _killed_before_settle(cfg: Config, run: Run, killed: dict[int, float | None]) -> bool:

@@ -389,6 +389,9 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
             )
         )
         (rundir / "report.md").write_text(report)
+        with (rundir / "rows.jsonl").open("w") as out:
+            for row in rows.values():
+                out.write(json.dumps(asdict(row)) + "\n")
         return not found.failed
     finally:
         if producer is not None and producer.poll() is None:
@@ -416,7 +419,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=60.0, help="timeline length (default 60)")
     ap.add_argument("--seed", type=int, default=7, help="the timeline's and the producer's seed")
     ap.add_argument("--outage", type=float, default=3.0, help="seconds the store stays down")
-    ap.add_argument("--lease", type=float, default=5.0, help="worker --lease seconds")
+    ap.add_argument(
+        "--lease",
+        type=float,
+        default=6.0,
+        help="worker --lease seconds (default 6: two thirds of it outlast a 3 s outage)",
+    )
     ap.add_argument("--drain-timeout", type=float, default=3.0, help="worker --drain-timeout")
     ap.add_argument("--concurrency", type=int, default=20, help="worker --concurrency")
     ap.add_argument(

@@ -6,7 +6,6 @@ run: each case below is a made-up run with one defect, fed to `figures.analyse`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -60,6 +59,11 @@ def _killed_after_ok(c: Case) -> None:
     c.runs[0].pid = 200
 
 
+def _dead_in_long_outage(c: Case) -> None:
+    _dead(c, "j1")
+    c.cfg = replace(PG, outages=((T, T + 10_000),))
+
+
 def _rerun(c: Case) -> None:
     c.runs.insert(0, Run("r0", "j1", "chaos", "i1", "k1", 1, 200, T + 1, None, None))
     c.lives.append(Life(1, 200, T, killed_t=T + 5, exit_t=T + 6, rc=-9))
@@ -92,7 +96,7 @@ def _exited(c: Case) -> None:
 
 #: figure name -> the defect that must make it non-zero.
 CASES: dict[str, Callable[[Case], None]] = {
-    "jobs lost: answered, missing": lambda c: c.rows.pop("j1") and None,
+    "jobs lost: answered, missing": lambda c: c.rows.__delitem__("j1"),
     "jobs lost: answered, never finished": lambda c: c.rows.update(
         j1=replace(c.rows["j1"], state="running")
     ),
@@ -107,6 +111,7 @@ CASES: dict[str, Callable[[Case], None]] = {
     "rows no answer names": lambda c: _second_row(c, "ready", ok_run=False),
     "successes recorded as failures": lambda c: _dead(c, "j1"),
     "successes recorded as failures after a kill -9": _killed_after_ok,
+    "successes recorded as failures in a long outage": _dead_in_long_outage,
     "bodies run more than once": _rerun,
     "drains past their deadline": _late,
     "drains that exited non-zero": _bad_rc,
@@ -148,11 +153,15 @@ def main() -> int:
     del lossy.rows["j1"]
     if lossy.findings().failed:
         problems.append("a loss on a store without persistence failed the run")
-    long_outage = copy.deepcopy(clean())
-    long_outage.cfg = replace(PG, outage_s=6.0)
+    long_outage = clean()
     _dead(long_outage, "j1")
-    if long_outage.findings().failed:
-        problems.append("a success recorded as a failure failed a run whose outage >= lease")
+    long_outage.cfg = replace(PG, outages=((T + 15, T + 15 + 3_000),))  # < 2/3 of 5 s
+    if long_outage.findings().figure("successes recorded as failures").value != 1:
+        problems.append("a 3 s outage (lease 5 s) excused a success recorded as a failure")
+    long_outage.cfg = replace(PG, outages=((T + 15, T + 15 + 4_000),))
+    found = long_outage.findings()
+    if found.failed or found.figure("successes recorded as failures in a long outage").value != 1:
+        problems.append("a 4 s outage (lease 5 s) did not excuse a success recorded as failure")
     # A kill long after the body returned, with the store up, does not excuse the lost settle;
     # one while the store was down does.
     late_kill = clean()

@@ -42,6 +42,7 @@ from bench.chaos.figures import (
     row_from_record,
 )
 from bench.chaos.jobs import LEDGER_ENV
+from bench.chaos.proxy import AnswerDropper
 from bench.chaos.servers import ROOT, PgStore, RedisStore, Store, StoreError
 
 BACKENDS: Final = ("pg", "redis-aof", "redis-nopersist")
@@ -75,6 +76,7 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
     crash = at(0.55, 0.60)
     events = [
         Event(at(0.10, 0.15), "kill9"),
+        Event(at(0.16, 0.19), "lose_answers"),
         Event(at(0.20, 0.25), "sigterm"),
         # The store comes back `outage` seconds after it went down (see run_backend).
         Event(stop, "store_stop"),
@@ -82,6 +84,7 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
         Event(crash, "store_crash"),
         # A drain that must finish while the store is down; its replacement starts into it.
         Event(crash + min(1.0, outage / 3), "sigterm"),
+        Event(at(0.66, 0.70), "lose_answers"),
         Event(at(0.72, 0.78), "store_restart"),
         Event(at(0.85, 0.90), "kill9"),
     ]
@@ -246,6 +249,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
     store: Store | None = None
     fleet: Fleet | None = None
     producer: subprocess.Popen[bytes] | None = None
+    dropper: AnswerDropper | None = None
     store_down = False
     outages: list[str] = []
     windows: list[tuple[float, float]] = []
@@ -260,6 +264,10 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
     try:
         store = make_store(backend, tmp)
         note(f"store up on {store.url.split('@')[-1]}")
+        # The producer reaches the store through a proxy that can lose its answers.
+        dropper = AnswerDropper(store.port)
+        dropper.start()
+        producer_url = store.url.replace(f"127.0.0.1:{store.port}", f"127.0.0.1:{dropper.port}")
         fleet = Fleet(store.url, rundir, ledger, args)
         for _ in range(args.workers):
             fleet.spawn()
@@ -271,7 +279,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
                     "-m",
                     "bench.chaos.producer",
                     "--url",
-                    store.url,
+                    producer_url,
                     "--jobs",
                     str(args.jobs),
                     "--seconds",
@@ -320,6 +328,12 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
                     what = store.graceful_stop_text if ev.kind == "store_stop" else store.crash_text
                     up_at = down_since + args.outage
                     note(f"store down: {what}")
+                elif ev.kind == "lose_answers" and args.lose_answers > 0:
+                    dropper.lose_answers(args.lose_answers)
+                    note(
+                        f"the producer's link drops the store's answers for"
+                        f" {args.lose_answers:g} s, then cuts its connections"
+                    )
                 elif ev.kind == "store_restart":
                     began, began_wall = time.monotonic(), now_ms()
                     store.restart()
@@ -399,6 +413,8 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
             producer.wait(timeout=10)
         if fleet is not None:
             fleet.close()
+        if dropper is not None:
+            dropper.close()
         if store is not None:
             with contextlib.suppress(Exception):
                 store.close()
@@ -424,6 +440,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=6.0,
         help="worker --lease seconds (default 6: two thirds of it outlast a 3 s outage)",
+    )
+    ap.add_argument(
+        "--lose-answers",
+        type=float,
+        default=2.0,
+        help="seconds the producer's link drops the store's answers, twice a run (0: never)",
     )
     ap.add_argument("--drain-timeout", type=float, default=3.0, help="worker --drain-timeout")
     ap.add_argument("--concurrency", type=int, default=20, help="worker --concurrency")

@@ -44,6 +44,7 @@ class Store(Protocol):
     """A store the run may stop and start; `url` is what the workers get as `--driver`."""
 
     url: str
+    port: int
     #: Whether an acknowledged write survives a restart (losses then count as failures).
     durable: bool
     #: What each outage does, for the report.

@@ -52,6 +52,8 @@ HUNG_GRACE_S: Final = 10.0
 REPLACE_AFTER_S: Final = 1.0
 MAX_REPLACEMENTS: Final = 40
 TICK_S: Final = 0.05
+#: Answers are lost only this long after the store came back (its clients have reconnected).
+LOSE_AFTER_UP_S: Final = 3.0
 
 
 def now_ms() -> float:
@@ -76,6 +78,8 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
     crash = at(0.55, 0.60)
     events = [
         Event(at(0.10, 0.15), "kill9"),
+        # Answers lost while the store is up: a window that opens on a store coming back loses
+        # only reconnects, which write nothing (run_backend defers it).
         Event(at(0.16, 0.19), "lose_answers"),
         Event(at(0.20, 0.25), "sigterm"),
         # The store comes back `outage` seconds after it went down (see run_backend).
@@ -84,7 +88,8 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
         Event(crash, "store_crash"),
         # A drain that must finish while the store is down; its replacement starts into it.
         Event(crash + min(1.0, outage / 3), "sigterm"),
-        Event(at(0.66, 0.70), "lose_answers"),
+        Event(at(0.50, 0.53), "lose_answers"),
+        Event(at(0.80, 0.84), "lose_answers"),
         Event(at(0.72, 0.78), "store_restart"),
         Event(at(0.85, 0.90), "kill9"),
     ]
@@ -296,7 +301,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
             )
         t0 = time.monotonic()
         pending = list(events)
-        down_since = down_wall = up_at = 0.0
+        down_since = down_wall = up_at = back_at = 0.0
         what = ""
         while pending or store_down or time.monotonic() - t0 < args.seconds:
             if time.monotonic() - t0 > args.seconds + 120:
@@ -305,6 +310,9 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
             while pending and time.monotonic() - t0 >= pending[0].at:
                 if store_down and pending[0].kind.startswith("store"):
                     break  # a store fault waits for the store to be back
+                settling = store_down or time.monotonic() - back_at < LOSE_AFTER_UP_S
+                if settling and pending[0].kind == "lose_answers":
+                    break
                 ev = pending.pop(0)
                 active = fleet.active()
                 if ev.kind == "kill9" and active:
@@ -337,6 +345,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
                 elif ev.kind == "store_restart":
                     began, began_wall = time.monotonic(), now_ms()
                     store.restart()
+                    back_at = time.monotonic()
                     windows.append((began_wall, now_ms()))
                     took = time.monotonic() - began
                     outages.append(f"{store.restart_text}: down {took:.1f} s")
@@ -344,6 +353,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
             if store_down and time.monotonic() >= up_at:
                 store.start()
                 store_down = False
+                back_at = time.monotonic()
                 windows.append((down_wall, now_ms()))
                 outages.append(f"{what}: down {time.monotonic() - down_since:.1f} s")
                 note(f"store up again after {time.monotonic() - down_since:.1f} s")
@@ -445,7 +455,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--lose-answers",
         type=float,
         default=2.0,
-        help="seconds the producer's link drops the store's answers, twice a run (0: never)",
+        help="seconds the producer's link drops the store's answers, 3 times a run (0: never)",
     )
     ap.add_argument("--drain-timeout", type=float, default=3.0, help="worker --drain-timeout")
     ap.add_argument("--concurrency", type=int, default=20, help="worker --concurrency")

@@ -121,6 +121,7 @@ class Fleet:
         self.lives: list[Life] = []
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._replaced: set[int] = set()
+        self._stopping = False
         self.replacements = 0
 
     def spawn(self) -> Life:
@@ -171,7 +172,12 @@ class Fleet:
         t = now_ms()
         for lf in self.lives:
             on_own = lf.exit_t is not None and lf.killed_t is None and lf.term_t is None
-            if on_own and lf.n not in self._replaced and t - (lf.exit_t or t) >= REPLACE_AFTER_S:
+            if (
+                on_own
+                and not self._stopping
+                and lf.n not in self._replaced
+                and t - (lf.exit_t or t) >= REPLACE_AFTER_S * 1000
+            ):
                 self._replaced.add(lf.n)
                 if self.replacements < MAX_REPLACEMENTS:
                     self.replacements += 1
@@ -185,6 +191,7 @@ class Fleet:
 
     def stop_all(self, store_down: bool) -> None:
         """SIGTERM every running worker at once and wait for each (bounded by `tick`)."""
+        self._stopping = True
         for lf in self.active():
             self.term(lf, store_down, final=True)
         deadline = time.monotonic() + self._drain_timeout + DRAIN_MARGIN_S + HUNG_GRACE_S + 5

@@ -455,7 +455,7 @@ def _in_long_outage(cfg: Config, run: Run) -> bool:
     )
 
 
-def _killed_before_settle(cfg: Config, run: Run, killed: dict[int, float | None]) -> bool:
+def _killed_before_settle(cfg: Config, run: Run, killed: dict[int, float]) -> bool:
     """The run killed this body's worker after it returned, before its settle could land."""
     kill = killed.get(run.pid)
     if kill is None or run.end_t is None or kill < run.end_t:
@@ -465,8 +465,8 @@ def _killed_before_settle(cfg: Config, run: Run, killed: dict[int, float | None]
 
 def _fate(
     run: Run,
-    killed: dict[int, float | None],
-    termed: dict[int, float | None],
+    killed: dict[int, float],
+    termed: dict[int, float],
     on_own: set[int],
     cfg: Config,
 ) -> str:

@@ -1,10 +1,10 @@
 """The chaos run's producer: enqueues N jobs over the run, so enqueues meet the outages.
 
-Mixes `enqueue_many` batches, single enqueues (half of them with an `id=` of their own) and
-keys reused from intents enqueued seconds before. A call that fails with `X_DRIVER_UNAVAILABLE`
-(after whatever retry the library does itself) is retried by the producer with the SAME inputs,
-as an application would; each intent's final answer (id, deduped, tries, the errors met) is one
-line of the answers file.
+Mixes `enqueue_many` batches (5–30 inputs, 3 rounds in 10), single enqueues (half of them with
+an `id=` of their own) and keys reused from intents enqueued seconds before. A call that fails
+with `X_DRIVER_UNAVAILABLE` (after whatever retry the library does itself) is retried by the
+producer with the SAME inputs, as an application would; each intent's final answer (id,
+deduped, tries, the errors met) is one line of the answers file.
 
     python -m bench.chaos.producer --url URL --jobs N --seconds S --seed X --out FILE
 """
@@ -52,13 +52,14 @@ class Producer:
     def intent(self, once: bool, key: str | None = None) -> tuple[JobHandle, dict[str, Any]]:
         self.made += 1
         long = self.rng.random() < 0.2
-        inp = {
+        fresh = key is None
+        inp: dict[str, Any] = {
             "i": uuid.uuid4().hex,
-            "k": key or f"k{self.made}-{uuid.uuid4().hex[:8]}",
+            "k": key if key is not None else f"k{self.made}-{uuid.uuid4().hex[:8]}",
             "ms": self.rng.randint(500, 2500) if long else self.rng.randint(10, 200),
             "fail": 0 if once or self.rng.random() >= 0.15 else 1,
         }
-        if key is None:
+        if fresh:
             self.history.append((time.monotonic(), inp["k"], once))
         return (chaos_once if once else chaos), inp
 
@@ -95,7 +96,7 @@ class Producer:
     async def batch(self) -> None:
         once = self.rng.random() < 0.2
         handle, first = self.intent(once)
-        more = min(self.rng.randint(9, 59), self.total - self.made)
+        more = min(self.rng.randint(4, 29), self.total - self.made)
         inputs = [first] + [self.intent(once)[1] for _ in range(more)]
         answers, tries, errors, refused = await self.call(
             lambda: self.jobs.enqueue_many(handle, inputs)
@@ -160,7 +161,7 @@ class Producer:
                         await asyncio.sleep(min(0.5, ahead * self.seconds / self.total))
                         continue
                     r = self.rng.random()
-                    if r < 0.5:
+                    if r < 0.3:
                         await self.batch()
                     else:
                         for _ in range(self.rng.randint(1, 5)):

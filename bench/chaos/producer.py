@@ -31,8 +31,9 @@ T = TypeVar("T")
 #: How long, and how many times, the producer retries one call before it gives up on it.
 RETRY_SECONDS: Final = 30.0
 RETRY_TRIES: Final = 120
-#: One call may not take longer than this (a hung call is recorded and retried).
-CALL_SECONDS: Final = 20.0
+#: One call may not take longer than this (a hung call is recorded and retried). Longer than
+#: any retry the library may do inside one call: cutting that short would retry under new ids.
+CALL_SECONDS: Final = 60.0
 #: A key is reused only from an intent at least this old (its job has likely finished).
 REUSE_AFTER_S: Final = 4.0
 

@@ -369,7 +369,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
         note("timeline done; waiting for the producer")
         proc = producer
         _bounded(
-            "the producer's end", args.seconds + 60, lambda: proc.poll() is not None, fleet.tick
+            "the producer's end", args.seconds + 120, lambda: proc.poll() is not None, fleet.tick
         )
         note(f"producer exited rc={producer.poll()}; waiting for the queue to drain")
 

@@ -1,4 +1,4 @@
-.PHONY: demo test nightly bench-pg bench-redis
+.PHONY: demo test nightly bench-pg bench-redis chaos
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -21,3 +21,10 @@ bench-pg:
 bench-redis:
 	scripts/setup_venv.sh dev
 	bench/run.sh redis $(ARGS)
+
+# The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
+# servers of its own, for pg, redis-aof and redis-nopersist in turn (about 80 s each).
+# ARGS=--help lists its options, e.g. ARGS="--backend pg --jobs 500".
+chaos:
+	scripts/setup_venv.sh dev
+	.venv/bin/python -m bench.chaos.run $(ARGS)

@@ -417,14 +417,14 @@ def analyse(
         Figure(
             "drains past their deadline",
             len(late),
-            False,
+            True,
             f"exit later than --drain-timeout {cfg.drain_timeout_s:g} s + {DRAIN_MARGIN_S:g} s",
             [f"worker {lf.n} pid {lf.pid}: {drain_s.get(lf.n, -1):.1f} s" for lf in late][:3],
         ),
         Figure(
             "drains that exited non-zero",
             len(bad_rc),
-            False,
+            True,
             "",
             [f"worker {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in bad_rc][:3],
         ),
@@ -438,7 +438,7 @@ def analyse(
         Figure(
             "workers that exited on their own",
             len(exited),
-            False,
+            True,
             "exited with no signal from the run (replaced after 1 s)",
             [f"worker {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in exited][:3],
         ),

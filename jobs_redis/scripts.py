@@ -23,6 +23,7 @@ SCRIPT_NAMES: Final = (
     "job_heartbeat",
     "job_nack",
     "job_progress",
+    "job_purge",
     "job_requeue",
     "pause_add",
     "pause_list",

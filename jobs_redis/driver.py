@@ -185,6 +185,23 @@ class RedisDriver(JobDriver):
         if self._owned:
             await self._client.aclose()
 
+    async def migrate(self) -> None:
+        """Index finished rows stored before the finished index existed, so retention reaches
+        them (`ujobs db upgrade`); idempotent, safe beside running workers."""
+        k = self.keys
+        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER))
+        cursor: Any = 0
+        while True:
+
+            def scan(at: Any = cursor) -> Any:
+                return self._client.hscan(k.state, at, count=1000)
+
+            cursor, page = await self._read(scan, "HSCAN")
+            if page:
+                await self._run("migrate", keys, list(page))
+            if int(cursor) == 0:
+                return
+
     # -- running a script ---------------------------------------------------------------------
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:

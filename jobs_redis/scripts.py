@@ -25,6 +25,7 @@ SCRIPT_NAMES: Final = (
     "job_progress",
     "job_purge",
     "job_requeue",
+    "migrate",
     "pause_add",
     "pause_list",
     "pause_remove",

@@ -11,6 +11,7 @@ from jobs_core.records import Ack, ClaimParams, Nack, NackKind, PurgeParams
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 from jobs_redis import RedisDriver
 from tests.core.retention_support import (
+    finish,
     new_job,
     purgers_at_once_remove_each_row_once,
     worker_purges_old_finished_rows,
@@ -105,3 +106,18 @@ async def test_purgers_on_several_clients_remove_each_row_once() -> None:
         await purge(drivers[0])
         for d in drivers:
             await d.close()
+
+
+async def test_upgrade_indexes_rows_that_finished_before_the_index(make_driver: Factory) -> None:
+    async with make_driver() as d:
+        await finish(d, [f"c{i:04d}" for i in range(1500)], JobState.COMPLETED, T)
+        await finish(d, ["x"], JobState.CANCELLED, T)
+        await d.job_enqueue(new_job("live", T))
+        client: Any = d.client
+        # What a store written by the previous version holds: rows, and no finished index.
+        for state in FINISHED_STATES:
+            await client.delete(d.keys.finished(state))
+        await d.migrate()
+        await d.migrate()  # idempotent
+        await _index_is_exact(d)
+        assert await d.job_purge(PurgeParams(T + 1, 10_000, 0, 0, 0, 0)) == 1501

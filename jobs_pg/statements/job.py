@@ -661,7 +661,9 @@ JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
 # `:limit`); the first `:limit` of the four by (finished_at, id) — id in COLLATE "C", code-point
 # order — are deleted. SKIP LOCKED: purgers running at once take disjoint rows and never wait on
 # each other or on a settle, and a row that a concurrent requeue made live again fails the
-# re-checked state test. A state whose cutoff is NULL (kept forever) reads nothing.
+# re-checked state test. A state whose cutoff is NULL (kept forever) reads nothing. The locks
+# are taken in the scans, not after the merge: a purger racing another fills its batch with the
+# next unlocked rows instead of coming back short (which would end its round early).
 _PURGE_CUTOFFS: Final = {
     "cancelled": "cancelled_before",
     "completed": "completed_before",

@@ -90,8 +90,8 @@ async def test_an_idle_minute_costs_at_most_its_budget_of_round_trips(
     worst = max(sum(made[i : i + 600]) for i in range(len(made) - 600))
     assert 0 < worst <= budget, worst
     assert set(spent) == {"_job_claim", "_job_purge"}, "registry beats ride the claims"
-    # The retention rounds (at least one a minute and a half) fit inside the budget.
-    assert spent.count("_job_purge") >= 3, spent.count("_job_purge")
+    # The retention rounds (one every 60 to 100 s) fit inside the budget.
+    assert spent.count("_job_purge") >= 2, spent.count("_job_purge")
 
 
 async def test_a_full_pass_marks_a_backlog_so_a_freed_slot_claims_at_once() -> None:

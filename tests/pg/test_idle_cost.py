@@ -56,5 +56,5 @@ async def test_an_idle_minute_on_postgres_stays_within_budget(
     worst = max(sum(made[i : i + 600]) for i in range(len(made) - 600))
     assert 0 < worst <= budget, (worst, spent)
     assert set(spent) == {"_job_claim", "_job_purge"}, spent
-    # The retention rounds (at least one a minute and a half) fit inside the budget.
-    assert spent.count("_job_purge") >= 3, spent.count("_job_purge")
+    # The retention rounds (one every 60 to 100 s) fit inside the budget.
+    assert spent.count("_job_purge") >= 2, spent.count("_job_purge")

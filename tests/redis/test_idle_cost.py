@@ -87,5 +87,5 @@ async def test_an_idle_minute_on_redis_stays_within_budget(wake: bool, budget: i
     assert 0 < worst <= budget, (worst, spent)
     assert set(spent) == {"EVALSHA"}, spent
     assert set(scripts) == {"job_claim", "job_purge"}, scripts
-    # The retention rounds (at least one a minute and a half) fit inside the budget.
-    assert scripts.count("job_purge") >= 3, scripts.count("job_purge")
+    # The retention rounds (one every 60 to 100 s) fit inside the budget.
+    assert scripts.count("job_purge") >= 2, scripts.count("job_purge")

@@ -5,12 +5,12 @@ fast does the purge empty it (docs/bench.md, "Retention").
 
 On Postgres, in a schema of its own (dropped at the end): the claim latency (p50/p99 of one
 `job_claim` of 10) as the finished rows grow to 10k, 100k and `--rows`; a drain of `--drain`
-no-op jobs by one in-process worker with those rows in the table, again right after the
-workers' purge removed them, and again after a VACUUM; and the purge's rate (`job_purge` of
-1,000 rows a call, what a worker does). On Redis, under a prefix of its own (deleted at the
-end), the purge's rate over `--redis-rows` finished jobs. The finished rows are bulk-loaded
-with one `INSERT … SELECT generate_series` per step, not through the driver, so the setup takes
-seconds. Results: printed, and `bench/results/retention-<stamp>.json`.
+no-op jobs by one in-process worker (median of `--runs`) on an empty table, with those rows in
+the table, right after the workers' purge removed them, and after a VACUUM; and the purge's
+rate (`job_purge` of 1,000 rows a call, what a worker does). On Redis, under a prefix of its
+own (deleted at the end), the purge's rate over `--redis-rows` finished jobs. The finished
+rows are bulk-loaded with one `INSERT … SELECT generate_series` per step, not through the
+driver, so the setup takes seconds. Results: printed, and `bench/results/retention-<stamp>.json`.
 """
 
 from __future__ import annotations
@@ -95,6 +95,12 @@ async def claim_latency(
     return {"p50_ms": round(quantile(samples, 0.5), 3), "p99_ms": round(quantile(samples, 0.99), 3)}
 
 
+async def drains(driver: PgDriver, n: int, label: str, runs: int) -> dict[str, Any]:
+    """The median and every run of `drain`, `runs` times in a row."""
+    got = [await drain(driver, n, f"{label}r{r}") for r in range(runs)]
+    return {"median_per_s": sorted(got)[len(got) // 2], "runs_per_s": got}
+
+
 async def drain(driver: PgDriver, n: int, label: str) -> float:
     """Jobs/s of one worker (default options, no retention of its own) draining `n` no-op jobs."""
     now = SystemClock().now_ms()
@@ -121,7 +127,7 @@ async def purge_all(driver: JobDriver) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-async def pg_figures(rows: int, drain_n: int) -> dict[str, Any]:
+async def pg_figures(rows: int, drain_n: int, runs: int) -> dict[str, Any]:
     schema = f"bench_retention_{uuid.uuid4().hex[:8]}"
     await asyncio.to_thread(upgrade, PG_URL, schema)
     conn = psycopg.connect(libpq_url(PG_URL), autocommit=True)
@@ -130,7 +136,7 @@ async def pg_figures(rows: int, drain_n: int) -> dict[str, Any]:
     try:
         driver = PgDriver(PG_URL, schema=schema)
         async with driver:
-            out["drain"]["empty table"] = await drain(driver, drain_n, "d0")
+            out["drain"]["empty table"] = await drains(driver, drain_n, "d0", runs)
             old = SystemClock().now_ms() - 8 * DAY_MS
             loaded = 0
             for size in sorted({10_000, 100_000, rows}):
@@ -146,7 +152,7 @@ async def pg_figures(rows: int, drain_n: int) -> dict[str, Any]:
                 print(
                     f"pg: claim of 10, {size:,} finished rows: {out['claim'][f'{size:,} finished']}"
                 )
-            out["drain"][f"{rows:,} finished rows"] = await drain(driver, drain_n, "d1")
+            out["drain"][f"{rows:,} finished rows"] = await drains(driver, drain_n, "d1", runs)
             purged, took = await purge_all(driver)
             out["purge"] = {
                 "rows": purged,
@@ -154,9 +160,9 @@ async def pg_figures(rows: int, drain_n: int) -> dict[str, Any]:
                 "rows_per_s": round(purged / took),
             }
             print(f"pg: purged {purged:,} rows in {took:.1f} s")
-            out["drain"]["right after the purge"] = await drain(driver, drain_n, "d2")
+            out["drain"]["right after the purge"] = await drains(driver, drain_n, "d2", runs)
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.SQL(jobs)))
-            out["drain"]["after the purge and a VACUUM"] = await drain(driver, drain_n, "d3")
+            out["drain"]["after the purge and a VACUUM"] = await drains(driver, drain_n, "d3", runs)
             out["claim"]["after the purge and a VACUUM"] = await claim_latency(driver, conn, jobs)
             print(f"pg: drains: {out['drain']}")
     finally:
@@ -192,6 +198,7 @@ async def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000, help="finished rows on Postgres")
     ap.add_argument("--drain", type=int, default=10_000, help="no-op jobs per drain")
     ap.add_argument("--redis-rows", type=int, default=100_000, help="finished jobs on Redis")
+    ap.add_argument("--runs", type=int, default=3, help="drains per table state (median)")
     args = ap.parse_args()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     result: dict[str, Any] = {
@@ -203,7 +210,7 @@ async def main() -> None:
             "cpus": os.cpu_count(),
             "load_before": os.getloadavg(),
         },
-        "pg": await pg_figures(args.rows, args.drain),
+        "pg": await pg_figures(args.rows, args.drain, args.runs),
         "redis": await redis_figures(args.redis_rows),
     }
     result["machine"]["load_after"] = os.getloadavg()

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from jobs_core.clock import FakeClock
-from jobs_core.records import Ack, ClaimParams, Nack, NackKind, PurgeParams
+from jobs_core.records import Ack, CancelAnswer, ClaimParams, Nack, NackKind, PurgeParams
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 from jobs_redis import RedisDriver
 from tests.core.retention_support import (
@@ -121,3 +121,23 @@ async def test_upgrade_indexes_rows_that_finished_before_the_index(make_driver: 
         await d.migrate()  # idempotent
         await _index_is_exact(d)
         assert await d.job_purge(PurgeParams(T + 1, 10_000, 0, 0, 0, 0)) == 1501
+
+
+async def test_a_purged_id_reused_in_another_queue_is_cancelled_by_a_stale_client() -> None:
+    prefix = fresh_prefix()
+    a, b = RedisDriver(REDIS_URL, prefix=prefix), RedisDriver(REDIS_URL, prefix=prefix)
+    try:
+        await a.job_enqueue(new_job("x", T, queue="q1"))
+        await a.job_claim(ClaimParams(("q1",), "w", 1, 1000, T))
+        # Another client cancels, purges and reuses the id in another queue; `a` still
+        # remembers the queue of its claim.
+        assert await b.job_cancel("x", T + 1) is CancelAnswer.CANCELLED
+        assert await b.job_purge(PurgeParams(T + 2, 10, None, 0, None, None)) == 1
+        await b.job_enqueue(new_job("x", T + 3, queue="q2"))
+        assert await a.job_cancel("x", T + 5) is CancelAnswer.CANCELLED
+        assert (await a.job_get_many(["x"]))["x"].queue == "q2"
+        await _index_is_exact(a)
+    finally:
+        await purge(a)
+        await a.close()
+        await b.close()

@@ -5,8 +5,9 @@ validates its arguments here, once for every backend, then calls the driver's `_
 implementation; a refusal therefore happens before anything is written, identically everywhere.
 The parity suite (`jobs_core.testing`) pins what each method must do.
 
-Families so far: jobs (`job_*`), queues (`queue_demand`), pauses (`pause_*`), workers
-(`worker_*`). A driver lacking an optional capability says so in `capabilities()`.
+Families so far: jobs (`job_*`, retention's `job_purge` included), queues (`queue_demand`),
+pauses (`pause_*`), workers (`worker_*`). A driver lacking an optional capability says so in
+`capabilities()`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
     WorkerInfo,
 )
@@ -59,6 +61,8 @@ MAX_LEASE_MS: Final = 7 * 24 * 3600 * 1000
 MAX_NAME_BYTES: Final = 200
 #: Idempotency keys: at most this many UTF-8 bytes.
 MAX_KEY_BYTES: Final = 1_024
+#: The most rows one `job_purge` call removes.
+MAX_PURGE_LIMIT: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +197,31 @@ class JobDriver(abc.ABC):
             return []
         return await self._job_progress(items)
 
+    async def job_purge(self, params: PurgeParams) -> int:
+        """Delete up to `limit` finished rows whose retention ran out; answers how many went.
+
+        A row is purgeable when its state is final, that state has a retention (`*_ms` not
+        None) and `finished_at_ms + keep_ms <= now_ms`. The purgeable rows go oldest
+        `finished_at_ms` first, ties by id in code-point order, so every driver removes the same
+        rows. Live rows are never touched. A purged row is gone with everything stored for it:
+        `job_get_many` no longer answers it and its id is free again (an enqueue with that id
+        inserts). Several callers at once remove each row once (their answers split the count).
+        """
+        _check_time(params.now_ms, "now_ms")
+        _check_int(params.limit, "limit", 1, MAX_PURGE_LIMIT)
+        keeps = (
+            ("completed_ms", params.completed_ms),
+            ("cancelled_ms", params.cancelled_ms),
+            ("failed_ms", params.failed_ms),
+            ("dead_ms", params.dead_ms),
+        )
+        for what, keep in keeps:
+            if keep is not None:
+                _check_time(keep, what)
+        if all(keep is None for _, keep in keeps):
+            return 0
+        return await self._job_purge(params)
+
     async def job_requeue(self, job_id: str, now_ms: int) -> None:
         """Make a finished row ready now with fresh attempts, in one write.
 
@@ -288,6 +317,9 @@ class JobDriver(abc.ABC):
 
     @abc.abstractmethod
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]: ...
+
+    @abc.abstractmethod
+    async def _job_purge(self, params: PurgeParams) -> int: ...
 
     @abc.abstractmethod
     async def _job_requeue(self, job_id: str, now_ms: int) -> None: ...

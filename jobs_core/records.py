@@ -241,3 +241,28 @@ class Pause:
 
     kind: Literal["queue", "name"]
     value: str
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeParams:
+    """One retention pass: delete up to `limit` finished rows whose retention has run out.
+
+    Each `*_ms` is how long a row in that final state is kept after its `finished_at_ms`;
+    `None` keeps rows in that state forever.
+    """
+
+    now_ms: int
+    limit: int
+    completed_ms: int | None
+    cancelled_ms: int | None
+    failed_ms: int | None
+    dead_ms: int | None
+
+    def keep_ms(self, state: JobState) -> int | None:
+        """The retention of rows in `state` (`None`: kept forever; a live state is never purged)."""
+        return {
+            JobState.COMPLETED: self.completed_ms,
+            JobState.CANCELLED: self.cancelled_ms,
+            JobState.FAILED: self.failed_ms,
+            JobState.DEAD: self.dead_ms,
+        }.get(state)

@@ -57,6 +57,7 @@ from jobs_core.records import (
     Progress,
     WorkerBeat,
 )
+from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
 from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.tenant import acting_for
@@ -187,6 +188,7 @@ class Worker:
         on_settled: WorkerHook | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        retention: Retention | None = DEFAULT_RETENTION,
     ) -> None:
         self.driver = driver
         handles = jobs_of(jobs)
@@ -256,6 +258,12 @@ class Worker:
         self._hooks: set[asyncio.Task[None]] = set()
         self._unknown_warned: dict[str, int] = {}
         self._client: Jobs | None = None
+        #: Applies `retention` (None, or a retention keeping everything: no purge at all).
+        self._purger = (
+            Purger(driver, retention, self.clock, self._rng)
+            if retention is not None and not retention.keeps_everything
+            else None
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -293,6 +301,8 @@ class Worker:
             asyncio.create_task(self._claim_loop(), name="ujobs-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="ujobs-heartbeat"),
         ]
+        if self._purger is not None:
+            self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-purge"))
         log.info("jobs.worker.started %s queues=%s", self.worker_id, ",".join(self.queues))
 
     async def run(self) -> None:
@@ -544,6 +554,8 @@ class Worker:
                 self._on_buried(b)
             for j in result.jobs:
                 self._admit(j, now)
+            if result.jobs and self._purger is not None:
+                self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self.draining:
                 break
             if result.jobs:
@@ -552,7 +564,15 @@ class Worker:
                     continue
                 await self._wait(self._backoff.next_ms(self._ceiling()))
             else:
-                await self._wait(self._backoff.next_ms(self._ceiling()))
+                wait = self._backoff.next_ms(self._ceiling())
+                await self._wait(wait)
+                if (
+                    self._purger is not None
+                    and not self._kick.is_set()
+                    and self._purger.take_idle_slot(self.clock.now_ms(), wait, self._next_beat_at)
+                ):
+                    # This poll's slot went to a retention round: the idle budget holds.
+                    await self._wait(self._backoff.next_ms(self._ceiling()))
 
     async def _wait(self, ms: int | None) -> None:
         if self._kick.is_set():

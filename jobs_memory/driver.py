@@ -1,9 +1,10 @@
 """`MemoryDriver`: the whole `JobDriver` contract in one process, behind one lock.
 
 Rows keep their JSON as text, exactly as a database would hand it back. Due rows are indexed per
-queue by (priority, run_at, id), and running rows by lease end, so a claim reads what it takes
-rather than every row. The lock (not the event loop) guards the state, so the sync enqueue facade
-may call in from another thread.
+queue by (priority, run_at, id), running rows by lease end, and finished rows per state by
+(finished_at, id), so a claim or a purge reads what it takes rather than every row. The lock
+(not the event loop) guards the state, so the sync enqueue facade may call in from another
+thread.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
     WorkerInfo,
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR, namespace_of
-from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
 _DueKey = tuple[int, int, str]
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
@@ -66,6 +68,9 @@ class MemoryDriver(JobDriver):
         self._live_keys: dict[tuple[str, str, str], str] = {}
         self._due: dict[str, SortedList[_DueKey]] = {}
         self._leases: SortedList[tuple[int, str]] = SortedList()
+        self._finished: dict[JobState, SortedList[tuple[int, str]]] = {
+            s: SortedList() for s in FINISHED_STATES
+        }
         self._pauses: set[Pause] = set()
         self._workers: dict[str, WorkerInfo] = {}
 
@@ -88,6 +93,8 @@ class MemoryDriver(JobDriver):
             self._due.setdefault(r.queue, SortedList()).add(key)
         if r.state is JobState.RUNNING and r.lease_until_ms is not None:
             self._leases.add((r.lease_until_ms, r.id))
+        if r.state in FINISHED_STATES and r.finished_at_ms is not None:
+            self._finished[r.state].add((r.finished_at_ms, r.id))
 
     def _unindex(self, r: JobRecord) -> None:
         if r.state in LIVE_STATES:
@@ -97,6 +104,8 @@ class MemoryDriver(JobDriver):
             self._due[r.queue].discard(key)
         if r.state is JobState.RUNNING and r.lease_until_ms is not None:
             self._leases.discard((r.lease_until_ms, r.id))
+        if r.state in FINISHED_STATES and r.finished_at_ms is not None:
+            self._finished[r.state].discard((r.finished_at_ms, r.id))
 
     def _held(self, fence: Fence) -> JobRecord | None:
         row = self._rows.get(fence.job_id)
@@ -304,6 +313,25 @@ class MemoryDriver(JobDriver):
                     finished_at_ms=None,
                 ),
             )
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        with self._lock:
+            eligible: list[tuple[int, str]] = []
+            for state, index in self._finished.items():
+                keep = params.keep_ms(state)
+                if keep is None:
+                    continue
+                cutoff = params.now_ms - keep
+                # Each state's index is in (finished_at, id) order: its first `limit` entries
+                # at or before the cutoff are all it can contribute.
+                for entry in index.islice(0, params.limit):
+                    if entry[0] > cutoff:
+                        break
+                    eligible.append(entry)
+            gone = heapq.nsmallest(params.limit, eligible)
+            for _, job_id in gone:
+                self._unindex(self._rows.pop(job_id).rec)
+            return len(gone)
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._lock:

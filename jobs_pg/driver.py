@@ -56,6 +56,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
     WorkerInfo,
 )
@@ -829,6 +830,22 @@ class PgDriver(JobDriver):
             raise RequeueDuplicateError(detail=f"{job_id} (held by {holder})")
         # Finished in our snapshot, yet the UPDATE found it live: it was requeued concurrently.
         raise NotRequeueableError(detail=job_id)
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        def before(keep: int | None) -> int | None:
+            return None if keep is None else params.now_ms - keep
+
+        rows = await self._rows(
+            "JOB_PURGE",
+            {
+                "limit": params.limit,
+                "completed_before": before(params.completed_ms),
+                "cancelled_before": before(params.cancelled_ms),
+                "failed_before": before(params.failed_ms),
+                "dead_before": before(params.dead_ms),
+            },
+        )
+        return int(rows[0][0])
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         rows = await self._read("JOB_GET_MANY", {"ids": list(job_ids)})

@@ -13,7 +13,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
-from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
 #: Every identifier-like column compares and sorts by code point (UTF-8 byte order): the claim
 #: breaks ties by id exactly as the memory driver does, and index comparisons skip the locale.
@@ -43,6 +43,7 @@ def _in_clause(states: frozenset[JobState] | tuple[JobState, ...]) -> str:
 
 
 LIVE_SQL: Final = _in_clause(LIVE_STATES)
+FINISHED_SQL: Final = _in_clause(FINISHED_STATES)
 ALL_STATES_SQL: Final = _in_clause(tuple(JobState))
 
 jobs: Final = sa.Table(
@@ -103,6 +104,16 @@ sa.Index(
     jobs.c.idempotency_key,
     unique=True,
     postgresql_where=sa.text(f"state IN ({LIVE_SQL})"),
+)
+
+# Retention (`job_purge`): each final state's rows by finish time, so a purge reads exactly the
+# rows it deletes, oldest first, and never a live row (live rows are not in the index at all).
+sa.Index(
+    "jobs_finished",
+    jobs.c.state,
+    jobs.c.finished_at_ms,
+    jobs.c.id,
+    postgresql_where=sa.text(f"state IN ({FINISHED_SQL})"),
 )
 
 pauses: Final = sa.Table(

@@ -16,6 +16,9 @@ slot and every script declares every key it touches in KEYS):
   ready rows and parked rows with a time; equal scores order by id bytewise, which is code-point
   order for UTF-8, so a zset range IS the (priority, run_at, id) order. `{p}:parked:<queue>`
   repeats the parked ones so `queue_demand` can count ready rows alone.
+- `{p}:finished:<state>` zset id by finished_at_ms, one per final state: the rows
+  `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
+  a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
 - `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
@@ -62,6 +65,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
     WorkerInfo,
 )
@@ -77,6 +81,8 @@ _PRIORITY_UNIT: Final = 2**42
 _QUEUE_MEMORY: Final = 100_000
 _STATES: Final = {s.value: s for s in JobState}
 _CANCEL: Final = {a.value: a for a in CancelAnswer}
+#: The final states in the order the purge and requeue scripts take their `finished:*` keys.
+_FINISHED_ORDER: Final = ("cancelled", "completed", "dead", "failed")
 
 _CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -201,6 +207,23 @@ class RedisDriver(JobDriver):
     async def close(self) -> None:
         """Close the clients of every loop that used this driver (a given `client` stays open)."""
         await self._loops.close_all()
+
+    async def migrate(self) -> None:
+        """Index finished rows stored before the finished index existed, so retention reaches
+        them (`ujobs db upgrade`); idempotent, safe beside running workers."""
+        k = self.keys
+        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER))
+        cursor: Any = 0
+        while True:
+
+            def scan(at: Any = cursor) -> Any:
+                return self._client.hscan(k.state, at, count=1000)
+
+            cursor, page = await self._read(scan, "HSCAN")
+            if page:
+                await self._run("migrate", keys, list(page))
+            if int(cursor) == 0:
+                return
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -351,6 +374,7 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
+        keys += (k.finished("dead"), k.finished("failed"))
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
         beat = params.beat
@@ -421,6 +445,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
+        keys.append(k.finished("completed"))
         got = await self._run("job_ack", keys, args)
         for a in acks:
             self._queue_of.pop(a.fence.job_id, None)
@@ -458,6 +483,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
                 f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}",
             )
+        keys += (k.finished("dead"), k.finished("failed"))
         got = await self._run("job_nack", keys, args)
         for n in nacks:
             self._queue_of.pop(n.fence.job_id, None)
@@ -487,23 +513,35 @@ class RedisDriver(JobDriver):
 
     async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
         k = self.keys
+        # A remembered queue may be stale: the row may have been purged and its id reused.
+        self._queue_of.pop(job_id, None)
         queue = (await self._queues_of([job_id])).get(job_id)
         if queue is None:
             return CancelAnswer.NOT_FOUND
         got = await self._run(
             "job_cancel",
-            (k.state, k.live, k.lease(queue), k.due(queue), k.parked(queue)),
+            (
+                k.state,
+                k.live,
+                k.lease(queue),
+                k.due(queue),
+                k.parked(queue),
+                k.finished("cancelled"),
+            ),
             (job_id, now_ms, queue),
         )
         return _CANCEL[got]
 
     async def _job_requeue(self, job_id: str, now_ms: int) -> None:
         k = self.keys
+        self._queue_of.pop(job_id, None)
         queue = (await self._queues_of([job_id])).get(job_id)
         if queue is None:
             raise JobNotFoundError(detail=job_id)
         got = await self._run(
-            "job_requeue", (k.state, k.live, k.due(queue)), (job_id, now_ms, queue)
+            "job_requeue",
+            (k.state, k.live, k.due(queue), *(k.finished(s) for s in _FINISHED_ORDER)),
+            (job_id, now_ms, queue),
         )
         match got[0]:
             case "ok":
@@ -515,6 +553,32 @@ class RedisDriver(JobDriver):
             case "duplicate":
                 raise RequeueDuplicateError(detail=f"{job_id} (held by {got[1]})")
         raise DriverError(f"script job_requeue answered {got[0]!r}", detail="job_requeue")
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        k = self.keys
+        keeps = {
+            "cancelled": params.cancelled_ms,
+            "completed": params.completed_ms,
+            "dead": params.dead_ms,
+            "failed": params.failed_ms,
+        }
+        cutoffs = [
+            "" if keeps[s] is None else params.now_ms - keeps[s]  # type: ignore[operator]
+            for s in _FINISHED_ORDER
+        ]
+        got = await self._run(
+            "job_purge",
+            (
+                k.state,
+                k.data,
+                k.error,
+                k.progress,
+                k.result,
+                *(k.finished(s) for s in _FINISHED_ORDER),
+            ),
+            (params.limit, *cutoffs),
+        )
+        return int(got)
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         k = self.keys

@@ -53,6 +53,10 @@ class Keys:
         """The running rows of one queue, by lease end."""
         return f"{self.tag}:lease:{queue}"
 
+    def finished(self, state: str) -> str:
+        """The finished rows of one final state, by finished_at_ms (what `job_purge` reads)."""
+        return f"{self.tag}:finished:{state}"
+
     def channel(self, queue: str) -> str:
         """The pub/sub channel an enqueue into `queue` publishes its wake on."""
         return f"{self.tag}:wake:{queue}"

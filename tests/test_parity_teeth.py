@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from jobs_core.driver import MAX_TIME_MS
+from jobs_core.driver import MAX_PURGE_LIMIT, MAX_TIME_MS
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -22,6 +22,7 @@ from jobs_core.records import (
     Fence,
     Heartbeat,
     NewJob,
+    PurgeParams,
 )
 from jobs_core.semantics import namespace_of
 from jobs_core.states import LIVE_STATES, JobState
@@ -158,6 +159,38 @@ class BatchBlindToItself(MemoryDriver):
             return out
 
 
+class PurgeIgnoresLimit(MemoryDriver):
+    """Purges every expired row at once, whatever the limit."""
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        return await super()._job_purge(replace(params, limit=MAX_PURGE_LIMIT))
+
+
+class PurgesEarly(MemoryDriver):
+    """Purges a row one millisecond before its retention runs out."""
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        return await super()._job_purge(replace(params, now_ms=params.now_ms + 1))
+
+
+class PurgesKeptForever(MemoryDriver):
+    """Reads a retention of None as "no retention at all": purges rows meant to stay."""
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        def zero(keep: int | None) -> int:
+            return 0 if keep is None else keep
+
+        return await super()._job_purge(
+            replace(
+                params,
+                completed_ms=zero(params.completed_ms),
+                cancelled_ms=zero(params.cancelled_ms),
+                failed_ms=zero(params.failed_ms),
+                dead_ms=zero(params.dead_ms),
+            )
+        )
+
+
 #: Each broken driver, and the fixed scenarios that must catch it too.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (UnfencedAck, ["lapsed_lease_reclaimed", "requeue_refusals"]),
@@ -168,6 +201,9 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (RequeueKeepsAttempt, ["requeue_refusals"]),
     (DemandCountsFuture, ["demand_with_paused_queue"]),
     (BatchBlindToItself, ["idempotency_live_rows_only"]),
+    (PurgeIgnoresLimit, ["purge_retention"]),
+    (PurgesEarly, ["purge_retention"]),
+    (PurgesKeptForever, ["purge_retention"]),
 ]
 
 

@@ -42,6 +42,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
 )
 from jobs_core.states import LIVE_STATES, JobState
@@ -559,6 +560,36 @@ class ParityMachine(RuleBasedStateMachine):
             lambda: self.model.job_requeue(job_id, self.now),
             lambda: self.driver.job_requeue(job_id, self.now),
         )
+
+    @rule(
+        keeps=st.tuples(*[st.sampled_from((None, 0, 0, 1, 1000, 3000))] * 4),
+        # Mostly fewer than the expired rows, so the order and the limit both show.
+        limit=st.sampled_from((1, 1, 1, 2, 10)),
+        again=st.none() | batch_job_specs,
+    )
+    def purge(
+        self,
+        keeps: tuple[int | None, int | None, int | None, int | None],
+        limit: int,
+        again: JobSpec | None,
+    ) -> None:
+        """Purge finished rows past their retention (`keeps`: completed, cancelled, failed,
+        dead); with `again`, enqueue a record under the first purged id, which is free now."""
+        params = PurgeParams(self.now, limit, *keeps)
+        before = set(self.model.rows)
+        self._both(
+            "job_purge",
+            lambda: self.model.job_purge(params),
+            lambda: self.driver.job_purge(params),
+        )
+        gone = sorted(before - set(self.model.rows))
+        if again is not None and gone:
+            job = replace(self._new_job(replace(again, id=IdSpec("old", 0, "")), {}), id=gone[0])
+            self._both(
+                "job_enqueue(a purged id)",
+                lambda: self.model.job_enqueue(job),
+                lambda: self.driver.job_enqueue(job),
+            )
 
     @rule(
         kind=st.sampled_from(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from jobs_core.driver import MAX_ENQUEUE_BATCH, check_new_job
+from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_PURGE_LIMIT, MAX_TIME_MS, check_new_job
 from jobs_core.errors import (
     BatchTooLargeError,
     ClaimQueuesEmptyError,
@@ -37,6 +37,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
     WorkerInfo,
 )
@@ -308,6 +309,40 @@ class ReferenceModel:
             finished_at_ms=None,
         )
 
+    def job_purge(self, p: PurgeParams) -> int:
+        """Delete the oldest-finished rows whose state's retention ran out, at most `limit`."""
+        keeps = {
+            JobState.COMPLETED: p.completed_ms,
+            JobState.CANCELLED: p.cancelled_ms,
+            JobState.FAILED: p.failed_ms,
+            JobState.DEAD: p.dead_ms,
+        }
+        for what, value in (
+            ("now_ms", p.now_ms),
+            *((f"{s.value}_ms", v) for s, v in keeps.items()),
+        ):
+            if value is not None and not _an_int_in(value, 0, MAX_TIME_MS):
+                raise RecordInvalidError(detail=what)
+        if not _an_int_in(p.limit, 1, MAX_PURGE_LIMIT):
+            raise RecordInvalidError(detail="limit")
+
+        def expired(r: JobRecord) -> bool:
+            keep = keeps.get(r.state)
+            if keep is None or r.state in _LIVE:
+                return False
+            # A finished row always carries the time it finished.
+            assert r.finished_at_ms is not None, r
+            return r.finished_at_ms + keep <= p.now_ms
+
+        def age(r: JobRecord) -> tuple[int, str]:
+            assert r.finished_at_ms is not None, r
+            return (r.finished_at_ms, r.id)
+
+        doomed = sorted((r for r in self.rows.values() if expired(r)), key=age)[: p.limit]
+        for r in doomed:
+            del self.rows[r.id]
+        return len(doomed)
+
     def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """The rows of these ids that exist."""
         return {i: self.rows[i] for i in job_ids if i in self.rows}
@@ -368,6 +403,10 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+
+def _an_int_in(value: object, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
 
 
 def _after_nack(r: JobRecord, n: Nack) -> JobRecord:

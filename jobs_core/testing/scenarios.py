@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeAlias
 
-from jobs_core.driver import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, JobDriver
+from jobs_core.driver import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, MAX_TIME_MS, JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
@@ -28,6 +28,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     WorkerBeat,
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR
@@ -585,6 +586,69 @@ async def scenario_refused_calls_change_nothing(driver: JobDriver) -> None:
     assert await driver.job_get_many(["kept", "ok1", "bad", "ok2", "nan"]) == before
 
 
+async def scenario_purge_retention(driver: JobDriver) -> None:
+    """Purge takes expired finished rows only, oldest first, ties by code point, `limit` a call;
+    a purged id is gone and free again."""
+    # "cB" < "c_" < "cb" by code point; a locale's collation orders them otherwise.
+    finished = ["cb", "c_", "cB", "can", "fa", "de", "young"]
+    await driver.job_enqueue_many(
+        [new_job(i) for i in finished] + [new_job("ready", run_at_ms=T0 + 10_000), new_job("run")]
+    )
+    held = {j.id: j.fence for j in (await claim(driver, T0, limit=10))[0]}
+    assert sorted(held) == sorted([*finished, "run"])
+    # Three completed rows finish in one call: the same finished_at, told apart by id alone.
+    acked = [Ack(held[i], T0 + 100, '"r"', '{"p": 1}') for i in ("cb", "c_", "cB")]
+    assert await driver.job_ack(acked) == [True] * 3
+    assert await driver.job_ack([Ack(held["young"], T0 + 700)]) == [True]
+    nacks = [
+        Nack(held["fa"], NackKind.FAIL, T0 + 50, error="x", dead_letter=False),
+        Nack(held["de"], NackKind.FAIL, T0 + 200, error="y"),
+    ]
+    assert await driver.job_nack(nacks) == [True, True]
+    assert await driver.job_cancel("can", T0 + 20) is CancelAnswer.CANCELLED
+    states = {i: r.state for i, r in (await driver.job_get_many(finished)).items()}
+    assert states["fa"] is JobState.FAILED and states["de"] is JobState.DEAD
+
+    def keep(now: int, limit: int, dead_ms: int | None = 800) -> PurgeParams:
+        # completed 500 ms, cancelled kept forever, failed 0 (at once), dead `dead_ms`.
+        return PurgeParams(now, limit, 500, None, 0, dead_ms)
+
+    await refused("X_JOB_RECORD_INVALID", driver.job_purge(keep(T0 + 1000, 0)))
+    await refused("X_JOB_RECORD_INVALID", driver.job_purge(keep(T0 + 1000, 10_001)))
+    await refused("X_JOB_RECORD_INVALID", driver.job_purge(keep(T0 + 1000, 5, dead_ms=-1)))
+    assert await driver.job_purge(PurgeParams(T0 + 10**9, 5, None, None, None, None)) == 0
+    # At T0 + 599 no completed row is due yet (T0 + 100 + 500 > T0 + 599); the failed one is.
+    assert await driver.job_purge(keep(T0 + 599, 10)) == 1
+    assert "fa" not in await driver.job_get_many(["fa"])
+    # At T0 + 999: completed rows at T0 + 100 are due; dead at T0 + 200 is not (+800 > 999).
+    assert await driver.job_purge(keep(T0 + 999, 2)) == 2
+    left = await driver.job_get_many([*finished, "ready", "run"])
+    assert sorted(left) == sorted(["cb", "can", "de", "young", "ready", "run"]), sorted(left)
+    assert await driver.job_purge(keep(T0 + 999, 2)) == 1
+    left = await driver.job_get_many([*finished, "ready", "run"])
+    assert sorted(left) == ["can", "de", "ready", "run", "young"], sorted(left)
+    # Exactly at finished_at + keep the dead row goes (the young completed one is not due).
+    assert await driver.job_purge(keep(T0 + 1000, 10)) == 1
+    assert sorted(await driver.job_get_many(["de", "young"])) == ["young"]
+    # Much later: the cancelled row is kept forever, live rows are never touched.
+    assert await driver.job_purge(keep(MAX_TIME_MS, 10, dead_ms=0)) == 1
+    left = await driver.job_get_many([*finished, "ready", "run"])
+    assert sorted(left) == ["can", "ready", "run"], sorted(left)
+    assert left["run"].state is JobState.RUNNING and left["ready"].state is JobState.READY
+    # A purged id is free: enqueuing it inserts a fresh row, with its old key or another.
+    again = await driver.job_enqueue(new_job("cB", queue="q2", created_at_ms=T0 + 2000))
+    assert again == EnqueueResult("cB", deduped=False)
+    fresh = await row(driver, "cB")
+    assert (fresh.state, fresh.queue, fresh.attempt, fresh.claims) == (JobState.READY, "q2", 0, 0)
+    assert (fresh.result_json, fresh.progress_json, fresh.finished_at_ms) == (None, None, None)
+    assert await driver.job_cancel("fa", T0 + 2000) is CancelAnswer.NOT_FOUND
+    await refused("X_JOB_NOT_FOUND", driver.job_requeue("de", T0 + 2000))
+    await driver.job_enqueue(new_job("de", created_at_ms=T0 + 2000))
+    assert (await row(driver, "de")).last_error is None
+    (taken,), _ = await claim(driver, T0 + 2000, "q2")
+    assert taken.id == "cB" and taken.claims == 1
+
+
 #: Every scenario by name (the function name without `scenario_`).
 SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
@@ -599,6 +663,7 @@ SCENARIOS: dict[str, Scenario] = {
         scenario_lapsed_lease_reclaimed,
         scenario_nack_attempt_accounting,
         scenario_pause_by_queue_and_name,
+        scenario_purge_retention,
         scenario_refused_calls_change_nothing,
         scenario_requeue_refusals,
         scenario_special_characters,

@@ -710,3 +710,44 @@ JOB_REQUEUE: Final = sa.select(
 JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
     jobs.c.id == sa.func.any(arr("ids", TEXT))
 )
+
+# -- JOB_PURGE ----------------------------------------------------------------------------------
+# ONE statement: per final state, its expired rows oldest first through `jobs_finished` (state
+# is a literal, so each scan is one index range read in (finished_at, id) order and stops at
+# `:limit`); the first `:limit` of the four by (finished_at, id) — id in COLLATE "C", code-point
+# order — are deleted. SKIP LOCKED: purgers running at once take disjoint rows and never wait on
+# each other or on a settle, and a row that a concurrent requeue made live again fails the
+# re-checked state test. A state whose cutoff is NULL (kept forever) reads nothing. The locks
+# are taken in the scans, not after the merge: a purger racing another fills its batch with the
+# next unlocked rows instead of coming back short (which would end its round early).
+_PURGE_CUTOFFS: Final = {
+    "cancelled": "cancelled_before",
+    "completed": "completed_before",
+    "dead": "dead_before",
+    "failed": "failed_before",
+}
+_expired = [
+    sa.select(jobs.c.id, jobs.c.finished_at_ms)
+    .where(jobs.c.state == lit(state), jobs.c.finished_at_ms <= p(cutoff, BIGINT))
+    .order_by(jobs.c.finished_at_ms, jobs.c.id)
+    .limit(p("limit", INT))
+    .with_for_update(skip_locked=True, of=jobs)
+    .cte(f"expired_{state}")
+    for state, cutoff in _PURGE_CUTOFFS.items()
+]
+_expired_all = sa.union_all(*(sa.select(e.c.id, e.c.finished_at_ms) for e in _expired)).subquery(
+    "expired"
+)
+_doomed = (
+    sa.select(_expired_all.c.id)
+    .order_by(_expired_all.c.finished_at_ms, _expired_all.c.id)
+    .limit(p("limit", INT))
+    .cte("doomed")
+)
+_purged = (
+    sa.delete(jobs)
+    .where(jobs.c.id == sa.func.any(_ids_of(_doomed)))
+    .returning(jobs.c.id)
+    .cte("purged")
+)
+JOB_PURGE: Final = sa.select(sa.func.count().label("purged")).select_from(_purged)

@@ -2,6 +2,7 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:result   KEYS[4] job:progress
 -- KEYS[4 + q] lease:<queue q>, for each distinct queue q of the items
+-- KEYS[#KEYS] finished:completed (zset id by finished_at_ms, read by job_purge)
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL now_ms NUL q NUL
 --   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty;
 --   q is "0" for a row the caller could not find, which no fence can hold).
@@ -21,6 +22,7 @@ for i = 1, #ARGV / 2 do
     t[7] = rest[1]
     redis.call("HSET", KEYS[1], id, join(t))
     redis.call("ZREM", KEYS[4 + tonumber(rest[2])], id)
+    redis.call("ZADD", KEYS[#KEYS], rest[1], id)
     redis.call("HDEL", KEYS[2], ns_of(t))
     if rest[3] ~= "" then
       redis.call("HSET", KEYS[3], id, rest[3])

@@ -5,6 +5,7 @@
 -- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
 -- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
 --   (zset id by lease end), for q = 1..m in ARGV order
+-- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
 -- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
 -- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
@@ -90,6 +91,11 @@ for q = 1, m do
       redis.call("ZREM", lease_key, id)
       redis.call("HSET", KEYS[4], id, ARGV[5])
       redis.call("HDEL", KEYS[3], ns_of(t))
+      if state == "dead" then
+        redis.call("ZADD", KEYS[#KEYS - 1], ARGV[1], id)
+      else
+        redis.call("ZADD", KEYS[#KEYS], ARGV[1], id)
+      end
       local b = #buried
       buried[b + 1] = id
       buried[b + 2] = t[11]

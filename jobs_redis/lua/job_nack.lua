@@ -3,6 +3,7 @@
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:error   KEYS[4] job:progress
 -- KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>, KEYS[4 + 3q] lease:<queue q>,
 --   for each distinct queue q of the items
+-- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL kind NUL now_ms NUL
 --   run_at_ms ("" for none) NUL "1" when dead_letter else "0" NUL queue index q ("0" when
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
@@ -75,6 +76,11 @@ for i = 1, n do
     end
     if finished then
       redis.call("HDEL", KEYS[2], ns_of(t))
+      if t[1] == "dead" then
+        redis.call("ZADD", KEYS[#KEYS - 1], now, id)
+      else
+        redis.call("ZADD", KEYS[#KEYS], now, id)
+      end
     end
     if set_error then
       if err == "" then

@@ -1,6 +1,7 @@
 -- job_requeue — make a finished row ready now with fresh attempts, in one write.
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] due:<the row's queue>
+-- KEYS[4..7] finished:cancelled, finished:completed, finished:dead, finished:failed
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] the row's queue (as the caller read it; checked)
 -- Returns {"ok"}, {"not_found"}, {"not_requeueable"} (the row is live) or
 -- {"duplicate", holder id} (another live row holds the namespace); an error when ARGV[3] is
@@ -24,6 +25,8 @@ local holder = redis.call("HGET", KEYS[2], ns)
 if holder then
   return { "duplicate", holder }
 end
+local FINISHED = { cancelled = 4, completed = 5, dead = 6, failed = 7 }
+redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
 t[1] = "ready"
 t[4] = "0"
 t[5] = ""

@@ -85,6 +85,11 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
     assert idx["jobs_live_key"].startswith("CREATE UNIQUE INDEX jobs_live_key")
     assert "(name, COALESCE(tenant_id, ''::text), idempotency_key)" in idx["jobs_live_key"]
     assert "'parked'::text, 'ready'::text, 'running'::text" in idx["jobs_live_key"]
+    assert "(state, finished_at_ms, id)" in idx["jobs_finished"]
+    assert (
+        "'cancelled'::text, 'completed'::text, 'dead'::text, 'failed'::text"
+        in (idx["jobs_finished"])
+    )
 
 
 def test_a_drifted_schema_is_caught(pg_schema: str) -> None:
@@ -142,7 +147,7 @@ def test_alembic_cli_with_the_pyproject_block(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
         )
-        assert "0001_jobs (head)" in out.stdout
+        assert "0002_jobs_finished (head)" in out.stdout
         # JOBS_PG_SCHEMA is the other way to name the schema.
         subprocess.run(
             [*alembic, "downgrade", "base"],

@@ -1,0 +1,182 @@
+"""Retention: how long finished rows are kept, and the `Purger` a worker runs to apply it.
+
+A worker purges in bounded batches (`job_purge`, 1,000 rows a call, again while a batch comes
+back full), from its own task so a purge never holds up a claim. Between rounds it waits a
+minute or a little more (up to half again, jittered), so a fleet started together does not
+purge in step. The claim loop lets a due round start: at once after a pass that brought work,
+and, on an idle worker, in the slot of one poll, which it then skips — so an idle worker-minute
+still costs at most its budget of round-trips (30, 12 with a live wake), the purge included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final
+
+from jobs_core.clock import Clock
+from jobs_core.driver import MAX_PURGE_LIMIT, MAX_TIME_MS, JobDriver
+from jobs_core.errors import OptionInvalidError
+from jobs_core.options import count, finite_number
+from jobs_core.records import PurgeParams
+
+log = logging.getLogger("jobs")
+
+HOUR: Final = 3600
+DAY: Final = 24 * HOUR
+#: Rows one purge call removes at most, unless the worker is told otherwise.
+PURGE_BATCH: Final = 1_000
+#: The least time between two purge rounds of one worker; each wait adds up to half again.
+PURGE_EVERY_MS: Final = 60_000
+
+Duration = float | timedelta
+
+
+#: A century, in seconds: far beyond any sane retention, and within the contract's times.
+_MAX_KEEP_S: Final = min(100 * 365 * DAY, MAX_TIME_MS // 1000)
+
+
+def _keep_ms(value: object, option: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif not isinstance(value, int | float) or isinstance(value, bool):
+        raise OptionInvalidError("must be seconds, a timedelta or None", detail=option)
+    return round(finite_number(value, option, minimum=0.0, maximum=_MAX_KEEP_S) * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long rows in each final state are kept after they finished; `None` keeps forever.
+
+    Values are seconds (an int or a float) or a `timedelta`. The defaults are River's:
+    completed and cancelled rows for 24 hours, failed and dead rows for 7 days. A negative, not
+    finite or absurd value (over a century) is refused with `X_JOB_OPTION_INVALID` naming the
+    option, e.g. `retention.dead`.
+    """
+
+    completed: Duration | None = DAY
+    cancelled: Duration | None = DAY
+    failed: Duration | None = 7 * DAY
+    dead: Duration | None = 7 * DAY
+
+    def __post_init__(self) -> None:
+        for name in ("completed", "cancelled", "failed", "dead"):
+            _keep_ms(getattr(self, name), f"retention.{name}")
+
+    @property
+    def keeps_everything(self) -> bool:
+        """True when no final state has a retention (nothing is ever purged)."""
+        return all(v is None for v in (self.completed, self.cancelled, self.failed, self.dead))
+
+    def params(self, now_ms: int, limit: int) -> PurgeParams:
+        """The `job_purge` call that applies this retention at `now_ms`, `limit` rows at most."""
+        return PurgeParams(
+            now_ms=now_ms,
+            limit=limit,
+            completed_ms=_keep_ms(self.completed, "retention.completed"),
+            cancelled_ms=_keep_ms(self.cancelled, "retention.cancelled"),
+            failed_ms=_keep_ms(self.failed, "retention.failed"),
+            dead_ms=_keep_ms(self.dead, "retention.dead"),
+        )
+
+
+#: What a worker applies unless told otherwise.
+DEFAULT_RETENTION: Final = Retention()
+
+
+class Purger:
+    """Applies a `Retention` on one driver: rounds of bounded batches; errors logged, not raised.
+
+    `run()` is the worker's maintenance task; the claim loop lets each round start, with
+    `grant()` after a pass that brought work or `take_idle_slot()` in an idle poll's place.
+    """
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        retention: Retention,
+        clock: Clock,
+        rng: random.Random | None = None,
+        *,
+        batch: int = PURGE_BATCH,
+        every_ms: int = PURGE_EVERY_MS,
+    ) -> None:
+        self.driver = driver
+        self.retention = retention
+        self.clock = clock
+        self.batch = count(batch, "purge_batch", minimum=1, maximum=MAX_PURGE_LIMIT)
+        self.every_ms = count(every_ms, "purge_every", minimum=1)
+        self._rng = rng or random.Random()
+        self._wanted = False
+        self._go = asyncio.Event()
+        #: Rows removed since start.
+        self.purged = 0
+
+    async def purge(self) -> int:
+        """One round: batches until one comes back short (or fails); answers the rows removed."""
+        total = 0
+        while True:
+            try:
+                n = await self.driver.job_purge(
+                    self.retention.params(self.clock.now_ms(), self.batch)
+                )
+            except Exception as exc:  # retention waits for the next round; it never stops work
+                log.warning("jobs.purge.failed: %r", exc)
+                break
+            total += n
+            self.purged += n
+            if n < self.batch:
+                break
+            # A long backlog goes batch after batch; let the claim loop and the bodies run.
+            await asyncio.sleep(0)
+        if total:
+            log.info("jobs.purge.done %d finished rows removed", total)
+        return total
+
+    def grant(self) -> bool:
+        """Let a waiting round start now; True when one was waiting."""
+        if not self._wanted:
+            return False
+        self._wanted = False
+        self._go.set()
+        return True
+
+    def take_idle_slot(self, now_ms: int, slot_ms: int, beat_due_ms: int) -> bool:
+        """On an idle worker, give a waiting round the poll slot `[now_ms, now_ms + slot_ms)`.
+
+        True when the round starts and the claim loop must skip that poll. Refused while a
+        registry beat falls due in the slot: the beat rides the claims, and a skipped claim
+        would make the worker send it alone.
+        """
+        if not self._wanted or now_ms + slot_ms >= beat_due_ms:
+            return False
+        return self.grant()
+
+    async def _slot(self) -> None:
+        """Until the claim loop grants a slot, or two intervals passed without one (a worker
+        whose every poll carries a beat still purges)."""
+        go = asyncio.ensure_future(self._go.wait())
+        # Waiting on the clock as well keeps this task a sleeper of a fake clock while idle.
+        timer = asyncio.ensure_future(self.clock.sleep_ms(2 * self.every_ms))
+        try:
+            await asyncio.wait([go, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            go.cancel()
+            timer.cancel()
+
+    async def run(self) -> None:
+        """Forever: wait a jittered interval, then the claim loop's next pass, then a round."""
+        # The first wait is anywhere in one interval, so workers started together spread out.
+        await self.clock.sleep_ms(self._rng.randint(1, self.every_ms))
+        while True:
+            self._wanted = True
+            await self._slot()
+            self._go.clear()
+            self._wanted = False
+            await self.purge()
+            await self.clock.sleep_ms(self.every_ms + self._rng.randint(0, self.every_ms // 2))

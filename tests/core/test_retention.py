@@ -1,0 +1,157 @@
+"""Retention on the memory driver: the options, the `Purger`, and the worker applying them."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+
+import pytest
+
+from jobs_core.clock import FakeClock
+from jobs_core.driver import MAX_PURGE_LIMIT
+from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.facade import Jobs
+from jobs_core.records import PurgeParams
+from jobs_core.retention import DAY, Purger, Retention
+from jobs_core.states import JobState
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+from tests.core.retention_support import (
+    finish,
+    noop_job,
+    purgers_at_once_remove_each_row_once,
+    worker_purges_old_finished_rows,
+)
+from tests.core.support import counting
+
+
+async def _advance(clock: FakeClock, ms: int) -> None:
+    await clock.advance(ms)
+
+
+def test_defaults_are_rivers() -> None:
+    p = Retention().params(now_ms=5, limit=7)
+    assert (p.now_ms, p.limit) == (5, 7)
+    assert (p.completed_ms, p.cancelled_ms) == (DAY * 1000, DAY * 1000)
+    assert (p.failed_ms, p.dead_ms) == (7 * DAY * 1000, 7 * DAY * 1000)
+
+
+def test_seconds_timedelta_and_none() -> None:
+    r = Retention(completed=1.5, cancelled=timedelta(minutes=2), failed=None, dead=0)
+    p = r.params(0, 1)
+    assert (p.completed_ms, p.cancelled_ms, p.failed_ms, p.dead_ms) == (1500, 120_000, None, 0)
+    assert not r.keeps_everything
+    assert Retention(None, None, None, None).keeps_everything
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("completed", -1),
+        ("cancelled", math.nan),
+        ("failed", math.inf),
+        ("dead", True),
+        ("completed", "1d"),
+        ("dead", timedelta(days=-1)),
+        ("failed", 200 * 365 * DAY),
+    ],
+)
+def test_bad_values_are_refused_naming_the_option(option: str, value: object) -> None:
+    with pytest.raises(JobsError) as info:
+        Retention(**{option: value})  # type: ignore[arg-type]
+    assert info.value.code == "X_JOB_OPTION_INVALID"
+    assert info.value.detail == f"retention.{option}"
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        (PurgeParams(0, 0, 1, 1, 1, 1), "limit"),
+        (PurgeParams(0, MAX_PURGE_LIMIT + 1, 1, 1, 1, 1), "limit"),
+        (PurgeParams(-1, 1, 1, 1, 1, 1), "now_ms"),
+        (PurgeParams(0, 1, 1, -5, 1, 1), "cancelled_ms"),
+        (PurgeParams(0, 1, 1, 1, 1.5, 1), "failed_ms"),  # type: ignore[arg-type]
+    ],
+)
+async def test_job_purge_refuses_bad_params_before_any_write(
+    params: PurgeParams, field: str
+) -> None:
+    driver = MemoryDriver()
+    await finish(driver, ["a"], JobState.COMPLETED, 0)
+    with pytest.raises(JobsError) as info:
+        await driver.job_purge(params)
+    assert (info.value.code, info.value.detail) == ("X_JOB_RECORD_INVALID", field)
+    assert list(await driver.job_get_many(["a"])) == ["a"]
+
+
+async def test_a_round_goes_batch_after_batch_while_they_come_back_full() -> None:
+    driver = counting(MemoryDriver)()
+    clock = FakeClock()
+    await finish(driver, [f"j{i:03d}" for i in range(250)], JobState.DEAD, 0)
+    driver.calls.clear()
+    purger = Purger(driver, Retention(dead=0), clock, batch=100)
+    assert await purger.purge() == 250
+    # 100, 100, then 50 (short): the round stops there.
+    assert driver.calls == ["_job_purge"] * 3
+    assert purger.purged == 250
+
+
+class FailingPurge(MemoryDriver):
+    async def _job_purge(self, params: PurgeParams) -> int:
+        raise DriverUnavailableError(detail="down")
+
+
+async def test_a_failed_purge_is_logged_and_the_worker_keeps_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    driver = FailingPurge()
+    h = noop_job()
+    worker = Worker(driver, [h], clock=clock)
+    await worker.start()
+    caplog.set_level(logging.WARNING, logger="jobs")
+    await clock.advance(70_000)
+    queued = await Jobs(driver, clock=clock).enqueue(h, {})
+    await clock.advance(5_000)
+    await worker.stop()
+    assert any("jobs.purge.failed" in r.getMessage() for r in caplog.records)
+    assert (await driver.job_get_many([queued.id]))[queued.id].state is JobState.COMPLETED
+
+
+async def test_a_worker_purges_old_finished_rows_and_keeps_the_rest() -> None:
+    await worker_purges_old_finished_rows(MemoryDriver(), FakeClock(), _advance)
+
+
+async def test_no_retention_means_no_purge_at_all() -> None:
+    driver = counting(MemoryDriver)()
+    clock = FakeClock()
+    await finish(driver, ["old"], JobState.COMPLETED, clock.now_ms() - 30 * DAY * 1000)
+    for retention in (None, Retention(None, None, None, None)):
+        worker = Worker(driver, [noop_job()], clock=clock, retention=retention)
+        await worker.start()
+        await clock.advance(300_000)
+        await worker.stop()
+    assert "_job_purge" not in driver.calls
+    assert list(await driver.job_get_many(["old"])) == ["old"]
+
+
+async def test_purgers_at_once_remove_each_row_once() -> None:
+    driver = MemoryDriver()
+    await purgers_at_once_remove_each_row_once([driver, driver, driver], FakeClock())
+
+
+async def test_two_workers_purging_one_store_remove_each_row_once() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    ids = [f"r{i:05d}" for i in range(3000)]
+    await finish(driver, ids, JobState.COMPLETED, clock.now_ms() - 2 * DAY * 1000)
+    workers = [Worker(driver, [noop_job()], clock=clock) for _ in range(2)]
+    for w in workers:
+        await w.start()
+    await clock.advance(200_000)
+    for w in workers:
+        await w.stop()
+    purged = [w._purger.purged for w in workers if w._purger is not None]
+    assert sum(purged) == 3000, purged
+    assert await driver.job_get_many(ids) == {}

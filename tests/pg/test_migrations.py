@@ -253,7 +253,7 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
             "wakes",
             "ujobs_alembic_version",
         }
-        assert version == [("0001_jobs",)]
+        assert version == [("0002_jobs_finished",)]
         assert "is current" in _db_upgrade(
             f"postgresql+psycopg{url.removeprefix('postgresql')}?schema=ujobs"
         )
@@ -359,7 +359,7 @@ def test_an_apps_own_alembic_env_with_our_versions_agrees_with_ujobs_db_upgrade(
         # The other order: `ujobs db upgrade` first, then the app's env finds nothing to do.
         assert "created" in _db_upgrade(f"{PG_URL}?schema={second}")
         _app_alembic(app, second, app_schema + "_2", "upgrade", "heads")
-        assert "0001_jobs" in _app_alembic(app, second, app_schema + "_2", "current")
+        assert "0002_jobs_finished" in _app_alembic(app, second, app_schema + "_2", "current")
         assert _diff(second) == []
         # The app's env steps our branch back, and our version table follows it.
         _app_alembic(app, first, app_schema, "downgrade", "ujobs@base")
@@ -446,8 +446,8 @@ import sqlalchemy as sa
 from alembic import op
 from jobs_pg.migrations.environment import run_step
 
-revision = "0002_probe"
-down_revision = "0001_jobs"
+revision = "9999_probe"
+down_revision = "0002_jobs_finished"
 branch_labels = None
 depends_on = None
 
@@ -468,7 +468,7 @@ def test_upgrade_says_created_upgraded_from_to_or_current(
     """With a later revision beside ours, `upgrade` names the revisions it went from and to."""
     import jobs_pg.migrate as migrate
 
-    (tmp_path / "0002_probe.py").write_text(PROBE_REVISION, encoding="utf-8")
+    (tmp_path / "9999_probe.py").write_text(PROBE_REVISION, encoding="utf-8")
     plain = migrate.config
 
     def with_probe(url: str, schema: str = "ujobs") -> Config:
@@ -483,9 +483,9 @@ def test_upgrade_says_created_upgraded_from_to_or_current(
         said = migrate.upgrade(PG_URL, schema, "0001_jobs")
         assert said == f"created the jobs tables in schema '{schema}' at revision 0001_jobs"
         said = migrate.upgrade(PG_URL, schema)
-        assert said == f"upgraded schema '{schema}' from revision 0001_jobs to 0002_probe"
+        assert said == f"upgraded schema '{schema}' from revision 0001_jobs to 9999_probe"
         assert "probe" in _tables(schema)
         said = migrate.upgrade(PG_URL, schema)
-        assert said == f"schema '{schema}' is current (revision 0002_probe); nothing to do"
+        assert said == f"schema '{schema}' is current (revision 9999_probe); nothing to do"
     finally:
         drop_schema(schema)

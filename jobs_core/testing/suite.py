@@ -19,7 +19,10 @@ The state machine runs under the profile `HYPOTHESIS_PROFILE` names (`jobs_core.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections import Counter
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import seed as use_seed
@@ -53,17 +56,47 @@ def _seed_of(config: pytest.Config) -> int:
         return int.from_bytes(str(given).encode()[:8].ljust(8, b"\0"), "big")
 
 
-def run_machine(factory: DriverFactory, seed: int) -> None:
+def _tally_lines(tally: Counter[str]) -> list[str]:
+    return [f"  - {n:6d}  {what}" for what, n in sorted(tally.items())]
+
+
+@contextlib.contextmanager
+def _statistics_to(note: Callable[[str], None] | None, tally: Counter[str]) -> Iterator[None]:
+    """Hand Hypothesis's statistics of the run (and the walk's tally) to `note`."""
+    if note is None:
+        yield
+        return
+    try:
+        from hypothesis.statistics import collector, describe_statistics
+    except ImportError:  # an internal module: without it, the tally alone
+        yield
+        note("\n".join(["The walks reached:", *_tally_lines(tally)]))
+        return
+
+    def collect(stats: dict[str, object]) -> None:
+        text = describe_statistics(stats)  # type: ignore[arg-type]
+        note("\n".join([text, "  - The walks reached, in all:", *_tally_lines(tally)]))
+
+    with collector.with_value(collect):  # type: ignore[arg-type]
+        yield
+
+
+def run_machine(
+    factory: DriverFactory, seed: int, *, statistics: Callable[[str], None] | None = None
+) -> None:
     """One state-machine run on `factory`'s drivers under the selected profile and `seed`.
 
-    Prints what the walks reached (`tally`); a failure carries a note saying how to replay it.
+    Prints the seed and what the walks reached (`tally`); a failure carries a note saying how
+    to replay it. `statistics`, when given, receives Hypothesis's statistics of the run (rules,
+    events, phases) with the tally.
     """
     machine = make_machine(factory)
     profile = selected_profile()
     replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
     print(f"parity state machine: profile {profile}, seed {seed}")
     try:
-        run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
+        with _statistics_to(statistics, machine.tally):
+            run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
     except BaseException as exc:
         exc.add_note(replay)
         print(replay)
@@ -80,7 +113,14 @@ class DriverSuite:
         self, driver_factory: DriverFactory, request: pytest.FixtureRequest
     ) -> None:
         """Random operation sequences answer exactly as the reference model does."""
-        run_machine(driver_factory, _seed_of(request.config))
+        node = request.node
+
+        def note(text: str) -> None:
+            # Where Hypothesis's pytest plugin looks for a test's statistics: printed in the
+            # summary under `--hypothesis-show-statistics`.
+            node.hypothesis_statistics = text
+
+        run_machine(driver_factory, _seed_of(request.config), statistics=note)
 
     @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
     def test_scenario(self, driver_factory: DriverFactory, scenario: str) -> None:

@@ -525,25 +525,20 @@ def test_a_json_type_change_is_a_difference() -> None:
 def test_a_failing_ci_run_prints_a_seed_that_replays_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The `ci` profile does not shrink (a failing run costs about a passing one) and reports
-    one failure; its seed, printed, reproduces the same failure."""
-    from jobs_core.testing.profiles import profile_settings, register_profiles
+    """The `ci` profile does not shrink (a failing run costs about a passing one), reports one
+    failure and keeps no example database; its seed, printed, reproduces the same failure."""
+    from jobs_core.testing.profiles import profile_settings
     from jobs_core.testing.suite import run_machine
 
     ci = profile_settings("ci")
     assert Phase.shrink not in ci.phases and ci.report_multiple_bugs is False
+    assert ci.database is None
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
-    # No example database: the replay must come from the seed alone.
-    settings.register_profile("teeth-no-database", database=None)
-    settings.load_profile("teeth-no-database")
-    try:
-        messages = []
-        for _ in range(2):
-            with pytest.raises(ParityError) as caught:
-                run_machine(UnfencedAck, seed=20261201)
-            messages.append(str(caught.value))
-            assert "--hypothesis-seed=20261201" in "".join(caught.value.__notes__)
-        assert messages[0] == messages[1]
-        assert "seed 20261201" in capsys.readouterr().out
-    finally:
-        register_profiles()
+    messages = []
+    for _ in range(2):
+        with pytest.raises(ParityError) as caught:
+            run_machine(UnfencedAck, seed=20261201)
+        messages.append(str(caught.value))
+        assert "--hypothesis-seed=20261201" in "".join(caught.value.__notes__)
+    assert messages[0] == messages[1]
+    assert "seed 20261201" in capsys.readouterr().out

@@ -4,11 +4,13 @@
   shrinking, so a failing run costs about what a passing one does.
 - `ci`: the same numbers; the name our own test command uses.
 - `nightly`: 1,000 walks of 60 steps, shrunk to a minimal failing program.
-- `debug`: `ci`'s numbers with shrinking: rerun a failure under it (the example database replays
-  the failure first, then shrinks it).
+- `debug`: `ci`'s numbers with shrinking: rerun a failure under it with its seed, and the same
+  walk is found again, then shrunk to a minimal one.
 
 A name that is not one of these but is registered with Hypothesis (a project's own profile) is
-used as it stands. Every failing walk prints its seed; `pytest --hypothesis-seed=N` replays it.
+used as it stands. Every walk prints its seed; `pytest --hypothesis-seed=N` replays it. The
+shipped profiles keep no example database, so that the seed alone decides the walk (a database
+would replay an earlier run's failure under a new run's seed, one driver's under another's).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ PROFILES: Final[dict[str, dict[str, object]]] = {
 
 _COMMON: Final[dict[str, object]] = {
     "deadline": None,
+    "database": None,
     # One failure reported, not every distinct one: the first is the one to fix.
     "report_multiple_bugs": False,
     "print_blob": True,

@@ -401,7 +401,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (ReclaimIgnoresQueuePause, ["reclaim_edges"]),
     (ReclaimCountsFromAttempt, ["reclaim_edges"]),
     (BuriesInLeaseOrder, ["reclaim_edges"]),
-    (ReclaimOnlyAfterLeaseEnd, ["lapsed_lease_reclaimed", "reclaim_edges"]),
+    (ReclaimOnlyAfterLeaseEnd, ["lapsed_lease_reclaimed", "heartbeat_from_now", "reclaim_edges"]),
     (AckKeepsOldResult, ["settles_overwrite_with_nothing"]),
     (NackKeepsOldError, ["settles_overwrite_with_nothing"]),
     (StoresIntegersAsFloats, ["json_types_exact"]),

@@ -84,7 +84,25 @@ class WakeSubscription(Protocol):
 
 
 class JobDriver(abc.ABC):
-    """A store of jobs. Every method is async; every time comes from the caller."""
+    """A store of jobs. Every method is async; every time comes from the caller.
+
+    A backend implements the `_`-prefixed abstract methods below (each docstring is its
+    contract; `jobs_core.testing` pins them against a reference model), plus optionally `open`,
+    `close`, `describe`, `migrate`, `capabilities` and `wake_subscribe`. The public methods have
+    already checked every argument (types, ranges, byte limits, JSON text) when a `_` method
+    runs, so an implementation never re-validates and never sees a refused record.
+
+    Threads and loops: the async callers' event loop calls a driver, and so does the loop of
+    `Jobs.enqueue_sync`'s portal — a private event loop on one daemon thread, which runs every
+    sync caller's calls (from any number of threads) interleaved on that one loop. A driver
+    used from both therefore sees calls from two threads at once: in-process state needs a
+    thread lock (an asyncio lock is not enough), and anything bound to one event loop (a
+    connection pool) must not be shared across loops.
+
+    Plugging into `ujobs`: a distribution declares an entry point in the `ujobs.drivers` group,
+    named after its URL scheme, pointing at a `from_url(url: str) -> JobDriver` callable that
+    answers a new, unopened driver (`jobs_core.urls.driver_from_url` loads it).
+    """
 
     def capabilities(self) -> Capabilities:
         return Capabilities()
@@ -93,7 +111,9 @@ class JobDriver(abc.ABC):
         """Connect; idempotent. Methods open lazily, so calling it is optional."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook, a memory store holds nothing
-        """Release connections; idempotent."""
+        """Release connections; idempotent. A store living in this process (memory, or a
+        throwaway test store) may drop its rows here: the parity suite's factory relies on
+        leaving the context emptying what it stored."""
 
     async def __aenter__(self) -> JobDriver:
         await self.open()
@@ -292,58 +312,131 @@ class JobDriver(abc.ABC):
     # -- what each backend implements -------------------------------------------------------------
 
     @abc.abstractmethod
-    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]: ...
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Complete each held job, in order; one bool per item, True where it landed.
+
+        Fenced: applies only while the row is `running` with the fence's `claims` and
+        `worker_id` (an expired lease alone does not break it). Writes `completed`,
+        `finished_at_ms = now_ms`, `lease_until_ms = None` and `result_json` — an absent result
+        OVERWRITES a stored one with None (a requeued row's earlier result goes); an absent
+        `progress_json` keeps the stored progress. Nothing else changes; a miss writes nothing.
+        """
 
     @abc.abstractmethod
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer: ...
+    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+        """Cancel a live row (ready, running or parked): `cancelled`, `finished_at_ms = now_ms`,
+        `lease_until_ms = None`, the rest kept. `NOT_FOUND` for an unknown id, `FINISHED` (and
+        nothing written) for a finished row. Not fenced: an operator's call."""
 
     @abc.abstractmethod
-    async def _job_claim(self, params: ClaimParams) -> ClaimResult: ...
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        """One claim pass, atomic: beat, bury, then claim.
+
+        1. Write `params.beat` when given (as `_worker_beat`).
+        2. Bury every `running` row of the asked queues whose `lease_until_ms <= now_ms` and
+           `attempt >= max_attempts`, pauses or not: `failed` when its name is in
+           `drop_exhausted`, else `dead`; `finished_at_ms = now_ms`, `lease_until_ms = None`,
+           `last_error = LEASE_LAPSED_ERROR`. Answered in `buried`, sorted by id.
+        3. Candidates: rows of the asked queues, neither queue nor name paused, that are
+           `ready` or `parked` with a `run_at_ms <= now_ms`, or `running` with
+           `lease_until_ms <= now_ms` (exactly at the lease end counts) and attempts left.
+           Take the first `limit` by (priority, run_at_ms, id — code-point order); each
+           becomes `running`, `attempt + 1`, `claims + 1`, `claimed_by = worker_id`,
+           `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order.
+        """
 
     @abc.abstractmethod
-    async def _job_enqueue(self, job: NewJob) -> EnqueueResult: ...
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        """Insert `job` as `ready` (attempt 0, claims 0, every settle field None), unless a row
+        has its id (any state: deduped with that id) or a LIVE row holds its namespace
+        (name, tenant_id or '', idempotency_key) (deduped with that row's id). Atomic: two
+        racing enqueues of one namespace insert one row. Text and JSON are stored exactly."""
 
     @abc.abstractmethod
-    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]: ...
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """`_job_enqueue` of each record in order, one answer each: a later record dedupes
+        against an earlier one of the same batch. Written in chunks of `ENQUEUE_CHUNK` per
+        statement or script call; every refusal (a bad record, the batch cap) has been made by
+        the public method before this runs, so none can strike after a first chunk is written."""
 
     @abc.abstractmethod
-    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]: ...
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The rows of these ids that exist, by id, with every field as stored (JSON as text
+        of the same meaning and types: `1`, `1.0` and `true` stay apart); unknown ids absent."""
 
     @abc.abstractmethod
-    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]: ...
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        """Fenced like `_job_ack`: set `lease_until_ms = now_ms + lease_ms` (from now, never
+        from the old lease end); one bool per item; a miss writes nothing."""
 
     @abc.abstractmethod
-    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]: ...
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        """Give each held job back, fenced like `_job_ack`; one bool per item, in order.
+
+        Every landed nack sets `lease_until_ms = None` and keeps the stored progress unless
+        `progress_json` is given. Then, by kind:
+
+        - RETRY: `ready` at `run_at_ms`; the attempt stays spent; `last_error = error`.
+        - FAIL: `dead` when `dead_letter`, else `failed`; `finished_at_ms = now_ms`;
+          `last_error = error`.
+        - PARK: `parked` with `run_at_ms` as given (None: until woken, never due); the
+          attempt is given back (`attempt - 1`); `last_error` kept.
+        - SHED, INTERRUPT: `ready` at `run_at_ms`, or `now_ms` when None; attempt given back;
+          `last_error` kept.
+        - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
+
+        Where a kind writes `last_error`, an absent error OVERWRITES the stored one with None.
+        """
 
     @abc.abstractmethod
-    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]: ...
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        """Fenced like `_job_ack`: store `progress_json`, nothing else; one bool per item."""
 
     @abc.abstractmethod
-    async def _job_purge(self, params: PurgeParams) -> int: ...
+    async def _job_purge(self, params: PurgeParams) -> int:
+        """Delete up to `params.limit` finished rows whose state keeps them for `*_ms` after
+        `finished_at_ms` and whose time is up (`finished_at_ms + keep <= now_ms`), oldest
+        `finished_at_ms` first, ties by id; a state whose `*_ms` is None is kept forever, live
+        rows are never touched. Every per-row structure goes with the row, and its id is free
+        again. Answers how many rows it removed; safe to run from several workers at once."""
 
     @abc.abstractmethod
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None: ...
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+        """Make a finished row `ready` at `now_ms` with `attempt = 0`, `lease_until_ms` and
+        `finished_at_ms` None, in one atomic write; everything else kept (run id, claims,
+        claimed_by, last_error, result, progress). Raises `JobNotFoundError` for an unknown id,
+        `NotRequeueableError` for a live row (parked included), `RequeueDuplicateError` when
+        another live row holds its namespace — tenant included, as in every namespace check."""
 
     @abc.abstractmethod
-    async def _pause_add(self, pause: Pause) -> bool: ...
+    async def _pause_add(self, pause: Pause) -> bool:
+        """Store the pause (matched by exact value, never as a pattern); True when it is new."""
 
     @abc.abstractmethod
-    async def _pause_list(self) -> list[Pause]: ...
+    async def _pause_list(self) -> list[Pause]:
+        """Every stored pause, in any order (the public method sorts)."""
 
     @abc.abstractmethod
-    async def _pause_remove(self, pause: Pause) -> bool: ...
+    async def _pause_remove(self, pause: Pause) -> bool:
+        """Drop the pause; True when it existed."""
 
     @abc.abstractmethod
-    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]: ...
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
+        rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
 
     @abc.abstractmethod
-    async def _worker_beat(self, beat: WorkerBeat) -> None: ...
+    async def _worker_beat(self, beat: WorkerBeat) -> None:
+        """Insert or replace the worker's row: `info_json`, `last_beat_ms = now_ms`,
+        `expires_at_ms = now_ms + ttl_ms`."""
 
     @abc.abstractmethod
-    async def _worker_forget(self, worker_id: str) -> bool: ...
+    async def _worker_forget(self, worker_id: str) -> bool:
+        """Delete the worker's row; True when there was one, expired or not."""
 
     @abc.abstractmethod
-    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]: ...
+    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        """Rows with `expires_at_ms > now_ms` (exclusive), in any order (the public one sorts)."""
 
 
 # -- the shared checks ----------------------------------------------------------------------------

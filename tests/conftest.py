@@ -1,21 +1,9 @@
-"""Shared test setup: the Hypothesis profiles (`HYPOTHESIS_PROFILE`=ci|nightly, default ci)."""
+"""Shared test setup: the Hypothesis profiles `jobs_core.testing` ships (`HYPOTHESIS_PROFILE`).
 
-import os
+Our test command runs `ci` (the Makefile and scripts set it); `nightly` is the long run. The
+profiles live in the package, so a third-party driver's tests get the very same ones.
+"""
 
-from hypothesis import HealthCheck, settings
+from jobs_core.testing.profiles import register_profiles
 
-settings.register_profile(
-    "ci",
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "nightly",
-    max_examples=1000,
-    stateful_step_count=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+register_profiles()

@@ -6,14 +6,24 @@ fixed seed and no shrinking, so the answer is the same on every run and stays qu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from jobs_core.driver import MAX_PURGE_LIMIT, MAX_TIME_MS
+from jobs_core.driver import (
+    MAX_PURGE_LIMIT,
+    MAX_TIME_MS,
+    Capabilities,
+    JobDriver,
+    WakeSubscription,
+)
+from jobs_core.errors import RequeueDuplicateError
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -21,12 +31,21 @@ from jobs_core.records import (
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobRecord,
+    Nack,
     NewJob,
+    Pause,
     PurgeParams,
 )
 from jobs_core.semantics import namespace_of
 from jobs_core.states import LIVE_STATES, JobState
-from jobs_core.testing import SCENARIOS, ParityError, make_machine, run_scenario
+from jobs_core.testing import (
+    SCENARIOS,
+    DriverNotEmptyError,
+    ParityError,
+    make_machine,
+    run_scenario,
+)
 from jobs_memory import MemoryDriver
 
 TEETH = settings(
@@ -191,6 +210,222 @@ class PurgesKeptForever(MemoryDriver):
         )
 
 
+# -- blind spots of the suite before issue 8: each of these passed it --------------------------
+
+
+class ReclaimIgnoresNamePause(MemoryDriver):
+    """Hands a lapsed lease to a new claim although its job name is paused (queue pauses hold)."""
+
+    def _claimable(self, r: JobRecord) -> bool:
+        return Pause("queue", r.queue) not in self._pauses
+
+
+class ReclaimIgnoresQueuePause(MemoryDriver):
+    """Hands a lapsed lease to a new claim although its queue is paused (name pauses hold)."""
+
+    def _claimable(self, r: JobRecord) -> bool:
+        return Pause("name", r.name) not in self._pauses
+
+
+class ReclaimCountsFromAttempt(MemoryDriver):
+    """On the reclaim path, sets the claim counter from the attempt instead of bumping it."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        running = {i for i, row in self._rows.items() if row.rec.state is JobState.RUNNING}
+        result = await super()._job_claim(params)
+        jobs = []
+        for j in result.jobs:
+            if j.id in running:
+                r = self._rows[j.id].rec
+                self._put(r, replace(r, claims=j.attempt))
+                j = replace(j, claims=j.attempt)
+            jobs.append(j)
+        return replace(result, jobs=tuple(jobs))
+
+
+class BuriesInLeaseOrder(MemoryDriver):
+    """Reports the rows one claim buried in the order their leases lapsed, not by id."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        ends = {i: row.rec.lease_until_ms or 0 for i, row in self._rows.items()}
+        result = await super()._job_claim(params)
+        buried = tuple(sorted(result.buried, key=lambda b: (ends[b.id], b.id)))
+        return replace(result, buried=buried)
+
+
+class ReclaimOnlyAfterLeaseEnd(MemoryDriver):
+    """Treats a lease as lapsed one millisecond late (`<` for `<=`) when handing it out again."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        with self._lock:
+            edge = [
+                (row.rec.lease_until_ms, i)
+                for i, row in self._rows.items()
+                if row.rec.state is JobState.RUNNING
+                and row.rec.lease_until_ms == params.now_ms
+                and row.rec.attempt < row.rec.max_attempts
+            ]
+            for lease in edge:
+                self._leases.discard(lease)
+        try:
+            return await super()._job_claim(params)
+        finally:
+            with self._lock:
+                for lease in edge:
+                    if self._rows[lease[1]].rec.state is JobState.RUNNING:
+                        self._leases.add(lease)
+
+
+class AckKeepsOldResult(MemoryDriver):
+    """An ack without a result keeps the result a previous run stored (after a requeue)."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        kept = []
+        for a in acks:
+            row = self._rows.get(a.fence.job_id)
+            if a.result_json is None and row is not None:
+                a = replace(a, result_json=row.rec.result_json)
+            kept.append(a)
+        return await super()._job_ack(kept)
+
+
+class NackKeepsOldError(MemoryDriver):
+    """A retry or failure without an error keeps the error an earlier attempt stored."""
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        kept = []
+        for n in nacks:
+            row = self._rows.get(n.fence.job_id)
+            if n.error is None and row is not None:
+                n = replace(n, error=row.rec.last_error)
+            kept.append(n)
+        return await super()._job_nack(kept)
+
+
+def _floats(text: str) -> str:
+    # Only where the float is the same number, so that only the type tells them apart.
+    return json.dumps(
+        json.loads(text, parse_int=lambda t: float(t) if float(t) == int(t) else int(t))
+    )
+
+
+class StoresIntegersAsFloats(MemoryDriver):
+    """Stores every JSON integer of an input as a float (`1` comes back `1.0`)."""
+
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        return await super()._job_enqueue_many(
+            [replace(j, input_json=_floats(j.input_json)) for j in jobs]
+        )
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        return await super()._job_enqueue(replace(job, input_json=_floats(job.input_json)))
+
+
+def _no_bools(value: object) -> object:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list):
+        return [_no_bools(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _no_bools(v) for k, v in value.items()}
+    return value
+
+
+class StoresTrueAsOne(MemoryDriver):
+    """Stores a result's `true`/`false` as `1`/`0` (a column without a boolean type)."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        return await super()._job_ack(
+            [
+                a
+                if a.result_json is None
+                else replace(a, result_json=json.dumps(_no_bools(json.loads(a.result_json))))
+                for a in acks
+            ]
+        )
+
+
+class RequeueTakesParked(MemoryDriver):
+    """Requeues a parked row as if it were finished."""
+
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+        row = self._rows.get(job_id)
+        if row is not None and row.rec.state is JobState.PARKED:
+            r = row.rec
+            self._put(r, replace(r, state=JobState.READY, attempt=0, run_at_ms=now_ms))
+            return
+        await super()._job_requeue(job_id, now_ms)
+
+
+class RequeueDuplicateIgnoresTenant(MemoryDriver):
+    """Refuses a requeue when a live row holds the (name, key) under ANY tenant."""
+
+    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+        row = self._rows.get(job_id)
+        if row is not None and row.rec.state not in LIVE_STATES:
+            r = row.rec
+            for other in self._rows.values():
+                o = other.rec
+                if o.state in LIVE_STATES and (o.name, o.idempotency_key) == (
+                    r.name,
+                    r.idempotency_key,
+                ):
+                    raise RequeueDuplicateError(detail=job_id)
+        await super()._job_requeue(job_id, now_ms)
+
+
+class KeysCutAt255Characters(MemoryDriver):
+    """Stores idempotency keys in a 255-character column, cutting longer ones (and its index)."""
+
+    def _enqueue_locked(self, job: NewJob) -> EnqueueResult:
+        return super()._enqueue_locked(replace(job, idempotency_key=job.idempotency_key[:255]))
+
+
+class SilentWake(MemoryDriver):
+    """Declares a wake channel that proves itself live but never delivers a wake."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(wake=True)
+
+    async def wake_subscribe(
+        self, queues: Sequence[str], on_wake: Callable[[str], None]
+    ) -> WakeSubscription | None:
+        return _Subscription()
+
+
+class _Subscription:
+    def is_live(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class WakingMemory(MemoryDriver):
+    """A memory driver with an in-process wake: what `SilentWake` should have been."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(wake=True)
+
+    async def wake_subscribe(
+        self, queues: Sequence[str], on_wake: Callable[[str], None]
+    ) -> WakeSubscription | None:
+        self._subscribers.append((frozenset(queues), on_wake))
+        return _Subscription()
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        answer = await super()._job_enqueue(job)
+        if not answer.deduped:
+            for queues, on_wake in self._subscribers:
+                if job.queue in queues:
+                    on_wake(job.queue)
+        return answer
+
+
 #: Each broken driver, and the fixed scenarios that must catch it too.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (UnfencedAck, ["lapsed_lease_reclaimed", "requeue_refusals"]),
@@ -204,6 +439,18 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (PurgeIgnoresLimit, ["purge_retention"]),
     (PurgesEarly, ["purge_retention"]),
     (PurgesKeptForever, ["purge_retention"]),
+    (ReclaimIgnoresNamePause, ["reclaim_edges"]),
+    (ReclaimIgnoresQueuePause, ["reclaim_edges"]),
+    (ReclaimCountsFromAttempt, ["reclaim_edges"]),
+    (BuriesInLeaseOrder, ["reclaim_edges"]),
+    (ReclaimOnlyAfterLeaseEnd, ["lapsed_lease_reclaimed", "heartbeat_from_now", "reclaim_edges"]),
+    (AckKeepsOldResult, ["settles_overwrite_with_nothing"]),
+    (NackKeepsOldError, ["settles_overwrite_with_nothing"]),
+    (StoresIntegersAsFloats, ["json_types_exact"]),
+    (StoresTrueAsOne, ["json_types_exact"]),
+    (RequeueTakesParked, ["every_live_state"]),
+    (RequeueDuplicateIgnoresTenant, ["every_live_state"]),
+    (KeysCutAt255Characters, ["values_at_the_byte_limits"]),
 ]
 
 
@@ -223,5 +470,117 @@ def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
         run_scenario(broken, SCENARIOS[scenario])
 
 
-def test_reference_driver_passes_under_the_same_settings() -> None:
-    run_state_machine_as_test(make_machine(MemoryDriver), settings=TEETH)
+def test_reference_driver_passes_and_reaches_the_edges() -> None:
+    """The reference driver passes under the same settings, and the walk reclaims, buries several
+    at once, lands settles that overwrite with nothing, meets parked rows and values at the byte
+    limits, many times over."""
+    machine = make_machine(MemoryDriver)
+    run_state_machine_as_test(machine, settings=TEETH)
+    tally = machine.tally
+    # The walk is derandomized under TEETH, so these counts are the same on every run; each
+    # bound is about half of what the walk reached when it was written (none reached 0 before).
+    wanted = {
+        "reclaim of a lapsed lease": 350,
+        "reclaim at exactly lease_until_ms": 180,
+        "lapsed lease held back by a pause": 45,
+        "several rows buried by one claim": 45,
+        "ack without a result over a stored result": 6,
+        "nack without an error over a stored error": 30,
+        "requeue of a parked row": 12,
+        "cancel of a parked row": 15,
+        "demand beside a parked row": 20,
+        "requeue refused X_JOB_REQUEUE_DUPLICATE": 80,
+        "requeue beside a twin of other tenant, a tenant set": 60,
+        "insert of values at the byte limits": 350,
+    }
+    short = {k: tally[k] for k, least in wanted.items() if tally[k] < least}
+    assert not short, f"reached too rarely: {short} (all: {dict(tally)})"
+
+
+def test_wake_scenario_catches_a_silent_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jobs_core.testing.scenarios as scenarios
+
+    # An in-process channel delivers at once or never: no need for the servers' margin.
+    monkeypatch.setattr(scenarios, "WAKE_WAIT_S", 0.5)
+    with pytest.raises(AssertionError, match="no wake for queue 'q'"):
+        run_scenario(SilentWake, SCENARIOS["wake"])
+
+
+def test_wake_scenario_passes_a_delivering_channel() -> None:
+    run_scenario(WakingMemory, SCENARIOS["wake"])
+    woken: list[str] = []
+
+    async def silent_by_declaration() -> None:
+        # A driver without the capability must not hand out a channel (the scenario says so).
+        class Undeclared(WakingMemory):
+            def capabilities(self) -> Capabilities:
+                return Capabilities()
+
+        with pytest.raises(AssertionError, match="capabilities\\(\\) has no wake"):
+            await SCENARIOS["wake"](Undeclared())
+        assert woken == []
+
+    import asyncio
+
+    asyncio.run(silent_by_declaration())
+
+
+def _shared(driver: MemoryDriver) -> Callable[[], object]:
+    @asynccontextmanager
+    async def factory() -> AsyncIterator[JobDriver]:
+        yield driver  # never dropped: the next call hands the same rows out again
+
+    return factory
+
+
+def test_a_driver_left_full_is_named() -> None:
+    """A factory that hands back the same store fails as such, never as Hypothesis's Flaky."""
+    shared = MemoryDriver()
+    with pytest.raises(DriverNotEmptyError, match="the driver was not empty: job rows"):
+        run_state_machine_as_test(make_machine(_shared(shared)), settings=TEETH)  # type: ignore[arg-type]
+    with pytest.raises(DriverNotEmptyError, match="the driver was not empty"):
+        run_scenario(_shared(shared), SCENARIOS["claim_order"])  # type: ignore[arg-type]
+
+
+def test_a_divergence_names_the_step_that_caused_it() -> None:
+    """A wrong write seen only in the state is blamed on the rule that wrote it, not the check."""
+    with pytest.raises(ParityError) as caught:
+        run_state_machine_as_test(make_machine(AckKeepsOldResult), settings=TEETH)
+    message = str(caught.value)
+    assert "the state after step" in message, message
+    assert re.search(r"rule (ack|work|rerun)\(", message), message
+    assert re.search(r"which called [a-z_, ]*job_ack\)", message), message
+    with pytest.raises(ParityError, match=r"^step \d+, rule \w+\(.*\): queue_demand: "):
+        run_state_machine_as_test(make_machine(DemandCountsFuture), settings=TEETH)
+
+
+def test_a_json_type_change_is_a_difference() -> None:
+    """`1` against `1.0` and `true` against `1` differ; spacing and key order do not."""
+    from jobs_core.testing.machine import typed_json
+
+    assert typed_json('{"a": 1, "b": [true]}') == typed_json('{ "b":[true],"a":1 }')
+    assert typed_json("1") != typed_json("1.0")
+    assert typed_json("true") != typed_json("1")
+    assert typed_json("0") != typed_json("false")
+
+
+def test_a_failing_ci_run_prints_a_seed_that_replays_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The `ci` profile does not shrink (a failing run costs about a passing one), reports one
+    failure and keeps no example database; its seed, printed, reproduces the same failure."""
+    from jobs_core.testing.profiles import profile_settings
+    from jobs_core.testing.suite import run_machine
+
+    ci = profile_settings("ci")
+    assert Phase.shrink not in ci.phases and ci.report_multiple_bugs is False
+    assert ci.database is None
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    messages = []
+    for _ in range(2):
+        with pytest.raises(ParityError) as caught:
+            run_machine(UnfencedAck, seed=20261201)
+        messages.append(str(caught.value))
+        assert "--hypothesis-seed=20261201" in "".join(caught.value.__notes__)
+    assert messages[0] == messages[1]
+    assert "seed 20261201" in capsys.readouterr().out

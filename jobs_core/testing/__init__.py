@@ -1,6 +1,7 @@
 """The parity suite every driver runs: a reference model, a state machine, fixed scenarios.
 
-A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture (SPEC §15).
+A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture; the profiles
+(`HYPOTHESIS_PROFILE`) ship in `jobs_core.testing.profiles`. See docs/writing-a-driver.md.
 """
 
 import pytest
@@ -11,22 +12,35 @@ pytest.register_assert_rewrite("jobs_core.testing.scenarios")
 
 from jobs_core.testing.machine import (  # noqa: E402 - after the rewrite registration
     DriverFactory,
+    DriverNotEmptyError,
     ParityError,
     ParityMachine,
+    check_empty,
     make_machine,
 )
 from jobs_core.testing.model import ReferenceModel  # noqa: E402
+from jobs_core.testing.profiles import (  # noqa: E402
+    PROFILES,
+    register_profiles,
+    suite_settings,
+)
 from jobs_core.testing.scenarios import SCENARIOS, Scenario  # noqa: E402
-from jobs_core.testing.suite import DriverSuite, run_scenario  # noqa: E402
+from jobs_core.testing.suite import DriverSuite, run_machine, run_scenario  # noqa: E402
 
 __all__ = [
+    "PROFILES",
     "SCENARIOS",
     "DriverFactory",
+    "DriverNotEmptyError",
     "DriverSuite",
     "ParityError",
     "ParityMachine",
     "ReferenceModel",
     "Scenario",
+    "check_empty",
     "make_machine",
+    "register_profiles",
+    "run_machine",
     "run_scenario",
+    "suite_settings",
 ]

@@ -3,7 +3,15 @@
 Every rule calls the driver under test and the `ReferenceModel` with the same arguments and the
 same fake time, and fails on the first answer that differs (values, bools, `CancelAnswer`,
 `ClaimResult` order, or the error code of a refusal). After every step the observable state —
-every job row ever named, the pauses, the live workers — must match too.
+every job row ever named, the pauses, the live workers — must match too. A failure names the
+step and the rule (with its arguments) that caused it, and every driver call that step made.
+
+JSON is compared by meaning AND type: `1`, `1.0` and `true` differ (Python's `==` would not
+tell them apart), while spacing and key order do not (a driver may store jsonb).
+
+The walk counts what it reached (rules fired, reclaims, buries, dedupes, fence misses…) as
+Hypothesis events (`pytest --hypothesis-show-statistics`) and in `machine.tally`, a `Counter`
+each class from `make_machine` keeps across its examples.
 
 Hypothesis machines are synchronous; each machine instance drives its async driver through one
 `asyncio.Runner`, opened in `__init__` and closed in `teardown`.
@@ -15,11 +23,15 @@ import asyncio
 import dataclasses
 import enum
 import json
+import sys
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeAlias, TypeVar
+from types import FrameType
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,14 +41,23 @@ from hypothesis.stateful import (
     rule,
 )
 
-from jobs_core.driver import MAX_ENQUEUE_BATCH, JobDriver
+from jobs_core.driver import (
+    MAX_ENQUEUE_BATCH,
+    MAX_KEY_BYTES,
+    MAX_NAME_BYTES,
+    MAX_TIME_MS,
+    JobDriver,
+)
 from jobs_core.errors import JobsError
+from jobs_core.jsonform import utf8_length
 from jobs_core.records import (
     Ack,
     ClaimParams,
     ClaimResult,
+    EnqueueResult,
     Fence,
     Heartbeat,
+    JobRecord,
     Nack,
     NackKind,
     NewJob,
@@ -56,16 +77,46 @@ T = TypeVar("T")
 #: Where the fake clock starts (2027-01-15, well inside the allowed range).
 T0 = 1_800_000_000_000
 
+
+def _exactly(prefix: str, cycle: str, size: int) -> str:
+    """`prefix` then `cycle`'s characters in turn, exactly `size` UTF-8 bytes long."""
+    out, i = prefix, 0
+    while utf8_length(out) < size:
+        c = cycle[i % len(cycle)]
+        out += c if utf8_length(out + c) <= size else "a"
+        i += 1
+    return out
+
+
+#: Values exactly at the byte limits, of 2-, 3- and 4-byte characters: a driver that counts
+#: characters, truncates a column or sizes an index in characters differs on them.
+LONG_NAME = _exactly("n", "ü☃😀", MAX_NAME_BYTES)
+LONG_QUEUE = _exactly("q", "é", MAX_NAME_BYTES)
+LONG_TENANT = _exactly("t", "☃", MAX_NAME_BYTES)
+LONG_KEY = _exactly("k", "😀☃ü", MAX_KEY_BYTES)
+#: With a 4-digit serial, an id exactly MAX_NAME_BYTES long.
+LONG_ID_PREFIX = _exactly("", "😀", MAX_NAME_BYTES - 4)
+
+_LONG_VALUES = frozenset({LONG_NAME, LONG_QUEUE, LONG_TENANT, LONG_KEY})
+
 # Small pools, so that namespaces, queues and fences collide often.
-NAMES = ("a", "b", "q'uo%te\n☃")
-QUEUES = ("q1", "q2")
-KEYS = ("k1", "k2")
+NAMES = ("a", "b", "q'uo%te\n☃", LONG_NAME)
+QUEUES = ("q1", "q2", LONG_QUEUE)
+KEYS = ("k1", "k2", LONG_KEY)
 WORKERS = ("w1", "w2")
 #: Id prefixes whose order differs between code-point order and any locale's collation.
-ID_PREFIXES = ("a", "B", "_", "é", "f", "☃", "q'", "%", "n\nl", "\U0010ffff")
-INPUTS = ('{"n":1}', "[1, 2.5, null]", '"s"', '{"b": {"a": [true, false]}, "a": "☃ q\'uo"}')
-RESULTS = (None, '{"ok":true}', "null", '"done"')
-PROGRESSES = (None, '{"pct": 50}', '[1,{"x":"y"}]')
+ID_PREFIXES = ("a", "B", "_", "é", "f", "☃", "q'", "%", "n\nl", "\U0010ffff", LONG_ID_PREFIX)
+#: JSON whose types matter: `1`, `1.0` and `true` are three different values.
+INPUTS = (
+    '{"n":1}',
+    '{"n":1.0}',
+    "[1, 2.5, null, true, 0, false]",
+    '"s"',
+    '{"b": {"a": [true, false]}, "a": "☃ q\'uo"}',
+    "[12345678901234567890, -7, 0.5]",
+)
+RESULTS = (None, '{"ok":true}', '{"ok":1}', "null", '"done"', "1", "1.0", "true")
+PROGRESSES = (None, '{"pct": 50}', '{"pct": 50.0}', '[1,{"x":"y"}]')
 ERRORS = (None, "boom", "q'uo%te\n☃")
 INFOS = ('{"host":"h1"}', '{"pid": 2, "tags": ["x"]}')
 PAUSES = tuple(Pause("queue", q) for q in QUEUES) + tuple(Pause("name", n) for n in NAMES)
@@ -75,6 +126,10 @@ UNKNOWN_ID = "no-such-job"
 
 class ParityError(AssertionError):
     """The driver answered differently from the reference model."""
+
+
+class DriverNotEmptyError(AssertionError):
+    """The factory answered a driver that already held rows, pauses or workers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,21 +188,23 @@ def job_specs(tenants: tuple[str | None, ...]) -> st.SearchStrategy[JobSpec]:
     return st.builds(
         JobSpec,
         id=id_specs,
-        name=st.sampled_from(NAMES),
+        # The long values now and then, so that the short ones still collide.
+        name=st.sampled_from((*NAMES[:3], *NAMES)),
         tenant_id=st.sampled_from(tenants),
-        key=st.sampled_from(KEYS),
-        queue=st.sampled_from(QUEUES),
+        key=st.sampled_from((*KEYS[:2], *KEYS)),
+        queue=st.sampled_from((*QUEUES[:2], *QUEUES)),
         priority=st.sampled_from((0, 1, 100)),
         run_at_offset=st.sampled_from((-1000, 0, 1000)),
-        max_attempts=st.sampled_from((1, 1, 2, 3)),
+        # Final attempts (buried when they lapse) beside rows a lapse hands to a new claim.
+        max_attempts=st.sampled_from((1, 1, 2, 2, 3, 5)),
         input_json=st.sampled_from(INPUTS),
         enqueued_by=st.sampled_from((None, "u1")),
     )
 
 
 # '' is refused by the ABC today (a tenant must be a non-empty string); seen now and then.
-single_job_specs = job_specs((None, None, None, "t1", "t1", "t1", ""))
-batch_job_specs = job_specs((None, "t1"))
+single_job_specs = job_specs((None, None, None, "t1", "t1", "t1", LONG_TENANT, ""))
+batch_job_specs = job_specs((None, None, "t1", "t1", LONG_TENANT))
 fence_specs = st.builds(
     FenceSpec,
     kind=st.sampled_from(("past", "past", "held", "held", "skewed", "forged")),
@@ -156,17 +213,46 @@ fence_specs = st.builds(
     skew=st.integers(1, 4),
 )
 #: Claim queue lists: mostly one or both queues (in either order), now and then none (refused).
+Q1, Q2, QL = QUEUES
 claim_queues = st.sampled_from(
-    ((), ("q1",), ("q2",), ("q1", "q2"), ("q2", "q1"), ("q1", "q2"), ("q1", "q1", "q2"))
+    ((), (Q1,), (Q2,), (Q1, Q2), (Q2, Q1), (Q1, Q2), (Q1, Q1, Q2), (QL,), (Q2, QL, Q1))
 )
-#: Which row a cancel or requeue names: a live one, a finished one, any, or none at all.
-target_ids = st.tuples(st.sampled_from(("live", "finished", "any", "unknown")), recent)
+#: Which row a cancel or requeue names: one in a given state, any, or none at all (every
+#: operation meets every live state: a parked row under requeue and cancel, too).
+TARGET_KINDS = ("ready", "running", "parked", "live", "finished", "finished", "any", "unknown")
+target_ids = st.tuples(st.sampled_from(TARGET_KINDS), recent)
 offsets = st.sampled_from((None, -1000, 0, 1000, 3000))
 
 
+def _typed(value: object) -> object:
+    """A parsed JSON value with every scalar tagged by its type, so `1`, `1.0`, `true` differ."""
+    if isinstance(value, dict):
+        return ("object", sorted((k, _typed(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("array", [_typed(v) for v in value])
+    if value is None:
+        return ("null",)
+    # bool before int: `True` is an int to Python.
+    for kind, t in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if isinstance(value, t):
+            return (kind, value)
+    raise AssertionError(f"not a JSON value: {value!r}")
+
+
+def typed_json(text: str) -> object:
+    """JSON text as a comparable value: its meaning with every scalar's type (`1` is not `1.0`
+    is not `true`), regardless of spacing and key order."""
+    return _typed(json.loads(text))
+
+
 def _canonical_json(text: object) -> object:
-    # Drivers may store jsonb: compare what the text means, not how it is spelled.
-    return ("json", json.loads(text)) if isinstance(text, str) else text
+    # Drivers may store jsonb: compare what the text means (and its types), not its spelling.
+    if not isinstance(text, str):
+        return text
+    try:
+        return ("json", typed_json(text))
+    except ValueError:
+        return ("not JSON", text)
 
 
 _JSON_FIELDS = frozenset({"input_json", "progress_json", "result_json", "info_json"})
@@ -184,6 +270,9 @@ def _comparable(value: object) -> object:
         return (type(value).__name__, value.value)
     if isinstance(value, bool):
         return ("bool", value)
+    if isinstance(value, float):
+        # An integer field answered as a float (attempt 1.0) is a different answer.
+        return ("float", value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, object] = {"type": type(value).__name__}
         for f in dataclasses.fields(value):
@@ -213,10 +302,48 @@ def _difference(got: object, want: object) -> object:
     return (got, want)
 
 
-def _assert_same(what: str, got: object, want: object) -> None:
+def _assert_same(what: str, got: object, want: object, context: str = "") -> None:
+    # Same repr: same types and values field by field (a float shows `1.0`, a state its enum),
+    # and the same JSON spelling; only a different repr needs the full, type-exact comparison.
+    if type(got) is type(want) and repr(got) == repr(want):
+        return
     g, w = _comparable(got), _comparable(want)
     if g != w:
-        raise ParityError(f"{what}: (driver, model) differ: {_difference(g, w)!r}")
+        raise ParityError(f"{context}{what}: (driver, model) differ: {_difference(g, w)!r}")
+
+
+def _short(value: object, limit: int = 400) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} chars)"
+
+
+#: Ids a fresh walk's first records take (every walk starts with a batch): a driver that still
+#: holds an earlier walk's rows holds some of these.
+_FIRST_IDS = tuple(f"{p}{n:04d}" for p in ID_PREFIXES for n in range(1, 9))
+
+
+async def check_empty(driver: JobDriver) -> None:
+    """Raise `DriverNotEmptyError` unless `driver` shows none of the rows a walk would make."""
+    found: list[str] = []
+    rows = await driver.job_get_many([*_FIRST_IDS, UNKNOWN_ID])
+    if rows:
+        found.append(f"job rows {sorted(rows)[:5]}")
+    demand = await driver.queue_demand([*QUEUES, "q", "other"], MAX_TIME_MS)
+    if any(demand.values()):
+        found.append(f"ready rows by queue {demand}")
+    pauses = await driver.pause_list()
+    if pauses:
+        found.append(f"pauses {pauses}")
+    workers = await driver.worker_list(0)
+    if workers:
+        found.append(f"workers {[w.worker_id for w in workers]}")
+    if found:
+        raise DriverNotEmptyError(
+            "the driver was not empty: "
+            + "; ".join(found)
+            + ". The factory must answer a fresh, empty driver on every call, and leaving its"
+            " context must drop what it stored."
+        )
 
 
 class ParityMachine(RuleBasedStateMachine):
@@ -224,6 +351,9 @@ class ParityMachine(RuleBasedStateMachine):
 
     Bind a driver with `make_machine(factory)`; this class itself has none.
     """
+
+    #: What the walks reached, across every example of this class (see `make_machine`).
+    tally: ClassVar[Counter[str]] = Counter()
 
     @staticmethod
     def make_driver() -> AbstractAsyncContextManager[JobDriver]:
@@ -238,6 +368,11 @@ class ParityMachine(RuleBasedStateMachine):
         #: Every fence any claim has handed out, oldest first.
         self.fences: list[Fence] = []
         self._serial = 0
+        #: Steps run so far; the current step's rule (with arguments) and its driver calls.
+        self._steps = 0
+        self._rule: str | None = None
+        self._calls: list[str] = []
+        self._edges = 0
         self._runner = asyncio.Runner()
         self._driver_cm = self.make_driver()
         try:
@@ -245,7 +380,18 @@ class ParityMachine(RuleBasedStateMachine):
         except BaseException:
             self._runner.close()
             raise
-        # Optional families are asked of the driver; none of today's (`wake`) is exercised here.
+        #: Set when the factory's driver was not empty. The walk then runs on the model alone
+        #: and fails at teardown: failing here, before any draw, would make Hypothesis see an
+        #: example that drew less than an earlier one and report `FlakyStrategyDefinition`.
+        self._not_empty: DriverNotEmptyError | None = None
+        try:
+            self._runner.run(check_empty(self.driver))
+        except DriverNotEmptyError as exc:
+            self._not_empty = exc
+        except BaseException:
+            self.teardown()
+            raise
+        # The walk exercises the job families; `wake` is a scenario (`scenario_wake`).
         self.capabilities = self.driver.capabilities()
 
     def teardown(self) -> None:
@@ -253,6 +399,43 @@ class ParityMachine(RuleBasedStateMachine):
             self._runner.run(_exit(self._driver_cm))
         finally:
             self._runner.close()
+        if self._not_empty is not None:
+            raise self._not_empty
+        # Steers Hypothesis's target phase towards walks that reach the edges (reclaims, buries).
+        target(float(self._edges), label="reclaims and buries")
+
+    # -- what the walk reached ----------------------------------------------------------------
+
+    def _note(self, what: str) -> None:
+        """Count one occurrence of something interesting (also a Hypothesis event)."""
+        self.tally[what] += 1
+        event(what)
+
+    def _begin(self, rule: str, **args: object) -> None:
+        """Name the step now running (rules that call no driver say so themselves)."""
+        if self._rule is None:
+            self._rule = f"{rule}({', '.join(f'{k}={_short(v, 200)}' for k, v in args.items())})"
+            self._note(f"rule {rule}")
+
+    def _rule_from_stack(self) -> None:
+        # The outermost frame of a method of this machine is the rule Hypothesis called: the
+        # step is named without every rule (a later one too) having to announce itself.
+        frame: FrameType | None = sys._getframe(2)
+        outer: FrameType | None = None
+        while frame is not None:
+            # Hypothesis's rule wrappers sit between a rule and a rule it calls: walk them all.
+            if frame.f_locals.get("self") is self:
+                outer = frame
+            frame = frame.f_back
+        if outer is None or outer.f_code.co_name == "check_invariants":
+            return
+        code = outer.f_code
+        names = code.co_varnames[1 : code.co_argcount]
+        self._begin(code.co_name, **{n: outer.f_locals.get(n) for n in names})
+
+    def _context(self) -> str:
+        step = self._steps + 1
+        return f"step {step}, rule {self._rule or '?'}: "
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -265,15 +448,20 @@ class ParityMachine(RuleBasedStateMachine):
         """Run the same call on both; fail unless the answers (or refusal codes) agree."""
         want: T | JobsError
         got: T | JobsError
+        if self._rule is None:
+            self._rule_from_stack()
+        self._calls.append(what)
         try:
             want = model_call()
         except JobsError as exc:
             want = exc
+        if self._not_empty is not None:
+            return want
         try:
             got = self._runner.run(driver_call())
         except JobsError as exc:
             got = exc
-        _assert_same(what, got, want)
+        _assert_same(what, got, want, self._context())
         return got
 
     def _fresh_id(self, prefix: str) -> str:
@@ -294,9 +482,13 @@ class ParityMachine(RuleBasedStateMachine):
             if slot not in fresh:
                 fresh[slot] = self._fresh_id(spec.id.prefix)
             job_id = fresh[slot]
+        run_id = f"run-{job_id}"
+        if utf8_length(run_id) > MAX_NAME_BYTES:
+            # An id at the byte limit: its run id is as long (reversed, so still unique).
+            run_id = job_id[::-1]
         return NewJob(
             id=job_id,
-            run_id=f"run-{job_id}",
+            run_id=run_id,
             name=spec.name,
             queue=spec.queue,
             tenant_id=spec.tenant_id,
@@ -334,13 +526,20 @@ class ParityMachine(RuleBasedStateMachine):
         kind, n = pick
         if kind == "unknown":
             return UNKNOWN_ID
-        live = kind == "live"
-        rows = [
-            r.id
-            for r in self.model.rows.values()
-            if kind == "any" or (r.state in LIVE_STATES) is live
-        ]
+
+        def fits(state: JobState) -> bool:
+            if kind == "any":
+                return True
+            if kind in ("live", "finished"):
+                return (state in LIVE_STATES) is (kind == "live")
+            return state.value == kind
+
+        rows = [r.id for r in self.model.rows.values() if fits(r.state)]
         return rows[-1 - n % len(rows)] if rows else UNKNOWN_ID
+
+    def _state_of(self, job_id: str) -> str:
+        r = self.model.rows.get(job_id)
+        return "unknown" if r is None else r.state.value
 
     def _at(self, offset: int | None) -> int | None:
         return None if offset is None else self.now + offset
@@ -358,40 +557,164 @@ class ParityMachine(RuleBasedStateMachine):
 
     @rule(dt=st.sampled_from((0, 1, 999, 1000, 1001, 2999, 3000, 3001)) | st.integers(0, 6000))
     def advance(self, dt: int) -> None:
+        self._begin("advance", dt=dt)
         self.now += dt
 
     @precondition(lambda self: bool(self._lease_ends()))
     @rule(pick=st.integers(0, 7), delta=st.sampled_from((-1, 0, 0, 1)))
     def advance_to_lease_end(self, pick: int, delta: int) -> None:
         """Jump to a running row's lease end (or one ms either side): the edge claims test."""
+        self._begin("advance_to_lease_end", pick=pick, delta=delta)
         ends = self._lease_ends()
         self.now = max(self.now, ends[pick % len(ends)] + delta)
 
+    def _jump(self, at: str, pick: int) -> None:
+        """Move the clock as a claim rule's `at` says: not, by a second, or to a lease's end."""
+        ends = self._lease_ends()
+        if at == "+1000":
+            self.now += 1000
+        elif at != "now" and ends:
+            self.now = max(self.now, ends[pick % len(ends)] + (at == "lease end + 1"))
+
+    def _running(self) -> list[JobRecord]:
+        return [
+            r
+            for r in self.model.rows.values()
+            if r.state == JobState.RUNNING and r.lease_until_ms is not None
+        ]
+
+    @precondition(lambda self: bool(self._running()))
+    @rule(
+        pick=st.integers(0, 7),
+        delta=st.sampled_from((0, 0, 0, 1, 1000, -1)),
+        worker=st.sampled_from(WORKERS),
+        limit=st.integers(1, 4),
+        lease_ms=st.sampled_from((1000, 3000)),
+        drop=st.frozensets(st.sampled_from(NAMES)),
+        more=st.sampled_from(((), (), (Q1,), QUEUES)),
+        pause=st.sampled_from((None, None, "name", "queue")),
+        every=st.sampled_from((False, False, True)),
+    )
+    def reclaim(
+        self,
+        pick: int,
+        delta: int,
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        drop: frozenset[str],
+        more: tuple[str, ...],
+        pause: str | None,
+        every: bool,
+    ) -> None:
+        """Jump to a running row's lease end (mostly exactly there; or to the last lease end, so
+        that every lease lapsed at once) and claim its queue, now and then under a pause of its
+        name or queue (lifted after): lapsed leases are handed to a new claim, held back, or
+        buried — several by one claim — far more often than the clock alone makes them."""
+        running = self._running()
+        r = running[-1 - pick % len(running)]
+        if every:
+            r = max(running, key=lambda row: row.lease_until_ms or 0)
+            more = QUEUES
+        assert r.lease_until_ms is not None
+        self.now = max(self.now, r.lease_until_ms + delta)
+        held = None
+        if pause is not None:
+            held = Pause("queue", r.queue) if pause == "queue" else Pause("name", r.name)
+            self._both(
+                "pause_add", lambda: self.model.pause_add(held), lambda: self.driver.pause_add(held)
+            )
+        self._claim(
+            ClaimParams((r.queue, *more), worker, limit, lease_ms, self.now, drop_exhausted=drop)
+        )
+        if held is not None:
+            self._both(
+                "pause_remove",
+                lambda: self.model.pause_remove(held),
+                lambda: self.driver.pause_remove(held),
+            )
+
+    @rule(
+        first=st.integers(1, 4),
+        second=st.integers(0, 4),
+        leases=st.sampled_from(((1000, 3000), (3000, 1000), (1000, 1000))),
+        delta=st.sampled_from((0, 0, 1)),
+        drop=st.frozensets(st.sampled_from(NAMES)),
+        limit=st.integers(1, 4),
+    )
+    def workers_die(
+        self,
+        first: int,
+        second: int,
+        leases: tuple[int, int],
+        delta: int,
+        drop: frozenset[str],
+        limit: int,
+    ) -> None:
+        """Two workers claim under different leases and die; once every lease lapsed a third
+        worker claims: the final attempts are buried together (answered by id, whatever order
+        their leases lapsed in), the others handed to it."""
+        self._claim(ClaimParams(QUEUES, "w1", first, leases[0], self.now))
+        if second:
+            self._claim(ClaimParams(QUEUES, "w2", second, leases[1], self.now))
+        ends = [r.lease_until_ms for r in self._running() if r.lease_until_ms is not None]
+        if ends:
+            self.now = max(self.now, max(ends) + delta)
+        self._claim(ClaimParams(QUEUES, "w1", limit, 1000, self.now, drop_exhausted=drop))
+
     # -- jobs ---------------------------------------------------------------------------------
 
-    @initialize(specs=st.lists(batch_job_specs, min_size=1, max_size=8))
-    def seed(self, specs: list[JobSpec]) -> None:
-        """Start every walk with rows, whichever rules this example's swarm left enabled."""
+    @initialize(
+        specs=st.lists(batch_job_specs, min_size=1, max_size=8),
+        claims=st.lists(
+            st.tuples(
+                st.integers(1, 4),
+                st.sampled_from((1000, 3000)),
+                st.sampled_from(("hold", "hold", "park", "park until woken")),
+            ),
+            min_size=0,
+            max_size=2,
+        ),
+    )
+    def seed(self, specs: list[JobSpec], claims: list[tuple[int, int, str]]) -> None:
+        """Start every walk with rows, some of them already running under one or two leases or
+        parked, whichever rules this example's swarm left enabled."""
         self.enqueue_many(specs)
+        for i, (limit, lease_ms, then) in enumerate(claims):
+            got = self._claim(ClaimParams(QUEUES, WORKERS[i % 2], limit, lease_ms, self.now))
+            if then != "hold" and isinstance(got, ClaimResult) and got.jobs:
+                at = self.now + 1000 if then == "park" else None
+                self._nack([Nack(j.fence, NackKind.PARK, self.now, at) for j in got.jobs])
 
     @rule(spec=single_job_specs)
     def enqueue(self, spec: JobSpec) -> None:
         job = self._new_job(spec, {})
-        self._both(
+        got = self._both(
             "job_enqueue",
             lambda: self.model.job_enqueue(job),
             lambda: self.driver.job_enqueue(job),
         )
+        if isinstance(got, EnqueueResult):
+            self._enqueued([job], [got])
 
     @rule(specs=st.lists(batch_job_specs, max_size=5))
     def enqueue_many(self, specs: list[JobSpec]) -> None:
         fresh: dict[int, str] = {}
         jobs = [self._new_job(s, fresh) for s in specs]
-        self._both(
+        got = self._both(
             "job_enqueue_many",
             lambda: self.model.job_enqueue_many(jobs),
             lambda: self.driver.job_enqueue_many(jobs),
         )
+        if isinstance(got, list):
+            self._enqueued(jobs, got)
+
+    def _enqueued(self, jobs: list[NewJob], answers: list[EnqueueResult]) -> None:
+        for job, answer in zip(jobs, answers, strict=True):
+            if answer.deduped:
+                self._note("dedupe by id" if answer.id == job.id else "dedupe by key")
+            elif {job.idempotency_key, job.name, job.queue, job.tenant_id} & _LONG_VALUES:
+                self._note("insert of values at the byte limits")
 
     @rule(
         queues=claim_queues,
@@ -400,6 +723,8 @@ class ParityMachine(RuleBasedStateMachine):
         lease_ms=st.sampled_from((1000, 3000)),
         drop=st.frozensets(st.sampled_from(NAMES)),
         beat=st.none() | st.tuples(st.sampled_from((1000, 5000)), st.sampled_from(INFOS)),
+        at=st.sampled_from(("now", "now", "lease end", "lease end", "lease end + 1", "+1000")),
+        pick=st.integers(0, 7),
     )
     def claim(
         self,
@@ -409,7 +734,12 @@ class ParityMachine(RuleBasedStateMachine):
         lease_ms: int,
         drop: frozenset[str],
         beat: tuple[int, str] | None,
+        at: str,
+        pick: int,
     ) -> None:
+        """Claim now, or first jump to a running row's lease end (exactly, or just past it):
+        left to the clock alone, a walk almost never reclaims or buries a lapsed lease."""
+        self._jump(at, pick)
         params = ClaimParams(
             queues=queues,
             worker_id=worker,
@@ -425,9 +755,15 @@ class ParityMachine(RuleBasedStateMachine):
         queues=claim_queues,
         worker=st.sampled_from(WORKERS),
         lease_ms=st.sampled_from((1000, 3000)),
-        then=st.sampled_from((*NackKind, "ack", "heartbeat", "progress", "hold")),
+        then=st.sampled_from(
+            (*NackKind, NackKind.PARK, "ack", "ack", "heartbeat", "progress", "hold", "hold")
+        ),
         offset=offsets,
         error=st.sampled_from(ERRORS),
+        result=st.sampled_from(RESULTS),
+        limit=st.integers(1, 3),
+        at=st.sampled_from(("now", "now", "lease end")),
+        pick=st.integers(0, 7),
     )
     def work(
         self,
@@ -437,52 +773,88 @@ class ParityMachine(RuleBasedStateMachine):
         then: str,
         offset: int | None,
         error: str | None,
+        result: str | None,
+        limit: int,
+        at: str,
+        pick: int,
     ) -> None:
-        """What a worker does: claim, then settle what it got at once (a random walk alone
-        rarely lands a settle on a fresh fence)."""
-        got = self._claim(ClaimParams(queues, worker, 2, lease_ms, self.now))
+        """What a worker does: claim (now, or once a running row's lease lapsed), then settle
+        what it got at once (a random walk alone rarely lands a settle on a fresh fence)."""
+        self._jump(at, pick)
+        got = self._claim(ClaimParams(queues, worker, limit, lease_ms, self.now))
         if not isinstance(got, ClaimResult):
             return
         for job in got.jobs:
             f = job.fence
             if then == "ack":
-                self._ack([Ack(f, self.now, '{"r": 1}')])
+                self._ack([Ack(f, self.now, result)])
             elif then == "heartbeat":
                 self._heartbeat([Heartbeat(f, lease_ms, self.now)])
             elif then == "progress":
                 self._progress([Progress(f, '{"pct": 10}', self.now)])
             elif then != "hold":
                 kind = NackKind(then)
-                at = self._at(offset)
-                if kind is NackKind.RETRY and at is None:
-                    at = self.now
-                self._nack([Nack(f, kind, self.now, at, error, dead_letter=job.id < "m")])
+                run_at = self._at(offset)
+                if kind is NackKind.RETRY and run_at is None:
+                    run_at = self.now
+                self._nack([Nack(f, kind, self.now, run_at, error, dead_letter=job.id < "m")])
 
     def _ack(self, acks: list[Ack]) -> object:
-        return self._both(
+        before = {a.fence.job_id: self.model.rows.get(a.fence.job_id) for a in acks}
+        got = self._both(
             "job_ack", lambda: self.model.job_ack(acks), lambda: self.driver.job_ack(acks)
         )
+        if isinstance(got, list):
+            self._settled("ack", got)
+            for a, landed in zip(acks, got, strict=True):
+                old = before[a.fence.job_id]
+                if landed and a.result_json is None and old and old.result_json is not None:
+                    self._note("ack without a result over a stored result")
+        return got
 
     def _nack(self, nacks: list[Nack]) -> object:
-        return self._both(
+        before = {n.fence.job_id: self.model.rows.get(n.fence.job_id) for n in nacks}
+        got = self._both(
             "job_nack", lambda: self.model.job_nack(nacks), lambda: self.driver.job_nack(nacks)
         )
+        if isinstance(got, list):
+            self._settled("nack", got)
+            for n, landed in zip(nacks, got, strict=True):
+                old = before[n.fence.job_id]
+                if not landed or old is None:
+                    continue
+                self._note(f"nack {n.kind.value}")
+                writes_error = n.kind in (NackKind.RETRY, NackKind.FAIL, NackKind.REFUSE)
+                if writes_error and n.error is None and old.last_error is not None:
+                    self._note("nack without an error over a stored error")
+        return got
+
+    def _settled(self, what: str, answers: list[bool]) -> None:
+        if not all(answers):
+            self._note(f"{what} fence miss")
 
     def _heartbeat(self, beats: list[Heartbeat]) -> object:
-        return self._both(
+        got = self._both(
             "job_heartbeat",
             lambda: self.model.job_heartbeat(beats),
             lambda: self.driver.job_heartbeat(beats),
         )
+        if isinstance(got, list):
+            self._settled("heartbeat", got)
+        return got
 
     def _progress(self, items: list[Progress]) -> object:
-        return self._both(
+        got = self._both(
             "job_progress",
             lambda: self.model.job_progress(items),
             lambda: self.driver.job_progress(items),
         )
+        if isinstance(got, list):
+            self._settled("progress", got)
+        return got
 
     def _claim(self, params: ClaimParams) -> ClaimResult | JobsError:
+        before = dict(self.model.rows)
         got = self._both(
             "job_claim",
             lambda: self.model.job_claim(params),
@@ -490,7 +862,39 @@ class ParityMachine(RuleBasedStateMachine):
         )
         if isinstance(got, ClaimResult):
             self.fences.extend(j.fence for j in got.jobs)
+            self._claim_events(params, before, got)
         return got
+
+    def _claim_events(self, params: ClaimParams, before: dict[str, Any], got: ClaimResult) -> None:
+        now = params.now_ms
+        self._note("claim")
+        for j in got.jobs:
+            old = before[j.id]
+            if old.state == JobState.RUNNING:
+                self._edges += 1
+                self._note("reclaim of a lapsed lease")
+                if old.lease_until_ms == now:
+                    self._note("reclaim at exactly lease_until_ms")
+            elif old.state == JobState.PARKED:
+                self._note("claim of a parked row")
+        for b in got.buried:
+            self._edges += 1
+            self._note("bury")
+            if before[b.id].lease_until_ms == now:
+                self._note("bury at exactly lease_until_ms")
+        if len(got.buried) > 1:
+            self._note("several rows buried by one claim")
+        for r in before.values():
+            lapsed = (
+                r.state == JobState.RUNNING
+                and r.queue in params.queues
+                and r.lease_until_ms is not None
+                and r.lease_until_ms <= now
+                and r.attempt < r.max_attempts
+            )
+            if lapsed and self.model.rows[r.id].claims == r.claims:
+                held = self.model._paused(r)
+                self._note("lapsed lease held back by a pause" if held else "lapsed lease left")
 
     @rule(
         items=st.lists(
@@ -546,6 +950,7 @@ class ParityMachine(RuleBasedStateMachine):
     @rule(pick=target_ids)
     def cancel(self, pick: tuple[str, int]) -> None:
         job_id = self._target(pick)
+        self._note(f"cancel of a {self._state_of(job_id)} row")
         self._both(
             "job_cancel",
             lambda: self.model.job_cancel(job_id, self.now),
@@ -555,11 +960,79 @@ class ParityMachine(RuleBasedStateMachine):
     @rule(pick=target_ids)
     def requeue(self, pick: tuple[str, int]) -> None:
         job_id = self._target(pick)
-        self._both(
+        self._requeue(job_id)
+
+    def _requeue(self, job_id: str) -> None:
+        self._note(f"requeue of a {self._state_of(job_id)} row")
+        got = self._both(
             "job_requeue",
             lambda: self.model.job_requeue(job_id, self.now),
             lambda: self.driver.job_requeue(job_id, self.now),
         )
+        if isinstance(got, JobsError):
+            self._note(f"requeue refused {got.code}")
+
+    @precondition(lambda self: any(r.state not in LIVE_STATES for r in self.model.rows.values()))
+    @rule(
+        n=recent,
+        tenant=st.sampled_from(("same", "other", "other")),
+        prefix=st.sampled_from(ID_PREFIXES[:4]),
+    )
+    def requeue_beside_twin(self, n: int, tenant: str, prefix: str) -> None:
+        """Enqueue a twin of a finished row (its name and key, its tenant or another), then
+        requeue the row: the duplicate refusal must read the tenant like every namespace."""
+        done = [r for r in self.model.rows.values() if r.state not in LIVE_STATES]
+        r = done[-1 - n % len(done)]
+        others = [t for t in (None, "t1", LONG_TENANT) if t != r.tenant_id]
+        twin_tenant = r.tenant_id if tenant == "same" else others[n % len(others)]
+        twin = NewJob(
+            id=self._fresh_id(prefix),
+            run_id=f"run-twin-{self._serial}",
+            name=r.name,
+            queue=r.queue,
+            tenant_id=twin_tenant,
+            idempotency_key=r.idempotency_key,
+            input_json=r.input_json,
+            priority=r.priority,
+            run_at_ms=self.now,
+            max_attempts=r.max_attempts,
+            created_at_ms=self.now,
+        )
+        self._both(
+            "job_enqueue",
+            lambda: self.model.job_enqueue(twin),
+            lambda: self.driver.job_enqueue(twin),
+        )
+        if r.tenant_id is not None or twin_tenant is not None:
+            self._note(f"requeue beside a twin of {tenant} tenant, a tenant set")
+        self._requeue(r.id)
+
+    @precondition(lambda self: any(r.state not in LIVE_STATES for r in self.model.rows.values()))
+    @rule(
+        n=recent,
+        then=st.sampled_from(("ack", "ack", NackKind.RETRY, NackKind.FAIL, NackKind.REFUSE)),
+        keep=st.booleans(),
+    )
+    def rerun(self, n: int, then: str, keep: bool) -> None:
+        """An operator requeues a finished row (one that stored a result or an error, when there
+        is one) and a worker runs it again, settling with no result or no error: the settle must
+        overwrite what the earlier run stored, not keep it."""
+        done = [r for r in self.model.rows.values() if r.state not in LIVE_STATES]
+        stored = [r for r in done if r.result_json is not None or r.last_error is not None]
+        r = (stored or done)[-1 - n % len(stored or done)]
+        self._requeue(r.id)
+        got = self._claim(ClaimParams((r.queue,), WORKERS[n % 2], 4, 1000, self.now))
+        if not isinstance(got, ClaimResult):
+            return
+        for job in got.jobs:
+            if job.id != r.id:
+                continue
+            progress = None if keep else '{"again": true}'
+            if then == "ack":
+                self._ack([Ack(job.fence, self.now, None, progress)])
+            else:
+                kind = NackKind(then)
+                self._nack([Nack(job.fence, kind, self.now, self.now, None, True, progress)])
 
     @rule(
         keeps=st.tuples(*[st.sampled_from((None, 0, 0, 1, 1000, 3000))] * 4),
@@ -656,6 +1129,9 @@ class ParityMachine(RuleBasedStateMachine):
 
     @rule(queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3))
     def queue_demand(self, queues: list[str]) -> None:
+        rows = self.model.rows.values()
+        if any(r.state == JobState.PARKED and r.queue in queues for r in rows):
+            self._note("demand beside a parked row")
         self._both(
             "queue_demand",
             lambda: self.model.queue_demand(queues, self.now),
@@ -696,19 +1172,39 @@ class ParityMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        """Every row ever named, every pause and every live worker match the model."""
+        """Every row ever named, every pause and every live worker match the model.
+
+        Runs after every step, so a difference is blamed on the step that made it (named with
+        its rule, arguments and driver calls), never on a later step that noticed it.
+        """
+        if self._not_empty is not None:
+            return
         ids = [*self.ids, UNKNOWN_ID]
-        self._both(
-            "job_get_many",
-            lambda: self.model.job_get_many(ids),
-            lambda: self.driver.job_get_many(ids),
+        step = f"step {self._steps + 1}"
+        calls = ", ".join(self._calls) or "no driver call"
+        context = (
+            f"the state after {step} (rule {self._rule or '?'}, which called {calls}) differs — "
         )
-        self._both("pause_list", self.model.pause_list, self.driver.pause_list)
-        self._both(
-            "worker_list",
-            lambda: self.model.worker_list(self.now),
-            lambda: self.driver.worker_list(self.now),
-        )
+        checks: list[tuple[str, Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]]
+        checks = [
+            (
+                "job_get_many",
+                lambda: self.model.job_get_many(ids),
+                lambda: self.driver.job_get_many(ids),
+            ),
+            ("pause_list", self.model.pause_list, self.driver.pause_list),
+            (
+                "worker_list",
+                lambda: self.model.worker_list(self.now),
+                lambda: self.driver.worker_list(self.now),
+            ),
+        ]
+        for what, model_call, driver_call in checks:
+            want, got = model_call(), self._runner.run(driver_call())
+            _assert_same(what, got, want, context)
+        self._steps += 1
+        self._rule = None
+        self._calls = []
 
 
 async def _enter(cm: AbstractAsyncContextManager[JobDriver]) -> JobDriver:
@@ -723,6 +1219,8 @@ def make_machine(factory: DriverFactory) -> type[ParityMachine]:
     """A `ParityMachine` class whose every instance drives a fresh driver from `factory`."""
 
     class BoundParityMachine(ParityMachine):
+        tally: ClassVar[Counter[str]] = Counter()
+
         @staticmethod
         def make_driver() -> AbstractAsyncContextManager[JobDriver]:
             return factory()

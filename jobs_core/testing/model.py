@@ -1,4 +1,4 @@
-"""`ReferenceModel`: the `JobDriver` contract (SPEC §6) as plainly as Python can say it.
+"""`ReferenceModel`: the `JobDriver` contract (`jobs_core/driver.py`) as plainly as Python says it.
 
 Deliberately naive — a dict of rows, linear scans, `sorted()` — and written from the contract,
 not from any driver, so a driver's bug shows up as a difference from it. Synchronous: the state

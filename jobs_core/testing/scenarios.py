@@ -6,12 +6,20 @@ them by name. Times are fixed offsets from `T0`, handed in as every call's `now_
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
-from jobs_core.driver import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, MAX_TIME_MS, JobDriver
+from jobs_core.driver import (
+    ENQUEUE_CHUNK,
+    MAX_ENQUEUE_BATCH,
+    MAX_KEY_BYTES,
+    MAX_NAME_BYTES,
+    MAX_TIME_MS,
+    JobDriver,
+)
 from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
@@ -33,8 +41,10 @@ from jobs_core.records import (
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.states import JobState
+from jobs_core.testing.machine import typed_json
 
 Scenario: TypeAlias = Callable[[JobDriver], Awaitable[None]]
+T = TypeVar("T")
 
 T0 = 1_800_000_000_000
 
@@ -97,9 +107,37 @@ async def refused(code: str, call: Awaitable[object]) -> None:
     raise AssertionError(f"answered {answer!r}, expected a refusal {code}")
 
 
+async def accepted(call: Awaitable[T], what: str) -> T:
+    """Await `call`, asserting it is not refused (a refusal fails as an assertion naming it)."""
+    try:
+        return await call
+    except JobsError as exc:
+        raise AssertionError(f"{what}: refused with {exc.code} ({exc})") from exc
+
+
 def ids(jobs: list[ClaimedJob]) -> list[str]:
     """The claimed ids, in claim order."""
     return [j.id for j in jobs]
+
+
+def exactly(count: int, items: Sequence[T], what: str) -> list[T]:
+    """`items` as a list, asserting there are `count` of them (a clear failure, not an unpack
+    error, when a driver answers more or fewer)."""
+    got = list(items)
+    assert len(got) == count, f"expected {count} {what}, got {len(got)}: {got!r}"
+    return got
+
+
+async def claim_one(driver: JobDriver, now: int, *queues: str, **options: Any) -> ClaimedJob:
+    """A claim pass that must claim exactly one job and bury nothing; that job."""
+    jobs, buried = await claim(driver, now, *queues, **options)
+    assert buried == [], f"buried {buried!r}, expected nothing buried"
+    return exactly(1, jobs, "claimed job")[0]
+
+
+def same_json(text: str | None, expected: str) -> bool:
+    """`text` means the same JSON as `expected`, types included (`1`, `1.0`, `true` differ)."""
+    return text is not None and typed_json(text) == typed_json(expected)
 
 
 # -- the scenarios ----------------------------------------------------------------------------
@@ -158,12 +196,12 @@ async def scenario_bury_final_attempt(driver: JobDriver) -> None:
 async def scenario_lapsed_lease_reclaimed(driver: JobDriver) -> None:
     """A lapsed non-final lease is claimed again (claims + 1); only the newest fence holds."""
     await driver.job_enqueue(new_job("j", max_attempts=3))
-    (first,), _ = await claim(driver, T0, worker="w1", lease_ms=1000)
+    first = await claim_one(driver, T0, worker="w1", lease_ms=1000)
     assert (first.attempt, first.claims, first.lease_until_ms) == (1, 1, T0 + 1000)
     assert await claim(driver, T0 + 999, worker="w2") == ([], [])
 
-    (second,), buried = await claim(driver, T0 + 1000, worker="w2", lease_ms=3000)
-    assert buried == []
+    # Lapsed exactly at lease_until_ms: a new claim takes it.
+    second = await claim_one(driver, T0 + 1000, worker="w2", lease_ms=3000)
     assert (second.id, second.attempt, second.claims) == ("j", 2, 2)
     assert (second.worker_id, second.lease_until_ms) == ("w2", T0 + 4000)
 
@@ -268,7 +306,7 @@ async def scenario_idempotency_live_rows_only(driver: JobDriver) -> None:
     assert await driver.job_enqueue(new_job("8", name="other")) == EnqueueResult("8", False)
 
     # Running and parked rows still hold their key.
-    (held,), _ = await claim(driver, T0, limit=1)
+    held = await claim_one(driver, T0, limit=1)
     assert held.id == "1"
     assert await driver.job_enqueue(new_job("9", **k)) == EnqueueResult("1", True)
     assert await driver.job_nack([Nack(held.fence, NackKind.PARK, T0, run_at_ms=None)]) == [True]
@@ -336,7 +374,7 @@ async def scenario_requeue_refusals(driver: JobDriver) -> None:
     await refused("X_JOB_NOT_FOUND", driver.job_requeue("missing", T0))
     await driver.job_enqueue(new_job("r", idempotency_key="k", max_attempts=2))
     await refused("X_JOB_NOT_REQUEUEABLE", driver.job_requeue("r", T0))
-    (held,), _ = await claim(driver, T0)
+    held = await claim_one(driver, T0)
     await refused("X_JOB_NOT_REQUEUEABLE", driver.job_requeue("r", T0))
     assert await driver.job_nack(
         [Nack(held.fence, NackKind.FAIL, T0 + 10, error="bad", progress_json="[1]")]
@@ -356,7 +394,7 @@ async def scenario_requeue_refusals(driver: JobDriver) -> None:
     assert (r.claims, r.claimed_by, r.run_id) == (1, "w1", "run-r")
     await refused("X_JOB_NOT_REQUEUEABLE", driver.job_requeue("r", T0 + 50))
     # Fresh attempts: the requeued row runs max_attempts more times before it is buried.
-    (again,), _ = await claim(driver, T0 + 40)
+    again = await claim_one(driver, T0 + 40)
     assert (again.attempt, again.claims, again.final_attempt) == (1, 2, False)
     assert await driver.job_ack([Ack(held.fence, T0 + 41)]) == [False]
 
@@ -364,7 +402,7 @@ async def scenario_requeue_refusals(driver: JobDriver) -> None:
 async def scenario_cancel_running(driver: JobDriver) -> None:
     """Cancelling a running job finishes it; its holder's settles are then refused."""
     await driver.job_enqueue_many([new_job("c"), new_job("d")])
-    (held, _other), _ = await claim(driver, T0)
+    held, _other = exactly(2, (await claim(driver, T0))[0], "claimed jobs")
     assert await driver.job_cancel("c", T0 + 5) is CancelAnswer.CANCELLED
     r = await row(driver, "c")
     assert (r.state, r.finished_at_ms, r.lease_until_ms) == (JobState.CANCELLED, T0 + 5, None)
@@ -476,7 +514,7 @@ async def scenario_special_characters(driver: JobDriver) -> None:
         assert Pause("name", v) in await driver.pause_list()
         assert await claim(driver, T0, v, worker=v) == ([], [])
         await driver.pause_remove(Pause("name", v))
-        (held,), _ = await claim(driver, T0, v, worker=v)
+        held = await claim_one(driver, T0, v, worker=v)
         assert (held.id, held.name, held.queue, held.tenant_id) == (job.id, v, v, v)
         assert (held.idempotency_key, held.enqueued_by, held.worker_id) == (v, v, v)
         assert held.input == {"v": v, v: [v]}
@@ -492,7 +530,7 @@ async def scenario_special_characters(driver: JobDriver) -> None:
     # The decoy was never matched by a value that looks like a pattern.
     assert (await row(driver, "decoy")).state is JobState.READY
     await driver.worker_beat(WorkerBeat("%_ ☃'\n", '{"w": "☃\'"}', 1000, T0))
-    (info,) = await driver.worker_list(T0)
+    (info,) = exactly(1, await driver.worker_list(T0), "live worker")
     assert info.worker_id == "%_ ☃'\n" and json.loads(info.info_json) == {"w": "☃'"}
 
 
@@ -508,7 +546,7 @@ async def scenario_demand_with_paused_queue(driver: JobDriver) -> None:
             new_job("s1", queue="q2"),
         ]
     )
-    (running, parked), _ = await claim(driver, T0, "q1", limit=2)
+    running, parked = exactly(2, (await claim(driver, T0, "q1", limit=2))[0], "claimed jobs")
     assert (running.id, parked.id) == ("r1", "r2")
     # Parked and due is still not ready: demand counts `ready` rows only.
     assert await driver.job_nack([Nack(parked.fence, NackKind.PARK, T0, run_at_ms=T0)]) == [True]
@@ -526,7 +564,8 @@ async def scenario_worker_registry_ttl(driver: JobDriver) -> None:
     await driver.worker_beat(WorkerBeat("w2", '{"n": 2}', 1000, T0))
     await driver.worker_beat(WorkerBeat("w1", '{"n": 1}', 2000, T0))
     assert [w.worker_id for w in await driver.worker_list(T0)] == ["w1", "w2"]
-    (w2,) = [w for w in await driver.worker_list(T0 + 999) if w.worker_id == "w2"]
+    live = await driver.worker_list(T0 + 999)
+    (w2,) = exactly(1, [w for w in live if w.worker_id == "w2"], "worker w2")
     assert (w2.last_beat_ms, w2.expires_at_ms, json.loads(w2.info_json)) == (
         T0,
         T0 + 1000,
@@ -536,7 +575,7 @@ async def scenario_worker_registry_ttl(driver: JobDriver) -> None:
     assert await driver.worker_list(T0 + 2000) == []
 
     await driver.worker_beat(WorkerBeat("w1", '{"n": 3}', 1000, T0 + 1500))
-    (w1,) = await driver.worker_list(T0 + 2000)
+    (w1,) = exactly(1, await driver.worker_list(T0 + 2000), "live worker")
     assert (w1.last_beat_ms, w1.expires_at_ms, json.loads(w1.info_json)) == (
         T0 + 1500,
         T0 + 2500,
@@ -553,11 +592,11 @@ async def scenario_worker_registry_ttl(driver: JobDriver) -> None:
 async def scenario_heartbeat_from_now(driver: JobDriver) -> None:
     """A heartbeat moves the lease to `now + lease_ms`, never `old lease + lease_ms`."""
     await driver.job_enqueue(new_job("h"))
-    (held,), _ = await claim(driver, T0, lease_ms=1000)
+    held = await claim_one(driver, T0, lease_ms=1000)
     assert await driver.job_heartbeat([Heartbeat(held.fence, 1000, T0 + 500)]) == [True]
     assert (await row(driver, "h")).lease_until_ms == T0 + 1500
     assert await claim(driver, T0 + 1499, worker="w2") == ([], [])
-    (again,), _ = await claim(driver, T0 + 1500, worker="w2")
+    again = await claim_one(driver, T0 + 1500, worker="w2")
     assert (again.id, again.attempt, again.claims) == ("h", 2, 2)
     assert await driver.job_heartbeat([Heartbeat(held.fence, 1000, T0 + 1500)]) == [False]
 
@@ -565,7 +604,7 @@ async def scenario_heartbeat_from_now(driver: JobDriver) -> None:
 async def scenario_refused_calls_change_nothing(driver: JobDriver) -> None:
     """A refused call (bad record, empty claim, bad settle item) writes nothing at all."""
     await driver.job_enqueue(new_job("kept"))
-    (held,), _ = await claim(driver, T0)
+    held = await claim_one(driver, T0)
     before = await driver.job_get_many(["kept"])
     await refused(
         "X_JOB_RECORD_INVALID",
@@ -649,6 +688,216 @@ async def scenario_purge_retention(driver: JobDriver) -> None:
     assert taken.id == "cB" and taken.claims == 1
 
 
+async def scenario_reclaim_edges(driver: JobDriver) -> None:
+    """The reclaim path: pauses hold a lapsed lease back, the claim counter moves on from the
+    last claim, a lease lapses at exactly `lease_until_ms`, and several rows buried by one claim
+    are answered by id."""
+    await driver.job_enqueue(new_job("a", name="n", queue="q", max_attempts=3))
+    first = await claim_one(driver, T0, "q", lease_ms=1000)
+    # A lapsed, non-final lease under a name pause, then under a queue pause: not handed out.
+    await driver.pause_add(Pause("name", "n"))
+    assert await claim(driver, T0 + 1000, "q", worker="w2") == ([], [])
+    await driver.pause_remove(Pause("name", "n"))
+    await driver.pause_add(Pause("queue", "q"))
+    assert await claim(driver, T0 + 1000, "q", worker="w2") == ([], [])
+    await driver.pause_remove(Pause("queue", "q"))
+    r = await row(driver, "a")
+    assert (r.state, r.claims, r.claimed_by) == (JobState.RUNNING, 1, "w1")
+    # Lapsed at exactly its lease end: a new claim takes it, attempt and counter both move.
+    again = await claim_one(driver, T0 + 1000, "q", worker="w2", lease_ms=1000)
+    assert (again.id, again.attempt, again.claims, again.worker_id) == ("a", 2, 2, "w2")
+    assert await driver.job_ack([Ack(first.fence, T0 + 1001)]) == [False]
+
+    # The counter counts claims, not attempts: a shed gives the attempt back, never a claim.
+    await driver.job_enqueue(new_job("e", queue="eq", max_attempts=3))
+    held = await claim_one(driver, T0, "eq")
+    assert await driver.job_nack([Nack(held.fence, NackKind.SHED, T0)]) == [True]
+    held = await claim_one(driver, T0, "eq", lease_ms=1000)
+    assert (held.attempt, held.claims) == (1, 2)
+    lapsed = await claim_one(driver, T0 + 1000, "eq", worker="w2")
+    assert (lapsed.attempt, lapsed.claims) == (2, 3)
+
+    # Two final attempts lapse, the later id first; one claim buries both, answered by id.
+    await driver.job_enqueue_many(
+        [new_job("d1", queue="dq", max_attempts=1), new_job("d2", queue="dq", max_attempts=1)]
+    )
+    assert (await claim_one(driver, T0, "dq", limit=1, lease_ms=2000)).id == "d1"
+    assert (await claim_one(driver, T0, "dq", limit=1, lease_ms=1000)).id == "d2"
+    jobs, buried = await claim(driver, T0 + 2000, "dq")
+    assert jobs == []
+    assert buried == [
+        BuriedJob("d1", "n", "dq", JobState.DEAD),
+        BuriedJob("d2", "n", "dq", JobState.DEAD),
+    ]
+
+
+async def scenario_settles_overwrite_with_nothing(driver: JobDriver) -> None:
+    """An absent result or error overwrites what an earlier run stored; absent progress keeps."""
+    await driver.job_enqueue(new_job("r"))
+    held = await claim_one(driver, T0)
+    assert await driver.job_ack([Ack(held.fence, T0 + 1, '{"v": 1}', "[1]")]) == [True]
+    await driver.job_requeue("r", T0 + 2)
+    held = await claim_one(driver, T0 + 2)
+    assert await driver.job_ack([Ack(held.fence, T0 + 3)]) == [True]
+    r = await row(driver, "r")
+    assert r.state is JobState.COMPLETED
+    assert r.result_json is None, f"an ack without a result left {r.result_json!r}"
+    assert same_json(r.progress_json, "[1]"), r.progress_json
+
+    await driver.job_enqueue(new_job("s"))
+    held = await claim_one(driver, T0)
+    nack = Nack(held.fence, NackKind.RETRY, T0, run_at_ms=T0, error="e1")
+    assert await driver.job_nack([nack]) == [True]
+    held = await claim_one(driver, T0)
+    assert await driver.job_nack([Nack(held.fence, NackKind.RETRY, T0, run_at_ms=T0)]) == [True]
+    assert (await row(driver, "s")).last_error is None
+    held = await claim_one(driver, T0)
+    assert await driver.job_nack([Nack(held.fence, NackKind.FAIL, T0, error="e2")]) == [True]
+    await driver.job_requeue("s", T0 + 1)
+    held = await claim_one(driver, T0 + 1)
+    assert await driver.job_nack([Nack(held.fence, NackKind.REFUSE, T0 + 1)]) == [True]
+    r = await row(driver, "s")
+    assert (r.state, r.last_error) == (JobState.FAILED, None), (r.state, r.last_error)
+
+
+async def scenario_json_types_exact(driver: JobDriver) -> None:
+    """JSON comes back with its types: `1`, `1.0`, `true`, `0` and `false` stay apart."""
+    text = '{"i": 1, "f": 1.0, "t": true, "z": 0, "n": false, "l": [1, 1.0, true, null, "1"]}'
+    await driver.job_enqueue(new_job("j", input_json=text))
+    r = await row(driver, "j")
+    assert same_json(r.input_json, text), r.input_json
+    held = await claim_one(driver, T0)
+    assert same_json(held.input_json, text), held.input_json
+    assert await driver.job_progress([Progress(held.fence, "1.0", T0)]) == [True]
+    assert same_json((await row(driver, "j")).progress_json, "1.0")
+    assert await driver.job_ack([Ack(held.fence, T0, "true", "[0, false]")]) == [True]
+    r = await row(driver, "j")
+    assert same_json(r.result_json, "true"), r.result_json
+    assert same_json(r.progress_json, "[0, false]"), r.progress_json
+    await driver.worker_beat(WorkerBeat("w", '{"n": 1.5, "up": true, "k": 2}', 1000, T0))
+    (info,) = exactly(1, await driver.worker_list(T0), "live worker")
+    assert same_json(info.info_json, '{"n": 1.5, "up": true, "k": 2}'), info.info_json
+
+
+async def scenario_every_live_state(driver: JobDriver) -> None:
+    """Requeue, cancel, demand and claim meet a parked row; requeue's duplicate check reads the
+    tenant like every other namespace check."""
+    await driver.job_enqueue(new_job("p", queue="pq"))
+    held = await claim_one(driver, T0, "pq")
+    assert await driver.job_nack([Nack(held.fence, NackKind.PARK, T0, run_at_ms=T0 + 100)]) == [
+        True
+    ]
+    parked = await row(driver, "p")
+    await refused("X_JOB_NOT_REQUEUEABLE", driver.job_requeue("p", T0 + 100))
+    assert await row(driver, "p") == parked
+    assert await driver.queue_demand(["pq"], T0 + 100) == {"pq": 0}
+    woken = await claim_one(driver, T0 + 100, "pq")
+    assert (woken.id, woken.attempt, woken.claims) == ("p", 1, 2)
+    assert await driver.job_nack([Nack(woken.fence, NackKind.PARK, T0 + 100)]) == [True]
+    assert await driver.job_cancel("p", T0 + 101) is CancelAnswer.CANCELLED
+
+    # A finished row of tenant t1 beside a live row of the same name and key without a tenant:
+    # different namespaces, so the requeue goes through.
+    k = {"name": "n", "idempotency_key": "k"}
+    await driver.job_enqueue(new_job("x", **k, tenant_id="t1"))
+    held = await claim_one(driver, T0)
+    assert await driver.job_ack([Ack(held.fence, T0)]) == [True]
+    assert (await driver.job_enqueue(new_job("y", **k))).deduped is False
+    await accepted(driver.job_requeue("x", T0 + 1), "a requeue beside another tenant's live twin")
+    assert (await row(driver, "x")).state is JobState.READY
+    # The same tenant's live row does refuse it.
+    assert await driver.job_cancel("x", T0 + 2) is CancelAnswer.CANCELLED
+    assert (await driver.job_enqueue(new_job("z", **k, tenant_id="t1"))).deduped is False
+    await refused("X_JOB_REQUEUE_DUPLICATE", driver.job_requeue("x", T0 + 3))
+
+
+def _sized(prefix: str, char: str, size: int) -> str:
+    """`prefix` padded with `char` (then ASCII) to exactly `size` UTF-8 bytes."""
+    out = prefix
+    while len((out + char).encode()) <= size:
+        out += char
+    return out + "a" * (size - len(out.encode()))
+
+
+async def scenario_values_at_the_byte_limits(driver: JobDriver) -> None:
+    """Names, queues, tenants, ids and keys exactly at the byte limits, in 2-, 3- and 4-byte
+    characters, are stored and read back whole, match exactly, and one byte more is refused."""
+    name = _sized("n", "é", MAX_NAME_BYTES)
+    queue = _sized("q", "☃", MAX_NAME_BYTES)
+    tenant = _sized("t", "😀", MAX_NAME_BYTES)
+    job_id = _sized("i", "ü", MAX_NAME_BYTES)
+    worker = _sized("w", "漢", MAX_NAME_BYTES)
+    keys = [_sized("k", c, MAX_KEY_BYTES) for c in ("a", "é", "☃", "😀")]
+    # Same as keys[0] but its last character: a column cut short would merge the two.
+    twin = keys[0][:-1] + "b"
+    base = {"name": name, "queue": queue, "tenant_id": tenant}
+    jobs = [
+        new_job(job_id, **base, run_id=_sized("r", "ü", MAX_NAME_BYTES), idempotency_key=keys[0]),
+        *(new_job(f"k{i}", **base, idempotency_key=k) for i, k in enumerate(keys[1:], 1)),
+        new_job("twin", **base, idempotency_key=twin),
+    ]
+    answers = await driver.job_enqueue_many(jobs)
+    assert answers == [EnqueueResult(j.id, False) for j in jobs]
+    again = await driver.job_enqueue(new_job("again", **base, idempotency_key=keys[3]))
+    assert again == EnqueueResult("k3", True)
+    stored = await driver.job_get_many([j.id for j in jobs])
+    for j in jobs:
+        r = stored[j.id]
+        assert (r.id, r.name, r.queue, r.tenant_id, r.idempotency_key) == (
+            j.id,
+            name,
+            queue,
+            tenant,
+            j.idempotency_key,
+        ), f"{j.id!r} came back changed"
+    await driver.pause_add(Pause("name", name))
+    assert await driver.pause_list() == [Pause("name", name)]
+    assert await claim(driver, T0, queue, worker=worker) == ([], [])
+    await driver.pause_remove(Pause("name", name))
+    got, _ = await claim(driver, T0, queue, worker=worker, limit=10)
+    assert sorted(ids(got)) == sorted(j.id for j in jobs)
+    assert all(j.worker_id == worker for j in got)
+    assert await driver.job_ack([Ack(j.fence, T0) for j in got]) == [True] * len(jobs)
+    over = _sized("n", "é", MAX_NAME_BYTES + 1)
+    await refused("X_JOB_RECORD_INVALID", driver.job_enqueue(new_job("over", name=over)))
+    long_key = _sized("k", "😀", MAX_KEY_BYTES + 1)
+    await refused(
+        "X_JOB_RECORD_INVALID", driver.job_enqueue(new_job("over", idempotency_key=long_key))
+    )
+    assert await driver.job_get_many(["over"]) == {}
+
+
+#: Real seconds a wake channel gets to prove itself live, then to deliver (a server round-trip
+#: on a busy machine, with margin).
+WAKE_WAIT_S = 15.0
+
+
+async def scenario_wake(driver: JobDriver) -> None:
+    """A driver that declares `wake` delivers an enqueue's queue to a live subscriber; one that
+    does not answers None from `wake_subscribe`, so no worker trusts a channel it lacks."""
+    woken: list[str] = []
+    sub = await driver.wake_subscribe(["q"], woken.append)
+    if not driver.capabilities().wake:
+        assert sub is None, "wake_subscribe answered a channel, but capabilities() has no wake"
+        return
+    assert sub is not None, "capabilities() declares wake, but wake_subscribe answered None"
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAKE_WAIT_S
+        while not sub.is_live():
+            assert loop.time() < deadline, f"the wake channel was not live after {WAKE_WAIT_S} s"
+            await asyncio.sleep(0.02)
+        await driver.job_enqueue(new_job("w"))
+        deadline = loop.time() + WAKE_WAIT_S
+        while "q" not in woken:
+            assert loop.time() < deadline, (
+                f"no wake for queue 'q' within {WAKE_WAIT_S} s of an enqueue (got {woken!r})"
+            )
+            await asyncio.sleep(0.02)
+    finally:
+        await sub.close()
+
+
 #: Every scenario by name (the function name without `scenario_`).
 SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
@@ -658,15 +907,21 @@ SCENARIOS: dict[str, Scenario] = {
         scenario_claim_order,
         scenario_demand_with_paused_queue,
         scenario_enqueue_many_chunks,
+        scenario_every_live_state,
         scenario_heartbeat_from_now,
         scenario_idempotency_live_rows_only,
+        scenario_json_types_exact,
         scenario_lapsed_lease_reclaimed,
         scenario_nack_attempt_accounting,
         scenario_pause_by_queue_and_name,
         scenario_purge_retention,
+        scenario_reclaim_edges,
         scenario_refused_calls_change_nothing,
         scenario_requeue_refusals,
+        scenario_settles_overwrite_with_nothing,
         scenario_special_characters,
+        scenario_values_at_the_byte_limits,
+        scenario_wake,
         scenario_worker_registry_ttl,
     )
 }

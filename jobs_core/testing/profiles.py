@@ -1,0 +1,97 @@
+"""The Hypothesis profiles the parity suite ships, chosen by `HYPOTHESIS_PROFILE`.
+
+- `default` (no variable set): what a third-party driver's CI gets — 40 walks of 30 steps, no
+  shrinking, so a failing run costs about what a passing one does.
+- `ci`: the same numbers; the name our own test command uses.
+- `nightly`: 1,000 walks of 60 steps, shrunk to a minimal failing program.
+- `debug`: `ci`'s numbers with shrinking: rerun a failure under it with its seed, and the same
+  walk is found again, then shrunk to a minimal one.
+
+A name that is not one of these but is registered with Hypothesis (a project's own profile) is
+used as it stands. Every walk prints its seed; `pytest --hypothesis-seed=N` replays it. The
+shipped profiles keep no example database, so that the seed alone decides the walk (a database
+would replay an earlier run's failure under a new run's seed, one driver's under another's).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from hypothesis import HealthCheck, Phase, settings
+
+#: The environment variable naming the profile.
+PROFILE_ENV: Final = "HYPOTHESIS_PROFILE"
+
+_FAST_PHASES: Final = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+_ALL_PHASES: Final = (*_FAST_PHASES, Phase.shrink)
+
+#: Each shipped profile's settings (a drivers' round-trips are slow for Hypothesis's taste).
+PROFILES: Final[dict[str, dict[str, object]]] = {
+    "default": {
+        "max_examples": 40,
+        "stateful_step_count": 30,
+        "phases": _FAST_PHASES,
+    },
+    "ci": {
+        "max_examples": 40,
+        "stateful_step_count": 30,
+        "phases": _FAST_PHASES,
+    },
+    "nightly": {
+        "max_examples": 1000,
+        "stateful_step_count": 60,
+        "phases": _ALL_PHASES,
+    },
+    "debug": {
+        "max_examples": 40,
+        "stateful_step_count": 30,
+        "phases": _ALL_PHASES,
+    },
+}
+
+_COMMON: Final[dict[str, object]] = {
+    "deadline": None,
+    "database": None,
+    # One failure reported, not every distinct one: the first is the one to fix.
+    "report_multiple_bugs": False,
+    "print_blob": True,
+    "suppress_health_check": (HealthCheck.too_slow, HealthCheck.data_too_large),
+}
+
+
+def profile_settings(name: str) -> settings:
+    """The settings of shipped profile `name` (`KeyError` for another name)."""
+    return settings(**_COMMON, **PROFILES[name])  # type: ignore[arg-type]
+
+
+def selected_profile() -> str:
+    """The profile `HYPOTHESIS_PROFILE` names, or `default` when it is unset or empty."""
+    return os.environ.get(PROFILE_ENV) or "default"
+
+
+def suite_settings() -> settings:
+    """The settings the state machine runs under: the selected profile's.
+
+    A shipped name gives ours; any other name must be registered with Hypothesis (a project's
+    own profile), else Hypothesis's `InvalidArgument` names it.
+    """
+    name = selected_profile()
+    if name in PROFILES:
+        return profile_settings(name)
+    return settings.get_profile(name)
+
+
+def register_profiles(*, load: bool = True) -> str:
+    """Register every shipped profile with Hypothesis and (by default) load the selected one.
+
+    For a project's own conftest, so its other Hypothesis tests run under the same profile;
+    the parity suite itself does not need it. Overwrites any profile of the same name. Answers
+    the selected name.
+    """
+    for name in PROFILES:
+        settings.register_profile(name, profile_settings(name))
+    name = selected_profile()
+    if load:
+        settings.load_profile(name)
+    return name

@@ -637,7 +637,8 @@ class ParityMachine(RuleBasedStateMachine):
     @rule(
         first=st.integers(1, 4),
         second=st.integers(0, 4),
-        leases=st.sampled_from(((1000, 3000), (3000, 1000), (1000, 1000))),
+        # Mostly the first worker's leases lapse last, so lease order and id order disagree.
+        leases=st.sampled_from(((1000, 3000), (3000, 1000), (3000, 1000), (1000, 1000))),
         delta=st.sampled_from((0, 0, 1)),
         drop=st.frozensets(st.sampled_from(NAMES)),
         limit=st.integers(1, 4),

@@ -11,11 +11,12 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich.console import Console
@@ -37,6 +38,7 @@ from jobs_core.errors import (
 )
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, jobs_of
+from jobs_core.retention import Retention
 from jobs_core.urls import driver_from_url, mask_text
 from jobs_core.worker import Worker, WorkerStats
 
@@ -236,6 +238,14 @@ def main(ctx: click.Context, verbose: int) -> None:
     show_default=True,
     help="Log lines as text, or one JSON object per line (with the records' extra fields).",
 )
+@click.option(
+    "--keep",
+    "keeps",
+    multiple=True,
+    metavar="STATE=SECONDS",
+    help="Retention of one final state (completed, cancelled, failed, dead): seconds, or "
+    "'forever' (repeat). Defaults: completed and cancelled 86400, failed and dead 604800.",
+)
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.pass_context
 def worker(
@@ -248,6 +258,7 @@ def worker(
     lease: float,
     drain_timeout: float,
     log_format: str,
+    keeps: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
@@ -256,6 +267,7 @@ def worker(
         url = _required_driver(url, "worker")
         _seconds(lease, "--lease", positive=True)
         _seconds(drain_timeout, "--drain-timeout")
+        retention = retention_from(keeps)
         driver = driver_from_url(url)
         handles = _jobs_in(module)
         w = Worker(
@@ -266,11 +278,12 @@ def worker(
             max_in_flight=max_in_flight,
             lease=lease,
             drain_timeout=drain_timeout,
+            retention=retention,
         )
     except JobsError as exc:
         _fail(exc)
         return
-    _print_plan(w, handles, driver)
+    _print_plan(w, handles, driver, retention)
     try:
         asyncio.run(_run_worker(w, quiet))
     except JobsError as exc:
@@ -278,12 +291,58 @@ def worker(
     console.print(_stats_table(w.stats, title="worker stopped"))
 
 
-def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
+def retention_from(keeps: Sequence[str]) -> Retention:
+    """The retention `--keep STATE=SECONDS|forever` options ask for, over the defaults.
+
+    A malformed option or an unknown state is `X_CLI_USAGE_INVALID`; a bad number of seconds
+    is `X_JOB_OPTION_INVALID` naming the state, as `Retention` refuses it.
+    """
+    given: dict[str, float | None] = {}
+    for keep in keeps:
+        state, sep, value = keep.partition("=")
+        state = state.strip()
+        if not sep or state not in _KEEP_STATES:
+            raise CliUsageInvalidError(
+                f"--keep takes STATE=SECONDS or STATE=forever, STATE one of "
+                f"{', '.join(_KEEP_STATES)}",
+                detail=keep,
+            )
+        value = value.strip()
+        if value == "forever":
+            given[state] = None
+            continue
+        try:
+            given[state] = float(value)
+        except ValueError:
+            raise OptionInvalidError(
+                "must be seconds or 'forever'", detail=f"retention.{state}"
+            ) from None
+    return replace(Retention(), **given)
+
+
+_KEEP_STATES: Final = ("completed", "cancelled", "failed", "dead")
+
+
+def _retention_text(r: Retention | None) -> str:
+    if r is None or r.keeps_everything:
+        return "keeps every finished job"
+    parts = []
+    for state in _KEEP_STATES:
+        value = getattr(r, state)
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        parts.append(f"{state} {'forever' if seconds is None else f'{seconds:g} s'}")
+    return "keeps " + ", ".join(parts)
+
+
+def _print_plan(
+    w: Worker, handles: list[JobHandle], driver: JobDriver, retention: Retention | None
+) -> None:
     where = escape(driver.describe())
     console.print(f"[bold]ujobs worker[/bold] {escape(w.worker_id)} on [cyan]{where}[/cyan]")
     console.print(
         f"queues: {escape(', '.join(w.queues))} · concurrency {w.concurrency} · "
-        f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s"
+        f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s · "
+        f"{_retention_text(retention)}"
     )
     table = Table("job", "queue", "attempts", "timeout", "body")
     for h in sorted(handles, key=lambda h: h.name):

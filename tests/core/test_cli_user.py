@@ -205,3 +205,24 @@ def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: 
     text = lines["text"]
     first = next(line for line in text if "hello there" in line)
     assert "WARNING logjobs hello there" in first and "job_id=j1" in first and "attempt=2" in first
+
+
+def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(app: Path) -> None:
+    """`--keep STATE=SECONDS|forever` overrides one final state's retention over the defaults;
+    a malformed option or an unknown state is a usage refusal, a bad number names the state."""
+    from jobs_core.cli import _retention_text, retention_from
+    from jobs_core.retention import DAY, Retention
+
+    keep = retention_from(["completed=3600", "dead=forever", " failed = 1.5 "])
+    assert keep == Retention(completed=3600.0, cancelled=DAY, failed=1.5, dead=None)
+    assert retention_from([]) == Retention()
+    assert _retention_text(keep) == (
+        "keeps completed 3600 s, cancelled 86400 s, failed 1.5 s, dead forever"
+    )
+    mem = ("--driver", "memory")
+    for bad in ("completed", "running=10", "=10"):
+        done = run("worker", "myjobs", "--keep", bad, *mem, cwd=app)
+        assert "--keep" in one_line_refusal(done, "X_CLI_USAGE_INVALID")
+    for bad in ("dead=soon", "dead=-1", "dead=nan"):
+        done = run("worker", "myjobs", "--keep", bad, *mem, cwd=app)
+        assert "retention.dead" in one_line_refusal(done, "X_JOB_OPTION_INVALID")

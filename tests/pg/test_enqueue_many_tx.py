@@ -19,26 +19,14 @@ import pytest
 from jobs_core.errors import JobsError
 from jobs_core.records import EnqueueResult, NewJob
 from jobs_pg import PgDriver
+from tests.core.support import new_job
 from tests.pg.conftest import PG_URL, admin
 
-T0 = 1_800_000_000_000
 N = 1_500  # two chunks
 
 
 def job(i: int) -> NewJob:
-    return NewJob(
-        id=f"j{i:05}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"k{i:05}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=3,
-        created_at_ms=T0,
-    )
+    return new_job(f"j{i:05}", f"k{i:05}", run_id=f"r{i}", max_attempts=3)
 
 
 async def hold_key(conn: psycopg.AsyncConnection[Any], schema: str, row_id: str, key: str) -> None:

@@ -20,28 +20,12 @@ import psycopg
 
 from jobs_core.records import Ack, ClaimParams, EnqueueResult, Heartbeat, NewJob
 from jobs_pg import PgDriver
+from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
 
-T0 = 1_800_000_000_000
 LEASE = 60_000
 #: How long both races run side by side.
 RACE_S = 6.0
-
-
-def new_job(id_: str, key: str, queue: str) -> NewJob:
-    return NewJob(
-        id=id_,
-        run_id=f"run-{id_}",
-        name="n",
-        queue=queue,
-        tenant_id=None,
-        idempotency_key=key,
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
 
 
 def deadlocks(errors: list[BaseException]) -> list[BaseException]:
@@ -56,7 +40,9 @@ async def settle_race(
     r = 0
     while time.monotonic() < until:
         r += 1
-        await d.job_enqueue_many([new_job(f"s{r}-{i:03}", f"s{r}-{i}", "s") for i in range(60)])
+        await d.job_enqueue_many(
+            [new_job(f"s{r}-{i:03}", f"s{r}-{i}", queue="s") for i in range(60)]
+        )
         got = await d.job_claim(ClaimParams(("s",), "w", 60, LEASE, T0))
         assert len(got.jobs) == 60
         beats = [Heartbeat(j.fence, LEASE, T0 + 1) for j in got.jobs]
@@ -86,8 +72,8 @@ async def enqueue_race(
         # Every fourth round spans two chunks: the all-or-nothing transaction path.
         n = 1_100 if r % 4 == 0 else 120
         keys = [f"e{r}-{i:05}" for i in range(n)]
-        up = [new_job(f"a{r}-{i}", k, "e") for i, k in enumerate(keys)]
-        down = [new_job(f"b{r}-{i}", k, "e") for i, k in reversed(list(enumerate(keys)))]
+        up = [new_job(f"a{r}-{i}", k, queue="e") for i, k in enumerate(keys)]
+        down = [new_job(f"b{r}-{i}", k, queue="e") for i, k in reversed(list(enumerate(keys)))]
         a, b = await asyncio.gather(
             p1.job_enqueue_many(up), p2.job_enqueue_many(down), return_exceptions=True
         )
@@ -160,7 +146,7 @@ async def wait_for_lock_waits(schema: str, count: int) -> None:
 async def test_heartbeat_and_ack_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> None:
     """The middle row held by a third session makes both batches stop halfway: locking in the
     caller's order, each then held the half the other needed next (a certain deadlock)."""
-    jobs = [new_job(f"m{i:02}", f"m{i}", "m") for i in range(40)]
+    jobs = [new_job(f"m{i:02}", f"m{i}", queue="m") for i in range(40)]
     await pg.job_enqueue_many(jobs)
     got = (await pg.job_claim(ClaimParams(("m",), "w", 40, LEASE, T0))).jobs
     acker = PgDriver(PG_URL, schema=pg.schema, pool_size=2, conflict_retries=0)
@@ -204,8 +190,8 @@ async def test_enqueues_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> 
             " created_at_ms) VALUES ('x', 'x', 'n', 'e', %s, '{}', 'ready', 0, 0, 1, 0, 0, 0)",
             (keys[20],),
         )
-        up = [new_job(f"a{i}", k, "e") for i, k in enumerate(keys)]
-        down = [new_job(f"b{i}", k, "e") for i, k in reversed(list(enumerate(keys)))]
+        up = [new_job(f"a{i}", k, queue="e") for i, k in enumerate(keys)]
+        down = [new_job(f"b{i}", k, queue="e") for i, k in reversed(list(enumerate(keys)))]
         a = asyncio.create_task(p1.job_enqueue_many(up))
         b = asyncio.create_task(p2.job_enqueue_many(down))
         await wait_for_lock_waits(pg.schema, 2)

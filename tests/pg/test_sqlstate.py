@@ -22,9 +22,9 @@ import pytest
 from jobs_core.errors import JobsError
 from jobs_core.records import ClaimedJob, ClaimParams, Heartbeat, NewJob
 from jobs_pg import PgDriver
+from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
 
-T0 = 1_800_000_000_000
 LEASE = 60_000
 SECRET = "topsecret-pw"
 #: The test server trusts every connection: the password only proves it never leaks.
@@ -38,19 +38,7 @@ def url_with(**settings: str) -> str:
 
 
 def job(i: int, *, key: str | None = None, tenant: str | None = None) -> NewJob:
-    return NewJob(
-        id=f"j{i:03}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=tenant,
-        idempotency_key=key if key is not None else f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
+    return new_job(f"j{i:03}", key if key is not None else f"k{i}", run_id=f"r{i}", tenant=tenant)
 
 
 @pytest.fixture

@@ -21,29 +21,17 @@ from jobs_core.errors import DriverUnavailableError
 from jobs_core.records import Ack, ClaimParams, NewJob
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
+from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
 from tests.pg.proxy import Proxy
 
-T0 = 1_800_000_000_000
 LEASE = 30_000
 N = 12
 T = TypeVar("T")
 
 
 def job(i: int) -> NewJob:
-    return NewJob(
-        id=f"j{i:03}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
+    return new_job(f"j{i:03}", f"k{i}", run_id=f"r{i}")
 
 
 @pytest.fixture

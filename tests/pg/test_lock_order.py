@@ -21,7 +21,8 @@ import psycopg
 from jobs_core.records import Ack, ClaimParams, EnqueueResult, Heartbeat, NewJob
 from jobs_pg import PgDriver
 from tests.core.support import T0, new_job
-from tests.pg.conftest import PG_URL, admin
+from tests.pg.conftest import PG_URL
+from tests.pg.locks import wait_for_lock_wait
 
 LEASE = 60_000
 #: How long both races run side by side.
@@ -127,22 +128,6 @@ async def test_batches_never_deadlock(pg_schema: str) -> None:
         await p2.close()
 
 
-async def wait_for_lock_waits(schema: str, count: int) -> None:
-    """Until `count` of our sessions wait on a lock in a statement naming `schema`."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchone()
-        if row is not None and row[0] >= count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{count} calls never reached the server's lock wait")
-
-
 async def test_heartbeat_and_ack_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> None:
     """The middle row held by a third session makes both batches stop halfway: locking in the
     caller's order, each then held the half the other needed next (a certain deadlock)."""
@@ -162,7 +147,7 @@ async def test_heartbeat_and_ack_in_opposite_orders_wait_for_each_other(pg: PgDr
         ack = asyncio.create_task(
             acker.job_ack([Ack(j.fence, T0 + 2, None) for j in reversed(got)])
         )
-        await wait_for_lock_waits(pg.schema, 2)
+        await wait_for_lock_wait(pg.schema, count=2)
         await other.commit()
         beat_answer, ack_answer = await asyncio.wait_for(
             asyncio.gather(beat, ack, return_exceptions=True), 30
@@ -194,7 +179,7 @@ async def test_enqueues_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> 
         down = [new_job(f"b{i}", k, queue="e") for i, k in reversed(list(enumerate(keys)))]
         a = asyncio.create_task(p1.job_enqueue_many(up))
         b = asyncio.create_task(p2.job_enqueue_many(down))
-        await wait_for_lock_waits(pg.schema, 2)
+        await wait_for_lock_wait(pg.schema, count=2)
         await other.rollback()  # the middle key is free again: both go on
         got_a, got_b = await asyncio.wait_for(asyncio.gather(a, b, return_exceptions=True), 30)
         assert isinstance(got_a, list), got_a

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from jobs_core.records import ClaimedJob, ClaimParams, Heartbeat, NewJob
 from jobs_pg import PgDriver
 from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
+from tests.pg.locks import wait_for_lock_wait
 
 LEASE = 60_000
 SECRET = "topsecret-pw"
@@ -72,22 +72,6 @@ async def outcome(scenario: Callable[[Conn], Awaitable[Any]]) -> Any:
         return exc
     finally:
         await other.close()
-
-
-async def wait_for_lock_wait(schema: str, *, count: int = 1) -> list[int]:
-    """The pids of our sessions waiting on a lock in a statement naming `schema`."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            rows = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchall()
-        if len(rows) >= count:
-            return [r[0] for r in rows]
-        await asyncio.sleep(0.05)
-    raise AssertionError("the call never reached the server's lock wait")
 
 
 def beats(jobs: list[ClaimedJob]) -> list[Heartbeat]:

@@ -7,12 +7,14 @@ import inspect
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from jobs_core.clock import FakeClock
+from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
+from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.records import NewJob
 
 D = TypeVar("D", bound=JobDriver)
@@ -45,6 +47,30 @@ async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.
             return
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.005)
+
+
+def declare(fn: Any, **options: Any) -> JobHandle:
+    """`fn` declared on a registry of its own, tenant-free, keyed by its input's `n`."""
+    options.setdefault("tenant", "none")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    handle: JobHandle = job(fn, registry=JobRegistry(), **options)
+    return handle
+
+
+def cancel_recorder(
+    reasons: list[str], wait: Callable[[], Coroutine[Any, Any, None]] | None = None
+) -> Callable[[Any, JobContext], Awaitable[None]]:
+    """A body that awaits `wait()` (by default an hour of real time) and, when cancelled, adds
+    its signal's reason code (`?` for none) to `reasons` before it lets the cancel through."""
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        try:
+            await (wait() if wait is not None else asyncio.sleep(3600))
+        except asyncio.CancelledError:
+            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            raise
+
+    return body
 
 
 def new_job(

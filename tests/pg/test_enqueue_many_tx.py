@@ -20,7 +20,7 @@ from jobs_core.records import EnqueueResult, NewJob
 from jobs_pg import PgDriver
 from tests.core.support import new_job
 from tests.pg.conftest import PG_URL, admin
-from tests.pg.locks import wait_for_lock_wait
+from tests.pg.support import wait_for_lock_wait
 
 N = 1_500  # two chunks
 

@@ -5,39 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
-from psycopg import sql
 
 from jobs_core.errors import DriverUnavailableError
 from jobs_core.facade import Jobs
 from jobs_pg import PgDriver
 from tests.enqueue_retry_cases import MODES, declare, lost_reply_inserts_once
-from tests.pg.conftest import PG_URL, admin
+from tests.pg.conftest import PG_URL
 from tests.pg.proxy import Proxy
+from tests.pg.support import keys_stored
 
 #: Postgres's ReadyForQuery: the end of an answer, sent after the implicit transaction committed.
 READY = b"Z\x00\x00\x00\x05"
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Proxy]:
-    p = Proxy(PG_URL)
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
-
-
-def keys_held(schema: str) -> list[str]:
-    """Every idempotency key stored, one entry per row (so a second row shows twice)."""
-    with admin() as conn:
-        got = conn.execute(
-            sql.SQL("SELECT idempotency_key FROM {}.jobs").format(sql.Identifier(schema))
-        ).fetchall()
-    return sorted(k for (k,) in got)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -52,7 +32,7 @@ async def test_an_enqueue_whose_answer_is_lost_after_commit_inserts_once(
     )
 
     async def held() -> list[str]:
-        return await asyncio.to_thread(keys_held, pg_schema)
+        return await asyncio.to_thread(keys_stored, pg_schema)
 
     async with driver:
         await lost_reply_inserts_once(
@@ -75,4 +55,4 @@ async def test_an_enqueue_gives_up_after_its_retry_window(pg_schema: str, proxy:
             await Jobs(driver, enqueue_retry_s=0.3).enqueue(handle, {"n": 1})
         # It retried for its window, then gave up (the bound is generous: a busy machine).
         assert 0.3 <= time.monotonic() - started < 10
-    assert keys_held(pg_schema) == ["k0"]
+    assert keys_stored(pg_schema) == ["k0"]

@@ -9,8 +9,6 @@ import threading
 import time
 from typing import Any
 
-from psycopg import sql
-
 from jobs_core.facade import Jobs
 from jobs_pg import PgDriver
 from tests.loops_cases import (
@@ -20,6 +18,7 @@ from tests.loops_cases import (
     sync_and_async_callers_alternate,
 )
 from tests.pg.conftest import PG_URL, admin
+from tests.pg.support import keys_stored
 
 
 def app_url(schema: str) -> str:
@@ -42,14 +41,6 @@ def sessions(schema: str) -> int:
         if row[0] == 0 or time.monotonic() > deadline:
             return int(row[0])
         time.sleep(0.05)
-
-
-def keys_stored(schema: str) -> list[str]:
-    with admin() as conn:
-        rows = conn.execute(
-            sql.SQL("SELECT idempotency_key FROM {}.jobs").format(sql.Identifier(schema))
-        ).fetchall()
-    return sorted(k for (k,) in rows)
 
 
 def backend(schema: str, pool_size: int) -> Backend:

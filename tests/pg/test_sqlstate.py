@@ -23,7 +23,7 @@ from jobs_core.records import ClaimedJob, ClaimParams, Heartbeat, NewJob
 from jobs_pg import PgDriver
 from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
-from tests.pg.locks import wait_for_lock_wait
+from tests.pg.support import wait_for_lock_wait
 
 LEASE = 60_000
 SECRET = "topsecret-pw"

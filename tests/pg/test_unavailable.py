@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
@@ -23,8 +23,8 @@ from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL
-from tests.pg.locks import wait_for_lock_wait
 from tests.pg.proxy import Proxy
+from tests.pg.support import wait_for_lock_wait
 
 LEASE = 30_000
 N = 12
@@ -33,16 +33,6 @@ T = TypeVar("T")
 
 def job(i: int) -> NewJob:
     return new_job(f"j{i:03}", f"k{i}", run_id=f"r{i}")
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Proxy]:
-    p = Proxy(PG_URL)
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
 
 
 async def _eventually(call: Callable[[], Awaitable[T]], tries: int = 4) -> T:

@@ -225,6 +225,7 @@ class Jobs:
         return self._run_sync(self.enqueue_many(handle, inputs, **options))
 
     def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`'s result, waited for by this thread; never blocks a running event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -232,6 +233,10 @@ class Jobs:
         else:
             coro.close()
             raise RuntimeError("called from a running event loop: await the async method instead")
+        return self._run_elsewhere(coro)
+
+    def _run_elsewhere(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro` run to its end on the portal loop (started on first use)."""
         with self._portal_lock:
             if self._portal is None:
                 self._portal = _Portal()
@@ -353,14 +358,8 @@ class LoopJobs(Jobs):
         super().__init__(driver, clock=clock)
         self._loop = loop
 
-    def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            coro.close()
-            raise RuntimeError("called from a running event loop: await the async method instead")
+    def _run_elsewhere(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro` run to its end on the loop the driver serves, not on a portal."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 

@@ -72,14 +72,7 @@ class JobHandle:
         if given is not None:
             key: object = given
         elif self.key is not None:
-            try:
-                key = self.key(input)
-            except JobsError:
-                raise
-            except Exception as exc:
-                raise KeyRequiredError(
-                    f"the idempotency_key function raised {_failure(exc)}", detail=self.name
-                ) from exc
+            key = _ask(self.key, input, KeyRequiredError, "idempotency_key", self.name)
         else:
             key = None
         if not isinstance(key, str) or not key:
@@ -94,14 +87,7 @@ class JobHandle:
         """
         if self.tenant == "none":
             return None
-        try:
-            org = self.tenant(input)
-        except JobsError:
-            raise
-        except Exception as exc:
-            raise TenantRequiredError(
-                f"the tenant function raised {_failure(exc)}", detail=self.name
-            ) from exc
+        org = _ask(self.tenant, input, TenantRequiredError, "tenant", self.name)
         if not isinstance(org, str) or not org:
             raise TenantRequiredError(detail=self.name)
         return org
@@ -242,6 +228,19 @@ def job(
         return handle
 
     return declare(fn) if fn is not None else declare
+
+
+def _ask(
+    fn: Callable[[Any], object], input: Any, error: type[JobsError], what: str, job_name: str
+) -> object:
+    """`fn(input)`, its answer unchecked. If it raises, `error` naming job `job_name` and what
+    the `what` function raised (a `JobsError` it raises passes through as is)."""
+    try:
+        return fn(input)
+    except JobsError:
+        raise
+    except Exception as exc:
+        raise error(f"the {what} function raised {_failure(exc)}", detail=job_name) from exc
 
 
 def _failure(exc: Exception) -> str:

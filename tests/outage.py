@@ -20,9 +20,9 @@ from typing import Any
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
+from tests.core.support import declare
 
 
 @dataclass
@@ -32,12 +32,6 @@ class Store:
     stop: Callable[[], None]
     start: Callable[[], None]
     driver: Callable[[], AbstractAsyncContextManager[JobDriver]]
-
-
-def declare(fn: Any, **options: Any) -> JobHandle:
-    options.setdefault("tenant", "none")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
-    return job(fn, registry=JobRegistry(), **options)
 
 
 async def until(check: Callable[[], Any], within: float, what: str) -> None:

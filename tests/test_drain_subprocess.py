@@ -85,11 +85,24 @@ def handles(endless_body: Any = nothing) -> tuple[JobHandle, JobHandle]:
     )
 
 
+async def start_worker(
+    url: str, cwd: Path, *, concurrency: int, max_in_flight: int, drain_timeout: float
+) -> asyncio.subprocess.Process:
+    """`ujobs worker drainjobs --quiet` on the store at `url`, in a subprocess run from `cwd`
+    (where the `drainjobs` module is written first); its output is piped, stderr into stdout."""
+    (cwd / "drainjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
+    args = ["worker", "drainjobs", "--driver", url, "--concurrency", str(concurrency)]
+    args += ["--max-in-flight", str(max_in_flight), "--drain-timeout", f"{drain_timeout:g}"]
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobs_core.cli", *args, "--quiet",
+        cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("backend", ["pg", "redis"])
 async def test_sigterm_drains_without_losing_a_job_or_spending_an_attempt(
     backend: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "drainjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
     with store_url(backend) as url:
         async with opened(url) as driver:
             quick, endless = handles()
@@ -97,16 +110,8 @@ async def test_sigterm_drains_without_losing_a_job_or_spending_an_attempt(
             long_ids = [r.id for r in await jobs.enqueue_many(endless, _inputs(3))]
             quick_ids = [r.id for r in await jobs.enqueue_many(quick, _inputs(30))]
             ids = long_ids + quick_ids
-            args = ["worker", "drainjobs", "--driver", url, "--concurrency", "4"]
-            args += ["--max-in-flight", "8", "--drain-timeout", "1.5", "--quiet"]
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "jobs_core.cli",
-                *args,
-                cwd=tmp_path,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+            proc = await start_worker(
+                url, tmp_path, concurrency=4, max_in_flight=8, drain_timeout=1.5
             )
             try:
                 await _until_mid_work(driver, long_ids, quick_ids)
@@ -137,10 +142,6 @@ async def test_sigterm_drains_without_losing_a_job_or_spending_an_attempt(
             await worker.stop()
             rows = await driver.job_get_many(ids)
             assert all(r.state is JobState.COMPLETED and r.attempt == 1 for r in rows.values())
-
-
-def _inputs(n: int) -> list[dict[str, int]]:
-    return [{"n": i} for i in range(n)]
 
 
 def _inputs(n: int) -> list[dict[str, int]]:

@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from pathlib import Path
 
 from jobs_core import Jobs, JobState
 from tests.outage import rows_in, until
-from tests.test_drain_subprocess import JOBS_MODULE, handles, opened, store_url
+from tests.test_drain_subprocess import handles, opened, start_worker, store_url
 
 
 async def test_ctrl_c_twice_forces_the_exit_and_hands_the_claims_back(tmp_path: Path) -> None:
-    (tmp_path / "drainjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
     with store_url("pg") as url:
         async with opened(url) as driver:
             _, endless = handles()
             queued = await Jobs(driver).enqueue_many(endless, [{"n": i} for i in range(3)])
             ids = [q.id for q in queued]
-            args = ["worker", "drainjobs", "--driver", url, "--concurrency", "2"]
-            args += ["--max-in-flight", "3", "--drain-timeout", "30", "--quiet"]
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "jobs_core.cli", *args,
-                cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            )  # fmt: skip
+            proc = await start_worker(
+                url, tmp_path, concurrency=2, max_in_flight=3, drain_timeout=30
+            )
             try:
                 await until(lambda: rows_in(driver, ids, JobState.RUNNING), 30, "all claimed")
                 proc.send_signal(signal.SIGINT)

@@ -15,6 +15,7 @@
 -- data row, the jobs joined by NUL (18 fields each: the rows have fixed field counts), "" for
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
+--!include id_order.lua
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -48,22 +49,6 @@ local function name_paused(name)
     name_paused_cache[name] = p
   end
   return p
-end
-
--- Ids compared byte by byte: UTF-8 byte order is code-point order. Lua's `<` on strings uses
--- the server's collation locale, which is not.
-local function id_less(a, b)
-  if a == b then
-    return false
-  end
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
 end
 
 local function less(a, b)

@@ -10,23 +10,9 @@
 --   "" for a state kept forever
 -- Every hash field of a purged id goes with it, so the id is free for a new row.
 -- Returns the number of rows deleted.
+--!include id_order.lua
 
 local limit = tonumber(ARGV[1])
-
--- Ids compared byte by byte: Lua's `<` on strings follows the server's locale.
-local function id_less(a, b)
-  if a == b then
-    return false
-  end
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
 
 -- Each state's expired rows, in (finished_at, id) order: a zset orders equal scores by member
 -- bytes, so its head is already in purge order.

@@ -8,12 +8,13 @@ from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.job import JobHandle
 from jobs_core.records import EnqueueResult, JobRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.tenant import current_tenant
 from jobs_core.worker import UNKNOWN_NAME_DELAY_MS, Worker
+from tests.core import support
 from tests.core.support import until
 
 FAST = Retry(attempts=3, base_ms=1, cap_ms=5, jitter="none")
@@ -30,10 +31,9 @@ class LaterClock(SystemClock):
 
 
 def declare(fn: Any, **options: Any) -> JobHandle:
-    options.setdefault("tenant", "none")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    """`tests.core.support.declare`, retrying fast by default (a failed attempt is due in ms)."""
     options.setdefault("retry", FAST)
-    return job(fn, registry=JobRegistry(), **options)
+    return support.declare(fn, **options)
 
 
 def quick_worker(driver: JobDriver, handles: list[JobHandle], **options: Any) -> Worker:

@@ -7,16 +7,22 @@ import inspect
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from jobs_core.clock import FakeClock
+from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.records import NewJob
 
 D = TypeVar("D", bound=JobDriver)
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: The instant the tests' records are created and due at (their claims and acks count from it).
+T0 = 1_800_000_000_000
 
 
 def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -41,6 +47,56 @@ async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.
             return
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.005)
+
+
+def declare(fn: Any, **options: Any) -> JobHandle:
+    """`fn` declared on a registry of its own, tenant-free, keyed by its input's `n`."""
+    options.setdefault("tenant", "none")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    handle: JobHandle = job(fn, registry=JobRegistry(), **options)
+    return handle
+
+
+def cancel_recorder(
+    reasons: list[str], wait: Callable[[], Coroutine[Any, Any, None]] | None = None
+) -> Callable[[Any, JobContext], Awaitable[None]]:
+    """A body that awaits `wait()` (by default an hour of real time) and, when cancelled, adds
+    its signal's reason code (`?` for none) to `reasons` before it lets the cancel through."""
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        try:
+            await (wait() if wait is not None else asyncio.sleep(3600))
+        except asyncio.CancelledError:
+            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            raise
+
+    return body
+
+
+def new_job(
+    job_id: str,
+    key: str,
+    *,
+    run_id: str | None = None,
+    queue: str = "q",
+    tenant: str | None = None,
+    max_attempts: int = 5,
+) -> NewJob:
+    """A valid record for job `job_id` under live key `key`: name `n`, input `{}`, priority 0,
+    created and due at `T0`; its run id is `run-<job_id>` unless given."""
+    return NewJob(
+        id=job_id,
+        run_id=run_id if run_id is not None else f"run-{job_id}",
+        name="n",
+        queue=queue,
+        tenant_id=tenant,
+        idempotency_key=key,
+        input_json="{}",
+        priority=0,
+        run_at_ms=T0,
+        max_attempts=max_attempts,
+        created_at_ms=T0,
+    )
 
 
 def counting(base: type[D], *extra: str) -> type[D]:

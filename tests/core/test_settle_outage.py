@@ -23,19 +23,13 @@ from jobs_core.errors import (
     RateLimitedError,
 )
 from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.records import ClaimParams, ClaimResult, Heartbeat, Nack, NackKind, WorkerBeat
 from jobs_core.retry import Retry
 from jobs_core.settle import Settler
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-
-
-def declare(fn: Any, **options: Any) -> JobHandle:
-    options.setdefault("tenant", "none")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
-    return job(fn, registry=JobRegistry(), **options)
+from tests.core.support import cancel_recorder, declare
 
 
 class Flaky(MemoryDriver):
@@ -154,14 +148,7 @@ async def test_a_store_back_before_the_lease_ends_has_it_renewed_in_time_not_los
     driver = Flaky()
     reasons: list[str] = []
 
-    async def long(input: Any, ctx: JobContext) -> None:
-        try:
-            await clock.sleep_ms(40_000)
-        except asyncio.CancelledError:
-            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
-            raise
-
-    h = declare(long)
+    h = declare(cancel_recorder(reasons, lambda: clock.sleep_ms(40_000)), name="long")
     queued = await Jobs(driver, clock=clock).enqueue(h, {"n": 1})
     worker = Worker(driver, [h], clock=clock, lease=30.0)
     await worker.start()
@@ -242,15 +229,8 @@ async def test_a_stop_while_start_waits_for_the_store_ends_start_and_run() -> No
 async def test_stop_zero_aborts_running_bodies_at_once_and_hands_their_claims_back() -> None:
     seen: list[str] = []
 
-    async def endless(input: Any, ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            seen.append(ctx.signal.reason.code if ctx.signal.reason else "?")
-            raise
-
     driver = MemoryDriver()
-    h = declare(endless)
+    h = declare(cancel_recorder(seen), name="endless")
     queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(3)])
     worker = Worker(driver, [h], concurrency=2, max_in_flight=3, poll_floor=0.001)
     await worker.start()

@@ -14,23 +14,15 @@ import pytest
 from jobs_core.context import JobContext
 from jobs_core.errors import RateLimitedError, TerminalError
 from jobs_core.facade import Jobs, SettledEvent
-from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, JobRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
+from tests.core.runpath_cases import declare
 from tests.core.support import until
-
-FAST = Retry(attempts=3, base_ms=1, cap_ms=5, jitter="none")
-
-
-def declare(fn: Any, **options: Any) -> JobHandle:
-    options.setdefault("tenant", "none")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
-    options.setdefault("retry", FAST)
-    return job(fn, registry=JobRegistry(), **options)
 
 
 def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) -> Worker:

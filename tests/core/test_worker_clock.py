@@ -14,13 +14,12 @@ from jobs_core.context import JobContext
 from jobs_core.driver import Capabilities
 from jobs_core.errors import DriverUnavailableError, JobsError
 from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.records import Heartbeat
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from tests.core.support import counting, until
+from tests.core.support import cancel_recorder, counting, declare, until
 
 
 class CountingDriver(counting(MemoryDriver)):  # type: ignore[misc]
@@ -61,12 +60,6 @@ class WakingDriver(CountingDriver):
 
 async def noop(input: Any, ctx: JobContext) -> None:
     return None
-
-
-def declare(fn: Any, **options: Any) -> JobHandle:
-    options.setdefault("tenant", "none")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
-    return job(fn, registry=JobRegistry(), **options)
 
 
 @pytest.mark.parametrize(("driver_cls", "budget"), [(CountingDriver, 30), (WakingDriver, 12)])
@@ -122,14 +115,7 @@ async def test_a_lease_not_renewed_for_a_whole_window_is_lost_and_late_writes_re
     driver = CountingDriver()
     reasons: list[str] = []
 
-    async def long(input: Any, ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
-            raise
-
-    h = declare(long, retry=Retry(attempts=3))
+    h = declare(cancel_recorder(reasons), name="long", retry=Retry(attempts=3))
     queued = await Jobs(driver, clock=clock).enqueue(h, {"n": 1})
     worker = Worker(driver, [h], clock=clock, lease=3.0)
     await worker.start()
@@ -169,15 +155,8 @@ async def test_drain_lets_running_bodies_finish() -> None:
 async def test_drain_aborts_at_the_deadline_and_hands_claims_back_uncounted() -> None:
     seen: list[str] = []
 
-    async def endless(input: Any, ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            seen.append(ctx.signal.reason.code if ctx.signal.reason else "?")
-            raise
-
     driver = MemoryDriver()
-    h = declare(endless)
+    h = declare(cancel_recorder(seen), name="endless")
     queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(4)])
     ids = [q.id for q in queued]
     worker = Worker(driver, [h], concurrency=2, max_in_flight=4, poll_floor=0.001, drain_margin=0.1)

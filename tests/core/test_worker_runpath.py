@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -282,10 +283,13 @@ class CountingMemory(counting(MemoryDriver)):  # type: ignore[misc]
     calls: list[str]
 
 
-async def test_a_user_cancel_is_logged_and_counted_as_a_cancel_with_one_read(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="jobs")
+async def taken_away(
+    take: Callable[[CountingMemory, Worker, str], Awaitable[None]],
+    noticed: Callable[[Worker], bool],
+) -> tuple[CountingMemory, Worker, str]:
+    """A body waiting on its signal has its run taken away by `take`; returns, once the worker
+    `noticed` and stopped, the driver (its calls counted from `take` on), the worker and the
+    job's id."""
     started = threading.Event()
 
     async def long(input: Any, ctx: JobContext) -> None:
@@ -300,51 +304,64 @@ async def test_a_user_cancel_is_logged_and_counted_as_a_cancel_with_one_read(
     try:
         await until(started.is_set)
         driver.calls.clear()
-        await driver.job_cancel(queued.id, worker.clock.now_ms())
-        await until(lambda: worker.stats.cancelled == 1)
+        await take(driver, worker, queued.id)
+        await until(lambda: noticed(worker))
     finally:
         await worker.stop()
-    assert worker.stats.lost == 0 and worker.stats.unowned == 0
-    cancelled = messages(caplog, "jobs.run.cancelled")
-    assert [r.levelno for r in cancelled] == [logging.INFO]
-    assert vars(cancelled[0])["job_id"] == queued.id
-    assert messages(caplog, "jobs.lease.lost") == []
+    return driver, worker, queued.id
+
+
+def assert_told_as(
+    caplog: pytest.LogCaptureFixture,
+    driver: CountingMemory,
+    job_id: str,
+    said: str,
+    level: int,
+    *,
+    not_said: str,
+) -> None:
+    """The run's end was logged once, as `said` at `level`, never as `not_said`, and the worker
+    told which it was with one read."""
+    told = messages(caplog, said)
+    assert [r.levelno for r in told] == [level]
+    assert vars(told[0])["job_id"] == job_id
+    assert messages(caplog, not_said) == []
     assert driver.calls.count("_job_get_many") == 1, driver.calls
-    assert (await row(driver, queued.id)).state is JobState.CANCELLED
+
+
+async def test_a_user_cancel_is_logged_and_counted_as_a_cancel_with_one_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="jobs")
+
+    async def cancel(driver: CountingMemory, worker: Worker, job_id: str) -> None:
+        await driver.job_cancel(job_id, worker.clock.now_ms())
+
+    driver, worker, job_id = await taken_away(cancel, lambda w: w.stats.cancelled == 1)
+    assert worker.stats.lost == 0 and worker.stats.unowned == 0
+    assert_told_as(
+        caplog, driver, job_id, "jobs.run.cancelled", logging.INFO, not_said="jobs.lease.lost"
+    )
+    assert (await row(driver, job_id)).state is JobState.CANCELLED
 
 
 async def test_a_reclaimed_run_is_a_lost_lease_told_apart_by_one_read(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="jobs")
-    started = threading.Event()
 
-    async def long(input: Any, ctx: JobContext) -> None:
-        started.set()
-        await ctx.signal.wait()
-
-    h = declare(long)
-    driver = CountingMemory()
-    queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = quick_worker(driver, [h], lease=0.3)
-    await worker.start()
-    try:
-        await until(started.is_set)
-        driver.calls.clear()
+    async def reclaim(driver: CountingMemory, worker: Worker, job_id: str) -> None:
         # Another worker whose clock is past the lease takes the row: a new fence.
         later = worker.clock.now_ms() + 60_000
         taken = await driver.job_claim(ClaimParams(("default",), "thief", 1, 60_000, later))
-        assert [j.id for j in taken.jobs] == [queued.id]
-        await until(lambda: worker.stats.lost == 1)
-    finally:
-        await worker.stop()
+        assert [j.id for j in taken.jobs] == [job_id]
+
+    driver, worker, job_id = await taken_away(reclaim, lambda w: w.stats.lost == 1)
     assert worker.stats.cancelled == 0 and worker.stats.unowned == 0
-    lost = messages(caplog, "jobs.lease.lost")
-    assert [r.levelno for r in lost] == [logging.WARNING]
-    assert vars(lost[0])["job_id"] == queued.id
-    assert messages(caplog, "jobs.run.cancelled") == []
-    assert driver.calls.count("_job_get_many") == 1, driver.calls
-    r = await row(driver, queued.id)
+    assert_told_as(
+        caplog, driver, job_id, "jobs.lease.lost", logging.WARNING, not_said="jobs.run.cancelled"
+    )
+    r = await row(driver, job_id)
     assert r.state is JobState.RUNNING and r.claimed_by == "thief"
 
 

@@ -23,6 +23,7 @@ from jobs_core.driver import JobDriver
 from jobs_pg import PgDriver
 from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
+from tests.pg.proxy import Proxy
 
 PG_URL = os.environ.get("JOBS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -76,3 +77,14 @@ async def pg(pg_schema: str) -> AsyncIterator[PgDriver]:
     driver = PgDriver(PG_URL, schema=pg_schema, pool_size=4)
     async with driver:
         yield driver
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[Proxy]:
+    """A cuttable proxy in front of the test server (`proxy.url(PG_URL)` reaches it)."""
+    p = Proxy(PG_URL)
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()

@@ -10,7 +10,6 @@ X_DRIVER_CONFLICT and nothing stays).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import psycopg
@@ -19,26 +18,15 @@ import pytest
 from jobs_core.errors import JobsError
 from jobs_core.records import EnqueueResult, NewJob
 from jobs_pg import PgDriver
+from tests.core.support import new_job
 from tests.pg.conftest import PG_URL, admin
+from tests.pg.support import wait_for_lock_wait
 
-T0 = 1_800_000_000_000
 N = 1_500  # two chunks
 
 
 def job(i: int) -> NewJob:
-    return NewJob(
-        id=f"j{i:05}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"k{i:05}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=3,
-        created_at_ms=T0,
-    )
+    return new_job(f"j{i:05}", f"k{i:05}", run_id=f"r{i}", max_attempts=3)
 
 
 async def hold_key(conn: psycopg.AsyncConnection[Any], schema: str, row_id: str, key: str) -> None:
@@ -51,22 +39,6 @@ async def hold_key(conn: psycopg.AsyncConnection[Any], schema: str, row_id: str,
     )
 
 
-async def waiting_pid(schema: str) -> int:
-    """The pid of the driver's session once it waits on a lock in a statement on `schema`."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            row = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchone()
-        if row is not None:
-            return int(row[0])
-        await asyncio.sleep(0.05)
-    raise AssertionError("the call never reached the server's lock wait")
-
-
 async def stored(d: PgDriver) -> int:
     return len(await d.job_get_many([job(i).id for i in range(N)]))
 
@@ -76,7 +48,7 @@ async def test_a_backend_cut_mid_batch_leaves_nothing(pg: PgDriver) -> None:
     try:
         await hold_key(other, pg.schema, "x1", job(1_200).idempotency_key)
         call = asyncio.create_task(pg.job_enqueue_many([job(i) for i in range(N)]))
-        pid = await waiting_pid(pg.schema)
+        pid = (await wait_for_lock_wait(pg.schema))[0]
         with admin() as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(JobsError) as err:
@@ -98,7 +70,7 @@ async def deadlocked_batch(d: PgDriver) -> Any:
         await other.execute("SET deadlock_timeout = '30s'")  # the driver's session is the victim
         await hold_key(other, d.schema, "x1", job(1_200).idempotency_key)
         call = asyncio.create_task(d.job_enqueue_many([job(i) for i in range(N)]))
-        await waiting_pid(d.schema)
+        await wait_for_lock_wait(d.schema)
         # Waits on the batch's own uncommitted first chunk: a cycle, the batch is aborted.
         await hold_key(other, d.schema, "x2", job(500).idempotency_key)
         await other.commit()

@@ -24,10 +24,10 @@ from jobs_core.jsonform import MAX_JSON_BYTES
 from jobs_core.records import Ack, ClaimParams, EnqueueResult, NewJob
 from jobs_memory import MemoryDriver
 from jobs_pg import PgDriver
+from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, fresh_driver
 from tests.redis.conftest import REDIS_URL, _real
 
-T0 = 1_800_000_000_000
 DRIVERS = ("memory", "postgres", "redis")
 #: The fields with a byte limit the tests push one byte past.
 FIELDS = ("id", "name", "queue", "tenant_id", "idempotency_key", "input_json")
@@ -64,19 +64,8 @@ def at_limits(tag: str) -> NewJob:
 
 
 def small(i: int, *, key: str | None = None, tenant: str | None = None) -> NewJob:
-    return NewJob(
-        id=f"s{i:05}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=tenant,
-        idempotency_key=key if key is not None else f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=3,
-        created_at_ms=T0,
-    )
+    k = key if key is not None else f"k{i}"
+    return new_job(f"s{i:05}", k, run_id=f"r{i}", tenant=tenant, max_attempts=3)
 
 
 @contextlib.asynccontextmanager

@@ -20,28 +20,13 @@ import psycopg
 
 from jobs_core.records import Ack, ClaimParams, EnqueueResult, Heartbeat, NewJob
 from jobs_pg import PgDriver
-from tests.pg.conftest import PG_URL, admin
+from tests.core.support import T0, new_job
+from tests.pg.conftest import PG_URL
+from tests.pg.support import wait_for_lock_wait
 
-T0 = 1_800_000_000_000
 LEASE = 60_000
 #: How long both races run side by side.
 RACE_S = 6.0
-
-
-def new_job(id_: str, key: str, queue: str) -> NewJob:
-    return NewJob(
-        id=id_,
-        run_id=f"run-{id_}",
-        name="n",
-        queue=queue,
-        tenant_id=None,
-        idempotency_key=key,
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
 
 
 def deadlocks(errors: list[BaseException]) -> list[BaseException]:
@@ -56,7 +41,9 @@ async def settle_race(
     r = 0
     while time.monotonic() < until:
         r += 1
-        await d.job_enqueue_many([new_job(f"s{r}-{i:03}", f"s{r}-{i}", "s") for i in range(60)])
+        await d.job_enqueue_many(
+            [new_job(f"s{r}-{i:03}", f"s{r}-{i}", queue="s") for i in range(60)]
+        )
         got = await d.job_claim(ClaimParams(("s",), "w", 60, LEASE, T0))
         assert len(got.jobs) == 60
         beats = [Heartbeat(j.fence, LEASE, T0 + 1) for j in got.jobs]
@@ -86,8 +73,8 @@ async def enqueue_race(
         # Every fourth round spans two chunks: the all-or-nothing transaction path.
         n = 1_100 if r % 4 == 0 else 120
         keys = [f"e{r}-{i:05}" for i in range(n)]
-        up = [new_job(f"a{r}-{i}", k, "e") for i, k in enumerate(keys)]
-        down = [new_job(f"b{r}-{i}", k, "e") for i, k in reversed(list(enumerate(keys)))]
+        up = [new_job(f"a{r}-{i}", k, queue="e") for i, k in enumerate(keys)]
+        down = [new_job(f"b{r}-{i}", k, queue="e") for i, k in reversed(list(enumerate(keys)))]
         a, b = await asyncio.gather(
             p1.job_enqueue_many(up), p2.job_enqueue_many(down), return_exceptions=True
         )
@@ -141,26 +128,10 @@ async def test_batches_never_deadlock(pg_schema: str) -> None:
         await p2.close()
 
 
-async def wait_for_lock_waits(schema: str, count: int) -> None:
-    """Until `count` of our sessions wait on a lock in a statement naming `schema`."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchone()
-        if row is not None and row[0] >= count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{count} calls never reached the server's lock wait")
-
-
 async def test_heartbeat_and_ack_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> None:
     """The middle row held by a third session makes both batches stop halfway: locking in the
     caller's order, each then held the half the other needed next (a certain deadlock)."""
-    jobs = [new_job(f"m{i:02}", f"m{i}", "m") for i in range(40)]
+    jobs = [new_job(f"m{i:02}", f"m{i}", queue="m") for i in range(40)]
     await pg.job_enqueue_many(jobs)
     got = (await pg.job_claim(ClaimParams(("m",), "w", 40, LEASE, T0))).jobs
     acker = PgDriver(PG_URL, schema=pg.schema, pool_size=2, conflict_retries=0)
@@ -176,7 +147,7 @@ async def test_heartbeat_and_ack_in_opposite_orders_wait_for_each_other(pg: PgDr
         ack = asyncio.create_task(
             acker.job_ack([Ack(j.fence, T0 + 2, None) for j in reversed(got)])
         )
-        await wait_for_lock_waits(pg.schema, 2)
+        await wait_for_lock_wait(pg.schema, count=2)
         await other.commit()
         beat_answer, ack_answer = await asyncio.wait_for(
             asyncio.gather(beat, ack, return_exceptions=True), 30
@@ -204,11 +175,11 @@ async def test_enqueues_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> 
             " created_at_ms) VALUES ('x', 'x', 'n', 'e', %s, '{}', 'ready', 0, 0, 1, 0, 0, 0)",
             (keys[20],),
         )
-        up = [new_job(f"a{i}", k, "e") for i, k in enumerate(keys)]
-        down = [new_job(f"b{i}", k, "e") for i, k in reversed(list(enumerate(keys)))]
+        up = [new_job(f"a{i}", k, queue="e") for i, k in enumerate(keys)]
+        down = [new_job(f"b{i}", k, queue="e") for i, k in reversed(list(enumerate(keys)))]
         a = asyncio.create_task(p1.job_enqueue_many(up))
         b = asyncio.create_task(p2.job_enqueue_many(down))
-        await wait_for_lock_waits(pg.schema, 2)
+        await wait_for_lock_wait(pg.schema, count=2)
         await other.rollback()  # the middle key is free again: both go on
         got_a, got_b = await asyncio.wait_for(asyncio.gather(a, b, return_exceptions=True), 30)
         assert isinstance(got_a, list), got_a

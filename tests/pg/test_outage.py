@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from jobs_pg import PgDriver
 from tests import outage
 from tests.pg.conftest import fresh_schema
 from tests.pg.server import PgServer
-from tests.test_drain_subprocess import JOBS_MODULE, handles
+from tests.test_drain_subprocess import handles, start_worker
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +83,6 @@ async def test_a_drain_with_postgres_down_ends_within_its_budget(server: PgServe
 async def test_ujobs_worker_gets_sigterm_while_postgres_is_stopped_and_exits_in_time(
     server: PgServer, tmp_path: Path
 ) -> None:
-    (tmp_path / "drainjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
     schema = fresh_schema()
     server.migrate(schema)
     url = f"{server.url}?schema={schema}"
@@ -92,12 +90,7 @@ async def test_ujobs_worker_gets_sigterm_while_postgres_is_stopped_and_exits_in_
     try:
         _, endless = handles()
         ids = [r.id for r in await Jobs(driver).enqueue_many(endless, [{"n": i} for i in range(3)])]
-        args = ["worker", "drainjobs", "--driver", url, "--concurrency", "2"]
-        args += ["--max-in-flight", "3", "--drain-timeout", "2", "--quiet"]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jobs_core.cli", *args,
-            cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        proc = await start_worker(url, tmp_path, concurrency=2, max_in_flight=3, drain_timeout=2)
         try:
             await outage.until(
                 lambda: outage.rows_in(driver, ids, JobState.RUNNING), 30, "all claimed"

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -22,9 +21,10 @@ import pytest
 from jobs_core.errors import JobsError
 from jobs_core.records import ClaimedJob, ClaimParams, Heartbeat, NewJob
 from jobs_pg import PgDriver
+from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL, admin
+from tests.pg.support import wait_for_lock_wait
 
-T0 = 1_800_000_000_000
 LEASE = 60_000
 SECRET = "topsecret-pw"
 #: The test server trusts every connection: the password only proves it never leaks.
@@ -38,19 +38,7 @@ def url_with(**settings: str) -> str:
 
 
 def job(i: int, *, key: str | None = None, tenant: str | None = None) -> NewJob:
-    return NewJob(
-        id=f"j{i:03}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=tenant,
-        idempotency_key=key if key is not None else f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
+    return new_job(f"j{i:03}", key if key is not None else f"k{i}", run_id=f"r{i}", tenant=tenant)
 
 
 @pytest.fixture
@@ -62,31 +50,37 @@ async def running(pg: PgDriver) -> AsyncIterator[tuple[str, list[ClaimedJob]]]:
     yield pg.schema, list(got.jobs)
 
 
-async def raw() -> psycopg.AsyncConnection[tuple[Any, ...]]:
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+
+async def raw() -> Conn:
     return await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
 
 
-async def wait_for_lock_wait(schema: str, *, count: int = 1) -> list[int]:
-    """The pids of our sessions waiting on a lock in a statement naming `schema`."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            rows = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchall()
-        if len(rows) >= count:
-            return [r[0] for r in rows]
-        await asyncio.sleep(0.05)
-    raise AssertionError("the call never reached the server's lock wait")
+async def lock_row(conn: Conn, schema: str, job_id: str) -> None:
+    """`conn` holds row `job_id`'s lock until it commits (or closes)."""
+    await conn.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', (job_id,))
+
+
+async def outcome(scenario: Callable[[Conn], Awaitable[Any]]) -> Any:
+    """What `scenario` answered or raised, driven beside a session of the test's own (closed
+    after, so its locks and its open transaction end with it)."""
+    other = await raw()
+    try:
+        return await scenario(other)
+    except BaseException as exc:
+        return exc
+    finally:
+        await other.close()
 
 
 def beats(jobs: list[ClaimedJob]) -> list[Heartbeat]:
     return [Heartbeat(j.fence, LEASE, T0 + 1) for j in jobs]
 
 
-def assert_clean(err: JobsError, code: str, sqlstate: str) -> None:
+def assert_clean(err: object, code: str, sqlstate: str) -> None:
+    """`err` is the driver error `code` naming `sqlstate`, and says nothing of the password."""
+    assert isinstance(err, JobsError), err
     assert err.code == code, str(err)
     assert f"SQLSTATE {sqlstate}" in str(err)
     assert " in JOB_HEARTBEAT: " in str(err)
@@ -101,22 +95,18 @@ async def deadlock_against(d: PgDriver, schema: str, jobs: list[ClaimedJob]) -> 
     waits 30 s before it checks for deadlocks, the driver's session 1 s: the driver's is the
     session the server aborts.
     """
-    other = await raw()
-    try:
+
+    async def scenario(other: Conn) -> Any:
         await other.execute("SET deadlock_timeout = '30s'")
-        await other.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', ("j002",))
+        await lock_row(other, schema, "j002")
         call = asyncio.create_task(d.job_heartbeat(beats(jobs)))
         await wait_for_lock_wait(schema)
-        second = asyncio.create_task(
-            other.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', ("j001",))
-        )
+        second = asyncio.create_task(lock_row(other, schema, "j001"))
         await asyncio.wait_for(second, 20)  # the driver's statement was aborted: ours got through
         await other.commit()
         return await asyncio.wait_for(call, 20)
-    except BaseException as exc:
-        return exc
-    finally:
-        await other.close()
+
+    return await outcome(scenario)
 
 
 async def test_a_deadlock_is_retried_then_answers(running: tuple[str, list[ClaimedJob]]) -> None:
@@ -137,7 +127,6 @@ async def test_a_deadlock_past_the_retries_is_a_conflict(
     d = PgDriver(URL, schema=schema, pool_size=2, conflict_retries=0)
     try:
         got = await deadlock_against(d, schema, jobs)
-        assert isinstance(got, JobsError), got
         assert_clean(got, "X_DRIVER_CONFLICT", "40P01")
         assert d.conflicts_seen == 1
         # Nothing of the aborted statement landed, and the driver goes on.
@@ -149,8 +138,8 @@ async def test_a_deadlock_past_the_retries_is_a_conflict(
 async def serialization_failure(d: PgDriver, schema: str, jobs: list[ClaimedJob]) -> Any:
     """The driver's heartbeat (SERIALIZABLE) waits on a row another session updated, then
     commits: the server cannot serialize the heartbeat after that update."""
-    other = await raw()
-    try:
+
+    async def scenario(other: Conn) -> Any:
         await other.execute(
             f"UPDATE \"{schema}\".jobs SET progress_json = '1' WHERE id = %s", ("j001",)
         )
@@ -158,10 +147,8 @@ async def serialization_failure(d: PgDriver, schema: str, jobs: list[ClaimedJob]
         await wait_for_lock_wait(schema)
         await other.commit()
         return await asyncio.wait_for(call, 20)
-    except BaseException as exc:
-        return exc
-    finally:
-        await other.close()
+
+    return await outcome(scenario)
 
 
 async def test_a_serialization_failure_is_retried_or_a_conflict(
@@ -173,7 +160,6 @@ async def test_a_serialization_failure_is_retried_or_a_conflict(
     again = PgDriver(serializable, schema=schema, pool_size=2)
     try:
         got = await serialization_failure(once, schema, jobs)
-        assert isinstance(got, JobsError), got
         assert_clean(got, "X_DRIVER_CONFLICT", "40001")
         assert await serialization_failure(again, schema, jobs) == [True, True]
         assert again.conflicts_seen == 1
@@ -184,14 +170,12 @@ async def test_a_serialization_failure_is_retried_or_a_conflict(
 
 async def locked_call(d: PgDriver, schema: str, jobs: list[ClaimedJob]) -> Any:
     """The driver's heartbeat while another session holds the first row's lock; its outcome."""
-    other = await raw()
-    try:
-        await other.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', ("j001",))
+
+    async def scenario(other: Conn) -> Any:
+        await lock_row(other, schema, "j001")
         return await asyncio.wait_for(d.job_heartbeat(beats(jobs)), 20)
-    except BaseException as exc:
-        return exc
-    finally:
-        await other.close()
+
+    return await outcome(scenario)
 
 
 async def test_a_statement_timeout_is_cancelled(running: tuple[str, list[ClaimedJob]]) -> None:
@@ -199,7 +183,6 @@ async def test_a_statement_timeout_is_cancelled(running: tuple[str, list[Claimed
     d = PgDriver(url_with(statement_timeout="200"), schema=schema, pool_size=2)
     try:
         got = await locked_call(d, schema, jobs)
-        assert isinstance(got, JobsError), got
         assert_clean(got, "X_DRIVER_CANCELLED", "57014")
         assert d.conflicts_seen == 0
     finally:
@@ -213,7 +196,6 @@ async def test_a_lock_timeout_is_a_driver_error_naming_its_sqlstate(
     d = PgDriver(url_with(lock_timeout="200"), schema=schema, pool_size=2)
     try:
         got = await locked_call(d, schema, jobs)
-        assert isinstance(got, JobsError), got
         assert_clean(got, "X_DRIVER_ERROR", "55P03")
     finally:
         await d.close()
@@ -226,7 +208,7 @@ async def test_connection_failures_are_unavailable_and_the_driver_recovers(
     d = PgDriver(URL, schema=schema, pool_size=2)
     other = await raw()
     try:
-        await other.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', ("j001",))
+        await lock_row(other, schema, "j001")
         call = asyncio.create_task(d.job_heartbeat(beats(jobs)))
         (pid,) = await wait_for_lock_wait(schema)
         with admin() as conn:
@@ -240,9 +222,7 @@ async def test_connection_failures_are_unavailable_and_the_driver_recovers(
         # No pooled connection within the connect timeout: unavailable too.
         one = PgDriver(URL, schema=schema, pool_size=1, connect_timeout_s=0.5)
         try:
-            await other.execute(
-                f'SELECT 1 FROM "{schema}".jobs WHERE id = %s FOR UPDATE', ("j001",)
-            )
+            await lock_row(other, schema, "j001")
             busy = asyncio.create_task(one.job_heartbeat(beats(jobs)))  # holds its connection
             await wait_for_lock_wait(schema)
             with pytest.raises(JobsError) as err:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
@@ -21,55 +21,18 @@ from jobs_core.errors import DriverUnavailableError
 from jobs_core.records import Ack, ClaimParams, NewJob
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
-from tests.pg.conftest import PG_URL, admin
+from tests.core.support import T0, new_job
+from tests.pg.conftest import PG_URL
 from tests.pg.proxy import Proxy
+from tests.pg.support import wait_for_lock_wait
 
-T0 = 1_800_000_000_000
 LEASE = 30_000
 N = 12
 T = TypeVar("T")
 
 
 def job(i: int) -> NewJob:
-    return NewJob(
-        id=f"j{i:03}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=5,
-        created_at_ms=T0,
-    )
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Proxy]:
-    p = Proxy(PG_URL)
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
-
-
-async def _wait_for_lock_wait(schema: str) -> None:
-    """Until a session of ours waits on a lock inside a statement naming `schema`."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name = 'ultimat3-jobs' AND position(%s in query) > 0",
-                (schema,),
-            ).fetchone()
-        if row is not None and row[0] > 0:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the call never reached the server's lock wait")
+    return new_job(f"j{i:03}", f"k{i}", run_id=f"r{i}")
 
 
 async def _eventually(call: Callable[[], Awaitable[T]], tries: int = 4) -> T:
@@ -113,7 +76,7 @@ async def test_cut_mid_claim_then_mid_ack_loses_and_doubles_nothing(
         locker = await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
         await locker.execute(f'LOCK TABLE "{pg_schema}".pauses IN ACCESS EXCLUSIVE MODE')
         claim = asyncio.create_task(d.job_claim(ClaimParams(("q",), "w1", N, LEASE, T0)))
-        await _wait_for_lock_wait(pg_schema)
+        await wait_for_lock_wait(pg_schema)
         proxy.cut()
         with pytest.raises(DriverUnavailableError):
             await asyncio.wait_for(claim, 10)
@@ -137,7 +100,7 @@ async def test_cut_mid_claim_then_mid_ack_loses_and_doubles_nothing(
         )
         acks = [Ack(j.fence, later + 1, '"done"') for j in got.jobs]
         ack = asyncio.create_task(d.job_ack(acks))
-        await _wait_for_lock_wait(pg_schema)
+        await wait_for_lock_wait(pg_schema)
         proxy.cut()
         with pytest.raises(DriverUnavailableError):
             await asyncio.wait_for(ack, 10)

@@ -6,24 +6,14 @@ failed with "Future attached to a different loop")."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from typing import Any
 
-from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_redis import RedisDriver
+from tests.loops_cases import (
+    Backend,
+    consecutive_asyncio_runs_share_one_driver,
+    sync_and_async_callers_alternate,
+)
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
-
-
-async def body(input: Any, ctx: Any) -> None:
-    return None
-
-
-def declare() -> JobHandle:
-    handle: JobHandle = job(
-        body, name="hit", tenant="none", idempotency_key=lambda i: f"k{i}", registry=JobRegistry()
-    )
-    return handle
 
 
 async def keys_stored(driver: RedisDriver) -> list[str]:
@@ -53,55 +43,9 @@ def named(prefix: str) -> str:
     return f"{REDIS_URL}?client_name={prefix}"
 
 
-def test_sync_and_async_callers_alternate_on_one_driver() -> None:
+def backend() -> Backend:
     prefix = fresh_prefix()
     driver = RedisDriver(named(prefix), prefix=prefix)
-    jobs = Jobs(driver, enqueue_retry_s=0)  # the driver alone must answer every call
-    h = declare()
-
-    async def call(n: int) -> tuple[int, str, bool]:
-        if n % 2:
-            # A `def` endpoint: the server runs it on a thread, it enqueues through the portal.
-            r = await asyncio.to_thread(jobs.enqueue_sync, h, n % 15)
-        else:
-            r = await jobs.enqueue(h, n % 15)
-        return n % 15, r.id, r.deduped
-
-    async def app() -> tuple[list[tuple[int, str, bool]], list[str]]:
-        out = list(await asyncio.gather(*(call(n) for n in range(30))))
-        many = await jobs.enqueue_many(h, [40, 41])
-        many_sync = await asyncio.to_thread(jobs.enqueue_many_sync, h, [42, 41])
-        out += [
-            (k, r.id, r.deduped) for k, r in zip([40, 41, 42, 41], [*many, *many_sync], strict=True)
-        ]
-        stored = await keys_stored(driver)
-        await purge(driver)
-        await driver.close()
-        return out, stored
-
-    answers, stored = asyncio.run(app())
-    jobs.close_sync()
-    by_key: dict[int, set[str]] = {}
-    for k, job_id, _ in answers:
-        by_key.setdefault(k, set()).add(job_id)
-    assert all(len(ids) == 1 for ids in by_key.values())  # every answer names the key's one row
-    assert sum(not deduped for _, _, deduped in answers) == len(by_key) == 18
-    assert stored == sorted(f"k{k}" for k in by_key)
-    assert asyncio.run(clients_named(prefix)) == 0
-
-
-def test_consecutive_asyncio_runs_share_one_driver() -> None:
-    prefix = fresh_prefix()
-    driver = RedisDriver(named(prefix), prefix=prefix)
-    jobs = Jobs(driver, enqueue_retry_s=0)
-    h = declare()
-    answers = [asyncio.run(jobs.enqueue(h, n)) for n in range(4)]
-    answers += asyncio.run(jobs.enqueue_many(h, [4, 0]))
-    other: list[Any] = []
-    t = threading.Thread(target=lambda: other.append(asyncio.run(jobs.enqueue(h, 5))))
-    t.start()
-    t.join()
-    answers += [*other, jobs.enqueue_sync(h, 6)]
 
     async def finish() -> list[str]:
         stored = await keys_stored(driver)
@@ -109,9 +53,12 @@ def test_consecutive_asyncio_runs_share_one_driver() -> None:
         await driver.close()
         return stored
 
-    stored = asyncio.run(finish())
-    jobs.close_sync()
-    assert [r.deduped for r in answers] == [False] * 5 + [True, False, False]
-    assert answers[5].id == answers[0].id
-    assert stored == [f"k{n}" for n in range(7)]
-    assert asyncio.run(clients_named(prefix)) == 0
+    return Backend(driver, finish, lambda: asyncio.run(clients_named(prefix)))
+
+
+def test_sync_and_async_callers_alternate_on_one_driver() -> None:
+    sync_and_async_callers_alternate(backend())
+
+
+def test_consecutive_asyncio_runs_share_one_driver() -> None:
+    consecutive_asyncio_runs_share_one_driver(backend())

@@ -1053,15 +1053,25 @@ def _stale(conn: _Conn) -> bool:
     """True when an idle connection cannot serve: closed, broken, or the server has spoken on it.
 
     An idle autocommit session receives nothing unasked; readable means the server ended it
-    (a restart's "terminating connection", or EOF). One non-blocking `select`, no round-trip.
+    (a restart's "terminating connection", or EOF). One non-blocking poll, no round-trip.
+    `poll`, not `select`: in a process holding over 1,024 descriptors `select` refuses the
+    socket, which would read every connection as stale and dial anew on every call.
     """
     if conn.closed or conn.broken:
         return True
     try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        fd = conn.pgconn.socket
+        if _HAS_POLL:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([fd], [], [], 0)
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(readable)
+
+
+_HAS_POLL: Final = hasattr(select, "poll")
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()

@@ -566,6 +566,8 @@ def test_the_memory_worker_logs_json(app_dir: Path) -> None:
     # "one JSON object per line", and the drain on SIGTERM logs at least once.
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert any("draining" in r["message"] for r in records), err
+    for record in records:  # the fields the prose names
+        assert {"time", "level", "logger", "message"} <= record.keys(), record
     for record in records:
         assert {"time", "level", "logger", "message"} <= record.keys()
 
@@ -595,7 +597,9 @@ def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) 
         def completed() -> bool:
             return bool(asyncio.run(_row(schema, queued["id"])).state is JobState.COMPLETED)
 
-        worker_briefly(localize(shell_command(WORKER_ENV)), app_dir, env, ready=completed)
+        worker = localize(shell_command(WORKER_ENV))
+        out, _ = worker_briefly(worker, app_dir, env, ready=completed)
+        assert f"concurrency {worker[worker.index('--concurrency') + 1]} " in out, out
         assert_sent(asyncio.run(_row(schema, queued["id"])).result_json)
     finally:
         drop_schema(schema)

@@ -36,7 +36,7 @@ from jobs_core import facade
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.records import EnqueueResult
+from jobs_core.records import ClaimParams, EnqueueResult, Pause
 from jobs_core.retention import DAY, Retention
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
@@ -106,11 +106,18 @@ async def run_block(block: Block, names: dict[str, Any]) -> dict[str, Any]:
 
 
 def call_keywords(block: Block, callee: str) -> dict[str, Any]:
-    """The literal keyword arguments of the block's one call of `callee`."""
+    """The literal keyword arguments of the block's one call of `callee` (a name, or a
+    method: `enqueue` for `handle.enqueue(…)`)."""
+
+    def name(func: ast.expr) -> str | None:
+        if isinstance(func, ast.Name):
+            return func.id
+        return func.attr if isinstance(func, ast.Attribute) else None
+
     calls = [
         node
         for node in ast.walk(ast.parse(block.text))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == callee
+        if isinstance(node, ast.Call) and name(node.func) == callee
     ]
     assert len(calls) == 1, f"{len(calls)} calls of {callee} in {block.marker!r}"
     found: dict[str, Any] = {}
@@ -419,6 +426,85 @@ def test_the_parity_block_is_a_suite_pytest_collects_and_runs(tmp_path: Path) ->
         timeout=60,
     )
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+# --- inline examples in the prose (`await …` spans a reader copies) --------------------------
+
+INLINE = re.compile(r"`(await [^`]+)`")
+DELAY = "await handle.enqueue(inp, delay_ms="
+CANCEL = "await driver.job_cancel("
+PAUSE = "await driver.pause_add("
+DEMAND = "await worker.demand()"
+INLINE_CASES = (DELAY, CANCEL, PAUSE, DEMAND)
+
+
+def inline_example(start: str) -> Block:
+    """The one backticked `await …` span of the README prose that starts with `start`."""
+    text = README.read_text(encoding="utf-8")
+    found = [m for m in INLINE.finditer(text) if m.group(1).startswith(start)]
+    assert len(found) == 1, f"README has {len(found)} inline examples starting {start!r}"
+    return Block("python", found[0].group(1), text.count("\n", 0, found[0].start()) + 1)
+
+
+async def test_the_delay_and_priority_example(myapp: ModuleType, no_client: None) -> None:
+    example = inline_example(DELAY)
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    names = await run_block(example, {"handle": myapp.jobs.send_welcome, "inp": INP})
+    given = call_keywords(example, "enqueue")
+    row = (await driver.job_get_many([names["_"].id]))[names["_"].id]
+    assert row.run_at_ms is not None and row.run_at_ms - row.created_at_ms == given["delay_ms"]
+    assert row.priority == given["priority"]
+
+
+async def test_the_cancel_example_cancels_a_live_job(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    queued = await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    names = {"driver": driver, "job_id": queued.id, "now_ms": int(time.time() * 1000)}
+    await run_block(inline_example(CANCEL), names)
+    row = (await driver.job_get_many([queued.id]))[queued.id]
+    assert row.state is JobState.CANCELLED
+
+
+async def test_the_pause_example_stops_claims_until_removed(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    queued = await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    names = {"driver": driver, "Pause": Pause}
+    await run_block(inline_example(PAUSE), names)
+    claim = ClaimParams(("emails",), "w1", 10, 30_000, int(time.time() * 1000) + 1)
+    assert not (await driver.job_claim(claim)).jobs
+    [pause] = await driver.pause_list()
+    assert await driver.pause_remove(pause)
+    assert [j.id for j in (await driver.job_claim(claim)).jobs] == [queued.id]
+
+
+async def test_the_demand_example_counts_ready_jobs_per_queue(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    # A name pause keeps the job ready while the worker runs; demand ignores name pauses.
+    await driver.pause_add(Pause("name", myapp.jobs.send_welcome.name))
+    worker = Worker(driver, myapp.jobs)
+    names: dict[str, Any] = {"worker": worker}
+    example = inline_example(DEMAND)
+    await run_block(example, names)
+    assert names["_"] == {myapp.jobs.send_welcome.queue: 0}  # not started: not accepting
+    await worker.start()
+    try:
+        await run_block(example, names)
+        assert names["_"] == {myapp.jobs.send_welcome.queue: 1}
+    finally:
+        await worker.stop()
+    await run_block(example, names)
+    assert names["_"] == {myapp.jobs.send_welcome.queue: 0}  # stopped
+
+
+def test_every_inline_await_has_a_case() -> None:
+    spans = [m.group(1) for m in INLINE.finditer(README.read_text(encoding="utf-8"))]
+    for span in spans:
+        cases = [start for start in INLINE_CASES if span.startswith(start)]
+        assert len(cases) == 1, f"README inline example {span!r} has cases {cases}"
+    for start in INLINE_CASES:
+        inline_example(start)
 
 
 # --- the shell commands ------------------------------------------------------------------------

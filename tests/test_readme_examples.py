@@ -1,10 +1,12 @@
-"""The README's examples, run as written: every ```python block and every shell command.
+"""The README's examples, run as written: every ```python block, every `await …` span of the
+prose and every shell command.
 
-Blocks are read from README.md at test time, so an edited example is what gets tested. Each
-python block is found by a stable marker (its first line) and run by one case below, with a
-small harness that gives it what the surrounding prose assumes (the `myapp/jobs.py` module,
-a `driver`, an `inp`); each case then checks what the prose says happens. A block or a command
-that no case handles (and no named excuse in `NOT_RUN` covers) fails the two `test_every_*`.
+They are read from README.md at test time, so an edited example is what gets tested. Each is
+found by a stable marker (how it starts) and run by one case below, with a small harness that
+gives it what the surrounding prose assumes (the `myapp/jobs.py` module, a `driver`, an
+`inp`); each case then checks what the prose says happens. An example that no case handles
+(and no named excuse in `NOT_RUN` covers) fails one of the `test_every_*`. Workers started
+from the CLI are stopped once `/proc` shows their SIGTERM handler (Linux).
 """
 
 from __future__ import annotations

@@ -1,0 +1,725 @@
+"""The README's examples, run as written: every ```python block, every `await …` span of the
+prose and every shell command.
+
+They are read from README.md at test time, so an edited example is what gets tested. Each is
+found by a stable marker (how it starts) and run by one case below, with a small harness that
+gives it what the surrounding prose assumes (the `myapp/jobs.py` module, a `driver`, an
+`inp`); each case then checks what the prose says happens. An example that no case handles
+(and no named excuse in `NOT_RUN` covers) fails one of the `test_every_*`. Workers started
+from the CLI are stopped once `/proc` shows their SIGTERM handler (Linux).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import jobs_core
+from jobs_core import facade
+from jobs_core.clock import FakeClock
+from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
+from jobs_core.records import ClaimParams, EnqueueResult, Pause
+from jobs_core.retention import DAY, Retention
+from jobs_core.states import JobState
+from jobs_core.testing import DriverSuite
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+from jobs_pg import PgDriver
+from jobs_pg.migrate import upgrade
+from jobs_redis import RedisDriver
+from tests.core.retention_support import finish
+from tests.core.support import advance_quietly, until
+from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
+from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+class Block:
+    """One fenced block of the README: its language, text and first line there."""
+
+    def __init__(self, lang: str, text: str, line: int) -> None:
+        self.lang = lang
+        self.text = text
+        self.line = line
+
+    @property
+    def marker(self) -> str:
+        return self.text.splitlines()[0].strip()
+
+
+def readme_blocks(lang: str) -> list[Block]:
+    text = README.read_text(encoding="utf-8")
+    return [
+        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1)
+        for m in FENCE.finditer(text)
+        if m.group(1) == lang
+    ]
+
+
+def python_block(marker: str) -> Block:
+    """The one README python block whose first line starts with `marker`."""
+    found = [b for b in readme_blocks("python") if b.marker.startswith(marker)]
+    assert len(found) == 1, f"README has {len(found)} python blocks starting {marker!r}"
+    return found[0]
+
+
+def compiled(block: Block) -> Any:
+    """The block as code, its line numbers the README's, top-level `await` allowed; a last
+    statement that is an expression keeps its value in the global `_`, for the case to check."""
+    tree = ast.parse(block.text, filename="README.md")
+    last = tree.body[-1]
+    if isinstance(last, ast.Expr):
+        keep = ast.Assign(targets=[ast.Name("_", ast.Store())], value=last.value)
+        tree.body[-1] = ast.copy_location(keep, last)
+    ast.fix_missing_locations(tree)
+    ast.increment_lineno(tree, block.line - 1)
+    return compile(tree, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+async def run_block(block: Block, names: dict[str, Any]) -> dict[str, Any]:
+    """Run `block` with `names` as its globals (a top-level `await` is awaited); answers them."""
+    result = eval(compiled(block), names)
+    if inspect.iscoroutine(result):
+        await result
+    return names
+
+
+def call_keywords(block: Block, callee: str) -> dict[str, Any]:
+    """The literal keyword arguments of the block's one call of `callee` (a name, or a
+    method: `enqueue` for `handle.enqueue(…)`)."""
+
+    def name(func: ast.expr) -> str | None:
+        if isinstance(func, ast.Name):
+            return func.id
+        return func.attr if isinstance(func, ast.Attribute) else None
+
+    calls = [
+        node
+        for node in ast.walk(ast.parse(block.text))
+        if isinstance(node, ast.Call) and name(node.func) == callee
+    ]
+    assert len(calls) == 1, f"{len(calls)} calls of {callee} in {block.marker!r}"
+    found: dict[str, Any] = {}
+    for kw in calls[0].keywords:
+        with contextlib.suppress(ValueError):
+            assert kw.arg is not None, "no **kwargs in an example"
+            found[kw.arg] = ast.literal_eval(kw.value)
+    return found
+
+
+# --- the python blocks -------------------------------------------------------------------------
+
+#: Each README python block's case, by how its first line starts.
+DECLARE = "# myapp/jobs.py"
+ASYNC_ENQUEUE = "import jobs_core"
+SYNC_ENQUEUE = "send_welcome.enqueue_sync("
+WORKER_IN_CODE = "worker = Worker(driver, myapp.jobs"
+IDEMPOTENCY = "first = await send_welcome.enqueue(inp)"
+RETENTION = "from datetime import timedelta"
+PARITY = "# tests/test_my_driver_parity.py"
+PYTHON_CASES = {
+    DECLARE,
+    ASYNC_ENQUEUE,
+    SYNC_ENQUEUE,
+    WORKER_IN_CODE,
+    IDEMPOTENCY,
+    RETENTION,
+    PARITY,
+}
+
+INP = {"org_id": "org_1", "user_id": 42}
+
+
+def test_every_python_block_has_a_case() -> None:
+    for block in readme_blocks("python"):
+        cases = [m for m in PYTHON_CASES if block.marker.startswith(m)]
+        assert len(cases) == 1, (
+            f"README python block at line {block.line} ({block.marker!r}) has cases {cases}: "
+            "each needs exactly one case here"
+        )
+    for marker in PYTHON_CASES:
+        python_block(marker)  # each case runs exactly one block
+
+
+@pytest.fixture(scope="session")
+def app_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the package `myapp`, its `jobs.py` the README's declaring block."""
+    root = tmp_path_factory.mktemp("app")
+    (root / "myapp").mkdir()
+    (root / "myapp" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "myapp" / "jobs.py").write_text(python_block(DECLARE).text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def myapp(app_dir: Path) -> Iterator[ModuleType]:
+    """`myapp` with `myapp.jobs` imported, once: its `@job` registers in the default registry."""
+    sys.path.insert(0, str(app_dir))
+    try:
+        importlib.import_module("myapp.jobs")
+        yield sys.modules["myapp"]
+    finally:
+        sys.path.remove(str(app_dir))
+        for name in ("myapp.jobs", "myapp"):
+            sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def no_client() -> Iterator[None]:
+    """The configured client is the test's own and is gone after it."""
+    before = facade._default
+    facade._default = None
+    try:
+        yield
+    finally:
+        facade._default = before
+
+
+def assert_sent(result_json: str | None) -> None:
+    """The declaring block's body result, stored as JSON: `{"sent": true}` (a bool, not 1)."""
+    result = json.loads(result_json or "null")
+    assert result == {"sent": True} and result["sent"] is True, result_json
+
+
+def test_the_declaring_block_declares_what_its_comments_say(myapp: ModuleType) -> None:
+    handle = myapp.jobs.send_welcome
+    declared = call_keywords(python_block(DECLARE), "job")
+    retry = call_keywords(python_block(DECLARE), "Retry")
+    assert handle.name == "send_welcome" and handle.queue == declared["queue"]
+    assert {k: getattr(handle.retry, k) for k in retry} == retry
+    assert handle.timeout_ms == declared["timeout"] * 1000  # "seconds"
+    assert handle.key_for(INP) == f"welcome:{INP['user_id']}"
+    # The body's comment names what a body can read off its context.
+    fields = {f.name for f in dataclasses.fields(JobContext)}
+    assert {"attempt", "tenant", "signal"} <= fields and callable(JobContext.progress)
+
+
+async def test_enqueue_from_async_code(myapp: ModuleType, no_client: None) -> None:
+    names = await run_block(python_block(ASYNC_ENQUEUE), {"send_welcome": myapp.jobs.send_welcome})
+    client = facade.default_client()
+    assert isinstance(client.driver, MemoryDriver)
+    enqueued = names["_"]
+    assert isinstance(enqueued, EnqueueResult) and not enqueued.deduped
+    row = (await client.driver.job_get_many([enqueued.id]))[enqueued.id]
+    assert row.state is JobState.READY and row.queue == myapp.jobs.send_welcome.queue
+    # The same input again finds it live.
+    again = await names["send_welcome"].enqueue(row.input)
+    assert again.deduped and again.id == enqueued.id
+
+
+def test_enqueue_from_sync_code_without_an_event_loop(myapp: ModuleType, no_client: None) -> None:
+    client = jobs_core.configure("memory")  # what the async block above did
+    try:
+        names = {"send_welcome": myapp.jobs.send_welcome}
+        eval(compiled(python_block(SYNC_ENQUEUE)), names)
+        enqueued = names["_"]
+        assert isinstance(enqueued, EnqueueResult) and not enqueued.deduped
+        row = asyncio.run(client.driver.job_get_many([enqueued.id]))[enqueued.id]
+        assert row.state is JobState.READY
+        again = myapp.jobs.send_welcome.enqueue_sync(row.input)
+        assert again.deduped and again.id == enqueued.id
+    finally:
+        client.close_sync()
+
+
+async def test_a_worker_in_code_runs_the_job_until_stopped(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    queued = await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    names: dict[str, Any] = {"Worker": Worker, "driver": driver, "myapp": myapp}
+    running = asyncio.create_task(run_block(python_block(WORKER_IN_CODE), names))
+
+    async def done() -> bool:
+        row = (await driver.job_get_many([queued.id]))[queued.id]
+        return row.state is JobState.COMPLETED
+
+    try:
+        await until(done)
+    finally:
+        if "worker" in names:
+            await names["worker"].stop()
+        await asyncio.wait_for(running, 10)
+    worker = names["worker"]
+    given = call_keywords(python_block(WORKER_IN_CODE), "Worker")
+    assert given and {k: getattr(worker, k) for k in given} == given
+    row = (await driver.job_get_many([queued.id]))[queued.id]
+    assert_sent(row.result_json)
+    assert running.done() and running.exception() is None  # `run()` returned after `stop()`
+
+
+Backend = Callable[[], AbstractAsyncContextManager[JobDriver]]
+
+
+@contextlib.asynccontextmanager
+async def _memory() -> AsyncIterator[JobDriver]:
+    async with MemoryDriver() as driver:
+        yield driver
+
+
+@contextlib.asynccontextmanager
+async def _pg() -> AsyncIterator[JobDriver]:
+    async with fresh_driver() as driver:
+        yield driver
+
+
+@contextlib.asynccontextmanager
+async def _redis() -> AsyncIterator[JobDriver]:
+    async with _real(REDIS_URL) as driver:
+        yield driver
+
+
+BACKENDS: dict[str, Backend] = {"memory": _memory, "pg": _pg, "redis": _redis}
+
+
+def url_of(driver: JobDriver) -> str:
+    """The URL `jobs_core.configure` takes for `driver`'s store (the async block's comment)."""
+    if isinstance(driver, PgDriver):
+        return f"{PG_URL}?schema={driver.schema}"
+    if isinstance(driver, RedisDriver):
+        return f"{REDIS_URL}?prefix={driver.keys.prefix}"
+    return "memory"
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+async def test_idempotency_dedupes_while_live_and_frees_the_key_after(
+    myapp: ModuleType, no_client: None, backend: str
+) -> None:
+    async with BACKENDS[backend]() as driver:
+        # A memory URL would make a store of its own: the test must see the rows.
+        client = jobs_core.configure(driver if backend == "memory" else url_of(driver))
+        try:
+            names = await run_block(
+                python_block(IDEMPOTENCY), {"send_welcome": myapp.jobs.send_welcome, "inp": INP}
+            )
+            first = names["first"]
+            assert not first.deduped
+            assert first.id in await driver.job_get_many([first.id])
+            # "Once it finished, the key is free again."
+            await driver.job_cancel(first.id, int(time.time() * 1000))
+            later = await myapp.jobs.send_welcome.enqueue(INP)
+            assert not later.deduped and later.id != first.id
+        finally:
+            await client.driver.close()
+
+
+def recording(made: list[tuple[Worker, Any]]) -> type[Worker]:
+    """`Worker` as the retention block calls it, each one kept in `made` with its retention, on
+    a fake clock (the first purge round comes up to a minute after a start: fake time makes
+    that test time)."""
+
+    class RecordedWorker(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("clock", FakeClock(start_ms=time.time_ns() // 1_000_000))
+            super().__init__(*args, **kwargs)
+            made.append((self, kwargs.get("retention", "default")))
+
+    return RecordedWorker
+
+
+FINAL = (JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.DEAD)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+async def test_retention_workers_purge_what_outlived_its_keep_and_none_never(
+    myapp: ModuleType, backend: str
+) -> None:
+    made: list[tuple[Worker, Any]] = []
+    async with BACKENDS[backend]() as driver:
+        names = await run_block(
+            python_block(RETENTION), {"Worker": recording(made), "driver": driver, "myapp": myapp}
+        )
+        keep = names["keep"]
+        assert isinstance(keep, Retention) and keep.failed is None  # "failed: forever"
+        [keeping] = [w for w, r in made if r is keep]
+        [never] = [w for w, r in made if r is None]
+        assert isinstance(keeping.clock, FakeClock) and isinstance(never.clock, FakeClock)
+        now = keeping.clock.now_ms()
+        ids, left = [], []
+        params = keep.params(now, 1)
+        for state in FINAL:
+            keep_ms = getattr(params, f"{state.value}_ms")
+            if keep_ms is None:  # kept forever: a year old stays
+                ages = {f"{state.value}-year": (365 * DAY * 1000, True)}
+            else:  # older than its keep goes; at half its keep stays (the test moves 190 s)
+                ages = {f"{state.value}-old": (keep_ms + 60_000, False)}
+                ages[f"{state.value}-young"] = (keep_ms // 2, True)
+            for job_id, (age_ms, stays) in ages.items():
+                await finish(driver, [job_id], state, now - age_ms)
+                ids.append(job_id)
+                left += [job_id] if stays else []
+        assert len(left) < len(ids)
+        for worker, expected in ((never, ids), (keeping, left)):  # "never purges" first
+            assert isinstance(worker.clock, FakeClock)
+            worker.clock.set(now)
+            await worker.start()
+            try:
+                # Claim and heartbeat loops (and a purger) wait on the clock when idle.
+                sleepers = 2 if worker is never else 3
+                await advance_quietly(worker.clock, 190_000, sleepers=sleepers, step_ms=1_000)
+                assert sorted(await driver.job_get_many(ids)) == sorted(expected)
+            finally:
+                await worker.stop()
+
+
+def test_the_parity_block_is_a_suite_pytest_collects_and_runs(tmp_path: Path) -> None:
+    (tmp_path / "my_driver.py").write_text(
+        "from jobs_memory import MemoryDriver\n\n\n"
+        "class MyDriver(MemoryDriver):\n"
+        '    """The README\'s stand-in driver: the memory one, built from a URL."""\n\n'
+        "    def __init__(self, url: str) -> None:\n"
+        "        super().__init__()\n"
+        "        self.url = url\n",
+        encoding="utf-8",
+    )
+    block = python_block(PARITY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_my_driver_parity.py").write_text(block.text, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        names: dict[str, Any] = {"__name__": "readme_parity"}
+        eval(compiled(block), names)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("my_driver", None)
+    suite = names["TestMyDriverParity"]
+    assert issubclass(suite, DriverSuite) and suite.__name__.startswith("Test")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HYPOTHESIS_PROFILE": "ci"}
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir"]
+    listed = subprocess.run(
+        [*pytest_cmd, str(tmp_path), "--collect-only", "tests/test_my_driver_parity.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "test_state_machine" in listed.stdout and "test_scenario[" in listed.stdout
+    # One scenario for real: the factory hands the suite a working, fresh driver.
+    first = next(ln for ln in listed.stdout.splitlines() if "test_scenario[" in ln)
+    ran = subprocess.run(
+        [*pytest_cmd, str(tmp_path), first.strip()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+# --- inline examples in the prose (`await …` spans a reader copies) --------------------------
+
+INLINE = re.compile(r"`(await [^`]+)`")
+DELAY = "await handle.enqueue(inp, delay_ms="
+CANCEL = "await driver.job_cancel("
+PAUSE = "await driver.pause_add("
+DEMAND = "await worker.demand()"
+INLINE_CASES = (DELAY, CANCEL, PAUSE, DEMAND)
+
+
+def inline_example(start: str) -> Block:
+    """The one backticked `await …` span of the README prose that starts with `start`."""
+    text = README.read_text(encoding="utf-8")
+    found = [m for m in INLINE.finditer(text) if m.group(1).startswith(start)]
+    assert len(found) == 1, f"README has {len(found)} inline examples starting {start!r}"
+    return Block("python", found[0].group(1), text.count("\n", 0, found[0].start()) + 1)
+
+
+async def test_the_delay_and_priority_example(myapp: ModuleType, no_client: None) -> None:
+    example = inline_example(DELAY)
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    names = await run_block(example, {"handle": myapp.jobs.send_welcome, "inp": INP})
+    given = call_keywords(example, "enqueue")
+    row = (await driver.job_get_many([names["_"].id]))[names["_"].id]
+    assert row.run_at_ms is not None and row.run_at_ms - row.created_at_ms == given["delay_ms"]
+    assert row.priority == given["priority"]
+
+
+async def test_the_cancel_example_cancels_a_live_job(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    queued = await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    names = {"driver": driver, "job_id": queued.id, "now_ms": int(time.time() * 1000)}
+    await run_block(inline_example(CANCEL), names)
+    row = (await driver.job_get_many([queued.id]))[queued.id]
+    assert row.state is JobState.CANCELLED
+
+
+async def test_the_pause_example_stops_claims_until_removed(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    queued = await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    names = {"driver": driver, "Pause": Pause}
+    await run_block(inline_example(PAUSE), names)
+    claim = ClaimParams(("emails",), "w1", 10, 30_000, int(time.time() * 1000) + 1)
+    assert not (await driver.job_claim(claim)).jobs
+    [pause] = await driver.pause_list()
+    assert await driver.pause_remove(pause)
+    assert [j.id for j in (await driver.job_claim(claim)).jobs] == [queued.id]
+
+
+async def test_the_demand_example_counts_ready_jobs_per_queue(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    await jobs_core.Jobs(driver).enqueue(myapp.jobs.send_welcome, INP)
+    # A name pause keeps the job ready while the worker runs; demand ignores name pauses.
+    await driver.pause_add(Pause("name", myapp.jobs.send_welcome.name))
+    worker = Worker(driver, myapp.jobs)
+    names: dict[str, Any] = {"worker": worker}
+    example = inline_example(DEMAND)
+    await run_block(example, names)
+    assert names["_"] == {myapp.jobs.send_welcome.queue: 0}  # not started: not accepting
+    await worker.start()
+    try:
+        await run_block(example, names)
+        assert names["_"] == {myapp.jobs.send_welcome.queue: 1}
+    finally:
+        await worker.stop()
+    await run_block(example, names)
+    assert names["_"] == {myapp.jobs.send_welcome.queue: 0}  # stopped
+
+
+def test_every_inline_await_has_a_case() -> None:
+    spans = [m.group(1) for m in INLINE.finditer(README.read_text(encoding="utf-8"))]
+    for span in spans:
+        cases = [start for start in INLINE_CASES if span.startswith(start)]
+        assert len(cases) == 1, f"README inline example {span!r} has cases {cases}"
+    for start in INLINE_CASES:
+        inline_example(start)
+
+
+# --- the shell commands ------------------------------------------------------------------------
+
+#: Commands of the README's ```sh blocks that this file does not run, and why.
+NOT_RUN = {
+    "make demo": "rebuilds .venv; the `ujobs demo` it runs is tests/core/test_cli.py's",
+    "make test": "runs this very suite",
+    "pip install ultimat3-jobs": "installs from PyPI",
+    "pip install 'ultimat3-jobs[pg]'": "installs from PyPI",
+    "pip install 'ultimat3-jobs[redis]'": "installs from PyPI",
+    "pip install 'ultimat3-jobs[all]'": "installs from PyPI",
+    "ujobs worker myapp.jobs --driver 'redis+cluster://node1:7000?prefix=myapp'": (
+        "needs a Redis Cluster; tests/redis runs the driver on a one-node cluster"
+    ),
+}
+
+#: Commands run below, each found by a stable start (the README's text is what runs).
+EXPORT = "export UJOBS_DRIVER="
+WORKER_ENV = "ujobs worker myapp.jobs --concurrency"
+WORKER_MEMORY = "ujobs worker myapp.jobs --driver memory"
+ENQUEUE_DELAY = "ujobs enqueue myapp.jobs send_welcome"
+ALEMBIC = "alembic -x url="
+DB_UPGRADE = "ujobs db upgrade --url"
+WORKER_PG = "ujobs worker myapp.jobs --driver 'postgresql+psycopg://"
+WORKER_REDIS = "ujobs worker myapp.jobs --driver 'redis://"
+SHELL_CASES = (
+    EXPORT,
+    WORKER_ENV,
+    WORKER_MEMORY,
+    ENQUEUE_DELAY,
+    ALEMBIC,
+    DB_UPGRADE,
+    WORKER_PG,
+    WORKER_REDIS,
+)
+
+
+def shell_commands() -> list[str]:
+    """Every command line of the README's ```sh blocks, its trailing comment dropped, in one
+    quoting (`shlex.join`), duplicates once."""
+    commands: dict[str, None] = {}
+    for block in readme_blocks("sh"):
+        for line in block.text.splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands[shlex.join(words)] = None
+    return list(commands)
+
+
+def shell_command(start: str) -> str:
+    found = [c for c in shell_commands() if c.startswith(start)]
+    assert len(found) == 1, f"README has {len(found)} commands starting {start!r}: {found}"
+    return found[0]
+
+
+def test_every_shell_command_is_run_or_excused() -> None:
+    commands = shell_commands()
+    excused = {shlex.join(shlex.split(c)) for c in NOT_RUN}
+    assert excused <= set(commands), f"excuses for no command: {excused - set(commands)}"
+    for command in commands:
+        cases = [start for start in SHELL_CASES if command.startswith(start)]
+        assert len(cases) + (command in excused) == 1, (
+            f"README command {command!r}: cases {cases}, excused {command in excused}; "
+            "each command needs exactly one case here (or one named excuse in NOT_RUN)"
+        )
+    for start in SHELL_CASES:
+        shell_command(start)  # each case runs exactly one command
+
+
+def localize(command: str, schema: str = "", prefix: str = "") -> list[str]:
+    """`command` as argv against this machine's servers: the README's `db` host is the test
+    Postgres (schema `schema`), its Redis prefix is `prefix`, `ujobs` is this checkout's."""
+    pg = PG_URL.split("?")[0]
+    argv = []
+    for word in shlex.split(command, comments=True):
+        word = re.sub(r"postgresql\+psycopg://[^?\s]*@db/app", pg, word)
+        word = word.replace("schema=ujobs", f"schema={schema}")
+        word = word.replace("prefix=myapp", f"prefix={prefix}")
+        argv.append(word)
+    if argv[0] == "ujobs":
+        return [sys.executable, "-m", "jobs_core.cli", *argv[1:]]
+    if argv[0] == "alembic":
+        return [sys.executable, "-m", "alembic", *argv[1:]]
+    return argv
+
+
+def run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a SIGTERM handler: the worker installs its drain handler after
+    printing its plan, and a SIGTERM before that would kill it rather than drain it."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)[1], 16)  # type: ignore[index]
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def worker_briefly(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    ready: Callable[[], bool] = lambda: True,
+) -> tuple[str, str]:
+    """Start `ujobs worker`, wait for its plan (and `ready()`), SIGTERM it: it drains and
+    exits 0. Answers its stdout and its stderr."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        banner = proc.stdout.readline()
+        assert banner.startswith("ujobs worker"), banner + proc.stderr.read()
+        deadline = time.monotonic() + 20
+        while not (catches_sigterm(proc.pid) and ready()):
+            assert proc.poll() is None, "the worker exited early"
+            assert time.monotonic() < deadline, "the worker never got there"
+            time.sleep(0.05)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, banner + out + err
+    return banner + out, err
+
+
+def test_the_memory_worker_logs_json(app_dir: Path) -> None:
+    out, err = worker_briefly(localize(shell_command(WORKER_MEMORY)), app_dir, {"UJOBS_DRIVER": ""})
+    assert "memory" in out.splitlines()[0]
+    # "one JSON object per line", and the drain on SIGTERM logs at least once.
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert any("draining" in r["message"] for r in records), err
+    for record in records:  # the fields the prose names
+        assert {"time", "level", "logger", "message"} <= record.keys(), record
+    for record in records:
+        assert {"time", "level", "logger", "message"} <= record.keys()
+
+
+async def _row(schema: str, job_id: str) -> Any:
+    async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+        return (await driver.job_get_many([job_id]))[job_id]
+
+
+def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) -> None:
+    schema = fresh_schema()
+    try:
+        upgrade(PG_URL, schema)
+        # The README exports a URL for its own host `db`; `localize` makes it the test server's.
+        export, assignment = localize(shell_command(EXPORT))
+        variable, url = assignment.split("=", 1)
+        assert (export, variable) == ("export", "UJOBS_DRIVER")
+        env = {variable: f"{url}?schema={schema}"}
+        enqueue = localize(shell_command(ENQUEUE_DELAY))
+        delay_ms = round(float(enqueue[enqueue.index("--delay") + 1]) * 1000)
+        queued = json.loads(run(enqueue, app_dir, env).stdout)
+        assert queued["deduped"] is False
+        row = asyncio.run(_row(schema, queued["id"]))
+        assert row.state is JobState.READY and row.run_at_ms - row.created_at_ms == delay_ms
+        assert row.input == json.loads(enqueue[enqueue.index("send_welcome") + 1])
+
+        def completed() -> bool:
+            return bool(asyncio.run(_row(schema, queued["id"])).state is JobState.COMPLETED)
+
+        worker = localize(shell_command(WORKER_ENV))
+        out, _ = worker_briefly(worker, app_dir, env, ready=completed)
+        assert f"concurrency {worker[worker.index('--concurrency') + 1]} " in out, out
+        assert_sent(asyncio.run(_row(schema, queued["id"])).result_json)
+    finally:
+        drop_schema(schema)
+
+
+def test_db_upgrade_alembic_and_a_pg_worker(app_dir: Path) -> None:
+    made, by_alembic = fresh_schema(), fresh_schema()
+    try:
+        created = run(localize(shell_command(DB_UPGRADE), schema=made), app_dir)
+        assert "created" in created.stdout, created.stdout
+        again = run(localize(shell_command(DB_UPGRADE), schema=made), app_dir)
+        assert "current" in again.stdout, again.stdout
+        run(localize(shell_command(ALEMBIC), schema=by_alembic), ROOT)
+        # alembic and `ujobs db upgrade` agree on what is installed.
+        agreed = run(localize(shell_command(DB_UPGRADE), schema=by_alembic), app_dir)
+        assert "current" in agreed.stdout, agreed.stdout
+        out, _ = worker_briefly(localize(shell_command(WORKER_PG), schema=made), app_dir)
+        assert f"schema={made}" in out.splitlines()[0], out
+    finally:
+        drop_schema(made)
+        drop_schema(by_alembic)
+
+
+async def _drop_prefix(prefix: str) -> None:
+    async with _real(REDIS_URL, prefix=prefix):
+        pass  # leaving it deletes every key of the prefix
+
+
+def test_a_redis_worker(app_dir: Path) -> None:
+    prefix = fresh_prefix()
+    try:
+        out, _ = worker_briefly(localize(shell_command(WORKER_REDIS), prefix=prefix), app_dir)
+        assert f"prefix={prefix}" in out.splitlines()[0], out
+    finally:
+        asyncio.run(_drop_prefix(prefix))

@@ -283,7 +283,7 @@ def worker(
     except JobsError as exc:
         _fail(exc)
         return
-    _print_plan(w, handles, driver, retention)
+    _print_plan(w, handles, driver)
     try:
         asyncio.run(_run_worker(w, quiet))
     except JobsError as exc:
@@ -334,15 +334,13 @@ def _retention_text(r: Retention | None) -> str:
     return "keeps " + ", ".join(parts)
 
 
-def _print_plan(
-    w: Worker, handles: list[JobHandle], driver: JobDriver, retention: Retention | None
-) -> None:
+def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
     where = escape(driver.describe())
     console.print(f"[bold]ujobs worker[/bold] {escape(w.worker_id)} on [cyan]{where}[/cyan]")
     console.print(
         f"queues: {escape(', '.join(w.queues))} · concurrency {w.concurrency} · "
         f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s · "
-        f"{_retention_text(retention)}"
+        f"{_retention_text(w.retention)}"
     )
     table = Table("job", "queue", "attempts", "timeout", "body")
     for h in sorted(handles, key=lambda h: h.name):

@@ -258,6 +258,8 @@ class Worker:
         self._hooks: set[asyncio.Task[None]] = set()
         self._unknown_warned: dict[str, int] = {}
         self._client: Jobs | None = None
+        #: How long finished rows are kept (None: this worker never purges).
+        self.retention = retention
         #: Applies `retention` (None, or a retention keeping everything: no purge at all).
         self._purger = (
             Purger(driver, retention, self.clock, self._rng)

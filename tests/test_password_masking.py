@@ -93,7 +93,7 @@ def leaks(text: str) -> list[str]:
         ("redis://h:1/0?password=PWa&prefix=a", "redis://h:1/0?password=***&prefix=a"),
         ("rediss://u:PWa@h", "rediss://u:***@h"),
         ("redis+cluster://u:PWa@h1:1,h2:2", "redis+cluster://u:***@h1:1,h2:2"),
-        ("unix://:PWa@/tmp/s.sock?db=0", "unix://:***@/tmp/s.sock?db=0"),
+        ("unix://:PWa@/run/redis/s.sock?db=0", "unix://:***@/run/redis/s.sock?db=0"),
         ("postgresql://u:PWa/PWb@h/db", "postgresql://u:***@h/db"),
         ("postgresql://u:PWa?PWb@h/db", "postgresql://u:***@h/db"),
         (

@@ -620,18 +620,21 @@ def worker_briefly(
 ) -> tuple[str, str]:
     """Start `ujobs worker`, wait for its plan (and `ready()`), SIGTERM it: it drains and
     exits 0. Answers its stdout and its stderr."""
+    # Unbuffered bytes: `readline` then takes exactly the banner, and `communicate` (which reads
+    # the pipe's descriptor itself) gets every later line; a buffered reader could have read
+    # ahead past the banner into a buffer `communicate` never sees.
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        bufsize=0,
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
-        banner = proc.stdout.readline()
-        assert banner.startswith("ujobs worker"), banner + proc.stderr.read()
+        banner = proc.stdout.readline().decode()
+        assert banner.startswith("ujobs worker"), banner + proc.stderr.read().decode()
         deadline = time.monotonic() + 20
         while not (catches_sigterm(proc.pid) and ready()):
             assert proc.poll() is None, "the worker exited early"
@@ -639,7 +642,8 @@ def worker_briefly(
             time.sleep(0.05)
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out_bytes, err_bytes = proc.communicate(timeout=30)
+        out, err = out_bytes.decode(), err_bytes.decode()
     finally:
         if proc.poll() is None:
             proc.kill()

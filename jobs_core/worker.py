@@ -1178,11 +1178,6 @@ class _Outage:
         self._tries = 0
 
 
-async def _swallow(fut: asyncio.Future[Any]) -> None:
-    with contextlib.suppress(BaseException):
-        await fut
-
-
 def _clean(text: str) -> str:
     # A lone surrogate in a message would make the settle unstorable (UTF-8 only).
     return text.encode("utf-8", "replace").decode("utf-8")

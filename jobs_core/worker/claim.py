@@ -1,0 +1,189 @@
+"""The claim loop: one claim per pass over every queue for all free slots, woken by a wake, a
+freed slot or a drain, backing off while idle; each claimed job is admitted to its run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jobs_core.backoff import IdleBackoff
+from jobs_core.clock import Clock
+from jobs_core.driver import JobDriver, WakeSubscription
+from jobs_core.errors import JobsError
+from jobs_core.records import ClaimedJob, ClaimParams
+from jobs_core.retention import Purger
+from jobs_core.worker.held import Held
+from jobs_core.worker.outage import Outage
+from jobs_core.worker.outcome import Outcomes
+from jobs_core.worker.registry import Registry
+from jobs_core.worker.run import Runner
+from jobs_core.worker.stats import WorkerStats
+
+log = logging.getLogger("jobs")
+
+
+class ClaimLoop:
+    """Keeps up to `max_in_flight` jobs in `held` while `accepting`; `run()` is the worker's
+    claim task, `kick` ends its wait (a wake, a freed slot, a drain), `wake` is the channel's
+    subscription (None: the poll alone)."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        clock: Clock,
+        held: dict[str, Held],
+        stats: WorkerStats,
+        registry: Registry,
+        runner: Runner,
+        outcomes: Outcomes,
+        backoff: IdleBackoff,
+        purger: Purger | None,
+        draining: Callable[[], bool],
+        *,
+        queues: tuple[str, ...],
+        worker_id: str,
+        concurrency: int,
+        max_in_flight: int,
+        lease_ms: int,
+        wake_ceiling_ms: int,
+        drop_exhausted: frozenset[str],
+    ) -> None:
+        self._driver = driver
+        self._clock = clock
+        self._held = held
+        self._stats = stats
+        self._registry = registry
+        self._runner = runner
+        self._outcomes = outcomes
+        self._backoff = backoff
+        self._purger = purger
+        self._draining = draining
+        self._queues = queues
+        self._worker_id = worker_id
+        self._max_in_flight = max_in_flight
+        self._lease_ms = lease_ms
+        self._wake_ceiling_ms = wake_ceiling_ms
+        self._drop_exhausted = drop_exhausted
+        # With a backlog, a freed slot claims at once; a worker that holds a buffer of
+        # claimed jobs beyond its running slots refills it in batches of half the buffer,
+        # so a busy worker spends one claim on many jobs, not one claim per job.
+        self._refill_at = max(1, (max_in_flight - concurrency) // 2)
+        self.kick = asyncio.Event()
+        self._backlog = False
+        #: True from the start until a drain begins: claims are made and freed slots refilled.
+        self.accepting = False
+        self.wake: WakeSubscription | None = None
+
+    def on_wake(self, queue: str) -> None:
+        self._backoff.reset()
+        self.kick.set()
+
+    def stop(self) -> None:
+        """No claim from now on; a wait in progress ends at once."""
+        self.accepting = False
+        self.kick.set()
+
+    def _ceiling(self) -> int:
+        live = self.wake is not None and self.wake.is_live()
+        return self._wake_ceiling_ms if live else self._backoff.ceiling_ms
+
+    async def run(self) -> None:
+        outage = Outage("jobs.claim.failed")
+        while self.accepting:
+            free = self._max_in_flight - len(self._held)
+            if free <= 0:
+                self._backlog = True
+                self.kick.clear()
+                await self.wait(self._ceiling())
+                continue
+            self.kick.clear()
+            now = self._clock.now_ms()
+            beat = self._registry.beat(now) if now >= self._registry.next_at else None
+            try:
+                result = await self._driver.job_claim(
+                    ClaimParams(
+                        queues=self._queues,
+                        worker_id=self._worker_id,
+                        limit=free,
+                        lease_ms=self._lease_ms,
+                        now_ms=now,
+                        drop_exhausted=self._drop_exhausted,
+                        beat=beat,
+                    )
+                )
+            except Exception as exc:  # a failed pass backs off, capped; the loop never dies
+                if not isinstance(exc, JobsError):
+                    log.exception("jobs.claim.crashed")
+                self._backoff.reset()
+                await self.wait(outage.failed(exc))
+                continue
+            outage.recovered()
+            if beat is not None:
+                self._registry.sent(now)
+            for b in result.buried:
+                self._outcomes.buried(b)
+            for j in result.jobs:
+                self._admit(j, now)
+            if result.jobs and self._purger is not None:
+                self._purger.grant()  # a busy worker lets a waiting purge round start at once
+            if self._draining():
+                break
+            if result.jobs:
+                self._backoff.reset()
+                if len(result.jobs) == free:
+                    continue
+                await self.wait(self._backoff.next_ms(self._ceiling()))
+            else:
+                wait = self._backoff.next_ms(self._ceiling())
+                await self.wait(wait)
+                if (
+                    self._purger is not None
+                    and not self.kick.is_set()
+                    and self._purger.take_idle_slot(
+                        self._clock.now_ms(), wait, self._registry.next_at
+                    )
+                ):
+                    # This poll's slot went to a retention round: the idle budget holds.
+                    await self.wait(self._backoff.next_ms(self._ceiling()))
+
+    async def wait(self, ms: int | None) -> None:
+        """Until `kick` is set or `ms` of the clock passed (None: only the kick)."""
+        if self.kick.is_set():
+            return
+        kick = asyncio.ensure_future(self.kick.wait())
+        waits: list[asyncio.Future[Any]] = [kick]
+        if ms is not None:
+            waits.append(asyncio.ensure_future(self._clock.sleep_ms(ms)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def _admit(self, job: ClaimedJob, now: int) -> None:
+        held = Held(job, last_landed_ms=now)
+        self._held[job.id] = held
+        self._stats.claimed += 1
+        task = asyncio.create_task(self._run(held))
+        held.task = task
+
+        def cancel_body() -> None:
+            if held.in_body:
+                task.cancel()
+
+        held.signal.on_fire(cancel_body)
+
+    async def _run(self, held: Held) -> None:
+        """One admitted job's run; the slot it frees may refill a held buffer."""
+        try:
+            await self._runner.run_held(held)
+        finally:
+            if (
+                self._backlog
+                and self.accepting
+                and self._max_in_flight - len(self._held) >= self._refill_at
+            ):
+                self._backlog = False
+                self.kick.set()

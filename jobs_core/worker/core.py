@@ -1,0 +1,309 @@
+"""The `Worker` itself: its options, the phases it wires together, and its lifecycle (start,
+run, signals, stop, demand)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+
+from jobs_core.backoff import IdleBackoff
+from jobs_core.clock import Clock, SystemClock
+from jobs_core.driver import JobDriver, WakeSubscription
+from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
+from jobs_core.facade import Jobs, LoopJobs
+from jobs_core.ids import new_id
+from jobs_core.job import JobHandle, jobs_of
+from jobs_core.options import count, finite_number, seconds_to_ms
+from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
+from jobs_core.worker.claim import ClaimLoop
+from jobs_core.worker.drain import Drain
+from jobs_core.worker.heartbeat import HeartbeatLoop
+from jobs_core.worker.held import Held
+from jobs_core.worker.outage import Outage
+from jobs_core.worker.outcome import Outcomes, WorkerHook
+from jobs_core.worker.registry import Registry
+from jobs_core.worker.run import Runner
+from jobs_core.worker.stats import WorkerStats
+
+log = logging.getLogger("jobs")
+
+
+class Worker:
+    """Runs the given jobs from `queues` until `stop()`; see the README for every option.
+
+    Durations are seconds. `concurrency` bodies run at once (50 by default: an async body
+    waiting on I/O costs little, and a `def` body runs on a thread, see
+    `Runner._run_in_thread`); up to `max_in_flight` jobs are held (claimed, leased) including
+    those waiting for a slot. Zero concurrency is refused: a worker that may run nothing is a
+    mistake, not "unlimited".
+    """
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        jobs: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle],
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 50,
+        max_in_flight: int | None = None,
+        lease: float = 30.0,
+        heartbeat_every: float | None = None,
+        poll_floor: float = 0.05,
+        poll_ceiling: float = 2.0,
+        wake_ceiling: float = 5.0,
+        drain_timeout: float = 30.0,
+        drain_margin: float = 1.0,
+        registry_ttl: float = 60.0,
+        progress_every: float = 1.0,
+        worker_id: str | None = None,
+        on_settled: WorkerHook | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retention: Retention | None = DEFAULT_RETENTION,
+    ) -> None:
+        self.driver = driver
+        handles = jobs_of(jobs)
+        by_name = {h.name: h for h in handles}
+        self.queues: tuple[str, ...] = tuple(
+            dict.fromkeys(queues if queues is not None else [h.queue for h in handles])
+        )
+        if not self.queues:
+            raise JobsError("a worker needs at least one queue", detail="queues")
+        self.concurrency = count(concurrency, "concurrency", minimum=1, maximum=10_000)
+        self.max_in_flight = count(
+            max_in_flight if max_in_flight is not None else concurrency,
+            "max_in_flight",
+            minimum=self.concurrency,
+            maximum=100_000,
+        )
+        self.lease_ms = seconds_to_ms(lease, "lease", minimum_ms=1)
+        self.heartbeat_ms = (
+            seconds_to_ms(heartbeat_every, "heartbeat_every")
+            if heartbeat_every is not None
+            else max(1, self.lease_ms // 3)
+        )
+        if self.heartbeat_ms >= self.lease_ms:
+            raise JobsError("must be shorter than lease", detail="heartbeat_every")
+        backoff = IdleBackoff(
+            seconds_to_ms(poll_floor, "poll_floor"), seconds_to_ms(poll_ceiling, "poll_ceiling")
+        )
+        self.wake_ceiling_ms = seconds_to_ms(wake_ceiling, "wake_ceiling")
+        self.drain_timeout_ms = seconds_to_ms(drain_timeout, "drain_timeout")
+        self.drain_margin_ms = round(
+            finite_number(drain_margin, "drain_margin", minimum=0.0, maximum=3600.0) * 1000
+        )
+        self.registry_ttl_ms = seconds_to_ms(registry_ttl, "registry_ttl")
+        self.progress_every_ms = seconds_to_ms(progress_every, "progress_every")
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.clock = clock or SystemClock()
+        rng = rng or random.Random()
+        #: How long finished rows are kept (None: this worker never purges).
+        self.retention = retention
+        #: Applies `retention` (None, or a retention keeping everything: no purge at all).
+        self._purger = (
+            Purger(driver, retention, self.clock, rng)
+            if retention is not None and not retention.keeps_everything
+            else None
+        )
+
+        self.stats = WorkerStats()
+        # The phases share these: the jobs held (claimed, leased) by id, and the worker's
+        # background tasks (the claim loop first), filled in place by `start`.
+        held: dict[str, Held] = {}
+        self._loops: list[asyncio.Task[None]] = []
+        self._client: Jobs | None = None
+        self._registry = Registry(
+            self.worker_id, self.queues, self.concurrency, self.registry_ttl_ms
+        )
+        self._outcomes = Outcomes(
+            driver,
+            self.clock,
+            by_name,
+            held,
+            self.stats,
+            rng,
+            self._body_client,
+            on_settled,
+            worker_id=self.worker_id,
+            lease_ms=self.lease_ms,
+        )
+        self._runner = Runner(
+            self.clock,
+            by_name,
+            held,
+            self.stats,
+            self._outcomes,
+            self._body_client,
+            worker_id=self.worker_id,
+            concurrency=self.concurrency,
+        )
+        self._claims = ClaimLoop(
+            driver,
+            self.clock,
+            held,
+            self.stats,
+            self._registry,
+            self._runner,
+            self._outcomes,
+            backoff,
+            self._purger,
+            lambda: self.draining,
+            queues=self.queues,
+            worker_id=self.worker_id,
+            concurrency=self.concurrency,
+            max_in_flight=self.max_in_flight,
+            lease_ms=self.lease_ms,
+            wake_ceiling_ms=self.wake_ceiling_ms,
+            drop_exhausted=frozenset(h.name for h in handles if not h.retry.dead_letter),
+        )
+        self._heartbeat = HeartbeatLoop(
+            driver,
+            self.clock,
+            held,
+            self._registry,
+            worker_id=self.worker_id,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+            progress_every_ms=self.progress_every_ms,
+        )
+        self._drain = Drain(
+            driver,
+            self.clock,
+            held,
+            self._claims,
+            self._runner,
+            self._outcomes,
+            self._loops,
+            worker_id=self.worker_id,
+            drain_margin_ms=self.drain_margin_ms,
+        )
+        self._started = False
+        self._stop_task: asyncio.Task[None] | None = None
+        # The CLI's live table watches it.
+        self._stopped = self._drain.stopped
+
+    @property
+    def _wake(self) -> WakeSubscription | None:
+        """The wake channel's subscription, once `start` made one (tests watch it go live)."""
+        return self._claims.wake
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._stop_task is not None
+
+    async def start(self) -> None:
+        """Announce the worker and start its loops; refused while draining (`X_DRAINING`)."""
+        if self.draining:
+            raise DrainingError(detail=self.worker_id)
+        if self._started:
+            return
+        self._started = True
+        self._claims.accepting = True
+        outage = Outage("jobs.worker.store_unavailable")
+        while True:
+            try:
+                await self.driver.open()
+                await self.driver.worker_beat(self._registry.beat(self.clock.now_ms()))
+                break
+            except DriverUnavailableError as exc:
+                # A store still starting (or restarting) is waited for, never a reason to exit.
+                await self._claims.wait(outage.failed(exc))
+                if not self._claims.accepting:
+                    return
+        outage.recovered()
+        self._registry.sent(self.clock.now_ms())
+        if self.driver.capabilities().wake:
+            try:
+                self._claims.wake = await self.driver.wake_subscribe(
+                    self.queues, self._claims.on_wake
+                )
+            except DriverUnavailableError as exc:  # the poll is the guarantee; the wake can wait
+                log.warning("jobs.wake.subscribe_failed: %s", exc)
+        # In place: a drain that began meanwhile reads this very list.
+        self._loops.append(asyncio.create_task(self._claims.run(), name="ujobs-claim"))
+        self._loops.append(asyncio.create_task(self._heartbeat.run(), name="ujobs-heartbeat"))
+        if self._purger is not None:
+            self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-purge"))
+        log.info("jobs.worker.started %s queues=%s", self.worker_id, ",".join(self.queues))
+
+    async def run(self) -> None:
+        """Start, then return once the worker has stopped (after a drain)."""
+        if not self.draining:  # a drain begun while the start waited for the store ends it
+            await self.start()
+        await self._stopped.wait()
+
+    def install_signal_handlers(self) -> None:
+        """Drain on SIGTERM and SIGINT, bounded by `drain_timeout` (a deploy).
+
+        A second signal during the drain (Ctrl-C twice) forces the exit: after the drain's first
+        phase every running body is aborted at once and its claim handed back (`interrupted`).
+        """
+        loop = asyncio.get_running_loop()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not self.draining:
+                log.warning(
+                    "jobs.worker.draining %s on %s (again to force the exit)",
+                    self.worker_id,
+                    sig.name,
+                )
+                self._drain.keep(asyncio.ensure_future(self.stop(self.drain_timeout_ms / 1000)))
+            else:
+                self.force_stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+
+    def force_stop(self) -> None:
+        """Cut a running drain short: bodies are aborted now (`X_DRAINING`), claims handed back."""
+        if self._drain.forced.is_set():
+            return
+        log.warning(
+            "jobs.worker.forced %s: aborting %d running bodies now, their claims handed back",
+            self.worker_id,
+            self.stats.running,
+        )
+        self._drain.forced.set()
+        self._claims.kick.set()
+
+    async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a drain budget, not a call timeout
+        """Drain and tear down; a second call joins the first.
+
+        Phase one stops claiming and hands back held jobs that never started. Running bodies
+        may finish until `timeout` seconds minus `drain_margin`; then each is aborted with
+        `X_DRAINING` and its claim goes back uncounted (`interrupted`); `timeout=0` aborts them
+        at once. `timeout=None` waits for every body. With a timeout the teardown returns by
+        about `timeout` + 1 s, store up or down: its store calls are bounded by that budget.
+        """
+        if self._stop_task is None:
+            deadline = (
+                None
+                if timeout is None
+                else self.clock.now_ms()
+                + round(
+                    finite_number(timeout, "timeout", minimum=0.0, maximum=7 * 24 * 3600) * 1000
+                )
+            )
+            self._stop_task = asyncio.create_task(self._drain.teardown(deadline))
+        await asyncio.shield(self._stop_task)
+
+    async def demand(self) -> dict[str, int]:
+        """Ready-now jobs per queue for an autoscaler; 0 everywhere once draining."""
+        if not self._claims.accepting:
+            return dict.fromkeys(self.queues, 0)
+        return await self.driver.queue_demand(self.queues, self.clock.now_ms())
+
+    def _body_client(self) -> Jobs:
+        """The client a body's `handle.enqueue()` uses: this worker's driver and clock, its
+        sync calls run on this worker's loop (so `enqueue_sync` works from a `def` body)."""
+        if self._client is None:
+            self._client = LoopJobs(self.driver, loop=asyncio.get_running_loop(), clock=self.clock)
+        return self._client

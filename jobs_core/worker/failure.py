@@ -1,0 +1,64 @@
+"""What a failed attempt stores and logs: `last_error`'s JSON (type, message, code, a bounded
+traceback), the one-line `brief` of an exception, and `typed` errors for the worker's own."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+from jobs_core.errors import JobsError
+
+#: The most UTF-8 bytes of traceback a `last_error` keeps (the last frames: where it raised).
+TRACEBACK_BYTES = 8_192
+#: The most characters of an exception's message a `last_error` keeps.
+MESSAGE_CHARS = 2_000
+
+
+def clean(text: str) -> str:
+    # A lone surrogate in a message would make the settle unstorable (UTF-8 only).
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def brief(exc: BaseException) -> str:
+    """`Type: message` for an exception (`X_CODE: message` for a `JobsError`), bounded."""
+    return clean(
+        str(exc)[:MESSAGE_CHARS]
+        if isinstance(exc, JobsError)
+        else f"{type(exc).__name__}: {str(exc)[:MESSAGE_CHARS]}"
+    )
+
+
+def typed(exc: Exception, error: JobsError) -> JobsError:
+    """`exc` itself when it is a `JobsError`, else `error` caused by it (traceback kept)."""
+    if isinstance(exc, JobsError):
+        return exc
+    error.__cause__ = exc
+    return error
+
+
+def traceback_text(exc: BaseException) -> str | None:
+    """The formatted traceback (with its cause chain), its last `TRACEBACK_BYTES` kept."""
+    if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
+        return None
+    text = clean("".join(traceback.format_exception(exc)))
+    raw = text.encode("utf-8")
+    if len(raw) <= TRACEBACK_BYTES:
+        return text
+    marker = "... (earlier frames cut)\n"
+    tail = raw[len(raw) - TRACEBACK_BYTES + len(marker) :].decode("utf-8", "ignore")
+    # Start at a whole line, so the first frame kept reads as a frame.
+    cut = tail.find("\n")
+    return marker + (tail[cut + 1 :] if cut >= 0 else tail)
+
+
+def error_text(exc: BaseException) -> str:
+    """`last_error`: JSON with the type, the message, the code of a `JobsError`, and a bounded
+    traceback when the error was raised (not for one the worker made, a deadline)."""
+    doc: dict[str, str] = {"type": type(exc).__name__, "message": clean(str(exc)[:MESSAGE_CHARS])}
+    if isinstance(exc, JobsError):
+        doc["code"] = exc.code
+        doc["message"] = clean(exc.message[:MESSAGE_CHARS])
+    tb = traceback_text(exc)
+    if tb is not None:
+        doc["traceback"] = tb
+    return json.dumps(doc, ensure_ascii=False)

@@ -1,0 +1,69 @@
+"""One claimed job as its worker holds it (`Held`): its run's signal and task, its unsent
+progress, and the fields every log record about it carries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs_core.context import CancelSignal
+from jobs_core.jsonform import JsonValue, dumps
+from jobs_core.records import ClaimedJob
+from jobs_core.worker.failure import brief
+
+log = logging.getLogger("jobs")
+
+
+@dataclass(eq=False)
+class Held:
+    job: ClaimedJob
+    signal: CancelSignal = field(default_factory=CancelSignal)
+    task: asyncio.Task[None] | None = None
+    started: bool = False
+    last_landed_ms: int = 0
+    progress: JsonValue = None
+    progress_dirty: bool = False
+    progress_sent_ms: int = 0
+    in_body: bool = False
+    #: A settle was made (or the row is known not to be ours): the run path's net stands down.
+    settled: bool = False
+
+    def report_progress(self, value: Any) -> None:
+        if self.signal.cancelled:
+            return
+        self.progress = value
+        self.progress_dirty = True
+
+    def pending_progress(self, worker_id: str) -> str | None:
+        if not self.progress_dirty:
+            return None
+        self.progress_dirty = False
+        try:
+            return dumps(self.progress)
+        except Exception as exc:  # a bad progress value is dropped; it never blocks a settle
+            log.warning(
+                "jobs.progress.invalid %s: %s",
+                self.job.id,
+                brief(exc),
+                extra=job_fields(worker_id, self.job),
+            )
+            return None
+
+
+def log_fields(
+    worker_id: str, job_id: str, name: str, queue: str, attempt: int | None
+) -> dict[str, object]:
+    """The `extra` every run-path log record carries (a JSON formatter prints them)."""
+    return {
+        "job_id": job_id,
+        "job_name": name,
+        "queue": queue,
+        "attempt": attempt,
+        "worker_id": worker_id,
+    }
+
+
+def job_fields(worker_id: str, job: ClaimedJob) -> dict[str, object]:
+    return log_fields(worker_id, job.id, job.name, job.queue, job.attempt)

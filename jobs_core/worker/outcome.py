@@ -1,0 +1,284 @@
+"""How a run's end is written: the settle for each ending (error, retry, shed, cancel, lost),
+its tally, the `on_settled` hooks, and the settles that cannot be sent as they are, or not yet."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+
+from jobs_core.clock import Clock
+from jobs_core.driver import JobDriver
+from jobs_core.errors import (
+    DrainingError,
+    JobCancelledError,
+    JobsError,
+    JobTimeoutError,
+    RateLimitedError,
+)
+from jobs_core.facade import Jobs, SettledEvent, bound_client
+from jobs_core.job import JobHandle
+from jobs_core.jsonform import JsonValue
+from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, Nack, NackKind
+from jobs_core.settle import Settler
+from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
+from jobs_core.tenant import acting_for
+from jobs_core.worker.failure import brief, error_text
+from jobs_core.worker.held import Held, job_fields, log_fields
+from jobs_core.worker.stats import WorkerStats
+
+log = logging.getLogger("jobs")
+
+#: Tries of an `on_settled` hook before it is given up (never rethrown).
+ON_SETTLED_TRIES = 3
+#: A settle the store cannot take is retried until its lease's end plus this (the fence keeps a
+#: late one safe: it lands only while no other claim was made).
+SETTLE_MARGIN_MS = 1_000
+
+WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
+
+
+class Outcomes:
+    """Settles the jobs in `held` through one batching `Settler` (`settler`), counts each landed
+    settle in `stats`, and runs the job's and the worker's `on_settled` hooks."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        clock: Clock,
+        handles: Mapping[str, JobHandle],
+        held: dict[str, Held],
+        stats: WorkerStats,
+        rng: random.Random,
+        client: Callable[[], Jobs],
+        on_settled: WorkerHook | None,
+        *,
+        worker_id: str,
+        lease_ms: int,
+    ) -> None:
+        self._driver = driver
+        self._clock = clock
+        self._handles = handles
+        self._held = held
+        self._stats = stats
+        self._rng = rng
+        self._client = client
+        self._on_settled = on_settled
+        self._worker_id = worker_id
+        self._lease_ms = lease_ms
+        self.settler = Settler(
+            driver,
+            clock,
+            give_up_at=self._settle_give_up_at,
+            replace_invalid=self._replace_invalid,
+        )
+        self._hooks: set[asyncio.Task[None]] = set()
+
+    async def settle_cancelled(
+        self, held: Held, handle: JobHandle, reason: JobsError, input: JsonValue
+    ) -> None:
+        """Settle a run its signal stopped: a drain hands it back, a deadline fails the
+        attempt; a lost fence writes nothing (the row is no longer ours) and is told apart
+        as a user cancel or a lost lease by one read of the row."""
+        job = held.job
+        if isinstance(reason, DrainingError):
+            held.settled = True
+            landed = await self.settler.nack(
+                Nack(
+                    job.fence,
+                    NackKind.INTERRUPT,
+                    self._clock.now_ms(),
+                    progress_json=held.pending_progress(self._worker_id),
+                )
+            )
+            self.tally(Outcome.INTERRUPTED, landed, job)
+        elif isinstance(reason, JobTimeoutError):
+            await self.settle_error(held, handle, reason, input)
+        else:
+            held.settled = True
+            if await self._was_cancelled(held):
+                self._stats.cancelled += 1
+                log.info(
+                    "jobs.run.cancelled %s %s: cancelled while it ran",
+                    job.name,
+                    job.id,
+                    extra=job_fields(self._worker_id, job),
+                )
+            else:
+                self._stats.lost += 1
+                log.warning(
+                    "jobs.lease.lost %s %s: %s",
+                    job.name,
+                    job.id,
+                    reason,
+                    extra=job_fields(self._worker_id, job),
+                )
+
+    async def _was_cancelled(self, held: Held) -> bool:
+        """True when the row reads `cancelled`: one read per lost run, never per heartbeat.
+
+        Skipped (False) when the lease went unrenewed for a whole window: then the store was
+        unreachable, a read would most likely fail too, and a reclaim is the likelier cause.
+        """
+        if self._clock.now_ms() - held.last_landed_ms >= self._lease_ms:
+            return False
+        try:
+            rows = await self._driver.job_get_many([held.job.id])
+        except Exception as exc:  # telling the two apart is for the log; never fatal
+            log.warning(
+                "jobs.lease.read_failed %s: %r",
+                held.job.id,
+                exc,
+                extra=job_fields(self._worker_id, held.job),
+            )
+            return False
+        found = rows.get(held.job.id)
+        return found is not None and found.state is JobState.CANCELLED
+
+    async def settle_error(
+        self,
+        held: Held,
+        handle: JobHandle | None,
+        exc: BaseException,
+        input: JsonValue = None,
+    ) -> None:
+        """Fail the attempt with `exc`: retried, shed (rate limited), or failed for good
+        (terminal, unknown handle or final attempt). A failed attempt logs at WARNING and a
+        dead letter or drop at ERROR, with the traceback."""
+        job = held.job
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        now = self._clock.now_ms()
+        error = error_text(exc)
+        progress = held.pending_progress(self._worker_id)
+        dead_letter = handle.retry.dead_letter if handle is not None else True
+        fields = job_fields(self._worker_id, job)
+        if isinstance(exc, RateLimitedError):
+            nack = Nack(
+                job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
+            )
+            outcome = Outcome.SHED
+            log.debug("jobs.run.shed %s %s: %s", job.name, job.id, brief(exc), extra=fields)
+        elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
+            nack = Nack(
+                job.fence,
+                NackKind.FAIL,
+                now,
+                error=error,
+                dead_letter=dead_letter,
+                progress_json=progress,
+            )
+            outcome = Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
+            log.error(
+                "jobs.run.%s %s %s attempt %d of %d: %s",
+                outcome.value.replace("-", "_"),
+                job.name,
+                job.id,
+                job.attempt,
+                job.max_attempts,
+                brief(exc),
+                exc_info=exc,
+                extra=fields,
+            )
+        else:
+            delay = handle.retry.delay_ms(job.attempt, self._rng)
+            nack = Nack(
+                job.fence, NackKind.RETRY, now, now + delay, error=error, progress_json=progress
+            )
+            outcome = Outcome.RETRIED
+            log.warning(
+                "jobs.run.failed %s %s attempt %d of %d, retry in %d ms: %s",
+                job.name,
+                job.id,
+                job.attempt,
+                job.max_attempts,
+                delay,
+                brief(exc),
+                exc_info=exc,
+                extra=fields,
+            )
+        held.settled = True
+        landed = await self.settler.nack(nack)
+        self.tally(outcome, landed, job)
+        if landed and outcome in ENDING_OUTCOMES:
+            event = SettledEvent(
+                job.id, job.name, job.queue, outcome, job.attempt, input, None, error
+            )
+            await self.fire_settled(handle, event, None)
+
+    def tally(self, outcome: Outcome, landed: bool, job: ClaimedJob) -> None:
+        if landed:
+            self._stats.count(outcome)
+        else:
+            self._stats.unowned += 1
+            log.warning(
+                "jobs.settle.unowned %s %s (%s)",
+                job.name,
+                job.id,
+                outcome.value,
+                extra=job_fields(self._worker_id, job),
+            )
+
+    async def fire_settled(
+        self, handle: JobHandle | None, event: SettledEvent, tenant: str | None
+    ) -> None:
+        hooks = [h for h in (handle.on_settled if handle else None, self._on_settled) if h]
+        for hook in hooks:
+            for attempt in range(1, ON_SETTLED_TRIES + 1):
+                try:
+                    with acting_for(tenant), bound_client(self._client()):
+                        outcome = hook(event)
+                        if outcome is not None:
+                            await outcome
+                    break
+                except Exception as exc:  # a hook never breaks the worker, by contract
+                    log.warning(
+                        "jobs.on_settled.failed %s try %d: %r",
+                        event.job_id,
+                        attempt,
+                        exc,
+                        extra=log_fields(
+                            self._worker_id,
+                            event.job_id,
+                            event.name,
+                            event.queue,
+                            event.attempt or None,
+                        ),
+                    )
+
+    def buried(self, b: BuriedJob) -> None:
+        """A lapsed final attempt a claim buried: counted, logged, and its hooks run apart."""
+        self._stats.buried += 1
+        outcome = Outcome.DEAD_LETTERED if b.state is JobState.DEAD else Outcome.DROPPED
+        # A dead letter (or drop) like any other: ERROR, though no traceback exists for it.
+        log.error(
+            "jobs.claim.buried %s %s (lease lapsed on the final attempt)",
+            b.name,
+            b.id,
+            extra=log_fields(self._worker_id, b.id, b.name, b.queue, None),
+        )
+        event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, "X_JOB_LEASE_LOST")
+        hook = asyncio.create_task(self.fire_settled(self._handles.get(b.name), event, None))
+        self._hooks.add(hook)
+        hook.add_done_callback(self._hooks.discard)
+
+    # -- settles that cannot be sent as they are, or not yet ----------------------------------
+
+    def _settle_give_up_at(self, fence: Fence) -> int | None:
+        """When a settle of this claim stops being worth retrying: its lease's end plus a margin."""
+        h = self._held.get(fence.job_id)
+        if h is None or h.job.claims != fence.claims:
+            return None
+        return h.last_landed_ms + self._lease_ms + SETTLE_MARGIN_MS
+
+    def _replace_invalid(self, item: Ack | Nack, exc: JobsError) -> Nack | None:
+        """A settle the driver would refuse fails its own job with that error instead."""
+        now = self._clock.now_ms()
+        error = error_text(exc)
+        h = self._held.get(item.fence.job_id)
+        handle = self._handles.get(h.job.name) if h is not None else None
+        if h is None or handle is None or h.job.final_attempt:
+            dead_letter = handle.retry.dead_letter if handle is not None else True
+            return Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
+        delay = handle.retry.delay_ms(h.job.attempt, self._rng)
+        return Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)

@@ -1,0 +1,39 @@
+"""One worker's registry row: the beat that announces it (and keeps it listed), and when the next
+one is due."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+from jobs_core.records import WorkerBeat
+
+
+class Registry:
+    """The beat rides a claim when one is due (a claim is proof of life); the heartbeat sends it
+    alone only when no claim carried it. `sent` moves the due time on."""
+
+    def __init__(
+        self, worker_id: str, queues: tuple[str, ...], concurrency: int, ttl_ms: int
+    ) -> None:
+        self._worker_id = worker_id
+        self._queues = queues
+        self._concurrency = concurrency
+        self._ttl_ms = ttl_ms
+        self._every_ms = max(1, ttl_ms // 3)
+        #: When the next beat is due (the worker's clock); 0 until the worker announced itself.
+        self.next_at = 0
+
+    def beat(self, now: int) -> WorkerBeat:
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(self._queues),
+            "concurrency": self._concurrency,
+        }
+        return WorkerBeat(self._worker_id, json.dumps(info), self._ttl_ms, now)
+
+    def sent(self, now: int) -> None:
+        """A beat landed at `now`: the next is due one interval later."""
+        self.next_at = now + self._every_ms

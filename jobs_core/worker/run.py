@@ -1,0 +1,311 @@
+"""One held job's run: wait for a slot, decode its input, run its body (a task, or a thread for a
+`def` body) under its deadline and signal, and hand its ending to `Outcomes`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from jobs_core.clock import Clock
+from jobs_core.context import JobContext
+from jobs_core.errors import (
+    InputInvalidError,
+    JobCancelledError,
+    JobsError,
+    JobTimeoutError,
+    ResultInvalidError,
+    TenantRequiredError,
+    WorkerError,
+)
+from jobs_core.facade import Jobs, SettledEvent, bound_client
+from jobs_core.job import JobHandle
+from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.records import Ack, Nack, NackKind
+from jobs_core.states import Outcome
+from jobs_core.tenant import acting_for
+from jobs_core.threads import BodyThreads
+from jobs_core.worker.failure import brief, typed
+from jobs_core.worker.held import Held, job_fields
+from jobs_core.worker.outcome import Outcomes
+from jobs_core.worker.stats import WorkerStats
+
+log = logging.getLogger("jobs")
+
+#: A job whose name this worker does not run is given back (no attempt spent) to run this much
+#: later: a worker that knows the name (the rest of a rolling deploy) gets it then, and an old
+#: worker spends one claim a minute on it, not a spin.
+UNKNOWN_NAME_DELAY_MS = 60_000
+#: At most one warning per unknown name in this window (the worker's clock).
+UNKNOWN_NAME_WARN_EVERY_MS = 60_000
+
+
+class Runner:
+    """Runs held jobs, `concurrency` bodies at once; a run's end leaves `held` (`run_held`)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        handles: Mapping[str, JobHandle],
+        held: dict[str, Held],
+        stats: WorkerStats,
+        outcomes: Outcomes,
+        client: Callable[[], Jobs],
+        *,
+        worker_id: str,
+        concurrency: int,
+    ) -> None:
+        self._clock = clock
+        self._handles = handles
+        self._held = held
+        self._stats = stats
+        self._outcomes = outcomes
+        self._client = client
+        self._worker_id = worker_id
+        self._concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        #: The threads `def` bodies run on, made with the first one (the drain shuts them down).
+        self.executor: BodyThreads | None = None
+        self._unknown_warned: dict[str, int] = {}
+
+    async def run_held(self, held: Held) -> None:
+        """Run one claimed job in a slot; whatever raises, the job is settled (or known lost).
+
+        An exception that escapes `_execute` before a settle was made fails the attempt on the
+        normal retry path, typed (`X_WORKER_ERROR` with the original type and message unless
+        it was a `JobsError` already). Only a settle that itself raises leaves the row to its
+        lease.
+        """
+        try:
+            async with self._slots:
+                held.started = True
+                self._stats.running += 1
+                try:
+                    await self._execute(held)
+                except Exception as exc:
+                    await self._settle_crash(held, exc)
+                finally:
+                    self._stats.running -= 1
+        finally:
+            if held.started:
+                self._held.pop(held.job.id, None)
+
+    async def _settle_crash(self, held: Held, exc: Exception) -> None:
+        job = held.job
+        if held.settled:
+            log.error(
+                "jobs.run.crashed %s %s after its settle",
+                job.name,
+                job.id,
+                exc_info=exc,
+                extra=job_fields(self._worker_id, job),
+            )
+            return
+        error = typed(exc, WorkerError(brief(exc), detail=job.name))
+        try:
+            await self._outcomes.settle_error(held, self._handles.get(job.name), error)
+        except Exception:  # the last resort: the row stays leased, lapses and is claimed again
+            log.exception(
+                "jobs.run.crashed %s %s and its settle failed",
+                job.name,
+                job.id,
+                extra=job_fields(self._worker_id, job),
+            )
+
+    async def _execute(self, held: Held) -> None:
+        """Run the body and settle its job; each step around the body that raises settles the
+        job with a typed error (the stored input, the tenant function, the result's form)."""
+        job = held.job
+        handle = self._handles.get(job.name)
+        if handle is None:
+            await self._give_back_unknown(held)
+            return
+        try:
+            input = loads(job.input_json)
+        except Exception as exc:
+            undecodable = InputInvalidError(f"the stored input cannot be decoded: {brief(exc)}")
+            await self._outcomes.settle_error(held, handle, typed(exc, undecodable))
+            return
+        try:
+            tenant = handle.tenant_for(input)
+        except Exception as exc:
+            # The function sees the stored JSON form (a dict for a dataclass input).
+            no_org = TenantRequiredError(
+                f"the tenant function raised {brief(exc)}", detail=job.name
+            )
+            await self._outcomes.settle_error(held, handle, typed(exc, no_org), input)
+            return
+        ctx = JobContext(
+            job_id=job.id,
+            run_id=job.run_id,
+            name=job.name,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            tenant=tenant,
+            enqueued_tenant=job.tenant_id,
+            enqueued_by=job.enqueued_by,
+            signal=held.signal,
+            _report=held.report_progress,
+        )
+        client = self._client()
+        started = asyncio.Event()
+        deadline: asyncio.Task[None] | None = None
+        if handle.timeout_ms is not None:
+            deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms, started))
+        value: Any = None
+        error: BaseException | None = None
+        held.in_body = True
+        try:
+            # The body runs inside this task, so a fired signal cancels it without a second
+            # task per job; the tenant and client contexts set here are this task's own (and
+            # a thread body's, whose context is a copy).
+            with acting_for(tenant), bound_client(client):
+                if handle.is_async:
+                    started.set()
+                    value = await handle.fn(input, ctx)
+                else:
+                    value = await self._run_in_thread(held, handle, input, ctx, started)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not held.signal.cancelled or task is None:
+                raise
+            task.uncancel()
+        except Exception as exc:
+            error = exc
+        finally:
+            held.in_body = False
+            if deadline is not None:
+                deadline.cancel()
+        reason = held.signal.reason
+        if reason is not None:
+            await self._outcomes.settle_cancelled(held, handle, reason, input)
+            return
+        if error is not None:
+            await self._outcomes.settle_error(held, handle, error, input)
+            return
+        try:
+            result_json = None if value is None else dumps(value)
+        except Exception as exc:
+            # Terminal: the same result will not be storable on a re-run, which would repeat
+            # the body's side effects.
+            why = exc.message if isinstance(exc, JobsError) else brief(exc)
+            unstorable = ResultInvalidError(f"the result cannot be stored: {why}", detail=job.name)
+            unstorable.__cause__ = exc
+            await self._outcomes.settle_error(held, handle, unstorable, input)
+            return
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
+        landed = await self._outcomes.settler.ack(
+            Ack(
+                job.fence,
+                self._clock.now_ms(),
+                result_json,
+                held.pending_progress(self._worker_id),
+            )
+        )
+        self._outcomes.tally(Outcome.COMPLETED, landed, job)
+        if landed:
+            event = SettledEvent(
+                job.id,
+                job.name,
+                job.queue,
+                Outcome.COMPLETED,
+                job.attempt,
+                input,
+                loads(result_json) if result_json is not None else None,
+                None,
+            )
+            await self._outcomes.fire_settled(handle, event, tenant)
+
+    async def _give_back_unknown(self, held: Held) -> None:
+        """Give back a job this worker does not run: `SHED`, no attempt spent, due again in
+        `UNKNOWN_NAME_DELAY_MS`; never failed for it (an older worker in a rolling deploy)."""
+        job = held.job
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
+        now = self._clock.now_ms()
+        self._stats.unknown_name += 1
+        warned = self._unknown_warned.get(job.name)
+        if warned is None or now - warned >= UNKNOWN_NAME_WARN_EVERY_MS:
+            self._unknown_warned[job.name] = now
+            log.warning(
+                "jobs.run.unknown_name %s %s: this worker does not run %r; given back for %d s",
+                job.name,
+                job.id,
+                job.name,
+                UNKNOWN_NAME_DELAY_MS // 1000,
+                extra=job_fields(self._worker_id, job),
+            )
+        landed = await self._outcomes.settler.nack(
+            Nack(job.fence, NackKind.SHED, now, now + UNKNOWN_NAME_DELAY_MS)
+        )
+        if not landed:
+            self._outcomes.tally(Outcome.SHED, landed, job)
+
+    async def _run_in_thread(
+        self,
+        held: Held,
+        handle: JobHandle,
+        input: JsonValue,
+        ctx: JobContext,
+        started: asyncio.Event,
+    ) -> Any:
+        """Run a `def` body on a thread free when it is submitted (`BodyThreads`).
+
+        `started` is set when the body starts on its thread. A run that ends while the thread
+        still runs (deadline, cancel) leaves it to finish on its own: counted in
+        `threads_overrun`, logged once, and it never takes a thread from the next body.
+        """
+        if self.executor is None:
+            self.executor = BodyThreads(self._concurrency, "ujobs-body")
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+
+        def run() -> Any:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(started.set)
+            return context.run(handle.fn, input, ctx)
+
+        thread_run = self.executor.submit(run)
+        try:
+            return await asyncio.wrap_future(thread_run)
+        except asyncio.CancelledError:
+            if not thread_run.done():
+                self._thread_overran(held, thread_run, loop)
+            raise
+
+    def _thread_overran(
+        self, held: Held, thread_run: Future[Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._stats.threads_overrun += 1
+        self._stats.threads_overrunning += 1
+        reason = held.signal.reason
+        log.warning(
+            "jobs.run.thread_overrun %s %s: the run ended (%s) but its thread still runs; "
+            "it keeps that thread until it returns",
+            held.job.name,
+            held.job.id,
+            reason.code if reason is not None else "cancelled",
+            extra=job_fields(self._worker_id, held.job),
+        )
+
+        def returned() -> None:
+            self._stats.threads_overrunning -= 1
+
+        def on_done(_: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(returned)
+
+        thread_run.add_done_callback(on_done)
+
+    async def _deadline(self, held: Held, ms: int, started: asyncio.Event) -> None:
+        """Fire the run's signal `ms` after its body STARTED (not from when it was claimed or
+        waited for a thread)."""
+        await started.wait()
+        await self._clock.sleep_ms(ms)
+        held.signal.fire(JobTimeoutError(f"deadline of {ms} ms passed", detail=held.job.id))

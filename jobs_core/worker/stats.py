@@ -1,0 +1,53 @@
+"""The worker's counters (`WorkerStats`): what it claimed, how each run ended, what it holds now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs_core.states import Outcome
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters since start; `in_flight` and `running` are current."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    shed: int = 0
+    interrupted: int = 0
+    #: Runs aborted because the row was reclaimed or its lease lapsed (their writes are refused).
+    lost: int = 0
+    #: Runs aborted because a user cancelled the row while it ran.
+    cancelled: int = 0
+    #: Jobs given back because this worker does not run their name (alert on it in a deploy).
+    unknown_name: int = 0
+    #: `def` bodies whose run ended (deadline, cancel) while their thread still ran.
+    threads_overrun: int = 0
+    #: Of those, the threads still running now (each holds a thread, never a slot).
+    threads_overrunning: int = 0
+    #: Lapsed final attempts the claims buried.
+    buried: int = 0
+    #: Settles that did not land (the fence refused them).
+    unowned: int = 0
+    in_flight: int = 0
+    running: int = 0
+
+    def count(self, outcome: Outcome) -> None:
+        match outcome:
+            case Outcome.COMPLETED:
+                self.completed += 1
+            case Outcome.RETRIED:
+                self.retried += 1
+            case Outcome.DEAD_LETTERED:
+                self.dead_lettered += 1
+            case Outcome.DROPPED:
+                self.dropped += 1
+            case Outcome.SHED:
+                self.shed += 1
+            case Outcome.INTERRUPTED:
+                self.interrupted += 1
+            case _:
+                pass

@@ -5,14 +5,16 @@ validates its arguments here, once for every backend, then calls the driver's `_
 implementation; a refusal therefore happens before anything is written, identically everywhere.
 The parity suite (`jobs_core.testing`) pins what each method must do.
 
-Families so far: jobs (`job_*`, retention's `job_purge` included), queues (`queue_demand`),
-pauses (`pause_*`), workers (`worker_*`). A driver lacking an optional capability says so in
-`capabilities()`.
+Families so far: counters (`counter_*`, per job name and minute, moved by the settling writes),
+jobs (`job_*`, retention's `job_purge` and the operator's listing and bulk calls included),
+pauses (`pause_*`), queues (`queue_demand`, `queue_stats`), workers (`worker_*`). A driver
+lacking an optional capability says so in `capabilities()`.
 """
 
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,7 +23,10 @@ from typing import Final, Protocol
 from jobs_core.errors import (
     BatchTooLargeError,
     ClaimQueuesEmptyError,
+    JobNotFoundError,
+    NotRequeueableError,
     RecordInvalidError,
+    RequeueDuplicateError,
 )
 from jobs_core.jsonform import check_text, utf8_length
 from jobs_core.records import (
@@ -29,19 +34,32 @@ from jobs_core.records import (
     CancelAnswer,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobFilter,
+    JobListParams,
+    JobPage,
     JobRecord,
+    JobSlice,
+    ListKey,
     Nack,
     NackKind,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
     WorkerBeat,
     WorkerInfo,
 )
+from jobs_core.semantics import decode_cursor, encode_cursor
+from jobs_core.states import JobState
 
 #: The most records one `job_enqueue_many` call accepts.
 MAX_ENQUEUE_BATCH: Final = 10_000
@@ -61,8 +79,17 @@ MAX_LEASE_MS: Final = 7 * 24 * 3600 * 1000
 MAX_NAME_BYTES: Final = 200
 #: Idempotency keys: at most this many UTF-8 bytes.
 MAX_KEY_BYTES: Final = 1_024
-#: The most rows one `job_purge` call removes.
+#: The most rows one `job_purge` call removes (and counter rows one `counter_fold` changes).
 MAX_PURGE_LIMIT: Final = 10_000
+#: The most rows one `job_list` page holds.
+MAX_LIST_LIMIT: Final = 500
+#: The most rows one `job_list` call may examine (`JobListParams.scan`; default `LIST_SCAN`).
+MAX_LIST_SCAN: Final = 10_000
+#: The most ids one bulk call (`job_cancel_many`, `job_promote`, `job_remove`,
+#: `job_requeue_many`) names.
+MAX_BULK_IDS: Final = 1_000
+#: A W3C trace context header: version 00, a trace id, a parent span id, flags.
+_TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +163,29 @@ class JobDriver(abc.ABC):
         for people (created, upgraded from → to, or current), or None: no schema to keep."""
         return None
 
+    # -- counters -------------------------------------------------------------------------------
+
+    async def counter_fold(self, now_ms: int, limit: int) -> int:
+        """Fold old minute buckets into hour buckets, then drop expired hour buckets; answers
+        how many buckets it folded or dropped (at most `limit`: fewer means nothing is left)."""
+        _check_time(now_ms, "now_ms")
+        _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
+        return await self._counter_fold(now_ms, limit)
+
+    async def counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        """The counter buckets starting in `[since_ms, until_ms)`, by (name, bucket, width)."""
+        _check_time(params.since_ms, "since_ms")
+        _check_time(params.until_ms, "until_ms")
+        if params.names is not None:
+            for n in params.names:
+                _check_str(n, "names")
+            if not params.names:
+                return []
+        if params.since_ms >= params.until_ms:
+            return []
+        rows = await self._counter_read(params)
+        return sorted(rows, key=lambda r: (r.name, r.bucket_ms, r.width_ms))
+
     # -- jobs ---------------------------------------------------------------------------------
 
     async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -148,9 +198,15 @@ class JobDriver(abc.ABC):
 
     async def job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
         """Cancel a live row (a running one's worker learns it at its next heartbeat)."""
-        _check_str(job_id, "job_id")
+        return (await self.job_cancel_many([job_id], now_ms))[0]
+
+    async def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        """`job_cancel` of each id in order, in one call; one answer per id."""
+        _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
-        return await self._job_cancel(job_id, now_ms)
+        if not job_ids:
+            return []
+        return await self._job_cancel_many(job_ids, now_ms)
 
     async def job_claim(self, params: ClaimParams) -> ClaimResult:
         """Claim due rows in (priority, run_at, id) order, burying lapsed final attempts."""
@@ -189,6 +245,21 @@ class JobDriver(abc.ABC):
             return {}
         return await self._job_get_many(job_ids)
 
+    async def job_list(self, params: JobListParams) -> JobPage:
+        """One page of the rows `params.filter` keeps, newest first by `(created_at_ms, id)`.
+
+        A cursor not handed out for this very filter is `X_JOB_PAGE_INVALID`. A page may be
+        short while `next_cursor` is set (each call examines at most `params.scan` rows).
+        """
+        f = params.filter
+        _check_filter(f)
+        _check_int(params.limit, "limit", 1, MAX_LIST_LIMIT)
+        _check_int(params.scan, "scan", 1, MAX_LIST_SCAN)
+        after = None if params.cursor is None else decode_cursor(params.cursor, f)
+        got = await self._job_list(f, after, params.limit, params.scan)
+        last = got.last_examined
+        return JobPage(got.jobs, None if last is None else encode_cursor(last, f))
+
     async def job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         """Extend each held lease; answers, per item, whether its fence still held."""
         for b in beats:
@@ -217,6 +288,14 @@ class JobDriver(abc.ABC):
             return []
         return await self._job_progress(items)
 
+    async def job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        """Make each delayed `ready` row due now; one answer per id, in order."""
+        _check_ids(job_ids)
+        _check_time(now_ms, "now_ms")
+        if not job_ids:
+            return []
+        return await self._job_promote(job_ids, now_ms)
+
     async def job_purge(self, params: PurgeParams) -> int:
         """Delete up to `limit` finished rows whose retention ran out; answers how many went.
 
@@ -242,6 +321,13 @@ class JobDriver(abc.ABC):
             return 0
         return await self._job_purge(params)
 
+    async def job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        """Delete each row that is not running, with everything stored for it; in order."""
+        _check_ids(job_ids)
+        if not job_ids:
+            return []
+        return await self._job_remove(job_ids)
+
     async def job_requeue(self, job_id: str, now_ms: int) -> None:
         """Make a finished row ready now with fresh attempts, in one write.
 
@@ -250,9 +336,24 @@ class JobDriver(abc.ABC):
         run keeps its recorded steps), and so do `claims`, `last_error`, `result_json` and
         `progress_json`: history for the operator until the next settle overwrites them.
         """
-        _check_str(job_id, "job_id")
+        answer = (await self.job_requeue_many([job_id], now_ms))[0]
+        match answer:
+            case RequeueAnswer.NOT_FOUND:
+                raise JobNotFoundError(detail=job_id)
+            case RequeueAnswer.LIVE:
+                raise NotRequeueableError(detail=job_id)
+            case RequeueAnswer.DUPLICATE:
+                raise RequeueDuplicateError(detail=job_id)
+            case RequeueAnswer.REQUEUED:
+                return
+
+    async def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+        """`job_requeue` of each id in order, answering instead of raising; one call."""
+        _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
-        await self._job_requeue(job_id, now_ms)
+        if not job_ids:
+            return []
+        return await self._job_requeue_many(job_ids, now_ms)
 
     # -- pauses -------------------------------------------------------------------------------
 
@@ -280,6 +381,12 @@ class JobDriver(abc.ABC):
         if not queues:
             return {}
         return await self._queue_demand(queues, now_ms)
+
+    async def queue_stats(self, now_ms: int) -> list[QueueStats]:
+        """Per queue holding any row: its rows by state and its oldest due `ready` row's
+        `run_at_ms`; sorted by queue."""
+        _check_time(now_ms, "now_ms")
+        return sorted(await self._queue_stats(now_ms), key=lambda q: q.queue)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -310,6 +417,28 @@ class JobDriver(abc.ABC):
         return None
 
     # -- what each backend implements -------------------------------------------------------------
+    #
+    # Counters: every write that settles a row moves, IN THE SAME statement or script, the
+    # counter of (row's name, `minute_of(now_ms)`, width `MINUTE_MS`) for its outcome: an ack
+    # `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's bury
+    # `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
+    # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
+    # answered).
+
+    @abc.abstractmethod
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        """Fold, oldest `(bucket_ms, name)` first, up to `limit` minute buckets starting before
+        `fold_before(now_ms)`: each one's counts are added into the hour bucket of
+        `(name, hour_of(bucket_ms))` (created if absent) and the minute bucket is deleted, in one
+        atomic step. With budget left (fewer than `limit` folded), delete up to the rest of
+        `limit` hour buckets starting before `drop_before(now_ms)`, oldest first. Answers how
+        many buckets were folded plus dropped. Safe to run from several workers at once: a
+        minute bucket is folded once."""
+
+    @abc.abstractmethod
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        """Every counter bucket (both widths) of `params.names` (None: every name) with
+        `since_ms <= bucket_ms < until_ms`, in any order (the public method sorts)."""
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -320,13 +449,16 @@ class JobDriver(abc.ABC):
         `finished_at_ms = now_ms`, `lease_until_ms = None` and `result_json` — an absent result
         OVERWRITES a stored one with None (a requeued row's earlier result goes); an absent
         `progress_json` keeps the stored progress. Nothing else changes; a miss writes nothing.
+        Moves the `completed` counter of each item that landed.
         """
 
     @abc.abstractmethod
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
-        """Cancel a live row (ready, running or parked): `cancelled`, `finished_at_ms = now_ms`,
-        `lease_until_ms = None`, the rest kept. `NOT_FOUND` for an unknown id, `FINISHED` (and
-        nothing written) for a finished row. Not fenced: an operator's call."""
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        """Cancel each live row (ready, running or parked), in order: `cancelled`,
+        `finished_at_ms = now_ms`, `lease_until_ms = None`, the rest kept, and its `cancelled`
+        counter moved. `NOT_FOUND` for an unknown id, `FINISHED` (and nothing written) for a
+        finished row — an id named twice is `FINISHED` the second time. Not fenced: an
+        operator's call."""
 
     @abc.abstractmethod
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
@@ -365,6 +497,17 @@ class JobDriver(abc.ABC):
         of the same meaning and types: `1`, `1.0` and `true` stay apart); unknown ids absent."""
 
     @abc.abstractmethod
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        """Walk every row in listing order — `(created_at_ms, id)` DESCENDING, id by code point —
+        starting strictly after `after` (None: at the newest), examining rows one by one until
+        `limit` rows matching `f` were taken or `scan` rows were examined, whichever comes first.
+        Answers the taken rows in walk order, and the key of the last row examined when at least
+        one row follows it in the order (else None). Reads only; every row counts as examined,
+        whatever its state."""
+
+    @abc.abstractmethod
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         """Fenced like `_job_ack`: set `lease_until_ms = now_ms + lease_ms` (from now, never
         from the old lease end); one bool per item; a miss writes nothing."""
@@ -386,11 +529,19 @@ class JobDriver(abc.ABC):
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
 
         Where a kind writes `last_error`, an absent error OVERWRITES the stored one with None.
+        Each item that landed moves its `nack_outcome(kind, dead_letter)` counter.
         """
 
     @abc.abstractmethod
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
         """Fenced like `_job_ack`: store `progress_json`, nothing else; one bool per item."""
+
+    @abc.abstractmethod
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        """For each id in order: a `ready` row with `run_at_ms > now_ms` gets
+        `run_at_ms = now_ms` (`PROMOTED`, nothing else changes); a `ready` row already due is
+        `ALREADY_DUE`; a running, parked or finished row is `NOT_READY`; an unknown id
+        `NOT_FOUND`. Only `PROMOTED` writes."""
 
     @abc.abstractmethod
     async def _job_purge(self, params: PurgeParams) -> int:
@@ -401,12 +552,20 @@ class JobDriver(abc.ABC):
         again. Answers how many rows it removed; safe to run from several workers at once."""
 
     @abc.abstractmethod
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
-        """Make a finished row `ready` at `now_ms` with `attempt = 0`, `lease_until_ms` and
-        `finished_at_ms` None, in one atomic write; everything else kept (run id, claims,
-        claimed_by, last_error, result, progress). Raises `JobNotFoundError` for an unknown id,
-        `NotRequeueableError` for a live row (parked included), `RequeueDuplicateError` when
-        another live row holds its namespace — tenant included, as in every namespace check."""
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        """For each id in order: delete a row in any state but `running` with everything stored
+        for it, exactly as `_job_purge` removes a row (its id and its live key are free again):
+        `REMOVED`; `RUNNING` for a running row (nothing written); `NOT_FOUND` for an unknown id
+        (a second mention of a removed id included). Counters do not move."""
+
+    @abc.abstractmethod
+    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+        """For each id in order, as one atomic write per row: a finished row becomes `ready` at
+        `now_ms` with `attempt = 0`, `lease_until_ms` and `finished_at_ms` None, everything else
+        kept (run id, claims, claimed_by, last_error, result, progress): `REQUEUED`.
+        `NOT_FOUND` for an unknown id, `LIVE` for a live row (parked included), `DUPLICATE` when
+        another live row holds its namespace — tenant included, as in every namespace check (a
+        row requeued earlier in the same call holds it too). Only `REQUEUED` writes."""
 
     @abc.abstractmethod
     async def _pause_add(self, pause: Pause) -> bool:
@@ -424,6 +583,13 @@ class JobDriver(abc.ABC):
     async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
         rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
+
+    @abc.abstractmethod
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        """One `QueueStats` per queue holding at least one row (any state): `counts` lists every
+        `JobState` in declaration order with its number of rows; `oldest_ready_at_ms` is the
+        least `run_at_ms` of its `ready` rows with `run_at_ms <= now_ms` (None when none). Any
+        order (the public method sorts)."""
 
     @abc.abstractmethod
     async def _worker_beat(self, beat: WorkerBeat) -> None:
@@ -479,6 +645,22 @@ def _check_beat(beat: WorkerBeat) -> None:
     _check_time(beat.now_ms, "now_ms")
 
 
+def _check_ids(job_ids: Sequence[str]) -> None:
+    if len(job_ids) > MAX_BULK_IDS:
+        raise BatchTooLargeError(detail=f"{len(job_ids)} ids > {MAX_BULK_IDS}")
+    for i in job_ids:
+        _check_str(i, "job_ids")
+
+
+def _check_filter(f: JobFilter) -> None:
+    for s in f.states:
+        if not isinstance(s, JobState):
+            raise RecordInvalidError("states must be JobState members", detail="filter.states")
+    for what, value in (("queue", f.queue), ("name", f.name), ("tenant_id", f.tenant_id)):
+        if value is not None:
+            _check_str(value, f"filter.{what}")
+
+
 def _check_pause(pause: Pause) -> None:
     if pause.kind not in ("queue", "name"):
         raise RecordInvalidError("a pause is by 'queue' or by 'name'", detail="kind")
@@ -501,6 +683,12 @@ def check_new_job(job: NewJob) -> None:
     _check_int(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
     _check_time(job.run_at_ms, "run_at_ms")
     _check_time(job.created_at_ms, "created_at_ms")
+    if job.traceparent is not None and (
+        not isinstance(job.traceparent, str) or not _TRACEPARENT.fullmatch(job.traceparent)
+    ):
+        raise RecordInvalidError(
+            "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", detail="traceparent"
+        )
 
 
 def check_ack(ack: Ack) -> None:

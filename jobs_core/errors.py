@@ -33,9 +33,12 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_LEASE_LOST": "the claim on this job is no longer held",
     "X_JOB_NOT_CANCELLABLE": "the job is finished and cannot be cancelled",
     "X_JOB_NOT_FOUND": "no job has this id",
+    "X_JOB_NOT_PROMOTABLE": "the job is not waiting for a later time, so it cannot be promoted",
     "X_JOB_NOT_REGISTERED": "no job is registered under this name",
+    "X_JOB_NOT_REMOVABLE": "the job is running; cancel it before removing it",
     "X_JOB_NOT_REQUEUEABLE": "the job is still live and cannot be requeued",
     "X_JOB_OPTION_INVALID": "an option is not finite or out of its range",
+    "X_JOB_PAGE_INVALID": "the page cursor is malformed or was made for another listing",
     "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
     "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
     "X_JOB_RESULT_INVALID": "the body's result cannot be stored (no JSON form, or past a bound)",
@@ -196,6 +199,24 @@ class JobNotFoundError(JobsError):
     code = "X_JOB_NOT_FOUND"
 
 
+class NotPromotableError(JobsError):
+    """The job is not waiting for a later time, so it cannot be promoted."""
+
+    code = "X_JOB_NOT_PROMOTABLE"
+
+
+class NotRemovableError(JobsError):
+    """The job is running; cancel it before removing it."""
+
+    code = "X_JOB_NOT_REMOVABLE"
+
+
+class PageInvalidError(JobsError):
+    """The page cursor is malformed or was made for another listing."""
+
+    code = "X_JOB_PAGE_INVALID"
+
+
 class JobNotRegisteredError(JobsError):
     """No job is registered under this name."""
 
@@ -314,8 +335,11 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         NotCancellableError,
         JobNotFoundError,
         JobNotRegisteredError,
+        NotPromotableError,
+        NotRemovableError,
         NotRequeueableError,
         OptionInvalidError,
+        PageInvalidError,
         RecordInvalidError,
         RequeueDuplicateError,
         ResultInvalidError,

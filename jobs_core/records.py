@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from jobs_core.jsonform import JsonValue, loads
-from jobs_core.states import JobState
+from jobs_core.states import JobState, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class NewJob:
     created_at_ms: int
     #: Attribution only, never authority.
     enqueued_by: str | None = None
+    #: The W3C `traceparent` of the enqueuer's span (tracing), or None: no span to continue.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class JobRecord:
     progress_json: str | None
     result_json: str | None
     enqueued_by: str | None
+    traceparent: str | None = None
 
     @property
     def input(self) -> JsonValue:
@@ -101,6 +104,7 @@ class ClaimedJob:
     lease_until_ms: int
     created_at_ms: int
     enqueued_by: str | None
+    traceparent: str | None = None
 
     @property
     def fence(self) -> Fence:
@@ -266,3 +270,204 @@ class PurgeParams:
             JobState.FAILED: self.failed_ms,
             JobState.DEAD: self.dead_ms,
         }.get(state)
+
+
+# -- introspection: what an operator reads and steers ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which rows a listing keeps: every given field must match (empty `states`: any state)."""
+
+    states: frozenset[JobState] = frozenset()
+    queue: str | None = None
+    name: str | None = None
+    #: The enqueuer's tenant on the row; None filters nothing (rows without a tenant included).
+    tenant_id: str | None = None
+
+    def matches(self, r: JobRecord | JobSummary) -> bool:
+        return (
+            (not self.states or r.state in self.states)
+            and (self.queue is None or r.queue == self.queue)
+            and (self.name is None or r.name == self.name)
+            and (self.tenant_id is None or r.tenant_id == self.tenant_id)
+        )
+
+
+#: The most rows one `job_list` call examines unless told otherwise (`JobListParams.scan`).
+LIST_SCAN: Final = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobListParams:
+    """One page of `job_list`: up to `limit` rows after `cursor` (None: from the newest)."""
+
+    filter: JobFilter = field(default_factory=JobFilter)
+    limit: int = 50
+    #: The `next_cursor` of the previous page of the SAME filter, as it was handed out.
+    cursor: str | None = None
+    #: The most rows this call examines (matching or not): a call's cost stays bounded.
+    scan: int = LIST_SCAN
+
+
+@dataclass(frozen=True, slots=True)
+class ListKey:
+    """A position in the listing order: newest first by `(created_at_ms, id)`."""
+
+    created_at_ms: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A listed row: everything but the large texts (input, result, progress, last error)."""
+
+    id: str
+    name: str
+    queue: str
+    tenant_id: str | None
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int
+    claimed_by: str | None
+    lease_until_ms: int | None
+    run_at_ms: int | None
+    created_at_ms: int
+    finished_at_ms: int | None
+
+    @staticmethod
+    def of(r: JobRecord) -> JobSummary:
+        return JobSummary(
+            id=r.id,
+            name=r.name,
+            queue=r.queue,
+            tenant_id=r.tenant_id,
+            state=r.state,
+            priority=r.priority,
+            attempt=r.attempt,
+            max_attempts=r.max_attempts,
+            claimed_by=r.claimed_by,
+            lease_until_ms=r.lease_until_ms,
+            run_at_ms=r.run_at_ms,
+            created_at_ms=r.created_at_ms,
+            finished_at_ms=r.finished_at_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSlice:
+    """What a driver's `_job_list` answers: the matching rows of one bounded walk, and the key
+    of the last row it examined when rows remain after it (None: the walk reached the end)."""
+
+    jobs: tuple[JobSummary, ...]
+    last_examined: ListKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing; `next_cursor` is None once the walk has reached the oldest row.
+
+    A page may hold fewer than `limit` rows while `next_cursor` is set: each call examines a
+    bounded number of rows (`LIST_SCAN`), so a rare filter over a big table takes several calls.
+    """
+
+    jobs: tuple[JobSummary, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's rows by state, and when its oldest due `ready` row became due."""
+
+    queue: str
+    #: Every state, in `JobState` order, with its row count (0 included).
+    counts: tuple[tuple[JobState, int], ...]
+    #: The least `run_at_ms` of the queue's `ready` rows due by `now_ms`; None when none is due.
+    oldest_ready_at_ms: int | None
+
+    def count(self, state: JobState) -> int:
+        return dict(self.counts)[state]
+
+
+class PromoteAnswer(StrEnum):
+    """What `job_promote` did with one id."""
+
+    #: A `ready` row due later is due now.
+    PROMOTED = "promoted"
+    NOT_FOUND = "not_found"
+    #: A `ready` row already due; nothing changed.
+    ALREADY_DUE = "already_due"
+    #: Running, parked or finished: not a delayed job; nothing changed.
+    NOT_READY = "not_ready"
+
+
+class RequeueAnswer(StrEnum):
+    """What `job_requeue_many` did with one id (the single `job_requeue` raises instead)."""
+
+    REQUEUED = "requeued"
+    NOT_FOUND = "not_found"
+    #: The row is live (ready, running or parked); nothing changed.
+    LIVE = "live"
+    #: Another live row holds its idempotency namespace; nothing changed.
+    DUPLICATE = "duplicate"
+
+
+class RemoveAnswer(StrEnum):
+    """What `job_remove` did with one id."""
+
+    REMOVED = "removed"
+    NOT_FOUND = "not_found"
+    #: A running row is never removed (cancel it first); nothing changed.
+    RUNNING = "running"
+
+
+#: The counters a settle moves, one per outcome, in this order everywhere (`CounterRow` fields).
+COUNTED_OUTCOMES: Final = (
+    Outcome.COMPLETED,
+    Outcome.RETRIED,
+    Outcome.DEAD_LETTERED,
+    Outcome.DROPPED,
+    Outcome.REFUSED,
+    Outcome.INTERRUPTED,
+    Outcome.SHED,
+    Outcome.SUSPENDED,
+    Outcome.CANCELLED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRow:
+    """Settles of one job name in one time bucket, per outcome (moved by the settling write)."""
+
+    name: str
+    #: The bucket's start (epoch ms, a multiple of `width_ms`).
+    bucket_ms: int
+    #: `MINUTE_MS` (recent) or `HOUR_MS` (folded).
+    width_ms: int
+    completed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    refused: int = 0
+    interrupted: int = 0
+    shed: int = 0
+    suspended: int = 0
+    cancelled: int = 0
+
+    def get(self, outcome: Outcome) -> int:
+        return int(getattr(self, outcome.name.lower()))
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        """The counts in `COUNTED_OUTCOMES` order."""
+        return tuple(self.get(o) for o in COUNTED_OUTCOMES)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReadParams:
+    """Counter buckets starting in `[since_ms, until_ms)`, of every name or of `names`."""
+
+    since_ms: int
+    until_ms: int
+    names: tuple[str, ...] | None = None

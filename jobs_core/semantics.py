@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import json
 from typing import Final
+
+from jobs_core.errors import PageInvalidError
+from jobs_core.records import JobFilter, ListKey, NackKind
+from jobs_core.states import JobState, Outcome
 
 #: The `last_error` a claim writes on a row it buries (lease lapsed on the final attempt).
 LEASE_LAPSED_ERROR: Final = (
@@ -13,3 +21,97 @@ LEASE_LAPSED_ERROR: Final = (
 def namespace_of(name: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:
     """The idempotency namespace `(name, tenant or '', key)`, over live rows (SPEC §5)."""
     return (name, tenant_id or "", key)
+
+
+# -- counters -----------------------------------------------------------------------------------
+
+#: The two widths of a counter bucket: minutes while recent, hours once folded.
+MINUTE_MS: Final = 60_000
+HOUR_MS: Final = 3_600_000
+#: Minute buckets older than the start of the previous hour are folded into hour buckets.
+COUNTER_MINUTES_KEEP_MS: Final = HOUR_MS
+#: Hour buckets are dropped this long after they began.
+COUNTER_HOURS_KEEP_MS: Final = 30 * 24 * HOUR_MS
+
+
+def minute_of(now_ms: int) -> int:
+    """The start of the minute bucket a settle at `now_ms` counts in."""
+    return now_ms - now_ms % MINUTE_MS
+
+
+def hour_of(ms: int) -> int:
+    """The start of the hour bucket `ms` falls in."""
+    return ms - ms % HOUR_MS
+
+
+def fold_before(now_ms: int) -> int:
+    """Minute buckets starting before this are folded by `counter_fold(now_ms)`."""
+    return max(0, hour_of(now_ms) - COUNTER_MINUTES_KEEP_MS)
+
+
+def drop_before(now_ms: int) -> int:
+    """Hour buckets starting before this are dropped by `counter_fold(now_ms)`."""
+    return max(0, now_ms - COUNTER_HOURS_KEEP_MS)
+
+
+def nack_outcome(kind: NackKind, dead_letter: bool) -> Outcome:
+    """The outcome (and so the counter) a landed nack of `kind` moves."""
+    match kind:
+        case NackKind.RETRY:
+            return Outcome.RETRIED
+        case NackKind.FAIL:
+            return Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
+        case NackKind.PARK:
+            return Outcome.SUSPENDED
+        case NackKind.SHED:
+            return Outcome.SHED
+        case NackKind.INTERRUPT:
+            return Outcome.INTERRUPTED
+        case NackKind.REFUSE:
+            return Outcome.REFUSED
+
+
+def bury_outcome(state: JobState) -> Outcome:
+    """The outcome a claim's bury of a lapsed final attempt moves (`dead` or `failed`)."""
+    return Outcome.DEAD_LETTERED if state is JobState.DEAD else Outcome.DROPPED
+
+
+# -- listing cursors ----------------------------------------------------------------------------
+
+_CURSOR_TAG: Final = "c1."
+
+
+def _fingerprint(f: JobFilter) -> str:
+    spec = [sorted(s.value for s in f.states), f.queue, f.name, f.tenant_id]
+    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
+
+
+def encode_cursor(key: ListKey, f: JobFilter) -> str:
+    """The opaque cursor of a listing position, bound to the filter it was made for."""
+    raw = json.dumps([key.created_at_ms, key.id, _fingerprint(f)], ensure_ascii=False)
+    return _CURSOR_TAG + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
+    """The position `cursor` names; `X_JOB_PAGE_INVALID` for a malformed cursor or one made for
+    another filter (a foreign cursor would silently skip or repeat rows)."""
+    if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_TAG):
+        raise PageInvalidError("not a cursor this library handed out", detail="cursor")
+    body = cursor[len(_CURSOR_TAG) :]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        created_at, job_id, fingerprint = json.loads(raw.decode())
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+        raise PageInvalidError("the cursor is malformed", detail="cursor") from None
+    if (
+        isinstance(created_at, bool)
+        or not isinstance(created_at, int)
+        or not isinstance(job_id, str)
+        or not job_id
+        or "\x00" in job_id
+        or not 0 <= created_at < 2**42
+    ):
+        raise PageInvalidError("the cursor is malformed", detail="cursor")
+    if fingerprint != _fingerprint(f):
+        raise PageInvalidError("the cursor was made for another filter", detail="cursor")
+    return ListKey(created_at, job_id)

@@ -1,8 +1,9 @@
 """`MemoryDriver`: the whole `JobDriver` contract in one process, behind one lock.
 
 Rows keep their JSON as text, exactly as a database would hand it back. Due rows are indexed per
-queue by (priority, run_at, id), running rows by lease end, and finished rows per state by
-(finished_at, id), so a claim or a purge reads what it takes rather than every row. The lock
+queue by (priority, run_at, id), running rows by lease end, finished rows per state by
+(finished_at, id) and every row by (created_at, id), so a claim, a purge or a listing page reads
+what it takes rather than every row. The lock
 (not the event loop) guards the state, so the sync enqueue facade may call in from another
 thread.
 """
@@ -19,32 +20,56 @@ from typing import TypeVar
 from sortedcontainers import SortedList
 
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobNotFoundError, NotRequeueableError, RequeueDuplicateError
 from jobs_core.records import (
+    COUNTED_OUTCOMES,
     Ack,
     BuriedJob,
     CancelAnswer,
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobFilter,
     JobRecord,
+    JobSlice,
+    JobSummary,
+    ListKey,
     Nack,
     NackKind,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR, namespace_of
-from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
+from jobs_core.semantics import (
+    HOUR_MS,
+    LEASE_LAPSED_ERROR,
+    MINUTE_MS,
+    bury_outcome,
+    drop_before,
+    fold_before,
+    hour_of,
+    minute_of,
+    nack_outcome,
+    namespace_of,
+)
+from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState, Outcome
 
 _DueKey = tuple[int, int, str]
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
+#: A counter bucket: (name, bucket_ms, width_ms).
+_Bucket = tuple[str, int, int]
+_OUTCOME_AT: dict[Outcome, int] = {o: i for i, o in enumerate(COUNTED_OUTCOMES)}
 
 
 @dataclass(slots=True)
@@ -71,8 +96,10 @@ class MemoryDriver(JobDriver):
         self._finished: dict[JobState, SortedList[tuple[int, str]]] = {
             s: SortedList() for s in FINISHED_STATES
         }
+        self._created: SortedList[tuple[int, str]] = SortedList()
         self._pauses: set[Pause] = set()
         self._workers: dict[str, WorkerInfo] = {}
+        self._counters: dict[_Bucket, list[int]] = {}
 
     def describe(self) -> str:
         return "memory"
@@ -82,8 +109,19 @@ class MemoryDriver(JobDriver):
     def _put(self, old: JobRecord | None, new: JobRecord) -> None:
         if old is not None:
             self._unindex(old)
+        else:
+            self._created.add((new.created_at_ms, new.id))
         self._rows[new.id] = _Row(new)
         self._index(new)
+
+    def _drop(self, job_id: str) -> None:
+        r = self._rows.pop(job_id).rec
+        self._unindex(r)
+        self._created.discard((r.created_at_ms, r.id))
+
+    def _count(self, name: str, now_ms: int, outcome: Outcome) -> None:
+        row = self._counters.setdefault((name, minute_of(now_ms), MINUTE_MS), [0] * 9)
+        row[_OUTCOME_AT[outcome]] += 1
 
     def _index(self, r: JobRecord) -> None:
         if r.state in LIVE_STATES:
@@ -160,6 +198,7 @@ class MemoryDriver(JobDriver):
                 progress_json=None,
                 result_json=None,
                 enqueued_by=job.enqueued_by,
+                traceparent=job.traceparent,
             ),
         )
         return EnqueueResult(job.id, deduped=False)
@@ -190,6 +229,7 @@ class MemoryDriver(JobDriver):
                         ),
                     )
                     buried.append(BuriedJob(r.id, r.name, r.queue, state))
+                    self._count(r.name, now, bury_outcome(state))
                 elif self._claimable(r) and r.run_at_ms is not None:
                     candidates.append((r.priority, r.run_at_ms, r.id))
             for q in queues:
@@ -223,6 +263,7 @@ class MemoryDriver(JobDriver):
                         lease_until_ms=now + params.lease_ms,
                         created_at_ms=new.created_at_ms,
                         enqueued_by=new.enqueued_by,
+                        traceparent=new.traceparent,
                     )
                 )
             buried.sort(key=lambda b: b.id)
@@ -253,23 +294,31 @@ class MemoryDriver(JobDriver):
         return out
 
     def _fenced(
-        self, items: Sequence[_Fenced], change: Callable[[_Fenced, JobRecord], JobRecord]
+        self,
+        items: Sequence[_Fenced],
+        change: Callable[[_Fenced, JobRecord], JobRecord],
+        outcome: Callable[[_Fenced], Outcome] | None = None,
     ) -> list[bool]:
-        """Apply `change` to each item's row while its fence holds; answer which landed."""
+        """Apply `change` to each item's row while its fence holds, moving the `outcome`
+        counter of each that landed; answer which landed."""
         out: list[bool] = []
         with self._lock:
             for item in items:
                 r = self._held(item.fence)
                 if r is not None:
                     self._put(r, change(item, r))
+                    if outcome is not None:
+                        self._count(r.name, item.now_ms, outcome(item))
                 out.append(r is not None)
         return out
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
-        return self._fenced(acks, _acked)
+        return self._fenced(acks, _acked, lambda _: Outcome.COMPLETED)
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        return self._fenced(nacks, lambda n, r: nacked(r, n))
+        return self._fenced(
+            nacks, lambda n, r: nacked(r, n), lambda n: nack_outcome(n.kind, n.dead_letter)
+        )
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         return self._fenced(beats, lambda b, r: replace(r, lease_until_ms=b.now_ms + b.lease_ms))
@@ -277,42 +326,115 @@ class MemoryDriver(JobDriver):
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
         return self._fenced(items, lambda p, r: replace(r, progress_json=p.progress_json))
 
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         with self._lock:
-            row = self._rows.get(job_id)
-            if row is None:
-                return CancelAnswer.NOT_FOUND
-            r = row.rec
-            if r.state not in LIVE_STATES:
-                return CancelAnswer.FINISHED
-            self._put(
-                r,
-                replace(r, state=JobState.CANCELLED, lease_until_ms=None, finished_at_ms=now_ms),
-            )
-            return CancelAnswer.CANCELLED
+            return [self._cancel_locked(i, now_ms) for i in job_ids]
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    def _cancel_locked(self, job_id: str, now_ms: int) -> CancelAnswer:
+        row = self._rows.get(job_id)
+        if row is None:
+            return CancelAnswer.NOT_FOUND
+        r = row.rec
+        if r.state not in LIVE_STATES:
+            return CancelAnswer.FINISHED
+        self._put(
+            r,
+            replace(r, state=JobState.CANCELLED, lease_until_ms=None, finished_at_ms=now_ms),
+        )
+        self._count(r.name, now_ms, Outcome.CANCELLED)
+        return CancelAnswer.CANCELLED
+
+    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
         with self._lock:
-            row = self._rows.get(job_id)
-            if row is None:
-                raise JobNotFoundError(detail=job_id)
-            r = row.rec
-            if r.state in LIVE_STATES:
-                raise NotRequeueableError(detail=job_id)
-            holder = self._live_keys.get(namespace_of(r.name, r.tenant_id, r.idempotency_key))
-            if holder is not None:
-                raise RequeueDuplicateError(detail=f"{job_id} (held by {holder})")
-            self._put(
+            return [self._requeue_locked(i, now_ms) for i in job_ids]
+
+    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        if row is None:
+            return RequeueAnswer.NOT_FOUND
+        r = row.rec
+        if r.state in LIVE_STATES:
+            return RequeueAnswer.LIVE
+        if namespace_of(r.name, r.tenant_id, r.idempotency_key) in self._live_keys:
+            return RequeueAnswer.DUPLICATE
+        self._put(
+            r,
+            replace(
                 r,
-                replace(
-                    r,
-                    state=JobState.READY,
-                    attempt=0,
-                    run_at_ms=now_ms,
-                    lease_until_ms=None,
-                    finished_at_ms=None,
-                ),
+                state=JobState.READY,
+                attempt=0,
+                run_at_ms=now_ms,
+                lease_until_ms=None,
+                finished_at_ms=None,
+            ),
+        )
+        return RequeueAnswer.REQUEUED
+
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        out: list[PromoteAnswer] = []
+        with self._lock:
+            for job_id in job_ids:
+                row = self._rows.get(job_id)
+                if row is None:
+                    out.append(PromoteAnswer.NOT_FOUND)
+                    continue
+                r = row.rec
+                if r.state is not JobState.READY or r.run_at_ms is None:
+                    out.append(PromoteAnswer.NOT_READY)
+                elif r.run_at_ms <= now_ms:
+                    out.append(PromoteAnswer.ALREADY_DUE)
+                else:
+                    self._put(r, replace(r, run_at_ms=now_ms))
+                    out.append(PromoteAnswer.PROMOTED)
+        return out
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        out: list[RemoveAnswer] = []
+        with self._lock:
+            for job_id in job_ids:
+                row = self._rows.get(job_id)
+                if row is None:
+                    out.append(RemoveAnswer.NOT_FOUND)
+                elif row.rec.state is JobState.RUNNING:
+                    out.append(RemoveAnswer.RUNNING)
+                else:
+                    self._drop(job_id)
+                    out.append(RemoveAnswer.REMOVED)
+        return out
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        with self._lock:
+            index = self._created
+            # Newest first: walk the (created_at, id) index backwards from just below `after`.
+            end = (
+                len(index) if after is None else index.bisect_left((after.created_at_ms, after.id))
             )
+            taken: list[JobSummary] = []
+            i = end
+            while i > 0 and end - i < scan and len(taken) < limit:
+                i -= 1
+                r = self._rows[index[i][1]].rec
+                if f.matches(r):
+                    taken.append(JobSummary.of(r))
+            last = None if i == 0 else ListKey(*index[i])
+            return JobSlice(tuple(taken), last)
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        with self._lock:
+            counts: dict[str, dict[JobState, int]] = {}
+            oldest: dict[str, int] = {}
+            for row in self._rows.values():
+                r = row.rec
+                by_state = counts.setdefault(r.queue, dict.fromkeys(JobState, 0))
+                by_state[r.state] += 1
+                if r.state is JobState.READY and r.run_at_ms is not None and r.run_at_ms <= now_ms:
+                    oldest[r.queue] = min(oldest.get(r.queue, r.run_at_ms), r.run_at_ms)
+            return [
+                QueueStats(q, tuple(by_state.items()), oldest.get(q))
+                for q, by_state in counts.items()
+            ]
 
     async def _job_purge(self, params: PurgeParams) -> int:
         with self._lock:
@@ -330,12 +452,49 @@ class MemoryDriver(JobDriver):
                     eligible.append(entry)
             gone = heapq.nsmallest(params.limit, eligible)
             for _, job_id in gone:
-                self._unindex(self._rows.pop(job_id).rec)
+                self._drop(job_id)
             return len(gone)
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._lock:
             return {i: self._rows[i].rec for i in job_ids if i in self._rows}
+
+    # -- counters -------------------------------------------------------------------------------
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        names = None if params.names is None else set(params.names)
+        with self._lock:
+            return [
+                CounterRow(name, bucket, width, *values)
+                for (name, bucket, width), values in self._counters.items()
+                if (names is None or name in names) and params.since_ms <= bucket < params.until_ms
+            ]
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            before = fold_before(now_ms)
+            minutes = sorted(
+                (bucket, name)
+                for (name, bucket, width) in self._counters
+                if width == MINUTE_MS and bucket < before
+            )[:limit]
+            for bucket, name in minutes:
+                values = self._counters.pop((name, bucket, MINUTE_MS))
+                hour = self._counters.setdefault((name, hour_of(bucket), HOUR_MS), [0] * 9)
+                for i, v in enumerate(values):
+                    hour[i] += v
+            left = limit - len(minutes)
+            if left == 0:
+                return len(minutes)
+            cutoff = drop_before(now_ms)
+            hours = sorted(
+                (bucket, name)
+                for (name, bucket, width) in self._counters
+                if width == HOUR_MS and bucket < cutoff
+            )[:left]
+            for bucket, name in hours:
+                del self._counters[(name, bucket, HOUR_MS)]
+            return len(minutes) + len(hours)
 
     # -- pauses, queues, workers ------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ from jobs_core.driver import (
     JobDriver,
     WakeSubscription,
 )
-from jobs_core.errors import RequeueDuplicateError
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -31,14 +30,22 @@ from jobs_core.records import (
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobFilter,
     JobRecord,
+    JobSlice,
+    ListKey,
     Nack,
+    NackKind,
     NewJob,
     Pause,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
 )
-from jobs_core.semantics import namespace_of
-from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.semantics import HOUR_MS, nack_outcome, namespace_of
+from jobs_core.states import LIVE_STATES, JobState, Outcome
 from jobs_core.testing import (
     SCENARIOS,
     DriverNotEmptyError,
@@ -47,10 +54,11 @@ from jobs_core.testing import (
     run_scenario,
 )
 from jobs_memory import MemoryDriver
+from jobs_memory.driver import nacked
 
 TEETH = settings(
     max_examples=300,
-    stateful_step_count=30,
+    stateful_step_count=40,
     deadline=None,
     database=None,
     derandomize=True,
@@ -140,12 +148,14 @@ class HeartbeatFromLeaseEnd(MemoryDriver):
 class RequeueKeepsAttempt(MemoryDriver):
     """Requeues a row but leaves its spent attempts in place."""
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
         row = self._rows.get(job_id)
         attempt = row.rec.attempt if row is not None else 0
-        await super()._job_requeue(job_id, now_ms)
-        r = self._rows[job_id].rec
-        self._put(r, replace(r, attempt=attempt))
+        answer = super()._requeue_locked(job_id, now_ms)
+        if answer is RequeueAnswer.REQUEUED:
+            r = self._rows[job_id].rec
+            self._put(r, replace(r, attempt=attempt))
+        return answer
 
 
 class DemandCountsFuture(MemoryDriver):
@@ -348,19 +358,19 @@ class StoresTrueAsOne(MemoryDriver):
 class RequeueTakesParked(MemoryDriver):
     """Requeues a parked row as if it were finished."""
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state is JobState.PARKED:
             r = row.rec
             self._put(r, replace(r, state=JobState.READY, attempt=0, run_at_ms=now_ms))
-            return
-        await super()._job_requeue(job_id, now_ms)
+            return RequeueAnswer.REQUEUED
+        return super()._requeue_locked(job_id, now_ms)
 
 
 class RequeueDuplicateIgnoresTenant(MemoryDriver):
     """Refuses a requeue when a live row holds the (name, key) under ANY tenant."""
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state not in LIVE_STATES:
             r = row.rec
@@ -370,8 +380,8 @@ class RequeueDuplicateIgnoresTenant(MemoryDriver):
                     r.name,
                     r.idempotency_key,
                 ):
-                    raise RequeueDuplicateError(detail=job_id)
-        await super()._job_requeue(job_id, now_ms)
+                    return RequeueAnswer.DUPLICATE
+        return super()._requeue_locked(job_id, now_ms)
 
 
 class KeysCutAt255Characters(MemoryDriver):
@@ -426,6 +436,174 @@ class WakingMemory(MemoryDriver):
         return answer
 
 
+# -- the operator family (issue 9) -------------------------------------------------------------
+
+
+class ListIgnoresTenant(MemoryDriver):
+    """Lists rows of every tenant whatever the filter asks."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        return await super()._job_list(replace(f, tenant_id=None), after, limit, scan)
+
+
+class ListTiesByIdAscending(MemoryDriver):
+    """Breaks created_at ties by ascending id (the index was declared the wrong way round)."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        got = await super()._job_list(f, after, limit, scan)
+        jobs = sorted(got.jobs, key=lambda j: (-j.created_at_ms, j.id))
+        return replace(got, jobs=tuple(jobs))
+
+
+class ListCursorInclusive(MemoryDriver):
+    """Starts a page AT the cursor's row instead of after it: a row shows on two pages."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        if after is not None:
+            after = ListKey(after.created_at_ms, after.id + "\x01")
+        return await super()._job_list(f, after, limit, scan)
+
+
+class ListScanCountsMatchesOnly(MemoryDriver):
+    """Spends its scan budget on matching rows only: an unbounded walk for a rare filter."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        return await super()._job_list(f, after, limit, 10_000 if f != JobFilter() else scan)
+
+
+class StatsMissParked(MemoryDriver):
+    """Counts parked rows as ready (a count read off the due index alone)."""
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        out = []
+        for q in await super()._queue_stats(now_ms):
+            c = dict(q.counts)
+            c[JobState.READY] += c[JobState.PARKED]
+            c[JobState.PARKED] = 0
+            out.append(replace(q, counts=tuple(c.items())))
+        return out
+
+
+class OldestReadyIncludesFuture(MemoryDriver):
+    """Reports the oldest ready row whether or not it is due yet."""
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        return await super()._queue_stats(MAX_TIME_MS)
+
+
+class PromotesParked(MemoryDriver):
+    """Promotes a parked row with a time (a sleep) as if it were a delayed ready row."""
+
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        out = []
+        for job_id in job_ids:
+            row = self._rows.get(job_id)
+            r = row.rec if row is not None else None
+            parked = r is not None and r.state is JobState.PARKED and r.run_at_ms is not None
+            if r is not None and parked and r.run_at_ms is not None and r.run_at_ms > now_ms:
+                self._put(r, replace(r, run_at_ms=now_ms))
+                out.append(PromoteAnswer.PROMOTED)
+                continue
+            out += await super()._job_promote([job_id], now_ms)
+        return out
+
+
+class RemovesRunning(MemoryDriver):
+    """Removes a running row from under its worker."""
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        out = []
+        for job_id in job_ids:
+            row = self._rows.get(job_id)
+            if row is not None and row.rec.state is JobState.RUNNING:
+                with self._lock:
+                    self._drop(job_id)
+                out.append(RemoveAnswer.REMOVED)
+            else:
+                out += await super()._job_remove([job_id])
+        return out
+
+
+class RemoveKeepsLiveKey(MemoryDriver):
+    """Removes a live row but leaves its idempotency key taken."""
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        keys = dict(self._live_keys)
+        out = await super()._job_remove(job_ids)
+        for ns, holder in keys.items():
+            if holder not in self._rows:
+                self._live_keys[ns] = holder
+        return out
+
+
+class CountsMissedSettles(MemoryDriver):
+    """Moves the counter of every ack, landed or not."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        out = await super()._job_ack(acks)
+        for a, landed in zip(acks, out, strict=True):
+            row = self._rows.get(a.fence.job_id)
+            if not landed and row is not None:
+                self._count(row.rec.name, a.now_ms, Outcome.COMPLETED)
+        return out
+
+
+class CountsDropsAsDead(MemoryDriver):
+    """Moves `dead_lettered` for a failure without dead letter (it must be `dropped`)."""
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        return self._fenced(
+            nacks,
+            lambda n, r: nacked(r, n),
+            lambda n: (
+                Outcome.DEAD_LETTERED
+                if n.kind is NackKind.FAIL
+                else nack_outcome(n.kind, n.dead_letter)
+            ),
+        )
+
+
+class CountsBuriesNowhere(MemoryDriver):
+    """Buries a lapsed final attempt without moving its counter."""
+
+    def _count(self, name: str, now_ms: int, outcome: Outcome) -> None:
+        if outcome in (Outcome.DEAD_LETTERED, Outcome.DROPPED) and self._burying:
+            return
+        super()._count(name, now_ms, outcome)
+
+    _burying = False
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        self._burying = True
+        try:
+            return await super()._job_claim(params)
+        finally:
+            self._burying = False
+
+
+class FoldsEveryMinute(MemoryDriver):
+    """Folds minute buckets of the current hour too (it forgot to keep the recent ones)."""
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        return await super()._counter_fold(now_ms + 2 * HOUR_MS, limit)
+
+
+class FoldIgnoresLimit(MemoryDriver):
+    """Folds every old bucket at once, whatever the limit."""
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        done = await super()._counter_fold(now_ms, MAX_PURGE_LIMIT)
+        return min(done, limit)
+
+
 #: Each broken driver, and the fixed scenarios that must catch it too.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (UnfencedAck, ["lapsed_lease_reclaimed", "requeue_refusals"]),
@@ -451,6 +629,20 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (RequeueTakesParked, ["every_live_state"]),
     (RequeueDuplicateIgnoresTenant, ["every_live_state"]),
     (KeysCutAt255Characters, ["values_at_the_byte_limits"]),
+    (ListIgnoresTenant, ["list_filters_and_scan_budget"]),
+    (ListTiesByIdAscending, ["list_newest_first"]),
+    (ListCursorInclusive, ["list_newest_first", "list_filters_and_scan_budget"]),
+    (ListScanCountsMatchesOnly, ["list_filters_and_scan_budget"]),
+    (StatsMissParked, ["queue_stats"]),
+    (OldestReadyIncludesFuture, ["queue_stats"]),
+    (PromotesParked, ["promote"]),
+    (RemovesRunning, ["remove"]),
+    (RemoveKeepsLiveKey, ["remove"]),
+    (CountsMissedSettles, ["counters_move_with_settles"]),
+    (CountsDropsAsDead, ["counters_move_with_settles"]),
+    (CountsBuriesNowhere, ["counters_move_with_settles"]),
+    (FoldsEveryMinute, ["counters_fold"]),
+    (FoldIgnoresLimit, ["counters_fold"]),
 ]
 
 
@@ -473,33 +665,41 @@ def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
 def test_reference_driver_passes_and_reaches_the_edges() -> None:
     """The reference driver passes under the same settings, and the walk reclaims, buries several
     at once, lands settles that overwrite with nothing, meets parked rows and values at the byte
-    limits, many times over."""
+    limits, promotes, refuses to remove a running row, pages past empty pages and folds
+    counters, many times over."""
     machine = make_machine(MemoryDriver)
     run_state_machine_as_test(machine, settings=TEETH)
     tally = machine.tally
     # The walk is derandomized under TEETH, so these counts are the same on every run; each
-    # bound is about half of what the walk reached when it was last reshaped (the purge rules
-    # joined it), so a change that starves one of these edges fails here. None reached 0 before.
+    # bound is about half of what the walk reached when it was last reshaped (the operator's
+    # rules joined it), so a change that starves one of these edges fails here. None reached 0.
     wanted = {
-        "reclaim of a lapsed lease": 120,
-        "reclaim at exactly lease_until_ms": 80,
-        "lapsed lease held back by a pause": 23,
-        "several rows buried by one claim": 20,
-        "ack without a result over a stored result": 3,
-        "nack without an error over a stored error": 22,
-        "requeue of a parked row": 16,
-        "cancel of a parked row": 6,
-        "demand beside a parked row": 35,
-        "requeue refused X_JOB_REQUEUE_DUPLICATE": 42,
-        "requeue beside a twin of other tenant, a tenant set": 22,
-        "insert of values at the byte limits": 340,
+        "reclaim of a lapsed lease": 360,
+        "reclaim at exactly lease_until_ms": 150,
+        "lapsed lease held back by a pause": 19,
+        "several rows buried by one claim": 50,
+        "ack without a result over a stored result": 1,
+        "nack without an error over a stored error": 12,
+        "requeue of a parked row": 12,
+        "cancel of a parked row": 18,
+        "demand beside a parked row": 64,
+        "requeue refused X_JOB_REQUEUE_DUPLICATE": 70,
+        "requeue beside a twin of other tenant, a tenant set": 68,
+        "insert of values at the byte limits": 500,
+        "promote answered promoted": 7,
+        "remove answered running": 12,
+        "enqueue of a removed row's twin": 15,
+        "list page with a cursor": 6,
+        "list page empty, not the end": 25,
+        "list refused X_JOB_PAGE_INVALID": 29,
+        "counter buckets folded or dropped": 29,
     }
     short = {k: tally[k] for k, least in wanted.items() if tally[k] < least}
     assert not short, f"reached too rarely: {short} (all: {dict(tally)})"
 
 
 def test_wake_scenario_catches_a_silent_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    import jobs_core.testing.scenarios as scenarios
+    import jobs_core.testing.scenarios.jobs as scenarios
 
     # An in-process channel delivers at once or never: no need for the servers' margin.
     monkeypatch.setattr(scenarios, "WAKE_WAIT_S", 0.5)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import json
 import sys
 from collections import Counter
@@ -42,6 +43,7 @@ from hypothesis.stateful import (
 )
 
 from jobs_core.driver import (
+    MAX_BULK_IDS,
     MAX_ENQUEUE_BATCH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
@@ -54,9 +56,13 @@ from jobs_core.records import (
     Ack,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobFilter,
+    JobListParams,
+    JobPage,
     JobRecord,
     Nack,
     NackKind,
@@ -119,6 +125,8 @@ RESULTS = (None, '{"ok":true}', '{"ok":1}', "null", '"done"', "1", "1.0", "true"
 PROGRESSES = (None, '{"pct": 50}', '{"pct": 50.0}', '[1,{"x":"y"}]')
 ERRORS = (None, "boom", "q'uo%te\n☃")
 INFOS = ('{"host":"h1"}', '{"pid": 2, "tags": ["x"]}')
+#: Trace contexts a record may carry (tracing stamps the enqueuer's span on the row).
+TRACEPARENTS = (None, None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 PAUSES = tuple(Pause("queue", q) for q in QUEUES) + tuple(Pause("name", n) for n in NAMES)
 #: An id no rule ever inserts: every state check also asks for it.
 UNKNOWN_ID = "no-such-job"
@@ -156,6 +164,7 @@ class JobSpec:
     max_attempts: int
     input_json: str
     enqueued_by: str | None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +208,7 @@ def job_specs(tenants: tuple[str | None, ...]) -> st.SearchStrategy[JobSpec]:
         max_attempts=st.sampled_from((1, 1, 2, 2, 3, 5)),
         input_json=st.sampled_from(INPUTS),
         enqueued_by=st.sampled_from((None, "u1")),
+        traceparent=st.sampled_from(TRACEPARENTS),
     )
 
 
@@ -221,7 +231,28 @@ claim_queues = st.sampled_from(
 #: operation meets every live state: a parked row under requeue and cancel, too).
 TARGET_KINDS = ("ready", "running", "parked", "live", "finished", "finished", "any", "unknown")
 target_ids = st.tuples(st.sampled_from(TARGET_KINDS), recent)
+#: Bulk calls name one to four targets; the same id may come twice.
+target_lists = st.lists(target_ids, min_size=1, max_size=4)
 offsets = st.sampled_from((None, -1000, 0, 1000, 3000))
+#: Listing filters over the walk's small pools (a tenant filter never matches `None` rows).
+list_filters = st.builds(
+    JobFilter,
+    states=st.sampled_from(
+        (
+            frozenset(),
+            frozenset(),
+            frozenset({JobState.READY}),
+            frozenset({JobState.RUNNING, JobState.PARKED}),
+            frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED}),
+            frozenset({JobState.COMPLETED}),
+        )
+    ),
+    queue=st.sampled_from((None, None, *QUEUES[:2])),
+    name=st.sampled_from((None, None, *NAMES[:3])),
+    tenant_id=st.sampled_from((None, None, "t1", LONG_TENANT)),
+)
+#: Cursors no listing handed out: malformed, or a real-looking one of the wrong version.
+BAD_CURSORS = ("", "garbage", "c1.", "c1.bm90IGpzb24", "c1.WzEsImEiXQ", "c2.WzEsImEiLCJ4Il0")
 
 
 def _typed(value: object) -> object:
@@ -367,6 +398,8 @@ class ParityMachine(RuleBasedStateMachine):
         self.ids: list[str] = []
         #: Every fence any claim has handed out, oldest first.
         self.fences: list[Fence] = []
+        #: Every cursor a listing handed out, with the filter it was for, oldest first.
+        self.cursors: list[tuple[JobFilter, str]] = []
         self._serial = 0
         #: Steps run so far; the current step's rule (with arguments) and its driver calls.
         self._steps = 0
@@ -499,6 +532,7 @@ class ParityMachine(RuleBasedStateMachine):
             max_attempts=spec.max_attempts,
             created_at_ms=self.now,
             enqueued_by=spec.enqueued_by,
+            traceparent=spec.traceparent,
         )
 
     def _fence(self, spec: FenceSpec) -> Fence:
@@ -765,6 +799,7 @@ class ParityMachine(RuleBasedStateMachine):
         limit=st.integers(1, 3),
         at=st.sampled_from(("now", "now", "lease end")),
         pick=st.integers(0, 7),
+        dead_letter=st.booleans(),
     )
     def work(
         self,
@@ -778,6 +813,7 @@ class ParityMachine(RuleBasedStateMachine):
         limit: int,
         at: str,
         pick: int,
+        dead_letter: bool,
     ) -> None:
         """What a worker does: claim (now, or once a running row's lease lapsed), then settle
         what it got at once (a random walk alone rarely lands a settle on a fresh fence)."""
@@ -798,7 +834,7 @@ class ParityMachine(RuleBasedStateMachine):
                 run_at = self._at(offset)
                 if kind is NackKind.RETRY and run_at is None:
                     run_at = self.now
-                self._nack([Nack(f, kind, self.now, run_at, error, dead_letter=job.id < "m")])
+                self._nack([Nack(f, kind, self.now, run_at, error, dead_letter=dead_letter)])
 
     def _ack(self, acks: list[Ack]) -> object:
         before = {a.fence.job_id: self.model.rows.get(a.fence.job_id) for a in acks}
@@ -1067,7 +1103,17 @@ class ParityMachine(RuleBasedStateMachine):
 
     @rule(
         kind=st.sampled_from(
-            ("priority", "nan", "empty_tenant", "empty_name", "batch_cap", "ack_nan", "retry_at")
+            (
+                "priority",
+                "nan",
+                "empty_tenant",
+                "empty_name",
+                "batch_cap",
+                "ack_nan",
+                "retry_at",
+                "bulk_cap",
+                "traceparent",
+            )
         ),
         specs=st.lists(batch_job_specs, min_size=1, max_size=3),
         pos=st.integers(0, 3),
@@ -1088,6 +1134,23 @@ class ParityMachine(RuleBasedStateMachine):
             if pos % 2:
                 nacks.reverse()
             refusal = self._nack(nacks)
+        elif kind == "bulk_cap":
+            # Real ids, one too many: the cap is checked before any row is touched.
+            many = [self._used_id(i) or UNKNOWN_ID for i in range(MAX_BULK_IDS + 1)]
+            call = ("job_remove", "job_cancel_many", "job_requeue_many", "job_promote")[pos]
+            model_call: Callable[[], object] = {
+                "job_remove": lambda: self.model.job_remove(many),
+                "job_cancel_many": lambda: self.model.job_cancel_many(many, self.now),
+                "job_requeue_many": lambda: self.model.job_requeue_many(many, self.now),
+                "job_promote": lambda: self.model.job_promote(many, self.now),
+            }[call]
+            driver_call: Callable[[], Coroutine[Any, Any, object]] = {
+                "job_remove": lambda: self.driver.job_remove(many),
+                "job_cancel_many": lambda: self.driver.job_cancel_many(many, self.now),
+                "job_requeue_many": lambda: self.driver.job_requeue_many(many, self.now),
+                "job_promote": lambda: self.driver.job_promote(many, self.now),
+            }[call]
+            refusal = self._both(f"{call}(too many ids)", model_call, driver_call)
         else:
             fresh: dict[int, str] = {}
             batch = [self._new_job(s, fresh) for s in specs]
@@ -1101,6 +1164,7 @@ class ParityMachine(RuleBasedStateMachine):
                     "nan": replace(base, input_json="NaN"),
                     "empty_tenant": replace(base, tenant_id=""),
                     "empty_name": replace(base, name=""),
+                    "traceparent": replace(base, traceparent="00-not-a-trace-01"),
                 }[kind]
                 batch.insert(min(pos, len(batch)), bad)
             refusal = self._both(
@@ -1109,6 +1173,147 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.driver.job_enqueue_many(batch),
             )
         assert isinstance(refusal, JobsError), f"the machine built a call nobody refuses: {kind}"
+
+    # -- the operator's calls -----------------------------------------------------------------
+
+    @rule(
+        op=st.sampled_from(("cancel", "requeue", "promote", "remove", "list", "list", "fold")),
+        picks=target_lists,
+        extra=st.sampled_from(("none", "delayed", "delayed", "parked")),
+        again=st.none() | batch_job_specs,
+        listing=st.tuples(
+            list_filters,
+            st.sampled_from((1, 2, 3, 5, 50)),
+            st.sampled_from((1, 2, 3, 7, 2000)),
+            st.integers(1, 6),
+            st.sampled_from(("new", "new", "latest", "foreign", "bad")),
+            st.sampled_from(BAD_CURSORS),
+        ),
+        fold=st.tuples(
+            st.sampled_from((0, 1, 2, 3, 24, 31 * 24)), st.sampled_from((1, 2, 10, 10_000))
+        ),
+    )
+    def operate(
+        self,
+        op: str,
+        picks: list[tuple[str, int]],
+        extra: str,
+        again: JobSpec | None,
+        listing: tuple[JobFilter, int, int, int, str, str],
+        fold: tuple[int, int],
+    ) -> None:
+        """An operator's call: a bulk call over a few targets, a walk over listing pages, or a
+        counter fold. One rule for the family, so the walk keeps most of its steps for jobs."""
+        if op == "list":
+            self._list_pages(*listing)
+        elif op == "fold":
+            self._counter_fold(*fold)
+        else:
+            self._bulk(op, picks, extra, again)
+
+    def _bulk(
+        self, op: str, picks: list[tuple[str, int]], extra: str, again: JobSpec | None
+    ) -> None:
+        """One operator bulk call over a few targets (an id may come twice). `extra` puts a
+        ready row due later or a parked row with a time first (what a promote must tell
+        apart); after a remove, `again` enqueues a twin of the first removed row."""
+        ids = [self._target(p) for p in picks]
+        wanted = {"delayed": JobState.READY, "parked": JobState.PARKED}.get(extra)
+        later = [
+            r.id
+            for r in self.model.rows.values()
+            if r.state == wanted and r.run_at_ms is not None and r.run_at_ms > self.now
+        ]
+        if later:
+            ids.insert(0, later[-1])
+        before = dict(self.model.rows)
+        got: object
+        if op == "cancel":
+            got = self._both(
+                "job_cancel_many",
+                lambda: self.model.job_cancel_many(ids, self.now),
+                lambda: self.driver.job_cancel_many(ids, self.now),
+            )
+        elif op == "requeue":
+            got = self._both(
+                "job_requeue_many",
+                lambda: self.model.job_requeue_many(ids, self.now),
+                lambda: self.driver.job_requeue_many(ids, self.now),
+            )
+        elif op == "promote":
+            got = self._both(
+                "job_promote",
+                lambda: self.model.job_promote(ids, self.now),
+                lambda: self.driver.job_promote(ids, self.now),
+            )
+        else:
+            got = self._both(
+                "job_remove",
+                lambda: self.model.job_remove(ids),
+                lambda: self.driver.job_remove(ids),
+            )
+        if isinstance(got, list):
+            for answer in set(got):
+                self._note(f"{op} answered {answer.value}")
+        gone = [before[i] for i in dict.fromkeys(ids) if i in before and i not in self.model.rows]
+        if again is not None and gone:
+            # A twin of the first removed row (its name, tenant and key) under its very id: both
+            # were freed with the row, so this inserts.
+            r = gone[0]
+            base = self._new_job(replace(again, id=IdSpec("old", 0, "")), {})
+            twin = replace(
+                base, id=r.id, name=r.name, tenant_id=r.tenant_id, idempotency_key=r.idempotency_key
+            )
+            self._note("enqueue of a removed row's twin")
+            self._both(
+                "job_enqueue(a removed row's twin)",
+                lambda: self.model.job_enqueue(twin),
+                lambda: self.driver.job_enqueue(twin),
+            )
+
+    def _list_pages(
+        self, f: JobFilter, limit: int, scan: int, pages: int, resume: str, bad: str
+    ) -> None:
+        """Walk up to `pages` pages of a listing, from the newest row or from a cursor handed out
+        earlier (for this filter — rows may have moved since —, for another one, or garbage)."""
+        cursor: str | None = None
+        if resume == "latest" and self.cursors:
+            f, cursor = self.cursors[-1]
+        elif resume == "foreign":
+            others = [(g, c) for g, c in self.cursors if g != f]
+            if others:
+                cursor = others[-1][1]
+                self._note("list with a foreign cursor")
+        elif resume == "bad":
+            cursor = bad
+        for _ in range(pages):
+            params = JobListParams(f, limit, cursor, scan)
+            got = self._both(
+                "job_list",
+                functools.partial(self.model.job_list, params),
+                functools.partial(self.driver.job_list, params),
+            )
+            if not isinstance(got, JobPage):
+                self._note(f"list refused {got.code}")
+                return
+            if got.next_cursor is None:
+                self._note("list reached the end")
+                return
+            self._note("list page with a cursor" if got.jobs else "list page empty, not the end")
+            self.cursors.append((f, got.next_cursor))
+            cursor = got.next_cursor
+
+    def _counter_fold(self, hours: int, limit: int) -> None:
+        """Fold counters `hours` ahead of now (the clock does not move: a fold reads only its
+        `now_ms`), so old minute buckets fold and, far enough ahead, hour buckets drop."""
+        at = self.now + hours * 3_600_000
+        got = self._both(
+            "counter_fold",
+            lambda: self.model.counter_fold(at, limit),
+            lambda: self.driver.counter_fold(at, limit),
+        )
+        if isinstance(got, int) and got:
+            self._note("counter buckets folded or dropped")
 
     # -- pauses, queues, workers --------------------------------------------------------------
 
@@ -1128,9 +1333,12 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.driver.pause_remove(pause),
             )
 
-    @rule(queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3))
-    def queue_demand(self, queues: list[str]) -> None:
+    @rule(queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3), parked=st.booleans())
+    def queue_demand(self, queues: list[str], parked: bool) -> None:
+        """Ask the demand of `queues`; with `parked`, of a parked row's queue too."""
         rows = self.model.rows.values()
+        if parked:
+            queues = [*queues, *(r.queue for r in rows if r.state == JobState.PARKED)][:4]
         if any(r.state == JobState.PARKED and r.queue in queues for r in rows):
             self._note("demand beside a parked row")
         self._both(
@@ -1173,7 +1381,8 @@ class ParityMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        """Every row ever named, every pause and every live worker match the model.
+        """Every row ever named, every pause, every live worker, every counter bucket and the
+        queue stats match the model.
 
         Runs after every step, so a difference is blamed on the step that made it (named with
         its rule, arguments and driver calls), never on a later step that noticed it.
@@ -1199,6 +1408,16 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.model.worker_list(self.now),
                 lambda: self.driver.worker_list(self.now),
             ),
+            (
+                "counter_read",
+                lambda: self.model.counter_read(_EVERY_COUNTER),
+                lambda: self.driver.counter_read(_EVERY_COUNTER),
+            ),
+            (
+                "queue_stats",
+                lambda: self.model.queue_stats(self.now),
+                lambda: self.driver.queue_stats(self.now),
+            ),
         ]
         for what, model_call, driver_call in checks:
             want, got = model_call(), self._runner.run(driver_call())
@@ -1206,6 +1425,10 @@ class ParityMachine(RuleBasedStateMachine):
         self._steps += 1
         self._rule = None
         self._calls = []
+
+
+#: Every counter bucket of every name, whenever it began.
+_EVERY_COUNTER = CounterReadParams(0, MAX_TIME_MS)
 
 
 async def _enter(cm: AbstractAsyncContextManager[JobDriver]) -> JobDriver:

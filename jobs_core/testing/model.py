@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_PURGE_LIMIT, MAX_TIME_MS, check_new_job
+from jobs_core.driver import (
+    MAX_BULK_IDS,
+    MAX_ENQUEUE_BATCH,
+    MAX_LIST_LIMIT,
+    MAX_LIST_SCAN,
+    MAX_PURGE_LIMIT,
+    MAX_TIME_MS,
+    check_new_job,
+)
 from jobs_core.errors import (
     BatchTooLargeError,
     ClaimQueuesEmptyError,
@@ -28,21 +36,46 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
     Fence,
     Heartbeat,
+    JobListParams,
+    JobPage,
     JobRecord,
+    JobSummary,
+    ListKey,
     Nack,
     NackKind,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.semantics import LEASE_LAPSED_ERROR, decode_cursor, encode_cursor
 from jobs_core.states import JobState
+
+_MINUTE = 60_000
+_HOUR = 3_600_000
+#: The counter columns of `CounterRow`, by name.
+_COLUMNS = (
+    "completed",
+    "retried",
+    "dead_lettered",
+    "dropped",
+    "refused",
+    "interrupted",
+    "shed",
+    "suspended",
+    "cancelled",
+)
 
 _LIVE = (JobState.READY, JobState.RUNNING, JobState.PARKED)
 
@@ -64,6 +97,8 @@ class ReferenceModel:
         self.rows: dict[str, JobRecord] = {}
         self.pauses: set[Pause] = set()
         self.workers: dict[str, WorkerInfo] = {}
+        #: (name, bucket start, width) -> column -> count.
+        self.counters: dict[tuple[str, int, int], dict[str, int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -89,6 +124,12 @@ class ReferenceModel:
 
     def _paused(self, r: JobRecord) -> bool:
         return Pause("queue", r.queue) in self.pauses or Pause("name", r.name) in self.pauses
+
+    def _bump(self, name: str, now_ms: int, column: str) -> None:
+        """One more `column` settle of `name` in the minute `now_ms` falls in."""
+        minute = now_ms // _MINUTE * _MINUTE
+        row = self.counters.setdefault((name, minute, _MINUTE), dict.fromkeys(_COLUMNS, 0))
+        row[column] += 1
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -133,6 +174,7 @@ class ReferenceModel:
             progress_json=None,
             result_json=None,
             enqueued_by=job.enqueued_by,
+            traceparent=job.traceparent,
         )
         return EnqueueResult(job.id, deduped=False)
 
@@ -163,6 +205,7 @@ class ReferenceModel:
                     last_error=LEASE_LAPSED_ERROR,
                 )
                 buried.append(BuriedJob(r.id, r.name, r.queue, state))
+                self._bump(r.name, now, "dead_lettered" if state == JobState.DEAD else "dropped")
 
         def claimable(r: JobRecord) -> bool:
             if r.queue not in asked or self._paused(r):
@@ -210,6 +253,7 @@ class ReferenceModel:
                     lease_until_ms=now + p.lease_ms,
                     created_at_ms=new.created_at_ms,
                     enqueued_by=new.enqueued_by,
+                    traceparent=new.traceparent,
                 )
             )
         return ClaimResult(tuple(jobs), tuple(sorted(buried, key=lambda b: b.id)))
@@ -233,6 +277,7 @@ class ReferenceModel:
                 result_json=a.result_json,
                 progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
             )
+            self._bump(r.name, a.now_ms, "completed")
             out.append(True)
         return out
 
@@ -249,6 +294,7 @@ class ReferenceModel:
                 out.append(False)
                 continue
             self.rows[r.id] = _after_nack(r, n)
+            self._bump(r.name, n.now_ms, _nack_column(n))
             out.append(True)
         return out
 
@@ -288,7 +334,13 @@ class ReferenceModel:
         self.rows[job_id] = replace(
             r, state=JobState.CANCELLED, finished_at_ms=now_ms, lease_until_ms=None
         )
+        self._bump(r.name, now_ms, "cancelled")
         return CancelAnswer.CANCELLED
+
+    def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        """`job_cancel` of each id, in order."""
+        _check_bulk(job_ids)
+        return [self.job_cancel(i, now_ms) for i in job_ids]
 
     def job_requeue(self, job_id: str, now_ms: int) -> None:
         """Make a finished row ready now with attempt 0, or raise one of the three refusals."""
@@ -308,6 +360,87 @@ class ReferenceModel:
             lease_until_ms=None,
             finished_at_ms=None,
         )
+
+    def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+        """`job_requeue` of each id in order, its refusals answered instead of raised."""
+        _check_bulk(job_ids)
+        out: list[RequeueAnswer] = []
+        for i in job_ids:
+            try:
+                self.job_requeue(i, now_ms)
+                out.append(RequeueAnswer.REQUEUED)
+            except JobNotFoundError:
+                out.append(RequeueAnswer.NOT_FOUND)
+            except NotRequeueableError:
+                out.append(RequeueAnswer.LIVE)
+            except RequeueDuplicateError:
+                out.append(RequeueAnswer.DUPLICATE)
+        return out
+
+    def job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        """Each `ready` row due later becomes due now; every other row is left alone."""
+        _check_bulk(job_ids)
+        out: list[PromoteAnswer] = []
+        for i in job_ids:
+            r = self.rows.get(i)
+            if r is None:
+                out.append(PromoteAnswer.NOT_FOUND)
+            elif r.state != JobState.READY:
+                out.append(PromoteAnswer.NOT_READY)
+            elif r.run_at_ms is not None and r.run_at_ms <= now_ms:
+                out.append(PromoteAnswer.ALREADY_DUE)
+            else:
+                self.rows[i] = replace(r, run_at_ms=now_ms)
+                out.append(PromoteAnswer.PROMOTED)
+        return out
+
+    def job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        """Delete each row that is not running; a running one is left alone."""
+        _check_bulk(job_ids)
+        out: list[RemoveAnswer] = []
+        for i in job_ids:
+            r = self.rows.get(i)
+            if r is None:
+                out.append(RemoveAnswer.NOT_FOUND)
+            elif r.state == JobState.RUNNING:
+                out.append(RemoveAnswer.RUNNING)
+            else:
+                del self.rows[i]
+                out.append(RemoveAnswer.REMOVED)
+        return out
+
+    def job_list(self, p: JobListParams) -> JobPage:
+        """Newest first by (created_at, id): after the cursor, examine up to `scan` rows and
+        keep up to `limit` of those the filter keeps."""
+        f = p.filter
+        for what, value in (("queue", f.queue), ("name", f.name), ("tenant_id", f.tenant_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise RecordInvalidError(detail=f"filter.{what}")
+        if not _an_int_in(p.limit, 1, MAX_LIST_LIMIT):
+            raise RecordInvalidError(detail="limit")
+        if not _an_int_in(p.scan, 1, MAX_LIST_SCAN):
+            raise RecordInvalidError(detail="scan")
+        after = None if p.cursor is None else decode_cursor(p.cursor, f)
+        order = sorted(self.rows.values(), key=lambda r: (r.created_at_ms, r.id), reverse=True)
+        if after is not None:
+            order = [r for r in order if (r.created_at_ms, r.id) < (after.created_at_ms, after.id)]
+        examined = 0
+        taken: list[JobSummary] = []
+        for r in order:
+            if examined == p.scan or len(taken) == p.limit:
+                break
+            examined += 1
+            if (
+                (not f.states or r.state in f.states)
+                and f.queue in (None, r.queue)
+                and f.name in (None, r.name)
+                and f.tenant_id in (None, r.tenant_id)
+            ):
+                taken.append(JobSummary.of(r))
+        if examined == len(order):
+            return JobPage(tuple(taken), None)
+        last = order[examined - 1]
+        return JobPage(tuple(taken), encode_cursor(ListKey(last.created_at_ms, last.id), f))
 
     def job_purge(self, p: PurgeParams) -> int:
         """Delete the oldest-finished rows whose state's retention ran out, at most `limit`."""
@@ -365,6 +498,20 @@ class ReferenceModel:
         """Every pause, sorted."""
         return sorted(self.pauses)
 
+    def queue_stats(self, now_ms: int) -> list[QueueStats]:
+        """Per queue with rows: how many in each state, and its oldest due ready row's time."""
+        out: list[QueueStats] = []
+        for q in sorted({r.queue for r in self.rows.values()}):
+            rows = [r for r in self.rows.values() if r.queue == q]
+            counts = tuple((s, len([r for r in rows if r.state == s])) for s in JobState)
+            due = [
+                r.run_at_ms
+                for r in rows
+                if r.state == JobState.READY and r.run_at_ms is not None and r.run_at_ms <= now_ms
+            ]
+            out.append(QueueStats(q, counts, min(due) if due else None))
+        return out
+
     def queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         """Per asked queue, `ready` rows due by `now_ms`; 0 for a paused queue."""
         out: dict[str, int] = {}
@@ -383,6 +530,46 @@ class ReferenceModel:
                 ]
             )
         return out
+
+    # -- counters -----------------------------------------------------------------------------
+
+    def counter_read(self, p: CounterReadParams) -> list[CounterRow]:
+        """Buckets starting in [since, until), of the asked names, by (name, bucket, width)."""
+        return [
+            CounterRow(name, bucket, width, **values)
+            for (name, bucket, width), values in sorted(self.counters.items())
+            if (p.names is None or name in p.names) and p.since_ms <= bucket < p.until_ms
+        ]
+
+    def counter_fold(self, now_ms: int, limit: int) -> int:
+        """Fold minute buckets that began before the previous hour into their hour bucket,
+        oldest first; with budget left, drop hour buckets older than 30 days."""
+        if not _an_int_in(limit, 1, MAX_PURGE_LIMIT):
+            raise RecordInvalidError(detail="limit")
+        fold_before = max(0, now_ms // _HOUR * _HOUR - _HOUR)
+        minutes = sorted(
+            (bucket, name)
+            for (name, bucket, width) in self.counters
+            if width == _MINUTE and bucket < fold_before
+        )[:limit]
+        for bucket, name in minutes:
+            values = self.counters.pop((name, bucket, _MINUTE))
+            hour = bucket // _HOUR * _HOUR
+            into = self.counters.setdefault((name, hour, _HOUR), dict.fromkeys(_COLUMNS, 0))
+            for column, n in values.items():
+                into[column] += n
+        left = limit - len(minutes)
+        if not left:
+            return len(minutes)
+        drop_before = max(0, now_ms - 30 * 24 * _HOUR)
+        hours = sorted(
+            (bucket, name)
+            for (name, bucket, width) in self.counters
+            if width == _HOUR and bucket < drop_before
+        )[:left]
+        for bucket, name in hours:
+            del self.counters[(name, bucket, _HOUR)]
+        return len(minutes) + len(hours)
 
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
@@ -403,6 +590,27 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+
+def _check_bulk(job_ids: Sequence[str]) -> None:
+    if len(job_ids) > MAX_BULK_IDS:
+        raise BatchTooLargeError(detail=f"{len(job_ids)} ids")
+    for i in job_ids:
+        if not isinstance(i, str) or not i:
+            raise RecordInvalidError(detail="job_ids")
+
+
+def _nack_column(n: Nack) -> str:
+    """The counter a landed nack moves: written out per kind, not taken from the library."""
+    if n.kind == NackKind.FAIL:
+        return "dead_lettered" if n.dead_letter else "dropped"
+    return {
+        NackKind.RETRY: "retried",
+        NackKind.PARK: "suspended",
+        NackKind.SHED: "shed",
+        NackKind.INTERRUPT: "interrupted",
+        NackKind.REFUSE: "refused",
+    }[n.kind]
 
 
 def _an_int_in(value: object, lo: int, hi: int) -> bool:

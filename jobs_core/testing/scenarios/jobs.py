@@ -1,16 +1,9 @@
-"""Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
-
-Each scenario is `async def scenario_x(driver)` over a fresh, empty driver; `SCENARIOS` lists
-them by name. Times are fixed offsets from `T0`, handed in as every call's `now_ms`.
-"""
+"""The job family's scenarios: claims, settles, pauses, retention, limits, the wake."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
-from typing import Any, TypeAlias, TypeVar
 
 from jobs_core.driver import (
     ENQUEUE_CHUNK,
@@ -20,17 +13,14 @@ from jobs_core.driver import (
     MAX_TIME_MS,
     JobDriver,
 )
-from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
     BuriedJob,
     CancelAnswer,
-    ClaimedJob,
     ClaimParams,
     EnqueueResult,
     Fence,
     Heartbeat,
-    JobRecord,
     Nack,
     NackKind,
     NewJob,
@@ -41,104 +31,19 @@ from jobs_core.records import (
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.states import JobState
-from jobs_core.testing.machine import typed_json
-
-Scenario: TypeAlias = Callable[[JobDriver], Awaitable[None]]
-T = TypeVar("T")
-
-T0 = 1_800_000_000_000
-
-
-def new_job(job_id: str, **fields: Any) -> NewJob:
-    """A valid record: unique key per id, queue `q`, due at `T0`, three attempts."""
-    base = NewJob(
-        id=job_id,
-        run_id=f"run-{job_id}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"key-{job_id}",
-        input_json=json.dumps({"id": job_id}),
-        priority=0,
-        run_at_ms=T0,
-        max_attempts=3,
-        created_at_ms=T0,
-    )
-    return replace(base, **fields)
-
-
-async def claim(
-    driver: JobDriver,
-    now: int,
-    *queues: str,
-    worker: str = "w1",
-    limit: int = 10,
-    lease_ms: int = 1000,
-    drop_exhausted: frozenset[str] = frozenset(),
-) -> tuple[list[ClaimedJob], list[BuriedJob]]:
-    """One claim pass over `queues` (default `q`); the claimed and the buried, as lists."""
-    result = await driver.job_claim(
-        ClaimParams(
-            queues=queues or ("q",),
-            worker_id=worker,
-            limit=limit,
-            lease_ms=lease_ms,
-            now_ms=now,
-            drop_exhausted=drop_exhausted,
-        )
-    )
-    return list(result.jobs), list(result.buried)
-
-
-async def row(driver: JobDriver, job_id: str) -> JobRecord:
-    """The row of `job_id`, which must exist."""
-    rows = await driver.job_get_many([job_id])
-    assert job_id in rows, f"{job_id!r} is missing"
-    return rows[job_id]
-
-
-async def refused(code: str, call: Awaitable[object]) -> None:
-    """Await `call` and assert it raised the `JobsError` carrying `code`."""
-    try:
-        answer = await call
-    except JobsError as exc:
-        assert exc.code == code, f"raised {exc.code}, expected {code}"
-        return
-    raise AssertionError(f"answered {answer!r}, expected a refusal {code}")
-
-
-async def accepted(call: Awaitable[T], what: str) -> T:
-    """Await `call`, asserting it is not refused (a refusal fails as an assertion naming it)."""
-    try:
-        return await call
-    except JobsError as exc:
-        raise AssertionError(f"{what}: refused with {exc.code} ({exc})") from exc
-
-
-def ids(jobs: list[ClaimedJob]) -> list[str]:
-    """The claimed ids, in claim order."""
-    return [j.id for j in jobs]
-
-
-def exactly(count: int, items: Sequence[T], what: str) -> list[T]:
-    """`items` as a list, asserting there are `count` of them (a clear failure, not an unpack
-    error, when a driver answers more or fewer)."""
-    got = list(items)
-    assert len(got) == count, f"expected {count} {what}, got {len(got)}: {got!r}"
-    return got
-
-
-async def claim_one(driver: JobDriver, now: int, *queues: str, **options: Any) -> ClaimedJob:
-    """A claim pass that must claim exactly one job and bury nothing; that job."""
-    jobs, buried = await claim(driver, now, *queues, **options)
-    assert buried == [], f"buried {buried!r}, expected nothing buried"
-    return exactly(1, jobs, "claimed job")[0]
-
-
-def same_json(text: str | None, expected: str) -> bool:
-    """`text` means the same JSON as `expected`, types included (`1`, `1.0`, `true` differ)."""
-    return text is not None and typed_json(text) == typed_json(expected)
-
+from jobs_core.testing.scenarios.support import (
+    T0,
+    Scenario,
+    accepted,
+    claim,
+    claim_one,
+    exactly,
+    ids,
+    new_job,
+    refused,
+    row,
+    same_json,
+)
 
 # -- the scenarios ----------------------------------------------------------------------------
 
@@ -898,8 +803,8 @@ async def scenario_wake(driver: JobDriver) -> None:
         await sub.close()
 
 
-#: Every scenario by name (the function name without `scenario_`).
-SCENARIOS: dict[str, Scenario] = {
+#: The job family's scenarios by name (the function name without `scenario_`).
+JOB_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
         scenario_bury_final_attempt,

@@ -173,18 +173,20 @@ class JobDriver(abc.ABC):
         return await self._counter_fold(now_ms, limit)
 
     async def counter_read(self, params: CounterReadParams) -> list[CounterRow]:
-        """The counter buckets starting in `[since_ms, until_ms)`, by (name, bucket, width)."""
+        """The counter buckets starting in `[since_ms, until_ms)`, by (name, queue, bucket,
+        width)."""
         _check_time(params.since_ms, "since_ms")
         _check_time(params.until_ms, "until_ms")
-        if params.names is not None:
-            for n in params.names:
-                _check_str(n, "names")
-            if not params.names:
-                return []
+        for what, values in (("names", params.names), ("queues", params.queues)):
+            if values is not None:
+                for v in values:
+                    _check_str(v, what)
+                if not values:
+                    return []
         if params.since_ms >= params.until_ms:
             return []
         rows = await self._counter_read(params)
-        return sorted(rows, key=lambda r: (r.name, r.bucket_ms, r.width_ms))
+        return sorted(rows, key=lambda r: (r.name, r.queue, r.bucket_ms, r.width_ms))
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -419,7 +421,8 @@ class JobDriver(abc.ABC):
     # -- what each backend implements -------------------------------------------------------------
     #
     # Counters: every write that settles a row moves, IN THE SAME statement or script, the
-    # counter of (row's name, `minute_of(now_ms)`, width `MINUTE_MS`) for its outcome: an ack
+    # counter of (row's name, row's queue, `minute_of(now_ms)`, width `MINUTE_MS`) for its
+    # outcome: an ack
     # `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's bury
     # `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
     # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
@@ -427,18 +430,20 @@ class JobDriver(abc.ABC):
 
     @abc.abstractmethod
     async def _counter_fold(self, now_ms: int, limit: int) -> int:
-        """Fold, oldest `(bucket_ms, name)` first, up to `limit` minute buckets starting before
-        `fold_before(now_ms)`: each one's counts are added into the hour bucket of
-        `(name, hour_of(bucket_ms))` (created if absent) and the minute bucket is deleted, in one
-        atomic step. With budget left (fewer than `limit` folded), delete up to the rest of
-        `limit` hour buckets starting before `drop_before(now_ms)`, oldest first. Answers how
+        """Fold, oldest `(bucket_ms, name, queue)` first, up to `limit` minute buckets starting
+        before `fold_before(now_ms)`: each one's counts are added into the hour bucket of
+        `(name, queue, hour_of(bucket_ms))` (created if absent) and the minute bucket is
+        deleted, in one atomic step. With budget left (fewer than `limit` folded), delete up to
+        the rest of `limit` hour buckets starting before `drop_before(now_ms)`, oldest
+        `(bucket_ms, name, queue)` first. Answers how
         many buckets were folded plus dropped. Safe to run from several workers at once: a
         minute bucket is folded once."""
 
     @abc.abstractmethod
     async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
-        """Every counter bucket (both widths) of `params.names` (None: every name) with
-        `since_ms <= bucket_ms < until_ms`, in any order (the public method sorts)."""
+        """Every counter bucket (both widths) of `params.names` (None: every name) in
+        `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
+        order (the public method sorts)."""
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:

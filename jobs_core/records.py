@@ -438,9 +438,12 @@ COUNTED_OUTCOMES: Final = (
 
 @dataclass(frozen=True, slots=True)
 class CounterRow:
-    """Settles of one job name in one time bucket, per outcome (moved by the settling write)."""
+    """Settles of one job name in one queue in one time bucket, per outcome (moved by the
+    settling write). Keyed by queue too: an enqueue may put a name in another queue than its
+    declaration's, and a queue's throughput must count what ran in it."""
 
     name: str
+    queue: str
     #: The bucket's start (epoch ms, a multiple of `width_ms`).
     bucket_ms: int
     #: `MINUTE_MS` (recent) or `HOUR_MS` (folded).
@@ -466,8 +469,10 @@ class CounterRow:
 
 @dataclass(frozen=True, slots=True)
 class CounterReadParams:
-    """Counter buckets starting in `[since_ms, until_ms)`, of every name or of `names`."""
+    """Counter buckets starting in `[since_ms, until_ms)`, of every name or of `names`, in every
+    queue or in `queues`."""
 
     since_ms: int
     until_ms: int
     names: tuple[str, ...] | None = None
+    queues: tuple[str, ...] | None = None

@@ -67,8 +67,8 @@ from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState, Outcome
 
 _DueKey = tuple[int, int, str]
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
-#: A counter bucket: (name, bucket_ms, width_ms).
-_Bucket = tuple[str, int, int]
+#: A counter bucket: (name, queue, bucket_ms, width_ms).
+_Bucket = tuple[str, str, int, int]
 _OUTCOME_AT: dict[Outcome, int] = {o: i for i, o in enumerate(COUNTED_OUTCOMES)}
 
 
@@ -119,8 +119,8 @@ class MemoryDriver(JobDriver):
         self._unindex(r)
         self._created.discard((r.created_at_ms, r.id))
 
-    def _count(self, name: str, now_ms: int, outcome: Outcome) -> None:
-        row = self._counters.setdefault((name, minute_of(now_ms), MINUTE_MS), [0] * 9)
+    def _count(self, r: JobRecord, now_ms: int, outcome: Outcome) -> None:
+        row = self._counters.setdefault((r.name, r.queue, minute_of(now_ms), MINUTE_MS), [0] * 9)
         row[_OUTCOME_AT[outcome]] += 1
 
     def _index(self, r: JobRecord) -> None:
@@ -229,7 +229,7 @@ class MemoryDriver(JobDriver):
                         ),
                     )
                     buried.append(BuriedJob(r.id, r.name, r.queue, state))
-                    self._count(r.name, now, bury_outcome(state))
+                    self._count(r, now, bury_outcome(state))
                 elif self._claimable(r) and r.run_at_ms is not None:
                     candidates.append((r.priority, r.run_at_ms, r.id))
             for q in queues:
@@ -308,7 +308,7 @@ class MemoryDriver(JobDriver):
                 if r is not None:
                     self._put(r, change(item, r))
                     if outcome is not None:
-                        self._count(r.name, item.now_ms, outcome(item))
+                        self._count(r, item.now_ms, outcome(item))
                 out.append(r is not None)
         return out
 
@@ -341,7 +341,7 @@ class MemoryDriver(JobDriver):
             r,
             replace(r, state=JobState.CANCELLED, lease_until_ms=None, finished_at_ms=now_ms),
         )
-        self._count(r.name, now_ms, Outcome.CANCELLED)
+        self._count(r, now_ms, Outcome.CANCELLED)
         return CancelAnswer.CANCELLED
 
     async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
@@ -463,24 +463,27 @@ class MemoryDriver(JobDriver):
 
     async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
         names = None if params.names is None else set(params.names)
+        queues = None if params.queues is None else set(params.queues)
         with self._lock:
             return [
-                CounterRow(name, bucket, width, *values)
-                for (name, bucket, width), values in self._counters.items()
-                if (names is None or name in names) and params.since_ms <= bucket < params.until_ms
+                CounterRow(name, queue, bucket, width, *values)
+                for (name, queue, bucket, width), values in self._counters.items()
+                if (names is None or name in names)
+                and (queues is None or queue in queues)
+                and params.since_ms <= bucket < params.until_ms
             ]
 
     async def _counter_fold(self, now_ms: int, limit: int) -> int:
         with self._lock:
             before = fold_before(now_ms)
             minutes = sorted(
-                (bucket, name)
-                for (name, bucket, width) in self._counters
+                (bucket, name, queue)
+                for (name, queue, bucket, width) in self._counters
                 if width == MINUTE_MS and bucket < before
             )[:limit]
-            for bucket, name in minutes:
-                values = self._counters.pop((name, bucket, MINUTE_MS))
-                hour = self._counters.setdefault((name, hour_of(bucket), HOUR_MS), [0] * 9)
+            for bucket, name, queue in minutes:
+                values = self._counters.pop((name, queue, bucket, MINUTE_MS))
+                hour = self._counters.setdefault((name, queue, hour_of(bucket), HOUR_MS), [0] * 9)
                 for i, v in enumerate(values):
                     hour[i] += v
             left = limit - len(minutes)
@@ -488,12 +491,12 @@ class MemoryDriver(JobDriver):
                 return len(minutes)
             cutoff = drop_before(now_ms)
             hours = sorted(
-                (bucket, name)
-                for (name, bucket, width) in self._counters
+                (bucket, name, queue)
+                for (name, queue, bucket, width) in self._counters
                 if width == HOUR_MS and bucket < cutoff
             )[:left]
-            for bucket, name in hours:
-                del self._counters[(name, bucket, HOUR_MS)]
+            for bucket, name, queue in hours:
+                del self._counters[(name, queue, bucket, HOUR_MS)]
             return len(minutes) + len(hours)
 
     # -- pauses, queues, workers ------------------------------------------------------------------

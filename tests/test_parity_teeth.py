@@ -53,6 +53,7 @@ from jobs_core.testing import (
     make_machine,
     run_scenario,
 )
+from jobs_core.testing.machine import QUEUES
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
 
@@ -552,8 +553,15 @@ class CountsMissedSettles(MemoryDriver):
         for a, landed in zip(acks, out, strict=True):
             row = self._rows.get(a.fence.job_id)
             if not landed and row is not None:
-                self._count(row.rec.name, a.now_ms, Outcome.COMPLETED)
+                self._count(row.rec, a.now_ms, Outcome.COMPLETED)
         return out
+
+
+class CountsIgnoreQueue(MemoryDriver):
+    """Counts every settle of a name in the queue it was declared for, whatever queue ran it."""
+
+    def _count(self, r: JobRecord, now_ms: int, outcome: Outcome) -> None:
+        super()._count(replace(r, queue=QUEUES[0]), now_ms, outcome)
 
 
 class CountsDropsAsDead(MemoryDriver):
@@ -574,10 +582,10 @@ class CountsDropsAsDead(MemoryDriver):
 class CountsBuriesNowhere(MemoryDriver):
     """Buries a lapsed final attempt without moving its counter."""
 
-    def _count(self, name: str, now_ms: int, outcome: Outcome) -> None:
+    def _count(self, r: JobRecord, now_ms: int, outcome: Outcome) -> None:
         if outcome in (Outcome.DEAD_LETTERED, Outcome.DROPPED) and self._burying:
             return
-        super()._count(name, now_ms, outcome)
+        super()._count(r, now_ms, outcome)
 
     _burying = False
 
@@ -640,6 +648,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (RemoveKeepsLiveKey, ["remove"]),
     (CountsMissedSettles, ["counters_move_with_settles"]),
     (CountsDropsAsDead, ["counters_move_with_settles"]),
+    (CountsIgnoreQueue, ["counters_move_with_settles"]),
     (CountsBuriesNowhere, ["counters_move_with_settles"]),
     (FoldsEveryMinute, ["counters_fold"]),
     (FoldIgnoresLimit, ["counters_fold"]),

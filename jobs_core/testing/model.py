@@ -97,8 +97,8 @@ class ReferenceModel:
         self.rows: dict[str, JobRecord] = {}
         self.pauses: set[Pause] = set()
         self.workers: dict[str, WorkerInfo] = {}
-        #: (name, bucket start, width) -> column -> count.
-        self.counters: dict[tuple[str, int, int], dict[str, int]] = {}
+        #: (name, queue, bucket start, width) -> column -> count.
+        self.counters: dict[tuple[str, str, int, int], dict[str, int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -125,10 +125,11 @@ class ReferenceModel:
     def _paused(self, r: JobRecord) -> bool:
         return Pause("queue", r.queue) in self.pauses or Pause("name", r.name) in self.pauses
 
-    def _bump(self, name: str, now_ms: int, column: str) -> None:
-        """One more `column` settle of `name` in the minute `now_ms` falls in."""
+    def _bump(self, r: JobRecord, now_ms: int, column: str) -> None:
+        """One more `column` settle of `r`'s name in `r`'s queue, in the minute of `now_ms`."""
         minute = now_ms // _MINUTE * _MINUTE
-        row = self.counters.setdefault((name, minute, _MINUTE), dict.fromkeys(_COLUMNS, 0))
+        key = (r.name, r.queue, minute, _MINUTE)
+        row = self.counters.setdefault(key, dict.fromkeys(_COLUMNS, 0))
         row[column] += 1
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ class ReferenceModel:
                     last_error=LEASE_LAPSED_ERROR,
                 )
                 buried.append(BuriedJob(r.id, r.name, r.queue, state))
-                self._bump(r.name, now, "dead_lettered" if state == JobState.DEAD else "dropped")
+                self._bump(r, now, "dead_lettered" if state == JobState.DEAD else "dropped")
 
         def claimable(r: JobRecord) -> bool:
             if r.queue not in asked or self._paused(r):
@@ -277,7 +278,7 @@ class ReferenceModel:
                 result_json=a.result_json,
                 progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
             )
-            self._bump(r.name, a.now_ms, "completed")
+            self._bump(r, a.now_ms, "completed")
             out.append(True)
         return out
 
@@ -294,7 +295,7 @@ class ReferenceModel:
                 out.append(False)
                 continue
             self.rows[r.id] = _after_nack(r, n)
-            self._bump(r.name, n.now_ms, _nack_column(n))
+            self._bump(r, n.now_ms, _nack_column(n))
             out.append(True)
         return out
 
@@ -334,7 +335,7 @@ class ReferenceModel:
         self.rows[job_id] = replace(
             r, state=JobState.CANCELLED, finished_at_ms=now_ms, lease_until_ms=None
         )
-        self._bump(r.name, now_ms, "cancelled")
+        self._bump(r, now_ms, "cancelled")
         return CancelAnswer.CANCELLED
 
     def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
@@ -534,11 +535,14 @@ class ReferenceModel:
     # -- counters -----------------------------------------------------------------------------
 
     def counter_read(self, p: CounterReadParams) -> list[CounterRow]:
-        """Buckets starting in [since, until), of the asked names, by (name, bucket, width)."""
+        """Buckets starting in [since, until), of the asked names and queues, by (name, queue,
+        bucket, width)."""
         return [
-            CounterRow(name, bucket, width, **values)
-            for (name, bucket, width), values in sorted(self.counters.items())
-            if (p.names is None or name in p.names) and p.since_ms <= bucket < p.until_ms
+            CounterRow(name, queue, bucket, width, **values)
+            for (name, queue, bucket, width), values in sorted(self.counters.items())
+            if (p.names is None or name in p.names)
+            and (p.queues is None or queue in p.queues)
+            and p.since_ms <= bucket < p.until_ms
         ]
 
     def counter_fold(self, now_ms: int, limit: int) -> int:
@@ -548,14 +552,15 @@ class ReferenceModel:
             raise RecordInvalidError(detail="limit")
         fold_before = max(0, now_ms // _HOUR * _HOUR - _HOUR)
         minutes = sorted(
-            (bucket, name)
-            for (name, bucket, width) in self.counters
+            (bucket, name, queue)
+            for (name, queue, bucket, width) in self.counters
             if width == _MINUTE and bucket < fold_before
         )[:limit]
-        for bucket, name in minutes:
-            values = self.counters.pop((name, bucket, _MINUTE))
+        for bucket, name, queue in minutes:
+            values = self.counters.pop((name, queue, bucket, _MINUTE))
             hour = bucket // _HOUR * _HOUR
-            into = self.counters.setdefault((name, hour, _HOUR), dict.fromkeys(_COLUMNS, 0))
+            key = (name, queue, hour, _HOUR)
+            into = self.counters.setdefault(key, dict.fromkeys(_COLUMNS, 0))
             for column, n in values.items():
                 into[column] += n
         left = limit - len(minutes)
@@ -563,12 +568,12 @@ class ReferenceModel:
             return len(minutes)
         drop_before = max(0, now_ms - 30 * 24 * _HOUR)
         hours = sorted(
-            (bucket, name)
-            for (name, bucket, width) in self.counters
+            (bucket, name, queue)
+            for (name, queue, bucket, width) in self.counters
             if width == _HOUR and bucket < drop_before
         )[:left]
-        for bucket, name in hours:
-            del self.counters[(name, bucket, _HOUR)]
+        for bucket, name, queue in hours:
+            del self.counters[(name, queue, bucket, _HOUR)]
         return len(minutes) + len(hours)
 
     def worker_beat(self, beat: WorkerBeat) -> None:

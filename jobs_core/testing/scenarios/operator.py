@@ -332,18 +332,18 @@ async def scenario_counters_move_with_settles(driver: JobDriver) -> None:
     m = _minute(t)
     assert got == sorted(
         [
-            CounterRow("ack", m, MINUTE_MS, completed=1),
-            CounterRow("bury", _minute(t + 60_000), MINUTE_MS, dead_lettered=1),
-            CounterRow("cancel", m, MINUTE_MS, cancelled=1),
-            CounterRow("dead", m, MINUTE_MS, dead_lettered=1),
-            CounterRow("drop", m, MINUTE_MS, dropped=1),
-            CounterRow("park", m, MINUTE_MS, suspended=1),
-            CounterRow("refuse", m, MINUTE_MS, refused=1),
-            CounterRow("retry", m, MINUTE_MS, retried=1),
-            CounterRow("shed", m, MINUTE_MS, shed=1),
-            CounterRow("stop", m, MINUTE_MS, interrupted=1),
+            CounterRow("ack", "q", m, MINUTE_MS, completed=1),
+            CounterRow("bury", "q", _minute(t + 60_000), MINUTE_MS, dead_lettered=1),
+            CounterRow("cancel", "q", m, MINUTE_MS, cancelled=1),
+            CounterRow("dead", "q", m, MINUTE_MS, dead_lettered=1),
+            CounterRow("drop", "q", m, MINUTE_MS, dropped=1),
+            CounterRow("park", "q", m, MINUTE_MS, suspended=1),
+            CounterRow("refuse", "q", m, MINUTE_MS, refused=1),
+            CounterRow("retry", "q", m, MINUTE_MS, retried=1),
+            CounterRow("shed", "q", m, MINUTE_MS, shed=1),
+            CounterRow("stop", "q", m, MINUTE_MS, interrupted=1),
         ],
-        key=lambda r: (r.name, r.bucket_ms),
+        key=lambda r: (r.name, r.queue, r.bucket_ms),
     )
     # Reads by name and by window.
     acks = await driver.counter_read(CounterReadParams(0, MAX_TIME_MS, ("ack",)))
@@ -351,12 +351,22 @@ async def scenario_counters_move_with_settles(driver: JobDriver) -> None:
     assert await driver.counter_read(CounterReadParams(m + MINUTE_MS, MAX_TIME_MS, ("ack",))) == []
     assert await driver.counter_read(CounterReadParams(m, m + 1, ("bury",))) == []
     assert await driver.counter_read(CounterReadParams(m, m)) == []
+    # The same name settled in another queue counts in a bucket of its own.
+    await driver.job_enqueue(new_job("elsewhere", name="ack", queue="other"))
+    moved = await claim_one(driver, t, "other")
+    await driver.job_ack([Ack(moved.fence, t)])
+    in_other = CounterReadParams(0, MAX_TIME_MS, ("ack",), ("other",))
+    assert await driver.counter_read(in_other) == [
+        CounterRow("ack", "other", m, MINUTE_MS, completed=1)
+    ]
+    in_q = await driver.counter_read(CounterReadParams(0, MAX_TIME_MS, None, ("q",)))
+    assert len(in_q) == 10 and {r.queue for r in in_q} == {"q"}
     # A second ack of the same name in the same minute adds to the same bucket.
     jobs, _ = await claim(driver, t + 20_000, limit=10)
     again = exactly(1, [j for j in jobs if j.id == "retry"], "claim of the retried job")[0]
     await driver.job_ack([Ack(again.fence, t + 25_000)])
     rows = await driver.counter_read(CounterReadParams(m, m + MINUTE_MS, ("retry",)))
-    assert rows == [CounterRow("retry", m, MINUTE_MS, completed=1, retried=1)]
+    assert rows == [CounterRow("retry", "q", m, MINUTE_MS, completed=1, retried=1)]
 
 
 async def scenario_counters_fold(driver: JobDriver) -> None:
@@ -378,9 +388,9 @@ async def scenario_counters_fold(driver: JobDriver) -> None:
     assert await driver.counter_fold(now, 10) == 1
     assert await driver.counter_fold(now, 10) == 0
     assert await driver.counter_read(everything) == [
-        CounterRow("n", h0, HOUR_MS, completed=2),
-        CounterRow("n", h0 + HOUR_MS, MINUTE_MS, completed=1),
-        CounterRow("n", h0 + 2 * HOUR_MS, MINUTE_MS, completed=1),
+        CounterRow("n", "q", h0, HOUR_MS, completed=2),
+        CounterRow("n", "q", h0 + HOUR_MS, MINUTE_MS, completed=1),
+        CounterRow("n", "q", h0 + 2 * HOUR_MS, MINUTE_MS, completed=1),
     ]
     # A late settle in an hour already folded lands in a minute bucket and folds into the
     # same hour bucket, adding to it.
@@ -390,7 +400,7 @@ async def scenario_counters_fold(driver: JobDriver) -> None:
     await driver.job_ack([Ack(job.fence, h0 + 7 * MINUTE_MS)])
     assert await driver.counter_fold(now, 10) == 1
     first = await driver.counter_read(CounterReadParams(h0, h0 + 1, ("n",)))
-    assert first == [CounterRow("n", h0, HOUR_MS, completed=3)]
+    assert first == [CounterRow("n", "q", h0, HOUR_MS, completed=3)]
     # 30 days on, the hour buckets go too (minute buckets first, then hours, within the limit).
     month = h0 + 30 * 24 * HOUR_MS + 3 * HOUR_MS
     assert await driver.counter_fold(month, 2) == 2  # the two minute buckets left, into hours

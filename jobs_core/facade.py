@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from jobs_core import tracing
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_TIME_MS, PRIORITY_MAX, PRIORITY_MIN, JobDriver
 from jobs_core.errors import (
@@ -104,6 +105,7 @@ class Jobs:
         id: str | None = None,
         run_id: str | None = None,
         enqueued_by: str | None = None,
+        traceparent: str | None = None,
     ) -> NewJob:
         """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here.
 
@@ -149,6 +151,7 @@ class Jobs:
             max_attempts=handle.retry.attempts,
             created_at_ms=now,
             enqueued_by=enqueued_by,
+            traceparent=traceparent,
         )
 
     async def enqueue(self, handle: JobHandle, input: Any, **options: Any) -> EnqueueResult:
@@ -159,8 +162,9 @@ class Jobs:
         insert twice; a retry that finds its own earlier write answers `deduped` with the
         record's id. Pass `id=` to make your own retries of a failed call exactly-once too.
         """
-        record = self.build_record(handle, input, **options)
-        return await self._retrying(lambda: self.driver.job_enqueue(record))
+        with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
+            record = self.build_record(handle, input, traceparent=traceparent, **options)
+            return await self._retrying(lambda: self.driver.job_enqueue(record))
 
     async def enqueue_many(
         self,
@@ -183,16 +187,20 @@ class Jobs:
                     "one value for every record of a batch: pass ids=[...], one per input",
                     detail=shared,
                 )
-        if ids is None:
-            records = [self.build_record(handle, i, **options) for i in inputs]
-        else:
-            if isinstance(ids, str) or len(ids) != len(inputs):
-                raise DeclarationInvalidError("must hold one id per input", detail="ids")
-            records = [
-                self.build_record(handle, i, id=job_id, **options)
-                for i, job_id in zip(inputs, ids, strict=True)
-            ]
-        return await self._retrying(lambda: self.driver.job_enqueue_many(records))
+        if ids is not None and (isinstance(ids, str) or len(ids) != len(inputs)):
+            raise DeclarationInvalidError("must hold one id per input", detail="ids")
+        queue = options.get("queue") or handle.queue
+        with tracing.producer(handle.name, queue, len(inputs)) as traceparent:
+            if ids is None:
+                records = [
+                    self.build_record(handle, i, traceparent=traceparent, **options) for i in inputs
+                ]
+            else:
+                records = [
+                    self.build_record(handle, i, id=job_id, traceparent=traceparent, **options)
+                    for i, job_id in zip(inputs, ids, strict=True)
+                ]
+            return await self._retrying(lambda: self.driver.job_enqueue_many(records))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, again after `X_DRIVER_UNAVAILABLE` with capped backoff, for a bounded time.

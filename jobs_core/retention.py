@@ -6,6 +6,10 @@ minute or a little more (up to half again, jittered), so a fleet started togethe
 purge in step. The claim loop lets a due round start: at once after a pass that brought work,
 and, on an idle worker, in the slot of one poll, which it then skips — so an idle worker-minute
 still costs at most its budget of round-trips (30, 12 with a live wake), the purge included.
+
+The same rounds fold the settle counters (`counter_fold`: old minute buckets into hours,
+expired hours dropped), at most once every `FOLD_EVERY_MS`, whatever the retention: a worker
+that keeps every row still keeps its counters bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ DAY: Final = 24 * HOUR
 PURGE_BATCH: Final = 1_000
 #: The least time between two purge rounds of one worker; each wait adds up to half again.
 PURGE_EVERY_MS: Final = 60_000
+#: The least time between two counter folds of one worker (a minute bucket is folded once its
+#: hour is over, so a fold every few minutes keeps up whatever the load).
+FOLD_EVERY_MS: Final = 10 * 60_000
 
 Duration = float | timedelta
 
@@ -90,7 +97,8 @@ DEFAULT_RETENTION: Final = Retention()
 
 
 class Purger:
-    """Applies a `Retention` on one driver: rounds of bounded batches; errors logged, not raised.
+    """Applies a `Retention` on one driver, and folds its counters: rounds of bounded batches;
+    errors logged, not raised. A retention of None (or one keeping everything) purges nothing.
 
     `run()` is the worker's maintenance task; the claim loop lets each round start, with
     `grant()` after a pass that brought work or `take_idle_slot()` in an idle poll's place.
@@ -99,26 +107,55 @@ class Purger:
     def __init__(
         self,
         driver: JobDriver,
-        retention: Retention,
+        retention: Retention | None,
         clock: Clock,
         rng: random.Random | None = None,
         *,
         batch: int = PURGE_BATCH,
         every_ms: int = PURGE_EVERY_MS,
+        fold_every_ms: int = FOLD_EVERY_MS,
     ) -> None:
         self.driver = driver
         self.retention = retention
         self.clock = clock
         self.batch = count(batch, "purge_batch", minimum=1, maximum=MAX_PURGE_LIMIT)
         self.every_ms = count(every_ms, "purge_every", minimum=1)
+        self.fold_every_ms = count(fold_every_ms, "fold_every", minimum=1)
         self._rng = rng or random.Random()
         self._wanted = False
         self._go = asyncio.Event()
+        self._fold_at = 0
         #: Rows removed since start.
         self.purged = 0
+        #: Counter buckets folded or dropped since start.
+        self.folded = 0
+
+    @property
+    def purges(self) -> bool:
+        """True when the retention removes anything at all."""
+        return self.retention is not None and not self.retention.keeps_everything
+
+    async def fold(self) -> int:
+        """Fold the counters in batches until one comes back short (or fails); answers how many
+        buckets were folded or dropped."""
+        total = 0
+        while True:
+            try:
+                n = await self.driver.counter_fold(self.clock.now_ms(), self.batch)
+            except Exception as exc:  # the next round tries again; counting never stops work
+                log.warning("jobs.counters.fold_failed: %r", exc)
+                break
+            total += n
+            self.folded += n
+            if n < self.batch:
+                break
+            await asyncio.sleep(0)
+        return total
 
     async def purge(self) -> int:
         """One round: batches until one comes back short (or fails); answers the rows removed."""
+        if self.retention is None or not self.purges:
+            return 0
         total = 0
         while True:
             try:
@@ -174,9 +211,15 @@ class Purger:
         # The first wait is anywhere in one interval, so workers started together spread out.
         await self.clock.sleep_ms(self._rng.randint(1, self.every_ms))
         while True:
-            self._wanted = True
-            await self._slot()
-            self._go.clear()
-            self._wanted = False
-            await self.purge()
+            fold = self.clock.now_ms() >= self._fold_at
+            if fold or self.purges:
+                self._wanted = True
+                await self._slot()
+                self._go.clear()
+                self._wanted = False
+                await self.purge()
+                if fold:
+                    await self.fold()
+                    jitter = self._rng.randint(0, self.fold_every_ms // 10)
+                    self._fold_at = self.clock.now_ms() + self.fold_every_ms + jitter
             await self.clock.sleep_ms(self.every_ms + self._rng.randint(0, self.every_ms // 2))

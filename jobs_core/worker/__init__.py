@@ -25,7 +25,7 @@ from jobs_core.worker.drain import CANCEL_GRACE_MS, STOP_CALL_FLOOR_MS, STOP_SLA
 from jobs_core.worker.failure import MESSAGE_CHARS, TRACEBACK_BYTES
 from jobs_core.worker.heartbeat import HEARTBEAT_RETRY_MS
 from jobs_core.worker.outage import OUTAGE_BACKOFF_MAX_MS, OUTAGE_BACKOFF_MIN_MS, OUTAGE_LOG_EVERY
-from jobs_core.worker.outcome import ON_SETTLED_TRIES, SETTLE_MARGIN_MS, WorkerHook
+from jobs_core.worker.outcome import ON_SETTLED_TRIES, SETTLE_MARGIN_MS, Observer, WorkerHook
 from jobs_core.worker.run import UNKNOWN_NAME_DELAY_MS, UNKNOWN_NAME_WARN_EVERY_MS
 from jobs_core.worker.stats import WorkerStats
 
@@ -43,6 +43,7 @@ __all__ = [
     "TRACEBACK_BYTES",
     "UNKNOWN_NAME_DELAY_MS",
     "UNKNOWN_NAME_WARN_EVERY_MS",
+    "Observer",
     "Worker",
     "WorkerHook",
     "WorkerStats",

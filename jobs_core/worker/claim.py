@@ -120,6 +120,7 @@ class ClaimLoop:
                 await self.wait(outage.failed(exc))
                 continue
             outage.recovered()
+            self._stats.store_ok_ms = now
             if beat is not None:
                 self._registry.sent(now)
             for b in result.buried:
@@ -166,6 +167,7 @@ class ClaimLoop:
         held = Held(job, last_landed_ms=now)
         self._held[job.id] = held
         self._stats.claimed += 1
+        self._stats.in_flight = len(self._held)
         task = asyncio.create_task(self._run(held))
         held.task = task
 

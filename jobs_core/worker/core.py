@@ -26,7 +26,7 @@ from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage
-from jobs_core.worker.outcome import Outcomes, WorkerHook
+from jobs_core.worker.outcome import Observer, Outcomes, WorkerHook
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
 from jobs_core.worker.stats import WorkerStats
@@ -105,12 +105,9 @@ class Worker:
         rng = rng or random.Random()
         #: How long finished rows are kept (None: this worker never purges).
         self.retention = retention
-        #: Applies `retention` (None, or a retention keeping everything: no purge at all).
-        self._purger = (
-            Purger(driver, retention, self.clock, rng)
-            if retention is not None and not retention.keeps_everything
-            else None
-        )
+        #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
+        #: folds the settle counters.
+        self._purger = Purger(driver, retention, self.clock, rng)
 
         self.stats = WorkerStats()
         # The phases share these: the jobs held (claimed, leased) by id, and the worker's
@@ -119,7 +116,7 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._client: Jobs | None = None
         self._registry = Registry(
-            self.worker_id, self.queues, self.concurrency, self.registry_ttl_ms
+            self.worker_id, self.queues, self.concurrency, self.registry_ttl_ms, handles
         )
         self._outcomes = Outcomes(
             driver,
@@ -167,6 +164,7 @@ class Worker:
             self.clock,
             held,
             self._registry,
+            self.stats,
             worker_id=self.worker_id,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
@@ -176,6 +174,7 @@ class Worker:
             driver,
             self.clock,
             held,
+            self.stats,
             self._claims,
             self._runner,
             self._outcomes,
@@ -230,8 +229,7 @@ class Worker:
         # In place: a drain that began meanwhile reads this very list.
         self._loops.append(asyncio.create_task(self._claims.run(), name="ujobs-claim"))
         self._loops.append(asyncio.create_task(self._heartbeat.run(), name="ujobs-heartbeat"))
-        if self._purger is not None:
-            self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-purge"))
+        self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-maintenance"))
         log.info("jobs.worker.started %s queues=%s", self.worker_id, ",".join(self.queues))
 
     async def run(self) -> None:
@@ -294,6 +292,21 @@ class Worker:
             )
             self._stop_task = asyncio.create_task(self._drain.teardown(deadline))
         await asyncio.shield(self._stop_task)
+
+    def observe(self, observer: Observer) -> None:
+        """Call `observer(job, outcome, body_ms)` after every settle of this worker that landed
+        (metrics, tests); an observer that raises is logged, never rethrown."""
+        self._outcomes.observers.append(observer)
+
+    @property
+    def healthy(self) -> bool:
+        """True while the worker runs (started, not stopped), every loop of it is alive, and
+        its store answered a claim or a heartbeat within one lease."""
+        if not self._started or self._stopped.is_set() or not self._loops:
+            return False
+        if any(t.done() for t in self._loops):
+            return False
+        return self.clock.now_ms() - self.stats.store_ok_ms <= self.lease_ms
 
     async def demand(self) -> dict[str, int]:
         """Ready-now jobs per queue for an autoscaler; 0 everywhere once draining."""

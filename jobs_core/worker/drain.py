@@ -17,6 +17,7 @@ from jobs_core.worker.claim import ClaimLoop
 from jobs_core.worker.held import Held
 from jobs_core.worker.outcome import Outcomes
 from jobs_core.worker.run import Runner
+from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
 
@@ -37,6 +38,7 @@ class Drain:
         driver: JobDriver,
         clock: Clock,
         held: dict[str, Held],
+        stats: WorkerStats,
         claims: ClaimLoop,
         runner: Runner,
         outcomes: Outcomes,
@@ -48,6 +50,7 @@ class Drain:
         self._driver = driver
         self._clock = clock
         self._held = held
+        self._stats = stats
         self._claims = claims
         self._runner = runner
         self._outcomes = outcomes
@@ -135,6 +138,7 @@ class Drain:
         )
         for h, ok in zip(waiting, answers, strict=True):
             self._held.pop(h.job.id, None)
+            self._stats.in_flight = len(self._held)
             self._outcomes.tally(Outcome.INTERRUPTED, ok, h.job)
 
     def _left_ms(self, end_ms: int | None) -> int | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Sequence
 
 from jobs_core.errors import JobsError
+from jobs_core.redact import scrub
 
 #: The most UTF-8 bytes of traceback a `last_error` keeps (the last frames: where it raised).
 TRACEBACK_BYTES = 8_192
@@ -51,14 +53,18 @@ def traceback_text(exc: BaseException) -> str | None:
     return marker + (tail[cut + 1 :] if cut >= 0 else tail)
 
 
-def error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """`last_error`: JSON with the type, the message, the code of a `JobsError`, and a bounded
-    traceback when the error was raised (not for one the worker made, a deadline)."""
-    doc: dict[str, str] = {"type": type(exc).__name__, "message": clean(str(exc)[:MESSAGE_CHARS])}
+    traceback when the error was raised (not for one the worker made, a deadline). The values
+    of the input's sensitive fields (`secrets`) are scrubbed out: they are never stored."""
+    message = exc.message if isinstance(exc, JobsError) else str(exc)
+    doc: dict[str, str] = {
+        "type": type(exc).__name__,
+        "message": scrub(clean(message[:MESSAGE_CHARS]), secrets),
+    }
     if isinstance(exc, JobsError):
         doc["code"] = exc.code
-        doc["message"] = clean(exc.message[:MESSAGE_CHARS])
     tb = traceback_text(exc)
     if tb is not None:
-        doc["traceback"] = tb
+        doc["traceback"] = scrub(tb, secrets)
     return json.dumps(doc, ensure_ascii=False)

@@ -12,6 +12,7 @@ from jobs_core.errors import JobsError, LeaseLostError
 from jobs_core.records import Heartbeat, Progress
 from jobs_core.worker.held import Held
 from jobs_core.worker.registry import Registry
+from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
 
@@ -28,6 +29,7 @@ class HeartbeatLoop:
         clock: Clock,
         held: dict[str, Held],
         registry: Registry,
+        stats: WorkerStats,
         *,
         worker_id: str,
         lease_ms: int,
@@ -38,6 +40,7 @@ class HeartbeatLoop:
         self._clock = clock
         self._held = held
         self._registry = registry
+        self._stats = stats
         self._worker_id = worker_id
         self._lease_ms = lease_ms
         self._heartbeat_ms = heartbeat_ms
@@ -79,6 +82,8 @@ class HeartbeatLoop:
                 answers = None
                 landed = False
             after = self._clock.now_ms()
+            if answers is not None:
+                self._stats.store_ok_ms = after
             for i, h in enumerate(held):
                 if answers is not None and answers[i]:
                     h.last_landed_ms = now

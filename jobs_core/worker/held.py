@@ -29,6 +29,10 @@ class Held:
     in_body: bool = False
     #: A settle was made (or the row is known not to be ours): the run path's net stands down.
     settled: bool = False
+    #: How long the body ran (the worker's clock), once it returned or was cancelled.
+    body_ms: int | None = None
+    #: The run's consumer span (`jobs_core.tracing`), None when not tracing.
+    span: Any = None
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:

@@ -8,6 +8,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 
+from jobs_core import tracing
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
@@ -21,6 +22,8 @@ from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, Nack, NackKind
+from jobs_core.redact import SCRUB_EXTRA, ScrubFilter, secrets_of
+from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.tenant import acting_for
@@ -29,6 +32,8 @@ from jobs_core.worker.held import Held, job_fields, log_fields
 from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
+if not any(isinstance(f, ScrubFilter) for f in log.filters):
+    log.addFilter(ScrubFilter())
 
 #: Tries of an `on_settled` hook before it is given up (never rethrown).
 ON_SETTLED_TRIES = 3
@@ -37,6 +42,9 @@ ON_SETTLED_TRIES = 3
 SETTLE_MARGIN_MS = 1_000
 
 WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
+#: Told of every settle that landed: the job, its outcome, how long its body ran (None when
+#: no body ran). Metrics count with it; it must be quick and never block.
+Observer = Callable[[ClaimedJob, Outcome, "int | None"], None]
 
 
 class Outcomes:
@@ -74,6 +82,7 @@ class Outcomes:
             replace_invalid=self._replace_invalid,
         )
         self._hooks: set[asyncio.Task[None]] = set()
+        self.observers: list[Observer] = []
 
     async def settle_cancelled(
         self, held: Held, handle: JobHandle, reason: JobsError, input: JsonValue
@@ -149,10 +158,14 @@ class Outcomes:
         job = held.job
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         now = self._clock.now_ms()
-        error = error_text(exc)
+        secrets = secrets_of(input, handle.sensitive) if handle is not None else []
+        error = error_text(exc, secrets)
         progress = held.pending_progress(self._worker_id)
         dead_letter = handle.retry.dead_letter if handle is not None else True
-        fields = job_fields(self._worker_id, job)
+        fields: dict[str, object] = job_fields(self._worker_id, job)
+        if secrets:
+            fields[SCRUB_EXTRA] = secrets
+        tracing.failed(held.span, exc)
         if isinstance(exc, RateLimitedError):
             nack = Nack(
                 job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
@@ -209,6 +222,15 @@ class Outcomes:
     def tally(self, outcome: Outcome, landed: bool, job: ClaimedJob) -> None:
         if landed:
             self._stats.count(outcome)
+            held = self._held.get(job.id)
+            body_ms = held.body_ms if held is not None else None
+            if held is not None:
+                tracing.ended(held.span, outcome)
+            for observe in self.observers:
+                try:
+                    observe(job, outcome, body_ms)
+                except Exception:  # an observer never breaks a settle
+                    log.exception("jobs.observer.failed %s", job.id)
         else:
             self._stats.unowned += 1
             log.warning(
@@ -257,7 +279,7 @@ class Outcomes:
             b.id,
             extra=log_fields(self._worker_id, b.id, b.name, b.queue, None),
         )
-        event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, "X_JOB_LEASE_LOST")
+        event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, LEASE_LAPSED_ERROR)
         hook = asyncio.create_task(self.fire_settled(self._handles.get(b.name), event, None))
         self._hooks.add(hook)
         hook.add_done_callback(self._hooks.discard)

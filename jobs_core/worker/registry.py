@@ -6,33 +6,50 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Sequence
 
+from jobs_core.job import JobHandle
 from jobs_core.records import WorkerBeat
 
 
 class Registry:
     """The beat rides a claim when one is due (a claim is proof of life); the heartbeat sends it
-    alone only when no claim carried it. `sent` moves the due time on."""
+    alone only when no claim carried it. `sent` moves the due time on.
+
+    The row says what the worker runs: its queues, its concurrency, and each job it declares
+    with its queue and its sensitive fields — what operator views redact inputs by (a name no
+    live worker declares is shown redacted whole).
+    """
 
     def __init__(
-        self, worker_id: str, queues: tuple[str, ...], concurrency: int, ttl_ms: int
+        self,
+        worker_id: str,
+        queues: tuple[str, ...],
+        concurrency: int,
+        ttl_ms: int,
+        handles: Sequence[JobHandle] = (),
     ) -> None:
         self._worker_id = worker_id
-        self._queues = queues
-        self._concurrency = concurrency
         self._ttl_ms = ttl_ms
         self._every_ms = max(1, ttl_ms // 3)
         #: When the next beat is due (the worker's clock); 0 until the worker announced itself.
         self.next_at = 0
+        self._info = json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": list(queues),
+                "concurrency": concurrency,
+                "jobs": {
+                    h.name: {"queue": h.queue, "sensitive": sorted(h.sensitive)}
+                    for h in sorted(handles, key=lambda h: h.name)
+                },
+            },
+            ensure_ascii=False,
+        )
 
     def beat(self, now: int) -> WorkerBeat:
-        info = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "queues": list(self._queues),
-            "concurrency": self._concurrency,
-        }
-        return WorkerBeat(self._worker_id, json.dumps(info), self._ttl_ms, now)
+        return WorkerBeat(self._worker_id, self._info, self._ttl_ms, now)
 
     def sent(self, now: int) -> None:
         """A beat landed at `now`: the next is due one interval later."""

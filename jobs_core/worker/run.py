@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from jobs_core import tracing
 from jobs_core.clock import Clock
 from jobs_core.context import JobContext
 from jobs_core.errors import (
@@ -85,14 +86,17 @@ class Runner:
                 held.started = True
                 self._stats.running += 1
                 try:
-                    await self._execute(held)
-                except Exception as exc:
-                    await self._settle_crash(held, exc)
+                    with tracing.consumer(held.job) as held.span:
+                        try:
+                            await self._execute(held)
+                        except Exception as exc:
+                            await self._settle_crash(held, exc)
                 finally:
                     self._stats.running -= 1
         finally:
             if held.started:
                 self._held.pop(held.job.id, None)
+                self._stats.in_flight = len(self._held)
 
     async def _settle_crash(self, held: Held, exc: Exception) -> None:
         job = held.job
@@ -160,6 +164,7 @@ class Runner:
         value: Any = None
         error: BaseException | None = None
         held.in_body = True
+        body_from = self._clock.now_ms()
         try:
             # The body runs inside this task, so a fired signal cancels it without a second
             # task per job; the tenant and client contexts set here are this task's own (and
@@ -179,6 +184,7 @@ class Runner:
             error = exc
         finally:
             held.in_body = False
+            held.body_ms = self._clock.now_ms() - body_from
             if deadline is not None:
                 deadline.cancel()
         reason = held.signal.reason

@@ -32,8 +32,12 @@ class WorkerStats:
     buried: int = 0
     #: Settles that did not land (the fence refused them).
     unowned: int = 0
+    #: Jobs held now (claimed and leased, running or waiting for a slot).
     in_flight: int = 0
+    #: Bodies running now.
     running: int = 0
+    #: When the store last answered a claim or a heartbeat (the worker's clock; 0: never).
+    store_ok_ms: int = 0
 
     def count(self, outcome: Outcome) -> None:
         match outcome:

@@ -15,6 +15,7 @@ from jobs_core.records import ClaimParams
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
 from jobs_core.worker.registry import Registry
+from jobs_core.worker.stats import WorkerStats
 from jobs_memory import MemoryDriver
 from tests.core.support import T0, new_job
 
@@ -40,11 +41,13 @@ class Phase:
         self.held = held
         self.registry = Registry("w1", ("q",), 1, ttl_ms=60_000)
         self.registry.sent(clock.now_ms())
+        self.stats = WorkerStats()
         self.loop = HeartbeatLoop(
             driver,
             clock,
             {held.job.id: held},
             self.registry,
+            self.stats,
             worker_id="w1",
             lease_ms=LEASE_MS,
             heartbeat_ms=EVERY_MS,

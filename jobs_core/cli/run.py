@@ -1,35 +1,35 @@
-"""`ujobs`: run a worker, enqueue a job, or watch the demo, on any driver URL."""
+"""`ujobs worker`, `ujobs enqueue`, `ujobs db upgrade` and `ujobs demo`: running the jobs."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
-import math
-import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
-from types import ModuleType
+from datetime import timedelta
 from typing import Any, Final
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from jobs_core.cli.base import (
+    _DRIVER_HELP,
+    DRIVER_ENV,
+    _configure_logging,
+    _fail,
+    _jobs_in,
+    _required_driver,
+    _seconds,
+    console,
+    main,
+)
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
-    CliDriverRequiredError,
-    CliModuleInvalidError,
-    CliNoJobsError,
     CliUsageInvalidError,
     InputInvalidError,
     JobNotRegisteredError,
@@ -37,188 +37,10 @@ from jobs_core.errors import (
     OptionInvalidError,
 )
 from jobs_core.facade import Jobs
-from jobs_core.job import JobHandle, jobs_of
+from jobs_core.job import JobHandle
 from jobs_core.retention import Retention
-from jobs_core.urls import driver_from_url, mask_text
+from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
-
-console = Console(stderr=False)
-
-
-#: Where the CLI reads the driver URL when `--driver` is not given (kept off `ps`).
-DRIVER_ENV = "UJOBS_DRIVER"
-_DRIVER_HELP = f"Driver URL (else env {DRIVER_ENV}, which keeps a password off the command line)."
-
-
-def _import_module(target: str) -> ModuleType:
-    """Import `pkg.module` or `path/to/file.py`, with the current directory importable;
-    `X_CLI_MODULE_INVALID` in one line when it is not there or fails to import."""
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    name = target
-    if target.endswith(".py"):
-        path = Path(target).resolve()
-        if not path.is_file():
-            raise CliModuleInvalidError(f"no file {target}", detail=target)
-        sys.path.insert(0, str(path.parent))
-        name = path.stem
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise CliModuleInvalidError(f"no module named {name!r}", detail=target) from None
-        raise CliModuleInvalidError(
-            f"importing {name!r} failed: {type(exc).__name__}: {exc}", detail=target
-        ) from exc
-    except Exception as exc:
-        logging.getLogger("jobs.cli").debug("importing %s failed", name, exc_info=True)
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
-        raise CliModuleInvalidError(
-            f"importing {name!r} failed{at}: {type(exc).__name__}: {exc} (-vv shows the traceback)",
-            detail=target,
-        ) from exc
-
-
-def _jobs_in(module: str) -> list[JobHandle]:
-    """The jobs `module` exports; `X_CLI_NO_JOBS` when it exports none."""
-    handles = jobs_of(_import_module(module))
-    if not handles:
-        raise CliNoJobsError(
-            f"{module!r} exports no jobs (declare them with @job at module level)", detail=module
-        )
-    return handles
-
-
-def _required_driver(url: str | None, command: str) -> str:
-    """The driver URL a command that must not lose its jobs runs on: named, never implied."""
-    if url:
-        return url
-    raise CliDriverRequiredError(
-        f"ujobs {command} needs --driver URL or env {DRIVER_ENV}; the memory store dies with this"
-        " process, so pass --driver memory to mean it"
-    )
-
-
-def _seconds(value: float | None, option: str, *, positive: bool = False) -> None:
-    """Refuse a seconds option that is not finite, or negative (or zero where `positive`)."""
-    if value is None:
-        return
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        need = "a positive" if positive else "a non-negative"
-        raise OptionInvalidError(f"{option} must be {need} number of seconds", detail=option)
-
-
-def _fail(exc: JobsError) -> None:
-    # One line, its brackets intact: an error's text is never rich markup, and never wrapped.
-    console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}", soft_wrap=True)
-    raise SystemExit(2)
-
-
-#: Attributes every LogRecord has; any other attribute came from `extra=`.
-_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
-
-
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
-
-
-class _Formatter(logging.Formatter):
-    """`text` or `json` (one object per line) log lines, with every password of `urls` masked."""
-
-    def __init__(self, kind: str, urls: Sequence[str]) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
-        self.kind = kind
-        self.urls = tuple(urls)
-
-    def format(self, record: logging.LogRecord) -> str:
-        if self.kind == "json":
-            line: dict[str, Any] = {
-                "time": datetime.fromtimestamp(record.created, UTC).isoformat(
-                    timespec="milliseconds"
-                ),
-                "level": record.levelname,
-                "logger": record.name,
-                "message": record.getMessage(),
-            }
-            for key, value in _extras(record).items():
-                line.setdefault(key, value)
-            if record.exc_info:
-                line["exc_info"] = self.formatException(record.exc_info)
-            elif record.exc_text:
-                line["exc_info"] = record.exc_text
-            if record.stack_info:
-                line["stack_info"] = record.stack_info
-            text = json.dumps(line, default=str, ensure_ascii=False)
-        else:
-            text = super().format(record)
-            extras = _extras(record)
-            if extras:
-                fields = " ".join(f"{k}={v}" for k, v in extras.items())
-                head, nl, tail = text.partition("\n")
-                text = f"{head} {fields}{nl}{tail}"
-        return mask_text(text, *self.urls)
-
-
-def _configure_logging(verbose: int, kind: str = "text", urls: Sequence[str] = ()) -> None:
-    level = logging.WARNING - 10 * min(verbose, 2)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter(kind, urls))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-
-
-def _version() -> str:
-    try:
-        return version("ultimat3-jobs")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-#: Click ≥ 8.2 raises this for a group called with no command; older ones print help themselves.
-_NO_ARGS: tuple[type[Exception], ...] = tuple(
-    c for c in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(c, type)
-)
-
-
-class _Group(click.Group):
-    """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too."""
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["standalone_mode"] = False
-        try:
-            return super().main(*args, **kwargs)
-        except click.exceptions.Exit as exc:
-            raise SystemExit(exc.exit_code) from None
-        except click.Abort:
-            raise SystemExit(130) from None
-        except click.UsageError as exc:
-            if isinstance(exc, _NO_ARGS) and exc.ctx is not None:
-                click.echo(exc.ctx.get_help())  # a bare `ujobs` (or `ujobs db`) asks for help
-                raise SystemExit(0) from None
-            hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
-            _fail(CliUsageInvalidError(exc.format_message() + hint))
-        except click.ClickException as exc:
-            _fail(CliUsageInvalidError(exc.format_message()))
-        raise SystemExit(0)
-
-
-@click.group(cls=_Group)
-@click.version_option(_version(), "--version", prog_name="ujobs", message="%(prog)s %(version)s")
-@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
-@click.pass_context
-def main(ctx: click.Context, verbose: int) -> None:
-    """Durable background jobs: workers, enqueueing, and the demo.
-
-    Every duration is in seconds (fractions allowed). The driver URL comes from --driver, else
-    env UJOBS_DRIVER; `ujobs worker` and `ujobs enqueue` never fall back to the memory store.
-    A refusal prints one line, `X_CODE: message`, and exits 2.
-    """
-    ctx.obj = verbose
-    _configure_logging(verbose)
 
 
 @main.command()
@@ -246,6 +68,18 @@ def main(ctx: click.Context, verbose: int) -> None:
     help="Retention of one final state (completed, cancelled, failed, dead): seconds, or "
     "'forever' (repeat). Defaults: completed and cancelled 86400, failed and dead 604800.",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus /metrics and /healthz on this port (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address /metrics and /healthz listen on (0.0.0.0 for every interface).",
+)
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.pass_context
 def worker(
@@ -259,12 +93,16 @@ def worker(
     drain_timeout: float,
     log_format: str,
     keeps: tuple[str, ...],
+    metrics_port: int | None,
+    metrics_host: str,
     quiet: bool,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
     _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
     try:
         url = _required_driver(url, "worker")
+        if metrics_port is not None and not 0 <= metrics_port <= 65_535:
+            raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
         _seconds(lease, "--lease", positive=True)
         _seconds(drain_timeout, "--drain-timeout")
         retention = retention_from(keeps)
@@ -282,12 +120,13 @@ def worker(
         )
     except JobsError as exc:
         _fail(exc)
-        return
     _print_plan(w, handles, driver)
     try:
-        asyncio.run(_run_worker(w, quiet))
+        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port))
     except JobsError as exc:
         _fail(exc)
+    except OSError as exc:  # the metrics port is taken, or the address is not ours
+        _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
     console.print(_stats_table(w.stats, title="worker stopped"))
 
 
@@ -354,9 +193,19 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
     console.print(table)
 
 
-async def _run_worker(w: Worker, quiet: bool) -> None:
+async def _run_worker(
+    w: Worker, quiet: bool, metrics_host: str = "127.0.0.1", metrics_port: int | None = None
+) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
+    if metrics_port is not None:
+        from jobs_core.operator.metrics import serve
+
+        server = serve(w, metrics_host, metrics_port)
+        console.print(
+            f"metrics on http://{metrics_host}:{server.port}/metrics, health on /healthz",
+            soft_wrap=True,
+        )
     await w.start()
     if quiet or not console.is_terminal:
         await w.run()
@@ -406,7 +255,6 @@ def upgrade(url: str) -> None:
         done = asyncio.run(driver.migrate())
     except JobsError as exc:
         _fail(exc)
-        return
     what = escape(done) if done else "this driver keeps no schema; nothing to do"
     console.print(f"{what} on [cyan]{escape(driver.describe())}[/cyan]", soft_wrap=True)
 
@@ -483,7 +331,6 @@ def demo(ctx: click.Context, url: str, total: int, concurrency: int, only_noop: 
         ok = asyncio.run(_demo(url, total, concurrency, only_noop))
     except JobsError as exc:
         _fail(exc)
-        return
     raise SystemExit(0 if ok else 1)
 
 
@@ -576,7 +423,3 @@ async def _report(
     if not ok:
         console.print("[red]some jobs did not end as promised[/red]")
     return ok
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,22 @@
+"""`ujobs`: run workers, enqueue, and see and steer every job, on any driver URL.
+
+`base` holds the group and what every command shares; `run` the commands that run jobs (worker,
+enqueue, db, demo); `operate` the operator's verbs (jobs, queues, pause, resume, workers,
+stats); `show` how their answers are printed, for people and as JSON.
+"""
+
+# Importing the command modules registers their commands on `main`.
+from jobs_core.cli import operate, run
+from jobs_core.cli.base import DRIVER_ENV, console, main
+from jobs_core.cli.run import _print_plan, _retention_text, retention_from
+
+__all__ = [
+    "DRIVER_ENV",
+    "_print_plan",
+    "_retention_text",
+    "console",
+    "main",
+    "operate",
+    "retention_from",
+    "run",
+]

@@ -1,0 +1,273 @@
+"""The operator's verbs: `ujobs jobs list|show|cancel|requeue|promote|remove`, `ujobs queues`,
+`ujobs pause|resume`, `ujobs workers`, `ujobs stats`.
+
+Each reads the driver URL from `--driver` or `UJOBS_DRIVER`, prints a table for people or one
+JSON document with `--json`, and exits 2 with its typed refusal (`X_CODE: message`) when the
+store refuses. Inputs are redacted by the live workers' declarations, plus the jobs of
+`--app MODULE` (env `UJOBS_APP`) when given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from jobs_core.cli.base import DRIVER_ENV, _fail, _jobs_in, _required_driver, console, main
+from jobs_core.cli.show import (
+    print_bulk,
+    print_job,
+    print_jobs,
+    print_queues,
+    print_stats,
+    print_steered,
+    print_workers,
+)
+from jobs_core.clock import SystemClock
+from jobs_core.driver import MAX_BULK_IDS, MAX_LIST_LIMIT
+from jobs_core.errors import CliUsageInvalidError, JobsError, OptionInvalidError
+from jobs_core.operator import Action, Operator, refusal_for
+from jobs_core.records import JobFilter, Pause
+from jobs_core.states import JobState
+from jobs_core.urls import driver_from_url
+
+T = TypeVar("T")
+
+#: Where the operator's verbs read an app module whose job declarations redact inputs.
+APP_ENV = "UJOBS_APP"
+
+_driver_option = click.option(
+    "--driver",
+    "url",
+    envvar=DRIVER_ENV,
+    show_envvar=True,
+    help="Driver URL (else env UJOBS_DRIVER).",
+)
+_app_option = click.option(
+    "--app",
+    "app",
+    envvar=APP_ENV,
+    show_envvar=True,
+    default=None,
+    help="A jobs module whose declarations redact inputs too (beside the live workers').",
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+
+
+def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    states = [s.value for s in JobState]
+    fn = click.option("--tenant", default=None, help="Only this enqueuer's tenant.")(fn)
+    fn = click.option("--name", default=None, help="Only this job name.")(fn)
+    fn = click.option("--queue", default=None, help="Only this queue.")(fn)
+    fn = click.option(
+        "--state",
+        "states",
+        multiple=True,
+        type=click.Choice(states),
+        help="Only rows in this state (repeat for several).",
+    )(fn)
+    return fn
+
+
+def _filter(
+    states: Sequence[str], queue: str | None, name: str | None, tenant: str | None
+) -> JobFilter:
+    return JobFilter(frozenset(JobState(s) for s in states), queue, name, tenant)
+
+
+def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[T]]) -> T:
+    """Open the driver of `url`, run `work` with an `Operator` over it, close it; a refusal
+    prints its one line and exits 2."""
+    try:
+        url = _required_driver(url, "operator commands")
+        driver = driver_from_url(url)
+        handles = _jobs_in(app) if app else []
+
+        async def go() -> T:
+            async with driver:
+                return await work(Operator(driver, clock=SystemClock(), handles=handles))
+
+        return asyncio.run(go())
+    except JobsError as exc:
+        _fail(exc)
+
+
+def _emit(doc: Any) -> None:
+    click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+
+
+@main.group()
+def jobs() -> None:
+    """List, show and steer jobs."""
+
+
+@jobs.command("list")
+@_driver_option
+@_filter_options
+@click.option("--limit", default=50, show_default=True, help=f"Rows (at most {MAX_LIST_LIMIT}).")
+@click.option("--cursor", default=None, help="The next_cursor of the previous page.")
+@_json_option
+def jobs_list(
+    url: str | None,
+    states: tuple[str, ...],
+    queue: str | None,
+    name: str | None,
+    tenant: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Jobs newest first; prints the cursor of the next page when there is one."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        _fail(OptionInvalidError(f"--limit must be 1 to {MAX_LIST_LIMIT}", detail="--limit"))
+    f = _filter(states, queue, name, tenant)
+    now = SystemClock().now_ms()
+    page = _run(url, None, lambda op: op.jobs(f, limit=limit, cursor=cursor))
+    if as_json:
+        _emit(page.to_json())
+    else:
+        print_jobs(page, now)
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@_driver_option
+@_app_option
+@_json_option
+def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> None:
+    """One job: every field, its input (sensitive fields redacted), result and last error."""
+    now = SystemClock().now_ms()
+    view = _run(url, app, lambda op: op.job(job_id))
+    if as_json:
+        _emit(view.to_json())
+    else:
+        print_job(view, now)
+
+
+def _steer(action: Action, verb_help: str) -> None:
+    @jobs.command(action.value, help=verb_help)
+    @click.argument("job_ids", nargs=-1)
+    @_driver_option
+    @_filter_options
+    @click.option(
+        "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
+    )
+    @_json_option
+    def steer(
+        job_ids: tuple[str, ...],
+        url: str | None,
+        states: tuple[str, ...],
+        queue: str | None,
+        name: str | None,
+        tenant: str | None,
+        everything: bool,
+        as_json: bool,
+    ) -> None:
+        f = _filter(states, queue, name, tenant)
+        if everything:
+            if job_ids or f == JobFilter():
+                _fail(
+                    CliUsageInvalidError(
+                        f"--all takes no ids and at least one filter (--state, --queue, --name,"
+                        f" --tenant): `ujobs jobs {action.value} --all --state dead`"
+                    )
+                )
+            report = _run(url, None, lambda op: op.act_all(action, f))
+            if as_json:
+                _emit(report.to_json())
+            else:
+                print_bulk(report)
+            return
+        if not job_ids:
+            _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({action.value})"))
+        if len(job_ids) > MAX_BULK_IDS:
+            _fail(CliUsageInvalidError(f"at most {MAX_BULK_IDS} ids at once; use --all"))
+        answers = _run(url, None, lambda op: op.act(action, job_ids))
+        pairs = list(zip(job_ids, answers, strict=True))
+        if as_json:
+            _emit([{"id": i, "answer": a.value} for i, a in pairs])
+        else:
+            print_steered(action, pairs)
+        refusals = [r for i, a in pairs if (r := refusal_for(action, i, a)) is not None]
+        if refusals:
+            _fail(refusals[0])
+
+
+_steer(Action.CANCEL, "Cancel live jobs (a running one's worker aborts its body).")
+_steer(Action.REQUEUE, "Run finished jobs again, with fresh attempts.")
+_steer(Action.PROMOTE, "Make delayed jobs due now.")
+_steer(Action.REMOVE, "Delete jobs that are not running, with everything stored for them.")
+
+
+@main.command()
+@_driver_option
+@_json_option
+def queues(url: str | None, as_json: bool) -> None:
+    """Every queue: depth, running, dead, oldest ready age, demand, pause and throughput."""
+    now = SystemClock().now_ms()
+    views = _run(url, None, lambda op: op.queues())
+    if as_json:
+        _emit([v.to_json() for v in views])
+    else:
+        print_queues(views, now)
+
+
+def _pause_target(queue: str | None, name: str | None) -> Pause:
+    if (queue is None) == (name is None):
+        _fail(CliUsageInvalidError("name a QUEUE, or a job with --name, not both"))
+    return Pause("queue", queue) if queue is not None else Pause("name", name or "")
+
+
+@main.command()
+@click.argument("queue", required=False)
+@click.option("--name", default=None, help="Pause one job name in every queue instead.")
+@_driver_option
+def pause(queue: str | None, name: str | None, url: str | None) -> None:
+    """Stop claiming a queue's jobs (or one job name's); running jobs finish."""
+    target = _pause_target(queue, name)
+    new = _run(url, None, lambda op: op.pause(target))
+    console.print(f"{target.kind} {target.value!r} {'paused' if new else 'was already paused'}")
+
+
+@main.command()
+@click.argument("queue", required=False)
+@click.option("--name", default=None, help="Resume one job name instead.")
+@_driver_option
+def resume(queue: str | None, name: str | None, url: str | None) -> None:
+    """Claim a paused queue's (or job name's) jobs again."""
+    target = _pause_target(queue, name)
+    existed = _run(url, None, lambda op: op.resume(target))
+    console.print(f"{target.kind} {target.value!r} {'resumed' if existed else 'was not paused'}")
+
+
+@main.command()
+@_driver_option
+@_json_option
+def workers(url: str | None, as_json: bool) -> None:
+    """The live workers: host, pid, queues, concurrency, jobs, last beat."""
+    now = SystemClock().now_ms()
+    views = _run(url, None, lambda op: op.workers())
+    if as_json:
+        _emit([v.to_json() for v in views])
+    else:
+        print_workers(views, now)
+
+
+@main.command()
+@_driver_option
+@click.option(
+    "--window", default=3600.0, show_default=True, help="Seconds of settles to count back."
+)
+@_json_option
+def stats(url: str | None, window: float, as_json: bool) -> None:
+    """Jobs by state, and per job name what settled over the window (from the counters)."""
+    if not 60 <= window <= 30 * 24 * 3600:
+        _fail(OptionInvalidError("--window must be 60 s to 30 days", detail="--window"))
+    view = _run(url, None, lambda op: op.stats(round(window * 1000)))
+    if as_json:
+        _emit(view.to_json())
+    else:
+        print_stats(view)

@@ -1,0 +1,221 @@
+"""Prometheus metrics and a health check for one worker (`ujobs worker --metrics-port N`).
+
+`/metrics` serves Prometheus text (the standard `prometheus_client` library):
+- from this worker, as it settles: `ujobs_jobs_processed_total`, `ujobs_jobs_failed_total`,
+  `ujobs_jobs_retried_total` (by job name and queue) and the body run-time histogram
+  `ujobs_job_run_seconds`; `ujobs_worker_running` and `ujobs_worker_in_flight`;
+- from the store, read when scraped (at most once per `STORE_CACHE_S`, so an eager scraper
+  cannot load the store): `ujobs_queue_oldest_ready_seconds`, `ujobs_queue_dead_jobs`,
+  `ujobs_queue_demand` and `ujobs_queue_jobs` (by state), for every queue holding rows;
+  `ujobs_store_up` says whether that read answered.
+`/healthz` answers 200 only while the worker's loops are alive and its store answered within
+one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
+
+A worker without `--metrics-port` serves nothing and reads nothing more from its store: the
+idle cost of a worker is unchanged. Labels are job names and queues only, never inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from jobs_core.records import ClaimedJob, QueueStats
+from jobs_core.states import JobState, Outcome
+from jobs_core.worker import Worker
+
+log = logging.getLogger("jobs.metrics")
+
+#: Store reads for the queue gauges are reused for this long (seconds).
+STORE_CACHE_S: Final = 5.0
+#: How long a scrape waits for the store before it answers without the queue gauges.
+STORE_TIMEOUT_S: Final = 5.0
+#: Run-time buckets (seconds): from a no-op to a long batch job.
+RUN_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+_FAILED: Final = frozenset({Outcome.RETRIED, Outcome.DEAD_LETTERED, Outcome.DROPPED})
+_ENDED: Final = frozenset(
+    {Outcome.COMPLETED, Outcome.DEAD_LETTERED, Outcome.DROPPED, Outcome.REFUSED}
+)
+
+
+class _StoreGauges(Collector):
+    """The per-queue gauges, read from the store on the worker's loop when scraped."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self._worker = worker
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._last: tuple[list[QueueStats], dict[str, int], int] | None = None
+
+    async def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
+        now = self._worker.clock.now_ms()
+        stats = await self._worker.driver.queue_stats(now)
+        queues = [s.queue for s in stats]
+        demand = await self._worker.driver.queue_demand(queues, now) if queues else {}
+        return stats, demand, now
+
+    def _current(self) -> tuple[list[QueueStats], dict[str, int], int] | None:
+        with self._lock:
+            if self._last is not None and time.monotonic() - self._read_at < STORE_CACHE_S:
+                return self._last
+            future = asyncio.run_coroutine_threadsafe(self._read(), self._loop)
+            try:
+                self._last = future.result(STORE_TIMEOUT_S)
+            except (FutureTimeout, Exception) as exc:  # a scrape reports the store down
+                future.cancel()
+                log.warning("jobs.metrics.store_read_failed: %r", exc)
+                self._last = None
+            self._read_at = time.monotonic()
+            return self._last
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("ujobs_store_up", "1 when the store answered the last read")
+        current = self._current()
+        up.add_metric([], 0 if current is None else 1)
+        yield up
+        if current is None:
+            return
+        stats, demand, now = current
+        oldest = GaugeMetricFamily(
+            "ujobs_queue_oldest_ready_seconds",
+            "How long the oldest due ready job of the queue has waited",
+            labels=["queue"],
+        )
+        dead = GaugeMetricFamily(
+            "ujobs_queue_dead_jobs", "Dead jobs in the queue", labels=["queue"]
+        )
+        wanted = GaugeMetricFamily(
+            "ujobs_queue_demand", "Ready jobs due now in the queue", labels=["queue"]
+        )
+        jobs = GaugeMetricFamily(
+            "ujobs_queue_jobs", "Jobs in the queue by state", labels=["queue", "state"]
+        )
+        for s in stats:
+            age = 0.0 if s.oldest_ready_at_ms is None else max(0, now - s.oldest_ready_at_ms)
+            oldest.add_metric([s.queue], age / 1000)
+            dead.add_metric([s.queue], s.count(JobState.DEAD))
+            wanted.add_metric([s.queue], demand.get(s.queue, 0))
+            for state, n in s.counts:
+                jobs.add_metric([s.queue, state.value], n)
+        yield from (oldest, dead, wanted, jobs)
+
+
+class WorkerMetrics:
+    """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.worker = worker
+        self.registry = CollectorRegistry()
+        labels = ["name", "queue"]
+        self._processed = Counter(
+            "ujobs_jobs_processed",
+            "Runs that ended for good (completed, dead-lettered, dropped, refused)",
+            labels,
+            registry=self.registry,
+        )
+        self._failed = Counter(
+            "ujobs_jobs_failed",
+            "Attempts that failed (retried, dead-lettered or dropped)",
+            labels,
+            registry=self.registry,
+        )
+        self._retried = Counter(
+            "ujobs_jobs_retried", "Failed attempts given another", labels, registry=self.registry
+        )
+        self._run = Histogram(
+            "ujobs_job_run_seconds",
+            "How long bodies ran",
+            labels,
+            buckets=RUN_BUCKETS,
+            registry=self.registry,
+        )
+        running = Gauge("ujobs_worker_running", "Bodies running now", registry=self.registry)
+        running.set_function(lambda: worker.stats.running)
+        in_flight = Gauge("ujobs_worker_in_flight", "Jobs held now", registry=self.registry)
+        in_flight.set_function(lambda: worker.stats.in_flight)
+        self.registry.register(_StoreGauges(worker, loop))
+        worker.observe(self._observe)
+
+    def _observe(self, job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
+        labels = (job.name, job.queue)
+        if outcome in _ENDED:
+            self._processed.labels(*labels).inc()
+        if outcome in _FAILED:
+            self._failed.labels(*labels).inc()
+        if outcome is Outcome.RETRIED:
+            self._retried.labels(*labels).inc()
+        if body_ms is not None and outcome in _ENDED | _FAILED:
+            self._run.labels(*labels).observe(body_ms / 1000)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """`/metrics` and `/healthz` of one worker over HTTP, on a daemon thread."""
+
+    def __init__(self, metrics: WorkerMetrics, host: str, port: int) -> None:
+        self.metrics = metrics
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body, status, kind = metrics.render(), 200, CONTENT_TYPE_LATEST
+                elif path == "/healthz":
+                    w = metrics.worker
+                    ok = w.healthy
+                    doc = {
+                        "status": "ok" if ok else "unhealthy",
+                        "worker_id": w.worker_id,
+                        "store_answered_ms_ago": w.clock.now_ms() - w.stats.store_ok_ms,
+                        "lease_ms": w.lease_ms,
+                        "draining": w.draining,
+                    }
+                    body, status = json.dumps(doc).encode(), 200 if ok else 503
+                    kind = "application/json"
+                else:
+                    body, status, kind = b"not found\n", 404, "text/plain"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return  # a scrape every few seconds is not news
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="ujobs-metrics", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def serve(worker: Worker, host: str, port: int) -> MetricsServer:
+    """Serve `worker`'s metrics and health on `host:port` (0: any free port); call from the
+    worker's event loop."""
+    server = MetricsServer(WorkerMetrics(worker, asyncio.get_running_loop()), host, port)
+    server.start()
+    return server

@@ -1,0 +1,483 @@
+"""`Operator`: what a person (or a script, or the dashboard) sees and steers, on any driver.
+
+Every read goes through the driver's operator family (`job_list`, `queue_stats`,
+`counter_read`…) and comes back as a plain view record with its JSON form; every input, result,
+progress value and stored error is redacted by the declarations in force (`RedactionPolicy`:
+the live workers' and the caller's own). Single-id steering answers with the driver's answer
+or raises the typed refusal (`X_JOB_NOT_FOUND`, `X_JOB_NOT_CANCELLABLE`…); the bulk forms walk
+a filter's pages and act on each page in one call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from jobs_core.clock import Clock, SystemClock
+from jobs_core.driver import MAX_LIST_LIMIT, JobDriver
+from jobs_core.errors import (
+    JobNotFoundError,
+    JobsError,
+    NotCancellableError,
+    NotPromotableError,
+    NotRemovableError,
+    NotRequeueableError,
+    RequeueDuplicateError,
+)
+from jobs_core.job import JobHandle
+from jobs_core.jsonform import JsonValue
+from jobs_core.records import (
+    COUNTED_OUTCOMES,
+    CancelAnswer,
+    CounterReadParams,
+    CounterRow,
+    JobFilter,
+    JobListParams,
+    JobRecord,
+    JobSummary,
+    Pause,
+    PromoteAnswer,
+    RemoveAnswer,
+    RequeueAnswer,
+    WorkerInfo,
+)
+from jobs_core.redact import RedactionPolicy
+from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of
+from jobs_core.states import JobState
+
+#: How many listing calls one page of the operator's may take to fill up (each examines at most
+#: the driver's scan budget): a rare filter over a big table answers short rather than slow.
+MAX_CALLS_PER_PAGE: Final = 25
+#: The window `queues()` reports throughput over.
+THROUGHPUT_WINDOW_MS: Final = 5 * MINUTE_MS
+
+
+class Action(StrEnum):
+    """A steering verb an operator applies to jobs."""
+
+    CANCEL = "cancel"
+    REQUEUE = "requeue"
+    PROMOTE = "promote"
+    REMOVE = "remove"
+
+
+Answer = CancelAnswer | RequeueAnswer | PromoteAnswer | RemoveAnswer
+
+#: The answers of each verb that changed the row.
+DONE: Final[frozenset[Answer]] = frozenset(
+    {
+        CancelAnswer.CANCELLED,
+        RequeueAnswer.REQUEUED,
+        PromoteAnswer.PROMOTED,
+        RemoveAnswer.REMOVED,
+    }
+)
+
+
+def refusal_for(action: Action, job_id: str, answer: Answer) -> JobsError | None:
+    """The typed refusal a single-id verb raises for `answer`; None when it did the job (or had
+    nothing to do: promoting a job already due is not a refusal)."""
+    if answer in DONE or answer is PromoteAnswer.ALREADY_DUE:
+        return None
+    if answer in (
+        CancelAnswer.NOT_FOUND,
+        RequeueAnswer.NOT_FOUND,
+        PromoteAnswer.NOT_FOUND,
+        RemoveAnswer.NOT_FOUND,
+    ):
+        return JobNotFoundError(detail=job_id)
+    refusals: dict[Answer, JobsError] = {
+        CancelAnswer.FINISHED: NotCancellableError(detail=job_id),
+        RequeueAnswer.LIVE: NotRequeueableError(detail=job_id),
+        RequeueAnswer.DUPLICATE: RequeueDuplicateError(detail=job_id),
+        PromoteAnswer.NOT_READY: NotPromotableError(detail=job_id),
+        RemoveAnswer.RUNNING: NotRemovableError(detail=job_id),
+    }
+    return refusals[answer]
+
+
+def _error_doc(text: str | None) -> JsonValue:
+    """A stored `last_error` as its JSON document when it is one (the worker's), else its text."""
+    if text is None:
+        return None
+    try:
+        doc: JsonValue = json.loads(text)
+    except ValueError:
+        return text
+    return doc
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job as an operator may see it: every field, its texts redacted."""
+
+    record: JobRecord
+    input: JsonValue
+    result: JsonValue
+    progress: JsonValue
+    #: The stored error: the worker's JSON document (type, message, code, traceback) or text.
+    error: JsonValue
+    #: Whether a live worker (or the caller) declares this job name; if not, its input shows
+    #: `[redacted]` whole.
+    declared: bool
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "id": r.id,
+            "run_id": r.run_id,
+            "name": r.name,
+            "queue": r.queue,
+            "tenant_id": r.tenant_id,
+            "idempotency_key": r.idempotency_key,
+            "state": r.state.value,
+            "priority": r.priority,
+            "attempt": r.attempt,
+            "max_attempts": r.max_attempts,
+            "claims": r.claims,
+            "claimed_by": r.claimed_by,
+            "lease_until_ms": r.lease_until_ms,
+            "run_at_ms": r.run_at_ms,
+            "created_at_ms": r.created_at_ms,
+            "finished_at_ms": r.finished_at_ms,
+            "enqueued_by": r.enqueued_by,
+            "traceparent": r.traceparent,
+            "input": self.input,
+            "result": self.result,
+            "progress": self.progress,
+            "error": self.error,
+            "declared": self.declared,
+        }
+
+
+def summary_json(j: JobSummary) -> dict[str, Any]:
+    return {
+        "id": j.id,
+        "name": j.name,
+        "queue": j.queue,
+        "tenant_id": j.tenant_id,
+        "state": j.state.value,
+        "priority": j.priority,
+        "attempt": j.attempt,
+        "max_attempts": j.max_attempts,
+        "claimed_by": j.claimed_by,
+        "lease_until_ms": j.lease_until_ms,
+        "run_at_ms": j.run_at_ms,
+        "created_at_ms": j.created_at_ms,
+        "finished_at_ms": j.finished_at_ms,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    """A page of the listing, filled by as many driver calls as it took (at most a bound)."""
+
+    jobs: tuple[JobSummary, ...]
+    next_cursor: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"jobs": [summary_json(j) for j in self.jobs], "next_cursor": self.next_cursor}
+
+
+def _tally(rows: Sequence[CounterRow]) -> dict[str, int]:
+    out = {o.name.lower(): 0 for o in COUNTED_OUTCOMES}
+    for r in rows:
+        for o in COUNTED_OUTCOMES:
+            out[o.name.lower()] += r.get(o)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue: its rows by state, how long its oldest due job has waited, its demand, whether
+    it is paused, and what it settled over the last `window_ms`."""
+
+    queue: str
+    counts: dict[str, int]
+    oldest_ready_age_ms: int | None
+    demand: int
+    paused: bool
+    window_ms: int
+    settled: dict[str, int]
+
+    @property
+    def completed_per_minute(self) -> float:
+        return self.settled["completed"] * MINUTE_MS / self.window_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "counts": self.counts,
+            "oldest_ready_age_s": (
+                None if self.oldest_ready_age_ms is None else self.oldest_ready_age_ms / 1000
+            ),
+            "demand": self.demand,
+            "paused": self.paused,
+            "window_s": self.window_ms / 1000,
+            "settled": self.settled,
+            "completed_per_minute": round(self.completed_per_minute, 3),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """A live worker: its registry row, read."""
+
+    worker_id: str
+    host: str | None
+    pid: int | None
+    queues: list[str]
+    concurrency: int | None
+    jobs: list[str]
+    last_beat_ms: int
+    expires_at_ms: int
+
+    @staticmethod
+    def of(w: WorkerInfo) -> WorkerView:
+        try:
+            info = json.loads(w.info_json)
+        except ValueError:
+            info = {}
+        if not isinstance(info, dict):
+            info = {}
+        jobs = info.get("jobs")
+        return WorkerView(
+            worker_id=w.worker_id,
+            host=info.get("host") if isinstance(info.get("host"), str) else None,
+            pid=info.get("pid") if isinstance(info.get("pid"), int) else None,
+            queues=[q for q in info.get("queues", []) if isinstance(q, str)],
+            concurrency=(
+                info.get("concurrency") if isinstance(info.get("concurrency"), int) else None
+            ),
+            jobs=sorted(jobs) if isinstance(jobs, dict) else [],
+            last_beat_ms=w.last_beat_ms,
+            expires_at_ms=w.expires_at_ms,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "host": self.host,
+            "pid": self.pid,
+            "queues": self.queues,
+            "concurrency": self.concurrency,
+            "jobs": self.jobs,
+            "last_beat_ms": self.last_beat_ms,
+            "expires_at_ms": self.expires_at_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NameStats:
+    """What one job name settled over the window, in every queue."""
+
+    name: str
+    settled: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class StatsView:
+    """Rows by state across every queue, and what each job name settled over a window."""
+
+    now_ms: int
+    window_ms: int
+    states: dict[str, int]
+    names: list[NameStats]
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "now_ms": self.now_ms,
+            "window_s": self.window_ms / 1000,
+            "states": self.states,
+            "totals": self.totals,
+            "names": {n.name: n.settled for n in self.names},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BulkReport:
+    """What a bulk verb did: how many rows gave each answer, and the rows it looked at."""
+
+    action: Action
+    answers: dict[str, int]
+    examined: int
+
+    @property
+    def done(self) -> int:
+        return sum(n for a, n in self.answers.items() if a in {d.value for d in DONE})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "answers": self.answers,
+            "done": self.done,
+            "examined": self.examined,
+        }
+
+
+class Operator:
+    """See and steer the jobs of one driver. `handles` are declarations the caller knows (an
+    app module), added to the live workers' for redaction."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        *,
+        clock: Clock | None = None,
+        handles: Sequence[JobHandle] = (),
+    ) -> None:
+        self.driver = driver
+        self.clock = clock or SystemClock()
+        self._local = RedactionPolicy.of((h.name, h.sensitive) for h in handles)
+
+    async def policy(self) -> RedactionPolicy:
+        """The declarations in force: the live workers' and the caller's."""
+        workers = await self.driver.worker_list(self.clock.now_ms())
+        return RedactionPolicy.from_workers(workers).merged(self._local)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def jobs(
+        self, f: JobFilter | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> JobsPage:
+        """Up to `limit` rows the filter keeps, newest first, after `cursor`; follows the
+        driver's short pages (a rare filter) for up to `MAX_CALLS_PER_PAGE` calls."""
+        f = f if f is not None else JobFilter()
+        limit = min(max(1, limit), MAX_LIST_LIMIT)
+        taken: list[JobSummary] = []
+        for _ in range(MAX_CALLS_PER_PAGE):
+            page = await self.driver.job_list(JobListParams(f, limit - len(taken), cursor))
+            taken += page.jobs
+            cursor = page.next_cursor
+            if cursor is None or len(taken) >= limit:
+                break
+        return JobsPage(tuple(taken), cursor)
+
+    async def job(self, job_id: str) -> JobView:
+        """One job with its texts redacted; `X_JOB_NOT_FOUND` when no row has this id."""
+        rows = await self.driver.job_get_many([job_id])
+        r = rows.get(job_id)
+        if r is None:
+            raise JobNotFoundError(detail=job_id)
+        return self.view(r, await self.policy())
+
+    def view(self, r: JobRecord, policy: RedactionPolicy) -> JobView:
+        """`r` as `policy` lets it be shown."""
+        return JobView(
+            record=r,
+            input=policy.input(r.name, r.input_json),
+            result=policy.value(r.name, r.result_json, r.input_json),
+            progress=policy.value(r.name, r.progress_json, r.input_json),
+            error=_error_doc(policy.text(r.name, r.last_error, r.input_json)),
+            declared=policy.knows(r.name),
+        )
+
+    async def queues(self) -> list[QueueView]:
+        """Every queue holding rows or paused, with its counts, age, demand and throughput."""
+        now = self.clock.now_ms()
+        stats = {s.queue: s for s in await self.driver.queue_stats(now)}
+        paused = {p.value for p in await self.driver.pause_list() if p.kind == "queue"}
+        names = sorted(set(stats) | paused)
+        demand = await self.driver.queue_demand(names, now) if names else {}
+        since = now - THROUGHPUT_WINDOW_MS
+        rows = await self.driver.counter_read(CounterReadParams(since - since % MINUTE_MS, now + 1))
+        out: list[QueueView] = []
+        for q in names:
+            s = stats.get(q)
+            counts = {st.value: (s.count(st) if s is not None else 0) for st in JobState}
+            oldest = s.oldest_ready_at_ms if s is not None else None
+            out.append(
+                QueueView(
+                    queue=q,
+                    counts=counts,
+                    oldest_ready_age_ms=None if oldest is None else max(0, now - oldest),
+                    demand=demand.get(q, 0),
+                    paused=q in paused,
+                    window_ms=THROUGHPUT_WINDOW_MS,
+                    settled=_tally([r for r in rows if r.queue == q]),
+                )
+            )
+        return out
+
+    async def workers(self) -> list[WorkerView]:
+        return [WorkerView.of(w) for w in await self.driver.worker_list(self.clock.now_ms())]
+
+    async def stats(self, window_ms: int = HOUR_MS) -> StatsView:
+        """Rows by state, and per job name what settled over the last `window_ms` (read from
+        the counters: minute buckets while recent, hour buckets once folded, so a window longer
+        than two hours starts at an hour boundary)."""
+        now = self.clock.now_ms()
+        states = dict.fromkeys((s.value for s in JobState), 0)
+        for q in await self.driver.queue_stats(now):
+            for st, n in q.counts:
+                states[st.value] += n
+        since = now - window_ms
+        since = hour_of(since) if window_ms > 2 * HOUR_MS else since - since % MINUTE_MS
+        rows = await self.driver.counter_read(CounterReadParams(since, now + 1))
+        by_name: dict[str, list[CounterRow]] = {}
+        for r in rows:
+            by_name.setdefault(r.name, []).append(r)
+        names = [NameStats(n, _tally(rs)) for n, rs in sorted(by_name.items())]
+        return StatsView(now, window_ms, states, names, _tally(rows))
+
+    # -- steering -------------------------------------------------------------------------------
+
+    async def act(self, action: Action, job_ids: Sequence[str]) -> list[Answer]:
+        """Apply `action` to each id in one driver call (at most `MAX_BULK_IDS`), in order."""
+        now = self.clock.now_ms()
+        answers: list[Answer]
+        match action:
+            case Action.CANCEL:
+                answers = list(await self.driver.job_cancel_many(job_ids, now))
+            case Action.REQUEUE:
+                answers = list(await self.driver.job_requeue_many(job_ids, now))
+            case Action.PROMOTE:
+                answers = list(await self.driver.job_promote(job_ids, now))
+            case Action.REMOVE:
+                answers = list(await self.driver.job_remove(job_ids))
+        return answers
+
+    async def act_one(self, action: Action, job_id: str) -> Answer:
+        """Apply `action` to one job; a refusal raises its typed error (`X_JOB_NOT_FOUND`,
+        `X_JOB_NOT_CANCELLABLE`, `X_JOB_NOT_REQUEUEABLE`, `X_JOB_REQUEUE_DUPLICATE`,
+        `X_JOB_NOT_PROMOTABLE`, `X_JOB_NOT_REMOVABLE`)."""
+        answer = (await self.act(action, [job_id]))[0]
+        refusal = refusal_for(action, job_id, answer)
+        if refusal is not None:
+            raise refusal
+        return answer
+
+    async def act_all(
+        self, action: Action, f: JobFilter, *, max_rows: int | None = None
+    ) -> BulkReport:
+        """Apply `action` to every row the filter keeps, page by page (one driver call a page of
+        up to 500 rows), newest first; at most `max_rows` rows when given. Rows that change
+        meanwhile are answered for as they are when their page is acted on."""
+        answers: dict[str, int] = {}
+        examined = 0
+        cursor: str | None = None
+        while max_rows is None or examined < max_rows:
+            limit = MAX_LIST_LIMIT if max_rows is None else min(MAX_LIST_LIMIT, max_rows - examined)
+            page = await self.driver.job_list(JobListParams(f, limit, cursor))
+            ids = [j.id for j in page.jobs]
+            if ids:
+                for a in await self.act(action, ids):
+                    answers[a.value] = answers.get(a.value, 0) + 1
+                examined += len(ids)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return BulkReport(action, answers, examined)
+
+    async def pause(self, pause: Pause) -> bool:
+        return await self.driver.pause_add(pause)
+
+    async def resume(self, pause: Pause) -> bool:
+        return await self.driver.pause_remove(pause)
+
+    async def pauses(self) -> list[Pause]:
+        return await self.driver.pause_list()

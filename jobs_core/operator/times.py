@@ -1,0 +1,43 @@
+"""Times for people: an epoch-ms instant in local time with its age ("3 min ago", "in 5 s")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+def age(ms: int) -> str:
+    """A duration in ms as a short age: `850 ms`, `12 s`, `3 min`, `2 h 5 min`, `4 d 3 h`."""
+    ms = abs(ms)
+    if ms < 1_000:
+        return f"{ms} ms"
+    s = ms // 1_000
+    if s < 60:
+        return f"{s} s"
+    m = s // 60
+    if m < 60:
+        return f"{m} min"
+    h = m // 60
+    if h < 24:
+        return f"{h} h {m % 60} min" if m % 60 else f"{h} h"
+    d = h // 24
+    return f"{d} d {h % 24} h" if h % 24 else f"{d} d"
+
+
+def relative(ms: int, now_ms: int) -> str:
+    """`ms` seen from `now_ms`: `3 min ago`, `in 5 s`, `now`."""
+    delta = ms - now_ms
+    if abs(delta) < 1_000:
+        return "now"
+    return f"in {age(delta)}" if delta > 0 else f"{age(delta)} ago"
+
+
+def local(ms: int) -> str:
+    """`ms` in this machine's local time, to the second, with its UTC offset."""
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+def when(ms: int | None, now_ms: int) -> str:
+    """`local(ms) (relative)`, or `-` for no time."""
+    if ms is None:
+        return "-"
+    return f"{local(ms)} ({relative(ms, now_ms)})"

@@ -1,0 +1,188 @@
+"""Redaction: a job's sensitive input fields are never shown — not by the CLI, the logs, the
+stored errors, the metrics or any JSON form.
+
+A job declares its sensitive fields (`job(sensitive=("card", "password"))`). A field name masks
+that key at ANY depth of the input (in nested objects and in objects inside arrays), so a
+declaration does not have to follow the input's shape. What a view shows of a row is decided by
+the declarations it can see — the live workers' (each announces its jobs' sensitive fields in
+its registry row) and any the caller passes (`--app MODULE`): a job name that nobody declares
+any more is shown as `[redacted]` WHOLE, since nothing says which of its fields are safe (fail
+closed). Result and progress values are masked by the same field names, and any text (a stored
+error, a log line) has the VALUES of the input's sensitive fields scrubbed out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from jobs_core.jsonform import JsonValue
+from jobs_core.records import WorkerInfo
+
+#: What a hidden value (or a whole hidden input) shows instead.
+REDACTED: Final = "[redacted]"
+#: Values shorter than this are not scrubbed out of free text: "1" or "no" would scrub every
+#: digit and word of a traceback and hide more than it protects.
+MIN_SCRUB_CHARS: Final = 4
+
+
+def mask(value: JsonValue, fields: frozenset[str]) -> JsonValue:
+    """`value` with every object key in `fields`, at any depth, showing `[redacted]`."""
+    if not fields:
+        return value
+    if isinstance(value, dict):
+        return {k: REDACTED if k in fields else mask(v, fields) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask(v, fields) for v in value]
+    return value
+
+
+def secrets_of(value: JsonValue, fields: frozenset[str]) -> list[str]:
+    """The texts of every value under a key in `fields` (numbers as written), longest first."""
+    found: set[str] = set()
+
+    def walk(v: JsonValue, hidden: bool) -> None:
+        if isinstance(v, dict):
+            for k, child in v.items():
+                walk(child, hidden or k in fields)
+        elif isinstance(v, list):
+            for child in v:
+                walk(child, hidden)
+        elif hidden and v is not None and not isinstance(v, bool):
+            text = v if isinstance(v, str) else json.dumps(v)
+            if len(text) >= MIN_SCRUB_CHARS:
+                found.add(text)
+
+    if fields:
+        walk(value, False)
+    return sorted(found, key=lambda s: (-len(s), s))
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every occurrence of each secret replaced by `[redacted]` (longest first, so
+    a secret holding another is replaced whole)."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def scrub_value(value: JsonValue, secrets: Sequence[str]) -> JsonValue:
+    """`value` with each secret scrubbed out of its strings, and a number that IS a secret
+    replaced by `[redacted]` (object keys are left as they are)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {k: scrub_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_value(v, secrets) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return REDACTED if json.dumps(value) in secrets else value
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionPolicy:
+    """Which input fields each job name hides. A name absent from `declared` is hidden whole."""
+
+    declared: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @staticmethod
+    def of(pairs: Iterable[tuple[str, Iterable[str]]]) -> RedactionPolicy:
+        """A policy from (job name, sensitive fields) pairs; a name given twice hides the union."""
+        out: dict[str, frozenset[str]] = {}
+        for name, fields in pairs:
+            out[name] = out.get(name, frozenset()) | frozenset(fields)
+        return RedactionPolicy(out)
+
+    @staticmethod
+    def from_workers(workers: Sequence[WorkerInfo]) -> RedactionPolicy:
+        """What the live workers declare (`jobs` in their registry row); a row that says nothing
+        readable declares nothing."""
+        pairs: list[tuple[str, Iterable[str]]] = []
+        for w in workers:
+            try:
+                info = json.loads(w.info_json)
+            except ValueError:
+                continue
+            jobs = info.get("jobs") if isinstance(info, dict) else None
+            if not isinstance(jobs, dict):
+                continue
+            for name, spec in jobs.items():
+                fields = spec.get("sensitive") if isinstance(spec, dict) else None
+                if isinstance(name, str) and isinstance(fields, list):
+                    pairs.append((name, [f for f in fields if isinstance(f, str)]))
+        return RedactionPolicy.of(pairs)
+
+    def merged(self, other: RedactionPolicy) -> RedactionPolicy:
+        return RedactionPolicy.of([*self.declared.items(), *other.declared.items()])
+
+    def knows(self, name: str) -> bool:
+        return name in self.declared
+
+    def input(self, name: str, input_json: str) -> JsonValue:
+        """The input as it may be shown: masked, or `[redacted]` whole for an undeclared name."""
+        fields = self.declared.get(name)
+        if fields is None:
+            return REDACTED
+        value: JsonValue = json.loads(input_json)
+        return mask(value, fields)
+
+    def value(self, name: str, text: str | None, input_json: str) -> JsonValue:
+        """A stored result or progress value as it may be shown (None stays None): masked by the
+        name's fields and scrubbed of its input's secrets; `[redacted]` for an undeclared name."""
+        if text is None:
+            return None
+        fields = self.declared.get(name)
+        if fields is None:
+            return REDACTED
+        value: JsonValue = json.loads(text)
+        return mask(scrub_value(value, self.secrets(name, input_json)), fields)
+
+    def text(self, name: str, text: str | None, input_json: str) -> str | None:
+        """Free text about a run (a stored error): the input's secrets scrubbed out. An
+        undeclared name's error is shown as is: it may name the failure, and no field of an
+        undeclared input is known to be secret — the worker already scrubbed it when it
+        stored it (see `jobs_core.worker.failure`)."""
+        if text is None:
+            return None
+        return scrub(text, self.secrets(name, input_json))
+
+    def secrets(self, name: str, input_json: str) -> list[str]:
+        fields = self.declared.get(name)
+        if not fields:
+            return []
+        try:
+            value: JsonValue = json.loads(input_json)
+        except ValueError:
+            return []
+        return secrets_of(value, fields)
+
+
+#: The `extra` key a log call sets to the secrets its record must not print (`ScrubFilter`).
+SCRUB_EXTRA: Final = "_scrub"
+
+
+class ScrubFilter(logging.Filter):
+    """Scrubs the secrets a record carries (`extra={SCRUB_EXTRA: secrets}`) out of its message
+    and its formatted traceback, before any handler formats it.
+
+    The traceback is formatted here once and kept in `exc_text`, which formatters print instead
+    of formatting `exc_info` again, so an exception message holding a card number is printed
+    scrubbed too. Installed on the `jobs` logger, whose records the worker writes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = getattr(record, SCRUB_EXTRA, None)
+        if secrets:
+            record.msg = scrub(record.getMessage(), secrets)
+            record.args = None
+            if record.exc_info and not record.exc_text:
+                formatted = logging.Formatter().formatException(record.exc_info)
+                record.exc_text = scrub(formatted, secrets)
+        return True

@@ -1,0 +1,125 @@
+"""Traces: a producer span around each enqueue and a consumer span around each run, joined by the
+W3C `traceparent` the enqueue stamps on the row — with OpenTelemetry when `opentelemetry-api` is
+installed (the `otel` extra) and a tracer provider is configured; a no-op otherwise.
+
+Decided here: a batch enqueue is ONE producer span (`publish <queue>`, with the batch size),
+and every row of the batch carries its context; a run's consumer span (`process <queue>`) is a
+child of the enqueuer's span, so a trace shows the request that enqueued, the wait, and every
+attempt. A producer with no valid span context (no SDK, or a sampler that records nothing with
+an all-zero span id) stamps nothing: the row's `traceparent` stays None and the run starts a
+trace of its own. Names and queues are span attributes; inputs never are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Final
+
+from jobs_core.records import ClaimedJob
+from jobs_core.states import Outcome
+
+try:  # the `otel` extra
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    HAVE_OTEL = True
+except ImportError:  # an install without the extra: every span is a no-op
+    HAVE_OTEL = False
+
+#: The instrumentation scope's name, and `messaging.system` on every span.
+SYSTEM: Final = "ultimat3-jobs"
+_FAILED: Final = frozenset({Outcome.RETRIED, Outcome.DEAD_LETTERED, Outcome.DROPPED})
+
+
+def _version() -> str:
+    try:
+        return version("ultimat3-jobs")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _tracer() -> Any | None:
+    """The tracer, or None when there is nothing to trace to (no API, or no provider set)."""
+    if not HAVE_OTEL:
+        return None
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None  # no SDK configured: skip the work, not only the export
+    return trace.get_tracer(SYSTEM, _version())
+
+
+def traceparent_of(span: Any) -> str | None:
+    """The W3C `traceparent` of `span`, or None for an invalid (all-zero) context."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+@contextlib.contextmanager
+def producer(name: str, queue: str, count: int = 1) -> Iterator[str | None]:
+    """A producer span around an enqueue of `count` jobs of `name` into `queue`; yields the
+    `traceparent` to stamp on the rows (None when not tracing)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.destination.name": queue,
+        "ujobs.job.name": name,
+        "messaging.batch.message_count": count,
+    }
+    with tracer.start_as_current_span(
+        f"publish {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+    ) as span:
+        yield traceparent_of(span)
+
+
+@contextlib.contextmanager
+def consumer(job: ClaimedJob) -> Iterator[Any | None]:
+    """A consumer span around one run of `job`, a child of its enqueuer's span when the row
+    carries one; yields the span (None when not tracing) for `ended` and `failed`."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    parent = None
+    if job.traceparent is not None:
+        parent = TraceContextTextMapPropagator().extract({"traceparent": job.traceparent})
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": job.id,
+        "ujobs.job.name": job.name,
+        "ujobs.job.attempt": job.attempt,
+        "ujobs.job.max_attempts": job.max_attempts,
+    }
+    with tracer.start_as_current_span(
+        f"process {job.queue}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def failed(span: Any | None, exc: BaseException) -> None:
+    """Record the exception that failed the run on its span."""
+    if span is not None:
+        span.record_exception(exc)
+
+
+def ended(span: Any | None, outcome: Outcome) -> None:
+    """Mark the run's span with how its settle ended; a failed attempt is an error."""
+    if span is None:
+        return
+    span.set_attribute("ujobs.outcome", outcome.value)
+    if outcome in _FAILED:
+        span.set_status(Status(StatusCode.ERROR, outcome.value))

@@ -1,0 +1,202 @@
+"""Traces (OpenTelemetry's SDK with its in-memory exporter), Prometheus metrics scraped over HTTP,
+the health check, and sensitive values scrubbed from every log line a failing run writes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from jobs_core import tracing
+from jobs_core.cli.base import _Formatter
+from jobs_core.context import JobContext
+from jobs_core.facade import Jobs
+from jobs_core.operator.metrics import serve
+from jobs_core.retry import Retry
+from jobs_core.states import JobState
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+from tests.core.support import declare, until
+
+CARD = "5500005555555559"
+
+
+async def pay(input: Any, ctx: JobContext) -> dict[str, bool]:
+    if input.get("fail"):
+        raise RuntimeError(f"gateway refused {input['card']}")
+    return {"ok": True}
+
+
+def fast(driver: MemoryDriver, handles: list[Any], **options: Any) -> Worker:
+    return Worker(driver, handles, poll_floor=0.001, poll_ceiling=0.01, lease=5.0, **options)
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # The global provider can be set once per process: the tracing module is pointed at ours.
+    monkeypatch.setattr(tracing.trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(
+        tracing.trace, "get_tracer", lambda name, version=None: provider.get_tracer(name, version)
+    )
+    yield exporter
+    provider.shutdown()
+
+
+async def test_an_enqueue_and_its_runs_are_one_trace(spans: InMemorySpanExporter) -> None:
+    driver = MemoryDriver()
+    handle = declare(pay, name="pay", retry=Retry(attempts=2, base_ms=1, cap_ms=1))
+    jobs = Jobs(driver)
+    ok = await jobs.enqueue(handle, {"n": 1})
+    bad = await jobs.enqueue(handle, {"n": 2, "fail": True, "card": "c"})
+    many = await jobs.enqueue_many(handle, [{"n": 3}, {"n": 4}])
+    rows = await driver.job_get_many([ok.id, bad.id, *(r.id for r in many)])
+    stamped = {i: r.traceparent for i, r in rows.items()}
+    assert all(tp is not None for tp in stamped.values())
+    # One span for the batch: its two rows carry the same context.
+    assert stamped[many[0].id] == stamped[many[1].id] != stamped[ok.id]
+    worker = fast(driver, [handle])
+    await worker.start()
+
+    async def ended() -> bool:
+        got = await driver.job_get_many(list(rows))
+        return all(r.state in (JobState.COMPLETED, JobState.DEAD) for r in got.values())
+
+    await until(ended)
+    await worker.stop()
+    finished = spans.get_finished_spans()
+    producers = [s for s in finished if s.kind is SpanKind.PRODUCER]
+    consumers = [s for s in finished if s.kind is SpanKind.CONSUMER]
+    assert len(producers) == 3 and [s.name for s in producers] == ["publish default"] * 3
+    assert producers[2].attributes is not None
+    assert producers[2].attributes["messaging.batch.message_count"] == 2
+    by_job = {}
+    for s in consumers:
+        assert s.attributes is not None
+        by_job.setdefault(s.attributes["messaging.message.id"], []).append(s)
+    assert len(by_job[bad.id]) == 2 and len(by_job[ok.id]) == 1
+    for job_id, runs in by_job.items():
+        tp = stamped[job_id]
+        assert tp is not None
+        for run in runs:
+            # A child of the span that enqueued it, in the same trace.
+            assert run.parent is not None and f"{run.parent.span_id:016x}" == tp.split("-")[2]
+            assert f"{run.context.trace_id:032x}" == tp.split("-")[1]
+    assert by_job[ok.id][0].attributes is not None
+    assert by_job[ok.id][0].attributes["ujobs.outcome"] == "completed"
+    failed = by_job[bad.id]
+    assert all(r.status.status_code is StatusCode.ERROR for r in failed)
+    assert [r.attributes["ujobs.outcome"] for r in failed if r.attributes] == [
+        "retried",
+        "dead-lettered",
+    ]
+    assert any(e.name == "exception" for e in failed[0].events)
+
+
+async def test_without_a_tracer_provider_nothing_is_stamped() -> None:
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    driver = MemoryDriver()
+    done = await Jobs(driver).enqueue(declare(pay, name="pay"), {"n": 1})
+    assert (await driver.job_get_many([done.id]))[done.id].traceparent is None
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _value(text: str, metric: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        if name == metric and (not labels or rest.startswith(want + "}")):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {metric}{{{want}}} in:\n{text}")
+
+
+async def test_metrics_and_health_are_served_over_http() -> None:
+    driver = MemoryDriver()
+    handle = declare(pay, name="pay", retry=Retry(attempts=2, base_ms=1, cap_ms=1))
+    jobs = Jobs(driver)
+    ids = [r.id for r in await jobs.enqueue_many(handle, [{"n": n} for n in range(5)])]
+    ids.append((await jobs.enqueue(handle, {"n": 9, "fail": True, "card": CARD})).id)
+    worker = fast(driver, [handle])
+    server = serve(worker, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        status, body = await asyncio.to_thread(_get, base + "/healthz")
+        assert status == 503 and json.loads(body)["status"] == "unhealthy"  # not started yet
+        await worker.start()
+
+        async def ended() -> bool:
+            got = await driver.job_get_many(ids)
+            return all(r.state in (JobState.COMPLETED, JobState.DEAD) for r in got.values())
+
+        await until(ended)
+        status, body = await asyncio.to_thread(_get, base + "/healthz")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        status, text = await asyncio.to_thread(_get, base + "/metrics")
+        assert status == 200
+        labels = {"name": "pay", "queue": "default"}
+        assert _value(text, "ujobs_jobs_processed_total", **labels) == 6
+        assert _value(text, "ujobs_jobs_failed_total", **labels) == 2
+        assert _value(text, "ujobs_jobs_retried_total", **labels) == 1
+        assert _value(text, "ujobs_job_run_seconds_count", **labels) == 7
+        assert _value(text, "ujobs_queue_dead_jobs", queue="default") == 1
+        assert _value(text, "ujobs_queue_demand", queue="default") == 0
+        assert _value(text, "ujobs_queue_oldest_ready_seconds", queue="default") == 0
+        assert _value(text, "ujobs_queue_jobs", queue="default", state="completed") == 5
+        assert _value(text, "ujobs_store_up") == 1
+        assert CARD not in text
+        assert (await asyncio.to_thread(_get, base + "/nope"))[0] == 404
+        await worker.stop()
+        status, _ = await asyncio.to_thread(_get, base + "/healthz")
+        assert status == 503
+    finally:
+        server.close()
+
+
+async def test_a_failing_runs_log_lines_never_print_its_secrets() -> None:
+    driver = MemoryDriver()
+    handle = declare(pay, name="pay", sensitive=("card",), retry=Retry(attempts=2, base_ms=1))
+    job = await Jobs(driver).enqueue(handle, {"n": 1, "fail": True, "card": CARD})
+    out = {"text": io.StringIO(), "json": io.StringIO()}
+    handlers = []
+    for kind, stream in out.items():
+        h = logging.StreamHandler(stream)
+        h.setFormatter(_Formatter(kind, []))
+        handlers.append(h)
+        logging.getLogger().addHandler(h)
+    try:
+        worker = fast(driver, [handle])
+        await worker.start()
+
+        async def dead() -> bool:
+            return (await driver.job_get_many([job.id]))[job.id].state is JobState.DEAD
+
+        await until(dead)
+        await worker.stop()
+    finally:
+        for h in handlers:
+            logging.getLogger().removeHandler(h)
+    for kind, stream in out.items():
+        text = stream.getvalue()
+        assert "gateway refused [redacted]" in text, (kind, text)
+        assert "Traceback" in text and CARD not in text, (kind, text)

@@ -4,7 +4,7 @@ from jobs_core.clock import Clock, FakeClock, SystemClock
 from jobs_core.context import CancelSignal, JobContext
 from jobs_core.driver import Capabilities, JobDriver
 from jobs_core.errors import JobsError, RateLimitedError, TerminalError
-from jobs_core.facade import Jobs, SettledEvent, configure
+from jobs_core.facade import EventSent, Jobs, SettledEvent, configure, send_event, send_event_sync
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.records import EnqueueResult, JobRecord, Pause
 from jobs_core.retry import Retry
@@ -18,6 +18,7 @@ __all__ = [
     "Capabilities",
     "Clock",
     "EnqueueResult",
+    "EventSent",
     "FakeClock",
     "JobContext",
     "JobDriver",
@@ -41,4 +42,6 @@ __all__ = [
     "current_tenant",
     "driver_from_url",
     "job",
+    "send_event",
+    "send_event_sync",
 ]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs_core.errors import JobsError
+
+if TYPE_CHECKING:
+    from jobs_core.steps.api import StepApi, SyncStepApi
 
 
 class CancelSignal:
@@ -80,6 +83,10 @@ class JobContext:
     enqueued_by: str | None
     signal: CancelSignal
     _report: Callable[[Any], None] = field(repr=False)
+    #: Durable steps, sleeps and event waits, for an `async def` body (`jobs_core.steps`).
+    step: StepApi = field(repr=False)
+    #: The same, blocking, for a `def` body.
+    sync_step: SyncStepApi = field(repr=False)
 
     @property
     def final_attempt(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Final, Protocol
 from jobs_core.errors import (
     BatchTooLargeError,
     ClaimQueuesEmptyError,
+    DriverUnsupportedError,
     JobNotFoundError,
     NotRequeueableError,
     RecordInvalidError,
@@ -37,6 +38,8 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Fence,
     Heartbeat,
     JobFilter,
@@ -55,6 +58,8 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
@@ -98,6 +103,10 @@ class Capabilities:
 
     #: `wake_subscribe` delivers enqueue wake-ups across processes.
     wake: bool = False
+    #: The step family (`step_list`, `step_put`): durable steps and sleeps.
+    steps: bool = False
+    #: The event family (`event_publish`, `event_find`, `event_purge`, waits on PARK).
+    events: bool = False
 
 
 class WakeSubscription(Protocol):
@@ -187,6 +196,31 @@ class JobDriver(abc.ABC):
             return []
         rows = await self._counter_read(params)
         return sorted(rows, key=lambda r: (r.name, r.queue, r.bucket_ms, r.width_ms))
+
+    # -- events -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `events=True` in `capabilities()`.
+
+    async def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        """The oldest unexpired event `wait` matches, published at or after its `since_ms`."""
+        check_wait(wait)
+        _check_time(now_ms, "now_ms")
+        return await self._event_find(wait, now_ms)
+
+    async def event_publish(self, event: EventRecord) -> int:
+        """Store `event` (unless its id is stored: then 0) and wake every parked run whose wait
+        it matches; answers how many runs it woke."""
+        _check_str(event.id, "id")
+        _check_str(event.name, "name")
+        check_text(event.data_json, "data_json")
+        _check_time(event.published_at_ms, "published_at_ms")
+        _check_time(event.expires_at_ms, "expires_at_ms")
+        return await self._event_publish(event)
+
+    async def event_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` expired events (`expires_at_ms <= now_ms`); answers how many."""
+        _check_time(now_ms, "now_ms")
+        _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
+        return await self._event_purge(now_ms, limit)
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -390,6 +424,26 @@ class JobDriver(abc.ABC):
         _check_time(now_ms, "now_ms")
         return sorted(await self._queue_stats(now_ms), key=lambda q: q.queue)
 
+    # -- steps --------------------------------------------------------------------------------
+    # Optional: a driver offering them says `steps=True` in `capabilities()`.
+
+    async def step_list(self, run_id: str) -> list[StepRecord]:
+        """Every recorded step of a run, by (recorded_at_ms, name), in ONE read."""
+        _check_str(run_id, "run_id")
+        steps = await self._step_list(run_id)
+        return sorted(steps, key=lambda s: (s.recorded_at_ms, s.name))
+
+    async def step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        """Record each step, fenced like `job_ack`; answers, per item, whether its fence held."""
+        for p in puts:
+            _check_fence(p.fence)
+            _check_str(p.name, "name")
+            check_text(p.output_json, "output_json")
+            _check_time(p.now_ms, "now_ms")
+        if not puts:
+            return []
+        return await self._step_put(puts)
+
     # -- workers ------------------------------------------------------------------------------
 
     async def worker_beat(self, beat: WorkerBeat) -> None:
@@ -444,6 +498,35 @@ class JobDriver(abc.ABC):
         """Every counter bucket (both widths) of `params.names` (None: every name) in
         `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
         order (the public method sorts)."""
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        """The event with the least `(published_at_ms, id)` among those named `wait.event`,
+        published at or after `wait.since_ms`, with `expires_at_ms > now_ms`, whose data
+        `event_matches` `wait.match_json`; None when there is none. Reads only."""
+        raise DriverUnsupportedError(detail="events")
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        """In one atomic step: when no event has this id, store it, then wake every `parked`
+        row whose wait it matches (its name, `published_at_ms >= since_ms`, `event_matches`):
+        `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken (0 for
+        a known id: nothing written)."""
+        raise DriverUnsupportedError(detail="events")
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
+        id)` first; answers how many. Safe from several callers at once."""
+        raise DriverUnsupportedError(detail="events")
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        """Every step recorded under `run_id`, in any order (the public method sorts)."""
+        raise DriverUnsupportedError(detail="steps")
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        """For each item in order, fenced like `_job_ack` (running, same claims and worker):
+        record `(the row's run_id, name) -> output_json` at `now_ms` unless that step is
+        recorded already (the first record stays; the answer is still True). A miss writes
+        nothing. Steps go with their row when it is purged or removed."""
+        raise DriverUnsupportedError(detail="steps")
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -528,7 +611,11 @@ class JobDriver(abc.ABC):
         - FAIL: `dead` when `dead_letter`, else `failed`; `finished_at_ms = now_ms`;
           `last_error = error`.
         - PARK: `parked` with `run_at_ms` as given (None: until woken, never due); the
-          attempt is given back (`attempt - 1`); `last_error` kept.
+          attempt is given back (`attempt - 1`); `last_error` kept. With a `wait` (drivers
+          offering events): the wait is stored with the row — unless an event it matches is
+          already stored and unexpired at `now_ms` (`_event_find`), in which case the row is
+          `ready` at `now_ms` instead, no wait stored. A row's wait goes when it leaves
+          `parked` (claimed, woken by an event, cancelled, removed).
         - SHED, INTERRUPT: `ready` at `run_at_ms`, or `now_ms` when None; attempt given back;
           `last_error` kept.
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
@@ -708,9 +795,22 @@ def check_ack(ack: Ack) -> None:
     _check_optional_json(ack.progress_json, "progress_json")
 
 
+def check_wait(wait: EventWait) -> None:
+    """Refuse a wait no driver could store (`X_JOB_RECORD_INVALID`, naming the field)."""
+    _check_str(wait.event, "wait.event")
+    check_text(wait.match_json, "wait.match_json")
+    if not wait.match_json.lstrip().startswith("{"):
+        raise RecordInvalidError("a match must be a JSON object", detail="wait.match_json")
+    _check_time(wait.since_ms, "wait.since_ms")
+
+
 def check_nack(nack: Nack) -> None:
     """Refuse a nack `job_nack` would refuse (`X_JOB_RECORD_INVALID`, naming the field)."""
     _check_fence(nack.fence)
+    if nack.wait is not None:
+        if nack.kind is not NackKind.PARK:
+            raise RecordInvalidError("only a park waits for an event", detail="wait")
+        check_wait(nack.wait)
     _check_time(nack.now_ms, "now_ms")
     if nack.kind is NackKind.RETRY and nack.run_at_ms is None:
         raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")

@@ -11,6 +11,7 @@ from typing import ClassVar, Final
 
 #: code -> one-line title. The single list of codes; a class below exists for each.
 CODES: Final[dict[str, str]] = {
+    "X_ABORTED": "the run was cancelled or lost its claim; it records nothing more",
     "X_CLI_DRIVER_REQUIRED": "no driver was named, and the CLI does not pick one on its own",
     "X_CLI_MODULE_INVALID": "the jobs module could not be imported",
     "X_CLI_NO_JOBS": "the module exports no jobs",
@@ -21,6 +22,7 @@ CODES: Final[dict[str, str]] = {
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
     "X_DRIVER_NOT_INSTALLED": "the driver for this URL needs an extra that is not installed",
+    "X_DRIVER_UNSUPPORTED": "the driver does not offer this capability",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
@@ -46,6 +48,8 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
+    "X_STEP_DUPLICATE": "a step name is used twice in one run",
+    "X_STEP_TIMEOUT": "the step passed its deadline and was cancelled",
     "X_WORKER_ERROR": "the worker failed around the body, not in it",
 }
 
@@ -65,6 +69,12 @@ class JobsError(Exception):
             text = f"{text} ({detail})"
         self.message = text
         super().__init__(f"{self.code}: {text}")
+
+
+class AbortedError(JobsError):
+    """The run was cancelled or lost its claim; it records nothing more."""
+
+    code = "X_ABORTED"
 
 
 class CliDriverRequiredError(JobsError):
@@ -125,6 +135,12 @@ class DriverNotInstalledError(JobsError):
     """The driver for this URL needs an extra that is not installed."""
 
     code = "X_DRIVER_NOT_INSTALLED"
+
+
+class DriverUnsupportedError(JobsError):
+    """The driver does not offer this capability."""
+
+    code = "X_DRIVER_UNSUPPORTED"
 
 
 class DriverUnavailableError(JobsError):
@@ -303,6 +319,20 @@ class RateLimitedError(JobsError):
         self.retry_after_ms = round(retry_after_ms)
 
 
+class StepDuplicateError(JobsError):
+    """A step name is used twice in one run."""
+
+    code = "X_STEP_DUPLICATE"
+    # The body's code uses one name twice: the next attempt would do the same.
+    terminal = True
+
+
+class StepTimeoutError(JobsError):
+    """The step passed its deadline and was cancelled."""
+
+    code = "X_STEP_TIMEOUT"
+
+
 class WorkerError(JobsError):
     """The worker failed around the body, not in it."""
 
@@ -312,6 +342,7 @@ class WorkerError(JobsError):
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
+        AbortedError,
         CliDriverRequiredError,
         CliModuleInvalidError,
         CliNoJobsError,
@@ -323,6 +354,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DriverLimitError,
         DriverNotInstalledError,
         DriverUnavailableError,
+        DriverUnsupportedError,
         DriverUrlInvalidError,
         BatchTooLargeError,
         JobCancelledError,
@@ -347,6 +379,8 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         TerminalError,
         JobTimeoutError,
         RateLimitedError,
+        StepDuplicateError,
+        StepTimeoutError,
         WorkerError,
     )
 }

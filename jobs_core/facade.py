@@ -34,7 +34,8 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
-from jobs_core.records import EnqueueResult, NewJob
+from jobs_core.records import EnqueueResult, EventRecord, NewJob
+from jobs_core.semantics import EVENT_TTL_MS
 from jobs_core.states import Outcome
 from jobs_core.tenant import current_tenant
 
@@ -53,6 +54,14 @@ ENQUEUE_RETRY_S: Final = 10.0
 #: First and longest pause between two tries of an enqueue.
 ENQUEUE_RETRY_FLOOR_S: Final = 0.05
 ENQUEUE_RETRY_CEILING_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EventSent:
+    """What `send_event` did: the event's id, and how many waiting runs it woke at once."""
+
+    id: str
+    woken: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +241,44 @@ class Jobs:
         """`enqueue_many` from sync code."""
         return self._run_sync(self.enqueue_many(handle, inputs, **options))
 
+    async def send_event(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        id: str | None = None,
+        ttl: float | dt.timedelta | None = None,
+    ) -> EventSent:
+        """Publish event `name` with `data` (its JSON form; `{}` when None): every parked run
+        waiting for it — its name, and every key of its match equal in `data` — wakes now.
+
+        The event is kept for `ttl` (seconds or a timedelta; 7 days by default), so a wait
+        that begins later and asks for earlier events (`since=`) still finds it. Retried like
+        an enqueue under the same id: a repeat stores nothing and wakes nothing. Pass your own
+        `id` to make your retries of a failed call exactly-once too.
+        """
+        now = self.clock.now_ms()
+        if ttl is None:
+            ttl_ms = EVENT_TTL_MS
+        else:
+            seconds = ttl.total_seconds() if isinstance(ttl, dt.timedelta) else ttl
+            ttl_ms = round(
+                finite_number(seconds, "ttl", minimum=0.001, maximum=3650 * 86_400) * 1000
+            )
+        record = EventRecord(
+            id=id if id is not None else new_id(),
+            name=name,
+            data_json=dumps({} if data is None else data),
+            published_at_ms=now,
+            expires_at_ms=now + ttl_ms,
+        )
+        woken = await self._retrying(lambda: self.driver.event_publish(record))
+        return EventSent(record.id, woken)
+
+    def send_event_sync(self, name: str, data: Any = None, **options: Any) -> EventSent:
+        """`send_event` from sync code."""
+        return self._run_sync(self.send_event(name, data, **options))
+
     def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """`coro`'s result, waited for by this thread; never blocks a running event loop."""
         try:
@@ -399,3 +446,13 @@ def default_client() -> Jobs:
             "no jobs client: call jobs_core.configure(driver_or_url) first", detail="configure"
         )
     return _default
+
+
+async def send_event(name: str, data: Any = None, **options: Any) -> EventSent:
+    """`Jobs.send_event` on the configured client (`jobs_core.configure`)."""
+    return await default_client().send_event(name, data, **options)
+
+
+def send_event_sync(name: str, data: Any = None, **options: Any) -> EventSent:
+    """`Jobs.send_event_sync` on the configured client, from plain sync code."""
+    return default_client().send_event_sync(name, data, **options)

@@ -200,6 +200,16 @@ class NackKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class EventWait:
+    """What a parked run waits for: an event named `event`, published at or after `since_ms`,
+    whose data holds every top-level key of `match_json` (a JSON object) with an equal value."""
+
+    event: str
+    match_json: str
+    since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Nack:
     """Give a held job back, in one of the `NackKind` ways."""
 
@@ -210,6 +220,8 @@ class Nack:
     error: str | None = None
     dead_letter: bool = True
     progress_json: str | None = None
+    #: With PARK only: the event that wakes the run early (`event_publish`).
+    wait: EventWait | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,3 +488,38 @@ class CounterReadParams:
     until_ms: int
     names: tuple[str, ...] | None = None
     queues: tuple[str, ...] | None = None
+
+
+# -- durable steps and events ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One recorded step of a run: its name and the JSON form its first execution stored."""
+
+    run_id: str
+    name: str
+    output_json: str
+    recorded_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepPut:
+    """Record step `name` of the run the fence's job belongs to, while the fence holds."""
+
+    fence: Fence
+    name: str
+    output_json: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A published event: any process may send one; waiting runs whose wait matches wake."""
+
+    id: str
+    name: str
+    data_json: str
+    published_at_ms: int
+    #: The event is not found by a wait, and may be purged, from this time on.
+    expires_at_ms: int

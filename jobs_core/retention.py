@@ -8,8 +8,9 @@ and, on an idle worker, in the slot of one poll, which it then skips — so an i
 still costs at most its budget of round-trips (30, 12 with a live wake), the purge included.
 
 The same rounds fold the settle counters (`counter_fold`: old minute buckets into hours,
-expired hours dropped), at most once every `FOLD_EVERY_MS`, whatever the retention: a worker
-that keeps every row still keeps its counters bounded.
+expired hours dropped) and purge expired events (`event_purge`, counted), at most once every
+`FOLD_EVERY_MS`, whatever the retention: a worker that keeps every row still keeps its counters
+and events bounded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
@@ -129,6 +131,8 @@ class Purger:
         self.purged = 0
         #: Counter buckets folded or dropped since start.
         self.folded = 0
+        #: Expired events purged since start.
+        self.events_purged = 0
 
     @property
     def purges(self) -> bool:
@@ -136,17 +140,27 @@ class Purger:
         return self.retention is not None and not self.retention.keeps_everything
 
     async def fold(self) -> int:
-        """Fold the counters in batches until one comes back short (or fails); answers how many
-        buckets were folded or dropped."""
+        """Fold the counters, then purge expired events (where the driver keeps events), in
+        batches until one comes back short (or fails); answers the counter buckets folded or
+        dropped. Events purged are counted in `events_purged`."""
+        total = await self._batches("counters.fold", self.driver.counter_fold)
+        self.folded += total
+        if self.driver.capabilities().events:
+            purged = await self._batches("events.purge", self.driver.event_purge)
+            self.events_purged += purged
+            if purged:
+                log.info("jobs.events.purged %d expired events removed", purged)
+        return total
+
+    async def _batches(self, what: str, call: Callable[[int, int], Awaitable[int]]) -> int:
         total = 0
         while True:
             try:
-                n = await self.driver.counter_fold(self.clock.now_ms(), self.batch)
-            except Exception as exc:  # the next round tries again; counting never stops work
-                log.warning("jobs.counters.fold_failed: %r", exc)
+                n = await call(self.clock.now_ms(), self.batch)
+            except Exception as exc:  # the next round tries again; upkeep never stops work
+                log.warning("jobs.%s_failed: %r", what, exc)
                 break
             total += n
-            self.folded += n
             if n < self.batch:
                 break
             await asyncio.sleep(0)

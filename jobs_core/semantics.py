@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from jobs_core.errors import PageInvalidError
@@ -115,3 +116,33 @@ def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
     if fingerprint != _fingerprint(f):
         raise PageInvalidError("the cursor was made for another filter", detail="cursor")
     return ListKey(created_at, job_id)
+
+
+# -- events -------------------------------------------------------------------------------------
+
+#: How long an event is found by waits, unless its sender says otherwise.
+EVENT_TTL_MS: Final = 7 * 24 * HOUR_MS
+
+
+def json_equal(a: object, b: object) -> bool:
+    """JSON equality as every store can decide it: numbers by value (`1` equals `1.0`), a
+    boolean never equals a number, arrays in order, objects key by key."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def event_matches(match: Mapping[str, object], data: object) -> bool:
+    """True when `data` holds every top-level key of `match` with a `json_equal` value (an
+    empty match takes any data; a non-empty one only an object)."""
+    if not match:
+        return True
+    return isinstance(data, dict) and all(
+        k in data and json_equal(v, data[k]) for k, v in match.items()
+    )

@@ -13,13 +13,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sortedcontainers import SortedList
 
-from jobs_core.driver import JobDriver
+from jobs_core.driver import Capabilities, JobDriver
+from jobs_core.jsonform import loads
 from jobs_core.records import (
     COUNTED_OUTCOMES,
     Ack,
@@ -31,6 +32,8 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Fence,
     Heartbeat,
     JobFilter,
@@ -48,6 +51,8 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
@@ -57,6 +62,7 @@ from jobs_core.semantics import (
     MINUTE_MS,
     bury_outcome,
     drop_before,
+    event_matches,
     fold_before,
     hour_of,
     minute_of,
@@ -100,9 +106,20 @@ class MemoryDriver(JobDriver):
         self._pauses: set[Pause] = set()
         self._workers: dict[str, WorkerInfo] = {}
         self._counters: dict[_Bucket, list[int]] = {}
+        #: run_id -> step name -> record.
+        self._steps: dict[str, dict[str, StepRecord]] = {}
+        self._events: dict[str, EventRecord] = {}
+        #: Per event name, its events by (published_at, id); every event by (expires_at, id).
+        self._events_by_name: dict[str, SortedList[tuple[int, str]]] = {}
+        self._expiries: SortedList[tuple[int, str]] = SortedList()
+        #: job id -> the wait of its parked row.
+        self._waits: dict[str, EventWait] = {}
 
     def describe(self) -> str:
         return "memory"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(steps=True, events=True)
 
     # -- the one place a row changes; it keeps every index true -------------------------------
 
@@ -113,11 +130,15 @@ class MemoryDriver(JobDriver):
             self._created.add((new.created_at_ms, new.id))
         self._rows[new.id] = _Row(new)
         self._index(new)
+        if new.state is not JobState.PARKED:
+            self._waits.pop(new.id, None)  # a wait lives only while its row is parked
 
     def _drop(self, job_id: str) -> None:
         r = self._rows.pop(job_id).rec
         self._unindex(r)
         self._created.discard((r.created_at_ms, r.id))
+        self._waits.pop(job_id, None)
+        self._steps.pop(r.run_id, None)
 
     def _count(self, r: JobRecord, now_ms: int, outcome: Outcome) -> None:
         row = self._counters.setdefault((r.name, r.queue, minute_of(now_ms), MINUTE_MS), [0] * 9)
@@ -316,9 +337,17 @@ class MemoryDriver(JobDriver):
         return self._fenced(acks, _acked, lambda _: Outcome.COMPLETED)
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        return self._fenced(
-            nacks, lambda n, r: nacked(r, n), lambda n: nack_outcome(n.kind, n.dead_letter)
-        )
+        return self._fenced(nacks, self._nacked, lambda n: nack_outcome(n.kind, n.dead_letter))
+
+    def _nacked(self, n: Nack, r: JobRecord) -> JobRecord:
+        new = nacked(r, n)
+        if n.wait is None:
+            return new
+        if self._find_locked(n.wait, n.now_ms) is not None:
+            # The event came before the wait was stored: the run goes on at once.
+            return replace(new, state=JobState.READY, run_at_ms=n.now_ms)
+        self._waits[r.id] = n.wait
+        return new
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         return self._fenced(beats, lambda b, r: replace(r, lease_until_ms=b.now_ms + b.lease_ms))
@@ -459,6 +488,72 @@ class MemoryDriver(JobDriver):
         with self._lock:
             return {i: self._rows[i].rec for i in job_ids if i in self._rows}
 
+    # -- steps and events -----------------------------------------------------------------------
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        with self._lock:
+            return list(self._steps.get(run_id, {}).values())
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            for p in puts:
+                r = self._held(p.fence)
+                if r is not None:
+                    steps = self._steps.setdefault(r.run_id, {})
+                    if p.name not in steps:
+                        steps[p.name] = StepRecord(r.run_id, p.name, p.output_json, p.now_ms)
+                out.append(r is not None)
+        return out
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        with self._lock:
+            if event.id in self._events:
+                return 0
+            self._events[event.id] = event
+            self._events_by_name.setdefault(event.name, SortedList()).add(
+                (event.published_at_ms, event.id)
+            )
+            self._expiries.add((event.expires_at_ms, event.id))
+            data = loads(event.data_json)
+            woken = 0
+            for job_id, wait in list(self._waits.items()):
+                if (
+                    wait.event == event.name
+                    and event.published_at_ms >= wait.since_ms
+                    and event_matches(_object(wait.match_json), data)
+                ):
+                    r = self._rows[job_id].rec
+                    self._put(r, replace(r, state=JobState.READY, run_at_ms=event.published_at_ms))
+                    woken += 1
+            return woken
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        with self._lock:
+            return self._find_locked(wait, now_ms)
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        index = self._events_by_name.get(wait.event)
+        if not index:
+            return None
+        match = _object(wait.match_json)
+        for _, event_id in index.irange(minimum=(wait.since_ms, "")):
+            e = self._events[event_id]
+            if e.expires_at_ms > now_ms and event_matches(match, loads(e.data_json)):
+                return e
+        return None
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            gone = list(
+                itertools.takewhile(lambda e: e[0] <= now_ms, self._expiries.islice(0, limit))
+            )
+            for expires, event_id in gone:
+                e = self._events.pop(event_id)
+                self._expiries.discard((expires, event_id))
+                self._events_by_name[e.name].discard((e.published_at_ms, event_id))
+            return len(gone)
+
     # -- counters -------------------------------------------------------------------------------
 
     async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
@@ -596,3 +691,10 @@ def nacked(r: JobRecord, n: Nack) -> JobRecord:
                 last_error=n.error,
                 attempt=r.attempt - 1,
             )
+
+
+def _object(match_json: str) -> Mapping[str, object]:
+    match: object = loads(match_json)
+    if not isinstance(match, dict):
+        raise AssertionError("the ABC refuses a match that is not an object")
+    return match

@@ -56,13 +56,11 @@ from jobs_core.records import (
     Ack,
     ClaimParams,
     ClaimResult,
-    CounterReadParams,
     EnqueueResult,
+    EventWait,
     Fence,
     Heartbeat,
     JobFilter,
-    JobListParams,
-    JobPage,
     JobRecord,
     Nack,
     NackKind,
@@ -70,6 +68,7 @@ from jobs_core.records import (
     Pause,
     Progress,
     PurgeParams,
+    StepPut,
     WorkerBeat,
 )
 from jobs_core.states import LIVE_STATES, JobState
@@ -77,6 +76,8 @@ from jobs_core.testing.model import ReferenceModel
 
 #: Makes a fresh, empty driver; entering it opens the driver, leaving it drops everything.
 DriverFactory: TypeAlias = Callable[[], AbstractAsyncContextManager[JobDriver]]
+#: One comparison of the observable state: a name, the model's answer, the driver's call.
+Check: TypeAlias = tuple[str, Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]
 
 T = TypeVar("T")
 
@@ -130,6 +131,20 @@ TRACEPARENTS = (None, None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333
 PAUSES = tuple(Pause("queue", q) for q in QUEUES) + tuple(Pause("name", n) for n in NAMES)
 #: An id no rule ever inserts: every state check also asks for it.
 UNKNOWN_ID = "no-such-job"
+#: Steps and events over small pools, so names and matches collide.
+STEP_NAMES = ("charge", "ship", "q'uo%te\n☃")
+EVENT_NAMES = ("shipped", "paid")
+#: Event data and matches where JSON equality is tested: 1 equals 1.0, never true or "1".
+EVENT_DATA = (
+    '{"order":1}',
+    '{"order":1.0,"x":true}',
+    '{"order":2}',
+    '{"order":"1"}',
+    '{"order":true}',
+    "[1]",
+    "{}",
+)
+MATCHES = ("{}", '{"order":1}', '{"order":"1"}', '{"order":true}', '{"x":true}')
 
 
 class ParityError(AssertionError):
@@ -240,16 +255,16 @@ list_filters = st.builds(
     states=st.sampled_from(
         (
             frozenset(),
-            frozenset(),
             frozenset({JobState.READY}),
+            frozenset(),
             frozenset({JobState.RUNNING, JobState.PARKED}),
             frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED}),
             frozenset({JobState.COMPLETED}),
         )
     ),
-    queue=st.sampled_from((None, None, *QUEUES[:2])),
-    name=st.sampled_from((None, None, *NAMES[:3])),
-    tenant_id=st.sampled_from((None, None, "t1", LONG_TENANT)),
+    queue=st.sampled_from((None, QUEUES[0], None, QUEUES[1])),
+    name=st.sampled_from((None, NAMES[0], None, *NAMES[1:3])),
+    tenant_id=st.sampled_from(("t1", None, None, LONG_TENANT)),
 )
 #: Cursors no listing handed out: malformed, or a real-looking one of the wrong version.
 BAD_CURSORS = ("", "garbage", "c1.", "c1.bm90IGpzb24", "c1.WzEsImEiXQ", "c2.WzEsImEiLCJ4Il0")
@@ -286,7 +301,17 @@ def _canonical_json(text: object) -> object:
         return ("not JSON", text)
 
 
-_JSON_FIELDS = frozenset({"input_json", "progress_json", "result_json", "info_json"})
+_JSON_FIELDS = frozenset(
+    {
+        "input_json",
+        "progress_json",
+        "result_json",
+        "info_json",
+        "output_json",
+        "data_json",
+        "match_json",
+    }
+)
 
 
 def _comparable(value: object) -> object:
@@ -368,6 +393,10 @@ async def check_empty(driver: JobDriver) -> None:
     workers = await driver.worker_list(0)
     if workers:
         found.append(f"workers {[w.worker_id for w in workers]}")
+    if driver.capabilities().events:
+        for name in EVENT_NAMES:
+            if await driver.event_find(EventWait(name, "{}", 0), 0) is not None:
+                found.append(f"events named {name!r}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -385,6 +414,9 @@ class ParityMachine(RuleBasedStateMachine):
 
     #: What the walks reached, across every example of this class (see `make_machine`).
     tally: ClassVar[Counter[str]] = Counter()
+    #: The family a rules class adds, and the families a bound machine walks.
+    FAMILY: ClassVar[str] = "jobs"
+    FAMILIES_ON: ClassVar[frozenset[str]] = frozenset({"jobs"})
 
     @staticmethod
     def make_driver() -> AbstractAsyncContextManager[JobDriver]:
@@ -400,6 +432,8 @@ class ParityMachine(RuleBasedStateMachine):
         self.fences: list[Fence] = []
         #: Every cursor a listing handed out, with the filter it was for, oldest first.
         self.cursors: list[tuple[JobFilter, str]] = []
+        #: Every run that ever recorded a step: its steps are compared after each step.
+        self.step_runs: set[str] = set()
         self._serial = 0
         #: Steps run so far; the current step's rule (with arguments) and its driver calls.
         self._steps = 0
@@ -791,7 +825,17 @@ class ParityMachine(RuleBasedStateMachine):
         worker=st.sampled_from(WORKERS),
         lease_ms=st.sampled_from((1000, 3000)),
         then=st.sampled_from(
-            (*NackKind, NackKind.PARK, "ack", "ack", "heartbeat", "progress", "hold", "hold")
+            (
+                *NackKind,
+                NackKind.PARK,
+                "ack",
+                "ack",
+                "heartbeat",
+                "progress",
+                "hold",
+                "hold",
+                "step",
+            )
         ),
         offset=offsets,
         error=st.sampled_from(ERRORS),
@@ -800,6 +844,18 @@ class ParityMachine(RuleBasedStateMachine):
         at=st.sampled_from(("now", "now", "lease end")),
         pick=st.integers(0, 7),
         dead_letter=st.booleans(),
+        # Waits first: a derandomized walk draws the first choices most (it starts simple).
+        wait=st.sampled_from(
+            (
+                *(
+                    (name, match, since)
+                    for since in (-5000, 0)
+                    for match in MATCHES
+                    for name in EVENT_NAMES
+                ),
+                None,
+            )
+        ),
     )
     def work(
         self,
@@ -814,9 +870,11 @@ class ParityMachine(RuleBasedStateMachine):
         at: str,
         pick: int,
         dead_letter: bool,
+        wait: tuple[str, str, int] | None,
     ) -> None:
         """What a worker does: claim (now, or once a running row's lease lapsed), then settle
-        what it got at once (a random walk alone rarely lands a settle on a fresh fence)."""
+        what it got at once (a random walk alone rarely lands a settle on a fresh fence). A
+        park may wait for an event (since a moment ago, or since now)."""
         self._jump(at, pick)
         got = self._claim(ClaimParams(queues, worker, limit, lease_ms, self.now))
         if not isinstance(got, ClaimResult):
@@ -829,12 +887,39 @@ class ParityMachine(RuleBasedStateMachine):
                 self._heartbeat([Heartbeat(f, lease_ms, self.now)])
             elif then == "progress":
                 self._progress([Progress(f, '{"pct": 10}', self.now)])
+            elif then == "step":
+                if self.capabilities.steps and "durable" in self.FAMILIES_ON:
+                    # A step recorded on a fresh fence, then parked: a sleep, as the API does it.
+                    put = [StepPut(f, STEP_NAMES[pick % len(STEP_NAMES)], '{"ok":true}', self.now)]
+                    self._both(
+                        "step_put",
+                        functools.partial(self.model.step_put, put),
+                        functools.partial(self.driver.step_put, put),
+                    )
+                    self._note("step recorded")
+                if pick % 2:
+                    # Done: the run's steps stay with its row until it is purged or removed.
+                    self._ack([Ack(f, self.now, result)])
+                else:
+                    # Asleep: a step recorded, then parked, as a sleep does it.
+                    self._nack([Nack(f, NackKind.PARK, self.now, self._at(offset))])
             elif then != "hold":
                 kind = NackKind(then)
                 run_at = self._at(offset)
                 if kind is NackKind.RETRY and run_at is None:
                     run_at = self.now
-                self._nack([Nack(f, kind, self.now, run_at, error, dead_letter=dead_letter)])
+                waits = None
+                durable = "durable" in self.FAMILIES_ON and self.capabilities.events
+                if kind is NackKind.PARK and wait is not None and durable:
+                    waits = EventWait(wait[0], wait[1], max(0, self.now + wait[2]))
+                    # A wait's timeout, or none: parked until the event comes.
+                    run_at = None if pick % 2 else self.now + 3000
+                    self._note("park waiting for an event")
+                    if pick % 3 == 0:
+                        # Its event is already there: the park must not sleep past it.
+                        self._before_park(waits)
+                nack = Nack(f, kind, self.now, run_at, error, dead_letter=dead_letter, wait=waits)
+                self._nack([nack])
 
     def _ack(self, acks: list[Ack]) -> object:
         before = {a.fence.job_id: self.model.rows.get(a.fence.job_id) for a in acks}
@@ -1174,147 +1259,6 @@ class ParityMachine(RuleBasedStateMachine):
             )
         assert isinstance(refusal, JobsError), f"the machine built a call nobody refuses: {kind}"
 
-    # -- the operator's calls -----------------------------------------------------------------
-
-    @rule(
-        op=st.sampled_from(("cancel", "requeue", "promote", "remove", "list", "list", "fold")),
-        picks=target_lists,
-        extra=st.sampled_from(("none", "delayed", "delayed", "parked")),
-        again=st.none() | batch_job_specs,
-        listing=st.tuples(
-            list_filters,
-            st.sampled_from((1, 2, 3, 5, 50)),
-            st.sampled_from((1, 2, 3, 7, 2000)),
-            st.integers(1, 6),
-            st.sampled_from(("new", "new", "latest", "foreign", "bad")),
-            st.sampled_from(BAD_CURSORS),
-        ),
-        fold=st.tuples(
-            st.sampled_from((0, 1, 2, 3, 24, 31 * 24)), st.sampled_from((1, 2, 10, 10_000))
-        ),
-    )
-    def operate(
-        self,
-        op: str,
-        picks: list[tuple[str, int]],
-        extra: str,
-        again: JobSpec | None,
-        listing: tuple[JobFilter, int, int, int, str, str],
-        fold: tuple[int, int],
-    ) -> None:
-        """An operator's call: a bulk call over a few targets, a walk over listing pages, or a
-        counter fold. One rule for the family, so the walk keeps most of its steps for jobs."""
-        if op == "list":
-            self._list_pages(*listing)
-        elif op == "fold":
-            self._counter_fold(*fold)
-        else:
-            self._bulk(op, picks, extra, again)
-
-    def _bulk(
-        self, op: str, picks: list[tuple[str, int]], extra: str, again: JobSpec | None
-    ) -> None:
-        """One operator bulk call over a few targets (an id may come twice). `extra` puts a
-        ready row due later or a parked row with a time first (what a promote must tell
-        apart); after a remove, `again` enqueues a twin of the first removed row."""
-        ids = [self._target(p) for p in picks]
-        wanted = {"delayed": JobState.READY, "parked": JobState.PARKED}.get(extra)
-        later = [
-            r.id
-            for r in self.model.rows.values()
-            if r.state == wanted and r.run_at_ms is not None and r.run_at_ms > self.now
-        ]
-        if later:
-            ids.insert(0, later[-1])
-        before = dict(self.model.rows)
-        got: object
-        if op == "cancel":
-            got = self._both(
-                "job_cancel_many",
-                lambda: self.model.job_cancel_many(ids, self.now),
-                lambda: self.driver.job_cancel_many(ids, self.now),
-            )
-        elif op == "requeue":
-            got = self._both(
-                "job_requeue_many",
-                lambda: self.model.job_requeue_many(ids, self.now),
-                lambda: self.driver.job_requeue_many(ids, self.now),
-            )
-        elif op == "promote":
-            got = self._both(
-                "job_promote",
-                lambda: self.model.job_promote(ids, self.now),
-                lambda: self.driver.job_promote(ids, self.now),
-            )
-        else:
-            got = self._both(
-                "job_remove",
-                lambda: self.model.job_remove(ids),
-                lambda: self.driver.job_remove(ids),
-            )
-        if isinstance(got, list):
-            for answer in set(got):
-                self._note(f"{op} answered {answer.value}")
-        gone = [before[i] for i in dict.fromkeys(ids) if i in before and i not in self.model.rows]
-        if again is not None and gone:
-            # A twin of the first removed row (its name, tenant and key) under its very id: both
-            # were freed with the row, so this inserts.
-            r = gone[0]
-            base = self._new_job(replace(again, id=IdSpec("old", 0, "")), {})
-            twin = replace(
-                base, id=r.id, name=r.name, tenant_id=r.tenant_id, idempotency_key=r.idempotency_key
-            )
-            self._note("enqueue of a removed row's twin")
-            self._both(
-                "job_enqueue(a removed row's twin)",
-                lambda: self.model.job_enqueue(twin),
-                lambda: self.driver.job_enqueue(twin),
-            )
-
-    def _list_pages(
-        self, f: JobFilter, limit: int, scan: int, pages: int, resume: str, bad: str
-    ) -> None:
-        """Walk up to `pages` pages of a listing, from the newest row or from a cursor handed out
-        earlier (for this filter — rows may have moved since —, for another one, or garbage)."""
-        cursor: str | None = None
-        if resume == "latest" and self.cursors:
-            f, cursor = self.cursors[-1]
-        elif resume == "foreign":
-            others = [(g, c) for g, c in self.cursors if g != f]
-            if others:
-                cursor = others[-1][1]
-                self._note("list with a foreign cursor")
-        elif resume == "bad":
-            cursor = bad
-        for _ in range(pages):
-            params = JobListParams(f, limit, cursor, scan)
-            got = self._both(
-                "job_list",
-                functools.partial(self.model.job_list, params),
-                functools.partial(self.driver.job_list, params),
-            )
-            if not isinstance(got, JobPage):
-                self._note(f"list refused {got.code}")
-                return
-            if got.next_cursor is None:
-                self._note("list reached the end")
-                return
-            self._note("list page with a cursor" if got.jobs else "list page empty, not the end")
-            self.cursors.append((f, got.next_cursor))
-            cursor = got.next_cursor
-
-    def _counter_fold(self, hours: int, limit: int) -> None:
-        """Fold counters `hours` ahead of now (the clock does not move: a fold reads only its
-        `now_ms`), so old minute buckets fold and, far enough ahead, hour buckets drop."""
-        at = self.now + hours * 3_600_000
-        got = self._both(
-            "counter_fold",
-            lambda: self.model.counter_fold(at, limit),
-            lambda: self.driver.counter_fold(at, limit),
-        )
-        if isinstance(got, int) and got:
-            self._note("counter buckets folded or dropped")
-
     # -- pauses, queues, workers --------------------------------------------------------------
 
     @rule(pause=st.sampled_from(PAUSES), add=st.booleans())
@@ -1377,7 +1321,14 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.driver.worker_list(at),
             )
 
+    def _before_park(self, wait: EventWait) -> None:
+        """Publish, before a park waits for it, an event `wait` matches (the event family)."""
+
     # -- the observable state -----------------------------------------------------------------
+
+    def _family_checks(self) -> list[Check]:
+        """What each family adds to the state compared after every step (none for jobs)."""
+        return []
 
     @invariant()
     def same_state(self) -> None:
@@ -1408,27 +1359,14 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.model.worker_list(self.now),
                 lambda: self.driver.worker_list(self.now),
             ),
-            (
-                "counter_read",
-                lambda: self.model.counter_read(_EVERY_COUNTER),
-                lambda: self.driver.counter_read(_EVERY_COUNTER),
-            ),
-            (
-                "queue_stats",
-                lambda: self.model.queue_stats(self.now),
-                lambda: self.driver.queue_stats(self.now),
-            ),
         ]
+        checks += self._family_checks()
         for what, model_call, driver_call in checks:
             want, got = model_call(), self._runner.run(driver_call())
             _assert_same(what, got, want, context)
         self._steps += 1
         self._rule = None
         self._calls = []
-
-
-#: Every counter bucket of every name, whenever it began.
-_EVERY_COUNTER = CounterReadParams(0, MAX_TIME_MS)
 
 
 async def _enter(cm: AbstractAsyncContextManager[JobDriver]) -> JobDriver:
@@ -1439,14 +1377,27 @@ async def _exit(cm: AbstractAsyncContextManager[JobDriver]) -> None:
     await cm.__aexit__(None, None, None)
 
 
-def make_machine(factory: DriverFactory) -> type[ParityMachine]:
-    """A `ParityMachine` class whose every instance drives a fresh driver from `factory`."""
+#: Every family the machine can walk; `jobs` is always on (the others act on its rows).
+FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable"})
 
-    class BoundParityMachine(ParityMachine):
-        tally: ClassVar[Counter[str]] = Counter()
 
-        @staticmethod
-        def make_driver() -> AbstractAsyncContextManager[JobDriver]:
-            return factory()
+def make_machine(
+    factory: DriverFactory, families: frozenset[str] | set[str] = FAMILIES
+) -> type[ParityMachine]:
+    """A `ParityMachine` class whose every instance drives a fresh driver from `factory`,
+    walking the job family and each of `families`' rules (all of them by default: a driver's
+    parity suite; a narrower walk reaches one family's edges more often)."""
+    from jobs_core.testing.durable_rules import DurableRules
+    from jobs_core.testing.operator_rules import OperatorRules
 
-    return BoundParityMachine
+    unknown = set(families) - FAMILIES
+    if unknown:
+        raise ValueError(f"no such families: {sorted(unknown)}")
+    mixins = tuple(m for m in (OperatorRules, DurableRules) if m.FAMILY in families)
+    namespace = {
+        "tally": Counter(),
+        "FAMILIES_ON": frozenset(families) | {"jobs"},
+        "make_driver": staticmethod(factory),
+    }
+    bound: type[ParityMachine] = type("BoundParityMachine", (*mixins, ParityMachine), namespace)
+    return bound

@@ -8,6 +8,7 @@ machine calls it beside the driver under test. Argument checks are the ABC's own
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -39,6 +40,8 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Fence,
     Heartbeat,
     JobListParams,
@@ -56,6 +59,8 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
@@ -99,6 +104,13 @@ class ReferenceModel:
         self.workers: dict[str, WorkerInfo] = {}
         #: (name, queue, bucket start, width) -> column -> count.
         self.counters: dict[tuple[str, str, int, int], dict[str, int]] = {}
+        #: (run id, step name) -> its record.
+        self.steps: dict[tuple[str, str], StepRecord] = {}
+        self.events: dict[str, EventRecord] = {}
+        #: job id -> (the wait of its last park, the claim count it parked under). A wait counts
+        #: only while its row is parked under that very claim: any move out of `parked` (a
+        #: claim, a wake, a cancel, a removal) leaves it stale, which is how the model drops it.
+        self.waits: dict[str, tuple[EventWait, int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -288,16 +300,107 @@ class ReferenceModel:
             if n.kind == NackKind.RETRY and n.run_at_ms is None:
                 raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
             _check_json(n.progress_json, "progress_json")
+            if n.wait is not None and n.kind != NackKind.PARK:
+                raise RecordInvalidError("only a park waits", detail="wait")
+            if n.wait is not None and not _is_object_text(n.wait.match_json):
+                raise RecordInvalidError("a match is an object", detail="wait.match_json")
         out: list[bool] = []
         for n in nacks:
             r = self._held(n.fence)
             if r is None:
                 out.append(False)
                 continue
-            self.rows[r.id] = _after_nack(r, n)
+            after = _after_nack(r, n)
+            if n.wait is not None:
+                if self._first_event(n.wait, n.now_ms) is not None:
+                    after = replace(after, state=JobState.READY, run_at_ms=n.now_ms)
+                else:
+                    self.waits[r.id] = (n.wait, r.claims)
+            self.rows[r.id] = after
             self._bump(r, n.now_ms, _nack_column(n))
             out.append(True)
         return out
+
+    # -- steps and events -----------------------------------------------------------------------
+
+    def step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        """Record each step of the fenced row's run unless it is recorded; False off the fence."""
+        for p in puts:
+            check_text(p.output_json, "output_json")
+        out: list[bool] = []
+        for p in puts:
+            r = self._held(p.fence)
+            if r is None:
+                out.append(False)
+                continue
+            key = (r.run_id, p.name)
+            if key not in self.steps:
+                self.steps[key] = StepRecord(r.run_id, p.name, p.output_json, p.now_ms)
+            out.append(True)
+        return out
+
+    def step_list(self, run_id: str) -> list[StepRecord]:
+        """A run's steps, by (recorded_at, name)."""
+        mine = [s for (run, _), s in self.steps.items() if run == run_id]
+        return sorted(mine, key=lambda s: (s.recorded_at_ms, s.name))
+
+    def _first_event(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        match = json.loads(wait.match_json)
+        found = [
+            e
+            for e in self.events.values()
+            if e.name == wait.event
+            and e.published_at_ms >= wait.since_ms
+            and e.expires_at_ms > now_ms
+            and _matches(match, json.loads(e.data_json))
+        ]
+        return min(found, key=lambda e: (e.published_at_ms, e.id)) if found else None
+
+    def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        """The oldest unexpired event the wait matches, published at or after its `since`."""
+        if not _is_object_text(wait.match_json):
+            raise RecordInvalidError("a match is an object", detail="wait.match_json")
+        return self._first_event(wait, now_ms)
+
+    def event_publish(self, event: EventRecord) -> int:
+        """Store the event (a known id: nothing) and wake the parked runs whose wait it meets."""
+        check_text(event.data_json, "data_json")
+        if event.id in self.events:
+            return 0
+        self.events[event.id] = event
+        data = json.loads(event.data_json)
+        woken = 0
+        for job_id, (wait, claims) in sorted(self.waits.items()):
+            r = self.rows.get(job_id)
+            if r is None or r.state != JobState.PARKED or r.claims != claims:
+                continue
+            if (
+                wait.event == event.name
+                and event.published_at_ms >= wait.since_ms
+                and _matches(json.loads(wait.match_json), data)
+            ):
+                self.rows[job_id] = replace(
+                    r, state=JobState.READY, run_at_ms=event.published_at_ms
+                )
+                woken += 1
+        return woken
+
+    def event_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` expired events, soonest expired first."""
+        if not _an_int_in(limit, 1, MAX_PURGE_LIMIT):
+            raise RecordInvalidError(detail="limit")
+        expired = sorted(
+            (e for e in self.events.values() if e.expires_at_ms <= now_ms),
+            key=lambda e: (e.expires_at_ms, e.id),
+        )[:limit]
+        for e in expired:
+            del self.events[e.id]
+        return len(expired)
+
+    def _forget_run(self, r: JobRecord) -> None:
+        """A deleted row takes its steps with it."""
+        for key in [k for k in self.steps if k[0] == r.run_id]:
+            del self.steps[key]
 
     def job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         """Move each held lease to `now + lease_ms`; False where the fence is gone."""
@@ -407,6 +510,7 @@ class ReferenceModel:
                 out.append(RemoveAnswer.RUNNING)
             else:
                 del self.rows[i]
+                self._forget_run(r)
                 out.append(RemoveAnswer.REMOVED)
         return out
 
@@ -475,6 +579,7 @@ class ReferenceModel:
         doomed = sorted((r for r in self.rows.values() if expired(r)), key=age)[: p.limit]
         for r in doomed:
             del self.rows[r.id]
+            self._forget_run(r)
         return len(doomed)
 
     def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
@@ -595,6 +700,34 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+
+def _is_object_text(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal as JSON values the way a store compares them: numbers by value, never a boolean
+    for a number, arrays in order, objects key by key (written out, not taken from the library)."""
+    if type(a) is bool or type(b) is bool:
+        return type(a) is bool and type(b) is bool and a == b
+    numbers = (int, float)
+    if type(a) in numbers and type(b) in numbers:
+        return a == b
+    if type(a) is list and type(b) is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict and type(b) is dict:
+        return sorted(a) == sorted(b) and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _matches(match: dict[str, object], data: object) -> bool:
+    return not match or (
+        type(data) is dict and all(k in data and _same(v, data[k]) for k, v in match.items())
+    )
 
 
 def _check_bulk(job_ids: Sequence[str]) -> None:

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import seed as use_seed
 from hypothesis.stateful import run_state_machine_as_test
 
-from jobs_core.testing.machine import DriverFactory, check_empty, make_machine
+from jobs_core.testing.machine import FAMILIES, DriverFactory, check_empty, make_machine
 from jobs_core.testing.profiles import selected_profile, suite_settings
 from jobs_core.testing.scenarios import SCENARIOS, Scenario
 
@@ -82,7 +82,11 @@ def _statistics_to(note: Callable[[str], None] | None, tally: Counter[str]) -> I
 
 
 def run_machine(
-    factory: DriverFactory, seed: int, *, statistics: Callable[[str], None] | None = None
+    factory: DriverFactory,
+    seed: int,
+    *,
+    statistics: Callable[[str], None] | None = None,
+    families: frozenset[str] = FAMILIES,
 ) -> None:
     """One state-machine run on `factory`'s drivers under the selected profile and `seed`.
 
@@ -90,7 +94,7 @@ def run_machine(
     to replay it. `statistics`, when given, receives Hypothesis's statistics of the run (rules,
     events, phases) with the tally.
     """
-    machine = make_machine(factory)
+    machine = make_machine(factory, families)
     profile = selected_profile()
     replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
     print(f"parity state machine: profile {profile}, seed {seed}")

@@ -21,6 +21,7 @@ from jobs_core.ids import new_id
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
+from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
 from jobs_core.worker.claim import ClaimLoop
 from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
@@ -102,6 +103,8 @@ class Worker:
         self.progress_every_ms = seconds_to_ms(progress_every, "progress_every")
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
+        # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
+        by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))
         rng = rng or random.Random()
         #: How long finished rows are kept (None: this worker never purges).
         self.retention = retention
@@ -131,6 +134,7 @@ class Worker:
             lease_ms=self.lease_ms,
         )
         self._runner = Runner(
+            driver,
             self.clock,
             by_name,
             held,

@@ -11,6 +11,7 @@ from typing import Any
 from jobs_core.context import CancelSignal
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.records import ClaimedJob
+from jobs_core.steps import StepApi
 from jobs_core.worker.failure import brief
 
 log = logging.getLogger("jobs")
@@ -33,6 +34,8 @@ class Held:
     body_ms: int | None = None
     #: The run's consumer span (`jobs_core.tracing`), None when not tracing.
     span: Any = None
+    #: The run's steps (`ctx.step`), once its body started: what a final failure undoes.
+    steps: StepApi | None = None
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:

@@ -21,11 +21,14 @@ from jobs_core.errors import (
 from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
-from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, Nack, NackKind
+from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, JobRecord, Nack, NackKind
 from jobs_core.redact import SCRUB_EXTRA, ScrubFilter, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
+from jobs_core.steps.api import SAGA
+from jobs_core.steps.suspend import StepSuspension
+from jobs_core.steps.unwind import unwind_record
 from jobs_core.tenant import acting_for
 from jobs_core.worker.failure import brief, error_text
 from jobs_core.worker.held import Held, job_fields, log_fields
@@ -83,6 +86,40 @@ class Outcomes:
         )
         self._hooks: set[asyncio.Task[None]] = set()
         self.observers: list[Observer] = []
+
+    async def suspend(self, held: Held, asked: StepSuspension) -> None:
+        """Park a run that asked to (a sleep, an event wait): no attempt spent, resumed at
+        `asked.run_at_ms` or when its event arrives; never an ending (no `on_settled`)."""
+        job = held.job
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
+        landed = await self.settler.nack(
+            Nack(
+                job.fence,
+                NackKind.PARK,
+                self._clock.now_ms(),
+                asked.run_at_ms,
+                progress_json=held.pending_progress(self._worker_id),
+                wait=asked.wait,
+            )
+        )
+        self.tally(Outcome.SUSPENDED, landed, job)
+        log.debug(
+            "jobs.run.suspended %s %s until %d%s",
+            job.name,
+            job.id,
+            asked.run_at_ms,
+            f" or event {asked.wait.event!r}" if asked.wait else "",
+            extra=job_fields(self._worker_id, job),
+        )
+
+    async def _unwind_later(self, failed: ClaimedJob | JobRecord) -> None:
+        """Enqueue the job that undoes a failed run's compensable steps (deduped per run); a
+        failure to enqueue is logged: the row's fate does not wait on it."""
+        try:
+            await self._driver.job_enqueue(unwind_record(failed, self._clock.now_ms()))
+        except Exception as exc:
+            log.error("jobs.unwind.enqueue_failed %s %s: %r", failed.name, failed.id, exc)
 
     async def settle_cancelled(
         self, held: Held, handle: JobHandle, reason: JobsError, input: JsonValue
@@ -173,6 +210,9 @@ class Outcomes:
             outcome = Outcome.SHED
             log.debug("jobs.run.shed %s %s: %s", job.name, job.id, brief(exc), extra=fields)
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
+            if held.steps is not None and held.steps.compensable:
+                # Before the final settle: a crash after it must still find the undoing queued.
+                await self._unwind_later(job)
             nack = Nack(
                 job.fence,
                 NackKind.FAIL,
@@ -280,9 +320,24 @@ class Outcomes:
             extra=log_fields(self._worker_id, b.id, b.name, b.queue, None),
         )
         event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, LEASE_LAPSED_ERROR)
-        hook = asyncio.create_task(self.fire_settled(self._handles.get(b.name), event, None))
+        hook = asyncio.create_task(self._after_burial(b, event))
         self._hooks.add(hook)
         hook.add_done_callback(self._hooks.discard)
+
+    async def _after_burial(self, b: BuriedJob, event: SettledEvent) -> None:
+        """A run that died on its final attempt: queue the undoing of its steps (when one of them
+        declared a compensation and this worker runs its name), then run its hooks."""
+        handle = self._handles.get(b.name)
+        if handle is not None and self._driver.capabilities().steps:
+            try:
+                row = (await self._driver.job_get_many([b.id])).get(b.id)
+                if row is not None and any(
+                    s.name == SAGA for s in await self._driver.step_list(row.run_id)
+                ):
+                    await self._unwind_later(row)
+            except Exception as exc:  # best effort: the hooks still run
+                log.error("jobs.unwind.burial_failed %s %s: %r", b.name, b.id, exc)
+        await self.fire_settled(handle, event, None)
 
     # -- settles that cannot be sent as they are, or not yet ----------------------------------
 

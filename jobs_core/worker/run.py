@@ -14,6 +14,7 @@ from typing import Any
 from jobs_core import tracing
 from jobs_core.clock import Clock
 from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     InputInvalidError,
     JobCancelledError,
@@ -28,6 +29,7 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import Ack, Nack, NackKind
 from jobs_core.states import Outcome
+from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
 from jobs_core.tenant import acting_for
 from jobs_core.threads import BodyThreads
 from jobs_core.worker.failure import brief, typed
@@ -50,6 +52,7 @@ class Runner:
 
     def __init__(
         self,
+        driver: JobDriver,
         clock: Clock,
         handles: Mapping[str, JobHandle],
         held: dict[str, Held],
@@ -60,6 +63,7 @@ class Runner:
         worker_id: str,
         concurrency: int,
     ) -> None:
+        self._driver = driver
         self._clock = clock
         self._handles = handles
         self._held = held
@@ -143,6 +147,15 @@ class Runner:
             )
             await self._outcomes.settle_error(held, handle, typed(exc, no_org), input)
             return
+        steps = StepApi(
+            self._driver,
+            self._clock,
+            job,
+            held.signal,
+            step_timeout_ms=handle.step_timeout_ms,
+            event_poll_ms=handle.event_poll_ms,
+        )
+        held.steps = steps
         ctx = JobContext(
             job_id=job.id,
             run_id=job.run_id,
@@ -155,6 +168,8 @@ class Runner:
             enqueued_by=job.enqueued_by,
             signal=held.signal,
             _report=held.report_progress,
+            step=steps,
+            sync_step=SyncStepApi(steps, asyncio.get_running_loop()),
         )
         client = self._client()
         started = asyncio.Event()
@@ -163,6 +178,7 @@ class Runner:
             deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms, started))
         value: Any = None
         error: BaseException | None = None
+        suspension: StepSuspension | None = None
         held.in_body = True
         body_from = self._clock.now_ms()
         try:
@@ -180,6 +196,8 @@ class Runner:
             if not held.signal.cancelled or task is None:
                 raise
             task.uncancel()
+        except StepSuspension as asked:
+            suspension = asked
         except Exception as exc:
             error = exc
         finally:
@@ -190,6 +208,9 @@ class Runner:
         reason = held.signal.reason
         if reason is not None:
             await self._outcomes.settle_cancelled(held, handle, reason, input)
+            return
+        if suspension is not None:
+            await self._outcomes.suspend(held, suspension)
             return
         if error is not None:
             await self._outcomes.settle_error(held, handle, error, input)

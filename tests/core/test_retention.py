@@ -155,3 +155,24 @@ async def test_two_workers_purging_one_store_remove_each_row_once() -> None:
     purged = [w._purger.purged for w in workers if w._purger is not None]
     assert sum(purged) == 3000, purged
     assert await driver.job_get_many(ids) == {}
+
+
+async def test_the_upkeep_folds_counters_and_purges_expired_events_whatever_the_retention() -> None:
+    from jobs_core.records import CounterReadParams, EventRecord, EventWait
+    from jobs_core.semantics import HOUR_MS
+
+    driver = counting(MemoryDriver)()
+    clock = FakeClock()
+    for i in range(5):
+        await driver.event_publish(EventRecord(f"e{i}", "paid", "{}", 0, 1_000 + i))
+    await driver.event_publish(EventRecord("kept", "paid", "{}", 0, clock.now_ms() + HOUR_MS))
+    await finish(driver, ["old"], JobState.COMPLETED, clock.now_ms() - 3 * HOUR_MS)
+    driver.calls.clear()
+    purger = Purger(driver, None, clock, batch=2)  # keeps every row: still folds and purges
+    assert await purger.purge() == 0 and "_job_purge" not in driver.calls
+    assert await purger.fold() == 1  # the old minute bucket, into its hour
+    assert purger.events_purged == 5  # in batches of 2: 2, 2, then 1 (short) ends it
+    left = await driver.event_find(EventWait("paid", "{}", 0), clock.now_ms())
+    assert left is not None and left.id == "kept"
+    buckets = await driver.counter_read(CounterReadParams(0, clock.now_ms() + 1))
+    assert [b.width_ms for b in buckets] == [HOUR_MS]

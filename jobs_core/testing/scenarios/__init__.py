@@ -1,15 +1,17 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
-One module per driver family (`jobs`, `operator`); each scenario is `async def scenario_x(driver)`
-over a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets
+One module per driver family (`jobs`, `operator`, `durable`: steps and events); each scenario
+is `async def scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all by
+name. Times are fixed offsets
 from `T0`, handed in as every call's `now_ms`.
 """
 
+from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
 
 #: Every scenario by name (the function name without `scenario_`).
-SCENARIOS: dict[str, Scenario] = {**JOB_SCENARIOS, **OPERATOR_SCENARIOS}
+SCENARIOS: dict[str, Scenario] = {**JOB_SCENARIOS, **OPERATOR_SCENARIOS, **DURABLE_SCENARIOS}
 
 __all__ = ["SCENARIOS", "Scenario"]

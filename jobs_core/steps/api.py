@@ -1,0 +1,331 @@
+"""`ctx.step`: durable steps, sleeps and event waits inside a job body.
+
+A run's recorded steps are loaded with ONE `step_list(run_id)` the first time the body asks for
+one; from then on a replayed step costs no store round-trip, and an executed one costs one
+(`step_put`, fenced on the claim exactly like the ack). A step's output is stored in its JSON form
+BEFORE the step returns, and the step returns what was stored — a `datetime` in, its ISO string
+out — on the first execution and on every replay alike.
+
+Guarantees, stated plainly: a step's function runs AT LEAST ONCE (a crash after it ran and
+before its record landed runs it again on the next attempt; make its side effect idempotent to
+make it exactly once); its record is written EXACTLY ONCE (the first record of a name stays).
+Code outside steps runs again on every attempt and every resume.
+
+Names: unique within a run (a second use is `X_STEP_DUPLICATE`, terminal: the body's code is
+wrong, not unlucky); a name may not start with `~` (reserved for the runner's own records:
+`~wait:<name>` for a wait's start, `~undo:<name>` for a compensation that ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from jobs_core.clock import Clock
+from jobs_core.context import CancelSignal
+from jobs_core.driver import JobDriver
+from jobs_core.errors import (
+    AbortedError,
+    DeclarationInvalidError,
+    DrainingError,
+    DriverUnsupportedError,
+    LeaseLostError,
+    OptionInvalidError,
+    StepDuplicateError,
+    StepTimeoutError,
+)
+from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.records import ClaimedJob, EventWait, StepPut, StepRecord
+from jobs_core.steps.suspend import StepSuspension, UnwindReached
+
+#: How often a run waiting for an event looks again when its job declares no `event_poll`
+#: (the wake is the fast path; this is the guarantee).
+DEFAULT_EVENT_POLL_MS: Final = 60_000
+#: The prefix of the runner's own step records; a user's step name may not start with it.
+RESERVED: Final = "~"
+#: The record a run gets once a step of it declared a compensation.
+SAGA: Final = f"{RESERVED}saga"
+
+StepFn = Callable[[], Awaitable[Any]] | Callable[[], Any]
+Compensation = Callable[[JsonValue], Awaitable[Any]] | Callable[[JsonValue], Any]
+
+
+@dataclass(slots=True)
+class Compensable:
+    """A completed step that declared how to undo it."""
+
+    name: str
+    output: JsonValue
+    undo: Compensation
+
+
+def _ms_of(when: dt.datetime | int | float) -> int:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            raise OptionInvalidError("a datetime must be timezone-aware", detail="when")
+        return round(when.timestamp() * 1000)
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise OptionInvalidError("an aware datetime or epoch ms", detail="when")
+    return round(when)
+
+
+def _duration_ms(duration: float | dt.timedelta) -> int:
+    seconds = duration.total_seconds() if isinstance(duration, dt.timedelta) else duration
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise OptionInvalidError("a duration is seconds >= 0 or a timedelta", detail="duration")
+    return round(seconds * 1000)
+
+
+class StepApi:
+    """The steps of one run (`ctx.step`). Methods are coroutines: use them from an `async def`
+    body; a `def` body uses `ctx.sync_step`, which has the same methods, blocking."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        clock: Clock,
+        job: ClaimedJob,
+        signal: CancelSignal,
+        *,
+        step_timeout_ms: int | None = None,
+        event_poll_ms: int | None = None,
+        mode: Literal["run", "unwind"] = "run",
+    ) -> None:
+        self._driver = driver
+        self._clock = clock
+        self._job = job
+        self._signal = signal
+        self._step_timeout_ms = step_timeout_ms
+        self._event_poll_ms = event_poll_ms or DEFAULT_EVENT_POLL_MS
+        self._mode = mode
+        self._loaded: dict[str, StepRecord] | None = None
+        self._used: set[str] = set()
+        #: The completed steps of this run that declared a compensation, as met (replayed or run).
+        self.compensable: list[Compensable] = []
+
+    # -- the store ------------------------------------------------------------------------------
+
+    async def records(self) -> dict[str, StepRecord]:
+        """The run's recorded steps by name, read once per run."""
+        if self._loaded is None:
+            if not self._driver.capabilities().steps:
+                raise DriverUnsupportedError(
+                    f"{self._driver.describe()} does not store steps", detail="steps"
+                )
+            self._loaded = {r.name: r for r in await self._driver.step_list(self._job.run_id)}
+        return self._loaded
+
+    def unwinding(self) -> StepApi:
+        """The same run's steps in unwind mode: recorded steps replay, the first step the run
+        never recorded stops the replay (`UnwindReached`); see `jobs_core.steps.unwind`."""
+        return StepApi(
+            self._driver,
+            self._clock,
+            self._job,
+            self._signal,
+            step_timeout_ms=self._step_timeout_ms,
+            event_poll_ms=self._event_poll_ms,
+            mode="unwind",
+        )
+
+    async def record(self, name: str, value: JsonValue) -> StepRecord:
+        """Store one record of this run, fenced on its claim. A cancelled or lost run writes
+        nothing (`X_ABORTED`); a run aborted by a drain still records a step that finished."""
+        reason = self._signal.reason
+        if reason is not None and not isinstance(reason, DrainingError):
+            raise AbortedError(f"the run stopped ({reason.code}); {name!r} is not recorded")
+        text = dumps(value)
+        now = self._clock.now_ms()
+        # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
+        landed = await asyncio.shield(
+            self._driver.step_put([StepPut(self._job.fence, name, text, now)])
+        )
+        if not landed[0]:
+            raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
+        record = StepRecord(self._job.run_id, name, text, now)
+        loaded = await self.records()
+        loaded.setdefault(name, record)
+        return loaded[name]
+
+    def _claim_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise DeclarationInvalidError("a step name is a non-empty string", detail="name")
+        if name.startswith(RESERVED):
+            raise DeclarationInvalidError(
+                f"step names starting with {RESERVED!r} are the runner's own", detail=name
+            )
+        if name in self._used:
+            raise StepDuplicateError(detail=name)
+        self._used.add(name)
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    async def run(self, name: str, fn: StepFn, *, compensate: Compensation | None = None) -> Any:
+        """Run `fn` once for this run and answer its stored JSON form; on a later attempt (or
+        a resume) answer the stored form without calling `fn`. `compensate(output)` undoes
+        the step if the run fails for good (steps undone in reverse order, each once)."""
+        self._claim_name(name)
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            value = await self._call(name, fn)
+            record = await self.record(name, value)
+        output = loads(record.output_json)
+        if compensate is not None:
+            self.compensable.append(Compensable(name, output, compensate))
+            if SAGA not in await self.records() and self._mode == "run":
+                # Marks the run as one with something to undo: a worker burying it after a
+                # crash on its final attempt reads this, not the body, to queue the undoing.
+                await self.record(SAGA, {"first": name})
+        return output
+
+    async def _call(self, name: str, fn: StepFn) -> Any:
+        if self._signal.cancelled:
+            reason = self._signal.reason
+            raise AbortedError(f"the run stopped ({reason.code if reason else '?'})", detail=name)
+        result = fn()
+        if not inspect.isawaitable(result):
+            return result
+        if self._step_timeout_ms is None:
+            return await result
+        try:
+            return await asyncio.wait_for(result, self._step_timeout_ms / 1000)
+        except TimeoutError:
+            raise StepTimeoutError(
+                f"step {name!r} passed its {self._step_timeout_ms} ms deadline", detail=name
+            ) from None
+
+    async def sleep(self, name: str, duration: float | dt.timedelta) -> None:
+        """Park the run for `duration` (seconds or a timedelta) without spending an attempt;
+        it resumes on any worker once the time is up. The end is recorded, so a replay sleeps
+        only what is left of it."""
+        self._claim_name(name)
+        await self._sleep(name, lambda now: now + _duration_ms(duration))
+
+    async def sleep_until(self, name: str, when: dt.datetime | int) -> None:
+        """`sleep` until an aware datetime (or epoch ms); a time already past does not park."""
+        self._claim_name(name)
+        until = _ms_of(when)
+        await self._sleep(name, lambda now: until)
+
+    async def _sleep(self, name: str, until_of: Callable[[int], int]) -> None:
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            record = await self.record(name, {"until": until_of(self._clock.now_ms())})
+        until = _field(record, "until")
+        if not isinstance(until, int):
+            raise DeclarationInvalidError(f"{name!r} is recorded, but not as a sleep", detail=name)
+        if self._clock.now_ms() < until:
+            raise StepSuspension(until)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        match: dict[str, Any] | None = None,
+        timeout: float | dt.timedelta | None = None,  # noqa: ASYNC109 - a deadline kept across parks
+        since: Literal["wait", "enqueued"] | dt.datetime | int = "wait",
+    ) -> Any:
+        """Park the run until an event named `event` whose data holds every key of `match`
+        (equal values) arrives, and answer its data; None once `timeout` passed with none.
+
+        Which events count: by default only those published after the wait BEGAN (its first
+        execution; recorded, so a replay keeps it); `since="enqueued"` also counts those
+        published since the job was enqueued, and a datetime (or epoch ms) any since then.
+        """
+        self._claim_name(name)
+        loaded = await self.records()
+        done = loaded.get(name)
+        if done is not None:
+            return _field(done, "data")
+        started = loaded.get(f"{RESERVED}wait:{name}")
+        if started is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            now = self._clock.now_ms()
+            match_json = dumps(match if match is not None else {})
+            if since == "wait":
+                since_ms = now
+            elif since == "enqueued":
+                since_ms = self._job.created_at_ms
+            else:
+                since_ms = _ms_of(since)
+            ends = None if timeout is None else now + _duration_ms(timeout)
+            started = await self.record(
+                f"{RESERVED}wait:{name}",
+                {"event": event, "match": loads(match_json), "since": since_ms, "deadline": ends},
+            )
+        spec = loads(started.output_json)
+        assert isinstance(spec, dict)
+        wait = EventWait(str(spec["event"]), dumps(spec["match"]), int(str(spec["since"])))
+        now = self._clock.now_ms()
+        found = await self._driver.event_find(wait, now)
+        if found is not None:
+            data = loads(found.data_json)
+            record = await self.record(name, {"data": data, "event_id": found.id})
+            return _field(record, "data")
+        deadline = spec.get("deadline")
+        if isinstance(deadline, int) and now >= deadline:
+            await self.record(name, {"data": None, "timeout": True})
+            return None
+        wake: int = now + self._event_poll_ms
+        if isinstance(deadline, int):
+            wake = min(wake, deadline)
+        raise StepSuspension(wake, wait)
+
+
+def _field(record: StepRecord, key: str) -> JsonValue:
+    value = loads(record.output_json)
+    return value.get(key) if isinstance(value, dict) else None
+
+
+class SyncStepApi:
+    """`ctx.sync_step`: the same steps for a `def` body, each call blocking its thread while the
+    worker's loop does the work."""
+
+    def __init__(self, api: StepApi, loop: asyncio.AbstractEventLoop) -> None:
+        self._api = api
+        self._loop = loop
+
+    def _wait(self, coro: Awaitable[Any]) -> Any:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise DeclarationInvalidError(
+                "ctx.sync_step is for def bodies; an async body awaits ctx.step", detail="step"
+            )
+
+        async def call() -> Any:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
+
+    def run(
+        self, name: str, fn: Callable[[], Any], *, compensate: Compensation | None = None
+    ) -> Any:
+        """`StepApi.run`, blocking; `fn` runs on this thread when it runs."""
+        loop = self._loop
+
+        async def on_loop() -> Any:
+            return await loop.run_in_executor(None, fn)
+
+        return self._wait(self._api.run(name, on_loop, compensate=compensate))
+
+    def sleep(self, name: str, duration: float | dt.timedelta) -> None:
+        self._wait(self._api.sleep(name, duration))
+
+    def sleep_until(self, name: str, when: dt.datetime | int) -> None:
+        self._wait(self._api.sleep_until(name, when))
+
+    def wait_for_event(self, name: str, event: str, **options: Any) -> Any:
+        return self._wait(self._api.wait_for_event(name, event, **options))

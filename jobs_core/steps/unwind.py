@@ -1,0 +1,137 @@
+"""Sagas: when a run fails for good, the completed steps that declared a compensation are undone,
+in reverse order of completion, each once.
+
+The undoing is a job of its own, `ujobs.unwind`, enqueued (deduped per run) before the failed
+run's final settle — and by the worker whose claim buries a run that died on its final attempt —
+in the failed run's queue, under the failed run's RUN ID. So it has its own retries and crash
+recovery, and it records each compensation (`~undo:<step>`) among the run's own steps: a crash in
+the middle of the unwinding resumes it, and never repeats a compensation that landed.
+
+It works by replaying the failed body in unwind mode: every recorded step answers its stored
+output (registering its compensation), and the first step the failed run never recorded stops
+the replay (`UnwindReached`); then what was met is undone. Code outside steps runs again during
+that replay, as it does on every retry. Only runs that end `dead` or `failed` are undone (not a
+cancelled one), by a worker that runs the failed job's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from jobs_core.clock import Clock
+from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
+from jobs_core.errors import RateLimitedError
+from jobs_core.ids import new_id
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.jsonform import dumps, loads
+from jobs_core.records import JobRecord, NewJob
+from jobs_core.retry import Retry
+from jobs_core.states import JobState
+from jobs_core.steps.api import RESERVED, StepApi, SyncStepApi
+from jobs_core.steps.suspend import StepSuspension, UnwindReached
+from jobs_core.tenant import acting_for
+
+log = logging.getLogger("jobs")
+
+#: The name of the built-in job that undoes a failed run's steps.
+UNWIND_JOB: Final = "ujobs.unwind"
+#: Its attempts: compensations talk to the outside world, which may be down for a while.
+UNWIND_RETRY: Final = Retry(attempts=25, base_ms=1_000, cap_ms=300_000, jitter="full")
+#: How long an unwinding job waits before a worker that runs the failed job's name takes it.
+UNKNOWN_NAME_RETRY_MS: Final = 60_000
+_UNDONE: Final = f"{RESERVED}undo:"
+
+
+def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
+    """The `ujobs.unwind` job for a failed run (deduped per failed job while it is live)."""
+    return NewJob(
+        id=new_id(),
+        run_id=failed.run_id,
+        name=UNWIND_JOB,
+        queue=failed.queue,
+        tenant_id=failed.tenant_id,
+        idempotency_key=f"unwind:{failed.id}",
+        input_json=dumps({"job_id": failed.id}),
+        priority=failed.priority,
+        run_at_ms=now_ms,
+        max_attempts=UNWIND_RETRY.attempts,
+        created_at_ms=now_ms,
+    )
+
+
+async def undo(api: StepApi) -> list[str]:
+    """Run the compensations `api` met that have not run yet, the last met first (the replay
+    meets steps in the order the body ran them), recording each (`~undo:<step>`) once it
+    returned; answers the steps undone now."""
+    records = await api.records()
+    done: list[str] = []
+    for c in reversed(api.compensable):
+        if f"{_UNDONE}{c.name}" in records:
+            continue
+        result = c.undo(c.output)
+        if inspect.isawaitable(result):
+            await result
+        await api.record(f"{_UNDONE}{c.name}", {"undone": True})
+        done.append(c.name)
+    return done
+
+
+def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock) -> JobHandle:
+    """The `ujobs.unwind` handle of a worker running `handles`."""
+
+    async def unwind(input: Any, ctx: JobContext) -> dict[str, Any]:
+        job_id = str(input["job_id"])
+        failed = (await driver.job_get_many([job_id])).get(job_id)
+        if failed is None or failed.state not in (JobState.DEAD, JobState.FAILED):
+            return {"undone": [], "skipped": "gone" if failed is None else failed.state.value}
+        handle = handles.get(failed.name)
+        if handle is None:
+            # A worker that runs the failed job's name does this (a rolling deploy), no attempt
+            # spent here.
+            raise RateLimitedError(
+                f"this worker does not run {failed.name!r}", retry_after_ms=UNKNOWN_NAME_RETRY_MS
+            )
+        api = ctx.step.unwinding()
+        replay = JobContext(
+            job_id=failed.id,
+            run_id=failed.run_id,
+            name=failed.name,
+            queue=failed.queue,
+            attempt=failed.attempt,
+            max_attempts=failed.max_attempts,
+            tenant=handle.tenant_for(loads(failed.input_json)),
+            enqueued_tenant=failed.tenant_id,
+            enqueued_by=failed.enqueued_by,
+            signal=ctx.signal,
+            _report=lambda value: None,
+            step=api,
+            sync_step=SyncStepApi(api, asyncio.get_running_loop()),
+        )
+        body_input = loads(failed.input_json)
+        try:
+            with acting_for(replay.tenant):
+                if handle.is_async:
+                    await handle.fn(body_input, replay)
+                else:
+                    await asyncio.to_thread(handle.fn, body_input, replay)
+        except (UnwindReached, StepSuspension):
+            pass  # every step the failed run recorded has been met
+        except Exception as exc:  # the failure again, most likely: what was met is undone
+            log.info("jobs.unwind.replay_raised %s %s: %r", failed.name, failed.id, exc)
+        undone = await undo(api)
+        log.info("jobs.unwind.done %s %s: undid %s", failed.name, failed.id, undone or "nothing")
+        return {"undone": undone}
+
+    return job(
+        unwind,
+        name=UNWIND_JOB,
+        tenant="none",
+        idempotency_key=lambda i: f"unwind:{i['job_id']}",
+        retry=UNWIND_RETRY,
+        registry=JobRegistry(),
+    )

@@ -1,0 +1,270 @@
+"""The step and event families' rules: steps recorded under fresh and stale fences, events
+published (some for a parked run's wait, some stamped in the past), found and purged; the steps
+of every run that ever recorded one, and each event name's first live event, compared after
+each step. Only what the driver declares in `capabilities()` runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from jobs_core.records import (
+    Ack,
+    ClaimParams,
+    ClaimResult,
+    EventRecord,
+    EventWait,
+    Nack,
+    NackKind,
+    PurgeParams,
+    StepPut,
+)
+from jobs_core.states import JobState
+from jobs_core.testing.machine import (
+    EVENT_DATA,
+    EVENT_NAMES,
+    MATCHES,
+    RESULTS,
+    STEP_NAMES,
+    WORKERS,
+    Check,
+    FenceSpec,
+    ParityMachine,
+    claim_queues,
+    fence_specs,
+)
+
+
+class DurableRules(ParityMachine):
+    """The step and event families, over the job family's rows."""
+
+    FAMILY = "durable"
+
+    @precondition(lambda self: self.capabilities.steps)
+    @rule(
+        fences=st.lists(fence_specs, min_size=1, max_size=2),
+        step=st.sampled_from(STEP_NAMES),
+        output=st.sampled_from(RESULTS[1:]),
+    )
+    def step_put(self, fences: list[FenceSpec], step: str, output: str) -> None:
+        """Record a step under fences a claim handed out (held, stale or forged)."""
+        puts = [StepPut(self._fence(f), step, output, self.now) for f in fences]
+        got = self._both(
+            "step_put", lambda: self.model.step_put(puts), lambda: self.driver.step_put(puts)
+        )
+        if isinstance(got, list) and any(got):
+            self._note("step recorded")
+
+    @precondition(lambda self: self.capabilities.steps)
+    @rule(
+        queues=claim_queues,
+        worker=st.sampled_from(WORKERS),
+        steps=st.lists(st.sampled_from(STEP_NAMES), min_size=1, max_size=3),
+        then=st.sampled_from(("ack", "fail", "retry")),
+        purge=st.booleans(),
+    )
+    def run_steps(
+        self, queues: tuple[str, ...], worker: str, steps: list[str], then: str, purge: bool
+    ) -> None:
+        """A run that records steps (a name twice: the first record stays), then ends — done,
+        dead, or back for another attempt that finds them; with `purge`, every finished row is
+        purged at once after it (a purged row takes its steps along)."""
+        got = self._claim(ClaimParams(queues, worker, 1, 1000, self.now))
+        if not isinstance(got, ClaimResult):
+            return
+        for job in got.jobs:
+            puts = [StepPut(job.fence, s, f'"{s}@{self.now}"', self.now) for s in steps]
+            self._both(
+                "step_put",
+                functools.partial(self.model.step_put, puts),
+                functools.partial(self.driver.step_put, puts),
+            )
+            self._note("step recorded")
+            if then == "ack":
+                self._ack([Ack(job.fence, self.now)])
+            else:
+                kind = NackKind.FAIL if then == "fail" else NackKind.RETRY
+                self._nack([Nack(job.fence, kind, self.now, self.now, "boom")])
+        if purge:
+            params = PurgeParams(self.now, 10, 0, 0, 0, 0)
+            self._both(
+                "job_purge",
+                lambda: self.model.job_purge(params),
+                lambda: self.driver.job_purge(params),
+            )
+
+    @precondition(lambda self: self.capabilities.events)
+    @rule(
+        name=st.sampled_from(EVENT_NAMES),
+        data=st.sampled_from(EVENT_DATA),
+        ttl=st.sampled_from((60_000, 1000, 7 * 24 * 3_600_000)),
+        which=st.sampled_from(("new", "again", "answer", "new")),
+        ago=st.sampled_from((0, 5000, 0)),
+    )
+    def publish(self, name: str, data: str, ttl: int, which: str, ago: int) -> None:
+        """Publish an event (a new id or a known one, maybe the data a parked run waits for),
+        stamped now or `ago` ms back (a sender whose clock lags: not after a wait's `since`)."""
+        waiting = self._waiting()
+        if which == "answer" and waiting:
+            # An event a parked run waits for: its own match is data it matches.
+            name, data = waiting[0].event, waiting[0].match_json
+        self._publish(name, data, ttl, which, ago)
+
+    @precondition(lambda self: self.capabilities.events)
+    @rule(
+        name=st.sampled_from(EVENT_NAMES),
+        match=st.sampled_from(MATCHES),
+        since=st.sampled_from((-3000, 0, -60_000)),
+    )
+    def find_event(self, name: str, match: str, since: int) -> None:
+        w = EventWait(name, match, max(0, self.now + since))
+        self._both(
+            "event_find",
+            lambda: self.model.event_find(w, self.now),
+            lambda: self.driver.event_find(w, self.now),
+        )
+
+    @precondition(lambda self: self.capabilities.events)
+    @rule(limit=st.sampled_from((1, 2, 10)))
+    def purge_events(self, limit: int) -> None:
+        self._both(
+            "event_purge",
+            lambda: self.model.event_purge(self.now, limit),
+            lambda: self.driver.event_purge(self.now, limit),
+        )
+
+    @precondition(lambda self: self.capabilities.events)
+    @rule(
+        queues=claim_queues,
+        worker=st.sampled_from(WORKERS),
+        wait=st.tuples(
+            st.sampled_from(EVENT_NAMES),
+            st.sampled_from(MATCHES),
+            st.sampled_from((-5000, 0)),
+        ),
+        timeout=st.sampled_from((3000, None)),
+        early=st.booleans(),
+        then=st.sampled_from(("answer", "cancel first", "later")),
+    )
+    def park_waiting(
+        self,
+        queues: tuple[str, ...],
+        worker: str,
+        wait: tuple[str, str, int],
+        timeout: int | None,
+        early: bool,
+        then: str,
+    ) -> None:
+        """Claim a row and park it waiting for an event (until a timeout, or for good); with
+        `early`, its event is published just before: the park must not sleep past it. Unless
+        `then` is "later", the wait is answered at once (`answer_wait`)."""
+        got = self._claim(ClaimParams(queues, worker, 1, 1000, self.now))
+        if not isinstance(got, ClaimResult):
+            return
+        for job in got.jobs:
+            w = EventWait(wait[0], wait[1], max(0, self.now + wait[2]))
+            if early:
+                self._before_park(w)
+            run_at = None if timeout is None else self.now + timeout
+            self._note("park waiting for an event")
+            self._nack([Nack(job.fence, NackKind.PARK, self.now, run_at, wait=w)])
+            if then != "later" and job.id in dict(self._waiting_rows()):
+                self._answer(job.id, w, None, then)
+
+    @precondition(lambda self: self.capabilities.events and bool(self._waiting()))
+    @rule(
+        pick=st.integers(0, 3),
+        decoy=st.sampled_from((None, *EVENT_DATA)),
+        late=st.booleans(),
+        then=st.sampled_from(("answer", "cancel first", "answer", "stale only")),
+    )
+    def answer_wait(self, pick: int, decoy: str | None, late: bool, then: str) -> None:
+        """Publish for a parked run: first a copy of its event stamped before the wait began
+        (never its event), and maybe a decoy of the same name (it may or may not match); then
+        its event — unless `then` cancels the run first (a wait goes with its park) or stops
+        at the stale copy. `late` publishes after the wait's timeout would have passed."""
+        waiting = self._waiting_rows()
+        job_id, w = waiting[pick % len(waiting)]
+        if late:
+            self.now += 3001
+        self._answer(job_id, w, decoy, then)
+
+    def _answer(self, job_id: str, w: EventWait, decoy: str | None, then: str) -> None:
+        """A copy of `w`'s event stamped just before the wait began (never its event), maybe a
+        decoy, then its event — unless `then` cancels the run first or stops at the copy."""
+        self._publish(w.event, w.match_json, 60_000, "new", self.now - w.since_ms + 1)
+        if decoy is not None:
+            self._publish(w.event, decoy, 60_000, "new")
+        if then == "stale only":
+            return
+        if then == "cancel first":
+            self._both(
+                "job_cancel",
+                lambda: self.model.job_cancel(job_id, self.now),
+                lambda: self.driver.job_cancel(job_id, self.now),
+            )
+        self._publish(w.event, w.match_json, 60_000, "new")
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _before_park(self, wait: EventWait) -> None:
+        self._note("event published before its wait")
+        self._publish(wait.event, wait.match_json, 60_000, "new")
+
+    def _waiting_rows(self) -> list[tuple[str, EventWait]]:
+        """The rows parked now under the claim that parked them, with their waits."""
+        return [
+            (job_id, w)
+            for job_id, (w, claims) in sorted(self.model.waits.items())
+            if (r := self.model.rows.get(job_id)) is not None
+            and r.state == JobState.PARKED
+            and r.claims == claims
+        ]
+
+    def _waiting(self) -> list[EventWait]:
+        return [w for _, w in self._waiting_rows()]
+
+    def _publish(self, name: str, data: str, ttl: int, which: str, ago: int = 0) -> None:
+        if which == "again" and self.model.events:
+            event_id = sorted(self.model.events)[self._serial % len(self.model.events)]
+        else:
+            event_id = self._fresh_id("ev-")
+        at = max(0, self.now - ago)
+        e = EventRecord(event_id, name, data, at, at + ttl)
+        woken = self._both(
+            "event_publish",
+            lambda: self.model.event_publish(e),
+            lambda: self.driver.event_publish(e),
+        )
+        if isinstance(woken, int) and woken:
+            self._note("event woke a parked run")
+
+    def _family_checks(self) -> list[Check]:
+        checks = super()._family_checks()
+        if self.capabilities.steps:
+            # Every run that ever recorded a step (a removed or purged row's run must come back
+            # empty), and one that never did.
+            self.step_runs.update(run for run, _ in self.model.steps)
+            for run in sorted(self.step_runs | {"run-unknown"}):
+                checks.append(
+                    (
+                        f"step_list({run!r})",
+                        functools.partial(self.model.step_list, run),
+                        functools.partial(self.driver.step_list, run),
+                    )
+                )
+        if self.capabilities.events:
+            # The first live event of each name: a purge or an expiry that went wrong shows.
+            for name in EVENT_NAMES:
+                w = EventWait(name, "{}", 0)
+                checks.append(
+                    (
+                        f"event_find({name!r})",
+                        functools.partial(self.model.event_find, w, self.now),
+                        functools.partial(self.driver.event_find, w, self.now),
+                    )
+                )
+        return checks

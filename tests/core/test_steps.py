@@ -1,0 +1,259 @@
+"""Durable steps on the memory driver, through a real worker: record once, replay, names, step
+timeouts, sleeps, event waits, cancelled runs that write nothing, def bodies, and sagas."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jobs_core.context import JobContext
+from jobs_core.driver import MAX_TIME_MS
+from jobs_core.errors import TerminalError
+from jobs_core.facade import Jobs
+from jobs_core.job import JobHandle
+from jobs_core.records import CounterReadParams, JobRecord
+from jobs_core.retry import Retry
+from jobs_core.states import JobState
+from jobs_core.steps.unwind import UNWIND_JOB
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+from tests.core.support import declare, until
+
+FAST = Retry(attempts=3, base_ms=1, cap_ms=1)
+
+
+async def running(
+    driver: MemoryDriver, handles: list[JobHandle], check: Callable[[], Awaitable[bool]]
+) -> Worker:
+    """Work `handles` until `check()` answers True; the worker is stopped before returning."""
+    worker = Worker(driver, handles, poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    await worker.start()
+    try:
+        await until(check, within=15)
+    finally:
+        await worker.stop()
+    return worker
+
+
+async def row(driver: MemoryDriver, job_id: str) -> JobRecord:
+    return (await driver.job_get_many([job_id]))[job_id]
+
+
+def ended(driver: MemoryDriver, job_id: str, *states: JobState) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return (await row(driver, job_id)).state in (states or (JobState.COMPLETED,))
+
+    return check
+
+
+async def test_a_step_runs_once_and_replays_its_stored_form() -> None:
+    driver = MemoryDriver()
+    calls: list[int] = []
+    seen: list[Any] = []
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        when = await ctx.step.run(
+            "stamp", lambda: calls.append(ctx.attempt) or dt.datetime(2027, 1, 2, tzinfo=dt.UTC)
+        )
+        seen.append(when)
+        if ctx.attempt < 3:
+            raise RuntimeError("try again")
+        return when
+
+    h = declare(body, name="stamped", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+    await running(driver, [h], ended(driver, done.id))
+    assert calls == [1]  # ran on the first attempt only
+    assert seen == ["2027-01-02T00:00:00+00:00"] * 3  # the stored form, every time
+    r = await row(driver, done.id)
+    assert r.result_json == '"2027-01-02T00:00:00+00:00"'
+    steps = await driver.step_list(r.run_id)
+    assert [s.name for s in steps] == ["stamp"]
+
+
+async def test_a_name_used_twice_fails_the_run_for_good() -> None:
+    driver = MemoryDriver()
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        await ctx.step.run("a", lambda: 1)
+        await ctx.step.run("a", lambda: 2)
+
+    h = declare(body, name="twice", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+    await running(driver, [h], ended(driver, done.id, JobState.DEAD))
+    r = await row(driver, done.id)
+    assert r.attempt == 1 and r.last_error is not None and "X_STEP_DUPLICATE" in r.last_error
+
+
+async def test_a_step_past_its_deadline_is_cancelled_then_fails_the_attempt() -> None:
+    driver = MemoryDriver()
+    cancelled: list[bool] = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        await ctx.step.run("slow", slow)
+
+    h = declare(body, name="slow", retry=Retry(attempts=1), step_timeout=0.05)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+    await running(driver, [h], ended(driver, done.id, JobState.DEAD))
+    r = await row(driver, done.id)
+    assert cancelled == [True] and r.last_error is not None and "X_STEP_TIMEOUT" in r.last_error
+    assert await driver.step_list(r.run_id) == []
+
+
+async def test_a_sleep_parks_without_an_attempt_and_resumes_once() -> None:
+    driver = MemoryDriver()
+    before: list[int] = []
+
+    async def body(input: Any, ctx: JobContext) -> str:
+        await ctx.step.run("before", lambda: before.append(1) or "x")
+        await ctx.step.sleep("nap", 0.2)
+        return "woke"
+
+    h = declare(body, name="napper", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+
+    async def parked() -> bool:
+        return (await row(driver, done.id)).state is JobState.PARKED
+
+    await running(driver, [h], parked)
+    r = await row(driver, done.id)
+    assert r.attempt == 0 and r.run_at_ms is not None  # no attempt spent
+    await running(driver, [h], ended(driver, done.id))
+    r = await row(driver, done.id)
+    assert r.result_json == '"woke"' and before == [1] and r.attempt == 1
+    assert [s.name for s in await driver.step_list(r.run_id)] == ["before", "nap"]
+
+
+async def test_an_event_wakes_a_waiting_run_and_a_timeout_answers_none() -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        got = await ctx.step.wait_for_event(
+            "shipped", "order.shipped", match={"order": input["n"]}, timeout=input["timeout"]
+        )
+        return {"got": got}
+
+    h = declare(body, name="waiter", retry=FAST, event_poll=30)
+    # Sent before the wait began: does not count by default.
+    await jobs.send_event("order.shipped", {"order": 1, "carrier": "early"})
+    wait = await jobs.enqueue(h, {"n": 1, "timeout": 60})
+    lapse = await jobs.enqueue(h, {"n": 2, "timeout": 0.2})
+
+    async def parked() -> bool:
+        return (await row(driver, wait.id)).state is JobState.PARKED
+
+    await running(driver, [h], parked)
+    assert (await jobs.send_event("order.shipped", {"order": 3})).woken == 0
+    sent = await jobs.send_event("order.shipped", {"order": 1.0, "carrier": "ups"})
+    assert sent.woken == 1
+    await running(driver, [h], ended(driver, wait.id))
+    await running(driver, [h], ended(driver, lapse.id))
+    assert (await row(driver, wait.id)).result_json == '{"got":{"order":1.0,"carrier":"ups"}}'
+    assert (await row(driver, lapse.id)).result_json == '{"got":null}'
+
+
+async def test_a_wait_may_count_events_sent_since_the_enqueue() -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        return await ctx.step.wait_for_event("paid", "paid", since="enqueued", timeout=60)
+
+    h = declare(body, name="late_waiter", retry=FAST)
+    queued = await jobs.enqueue(h, {"n": 1})
+    await jobs.send_event("paid", {"amount": 5})  # before the body ran at all
+    await running(driver, [h], ended(driver, queued.id))
+    assert (await row(driver, queued.id)).result_json == '{"amount":5}'
+
+
+async def test_a_def_body_uses_sync_steps() -> None:
+    driver = MemoryDriver()
+    calls: list[str] = []
+
+    def body(input: Any, ctx: JobContext) -> Any:
+        first = ctx.sync_step.run("one", lambda: calls.append("one") or {"v": 1})
+        if ctx.attempt == 1:
+            raise RuntimeError("again")
+        return first
+
+    h = declare(body, name="syncy", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+    await running(driver, [h], ended(driver, done.id))
+    assert calls == ["one"] and (await row(driver, done.id)).result_json == '{"v":1}'
+
+
+async def test_a_cancelled_run_writes_no_step() -> None:
+    driver = MemoryDriver()
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        async def wait() -> str:
+            started.set()
+            await release.wait()
+            return "late"
+
+        await ctx.step.run("slow", wait)
+
+    h = declare(body, name="cancelled", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = Worker(driver, [h], poll_floor=0.001, poll_ceiling=0.01, lease=0.3)
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await driver.job_cancel(done.id, worker.clock.now_ms())
+    await until(lambda: worker.stats.cancelled == 1, within=10)
+    release.set()
+    await worker.stop()
+    r = await row(driver, done.id)
+    assert r.state is JobState.CANCELLED and await driver.step_list(r.run_id) == []
+
+
+async def test_a_saga_undoes_its_steps_in_reverse_each_once() -> None:
+    driver = MemoryDriver()
+    undone: list[str] = []
+    flaky = {"refund": 1}
+
+    async def refund(output: Any) -> None:
+        if flaky["refund"]:
+            flaky["refund"] -= 1
+            raise RuntimeError("the bank is down")  # the unwinding retries, refunds once
+        undone.append(f"refund {output['charge']}")
+
+    def release(output: Any) -> None:
+        undone.append(f"release {output}")
+
+    async def order(input: Any, ctx: JobContext) -> None:
+        await ctx.step.run("reserve", lambda: "seat-7", compensate=release)
+        await ctx.step.run("charge", lambda: {"charge": "ch_1"}, compensate=refund)
+        await ctx.step.run("note", lambda: "no undo")
+        raise TerminalError("the shipment was refused")
+
+    h = declare(order, name="order", retry=FAST)
+    done = await Jobs(driver).enqueue(h, {"n": 1})
+
+    async def unwound() -> bool:
+        page = await driver.job_get_many([done.id])
+        run_id = page[done.id].run_id
+        names = {s.name for s in await driver.step_list(run_id)}
+        return {"~undo:reserve", "~undo:charge"} <= names
+
+    await running(driver, [h], unwound)
+    assert undone == ["refund ch_1", "release seat-7"]
+    r = await row(driver, done.id)
+    assert r.state is JobState.DEAD
+    steps = [s.name for s in await driver.step_list(r.run_id)]
+    assert steps.count("~undo:charge") == 1 and steps.count("~undo:reserve") == 1
+    # The undoing was a job of its own, in the failed job's queue, retried once, then done.
+    counted = await driver.counter_read(CounterReadParams(0, MAX_TIME_MS, (UNWIND_JOB,)))
+    assert {c.queue for c in counted} == {"default"}
+    assert sum(c.retried for c in counted) == 1 and sum(c.completed for c in counted) == 1

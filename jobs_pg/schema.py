@@ -3,7 +3,7 @@
 The tables carry no schema here: the driver renders its configured schema into each compiled
 statement, the migrations create them in the schema they are run for, and `metadata_in(schema)`
 gives the same tables placed in one schema (the migration test compares against it). Later
-issues add tables (steps, leases, counters, outbox…) here and in a new migration, never by
+issues add tables (steps, leases, outbox…) here and in a new migration, never by
 editing a shipped one.
 """
 

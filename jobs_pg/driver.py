@@ -129,6 +129,21 @@ T = TypeVar("T")
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
 
 
+def list_values(f: JobFilter, after: ListKey | None, limit: int, scan: int) -> dict[str, Any]:
+    """`JOB_LIST`'s parameters for one page: the walk starts strictly after `after` (None: above
+    every row, as created_at_ms never exceeds MAX_TIME_MS)."""
+    return {
+        "after_created_at_ms": MAX_TIME_MS + 1 if after is None else after.created_at_ms,
+        "after_id": "" if after is None else after.id,
+        "scan": scan,
+        "limit": limit,
+        "states": sorted(s.value for s in f.states),
+        "queue": f.queue,
+        "name": f.name,
+        "tenant_id": f.tenant_id,
+    }
+
+
 def counter_shard(worker_id: str) -> int:
     """The counter row a worker's settles add to (`jobs_pg.schema.counters`): the same for every
     call of one worker, spread over `COUNTER_SHARDS` across workers."""
@@ -927,43 +942,17 @@ class PgDriver(JobDriver):
     async def _job_list(
         self, f: JobFilter, after: ListKey | None, limit: int, scan: int
     ) -> JobSlice:
-        rows = await self._read(
-            "JOB_LIST",
-            {
-                # The first page starts above every row: created_at_ms never exceeds MAX_TIME_MS.
-                "after_created_at_ms": MAX_TIME_MS + 1 if after is None else after.created_at_ms,
-                "after_id": "" if after is None else after.id,
-                "scan": scan,
-                "limit": limit,
-                "states": sorted(s.value for s in f.states),
-                "queue": f.queue,
-                "name": f.name,
-                "tenant_id": f.tenant_id,
-            },
-        )
+        rows = await self._read("JOB_LIST", list_values(f, after, limit, scan))
         taken: list[JobSummary] = []
         last: ListKey | None = None
-        for r in rows:
-            if r[0] == "t":
-                last = ListKey(r[12], r[1]) if r[14] else None
+        for kind, *r in rows:
+            row = dict(zip(job_stmts.SUMMARY_COLUMNS, r, strict=False))
+            if kind == "t":
+                # The walk's tail: the last key examined, and whether any row follows it.
+                last = ListKey(row["created_at_ms"], row["id"]) if r[-1] else None
                 continue
-            taken.append(
-                JobSummary(
-                    id=r[1],
-                    name=r[2],
-                    queue=r[3],
-                    tenant_id=r[4],
-                    state=_STATES[r[5]],
-                    priority=r[6],
-                    attempt=r[7],
-                    max_attempts=r[8],
-                    claimed_by=r[9],
-                    lease_until_ms=r[10],
-                    run_at_ms=r[11],
-                    created_at_ms=r[12],
-                    finished_at_ms=r[13],
-                )
-            )
+            row["state"] = _STATES[row["state"]]
+            taken.append(JobSummary(**row))
         # Walk order; Python compares ids by code point, as COLLATE "C" does.
         taken.sort(key=lambda j: (j.created_at_ms, j.id), reverse=True)
         return JobSlice(tuple(taken), last)
@@ -988,30 +977,9 @@ class PgDriver(JobDriver):
         rows = await self._read("JOB_GET_MANY", {"ids": list(job_ids)})
         out: dict[str, JobRecord] = {}
         for r in rows:
-            out[r[0]] = JobRecord(
-                id=r[0],
-                run_id=r[1],
-                name=r[2],
-                queue=r[3],
-                tenant_id=r[4],
-                idempotency_key=r[5],
-                input_json=r[6],
-                state=_STATES[r[7]],
-                priority=r[8],
-                attempt=r[9],
-                max_attempts=r[10],
-                claims=r[11],
-                claimed_by=r[12],
-                lease_until_ms=r[13],
-                run_at_ms=r[14],
-                created_at_ms=r[15],
-                finished_at_ms=r[16],
-                last_error=r[17],
-                progress_json=r[18],
-                result_json=r[19],
-                enqueued_by=r[20],
-                traceparent=r[21],
-            )
+            row = dict(zip(job_stmts.RECORD_COLUMNS, r, strict=True))
+            row["state"] = _STATES[row["state"]]
+            out[row["id"]] = JobRecord(**row)
         # The contract's answer is by id; keep the asked order for people reading it.
         return {i: out[i] for i in job_ids if i in out}
 

@@ -571,6 +571,21 @@ def _locked(name: str) -> sa.CTE:
     return sa.select(row.c.id).select_from(in_order.join(row, sa.true())).cte(name)
 
 
+def _settles_counted(
+    settled: sa.CTE, cte_name: str, outcomes: dict[str, sa.ColumnElement[bool] | None]
+) -> sa.CTE:
+    """The counters of the items `settled` returns (each with `name` and `now_ms`), on the
+    caller's shard (`:shard`)."""
+    return moved(
+        settled,
+        cte_name,
+        name=settled.c.name,
+        bucket_ms=minute_of(settled.c.now_ms),
+        shard=p("shard", SMALLINT),
+        outcomes=outcomes,
+    )
+
+
 def _fenced_locked(t: sa.FromClause, name: str) -> sa.ColumnElement[bool]:
     """The fence, once `_locked` holds the rows (a one-time filter: it runs before any row)."""
     held = sa.select(sa.func.count()).select_from(_locked(name)).scalar_subquery()
@@ -601,14 +616,7 @@ _acked = (
     .cte("acked")
 )
 JOB_ACK: Final = sa.select(_acked.c.ord).add_cte(
-    moved(
-        _acked,
-        "ack_counted",
-        name=_acked.c.name,
-        bucket_ms=minute_of(_acked.c.now_ms),
-        shard=p("shard", SMALLINT),
-        outcomes={"completed": None},
-    )
+    _settles_counted(_acked, "ack_counted", {"completed": None})
 )
 
 _nacks = unnest(
@@ -669,13 +677,10 @@ _nacked = (
 _nk = _nacked.c.kind
 # Each landed nack moves `nack_outcome(kind, dead_letter)` (jobs_core.semantics).
 JOB_NACK: Final = sa.select(_nacked.c.ord).add_cte(
-    moved(
+    _settles_counted(
         _nacked,
         "nack_counted",
-        name=_nacked.c.name,
-        bucket_ms=minute_of(_nacked.c.now_ms),
-        shard=p("shard", SMALLINT),
-        outcomes={
+        {
             "retried": _nk == lit("retry"),
             "dead_lettered": sa.and_(_nk == lit("fail"), _nacked.c.dead_letter),
             "dropped": sa.and_(_nk == lit("fail"), ~_nacked.c.dead_letter),

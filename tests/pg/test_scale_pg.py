@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from jobs_core.driver import MAX_TIME_MS
 from jobs_core.records import JobFilter, JobListParams
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
-from jobs_pg.driver import STATEMENTS
+from jobs_pg.driver import STATEMENTS, list_values
 from jobs_pg.migrate import upgrade
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 
@@ -123,19 +122,6 @@ def _buffers(plan: str) -> int:
     return sum(int(g) for g in found.groups() if g)
 
 
-def _listing(f: JobFilter, limit: int = 50, scan: int = 2_000) -> dict[str, Any]:
-    return {
-        "after_created_at_ms": MAX_TIME_MS + 1,
-        "after_id": "",
-        "scan": scan,
-        "limit": limit,
-        "states": sorted(s.value for s in f.states),
-        "queue": f.queue,
-        "name": f.name,
-        "tenant_id": f.tenant_id,
-    }
-
-
 @pytest.mark.parametrize(
     "f",
     [JobFilter(), JobFilter(states=frozenset({JobState.DEAD}), queue="queue_1")],
@@ -143,7 +129,7 @@ def _listing(f: JobFilter, limit: int = 50, scan: int = 2_000) -> dict[str, Any]
 )
 def test_the_newest_page_reads_the_listing_index_not_the_table(big: str, f: JobFilter) -> None:
     pages = _pages(big)
-    for plan in _plans(big, "JOB_LIST", _listing(f)):
+    for plan in _plans(big, "JOB_LIST", list_values(f, None, 50, 2_000)):
         assert "Seq Scan on jobs" not in plan, plan
         assert "Index Scan Backward using jobs_listing" in plan
         assert "Merge Append" in plan

@@ -22,6 +22,7 @@ import random
 import select
 import time
 import weakref
+import zlib
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -29,17 +30,20 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import PoolTimeout
 
-from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
+from jobs_core.driver import (
+    ENQUEUE_CHUNK,
+    MAX_TIME_MS,
+    Capabilities,
+    JobDriver,
+    WakeSubscription,
+)
 from jobs_core.errors import (
     DriverCancelledError,
     DriverConflictError,
     DriverError,
     DriverLimitError,
     DriverUnavailableError,
-    JobNotFoundError,
     JobsError,
-    NotRequeueableError,
-    RequeueDuplicateError,
 )
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
@@ -49,20 +53,32 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
     Heartbeat,
+    JobFilter,
     JobRecord,
+    JobSlice,
+    JobSummary,
+    ListKey,
     Nack,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, fold_before
 from jobs_core.states import LIVE_STATES, JobState
+from jobs_pg.schema import COUNTER_SHARDS
 from jobs_pg.sqltext import Sql, compile_all
+from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import job as job_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
@@ -74,6 +90,7 @@ log = logging.getLogger("jobs.pg")
 
 #: Every statement, compiled once at import (schema left as a token).
 STATEMENTS: Final[dict[str, Sql]] = {
+    **compile_all(vars(counter_stmts)),
     **compile_all(vars(job_stmts)),
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
@@ -102,12 +119,35 @@ _INDEX_FIELDS: Final = {
     "jobs_live_key": "name, tenant_id, idempotency_key",
     "jobs_due": "queue, id",
     "jobs_lease": "queue",
+    "jobs_listing": "created_at_ms, id",
+    "counters_pkey": "name",
     "pauses_pkey": "value",
     "workers_pkey": "worker_id",
 }
 
 T = TypeVar("T")
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
+
+
+def list_values(f: JobFilter, after: ListKey | None, limit: int, scan: int) -> dict[str, Any]:
+    """`JOB_LIST`'s parameters for one page: the walk starts strictly after `after` (None: above
+    every row, as created_at_ms never exceeds MAX_TIME_MS)."""
+    return {
+        "after_created_at_ms": MAX_TIME_MS + 1 if after is None else after.created_at_ms,
+        "after_id": "" if after is None else after.id,
+        "scan": scan,
+        "limit": limit,
+        "states": sorted(s.value for s in f.states),
+        "queue": f.queue,
+        "name": f.name,
+        "tenant_id": f.tenant_id,
+    }
+
+
+def counter_shard(worker_id: str) -> int:
+    """The counter row a worker's settles add to (`jobs_pg.schema.counters`): the same for every
+    call of one worker, spread over `COUNTER_SHARDS` across workers."""
+    return zlib.crc32(worker_id.encode()) % COUNTER_SHARDS
 
 
 def wake_channel(schema: str) -> str:
@@ -492,6 +532,7 @@ class PgDriver(JobDriver):
             "run_at_ms": job.run_at_ms,
             "created_at_ms": job.created_at_ms,
             "enqueued_by": job.enqueued_by,
+            "traceparent": job.traceparent,
             "slot": slot,
             "channel": self.channel,
         }
@@ -656,6 +697,7 @@ class PgDriver(JobDriver):
             "run_at_ms": [j.run_at_ms for j in batch],
             "created_at_ms": [j.created_at_ms for j in batch],
             "enqueued_by": [j.enqueued_by for j in batch],
+            "traceparent": [j.traceparent for j in batch],
             "slot": self._slot(max(j.created_at_ms for j in batch)) if wake else None,
             "channel": self.channel,
         }
@@ -696,6 +738,7 @@ class PgDriver(JobDriver):
             "lease_until_ms": now + params.lease_ms,
             "drop_exhausted": sorted(params.drop_exhausted),
             "lapsed_error": LEASE_LAPSED_ERROR,
+            "shard": counter_shard(params.worker_id),
             "beat_worker_id": beat.worker_id if beat is not None else None,
             "beat_info_json": beat.info_json if beat is not None else None,
             "beat_now_ms": beat.now_ms if beat is not None else None,
@@ -727,6 +770,7 @@ class PgDriver(JobDriver):
                             lease_until_ms=lease_until,
                             created_at_ms=r[14],
                             enqueued_by=r[15],
+                            traceparent=r[16],
                         ),
                     )
                 )
@@ -745,7 +789,8 @@ class PgDriver(JobDriver):
     ) -> list[bool]:
         """Run a batched, fenced settle; True for each item whose fence held, in order.
 
-        Every settle binds the fence (id, claims, worker) per item; `columns` adds the rest.
+        Every settle binds the fence (id, claims, worker) per item and its counter shard;
+        `columns` adds the rest.
         """
         ids = [item.fence.job_id for item in items]
         out = [False] * len(items)
@@ -757,6 +802,9 @@ class PgDriver(JobDriver):
                     "id": [item.fence.job_id for item in sel],
                     "claims": [item.fence.claims for item in sel],
                     "worker_id": [item.fence.worker_id for item in sel],
+                    # The counters an ack or nack moves go to its worker's shard (a batch is one
+                    # worker's in practice; any shard would count right).
+                    "shard": counter_shard(sel[0].fence.worker_id),
                     **columns(sel),
                 }
                 cur = await self._execute(conn, stmt.text, stmt.args(params))
@@ -801,35 +849,113 @@ class PgDriver(JobDriver):
             "JOB_PROGRESS", items, lambda sel: {"progress_json": [p.progress_json for p in sel]}
         )
 
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
-        rows = await self._rows("JOB_CANCEL", {"id": job_id, "now_ms": now_ms})
-        found, cancelled = rows[0]
-        if cancelled:
-            return CancelAnswer.CANCELLED
-        return CancelAnswer.FINISHED if found else CancelAnswer.NOT_FOUND
+    # -- the operator's bulk calls ---------------------------------------------------------------
+    # Each is one statement over the distinct ids (first mention order); a repeated id is
+    # answered from what its first mention did, as the same calls made one after another would.
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        ids = list(dict.fromkeys(job_ids))
+        rows = await self._rows("JOB_CANCEL_MANY", {"ids": ids, "now_ms": now_ms})
+        cancelled = {r[0]: bool(r[1]) for r in rows}
+        first = {
+            i: CancelAnswer.NOT_FOUND
+            if i not in cancelled
+            else CancelAnswer.CANCELLED
+            if cancelled[i]
+            else CancelAnswer.FINISHED
+            for i in ids
+        }
+        # After its first mention a row that exists is finished, whatever that mention did.
+        again = {
+            i: a if a is CancelAnswer.NOT_FOUND else CancelAnswer.FINISHED for i, a in first.items()
+        }
+        return _in_call_order(job_ids, first, again)
+
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        ids = list(dict.fromkeys(job_ids))
+        rows = await self._rows("JOB_PROMOTE", {"ids": ids, "now_ms": now_ms})
+        first = dict.fromkeys(ids, PromoteAnswer.NOT_FOUND)
+        for job_id, state, run_at_ms, promoted in rows:
+            if promoted:
+                first[job_id] = PromoteAnswer.PROMOTED
+            elif state == JobState.READY.value and run_at_ms is not None and run_at_ms <= now_ms:
+                first[job_id] = PromoteAnswer.ALREADY_DUE
+            else:
+                first[job_id] = PromoteAnswer.NOT_READY
+        again = {
+            i: PromoteAnswer.ALREADY_DUE if a is PromoteAnswer.PROMOTED else a
+            for i, a in first.items()
+        }
+        return _in_call_order(job_ids, first, again)
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        ids = list(dict.fromkeys(job_ids))
+        rows = await self._rows("JOB_REMOVE", {"ids": ids})
+        first = dict.fromkeys(ids, RemoveAnswer.NOT_FOUND)
+        for job_id, state, removed in rows:
+            if removed:
+                first[job_id] = RemoveAnswer.REMOVED
+            elif state == JobState.RUNNING.value:
+                first[job_id] = RemoveAnswer.RUNNING
+        again = {
+            i: RemoveAnswer.NOT_FOUND if a is RemoveAnswer.REMOVED else a for i, a in first.items()
+        }
+        return _in_call_order(job_ids, first, again)
+
+    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+        ids = list(dict.fromkeys(job_ids))
         try:
-            rows = await self._rows("JOB_REQUEUE", {"id": job_id, "now_ms": now_ms})
+            first = await self._requeue(ids, now_ms)
         except DriverError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, psycopg.errors.UniqueViolation) and (
-                _constraint(cause) == "jobs_live_key"
-            ):
-                # A concurrent enqueue took the key after our snapshot.
-                raise RequeueDuplicateError(detail=job_id) from exc
-            raise
-        if not rows:
-            raise JobNotFoundError(detail=job_id)
-        state, holder, requeued = rows[0]
-        if requeued:
-            return
-        if state in _LIVE_VALUES:
-            raise NotRequeueableError(detail=job_id)
-        if holder is not None:
-            raise RequeueDuplicateError(detail=f"{job_id} (held by {holder})")
-        # Finished in our snapshot, yet the UPDATE found it live: it was requeued concurrently.
-        raise NotRequeueableError(detail=job_id)
+            if not _live_key_taken(exc):
+                raise
+            # A concurrent enqueue took a key after the statement's snapshot: the statement
+            # wrote nothing. Id by id, in order, the one whose key went answers DUPLICATE.
+            first = {}
+            for job_id in ids:
+                try:
+                    first.update(await self._requeue([job_id], now_ms))
+                except DriverError as one:
+                    if not _live_key_taken(one):
+                        raise
+                    first[job_id] = RequeueAnswer.DUPLICATE
+        again = {
+            i: RequeueAnswer.LIVE if a is RequeueAnswer.REQUEUED else a for i, a in first.items()
+        }
+        return _in_call_order(job_ids, first, again)
+
+    async def _requeue(self, ids: list[str], now_ms: int) -> dict[str, RequeueAnswer]:
+        rows = await self._rows("JOB_REQUEUE_MANY", {"ids": ids, "now_ms": now_ms})
+        out = dict.fromkeys(ids, RequeueAnswer.NOT_FOUND)
+        for job_id, state, requeued in rows:
+            if requeued:
+                out[job_id] = RequeueAnswer.REQUEUED
+            elif state in _LIVE_VALUES:
+                out[job_id] = RequeueAnswer.LIVE
+            else:
+                # Finished, and a live row (perhaps one requeued by this very call) holds its key.
+                out[job_id] = RequeueAnswer.DUPLICATE
+        return out
+
+    # -- listing --------------------------------------------------------------------------------
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        rows = await self._read("JOB_LIST", list_values(f, after, limit, scan))
+        taken: list[JobSummary] = []
+        last: ListKey | None = None
+        for kind, *r in rows:
+            row = dict(zip(job_stmts.SUMMARY_COLUMNS, r, strict=False))
+            if kind == "t":
+                # The walk's tail: the last key examined, and whether any row follows it.
+                last = ListKey(row["created_at_ms"], row["id"]) if r[-1] else None
+                continue
+            row["state"] = _STATES[row["state"]]
+            taken.append(JobSummary(**row))
+        # Walk order; Python compares ids by code point, as COLLATE "C" does.
+        taken.sort(key=lambda j: (j.created_at_ms, j.id), reverse=True)
+        return JobSlice(tuple(taken), last)
 
     async def _job_purge(self, params: PurgeParams) -> int:
         def before(keep: int | None) -> int | None:
@@ -851,29 +977,9 @@ class PgDriver(JobDriver):
         rows = await self._read("JOB_GET_MANY", {"ids": list(job_ids)})
         out: dict[str, JobRecord] = {}
         for r in rows:
-            out[r[0]] = JobRecord(
-                id=r[0],
-                run_id=r[1],
-                name=r[2],
-                queue=r[3],
-                tenant_id=r[4],
-                idempotency_key=r[5],
-                input_json=r[6],
-                state=_STATES[r[7]],
-                priority=r[8],
-                attempt=r[9],
-                max_attempts=r[10],
-                claims=r[11],
-                claimed_by=r[12],
-                lease_until_ms=r[13],
-                run_at_ms=r[14],
-                created_at_ms=r[15],
-                finished_at_ms=r[16],
-                last_error=r[17],
-                progress_json=r[18],
-                result_json=r[19],
-                enqueued_by=r[20],
-            )
+            row = dict(zip(job_stmts.RECORD_COLUMNS, r, strict=True))
+            row["state"] = _STATES[row["state"]]
+            out[row["id"]] = JobRecord(**row)
         # The contract's answer is by id; keep the asked order for people reading it.
         return {i: out[i] for i in job_ids if i in out}
 
@@ -899,6 +1005,45 @@ class PgDriver(JobDriver):
         )
         counts = {q: int(n) for q, n in rows}
         return {q: counts[q] for q in queues}
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        rows = await self._read("QUEUE_STATS", {"now_ms": now_ms})
+        counts: dict[str, dict[JobState, int]] = {}
+        oldest: dict[str, int | None] = {}
+        for kind, queue, state, n in rows:
+            if kind == "c":
+                counts.setdefault(queue, dict.fromkeys(JobState, 0))[_STATES[state]] = int(n)
+            else:
+                oldest[queue] = None if n is None else int(n)
+        return [
+            QueueStats(queue, tuple(by_state.items()), oldest.get(queue))
+            for queue, by_state in counts.items()
+        ]
+
+    # -- counters -------------------------------------------------------------------------------
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        rows = await self._read(
+            "COUNTER_READ",
+            {
+                "since_ms": params.since_ms,
+                "until_ms": params.until_ms,
+                "names": None if params.names is None else list(params.names),
+            },
+        )
+        return [CounterRow(*r) for r in rows]
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        rows = await self._rows("COUNTER_FOLD", {"before": fold_before(now_ms), "limit": limit})
+        folded = int(rows[0][0])
+        if folded >= limit:
+            return folded
+        # A statement of its own, so it sees the hour rows the fold just wrote (the contract
+        # drops after folding, and may drop what this very call folded).
+        rows = await self._rows(
+            "COUNTER_DROP", {"before": drop_before(now_ms), "limit": limit - folded}
+        )
+        return folded + int(rows[0][0])
 
     # -- workers --------------------------------------------------------------------------------
 
@@ -1084,6 +1229,29 @@ def _abandon_loop(here: _LoopConns) -> None:
     for conn in list(here.conns):
         with contextlib.suppress(Exception):
             conn.pgconn.finish()
+
+
+_A = TypeVar("_A")
+
+
+def _in_call_order(
+    job_ids: Sequence[str], first: Mapping[str, _A], again: Mapping[str, _A]
+) -> list[_A]:
+    """One answer per id of a bulk call: `first` at its first mention, `again` after."""
+    seen: set[str] = set()
+    out: list[_A] = []
+    for job_id in job_ids:
+        out.append(again[job_id] if job_id in seen else first[job_id])
+        seen.add(job_id)
+    return out
+
+
+def _live_key_taken(exc: JobsError) -> bool:
+    """The statement failed because a row it made live met a live row holding its key."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.errors.UniqueViolation) and (
+        _constraint(cause) == "jobs_live_key"
+    )
 
 
 def _namespace(job: NewJob) -> tuple[str, str, str]:

@@ -3,7 +3,7 @@
 The tables carry no schema here: the driver renders its configured schema into each compiled
 statement, the migrations create them in the schema they are run for, and `metadata_in(schema)`
 gives the same tables placed in one schema (the migration test compares against it). Later
-issues add tables (steps, leases, counters, outbox…) here and in a new migration, never by
+issues add tables (steps, leases, outbox…) here and in a new migration, never by
 editing a shipped one.
 """
 
@@ -13,6 +13,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
+from jobs_core.records import COUNTED_OUTCOMES
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
 #: Every identifier-like column compares and sorts by code point (UTF-8 byte order): the claim
@@ -72,6 +73,8 @@ jobs: Final = sa.Table(
     sa.Column("progress_json", sa.Text, nullable=True),
     sa.Column("result_json", sa.Text, nullable=True),
     sa.Column("enqueued_by", sa.Text(collation=C), nullable=True),
+    # The enqueuer's W3C trace context (migration 0003): read back by the claim, never searched.
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
 
@@ -116,6 +119,22 @@ sa.Index(
     postgresql_where=sa.text(f"state IN ({FINISHED_SQL})"),
 )
 
+# The operator's listing (`job_list`, migration 0003): every row but the running ones in listing
+# order, so the newest page reads its rows' entries and nothing else, at any table size. Running
+# rows are left out on purpose: a claim moves a row INTO `running` and every heartbeat rewrites it
+# there, both non-HOT updates that would each add an entry here; the listing reads the running
+# rows (few: what workers hold) through `jobs_lease` and merges them in. `queue` and `state`
+# ride along (INCLUDE) so the counts by queue and state (`queue_stats`) are an index-only scan
+# of this index, not of the table. Entries are keyed by (created_at, id): the settles that add
+# them land all over the index, never on one hot right-hand page as a (queue, state) key would.
+sa.Index(
+    "jobs_listing",
+    jobs.c.created_at_ms,
+    jobs.c.id,
+    postgresql_include=["queue", "state"],
+    postgresql_where=sa.text("state <> 'running'"),
+)
+
 pauses: Final = sa.Table(
     "pauses",
     metadata,
@@ -141,6 +160,30 @@ wakes: Final = sa.Table(
     metadata,
     sa.Column("queue", sa.Text(collation=C), primary_key=True),
     sa.Column("slot", sa.BigInteger, nullable=False),
+)
+
+
+#: How many rows one counter bucket is spread over (see `counters`).
+COUNTER_SHARDS: Final = 16
+
+#: The counted outcomes' columns, in `COUNTED_OUTCOMES` order (a `CounterRow`'s fields).
+COUNTER_COLUMNS: Final = tuple(o.name.lower() for o in COUNTED_OUTCOMES)
+
+# Per-minute (and, once folded, per-hour) settle counts per job name (migration 0003), moved by
+# the settling statements themselves. A contract bucket (name, bucket_ms, width_ms) is spread
+# over up to `COUNTER_SHARDS` rows (`shard`, from the settling worker's id): workers acking the
+# same name in the same minute then update different rows instead of queueing on one row lock
+# until each other's commit. Reads sum the shards; the fold merges them into one hour row
+# (shard 0). The key leads with (width, bucket) so the fold and the drop read the oldest buckets
+# in order, and every writer locks counter rows in key order (no deadlock between them).
+counters: Final = sa.Table(
+    "counters",
+    metadata,
+    sa.Column("width_ms", sa.Integer, primary_key=True),
+    sa.Column("bucket_ms", sa.BigInteger, primary_key=True),
+    sa.Column("name", sa.Text(collation=C), primary_key=True),
+    sa.Column("shard", sa.SmallInteger, primary_key=True),
+    *(sa.Column(c, sa.BigInteger, nullable=False) for c in COUNTER_COLUMNS),
 )
 
 

@@ -15,6 +15,7 @@ from jobs_pg.schema import jobs, lit
 TEXT = sa.Text()
 BIGINT = sa.BigInteger()
 INT = sa.Integer()
+SMALLINT = sa.SmallInteger()
 BOOL = sa.Boolean()
 
 

@@ -21,6 +21,7 @@ from jobs_pg.statements._build import (
     INT,
     LIVE_KEY_TARGET,
     LIVE_KEY_WHERE,
+    SMALLINT,
     TEXT,
     arr,
     due_states,
@@ -30,6 +31,7 @@ from jobs_pg.statements._build import (
     p,
     unnest,
 )
+from jobs_pg.statements.counter import minute_of, moved
 
 #: The columns a `JobRecord` is built from, in its field order.
 RECORD_COLUMNS: Final = (
@@ -54,6 +56,7 @@ RECORD_COLUMNS: Final = (
     "progress_json",
     "result_json",
     "enqueued_by",
+    "traceparent",
 )
 
 _INSERT_COLUMNS: Final = (
@@ -72,6 +75,7 @@ _INSERT_COLUMNS: Final = (
     "run_at_ms",
     "created_at_ms",
     "enqueued_by",
+    "traceparent",
 )
 
 
@@ -164,6 +168,7 @@ _ENQ_VALUES: Final = {
     "run_at_ms": p("run_at_ms", BIGINT),
     "created_at_ms": p("created_at_ms", BIGINT),
     "enqueued_by": p("enqueued_by", TEXT),
+    "traceparent": p("traceparent", TEXT),
 }
 _enq_ins = (
     pg_insert(jobs)
@@ -236,6 +241,7 @@ _rows_src = unnest(
     run_at_ms=BIGINT,
     created_at_ms=BIGINT,
     enqueued_by=TEXT,
+    traceparent=TEXT,
 )
 _taken = jobs.alias("taken")
 _rows = sa.select(
@@ -422,6 +428,7 @@ _claimed = (
         jobs.c.run_at_ms,
         jobs.c.created_at_ms,
         jobs.c.enqueued_by,
+        jobs.c.traceparent,
     )
     .cte("claimed")
 )
@@ -450,6 +457,19 @@ _buried = (
     )
     .returning(jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state)
     .cte("buried")
+)
+# Each buried row moves its outcome's counter (dead: dead-lettered, failed: dropped) in the
+# minute of this claim, on the claiming worker's shard.
+_buried_counted = moved(
+    _buried,
+    "buried_counted",
+    name=_buried.c.name,
+    bucket_ms=minute_of(p("now_ms", BIGINT)),
+    shard=p("shard", SMALLINT),
+    outcomes={
+        "dead_lettered": _buried.c.state == lit("dead"),
+        "dropped": _buried.c.state == lit("failed"),
+    },
 )
 _wex = pg_insert(workers).excluded
 _beat = (
@@ -493,6 +513,7 @@ JOB_CLAIM: Final = sa.union_all(
         _claimed.c.run_at_ms,
         _claimed.c.created_at_ms,
         _claimed.c.enqueued_by,
+        _claimed.c.traceparent,
     ),
     sa.select(
         lit("b"),
@@ -511,8 +532,9 @@ JOB_CLAIM: Final = sa.union_all(
         _null(),
         _null(),
         _null(),
+        _null(),
     ),
-).add_cte(_beat)
+).add_cte(_beat, _buried_counted)
 
 # -- settles: JOB_ACK, JOB_NACK, JOB_HEARTBEAT, JOB_PROGRESS ------------------------------------
 # Each is one UPDATE … FROM unnest(arrays) over the whole list, fenced per item (state running,
@@ -522,6 +544,9 @@ JOB_CLAIM: Final = sa.union_all(
 # Each first locks its rows in id order (`_locked`, an InitPlan that runs to its end before the
 # UPDATE touches a row): a worker's heartbeat batch (claim order) and its ack batch (completion
 # order) name the same rows in opposite orders, and locking in the caller's order deadlocked.
+# An ack or nack also moves the minute counters of the items that landed, in the same statement
+# (`moved`, after the job rows: the counter rows are the last locks it takes), on the shard of
+# the caller's worker (`:shard`, from its worker id): workers never queue on one counter row.
 
 
 def _locked(name: str) -> sa.CTE:
@@ -546,6 +571,21 @@ def _locked(name: str) -> sa.CTE:
     return sa.select(row.c.id).select_from(in_order.join(row, sa.true())).cte(name)
 
 
+def _settles_counted(
+    settled: sa.CTE, cte_name: str, outcomes: dict[str, sa.ColumnElement[bool] | None]
+) -> sa.CTE:
+    """The counters of the items `settled` returns (each with `name` and `now_ms`), on the
+    caller's shard (`:shard`)."""
+    return moved(
+        settled,
+        cte_name,
+        name=settled.c.name,
+        bucket_ms=minute_of(settled.c.now_ms),
+        shard=p("shard", SMALLINT),
+        outcomes=outcomes,
+    )
+
+
 def _fenced_locked(t: sa.FromClause, name: str) -> sa.ColumnElement[bool]:
     """The fence, once `_locked` holds the rows (a one-time filter: it runs before any row)."""
     held = sa.select(sa.func.count()).select_from(_locked(name)).scalar_subquery()
@@ -561,7 +601,7 @@ _acks = unnest(
     result_json=TEXT,
     progress_json=TEXT,
 )
-JOB_ACK: Final = (
+_acked = (
     sa.update(jobs)
     .where(_fenced_locked(_acks, "ack_locked"))
     .values(
@@ -572,7 +612,11 @@ JOB_ACK: Final = (
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
     )
-    .returning(_acks.c.ord)
+    .returning(_acks.c.ord, jobs.c.name, _acks.c.now_ms)
+    .cte("acked")
+)
+JOB_ACK: Final = sa.select(_acked.c.ord).add_cte(
+    _settles_counted(_acked, "ack_counted", {"completed": None})
 )
 
 _nacks = unnest(
@@ -589,7 +633,7 @@ _nacks = unnest(
 )
 _k = _nacks.c.kind
 # One statement for every kind: each column's CASE mirrors `jobs_memory.driver.nacked`.
-JOB_NACK: Final = (
+_nacked = (
     sa.update(jobs)
     .where(_fenced_locked(_nacks, "nack_locked"))
     .values(
@@ -627,7 +671,25 @@ JOB_NACK: Final = (
             else_=jobs.c.attempt,
         ),
     )
-    .returning(_nacks.c.ord)
+    .returning(_nacks.c.ord, jobs.c.name, _nacks.c.now_ms, _nacks.c.kind, _nacks.c.dead_letter)
+    .cte("nacked")
+)
+_nk = _nacked.c.kind
+# Each landed nack moves `nack_outcome(kind, dead_letter)` (jobs_core.semantics).
+JOB_NACK: Final = sa.select(_nacked.c.ord).add_cte(
+    _settles_counted(
+        _nacked,
+        "nack_counted",
+        {
+            "retried": _nk == lit("retry"),
+            "dead_lettered": sa.and_(_nk == lit("fail"), _nacked.c.dead_letter),
+            "dropped": sa.and_(_nk == lit("fail"), ~_nacked.c.dead_letter),
+            "suspended": _nk == lit("park"),
+            "shed": _nk == lit("shed"),
+            "interrupted": _nk == lit("interrupt"),
+            "refused": _nk == lit("refuse"),
+        },
+    )
 )
 
 _beats = unnest("h", id=TEXT, claims=BIGINT, worker_id=TEXT, lease_until_ms=BIGINT)
@@ -646,48 +708,157 @@ JOB_PROGRESS: Final = (
     .returning(_progress.c.ord)
 )
 
-# -- JOB_CANCEL ---------------------------------------------------------------------------------
-# One round-trip answers all three outcomes: `found` reads the snapshot, the UPDATE only moves a
-# live row (re-checked under its row lock, so a row finished meanwhile stays finished).
-_cancel_upd = (
+# -- the operator's bulk calls: JOB_CANCEL_MANY, JOB_PROMOTE, JOB_REMOVE, JOB_REQUEUE_MANY ------
+# One statement each for up to 1,000 ids (`:ids`, distinct, in the caller's first-mention
+# order; the driver answers repeats from what the first mention did, as sequential calls would).
+# Each first locks the named rows one by one in id order (`_bulk_locked`, the settles' lock
+# order), reading each row's latest version under its lock; the write then takes exactly the
+# rows it decided on, by primary key. The answer per id comes from that locked version, so a row
+# a concurrent settle moved meanwhile is answered as it is now, not as the snapshot saw it.
+
+
+def _bulk_locked(name: str, *columns: str) -> sa.CTE:
+    """The rows `:ids` names that exist, locked in id order: `id`, `ord` (the position in
+    `:ids`) and `columns` as of the lock."""
+    ids = unnest(f"{name}_ids", ids=TEXT)
+    in_order = (
+        sa.select(ids.c.ids.label("id"), ids.c.ord).order_by(ids.c.ids).subquery(f"{name}_sorted")
+    )
+    row = (
+        sa.select(jobs.c.id, *(jobs.c[c] for c in columns))
+        .where(jobs.c.id == in_order.c.id)
+        .with_for_update(of=jobs)
+        .lateral(f"{name}_row")
+    )
+    return (
+        sa.select(row.c.id, in_order.c.ord, *(row.c[c] for c in columns))
+        .select_from(in_order.join(row, sa.true()))
+        .cte(name)
+    )
+
+
+def _ids_where(cte: sa.CTE, *where: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
+    """The ids of `cte`'s rows that pass `where`, as one text[] (so the write that takes them
+    is a primary-key lookup each, after `cte` has run to its end)."""
+    return sa.cast(
+        sa.select(sa.func.array_agg(cte.c.id)).where(*where).scalar_subquery(), pg.ARRAY(sa.Text)
+    )
+
+
+# JOB_CANCEL_MANY: live rows become cancelled, each moving its `cancelled` counter (in the minute
+# of `:now_ms`, shard 0: an operator's call, no worker's). Answers per existing id its state under
+# the lock and whether it was cancelled; an id not answered does not exist.
+_cx_locked = _bulk_locked("cancel_locked", "state")
+_cancelled = (
     sa.update(jobs)
-    .where(jobs.c.id == p("id", TEXT), live(jobs))
+    .where(jobs.c.id == sa.func.any(_ids_where(_cx_locked, live(_cx_locked))), live(jobs))
     .values(state=lit("cancelled"), lease_until_ms=sa.null(), finished_at_ms=p("now_ms", BIGINT))
-    .returning(jobs.c.id)
+    .returning(jobs.c.id, jobs.c.name)
     .cte("cancelled")
 )
-JOB_CANCEL: Final = sa.select(
-    ex(jobs.c.id == p("id", TEXT)).label("found"),
-    ex(_cancel_upd.c.id.is_not(None)).label("cancelled"),
+JOB_CANCEL_MANY: Final = (
+    sa.select(_cx_locked.c.id, _cancelled.c.id.is_not(None).label("cancelled"))
+    .select_from(_cx_locked.outerjoin(_cancelled, _cancelled.c.id == _cx_locked.c.id))
+    .add_cte(
+        moved(
+            _cancelled,
+            "cancel_counted",
+            name=_cancelled.c.name,
+            bucket_ms=minute_of(p("now_ms", BIGINT)),
+            shard=sa.literal_column("0", sa.SmallInteger),
+            outcomes={"cancelled": None},
+        )
+    )
 )
 
-# -- JOB_REQUEUE --------------------------------------------------------------------------------
-# One statement decides and moves: the row's state and the live holder of its key come from the
-# snapshot, and the UPDATE only fires when the row is finished and no live row holds the key.
-# A key won by a concurrent enqueue after the snapshot makes the UPDATE hit `jobs_live_key`;
-# the driver turns that unique violation into X_JOB_REQUEUE_DUPLICATE.
-_target = (
-    sa.select(jobs.c.id, jobs.c.state, jobs.c.name, jobs.c.tenant_id, jobs.c.idempotency_key)
-    .where(jobs.c.id == p("id", TEXT))
-    .cte("target")
-)
-_rq_holder = jobs.alias("rq_holder")
-_rq_holder_q = (
-    sa.select(_rq_holder.c.id)
-    .select_from(_target)
+# JOB_PROMOTE: a ready row due later becomes due at `:now_ms`; nothing else is written.
+_pr_locked = _bulk_locked("promote_locked", "state", "run_at_ms")
+_promoted = (
+    sa.update(jobs)
     .where(
-        live_key_matches(_rq_holder, _target.c.name, _target.c.tenant_id, _target.c.idempotency_key)
+        jobs.c.id
+        == sa.func.any(
+            _ids_where(
+                _pr_locked,
+                _pr_locked.c.state == lit("ready"),
+                _pr_locked.c.run_at_ms > p("now_ms", BIGINT),
+            )
+        ),
+        jobs.c.state == lit("ready"),
+        jobs.c.run_at_ms > p("now_ms", BIGINT),
     )
-    .limit(1)
-    .cte("key_holder")
+    .values(run_at_ms=p("now_ms", BIGINT))
+    .returning(jobs.c.id)
+    .cte("promoted")
+)
+JOB_PROMOTE: Final = sa.select(
+    _pr_locked.c.id,
+    _pr_locked.c.state,
+    _pr_locked.c.run_at_ms,
+    _promoted.c.id.is_not(None).label("promoted"),
+).select_from(_pr_locked.outerjoin(_promoted, _promoted.c.id == _pr_locked.c.id))
+
+# JOB_REMOVE: every named row but a running one is deleted, as the purge deletes (the row is all
+# a job stores here); counters do not move.
+_rm_locked = _bulk_locked("remove_locked", "state")
+_removed = (
+    sa.delete(jobs)
+    .where(
+        jobs.c.id == sa.func.any(_ids_where(_rm_locked, _rm_locked.c.state != lit("running"))),
+        jobs.c.state != lit("running"),
+    )
+    .returning(jobs.c.id)
+    .cte("removed")
+)
+JOB_REMOVE: Final = sa.select(
+    _rm_locked.c.id, _rm_locked.c.state, _removed.c.id.is_not(None).label("removed")
+).select_from(_rm_locked.outerjoin(_removed, _removed.c.id == _rm_locked.c.id))
+
+# JOB_REQUEUE_MANY: a finished row becomes ready at `:now_ms` with fresh attempts, unless a live
+# row holds its namespace; of several finished rows of one namespace, the first in `:ids` order
+# wins (it holds the namespace for the others, as sequential requeues would). A holder that a
+# concurrent enqueue commits after this statement's snapshot makes the UPDATE hit
+# `jobs_live_key`: the whole statement fails (23505) and the driver goes id by id.
+_rq_locked = _bulk_locked("requeue_locked", "state", "name", "tenant_id", "idempotency_key")
+_rq_holder = jobs.alias("rq_holder")
+_rq_free = (
+    sa.select(
+        _rq_locked.c.id,
+        _rq_locked.c.ord,
+        _rq_locked.c.name,
+        sa.func.coalesce(_rq_locked.c.tenant_id, sa.literal_column("''")).label("tenant"),
+        _rq_locked.c.idempotency_key,
+    )
+    .where(
+        ~live(_rq_locked),
+        ~ex(
+            live_key_matches(
+                _rq_holder,
+                _rq_locked.c.name,
+                _rq_locked.c.tenant_id,
+                _rq_locked.c.idempotency_key,
+            )
+        ),
+    )
+    .subquery("rq_free")
+)
+_rq_first = (
+    sa.select(
+        _rq_free.c.id,
+        sa.func.row_number()
+        .over(
+            partition_by=[_rq_free.c.name, _rq_free.c.tenant, _rq_free.c.idempotency_key],
+            order_by=_rq_free.c.ord,
+        )
+        .label("nth"),
+    )
+).subquery("rq_first")
+_rq_winners = (
+    sa.select(_rq_first.c.id).where(_rq_first.c.nth == sa.literal_column("1")).cte("rq_winners")
 )
 _requeued = (
     sa.update(jobs)
-    .where(
-        jobs.c.id == p("id", TEXT),
-        ~live(jobs),
-        ~ex(_rq_holder_q.c.id.is_not(None)),
-    )
+    .where(jobs.c.id == sa.func.any(_ids_of(_rq_winners)), ~live(jobs))
     .values(
         state=lit("ready"),
         attempt=sa.literal_column("0"),
@@ -698,11 +869,118 @@ _requeued = (
     .returning(jobs.c.id)
     .cte("requeued")
 )
-JOB_REQUEUE: Final = sa.select(
-    _target.c.state,
-    sa.select(_rq_holder_q.c.id).scalar_subquery().label("holder"),
-    ex(_requeued.c.id.is_not(None)).label("requeued"),
-).select_from(_target)
+JOB_REQUEUE_MANY: Final = sa.select(
+    _rq_locked.c.id, _rq_locked.c.state, _requeued.c.id.is_not(None).label("requeued")
+).select_from(_rq_locked.outerjoin(_requeued, _requeued.c.id == _rq_locked.c.id))
+
+# -- JOB_LIST -----------------------------------------------------------------------------------
+# One bounded walk, newest first by (created_at, id), strictly after the cursor (`:after_*`; the
+# driver passes a key above every row for the first page). Two arms in the same order are merged:
+# the rows that are not running, read backwards from `jobs_listing`, and the running ones (few:
+# what workers hold) from `jobs_lease`, sorted. Each arm is capped at `:scan`, and so is the
+# merge. A window counts the matches BEFORE each row; `before < :limit` stops the walk right
+# after the `:limit`-th match (Postgres 15 turns it into the window's run condition, so the
+# scans stop there too). What the walk reached is the rows examined. The answer: the matches
+# (kind 'j'), then one row (kind 't') holding the key of the last row examined and whether any
+# row follows it (two index probes), when the walk examined anything.
+SUMMARY_COLUMNS: Final = (
+    "id",
+    "name",
+    "queue",
+    "tenant_id",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "claimed_by",
+    "lease_until_ms",
+    "run_at_ms",
+    "created_at_ms",
+    "finished_at_ms",
+)
+_after = sa.tuple_(p("after_created_at_ms", BIGINT), p("after_id", TEXT))
+
+
+def _not_running(t: sa.FromClause) -> sa.ColumnElement[bool]:
+    """`state <> 'running'`: the `jobs_listing` index predicate."""
+    return t.c.state != lit("running")
+
+
+def _listing_arm(running: bool) -> sa.Select[Any]:
+    which = jobs.c.state == lit("running") if running else _not_running(jobs)
+    return (
+        sa.select(*(jobs.c[c] for c in SUMMARY_COLUMNS))
+        .where(which, sa.tuple_(jobs.c.created_at_ms, jobs.c.id) < _after)
+        .order_by(jobs.c.created_at_ms.desc(), jobs.c.id.desc())
+        .limit(p("scan", INT))
+    )
+
+
+_arms = sa.union_all(_listing_arm(False), _listing_arm(True)).subquery("arms")
+_walk = (
+    sa.select(*_arms.c)
+    .order_by(_arms.c.created_at_ms.desc(), _arms.c.id.desc())
+    .limit(p("scan", INT))
+    .subquery("walk")
+)
+_hit = sa.and_(
+    sa.or_(
+        sa.func.cardinality(arr("states", TEXT)) == sa.literal_column("0"),
+        _walk.c.state == sa.func.any(arr("states", TEXT)),
+    ),
+    sa.or_(p("queue", TEXT).is_(None), _walk.c.queue == p("queue", TEXT)),
+    sa.or_(p("name", TEXT).is_(None), _walk.c.name == p("name", TEXT)),
+    sa.or_(p("tenant_id", TEXT).is_(None), _walk.c.tenant_id == p("tenant_id", TEXT)),
+)
+_walked = sa.select(
+    *_walk.c,
+    _hit.label("hit"),
+    sa.func.count()
+    .filter(_hit)
+    .over(order_by=[_walk.c.created_at_ms.desc(), _walk.c.id.desc()], rows=(None, -1))
+    .label("before"),
+).subquery("walked")
+_examined = sa.select(*_walked.c).where(_walked.c.before < p("limit", INT)).cte("examined")
+_last = (
+    sa.select(_examined.c.created_at_ms, _examined.c.id)
+    .order_by(_examined.c.created_at_ms, _examined.c.id)
+    .limit(sa.literal_column("1"))
+    .cte("last")
+)
+_beyond = sa.tuple_(jobs.c.created_at_ms, jobs.c.id) < sa.tuple_(_last.c.created_at_ms, _last.c.id)
+
+
+def _next_below_last(which: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]:
+    """A row of the arm `which` after the last examined one exists. Asked in listing order with
+    LIMIT 1, so the plan is one probe of that arm's index (an EXISTS may scan the table)."""
+    return (
+        sa.select(sa.literal_column("1"))
+        .where(which, _beyond)
+        .order_by(jobs.c.created_at_ms.desc(), jobs.c.id.desc())
+        .limit(sa.literal_column("1"))
+        .scalar_subquery()
+        .is_not(None)
+    )
+
+
+_follows = sa.or_(
+    _next_below_last(_not_running(jobs)), _next_below_last(jobs.c.state == lit("running"))
+)
+JOB_LIST: Final = sa.union_all(
+    sa.select(
+        lit("j").label("kind"),
+        *(_examined.c[c] for c in SUMMARY_COLUMNS),
+        sa.null().label("follows"),
+    ).where(_examined.c.hit),
+    sa.select(
+        lit("t"),
+        _last.c.id,
+        *(sa.null() for _ in SUMMARY_COLUMNS[1:-2]),
+        _last.c.created_at_ms,
+        sa.null(),
+        _follows,
+    ),
+)
 
 # -- JOB_GET_MANY -------------------------------------------------------------------------------
 # One primary-key probe per id through `= ANY(array)`: the statement text does not change with

@@ -245,6 +245,7 @@ async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
                 "lease_until_ms": T0 + 1000,
                 "drop_exhausted": [],
                 "lapsed_error": "x",
+                "shard": 0,
                 "beat_worker_id": None,
                 "beat_info_json": None,
                 "beat_now_ms": None,

@@ -4,6 +4,8 @@
   over the same rows, at the same time.
 * Two producers running `enqueue_many` over the same keys in opposite orders, at the same time
   (batches of one statement and batches of several chunks in one transaction).
+* Two workers on one counter shard acking jobs of two names in opposite orders (the counter
+  rows every ack upserts are locked in key order, after the job rows).
 
 Every batch statement locks its rows in one order (ids for settles, the namespace for
 enqueues), so they wait for each other and never deadlock. The drivers run with
@@ -15,11 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import psycopg
 
-from jobs_core.records import Ack, ClaimParams, EnqueueResult, Heartbeat, NewJob
+from jobs_core.records import (
+    Ack,
+    ClaimParams,
+    CounterReadParams,
+    EnqueueResult,
+    Heartbeat,
+    NewJob,
+)
 from jobs_pg import PgDriver
+from jobs_pg.driver import counter_shard
 from tests.core.support import T0, new_job
 from tests.pg.conftest import PG_URL
 from tests.pg.support import wait_for_lock_wait
@@ -190,3 +201,59 @@ async def test_enqueues_in_opposite_orders_wait_for_each_other(pg: PgDriver) -> 
         await other.close()
         await p1.close()
         await p2.close()
+
+
+async def test_acks_of_two_workers_on_one_counter_shard_wait_for_each_other(pg: PgDriver) -> None:
+    """Two workers whose settles share a counter shard ack jobs of two names, listed in opposite
+    orders, while a third session holds the counter row of the first name: both stop there.
+    Upserting counters in the caller's order, one would hold the second name's row by then and
+    each would wait for the other (a certain deadlock); in key order both wait on the first."""
+    w1, w2 = workers_on_one_shard()
+    names = ("n-a", "n-b")
+    jobs = [
+        replace(new_job(f"{w}-{n}-{i}", f"{w}-{n}-{i}", queue=w), name=n)
+        for w in (w1, w2)
+        for n in names
+        for i in range(3)
+    ]
+    await pg.job_enqueue_many(jobs)
+    held = {w: (await pg.job_claim(ClaimParams((w,), w, 6, LEASE, T0))).jobs for w in (w1, w2)}
+    # A first ack of each name creates the counter rows the race then contends on.
+    first = [held[w1][0], next(j for j in held[w1] if j.name == "n-b")]
+    assert await pg.job_ack([Ack(j.fence, T0) for j in first]) == [True, True]
+    rest = {w: [j for j in jobs_ if j not in first] for w, jobs_ in held.items()}
+    a1 = PgDriver(PG_URL, schema=pg.schema, pool_size=2, conflict_retries=0)
+    a2 = PgDriver(PG_URL, schema=pg.schema, pool_size=2, conflict_retries=0)
+    other = await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
+    try:
+        await other.execute(f"SELECT 1 FROM \"{pg.schema}\".counters WHERE name = 'n-a' FOR UPDATE")
+        by_name = {w: sorted(rest[w], key=lambda j: j.name) for w in (w1, w2)}
+        # The batch listing n-a first queues on n-a's row first; the other comes second, so in
+        # the caller's order it would be holding n-b's row when n-a's is let go.
+        ack1 = asyncio.create_task(a1.job_ack([Ack(j.fence, T0) for j in by_name[w1]]))
+        await wait_for_lock_wait(pg.schema, count=1)
+        ack2 = asyncio.create_task(a2.job_ack([Ack(j.fence, T0) for j in reversed(by_name[w2])]))
+        await wait_for_lock_wait(pg.schema, count=2)
+        await other.commit()
+        got1, got2 = await asyncio.wait_for(asyncio.gather(ack1, ack2, return_exceptions=True), 30)
+        assert got1 == [True] * len(by_name[w1]), got1
+        assert got2 == [True] * len(by_name[w2]), got2
+        assert a1.conflicts_seen + a2.conflicts_seen == 0
+    finally:
+        await other.close()
+        await a1.close()
+        await a2.close()
+    counts = {r.name: r.completed for r in await pg.counter_read(CounterReadParams(0, T0 + 1))}
+    assert counts == {"n-a": 6, "n-b": 6}
+
+
+def workers_on_one_shard() -> tuple[str, str]:
+    """Two worker ids whose settles count on the same counter shard."""
+    by_shard: dict[int, str] = {}
+    for n in range(1_000):
+        w = f"w{n}"
+        s = counter_shard(w)
+        if s in by_shard:
+            return by_shard[s], w
+        by_shard[s] = w
+    raise AssertionError("no two worker ids share a shard")

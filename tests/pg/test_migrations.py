@@ -24,7 +24,7 @@ from jobs_pg import PgDriver
 from jobs_pg.migrate import downgrade, upgrade
 from jobs_pg.schema import metadata_in
 from jobs_pg.urls import libpq_url, sqlalchemy_url
-from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+from tests.pg.conftest import HEAD_REVISION, PG_URL, admin, drop_schema, fresh_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,6 +90,27 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
         "'cancelled'::text, 'completed'::text, 'dead'::text, 'failed'::text"
         in (idx["jobs_finished"])
     )
+    assert idx["jobs_listing"].endswith(
+        "(created_at_ms, id) INCLUDE (queue, state) WHERE (state <> 'running'::text)"
+    )
+    assert idx["counters_pkey"].endswith("(width_ms, bucket_ms, name, shard)")
+
+
+def test_declared_indexes_are_the_migrated_ones_word_for_word(pg_schema: str) -> None:
+    """Every index as the server spells it (predicate, INCLUDE, expressions), built once from the
+    declaration and once by the migrations: the same set, the same definitions."""
+    declared = fresh_schema()
+    engine = sa.create_engine(sqlalchemy_url(PG_URL), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{declared}"'))
+            metadata_in(declared).create_all(conn)
+        migrated = _indexes(pg_schema)
+        del migrated["ujobs_alembic_version_pkc"]  # the version table is alembic's, not declared
+        assert _indexes(declared) == migrated
+    finally:
+        engine.dispose()
+        drop_schema(declared)
 
 
 def test_a_drifted_schema_is_caught(pg_schema: str) -> None:
@@ -147,7 +168,7 @@ def test_alembic_cli_with_the_pyproject_block(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
         )
-        assert "0002_jobs_finished (head)" in out.stdout
+        assert f"{HEAD_REVISION} (head)" in out.stdout
         # JOBS_PG_SCHEMA is the other way to name the schema.
         subprocess.run(
             [*alembic, "downgrade", "base"],
@@ -251,9 +272,10 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
             "pauses",
             "workers",
             "wakes",
+            "counters",
             "ujobs_alembic_version",
         }
-        assert version == [("0002_jobs_finished",)]
+        assert version == [(HEAD_REVISION,)]
         assert "is current" in _db_upgrade(
             f"postgresql+psycopg{url.removeprefix('postgresql')}?schema=ujobs"
         )
@@ -359,7 +381,7 @@ def test_an_apps_own_alembic_env_with_our_versions_agrees_with_ujobs_db_upgrade(
         # The other order: `ujobs db upgrade` first, then the app's env finds nothing to do.
         assert "created" in _db_upgrade(f"{PG_URL}?schema={second}")
         _app_alembic(app, second, app_schema + "_2", "upgrade", "heads")
-        assert "0002_jobs_finished" in _app_alembic(app, second, app_schema + "_2", "current")
+        assert HEAD_REVISION in _app_alembic(app, second, app_schema + "_2", "current")
         assert _diff(second) == []
         # The app's env steps our branch back, and our version table follows it.
         _app_alembic(app, first, app_schema, "downgrade", "ujobs@base")
@@ -440,14 +462,14 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
         drop_schema(schema)
 
 
-PROBE_REVISION = '''\
+PROBE_REVISION = f'''\
 """A later revision of ours, for the test of what an upgrade reports."""
 import sqlalchemy as sa
 from alembic import op
 from jobs_pg.migrations.environment import run_step
 
 revision = "9999_probe"
-down_revision = "0002_jobs_finished"
+down_revision = "{HEAD_REVISION}"
 branch_labels = None
 depends_on = None
 

@@ -1,9 +1,48 @@
-"""Shared test setup: the Hypothesis profiles `jobs_core.testing` ships (`HYPOTHESIS_PROFILE`).
+"""Shared test setup: the Hypothesis profiles `jobs_core.testing` ships (`HYPOTHESIS_PROFILE`),
+and `store_url`, a fresh store on each real backend for tests that run processes against it.
 
 Our test command runs `ci` (the Makefile and scripts set it); `nightly` is the long run. The
 profiles live in the package, so a third-party driver's tests get the very same ones.
 """
 
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
 from jobs_core.testing.profiles import register_profiles
 
 register_profiles()
+
+
+@pytest.fixture(params=["pg", "redis"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
+    from jobs_core.urls import driver_from_url
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+    from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+
+    if request.param == "pg":
+        from jobs_pg.migrate import upgrade
+
+        schema = fresh_schema()
+        upgrade(PG_URL, schema)
+        try:
+            yield f"{PG_URL}?schema={schema}"
+        finally:
+            drop_schema(schema)
+        return
+    url = f"{REDIS_URL}?prefix={fresh_prefix()}"
+    try:
+        yield url
+    finally:
+
+        async def drop() -> None:
+            driver: Any = driver_from_url(url)
+            async with driver:
+                await purge(driver)
+
+        asyncio.run(drop())

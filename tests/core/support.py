@@ -114,7 +114,8 @@ def counting(base: type[D], *extra: str) -> type[D]:
 
         return method
 
-    names = sorted(JobDriver.__abstractmethods__ | set(extra))
+    optional = {"_step_list", "_step_put", "_event_publish", "_event_find", "_event_purge"}
+    names = sorted(JobDriver.__abstractmethods__ | optional | set(extra))
     namespace: dict[str, Any] = {name: counted(name) for name in names}
     cls = type(f"Counting{base.__name__}", (base,), namespace)
 

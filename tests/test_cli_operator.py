@@ -1,0 +1,199 @@
+"""The operator's CLI as a user runs it, on real Postgres and real Redis: `ujobs jobs list|show|
+cancel|requeue|promote|remove`, `ujobs queues`, `ujobs pause|resume`, `ujobs workers` and
+`ujobs stats`, each a subprocess; what it prints (tables, `--json`), what it exits with, and
+that a job's sensitive fields never appear.
+
+The store is filled through the library (a real worker runs an app module), then every verb is
+run against the same URL, in its own process, from the environment or `--driver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jobs_core.driver import JobDriver
+from jobs_core.facade import Jobs
+from jobs_core.states import JobState
+from jobs_core.urls import driver_from_url
+from jobs_core.worker import Worker
+from tests.core.support import until
+
+CARD = "4242424242424242"
+
+APP = """
+from jobs_core import job, Retry
+
+@job(tenant=lambda i: i.get("org"), idempotency_key=lambda i: str(i["n"]),
+     sensitive=("card",), queue="payments", retry=Retry(attempts=1))
+async def charge(input, ctx):
+    if input.get("fail"):
+        raise RuntimeError(f"card {input['card']} was declined")
+    return {"charged": input["n"], "card": input["card"]}
+"""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    (tmp_path / "payapp.py").write_text(APP, encoding="utf-8")
+    return tmp_path
+
+
+def ujobs(
+    *args: str, url: str, cwd: Path, env_driver: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`ujobs ARGS` in a subprocess, the driver URL in UJOBS_DRIVER (or none at all)."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "200", "UJOBS_DRIVER": url if env_driver else ""}
+    return subprocess.run(
+        [sys.executable, "-m", "jobs_core.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def refused(done: subprocess.CompletedProcess[str], code: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{code}:" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.fixture
+async def filled(store_url: str, app: Path) -> AsyncIterator[dict[str, str]]:
+    """Jobs in every interesting state: completed, dead (with the card in its error), delayed,
+    and one live worker row that declares `charge`; answers their ids by role."""
+    import importlib
+    import sys as _sys
+
+    _sys.path.insert(0, str(app))
+    try:
+        payapp = importlib.import_module("payapp")
+        driver: JobDriver = driver_from_url(store_url)
+        async with driver:
+            jobs = Jobs(driver)
+            done = await jobs.enqueue(payapp.charge, {"n": 1, "card": CARD, "org": "acme"})
+            dead = await jobs.enqueue(payapp.charge, {"n": 2, "card": CARD, "fail": True})
+            later = await jobs.enqueue(payapp.charge, {"n": 3, "card": CARD}, delay_ms=3_600_000)
+            worker = Worker(driver, [payapp.charge], poll_floor=0.01, poll_ceiling=0.05)
+            await worker.start()
+
+            async def ended() -> bool:
+                rows = await driver.job_get_many([done.id, dead.id])
+                return (
+                    rows[done.id].state is JobState.COMPLETED
+                    and rows[dead.id].state is JobState.DEAD
+                )
+
+            try:
+                await until(ended, within=30)
+                yield {
+                    "done": done.id,
+                    "dead": dead.id,
+                    "later": later.id,
+                    "worker": worker.worker_id,
+                }
+            finally:
+                await worker.stop()
+    finally:
+        _sys.path.remove(str(app))
+        _sys.modules.pop("payapp", None)
+
+
+async def test_read_verbs_print_tables_and_json_without_secrets(
+    store_url: str, app: Path, filled: dict[str, str]
+) -> None:
+    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    listed = json.loads(ok(await run("jobs", "list", "--json")))
+    assert {j["id"] for j in listed["jobs"]} == {filled["done"], filled["dead"], filled["later"]}
+    assert listed["next_cursor"] is None
+    dead = json.loads(ok(await run("jobs", "list", "--state", "dead", "--json")))
+    assert [j["id"] for j in dead["jobs"]] == [filled["dead"]]
+    page = json.loads(ok(await run("jobs", "list", "--limit", "1", "--json")))
+    assert len(page["jobs"]) == 1 and page["next_cursor"]
+    rest = json.loads(
+        ok(await run("jobs", "list", "--limit", "5", "--cursor", page["next_cursor"], "--json"))
+    )
+    assert len(rest["jobs"]) == 2
+    refused(
+        await run("jobs", "list", "--state", "dead", "--cursor", page["next_cursor"]),
+        "X_JOB_PAGE_INVALID",
+    )
+
+    # A live worker declares `charge`: its card is masked, everything else shows.
+    shown = json.loads(ok(await run("jobs", "show", filled["dead"], "--json")))
+    assert shown["input"] == {"n": 2, "card": "[redacted]", "fail": True}
+    assert shown["state"] == "dead" and shown["error"]["type"] == "RuntimeError"
+    table = ok(await run("jobs", "show", filled["done"]))
+    assert "completed" in table and "[redacted]" in table and "ago" in table
+    for out in (json.dumps(shown), table, json.dumps(listed)):
+        assert CARD not in out
+
+    queues = json.loads(ok(await run("queues", "--json")))
+    (payments,) = [q for q in queues if q["queue"] == "payments"]
+    assert payments["counts"]["completed"] == 1 and payments["counts"]["dead"] == 1
+    assert payments["counts"]["ready"] == 1 and payments["demand"] == 0
+    assert payments["settled"]["completed"] == 1 and payments["settled"]["dead_lettered"] == 1
+    assert "payments" in ok(await run("queues"))
+    workers = json.loads(ok(await run("workers", "--json")))
+    assert [w["worker_id"] for w in workers] == [filled["worker"]]
+    assert workers[0]["jobs"] == ["charge"] and workers[0]["queues"] == ["payments"]
+    stats = json.loads(ok(await run("stats", "--json")))
+    assert stats["states"]["dead"] == 1 and stats["names"]["charge"]["completed"] == 1
+    assert "charge" in ok(await run("stats"))
+    refused(await run("jobs", "show", "no-such-job"), "X_JOB_NOT_FOUND")
+
+
+async def test_an_input_no_live_worker_declares_is_redacted_whole(
+    store_url: str, app: Path, filled: dict[str, str]
+) -> None:
+    # The fixture's worker is still live here; forget it as a stopped worker would.
+    driver: JobDriver = driver_from_url(store_url)
+    async with driver:
+        await driver.worker_forget(filled["worker"])
+    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    shown = json.loads(ok(await run("jobs", "show", filled["done"], "--json")))
+    assert shown["input"] == "[redacted]" and shown["result"] == "[redacted]"
+    assert not shown["declared"]
+    told = json.loads(ok(await run("jobs", "show", filled["done"], "--app", "payapp", "--json")))
+    assert told["input"] == {"n": 1, "card": "[redacted]", "org": "acme"}
+    assert told["result"] == {"charged": 1, "card": "[redacted]"}
+
+
+async def test_steering_verbs_act_and_refuse_with_their_codes(
+    store_url: str, app: Path, filled: dict[str, str]
+) -> None:
+    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    refused(await run("jobs", "cancel", filled["done"]), "X_JOB_NOT_CANCELLABLE")
+    refused(await run("jobs", "requeue", filled["later"]), "X_JOB_NOT_REQUEUEABLE")
+    refused(await run("jobs", "promote", filled["done"]), "X_JOB_NOT_PROMOTABLE")
+    refused(await run("jobs", "remove", "nobody"), "X_JOB_NOT_FOUND")
+    refused(await run("jobs", "requeue", "--all"), "X_CLI_USAGE_INVALID")
+    promoted = json.loads(ok(await run("jobs", "promote", filled["later"], "--json")))
+    assert promoted == [{"id": filled["later"], "answer": "promoted"}]
+    bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
+    assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
+    assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
+    assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
+    refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
+    assert "paused" in ok(await run("pause", "payments"))
+    assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True
+    assert "resumed" in ok(await run("resume", "payments"))
+    assert "paused" in ok(await run("pause", "--name", "charge"))
+    refused(await run("pause"), "X_CLI_USAGE_INVALID")
+    # No driver named anywhere: refused, never a silent memory store.
+    none = await asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False)
+    refused(none, "X_CLI_DRIVER_REQUIRED")

@@ -120,7 +120,7 @@ _INDEX_FIELDS: Final = {
     "jobs_due": "queue, id",
     "jobs_lease": "queue",
     "jobs_listing": "created_at_ms, id",
-    "counters_pkey": "name",
+    "counters_pkey": "name, queue",
     "pauses_pkey": "value",
     "workers_pkey": "worker_id",
 }
@@ -1029,6 +1029,7 @@ class PgDriver(JobDriver):
                 "since_ms": params.since_ms,
                 "until_ms": params.until_ms,
                 "names": None if params.names is None else list(params.names),
+                "queues": None if params.queues is None else list(params.queues),
             },
         )
         return [CounterRow(*r) for r in rows]

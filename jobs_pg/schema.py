@@ -169,8 +169,9 @@ COUNTER_SHARDS: Final = 16
 #: The counted outcomes' columns, in `COUNTED_OUTCOMES` order (a `CounterRow`'s fields).
 COUNTER_COLUMNS: Final = tuple(o.name.lower() for o in COUNTED_OUTCOMES)
 
-# Per-minute (and, once folded, per-hour) settle counts per job name (migration 0003), moved by
-# the settling statements themselves. A contract bucket (name, bucket_ms, width_ms) is spread
+# Per-minute (and, once folded, per-hour) settle counts per job name and queue (migrations 0003,
+# 0004), moved by the settling statements themselves. A contract bucket (name, queue, bucket_ms,
+# width_ms) is spread
 # over up to `COUNTER_SHARDS` rows (`shard`, from the settling worker's id): workers acking the
 # same name in the same minute then update different rows instead of queueing on one row lock
 # until each other's commit. Reads sum the shards; the fold merges them into one hour row
@@ -182,6 +183,7 @@ counters: Final = sa.Table(
     sa.Column("width_ms", sa.Integer, primary_key=True),
     sa.Column("bucket_ms", sa.BigInteger, primary_key=True),
     sa.Column("name", sa.Text(collation=C), primary_key=True),
+    sa.Column("queue", sa.Text(collation=C), primary_key=True),
     sa.Column("shard", sa.SmallInteger, primary_key=True),
     *(sa.Column(c, sa.BigInteger, nullable=False) for c in COUNTER_COLUMNS),
 )

@@ -1,9 +1,9 @@
 """The `counter_*` statements, and the counting step every settling statement carries.
 
-A contract bucket (name, bucket, width) is up to `COUNTER_SHARDS` rows here (see
+A contract bucket (name, queue, bucket, width) is up to `COUNTER_SHARDS` rows here (see
 `jobs_pg.schema.counters`): the settles add to their worker's shard, reads sum the shards, the
 fold merges them into one hour row. Every statement that writes counter rows writes them in key
-order (width, bucket, name, shard), after the job rows it settles, so writers wait for each
+order (width, bucket, name, queue, shard), after the job rows it settles, so writers wait for each
 other and never deadlock.
 """
 
@@ -19,7 +19,7 @@ from jobs_core.semantics import HOUR_MS, MINUTE_MS
 from jobs_pg.schema import COUNTER_COLUMNS, counters
 from jobs_pg.statements._build import BIGINT, INT, TEXT, arr, p
 
-_KEY: Final = ("width_ms", "bucket_ms", "name", "shard")
+_KEY: Final = ("width_ms", "bucket_ms", "name", "queue", "shard")
 _MINUTE: Final = sa.literal_column(str(MINUTE_MS), sa.Integer)
 _HOUR: Final = sa.literal_column(str(HOUR_MS), sa.Integer)
 _ZERO: Final = sa.literal_column("0", sa.BigInteger)
@@ -35,12 +35,13 @@ def moved(
     cte_name: str,
     *,
     name: sa.ColumnElement[Any],
+    queue: sa.ColumnElement[Any],
     bucket_ms: sa.ColumnElement[Any],
     shard: sa.ColumnElement[Any],
     outcomes: Mapping[str, sa.ColumnElement[bool] | None],
 ) -> sa.CTE:
     """An upsert of the minute counters for the settles in `source` (one row per settle that
-    landed): per (bucket, name, shard), each outcome column in `outcomes` grows by the number
+    landed): per (bucket, name, queue, shard), each outcome column in `outcomes` grows by the number
     of source rows its condition holds for (None: every row).
 
     Given to the settling statement with `add_cte` and referenced by nothing, it runs after the
@@ -55,13 +56,14 @@ def moved(
         sa.select(
             bucket_ms.label("bucket_ms"),
             name.label("name"),
+            queue.label("queue"),
             shard.label("shard"),
             *(cond.label(f"is_{c}") for c, cond in flags.items()),
         )
         .select_from(source)
         .subquery(f"{cte_name}_items")
     )
-    key = (items.c.bucket_ms, items.c.name, items.c.shard)
+    key = (items.c.bucket_ms, items.c.name, items.c.queue, items.c.shard)
 
     def count(c: str) -> sa.ColumnElement[Any]:
         if c not in outcomes:
@@ -92,9 +94,11 @@ def _summed() -> list[sa.Label[Any]]:
 
 # -- COUNTER_READ -------------------------------------------------------------------------------
 # The buckets of a window, shards summed, both widths. `width_ms IN (…)` is spelled so the key's
-# leading columns bound the scan to the window; `:names` NULL reads every name.
+# leading columns bound the scan to the window; `:names` / `:queues` NULL read every one.
 COUNTER_READ: Final = (
-    sa.select(counters.c.name, counters.c.bucket_ms, counters.c.width_ms, *_summed())
+    sa.select(
+        counters.c.name, counters.c.queue, counters.c.bucket_ms, counters.c.width_ms, *_summed()
+    )
     .where(
         counters.c.width_ms.in_([_MINUTE, _HOUR]),
         counters.c.bucket_ms >= p("since_ms", BIGINT),
@@ -103,14 +107,18 @@ COUNTER_READ: Final = (
             arr("names", TEXT).is_(None),
             counters.c.name == sa.func.any(arr("names", TEXT)),
         ),
+        sa.or_(
+            arr("queues", TEXT).is_(None),
+            counters.c.queue == sa.func.any(arr("queues", TEXT)),
+        ),
     )
-    .group_by(counters.c.name, counters.c.bucket_ms, counters.c.width_ms)
+    .group_by(counters.c.name, counters.c.queue, counters.c.bucket_ms, counters.c.width_ms)
 )
 
 # -- COUNTER_FOLD -------------------------------------------------------------------------------
-# The oldest `:limit` minute buckets (by bucket, name) starting before `:before`, every shard
-# row of each, are deleted and added into their hour bucket (one row, shard 0), in one
-# statement; it answers how many contract buckets (name, bucket) it folded.
+# The oldest `:limit` minute buckets (by bucket, name, queue) starting before `:before`, every
+# shard row of each, are deleted and added into their hour bucket (one row, shard 0), in one
+# statement; it answers how many contract buckets (name, queue, bucket) it folded.
 # Two folds at once: the shard rows are locked FOR UPDATE (waiting, not skipping) in key order,
 # so the second folder waits at the first row the first one holds and, once it commits, finds
 # those rows gone (Postgres re-checks a locked row and drops a deleted one). No bucket is ever
@@ -118,21 +126,25 @@ COUNTER_READ: Final = (
 # it folded itself (it may come back short while buckets remain: the next round takes them).
 # A shard row that a late settle adds after a fold is a new minute bucket, folded next time.
 _cand = (
-    sa.select(counters.c.bucket_ms, counters.c.name)
+    sa.select(counters.c.bucket_ms, counters.c.name, counters.c.queue)
     .where(counters.c.width_ms == _MINUTE, counters.c.bucket_ms < p("before", BIGINT))
-    .group_by(counters.c.bucket_ms, counters.c.name)
-    .order_by(counters.c.bucket_ms, counters.c.name)
+    .group_by(counters.c.bucket_ms, counters.c.name, counters.c.queue)
+    .order_by(counters.c.bucket_ms, counters.c.name, counters.c.queue)
     .limit(p("limit", INT))
     .cte("cand")
 )
 _fold_locked = (
-    sa.select(counters.c.bucket_ms, counters.c.name, counters.c.shard)
+    sa.select(counters.c.bucket_ms, counters.c.name, counters.c.queue, counters.c.shard)
     .join(
         _cand,
-        sa.and_(_cand.c.bucket_ms == counters.c.bucket_ms, _cand.c.name == counters.c.name),
+        sa.and_(
+            _cand.c.bucket_ms == counters.c.bucket_ms,
+            _cand.c.name == counters.c.name,
+            _cand.c.queue == counters.c.queue,
+        ),
     )
     .where(counters.c.width_ms == _MINUTE)
-    .order_by(counters.c.bucket_ms, counters.c.name, counters.c.shard)
+    .order_by(counters.c.bucket_ms, counters.c.name, counters.c.queue, counters.c.shard)
     .with_for_update(of=counters)
     .cte("fold_locked")
 )
@@ -140,11 +152,21 @@ _gone = (
     sa.delete(counters)
     .where(
         counters.c.width_ms == _MINUTE,
-        sa.tuple_(counters.c.bucket_ms, counters.c.name, counters.c.shard).in_(
-            sa.select(_fold_locked.c.bucket_ms, _fold_locked.c.name, _fold_locked.c.shard)
+        sa.tuple_(counters.c.bucket_ms, counters.c.name, counters.c.queue, counters.c.shard).in_(
+            sa.select(
+                _fold_locked.c.bucket_ms,
+                _fold_locked.c.name,
+                _fold_locked.c.queue,
+                _fold_locked.c.shard,
+            )
         ),
     )
-    .returning(counters.c.bucket_ms, counters.c.name, *(counters.c[c] for c in COUNTER_COLUMNS))
+    .returning(
+        counters.c.bucket_ms,
+        counters.c.name,
+        counters.c.queue,
+        *(counters.c[c] for c in COUNTER_COLUMNS),
+    )
     .cte("gone")
 )
 _hour_of = _gone.c.bucket_ms - sa.func.mod(_gone.c.bucket_ms, _HOUR)
@@ -153,12 +175,13 @@ _hours_rows = (
         _HOUR,
         _hour_of,
         _gone.c.name,
+        _gone.c.queue,
         sa.literal_column("0", sa.SmallInteger),
         *(sa.cast(sa.func.sum(_gone.c[c]), sa.BigInteger) for c in COUNTER_COLUMNS),
     )
-    .group_by(_hour_of, _gone.c.name)
+    .group_by(_hour_of, _gone.c.name, _gone.c.queue)
     # Hour rows are locked in key order too (after every minute row: `gone` is read whole first).
-    .order_by(_hour_of, _gone.c.name)
+    .order_by(_hour_of, _gone.c.name, _gone.c.queue)
 )
 _hours_ins = pg_insert(counters)
 _hours = (
@@ -169,7 +192,9 @@ _hours = (
     )
     .cte("hours")
 )
-_folded_buckets = sa.select(_gone.c.bucket_ms, _gone.c.name).distinct().subquery("folded")
+_folded_buckets = (
+    sa.select(_gone.c.bucket_ms, _gone.c.name, _gone.c.queue).distinct().subquery("folded")
+)
 COUNTER_FOLD: Final = (
     sa.select(sa.func.count().label("folded")).select_from(_folded_buckets).add_cte(_hours)
 )
@@ -180,9 +205,9 @@ COUNTER_FOLD: Final = (
 # buckets starting before `:before`. An hour bucket is one row, so SKIP LOCKED splits nothing:
 # two droppers take disjoint rows.
 _expired_hours = (
-    sa.select(counters.c.bucket_ms, counters.c.name)
+    sa.select(counters.c.bucket_ms, counters.c.name, counters.c.queue)
     .where(counters.c.width_ms == _HOUR, counters.c.bucket_ms < p("before", BIGINT))
-    .order_by(counters.c.bucket_ms, counters.c.name)
+    .order_by(counters.c.bucket_ms, counters.c.name, counters.c.queue)
     .limit(p("limit", INT))
     .with_for_update(skip_locked=True)
     .cte("expired_hours")
@@ -191,8 +216,8 @@ _dropped = (
     sa.delete(counters)
     .where(
         counters.c.width_ms == _HOUR,
-        sa.tuple_(counters.c.bucket_ms, counters.c.name).in_(
-            sa.select(_expired_hours.c.bucket_ms, _expired_hours.c.name)
+        sa.tuple_(counters.c.bucket_ms, counters.c.name, counters.c.queue).in_(
+            sa.select(_expired_hours.c.bucket_ms, _expired_hours.c.name, _expired_hours.c.queue)
         ),
     )
     .returning(counters.c.name)

@@ -464,6 +464,7 @@ _buried_counted = moved(
     _buried,
     "buried_counted",
     name=_buried.c.name,
+    queue=_buried.c.queue,
     bucket_ms=minute_of(p("now_ms", BIGINT)),
     shard=p("shard", SMALLINT),
     outcomes={
@@ -574,12 +575,13 @@ def _locked(name: str) -> sa.CTE:
 def _settles_counted(
     settled: sa.CTE, cte_name: str, outcomes: dict[str, sa.ColumnElement[bool] | None]
 ) -> sa.CTE:
-    """The counters of the items `settled` returns (each with `name` and `now_ms`), on the
+    """The counters of the items `settled` returns (each with `name`, `queue` and `now_ms`), on the
     caller's shard (`:shard`)."""
     return moved(
         settled,
         cte_name,
         name=settled.c.name,
+        queue=settled.c.queue,
         bucket_ms=minute_of(settled.c.now_ms),
         shard=p("shard", SMALLINT),
         outcomes=outcomes,
@@ -612,7 +614,7 @@ _acked = (
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
     )
-    .returning(_acks.c.ord, jobs.c.name, _acks.c.now_ms)
+    .returning(_acks.c.ord, jobs.c.name, jobs.c.queue, _acks.c.now_ms)
     .cte("acked")
 )
 JOB_ACK: Final = sa.select(_acked.c.ord).add_cte(
@@ -671,7 +673,15 @@ _nacked = (
             else_=jobs.c.attempt,
         ),
     )
-    .returning(_nacks.c.ord, jobs.c.name, _nacks.c.now_ms, _nacks.c.kind, _nacks.c.dead_letter)
+    .returning(
+        _nacks.c.ord,
+        jobs.c.id,
+        jobs.c.name,
+        jobs.c.queue,
+        _nacks.c.now_ms,
+        _nacks.c.kind,
+        _nacks.c.dead_letter,
+    )
     .cte("nacked")
 )
 _nk = _nacked.c.kind
@@ -753,7 +763,7 @@ _cancelled = (
     sa.update(jobs)
     .where(jobs.c.id == sa.func.any(_ids_where(_cx_locked, live(_cx_locked))), live(jobs))
     .values(state=lit("cancelled"), lease_until_ms=sa.null(), finished_at_ms=p("now_ms", BIGINT))
-    .returning(jobs.c.id, jobs.c.name)
+    .returning(jobs.c.id, jobs.c.name, jobs.c.queue)
     .cte("cancelled")
 )
 JOB_CANCEL_MANY: Final = (
@@ -764,6 +774,7 @@ JOB_CANCEL_MANY: Final = (
             _cancelled,
             "cancel_counted",
             name=_cancelled.c.name,
+            queue=_cancelled.c.queue,
             bucket_ms=minute_of(p("now_ms", BIGINT)),
             shard=sa.literal_column("0", sa.SmallInteger),
             outcomes={"cancelled": None},

@@ -211,13 +211,16 @@ async def test_acks_of_two_workers_on_one_counter_shard_wait_for_each_other(pg: 
     w1, w2 = workers_on_one_shard()
     names = ("n-a", "n-b")
     jobs = [
-        replace(new_job(f"{w}-{n}-{i}", f"{w}-{n}-{i}", queue=w), name=n)
+        # One queue: a counter bucket is (name, queue), and the race needs both on one row.
+        replace(new_job(f"{w}-{n}-{i}", f"{w}-{n}-{i}", queue="q"), name=n)
         for w in (w1, w2)
         for n in names
         for i in range(3)
     ]
     await pg.job_enqueue_many(jobs)
-    held = {w: (await pg.job_claim(ClaimParams((w,), w, 6, LEASE, T0))).jobs for w in (w1, w2)}
+    # Each claims six of the twelve: the six least ids, three of each name, then the rest.
+    held = {w: (await pg.job_claim(ClaimParams(("q",), w, 6, LEASE, T0))).jobs for w in (w1, w2)}
+    assert all(sorted(j.name for j in h) == ["n-a"] * 3 + ["n-b"] * 3 for h in held.values())
     # A first ack of each name creates the counter rows the race then contends on.
     first = [held[w1][0], next(j for j in held[w1] if j.name == "n-b")]
     assert await pg.job_ack([Ack(j.fence, T0) for j in first]) == [True, True]

@@ -93,7 +93,7 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
     assert idx["jobs_listing"].endswith(
         "(created_at_ms, id) INCLUDE (queue, state) WHERE (state <> 'running'::text)"
     )
-    assert idx["counters_pkey"].endswith("(width_ms, bucket_ms, name, shard)")
+    assert idx["counters_pkey"].endswith("(width_ms, bucket_ms, name, queue, shard)")
 
 
 def test_declared_indexes_are_the_migrated_ones_word_for_word(pg_schema: str) -> None:
@@ -126,6 +126,48 @@ def test_downgrade_then_upgrade(pg_schema: str) -> None:
     assert _tables(pg_schema) == {"ujobs_alembic_version"}
     upgrade(PG_URL, pg_schema)
     upgrade(PG_URL, pg_schema)  # idempotent at head
+    assert _diff(pg_schema) == []
+
+
+def test_0004_places_old_counter_rows_in_a_queue_and_back(pg_schema: str) -> None:
+    """Rows counted before 0004 know no queue: a name whose stored jobs all sit in one queue
+    gets that queue, any other name `default`; a downgrade sums a bucket's queues again."""
+    downgrade(PG_URL, pg_schema, "0003_operator")
+    s = sql.Identifier(pg_schema)
+    insert_job = sql.SQL(
+        "INSERT INTO {}.jobs (id, run_id, name, queue, idempotency_key, input_json, state,"
+        " priority, attempt, max_attempts, claims, created_at_ms)"
+        " VALUES (%s, %s, %s, %s, %s, '1', 'ready', 0, 0, 1, 0, 0)"
+    ).format(s)
+    insert_counter = sql.SQL(
+        "INSERT INTO {}.counters VALUES (60000, 0, %s, 0, %s, 0, 0, 0, 0, 0, 0, 0, 0)"
+    ).format(s)
+    with admin() as conn:
+        for job_id, name, queue in (("1", "one", "mail"), ("2", "one", "mail"), ("3", "two", "a")):
+            conn.execute(insert_job, (job_id, job_id, name, queue, job_id))
+        conn.execute(insert_job, ("4", "4", "two", "b", "4"))
+        for name, n in (("one", 5), ("two", 7), ("gone", 9)):
+            conn.execute(insert_counter, (name, n))
+    upgrade(PG_URL, pg_schema)
+    read = sql.SQL("SELECT name, queue, completed FROM {}.counters ORDER BY name").format(s)
+    with admin() as conn:
+        assert conn.execute(read).fetchall() == [
+            ("gone", "default", 9),
+            ("one", "mail", 5),
+            ("two", "default", 7),
+        ]
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.counters (width_ms, bucket_ms, name, queue, shard, completed,"
+                " retried, dead_lettered, dropped, refused, interrupted, shed, suspended,"
+                " cancelled) VALUES (60000, 0, 'one', 'x', 0, 1, 0, 0, 0, 0, 0, 0, 0, 0)"
+            ).format(s)
+        )
+    downgrade(PG_URL, pg_schema, "0003_operator")
+    read_down = sql.SQL("SELECT name, completed FROM {}.counters ORDER BY name").format(s)
+    with admin() as conn:
+        assert conn.execute(read_down).fetchall() == [("gone", 9), ("one", 6), ("two", 7)]
+    upgrade(PG_URL, pg_schema)
     assert _diff(pg_schema) == []
 
 

@@ -49,12 +49,12 @@ def workers_on_shards(count: int, *, same: bool = False) -> list[str]:
 
 
 def counter_rows(schema: str) -> list[tuple[Any, ...]]:
-    """The raw counter rows: (width, bucket, name, shard, completed)."""
+    """The raw counter rows: (width, bucket, name, queue, shard, completed)."""
     with admin() as conn:
         return conn.execute(
             sql.SQL(
-                "SELECT width_ms, bucket_ms, name, shard, completed FROM {}.counters"
-                " ORDER BY width_ms, bucket_ms, name, shard"
+                "SELECT width_ms, bucket_ms, name, queue, shard, completed FROM {}.counters"
+                " ORDER BY width_ms, bucket_ms, name, queue, shard"
             ).format(sql.Identifier(schema))
         ).fetchall()
 
@@ -71,27 +71,37 @@ async def test_workers_add_to_their_own_shard_and_a_read_sums_them(pg: PgDriver)
     t = T0 + 30_000
     for n, w in enumerate(workers):
         ids = [f"{w}-{i}" for i in range(n + 1)]
-        await pg.job_enqueue_many([new_job(i, i, queue=w) for i in ids])
-        await ack_as(pg, w, ids, t, queue=w)
-    rows = counter_rows(pg.schema)
-    # One row per worker's shard for the one contract bucket (name n, this minute)...
-    assert [(r[3], r[4]) for r in rows] == sorted(
+        await pg.job_enqueue_many([new_job(i, i, queue="q") for i in ids])
+        await ack_as(pg, w, ids, t, queue="q")
+    # The same name in another queue is another bucket.
+    await pg.job_enqueue(new_job("other", "other", queue="r"))
+    await ack_as(pg, workers[0], ["other"], t, queue="r")
+    rows = [r for r in counter_rows(pg.schema) if r[3] == "q"]
+    # One row per worker's shard for the one contract bucket (name n, queue q, this minute)...
+    assert [(r[4], r[5]) for r in rows] == sorted(
         (counter_shard(w), n + 1) for n, w in enumerate(workers)
     )
     assert {(r[0], r[1], r[2]) for r in rows} == {(MINUTE_MS, minute_of(t), "n")}
     # ...answered as one bucket, the shards summed.
     assert await pg.counter_read(EVERYTHING) == [
-        CounterRow("n", minute_of(t), MINUTE_MS, completed=6)
+        CounterRow("n", "q", minute_of(t), MINUTE_MS, completed=6),
+        CounterRow("n", "r", minute_of(t), MINUTE_MS, completed=1),
     ]
-    # The fold makes it one hour row (shard 0) and counts one bucket, not three rows.
-    assert await pg.counter_fold(t + 3 * HOUR_MS, 10) == 1
-    assert counter_rows(pg.schema) == [(HOUR_MS, t - t % HOUR_MS, "n", 0, 6)]
+    assert await pg.counter_read(CounterReadParams(0, MAX_TIME_MS, queues=("r",))) == [
+        CounterRow("n", "r", minute_of(t), MINUTE_MS, completed=1),
+    ]
+    # The fold makes each one hour row (shard 0) and counts two buckets, not four rows.
+    assert await pg.counter_fold(t + 3 * HOUR_MS, 10) == 2
+    assert counter_rows(pg.schema) == [
+        (HOUR_MS, t - t % HOUR_MS, "n", "q", 0, 6),
+        (HOUR_MS, t - t % HOUR_MS, "n", "r", 0, 1),
+    ]
     assert 0 <= min(counter_shard(w) for w in workers) < COUNTER_SHARDS
 
 
 async def seed_minute_buckets(pg: PgDriver, buckets: int, shards: int) -> int:
-    """`buckets` old minute buckets of name n, each spread over `shards` shard rows (written
-    straight to the table, as the settles would have); answers the total count."""
+    """`buckets` old minute buckets of name n in queue q, each spread over `shards` shard rows
+    (written straight to the table, as the settles would have); answers the total count."""
     total = 0
     with admin() as conn:
         for b in range(buckets):
@@ -100,9 +110,10 @@ async def seed_minute_buckets(pg: PgDriver, buckets: int, shards: int) -> int:
                 total += n
                 conn.execute(
                     sql.SQL(
-                        "INSERT INTO {}.counters (width_ms, bucket_ms, name, shard, completed,"
-                        " retried, dead_lettered, dropped, refused, interrupted, shed, suspended,"
-                        " cancelled) VALUES (%s, %s, 'n', %s, %s, 0, 0, 0, 0, 0, 0, 0, 0)"
+                        "INSERT INTO {}.counters (width_ms, bucket_ms, name, queue, shard,"
+                        " completed, retried, dead_lettered, dropped, refused, interrupted, shed,"
+                        " suspended, cancelled)"
+                        " VALUES (%s, %s, 'n', 'q', %s, %s, 0, 0, 0, 0, 0, 0, 0, 0)"
                     ).format(sql.Identifier(pg.schema)),
                     (MINUTE_MS, T0 - T0 % HOUR_MS + b * MINUTE_MS, s, n),
                 )
@@ -133,7 +144,7 @@ async def test_two_folds_racing_fold_each_bucket_once(pg: PgDriver) -> None:
         for f in folders:
             await f.close()
     assert sorted(answers) == [0, 6]
-    assert counter_rows(pg.schema) == [(HOUR_MS, T0 - T0 % HOUR_MS, "n", 0, total)]
+    assert counter_rows(pg.schema) == [(HOUR_MS, T0 - T0 % HOUR_MS, "n", "q", 0, total)]
 
 
 async def test_many_folds_at_once_add_up_to_the_buckets(pg: PgDriver) -> None:
@@ -158,7 +169,7 @@ async def test_many_folds_at_once_add_up_to_the_buckets(pg: PgDriver) -> None:
         for f in folders:
             await f.close()
     assert sum(answers) == 40
-    assert counter_rows(pg.schema) == [(HOUR_MS, T0 - T0 % HOUR_MS, "n", 0, total)]
+    assert counter_rows(pg.schema) == [(HOUR_MS, T0 - T0 % HOUR_MS, "n", "q", 0, total)]
 
 
 async def test_a_key_taken_after_the_snapshot_makes_that_requeue_a_duplicate(

@@ -23,7 +23,7 @@ import select
 import time
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -45,6 +45,7 @@ from jobs_core.errors import (
     DriverUnavailableError,
     JobsError,
 )
+from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
@@ -56,6 +57,8 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Heartbeat,
     JobFilter,
     JobRecord,
@@ -71,17 +74,21 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, fold_before
+from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, event_matches, fold_before
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS
 from jobs_pg.sqltext import Sql, compile_all
 from jobs_pg.statements import counter as counter_stmts
+from jobs_pg.statements import event as event_stmts
 from jobs_pg.statements import job as job_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
+from jobs_pg.statements import step as step_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.urls import libpq_url, mask
@@ -91,9 +98,11 @@ log = logging.getLogger("jobs.pg")
 #: Every statement, compiled once at import (schema left as a token).
 STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(counter_stmts)),
+    **compile_all(vars(event_stmts)),
     **compile_all(vars(job_stmts)),
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
+    **compile_all(vars(step_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
 }
@@ -121,9 +130,16 @@ _INDEX_FIELDS: Final = {
     "jobs_lease": "queue",
     "jobs_listing": "created_at_ms, id",
     "counters_pkey": "name, queue",
+    "events_pkey": "id",
+    "events_by_name": "name",
+    "jobs_waits": "wait.event",
+    "steps_pkey": "run_id, name",
     "pauses_pkey": "value",
     "workers_pkey": "worker_id",
 }
+
+#: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
+EVENT_PAGE: Final = 100
 
 T = TypeVar("T")
 _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
@@ -271,7 +287,7 @@ class PgDriver(JobDriver):
         return f"postgres {mask(self._url)} schema={self.schema}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=self._wake)
+        return Capabilities(wake=self._wake, steps=True, events=True)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""
@@ -792,24 +808,34 @@ class PgDriver(JobDriver):
         Every settle binds the fence (id, claims, worker) per item and its counter shard;
         `columns` adds the rest.
         """
+        async with self._conn() as conn:
+            return await self._settle_on(conn, name, items, columns)
+
+    async def _settle_on(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        name: str,
+        items: Sequence[_Fenced],
+        columns: Callable[[list[_Fenced]], dict[str, Any]],
+    ) -> list[bool]:
+        """`_settle` on a connection the caller holds (perhaps inside its transaction)."""
         ids = [item.fence.job_id for item in items]
         out = [False] * len(items)
         stmt = self._q[name]
-        async with self._conn() as conn:
-            for run in unique_runs(ids):
-                sel = [items[i] for i in run]
-                params = {
-                    "id": [item.fence.job_id for item in sel],
-                    "claims": [item.fence.claims for item in sel],
-                    "worker_id": [item.fence.worker_id for item in sel],
-                    # The counters an ack or nack moves go to its worker's shard (a batch is one
-                    # worker's in practice; any shard would count right).
-                    "shard": counter_shard(sel[0].fence.worker_id),
-                    **columns(sel),
-                }
-                cur = await self._execute(conn, stmt.text, stmt.args(params))
-                for (ordinal,) in await cur.fetchall():
-                    out[run[ordinal - 1]] = True
+        for run in unique_runs(ids):
+            sel = [items[i] for i in run]
+            params = {
+                "id": [item.fence.job_id for item in sel],
+                "claims": [item.fence.claims for item in sel],
+                "worker_id": [item.fence.worker_id for item in sel],
+                # The counters an ack or nack moves go to its worker's shard (a batch is one
+                # worker's in practice; any shard would count right).
+                "shard": counter_shard(sel[0].fence.worker_id),
+                **columns(sel),
+            }
+            cur = await self._execute(conn, stmt.text, stmt.args(params))
+            for (ordinal,) in await cur.fetchall():
+                out[run[ordinal - 1]] = True
         return out
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -824,18 +850,54 @@ class PgDriver(JobDriver):
         )
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        return await self._settle(
-            "JOB_NACK",
-            nacks,
-            lambda sel: {
-                "kind": [n.kind.value for n in sel],
-                "now_ms": [n.now_ms for n in sel],
-                "run_at_ms": [n.run_at_ms for n in sel],
-                "error": [n.error for n in sel],
-                "dead_letter": [n.dead_letter for n in sel],
-                "progress_json": [n.progress_json for n in sel],
-            },
-        )
+        """One statement; a batch with a PARK that waits for an event is one transaction: the
+        events' locks (`EVENT_LOCK`, each name's, sorted), then a look for an event each wait
+        already matches (`EVENT_FIND`, decided in Python), then the nack — a found event makes
+        that park `ready` at `now_ms`, else its wait is stored with the row. A publish of one of
+        those names waits for the lock, so it sees the stored wait (see `statements.event`)."""
+        waits = sorted({n.wait.event for n in nacks if n.wait is not None})
+        if not waits:
+            return await self._settle("JOB_NACK", nacks, lambda sel: _nack_columns(sel, set()))
+
+        async def attempt(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> list[bool]:
+            await self._on(conn, "EVENT_LOCK", {"keys": sorted(self._event_key(e) for e in waits)})
+            found: set[int] = set()
+            for n in nacks:
+                if n.wait is not None and await self._find_on(conn, n.wait, n.now_ms) is not None:
+                    found.add(id(n))
+            return await self._settle_on(
+                conn, "JOB_NACK", nacks, lambda sel: _nack_columns(sel, found)
+            )
+
+        return await self._in_transaction(attempt)
+
+    async def _in_transaction(
+        self, work: Callable[[psycopg.AsyncConnection[tuple[Any, ...]]], Awaitable[T]]
+    ) -> T:
+        """Run `work` in one transaction, again from the start (up to `conflict_retries` times)
+        when the server rolled it back in a deadlock or serialization failure."""
+        tries = 0
+        while True:
+            try:
+                async with self._conn() as conn, conn.transaction():
+                    return await work(conn)
+            except DriverConflictError:
+                if tries >= self._conflict_retries:
+                    raise
+                tries += 1
+
+    async def _on(
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], name: str, values: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Run one named statement on `conn`; its rows (none for a statement without any)."""
+        stmt = self._q[name]
+        cur = await self._execute(conn, stmt.text, stmt.args(values))
+        return await cur.fetchall() if cur.description is not None else []
+
+    def _event_key(self, name: str) -> int:
+        """The advisory lock key of an event name in this schema (a signed 64-bit int)."""
+        digest = hashlib.blake2b(f"{self.schema}\x00{name}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
 
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         return await self._settle(
@@ -1019,6 +1081,101 @@ class PgDriver(JobDriver):
             QueueStats(queue, tuple(by_state.items()), oldest.get(queue))
             for queue, by_state in counts.items()
         ]
+
+    # -- steps and events -----------------------------------------------------------------------
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        rows = await self._read("STEP_LIST", {"run_id": run_id})
+        return [StepRecord(*r) for r in rows]
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        rows = await self._rows(
+            "STEP_PUT",
+            {
+                "id": [p.fence.job_id for p in puts],
+                "claims": [p.fence.claims for p in puts],
+                "worker_id": [p.fence.worker_id for p in puts],
+                "name": [p.name for p in puts],
+                "output_json": [p.output_json for p in puts],
+                "now_ms": [p.now_ms for p in puts],
+            },
+        )
+        held = {int(r[0]) for r in rows}
+        return [i + 1 in held for i in range(len(puts))]
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        async with self._conn() as conn:
+            return await self._find_on(conn, wait, now_ms)
+
+    async def _find_on(
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], wait: EventWait, now_ms: int
+    ) -> EventRecord | None:
+        """The first event of `wait.event` (by publish time, id) since `wait.since_ms`, unexpired
+        at `now_ms`, that `wait` matches; pages through the name's events until one does."""
+        match = _object(wait.match_json)
+        after: tuple[int, str] = (wait.since_ms, "")
+        while True:
+            rows = await self._on(
+                conn,
+                "EVENT_FIND",
+                {
+                    "name": wait.event,
+                    "after_ms": after[0],
+                    "after_id": after[1],
+                    "now_ms": now_ms,
+                    "limit": EVENT_PAGE,
+                },
+            )
+            for r in rows:
+                event = EventRecord(*r)
+                if event_matches(match, loads(event.data_json)):
+                    return event
+            if len(rows) < EVENT_PAGE:
+                return None
+            after = (rows[-1][3], rows[-1][0])
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        """One transaction: the name's lock (`EVENT_LOCK`), the event stored with the waits of
+        its name read and locked (`EVENT_PUBLISH`), then, for the waits it matches (decided in
+        Python), the rows woken and their queues notified (`EVENT_WAKE`)."""
+        data = loads(event.data_json)
+
+        async def attempt(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> int:
+            await self._on(conn, "EVENT_LOCK", {"keys": [self._event_key(event.name)]})
+            rows = await self._on(
+                conn,
+                "EVENT_PUBLISH",
+                {
+                    "id": event.id,
+                    "name": event.name,
+                    "data_json": event.data_json,
+                    "published_at_ms": event.published_at_ms,
+                    "expires_at_ms": event.expires_at_ms,
+                },
+            )
+            ids = [
+                job_id
+                for job_id, match_json in rows
+                if job_id is not None and event_matches(_object(match_json), data)
+            ]
+            if not ids:
+                return 0
+            woken = await self._on(
+                conn,
+                "EVENT_WAKE",
+                {
+                    "ids": ids,
+                    "run_at_ms": event.published_at_ms,
+                    "channel": self.channel if self._wake else None,
+                },
+            )
+            return int(woken[0][0])
+
+        return await self._in_transaction(attempt)
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        rows = await self._rows("EVENT_PURGE", {"now_ms": now_ms, "limit": limit})
+        return int(rows[0][0])
 
     # -- counters -------------------------------------------------------------------------------
 
@@ -1245,6 +1402,35 @@ def _in_call_order(
         out.append(again[job_id] if job_id in seen else first[job_id])
         seen.add(job_id)
     return out
+
+
+def _nack_columns(sel: Sequence[Nack], found: set[int]) -> dict[str, Any]:
+    """`JOB_NACK`'s per-item columns. A park in `found` (by `id()`: its event is stored) goes
+    `ready` at its `now_ms` and stores no wait; any other park with a wait stores it."""
+
+    def waits(n: Nack) -> EventWait | None:
+        return None if id(n) in found else n.wait
+
+    return {
+        "kind": [n.kind.value for n in sel],
+        "now_ms": [n.now_ms for n in sel],
+        "run_at_ms": [n.now_ms if id(n) in found else n.run_at_ms for n in sel],
+        "error": [n.error for n in sel],
+        "dead_letter": [n.dead_letter for n in sel],
+        "progress_json": [n.progress_json for n in sel],
+        "wait_event": [w.event if (w := waits(n)) else None for n in sel],
+        "wait_match_json": [w.match_json if (w := waits(n)) else None for n in sel],
+        "wait_since_ms": [w.since_ms if (w := waits(n)) else None for n in sel],
+        "woken": [id(n) in found for n in sel],
+    }
+
+
+def _object(match_json: str) -> Mapping[str, object]:
+    """A wait's match as an object (`check_wait` refused any other JSON)."""
+    match: object = loads(match_json)
+    if not isinstance(match, dict):
+        raise DriverError("a stored wait's match is not a JSON object", detail=match_json[:80])
+    return match
 
 
 def _live_key_taken(exc: JobsError) -> bool:

@@ -75,6 +75,13 @@ jobs: Final = sa.Table(
     sa.Column("enqueued_by", sa.Text(collation=C), nullable=True),
     # The enqueuer's W3C trace context (migration 0003): read back by the claim, never searched.
     sa.Column("traceparent", sa.Text, nullable=True),
+    # The event a parked row waits for (migration 0005): set only while the row is `parked`
+    # (a PARK nack with a wait), cleared by every write that moves it out (claim, wake, cancel;
+    # a removed or purged row takes it along). On the row, not in a table of its own, so no
+    # statement that ends a wait has a second table to keep in step.
+    sa.Column("wait_event", sa.Text(collation=C), nullable=True),
+    sa.Column("wait_match_json", sa.Text, nullable=True),
+    sa.Column("wait_since_ms", sa.BigInteger, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
 
@@ -135,6 +142,16 @@ sa.Index(
     postgresql_where=sa.text("state <> 'running'"),
 )
 
+# The waits of parked rows by event name (migration 0005): a publish reads exactly the rows
+# waiting for its event. Partial: only the few rows that wait have an entry, so the claims and
+# settles that churn every other row never write to it.
+sa.Index(
+    "jobs_waits",
+    jobs.c.wait_event,
+    jobs.c.id,
+    postgresql_where=sa.text("wait_event IS NOT NULL"),
+)
+
 pauses: Final = sa.Table(
     "pauses",
     metadata,
@@ -187,6 +204,34 @@ counters: Final = sa.Table(
     sa.Column("shard", sa.SmallInteger, primary_key=True),
     *(sa.Column(c, sa.BigInteger, nullable=False) for c in COUNTER_COLUMNS),
 )
+
+
+# Durable steps (migration 0005): one row per recorded step of a run, its output JSON stored as
+# the text the caller gave (`1`, `1.0` and `true` stay apart, as `result_json` does). A run's
+# steps are one range of the key, read at each attempt by `step_list`.
+steps: Final = sa.Table(
+    "steps",
+    metadata,
+    sa.Column("run_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("name", sa.Text(collation=C), primary_key=True),
+    sa.Column("output_json", sa.Text, nullable=False),
+    sa.Column("recorded_at_ms", sa.BigInteger, nullable=False),
+)
+
+# Published events (migration 0005), data as the caller's text. Found by name in publish order
+# (`events_by_name`: `event_find` and a park's check read one name's events oldest first), and
+# purged by expiry (`events_expiry`: the oldest expired first, `LIMIT n` reads n entries).
+events: Final = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.Text(collation=C), primary_key=True),
+    sa.Column("name", sa.Text(collation=C), nullable=False),
+    sa.Column("data_json", sa.Text, nullable=False),
+    sa.Column("published_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+)
+sa.Index("events_by_name", events.c.name, events.c.published_at_ms, events.c.id)
+sa.Index("events_expiry", events.c.expires_at_ms, events.c.id)
 
 
 def metadata_in(schema: str) -> sa.MetaData:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from jobs_pg.schema import jobs, lit, pauses, wakes, workers
+from jobs_pg.schema import jobs, lit, pauses, steps, wakes, workers
 from jobs_pg.statements._build import (
     BIGINT,
     BOOL,
@@ -77,6 +77,14 @@ _INSERT_COLUMNS: Final = (
     "enqueued_by",
     "traceparent",
 )
+
+
+#: The values that drop a row's event wait (a wait lives only while its row is `parked`).
+_NO_WAIT: Final[dict[str, Any]] = {
+    "wait_event": sa.null(),
+    "wait_match_json": sa.null(),
+    "wait_since_ms": sa.null(),
+}
 
 
 def _fenced(t: sa.FromClause) -> sa.ColumnElement[bool]:
@@ -411,6 +419,8 @@ _claimed = (
         claims=jobs.c.claims + sa.literal_column("1"),
         claimed_by=p("worker_id", TEXT),
         lease_until_ms=p("lease_until_ms", BIGINT),
+        # A parked row's wait ends when it is claimed (its timeout came first).
+        **_NO_WAIT,
     )
     .returning(
         jobs.c.id,
@@ -632,6 +642,10 @@ _nacks = unnest(
     error=TEXT,
     dead_letter=BOOL,
     progress_json=TEXT,
+    wait_event=TEXT,
+    wait_match_json=TEXT,
+    wait_since_ms=BIGINT,
+    woken=BOOL,
 )
 _k = _nacks.c.kind
 # One statement for every kind: each column's CASE mirrors `jobs_memory.driver.nacked`.
@@ -642,12 +656,18 @@ _nacked = (
         state=sa.case(
             (_k == lit("retry"), lit("ready")),
             (_k == lit("fail"), sa.case((_nacks.c.dead_letter, lit("dead")), else_=lit("failed"))),
-            (_k == lit("park"), lit("parked")),
+            # A park whose event is already stored (the driver found it under the event's
+            # lock, and passes `run_at_ms = now_ms`) goes on at once instead.
+            (_k == lit("park"), sa.case((_nacks.c.woken, lit("ready")), else_=lit("parked"))),
             (_k == lit("refuse"), lit("failed")),
             else_=lit("ready"),  # shed, interrupt
         ),
         lease_until_ms=sa.null(),
         progress_json=sa.func.coalesce(_nacks.c.progress_json, jobs.c.progress_json),
+        # Set only by a park that waits (NULL otherwise: a running row holds no wait).
+        wait_event=_nacks.c.wait_event,
+        wait_match_json=_nacks.c.wait_match_json,
+        wait_since_ms=_nacks.c.wait_since_ms,
         run_at_ms=sa.case(
             (_k.in_([lit("retry"), lit("park")]), _nacks.c.run_at_ms),
             (
@@ -762,7 +782,12 @@ _cx_locked = _bulk_locked("cancel_locked", "state")
 _cancelled = (
     sa.update(jobs)
     .where(jobs.c.id == sa.func.any(_ids_where(_cx_locked, live(_cx_locked))), live(jobs))
-    .values(state=lit("cancelled"), lease_until_ms=sa.null(), finished_at_ms=p("now_ms", BIGINT))
+    .values(
+        state=lit("cancelled"),
+        lease_until_ms=sa.null(),
+        finished_at_ms=p("now_ms", BIGINT),
+        **_NO_WAIT,
+    )
     .returning(jobs.c.id, jobs.c.name, jobs.c.queue)
     .cte("cancelled")
 )
@@ -809,8 +834,24 @@ JOB_PROMOTE: Final = sa.select(
     _promoted.c.id.is_not(None).label("promoted"),
 ).select_from(_pr_locked.outerjoin(_promoted, _promoted.c.id == _pr_locked.c.id))
 
-# JOB_REMOVE: every named row but a running one is deleted, as the purge deletes (the row is all
-# a job stores here); counters do not move.
+# JOB_REMOVE: every named row but a running one is deleted, as the purge deletes (the row, its
+# wait with it, and its run's steps); counters do not move.
+
+
+def _steps_gone(deleted: sa.CTE, name: str) -> sa.CTE:
+    """Delete the steps of the runs of the rows `deleted` returns (with `run_id`): every
+    per-row structure goes with its row. One `steps_pkey` range per run."""
+    runs = sa.cast(
+        sa.select(sa.func.array_agg(deleted.c.run_id)).scalar_subquery(), pg.ARRAY(sa.Text)
+    )
+    return (
+        sa.delete(steps)
+        .where(steps.c.run_id == sa.func.any(runs))
+        .returning(steps.c.run_id)
+        .cte(name)
+    )
+
+
 _rm_locked = _bulk_locked("remove_locked", "state")
 _removed = (
     sa.delete(jobs)
@@ -818,12 +859,14 @@ _removed = (
         jobs.c.id == sa.func.any(_ids_where(_rm_locked, _rm_locked.c.state != lit("running"))),
         jobs.c.state != lit("running"),
     )
-    .returning(jobs.c.id)
+    .returning(jobs.c.id, jobs.c.run_id)
     .cte("removed")
 )
-JOB_REMOVE: Final = sa.select(
-    _rm_locked.c.id, _rm_locked.c.state, _removed.c.id.is_not(None).label("removed")
-).select_from(_rm_locked.outerjoin(_removed, _removed.c.id == _rm_locked.c.id))
+JOB_REMOVE: Final = (
+    sa.select(_rm_locked.c.id, _rm_locked.c.state, _removed.c.id.is_not(None).label("removed"))
+    .select_from(_rm_locked.outerjoin(_removed, _removed.c.id == _rm_locked.c.id))
+    .add_cte(_steps_gone(_removed, "removed_steps"))
+)
 
 # JOB_REQUEUE_MANY: a finished row becomes ready at `:now_ms` with fresh attempts, unless a live
 # row holds its namespace; of several finished rows of one namespace, the first in `:ids` order
@@ -1008,7 +1051,8 @@ JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
 # each other or on a settle, and a row that a concurrent requeue made live again fails the
 # re-checked state test. A state whose cutoff is NULL (kept forever) reads nothing. The locks
 # are taken in the scans, not after the merge: a purger racing another fills its batch with the
-# next unlocked rows instead of coming back short (which would end its round early).
+# next unlocked rows instead of coming back short (which would end its round early). The purged
+# rows' runs lose their steps in the same statement (a wait lives on the row and goes with it).
 _PURGE_CUTOFFS: Final = {
     "cancelled": "cancelled_before",
     "completed": "completed_before",
@@ -1036,7 +1080,11 @@ _doomed = (
 _purged = (
     sa.delete(jobs)
     .where(jobs.c.id == sa.func.any(_ids_of(_doomed)))
-    .returning(jobs.c.id)
+    .returning(jobs.c.id, jobs.c.run_id)
     .cte("purged")
 )
-JOB_PURGE: Final = sa.select(sa.func.count().label("purged")).select_from(_purged)
+JOB_PURGE: Final = (
+    sa.select(sa.func.count().label("purged"))
+    .select_from(_purged)
+    .add_cte(_steps_gone(_purged, "purged_steps"))
+)

@@ -94,6 +94,10 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
         "(created_at_ms, id) INCLUDE (queue, state) WHERE (state <> 'running'::text)"
     )
     assert idx["counters_pkey"].endswith("(width_ms, bucket_ms, name, queue, shard)")
+    assert idx["jobs_waits"].endswith("(wait_event, id) WHERE (wait_event IS NOT NULL)")
+    assert idx["steps_pkey"].endswith("(run_id, name)")
+    assert idx["events_by_name"].endswith("(name, published_at_ms, id)")
+    assert idx["events_expiry"].endswith("(expires_at_ms, id)")
 
 
 def test_declared_indexes_are_the_migrated_ones_word_for_word(pg_schema: str) -> None:
@@ -121,7 +125,9 @@ def test_a_drifted_schema_is_caught(pg_schema: str) -> None:
 
 
 def test_downgrade_then_upgrade(pg_schema: str) -> None:
-    assert {"jobs", "pauses", "workers", "wakes"} <= _tables(pg_schema)
+    assert {"jobs", "pauses", "workers", "wakes", "counters", "steps", "events"} <= _tables(
+        pg_schema
+    )
     downgrade(PG_URL, pg_schema, "base")
     assert _tables(pg_schema) == {"ujobs_alembic_version"}
     upgrade(PG_URL, pg_schema)
@@ -315,6 +321,8 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
             "workers",
             "wakes",
             "counters",
+            "steps",
+            "events",
             "ujobs_alembic_version",
         }
         assert version == [(HEAD_REVISION,)]

@@ -72,7 +72,9 @@ def start_worker(app: Path, url: str, **env: str) -> subprocess.Popen[str]:
             **os.environ,
             "UJOBS_DRIVER": url,
             "LEDGER": str(app / "ledger.txt"),
-            "PYTHONPATH": str(app),
+            # The app's directory first, then whatever path the test run has: a checkout other
+            # than the installed one (a worktree) must run its own code in the workers too.
+            "PYTHONPATH": os.pathsep.join(p for p in (str(app), os.environ.get("PYTHONPATH")) if p),
             **env,
         },
         stdout=subprocess.PIPE,

@@ -41,7 +41,13 @@ def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        # The test run's own path after the app's: a worktree's code, not the installed one.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p
+            ),
+        },
     )
     try:
         query = sql.SQL("SELECT id, state, result_json FROM {}.jobs").format(

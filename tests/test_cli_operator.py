@@ -20,10 +20,11 @@ import pytest
 
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
+from jobs_core.records import Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
-from tests.core.support import until
+from tests.core.support import code_path, until
 
 CARD = "4242424242424242"
 
@@ -53,7 +54,12 @@ def ujobs(
     """`ujobs ARGS` in a subprocess, the driver URL in UJOBS_DRIVER (or none at all)."""
     import os
 
-    env = {**os.environ, "COLUMNS": "200", "UJOBS_DRIVER": url if env_driver else ""}
+    env = {
+        **os.environ,
+        "COLUMNS": "200",
+        "UJOBS_DRIVER": url if env_driver else "",
+        "PYTHONPATH": code_path(cwd),
+    }
     return subprocess.run(
         [sys.executable, "-m", "jobs_core.cli", *args],
         capture_output=True,
@@ -187,10 +193,17 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     refused(await run("jobs", "requeue", "--all"), "X_CLI_USAGE_INVALID")
     promoted = json.loads(ok(await run("jobs", "promote", filled["later"], "--json")))
     assert promoted == [{"id": filled["later"], "answer": "promoted"}]
-    bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
-    assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
-    assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
-    assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
+    # The fixture's worker still polls: held off the queue, it cannot claim (and bury again) the
+    # requeued row before the cancel below reaches it.
+    hold = Pause("queue", "payments")
+    driver: JobDriver = driver_from_url(store_url)
+    async with driver:
+        await driver.pause_add(hold)
+        bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
+        assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
+        assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
+        assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
+        await driver.pause_remove(hold)
     refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
     assert "paused" in ok(await run("pause", "payments"))
     assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True

@@ -25,6 +25,7 @@ from jobs_core.facade import Jobs
 from jobs_core.records import JobRecord
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
+from tests.core.support import code_path
 
 APP = """
 import asyncio, os
@@ -72,9 +73,7 @@ def start_worker(app: Path, url: str, **env: str) -> subprocess.Popen[str]:
             **os.environ,
             "UJOBS_DRIVER": url,
             "LEDGER": str(app / "ledger.txt"),
-            # The app's directory first, then whatever path the test run has: a checkout other
-            # than the installed one (a worktree) must run its own code in the workers too.
-            "PYTHONPATH": os.pathsep.join(p for p in (str(app), os.environ.get("PYTHONPATH")) if p),
+            "PYTHONPATH": code_path(app),
             **env,
         },
         stdout=subprocess.PIPE,

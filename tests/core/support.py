@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000
 
 
+def code_path(*first: Path) -> str:
+    """A PYTHONPATH for a subprocess: `first` (an app's directory), then this checkout.
+
+    The checkout is named by absolute path so a subprocess runs the code under test, not the
+    installed package (a git worktree beside it) — a relative `PYTHONPATH=.` would mean the
+    subprocess's own working directory instead.
+    """
+    return os.pathsep.join([*(str(p) for p in first), str(ROOT)])
+
+
 def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the `ujobs` CLI as a user would, in a subprocess; its output captured as text."""
     return subprocess.run(
@@ -33,6 +44,7 @@ def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Comp
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env={**os.environ, "PYTHONPATH": code_path(cwd)},
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from psycopg import sql
 
 from jobs_core.states import JobState
-from tests.core.support import ujobs
+from tests.core.support import code_path, ujobs
 from tests.pg.conftest import PG_URL, admin
 
 
@@ -41,13 +41,7 @@ def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        # The test run's own path after the app's: a worktree's code, not the installed one.
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p
-            ),
-        },
+        env={**os.environ, "PYTHONPATH": code_path(tmp_path)},
     )
     try:
         query = sql.SQL("SELECT id, state, result_json FROM {}.jobs").format(

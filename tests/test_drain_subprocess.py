@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ from jobs_core import JobDriver, Jobs, JobState, Worker, job
 from jobs_core.job import JobHandle, JobRegistry
 from jobs_core.urls import driver_from_url
 from jobs_pg.migrate import upgrade
+from tests.core.support import code_path
 from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
@@ -96,6 +98,7 @@ async def start_worker(
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "jobs_core.cli", *args, "--quiet",
         cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": code_path(cwd)},
     )  # fmt: skip
 
 

@@ -213,3 +213,80 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     # No driver named anywhere: refused, never a silent memory store.
     none = await asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False)
     refused(none, "X_CLI_DRIVER_REQUIRED")
+
+
+def test_a_cli_worker_serves_metrics_and_health(store_url: str, app: Path) -> None:
+    """`ujobs worker --metrics-port 0` prints where it serves; a scrape shows its settles and
+    the store's queue gauges; /healthz is 200 while it works; SIGTERM drains it."""
+    import os
+    import re
+    import signal
+    import time
+    import urllib.request
+
+    async def enqueue() -> None:
+        import importlib
+
+        sys.path.insert(0, str(app))
+        try:
+            payapp = sys.modules.get("payapp") or importlib.import_module("payapp")
+            driver: JobDriver = driver_from_url(store_url)
+            async with driver:
+                jobs = Jobs(driver)
+                for n in range(3):
+                    await jobs.enqueue(payapp.charge, {"n": n, "card": CARD})
+                await jobs.enqueue(payapp.charge, {"n": 9, "card": CARD, "fail": True})
+        finally:
+            sys.path.remove(str(app))
+
+    asyncio.run(enqueue())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobs_core.cli",
+            "worker",
+            "payapp",
+            "--metrics-port",
+            "0",
+            "--quiet",
+        ],
+        cwd=app,
+        env={
+            **os.environ,
+            "UJOBS_DRIVER": store_url,
+            "PYTHONPATH": code_path(app),
+            "COLUMNS": "200",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    try:
+        assert proc.stdout is not None
+        port = None
+        deadline = time.monotonic() + 30
+        while port is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "no metrics line"
+            line = proc.stdout.readline().decode()
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+            port = int(found.group(1)) if found else None
+        base = f"http://127.0.0.1:{port}"
+        text = ""
+        while 'ujobs_jobs_processed_total{name="charge",queue="payments"} 4.0' not in text:
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+                text = r.read().decode()
+        assert 'ujobs_jobs_failed_total{name="charge",queue="payments"} 1.0' in text
+        assert 'ujobs_queue_dead_jobs{queue="payments"}' in text
+        assert "ujobs_store_up 1.0" in text and CARD not in text
+        with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+            assert r.status == 200 and json.loads(r.read())["status"] == "ok"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

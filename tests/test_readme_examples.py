@@ -140,7 +140,11 @@ WORKER_IN_CODE = "worker = Worker(driver, myapp.jobs"
 IDEMPOTENCY = "first = await send_welcome.enqueue(inp)"
 RETENTION = "from datetime import timedelta"
 PARITY = "# tests/test_my_driver_parity.py"
+SHOP = "# shop/jobs.py"
+SEND_EVENT = "from jobs_core import send_event"
 PYTHON_CASES = {
+    SHOP,
+    SEND_EVENT,
     DECLARE,
     ASYNC_ENQUEUE,
     SYNC_ENQUEUE,
@@ -196,6 +200,103 @@ def no_client() -> Iterator[None]:
         yield
     finally:
         facade._default = before
+
+
+SHOP_STUBS = {
+    "__init__.py": "",
+    "payments.py": (
+        "charges = []\nrefunds = []\n\n\n"
+        "def charge(card, amount, key):\n"
+        "    charges.append((card, amount, key))\n"
+        "    return {'charge_id': f'ch_{len(charges)}', 'amount': amount}\n\n\n"
+        "def refund(charge_id):\n"
+        "    refunds.append(charge_id)\n"
+    ),
+    "mailer.py": "sent = []\n\n\ndef send(to, text):\n    sent.append((to, text))\n",
+}
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Iterator[ModuleType]:
+    """The README's `shop` package: its `jobs.py` the steps block, payments and mail stubbed."""
+    (tmp_path / "shop").mkdir()
+    for name, text in SHOP_STUBS.items():
+        (tmp_path / "shop" / name).write_text(text, encoding="utf-8")
+    (tmp_path / "shop" / "jobs.py").write_text(python_block(SHOP).text, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module("shop.jobs")
+        yield sys.modules["shop"]
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("shop.jobs", "shop.payments", "shop.mailer", "shop"):
+            sys.modules.pop(name, None)
+
+
+async def test_the_order_saga_waits_for_its_event_and_refunds_when_it_fails(
+    shop: ModuleType, no_client: None
+) -> None:
+    """The steps example as its prose tells it: the order charges once, parks until the
+    warehouse's event (sent by the README's own block), emails and completes; an order whose
+    event never comes fails for good after 3 days and its charge is refunded."""
+    clock = FakeClock(start_ms=1_800_000_000_000)
+    driver = MemoryDriver()
+    jobs_core.configure(driver, clock=clock)
+    fulfil = shop.jobs.fulfil_order
+    order = {
+        "org_id": "org_1",
+        "order_id": 1042,
+        "amount": 25,
+        "card": "4111111111111111",
+        "email": "ann@example.com",
+    }
+    lost = {**order, "order_id": 7}
+    worker = Worker(driver, [fulfil], clock=clock, poll_floor=0.01, poll_ceiling=0.05)
+
+    async def state(job_id: str) -> JobState:
+        return (await driver.job_get_many([job_id]))[job_id].state
+
+    async def settle(job_id: str, *want: JobState) -> JobState:
+        for _ in range(200):
+            if (now := await state(job_id)) in want:
+                return now
+            await advance_quietly(clock, 100, sleepers=3)
+        raise AssertionError(f"{job_id} never reached {want}: {await state(job_id)}")
+
+    await worker.start()
+    try:
+        first = await fulfil.enqueue(order)
+        second = await fulfil.enqueue(lost)
+        await settle(first.id, JobState.PARKED)
+        await settle(second.id, JobState.PARKED)
+        assert shop.payments.charges == [
+            ("4111111111111111", 25, "order-1042"),
+            ("4111111111111111", 25, "order-7"),
+        ]
+        await run_block(python_block(SEND_EVENT), {})
+        await settle(first.id, JobState.COMPLETED)
+        done = (await driver.job_get_many([first.id]))[first.id]
+        assert json.loads(done.result_json or "null") == {"charge": "ch_1", "carrier": "ups"}
+        assert shop.mailer.sent == [("ann@example.com", "shipped by ups")]
+        assert len(shop.payments.charges) == 2  # the replay after the wait charged nothing
+    finally:
+        await worker.stop()
+    # Three days pass with no event for order 7 (no worker runs meanwhile: the fake clock
+    # would wake its 50 ms poll five million times); the next worker fails it for good, and
+    # the saga refunds its charge.
+    await clock.advance(3 * 24 * 3_600_000 + 60_000)
+    worker = Worker(driver, [fulfil], clock=clock, poll_floor=0.01, poll_ceiling=0.05)
+    await worker.start()
+    try:
+        assert await settle(second.id, JobState.DEAD, JobState.FAILED) is JobState.DEAD
+        for _ in range(200):
+            if shop.payments.refunds:
+                break
+            await advance_quietly(clock, 100, sleepers=3)
+        assert shop.payments.refunds == ["ch_2"]
+        assert shop.mailer.sent == [("ann@example.com", "shipped by ups")]
+    finally:
+        await worker.stop()
 
 
 def assert_sent(result_json: str | None) -> None:

@@ -38,7 +38,7 @@ from jobs_core import facade
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.records import ClaimParams, EnqueueResult, Pause
+from jobs_core.records import ClaimParams, EnqueueResult, Nack, NackKind, Pause
 from jobs_core.retention import DAY, Retention
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
@@ -142,7 +142,9 @@ RETENTION = "from datetime import timedelta"
 PARITY = "# tests/test_my_driver_parity.py"
 SHOP = "# shop/jobs.py"
 SEND_EVENT = "from jobs_core import send_event"
+OPERATOR = "from jobs_core.operator import"
 PYTHON_CASES = {
+    OPERATOR,
     SHOP,
     SEND_EVENT,
     DECLARE,
@@ -297,6 +299,30 @@ async def test_the_order_saga_waits_for_its_event_and_refunds_when_it_fails(
         assert shop.mailer.sent == [("ann@example.com", "shipped by ups")]
     finally:
         await worker.stop()
+
+
+async def dead_welcomes(driver: JobDriver, myapp: ModuleType, n: int) -> list[str]:
+    """`n` jobs of the README's `send_welcome` (queue `emails`) dead-lettered, through the
+    driver's own calls; answers their ids."""
+    handle = myapp.jobs.send_welcome
+    client = jobs_core.Jobs(driver)
+    ids = [(await client.enqueue(handle, {**INP, "user_id": u})).id for u in range(n)]
+    now_ms = int(time.time() * 1000) + 1_000  # due by then, whatever the enqueue's clock read
+    got = await driver.job_claim(ClaimParams((handle.queue,), "readme", n, 60_000, now_ms))
+    assert sorted(j.id for j in got.jobs) == sorted(ids)
+    nacks = [Nack(j.fence, NackKind.FAIL, now_ms, error="smtp down") for j in got.jobs]
+    assert all(await driver.job_nack(nacks))
+    return ids
+
+
+async def test_the_operator_in_code_lists_and_requeues_the_dead(myapp: ModuleType) -> None:
+    driver = MemoryDriver()
+    ids = await dead_welcomes(driver, myapp, 3)
+    names = await run_block(python_block(OPERATOR), {"driver": driver})
+    assert sorted(j.id for j in names["page"].jobs) == sorted(ids)
+    assert names["report"].done == 3 and names["report"].answers == {"requeued": 3}
+    rows = await driver.job_get_many(ids)
+    assert {r.state for r in rows.values()} == {JobState.READY}
 
 
 def assert_sent(result_json: str | None) -> None:
@@ -634,7 +660,23 @@ ALEMBIC = "alembic -x url="
 DB_UPGRADE = "ujobs db upgrade --url"
 WORKER_PG = "ujobs worker myapp.jobs --driver 'postgresql+psycopg://"
 WORKER_REDIS = "ujobs worker myapp.jobs --driver 'redis://"
+OPS_LIST = "ujobs jobs list --state dead"
+OPS_REQUEUE = "ujobs jobs requeue --state dead"
+OPS_QUEUES = "ujobs queues"
+OPS_STATS = "ujobs stats"
+OPS_PAUSE = "ujobs pause"
+OPS_RESUME = "ujobs resume"
+OPS_WORKERS = "ujobs workers"
+WORKER_METRICS = "ujobs worker myapp.jobs --metrics-port"
 SHELL_CASES = (
+    OPS_LIST,
+    OPS_REQUEUE,
+    OPS_QUEUES,
+    OPS_STATS,
+    OPS_PAUSE,
+    OPS_RESUME,
+    OPS_WORKERS,
+    WORKER_METRICS,
     EXPORT,
     WORKER_ENV,
     WORKER_MEMORY,
@@ -828,3 +870,72 @@ def test_a_redis_worker(app_dir: Path) -> None:
         assert f"prefix={prefix}" in out.splitlines()[0], out
     finally:
         asyncio.run(_drop_prefix(prefix))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: ModuleType) -> None:
+    """The operator block as a user runs it, in order, on Postgres: the dead jobs are listed,
+    requeued, the queue shown, paused and resumed; a worker serving metrics runs them."""
+    import urllib.request
+
+    schema = fresh_schema()
+    try:
+        upgrade(PG_URL, schema)
+        env = {"UJOBS_DRIVER": f"{PG_URL.split('?')[0]}?schema={schema}", "COLUMNS": "160"}
+
+        async def seed() -> list[str]:
+            async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+                return await dead_welcomes(driver, myapp, 2)
+
+        ids = asyncio.run(seed())
+        listed = run(localize(shell_command(OPS_LIST)), app_dir, env).stdout
+        assert all(i in listed for i in ids) and "dead" in listed, listed
+        requeued = run(localize(shell_command(OPS_REQUEUE)), app_dir, env).stdout
+        assert "requeued" in requeued and "2" in requeued, requeued
+        assert {r.state for r in (asyncio.run(_rows(schema, ids))).values()} == {JobState.READY}
+        queues = run(localize(shell_command(OPS_QUEUES)), app_dir, env).stdout
+        assert "emails" in queues, queues
+        stats = run(localize(shell_command(OPS_STATS)), app_dir, env).stdout
+        assert "send_welcome" in stats, stats  # its two dead-letterings, from the counters
+        run(localize(shell_command(OPS_PAUSE)), app_dir, env)
+        paused = json.loads(
+            run([*localize(shell_command(OPS_QUEUES)), "--json"], app_dir, env).stdout
+        )
+        assert any(q["queue"] == "emails" and q["paused"] for q in paused), paused
+        run(localize(shell_command(OPS_RESUME)), app_dir, env)
+        run(localize(shell_command(OPS_WORKERS)), app_dir, env)
+
+        port = free_port()
+        worker = [w.replace("9464", str(port)) for w in localize(shell_command(WORKER_METRICS))]
+        scraped: list[str] = []
+
+        def served() -> bool:
+            rows = asyncio.run(_rows(schema, ids))
+            if any(r.state is not JobState.COMPLETED for r in rows.values()):
+                return False
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+                    healthy = r.status == 200
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    scraped.append(r.read().decode())
+            except OSError:
+                return False
+            return healthy and 'name="send_welcome",queue="emails"} 2.0' in scraped[-1]
+
+        worker_briefly(worker, app_dir, env, ready=served)
+        assert 'ujobs_jobs_processed_total{name="send_welcome",queue="emails"} 2.0' in scraped[-1]
+        assert "ujobs_store_up 1.0" in scraped[-1]
+    finally:
+        drop_schema(schema)
+
+
+async def _rows(schema: str, ids: list[str]) -> dict[str, Any]:
+    async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+        return await driver.job_get_many(ids)

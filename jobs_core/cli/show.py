@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from jobs_core.cli.base import console
 from jobs_core.jsonform import JsonValue
@@ -44,8 +44,22 @@ def _text(value: object) -> str:
     return escape(str(value))
 
 
+def _id_column(header: str, ids: Sequence[str]) -> Column:
+    # An id is what an operator copies into the next command: the narrower columns give way
+    # on a small terminal, the id is never cut.
+    return Column(header, no_wrap=True, min_width=max((len(i) for i in ids), default=0))
+
+
 def print_jobs(page: JobsPage, now_ms: int) -> None:
-    table = Table("id", "name", "queue", "state", "attempt", "created", "runs / ended")
+    table = Table(
+        _id_column("id", [j.id for j in page.jobs]),
+        "name",
+        "queue",
+        "state",
+        "attempt",
+        "created",
+        "runs / ended",
+    )
     for j in page.jobs:
         at = j.finished_at_ms if j.finished_at_ms is not None else j.run_at_ms
         table.add_row(
@@ -115,7 +129,7 @@ def print_job(view: JobView, now_ms: int) -> None:
 
 
 def print_steered(action: Action, pairs: Sequence[tuple[str, Answer]]) -> None:
-    table = Table("id", action.value)
+    table = Table(_id_column("id", [job_id for job_id, _ in pairs]), action.value)
     for job_id, answer in pairs:
         table.add_row(_text(job_id), answer.value)
     console.print(table)
@@ -158,7 +172,15 @@ def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
 
 
 def print_workers(views: Sequence[WorkerView], now_ms: int) -> None:
-    table = Table("worker", "host", "pid", "queues", "concurrency", "jobs", "last beat")
+    table = Table(
+        _id_column("worker", [w.worker_id for w in views]),
+        "host",
+        "pid",
+        "queues",
+        "concurrency",
+        "jobs",
+        "last beat",
+    )
     for w in views:
         table.add_row(
             _text(w.worker_id),

@@ -436,10 +436,7 @@ class JobDriver(abc.ABC):
     async def step_put(self, puts: Sequence[StepPut]) -> list[bool]:
         """Record each step, fenced like `job_ack`; answers, per item, whether its fence held."""
         for p in puts:
-            _check_fence(p.fence)
-            _check_str(p.name, "name")
-            check_text(p.output_json, "output_json")
-            _check_time(p.now_ms, "now_ms")
+            check_step_put(p)
         if not puts:
             return []
         return await self._step_put(puts)
@@ -781,6 +778,14 @@ def check_new_job(job: NewJob) -> None:
         raise RecordInvalidError(
             "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", detail="traceparent"
         )
+
+
+def check_step_put(put: StepPut) -> None:
+    """Refuse a step record `step_put` would refuse, before it joins a batch."""
+    _check_fence(put.fence)
+    _check_str(put.name, "name")
+    check_text(put.output_json, "output_json")
+    _check_time(put.now_ms, "now_ms")
 
 
 def check_ack(ack: Ack) -> None:

@@ -1,4 +1,5 @@
-"""Batched settles: every ack and nack waiting at a moment goes out in one driver call.
+"""Batched settles: every ack, nack and step record waiting at a moment goes out in one driver
+call.
 
 While one call is in flight, the next settles gather behind it, so batching costs no added
 latency. Each item is still fenced by its own claim; the answer per item says if it landed.
@@ -24,7 +25,7 @@ from typing import Final, Generic, TypeVar
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, check_ack, check_nack
 from jobs_core.errors import DriverUnavailableError, JobsError
-from jobs_core.records import Ack, Fence, Nack
+from jobs_core.records import Ack, Fence, Nack, StepPut
 
 log = logging.getLogger("jobs")
 
@@ -36,7 +37,7 @@ SETTLE_BACKOFF_MAX_MS: Final = 2_000
 #: How long an unavailable settle is retried when `give_up_at` knows nothing of its claim.
 SETTLE_PATIENCE_MS: Final = 30_000
 
-T = TypeVar("T", Ack, Nack)
+T = TypeVar("T", Ack, Nack, StepPut)
 
 
 @dataclass(eq=False, slots=True)
@@ -168,7 +169,10 @@ def _answer(e: _Entry[T], ok: bool) -> None:
 
 
 class Settler:
-    """Queues acks and nacks and sends each kind in batches; `await` answers landed or not.
+    """Queues acks, nacks and step records and sends each kind in batches; `await` answers
+    landed or not. Step records ride the same lanes as settles: the runs of one worker that
+    finish a step at the same moment share one `step_put` call (one round-trip), and a record
+    the store cannot take is retried like a settle, for as long as its claim could be held.
 
     `give_up_at(fence)`: the time after which an unavailable settle of that claim is given up
     (the end of its lease plus a margin), or None for `SETTLE_PATIENCE_MS` from its submission.
@@ -188,6 +192,7 @@ class Settler:
         until = give_up_at or (lambda fence: None)
         self._acks: _Lane[Ack] = _Lane(driver.job_ack, clock, until, self._deadline)
         self._nacks: _Lane[Nack] = _Lane(driver.job_nack, clock, until, self._deadline)
+        self._steps: _Lane[StepPut] = _Lane(driver.step_put, clock, until, self._deadline)
         self._replace_invalid = replace_invalid
 
     def _deadline(self) -> int | None:
@@ -211,6 +216,12 @@ class Settler:
             return await self._replace(item, exc)
         return await self._nacks.submit(item)
 
+    async def step_put(self, item: StepPut) -> bool:
+        """Record one step, batched with the others put meanwhile; True when its fence held.
+        The caller has checked the item (`check_step_put`): a refused batch is sent again item
+        by item, and an item refused alone answers False."""
+        return await self._steps.submit(item)
+
     async def nack_many(self, items: Sequence[Nack]) -> list[bool]:
         return list(await asyncio.gather(*(self.nack(i) for i in items)))
 
@@ -233,8 +244,10 @@ class Settler:
         """Wait until every queued settle has been answered."""
         await self._acks.join()
         await self._nacks.join()
+        await self._steps.join()
 
     def abandon(self) -> None:
         """Answer False for every settle still waiting on the store (a drain out of time)."""
         self._acks.abandon()
         self._nacks.abandon()
+        self._steps.abandon()

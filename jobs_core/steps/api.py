@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 
 from jobs_core.clock import Clock
 from jobs_core.context import CancelSignal
-from jobs_core.driver import JobDriver
+from jobs_core.driver import JobDriver, check_step_put
 from jobs_core.errors import (
     AbortedError,
     DeclarationInvalidError,
@@ -94,8 +94,12 @@ class StepApi:
         step_timeout_ms: int | None = None,
         event_poll_ms: int | None = None,
         mode: Literal["run", "unwind"] = "run",
+        put: Callable[[StepPut], Awaitable[bool]] | None = None,
     ) -> None:
         self._driver = driver
+        #: How a record is sent: the worker's batching settler (runs finishing a step together
+        #: share a round-trip), else one `step_put` call of its own.
+        self._put = put or self._put_alone
         self._clock = clock
         self._job = job
         self._signal = signal
@@ -130,7 +134,11 @@ class StepApi:
             step_timeout_ms=self._step_timeout_ms,
             event_poll_ms=self._event_poll_ms,
             mode="unwind",
+            put=self._put,
         )
+
+    async def _put_alone(self, item: StepPut) -> bool:
+        return (await self._driver.step_put([item]))[0]
 
     async def record(self, name: str, value: JsonValue) -> StepRecord:
         """Store one record of this run, fenced on its claim. A cancelled or lost run writes
@@ -141,10 +149,10 @@ class StepApi:
         text = dumps(value)
         now = self._clock.now_ms()
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
-        landed = await asyncio.shield(
-            self._driver.step_put([StepPut(self._job.fence, name, text, now)])
-        )
-        if not landed[0]:
+        item = StepPut(self._job.fence, name, text, now)
+        check_step_put(item)
+        landed = await asyncio.shield(self._put(item))
+        if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)
         loaded = await self.records()

@@ -154,6 +154,7 @@ class Runner:
             held.signal,
             step_timeout_ms=handle.step_timeout_ms,
             event_poll_ms=handle.event_poll_ms,
+            put=self._outcomes.settler.step_put,
         )
         held.steps = steps
         ctx = JobContext(

@@ -42,14 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
-from jobs_core.errors import (
-    DriverError,
-    DriverUnavailableError,
-    JobNotFoundError,
-    NotRequeueableError,
-    RecordInvalidError,
-    RequeueDuplicateError,
-)
+from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
@@ -58,18 +51,34 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
     Heartbeat,
+    JobFilter,
     JobRecord,
+    JobSlice,
+    JobSummary,
+    ListKey,
     Nack,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.semantics import (
+    HOUR_MS,
+    LEASE_LAPSED_ERROR,
+    MINUTE_MS,
+    drop_before,
+    fold_before,
+)
 from jobs_core.states import JobState
 from jobs_core.urls import mask_text, mask_url
 from jobs_redis.keys import Keys
@@ -80,7 +89,29 @@ _PRIORITY_UNIT: Final = 2**42
 #: How many job ids -> queue the driver remembers from its claims (for nack without a read).
 _QUEUE_MEMORY: Final = 100_000
 _STATES: Final = {s.value: s for s in JobState}
-_CANCEL: Final = {a.value: a for a in CancelAnswer}
+#: The one-character answers of the bulk scripts (`lua/job_*_many.lua`, promote, remove).
+_CANCEL: Final = {
+    "c": CancelAnswer.CANCELLED,
+    "f": CancelAnswer.FINISHED,
+    "n": CancelAnswer.NOT_FOUND,
+}
+_PROMOTE: Final = {
+    "p": PromoteAnswer.PROMOTED,
+    "a": PromoteAnswer.ALREADY_DUE,
+    "x": PromoteAnswer.NOT_READY,
+    "n": PromoteAnswer.NOT_FOUND,
+}
+_REMOVE: Final = {"x": RemoveAnswer.REMOVED, "r": RemoveAnswer.RUNNING, "n": RemoveAnswer.NOT_FOUND}
+_REQUEUE: Final = {
+    "r": RequeueAnswer.REQUEUED,
+    "l": RequeueAnswer.LIVE,
+    "d": RequeueAnswer.DUPLICATE,
+    "n": RequeueAnswer.NOT_FOUND,
+}
+#: How often a bulk call re-reads its rows' queues when a row moved queue under it.
+_STALE_TRIES: Final = 5
+#: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
+_SCHEMA: Final = "2"
 #: The final states in the order the purge and requeue scripts take their `finished:*` keys.
 _FINISHED_ORDER: Final = ("cancelled", "completed", "dead", "failed")
 
@@ -208,22 +239,35 @@ class RedisDriver(JobDriver):
         """Close the clients of every loop that used this driver (a given `client` stays open)."""
         await self._loops.close_all()
 
-    async def migrate(self) -> None:
-        """Index finished rows stored before the finished index existed, so retention reaches
-        them (`ujobs db upgrade`); idempotent, safe beside running workers."""
+    async def migrate(self) -> str:
+        """Index rows stored by an older version (`ujobs db upgrade`); idempotent, safe beside
+        running workers of this version.
+
+        Finished rows go into the finished index retention reads; every row goes into the
+        listing index and is counted in its queue (the schema "2" mark is set once the scan is
+        through: from then on no settle checks whether a row is counted). Rows that workers of
+        an OLDER version write while this runs may be missed: stop them first.
+        """
         k = self.keys
-        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER))
+        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
+        client = self._loops.get().client
+        was = await self._read(lambda: client.get(k.schema), "GET")
         cursor: Any = 0
+        added = 0
         while True:
 
             def scan(at: Any = cursor) -> Any:
-                return self._client.hscan(k.state, at, count=1000)
+                return client.hscan(k.state, at, count=1000)
 
             cursor, page = await self._read(scan, "HSCAN")
-            if page:
-                await self._run("migrate", keys, list(page))
-            if int(cursor) == 0:
-                return
+            done = int(cursor) == 0
+            if page or done:
+                added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
+            if done:
+                break
+        if was == _SCHEMA:
+            return f"schema {_SCHEMA} current ({added} index entries added)"
+        return f"upgraded to schema {_SCHEMA}: {added} index entries added"
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -277,7 +321,7 @@ class RedisDriver(JobDriver):
         ns, state, data, score = _encode(job)
         got = await self._run(
             "job_enqueue",
-            (k.state, k.data, k.live, k.due(job.queue), k.wake),
+            (k.state, k.data, k.live, k.due(job.queue), k.wake, *k.account()),
             (job.id, ns, state, data, score, self._wake_slot(job), job.queue, k.channel(job.queue)),
         )
         if got == 1:
@@ -366,6 +410,7 @@ class RedisDriver(JobDriver):
         for queue in queue_index:
             keys.append(k.due(queue))
             args += (queue, k.channel(queue), slots.get(queue, ""))
+        keys += k.account()
         return keys, args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
@@ -374,7 +419,7 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
-        keys += (k.finished("dead"), k.finished("failed"))
+        keys += (k.finished("dead"), k.finished("failed"), *k.account())
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
         beat = params.beat
@@ -445,7 +490,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
-        keys.append(k.finished("completed"))
+        keys += (k.finished("completed"), *k.account())
         got = await self._run("job_ack", keys, args)
         for a in acks:
             self._queue_of.pop(a.fence.job_id, None)
@@ -483,7 +528,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
                 f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}",
             )
-        keys += (k.finished("dead"), k.finished("failed"))
+        keys += (k.finished("dead"), k.finished("failed"), *k.account())
         got = await self._run("job_nack", keys, args)
         for n in nacks:
             self._queue_of.pop(n.fence.job_id, None)
@@ -511,48 +556,180 @@ class RedisDriver(JobDriver):
         got = await self._run("job_progress", (k.state, k.progress), args)
         return [c == "1" for c in got]
 
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+    # -- the operator's bulk calls ----------------------------------------------------------------
+
+    async def _bulk(
+        self,
+        name: str,
+        job_ids: Sequence[str],
+        now_ms: int | None,
+        fixed: Sequence[str],
+        per_queue: Sequence[Callable[[str], str]],
+        *,
+        account: bool,
+    ) -> str:
+        """Run one bulk script (`lua/includes/bulk.lua`): one answer character per id.
+
+        A script's KEYS must name each row's queue keys up front, so the queues are read first
+        (never from the claim memory: an id may have been purged and reused). A row re-enqueued
+        into another queue between that read and the script makes the script answer "stale"
+        having written nothing; the read and the call are then repeated.
+        """
+        for _ in range(_STALE_TRIES):
+            for i in job_ids:
+                self._queue_of.pop(i, None)
+            queue_of = await self._queues_of(job_ids)
+            keys = list(fixed)
+            index: dict[str, int] = {}
+            args: list[object] = ["" if now_ms is None else now_ms, len(job_ids)]
+            for i in job_ids:
+                args += (i, self._index(queue_of.get(i), index, keys, *per_queue))
+            args += index
+            if account:
+                keys += self.keys.account()
+            got = await self._run(name, keys, args)
+            if got != "stale":
+                return str(got)
+        raise DriverError(f"script {name}: rows kept moving between queues", detail=name)
+
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         k = self.keys
-        # A remembered queue may be stale: the row may have been purged and its id reused.
-        self._queue_of.pop(job_id, None)
-        queue = (await self._queues_of([job_id])).get(job_id)
-        if queue is None:
-            return CancelAnswer.NOT_FOUND
-        got = await self._run(
-            "job_cancel",
+        got = await self._bulk(
+            "job_cancel_many",
+            job_ids,
+            now_ms,
+            (k.state, k.live, k.finished("cancelled")),
+            (k.lease, k.due, k.parked),
+            account=True,
+        )
+        return [_CANCEL[c] for c in got]
+
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        k = self.keys
+        got = await self._bulk("job_promote", job_ids, now_ms, (k.state,), (k.due,), account=False)
+        return [_PROMOTE[c] for c in got]
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        k = self.keys
+        got = await self._bulk(
+            "job_remove",
+            job_ids,
+            None,
             (
                 k.state,
+                k.error,
+                k.progress,
+                k.result,
                 k.live,
-                k.lease(queue),
-                k.due(queue),
-                k.parked(queue),
-                k.finished("cancelled"),
+                *(k.finished(s) for s in _FINISHED_ORDER),
             ),
-            (job_id, now_ms, queue),
+            (k.due, k.parked),
+            account=True,
         )
-        return _CANCEL[got]
+        return [_REMOVE[c] for c in got]
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
         k = self.keys
-        self._queue_of.pop(job_id, None)
-        queue = (await self._queues_of([job_id])).get(job_id)
-        if queue is None:
-            raise JobNotFoundError(detail=job_id)
-        got = await self._run(
-            "job_requeue",
-            (k.state, k.live, k.due(queue), *(k.finished(s) for s in _FINISHED_ORDER)),
-            (job_id, now_ms, queue),
+        got = await self._bulk(
+            "job_requeue_many",
+            job_ids,
+            now_ms,
+            (k.state, k.live, *(k.finished(s) for s in _FINISHED_ORDER)),
+            (k.due,),
+            account=True,
         )
-        match got[0]:
-            case "ok":
-                return
-            case "not_found":
-                raise JobNotFoundError(detail=job_id)
-            case "not_requeueable":
-                raise NotRequeueableError(detail=job_id)
-            case "duplicate":
-                raise RequeueDuplicateError(detail=f"{job_id} (held by {got[1]})")
-        raise DriverError(f"script job_requeue answered {got[0]!r}", detail="job_requeue")
+        return [_REQUEUE[c] for c in got]
+
+    # -- the operator's reads ---------------------------------------------------------------------
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        k = self.keys
+        start = "" if after is None else _created_member(after.created_at_ms, after.id)
+        states = "\x00".join(sorted(s.value for s in f.states))
+        taken, last = await self._run(
+            "job_list",
+            (k.created, k.state),
+            (start, limit, scan, states, f.queue or "", f.name or "", f.tenant_id or ""),
+        )
+        jobs = tuple(
+            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1])
+            for i in range(0, len(taken), 2)
+        )
+        return JobSlice(jobs, ListKey(int(last[:13]), last[13:]) if last else None)
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        k = self.keys
+        client = self._loops.get().client
+        fields = await self._read(lambda: client.hkeys(k.queue_count), "HKEYS")
+        queues = sorted({f.rsplit("\x00", 1)[0] for f in fields})
+        if not queues:
+            return []
+        keys = [k.queue_count]
+        for q in queues:
+            keys += (k.due(q), k.parked(q), k.lease(q))
+        got = await self._run("queue_stats", keys, (now_ms, *queues))
+        out: list[QueueStats] = []
+        for i, q in enumerate(queues):
+            total, completed, failed, dead, cancelled, ready, running, oldest = got[
+                8 * i : 8 * i + 8
+            ]
+            if not total:
+                continue  # every row of it went since the HKEYS
+            by_state = {
+                JobState.READY: ready,
+                JobState.RUNNING: running,
+                JobState.COMPLETED: completed,
+                JobState.FAILED: failed,
+                JobState.DEAD: dead,
+                JobState.CANCELLED: cancelled,
+            }
+            by_state[JobState.PARKED] = total - sum(by_state.values())
+            counts = tuple((s, int(by_state[s])) for s in JobState)
+            out.append(QueueStats(q, counts, int(oldest) if oldest else None))
+        return out
+
+    # -- counters -------------------------------------------------------------------------------
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        k = self.keys
+        got = await self._run(
+            "counter_fold",
+            (k.counters, k.counter_minutes, k.counter_hours),
+            (fold_before(now_ms), drop_before(now_ms), limit),
+        )
+        return int(got)
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        k = self.keys
+        names, queues = params.names, params.queues
+        got = await self._run(
+            "counter_read",
+            (k.counters, k.counter_minutes, k.counter_hours),
+            (
+                params.since_ms,
+                params.until_ms,
+                "0" if names is None else "1",
+                "\x00".join(names or ()),
+                "0" if queues is None else "1",
+                "\x00".join(queues or ()),
+            ),
+        )
+        out: list[CounterRow] = []
+        for i in range(0, len(got), 11):
+            width, member, *counts = got[i : i + 11]
+            bucket, name, queue = member.split("\x00")
+            out.append(
+                CounterRow(
+                    name,
+                    queue,
+                    int(bucket),
+                    MINUTE_MS if width == "m" else HOUR_MS,
+                    *(int(c) if c else 0 for c in counts),
+                )
+            )
+        return out
 
     async def _job_purge(self, params: PurgeParams) -> int:
         k = self.keys
@@ -575,6 +752,7 @@ class RedisDriver(JobDriver):
                 k.progress,
                 k.result,
                 *(k.finished(s) for s in _FINISHED_ORDER),
+                *k.account(),
             ),
             (params.limit, *cutoffs),
         )
@@ -700,6 +878,30 @@ def _blen(text: str) -> int:
 
 def _worker_row(beat: WorkerBeat) -> str:
     return f"{beat.now_ms}\x00{beat.now_ms + beat.ttl_ms}\x00{beat.info_json}"
+
+
+def _created_member(created_at_ms: int, job_id: str) -> str:
+    """The `job:created` member of a row: lex order over these IS the listing order."""
+    return f"{created_at_ms:013d}{job_id}"
+
+
+def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
+    s = state.split("\x00")
+    return JobSummary(
+        id=job_id,
+        name=s[10],
+        queue=s[9],
+        tenant_id=s[11] or None,
+        state=_STATES[s[0]],
+        priority=int(s[7]),
+        attempt=int(s[3]),
+        max_attempts=int(s[8]),
+        claimed_by=s[2] or None,
+        lease_until_ms=_opt_int(s[4]),
+        run_at_ms=_opt_int(s[5]),
+        created_at_ms=created_at_ms,
+        finished_at_ms=_opt_int(s[6]),
+    )
 
 
 def _opt_int(text: str) -> int | None:

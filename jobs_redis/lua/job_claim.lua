@@ -5,7 +5,9 @@
 -- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
 -- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
 --   (zset id by lease end), for q = 1..m in ARGV order
--- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 7] finished:dead, KEYS[#KEYS - 6] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each buried row moves its
+--   `bury_outcome` counter and its queue's count of the final state (a claim moves no other)
 -- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
 -- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
@@ -16,6 +18,9 @@
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
+--!include account.lua
+
+local FIN = acc_open(#KEYS - 5) - 1
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -77,10 +82,13 @@ for q = 1, m do
       redis.call("HSET", KEYS[4], id, ARGV[5])
       redis.call("HDEL", KEYS[3], ns_of(t))
       if state == "dead" then
-        redis.call("ZADD", KEYS[#KEYS - 1], ARGV[1], id)
+        redis.call("ZADD", KEYS[FIN - 1], ARGV[1], id)
       else
-        redis.call("ZADD", KEYS[#KEYS], ARGV[1], id)
+        redis.call("ZADD", KEYS[FIN], ARGV[1], id)
       end
+      -- accounting
+      count_settle(t, ARGV[1], state == "dead" and "dead-lettered" or "dropped")
+      count_rows(id, t[10], state, 1)
       local b = #buried
       buried[b + 1] = id
       buried[b + 2] = t[11]
@@ -197,4 +205,5 @@ for _, c in ipairs(chosen) do
   claimed[n + 2] = row
   claimed[n + 3] = redis.call("HGET", KEYS[2], c.id)
 end
+acc_close()
 return { table.concat(claimed, Z), buried }

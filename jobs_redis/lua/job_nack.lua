@@ -3,7 +3,9 @@
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:error   KEYS[4] job:progress
 -- KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>, KEYS[4 + 3q] lease:<queue q>,
 --   for each distinct queue q of the items
--- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 7] finished:dead, KEYS[#KEYS - 6] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each landed nack moves
+--   its `nack_outcome` counter, and a finishing one its queue's count of the final state
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL kind NUL now_ms NUL
 --   run_at_ms ("" for none) NUL "1" when dead_letter else "0" NUL queue index q ("0" when
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
@@ -14,7 +16,9 @@
 -- last_error = error, attempt given back). Every kind drops the lease; a given progress is kept.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
+--!include account.lua
 
+local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
 local KINDS = { retry = 1, fail = 1, park = 1, shed = 1, interrupt = 1, refuse = 1 }
 local n = #ARGV / 2
@@ -77,9 +81,9 @@ for i = 1, n do
     if finished then
       redis.call("HDEL", KEYS[2], ns_of(t))
       if t[1] == "dead" then
-        redis.call("ZADD", KEYS[#KEYS - 1], now, id)
+        redis.call("ZADD", KEYS[FIN - 1], now, id)
       else
-        redis.call("ZADD", KEYS[#KEYS], now, id)
+        redis.call("ZADD", KEYS[FIN], now, id)
       end
     end
     if set_error then
@@ -92,9 +96,15 @@ for i = 1, n do
     if progress ~= "" then
       redis.call("HSET", KEYS[4], id, progress)
     end
+    -- accounting
+    count_settle(t, now, nack_outcome(kind, dead_letter))
+    if finished then
+      count_rows(id, t[10], t[1], 1)
+    end
     out[i] = "1"
   else
     out[i] = "0"
   end
 end
+acc_close()
 return table.concat(out)

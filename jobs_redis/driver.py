@@ -7,7 +7,8 @@ slot and every script declares every key it touches in KEYS):
   state, claims, claimed_by, attempt, lease_until, run_at, finished_at, priority, max_attempts,
   queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
   its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
-- `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json (written once).
+- `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
+  once; rows from before traceparent have four fields).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
@@ -443,10 +444,10 @@ class RedisDriver(JobDriver):
         if len(remember) > _QUEUE_MEMORY:
             remember.clear()
         fields = claimed.split("\x00") if claimed else []
-        for i in range(0, len(fields), 18):
+        for i in range(0, len(fields), 19):
             job_id = fields[i]
             s = fields[i + 1 : i + 14]
-            d = fields[i + 14 : i + 18]
+            d = fields[i + 14 : i + 19]
             remember[job_id] = s[9]
             jobs.append(
                 ClaimedJob(
@@ -465,6 +466,7 @@ class RedisDriver(JobDriver):
                     lease_until_ms=lease_end,
                     created_at_ms=int(d[1]),
                     enqueued_by=d[2] or None,
+                    traceparent=d[4] or None,
                 )
             )
         dead = sorted(
@@ -860,7 +862,10 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
         f"ready\x000\x00\x000\x00\x00{job.run_at_ms}\x00\x00"
         f"{job.priority}\x00{job.max_attempts}\x00{job.queue}\x00{ns}"
     )
-    data = f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
+    data = (
+        f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
+        f"\x00{job.traceparent or ''}"
+    )
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
 
 
@@ -917,7 +922,7 @@ def _record(
     result: str | None,
 ) -> JobRecord:
     s = state.split("\x00")
-    d = data.split("\x00", 3)
+    d = data.split("\x00")
     return JobRecord(
         id=job_id,
         run_id=d[0],
@@ -940,6 +945,7 @@ def _record(
         progress_json=progress,
         result_json=result,
         enqueued_by=d[2] or None,
+        traceparent=(d[4] or None) if len(d) > 4 else None,
     )
 
 

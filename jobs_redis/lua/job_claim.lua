@@ -14,7 +14,7 @@
 -- ARGV[7+m] d, then d job names whose exhausted rows are buried `failed` (else `dead`)
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
 -- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row NUL
--- data row, the jobs joined by NUL (18 fields each: the rows have fixed field counts), "" for
+-- data row, the jobs joined by NUL (19 fields each: the rows have fixed field counts), "" for
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
@@ -203,7 +203,7 @@ for _, c in ipairs(chosen) do
   local n = #claimed
   claimed[n + 1] = c.id
   claimed[n + 2] = row
-  claimed[n + 3] = redis.call("HGET", KEYS[2], c.id)
+  claimed[n + 3] = data_row(redis.call("HGET", KEYS[2], c.id))
 end
 acc_close()
 return { table.concat(claimed, Z), buried }

@@ -1,7 +1,8 @@
 -- job_enqueue — insert one job unless its id names a row or a live row holds its namespace.
 --
 -- KEYS[1] job:state   hash id -> state row (includes/row.lua)
--- KEYS[2] job:data    hash id -> run_id NUL created_at_ms NUL enqueued_by NUL input_json
+-- KEYS[2] job:data    hash id -> run_id NUL created_at_ms NUL enqueued_by NUL input_json NUL
+--   traceparent ("" for none; rows stored by older versions lack the field: row.lua data_row)
 -- KEYS[3] job:live    hash namespace (name NUL tenant NUL key) -> id of the live row holding it
 -- KEYS[4] due:<queue> zset id by priority * 2^42 + run_at_ms (ready rows, parked-with-time rows)
 -- KEYS[5] wake        hash queue -> the wake slot that last published

@@ -5,7 +5,7 @@
 -- KEYS[5] job:result
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 --   (zsets id by finished_at_ms, kept by every script that finishes or revives a row)
--- KEYS[10..15] the accounting keys (includes/account.lua): a purged row leaves job:created and
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): a purged row leaves job:created and
 --   its queue's counts
 -- ARGV[1] limit
 -- ARGV[2..5] per KEYS[6..9]: the latest finished_at_ms that is expired (now_ms - keep_ms), or
@@ -16,7 +16,7 @@
 --!include row.lua
 --!include account.lua
 
-acc_open(10)
+acc_open(#KEYS - 5)
 
 local limit = tonumber(ARGV[1])
 

@@ -19,7 +19,6 @@ from jobs_core.records import (
     NackKind,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS, decode_cursor
-from jobs_core.states import JobState
 from jobs_redis import RedisDriver
 from jobs_redis.scripts import load_all
 from tests.core.retention_support import new_job

@@ -27,11 +27,15 @@ from tests.core.support import until
 
 CARD = "4242424242424242"
 
+# Its own registry: every test imports the module afresh, and the process-wide registry would
+# refuse the second `charge` as a different job. An input without an org bills the default one
+# (the tenant function fails closed on no answer).
 APP = """
 from jobs_core import job, Retry
+from jobs_core.job import JobRegistry
 
-@job(tenant=lambda i: i.get("org"), idempotency_key=lambda i: str(i["n"]),
-     sensitive=("card",), queue="payments", retry=Retry(attempts=1))
+@job(tenant=lambda i: i.get("org", "acme"), idempotency_key=lambda i: str(i["n"]),
+     sensitive=("card",), queue="payments", retry=Retry(attempts=1), registry=JobRegistry())
 async def charge(input, ctx):
     if input.get("fail"):
         raise RuntimeError(f"card {input['card']} was declined")
@@ -182,6 +186,9 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     refused(await run("jobs", "promote", filled["done"]), "X_JOB_NOT_PROMOTABLE")
     refused(await run("jobs", "remove", "nobody"), "X_JOB_NOT_FOUND")
     refused(await run("jobs", "requeue", "--all"), "X_CLI_USAGE_INVALID")
+    # The fixture's worker still runs: paused, it cannot run the requeued job to `dead` again
+    # before the cancel below.
+    assert "paused" in ok(await run("pause", "payments"))
     promoted = json.loads(ok(await run("jobs", "promote", filled["later"], "--json")))
     assert promoted == [{"id": filled["later"], "answer": "promoted"}]
     bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
@@ -189,7 +196,6 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
     assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
     refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
-    assert "paused" in ok(await run("pause", "payments"))
     assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True
     assert "resumed" in ok(await run("resume", "payments"))
     assert "paused" in ok(await run("pause", "--name", "charge"))

@@ -21,6 +21,11 @@ slot and every script declares every key it touches in KEYS):
   `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
   a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
 - `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+- The operator family (`lua/includes/account.lua`, docs/redis.md): `{p}:job:created` (zset, lex
+  order = listing order), `{p}:queue:count` (hash: per queue its total and final-state counts;
+  ready, running and parked are derived from the queue's zsets), `{p}:schema`, and the settle
+  counters `{p}:counter` (hash) with `{p}:counter:minute|hour` (zsets of buckets). Every settling
+  script moves its counter itself; the bulk calls read their rows' queues first (one HMGET).
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With

@@ -31,10 +31,9 @@ for i = 2, #ARGV do
     local data = redis.call("HGET", ACC.data, id)
     if data and redis.call("ZADD", ACC.created, "NX", 0, created_member(data, id)) == 1 then
       added = added + 1
-      local f = t[10] .. Z
-      ACC.rows[f .. "total"] = (ACC.rows[f .. "total"] or 0) + 1
+      row_delta(t[10], "total", 1)
       if k then
-        ACC.rows[f .. t[1]] = (ACC.rows[f .. t[1]] or 0) + 1
+        row_delta(t[10], t[1], 1)
       end
     end
   end

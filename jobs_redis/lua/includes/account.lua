@@ -18,7 +18,8 @@
 -- stored by a version before these counts is counted once `migrate` indexes it: until the
 -- schema key says "2", `count_rows` moves a row's counts only when it is in job:created.
 
-local ACC = { moves = {}, buckets = {}, rows = {}, gate = {}, new = {} }
+-- moves: now -> name -> queue -> outcome -> settles; rows: queue -> total|state -> delta.
+local ACC = { moves = {}, rows = {}, gate = {}, new = {} }
 
 local OUTCOME = {
   completed = 1, retried = 2, ["dead-lettered"] = 3, dropped = 4, refused = 5,
@@ -66,13 +67,25 @@ local function nack_outcome(kind, dead_letter)
 end
 
 -- Count one settle of row `t` (row.lua fields) at `now` under `outcome` (an OUTCOME name).
+-- Per item only table lookups: a call's settles share a few (now, name, queue) buckets, whose
+-- fields are built once, in acc_close (building strings per item cost more than the writes).
 local function count_settle(t, now, outcome)
-  local n = tonumber(now)
-  local bucket = fmt(n - n % 60000)
-  local member = string.rep("0", 13 - #bucket) .. bucket .. Z .. t[11] .. Z .. t[10]
-  ACC.buckets[member] = bucket
-  local f = "m" .. member .. Z .. OUTCOME[outcome]
-  ACC.moves[f] = (ACC.moves[f] or 0) + 1
+  local by_name = ACC.moves[now]
+  if not by_name then
+    by_name = {}
+    ACC.moves[now] = by_name
+  end
+  local by_queue = by_name[t[11]]
+  if not by_queue then
+    by_queue = {}
+    by_name[t[11]] = by_queue
+  end
+  local counts = by_queue[t[10]]
+  if not counts then
+    counts = {}
+    by_queue[t[10]] = counts
+  end
+  counts[outcome] = (counts[outcome] or 0) + 1
 end
 
 -- Whether row `id` is counted (always, once the schema says so). Asked before the row goes.
@@ -89,11 +102,20 @@ local function counted(id)
   return g
 end
 
--- Move the `what` ("total" or a final state) count of `queue` by `delta`, for a counted row.
+-- Move the `what` ("total" or a final state) count of `queue` by `delta`, whatever the row.
+local function row_delta(queue, what, delta)
+  local by_what = ACC.rows[queue]
+  if not by_what then
+    by_what = {}
+    ACC.rows[queue] = by_what
+  end
+  by_what[what] = (by_what[what] or 0) + delta
+end
+
+-- The same, for a counted row only (`counted`).
 local function count_rows(id, queue, what, delta)
   if counted(id) then
-    local f = queue .. Z .. what
-    ACC.rows[f] = (ACC.rows[f] or 0) + delta
+    row_delta(queue, what, delta)
   end
 end
 
@@ -102,8 +124,7 @@ local function count_new(id, data, queue)
   local new = ACC.new
   new[#new + 1] = "0"
   new[#new + 1] = created_member(data, id)
-  local f = queue .. Z .. "total"
-  ACC.rows[f] = (ACC.rows[f] or 0) + 1
+  row_delta(queue, "total", 1)
 end
 
 -- A row leaves the store (purge, remove): its total, its final state's count, its index entry.
@@ -123,15 +144,27 @@ local function acc_close()
   for i = 1, #ACC.new, 1000 do
     redis.call("ZADD", ACC.created, unpack(ACC.new, i, math.min(i + 999, #ACC.new)))
   end
-  for f, n in pairs(ACC.moves) do
-    redis.call("HINCRBY", ACC.counters, f, n)
+  for now, by_name in pairs(ACC.moves) do
+    local n = tonumber(now)
+    local b = fmt(n - n % 60000)
+    b = string.rep("0", 13 - #b) .. b
+    for name, by_queue in pairs(by_name) do
+      for queue, counts in pairs(by_queue) do
+        local member = b .. Z .. name .. Z .. queue
+        for outcome, k in pairs(counts) do
+          redis.call("HINCRBY", ACC.counters, "m" .. member .. Z .. OUTCOME[outcome], k)
+        end
+        -- Several `now` of one minute name the same bucket: ZADD NX adds it once.
+        redis.call("ZADD", ACC.minutes, "NX", b, member)
+      end
+    end
   end
-  for member, bucket in pairs(ACC.buckets) do
-    redis.call("ZADD", ACC.minutes, "NX", bucket, member)
-  end
-  for f, n in pairs(ACC.rows) do
-    if n ~= 0 and redis.call("HINCRBY", ACC.qcount, f, n) == 0 then
-      redis.call("HDEL", ACC.qcount, f)
+  for queue, by_what in pairs(ACC.rows) do
+    for what, n in pairs(by_what) do
+      local f = queue .. Z .. what
+      if n ~= 0 and redis.call("HINCRBY", ACC.qcount, f, n) == 0 then
+        redis.call("HDEL", ACC.qcount, f)
+      end
     end
   end
 end

@@ -13,6 +13,9 @@ class Keys:
     __slots__ = (
         "data",
         "error",
+        "event",
+        "event_expiry",
+        "event_name",
         "live",
         "pause_name",
         "pause_queue",
@@ -20,7 +23,11 @@ class Keys:
         "progress",
         "result",
         "state",
+        "step_names",
+        "step_out",
         "tag",
+        "wait",
+        "wait_index",
         "wake",
         "worker",
     )
@@ -40,6 +47,14 @@ class Keys:
         self.pause_name = f"{t}:pause:name"
         self.worker = f"{t}:worker"
         self.wake = f"{t}:wake"
+        # The step and event families (lua/includes/durable.lua finds these by exact name).
+        self.wait = f"{t}:wait"
+        self.wait_index = f"{t}:wait:index"
+        self.step_out = f"{t}:step:out"
+        self.step_names = f"{t}:step:names"
+        self.event = f"{t}:event"
+        self.event_name = f"{t}:event:name"
+        self.event_expiry = f"{t}:event:expiry"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -14,6 +14,9 @@ from typing import Final
 
 #: Every operation with a script, named after its `JobDriver` method.
 SCRIPT_NAMES: Final = (
+    "event_find",
+    "event_publish",
+    "event_purge",
     "job_ack",
     "job_cancel",
     "job_claim",
@@ -30,6 +33,8 @@ SCRIPT_NAMES: Final = (
     "pause_list",
     "pause_remove",
     "queue_demand",
+    "step_list",
+    "step_put",
     "worker_beat",
     "worker_forget",
     "worker_list",

@@ -6,6 +6,8 @@
 -- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
 --   (zset id by lease end), for q = 1..m in ARGV order
 -- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
+-- wait, wait:index anywhere before those two (includes/durable.lua: a claimed parked row's
+--   wait goes)
 -- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
 -- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
@@ -16,6 +18,8 @@
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
+--!include match.lua
+--!include durable.lua
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -189,6 +193,7 @@ for _, c in ipairs(chosen) do
     redis.call("ZREM", KEYS[5 + 3 * q], c.id)
     if was == "parked" then
       redis.call("ZREM", KEYS[6 + 3 * q], c.id)
+      drop_wait(c.id)
     end
   end
   redis.call("ZADD", KEYS[7 + 3 * q], lease_end, c.id)

@@ -20,6 +20,8 @@ slot and every script declares every key it touches in KEYS):
   `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
   a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
 - `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+- `{p}:step:*`, `{p}:wait*`, `{p}:event*`: the step and event families
+  (`lua/includes/durable.lua`); event matches compare canonical lines (`jobs_redis.match`).
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With

@@ -26,6 +26,10 @@ slot and every script declares every key it touches in KEYS):
   ready, running and parked are derived from the queue's zsets), `{p}:schema`, and the settle
   counters `{p}:counter` (hash) with `{p}:counter:minute|hour` (zsets of buckets). Every settling
   script moves its counter itself; the bulk calls read their rows' queues first (one HMGET).
+- `{p}:step:*`, `{p}:wait*`, `{p}:event*`: the step and event families
+  (`lua/includes/durable.lua`); event matches compare canonical lines (`jobs_redis.match`).
+  A script finds these keys among its KEYS by exact name, so a caller may place them anywhere
+  before the keys a script reads from the end (the finished and accounting keys).
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -60,6 +64,8 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Heartbeat,
     JobFilter,
     JobRecord,
@@ -75,6 +81,8 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
@@ -88,6 +96,7 @@ from jobs_core.semantics import (
 from jobs_core.states import JobState
 from jobs_core.urls import mask_text, mask_url
 from jobs_redis.keys import Keys
+from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
@@ -187,6 +196,9 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
+        #: Queues rows have waited for events in (learned from parks and publishes): a publish
+        #: names their keys up front, so it runs its script once, not twice.
+        self._wait_queues: set[str] = set()
         # A redis-py asyncio client belongs to one event loop: the first loop to call takes the
         # one made above, each other loop gets its own (a given `client` serves every loop).
         self._client_args = (url, scheme, connect_timeout, socket_timeout)
@@ -235,7 +247,7 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True)
+        return Capabilities(wake=True, steps=True, events=True)
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -425,6 +437,7 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
+        keys += (k.wait, k.wait_index)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
@@ -533,8 +546,10 @@ class RedisDriver(JobDriver):
             args += (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
-                f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}",
+                f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}"
+                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}",
             )
+        keys += (k.event, k.event_name, k.wait, k.wait_index)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         got = await self._run("job_nack", keys, args)
         for n in nacks:
@@ -573,6 +588,7 @@ class RedisDriver(JobDriver):
         fixed: Sequence[str],
         per_queue: Sequence[Callable[[str], str]],
         *,
+        durable: Sequence[str] = (),
         account: bool,
     ) -> str:
         """Run one bulk script (`lua/includes/bulk.lua`): one answer character per id.
@@ -592,6 +608,8 @@ class RedisDriver(JobDriver):
             for i in job_ids:
                 args += (i, self._index(queue_of.get(i), index, keys, *per_queue))
             args += index
+            # The durable keys (found by name) after the queues' keys, which are read by index.
+            keys += durable
             if account:
                 keys += self.keys.account()
             got = await self._run(name, keys, args)
@@ -607,6 +625,7 @@ class RedisDriver(JobDriver):
             now_ms,
             (k.state, k.live, k.finished("cancelled")),
             (k.lease, k.due, k.parked),
+            durable=(k.wait, k.wait_index),
             account=True,
         )
         return [_CANCEL[c] for c in got]
@@ -631,6 +650,7 @@ class RedisDriver(JobDriver):
                 *(k.finished(s) for s in _FINISHED_ORDER),
             ),
             (k.due, k.parked),
+            durable=(k.wait, k.wait_index, k.step_out, k.step_names),
             account=True,
         )
         return [_REMOVE[c] for c in got]
@@ -759,6 +779,10 @@ class RedisDriver(JobDriver):
                 k.progress,
                 k.result,
                 *(k.finished(s) for s in _FINISHED_ORDER),
+                k.wait,
+                k.wait_index,
+                k.step_out,
+                k.step_names,
                 *k.account(),
             ),
             (params.limit, *cutoffs),
@@ -777,6 +801,82 @@ class RedisDriver(JobDriver):
                 continue
             out[job_id] = _record(job_id, state, data, error, progress, result)
         return out
+
+    def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
+        """A nack item's wait fields: event NUL since NUL match lines, or two NULs for none."""
+        if wait is None:
+            return "\x00\x00"
+        if queue is not None:
+            self._wait_queues.add(queue)
+        return f"{wait.event}\x00{wait.since_ms}\x00{lines_of_text(wait.match_json)}"
+
+    # -- steps and events -----------------------------------------------------------------------
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        k = self.keys
+        got = await self._run("step_list", (k.step_out, k.step_names), (run_id,))
+        out: list[StepRecord] = []
+        for i in range(0, len(got), 2):
+            at, output = got[i + 1].split("\x00", 1)
+            out.append(StepRecord(run_id, got[i], output, int(at)))
+        return out
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        k = self.keys
+        args: list[object] = []
+        for p in puts:
+            f = p.fence
+            args += (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00{p.now_ms}\x00{p.name}\x00{p.output_json}",
+            )
+        got = await self._run("step_put", (k.state, k.data, k.step_out, k.step_names), args)
+        return [c == "1" for c in got]
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        k = self.keys
+        got = await self._run(
+            "event_find",
+            (k.event, k.event_name),
+            (wait.event, wait.since_ms, now_ms, lines_of_text(wait.match_json)),
+        )
+        if got is None:
+            return None
+        event_id, published, expires, data = got
+        return EventRecord(event_id, wait.event, data, int(published), int(expires))
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        """One script call, or more when a woken row lives in a queue this driver has not seen
+        rows wait in: the script then writes nothing and names those queues (a cluster-safe
+        script touches only the keys it was handed), and runs again with their keys."""
+        k = self.keys
+        lines = lines_of_text(event.data_json)
+        while True:
+            queues = sorted(self._wait_queues)
+            keys = [k.state, k.event, k.event_name, k.event_expiry, k.wait, k.wait_index]
+            args: list[object] = [
+                event.id,
+                event.name,
+                event.published_at_ms,
+                event.expires_at_ms,
+                lines,
+                event.data_json,
+                len(queues),
+            ]
+            for q in queues:
+                keys += (k.due(q), k.parked(q))
+                args += (q, k.channel(q))
+            got = await self._run("event_publish", keys, args)
+            if not isinstance(got, list):
+                return int(got)
+            self._wait_queues.update(got[1:])
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        k = self.keys
+        got = await self._run(
+            "event_purge", (k.event, k.event_name, k.event_expiry), (now_ms, limit)
+        )
+        return int(got)
 
     # -- pauses, queues, workers ----------------------------------------------------------------
 

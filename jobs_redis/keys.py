@@ -17,6 +17,9 @@ class Keys:
         "created",
         "data",
         "error",
+        "event",
+        "event_expiry",
+        "event_name",
         "live",
         "pause_name",
         "pause_queue",
@@ -26,7 +29,11 @@ class Keys:
         "result",
         "schema",
         "state",
+        "step_names",
+        "step_out",
         "tag",
+        "wait",
+        "wait_index",
         "wake",
         "worker",
     )
@@ -59,6 +66,14 @@ class Keys:
         #: zsets of the minute / hour buckets, scored by bucket start, member as above sans tag.
         self.counter_minutes = f"{t}:counter:minute"
         self.counter_hours = f"{t}:counter:hour"
+        # The step and event families (lua/includes/durable.lua finds these by exact name).
+        self.wait = f"{t}:wait"
+        self.wait_index = f"{t}:wait:index"
+        self.step_out = f"{t}:step:out"
+        self.step_names = f"{t}:step:names"
+        self.event = f"{t}:event"
+        self.event_name = f"{t}:event:name"
+        self.event_expiry = f"{t}:event:expiry"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

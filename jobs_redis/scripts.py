@@ -16,6 +16,9 @@ from typing import Final
 SCRIPT_NAMES: Final = (
     "counter_fold",
     "counter_read",
+    "event_find",
+    "event_publish",
+    "event_purge",
     "job_ack",
     "job_cancel_many",
     "job_claim",
@@ -36,6 +39,8 @@ SCRIPT_NAMES: Final = (
     "pause_remove",
     "queue_demand",
     "queue_stats",
+    "step_list",
+    "step_put",
     "worker_beat",
     "worker_forget",
     "worker_list",

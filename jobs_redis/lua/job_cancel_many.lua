@@ -4,12 +4,15 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] finished:cancelled (zset id by finished_at_ms)
 -- KEYS[1 + 3q] lease:<queue q>, KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>
+-- then wait, wait:index (includes/durable.lua: a cancelled parked row's wait goes)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each cancel moves its
 --   `cancelled` counter and its queue's cancelled count
 -- ARGV: includes/bulk.lua (ARGV[1] now_ms)
 -- Returns "stale" (nothing written) when a row's queue is not the one named, else one string, a
 -- character per id: "c" cancelled, "f" finished (nothing written), "n" not found.
 --!include row.lua
+--!include match.lua
+--!include durable.lua
 --!include account.lua
 --!include bulk.lua
 
@@ -41,6 +44,7 @@ for i, id in ipairs(ids) do
       redis.call("ZADD", KEYS[3], now, id)
       count_settle(t, now, "cancelled")
       count_rows(id, t[10], "cancelled", 1)
+      drop_wait(id)
       out[i] = "c"
     end
   end

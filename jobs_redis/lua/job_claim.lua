@@ -5,6 +5,8 @@
 -- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
 -- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
 --   (zset id by lease end), for q = 1..m in ARGV order
+-- wait, wait:index anywhere before the keys below (includes/durable.lua: a claimed parked
+--   row's wait goes)
 -- KEYS[#KEYS - 7] finished:dead, KEYS[#KEYS - 6] finished:failed (zsets id by finished_at_ms)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each buried row moves its
 --   `bury_outcome` counter and its queue's count of the final state (a claim moves no other)
@@ -18,6 +20,8 @@
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
+--!include match.lua
+--!include durable.lua
 --!include account.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
@@ -197,6 +201,7 @@ for _, c in ipairs(chosen) do
     redis.call("ZREM", KEYS[5 + 3 * q], c.id)
     if was == "parked" then
       redis.call("ZREM", KEYS[6 + 3 * q], c.id)
+      drop_wait(c.id)
     end
   end
   redis.call("ZADD", KEYS[7 + 3 * q], lease_end, c.id)

@@ -6,6 +6,8 @@
 -- KEYS[5] job:live
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 -- KEYS[8 + 2q] due:<queue q>, KEYS[9 + 2q] parked:<queue q>
+-- then wait, wait:index, step:out, step:names (includes/durable.lua: a removed row's wait and
+--   its run's steps go with it)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua; its job:data is the row's
 --   data hash): a removed row leaves job:created and its queue's counts
 -- ARGV: includes/bulk.lua (ARGV[1] unused)
@@ -13,6 +15,8 @@
 -- character per id: "x" removed, "r" running (nothing written), "n" not found (a second mention
 -- of a removed id included).
 --!include row.lua
+--!include match.lua
+--!include durable.lua
 --!include account.lua
 --!include bulk.lua
 
@@ -41,6 +45,7 @@ for i, id in ipairs(ids) do
         redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
       end
       count_gone(id, t, redis.call("HGET", ACC.data, id))
+      drop_row(ACC.data, id)
       for k = 1, 4 do
         redis.call("HDEL", KEYS[k], id)
       end

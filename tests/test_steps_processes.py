@@ -72,7 +72,9 @@ def start_worker(app: Path, url: str, **env: str) -> subprocess.Popen[str]:
             **os.environ,
             "UJOBS_DRIVER": url,
             "LEDGER": str(app / "ledger.txt"),
-            "PYTHONPATH": str(app),
+            # The app first, then the tree under test: a bare `str(app)` would drop a given
+            # PYTHONPATH, and the worker would load whatever tree the interpreter has installed.
+            "PYTHONPATH": os.pathsep.join(p for p in (str(app), os.environ.get("PYTHONPATH")) if p),
             **env,
         },
         stdout=subprocess.PIPE,

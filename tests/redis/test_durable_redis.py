@@ -11,13 +11,16 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from jobs_core.driver import JobDriver
 from jobs_core.records import (
     Ack,
     ClaimParams,
+    CounterReadParams,
     EventRecord,
     EventWait,
     Nack,
@@ -27,6 +30,7 @@ from jobs_core.records import (
     StepPut,
 )
 from jobs_core.states import JobState
+from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
 from tests.redis.conftest import Factory, factory_for
 
@@ -210,3 +214,71 @@ async def test_a_publish_racing_a_park_never_loses_the_wake(
         }
     # Both orders happened, so both branches were raced.
     assert orders == {"park first", "publish first"}
+
+
+async def test_both_families_in_one_store_answer_as_the_memory_driver(
+    make_driver: Factory,
+) -> None:
+    """The operator family's counts beside the durable family's writes: a publish that runs its
+    script twice (its driver never saw the waiting queues) moves rows parked -> ready with no
+    count of its own, and a remove or a bulk cancel takes the row's wait (and, for a remove, its
+    run's steps) — the queue stats, the settle counters and the rows equal the memory driver's
+    after the same calls, and no durable key outlives its row."""
+    memory = MemoryDriver()
+    async with make_driver() as d:
+        publisher = sibling(d)
+
+        async def both(call: Callable[[JobDriver], Awaitable[object]]) -> object:
+            got, want = await call(d), await call(memory)
+            assert got == want
+            return got
+
+        jobs = [new_job(i, ODD_QUEUES[i % 3]) for i in range(9)]
+        await both(lambda x: x.job_enqueue_many(jobs))
+        held = sorted((await d.job_claim(claim(ODD_QUEUES))).jobs, key=lambda j: j.id)
+        mem_held = sorted((await memory.job_claim(claim(ODD_QUEUES))).jobs, key=lambda j: j.id)
+        assert [j.id for j in held] == [j.id for j in mem_held]
+        # Every run records a step; then every row parks on "go" (id-0 also with a timeout).
+        await both(lambda x: x.step_put([StepPut(j.fence, "s", "1", T0 + 1) for j in held]))
+        go = EventWait("go", '{"n":1}', T0)
+        parks = [
+            Nack(j.fence, NackKind.PARK, T0 + 2, T0 + 50 if j.id == "id-0" else None, wait=go)
+            for j in held
+        ]
+        await both(lambda x: x.job_nack(parks))
+        assert (await durable_keys_left(d))[d.keys.wait] == 9
+        # A bulk cancel and a remove of parked rows drop their waits (the remove: the steps too).
+        await both(lambda x: x.job_cancel_many(["id-1", "id-2", "nobody"], T0 + 3))
+        await both(lambda x: x.job_remove(["id-3", "id-4"]))
+        assert await d.client.hlen(d.keys.wait) == 5
+        assert await both(lambda x: x.step_list("run-3")) == []
+        assert await both(lambda x: x.step_list("run-1")) != []
+        # The publisher learns the queues from the script, then wakes the five left.
+        woke = await publisher.event_publish(event("e1", "go", '{"n":1.0}', T0 + 4))
+        assert woke == await memory.event_publish(event("e1", "go", '{"n":1.0}', T0 + 4)) == 5
+        assert await both(lambda x: x.queue_stats(T0 + 4))
+        assert await both(lambda x: x.queue_stats(T0 + 100))
+        window = CounterReadParams(T0 - DAY, T0 + DAY)
+        assert await both(lambda x: x.counter_read(window))
+        ids = [j.id for j in jobs]
+        rows = await d.job_get_many(ids)
+        assert rows == await memory.job_get_many(ids)
+        assert sorted(i for i, r in rows.items() if r.state is JobState.READY) == [
+            "id-0",
+            "id-5",
+            "id-6",
+            "id-7",
+            "id-8",
+        ]
+        # Claimed, run and removed: no wait, step or index entry is left of any row.
+        again = (await d.job_claim(claim(ODD_QUEUES, T0 + 5))).jobs
+        assert sorted(j.id for j in again) == ["id-0", "id-5", "id-6", "id-7", "id-8"]
+        await d.job_ack([Ack(j.fence, T0 + 6) for j in again])
+        await d.job_remove(ids)
+        assert await durable_keys_left(d) == {
+            d.keys.event: 1,
+            d.keys.event_name: 1,
+            d.keys.event_expiry: 1,
+        }
+        assert await d.queue_stats(T0 + 6) == []
+        assert await d.client.zcard(d.keys.created) == 0

@@ -7,7 +7,8 @@ slot and every script declares every key it touches in KEYS):
   state, claims, claimed_by, attempt, lease_until, run_at, finished_at, priority, max_attempts,
   queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
   its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
-- `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json (written once).
+- `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
+  once; rows from before traceparent have four fields).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
@@ -20,6 +21,15 @@ slot and every script declares every key it touches in KEYS):
   `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
   a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
 - `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+- The operator family (`lua/includes/account.lua`, docs/redis.md): `{p}:job:created` (zset, lex
+  order = listing order), `{p}:queue:count` (hash: per queue its total and final-state counts;
+  ready, running and parked are derived from the queue's zsets), `{p}:schema`, and the settle
+  counters `{p}:counter` (hash) with `{p}:counter:minute|hour` (zsets of buckets). Every settling
+  script moves its counter itself; the bulk calls read their rows' queues first (one HMGET).
+- `{p}:step:*`, `{p}:wait*`, `{p}:event*`: the step and event families
+  (`lua/includes/durable.lua`); event matches compare canonical lines (`jobs_redis.match`).
+  A script finds these keys among its KEYS by exact name, so a caller may place them anywhere
+  before the keys a script reads from the end (the finished and accounting keys).
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -42,14 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
-from jobs_core.errors import (
-    DriverError,
-    DriverUnavailableError,
-    JobNotFoundError,
-    NotRequeueableError,
-    RecordInvalidError,
-    RequeueDuplicateError,
-)
+from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
@@ -58,21 +61,42 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    CounterReadParams,
+    CounterRow,
     EnqueueResult,
+    EventRecord,
+    EventWait,
     Heartbeat,
+    JobFilter,
     JobRecord,
+    JobSlice,
+    JobSummary,
+    ListKey,
     Nack,
     NewJob,
     Pause,
     Progress,
+    PromoteAnswer,
     PurgeParams,
+    QueueStats,
+    RemoveAnswer,
+    RequeueAnswer,
+    StepPut,
+    StepRecord,
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.semantics import (
+    HOUR_MS,
+    LEASE_LAPSED_ERROR,
+    MINUTE_MS,
+    drop_before,
+    fold_before,
+)
 from jobs_core.states import JobState
 from jobs_core.urls import mask_text, mask_url
 from jobs_redis.keys import Keys
+from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
@@ -80,7 +104,29 @@ _PRIORITY_UNIT: Final = 2**42
 #: How many job ids -> queue the driver remembers from its claims (for nack without a read).
 _QUEUE_MEMORY: Final = 100_000
 _STATES: Final = {s.value: s for s in JobState}
-_CANCEL: Final = {a.value: a for a in CancelAnswer}
+#: The one-character answers of the bulk scripts (`lua/job_*_many.lua`, promote, remove).
+_CANCEL: Final = {
+    "c": CancelAnswer.CANCELLED,
+    "f": CancelAnswer.FINISHED,
+    "n": CancelAnswer.NOT_FOUND,
+}
+_PROMOTE: Final = {
+    "p": PromoteAnswer.PROMOTED,
+    "a": PromoteAnswer.ALREADY_DUE,
+    "x": PromoteAnswer.NOT_READY,
+    "n": PromoteAnswer.NOT_FOUND,
+}
+_REMOVE: Final = {"x": RemoveAnswer.REMOVED, "r": RemoveAnswer.RUNNING, "n": RemoveAnswer.NOT_FOUND}
+_REQUEUE: Final = {
+    "r": RequeueAnswer.REQUEUED,
+    "l": RequeueAnswer.LIVE,
+    "d": RequeueAnswer.DUPLICATE,
+    "n": RequeueAnswer.NOT_FOUND,
+}
+#: How often a bulk call re-reads its rows' queues when a row moved queue under it.
+_STALE_TRIES: Final = 5
+#: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
+_SCHEMA: Final = "2"
 #: The final states in the order the purge and requeue scripts take their `finished:*` keys.
 _FINISHED_ORDER: Final = ("cancelled", "completed", "dead", "failed")
 
@@ -150,6 +196,9 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
+        #: Queues rows have waited for events in (learned from parks and publishes): a publish
+        #: names their keys up front, so it runs its script once, not twice.
+        self._wait_queues: set[str] = set()
         # A redis-py asyncio client belongs to one event loop: the first loop to call takes the
         # one made above, each other loop gets its own (a given `client` serves every loop).
         self._client_args = (url, scheme, connect_timeout, socket_timeout)
@@ -198,7 +247,7 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True)
+        return Capabilities(wake=True, steps=True, events=True)
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -208,22 +257,35 @@ class RedisDriver(JobDriver):
         """Close the clients of every loop that used this driver (a given `client` stays open)."""
         await self._loops.close_all()
 
-    async def migrate(self) -> None:
-        """Index finished rows stored before the finished index existed, so retention reaches
-        them (`ujobs db upgrade`); idempotent, safe beside running workers."""
+    async def migrate(self) -> str:
+        """Index rows stored by an older version (`ujobs db upgrade`); idempotent, safe beside
+        running workers of this version.
+
+        Finished rows go into the finished index retention reads; every row goes into the
+        listing index and is counted in its queue (the schema "2" mark is set once the scan is
+        through: from then on no settle checks whether a row is counted). Rows that workers of
+        an OLDER version write while this runs may be missed: stop them first.
+        """
         k = self.keys
-        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER))
+        keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
+        client = self._loops.get().client
+        was = await self._read(lambda: client.get(k.schema), "GET")
         cursor: Any = 0
+        added = 0
         while True:
 
             def scan(at: Any = cursor) -> Any:
-                return self._client.hscan(k.state, at, count=1000)
+                return client.hscan(k.state, at, count=1000)
 
             cursor, page = await self._read(scan, "HSCAN")
-            if page:
-                await self._run("migrate", keys, list(page))
-            if int(cursor) == 0:
-                return
+            done = int(cursor) == 0
+            if page or done:
+                added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
+            if done:
+                break
+        if was == _SCHEMA:
+            return f"schema {_SCHEMA} current ({added} index entries added)"
+        return f"upgraded to schema {_SCHEMA}: {added} index entries added"
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -277,7 +339,7 @@ class RedisDriver(JobDriver):
         ns, state, data, score = _encode(job)
         got = await self._run(
             "job_enqueue",
-            (k.state, k.data, k.live, k.due(job.queue), k.wake),
+            (k.state, k.data, k.live, k.due(job.queue), k.wake, *k.account()),
             (job.id, ns, state, data, score, self._wake_slot(job), job.queue, k.channel(job.queue)),
         )
         if got == 1:
@@ -366,6 +428,7 @@ class RedisDriver(JobDriver):
         for queue in queue_index:
             keys.append(k.due(queue))
             args += (queue, k.channel(queue), slots.get(queue, ""))
+        keys += k.account()
         return keys, args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
@@ -374,7 +437,8 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
-        keys += (k.finished("dead"), k.finished("failed"))
+        keys += (k.wait, k.wait_index)
+        keys += (k.finished("dead"), k.finished("failed"), *k.account())
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
         beat = params.beat
@@ -398,10 +462,10 @@ class RedisDriver(JobDriver):
         if len(remember) > _QUEUE_MEMORY:
             remember.clear()
         fields = claimed.split("\x00") if claimed else []
-        for i in range(0, len(fields), 18):
+        for i in range(0, len(fields), 19):
             job_id = fields[i]
             s = fields[i + 1 : i + 14]
-            d = fields[i + 14 : i + 18]
+            d = fields[i + 14 : i + 19]
             remember[job_id] = s[9]
             jobs.append(
                 ClaimedJob(
@@ -420,6 +484,7 @@ class RedisDriver(JobDriver):
                     lease_until_ms=lease_end,
                     created_at_ms=int(d[1]),
                     enqueued_by=d[2] or None,
+                    traceparent=d[4] or None,
                 )
             )
         dead = sorted(
@@ -445,7 +510,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
-        keys.append(k.finished("completed"))
+        keys += (k.finished("completed"), *k.account())
         got = await self._run("job_ack", keys, args)
         for a in acks:
             self._queue_of.pop(a.fence.job_id, None)
@@ -481,9 +546,11 @@ class RedisDriver(JobDriver):
             args += (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
-                f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}",
+                f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}"
+                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}",
             )
-        keys += (k.finished("dead"), k.finished("failed"))
+        keys += (k.event, k.event_name, k.wait, k.wait_index)
+        keys += (k.finished("dead"), k.finished("failed"), *k.account())
         got = await self._run("job_nack", keys, args)
         for n in nacks:
             self._queue_of.pop(n.fence.job_id, None)
@@ -511,48 +578,185 @@ class RedisDriver(JobDriver):
         got = await self._run("job_progress", (k.state, k.progress), args)
         return [c == "1" for c in got]
 
-    async def _job_cancel(self, job_id: str, now_ms: int) -> CancelAnswer:
+    # -- the operator's bulk calls ----------------------------------------------------------------
+
+    async def _bulk(
+        self,
+        name: str,
+        job_ids: Sequence[str],
+        now_ms: int | None,
+        fixed: Sequence[str],
+        per_queue: Sequence[Callable[[str], str]],
+        *,
+        durable: Sequence[str] = (),
+        account: bool,
+    ) -> str:
+        """Run one bulk script (`lua/includes/bulk.lua`): one answer character per id.
+
+        A script's KEYS must name each row's queue keys up front, so the queues are read first
+        (never from the claim memory: an id may have been purged and reused). A row re-enqueued
+        into another queue between that read and the script makes the script answer "stale"
+        having written nothing; the read and the call are then repeated.
+        """
+        for _ in range(_STALE_TRIES):
+            for i in job_ids:
+                self._queue_of.pop(i, None)
+            queue_of = await self._queues_of(job_ids)
+            keys = list(fixed)
+            index: dict[str, int] = {}
+            args: list[object] = ["" if now_ms is None else now_ms, len(job_ids)]
+            for i in job_ids:
+                args += (i, self._index(queue_of.get(i), index, keys, *per_queue))
+            args += index
+            # The durable keys (found by name) after the queues' keys, which are read by index.
+            keys += durable
+            if account:
+                keys += self.keys.account()
+            got = await self._run(name, keys, args)
+            if got != "stale":
+                return str(got)
+        raise DriverError(f"script {name}: rows kept moving between queues", detail=name)
+
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         k = self.keys
-        # A remembered queue may be stale: the row may have been purged and its id reused.
-        self._queue_of.pop(job_id, None)
-        queue = (await self._queues_of([job_id])).get(job_id)
-        if queue is None:
-            return CancelAnswer.NOT_FOUND
-        got = await self._run(
-            "job_cancel",
+        got = await self._bulk(
+            "job_cancel_many",
+            job_ids,
+            now_ms,
+            (k.state, k.live, k.finished("cancelled")),
+            (k.lease, k.due, k.parked),
+            durable=(k.wait, k.wait_index),
+            account=True,
+        )
+        return [_CANCEL[c] for c in got]
+
+    async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
+        k = self.keys
+        got = await self._bulk("job_promote", job_ids, now_ms, (k.state,), (k.due,), account=False)
+        return [_PROMOTE[c] for c in got]
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        k = self.keys
+        got = await self._bulk(
+            "job_remove",
+            job_ids,
+            None,
             (
                 k.state,
+                k.error,
+                k.progress,
+                k.result,
                 k.live,
-                k.lease(queue),
-                k.due(queue),
-                k.parked(queue),
-                k.finished("cancelled"),
+                *(k.finished(s) for s in _FINISHED_ORDER),
             ),
-            (job_id, now_ms, queue),
+            (k.due, k.parked),
+            durable=(k.wait, k.wait_index, k.step_out, k.step_names),
+            account=True,
         )
-        return _CANCEL[got]
+        return [_REMOVE[c] for c in got]
 
-    async def _job_requeue(self, job_id: str, now_ms: int) -> None:
+    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
         k = self.keys
-        self._queue_of.pop(job_id, None)
-        queue = (await self._queues_of([job_id])).get(job_id)
-        if queue is None:
-            raise JobNotFoundError(detail=job_id)
-        got = await self._run(
-            "job_requeue",
-            (k.state, k.live, k.due(queue), *(k.finished(s) for s in _FINISHED_ORDER)),
-            (job_id, now_ms, queue),
+        got = await self._bulk(
+            "job_requeue_many",
+            job_ids,
+            now_ms,
+            (k.state, k.live, *(k.finished(s) for s in _FINISHED_ORDER)),
+            (k.due,),
+            account=True,
         )
-        match got[0]:
-            case "ok":
-                return
-            case "not_found":
-                raise JobNotFoundError(detail=job_id)
-            case "not_requeueable":
-                raise NotRequeueableError(detail=job_id)
-            case "duplicate":
-                raise RequeueDuplicateError(detail=f"{job_id} (held by {got[1]})")
-        raise DriverError(f"script job_requeue answered {got[0]!r}", detail="job_requeue")
+        return [_REQUEUE[c] for c in got]
+
+    # -- the operator's reads ---------------------------------------------------------------------
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        k = self.keys
+        start = "" if after is None else _created_member(after.created_at_ms, after.id)
+        states = "\x00".join(sorted(s.value for s in f.states))
+        taken, last = await self._run(
+            "job_list",
+            (k.created, k.state),
+            (start, limit, scan, states, f.queue or "", f.name or "", f.tenant_id or ""),
+        )
+        jobs = tuple(
+            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1])
+            for i in range(0, len(taken), 2)
+        )
+        return JobSlice(jobs, ListKey(int(last[:13]), last[13:]) if last else None)
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        k = self.keys
+        client = self._loops.get().client
+        fields = await self._read(lambda: client.hkeys(k.queue_count), "HKEYS")
+        queues = sorted({f.rsplit("\x00", 1)[0] for f in fields})
+        if not queues:
+            return []
+        keys = [k.queue_count]
+        for q in queues:
+            keys += (k.due(q), k.parked(q), k.lease(q))
+        got = await self._run("queue_stats", keys, (now_ms, *queues))
+        out: list[QueueStats] = []
+        for i, q in enumerate(queues):
+            total, completed, failed, dead, cancelled, ready, running, oldest = got[
+                8 * i : 8 * i + 8
+            ]
+            if not total:
+                continue  # every row of it went since the HKEYS
+            by_state = {
+                JobState.READY: ready,
+                JobState.RUNNING: running,
+                JobState.COMPLETED: completed,
+                JobState.FAILED: failed,
+                JobState.DEAD: dead,
+                JobState.CANCELLED: cancelled,
+            }
+            by_state[JobState.PARKED] = total - sum(by_state.values())
+            counts = tuple((s, int(by_state[s])) for s in JobState)
+            out.append(QueueStats(q, counts, int(oldest) if oldest else None))
+        return out
+
+    # -- counters -------------------------------------------------------------------------------
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        k = self.keys
+        got = await self._run(
+            "counter_fold",
+            (k.counters, k.counter_minutes, k.counter_hours),
+            (fold_before(now_ms), drop_before(now_ms), limit),
+        )
+        return int(got)
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        k = self.keys
+        names, queues = params.names, params.queues
+        got = await self._run(
+            "counter_read",
+            (k.counters, k.counter_minutes, k.counter_hours),
+            (
+                params.since_ms,
+                params.until_ms,
+                "0" if names is None else "1",
+                "\x00".join(names or ()),
+                "0" if queues is None else "1",
+                "\x00".join(queues or ()),
+            ),
+        )
+        out: list[CounterRow] = []
+        for i in range(0, len(got), 11):
+            width, member, *counts = got[i : i + 11]
+            bucket, name, queue = member.split("\x00")
+            out.append(
+                CounterRow(
+                    name,
+                    queue,
+                    int(bucket),
+                    MINUTE_MS if width == "m" else HOUR_MS,
+                    *(int(c) if c else 0 for c in counts),
+                )
+            )
+        return out
 
     async def _job_purge(self, params: PurgeParams) -> int:
         k = self.keys
@@ -575,6 +779,11 @@ class RedisDriver(JobDriver):
                 k.progress,
                 k.result,
                 *(k.finished(s) for s in _FINISHED_ORDER),
+                k.wait,
+                k.wait_index,
+                k.step_out,
+                k.step_names,
+                *k.account(),
             ),
             (params.limit, *cutoffs),
         )
@@ -592,6 +801,82 @@ class RedisDriver(JobDriver):
                 continue
             out[job_id] = _record(job_id, state, data, error, progress, result)
         return out
+
+    def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
+        """A nack item's wait fields: event NUL since NUL match lines, or two NULs for none."""
+        if wait is None:
+            return "\x00\x00"
+        if queue is not None:
+            self._wait_queues.add(queue)
+        return f"{wait.event}\x00{wait.since_ms}\x00{lines_of_text(wait.match_json)}"
+
+    # -- steps and events -----------------------------------------------------------------------
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        k = self.keys
+        got = await self._run("step_list", (k.step_out, k.step_names), (run_id,))
+        out: list[StepRecord] = []
+        for i in range(0, len(got), 2):
+            at, output = got[i + 1].split("\x00", 1)
+            out.append(StepRecord(run_id, got[i], output, int(at)))
+        return out
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        k = self.keys
+        args: list[object] = []
+        for p in puts:
+            f = p.fence
+            args += (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00{p.now_ms}\x00{p.name}\x00{p.output_json}",
+            )
+        got = await self._run("step_put", (k.state, k.data, k.step_out, k.step_names), args)
+        return [c == "1" for c in got]
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        k = self.keys
+        got = await self._run(
+            "event_find",
+            (k.event, k.event_name),
+            (wait.event, wait.since_ms, now_ms, lines_of_text(wait.match_json)),
+        )
+        if got is None:
+            return None
+        event_id, published, expires, data = got
+        return EventRecord(event_id, wait.event, data, int(published), int(expires))
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        """One script call, or more when a woken row lives in a queue this driver has not seen
+        rows wait in: the script then writes nothing and names those queues (a cluster-safe
+        script touches only the keys it was handed), and runs again with their keys."""
+        k = self.keys
+        lines = lines_of_text(event.data_json)
+        while True:
+            queues = sorted(self._wait_queues)
+            keys = [k.state, k.event, k.event_name, k.event_expiry, k.wait, k.wait_index]
+            args: list[object] = [
+                event.id,
+                event.name,
+                event.published_at_ms,
+                event.expires_at_ms,
+                lines,
+                event.data_json,
+                len(queues),
+            ]
+            for q in queues:
+                keys += (k.due(q), k.parked(q))
+                args += (q, k.channel(q))
+            got = await self._run("event_publish", keys, args)
+            if not isinstance(got, list):
+                return int(got)
+            self._wait_queues.update(got[1:])
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        k = self.keys
+        got = await self._run(
+            "event_purge", (k.event, k.event_name, k.event_expiry), (now_ms, limit)
+        )
+        return int(got)
 
     # -- pauses, queues, workers ----------------------------------------------------------------
 
@@ -682,7 +967,10 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
         f"ready\x000\x00\x000\x00\x00{job.run_at_ms}\x00\x00"
         f"{job.priority}\x00{job.max_attempts}\x00{job.queue}\x00{ns}"
     )
-    data = f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
+    data = (
+        f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
+        f"\x00{job.traceparent or ''}"
+    )
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
 
 
@@ -702,6 +990,30 @@ def _worker_row(beat: WorkerBeat) -> str:
     return f"{beat.now_ms}\x00{beat.now_ms + beat.ttl_ms}\x00{beat.info_json}"
 
 
+def _created_member(created_at_ms: int, job_id: str) -> str:
+    """The `job:created` member of a row: lex order over these IS the listing order."""
+    return f"{created_at_ms:013d}{job_id}"
+
+
+def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
+    s = state.split("\x00")
+    return JobSummary(
+        id=job_id,
+        name=s[10],
+        queue=s[9],
+        tenant_id=s[11] or None,
+        state=_STATES[s[0]],
+        priority=int(s[7]),
+        attempt=int(s[3]),
+        max_attempts=int(s[8]),
+        claimed_by=s[2] or None,
+        lease_until_ms=_opt_int(s[4]),
+        run_at_ms=_opt_int(s[5]),
+        created_at_ms=created_at_ms,
+        finished_at_ms=_opt_int(s[6]),
+    )
+
+
 def _opt_int(text: str) -> int | None:
     return int(text) if text else None
 
@@ -715,7 +1027,7 @@ def _record(
     result: str | None,
 ) -> JobRecord:
     s = state.split("\x00")
-    d = data.split("\x00", 3)
+    d = data.split("\x00")
     return JobRecord(
         id=job_id,
         run_id=d[0],
@@ -738,6 +1050,7 @@ def _record(
         progress_json=progress,
         result_json=result,
         enqueued_by=d[2] or None,
+        traceparent=(d[4] or None) if len(d) > 4 else None,
     )
 
 

@@ -11,16 +11,29 @@ class Keys:
     """The names of one prefix's keys and wake channels."""
 
     __slots__ = (
+        "counter_hours",
+        "counter_minutes",
+        "counters",
+        "created",
         "data",
         "error",
+        "event",
+        "event_expiry",
+        "event_name",
         "live",
         "pause_name",
         "pause_queue",
         "prefix",
         "progress",
+        "queue_count",
         "result",
+        "schema",
         "state",
+        "step_names",
+        "step_out",
         "tag",
+        "wait",
+        "wait_index",
         "wake",
         "worker",
     )
@@ -40,6 +53,27 @@ class Keys:
         self.pause_name = f"{t}:pause:name"
         self.worker = f"{t}:worker"
         self.wake = f"{t}:wake"
+        # The operator family (listing, queue stats, counters); see docs/redis.md.
+        #: zset, every score 0, member `%013d created_at_ms` .. id: lex order IS listing order.
+        self.created = f"{t}:job:created"
+        #: hash `queue NUL total|completed|failed|dead|cancelled` -> rows of that queue (so).
+        self.queue_count = f"{t}:queue:count"
+        #: "2" once every stored row is in `created` and `queue_count` (`migrate`, or a first
+        #: enqueue into an empty store).
+        self.schema = f"{t}:schema"
+        #: hash `m|h %013d bucket NUL name NUL queue NUL outcome#` -> settles counted there.
+        self.counters = f"{t}:counter"
+        #: zsets of the minute / hour buckets, scored by bucket start, member as above sans tag.
+        self.counter_minutes = f"{t}:counter:minute"
+        self.counter_hours = f"{t}:counter:hour"
+        # The step and event families (lua/includes/durable.lua finds these by exact name).
+        self.wait = f"{t}:wait"
+        self.wait_index = f"{t}:wait:index"
+        self.step_out = f"{t}:step:out"
+        self.step_names = f"{t}:step:names"
+        self.event = f"{t}:event"
+        self.event_name = f"{t}:event:name"
+        self.event_expiry = f"{t}:event:expiry"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""
@@ -56,6 +90,17 @@ class Keys:
     def finished(self, state: str) -> str:
         """The finished rows of one final state, by finished_at_ms (what `job_purge` reads)."""
         return f"{self.tag}:finished:{state}"
+
+    def account(self) -> tuple[str, str, str, str, str, str]:
+        """The keys every settling script takes last, in `includes/account.lua`'s order."""
+        return (
+            self.counters,
+            self.counter_minutes,
+            self.queue_count,
+            self.schema,
+            self.created,
+            self.data,
+        )
 
     def channel(self, queue: str) -> str:
         """The pub/sub channel an enqueue into `queue` publishes its wake on."""

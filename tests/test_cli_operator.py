@@ -20,7 +20,6 @@ import pytest
 
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
-from jobs_core.records import Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
@@ -28,13 +27,15 @@ from tests.core.support import code_path, until
 
 CARD = "4242424242424242"
 
+# Its own registry: the CLI's and the workers' subprocesses import it once each, and this
+# process must never meet a second `charge` in the process-wide registry (X_JOB_DUPLICATE). An input without an org bills the default one
+# (the tenant function fails closed on no answer).
 APP = """
 from jobs_core import job, Retry
+from jobs_core.job import JobRegistry
 
-# A tenant function fails closed on no answer (X_JOB_TENANT_REQUIRED): inputs without an org
-# act for the default one.
 @job(tenant=lambda i: i.get("org", "acme"), idempotency_key=lambda i: str(i["n"]),
-     sensitive=("card",), queue="payments", retry=Retry(attempts=1))
+     sensitive=("card",), queue="payments", retry=Retry(attempts=1), registry=JobRegistry())
 async def charge(input, ctx):
     if input.get("fail"):
         raise RuntimeError(f"card {input['card']} was declined")
@@ -191,21 +192,16 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     refused(await run("jobs", "promote", filled["done"]), "X_JOB_NOT_PROMOTABLE")
     refused(await run("jobs", "remove", "nobody"), "X_JOB_NOT_FOUND")
     refused(await run("jobs", "requeue", "--all"), "X_CLI_USAGE_INVALID")
+    # The fixture's worker still runs: paused, it cannot run the requeued job to `dead` again
+    # before the cancel below.
+    assert "paused" in ok(await run("pause", "payments"))
     promoted = json.loads(ok(await run("jobs", "promote", filled["later"], "--json")))
     assert promoted == [{"id": filled["later"], "answer": "promoted"}]
-    # The fixture's worker still polls: held off the queue, it cannot claim (and bury again) the
-    # requeued row before the cancel below reaches it.
-    hold = Pause("queue", "payments")
-    driver: JobDriver = driver_from_url(store_url)
-    async with driver:
-        await driver.pause_add(hold)
-        bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
-        assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
-        assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
-        assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
-        await driver.pause_remove(hold)
+    bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
+    assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
+    assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
+    assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
     refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
-    assert "paused" in ok(await run("pause", "payments"))
     assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True
     assert "resumed" in ok(await run("resume", "payments"))
     assert "paused" in ok(await run("pause", "--name", "charge"))

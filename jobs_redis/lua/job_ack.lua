@@ -2,7 +2,9 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:result   KEYS[4] job:progress
 -- KEYS[4 + q] lease:<queue q>, for each distinct queue q of the items
--- KEYS[#KEYS] finished:completed (zset id by finished_at_ms, read by job_purge)
+-- KEYS[#KEYS - 6] finished:completed (zset id by finished_at_ms, read by job_purge)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each landed ack moves
+--   its `completed` counter and its queue's completed count
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL now_ms NUL q NUL
 --   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty;
 --   q is "0" for a row the caller could not find, which no fence can hold).
@@ -11,7 +13,9 @@
 -- Items apply in order, so a second ack of the same fence in one call misses.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held (nothing written).
 --!include row.lua
+--!include account.lua
 
+local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
 for i = 1, #ARGV / 2 do
   local id = ARGV[2 * i - 1]
@@ -22,7 +26,7 @@ for i = 1, #ARGV / 2 do
     t[7] = rest[1]
     redis.call("HSET", KEYS[1], id, join(t))
     redis.call("ZREM", KEYS[4 + tonumber(rest[2])], id)
-    redis.call("ZADD", KEYS[#KEYS], rest[1], id)
+    redis.call("ZADD", KEYS[FIN], rest[1], id)
     redis.call("HDEL", KEYS[2], ns_of(t))
     if rest[3] ~= "" then
       redis.call("HSET", KEYS[3], id, rest[3])
@@ -32,9 +36,13 @@ for i = 1, #ARGV / 2 do
     if rest[4] ~= "" then
       redis.call("HSET", KEYS[4], id, rest[4])
     end
+    -- accounting
+    count_settle(t, rest[1], "completed")
+    count_rows(id, t[10], "completed", 1)
     out[i] = "1"
   else
     out[i] = "0"
   end
 end
+acc_close()
 return table.concat(out)

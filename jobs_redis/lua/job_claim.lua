@@ -5,17 +5,26 @@
 -- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
 -- KEYS[5 + 3q] due:<queue q>, KEYS[6 + 3q] parked:<queue q>, KEYS[7 + 3q] lease:<queue q>
 --   (zset id by lease end), for q = 1..m in ARGV order
--- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
+-- wait, wait:index anywhere before the keys below (includes/durable.lua: a claimed parked
+--   row's wait goes)
+-- KEYS[#KEYS - 7] finished:dead, KEYS[#KEYS - 6] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each buried row moves its
+--   `bury_outcome` counter and its queue's count of the final state (a claim moves no other)
 -- ARGV[1] now_ms   ARGV[2] worker id   ARGV[3] limit   ARGV[4] lease end (now_ms + lease_ms)
 -- ARGV[5] the last_error a buried row gets (jobs_core.semantics.LEASE_LAPSED_ERROR)
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
 -- ARGV[7+m] d, then d job names whose exhausted rows are buried `failed` (else `dead`)
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
 -- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row NUL
--- data row, the jobs joined by NUL (18 fields each: the rows have fixed field counts), "" for
+-- data row, the jobs joined by NUL (19 fields each: the rows have fixed field counts), "" for
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
+--!include match.lua
+--!include durable.lua
+--!include account.lua
+
+local FIN = acc_open(#KEYS - 5) - 1
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -77,10 +86,13 @@ for q = 1, m do
       redis.call("HSET", KEYS[4], id, ARGV[5])
       redis.call("HDEL", KEYS[3], ns_of(t))
       if state == "dead" then
-        redis.call("ZADD", KEYS[#KEYS - 1], ARGV[1], id)
+        redis.call("ZADD", KEYS[FIN - 1], ARGV[1], id)
       else
-        redis.call("ZADD", KEYS[#KEYS], ARGV[1], id)
+        redis.call("ZADD", KEYS[FIN], ARGV[1], id)
       end
+      -- accounting
+      count_settle(t, ARGV[1], state == "dead" and "dead-lettered" or "dropped")
+      count_rows(id, t[10], state, 1)
       local b = #buried
       buried[b + 1] = id
       buried[b + 2] = t[11]
@@ -189,12 +201,14 @@ for _, c in ipairs(chosen) do
     redis.call("ZREM", KEYS[5 + 3 * q], c.id)
     if was == "parked" then
       redis.call("ZREM", KEYS[6 + 3 * q], c.id)
+      drop_wait(c.id)
     end
   end
   redis.call("ZADD", KEYS[7 + 3 * q], lease_end, c.id)
   local n = #claimed
   claimed[n + 1] = c.id
   claimed[n + 2] = row
-  claimed[n + 3] = redis.call("HGET", KEYS[2], c.id)
+  claimed[n + 3] = data_row(redis.call("HGET", KEYS[2], c.id))
 end
+acc_close()
 return { table.concat(claimed, Z), buried }

@@ -3,6 +3,8 @@
 -- A later record dedupes against an earlier one of the same call (by id, then by namespace).
 -- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] wake   (see job_enqueue)
 -- KEYS[4 + q] due:<queue q> for each distinct queue q = 1..m of the batch
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): new rows are listed and
+--   counted
 -- ARGV[1] n, the number of records
 -- ARGV[1 + i] record i, packed in one argument (packing seven arguments per record cost the
 --   client more than the whole script costs the server):
@@ -14,7 +16,10 @@
 -- Returns one string: per record, in order, "" when inserted or the id it dedupes to, joined
 -- by NUL (one bulk reply parses far faster than a thousand).
 --!include row.lua
+--!include account.lua
 
+acc_open(#KEYS - 5)
+acc_fresh(KEYS[1])
 local n = tonumber(ARGV[1])
 local ids, nss, states, datas, scores, qs, dues = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
@@ -69,6 +74,8 @@ for i = 1, n do
       if dues[i] == "1" then
         wake[q] = true
       end
+      -- accounting
+      count_new(id, datas[i], ARGV[2 + n + 3 * (q - 1)])
     end
   end
 end
@@ -78,7 +85,7 @@ if #state_args > 0 then
   redis.call("HSET", KEYS[2], unpack(data_args))
   redis.call("HSET", KEYS[3], unpack(live_args))
 end
-local m = #KEYS - 4
+local m = #KEYS - 10
 for q = 1, m do
   local z = due_args[q]
   if z then
@@ -94,4 +101,5 @@ for q = 1, m do
     end
   end
 end
+acc_close()
 return table.concat(out, Z)

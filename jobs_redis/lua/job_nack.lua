@@ -3,18 +3,27 @@
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] job:error   KEYS[4] job:progress
 -- KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>, KEYS[4 + 3q] lease:<queue q>,
 --   for each distinct queue q of the items
--- KEYS[#KEYS - 1] finished:dead, KEYS[#KEYS] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 7] finished:dead, KEYS[#KEYS - 6] finished:failed (zsets id by finished_at_ms)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each landed nack moves
+--   its `nack_outcome` counter, and a finishing one its queue's count of the final state
 -- ARGV[2i - 1] the id of item i, ARGV[2i] its meta: claims NUL worker NUL kind NUL now_ms NUL
 --   run_at_ms ("" for none) NUL "1" when dead_letter else "0" NUL queue index q ("0" when
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
---   "=" .. text: an empty error text is a value)
+--   "=" .. text: an empty error text is a value) NUL, for a park with a wait, its event name
+--   ("" for none) NUL its since_ms NUL its match lines (jobs_redis.match)
+-- event, event:name, wait, wait:index anywhere before the finished and accounting keys
+--   (includes/durable.lua: a park's wait is stored with the row, or met at once)
 -- Kinds: retry (ready at run_at, attempt spent, last_error = error), fail (dead or failed,
 -- finished now, last_error = error), park (parked until run_at or an event, attempt given back),
 -- shed and interrupt (ready at run_at or now, attempt given back), refuse (failed, finished now,
 -- last_error = error, attempt given back). Every kind drops the lease; a given progress is kept.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held.
 --!include row.lua
+--!include match.lua
+--!include durable.lua
+--!include account.lua
 
+local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
 local KINDS = { retry = 1, fail = 1, park = 1, shed = 1, interrupt = 1, refuse = 1 }
 local n = #ARGV / 2
@@ -52,7 +61,12 @@ for i = 1, n do
       t[1] = "parked"
       t[6] = run_at
       t[4] = fmt(tonumber(t[4]) - 1)
-      if run_at ~= "" then
+      if rest[8] ~= "" and park_wait(id, rest[8], rest[9], rest[10], now) then
+        -- The event came before the wait was stored: the run goes on at once.
+        t[1] = "ready"
+        t[6] = now
+        due = true
+      elseif run_at ~= "" then
         due = true
         redis.call("ZADD", parked_key, score_of(t[8], run_at), id)
       end
@@ -77,9 +91,9 @@ for i = 1, n do
     if finished then
       redis.call("HDEL", KEYS[2], ns_of(t))
       if t[1] == "dead" then
-        redis.call("ZADD", KEYS[#KEYS - 1], now, id)
+        redis.call("ZADD", KEYS[FIN - 1], now, id)
       else
-        redis.call("ZADD", KEYS[#KEYS], now, id)
+        redis.call("ZADD", KEYS[FIN], now, id)
       end
     end
     if set_error then
@@ -92,9 +106,15 @@ for i = 1, n do
     if progress ~= "" then
       redis.call("HSET", KEYS[4], id, progress)
     end
+    -- accounting
+    count_settle(t, now, nack_outcome(kind, dead_letter))
+    if finished then
+      count_rows(id, t[10], t[1], 1)
+    end
     out[i] = "1"
   else
     out[i] = "0"
   end
 end
+acc_close()
 return table.concat(out)

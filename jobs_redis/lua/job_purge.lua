@@ -5,12 +5,22 @@
 -- KEYS[5] job:result
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 --   (zsets id by finished_at_ms, kept by every script that finishes or revives a row)
+-- KEYS[10..13] wait, wait:index, step:out, step:names (includes/durable.lua: a purged row's wait
+--   and its run's steps go with it)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): a purged row leaves
+--   job:created and its queue's counts
 -- ARGV[1] limit
 -- ARGV[2..5] per KEYS[6..9]: the latest finished_at_ms that is expired (now_ms - keep_ms), or
 --   "" for a state kept forever
 -- Every hash field of a purged id goes with it, so the id is free for a new row.
 -- Returns the number of rows deleted.
 --!include id_order.lua
+--!include row.lua
+--!include match.lua
+--!include durable.lua
+--!include account.lua
+
+acc_open(#KEYS - 5)
 
 local limit = tonumber(ARGV[1])
 
@@ -51,6 +61,19 @@ for s = 1, 4 do
   if taken > 0 then
     redis.call("ZREMRANGEBYRANK", KEYS[5 + s], 0, taken - 1)
   end
+end
+-- accounting: read each row before it goes (its queue, state and creation time)
+for i = 1, #doomed, 500 do
+  local slice = { unpack(doomed, i, math.min(i + 499, #doomed)) }
+  local rows = redis.call("HMGET", KEYS[1], unpack(slice))
+  local datas = redis.call("HMGET", ACC.data, unpack(slice))
+  for j = 1, #slice do
+    count_gone(slice[j], split(rows[j]), datas[j])
+  end
+end
+acc_close()
+for _, id in ipairs(doomed) do
+  drop_row(KEYS[2], id)
 end
 -- HDEL in slices: unpack's arguments live on Lua's C stack, which holds a few thousand.
 for i = 1, #doomed, 500 do

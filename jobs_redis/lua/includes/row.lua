@@ -32,6 +32,16 @@ local function split(raw)
   end
 end
 
+-- A job:data row (run_id NUL created_at_ms NUL enqueued_by NUL input_json NUL traceparent) with
+-- all five fields: a row stored before traceparent was kept has the first four.
+local function data_row(raw)
+  local _, nuls = string.gsub(raw, Z, Z)
+  if nuls == 3 then
+    return raw .. Z
+  end
+  return raw
+end
+
 local function join(t)
   return table.concat(t, Z, 1, 13)
 end

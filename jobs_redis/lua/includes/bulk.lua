@@ -1,0 +1,30 @@
+-- includes/bulk.lua — the items of an operator's bulk call (inlined after row.lua, never run
+-- alone): job_cancel_many, job_promote, job_remove, job_requeue_many.
+--
+-- ARGV[1] now_ms ("" where unused)   ARGV[2] n, the number of ids
+-- ARGV[1 + 2i] the id of item i, ARGV[2 + 2i] the 1-based index of its queue among the names
+--   below ("0": the caller found no row)
+-- ARGV[3 + 2n ..] the distinct queue names; each one's keys follow the script's fixed KEYS
+-- The caller read each row's queue before the call (KEYS must name a queue's keys up front); an
+-- id purged and re-enqueued into another queue since then makes that read stale.
+
+-- The items, or nil when any row's queue is not the one the caller named (nothing written: the
+-- caller reads the queues again and retries).
+local function bulk_items(state_key)
+  local n = tonumber(ARGV[2])
+  local ids, qs, names = {}, {}, {}
+  for i = 1, n do
+    ids[i] = ARGV[1 + 2 * i]
+    qs[i] = tonumber(ARGV[2 + 2 * i])
+  end
+  for j = 3 + 2 * n, #ARGV do
+    names[#names + 1] = ARGV[j]
+  end
+  for i = 1, n do
+    local raw = redis.call("HGET", state_key, ids[i])
+    if raw and (qs[i] == 0 or names[qs[i]] ~= split(raw)[10]) then
+      return nil
+    end
+  end
+  return ids, qs
+end

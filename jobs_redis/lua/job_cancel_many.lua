@@ -1,0 +1,53 @@
+-- job_cancel_many — cancel each live row (ready, running or parked), in order; a finished row
+-- is left alone. Not fenced: an operator's call (a running row's worker learns it at its next
+-- heartbeat, which misses).
+--
+-- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] finished:cancelled (zset id by finished_at_ms)
+-- KEYS[1 + 3q] lease:<queue q>, KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>
+-- then wait, wait:index (includes/durable.lua: a cancelled parked row's wait goes)
+-- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each cancel moves its
+--   `cancelled` counter and its queue's cancelled count
+-- ARGV: includes/bulk.lua (ARGV[1] now_ms)
+-- Returns "stale" (nothing written) when a row's queue is not the one named, else one string, a
+-- character per id: "c" cancelled, "f" finished (nothing written), "n" not found.
+--!include row.lua
+--!include match.lua
+--!include durable.lua
+--!include account.lua
+--!include bulk.lua
+
+acc_open(#KEYS - 5)
+local ids, qs = bulk_items(KEYS[1])
+if not ids then
+  return "stale"
+end
+local now = ARGV[1]
+local out = {}
+for i, id in ipairs(ids) do
+  local raw = redis.call("HGET", KEYS[1], id)
+  if not raw then
+    out[i] = "n"
+  else
+    local t = split(raw)
+    if not is_live(t[1]) then
+      out[i] = "f"
+    else
+      local q = qs[i]
+      t[1] = "cancelled"
+      t[5] = ""
+      t[7] = now
+      redis.call("HSET", KEYS[1], id, join(t))
+      redis.call("ZREM", KEYS[1 + 3 * q], id)
+      redis.call("ZREM", KEYS[2 + 3 * q], id)
+      redis.call("ZREM", KEYS[3 + 3 * q], id)
+      redis.call("HDEL", KEYS[2], ns_of(t))
+      redis.call("ZADD", KEYS[3], now, id)
+      count_settle(t, now, "cancelled")
+      count_rows(id, t[10], "cancelled", 1)
+      drop_wait(id)
+      out[i] = "c"
+    end
+  end
+end
+acc_close()
+return table.concat(out)

@@ -28,8 +28,9 @@ from tests.core.support import code_path, until
 CARD = "4242424242424242"
 
 # Its own registry: the CLI's and the workers' subprocesses import it once each, and this
-# process must never meet a second `charge` in the process-wide registry (X_JOB_DUPLICATE). An input without an org bills the default one
-# (the tenant function fails closed on no answer).
+# process must never meet a second `charge` in the process-wide registry (X_JOB_DUPLICATE).
+# An input without an org bills the default one (the tenant function fails closed on no
+# answer).
 APP = """
 from jobs_core import job, Retry
 from jobs_core.job import JobRegistry

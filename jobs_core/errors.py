@@ -48,6 +48,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
+    "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
     "X_STEP_TIMEOUT": "the step passed its deadline and was cancelled",
     "X_WORKER_ERROR": "the worker failed around the body, not in it",
@@ -325,6 +326,12 @@ class StepDuplicateError(JobsError):
     code = "X_STEP_DUPLICATE"
     # The body's code uses one name twice: the next attempt would do the same.
     terminal = True
+
+
+class CompensationError(JobsError):
+    """A compensation raised while a failed run was undone (`ujobs.unwind` retries it)."""
+
+    code = "X_STEP_COMPENSATION_FAILED"
 
 
 class StepTimeoutError(JobsError):

@@ -13,11 +13,14 @@ trace of its own. Names and queues are span attributes; inputs never are.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import traceback
+from collections.abc import Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
+from jobs_core.errors import JobsError
 from jobs_core.records import ClaimedJob
+from jobs_core.redact import scrub
 from jobs_core.states import Outcome
 
 try:  # the `otel` extra
@@ -110,10 +113,22 @@ def consumer(job: ClaimedJob) -> Iterator[Any | None]:
         yield span
 
 
-def failed(span: Any | None, exc: BaseException) -> None:
-    """Record the exception that failed the run on its span."""
-    if span is not None:
-        span.record_exception(exc)
+def failed(span: Any | None, exc: BaseException, secrets: Sequence[str] = ()) -> None:
+    """Record the exception that failed the run on its span, the values of the input's
+    sensitive fields (`secrets`) scrubbed out of its message and stack trace."""
+    if span is None:
+        return
+    message = exc.message if isinstance(exc, JobsError) else str(exc)
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type(exc).__qualname__,
+            "exception.message": scrub(message, secrets),
+            "exception.stacktrace": scrub(
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets
+            ),
+        },
+    )
 
 
 def ended(span: Any | None, outcome: Outcome) -> None:

@@ -25,13 +25,14 @@ from typing import Any, Final
 from jobs_core.clock import Clock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.errors import RateLimitedError
+from jobs_core.errors import CompensationError, RateLimitedError
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import dumps, loads
 from jobs_core.records import JobRecord, NewJob
+from jobs_core.redact import SCRUB_EXTRA, scrub, secrets_of
 from jobs_core.retry import Retry
-from jobs_core.states import JobState
+from jobs_core.states import LIVE_STATES, JobState
 from jobs_core.steps.api import RESERVED, StepApi, SyncStepApi
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 from jobs_core.tenant import acting_for
@@ -44,6 +45,8 @@ UNWIND_JOB: Final = "ujobs.unwind"
 UNWIND_RETRY: Final = Retry(attempts=25, base_ms=1_000, cap_ms=300_000, jitter="full")
 #: How long an unwinding job waits before a worker that runs the failed job's name takes it.
 UNKNOWN_NAME_RETRY_MS: Final = 60_000
+#: How long an unwinding job waits while the failed run's final settle has not landed.
+NOT_SETTLED_RETRY_MS: Final = 1_000
 _UNDONE: Final = f"{RESERVED}undo:"
 
 
@@ -87,6 +90,13 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
     async def unwind(input: Any, ctx: JobContext) -> dict[str, Any]:
         job_id = str(input["job_id"])
         failed = (await driver.job_get_many([job_id])).get(job_id)
+        if failed is not None and failed.state in LIVE_STATES:
+            # Enqueued just before the failed run's final settle, which may still be on its
+            # way (a batch in flight, a store blip): not yet, and no attempt spent.
+            raise RateLimitedError(
+                f"{failed.name} {failed.id} has not settled yet",
+                retry_after_ms=NOT_SETTLED_RETRY_MS,
+            )
         if failed is None or failed.state not in (JobState.DEAD, JobState.FAILED):
             return {"undone": [], "skipped": "gone" if failed is None else failed.state.value}
         handle = handles.get(failed.name)
@@ -113,6 +123,7 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
             sync_step=SyncStepApi(api, asyncio.get_running_loop()),
         )
         body_input = loads(failed.input_json)
+        secrets = secrets_of(body_input, handle.sensitive)
         try:
             with acting_for(replay.tenant):
                 if handle.is_async:
@@ -122,8 +133,21 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         except (UnwindReached, StepSuspension):
             pass  # every step the failed run recorded has been met
         except Exception as exc:  # the failure again, most likely: what was met is undone
-            log.info("jobs.unwind.replay_raised %s %s: %r", failed.name, failed.id, exc)
-        undone = await undo(api)
+            log.info(
+                "jobs.unwind.replay_raised %s %s: %r",
+                failed.name,
+                failed.id,
+                exc,
+                extra={SCRUB_EXTRA: secrets},
+            )
+        try:
+            undone = await undo(api)
+        except Exception as exc:
+            # This job's own input names no secrets: its error and logs are scrubbed with the
+            # failed job's, then it is retried as any failure.
+            raise CompensationError(
+                scrub(f"{type(exc).__name__}: {exc}", secrets), detail=failed.id
+            ) from None
         log.info("jobs.unwind.done %s %s: undid %s", failed.name, failed.id, undone or "nothing")
         return {"undone": undone}
 

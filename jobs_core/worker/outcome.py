@@ -202,7 +202,7 @@ class Outcomes:
         fields: dict[str, object] = job_fields(self._worker_id, job)
         if secrets:
             fields[SCRUB_EXTRA] = secrets
-        tracing.failed(held.span, exc)
+        tracing.failed(held.span, exc, secrets)
         if isinstance(exc, RateLimitedError):
             nack = Nack(
                 job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
@@ -210,7 +210,7 @@ class Outcomes:
             outcome = Outcome.SHED
             log.debug("jobs.run.shed %s %s: %s", job.name, job.id, brief(exc), extra=fields)
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
-            if held.steps is not None and held.steps.compensable:
+            if await self._saga_recorded(held):
                 # Before the final settle: a crash after it must still find the undoing queued.
                 await self._unwind_later(job)
             nack = Nack(
@@ -258,6 +258,23 @@ class Outcomes:
                 job.id, job.name, job.queue, outcome, job.attempt, input, None, error
             )
             await self.fire_settled(handle, event, None)
+
+    async def _saga_recorded(self, held: Held) -> bool:
+        """Whether the run recorded a step that declared a compensation — read from the store
+        (once per run) when this attempt failed before replaying it."""
+        if not self._driver.capabilities().steps:
+            return False
+        if held.steps is not None and held.steps.compensable:
+            return True
+        try:
+            if held.steps is not None:
+                return SAGA in await held.steps.records()
+            # Failed before its body began (its tenant function): an earlier attempt may have
+            # recorded steps all the same.
+            return any(s.name == SAGA for s in await self._driver.step_list(held.job.run_id))
+        except Exception as exc:  # the final settle goes on; the burial path cannot help here
+            log.error("jobs.unwind.unknown %s %s: %r", held.job.name, held.job.id, exc)
+            return False
 
     def tally(self, outcome: Outcome, landed: bool, job: ClaimedJob) -> None:
         if landed:
@@ -326,9 +343,10 @@ class Outcomes:
 
     async def _after_burial(self, b: BuriedJob, event: SettledEvent) -> None:
         """A run that died on its final attempt: queue the undoing of its steps (when one of them
-        declared a compensation and this worker runs its name), then run its hooks."""
+        declared a compensation; a worker that runs its name does the undoing), then run its
+        hooks."""
         handle = self._handles.get(b.name)
-        if handle is not None and self._driver.capabilities().steps:
+        if self._driver.capabilities().steps:
             try:
                 row = (await self._driver.job_get_many([b.id])).get(b.id)
                 if row is not None and any(

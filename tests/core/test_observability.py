@@ -59,10 +59,12 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
 
 async def test_an_enqueue_and_its_runs_are_one_trace(spans: InMemorySpanExporter) -> None:
     driver = MemoryDriver()
-    handle = declare(pay, name="pay", retry=Retry(attempts=2, base_ms=1, cap_ms=1))
+    handle = declare(
+        pay, name="pay", sensitive=("card",), retry=Retry(attempts=2, base_ms=1, cap_ms=1)
+    )
     jobs = Jobs(driver)
     ok = await jobs.enqueue(handle, {"n": 1})
-    bad = await jobs.enqueue(handle, {"n": 2, "fail": True, "card": "c"})
+    bad = await jobs.enqueue(handle, {"n": 2, "fail": True, "card": "4242424242424242"})
     many = await jobs.enqueue_many(handle, [{"n": 3}, {"n": 4}])
     rows = await driver.job_get_many([ok.id, bad.id, *(r.id for r in many)])
     stamped = {i: r.traceparent for i, r in rows.items()}
@@ -104,7 +106,13 @@ async def test_an_enqueue_and_its_runs_are_one_trace(spans: InMemorySpanExporter
         "retried",
         "dead-lettered",
     ]
-    assert any(e.name == "exception" for e in failed[0].events)
+    raised = [e for r in failed for e in r.events if e.name == "exception"]
+    assert len(raised) == 2
+    for e in raised:  # the exception is exported with the input's secrets scrubbed out
+        assert e.attributes is not None
+        assert e.attributes["exception.message"] == "gateway refused [redacted]"
+        assert "4242424242424242" not in str(e.attributes["exception.stacktrace"])
+        assert "RuntimeError" in str(e.attributes["exception.stacktrace"])
 
 
 async def test_without_a_tracer_provider_nothing_is_stamped() -> None:

@@ -8,15 +8,17 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_TIME_MS
 from jobs_core.errors import TerminalError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
-from jobs_core.records import CounterReadParams, JobRecord
+from jobs_core.records import ClaimParams, CounterReadParams, JobRecord, Nack, NackKind, StepPut
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
-from jobs_core.steps.unwind import UNWIND_JOB
+from jobs_core.steps.api import SAGA
+from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
 from tests.core.support import counting, declare, until
@@ -298,3 +300,65 @@ async def test_runs_finishing_steps_together_share_one_put() -> None:
         steps = await driver.step_list(r.run_id)
         assert [s.name for s in steps] == ["a", "b", "c"]
         assert {s.output_json for s in steps} == {r.result_json}
+
+
+async def test_a_final_attempt_failing_before_its_steps_still_undoes_them() -> None:
+    """The compensable step was recorded by attempt 1; attempt 2 (the last) fails before it
+    replays it: the store, not this attempt's replay, says the run has something to undo."""
+    driver = MemoryDriver()
+    undone: list[Any] = []
+
+    calls: list[int] = []
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        if len(calls) == 2:  # the final attempt; the unwind's replay (a third call) gets past
+            raise RuntimeError("fails before it reaches its steps (a config fetch)")
+        await ctx.step.run("charge", lambda: "ch_1", compensate=undone.append)
+        raise RuntimeError("then fails")
+
+    handle = declare(body, name="order", retry=Retry(attempts=2, base_ms=1, cap_ms=1))
+    enqueued = await Jobs(driver).enqueue(handle, {"n": 1})
+
+    async def refunded() -> bool:
+        return undone == ["ch_1"]
+
+    await running(driver, [handle], refunded)
+    assert (await row(driver, enqueued.id)).state is JobState.DEAD
+
+
+async def test_an_unwind_claimed_before_the_final_settle_lands_waits_for_it() -> None:
+    """The unwind is enqueued before the failed run's FAIL nack, which may still be in flight
+    when another worker claims the unwind: it waits (no attempt spent) instead of finding the
+    run `running` and completing with nothing undone."""
+    driver = MemoryDriver()
+    clock = SystemClock()
+    undone: list[Any] = []
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        await ctx.step.run("charge", lambda: "ch_1", compensate=undone.append)
+        raise RuntimeError("declined")
+
+    handle = declare(body, name="order", retry=Retry(attempts=1))
+    enqueued = await Jobs(driver).enqueue(handle, {"n": 1})
+    got = await driver.job_claim(ClaimParams(("default",), "A", 1, 60_000, clock.now_ms()))
+    (held,) = got.jobs
+    now = clock.now_ms()
+    puts = [StepPut(held.fence, "charge", '"ch_1"', now), StepPut(held.fence, SAGA, "{}", now)]
+    assert await driver.step_put(puts) == [True, True]
+    await driver.job_enqueue(unwind_record(held, now))
+    worker = Worker(driver, [handle], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    await worker.start()
+    try:
+        await until(lambda: asyncio.sleep(0.3, True), within=5)  # B claims the unwind first
+        assert undone == []
+        nack = Nack(held.fence, NackKind.FAIL, clock.now_ms(), error="declined")
+        assert await driver.job_nack([nack]) == [True]
+
+        async def refunded() -> bool:
+            return undone == ["ch_1"]
+
+        await until(refunded, within=10)
+    finally:
+        await worker.stop()
+    assert (await row(driver, enqueued.id)).state is JobState.DEAD

@@ -35,7 +35,16 @@ end
 -- A job:data row (run_id NUL created_at_ms NUL enqueued_by NUL input_json NUL traceparent) with
 -- all five fields: a row stored before traceparent was kept has the first four.
 local function data_row(raw)
-  local _, nuls = string.gsub(raw, Z, Z)
+  -- Plain finds: a Lua 5.1 pattern cannot hold a NUL (gsub would count every position).
+  local nuls, i = 0, 1
+  while true do
+    local j = string.find(raw, Z, i, true)
+    if not j then
+      break
+    end
+    nuls = nuls + 1
+    i = j + 1
+  end
   if nuls == 3 then
     return raw .. Z
   end

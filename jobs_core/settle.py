@@ -193,6 +193,9 @@ class Settler:
         self._acks: _Lane[Ack] = _Lane(driver.job_ack, clock, until, self._deadline)
         self._nacks: _Lane[Nack] = _Lane(driver.job_nack, clock, until, self._deadline)
         self._steps: _Lane[StepPut] = _Lane(driver.step_put, clock, until, self._deadline)
+        #: Unanswered step records by job id: a settle of that job waits for them, so a step that
+        #: finished before its run ended is recorded before the settle breaks the fence.
+        self._unanswered: dict[str, set[asyncio.Future[bool]]] = {}
         self._replace_invalid = replace_invalid
 
     def _deadline(self) -> int | None:
@@ -203,6 +206,7 @@ class Settler:
         self._deadline_ms = deadline_ms
 
     async def ack(self, item: Ack) -> bool:
+        await self._steps_answered(item.fence)
         try:
             check_ack(item)
         except JobsError as exc:
@@ -210,17 +214,35 @@ class Settler:
         return await self._acks.submit(item)
 
     async def nack(self, item: Nack) -> bool:
+        await self._steps_answered(item.fence)
         try:
             check_nack(item)
         except JobsError as exc:
             return await self._replace(item, exc)
         return await self._nacks.submit(item)
 
+    async def _steps_answered(self, fence: Fence) -> None:
+        # Lanes are independent: without this, a drain's INTERRUPT nack could land first (its
+        # lane idle, the step's behind a batch in flight) and refuse the step's record.
+        pending = self._unanswered.get(fence.job_id)
+        if pending:
+            await asyncio.wait(list(pending))
+
     async def step_put(self, item: StepPut) -> bool:
         """Record one step, batched with the others put meanwhile; True when its fence held.
         The caller has checked the item (`check_step_put`): a refused batch is sent again item
         by item, and an item refused alone answers False."""
-        return await self._steps.submit(item)
+        fut = self._steps.submit(item)
+        pending = self._unanswered.setdefault(item.fence.job_id, set())
+        pending.add(fut)
+
+        def answered(done: asyncio.Future[bool]) -> None:
+            pending.discard(done)
+            if not pending and self._unanswered.get(item.fence.job_id) is pending:
+                del self._unanswered[item.fence.job_id]
+
+        fut.add_done_callback(answered)
+        return await fut
 
     async def nack_many(self, items: Sequence[Nack]) -> list[bool]:
         return list(await asyncio.gather(*(self.nack(i) for i in items)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from jobs_core.clock import SystemClock
@@ -16,12 +16,13 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, CounterReadParams, JobRecord, Nack, NackKind, StepPut
 from jobs_core.retry import Retry
+from jobs_core.settle import Settler
 from jobs_core.states import JobState
 from jobs_core.steps.api import SAGA
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from tests.core.support import counting, declare, until
+from tests.core.support import T0, counting, declare, new_job, until
 
 FAST = Retry(attempts=3, base_ms=1, cap_ms=1)
 
@@ -362,3 +363,29 @@ async def test_an_unwind_claimed_before_the_final_settle_lands_waits_for_it() ->
     finally:
         await worker.stop()
     assert (await row(driver, enqueued.id)).state is JobState.DEAD
+
+
+async def test_a_settle_waits_for_its_runs_unanswered_step_records() -> None:
+    """Step records and settles travel in separate batches: a run's ack or nack waits for its
+    step records still in flight, so a drain's INTERRUPT never overtakes (and refuses) the
+    record of a step that finished before the run was cut."""
+    gate = asyncio.Event()
+
+    class SlowPuts(MemoryDriver):
+        async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+            await gate.wait()
+            return await super()._step_put(puts)
+
+    driver = SlowPuts()
+    clock = SystemClock()
+    await driver.job_enqueue(new_job("j", "k"))
+    now = T0 + 1_000
+    (held,) = (await driver.job_claim(ClaimParams(("q",), "w", 1, 60_000, now))).jobs
+    settler = Settler(driver, clock)
+    put = asyncio.create_task(settler.step_put(StepPut(held.fence, "a", "1", now)))
+    nack = asyncio.create_task(settler.nack(Nack(held.fence, NackKind.INTERRUPT, now)))
+    await asyncio.sleep(0.05)
+    assert not nack.done()
+    gate.set()
+    assert await put is True and await nack is True
+    assert [s.name for s in await driver.step_list(held.run_id)] == ["a"]

@@ -329,7 +329,7 @@ class StepDuplicateError(JobsError):
 
 
 class CompensationError(JobsError):
-    """A compensation raised while a failed run was undone (`ujobs.unwind` retries it)."""
+    """A compensation raised while a failed run was undone."""
 
     code = "X_STEP_COMPENSATION_FAILED"
 
@@ -386,6 +386,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         TerminalError,
         JobTimeoutError,
         RateLimitedError,
+        CompensationError,
         StepDuplicateError,
         StepTimeoutError,
         WorkerError,

@@ -181,14 +181,18 @@ class StepApi:
         if record is None:
             if self._mode == "unwind":
                 raise UnwindReached(name)
+            if compensate is not None and SAGA not in await self.records():
+                # Marks the run as one with something to undo BEFORE the side effect: a worker
+                # burying it after a crash on its final attempt reads this, not the body, to
+                # queue the undoing.
+                await self.record(SAGA, {"first": name})
             value = await self._call(name, fn)
             record = await self.record(name, value)
         output = loads(record.output_json)
         if compensate is not None:
             self.compensable.append(Compensable(name, output, compensate))
             if SAGA not in await self.records() and self._mode == "run":
-                # Marks the run as one with something to undo: a worker burying it after a
-                # crash on its final attempt reads this, not the body, to queue the undoing.
+                # A step recorded by a version that marked after the step.
                 await self.record(SAGA, {"first": name})
         return output
 

@@ -28,7 +28,7 @@ from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.steps.api import SAGA
 from jobs_core.steps.suspend import StepSuspension
-from jobs_core.steps.unwind import unwind_record
+from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
 from jobs_core.tenant import acting_for
 from jobs_core.worker.failure import brief, error_text
 from jobs_core.worker.held import Held, job_fields, log_fields
@@ -262,7 +262,9 @@ class Outcomes:
     async def _saga_recorded(self, held: Held) -> bool:
         """Whether the run recorded a step that declared a compensation — read from the store
         (once per run) when this attempt failed before replaying it."""
-        if not self._driver.capabilities().steps:
+        if not self._driver.capabilities().steps or held.job.name == UNWIND_JOB:
+            # An undoing that fails for good is not undone in turn: it shares the failed run's
+            # steps (and its saga mark), which are not its own to undo.
             return False
         if held.steps is not None and held.steps.compensable:
             return True
@@ -346,7 +348,7 @@ class Outcomes:
         declared a compensation; a worker that runs its name does the undoing), then run its
         hooks."""
         handle = self._handles.get(b.name)
-        if self._driver.capabilities().steps:
+        if self._driver.capabilities().steps and b.name != UNWIND_JOB:
             try:
                 row = (await self._driver.job_get_many([b.id])).get(b.id)
                 if row is not None and any(

@@ -73,10 +73,10 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     """The durable keys that still exist, with their sizes (HLEN / ZCARD)."""
     k = d.keys
     out: dict[str, int] = {}
-    for key in (k.wait, k.step_out, k.step_names, k.event):
+    for key in (k.wait, k.step_out, k.event):
         if n := await d.client.hlen(key):
             out[key] = n
-    for key in (k.wait_index, k.event_name, k.event_expiry):
+    for key in (k.wait_index, k.step_index, k.event_name, k.event_expiry):
         if n := await d.client.zcard(key):
             out[key] = n
     return out

@@ -1,6 +1,7 @@
 """What one Redis `step_put` costs as a run's recorded steps grow (docs/redis.md, "Steps").
 
-`PYTHONPATH=<tree> .venv/bin/python -m bench.redis_step_put_cost [--url redis://…] [--steps 8000]`
+`PYTHONPATH=<tree> .venv/bin/python bench/redis_step_put_cost.py [--url redis://…] [--steps 8000]`
+(run by path, so `<tree>` can be a tree without this file: the baseline).
 
 Each measurement uses a fresh key prefix (deleted at the end). "0 earlier": one `step_put` of a
 single step into each of `--samples` runs with no step yet. "N earlier": one run gets `--steps`

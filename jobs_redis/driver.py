@@ -650,7 +650,7 @@ class RedisDriver(JobDriver):
                 *(k.finished(s) for s in _FINISHED_ORDER),
             ),
             (k.due, k.parked),
-            durable=(k.wait, k.wait_index, k.step_out, k.step_names),
+            durable=(k.wait, k.wait_index, k.step_out, k.step_index),
             account=True,
         )
         return [_REMOVE[c] for c in got]
@@ -782,7 +782,7 @@ class RedisDriver(JobDriver):
                 k.wait,
                 k.wait_index,
                 k.step_out,
-                k.step_names,
+                k.step_index,
                 *k.account(),
             ),
             (params.limit, *cutoffs),
@@ -814,7 +814,7 @@ class RedisDriver(JobDriver):
 
     async def _step_list(self, run_id: str) -> list[StepRecord]:
         k = self.keys
-        got = await self._run("step_list", (k.step_out, k.step_names), (run_id,))
+        got = await self._run("step_list", (k.step_out, k.step_index), (run_id,))
         out: list[StepRecord] = []
         for i in range(0, len(got), 2):
             at, output = got[i + 1].split("\x00", 1)
@@ -830,7 +830,7 @@ class RedisDriver(JobDriver):
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00{p.now_ms}\x00{p.name}\x00{p.output_json}",
             )
-        got = await self._run("step_put", (k.state, k.data, k.step_out, k.step_names), args)
+        got = await self._run("step_put", (k.state, k.data, k.step_out, k.step_index), args)
         return [c == "1" for c in got]
 
     async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:

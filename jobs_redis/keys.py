@@ -29,7 +29,7 @@ class Keys:
         "result",
         "schema",
         "state",
-        "step_names",
+        "step_index",
         "step_out",
         "tag",
         "wait",
@@ -70,7 +70,8 @@ class Keys:
         self.wait = f"{t}:wait"
         self.wait_index = f"{t}:wait:index"
         self.step_out = f"{t}:step:out"
-        self.step_names = f"{t}:step:names"
+        #: zset, every score 0, member `run_id NUL step name`: a run's steps are one lex range.
+        self.step_index = f"{t}:step:index"
         self.event = f"{t}:event"
         self.event_name = f"{t}:event:name"
         self.event_expiry = f"{t}:event:expiry"

@@ -5,7 +5,7 @@
 -- KEYS[5] job:result
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 --   (zsets id by finished_at_ms, kept by every script that finishes or revives a row)
--- KEYS[10..13] wait, wait:index, step:out, step:names (includes/durable.lua: a purged row's wait
+-- KEYS[10..13] wait, wait:index, step:out, step:index (includes/durable.lua: a purged row's wait
 --   and its run's steps go with it)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): a purged row leaves
 --   job:created and its queue's counts

@@ -6,7 +6,7 @@
 -- KEYS[5] job:live
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 -- KEYS[8 + 2q] due:<queue q>, KEYS[9 + 2q] parked:<queue q>
--- then wait, wait:index, step:out, step:names (includes/durable.lua: a removed row's wait and
+-- then wait, wait:index, step:out, step:index (includes/durable.lua: a removed row's wait and
 --   its run's steps go with it)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua; its job:data is the row's
 --   data hash): a removed row leaves job:created and its queue's counts

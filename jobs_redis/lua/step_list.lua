@@ -1,30 +1,19 @@
 -- step_list — every recorded step of one run (read only).
 --
--- KEYS[1] step:out   KEYS[2] step:names   (includes/durable.lua describes them)
+-- KEYS[1] step:out   KEYS[2] step:index   (includes/durable.lua describes them)
 -- ARGV[1] run_id
--- Returns flat, two per step in recording order: the name, then recorded_at_ms NUL output_json.
+-- Returns flat, two per step in name (byte) order: the name, then recorded_at_ms NUL
+-- output_json. One lex range of step:index finds the run's steps: O(log n + k).
 
-local names = redis.call("HGET", KEYS[2], ARGV[1])
-if not names then
-  return {}
-end
-local out, fields = {}, {}
-local i = 1
-while true do
-  local j = string.find(names, "\0", i, true)
-  out[#out + 1] = string.sub(names, i, (j or 0) - 1)
-  out[#out + 1] = false
-  fields[#fields + 1] = ARGV[1] .. "\0" .. out[#out - 1]
-  if not j then
-    break
-  end
-  i = j + 1
-end
+local fields = redis.call("ZRANGEBYLEX", KEYS[2], "[" .. ARGV[1] .. "\0", "(" .. ARGV[1] .. "\1")
+local skip = #ARGV[1] + 1
+local out = {}
 -- HMGET in slices: unpack's arguments live on Lua's C stack.
 for s = 1, #fields, 500 do
   local got = redis.call("HMGET", KEYS[1], unpack(fields, s, math.min(s + 499, #fields)))
-  for k = 1, #got do
-    out[2 * (s + k - 1)] = got[k]
+  for j = 1, #got do
+    out[#out + 1] = string.sub(fields[s + j - 1], skip + 1)
+    out[#out + 1] = got[j]
   end
 end
 return out

@@ -27,6 +27,7 @@ from jobs_core.records import (
     NackKind,
     NewJob,
     PurgeParams,
+    RemoveAnswer,
     StepPut,
 )
 from jobs_core.states import JobState
@@ -73,10 +74,10 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     """The durable keys that still exist, with their sizes (HLEN / ZCARD)."""
     k = d.keys
     out: dict[str, int] = {}
-    for key in (k.wait, k.step_out, k.step_names, k.event):
+    for key in (k.wait, k.step_out, k.event):
         if n := await d.client.hlen(key):
             out[key] = n
-    for key in (k.wait_index, k.event_name, k.event_expiry):
+    for key in (k.wait_index, k.step_index, k.event_name, k.event_expiry):
         if n := await d.client.zcard(key):
             out[key] = n
     return out
@@ -282,3 +283,85 @@ async def test_both_families_in_one_store_answer_as_the_memory_driver(
         }
         assert await d.queue_stats(T0 + 6) == []
         assert await d.client.zcard(d.keys.created) == 0
+
+
+#: Run ids whose step ranges touch: one a prefix of another, a byte 1 right after the prefix
+#: (the range's exclusive end), the largest code point.
+NEIGHBOUR_RUNS = ("r", "r\x01", "r-1", "r-10", "r\U0010ffff", "r\x01\x01")
+
+
+async def step_members(d: RedisDriver) -> tuple[list[str], list[str]]:
+    """The step:index members and the step:out fields, both sorted."""
+    index = await d.client.zrange(d.keys.step_index, 0, -1)
+    out = await d.client.hkeys(d.keys.step_out)
+    return sorted(index), sorted(out)
+
+
+async def test_a_rows_steps_leave_with_it_by_purge_and_remove_and_no_neighbours(
+    make_driver: Factory,
+) -> None:
+    """Purge and remove take a row's run's steps from step:out AND step:index (one lex range
+    per run), and only those: runs whose ids share a prefix, or whose range ends where another
+    begins, keep every step; no member or field outlives its row."""
+    names = ("a", "\x01", "\U0010ffff", "b\x01c", "r-1")
+    async with make_driver() as d:
+        jobs = [new_job(i, run_id=r) for i, r in enumerate(NEIGHBOUR_RUNS)]
+        await d.job_enqueue_many(jobs)
+        held = {j.run_id: j for j in (await d.job_claim(claim(("q",)))).jobs}
+        for run in NEIGHBOUR_RUNS:
+            f = held[run].fence
+            assert await d.step_put([StepPut(f, n, '"x"', T0) for n in names]) == [True] * 5
+        # Finished one by one, so the purge (oldest finished first) takes the first two.
+        for i, run in enumerate(NEIGHBOUR_RUNS):
+            await d.job_ack([Ack(held[run].fence, T0 + 1 + i)])
+        index, out = await step_members(d)
+        assert index == out and len(index) == 5 * len(NEIGHBOUR_RUNS)
+
+        def expect(runs: tuple[str, ...]) -> list[str]:
+            return sorted(f"{r}\x00{n}" for r in runs for n in names)
+
+        assert await d.job_purge(PurgeParams(T0 + 100, 2, 0, 0, 0, 0)) == 2
+        assert await step_members(d) == (expect(NEIGHBOUR_RUNS[2:]),) * 2
+        assert await d.job_remove(["id-3", "id-5"]) == [RemoveAnswer.REMOVED] * 2
+        assert await step_members(d) == (expect(("r-1", "r\U0010ffff")),) * 2
+        for run in NEIGHBOUR_RUNS:
+            got = sorted(s.name for s in await d.step_list(run))
+            assert got == (sorted(names) if run in ("r-1", "r\U0010ffff") else [])
+        assert await d.job_remove(["id-2"]) == [RemoveAnswer.REMOVED]
+        assert await d.job_purge(PurgeParams(T0 + 100, 100, 0, 0, 0, 0)) == 1
+        assert await durable_keys_left(d) == {}
+
+
+async def test_a_long_run_records_a_step_by_one_index_member(make_driver: Factory) -> None:
+    """A run with 2,000 recorded steps records one more as one more step:index member (ZCARD
+    + 1): no key holds the run's names in one value that each put reads and rewrites."""
+    async with make_driver() as d:
+        await d.job_enqueue_many([new_job(1), new_job(2)])
+        fences = {j.id: j.fence for j in (await d.job_claim(claim(("q",)))).jobs}
+        f = fences["id-1"]
+        for start in range(0, 2_000, 500):
+            puts = [StepPut(f, f"step-{i:05d}", "1", T0) for i in range(start, start + 500)]
+            assert await d.step_put(puts) == [True] * 500
+        await d.step_put([StepPut(fences["id-2"], "other", "1", T0)])
+        before = await d.client.zcard(d.keys.step_index)
+        assert before == 2_001
+        assert await d.step_put([StepPut(f, "one-more", "2", T0 + 1)]) == [True]
+        assert await d.client.zcard(d.keys.step_index) == before + 1
+        # A repeat keeps the first record and adds no member.
+        assert await d.step_put([StepPut(f, "one-more", "3", T0 + 2)]) == [True]
+        assert await d.client.zcard(d.keys.step_index) == before + 1
+        # No value of any key grows with the run: every string, field and member is short.
+        longest = 0
+        async for key in d.client.scan_iter(match=d.keys.pattern(), count=1000):
+            kind = await d.client.type(key)
+            if kind == "string":
+                longest = max(longest, len(await d.client.get(key)))
+            elif kind == "hash":
+                for field, value in (await d.client.hgetall(key)).items():
+                    longest = max(longest, len(field), len(value))
+            elif kind == "zset":
+                longest = max([longest, *map(len, await d.client.zrange(key, 0, -1))])
+        assert longest < 200
+        steps = await d.step_list("run-1")
+        assert len(steps) == 2_001
+        assert (steps[-1].name, steps[-1].output_json) == ("one-more", "2")

@@ -9,7 +9,9 @@
 --   {p}:wait:index   zset, all scores 0, members event NUL id: the waits by event name, so a
 --                    publish reads the rows waiting for its name and no others (a lex range)
 --   {p}:step:out     hash run_id NUL step name -> recorded_at_ms NUL output_json
---   {p}:step:names   hash run_id -> the run's step names, NUL-joined, in recording order
+--   {p}:step:index   zset, all scores 0, members run_id NUL step name (the fields of step:out):
+--                    a run's steps are one lex range, so a put is one ZADD (O(log n)) and a
+--                    list or a drop is O(log n + the run's steps)
 --   {p}:event        hash id -> name NUL published_at_ms NUL expires_at_ms NUL data match lines
 --                    NUL data_json
 --   {p}:event:name   zset, all scores 0, members name NUL published_at_ms (13 digits) NUL id:
@@ -24,7 +26,7 @@ local DK_NAMES = {
   wait = "wait",
   wait_index = "wait:index",
   step_out = "step:out",
-  step_names = "step:names",
+  step_index = "step:index",
   event = "event",
   event_name = "event:name",
   event_expiry = "event:expiry",
@@ -61,24 +63,22 @@ local function drop_wait(id)
   end
 end
 
--- Drop every recorded step of `run_id`.
+-- The lex range of `run_id`'s members in step:index (a run_id holds no NUL).
+local function step_range(run_id)
+  return "[" .. run_id .. Z, "(" .. run_id .. "\1"
+end
+
+-- Drop every recorded step of `run_id`: O(log n + k) for its k steps, whatever else is stored.
 local function drop_steps(run_id)
   local k = durable_keys()
-  local names = redis.call("HGET", k.step_names, run_id)
-  if names then
-    local fields = {}
-    for _, name in ipairs(split(names)) do
-      fields[#fields + 1] = run_id .. Z .. name
-      -- HDEL in slices: unpack's arguments live on Lua's C stack.
-      if #fields == 500 then
-        redis.call("HDEL", k.step_out, unpack(fields))
-        fields = {}
-      end
+  local lo, hi = step_range(run_id)
+  local fields = redis.call("ZRANGEBYLEX", k.step_index, lo, hi)
+  if #fields > 0 then
+    -- HDEL in slices: unpack's arguments live on Lua's C stack.
+    for s = 1, #fields, 500 do
+      redis.call("HDEL", k.step_out, unpack(fields, s, math.min(s + 499, #fields)))
     end
-    if #fields > 0 then
-      redis.call("HDEL", k.step_out, unpack(fields))
-    end
-    redis.call("HDEL", k.step_names, run_id)
+    redis.call("ZREMRANGEBYLEX", k.step_index, lo, hi)
   end
 end
 

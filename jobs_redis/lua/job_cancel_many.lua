@@ -17,37 +17,24 @@
 --!include bulk.lua
 
 acc_open(#KEYS - 5)
-local ids, qs = bulk_items(KEYS[1])
-if not ids then
-  return "stale"
-end
 local now = ARGV[1]
-local out = {}
-for i, id in ipairs(ids) do
-  local raw = redis.call("HGET", KEYS[1], id)
-  if not raw then
-    out[i] = "n"
-  else
-    local t = split(raw)
-    if not is_live(t[1]) then
-      out[i] = "f"
-    else
-      local q = qs[i]
-      t[1] = "cancelled"
-      t[5] = ""
-      t[7] = now
-      redis.call("HSET", KEYS[1], id, join(t))
-      redis.call("ZREM", KEYS[1 + 3 * q], id)
-      redis.call("ZREM", KEYS[2 + 3 * q], id)
-      redis.call("ZREM", KEYS[3 + 3 * q], id)
-      redis.call("HDEL", KEYS[2], ns_of(t))
-      redis.call("ZADD", KEYS[3], now, id)
-      count_settle(t, now, "cancelled")
-      count_rows(id, t[10], "cancelled", 1)
-      drop_wait(id)
-      out[i] = "c"
-    end
+local out = bulk_answers(KEYS[1], function(id, t, q)
+  if not is_live(t[1]) then
+    return "f"
   end
-end
+  t[1] = "cancelled"
+  t[5] = ""
+  t[7] = now
+  redis.call("HSET", KEYS[1], id, join(t))
+  redis.call("ZREM", KEYS[1 + 3 * q], id)
+  redis.call("ZREM", KEYS[2 + 3 * q], id)
+  redis.call("ZREM", KEYS[3 + 3 * q], id)
+  redis.call("HDEL", KEYS[2], ns_of(t))
+  redis.call("ZADD", KEYS[3], now, id)
+  count_settle(t, now, "cancelled")
+  count_rows(id, t[10], "cancelled", 1)
+  drop_wait(id)
+  return "c"
+end)
 acc_close()
-return table.concat(out)
+return out

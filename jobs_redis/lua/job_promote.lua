@@ -8,28 +8,15 @@
 --!include row.lua
 --!include bulk.lua
 
-local ids, qs = bulk_items(KEYS[1])
-if not ids then
-  return "stale"
-end
 local now = ARGV[1]
-local out = {}
-for i, id in ipairs(ids) do
-  local raw = redis.call("HGET", KEYS[1], id)
-  if not raw then
-    out[i] = "n"
-  else
-    local t = split(raw)
-    if t[1] ~= "ready" or t[6] == "" then
-      out[i] = "x"
-    elseif tonumber(t[6]) <= tonumber(now) then
-      out[i] = "a"
-    else
-      t[6] = now
-      redis.call("HSET", KEYS[1], id, join(t))
-      redis.call("ZADD", KEYS[1 + qs[i]], score_of(t[8], now), id)
-      out[i] = "p"
-    end
+return bulk_answers(KEYS[1], function(id, t, q)
+  if t[1] ~= "ready" or t[6] == "" then
+    return "x"
+  elseif tonumber(t[6]) <= tonumber(now) then
+    return "a"
   end
-end
-return table.concat(out)
+  t[6] = now
+  redis.call("HSET", KEYS[1], id, join(t))
+  redis.call("ZADD", KEYS[1 + q], score_of(t[8], now), id)
+  return "p"
+end)

@@ -21,38 +21,25 @@
 --!include bulk.lua
 
 acc_open(#KEYS - 5)
-local ids, qs = bulk_items(KEYS[1])
-if not ids then
-  return "stale"
-end
 local FINISHED = { cancelled = 6, completed = 7, dead = 8, failed = 9 }
-local out = {}
-for i, id in ipairs(ids) do
-  local raw = redis.call("HGET", KEYS[1], id)
-  if not raw then
-    out[i] = "n"
-  else
-    local t = split(raw)
-    if t[1] == "running" then
-      out[i] = "r"
-    else
-      local q = qs[i]
-      if is_live(t[1]) then
-        redis.call("HDEL", KEYS[5], ns_of(t))
-        redis.call("ZREM", KEYS[8 + 2 * q], id)
-        redis.call("ZREM", KEYS[9 + 2 * q], id)
-      else
-        redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
-      end
-      count_gone(id, t, redis.call("HGET", ACC.data, id))
-      drop_row(ACC.data, id)
-      for k = 1, 4 do
-        redis.call("HDEL", KEYS[k], id)
-      end
-      redis.call("HDEL", ACC.data, id)
-      out[i] = "x"
-    end
+local out = bulk_answers(KEYS[1], function(id, t, q)
+  if t[1] == "running" then
+    return "r"
   end
-end
+  if is_live(t[1]) then
+    redis.call("HDEL", KEYS[5], ns_of(t))
+    redis.call("ZREM", KEYS[8 + 2 * q], id)
+    redis.call("ZREM", KEYS[9 + 2 * q], id)
+  else
+    redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
+  end
+  count_gone(id, t, redis.call("HGET", ACC.data, id))
+  drop_row(ACC.data, id)
+  for k = 1, 4 do
+    redis.call("HDEL", KEYS[k], id)
+  end
+  redis.call("HDEL", ACC.data, id)
+  return "x"
+end)
 acc_close()
-return table.concat(out)
+return out

@@ -15,38 +15,26 @@
 --!include bulk.lua
 
 acc_open(#KEYS - 5)
-local ids, qs = bulk_items(KEYS[1])
-if not ids then
-  return "stale"
-end
 local FINISHED = { cancelled = 3, completed = 4, dead = 5, failed = 6 }
 local now = ARGV[1]
-local out = {}
-for i, id in ipairs(ids) do
-  local raw = redis.call("HGET", KEYS[1], id)
-  if not raw then
-    out[i] = "n"
-  else
-    local t = split(raw)
-    local ns = ns_of(t)
-    if is_live(t[1]) then
-      out[i] = "l"
-    elseif redis.call("HEXISTS", KEYS[2], ns) == 1 then
-      out[i] = "d"
-    else
-      redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
-      count_rows(id, t[10], t[1], -1)
-      t[1] = "ready"
-      t[4] = "0"
-      t[5] = ""
-      t[6] = now
-      t[7] = ""
-      redis.call("HSET", KEYS[1], id, join(t))
-      redis.call("HSET", KEYS[2], ns, id)
-      redis.call("ZADD", KEYS[6 + qs[i]], score_of(t[8], now), id)
-      out[i] = "r"
-    end
+local out = bulk_answers(KEYS[1], function(id, t, q)
+  local ns = ns_of(t)
+  if is_live(t[1]) then
+    return "l"
+  elseif redis.call("HEXISTS", KEYS[2], ns) == 1 then
+    return "d"
   end
-end
+  redis.call("ZREM", KEYS[FINISHED[t[1]]], id)
+  count_rows(id, t[10], t[1], -1)
+  t[1] = "ready"
+  t[4] = "0"
+  t[5] = ""
+  t[6] = now
+  t[7] = ""
+  redis.call("HSET", KEYS[1], id, join(t))
+  redis.call("HSET", KEYS[2], ns, id)
+  redis.call("ZADD", KEYS[6 + q], score_of(t[8], now), id)
+  return "r"
+end)
 acc_close()
-return table.concat(out)
+return out

@@ -1,5 +1,5 @@
--- includes/bulk.lua — the items of an operator's bulk call (inlined after row.lua, never run
--- alone): job_cancel_many, job_promote, job_remove, job_requeue_many.
+-- includes/bulk.lua — the items of an operator's bulk call and the walk over them (inlined after
+-- row.lua, never run alone): job_cancel_many, job_promote, job_remove, job_requeue_many.
 --
 -- ARGV[1] now_ms ("" where unused)   ARGV[2] n, the number of ids
 -- ARGV[1 + 2i] the id of item i, ARGV[2 + 2i] the 1-based index of its queue among the names
@@ -27,4 +27,20 @@ local function bulk_items(state_key)
     end
   end
   return ids, qs
+end
+
+-- Each item in order: "n" for an unknown id, else what `visit(id, t, q)` answers for its row (t
+-- its split state row, read afresh: an id named twice sees what the first mention wrote; q the
+-- index of its queue). Answers the characters joined, or "stale" with nothing written.
+local function bulk_answers(state_key, visit)
+  local ids, qs = bulk_items(state_key)
+  if not ids then
+    return "stale"
+  end
+  local out = {}
+  for i, id in ipairs(ids) do
+    local raw = redis.call("HGET", state_key, id)
+    out[i] = raw and visit(id, split(raw), qs[i]) or "n"
+  end
+  return table.concat(out)
 end

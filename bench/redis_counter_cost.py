@@ -20,7 +20,8 @@ import uuid
 
 import redis
 
-from jobs_core.records import Ack, ClaimParams, NewJob
+from bench.retention import new_job
+from jobs_core.records import Ack, ClaimParams
 from jobs_redis import RedisDriver
 
 T = 1_800_000_000_000
@@ -34,22 +35,7 @@ def _server_cpu(url: str) -> float:
 async def run(url: str, n: int) -> str:
     d = RedisDriver(url, prefix="bench-" + uuid.uuid4().hex[:8])
     one = min(2_000, n // 2)
-    jobs = [
-        NewJob(
-            id=f"j{i:07d}",
-            run_id=f"r{i}",
-            name="noop",
-            queue="q",
-            tenant_id=None,
-            idempotency_key=f"k{i}",
-            input_json="{}",
-            priority=0,
-            run_at_ms=T,
-            max_attempts=3,
-            created_at_ms=T,
-        )
-        for i in range(n)
-    ]
+    jobs = [new_job(f"j{i:07d}", "q", T) for i in range(n)]
     async with d:
         try:
             c0, t0 = _server_cpu(url), time.perf_counter()

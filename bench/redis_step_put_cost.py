@@ -17,26 +17,11 @@ import statistics
 import time
 import uuid
 
-from jobs_core.records import ClaimParams, NewJob, StepPut
+from bench.retention import new_job
+from jobs_core.records import ClaimParams, StepPut
 from jobs_redis import RedisDriver
 
 T = 1_800_000_000_000
-
-
-def _job(i: int) -> NewJob:
-    return NewJob(
-        id=f"j{i:07d}",
-        run_id=f"r{i}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"k{i}",
-        input_json="{}",
-        priority=0,
-        run_at_ms=T,
-        max_attempts=3,
-        created_at_ms=T,
-    )
 
 
 def _stats(xs: list[float]) -> str:
@@ -48,7 +33,7 @@ async def run(url: str, steps: int, samples: int) -> None:
     d = RedisDriver(url, prefix="bench-" + uuid.uuid4().hex[:8])
     async with d:
         try:
-            await d.job_enqueue_many([_job(i) for i in range(samples + 1)])
+            await d.job_enqueue_many([new_job(f"j{i:07d}", "q", T) for i in range(samples + 1)])
             held = (await d.job_claim(ClaimParams(("q",), "w", samples + 1, 600_000, T))).jobs
             fences = [j.fence for j in held]
             empty: list[float] = []

@@ -14,19 +14,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from jobs_core import JobDriver, Jobs, JobState, Worker, job
 from jobs_core.job import JobHandle, JobRegistry
 from jobs_core.urls import driver_from_url
-from jobs_pg.migrate import upgrade
 from tests.core.support import code_path
-from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
-from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
 JOBS_MODULE = """
 import asyncio
@@ -42,26 +37,11 @@ async def endless(input, ctx):
 """
 
 
-@contextlib.contextmanager
-def store_url(backend: str) -> Iterator[str]:
-    if backend == "pg":
-        schema = fresh_schema()
-        upgrade(PG_URL, schema)
-        try:
-            yield f"{PG_URL}?schema={schema}"
-        finally:
-            drop_schema(schema)
-    else:
-        yield f"{REDIS_URL}?prefix={fresh_prefix()}"
-
-
 @contextlib.asynccontextmanager
 async def opened(url: str) -> AsyncIterator[JobDriver]:
     driver = driver_from_url(url)
     async with driver:
         yield driver
-        if url.startswith("redis"):
-            await purge(driver)  # type: ignore[arg-type]
 
 
 async def nothing(input: Any, ctx: Any) -> None:
@@ -102,49 +82,46 @@ async def start_worker(
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", ["pg", "redis"])
 async def test_sigterm_drains_without_losing_a_job_or_spending_an_attempt(
-    backend: str, tmp_path: Path
+    store_url: str, tmp_path: Path
 ) -> None:
-    with store_url(backend) as url:
-        async with opened(url) as driver:
-            quick, endless = handles()
-            jobs = Jobs(driver)
-            long_ids = [r.id for r in await jobs.enqueue_many(endless, _inputs(3))]
-            quick_ids = [r.id for r in await jobs.enqueue_many(quick, _inputs(30))]
-            ids = long_ids + quick_ids
-            proc = await start_worker(
-                url, tmp_path, concurrency=4, max_in_flight=8, drain_timeout=1.5
-            )
-            try:
-                await _until_mid_work(driver, long_ids, quick_ids)
-                proc.send_signal(signal.SIGTERM)
-                output, _ = await asyncio.wait_for(proc.communicate(), 30)
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-            assert proc.returncode == 0, output.decode()
+    url = store_url  # a fresh store on each backend (tests/conftest.py), dropped after it
+    async with opened(url) as driver:
+        quick, endless = handles()
+        jobs = Jobs(driver)
+        long_ids = [r.id for r in await jobs.enqueue_many(endless, _inputs(3))]
+        quick_ids = [r.id for r in await jobs.enqueue_many(quick, _inputs(30))]
+        ids = long_ids + quick_ids
+        proc = await start_worker(url, tmp_path, concurrency=4, max_in_flight=8, drain_timeout=1.5)
+        try:
+            await _until_mid_work(driver, long_ids, quick_ids)
+            proc.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        assert proc.returncode == 0, output.decode()
 
-            rows = await driver.job_get_many(ids)
-            assert len(rows) == len(ids), "a job was lost"
-            states = {r.state for r in rows.values()}
-            assert states <= {JobState.COMPLETED, JobState.READY}, states
-            for r in rows.values():
-                expected = 1 if r.state is JobState.COMPLETED else 0
-                assert r.attempt == expected, (r.name, r.state, r.attempt)
-            assert all(rows[i].state is JobState.READY and rows[i].claims >= 1 for i in long_ids)
-            assert await driver.worker_list(_now()) == []
+        rows = await driver.job_get_many(ids)
+        assert len(rows) == len(ids), "a job was lost"
+        states = {r.state for r in rows.values()}
+        assert states <= {JobState.COMPLETED, JobState.READY}, states
+        for r in rows.values():
+            expected = 1 if r.state is JobState.COMPLETED else 0
+            assert r.attempt == expected, (r.name, r.state, r.attempt)
+        assert all(rows[i].state is JobState.READY and rows[i].claims >= 1 for i in long_ids)
+        assert await driver.worker_list(_now()) == []
 
-            async def finishes(input: Any, ctx: Any) -> None:
-                return None
+        async def finishes(input: Any, ctx: Any) -> None:
+            return None
 
-            quick, endless = handles(finishes)
-            worker = Worker(driver, [quick, endless], poll_floor=0.01)
-            await worker.start()
-            await _until_all_completed(driver, ids)
-            await worker.stop()
-            rows = await driver.job_get_many(ids)
-            assert all(r.state is JobState.COMPLETED and r.attempt == 1 for r in rows.values())
+        quick, endless = handles(finishes)
+        worker = Worker(driver, [quick, endless], poll_floor=0.01)
+        await worker.start()
+        await _until_all_completed(driver, ids)
+        await worker.stop()
+        rows = await driver.job_get_many(ids)
+        assert all(r.state is JobState.COMPLETED and r.attempt == 1 for r in rows.values())
 
 
 def _inputs(n: int) -> list[dict[str, int]]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
@@ -33,6 +31,7 @@ from jobs_core.records import (
 from jobs_core.states import JobState
 from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
+from tests.core.support import until
 from tests.redis.conftest import Factory, factory_for
 
 T0 = 1_800_000_000_000
@@ -83,14 +82,6 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     return out
 
 
-async def _until(cond: Any, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-
-
 async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_driver: Factory) -> None:
     """The publish that wakes parked rows PUBLISHes each woken row's queue once, so an idle
     worker claims at once; a queue with no woken row hears nothing. The publisher here never saw
@@ -109,10 +100,10 @@ async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_driver: 
         woken: list[str] = []
         sub = await d.wake_subscribe([*ODD_QUEUES, "other"], woken.append)
         assert sub is not None
-        await _until(sub.is_live)
+        await until(sub.is_live, within=5)
         publisher = sibling(d)
         assert await publisher.event_publish(event("e1", "paid", '{"order":1.0}', T0 + 5)) == 6
-        await _until(lambda: len(woken) >= 3)
+        await until(lambda: len(woken) >= 3, within=5)
         await asyncio.sleep(0.2)
         assert sorted(woken) == sorted(ODD_QUEUES)
         # Woken rows are due at the event's time; the one waiting for order 2 stays parked.

@@ -69,22 +69,17 @@ end
 -- Count one settle of row `t` (row.lua fields) at `now` under `outcome` (an OUTCOME name).
 -- Per item only table lookups: a call's settles share a few (now, name, queue) buckets, whose
 -- fields are built once, in acc_close (building strings per item cost more than the writes).
+local function child(tbl, key)
+  local c = tbl[key]
+  if not c then
+    c = {}
+    tbl[key] = c
+  end
+  return c
+end
+
 local function count_settle(t, now, outcome)
-  local by_name = ACC.moves[now]
-  if not by_name then
-    by_name = {}
-    ACC.moves[now] = by_name
-  end
-  local by_queue = by_name[t[11]]
-  if not by_queue then
-    by_queue = {}
-    by_name[t[11]] = by_queue
-  end
-  local counts = by_queue[t[10]]
-  if not counts then
-    counts = {}
-    by_queue[t[10]] = counts
-  end
+  local counts = child(child(child(ACC.moves, now), t[11]), t[10])
   counts[outcome] = (counts[outcome] or 0) + 1
 end
 
@@ -104,11 +99,7 @@ end
 
 -- Move the `what` ("total" or a final state) count of `queue` by `delta`, whatever the row.
 local function row_delta(queue, what, delta)
-  local by_what = ACC.rows[queue]
-  if not by_what then
-    by_what = {}
-    ACC.rows[queue] = by_what
-  end
+  local by_what = child(ACC.rows, queue)
   by_what[what] = (by_what[what] or 0) + delta
 end
 

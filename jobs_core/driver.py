@@ -7,8 +7,9 @@ The parity suite (`jobs_core.testing`) pins what each method must do.
 
 Families so far: counters (`counter_*`, per job name and minute, moved by the settling writes),
 jobs (`job_*`, retention's `job_purge` and the operator's listing and bulk calls included),
-pauses (`pause_*`), queues (`queue_demand`, `queue_stats`), workers (`worker_*`). A driver
-lacking an optional capability says so in `capabilities()`.
+leases (`lease_*`: fleet-wide slots, rate stamps, locks, leader election), pauses (`pause_*`),
+queues (`queue_demand`, `queue_stats`), steps and events (`step_*`, `event_*`), workers
+(`worker_*`). A driver lacking an optional family says so in `capabilities()`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from jobs_core.records import (
     JobPage,
     JobRecord,
     JobSlice,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NackKind,
@@ -93,6 +98,12 @@ MAX_LIST_SCAN: Final = 10_000
 #: The most ids one bulk call (`job_cancel_many`, `job_promote`, `job_remove`,
 #: `job_requeue_many`) names.
 MAX_BULK_IDS: Final = 1_000
+#: The most holders one lease key may allow (`LeaseTake.limit`).
+MAX_LEASE_LIMIT: Final = 10_000
+#: Lease keys: at most this many UTF-8 bytes (a job name and an idempotency-sized key fit).
+MAX_LEASE_KEY_BYTES: Final = 1_400
+#: The most items one `lease_*` batch call names.
+MAX_LEASE_BATCH: Final = 1_000
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -107,6 +118,8 @@ class Capabilities:
     steps: bool = False
     #: The event family (`event_publish`, `event_find`, `event_purge`, waits on PARK).
     events: bool = False
+    #: The lease family (`lease_*`): fleet-wide concurrency, rate limits, locks, a leader.
+    leases: bool = False
 
 
 class WakeSubscription(Protocol):
@@ -391,6 +404,78 @@ class JobDriver(abc.ABC):
             return []
         return await self._job_requeue_many(job_ids, now_ms)
 
+    # -- leases -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `leases=True` in `capabilities()`.
+    #
+    # A key has at most `limit` live holdings at a time (a holding is live while
+    # `expires_at_ms > now_ms`). Each holding carries a fencing token from the store; every later
+    # call names the holding by `(key, token)`, so a holder that lost it (expired, taken over)
+    # can never renew or end someone else's. Every decision uses the caller's `now_ms`.
+
+    async def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """End each holding as if it never was (a rate stamp included: the start never
+        happened); answers, per item, whether it was live."""
+        _check_lease_refs(refs)
+        _check_time(now_ms, "now_ms")
+        if not refs:
+            return []
+        return await self._lease_abandon(refs, now_ms)
+
+    async def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        """The live holdings of `key` at `now_ms`, by token."""
+        _check_str(key, "key", MAX_LEASE_KEY_BYTES)
+        _check_time(now_ms, "now_ms")
+        return sorted(await self._lease_holders(key, now_ms), key=lambda h: h.token)
+
+    async def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """End each holding now (a rate stamp stays counted until it expires); answers, per
+        item, whether it was live."""
+        _check_lease_refs(refs)
+        _check_time(now_ms, "now_ms")
+        if not refs:
+            return []
+        return await self._lease_release(refs, now_ms)
+
+    async def lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        """Extend each live holding to `now_ms + ttl_ms`; answers whether each was live. A
+        holding that expired is never renewed, even when nobody took its place."""
+        if len(renews) > MAX_LEASE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(renews)} > {MAX_LEASE_BATCH}")
+        for r in renews:
+            _check_str(r.key, "key", MAX_LEASE_KEY_BYTES)
+            _check_int(r.token, "token", 1, 2**62)
+            _check_int(r.ttl_ms, "ttl_ms", 1, MAX_LEASE_MS)
+        _check_time(now_ms, "now_ms")
+        if not renews:
+            return []
+        return await self._lease_renew(renews, now_ms)
+
+    async def lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """Grant each take while its key has room, in order; None where it had none.
+
+        Takes of one key in one call must agree on `limit` and name distinct holders.
+        """
+        if len(takes) > MAX_LEASE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(takes)} > {MAX_LEASE_BATCH}")
+        limits: dict[str, int] = {}
+        holders: set[tuple[str, str]] = set()
+        for t in takes:
+            _check_str(t.key, "key", MAX_LEASE_KEY_BYTES)
+            _check_str(t.holder, "holder")
+            _check_int(t.limit, "limit", 1, MAX_LEASE_LIMIT)
+            _check_int(t.ttl_ms, "ttl_ms", 1, MAX_LEASE_MS)
+            if not isinstance(t.stamp, bool):
+                raise RecordInvalidError("must be a bool", detail="stamp")
+            if limits.setdefault(t.key, t.limit) != t.limit:
+                raise RecordInvalidError("takes of one key disagree on the limit", detail=t.key)
+            if (t.key, t.holder) in holders:
+                raise RecordInvalidError("one holder takes one key twice", detail=t.key)
+            holders.add((t.key, t.holder))
+        _check_time(now_ms, "now_ms")
+        if not takes:
+            return []
+        return await self._lease_take(takes, now_ms)
+
     # -- pauses -------------------------------------------------------------------------------
 
     async def pause_add(self, pause: Pause) -> bool:
@@ -513,6 +598,46 @@ class JobDriver(abc.ABC):
         """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
         id)` first; answers how many. Safe from several callers at once."""
         raise DriverUnsupportedError(detail="events")
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding; the holding is
+        deleted whatever its kind or age (an expired one answers False)."""
+        raise DriverUnsupportedError(detail="leases")
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
+        method sorts by token). Reads only."""
+        raise DriverUnsupportedError(detail="leases")
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding. A live slot is
+        deleted (its room is free at once); a live stamp is left as it is, to expire at its
+        time. An expired holding answers False (and may be deleted)."""
+        raise DriverUnsupportedError(detail="leases")
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        """For each item in order: when `(key, token)` is a live holding, set its
+        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
+        else write nothing and answer False — an expired holding stays lost even when nobody
+        took its room."""
+        raise DriverUnsupportedError(detail="leases")
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """Atomic per key against every other caller; for each item in order:
+
+        - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
+          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
+          does not change);
+        - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
+          with a new token and granted;
+        - else None, nothing written.
+
+        Expired holdings never count (they may be deleted on the way). A new token is greater
+        than every token this store granted before for the same key (a store-wide counter
+        does). Two callers racing for the last room of a key: exactly one is granted, and a
+        take is never refused while the key has room.
+        """
+        raise DriverUnsupportedError(detail="leases")
 
     async def _step_list(self, run_id: str) -> list[StepRecord]:
         """Every step recorded under `run_id`, in any order (the public method sorts)."""
@@ -739,6 +864,14 @@ def _check_ids(job_ids: Sequence[str]) -> None:
         raise BatchTooLargeError(detail=f"{len(job_ids)} ids > {MAX_BULK_IDS}")
     for i in job_ids:
         _check_str(i, "job_ids")
+
+
+def _check_lease_refs(refs: Sequence[LeaseRef]) -> None:
+    if len(refs) > MAX_LEASE_BATCH:
+        raise BatchTooLargeError(detail=f"{len(refs)} > {MAX_LEASE_BATCH}")
+    for r in refs:
+        _check_str(r.key, "key", MAX_LEASE_KEY_BYTES)
+        _check_int(r.token, "token", 1, 2**62)
 
 
 def _check_filter(f: JobFilter) -> None:

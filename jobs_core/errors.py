@@ -28,6 +28,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
     "X_JOB_CANCELLED": "the job was cancelled while it ran",
     "X_JOB_CLAIM_QUEUES_EMPTY": "a claim must name at least one queue",
+    "X_JOB_CONCURRENCY_UNENFORCEABLE": "a job declares a fleet-wide limit its driver cannot hold",
     "X_JOB_DECLARATION_INVALID": "the job declaration is not valid",
     "X_JOB_DUPLICATE": "a different job is already registered under this name",
     "X_JOB_INPUT_INVALID": "the value has no JSON form",
@@ -44,9 +45,12 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
     "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
     "X_JOB_RESULT_INVALID": "the body's result cannot be stored (no JSON form, or past a bound)",
+    "X_JOB_SLOT_LOST": "the run's fleet-wide concurrency slot was lost; the run was cancelled",
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
+    "X_LOCK_LOST": "the lock was lost while held; what it guarded was cancelled",
+    "X_LOCK_TIMEOUT": "the lock could not be taken in time",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
@@ -174,6 +178,12 @@ class ClaimQueuesEmptyError(JobsError):
     code = "X_JOB_CLAIM_QUEUES_EMPTY"
 
 
+class ConcurrencyUnenforceableError(JobsError):
+    """A job declares a fleet-wide limit its driver cannot hold."""
+
+    code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+
+
 class DeclarationInvalidError(JobsError):
     """The job declaration is not valid."""
 
@@ -273,6 +283,12 @@ class ResultInvalidError(JobsError):
     terminal = True
 
 
+class SlotLostError(JobsError):
+    """The run's fleet-wide concurrency slot was lost; the run was cancelled."""
+
+    code = "X_JOB_SLOT_LOST"
+
+
 class TenantRequiredError(JobsError):
     """The job's tenant is required and could not be derived."""
 
@@ -290,6 +306,18 @@ class JobTimeoutError(JobsError):
     """The run passed its deadline and was cancelled."""
 
     code = "X_JOB_TIMEOUT"
+
+
+class LockLostError(JobsError):
+    """The lock was lost while held; what it guarded was cancelled."""
+
+    code = "X_LOCK_LOST"
+
+
+class LockTimeoutError(JobsError):
+    """The lock could not be taken in time."""
+
+    code = "X_LOCK_TIMEOUT"
 
 
 class RateLimitedError(JobsError):

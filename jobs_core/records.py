@@ -523,3 +523,47 @@ class EventRecord:
     published_at_ms: int
     #: The event is not found by a wait, and may be purged, from this time on.
     expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTake:
+    """Ask for a holding of `key` for `holder`, one of at most `limit` live holders, for `ttl_ms`.
+
+    A `stamp` is a rate-limit start: releasing it leaves it counted until it expires; only
+    `lease_abandon` (the start never happened) removes it early.
+    """
+
+    key: str
+    holder: str
+    limit: int
+    ttl_ms: int
+    stamp: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A live holding. `token` is the store's fencing token: greater for every later grant of
+    the same key, so a guarded resource can refuse a holder that was superseded."""
+
+    key: str
+    holder: str
+    token: int
+    expires_at_ms: int
+    stamp: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenew:
+    """Extend the holding `(key, token)` to `now_ms + ttl_ms`."""
+
+    key: str
+    token: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRef:
+    """The holding `(key, token)`, for `lease_release` and `lease_abandon`."""
+
+    key: str
+    token: int

@@ -40,6 +40,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NackKind,
@@ -114,12 +118,15 @@ class MemoryDriver(JobDriver):
         self._expiries: SortedList[tuple[int, str]] = SortedList()
         #: job id -> the wait of its parked row.
         self._waits: dict[str, EventWait] = {}
+        #: lease key -> token -> holding (expired ones go when their key is next taken).
+        self._holdings: dict[str, dict[int, Lease]] = {}
+        self._tokens = itertools.count(1)
 
     def describe(self) -> str:
         return "memory"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(steps=True, events=True)
+        return Capabilities(steps=True, events=True, leases=True)
 
     # -- the one place a row changes; it keeps every index true -------------------------------
 
@@ -637,6 +644,61 @@ class MemoryDriver(JobDriver):
         self._workers[beat.worker_id] = WorkerInfo(
             beat.worker_id, beat.info_json, beat.now_ms, beat.now_ms + beat.ttl_ms
         )
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        with self._lock:
+            out: list[Lease | None] = []
+            for t in takes:
+                held = self._holdings.setdefault(t.key, {})
+                for token in [k for k, h in held.items() if h.expires_at_ms <= now_ms]:
+                    del held[token]
+                mine = next((k for k, h in held.items() if h.holder == t.holder), None)
+                if mine is None and len(held) >= t.limit:
+                    out.append(None)
+                    continue
+                if mine is not None:
+                    del held[mine]
+                lease = Lease(t.key, t.holder, next(self._tokens), now_ms + t.ttl_ms, t.stamp)
+                held[lease.token] = lease
+                out.append(lease)
+            return out
+
+    def _live_holding(self, key: str, token: int, now_ms: int) -> Lease | None:
+        h = self._holdings.get(key, {}).get(token)
+        return h if h is not None and h.expires_at_ms > now_ms else None
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        with self._lock:
+            out = []
+            for r in renews:
+                h = self._live_holding(r.key, r.token, now_ms)
+                if h is not None:
+                    self._holdings[r.key][r.token] = replace(h, expires_at_ms=now_ms + r.ttl_ms)
+                out.append(h is not None)
+            return out
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return self._lease_end(refs, now_ms, keep_stamps=True)
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return self._lease_end(refs, now_ms, keep_stamps=False)
+
+    def _lease_end(self, refs: Sequence[LeaseRef], now_ms: int, *, keep_stamps: bool) -> list[bool]:
+        with self._lock:
+            out = []
+            for r in refs:
+                h = self._live_holding(r.key, r.token, now_ms)
+                if not (keep_stamps and h is not None and h.stamp):
+                    held = self._holdings.get(r.key, {})
+                    held.pop(r.token, None)
+                    if not held:
+                        self._holdings.pop(r.key, None)
+                out.append(h is not None)
+            return out
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        with self._lock:
+            return [h for h in self._holdings.get(key, {}).values() if h.expires_at_ms > now_ms]
 
     async def _worker_forget(self, worker_id: str) -> bool:
         with self._lock:

@@ -134,6 +134,8 @@ UNKNOWN_ID = "no-such-job"
 #: Steps and events over small pools, so names and matches collide.
 STEP_NAMES = ("charge", "ship", "q'uo%te\n☃")
 EVENT_NAMES = ("shipped", "paid")
+#: Lease keys of different limits; one with quotes, a newline and non-ASCII text.
+LEASE_KEYS = ("job:send", "job-key:4:sync:acct-1", "lock:ü'%\n\"x")
 #: Event data and matches where JSON equality is tested: 1 equals 1.0, never true or "1".
 EVENT_DATA = (
     '{"order":1}',
@@ -397,6 +399,10 @@ async def check_empty(driver: JobDriver) -> None:
         for name in EVENT_NAMES:
             if await driver.event_find(EventWait(name, "{}", 0), 0) is not None:
                 found.append(f"events named {name!r}")
+    if driver.capabilities().leases:
+        for key in LEASE_KEYS:
+            if await driver.lease_holders(key, 0):
+                found.append(f"lease holdings of {key!r}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1378,7 +1384,7 @@ async def _exit(cm: AbstractAsyncContextManager[JobDriver]) -> None:
 
 
 #: Every family the machine can walk; `jobs` is always on (the others act on its rows).
-FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable"})
+FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable", "leases"})
 
 
 def make_machine(
@@ -1388,12 +1394,13 @@ def make_machine(
     walking the job family and each of `families`' rules (all of them by default: a driver's
     parity suite; a narrower walk reaches one family's edges more often)."""
     from jobs_core.testing.durable_rules import DurableRules
+    from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
 
     unknown = set(families) - FAMILIES
     if unknown:
         raise ValueError(f"no such families: {sorted(unknown)}")
-    mixins = tuple(m for m in (OperatorRules, DurableRules) if m.FAMILY in families)
+    mixins = tuple(m for m in (OperatorRules, DurableRules, LeaseRules) if m.FAMILY in families)
     namespace = {
         "tally": Counter(),
         "FAMILIES_ON": frozenset(families) | {"jobs"},

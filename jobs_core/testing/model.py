@@ -15,6 +15,10 @@ from dataclasses import replace
 from jobs_core.driver import (
     MAX_BULK_IDS,
     MAX_ENQUEUE_BATCH,
+    MAX_LEASE_BATCH,
+    MAX_LEASE_KEY_BYTES,
+    MAX_LEASE_LIMIT,
+    MAX_LEASE_MS,
     MAX_LIST_LIMIT,
     MAX_LIST_SCAN,
     MAX_PURGE_LIMIT,
@@ -48,6 +52,10 @@ from jobs_core.records import (
     JobPage,
     JobRecord,
     JobSummary,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NackKind,
@@ -111,6 +119,9 @@ class ReferenceModel:
         #: only while its row is parked under that very claim: any move out of `parked` (a
         #: claim, a wake, a cancel, a removal) leaves it stale, which is how the model drops it.
         self.waits: dict[str, tuple[EventWait, int]] = {}
+        #: Every lease holding stored, live or not; `lease_tokens` is the last token granted.
+        self.holdings: list[Lease] = []
+        self.lease_tokens = 0
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -681,6 +692,90 @@ class ReferenceModel:
             del self.counters[(name, queue, bucket, _HOUR)]
         return len(minutes) + len(hours)
 
+    # -- leases -------------------------------------------------------------------------------
+
+    def _holding(self, key: str, token: int, now_ms: int) -> Lease | None:
+        """The live holding `(key, token)` at `now_ms`, if any."""
+        for h in self.holdings:
+            if h.key == key and h.token == token and h.expires_at_ms > now_ms:
+                return h
+        return None
+
+    def lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """In order: a holder's own live holding is replaced; else a new holding while the key
+        has fewer than `limit` live ones; else None."""
+        _check_lease_batch(len(takes))
+        agreed: dict[str, int] = {}
+        pairs: set[tuple[str, str]] = set()
+        for t in takes:
+            _check_lease_key(t.key)
+            _check_name_text(t.holder, "holder")
+            _check_range(t.limit, 1, MAX_LEASE_LIMIT, "limit")
+            _check_range(t.ttl_ms, 1, MAX_LEASE_MS, "ttl_ms")
+            if agreed.setdefault(t.key, t.limit) != t.limit or (t.key, t.holder) in pairs:
+                raise RecordInvalidError(detail=t.key)
+            pairs.add((t.key, t.holder))
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        out: list[Lease | None] = []
+        for t in takes:
+            live = [h for h in self.holdings if h.key == t.key and h.expires_at_ms > now_ms]
+            own = [h for h in live if h.holder == t.holder]
+            if not own and len(live) >= t.limit:
+                out.append(None)
+                continue
+            self.holdings = [h for h in self.holdings if h not in own]
+            self.lease_tokens += 1
+            granted = Lease(t.key, t.holder, self.lease_tokens, now_ms + t.ttl_ms, t.stamp)
+            self.holdings.append(granted)
+            out.append(granted)
+        return out
+
+    def lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        """Each live holding moves to `now + ttl`; an expired one stays lost."""
+        _check_lease_batch(len(renews))
+        for r in renews:
+            _check_lease_key(r.key)
+            _check_range(r.token, 1, 2**62, "token")
+            _check_range(r.ttl_ms, 1, MAX_LEASE_MS, "ttl_ms")
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        out: list[bool] = []
+        for r in renews:
+            h = self._holding(r.key, r.token, now_ms)
+            if h is not None:
+                at = self.holdings.index(h)
+                self.holdings[at] = replace(h, expires_at_ms=now_ms + r.ttl_ms)
+            out.append(h is not None)
+        return out
+
+    def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """A live slot goes now, a live stamp stays until it expires; True for each live one."""
+        return self._lease_end(refs, now_ms, stamps_stay=True)
+
+    def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """Every named holding goes, stamps too; True for each that was live."""
+        return self._lease_end(refs, now_ms, stamps_stay=False)
+
+    def _lease_end(self, refs: Sequence[LeaseRef], now_ms: int, *, stamps_stay: bool) -> list[bool]:
+        _check_lease_batch(len(refs))
+        for r in refs:
+            _check_lease_key(r.key)
+            _check_range(r.token, 1, 2**62, "token")
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        out: list[bool] = []
+        for r in refs:
+            h = self._holding(r.key, r.token, now_ms)
+            if h is not None and not (stamps_stay and h.stamp):
+                self.holdings.remove(h)
+            out.append(h is not None)
+        return out
+
+    def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        """The live holdings of `key`, by token."""
+        _check_lease_key(key)
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        live = [h for h in self.holdings if h.key == key and h.expires_at_ms > now_ms]
+        return sorted(live, key=lambda h: h.token)
+
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
         self.workers[beat.worker_id] = WorkerInfo(
@@ -700,6 +795,31 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+
+def _check_lease_batch(n: int) -> None:
+    if n > MAX_LEASE_BATCH:
+        raise BatchTooLargeError(detail=str(n))
+
+
+def _check_lease_key(key: object) -> None:
+    _check_name_text(key, "key", MAX_LEASE_KEY_BYTES)
+
+
+def _check_name_text(value: object, what: str, max_bytes: int = 200) -> None:
+    """A non-empty string of at most `max_bytes` UTF-8 bytes without NUL (RecordInvalid)."""
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value.encode("utf-8")) > max_bytes
+        or "\x00" in value
+    ):
+        raise RecordInvalidError(detail=what)
+
+
+def _check_range(value: object, lo: int, hi: int, what: str) -> None:
+    if type(value) is not int or not lo <= value <= hi:
+        raise RecordInvalidError(detail=what)
 
 
 def _is_object_text(text: str) -> bool:

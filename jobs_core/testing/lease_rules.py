@@ -1,0 +1,218 @@
+"""The lease family's rules: takes racing for a key's room (own holdings replaced, stamps and
+slots), renewals, releases and abandons under live, expired, superseded and forged tokens, and
+the clock moved to a holding's end; every key's live holders compared after each step. Only
+runs when the driver declares `leases` in `capabilities()`.
+
+Tokens are the store's own: a driver may number them as it likes so long as a later grant of a
+key carries a greater token. The rules therefore pair each driver token with the model's token
+of the same grant, check that the pairing keeps every key's order, and compare answers in the
+model's numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from jobs_core.errors import JobsError
+from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.testing.machine import LEASE_KEYS, Check, ParityError, ParityMachine
+
+HOLDERS = ("h1", "h2", "h3")
+#: A token no store hands out in a walk: a forged or long-gone holding.
+FORGED_TOKEN = 2**61
+
+T = TypeVar("T")
+
+
+class LeaseRules(ParityMachine):
+    """The lease family, beside the job family's rows."""
+
+    FAMILY = "leases"
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: model token -> driver token, for every grant both made.
+        self._driver_token: dict[int, int] = {}
+        self._model_token: dict[int, int] = {}
+        #: Every grant, oldest first: what renewals and releases pick from.
+        self._granted: list[Lease] = []
+
+    @precondition(lambda self: self.capabilities.leases)
+    @rule(
+        op=st.sampled_from(("take", "take", "take", "renew", "release", "abandon")),
+        items=st.lists(
+            st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
+            min_size=1,
+            max_size=4,
+        ),
+        limits=st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3))),
+        ttl=st.sampled_from((1000, 3000, 1)),
+        picks=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    )
+    def lease(
+        self,
+        op: str,
+        items: list[tuple[str, str, bool]],
+        limits: tuple[int, int],
+        ttl: int,
+        picks: list[int],
+    ) -> None:
+        """One lease call: a take (a holder's second take of a key replaces its holding), or a
+        renewal, release or abandon of holdings granted earlier (live, expired, replaced,
+        ended) or forged. A stamp released stays until it expires."""
+        if op == "take":
+            self._take(items, limits, ttl)
+            return
+        refs = self._refs(picks)
+        on_driver = [replace(r, token=self._to_driver(r.token)) for r in refs]
+        got: object
+        if op == "renew":
+            renews = [LeaseRenew(r.key, r.token, ttl) for r in refs]
+            driver_renews = [LeaseRenew(r.key, r.token, ttl) for r in on_driver]
+            got = self._lease_both(
+                "lease_renew",
+                functools.partial(self.model.lease_renew, renews, self.now),
+                functools.partial(self.driver.lease_renew, driver_renews, self.now),
+            )
+        elif op == "release":
+            got = self._lease_both(
+                "lease_release",
+                functools.partial(self.model.lease_release, refs, self.now),
+                functools.partial(self.driver.lease_release, on_driver, self.now),
+            )
+        else:
+            got = self._lease_both(
+                "lease_abandon",
+                functools.partial(self.model.lease_abandon, refs, self.now),
+                functools.partial(self.driver.lease_abandon, on_driver, self.now),
+            )
+        if isinstance(got, list):
+            self._note(f"lease {op}: {'landed' if any(got) else 'refused'}")
+
+    def _take(self, items: list[tuple[str, str, bool]], limits: tuple[int, int], ttl: int) -> None:
+        seen: set[tuple[str, str]] = set()
+        takes = []
+        for key, holder, stamp in items:
+            if (key, holder) in seen:
+                continue
+            seen.add((key, holder))
+            limit = limits[LEASE_KEYS.index(key) % 2]
+            takes.append(LeaseTake(key, holder, limit, ttl, stamp))
+        if any(
+            h.key == t.key and h.holder == t.holder and h.expires_at_ms > self.now
+            for t in takes
+            for h in self.model.holdings
+        ):
+            self._note("lease taken again by its holder")
+        got = self._lease_both(
+            "lease_take",
+            functools.partial(self.model.lease_take, takes, self.now),
+            functools.partial(self.driver.lease_take, takes, self.now),
+        )
+        if isinstance(got, list):
+            granted = [g for g in got if g is not None]
+            self._granted.extend(granted)
+            if len(granted) < len(got):
+                self._note("lease refused: no room")
+
+    @precondition(
+        lambda self: (
+            self.capabilities.leases
+            and any(h.expires_at_ms >= self.now for h in self.model.holdings)
+        )
+    )
+    @rule(pick=st.integers(0, 7), delta=st.sampled_from((-1, 0, 0, 1)))
+    def advance_to_lease_expiry(self, pick: int, delta: int) -> None:
+        """Jump to a holding's end (or one ms either side): where renewals must start failing."""
+        self._begin("advance_to_lease_expiry", pick=pick, delta=delta)
+        ends = sorted(h.expires_at_ms for h in self.model.holdings if h.expires_at_ms >= self.now)
+        self.now = max(self.now, ends[pick % len(ends)] + delta)
+        self._note("clock at a lease's end")
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _refs(self, picks: Sequence[int]) -> list[LeaseRef]:
+        """Holdings granted earlier (live, expired, replaced or ended), or a forged token; in
+        the model's numbers."""
+        out = []
+        for n in picks:
+            if n == 9 or not self._granted:
+                out.append(LeaseRef(LEASE_KEYS[n % len(LEASE_KEYS)], FORGED_TOKEN - n))
+            else:
+                g = self._granted[-1 - n % len(self._granted)]
+                out.append(LeaseRef(g.key, g.token))
+        return out
+
+    def _to_driver(self, token: int) -> int:
+        return self._driver_token.get(token, token)
+
+    def _pair(self, model: Lease, driver: Lease, *, grant: bool) -> Lease:
+        """`driver` in the model's numbers. Only a grant pairs a new token, and the pairing
+        must keep each key's token order; elsewhere an unpaired token stays as it is (and
+        differs)."""
+        known = self._model_token.get(driver.token)
+        if known is None and not grant:
+            return driver
+        if known is None:
+            for m, d in self._driver_token.items():
+                same_key = any(g.key == model.key and g.token == m for g in self._granted)
+                if same_key and (m < model.token) != (d < driver.token):
+                    raise ParityError(
+                        f"{self._context()}lease token {driver.token} of {model.key!r} does not"
+                        f" follow the key's earlier token {d} in grant order"
+                    )
+            self._model_token[driver.token] = model.token
+            self._driver_token[model.token] = driver.token
+            known = model.token
+        return replace(driver, token=known)
+
+    def _in_model_numbers(self, want: object, got: object, *, grant: bool = False) -> object:
+        """`got` with each token in the model's numbers; anything unpaired stays as it is, so
+        a grant the model refused (or a list of another length) still differs."""
+        if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+            return [
+                self._in_model_numbers(w, g, grant=grant) for w, g in zip(want, got, strict=True)
+            ]
+        if isinstance(want, Lease) and isinstance(got, Lease):
+            return self._pair(want, got, grant=grant)
+        return got
+
+    def _lease_both(
+        self,
+        what: str,
+        model_call: Callable[[], T],
+        driver_call: Callable[[], Coroutine[Any, Any, object]],
+    ) -> T | JobsError:
+        """`_both`, comparing in the model's token numbers (`_both` asks the model first)."""
+        answers: list[object] = []
+
+        def model_first() -> T:
+            answer = model_call()
+            answers.append(answer)
+            return answer
+
+        async def translated() -> Any:
+            got = await driver_call()
+            want = answers[0] if answers else None
+            return self._in_model_numbers(want, got, grant=what == "lease_take")
+
+        return self._both(what, model_first, translated)
+
+    def _family_checks(self) -> list[Check]:
+        checks = super()._family_checks()
+        if self.capabilities.leases:
+            for key in LEASE_KEYS:
+                model_call = functools.partial(self.model.lease_holders, key, self.now)
+
+                async def holders(key: str = key) -> object:
+                    got = await self.driver.lease_holders(key, self.now)
+                    return self._in_model_numbers(self.model.lease_holders(key, self.now), got)
+
+                checks.append((f"lease_holders({key!r})", model_call, holders))
+        return checks

@@ -1,0 +1,178 @@
+"""The lease family's scenarios: a key's limit under racing takers, a holder taking its own key
+again, renewals that must not revive an expired holding, slots freed by a release, stamps kept
+by one and removed by an abandon, and tokens that only grow.
+
+A driver that does not declare `leases` in `capabilities()` must refuse the calls with
+`X_DRIVER_UNSUPPORTED`; these scenarios check that much and stop there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from jobs_core.driver import JobDriver
+from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.testing.scenarios.support import T0, Scenario, exactly, refused
+
+
+async def _unsupported(driver: JobDriver) -> bool:
+    if driver.capabilities().leases:
+        return False
+    await refused("X_DRIVER_UNSUPPORTED", driver.lease_holders("k", T0))
+    return True
+
+
+async def _take(
+    driver: JobDriver,
+    key: str,
+    holder: str,
+    now: int,
+    *,
+    limit: int = 1,
+    ttl: int = 1000,
+    stamp: bool = False,
+) -> Lease | None:
+    return (await driver.lease_take([LeaseTake(key, holder, limit, ttl, stamp)], now))[0]
+
+
+async def scenario_lease_limit_holds_and_frees(driver: JobDriver) -> None:
+    """At most `limit` live holders; an expired one frees its room, a release frees it at once,
+    and a later grant's token is greater."""
+    if await _unsupported(driver):
+        return
+    got = await driver.lease_take([LeaseTake("k", h, 2, 1000) for h in ("a", "b", "c")], T0)
+    a, b, c = got
+    assert a is not None and b is not None and c is None, got
+    assert a.token < b.token, (a, b)
+    assert (a.expires_at_ms, a.holder, a.key, a.stamp) == (T0 + 1000, "a", "k", False)
+    assert [h.holder for h in await driver.lease_holders("k", T0)] == ["a", "b"]
+    assert await driver.lease_release([LeaseRef("k", a.token)], T0 + 1) == [True]
+    c2 = await _take(driver, "k", "c", T0 + 1, limit=2)
+    assert c2 is not None and c2.token > b.token, c2
+    assert await _take(driver, "k", "d", T0 + 2, limit=2) is None
+    # b's holding ends at T0 + 1000 exactly: from then on it no longer counts.
+    assert await _take(driver, "k", "d", T0 + 999, limit=2) is None
+    d = await _take(driver, "k", "d", T0 + 1000, limit=2)
+    assert d is not None
+    holders = await driver.lease_holders("k", T0 + 1000)
+    assert [h.holder for h in holders] == ["c", "d"], holders
+    # Another key has its own room.
+    assert await _take(driver, "k2", "a", T0 + 1000) is not None
+
+
+async def scenario_lease_renew_never_revives(driver: JobDriver) -> None:
+    """A renewal lands only on a live holding, from now; an expired holding stays lost even when
+    nobody took its room, and a forged or replaced token never lands."""
+    if await _unsupported(driver):
+        return
+    a = await _take(driver, "k", "a", T0)
+    assert a is not None
+    assert await driver.lease_renew([LeaseRenew("k", a.token, 5000)], T0 + 999) == [True]
+    holders = await driver.lease_holders("k", T0 + 999)
+    assert [h.expires_at_ms for h in holders] == [T0 + 999 + 5000], holders
+    end = T0 + 999 + 5000
+    assert await driver.lease_renew([LeaseRenew("k", a.token, 5000)], end) == [False]
+    assert await driver.lease_holders("k", end) == []
+    assert await driver.lease_release([LeaseRef("k", a.token)], end) == [False]
+    assert await driver.lease_renew([LeaseRenew("k", a.token + 1_000_000, 10)], T0) == [False]
+    assert await driver.lease_renew([LeaseRenew("other", a.token, 10)], T0) == [False]
+
+
+async def scenario_lease_holder_takes_again(driver: JobDriver) -> None:
+    """A holder taking a key it holds replaces its holding (a new token, the old one dead) and
+    does not count twice."""
+    if await _unsupported(driver):
+        return
+    first = await _take(driver, "k", "run-1", T0)
+    assert first is not None
+    again = await _take(driver, "k", "run-1", T0 + 10, ttl=2000)
+    assert again is not None and again.token > first.token, (first, again)
+    assert again.expires_at_ms == T0 + 10 + 2000
+    holders = await driver.lease_holders("k", T0 + 10)
+    assert [(h.holder, h.token) for h in holders] == [("run-1", again.token)], holders
+    assert await driver.lease_renew([LeaseRenew("k", first.token, 1000)], T0 + 10) == [False]
+    assert await _take(driver, "k", "run-2", T0 + 10) is None
+
+
+async def scenario_lease_stamps_stay_until_abandoned(driver: JobDriver) -> None:
+    """A released stamp still counts until it expires; an abandoned one (the start never
+    happened) goes at once, as an abandoned slot does."""
+    if await _unsupported(driver):
+        return
+    s = await _take(driver, "rate", "j1:1", T0, ttl=60_000, stamp=True)
+    assert s is not None and s.stamp
+    assert await driver.lease_release([LeaseRef("rate", s.token)], T0 + 1) == [True]
+    assert [h.token for h in await driver.lease_holders("rate", T0 + 1)] == [s.token]
+    assert await _take(driver, "rate", "j2:1", T0 + 1, ttl=60_000, stamp=True) is None
+    assert await driver.lease_abandon([LeaseRef("rate", s.token)], T0 + 2) == [True]
+    assert await driver.lease_holders("rate", T0 + 2) == []
+    t = await _take(driver, "rate", "j2:1", T0 + 2, ttl=60_000, stamp=True)
+    assert t is not None
+    slot = await _take(driver, "slot", "j3", T0 + 2)
+    assert slot is not None
+    answers = await driver.lease_abandon([LeaseRef("slot", slot.token)] * 2, T0 + 3)
+    assert answers == [True, False], answers
+    assert await driver.lease_holders("slot", T0 + 3) == []
+
+
+async def scenario_lease_batch_in_order(driver: JobDriver) -> None:
+    """One call's takes are decided in order, per key; its refusals come before any write."""
+    if await _unsupported(driver):
+        return
+    got = await driver.lease_take(
+        [
+            LeaseTake("x", "a", 1, 1000),
+            LeaseTake("y", "a", 2, 1000),
+            LeaseTake("x", "b", 1, 1000),
+            LeaseTake("y", "b", 2, 1000),
+            LeaseTake("y", "c", 2, 1000),
+        ],
+        T0,
+    )
+    assert [g is not None for g in got] == [True, True, False, True, False], got
+    tokens = [g.token for g in got if g is not None]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3, tokens
+    await refused(
+        "X_JOB_RECORD_INVALID",
+        driver.lease_take([LeaseTake("z", "a", 1, 10), LeaseTake("z", "b", 2, 10)], T0),
+    )
+    await refused(
+        "X_JOB_RECORD_INVALID",
+        driver.lease_take([LeaseTake("z", "a", 2, 10), LeaseTake("z", "a", 2, 10)], T0),
+    )
+    await refused("X_JOB_RECORD_INVALID", driver.lease_take([LeaseTake("z", "a", 0, 10)], T0))
+    await refused("X_JOB_RECORD_INVALID", driver.lease_take([LeaseTake("", "a", 1, 10)], T0))
+    assert await driver.lease_holders("z", T0) == []
+
+
+async def scenario_lease_racing_takers(driver: JobDriver) -> None:
+    """Many callers at once racing for a key of limit 3: exactly 3 win, none is refused while
+    room was left, and their tokens are distinct."""
+    if await _unsupported(driver):
+        return
+    takes = [driver.lease_take([LeaseTake("race", f"h{i}", 3, 10_000)], T0) for i in range(24)]
+    answers = await asyncio.gather(*takes)
+    granted = [a[0] for a in answers if a[0] is not None]
+    exactly(3, granted, "granted takes")
+    assert len({g.token for g in granted}) == 3, granted
+    holders = await driver.lease_holders("race", T0)
+    assert sorted(h.holder for h in holders) == sorted(g.holder for g in granted), holders
+    # Released one by one, each room goes to exactly one of the next racers.
+    await driver.lease_release([LeaseRef("race", granted[0].token)], T0 + 1)
+    again = await asyncio.gather(
+        *(driver.lease_take([LeaseTake("race", f"n{i}", 3, 10_000)], T0 + 1) for i in range(8))
+    )
+    exactly(1, [a[0] for a in again if a[0] is not None], "grants of the freed room")
+
+
+LEASE_SCENARIOS: dict[str, Scenario] = {
+    fn.__name__.removeprefix("scenario_"): fn
+    for fn in (
+        scenario_lease_batch_in_order,
+        scenario_lease_holder_takes_again,
+        scenario_lease_limit_holds_and_frees,
+        scenario_lease_racing_takers,
+        scenario_lease_renew_never_revives,
+        scenario_lease_stamps_stay_until_abandoned,
+    )
+}

@@ -35,6 +35,10 @@ from jobs_core.records import (
     JobFilter,
     JobRecord,
     JobSlice,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NackKind,
@@ -724,9 +728,63 @@ class ParkIgnoresStoredEvent(MemoryDriver):
 
 #: The families a broken driver's walk takes: the job family alone, or with the family the
 #: broken method belongs to (a narrow walk reaches its edges; the suite itself walks them all).
+class RenewsExpiredLease(MemoryDriver):
+    """Renews a holding that expired, so long as nobody took its room."""
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        out = []
+        for r in renews:
+            held = self._holdings.get(r.key, {})
+            h = held.get(r.token)
+            if h is not None:
+                held[r.token] = replace(h, expires_at_ms=now_ms + r.ttl_ms)
+            out.append(h is not None)
+        return out
+
+
+class TakesPastTheLimit(MemoryDriver):
+    """Grants one holding more than a key's limit."""
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        return await super()._lease_take([replace(t, limit=t.limit + 1) for t in takes], now_ms)
+
+
+class CountsExpiredHolders(MemoryDriver):
+    """Counts expired holdings against a key's limit (a lapsed slot blocks the key for good)."""
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        for t in takes:
+            stored = len(self._holdings.get(t.key, {}))
+            mine = any(h.holder == t.holder for h in self._holdings.get(t.key, {}).values())
+            out.append(
+                None
+                if stored >= t.limit and not mine
+                else (await super()._lease_take([t], now_ms))[0]
+            )
+        return out
+
+
+class ReleaseDropsStamps(MemoryDriver):
+    """Releases a rate stamp as a slot: the start stops counting before its interval is up."""
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await super()._lease_abandon(refs, now_ms)
+
+
+class TakeAgainCountsTwice(MemoryDriver):
+    """A holder's second take of its key adds a holding instead of replacing its own."""
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        return await super()._lease_take(
+            [replace(t, holder=f"{t.holder}#{now_ms}-{i}") for i, t in enumerate(takes)], now_ms
+        )
+
+
 JOBS: frozenset[str] = frozenset({"jobs"})
 OPERATOR: frozenset[str] = frozenset({"jobs", "operator"})
 DURABLE: frozenset[str] = frozenset({"jobs", "durable"})
+LEASES: frozenset[str] = frozenset({"jobs", "leases"})
 
 #: Each broken driver, the families its walk takes, and the fixed scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
@@ -780,6 +838,11 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
     (MatchTakesTrueForOne, DURABLE, ["a_wait_wakes_on_its_event_only"]),
     (WaitOutlivesItsPark, DURABLE, ["a_wait_wakes_on_its_event_only"]),
     (ParkIgnoresStoredEvent, DURABLE, ["a_wait_wakes_on_its_event_only"]),
+    (RenewsExpiredLease, LEASES, ["lease_renew_never_revives"]),
+    (TakesPastTheLimit, LEASES, ["lease_limit_holds_and_frees", "lease_racing_takers"]),
+    (CountsExpiredHolders, LEASES, ["lease_limit_holds_and_frees"]),
+    (ReleaseDropsStamps, LEASES, ["lease_stamps_stay_until_abandoned"]),
+    (TakeAgainCountsTwice, LEASES, ["lease_holder_takes_again"]),
 ]
 
 
@@ -813,32 +876,38 @@ def test_reference_driver_passes_and_reaches_the_edges() -> None:
     tally = machine.tally
     # The walk is derandomized under TEETH, so these counts are the same on every run; each
     # bound is about half of what the walk (every family) reached when it was last reshaped
-    # (the step and event rules joined it), so a change that starves one of these edges fails
-    # here. None reached 0.
+    # (the lease rules joined it), so a change that starves one of these edges fails here.
+    # None reached 0.
     wanted = {
-        "reclaim of a lapsed lease": 175,
-        "reclaim at exactly lease_until_ms": 74,
-        "lapsed lease held back by a pause": 16,
-        "several rows buried by one claim": 25,
-        "ack without a result over a stored result": 7,
-        "nack without an error over a stored error": 18,
-        "requeue of a parked row": 49,
-        "cancel of a parked row": 8,
-        "demand beside a parked row": 10,
-        "requeue refused X_JOB_REQUEUE_DUPLICATE": 30,
-        "requeue beside a twin of other tenant, a tenant set": 52,
-        "insert of values at the byte limits": 339,
-        "promote answered promoted": 1,
-        "remove answered running": 7,
-        "enqueue of a removed row's twin": 9,
-        "list page with a cursor": 16,
-        "list page empty, not the end": 48,
-        "list refused X_JOB_PAGE_INVALID": 48,
-        "counter buckets folded or dropped": 49,
-        "step recorded": 59,
-        "park waiting for an event": 73,
-        "event woke a parked run": 15,
-        "event published before its wait": 39,
+        "reclaim of a lapsed lease": 166,
+        "reclaim at exactly lease_until_ms": 99,
+        "lapsed lease held back by a pause": 25,
+        "several rows buried by one claim": 17,
+        "ack without a result over a stored result": 2,
+        "nack without an error over a stored error": 3,
+        "requeue of a parked row": 5,
+        "cancel of a parked row": 9,
+        "demand beside a parked row": 26,
+        "requeue refused X_JOB_REQUEUE_DUPLICATE": 14,
+        "requeue beside a twin of other tenant, a tenant set": 25,
+        "insert of values at the byte limits": 352,
+        "promote answered promoted": 7,
+        "remove answered running": 10,
+        "enqueue of a removed row's twin": 3,
+        "list page with a cursor": 3,
+        "list page empty, not the end": 44,
+        "list refused X_JOB_PAGE_INVALID": 31,
+        "counter buckets folded or dropped": 48,
+        "step recorded": 66,
+        "park waiting for an event": 39,
+        "event woke a parked run": 13,
+        "event published before its wait": 17,
+        "lease refused: no room": 18,
+        "lease taken again by its holder": 6,
+        "lease renew: landed": 2,
+        "lease renew: refused": 23,
+        "lease abandon: landed": 9,
+        "clock at a lease's end": 16,
     }
     short = {k: tally[k] for k, least in wanted.items() if tally[k] < least}
     assert not short, f"reached too rarely: {short} (all: {dict(tally)})"

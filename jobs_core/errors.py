@@ -28,6 +28,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
     "X_JOB_CANCELLED": "the job was cancelled while it ran",
     "X_JOB_CLAIM_QUEUES_EMPTY": "a claim must name at least one queue",
+    "X_JOB_CONCURRENCY_KEY_INVALID": "the concurrency key could not be derived from the input",
     "X_JOB_CONCURRENCY_UNENFORCEABLE": "a job declares a fleet-wide limit its driver cannot hold",
     "X_JOB_DECLARATION_INVALID": "the job declaration is not valid",
     "X_JOB_DUPLICATE": "a different job is already registered under this name",
@@ -176,6 +177,12 @@ class ClaimQueuesEmptyError(JobsError):
     """A claim must name at least one queue."""
 
     code = "X_JOB_CLAIM_QUEUES_EMPTY"
+
+
+class ConcurrencyKeyError(JobsError):
+    """The concurrency key could not be derived from the input."""
+
+    code = "X_JOB_CONCURRENCY_KEY_INVALID"
 
 
 class ConcurrencyUnenforceableError(JobsError):
@@ -415,6 +422,11 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         JobTimeoutError,
         RateLimitedError,
         CompensationError,
+        ConcurrencyKeyError,
+        ConcurrencyUnenforceableError,
+        SlotLostError,
+        LockLostError,
+        LockTimeoutError,
         StepDuplicateError,
         StepTimeoutError,
         WorkerError,

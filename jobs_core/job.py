@@ -24,6 +24,13 @@ from jobs_core.errors import (
     TenantRequiredError,
 )
 from jobs_core.jsonform import utf8_length
+from jobs_core.leases.limits import (
+    Concurrency,
+    ConcurrencySpec,
+    RateLimit,
+    resolve_concurrency,
+    resolve_rate_limits,
+)
 from jobs_core.options import count, seconds_to_ms
 from jobs_core.retry import Retry
 
@@ -54,6 +61,10 @@ class JobHandle:
     sensitive: frozenset[str]
     on_settled: SettledHook | None
     explicit_name: bool
+    #: Fleet-wide slots (`jobs_core.leases.Concurrency`), None: unlimited.
+    concurrency: Concurrency | None = None
+    #: This job's own rate limits (starts per interval), beside any the worker declares.
+    rate_limits: tuple[RateLimit, ...] = ()
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +156,8 @@ def job(
     event_poll: float | None = ...,
     sensitive: Iterable[str] = ...,
     on_settled: SettledHook | None = ...,
+    concurrency: ConcurrencySpec = ...,
+    rate_limit: RateLimit | Sequence[RateLimit] | None = ...,
     registry: JobRegistry | None = ...,
 ) -> JobHandle: ...
 
@@ -164,6 +177,8 @@ def job(
     event_poll: float | None = ...,
     sensitive: Iterable[str] = ...,
     on_settled: SettledHook | None = ...,
+    concurrency: ConcurrencySpec = ...,
+    rate_limit: RateLimit | Sequence[RateLimit] | None = ...,
     registry: JobRegistry | None = ...,
 ) -> Callable[[JobBody], JobHandle]: ...
 
@@ -182,6 +197,8 @@ def job(
     event_poll: float | None = None,
     sensitive: Iterable[str] = (),
     on_settled: SettledHook | None = None,
+    concurrency: ConcurrencySpec = None,
+    rate_limit: RateLimit | Sequence[RateLimit] | None = None,
     registry: JobRegistry | None = None,
 ) -> JobHandle | Callable[[JobBody], JobHandle]:
     """Declare a job; as `@job(tenant=..., ...)` or `job(fn, tenant=..., ...)`.
@@ -190,6 +207,11 @@ def job(
     `idempotency_key` is a function of the input; without one, every enqueue must pass `key=`.
     Durations (`timeout`, `step_timeout`, `event_poll`) are seconds, refused unless positive
     and finite. `priority` is 0–100, lower runs first. Every refusal names its option.
+
+    `concurrency`: at most N bodies fleet-wide (`3`), or per key of the input
+    (`{"key": fn, "limit": 1, "when_busy": "wait" | "fail"}`); 0 is a hard stop. `rate_limit`:
+    one `RateLimit` or several (one per `by`) on this job's starts. Both need a driver with the
+    lease family (`X_JOB_CONCURRENCY_UNENFORCEABLE` at worker start otherwise).
     """
 
     def declare(body: JobBody) -> JobHandle:
@@ -223,6 +245,8 @@ def job(
             sensitive=frozenset(sensitive),
             on_settled=on_settled,
             explicit_name=name is not None,
+            concurrency=resolve_concurrency(concurrency),
+            rate_limits=resolve_rate_limits(rate_limit, "rate_limit"),
         )
         (registry if registry is not None else default_registry).add(handle)
         return handle

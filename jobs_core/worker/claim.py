@@ -12,7 +12,8 @@ from jobs_core.backoff import IdleBackoff
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import JobsError
-from jobs_core.records import ClaimedJob, ClaimParams
+from jobs_core.leases.admit import Refusal
+from jobs_core.records import ClaimedJob, ClaimParams, Lease
 from jobs_core.retention import Purger
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage
@@ -125,8 +126,10 @@ class ClaimLoop:
                 self._registry.sent(now)
             for b in result.buried:
                 self._outcomes.buried(b)
+            gate = self._runner.gate
+            verdicts = await gate.admit(result.jobs, now) if gate.active else {}
             for j in result.jobs:
-                self._admit(j, now)
+                self._admit(j, now, verdicts.get(j.id))
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self._draining():
@@ -163,8 +166,12 @@ class ClaimLoop:
             for w in waits:
                 w.cancel()
 
-    def _admit(self, job: ClaimedJob, now: int) -> None:
-        held = Held(job, last_landed_ms=now)
+    def _admit(
+        self, job: ClaimedJob, now: int, verdict: tuple[tuple[Lease, ...], Refusal | None] | None
+    ) -> None:
+        held = Held(job, last_landed_ms=now, leases_landed_ms=now)
+        if verdict is not None:
+            held.leases, held.refusal = verdict
         self._held[job.id] = held
         self._stats.claimed += 1
         self._stats.in_flight = len(self._held)

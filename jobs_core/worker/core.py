@@ -15,10 +15,17 @@ from types import ModuleType
 from jobs_core.backoff import IdleBackoff
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, WakeSubscription
-from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
+from jobs_core.errors import (
+    ConcurrencyUnenforceableError,
+    DrainingError,
+    DriverUnavailableError,
+    JobsError,
+)
 from jobs_core.facade import Jobs, LoopJobs
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle, jobs_of
+from jobs_core.leases.admit import Gate
+from jobs_core.leases.limits import RateLimit, resolve_rate_limits
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
@@ -67,6 +74,7 @@ class Worker:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         retention: Retention | None = DEFAULT_RETENTION,
+        rate_limits: RateLimit | Sequence[RateLimit] | None = None,
     ) -> None:
         self.driver = driver
         handles = jobs_of(jobs)
@@ -106,6 +114,19 @@ class Worker:
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))
         rng = rng or random.Random()
+        gate = Gate(
+            driver,
+            self.clock,
+            by_name,
+            resolve_rate_limits(rate_limits, "rate_limits"),
+            lease_ms=self.lease_ms,
+        )
+        if gate.active and not driver.capabilities().leases:
+            limited = sorted(h.name for h in handles if h.concurrency or h.rate_limits)
+            raise ConcurrencyUnenforceableError(
+                f"{driver.describe()} has no lease family to hold the declared limits",
+                detail=", ".join(limited) or "rate_limits",
+            )
         #: How long finished rows are kept (None: this worker never purges).
         self.retention = retention
         #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
@@ -143,6 +164,7 @@ class Worker:
             self._body_client,
             worker_id=self.worker_id,
             concurrency=self.concurrency,
+            gate=gate,
         )
         self._claims = ClaimLoop(
             driver,
@@ -169,6 +191,7 @@ class Worker:
             held,
             self._registry,
             self.stats,
+            gate,
             worker_id=self.worker_id,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,

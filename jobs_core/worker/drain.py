@@ -115,6 +115,8 @@ class Drain:
                 "jobs.worker.settles_abandoned %s: the store did not answer", self._worker_id
             )
             settler.abandon()
+        # Slots handed back now free their room at once; any left behind lapse at their TTL.
+        await self._bounded(self._runner.gate.join(), self._left_ms(end_ms))
         try:
             await self._call(self._driver.worker_forget(self._worker_id), end_ms, "worker_forget")
         except Exception as exc:  # the registry row expires on its own; stopping must finish

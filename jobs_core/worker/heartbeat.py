@@ -8,7 +8,8 @@ import logging
 
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError, LeaseLostError
+from jobs_core.errors import JobsError, LeaseLostError, SlotLostError
+from jobs_core.leases.admit import Gate
 from jobs_core.records import Heartbeat, Progress
 from jobs_core.worker.held import Held
 from jobs_core.worker.registry import Registry
@@ -30,6 +31,7 @@ class HeartbeatLoop:
         held: dict[str, Held],
         registry: Registry,
         stats: WorkerStats,
+        gate: Gate,
         *,
         worker_id: str,
         lease_ms: int,
@@ -41,6 +43,7 @@ class HeartbeatLoop:
         self._held = held
         self._registry = registry
         self._stats = stats
+        self._gate = gate
         self._worker_id = worker_id
         self._lease_ms = lease_ms
         self._heartbeat_ms = heartbeat_ms
@@ -66,6 +69,22 @@ class HeartbeatLoop:
         await self._clock.sleep_ms(ms)
         return await self.renew()
 
+    async def _renew_slots(self, now: int) -> None:
+        """Renew every running job's fleet slots in one call; a slot lost cancels its run."""
+        leased = [h for h in self._held.values() if h.leases and not h.signal.cancelled]
+        if not leased:
+            return
+        answers = await self._gate.renew([lease for h in leased for lease in h.leases], now)
+        after = self._clock.now_ms()
+        at = 0
+        for h in leased:
+            mine = None if answers is None else answers[at : at + len(h.leases)]
+            at += len(h.leases)
+            if mine is not None and all(mine):
+                h.leases_landed_ms = now
+            elif mine is not None or after - h.leases_landed_ms >= self._lease_ms:
+                h.signal.fire(SlotLostError(detail=h.job.id))
+
     async def renew(self) -> bool:
         """Renew every held lease; False when the store could not be reached for it."""
         landed = True
@@ -90,6 +109,7 @@ class HeartbeatLoop:
                 elif answers is not None or after - h.last_landed_ms >= self._lease_ms:
                     # Refused by the fence, or unrenewed for a whole lease: only then lost.
                     h.signal.fire(LeaseLostError(detail=h.job.id))
+            await self._renew_slots(now)
         due = [
             h
             for h in self._held.values()

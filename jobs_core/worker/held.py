@@ -10,7 +10,8 @@ from typing import Any
 
 from jobs_core.context import CancelSignal
 from jobs_core.jsonform import JsonValue, dumps
-from jobs_core.records import ClaimedJob
+from jobs_core.leases.admit import Refusal
+from jobs_core.records import ClaimedJob, Lease
 from jobs_core.steps import StepApi
 from jobs_core.worker.failure import brief
 
@@ -36,6 +37,12 @@ class Held:
     span: Any = None
     #: The run's steps (`ctx.step`), once its body started: what a final failure undoes.
     steps: StepApi | None = None
+    #: The fleet slots and rate stamps the run holds (`jobs_core.leases.admit`), until handed back.
+    leases: tuple[Lease, ...] = ()
+    #: When a renewal of `leases` last landed (the worker's clock).
+    leases_landed_ms: int = 0
+    #: Why the job may not start now (a busy slot, a rate window, a refused key), or None.
+    refusal: Refusal | None = None
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:

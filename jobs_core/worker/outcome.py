@@ -17,10 +17,12 @@ from jobs_core.errors import (
     JobsError,
     JobTimeoutError,
     RateLimitedError,
+    SlotLostError,
 )
 from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
+from jobs_core.leases.admit import Refusal
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, JobRecord, Nack, NackKind
 from jobs_core.redact import SCRUB_EXTRA, ScrubFilter, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
@@ -139,7 +141,8 @@ class Outcomes:
                 )
             )
             self.tally(Outcome.INTERRUPTED, landed, job)
-        elif isinstance(reason, JobTimeoutError):
+        elif isinstance(reason, JobTimeoutError | SlotLostError):
+            # Cut short by its deadline or by its lost fleet slot: the attempt fails (retried).
             await self.settle_error(held, handle, reason, input)
         else:
             held.settled = True
@@ -160,6 +163,46 @@ class Outcomes:
                     reason,
                     extra=job_fields(self._worker_id, job),
                 )
+
+    async def refused(self, held: Held, handle: JobHandle, refusal: Refusal) -> None:
+        """Settle a job its admission did not let start; its body never runs. A wait gives it
+        back (`SHED`, no attempt spent) due at `refusal.run_at_ms`; a refusal fails it for good
+        (`REFUSE`, outcome `refused`, the hooks told); an underivable key fails the attempt."""
+        job = held.job
+        if refusal.kind == "error" and refusal.error is not None:
+            await self.settle_error(held, handle, refusal.error)
+            return
+        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.settled = True
+        now = self._clock.now_ms()
+        if refusal.kind == "wait":
+            landed = await self.settler.nack(
+                Nack(job.fence, NackKind.SHED, now, max(now, refusal.run_at_ms))
+            )
+            self.tally(Outcome.SHED, landed, job)
+            log.debug(
+                "jobs.worker.shed %s %s until %d: %s",
+                job.name,
+                job.id,
+                refusal.run_at_ms,
+                refusal.why,
+                extra=job_fields(self._worker_id, job),
+            )
+            return
+        landed = await self.settler.nack(Nack(job.fence, NackKind.REFUSE, now, error=refusal.why))
+        self.tally(Outcome.REFUSED, landed, job)
+        log.info(
+            "jobs.run.refused %s %s: %s",
+            job.name,
+            job.id,
+            refusal.why,
+            extra=job_fields(self._worker_id, job),
+        )
+        if landed:
+            event = SettledEvent(
+                job.id, job.name, job.queue, Outcome.REFUSED, job.attempt, None, None, refusal.why
+            )
+            await self.fire_settled(handle, event, None)
 
     async def _was_cancelled(self, held: Held) -> bool:
         """True when the row reads `cancelled`: one read per lost run, never per heartbeat.

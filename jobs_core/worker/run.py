@@ -27,6 +27,7 @@ from jobs_core.errors import (
 from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.leases.admit import Gate
 from jobs_core.records import Ack, Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
@@ -62,8 +63,11 @@ class Runner:
         *,
         worker_id: str,
         concurrency: int,
+        gate: Gate,
     ) -> None:
         self._driver = driver
+        #: The fleet-wide limits' admission; its leases are handed back as each run ends.
+        self.gate = gate
         self._clock = clock
         self._handles = handles
         self._held = held
@@ -98,9 +102,17 @@ class Runner:
                 finally:
                     self._stats.running -= 1
         finally:
+            # A run that never reached its body hands its leases back as never started.
+            self.end_leases(held, started=False)
             if held.started:
                 self._held.pop(held.job.id, None)
                 self._stats.in_flight = len(self._held)
+
+    def end_leases(self, held: Held, *, started: bool) -> None:
+        """Hand back the run's slots and stamps once (released or abandoned, `Gate.end`)."""
+        leases, held.leases = held.leases, ()
+        if leases:
+            self.gate.end(leases, started=started)
 
     async def _settle_crash(self, held: Held, exc: Exception) -> None:
         job = held.job
@@ -131,6 +143,9 @@ class Runner:
         handle = self._handles.get(job.name)
         if handle is None:
             await self._give_back_unknown(held)
+            return
+        if held.refusal is not None:
+            await self._outcomes.refused(held, handle, held.refusal)
             return
         try:
             input = loads(job.input_json)
@@ -206,6 +221,8 @@ class Runner:
             held.body_ms = self._clock.now_ms() - body_from
             if deadline is not None:
                 deadline.cancel()
+            # The slot is free once the body is: the next run may start before this one settles.
+            self.end_leases(held, started=True)
         reason = held.signal.reason
         if reason is not None:
             await self._outcomes.settle_cancelled(held, handle, reason, input)

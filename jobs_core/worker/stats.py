@@ -17,6 +17,8 @@ class WorkerStats:
     dead_lettered: int = 0
     dropped: int = 0
     shed: int = 0
+    #: Runs refused by a busy concurrency key (`when_busy="fail"`): failed, body never run.
+    refused: int = 0
     interrupted: int = 0
     #: Runs aborted because the row was reclaimed or its lease lapsed (their writes are refused).
     lost: int = 0
@@ -53,5 +55,7 @@ class WorkerStats:
                 self.shed += 1
             case Outcome.INTERRUPTED:
                 self.interrupted += 1
+            case Outcome.REFUSED:
+                self.refused += 1
             case _:
                 pass

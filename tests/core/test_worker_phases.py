@@ -11,6 +11,7 @@ import pytest
 
 from jobs_core.clock import FakeClock
 from jobs_core.errors import LeaseLostError
+from jobs_core.leases.admit import Gate
 from jobs_core.records import ClaimParams
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
@@ -48,6 +49,7 @@ class Phase:
             {held.job.id: held},
             self.registry,
             self.stats,
+            Gate(driver, clock, {}, (), lease_ms=LEASE_MS),
             worker_id="w1",
             lease_ms=LEASE_MS,
             heartbeat_ms=EVERY_MS,

@@ -1,0 +1,6 @@
+"""Fleet-wide limits on the driver's lease family: `Concurrency` and `RateLimit` declarations
+(`limits`), the worker's admission of claimed jobs (`admit`), and `with_lock` (`lock`)."""
+
+from jobs_core.leases.limits import Concurrency, RateLimit
+
+__all__ = ["Concurrency", "RateLimit"]

@@ -1,0 +1,276 @@
+"""May a claimed job start: its fleet slot and rate stamps, taken for a whole claim round in one
+`lease_take`, renewed with the heartbeat, and handed back after the body (released) or without
+it (abandoned: a start that never happened does not count against a rate).
+
+A job that may not start now is given back without spending an attempt: a busy slot retries
+with a backoff (0.1 s doubling to 5 s per wait of that job), a rate-limited one waits until the
+window lets it start; `when_busy="fail"` refuses the run only when another run holds the key. A
+key function that raises fails that attempt, never the claim round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from jobs_core.clock import Clock
+from jobs_core.driver import MAX_LEASE_BATCH, JobDriver
+from jobs_core.errors import InputInvalidError, JobsError
+from jobs_core.job import JobHandle
+from jobs_core.jsonform import loads
+from jobs_core.leases.limits import RateLimit
+from jobs_core.records import ClaimedJob, Lease, LeaseRef, LeaseRenew, LeaseTake
+
+log = logging.getLogger("jobs")
+
+#: A job whose slot is busy comes back after this, doubling per wait of the job up to the cap.
+SLOT_WAIT_FLOOR_MS: Final = 100
+SLOT_WAIT_CEILING_MS: Final = 5_000
+#: A job declaring `concurrency=0` (a hard stop) is looked at again after this.
+STOPPED_DELAY_MS: Final = 60_000
+#: Jobs whose leases could not be asked for (the store failed) come back after this.
+UNAVAILABLE_DELAY_MS: Final = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a claimed job may not start now. `wait`: given back, no attempt spent, due at
+    `run_at_ms`; `refuse`: settled `failed` (outcome `refused`), body never run; `error`: the
+    attempt fails with `error` (the key could not be derived)."""
+
+    kind: Literal["wait", "refuse", "error"]
+    why: str
+    run_at_ms: int = 0
+    error: JobsError | None = None
+
+
+@dataclass(slots=True)
+class _Wants:
+    job: ClaimedJob
+    takes: list[LeaseTake] = field(default_factory=list)
+    #: Index in `takes` of the keyed slot whose refusal is judged on evidence (`fail`).
+    fail_key: str | None = None
+    rates: dict[str, int] = field(default_factory=dict)
+
+
+class Gate:
+    """The worker's admission: `admit` a claim round, `end` a run's leases, `renew` them."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        clock: Clock,
+        handles: Mapping[str, JobHandle],
+        worker_limits: tuple[RateLimit, ...],
+        *,
+        lease_ms: int,
+    ) -> None:
+        self._driver = driver
+        self._clock = clock
+        self._handles = handles
+        self._worker_limits = worker_limits
+        self._lease_ms = lease_ms
+        #: True when any job or the worker declares a limit: only then is the store asked.
+        self.active = bool(worker_limits) or any(
+            h.concurrency is not None or h.rate_limits for h in handles.values()
+        )
+        self._release = _EndLane(lambda refs: driver.lease_release(refs, clock.now_ms()))
+        self._abandon = _EndLane(lambda refs: driver.lease_abandon(refs, clock.now_ms()))
+
+    async def admit(
+        self, jobs: Sequence[ClaimedJob], now: int
+    ) -> dict[str, tuple[tuple[Lease, ...], Refusal | None]]:
+        """Per claimed job that declares a limit: the leases it holds, or why it may not start.
+        Jobs without a limit are absent. Never raises: a failing store defers the jobs."""
+        wanted: list[_Wants] = []
+        out: dict[str, tuple[tuple[Lease, ...], Refusal | None]] = {}
+        for job in jobs:
+            w = self._wants(job, now, out)
+            if w is not None and w.takes:
+                wanted.append(w)
+        if not wanted:
+            return out
+        takes = [t for w in wanted for t in w.takes]
+        try:
+            answers: list[Lease | None] = []
+            for i in range(0, len(takes), MAX_LEASE_BATCH):
+                answers += await self._driver.lease_take(takes[i : i + MAX_LEASE_BATCH], now)
+        except Exception as exc:
+            log.warning("jobs.lease.take_failed: %s (%d jobs deferred)", exc, len(wanted))
+            for w in wanted:
+                out[w.job.id] = (
+                    (),
+                    Refusal("wait", "leases unavailable", now + UNAVAILABLE_DELAY_MS),
+                )
+            # Whatever the failed call may have granted lapses at its TTL; the holders are
+            # this round's job ids, which a later take of theirs replaces.
+            return out
+        at = 0
+        lost: list[LeaseRef] = []
+        rate_waits: dict[str, int] = {}
+        expiries: dict[str, list[int]] = {}
+        for w in wanted:
+            got = answers[at : at + len(w.takes)]
+            at += len(w.takes)
+            granted = [g for g in got if g is not None]
+            if len(granted) == len(got):
+                out[w.job.id] = (tuple(granted), None)
+                continue
+            lost += [LeaseRef(g.key, g.token) for g in granted]
+            refused = [t for t, g in zip(w.takes, got, strict=True) if g is None]
+            out[w.job.id] = ((), await self._refusal(w, refused, now, rate_waits, expiries))
+        if lost:
+            # Abandoned, never released: these starts did not happen.
+            for ref in lost:
+                self._abandon.submit(ref)
+        return out
+
+    def _wants(
+        self,
+        job: ClaimedJob,
+        now: int,
+        out: dict[str, tuple[tuple[Lease, ...], Refusal | None]],
+    ) -> _Wants | None:
+        handle = self._handles.get(job.name)
+        if handle is None:
+            return None
+        w = _Wants(job)
+        c = handle.concurrency
+        if c is not None:
+            if c.limit == 0:
+                out[job.id] = (
+                    (),
+                    Refusal("wait", "concurrency 0: a hard stop", now + STOPPED_DELAY_MS),
+                )
+                return None
+            try:
+                key = c.lease_key(job.name, loads(job.input_json) if c.key else None)
+            except JobsError as exc:
+                out[job.id] = ((), Refusal("error", exc.message, error=exc))
+                return None
+            except Exception as exc:  # the stored input itself does not decode
+                error = InputInvalidError(f"the stored input cannot be decoded: {exc}")
+                out[job.id] = ((), Refusal("error", error.message, error=error))
+                return None
+            w.takes.append(LeaseTake(key, job.id, c.limit, self._lease_ms))
+            if c.key is not None and c.when_busy == "fail":
+                w.fail_key = key
+        owner = f"job:{len(job.name)}:{job.name}"
+        stamp_holder = f"{job.id}:{job.claims}"
+        for r, by in [(r, owner) for r in handle.rate_limits] + [
+            (r, "worker") for r in self._worker_limits
+        ]:
+            key = r.lease_key(by, job.queue, job.tenant_id)
+            w.takes.append(LeaseTake(key, stamp_holder, r.limit, r.per_ms, stamp=True))
+            w.rates[key] = r.per_ms
+        return w
+
+    async def _refusal(
+        self,
+        w: _Wants,
+        refused: list[LeaseTake],
+        now: int,
+        rate_waits: dict[str, int],
+        expiries: dict[str, list[int]],
+    ) -> Refusal:
+        job = w.job
+        run_at = now
+        why = []
+        for t in refused:
+            if t.stamp:
+                # The i-th job refused by one window this round starts when the i-th stamp
+                # lapses (a whole window later per round of stamps): no herd at one instant.
+                if t.key not in expiries:
+                    expiries[t.key] = sorted(
+                        h.expires_at_ms for h in await self._holders(t.key, now)
+                    ) or [now]
+                i = rate_waits.get(t.key, 0)
+                rate_waits[t.key] = i + 1
+                ends = expiries[t.key]
+                at = ends[i % len(ends)] + (i // len(ends)) * w.rates[t.key]
+                run_at = max(run_at, at)
+                why.append(f"rate limited ({t.key})")
+            elif t.key == w.fail_key:
+                others = [h for h in await self._holders(t.key, now) if h.holder != job.id]
+                if others:
+                    return Refusal(
+                        "refuse",
+                        f"concurrency key busy: held by {len(others)} other run(s)"
+                        f" (limit {t.limit})",
+                    )
+                why.append("key freed meanwhile")
+            else:
+                waits = max(0, job.claims - job.attempt)
+                delay = min(SLOT_WAIT_FLOOR_MS << min(waits, 10), SLOT_WAIT_CEILING_MS)
+                run_at = max(run_at, now + delay)
+                why.append(f"no free slot ({t.key})")
+        return Refusal("wait", "; ".join(why), run_at)
+
+    async def _holders(self, key: str, now: int) -> list[Lease]:
+        try:
+            return await self._driver.lease_holders(key, now)
+        except Exception as exc:  # no evidence: the job waits instead of being refused
+            log.warning("jobs.lease.holders_failed %s: %s", key, exc)
+            return []
+
+    def end(self, leases: Sequence[Lease], *, started: bool) -> None:
+        """Hand back a run's leases: released after its body started (a stamp stays counted),
+        abandoned when it never did. Sent in batches; a lost call lets them lapse."""
+        for lease in leases:
+            if started:
+                if not lease.stamp:  # releasing a stamp changes nothing: skip the write
+                    self._release.submit(LeaseRef(lease.key, lease.token))
+            else:
+                self._abandon.submit(LeaseRef(lease.key, lease.token))
+
+    async def renew(self, leases: Sequence[Lease], now: int) -> list[bool] | None:
+        """Renew each slot for another lease (stamps are windows, never renewed); answers per
+        lease whether it is still held (a stamp always is), or None when the store failed."""
+        slots = [lease for lease in leases if not lease.stamp]
+        if not slots:
+            return [True] * len(leases)
+        try:
+            answers = await self._driver.lease_renew(
+                [LeaseRenew(s.key, s.token, self._lease_ms) for s in slots], now
+            )
+        except JobsError as exc:
+            log.warning("jobs.lease.renew_failed: %s", exc)
+            return None
+        by_token = {s.token: ok for s, ok in zip(slots, answers, strict=True)}
+        return [by_token.get(lease.token, True) for lease in leases]
+
+    async def join(self) -> None:
+        """Wait for the hand-backs already submitted."""
+        await self._release.join()
+        await self._abandon.join()
+
+
+class _EndLane:
+    """Releases (or abandons) submitted while a call is in flight go out together in the next
+    one; a failed call is logged and dropped (the holdings lapse at their TTL)."""
+
+    def __init__(self, send: Callable[[Sequence[LeaseRef]], Awaitable[list[bool]]]) -> None:
+        self._send = send
+        self._pending: list[LeaseRef] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, ref: LeaseRef) -> None:
+        self._pending.append(ref)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_LEASE_BATCH]
+            self._pending = self._pending[MAX_LEASE_BATCH:]
+            try:
+                await self._send(batch)
+            except Exception as exc:
+                log.warning("jobs.lease.end_failed: %s (%d leases left to lapse)", exc, len(batch))
+
+    async def join(self) -> None:
+        while (task := self._task) is not None and not task.done():
+            await asyncio.wait([task])

@@ -1,0 +1,136 @@
+"""`with_lock`: a fleet-wide lock on the lease family — one `lock:<key>` holding, its fencing
+token the store's, renewed while held; a lock lost while held cancels the block it guards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from jobs_core.clock import Clock
+from jobs_core.driver import JobDriver
+from jobs_core.errors import DriverUnsupportedError, JobsError, LockLostError, LockTimeoutError
+from jobs_core.ids import new_id
+from jobs_core.options import finite_number, seconds_to_ms
+from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
+
+log = logging.getLogger("jobs")
+
+#: A busy lock is asked for again after this, doubling up to the cap.
+LOCK_POLL_FLOOR_MS: Final = 50
+LOCK_POLL_CEILING_MS: Final = 1_000
+
+
+@dataclass(eq=False)
+class Lock:
+    """A held lock. Hand `token` to what the lock guards: a later holder's token is greater, so
+    a store that remembers the greatest token it saw can refuse a holder that was superseded."""
+
+    key: str
+    token: int
+    holder: str
+    #: Set once the lock is known lost (a renewal refused, or none landed for a whole TTL).
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def check(self) -> None:
+        """Raise `X_LOCK_LOST` when the lock is no longer held (before a guarded write)."""
+        if self.lost.is_set():
+            raise LockLostError(detail=self.key)
+
+
+@contextlib.asynccontextmanager
+async def with_lock(
+    key: str,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 30.0,
+    driver: JobDriver | None = None,
+    clock: Clock | None = None,
+) -> AsyncIterator[Lock]:
+    """Hold the fleet-wide lock `key` for the block; renewed every third of `ttl` seconds.
+
+    Waits up to `wait` seconds for a busy lock (None: for as long as it takes), then
+    `X_LOCK_TIMEOUT`. A lock lost while held (the store refused a renewal, or none landed for a
+    whole `ttl`) cancels the block, which then raises `X_LOCK_LOST`. Outside a job body, the
+    driver is the `configure`d client's unless `driver` is given; in a body, the worker's.
+    """
+    if driver is None or clock is None:
+        from jobs_core.facade import default_client
+
+        client = default_client()
+        driver = driver or client.driver
+        clock = clock or client.clock
+    if not driver.capabilities().leases:
+        raise DriverUnsupportedError("this driver has no lease family", detail="with_lock")
+    ttl_ms = seconds_to_ms(ttl, "ttl")
+    wait_ms = None if wait is None else round(finite_number(wait, "wait", minimum=0.0) * 1000)
+    lock_key = f"lock:{key}"
+    lock = await _take(driver, clock, lock_key, ttl_ms, wait_ms)
+    guarded = asyncio.current_task()
+    keeper = asyncio.create_task(_keep(driver, clock, lock, ttl_ms, guarded))
+    try:
+        yield lock
+    except asyncio.CancelledError:
+        if lock.lost.is_set() and guarded is not None and guarded.uncancel() == 0:
+            raise LockLostError("the lock was lost while held", detail=key) from None
+        raise
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+        if not lock.lost.is_set():
+            try:
+                await driver.lease_release([LeaseRef(lock_key, lock.token)], clock.now_ms())
+            except JobsError as exc:  # it lapses at its TTL
+                log.warning("jobs.lock.release_failed %s: %s", key, exc)
+    if lock.lost.is_set():
+        raise LockLostError("the lock was lost while held", detail=key)
+
+
+async def _take(
+    driver: JobDriver, clock: Clock, lock_key: str, ttl_ms: int, wait_ms: int | None
+) -> Lock:
+    holder = new_id()
+    start = clock.now_ms()
+    delay = LOCK_POLL_FLOOR_MS
+    while True:
+        now = clock.now_ms()
+        (got,) = await driver.lease_take([LeaseTake(lock_key, holder, 1, ttl_ms)], now)
+        if got is not None:
+            return Lock(lock_key.removeprefix("lock:"), got.token, holder)
+        if wait_ms is not None and now - start >= wait_ms:
+            raise LockTimeoutError(detail=lock_key.removeprefix("lock:"))
+        pause = delay if wait_ms is None else max(1, min(delay, start + wait_ms - now))
+        await clock.sleep_ms(pause)
+        delay = min(delay * 2, LOCK_POLL_CEILING_MS)
+
+
+async def _keep(
+    driver: JobDriver,
+    clock: Clock,
+    lock: Lock,
+    ttl_ms: int,
+    guarded: asyncio.Task[object] | None,
+) -> None:
+    """Renew every third of the TTL; on a loss, mark it and cancel the guarded block."""
+    landed = clock.now_ms()
+    lock_key = f"lock:{lock.key}"
+    while True:
+        await clock.sleep_ms(max(1, ttl_ms // 3))
+        now = clock.now_ms()
+        try:
+            (ok,) = await driver.lease_renew([LeaseRenew(lock_key, lock.token, ttl_ms)], now)
+        except JobsError as exc:
+            log.warning("jobs.lock.renew_failed %s: %s", lock.key, exc)
+            ok = clock.now_ms() - landed < ttl_ms
+        else:
+            landed = now if ok else landed
+        if not ok:
+            log.warning("jobs.lock.lost %s: the guarded block is cancelled", lock.key)
+            lock.lost.set()
+            if guarded is not None:
+                guarded.cancel()
+            return

@@ -126,7 +126,18 @@ def counting(base: type[D], *extra: str) -> type[D]:
 
         return method
 
-    optional = {"_step_list", "_step_put", "_event_publish", "_event_find", "_event_purge"}
+    optional = {
+        "_step_list",
+        "_step_put",
+        "_event_publish",
+        "_event_find",
+        "_event_purge",
+        "_lease_take",
+        "_lease_renew",
+        "_lease_release",
+        "_lease_abandon",
+        "_lease_holders",
+    }
     names = sorted(JobDriver.__abstractmethods__ | optional | set(extra))
     namespace: dict[str, Any] = {name: counted(name) for name in names}
     cls = type(f"Counting{base.__name__}", (base,), namespace)

@@ -1,0 +1,361 @@
+"""Fleet-wide limits as a worker enforces them, on the memory driver: `concurrency=N` across
+workers, keyed limits that wait or refuse, rate limits per window, tenant and queue, slots lost
+and leases handed back, and `with_lock`. The same limits across processes on Postgres and Redis
+are `tests/test_leases_processes.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from jobs_core import Jobs, Worker
+from jobs_core.context import JobContext
+from jobs_core.driver import Capabilities
+from jobs_core.errors import JobsError
+from jobs_core.facade import SettledEvent
+from jobs_core.leases import Concurrency, RateLimit
+from jobs_core.leases.lock import with_lock
+from jobs_core.records import LeaseRef, LeaseTake
+from jobs_core.retry import Retry
+from jobs_core.states import JobState, Outcome
+from jobs_memory import MemoryDriver
+from tests.core.support import declare, until
+
+
+class Running:
+    """Counts bodies running at once, overall and per key, and the most ever seen."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, int] = defaultdict(int)
+        self.most: dict[str, int] = defaultdict(int)
+        self.starts: list[tuple[float, str]] = []
+
+    async def body(self, key: str, seconds: float) -> None:
+        self.starts.append((time.monotonic(), key))
+        self.now[key] += 1
+        self.most[key] = max(self.most[key], self.now[key])
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.now[key] -= 1
+
+
+async def run_workers(workers: list[Worker], done: Any, within: float = 20.0) -> None:
+    for w in workers:
+        await w.start()
+    try:
+        await until(done, within)
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+
+
+async def test_concurrency_is_fleet_wide_and_waiting_spends_no_attempt() -> None:
+    driver = MemoryDriver()
+    running = Running()
+
+    async def send(input: Any, ctx: JobContext) -> None:
+        await running.body("all", 0.03)
+
+    handle = declare(send, concurrency=2)
+    client = Jobs(driver)
+    ids = [(await client.enqueue(handle, {"n": i})).id for i in range(12)]
+    workers = [Worker(driver, [handle], concurrency=5, poll_floor=0.01) for _ in range(3)]
+
+    async def all_done() -> bool:
+        rows = await driver.job_get_many(ids)
+        return all(r.state is JobState.COMPLETED for r in rows.values())
+
+    await run_workers(workers, all_done)
+    assert running.most["all"] == 2, running.most
+    rows = await driver.job_get_many(ids)
+    assert {r.attempt for r in rows.values()} == {1}, "waiting for a slot spent an attempt"
+    assert sum(w.stats.shed for w in workers) > 0, "no job ever met a full fleet"
+    assert await driver.lease_holders("job:send", int(time.time() * 1000)) == [], "a slot kept"
+
+
+async def test_keyed_limit_waits_per_key() -> None:
+    driver = MemoryDriver()
+    running = Running()
+
+    async def sync(input: Any, ctx: JobContext) -> None:
+        await running.body(input["acct"], 0.02)
+
+    handle = declare(sync, concurrency={"key": lambda i: i["acct"], "limit": 1})
+    client = Jobs(driver)
+    ids = [(await client.enqueue(handle, {"n": i, "acct": f"a{i % 3}"})).id for i in range(12)]
+    worker = Worker(driver, [handle], concurrency=10, poll_floor=0.01)
+
+    async def all_done() -> bool:
+        rows = await driver.job_get_many(ids)
+        return all(r.state is JobState.COMPLETED for r in rows.values())
+
+    await run_workers([worker], all_done)
+    assert dict(running.most) == {"a0": 1, "a1": 1, "a2": 1}, running.most
+    rows = await driver.job_get_many(ids)
+    assert {r.attempt for r in rows.values()} == {1}
+
+
+async def test_keyed_fail_refuses_only_on_another_runs_evidence() -> None:
+    driver = MemoryDriver()
+    release = asyncio.Event()
+    ran: list[int] = []
+    settled: list[SettledEvent] = []
+
+    async def charge(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+        await release.wait()
+
+    handle = declare(
+        charge,
+        concurrency=Concurrency(1, key=lambda i: i["card"], when_busy="fail"),
+        on_settled=settled.append,
+    )
+    client = Jobs(driver)
+    first = (await client.enqueue(handle, {"n": 1, "card": "c1"})).id
+    worker = Worker(driver, [handle], concurrency=5, poll_floor=0.01)
+    await worker.start()
+    try:
+        await until(lambda: ran == [1])
+        second = (await client.enqueue(handle, {"n": 2, "card": "c1"})).id
+
+        async def refused() -> bool:
+            return (await driver.job_get_many([second]))[second].state is JobState.FAILED
+
+        await until(refused)
+        row = (await driver.job_get_many([second]))[second]
+        assert row.last_error is not None and "concurrency key busy" in row.last_error
+        assert row.attempt == 0, "a refusal spends no attempt: the body never ran"
+        assert ran == [1]
+        assert [(e.job_id, e.outcome) for e in settled] == [(second, Outcome.REFUSED)]
+        assert worker.stats.refused == 1
+        release.set()
+
+        async def first_done() -> bool:
+            return (await driver.job_get_many([first]))[first].state is JobState.COMPLETED
+
+        await until(first_done)
+    finally:
+        release.set()
+        await worker.stop()
+
+
+async def test_a_run_meets_its_own_leftover_slot() -> None:
+    """A slot a crashed run of the same job left behind is no evidence: the job runs."""
+    driver = MemoryDriver()
+    ran: list[int] = []
+
+    async def charge(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+
+    handle = declare(
+        charge, concurrency={"key": lambda i: i["card"], "limit": 1, "when_busy": "fail"}
+    )
+    job_id = (await Jobs(driver).enqueue(handle, {"n": 1, "card": "c1"})).id
+    leftover = await driver.lease_take(
+        [LeaseTake("job-key:6:charge:c1", job_id, 1, 3_600_000)], int(time.time() * 1000)
+    )
+    assert leftover[0] is not None
+    worker = Worker(driver, [handle], poll_floor=0.01)
+    await run_workers([worker], lambda: ran == [1])
+    assert (await driver.job_get_many([job_id]))[job_id].state is JobState.COMPLETED
+
+
+async def test_an_underivable_key_fails_the_attempt_not_the_round() -> None:
+    driver = MemoryDriver()
+    ran: list[int] = []
+
+    async def sync(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+
+    handle = declare(
+        sync,
+        concurrency={"key": lambda i: i["acct"], "limit": 1},
+        retry=Retry(attempts=1),
+    )
+    client = Jobs(driver)
+    bad = (await client.enqueue(handle, {"n": 1})).id
+    good = (await client.enqueue(handle, {"n": 2, "acct": "a"})).id
+    worker = Worker(driver, [handle], poll_floor=0.01)
+
+    async def settled() -> bool:
+        rows = await driver.job_get_many([bad, good])
+        return rows[bad].state is JobState.DEAD and rows[good].state is JobState.COMPLETED
+
+    await run_workers([worker], settled)
+    row = (await driver.job_get_many([bad]))[bad]
+    assert row.last_error is not None and "X_JOB_CONCURRENCY_KEY_INVALID" in row.last_error
+    assert ran == [2]
+
+
+async def test_zero_concurrency_is_a_hard_stop() -> None:
+    driver = MemoryDriver()
+    ran: list[int] = []
+
+    async def held_back(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+
+    handle = declare(held_back, concurrency=0)
+    job_id = (await Jobs(driver).enqueue(handle, {"n": 1})).id
+    worker = Worker(driver, [handle], poll_floor=0.01)
+
+    async def given_back() -> bool:
+        row = (await driver.job_get_many([job_id]))[job_id]
+        return row.claims == 1 and row.state is JobState.READY
+
+    await run_workers([worker], given_back)
+    row = (await driver.job_get_many([job_id]))[job_id]
+    assert ran == [] and row.attempt == 0
+    assert row.run_at_ms is not None and row.run_at_ms > int(time.time() * 1000) + 50_000
+
+
+def test_a_driver_without_leases_refuses_a_declared_limit() -> None:
+    class NoLeases(MemoryDriver):
+        def capabilities(self) -> Capabilities:
+            return Capabilities(steps=True, events=True)
+
+    handle = declare(lambda i, c: None, name="limited", concurrency=3)
+    with pytest.raises(JobsError) as caught:
+        Worker(NoLeases(), [handle])
+    assert caught.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE"
+    assert "limited" in str(caught.value)
+    with pytest.raises(JobsError, match="X_JOB_CONCURRENCY_UNENFORCEABLE"):
+        Worker(NoLeases(), [declare(lambda i, c: None)], rate_limits=RateLimit(1, per=1.0))
+    Worker(NoLeases(), [declare(lambda i, c: None)])  # no limit: nothing to enforce
+
+
+async def test_a_lost_slot_cancels_the_run() -> None:
+    driver = MemoryDriver()
+    started = asyncio.Event()
+    reasons: list[str] = []
+
+    async def slow(input: Any, ctx: JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            reasons.append(ctx.signal.reason.code if ctx.signal.reason else "?")
+            raise
+
+    handle = declare(slow, concurrency=1, retry=Retry(attempts=3, base_ms=60_000, jitter="none"))
+    job_id = (await Jobs(driver).enqueue(handle, {"n": 1})).id
+    worker = Worker(driver, [handle], lease=0.6, heartbeat_every=0.1, poll_floor=0.01)
+    await worker.start()
+    try:
+        await started.wait()
+        now = int(time.time() * 1000)
+        (slot,) = await driver.lease_holders("job:slow", now)
+        assert await driver.lease_abandon([LeaseRef(slot.key, slot.token)], now) == [True]
+
+        async def retried() -> bool:
+            return (await driver.job_get_many([job_id]))[job_id].state is JobState.READY
+
+        await until(retried)
+    finally:
+        await worker.stop()
+    row = (await driver.job_get_many([job_id]))[job_id]
+    assert reasons == ["X_JOB_SLOT_LOST"]
+    assert row.last_error is not None and "X_JOB_SLOT_LOST" in row.last_error
+    assert row.attempt == 1
+
+
+async def test_rate_limit_spaces_starts_and_spends_no_attempt() -> None:
+    driver = MemoryDriver()
+    running = Running()
+
+    async def call_api(input: Any, ctx: JobContext) -> None:
+        await running.body("api", 0.0)
+
+    handle = declare(call_api, rate_limit=RateLimit(2, per=0.4))
+    client = Jobs(driver)
+    ids = [(await client.enqueue(handle, {"n": i})).id for i in range(7)]
+    worker = Worker(driver, [handle], poll_floor=0.01)
+
+    async def all_done() -> bool:
+        rows = await driver.job_get_many(ids)
+        return all(r.state is JobState.COMPLETED for r in rows.values())
+
+    await run_workers([worker], all_done)
+    starts = sorted(t for t, _ in running.starts)
+    # Any 3 consecutive starts span at least a window: never 3 in 0.4 s.
+    spans = [starts[i + 2] - starts[i] for i in range(len(starts) - 2)]
+    assert min(spans) >= 0.4 - 0.02, spans
+    assert {r.attempt for r in (await driver.job_get_many(ids)).values()} == {1}
+    # Deferred to when the window frees, not retried in a loop: a few claims per job at most.
+    assert worker.stats.claimed <= 3 * 7, worker.stats.claimed
+
+
+async def test_rate_limit_by_tenant_and_worker_declared() -> None:
+    driver = MemoryDriver()
+    ran: list[str] = []
+
+    async def report(input: Any, ctx: JobContext) -> None:
+        ran.append(input["org"])
+
+    handle = declare(report, tenant=lambda i: i["org"])
+    client = Jobs(driver)
+    ids = {}
+    for n, org in enumerate(["o1", "o1", "o2"]):
+        ids[n] = (await client.enqueue(handle, {"n": n, "org": org}, tenant_id=org)).id
+    worker = Worker(
+        driver, [handle], poll_floor=0.01, rate_limits=[RateLimit(1, per=3600, by="tenant")]
+    )
+    await run_workers([worker], lambda: sorted(ran) == ["o1", "o2"])
+    rows = await driver.job_get_many(list(ids.values()))
+    waiting = [r for r in rows.values() if r.state is JobState.READY]
+    assert len(waiting) == 1 and waiting[0].tenant_id == "o1" and waiting[0].attempt == 0
+    # Deferred to when o1's window ends (an hour), not retried meanwhile.
+    assert waiting[0].run_at_ms is not None
+    assert waiting[0].run_at_ms > int(time.time() * 1000) + 3_500_000
+
+
+async def test_a_start_that_never_happened_gives_its_stamp_back() -> None:
+    """A job that got its rate stamp but not its slot abandons the stamp: the window counts only
+    starts that happened."""
+    driver = MemoryDriver()
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    async def export(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+        await release.wait()
+
+    handle = declare(export, concurrency=1, rate_limit=RateLimit(5, per=3600))
+    client = Jobs(driver)
+    await client.enqueue(handle, {"n": 1})
+    worker = Worker(driver, [handle], poll_floor=0.01)
+    await worker.start()
+    try:
+        await until(lambda: ran == [1])
+        await client.enqueue(handle, {"n": 2})
+        await until(lambda: worker.stats.shed >= 2)
+        now = int(time.time() * 1000)
+        stamps = await driver.lease_holders("rate:job:6:export:global:", now)
+        assert len(stamps) == 1, stamps
+    finally:
+        release.set()
+        await worker.stop()
+
+
+async def test_with_lock_fences_waits_times_out_and_cancels_when_lost() -> None:
+    driver = MemoryDriver()
+    client = Jobs(driver)
+    async with with_lock("nightly", ttl=5, driver=driver, clock=client.clock) as first:
+        with pytest.raises(JobsError, match="X_LOCK_TIMEOUT"):
+            async with with_lock("nightly", wait=0.1, driver=driver, clock=client.clock):
+                raise AssertionError("two holders at once")
+    async with with_lock("nightly", driver=driver, clock=client.clock) as second:
+        assert second.token > first.token
+
+    with pytest.raises(JobsError, match="X_LOCK_LOST"):
+        async with with_lock("nightly", ttl=0.3, driver=driver, clock=client.clock) as lock:
+            now = client.clock.now_ms()
+            await driver.lease_abandon([LeaseRef("lock:nightly", lock.token)], now)
+            await asyncio.sleep(5)
+            raise AssertionError("the block outlived its lock")
+    assert lock.lost.is_set()
+    with pytest.raises(JobsError, match="X_LOCK_LOST"):
+        lock.check()

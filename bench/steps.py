@@ -83,7 +83,9 @@ async def store(kind: str) -> AsyncIterator[JobDriver]:
 def counted(driver: JobDriver, tally: Counter[str]) -> None:
     """Count every store call `driver` makes from now on (its `_` methods), into `tally`."""
     for name in dir(type(driver)):
-        if name.startswith(("_job_", "_step_", "_event_", "_worker_", "_queue_", "_counter_")):
+        if name.startswith(
+            ("_job_", "_step_", "_event_", "_worker_", "_queue_", "_counter_", "_lease_")
+        ):
             original: Callable[..., Awaitable[Any]] = getattr(driver, name)
 
             def wrap(f: Callable[..., Awaitable[Any]], n: str) -> Callable[..., Awaitable[Any]]:

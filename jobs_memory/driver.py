@@ -678,12 +678,14 @@ class MemoryDriver(JobDriver):
             return out
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return self._lease_end(refs, now_ms, keep_stamps=True)
+        return self._end_holdings(refs, now_ms, keep_stamps=True)
 
     async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return self._lease_end(refs, now_ms, keep_stamps=False)
+        return self._end_holdings(refs, now_ms, keep_stamps=False)
 
-    def _lease_end(self, refs: Sequence[LeaseRef], now_ms: int, *, keep_stamps: bool) -> list[bool]:
+    def _end_holdings(
+        self, refs: Sequence[LeaseRef], now_ms: int, *, keep_stamps: bool
+    ) -> list[bool]:
         with self._lock:
             out = []
             for r in refs:

@@ -749,13 +749,15 @@ class ReferenceModel:
 
     def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """A live slot goes now, a live stamp stays until it expires; True for each live one."""
-        return self._lease_end(refs, now_ms, stamps_stay=True)
+        return self._end_holdings(refs, now_ms, stamps_stay=True)
 
     def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """Every named holding goes, stamps too; True for each that was live."""
-        return self._lease_end(refs, now_ms, stamps_stay=False)
+        return self._end_holdings(refs, now_ms, stamps_stay=False)
 
-    def _lease_end(self, refs: Sequence[LeaseRef], now_ms: int, *, stamps_stay: bool) -> list[bool]:
+    def _end_holdings(
+        self, refs: Sequence[LeaseRef], now_ms: int, *, stamps_stay: bool
+    ) -> list[bool]:
         _check_lease_batch(len(refs))
         for r in refs:
             _check_lease_key(r.key)

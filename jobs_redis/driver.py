@@ -30,6 +30,10 @@ slot and every script declares every key it touches in KEYS):
   (`lua/includes/durable.lua`); event matches compare canonical lines (`jobs_redis.match`).
   A script finds these keys among its KEYS by exact name, so a caller may place them anywhere
   before the keys a script reads from the end (the finished and accounting keys).
+- `{p}:hold:<key>` (zset token by expiry), `{p}:holder:<key>` (hash token -> holder NUL stamp,
+  NUL holder -> token) per lease key, and `{p}:hold-token` (INCR): the lease family
+  (`lua/includes/lease.lua`). A lease key may hold any bytes, so a call hands each of its
+  lease keys' pair in KEYS; `hold:` and `holder:` never collide with `lease:<queue>`.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -71,6 +75,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NewJob,
@@ -247,7 +255,7 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True, steps=True, events=True)
+        return Capabilities(wake=True, steps=True, events=True, leases=True)
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -877,6 +885,62 @@ class RedisDriver(JobDriver):
             "event_purge", (k.event, k.event_name, k.event_expiry), (now_ms, limit)
         )
         return int(got)
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    def _lease_keys(self, keys: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+        """The KEYS of a lease call (each distinct lease key's `hold` and `holder`, in first-seen
+        order) and each lease key's 1-based place among them (`lua/includes/lease.lua`)."""
+        index: dict[str, int] = {}
+        out: list[str] = []
+        for key in keys:
+            if key not in index:
+                index[key] = len(index) + 1
+                out += (self.keys.hold(key), self.keys.holder(key))
+        return out, index
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        keys, index = self._lease_keys([t.key for t in takes])
+        args: list[object] = [now_ms]
+        for t in takes:
+            args += (index[t.key], t.holder, t.limit, now_ms + t.ttl_ms, "1" if t.stamp else "0")
+        got = await self._run("lease_take", (*keys, self.keys.hold_token), args)
+        return [
+            Lease(t.key, t.holder, int(token), now_ms + t.ttl_ms, t.stamp) if token else None
+            for t, token in zip(takes, got, strict=True)
+        ]
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        keys, index = self._lease_keys([r.key for r in renews])
+        args: list[object] = [now_ms]
+        for r in renews:
+            args += (index[r.key], r.token, now_ms + r.ttl_ms)
+        got = await self._run("lease_renew", keys, args)
+        return [c == "1" for c in got]
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await self._lease_end("lease_release", refs, now_ms)
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await self._lease_end("lease_abandon", refs, now_ms)
+
+    async def _lease_end(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        keys, index = self._lease_keys([r.key for r in refs])
+        args: list[object] = [now_ms]
+        for r in refs:
+            args += (index[r.key], r.token)
+        got = await self._run(name, keys, args)
+        return [c == "1" for c in got]
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        k = self.keys
+        got = await self._run("lease_holders", (k.hold(key), k.holder(key)), (now_ms,))
+        out: list[Lease] = []
+        for i in range(0, len(got), 3):
+            token, expires, row = got[i : i + 3]
+            holder, stamp = row.rsplit("\x00", 1)
+            out.append(Lease(key, holder, int(token), int(expires), stamp == "1"))
+        return out
 
     # -- pauses, queues, workers ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ class Keys:
         "event",
         "event_expiry",
         "event_name",
+        "hold_token",
         "live",
         "pause_name",
         "pause_queue",
@@ -75,6 +76,9 @@ class Keys:
         self.event = f"{t}:event"
         self.event_name = f"{t}:event:name"
         self.event_expiry = f"{t}:event:expiry"
+        # The lease family (lua/includes/lease.lua). Not under `lease:`, which is the queues'.
+        #: string, the last lease token granted store-wide (INCR).
+        self.hold_token = f"{t}:hold-token"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""
@@ -87,6 +91,14 @@ class Keys:
     def lease(self, queue: str) -> str:
         """The running rows of one queue, by lease end."""
         return f"{self.tag}:lease:{queue}"
+
+    def hold(self, key: str) -> str:
+        """A lease key's holdings, live or not: zset token by expires_at_ms."""
+        return f"{self.tag}:hold:{key}"
+
+    def holder(self, key: str) -> str:
+        """A lease key's holding rows: hash token -> holder NUL stamp, NUL holder -> token."""
+        return f"{self.tag}:holder:{key}"
 
     def finished(self, state: str) -> str:
         """The finished rows of one final state, by finished_at_ms (what `job_purge` reads)."""

@@ -1,0 +1,54 @@
+-- includes/lease.lua — a lease key's holdings (inlined after row.lua, never run alone):
+-- lease_take, lease_renew, lease_release, lease_abandon, lease_holders.
+--
+-- Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys):
+--   {p}:hold:<key>    zset token by expires_at_ms: the lease key's holdings, live or not
+--   {p}:holder:<key>  hash token -> holder NUL stamp ("1" a rate stamp, "0" a slot), and
+--                     NUL holder -> token: a holder's own holding without a walk (no holder
+--                     holds NUL, so no such field is a token's digits)
+--   {p}:hold-token    string, the last token granted store-wide (INCR): a later grant of any
+--                     key carries a greater token
+-- The caller names each distinct lease key of a call by q, its 1-based place among them, and
+-- hands its pair of keys as KEYS[2q - 1] (hold) and KEYS[2q] (holder): a lease key may hold any
+-- bytes, so its keys are built in Python, never here.
+--
+-- A holding is live while expires_at_ms > the caller's now_ms. The two keys of a lease key
+-- always agree, and a holder has at most one holding of a key (a take drops the expired ones,
+-- then replaces the holder's own), so the NUL holder field always names that one.
+-- Expired holdings stay until their key is next taken (or the token is named to a release or
+-- an abandon): no PEXPIRE, since the server's clock is not the callers' and could drop a
+-- holding a caller still counts live.
+
+local function hold_key(q)
+  return KEYS[2 * tonumber(q) - 1]
+end
+
+local function holder_key(q)
+  return KEYS[2 * tonumber(q)]
+end
+
+-- Whether the holding `token` (a string) of lease key q is live at `now`; nil when it is not
+-- stored at all.
+local function holding_live(q, token, now)
+  local ends = redis.call("ZSCORE", hold_key(q), token)
+  if not ends then
+    return nil
+  end
+  return tonumber(ends) > tonumber(now)
+end
+
+-- Delete the holding `token` of lease key q from both keys.
+local function drop_holding(q, token)
+  local holder = holder_key(q)
+  local row = redis.call("HGET", holder, token)
+  if row then
+    redis.call("HDEL", holder, token, Z .. string.sub(row, 1, #row - 2))
+  end
+  redis.call("ZREM", hold_key(q), token)
+end
+
+-- Whether the stored holding `token` of lease key q is a rate stamp.
+local function is_stamp(q, token)
+  local row = redis.call("HGET", holder_key(q), token)
+  return row ~= false and string.sub(row, -1) == "1"
+end

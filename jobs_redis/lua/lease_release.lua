@@ -1,0 +1,23 @@
+-- lease_release — end each holding now, in order (includes/lease.lua).
+--
+-- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items
+-- ARGV[1] now_ms
+-- ARGV[2i .. 2i + 1] item i: q, token
+-- A live slot is deleted, so its room is free to the next take at once. A live stamp stays as
+-- it is until it expires: it records a start that happened, and the rate counts starts. An
+-- expired holding is deleted on the way (it counts for nothing).
+-- Returns one string, a character per item: "1" the holding was live, else "0".
+--!include row.lua
+--!include lease.lua
+
+local now = ARGV[1]
+local out = {}
+for i = 1, (#ARGV - 1) / 2 do
+  local q, token = ARGV[2 * i], ARGV[2 * i + 1]
+  local live = holding_live(q, token, now)
+  if live == false or (live and not is_stamp(q, token)) then
+    drop_holding(q, token)
+  end
+  out[i] = live and "1" or "0"
+end
+return table.concat(out)

@@ -1,0 +1,26 @@
+-- lease_renew — extend each live holding to now_ms + ttl_ms, in order (includes/lease.lua).
+--
+-- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items
+-- ARGV[1] now_ms
+-- ARGV[3i - 1 .. 3i + 1] item i: q, token, the new expires_at_ms (now_ms + ttl_ms)
+-- A holding that expired is never renewed, even when nobody took its room: whether it is still
+-- stored depends on whether some take happened to drop it, and the answer must not. Writes only
+-- to live holdings (an expired one is left for the next take to drop).
+-- Returns one string, a character per item: "1" renewed, "0" not live (expired, replaced,
+-- ended or never granted).
+--!include row.lua
+--!include lease.lua
+
+local now = ARGV[1]
+local out = {}
+for i = 1, (#ARGV - 1) / 3 do
+  local b = 3 * i - 2
+  local q, token, ends = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  if holding_live(q, token, now) then
+    redis.call("ZADD", hold_key(q), "XX", ends, token)
+    out[i] = "1"
+  else
+    out[i] = "0"
+  end
+end
+return table.concat(out)

@@ -1,0 +1,45 @@
+-- lease_take — grant each take while its lease key has room, in order (includes/lease.lua).
+--
+-- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the
+--   items; KEYS[#KEYS] hold-token
+-- ARGV[1] now_ms
+-- ARGV[5i - 3 .. 5i + 1] item i: q, holder, limit, expires_at_ms (now_ms + ttl_ms), stamp
+--   ("1" or "0")
+-- Per item: the key's expired holdings go first (once per key and call: now_ms is the call's);
+-- the holder's own live holding, if any, is replaced by a new one (the count stays); else a new
+-- holding is stored while fewer than `limit` are live; else nothing is written. Atomic, so two
+-- callers racing for a key's last room see each other: exactly one is granted.
+-- Returns one integer per item: the new holding's token, or 0 where the key had no room.
+--!include row.lua
+--!include lease.lua
+
+local now = ARGV[1]
+local counter = KEYS[#KEYS]
+local pruned = {}
+local out = {}
+for i = 1, (#ARGV - 1) / 5 do
+  local b = 5 * i - 4
+  local q, who, limit, ends, stamp = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local hold, holder = hold_key(q), holder_key(q)
+  if not pruned[q] then
+    pruned[q] = true
+    local gone = redis.call("ZRANGEBYSCORE", hold, "-inf", now)
+    for _, token in ipairs(gone) do
+      drop_holding(q, token)
+    end
+  end
+  local own = redis.call("HGET", holder, Z .. who)
+  if own or redis.call("ZCARD", hold) < tonumber(limit) then
+    if own then
+      drop_holding(q, own)
+    end
+    local token = redis.call("INCR", counter)
+    local field = fmt(token)
+    redis.call("ZADD", hold, ends, field)
+    redis.call("HSET", holder, field, who .. Z .. stamp, Z .. who, field)
+    out[i] = token
+  else
+    out[i] = 0
+  end
+end
+return out

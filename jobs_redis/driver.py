@@ -888,7 +888,7 @@ class RedisDriver(JobDriver):
 
     # -- leases ---------------------------------------------------------------------------------
 
-    def _lease_keys(self, keys: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+    def _holding_keys(self, keys: Sequence[str]) -> tuple[list[str], dict[str, int]]:
         """The KEYS of a lease call (each distinct lease key's `hold` and `holder`, in first-seen
         order) and each lease key's 1-based place among them (`lua/includes/lease.lua`)."""
         index: dict[str, int] = {}
@@ -900,36 +900,33 @@ class RedisDriver(JobDriver):
         return out, index
 
     async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        keys, index = self._lease_keys([t.key for t in takes])
-        args: list[object] = [now_ms]
-        for t in takes:
-            args += (index[t.key], t.holder, t.limit, now_ms + t.ttl_ms, "1" if t.stamp else "0")
-        got = await self._run("lease_take", (*keys, self.keys.hold_token), args)
+        keys, index = self._holding_keys([t.key for t in takes])
+        fields = "\x00".join(
+            f"{index[t.key]}\x00{t.holder}\x00{t.limit}\x00{now_ms + t.ttl_ms}\x00{int(t.stamp)}"
+            for t in takes
+        )
+        got = await self._run("lease_take", (*keys, self.keys.hold_token), (now_ms, fields))
         return [
             Lease(t.key, t.holder, int(token), now_ms + t.ttl_ms, t.stamp) if token else None
             for t, token in zip(takes, got, strict=True)
         ]
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
-        keys, index = self._lease_keys([r.key for r in renews])
-        args: list[object] = [now_ms]
-        for r in renews:
-            args += (index[r.key], r.token, now_ms + r.ttl_ms)
-        got = await self._run("lease_renew", keys, args)
+        keys, index = self._holding_keys([r.key for r in renews])
+        fields = "\x00".join(f"{index[r.key]}\x00{r.token}\x00{now_ms + r.ttl_ms}" for r in renews)
+        got = await self._run("lease_renew", keys, (now_ms, fields))
         return [c == "1" for c in got]
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return await self._lease_end("lease_release", refs, now_ms)
+        return await self._end_holdings("lease_release", refs, now_ms)
 
     async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return await self._lease_end("lease_abandon", refs, now_ms)
+        return await self._end_holdings("lease_abandon", refs, now_ms)
 
-    async def _lease_end(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        keys, index = self._lease_keys([r.key for r in refs])
-        args: list[object] = [now_ms]
-        for r in refs:
-            args += (index[r.key], r.token)
-        got = await self._run(name, keys, args)
+    async def _end_holdings(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        keys, index = self._holding_keys([r.key for r in refs])
+        fields = "\x00".join(f"{index[r.key]}\x00{r.token}" for r in refs)
+        got = await self._run(name, keys, (now_ms, fields))
         return [c == "1" for c in got]
 
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:

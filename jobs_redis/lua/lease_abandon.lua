@@ -2,7 +2,7 @@
 --
 -- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items
 -- ARGV[1] now_ms
--- ARGV[2i .. 2i + 1] item i: q, token
+-- ARGV[2] the items, their fields joined by NUL: per item q, token
 -- Every named holding is deleted, a live stamp too: the start it recorded never happened, so it
 -- must not count against the rate.
 -- Returns one string, a character per item: "1" the holding was live, else "0".
@@ -11,8 +11,9 @@
 
 local now = ARGV[1]
 local out = {}
-for i = 1, (#ARGV - 1) / 2 do
-  local q, token = ARGV[2 * i], ARGV[2 * i + 1]
+local f = split(ARGV[2])
+for i = 1, #f / 2 do
+  local q, token = f[2 * i - 1], f[2 * i]
   local live = holding_live(q, token, now)
   if live ~= nil then
     drop_holding(q, token)

@@ -2,7 +2,8 @@
 --
 -- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items
 -- ARGV[1] now_ms
--- ARGV[3i - 1 .. 3i + 1] item i: q, token, the new expires_at_ms (now_ms + ttl_ms)
+-- ARGV[2] the items, their fields joined by NUL: per item q, token, the new expires_at_ms
+--   (now_ms + ttl_ms)
 -- A holding that expired is never renewed, even when nobody took its room: whether it is still
 -- stored depends on whether some take happened to drop it, and the answer must not. Writes only
 -- to live holdings (an expired one is left for the next take to drop).
@@ -13,9 +14,10 @@
 
 local now = ARGV[1]
 local out = {}
-for i = 1, (#ARGV - 1) / 3 do
-  local b = 3 * i - 2
-  local q, token, ends = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+local f = split(ARGV[2])
+for i = 1, #f / 3 do
+  local b = 3 * i - 3
+  local q, token, ends = f[b + 1], f[b + 2], f[b + 3]
   if holding_live(q, token, now) then
     redis.call("ZADD", hold_key(q), "XX", ends, token)
     out[i] = "1"

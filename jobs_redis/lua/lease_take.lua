@@ -3,8 +3,9 @@
 -- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the
 --   items; KEYS[#KEYS] hold-token
 -- ARGV[1] now_ms
--- ARGV[5i - 3 .. 5i + 1] item i: q, holder, limit, expires_at_ms (now_ms + ttl_ms), stamp
---   ("1" or "0")
+-- ARGV[2] the items, their fields joined by NUL (one argument, not five per item: encoding
+--   arguments is most of a big call's cost): per item q, holder, limit, expires_at_ms
+--   (now_ms + ttl_ms), stamp ("1" or "0")
 -- Per item: the key's expired holdings go first (once per key and call: now_ms is the call's);
 -- the holder's own live holding, if any, is replaced by a new one (the count stays); else a new
 -- holding is stored while fewer than `limit` are live; else nothing is written. Atomic, so two
@@ -17,9 +18,10 @@ local now = ARGV[1]
 local counter = KEYS[#KEYS]
 local pruned = {}
 local out = {}
-for i = 1, (#ARGV - 1) / 5 do
-  local b = 5 * i - 4
-  local q, who, limit, ends, stamp = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+local f = split(ARGV[2])
+for i = 1, #f / 5 do
+  local b = 5 * i - 5
+  local q, who, limit, ends, stamp = f[b + 1], f[b + 2], f[b + 3], f[b + 4], f[b + 5]
   local hold, holder = hold_key(q), holder_key(q)
   if not pruned[q] then
     pruned[q] = true

@@ -6,6 +6,7 @@ from jobs_core.driver import Capabilities, JobDriver
 from jobs_core.errors import JobsError, RateLimitedError, TerminalError
 from jobs_core.facade import EventSent, Jobs, SettledEvent, configure, send_event, send_event_sync
 from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.leases import Concurrency, RateLimit, with_lock
 from jobs_core.records import EnqueueResult, JobRecord, Pause
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
@@ -15,6 +16,7 @@ from jobs_core.worker import Worker, WorkerStats
 
 __all__ = [
     "CancelSignal",
+    "Concurrency",
     "Capabilities",
     "Clock",
     "EnqueueResult",
@@ -30,6 +32,7 @@ __all__ = [
     "JobsError",
     "Outcome",
     "Pause",
+    "RateLimit",
     "RateLimitedError",
     "Retry",
     "SettledEvent",
@@ -44,4 +47,5 @@ __all__ = [
     "job",
     "send_event",
     "send_event_sync",
+    "with_lock",
 ]

@@ -38,7 +38,7 @@ from jobs_core import facade
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.records import ClaimParams, EnqueueResult, Nack, NackKind, Pause
+from jobs_core.records import ClaimParams, EnqueueResult, JobListParams, Nack, NackKind, Pause
 from jobs_core.retention import DAY, Retention
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
@@ -143,8 +143,10 @@ PARITY = "# tests/test_my_driver_parity.py"
 SHOP = "# shop/jobs.py"
 SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
+BILLING = "# billing/jobs.py"
 PYTHON_CASES = {
     OPERATOR,
+    BILLING,
     SHOP,
     SEND_EVENT,
     DECLARE,
@@ -299,6 +301,80 @@ async def test_the_order_saga_waits_for_its_event_and_refunds_when_it_fails(
         assert shop.mailer.sent == [("ann@example.com", "shipped by ups")]
     finally:
         await worker.stop()
+
+
+BILLING_STUBS = {
+    "__init__.py": "",
+    "ledger.py": (
+        "import asyncio\n"
+        "running, most, synced, closed = {}, {}, [], []\n\n\n"
+        "async def sync(customer_id, since):\n"
+        "    running[customer_id] = running.get(customer_id, 0) + 1\n"
+        "    most[customer_id] = max(most.get(customer_id, 0), running[customer_id])\n"
+        "    await asyncio.sleep(0.02)\n"
+        "    running[customer_id] -= 1\n"
+        "    synced.append((customer_id, since))\n\n\n"
+        "async def close(day, fence):\n"
+        "    closed.append((day, fence))\n"
+    ),
+    "payments.py": (
+        "import time\n"
+        "sent = []\n\n\n"
+        "async def send_invoice(invoice_id):\n"
+        "    sent.append((time.monotonic(), invoice_id))\n"
+    ),
+}
+
+
+@pytest.fixture
+def billing(tmp_path: Path) -> Iterator[ModuleType]:
+    """The README's `billing` package: its `jobs.py` the limits block, ledger and API stubbed."""
+    (tmp_path / "billing").mkdir()
+    for name, text in BILLING_STUBS.items():
+        (tmp_path / "billing" / name).write_text(text, encoding="utf-8")
+    (tmp_path / "billing" / "jobs.py").write_text(python_block(BILLING).text, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module("billing.jobs")
+        yield sys.modules["billing"]
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("billing.jobs", "billing.ledger", "billing.payments", "billing"):
+            sys.modules.pop(name, None)
+
+
+async def test_the_limits_block_holds_its_limits(billing: ModuleType, no_client: None) -> None:
+    """One sync per customer at a time, at most 25 invoice calls in any second, and the books
+    closed under the lock's fencing token, as the block's comments say."""
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    jobs = billing.jobs
+    for n in range(8):
+        await jobs.sync_customer.enqueue({"org_id": "o1", "customer_id": f"c{n % 2}", "since": n})
+    for n in range(30):
+        await jobs.send_invoice.enqueue({"invoice_id": n})
+    await jobs.close_books.enqueue({"day": "2026-12-01"})
+    worker = Worker(driver, jobs, concurrency=20, poll_floor=0.01)
+    await worker.start()
+    try:
+        await until(
+            lambda: (
+                len(billing.ledger.synced) == 8
+                and len(billing.payments.sent) == 30
+                and len(billing.ledger.closed) == 1
+            ),
+            within=20,
+        )
+    finally:
+        await worker.stop()
+    assert billing.ledger.most == {"c0": 1, "c1": 1}
+    starts = sorted(t for t, _ in billing.payments.sent)
+    assert min(starts[i + 25] - starts[i] for i in range(len(starts) - 25)) >= 1.0 - 0.05
+    ((day, fence),) = billing.ledger.closed
+    assert day == "2026-12-01" and isinstance(fence, int) and fence > 0
+    page = await driver.job_list(JobListParams(limit=100))
+    assert len(page.jobs) == 39
+    assert {r.attempt for r in page.jobs} == {1}, "waiting for a limit spent an attempt"
 
 
 async def dead_welcomes(driver: JobDriver, myapp: ModuleType, n: int) -> list[str]:

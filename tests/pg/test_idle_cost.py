@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jobs_core import FakeClock, JobContext, Worker, job
+from jobs_core import FakeClock, JobContext, RateLimit, Worker, job
 from jobs_core.job import JobRegistry
 from jobs_pg import PgDriver
 from tests.core.support import advance_quietly, counting
@@ -34,7 +34,15 @@ async def test_an_idle_minute_on_postgres_stays_within_budget(
 ) -> None:
     driver: Any = CountingPg(PG_URL, schema=pg_schema, pool_size=2, wake=wake)
     clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
-    handle = job(noop, tenant="none", idempotency_key=lambda i: "k", registry=JobRegistry())
+    # Limits declared: an idle worker takes no lease, so they cost nothing here.
+    handle = job(
+        noop,
+        tenant="none",
+        idempotency_key=lambda i: "k",
+        registry=JobRegistry(),
+        concurrency={"key": lambda i: "k", "limit": 2},
+        rate_limit=RateLimit(10, per=1.0),
+    )
     async with driver:
         worker = Worker(driver, [handle], clock=clock)
         await worker.start()

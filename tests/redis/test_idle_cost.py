@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from jobs_core import FakeClock, JobContext, Worker, job
+from jobs_core import FakeClock, JobContext, RateLimit, Worker, job
 from jobs_core.driver import Capabilities
 from jobs_core.job import JobRegistry
 from jobs_redis import RedisDriver
@@ -46,7 +47,7 @@ class PollingRedis(RedisDriver):
     """The Redis driver offering no wake channel: the worker polls alone."""
 
     def capabilities(self) -> Capabilities:
-        return Capabilities()
+        return replace(super().capabilities(), wake=False)
 
 
 async def noop(input: Any, ctx: JobContext) -> None:
@@ -57,7 +58,15 @@ async def noop(input: Any, ctx: JobContext) -> None:
 async def test_an_idle_minute_on_redis_stays_within_budget(wake: bool, budget: int) -> None:
     driver = (RedisDriver if wake else PollingRedis)(REDIS_URL, prefix=fresh_prefix())
     clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
-    handle = job(noop, tenant="none", idempotency_key=lambda i: "k", registry=JobRegistry())
+    # Limits declared: an idle worker takes no lease, so they cost nothing here.
+    handle = job(
+        noop,
+        tenant="none",
+        idempotency_key=lambda i: "k",
+        registry=JobRegistry(),
+        concurrency={"key": lambda i: "k", "limit": 2},
+        rate_limit=RateLimit(10, per=1.0),
+    )
     try:
         async with driver:
             counter = CommandCounter(driver.client)

@@ -31,7 +31,7 @@ from tests.core.support import code_path
 APP = """
 import asyncio, os, time
 from pathlib import Path
-from jobs_core import job
+from jobs_core import RateLimit, job
 
 LEDGER = Path(os.environ["LEDGER"])
 

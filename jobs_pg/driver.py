@@ -64,6 +64,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NewJob,
@@ -81,11 +85,12 @@ from jobs_core.records import (
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, event_matches, fold_before
 from jobs_core.states import LIVE_STATES, JobState
-from jobs_pg.schema import COUNTER_SHARDS
+from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, compile_all
 from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import event as event_stmts
 from jobs_pg.statements import job as job_stmts
+from jobs_pg.statements import lease as lease_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
 from jobs_pg.statements import step as step_stmts
@@ -100,6 +105,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(counter_stmts)),
     **compile_all(vars(event_stmts)),
     **compile_all(vars(job_stmts)),
+    **compile_all(vars(lease_stmts)),
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
     **compile_all(vars(step_stmts)),
@@ -136,6 +142,7 @@ _INDEX_FIELDS: Final = {
     "steps_pkey": "run_id, name",
     "pauses_pkey": "value",
     "workers_pkey": "worker_id",
+    "leases_pkey": "key, token",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -272,6 +279,9 @@ class PgDriver(JobDriver):
         self._prepare_threshold: int | None = 0 if prepare else None
         self.channel = wake_channel(schema)
         self._q = {name: _Stmt(sql, schema) for name, sql in STATEMENTS.items()}
+        #: The token sequence by its schema-qualified name (`LEASE_TAKE`'s `:tokens`).
+        quoted = '"' + schema.replace('"', '""') + '"'
+        self._lease_tokens = f"{quoted}.{lease_tokens.name}"
         # A pool (and the hot connection, the LISTEN sessions) belongs to one event loop; each
         # loop that calls gets its own, closed with that loop or by `close()`.
         self._loops: LoopLocal[_LoopConns] = LoopLocal(_LoopConns, self._close_loop, _abandon_loop)
@@ -287,7 +297,7 @@ class PgDriver(JobDriver):
         return f"postgres {mask(self._url)} schema={self.schema}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=self._wake, steps=True, events=True)
+        return Capabilities(wake=self._wake, steps=True, events=True, leases=True)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""
@@ -886,6 +896,68 @@ class PgDriver(JobDriver):
                     raise
                 tries += 1
 
+    async def _pipelined(
+        self, steps: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[tuple[Any, ...]]:
+        """Run the named statements in order as ONE transaction in one round trip; the last
+        one's rows. Each statement takes its own snapshot (READ COMMITTED) when it starts, and
+        the locks taken are held until the end; a failure leaves nothing written. Rolled back
+        in a deadlock or serialization failure, it runs again from the start (up to
+        `conflict_retries` times)."""
+        tries = 0
+        while True:
+            try:
+                async with self._conn() as conn:
+                    return await self._pipelined_on(conn, steps)
+            except DriverConflictError:
+                if tries >= self._conflict_retries:
+                    raise
+                tries += 1
+
+    async def _pipelined_on(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        steps: Sequence[tuple[str, Mapping[str, Any]]],
+    ) -> list[tuple[Any, ...]]:
+        if not psycopg.AsyncPipeline.is_supported():
+            # A libpq before 14: the same transaction, a round trip per statement.
+            async with conn.transaction():
+                rows: list[tuple[Any, ...]] = []
+                for name, values in steps:
+                    rows = await self._on(conn, name, values)
+                return rows
+        queries = [(self._q[name], values) for name, values in steps]
+        for _ in range(2):
+            if self._prepare_threshold is None and conn.prepare_threshold is not None:
+                conn.prepare_threshold = None
+            try:
+                # On an autocommit connection everything up to the pipeline's one Sync is one
+                # implicit transaction: no BEGIN or COMMIT to wait for.
+                async with conn.pipeline():
+                    curs = [await conn.execute(q.text, q.args(v)) for q, v in queries]
+            except (
+                psycopg.errors.InvalidSqlStatementName,
+                psycopg.errors.DuplicatePreparedStatement,
+            ):
+                # As in `_execute_once`: the failed message aborted the pipeline up to its Sync,
+                # so nothing was written; run it all again unprepared.
+                if self._prepare_threshold is not None:
+                    log.warning("jobs.pg.prepare_off: the server lost a prepared statement")
+                self._prepare_threshold = None
+                conn.prepare_threshold = None
+                continue
+            except psycopg.Error as exc:
+                if isinstance(
+                    exc, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+                ):
+                    self.conflicts_seen += 1
+                if exc.sqlstate is not None:
+                    exc.add_note(_STATEMENT_NOTE + " + ".join(name for name, _ in steps))
+                raise
+            last = curs[-1]
+            return await last.fetchall() if last.description is not None else []
+        raise DriverError("the server kept losing prepared statements", detail=steps[-1][0])
+
     async def _on(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], name: str, values: Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
@@ -1177,6 +1249,74 @@ class PgDriver(JobDriver):
         rows = await self._rows("EVENT_PURGE", {"now_ms": now_ms, "limit": limit})
         return int(rows[0][0])
 
+    # -- leases ---------------------------------------------------------------------------------
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """One transaction, one round trip: the keys' advisory locks (`LEASE_LOCK`, sorted),
+        then `LEASE_TAKE` in a snapshot taken once they are held (see `statements.lease`)."""
+        rows = await self._pipelined(
+            [
+                ("LEASE_LOCK", {"keys": sorted({self._lease_key(t.key) for t in takes})}),
+                (
+                    "LEASE_TAKE",
+                    {
+                        "key": [t.key for t in takes],
+                        "holder": [t.holder for t in takes],
+                        "lim": [t.limit for t in takes],
+                        "ttl_ms": [t.ttl_ms for t in takes],
+                        "stamp": [t.stamp for t in takes],
+                        "now_ms": now_ms,
+                        "tokens": self._lease_tokens,
+                    },
+                ),
+            ]
+        )
+        tokens = {int(ordinal): int(token) for ordinal, token in rows}
+        out: list[Lease | None] = []
+        for i, t in enumerate(takes, start=1):
+            token = tokens.get(i)
+            out.append(
+                None if token is None else Lease(t.key, t.holder, token, now_ms + t.ttl_ms, t.stamp)
+            )
+        return out
+
+    def _lease_key(self, key: str) -> int:
+        """The advisory lock key of a lease key in this schema (a signed 64-bit int); apart
+        from the events' keys, so a lease and an event name never take turns by design."""
+        digest = hashlib.blake2b(
+            f"{self.schema}\x00{key}".encode(), digest_size=8, person=b"ujobs.lease"
+        ).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        rows = await self._rows(
+            "LEASE_RENEW",
+            {
+                "key": [r.key for r in renews],
+                "token": [r.token for r in renews],
+                "ttl_ms": [r.ttl_ms for r in renews],
+                "now_ms": now_ms,
+            },
+        )
+        return _answered(rows, len(renews))
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await self._lease_end("LEASE_RELEASE", refs, now_ms)
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await self._lease_end("LEASE_ABANDON", refs, now_ms)
+
+    async def _lease_end(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        rows = await self._rows(
+            name,
+            {"key": [r.key for r in refs], "token": [r.token for r in refs], "now_ms": now_ms},
+        )
+        return _answered(rows, len(refs))
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        rows = await self._read("LEASE_HOLDERS", {"key": key, "now_ms": now_ms})
+        return [Lease(*r) for r in rows]
+
     # -- counters -------------------------------------------------------------------------------
 
     async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
@@ -1423,6 +1563,12 @@ def _nack_columns(sel: Sequence[Nack], found: set[int]) -> dict[str, Any]:
         "wait_since_ms": [w.since_ms if (w := waits(n)) else None for n in sel],
         "woken": [id(n) in found for n in sel],
     }
+
+
+def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:
+    """Per item of `n`, whether a statement answering the ordinals that held named it."""
+    held = {int(r[0]) for r in rows}
+    return [i in held for i in range(1, n + 1)]
 
 
 def _object(match_json: str) -> Mapping[str, object]:

@@ -233,10 +233,30 @@ events: Final = sa.Table(
 sa.Index("events_by_name", events.c.name, events.c.published_at_ms, events.c.id)
 sa.Index("events_expiry", events.c.expires_at_ms, events.c.id)
 
+# Lease holdings (migration 0006): one row per holding, named by `(key, token)` in every call
+# after its take. The key leads the primary key, so a key's holdings (what a take counts and
+# `lease_holders` reads) are one range of it, and a renew or release is one lookup in it.
+# Expired rows stay until a take of their key (or a release or abandon of them) deletes them.
+leases: Final = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("key", sa.Text(collation=C), primary_key=True),
+    sa.Column("token", sa.BigInteger, primary_key=True),
+    sa.Column("holder", sa.Text(collation=C), nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("stamp", sa.Boolean, nullable=False),
+)
+
+#: Lease tokens: one store-wide counter, so every later grant of a key carries a greater token
+#: (takes of one key run one after another; gaps are fine).
+lease_tokens: Final = sa.Sequence("lease_tokens", metadata=metadata)
+
 
 def metadata_in(schema: str) -> sa.MetaData:
-    """The declared tables and indexes, placed in `schema` (what the migrations must create)."""
+    """The declared tables, indexes and sequence, placed in `schema` (what the migrations must
+    create)."""
     out = sa.MetaData(naming_convention=metadata.naming_convention)
     for table in metadata.sorted_tables:
         table.to_metadata(out, schema=schema)
+    sa.Sequence(lease_tokens.name, schema=schema, metadata=out)
     return out

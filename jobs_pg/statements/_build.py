@@ -41,6 +41,22 @@ def unnest(alias: str, **columns: sa.types.TypeEngine[Any]) -> TableValuedAlias:
     ).render_derived(name=alias, with_types=False)
 
 
+def xact_locks() -> sa.Select[int]:
+    """Take the transaction-scoped advisory lock of each of `:keys` (bigints), in array order.
+
+    Callers pass the keys sorted and distinct, so two transactions that lock overlapping sets
+    wait for each other and never in a cycle. Held until the transaction ends.
+    """
+    keys = (
+        sa.func.unnest(arr("keys", BIGINT))
+        .table_valued(sa.column("key", BIGINT), with_ordinality="ord")
+        .render_derived(name="k", with_types=False)
+    )
+    return sa.select(
+        sa.func.count(sa.func.pg_advisory_xact_lock(keys.c.key)).label("locked")
+    ).select_from(keys)
+
+
 def ex(*where: sa.ColumnElement[bool]) -> sa.Exists:
     """`EXISTS (SELECT 1 …)`: a test of presence that names no column."""
     return sa.select(sa.literal_column("1")).where(*where).exists()

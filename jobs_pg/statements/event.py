@@ -21,20 +21,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from jobs_pg.schema import events, jobs, lit
-from jobs_pg.statements._build import BIGINT, INT, TEXT, arr, ex, p
+from jobs_pg.statements._build import BIGINT, INT, TEXT, arr, ex, p, xact_locks
 
 # -- EVENT_LOCK ---------------------------------------------------------------------------------
 # The advisory locks of these keys (one per event name; the driver passes them sorted, and each
 # is taken in that order, so two parks of several names never wait on each other in a cycle).
 # Held until the transaction ends.
-_keys = (
-    sa.func.unnest(arr("keys", BIGINT))
-    .table_valued(sa.column("key", BIGINT), with_ordinality="ord")
-    .render_derived(name="k", with_types=False)
-)
-EVENT_LOCK: Final = sa.select(
-    sa.func.count(sa.func.pg_advisory_xact_lock(_keys.c.key)).label("locked")
-).select_from(_keys)
+EVENT_LOCK: Final = xact_locks()
 
 # -- EVENT_FIND ---------------------------------------------------------------------------------
 # One page of a name's unexpired events, in (published_at, id) order, strictly after

@@ -98,6 +98,7 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
     assert idx["steps_pkey"].endswith("(run_id, name)")
     assert idx["events_by_name"].endswith("(name, published_at_ms, id)")
     assert idx["events_expiry"].endswith("(expires_at_ms, id)")
+    assert idx["leases_pkey"].endswith("(key, token)")
 
 
 def test_declared_indexes_are_the_migrated_ones_word_for_word(pg_schema: str) -> None:
@@ -124,10 +125,32 @@ def test_a_drifted_schema_is_caught(pg_schema: str) -> None:
     assert _diff(pg_schema) != []
 
 
+def _sequences(schema: str) -> set[str]:
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
 def test_downgrade_then_upgrade(pg_schema: str) -> None:
-    assert {"jobs", "pauses", "workers", "wakes", "counters", "steps", "events"} <= _tables(
-        pg_schema
-    )
+    assert {
+        "jobs",
+        "pauses",
+        "workers",
+        "wakes",
+        "counters",
+        "steps",
+        "events",
+        "leases",
+    } <= _tables(pg_schema)
+    assert _sequences(pg_schema) == {"lease_tokens"}
+    downgrade(PG_URL, pg_schema, "0005_durable")
+    assert "leases" not in _tables(pg_schema)
+    assert _sequences(pg_schema) == set()
+    upgrade(PG_URL, pg_schema)
+    assert _diff(pg_schema) == []
+    assert _sequences(pg_schema) == {"lease_tokens"}
     downgrade(PG_URL, pg_schema, "base")
     assert _tables(pg_schema) == {"ujobs_alembic_version"}
     upgrade(PG_URL, pg_schema)
@@ -323,6 +346,7 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
             "counters",
             "steps",
             "events",
+            "leases",
             "ujobs_alembic_version",
         }
         assert version == [(HEAD_REVISION,)]

@@ -16,9 +16,9 @@ from jobs_core.worker import Worker, WorkerStats
 
 __all__ = [
     "CancelSignal",
-    "Concurrency",
     "Capabilities",
     "Clock",
+    "Concurrency",
     "EnqueueResult",
     "EventSent",
     "FakeClock",

@@ -1256,7 +1256,7 @@ class PgDriver(JobDriver):
         then `LEASE_TAKE` in a snapshot taken once they are held (see `statements.lease`)."""
         rows = await self._pipelined(
             [
-                ("LEASE_LOCK", {"keys": sorted({self._lease_key(t.key) for t in takes})}),
+                ("LEASE_LOCK", {"keys": sorted({self._advisory_key(t.key) for t in takes})}),
                 (
                     "LEASE_TAKE",
                     {
@@ -1280,7 +1280,7 @@ class PgDriver(JobDriver):
             )
         return out
 
-    def _lease_key(self, key: str) -> int:
+    def _advisory_key(self, key: str) -> int:
         """The advisory lock key of a lease key in this schema (a signed 64-bit int); apart
         from the events' keys, so a lease and an event name never take turns by design."""
         digest = hashlib.blake2b(
@@ -1301,12 +1301,12 @@ class PgDriver(JobDriver):
         return _answered(rows, len(renews))
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return await self._lease_end("LEASE_RELEASE", refs, now_ms)
+        return await self._end_holdings("LEASE_RELEASE", refs, now_ms)
 
     async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        return await self._lease_end("LEASE_ABANDON", refs, now_ms)
+        return await self._end_holdings("LEASE_ABANDON", refs, now_ms)
 
-    async def _lease_end(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+    async def _end_holdings(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         rows = await self._rows(
             name,
             {"key": [r.key for r in refs], "token": [r.token for r in refs], "now_ms": now_ms},

@@ -78,7 +78,7 @@ async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_comm
     async with named_drivers(pg_schema, 1) as (d,):
         other = await locker()
         try:
-            await other.execute("SELECT pg_advisory_xact_lock(%s)", (d._lease_key("k"),))
+            await other.execute("SELECT pg_advisory_xact_lock(%s)", (d._advisory_key("k"),))
             await other.execute(
                 sql.SQL(
                     "INSERT INTO {} (key, holder, token, expires_at_ms, stamp)"

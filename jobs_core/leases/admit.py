@@ -6,6 +6,12 @@ A job that may not start now is given back without spending an attempt: a busy s
 with a backoff (0.1 s doubling to 5 s per wait of that job), a rate-limited one waits until the
 window lets it start; `when_busy="fail"` refuses the run only when another run holds the key. A
 key function that raises fails that attempt, never the claim round.
+
+A slot is held by the worker (a holder name of its own), not by the job: when a body ends, its
+slot waits up to `SLOT_LINGER_MS` for this worker's next run of the same key, which takes it
+over without a store call; unused, it is released. A busy worker thus spends no lease call on
+the runs that follow each other on one key. `when_busy="fail"` slots are held by the job itself
+(a run's own leftover is its evidence against a refusal), and are never handed over.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Final, Literal
 from jobs_core.clock import Clock
 from jobs_core.driver import MAX_LEASE_BATCH, JobDriver
 from jobs_core.errors import InputInvalidError, JobsError
+from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import loads
 from jobs_core.leases.limits import RateLimit
@@ -33,6 +40,9 @@ SLOT_WAIT_CEILING_MS: Final = 5_000
 STOPPED_DELAY_MS: Final = 60_000
 #: Jobs whose leases could not be asked for (the store failed) come back after this.
 UNAVAILABLE_DELAY_MS: Final = 1_000
+#: How long a slot whose body ended waits for this worker's next run of its key (at most a third
+#: of the lease: a slot handed over is renewed by its new run's heartbeat before it lapses).
+SLOT_LINGER_MS: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,8 @@ class _Wants:
     #: Index in `takes` of the keyed slot whose refusal is judged on evidence (`fail`).
     fail_key: str | None = None
     rates: dict[str, int] = field(default_factory=dict)
+    #: Slots this worker already held for the key, handed over to this job.
+    reused: list[Lease] = field(default_factory=list)
 
 
 class Gate:
@@ -73,6 +85,13 @@ class Gate:
         self._handles = handles
         self._worker_limits = worker_limits
         self._lease_ms = lease_ms
+        self._linger_ms = max(1, min(SLOT_LINGER_MS, lease_ms // 3))
+        #: The holder names of this worker's slots: a prefix of its own and a serial.
+        self._holder_prefix = f"w:{new_id()[-12:]}:"
+        self._serial = 0
+        #: Slots whose body ended, by lease key, each with when it was put back.
+        self._pool: dict[str, list[tuple[Lease, int]]] = {}
+        self._lingering: asyncio.Task[None] | None = None
         #: True when any job or the worker declares a limit: only then is the store asked.
         self.active = bool(worker_limits) or any(
             h.concurrency is not None or h.rate_limits for h in handles.values()
@@ -89,11 +108,15 @@ class Gate:
         out: dict[str, tuple[tuple[Lease, ...], Refusal | None]] = {}
         for job in jobs:
             w = self._wants(job, now, out)
-            if w is not None and w.takes:
+            if w is not None and (w.takes or w.reused):
                 wanted.append(w)
         if not wanted:
             return out
         takes = [t for w in wanted for t in w.takes]
+        if not takes:
+            for w in wanted:
+                out[w.job.id] = (tuple(w.reused), None)
+            return out
         try:
             answers: list[Lease | None] = []
             for i in range(0, len(takes), MAX_LEASE_BATCH):
@@ -101,6 +124,7 @@ class Gate:
         except Exception as exc:
             log.warning("jobs.lease.take_failed: %s (%d jobs deferred)", exc, len(wanted))
             for w in wanted:
+                self._put_back(w.reused, now)
                 out[w.job.id] = (
                     (),
                     Refusal("wait", "leases unavailable", now + UNAVAILABLE_DELAY_MS),
@@ -117,8 +141,9 @@ class Gate:
             at += len(w.takes)
             granted = [g for g in got if g is not None]
             if len(granted) == len(got):
-                out[w.job.id] = (tuple(granted), None)
+                out[w.job.id] = (tuple(w.reused + granted), None)
                 continue
+            self._put_back(w.reused, now)
             lost += [LeaseRef(g.key, g.token) for g in granted]
             refused = [t for t, g in zip(w.takes, got, strict=True) if g is None]
             out[w.job.id] = ((), await self._refusal(w, refused, now, rate_waits, expiries))
@@ -155,9 +180,15 @@ class Gate:
                 error = InputInvalidError(f"the stored input cannot be decoded: {exc}")
                 out[job.id] = ((), Refusal("error", error.message, error=error))
                 return None
-            w.takes.append(LeaseTake(key, job.id, c.limit, self._lease_ms))
             if c.key is not None and c.when_busy == "fail":
+                w.takes.append(LeaseTake(key, job.id, c.limit, self._lease_ms))
                 w.fail_key = key
+            elif (pooled := self._take_pooled(key, now)) is not None:
+                w.reused.append(pooled)
+            else:
+                self._serial += 1
+                holder = f"{self._holder_prefix}{self._serial}"
+                w.takes.append(LeaseTake(key, holder, c.limit, self._lease_ms))
         owner = f"job:{len(job.name)}:{job.name}"
         stamp_holder = f"{job.id}:{job.claims}"
         for r, by in [(r, owner) for r in handle.rate_limits] + [
@@ -216,10 +247,53 @@ class Gate:
             log.warning("jobs.lease.holders_failed %s: %s", key, exc)
             return []
 
+    def _take_pooled(self, key: str, now: int) -> Lease | None:
+        """A slot of `key` this worker holds idle, fresh enough to hand over; else None."""
+        pooled = self._pool.get(key)
+        while pooled:
+            lease, since = pooled.pop()
+            if now - since < self._linger_ms:
+                return lease
+            self._release.submit(LeaseRef(lease.key, lease.token))
+        return None
+
+    def _put_back(self, slots: Sequence[Lease], now: int) -> None:
+        """Keep this worker's idle slots for its next run of their key, for a short while."""
+        for lease in slots:
+            self._pool.setdefault(lease.key, []).append((lease, now))
+        if slots and (self._lingering is None or self._lingering.done()):
+            self._lingering = asyncio.create_task(self._linger())
+
+    async def _linger(self) -> None:
+        """Release the idle slots nobody took over within `SLOT_LINGER_MS`."""
+        while self._pool:
+            await self._clock.sleep_ms(self._linger_ms)
+            self._release_pooled(self._clock.now_ms() - self._linger_ms)
+
+    def _release_pooled(self, before: int | None = None) -> None:
+        for key in list(self._pool):
+            keep = []
+            for lease, since in self._pool[key]:
+                if before is None or since <= before:
+                    self._release.submit(LeaseRef(lease.key, lease.token))
+                else:
+                    keep.append((lease, since))
+            if keep:
+                self._pool[key] = keep
+            else:
+                del self._pool[key]
+
     def end(self, leases: Sequence[Lease], *, started: bool) -> None:
-        """Hand back a run's leases: released after its body started (a stamp stays counted),
-        abandoned when it never did. Sent in batches; a lost call lets them lapse."""
+        """Hand back a run's leases: this worker's slots wait for its next run of their key
+        (then are released); a job's own slots and stamps are released after its body started
+        (a stamp stays counted), abandoned when it never did. Sent in batches; a lost call lets
+        them lapse."""
+        mine = [s for s in leases if not s.stamp and s.holder.startswith(self._holder_prefix)]
+        if mine:
+            self._put_back(mine, self._clock.now_ms())
         for lease in leases:
+            if not lease.stamp and lease.holder.startswith(self._holder_prefix):
+                continue
             if started:
                 if not lease.stamp:  # releasing a stamp changes nothing: skip the write
                     self._release.submit(LeaseRef(lease.key, lease.token))
@@ -243,7 +317,10 @@ class Gate:
         return [by_token.get(lease.token, True) for lease in leases]
 
     async def join(self) -> None:
-        """Wait for the hand-backs already submitted."""
+        """Release every idle slot, and wait for the hand-backs already submitted."""
+        if self._lingering is not None:
+            self._lingering.cancel()
+        self._release_pooled()
         await self._release.join()
         await self._abandon.join()
 

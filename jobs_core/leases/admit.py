@@ -8,16 +8,19 @@ window lets it start; `when_busy="fail"` refuses the run only when another run h
 key function that raises fails that attempt, never the claim round.
 
 A slot is held by the worker (a holder name of its own), not by the job: when a body ends, its
-slot waits up to `SLOT_LINGER_MS` for this worker's next run of the same key, which takes it
-over without a store call; unused, it is released. A busy worker thus spends no lease call on
-the runs that follow each other on one key. `when_busy="fail"` slots are held by the job itself
-(a run's own leftover is its evidence against a refusal), and are never handed over.
+slot goes to this worker's next run of the same key without a store call — a run waiting for
+it (a "follower": a job refused a slot while this worker runs that key, one follower per slot
+it holds) or the next one claimed within `SLOT_LINGER_MS`; unused, it is released. A busy worker
+thus runs the jobs of one key back to back and spends no lease call between them.
+`when_busy="fail"` slots are held by the job itself (a run's own leftover is its evidence
+against a refusal), and are never handed over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -49,12 +52,14 @@ SLOT_LINGER_MS: Final = 100
 class Refusal:
     """Why a claimed job may not start now. `wait`: given back, no attempt spent, due at
     `run_at_ms`; `refuse`: settled `failed` (outcome `refused`), body never run; `error`: the
-    attempt fails with `error` (the key could not be derived)."""
+    attempt fails with `error` (the key could not be derived); `follow`: held by this worker
+    until `slot` hands it the slot one of its runs of the key gives back."""
 
-    kind: Literal["wait", "refuse", "error"]
+    kind: Literal["wait", "refuse", "error", "follow"]
     why: str
     run_at_ms: int = 0
     error: JobsError | None = None
+    slot: asyncio.Future[Lease] | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +97,9 @@ class Gate:
         #: Slots whose body ended, by lease key, each with when it was put back.
         self._pool: dict[str, list[tuple[Lease, int]]] = {}
         self._lingering: asyncio.Task[None] | None = None
+        #: This worker's slots given to runs now, and the runs waiting for one of them, by key.
+        self._in_use: Counter[str] = Counter()
+        self._followers: dict[str, deque[asyncio.Future[Lease]]] = {}
         #: True when any job or the worker declares a limit: only then is the store asked.
         self.active = bool(worker_limits) or any(
             h.concurrency is not None or h.rate_limits for h in handles.values()
@@ -141,11 +149,17 @@ class Gate:
             at += len(w.takes)
             granted = [g for g in got if g is not None]
             if len(granted) == len(got):
-                out[w.job.id] = (tuple(w.reused + granted), None)
+                held = w.reused + granted
+                self._in_use.update(s.key for s in held if self._mine(s))
+                out[w.job.id] = (tuple(held), None)
                 continue
             self._put_back(w.reused, now)
             lost += [LeaseRef(g.key, g.token) for g in granted]
             refused = [t for t, g in zip(w.takes, got, strict=True) if g is None]
+            follow = self._follow(w, refused)
+            if follow is not None:
+                out[w.job.id] = ((), follow)
+                continue
             out[w.job.id] = ((), await self._refusal(w, refused, now, rate_waits, expiries))
         if lost:
             # Abandoned, never released: these starts did not happen.
@@ -247,6 +261,39 @@ class Gate:
             log.warning("jobs.lease.holders_failed %s: %s", key, exc)
             return []
 
+    def _mine(self, lease: Lease) -> bool:
+        """A slot this worker holds (its holder name), not a job's own slot or a stamp."""
+        return not lease.stamp and lease.holder.startswith(self._holder_prefix)
+
+    def _follow(self, w: _Wants, refused: list[LeaseTake]) -> Refusal | None:
+        """A job refused only a slot of a key this worker is running, with no rate stamp to go
+        stale while it waits, follows one of those runs: one follower per slot in use."""
+        if len(refused) != 1 or len(w.takes) != 1 or w.reused:
+            return None
+        (t,) = refused
+        if t.stamp or not t.holder.startswith(self._holder_prefix):
+            return None
+        waiting = self._followers.setdefault(t.key, deque())
+        while waiting and waiting[0].done():
+            waiting.popleft()
+        if self._in_use[t.key] <= sum(1 for f in waiting if not f.done()):
+            return None
+        slot: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        waiting.append(slot)
+        return Refusal("follow", f"waits for this worker's slot ({t.key})", slot=slot)
+
+    def _hand_over(self, lease: Lease) -> bool:
+        """Give a slot one of this worker's runs gave back to a follower of its key, if any."""
+        waiting = self._followers.get(lease.key)
+        while waiting:
+            slot = waiting.popleft()
+            if not slot.done():
+                slot.set_result(lease)
+                self._in_use[lease.key] += 1
+                return True
+        self._followers.pop(lease.key, None)
+        return False
+
     def _take_pooled(self, key: str, now: int) -> Lease | None:
         """A slot of `key` this worker holds idle, fresh enough to hand over; else None."""
         pooled = self._pool.get(key)
@@ -288,11 +335,18 @@ class Gate:
         (then are released); a job's own slots and stamps are released after its body started
         (a stamp stays counted), abandoned when it never did. Sent in batches; a lost call lets
         them lapse."""
-        mine = [s for s in leases if not s.stamp and s.holder.startswith(self._holder_prefix)]
-        if mine:
-            self._put_back(mine, self._clock.now_ms())
+        idle = []
         for lease in leases:
-            if not lease.stamp and lease.holder.startswith(self._holder_prefix):
+            if self._mine(lease):
+                self._in_use[lease.key] -= 1
+                if self._in_use[lease.key] <= 0:
+                    del self._in_use[lease.key]
+                if not self._hand_over(lease):
+                    idle.append(lease)
+        if idle:
+            self._put_back(idle, self._clock.now_ms())
+        for lease in leases:
+            if self._mine(lease):
                 continue
             if started:
                 if not lease.stamp:  # releasing a stamp changes nothing: skip the write

@@ -175,7 +175,7 @@ class Outcomes:
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         held.settled = True
         now = self._clock.now_ms()
-        if refusal.kind == "wait":
+        if refusal.kind != "refuse":  # a wait (a follower never reaches here: it got its slot)
             landed = await self.settler.nack(
                 Nack(job.fence, NackKind.SHED, now, max(now, refusal.run_at_ms))
             )

@@ -27,8 +27,8 @@ from jobs_core.errors import (
 from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
-from jobs_core.leases.admit import Gate
-from jobs_core.records import Ack, Nack, NackKind
+from jobs_core.leases.admit import Gate, Refusal
+from jobs_core.records import Ack, Lease, Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
 from jobs_core.tenant import acting_for
@@ -90,6 +90,8 @@ class Runner:
         lease.
         """
         try:
+            if held.refusal is not None and held.refusal.slot is not None:
+                await self._follow(held, held.refusal.slot)
             async with self._slots:
                 held.started = True
                 self._stats.running += 1
@@ -107,6 +109,26 @@ class Runner:
             if held.started:
                 self._held.pop(held.job.id, None)
                 self._stats.in_flight = len(self._held)
+
+    async def _follow(self, held: Held, slot: asyncio.Future[Lease]) -> None:
+        """Wait, outside the local slots, for the slot one of this worker's runs of the key
+        gives back; a fired signal (a cancel, a lost lease) gives the job back instead."""
+
+        def stop_waiting() -> None:
+            slot.cancel()
+
+        held.signal.on_fire(stop_waiting)
+        try:
+            held.leases = (await slot,)
+            held.refusal = None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # a drain hands the job back (`run_held`'s caller)
+            held.refusal = Refusal("wait", "stopped waiting for a slot", self._clock.now_ms())
+        finally:
+            if slot.done() and not slot.cancelled() and not held.leases:
+                self.gate.end([slot.result()], started=False)
 
     def end_leases(self, held: Held, *, started: bool) -> None:
         """Hand back the run's slots and stamps once (released or abandoned, `Gate.end`)."""

@@ -23,7 +23,7 @@ from jobs_core.records import LeaseRef, LeaseTake
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_memory import MemoryDriver
-from tests.core.support import declare, until
+from tests.core.support import counting, declare, until
 
 
 class Running:
@@ -359,3 +359,55 @@ async def test_with_lock_fences_waits_times_out_and_cancels_when_lost() -> None:
     assert lock.lost.is_set()
     with pytest.raises(JobsError, match="X_LOCK_LOST"):
         lock.check()
+
+
+async def test_the_next_job_of_a_key_follows_the_run_holding_it() -> None:
+    """A job of a key this worker is running waits for that run's slot (one follower per slot):
+    it is not given back, and no lease call is made between the two runs."""
+    driver = counting(MemoryDriver)()
+    running = Running()
+
+    async def sync(input: Any, ctx: JobContext) -> None:
+        await running.body(input["acct"], 0.01)
+
+    handle = declare(sync, concurrency={"key": lambda i: i["acct"], "limit": 1})
+    client = Jobs(driver)
+    ids = [(await client.enqueue(handle, {"n": i, "acct": "a"})).id for i in range(2)]
+    worker = Worker(driver, [handle], concurrency=10, poll_floor=0.01)
+
+    async def all_done() -> bool:
+        rows = await driver.job_get_many(ids)
+        return all(r.state is JobState.COMPLETED for r in rows.values())
+
+    await run_workers([worker], all_done)
+    assert running.most == {"a": 1}
+    assert worker.stats.claimed == 2, "claimed again: the follower was given back"
+    assert worker.stats.shed == 0, "a job was given back though this worker ran its key"
+    assert driver.calls.count("_lease_take") == 1, driver.calls
+
+
+async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot() -> None:
+    driver = MemoryDriver()
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    async def sync(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+        await release.wait()
+
+    handle = declare(sync, concurrency=1)
+    client = Jobs(driver)
+    ids = [(await client.enqueue(handle, {"n": i})).id for i in range(3)]
+    worker = Worker(driver, [handle], concurrency=5, poll_floor=0.01)
+    await worker.start()
+    await until(lambda: len(ran) == 1)
+    stopping = asyncio.ensure_future(worker.stop(timeout=5))
+    await asyncio.sleep(0.05)
+    release.set()
+    await stopping
+    rows = await driver.job_get_many(ids)
+    done = [r for r in rows.values() if r.state is JobState.COMPLETED]
+    back = [r for r in rows.values() if r.state is JobState.READY]
+    assert len(done) == 1 and len(back) == 2, rows
+    assert {r.attempt for r in back} == {0}, "a job waiting for a slot spent an attempt"
+    assert await driver.lease_holders("job:sync", int(time.time() * 1000)) == []

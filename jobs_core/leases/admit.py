@@ -100,6 +100,9 @@ class Gate:
         #: This worker's slots given to runs now, and the runs waiting for one of them, by key.
         self._in_use: Counter[str] = Counter()
         self._followers: dict[str, deque[asyncio.Future[Lease]]] = {}
+        #: Tokens of slots known lost (a renewal refused, or none landed for a lease): never
+        #: handed over or pooled, whatever ends their run.
+        self._lost: set[int] = set()
         #: True when any job or the worker declares a limit: only then is the store asked.
         self.active = bool(worker_limits) or any(
             h.concurrency is not None or h.rate_limits for h in handles.values()
@@ -121,8 +124,9 @@ class Gate:
         if not wanted:
             return out
         takes = [t for w in wanted for t in w.takes]
-        if not takes:
+        if not takes:  # every slot handed over by this worker: nothing to ask the store
             for w in wanted:
+                self._in_use.update(s.key for s in w.reused)
                 out[w.job.id] = (tuple(w.reused), None)
             return out
         try:
@@ -137,8 +141,7 @@ class Gate:
                     (),
                     Refusal("wait", "leases unavailable", now + UNAVAILABLE_DELAY_MS),
                 )
-            # Whatever the failed call may have granted lapses at its TTL; the holders are
-            # this round's job ids, which a later take of theirs replaces.
+            # Whatever the failed call may have granted lapses at its TTL.
             return out
         at = 0
         lost: list[LeaseRef] = []
@@ -294,6 +297,16 @@ class Gate:
         self._followers.pop(lease.key, None)
         return False
 
+    def _trim_followers(self, key: str) -> None:
+        """A key lost a slot: the followers beyond the slots left go back to the queue."""
+        waiting = self._followers.get(key)
+        if not waiting:
+            return
+        live = [f for f in waiting if not f.done()]
+        for slot in live[self._in_use[key] :]:
+            slot.cancel()
+        self._followers[key] = deque(f for f in live if not f.done())
+
     def _take_pooled(self, key: str, now: int) -> Lease | None:
         """A slot of `key` this worker holds idle, fresh enough to hand over; else None."""
         pooled = self._pool.get(key)
@@ -341,7 +354,10 @@ class Gate:
                 self._in_use[lease.key] -= 1
                 if self._in_use[lease.key] <= 0:
                     del self._in_use[lease.key]
-                if not self._hand_over(lease):
+                if lease.token in self._lost:
+                    self._lost.discard(lease.token)
+                    self._trim_followers(lease.key)
+                elif not self._hand_over(lease):
                     idle.append(lease)
         if idle:
             self._put_back(idle, self._clock.now_ms())
@@ -368,7 +384,12 @@ class Gate:
             log.warning("jobs.lease.renew_failed: %s", exc)
             return None
         by_token = {s.token: ok for s, ok in zip(slots, answers, strict=True)}
+        self.lost([s for s, ok in zip(slots, answers, strict=True) if not ok])
         return [by_token.get(lease.token, True) for lease in leases]
+
+    def lost(self, leases: Sequence[Lease]) -> None:
+        """Mark slots as no longer held: their run's end hands them to nobody."""
+        self._lost.update(lease.token for lease in leases if self._mine(lease))
 
     async def join(self) -> None:
         """Release every idle slot, and wait for the hand-backs already submitted."""

@@ -12,7 +12,7 @@ from jobs_core.backoff import IdleBackoff
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import JobsError
-from jobs_core.leases.admit import Refusal
+from jobs_core.leases.admit import UNAVAILABLE_DELAY_MS, Refusal
 from jobs_core.records import ClaimedJob, ClaimParams, Lease
 from jobs_core.retention import Purger
 from jobs_core.worker.held import Held
@@ -126,8 +126,7 @@ class ClaimLoop:
                 self._registry.sent(now)
             for b in result.buried:
                 self._outcomes.buried(b)
-            gate = self._runner.gate
-            verdicts = await gate.admit(result.jobs, now) if gate.active else {}
+            verdicts = await self._admission(result.jobs, now)
             for j in result.jobs:
                 self._admit(j, now, verdicts.get(j.id))
             if result.jobs and self._purger is not None:
@@ -165,6 +164,21 @@ class ClaimLoop:
         finally:
             for w in waits:
                 w.cancel()
+
+    async def _admission(
+        self, jobs: tuple[ClaimedJob, ...], now: int
+    ) -> dict[str, tuple[tuple[Lease, ...], Refusal | None]]:
+        """The claimed jobs' leases or refusals (`Gate.admit`); if that fails in a way it
+        should not, every job is given back (no attempt spent) rather than left to its lease."""
+        gate = self._runner.gate
+        if not gate.active or not jobs:
+            return {}
+        try:
+            return await gate.admit(jobs, now)
+        except Exception:
+            log.exception("jobs.lease.admit_crashed (%d jobs given back)", len(jobs))
+            back = Refusal("wait", "the admission failed", now + UNAVAILABLE_DELAY_MS)
+            return {j.id: ((), back) for j in jobs}
 
     def _admit(
         self, job: ClaimedJob, now: int, verdict: tuple[tuple[Lease, ...], Refusal | None] | None

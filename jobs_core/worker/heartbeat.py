@@ -82,7 +82,11 @@ class HeartbeatLoop:
             at += len(h.leases)
             if mine is not None and all(mine):
                 h.leases_landed_ms = now
-            elif mine is not None or after - h.leases_landed_ms >= self._lease_ms:
+            elif mine is not None:  # refused: `Gate.renew` marked the slots it lost
+                h.signal.fire(SlotLostError(detail=h.job.id))
+            elif after - h.leases_landed_ms >= self._lease_ms:
+                # Unrenewed for a whole lease: they may have lapsed; none is handed on.
+                self._gate.lost(h.leases)
                 h.signal.fire(SlotLostError(detail=h.job.id))
 
     async def renew(self) -> bool:

@@ -120,6 +120,7 @@ class Runner:
         held.signal.on_fire(stop_waiting)
         try:
             held.leases = (await slot,)
+            held.leases_landed_ms = self._clock.now_ms()
             held.refusal = None
         except asyncio.CancelledError:
             task = asyncio.current_task()

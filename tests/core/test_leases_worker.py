@@ -242,22 +242,31 @@ async def test_a_lost_slot_cancels_the_run() -> None:
 
     handle = declare(slow, concurrency=1, retry=Retry(attempts=3, base_ms=60_000, jitter="none"))
     job_id = (await Jobs(driver).enqueue(handle, {"n": 1})).id
+    # A second job follows the first's slot: a lost slot is handed to nobody, so it goes back
+    # to the queue and takes a slot of its own.
+    follower = (await Jobs(driver).enqueue(handle, {"n": 2})).id
     worker = Worker(driver, [handle], lease=0.6, heartbeat_every=0.1, poll_floor=0.01)
     await worker.start()
     try:
         await started.wait()
         now = int(time.time() * 1000)
         (slot,) = await driver.lease_holders("job:slow", now)
+        started.clear()
         assert await driver.lease_abandon([LeaseRef(slot.key, slot.token)], now) == [True]
 
         async def retried() -> bool:
             return (await driver.job_get_many([job_id]))[job_id].state is JobState.READY
 
         await until(retried)
+        await until(started.is_set)
+        holders = await driver.lease_holders("job:slow", int(time.time() * 1000))
+        assert len(holders) == 1 and holders[0].token > slot.token, holders
+        running = await driver.job_get_many([follower])
+        assert running[follower].state is JobState.RUNNING
     finally:
-        await worker.stop()
+        await worker.stop(timeout=0)
     row = (await driver.job_get_many([job_id]))[job_id]
-    assert reasons == ["X_JOB_SLOT_LOST"]
+    assert reasons[0] == "X_JOB_SLOT_LOST"
     assert row.last_error is not None and "X_JOB_SLOT_LOST" in row.last_error
     assert row.attempt == 1
 
@@ -411,3 +420,29 @@ async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot() -> None:
     assert len(done) == 1 and len(back) == 2, rows
     assert {r.attempt for r in back} == {0}, "a job waiting for a slot spent an attempt"
     assert await driver.lease_holders("job:sync", int(time.time() * 1000)) == []
+
+
+async def test_an_admission_that_crashes_gives_the_jobs_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever raises while a claim round is admitted, its jobs go back to the queue, no attempt
+    spent: none is left to its lease."""
+    from jobs_core.leases.admit import Gate
+
+    async def broken(self: Gate, jobs: Any, now: int) -> Any:
+        raise RuntimeError("a bug in the admission")
+
+    monkeypatch.setattr(Gate, "admit", broken)
+    driver = MemoryDriver()
+    handle = declare(lambda i, c: None, name="limited", concurrency=2)
+    job_id = (await Jobs(driver).enqueue(handle, {"n": 1})).id
+    worker = Worker(driver, [handle], poll_floor=0.01)
+
+    async def given_back() -> bool:
+        row = (await driver.job_get_many([job_id]))[job_id]
+        return row.claims >= 1 and row.state is JobState.READY
+
+    await run_workers([worker], given_back)
+    row = (await driver.job_get_many([job_id]))[job_id]
+    assert row.attempt == 0 and row.run_at_ms is not None
+    assert worker.stats.shed >= 1

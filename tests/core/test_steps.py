@@ -150,6 +150,9 @@ async def test_an_event_wakes_a_waiting_run_and_a_timeout_answers_none() -> None
     h = declare(body, name="waiter", retry=FAST, event_poll=30)
     # Sent before the wait began: does not count by default.
     await jobs.send_event("order.shipped", {"order": 1, "carrier": "early"})
+    # A wait counts events from the millisecond it began, that one included: the wait must
+    # begin in a later one for the early event to miss it.
+    await asyncio.sleep(0.005)
     wait = await jobs.enqueue(h, {"n": 1, "timeout": 60})
     lapse = await jobs.enqueue(h, {"n": 2, "timeout": 0.2})
 

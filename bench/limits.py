@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import platform
 import statistics
-import time
 from collections import Counter
 from typing import Any
 
-from bench.steps import RESULTS, counted, drain, store
+from bench.steps import counted, drain, save, store
 from jobs_core.context import JobContext
 from jobs_core.job import JobHandle, JobRegistry, job
 
@@ -87,26 +84,7 @@ async def main() -> None:
             f"{v} {r['jobs_s'][v]:7.0f}/s ({r['ratio_to_none'][v]:.2f})" for v in VARIANTS
         )
         print(f"{kind:7s} {cells}  lease calls/job {r['lease_calls_per_job']}")
-    RESULTS.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    doc = {
-        "date": stamp,
-        "jobs": args.jobs,
-        "runs": args.runs,
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "load_1m": _load(),
-        "results": results,
-    }
-    (RESULTS / f"limits-{stamp}.json").write_text(json.dumps(doc, indent=2))
-
-
-def _load() -> float | None:
-    try:
-        with open("/proc/loadavg") as f:
-            return float(f.read().split()[0])
-    except OSError:
-        return None
+    save("limits", {"jobs": args.jobs, "runs": args.runs, "results": results})
 
 
 if __name__ == "__main__":

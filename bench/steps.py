@@ -182,17 +182,23 @@ async def main() -> None:
             f"  puts/executed step {r['step_writes_per_executed_step']:.2f}"
             f"  lists/attempt {r['step_reads_per_attempt']:.1f}"
         )
+    save("steps", {"jobs": args.jobs, "runs": args.runs, "results": results})
+
+
+def save(kind: str, doc: dict[str, Any]) -> Path:
+    """Write `doc` to `bench/results/<kind>-<UTC stamp>.json` with the date, host, Python and
+    the one-minute load the run saw; answers the path."""
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    doc = {
-        "date": stamp,
-        "jobs": args.jobs,
-        "runs": args.runs,
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "results": results,
-    }
-    (RESULTS / f"steps-{stamp}.json").write_text(json.dumps(doc, indent=2))
+    try:
+        with open("/proc/loadavg") as f:
+            load: float | None = float(f.read().split()[0])
+    except OSError:
+        load = None
+    meta = {"date": stamp, "host": platform.node(), "python": platform.python_version()}
+    path = RESULTS / f"{kind}-{stamp}.json"
+    path.write_text(json.dumps({**meta, "load_1m": load, **doc}, indent=2))
+    return path
 
 
 if __name__ == "__main__":

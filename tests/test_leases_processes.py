@@ -10,10 +10,7 @@ are inside the holdings: any overlap beyond the limit is a real breach.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -26,7 +23,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobRegistry, job
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from tests.core.support import code_path
+from tests.core.support import ledger_worker
 
 APP = """
 import asyncio, os, time
@@ -78,22 +75,6 @@ def app(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def start_worker(app: Path, url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "worker", "limitsapp", "--quiet"],
-        cwd=app,
-        env={
-            **os.environ,
-            "UJOBS_DRIVER": url,
-            "LEDGER": str(app / "ledger.txt"),
-            "PYTHONPATH": code_path(app),
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def _handle(name: str, **options: Any) -> Any:
     async def body(i: Any, ctx: Any) -> None:
         return None
@@ -141,7 +122,7 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 def test_limits_hold_across_four_processes(store_url: str, app: Path) -> None:
     ids = asyncio.run(_enqueue_all(store_url))
-    workers = [start_worker(app, store_url) for _ in range(WORKERS)]
+    workers = [ledger_worker(app, "limitsapp", store_url) for _ in range(WORKERS)]
     try:
         deadline = time.monotonic() + 120
         while True:

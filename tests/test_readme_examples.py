@@ -220,21 +220,31 @@ SHOP_STUBS = {
 }
 
 
+@contextlib.contextmanager
+def app_package(
+    tmp_path: Path, name: str, stubs: dict[str, str], block: Block
+) -> Iterator[ModuleType]:
+    """A package `name` in `tmp_path`: its `jobs.py` the README's `block`, the modules it imports
+    stubbed by `stubs`; importable while the block runs, forgotten after."""
+    (tmp_path / name).mkdir()
+    for file, text in stubs.items():
+        (tmp_path / name / file).write_text(text, encoding="utf-8")
+    (tmp_path / name / "jobs.py").write_text(block.text, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module(f"{name}.jobs")
+        yield sys.modules[name]
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            sys.modules.pop(module, None)
+
+
 @pytest.fixture
 def shop(tmp_path: Path) -> Iterator[ModuleType]:
     """The README's `shop` package: its `jobs.py` the steps block, payments and mail stubbed."""
-    (tmp_path / "shop").mkdir()
-    for name, text in SHOP_STUBS.items():
-        (tmp_path / "shop" / name).write_text(text, encoding="utf-8")
-    (tmp_path / "shop" / "jobs.py").write_text(python_block(SHOP).text, encoding="utf-8")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        importlib.import_module("shop.jobs")
-        yield sys.modules["shop"]
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in ("shop.jobs", "shop.payments", "shop.mailer", "shop"):
-            sys.modules.pop(name, None)
+    with app_package(tmp_path, "shop", SHOP_STUBS, python_block(SHOP)) as package:
+        yield package
 
 
 async def test_the_order_saga_waits_for_its_event_and_refunds_when_it_fails(
@@ -329,18 +339,8 @@ BILLING_STUBS = {
 @pytest.fixture
 def billing(tmp_path: Path) -> Iterator[ModuleType]:
     """The README's `billing` package: its `jobs.py` the limits block, ledger and API stubbed."""
-    (tmp_path / "billing").mkdir()
-    for name, text in BILLING_STUBS.items():
-        (tmp_path / "billing" / name).write_text(text, encoding="utf-8")
-    (tmp_path / "billing" / "jobs.py").write_text(python_block(BILLING).text, encoding="utf-8")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        importlib.import_module("billing.jobs")
-        yield sys.modules["billing"]
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in ("billing.jobs", "billing.ledger", "billing.payments", "billing"):
-            sys.modules.pop(name, None)
+    with app_package(tmp_path, "billing", BILLING_STUBS, python_block(BILLING)) as package:
+        yield package
 
 
 async def test_the_limits_block_holds_its_limits(billing: ModuleType, no_client: None) -> None:

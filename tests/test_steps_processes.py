@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from jobs_core.facade import Jobs
 from jobs_core.records import JobRecord
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from tests.core.support import code_path
+from tests.core.support import ledger_worker
 
 APP = """
 import asyncio, os
@@ -66,20 +64,7 @@ def app(tmp_path: Path) -> Path:
 
 
 def start_worker(app: Path, url: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "worker", "stepapp", "--lease", "2", "--quiet"],
-        cwd=app,
-        env={
-            **os.environ,
-            "UJOBS_DRIVER": url,
-            "LEDGER": str(app / "ledger.txt"),
-            "PYTHONPATH": code_path(app),
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return ledger_worker(app, "stepapp", url, "--lease", "2", **env)
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:

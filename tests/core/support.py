@@ -16,6 +16,7 @@ from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.leases import RateLimit
 from jobs_core.records import NewJob
 
 D = TypeVar("D", bound=JobDriver)
@@ -48,6 +49,27 @@ def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Comp
     )
 
 
+def ledger_worker(
+    app: Path, module: str, url: str, *args: str, **env: str
+) -> subprocess.Popen[str]:
+    """`ujobs worker <module>` on `url` as its own process in `app`, its output piped; the app's
+    bodies write what they run to `app/ledger.txt` (`LEDGER`), outside the store."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs_core.cli", "worker", module, *args, "--quiet"],
+        cwd=app,
+        env={
+            **os.environ,
+            "UJOBS_DRIVER": url,
+            "LEDGER": str(app / "ledger.txt"),
+            "PYTHONPATH": code_path(app),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
     """Poll `check` (sync or async) until it answers True; fail after `within` seconds."""
     deadline = time.monotonic() + within
@@ -67,6 +89,23 @@ def declare(fn: Any, **options: Any) -> JobHandle:
     options.setdefault("idempotency_key", lambda i: str(i["n"]))
     handle: JobHandle = job(fn, registry=JobRegistry(), **options)
     return handle
+
+
+def limited_noop() -> JobHandle:
+    """A no-op job declaring a keyed limit and a rate limit, for the idle-cost tests: an idle
+    worker takes no lease, so its limits must cost it nothing."""
+
+    async def noop(input: Any, ctx: JobContext) -> None:
+        return None
+
+    return job(
+        noop,
+        tenant="none",
+        idempotency_key=lambda i: "k",
+        registry=JobRegistry(),
+        concurrency={"key": lambda i: "k", "limit": 2},
+        rate_limit=RateLimit(10, per=1.0),
+    )
 
 
 def cancel_recorder(

@@ -15,17 +15,12 @@ from typing import Any
 
 import pytest
 
-from jobs_core import FakeClock, JobContext, RateLimit, Worker, job
-from jobs_core.job import JobRegistry
+from jobs_core import FakeClock, Worker
 from jobs_pg import PgDriver
-from tests.core.support import advance_quietly, counting
+from tests.core.support import advance_quietly, counting, limited_noop
 from tests.pg.conftest import PG_URL
 
 CountingPg = counting(PgDriver, "send_probe")
-
-
-async def noop(input: Any, ctx: JobContext) -> None:
-    return None
 
 
 @pytest.mark.parametrize(("wake", "budget"), [(False, 30), (True, 12)])
@@ -34,15 +29,7 @@ async def test_an_idle_minute_on_postgres_stays_within_budget(
 ) -> None:
     driver: Any = CountingPg(PG_URL, schema=pg_schema, pool_size=2, wake=wake)
     clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
-    # Limits declared: an idle worker takes no lease, so they cost nothing here.
-    handle = job(
-        noop,
-        tenant="none",
-        idempotency_key=lambda i: "k",
-        registry=JobRegistry(),
-        concurrency={"key": lambda i: "k", "limit": 2},
-        rate_limit=RateLimit(10, per=1.0),
-    )
+    handle = limited_noop()
     async with driver:
         worker = Worker(driver, [handle], clock=clock)
         await worker.start()

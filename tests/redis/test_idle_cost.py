@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from jobs_core import FakeClock, JobContext, RateLimit, Worker, job
+from jobs_core import FakeClock, Worker
 from jobs_core.driver import Capabilities
-from jobs_core.job import JobRegistry
 from jobs_redis import RedisDriver
 from jobs_redis.scripts import load_all
-from tests.core.support import advance_quietly
+from tests.core.support import advance_quietly, limited_noop
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
 
@@ -50,23 +49,11 @@ class PollingRedis(RedisDriver):
         return replace(super().capabilities(), wake=False)
 
 
-async def noop(input: Any, ctx: JobContext) -> None:
-    return None
-
-
 @pytest.mark.parametrize(("wake", "budget"), [(False, 30), (True, 12)])
 async def test_an_idle_minute_on_redis_stays_within_budget(wake: bool, budget: int) -> None:
     driver = (RedisDriver if wake else PollingRedis)(REDIS_URL, prefix=fresh_prefix())
     clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
-    # Limits declared: an idle worker takes no lease, so they cost nothing here.
-    handle = job(
-        noop,
-        tenant="none",
-        idempotency_key=lambda i: "k",
-        registry=JobRegistry(),
-        concurrency={"key": lambda i: "k", "limit": 2},
-        rate_limit=RateLimit(10, per=1.0),
-    )
+    handle = limited_noop()
     try:
         async with driver:
             counter = CommandCounter(driver.client)

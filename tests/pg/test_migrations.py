@@ -38,6 +38,10 @@ prepend_sys_path = ["."]
 """
 
 
+#: Every table of ours at the head revision.
+TABLES = {"jobs", "pauses", "workers", "wakes", "counters", "steps", "events", "leases"}
+
+
 def _diff(schema: str) -> list[object]:
     engine = sa.create_engine(sqlalchemy_url(PG_URL), poolclass=sa.pool.NullPool)
     try:
@@ -134,16 +138,7 @@ def _sequences(schema: str) -> set[str]:
 
 
 def test_downgrade_then_upgrade(pg_schema: str) -> None:
-    assert {
-        "jobs",
-        "pauses",
-        "workers",
-        "wakes",
-        "counters",
-        "steps",
-        "events",
-        "leases",
-    } <= _tables(pg_schema)
+    assert _tables(pg_schema) >= TABLES
     assert _sequences(pg_schema) == {"lease_tokens"}
     downgrade(PG_URL, pg_schema, "0005_durable")
     assert "leases" not in _tables(pg_schema)
@@ -338,17 +333,7 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'ujobs'"
             ).fetchall()
             version = conn.execute("SELECT version_num FROM ujobs.ujobs_alembic_version").fetchall()
-        assert {r[0] for r in rows} == {
-            "jobs",
-            "pauses",
-            "workers",
-            "wakes",
-            "counters",
-            "steps",
-            "events",
-            "leases",
-            "ujobs_alembic_version",
-        }
+        assert {r[0] for r in rows} == {*TABLES, "ujobs_alembic_version"}
         assert version == [(HEAD_REVISION,)]
         assert "is current" in _db_upgrade(
             f"postgresql+psycopg{url.removeprefix('postgresql')}?schema=ujobs"

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import click
 from rich.live import Live
@@ -38,6 +38,8 @@ from jobs_core.errors import (
 )
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
+from jobs_core.leases import RateLimit
+from jobs_core.leases.limits import RateScope
 from jobs_core.retention import Retention
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
@@ -69,6 +71,14 @@ from jobs_core.worker import Worker, WorkerStats
     "'forever' (repeat). Defaults: completed and cancelled 86400, failed and dead 604800.",
 )
 @click.option(
+    "--rate-limit",
+    "rates",
+    multiple=True,
+    metavar="N/SECONDS[:BY]",
+    help="At most N starts per SECONDS across the fleet, over every job this worker runs; BY is "
+    "global (the default), queue or tenant (repeat, one per BY). E.g. 100/60:tenant.",
+)
+@click.option(
     "--metrics-port",
     type=int,
     default=None,
@@ -93,6 +103,7 @@ def worker(
     drain_timeout: float,
     log_format: str,
     keeps: tuple[str, ...],
+    rates: tuple[str, ...],
     metrics_port: int | None,
     metrics_host: str,
     quiet: bool,
@@ -117,6 +128,7 @@ def worker(
             lease=lease,
             drain_timeout=drain_timeout,
             retention=retention,
+            rate_limits=[rate_limit_from(r) for r in rates],
         )
     except JobsError as exc:
         _fail(exc)
@@ -162,6 +174,22 @@ def retention_from(keeps: Sequence[str]) -> Retention:
 _KEEP_STATES: Final = ("completed", "cancelled", "failed", "dead")
 
 
+def rate_limit_from(text: str) -> RateLimit:
+    """The `RateLimit` of one `--rate-limit N/SECONDS[:BY]`; a malformed one is
+    `X_CLI_USAGE_INVALID`, a bad number as `RateLimit` refuses it."""
+    spec, _, by = text.partition(":")
+    n, sep, per = spec.partition("/")
+    try:
+        limit, seconds = int(n), float(per)
+    except ValueError:
+        limit, seconds, sep = 0, 0.0, ""
+    if not sep or (by and by not in ("global", "queue", "tenant")):
+        raise CliUsageInvalidError(
+            "--rate-limit takes N/SECONDS[:BY], BY one of global, queue, tenant", detail=text
+        )
+    return RateLimit(limit, per=seconds, by=cast(RateScope, by or "global"))
+
+
 def _retention_text(r: Retention | None) -> str:
     if r is None or r.keeps_everything:
         return "keeps every finished job"
@@ -181,7 +209,7 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
         f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s · "
         f"{_retention_text(w.retention)}"
     )
-    table = Table("job", "queue", "attempts", "timeout", "body")
+    table = Table("job", "queue", "attempts", "timeout", "body", "limits")
     for h in sorted(handles, key=lambda h: h.name):
         table.add_row(
             h.name,
@@ -189,8 +217,28 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
             str(h.retry.attempts),
             f"{h.timeout_ms / 1000:g} s" if h.timeout_ms else "-",
             "async" if h.is_async else "thread",
+            _limits_text(h),
         )
     console.print(table)
+    if w.rate_limits:
+        console.print("rate limits: " + ", ".join(_rate_text(r) for r in w.rate_limits))
+
+
+def _rate_text(r: RateLimit) -> str:
+    return f"{r.limit}/{r.per:g} s" + ("" if r.by == "global" else f" per {r.by}")
+
+
+def _limits_text(h: JobHandle) -> str:
+    """A job's fleet-wide limits for people: `2 at once`, `1 per key (fail)`, `25/1 s`."""
+    parts = []
+    c = h.concurrency
+    if c is not None:
+        if c.key is None:
+            parts.append(f"{c.limit} at once")
+        else:
+            parts.append(f"{c.limit} per key" + (" (fail)" if c.when_busy == "fail" else ""))
+    parts += [_rate_text(r) for r in h.rate_limits]
+    return ", ".join(parts) or "-"
 
 
 async def _run_worker(

@@ -114,13 +114,9 @@ class Worker:
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))
         rng = rng or random.Random()
-        gate = Gate(
-            driver,
-            self.clock,
-            by_name,
-            resolve_rate_limits(rate_limits, "rate_limits"),
-            lease_ms=self.lease_ms,
-        )
+        #: Starts per window over every job this worker runs (beside each job's own).
+        self.rate_limits = resolve_rate_limits(rate_limits, "rate_limits")
+        gate = Gate(driver, self.clock, by_name, self.rate_limits, lease_ms=self.lease_ms)
         if gate.active and not driver.capabilities().leases:
             limited = sorted(h.name for h in handles if h.concurrency or h.rate_limits)
             raise ConcurrencyUnenforceableError(

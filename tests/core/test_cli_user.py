@@ -226,3 +226,21 @@ def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(app: Pa
     for bad in ("dead=soon", "dead=-1", "dead=nan"):
         done = run("worker", "myjobs", "--keep", bad, *mem, cwd=app)
         assert "retention.dead" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+
+
+def test_rate_limit_sets_the_workers_limits_and_refuses_what_it_cannot_read(app: Path) -> None:
+    """`--rate-limit N/SECONDS[:BY]` declares a worker-wide rate limit; a malformed one is a
+    usage refusal, a bad number names the limit's field."""
+    from jobs_core.cli.run import rate_limit_from
+    from jobs_core.leases import RateLimit
+
+    assert rate_limit_from("100/60:tenant") == RateLimit(100, per=60.0, by="tenant")
+    assert rate_limit_from("5/0.5") == RateLimit(5, per=0.5)
+    mem = ("--driver", "memory")
+    for bad in ("100", "ten/60", "100/60:team", "/"):
+        done = run("worker", "myjobs", "--rate-limit", bad, *mem, cwd=app)
+        assert "--rate-limit" in one_line_refusal(done, "X_CLI_USAGE_INVALID")
+    done = run("worker", "myjobs", "--rate-limit", "0/60", *mem, cwd=app)
+    assert "rate_limit.limit" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+    done = run("worker", "myjobs", "--rate-limit", "1/60", "--rate-limit", "2/60", *mem, cwd=app)
+    assert "rate_limits" in one_line_refusal(done, "X_JOB_DECLARATION_INVALID")

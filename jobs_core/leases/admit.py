@@ -19,6 +19,7 @@ against a refusal), and are never handed over.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -26,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from jobs_core.clock import Clock
-from jobs_core.driver import MAX_LEASE_BATCH, JobDriver
+from jobs_core.driver import MAX_LEASE_BATCH, MAX_NAME_BYTES, JobDriver
 from jobs_core.errors import InputInvalidError, JobsError
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
-from jobs_core.jsonform import loads
+from jobs_core.jsonform import loads, utf8_length
 from jobs_core.leases.limits import RateLimit
 from jobs_core.records import ClaimedJob, Lease, LeaseRef, LeaseRenew, LeaseTake
 
@@ -207,7 +208,7 @@ class Gate:
                 holder = f"{self._holder_prefix}{self._serial}"
                 w.takes.append(LeaseTake(key, holder, c.limit, self._lease_ms))
         owner = f"job:{len(job.name)}:{job.name}"
-        stamp_holder = f"{job.id}:{job.claims}"
+        stamp_holder = _short(f"{job.id}:{job.claims}")
         for r, by in [(r, owner) for r in handle.rate_limits] + [
             (r, "worker") for r in self._worker_limits
         ]:
@@ -398,6 +399,13 @@ class Gate:
         self._release_pooled()
         await self._release.join()
         await self._abandon.join()
+
+
+def _short(holder: str) -> str:
+    """`holder`, or a digest of it when it would pass a holder's byte limit (a long job id)."""
+    if len(holder) * 4 <= MAX_NAME_BYTES or utf8_length(holder) <= MAX_NAME_BYTES:
+        return holder
+    return "h:" + hashlib.sha256(holder.encode("utf-8")).hexdigest()
 
 
 class _EndLane:

@@ -446,3 +446,22 @@ async def test_an_admission_that_crashes_gives_the_jobs_back(
     row = (await driver.job_get_many([job_id]))[job_id]
     assert row.attempt == 0 and row.run_at_ms is not None
     assert worker.stats.shed >= 1
+
+
+async def test_a_job_id_at_the_byte_limit_still_takes_its_stamp() -> None:
+    """A rate stamp's holder is the job's id and claim; at the id's byte limit it is digested,
+    never refused (a refused take would hold back the whole claim round)."""
+    driver = MemoryDriver()
+    ran: list[int] = []
+
+    async def call_api(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+
+    handle = declare(call_api, rate_limit=RateLimit(5, per=60))
+    client = Jobs(driver)
+    await client.enqueue(handle, {"n": 1}, id="é" * 100)
+    await client.enqueue(handle, {"n": 2})
+    worker = Worker(driver, [handle], poll_floor=0.01)
+    await run_workers([worker], lambda: sorted(ran) == [1, 2])
+    stamps = await driver.lease_holders("rate:job:8:call_api:global:", int(time.time() * 1000))
+    assert len(stamps) == 2 and any(s.holder.startswith("h:") for s in stamps), stamps

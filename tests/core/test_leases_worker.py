@@ -1,6 +1,6 @@
-"""Fleet-wide limits as a worker enforces them, on the memory driver: `concurrency=N` across
-workers, keyed limits that wait or refuse, rate limits per window, tenant and queue, slots lost
-and leases handed back, and `with_lock`. The same limits across processes on Postgres and Redis
+"""Fleet-wide limits as a worker enforces them, on memory, real Postgres and real Redis:
+`concurrency=N` across workers, keyed limits that wait or refuse, rate limits per window, tenant
+and worker, slots lost and leases handed back, and `with_lock`. The same limits across processes
 are `tests/test_leases_processes.py`."""
 
 from __future__ import annotations
@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from jobs_core import Jobs, Worker
 from jobs_core.context import JobContext
-from jobs_core.driver import Capabilities
+from jobs_core.driver import Capabilities, JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.facade import SettledEvent
 from jobs_core.leases import Concurrency, RateLimit
@@ -23,7 +24,27 @@ from jobs_core.records import LeaseRef, LeaseTake
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_memory import MemoryDriver
+from jobs_redis import RedisDriver
 from tests.core.support import counting, declare, until
+from tests.pg.conftest import fresh_driver
+from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+
+
+@pytest.fixture(params=["memory", "pg", "redis"])
+async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
+    """A fresh, empty store of each kind (a schema, a key prefix of its own), dropped after."""
+    if request.param == "memory":
+        yield MemoryDriver()
+    elif request.param == "pg":
+        async with fresh_driver() as pg:
+            yield pg
+    else:
+        redis = RedisDriver(REDIS_URL, prefix=fresh_prefix())
+        async with redis:
+            try:
+                yield redis
+            finally:
+                await purge(redis)
 
 
 class Running:
@@ -53,8 +74,7 @@ async def run_workers(workers: list[Worker], done: Any, within: float = 20.0) ->
         await asyncio.gather(*(w.stop() for w in workers))
 
 
-async def test_concurrency_is_fleet_wide_and_waiting_spends_no_attempt() -> None:
-    driver = MemoryDriver()
+async def test_concurrency_is_fleet_wide_and_waiting_spends_no_attempt(driver: JobDriver) -> None:
     running = Running()
 
     async def send(input: Any, ctx: JobContext) -> None:
@@ -77,8 +97,7 @@ async def test_concurrency_is_fleet_wide_and_waiting_spends_no_attempt() -> None
     assert await driver.lease_holders("job:send", int(time.time() * 1000)) == [], "a slot kept"
 
 
-async def test_keyed_limit_waits_per_key() -> None:
-    driver = MemoryDriver()
+async def test_keyed_limit_waits_per_key(driver: JobDriver) -> None:
     running = Running()
 
     async def sync(input: Any, ctx: JobContext) -> None:
@@ -99,8 +118,7 @@ async def test_keyed_limit_waits_per_key() -> None:
     assert {r.attempt for r in rows.values()} == {1}
 
 
-async def test_keyed_fail_refuses_only_on_another_runs_evidence() -> None:
-    driver = MemoryDriver()
+async def test_keyed_fail_refuses_only_on_another_runs_evidence(driver: JobDriver) -> None:
     release = asyncio.Event()
     ran: list[int] = []
     settled: list[SettledEvent] = []
@@ -143,9 +161,8 @@ async def test_keyed_fail_refuses_only_on_another_runs_evidence() -> None:
         await worker.stop()
 
 
-async def test_a_run_meets_its_own_leftover_slot() -> None:
+async def test_a_run_meets_its_own_leftover_slot(driver: JobDriver) -> None:
     """A slot a crashed run of the same job left behind is no evidence: the job runs."""
-    driver = MemoryDriver()
     ran: list[int] = []
 
     async def charge(input: Any, ctx: JobContext) -> None:
@@ -164,8 +181,7 @@ async def test_a_run_meets_its_own_leftover_slot() -> None:
     assert (await driver.job_get_many([job_id]))[job_id].state is JobState.COMPLETED
 
 
-async def test_an_underivable_key_fails_the_attempt_not_the_round() -> None:
-    driver = MemoryDriver()
+async def test_an_underivable_key_fails_the_attempt_not_the_round(driver: JobDriver) -> None:
     ran: list[int] = []
 
     async def sync(input: Any, ctx: JobContext) -> None:
@@ -191,8 +207,7 @@ async def test_an_underivable_key_fails_the_attempt_not_the_round() -> None:
     assert ran == [2]
 
 
-async def test_zero_concurrency_is_a_hard_stop() -> None:
-    driver = MemoryDriver()
+async def test_zero_concurrency_is_a_hard_stop(driver: JobDriver) -> None:
     ran: list[int] = []
 
     async def held_back(input: Any, ctx: JobContext) -> None:
@@ -227,8 +242,7 @@ def test_a_driver_without_leases_refuses_a_declared_limit() -> None:
     Worker(NoLeases(), [declare(lambda i, c: None)])  # no limit: nothing to enforce
 
 
-async def test_a_lost_slot_cancels_the_run() -> None:
-    driver = MemoryDriver()
+async def test_a_lost_slot_cancels_the_run(driver: JobDriver) -> None:
     started = asyncio.Event()
     reasons: list[str] = []
 
@@ -271,8 +285,7 @@ async def test_a_lost_slot_cancels_the_run() -> None:
     assert row.attempt == 1
 
 
-async def test_rate_limit_spaces_starts_and_spends_no_attempt() -> None:
-    driver = MemoryDriver()
+async def test_rate_limit_spaces_starts_and_spends_no_attempt(driver: JobDriver) -> None:
     running = Running()
 
     async def call_api(input: Any, ctx: JobContext) -> None:
@@ -297,8 +310,7 @@ async def test_rate_limit_spaces_starts_and_spends_no_attempt() -> None:
     assert worker.stats.claimed <= 3 * 7, worker.stats.claimed
 
 
-async def test_rate_limit_by_tenant_and_worker_declared() -> None:
-    driver = MemoryDriver()
+async def test_rate_limit_by_tenant_and_worker_declared(driver: JobDriver) -> None:
     ran: list[str] = []
 
     async def report(input: Any, ctx: JobContext) -> None:
@@ -321,10 +333,9 @@ async def test_rate_limit_by_tenant_and_worker_declared() -> None:
     assert waiting[0].run_at_ms > int(time.time() * 1000) + 3_500_000
 
 
-async def test_a_start_that_never_happened_gives_its_stamp_back() -> None:
+async def test_a_start_that_never_happened_gives_its_stamp_back(driver: JobDriver) -> None:
     """A job that got its rate stamp but not its slot abandons the stamp: the window counts only
     starts that happened."""
-    driver = MemoryDriver()
     release = asyncio.Event()
     ran: list[int] = []
 
@@ -349,8 +360,7 @@ async def test_a_start_that_never_happened_gives_its_stamp_back() -> None:
         await worker.stop()
 
 
-async def test_with_lock_fences_waits_times_out_and_cancels_when_lost() -> None:
-    driver = MemoryDriver()
+async def test_with_lock_fences_waits_times_out_and_cancels_when_lost(driver: JobDriver) -> None:
     client = Jobs(driver)
     async with with_lock("nightly", ttl=5, driver=driver, clock=client.clock) as first:
         with pytest.raises(JobsError, match="X_LOCK_TIMEOUT"):
@@ -395,8 +405,7 @@ async def test_the_next_job_of_a_key_follows_the_run_holding_it() -> None:
     assert driver.calls.count("_lease_take") == 1, driver.calls
 
 
-async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot() -> None:
-    driver = MemoryDriver()
+async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot(driver: JobDriver) -> None:
     release = asyncio.Event()
     ran: list[int] = []
 
@@ -423,7 +432,7 @@ async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot() -> None:
 
 
 async def test_an_admission_that_crashes_gives_the_jobs_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, driver: JobDriver
 ) -> None:
     """Whatever raises while a claim round is admitted, its jobs go back to the queue, no attempt
     spent: none is left to its lease."""
@@ -433,7 +442,6 @@ async def test_an_admission_that_crashes_gives_the_jobs_back(
         raise RuntimeError("a bug in the admission")
 
     monkeypatch.setattr(Gate, "admit", broken)
-    driver = MemoryDriver()
     handle = declare(lambda i, c: None, name="limited", concurrency=2)
     job_id = (await Jobs(driver).enqueue(handle, {"n": 1})).id
     worker = Worker(driver, [handle], poll_floor=0.01)
@@ -448,10 +456,9 @@ async def test_an_admission_that_crashes_gives_the_jobs_back(
     assert worker.stats.shed >= 1
 
 
-async def test_a_job_id_at_the_byte_limit_still_takes_its_stamp() -> None:
+async def test_a_job_id_at_the_byte_limit_still_takes_its_stamp(driver: JobDriver) -> None:
     """A rate stamp's holder is the job's id and claim; at the id's byte limit it is digested,
     never refused (a refused take would hold back the whole claim round)."""
-    driver = MemoryDriver()
     ran: list[int] = []
 
     async def call_api(input: Any, ctx: JobContext) -> None:

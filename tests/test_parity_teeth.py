@@ -781,6 +781,31 @@ class TakeAgainCountsTwice(MemoryDriver):
         )
 
 
+class RenewsFromTheOldEnd(MemoryDriver):
+    """Extends a renewed holding from its old end, not from now."""
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        out = []
+        for r in renews:
+            h = self._live_holding(r.key, r.token, now_ms)
+            if h is not None:
+                self._holdings[r.key][r.token] = replace(
+                    h, expires_at_ms=h.expires_at_ms + r.ttl_ms
+                )
+            out.append(h is not None)
+        return out
+
+
+class HoldsAtItsEnd(MemoryDriver):
+    """Counts a holding as live at exactly its `expires_at_ms` (one millisecond too long)."""
+
+    def _live_holding(self, key: str, token: int, now_ms: int) -> Lease | None:
+        return super()._live_holding(key, token, now_ms - 1)
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        return await super()._lease_holders(key, now_ms - 1)
+
+
 JOBS: frozenset[str] = frozenset({"jobs"})
 OPERATOR: frozenset[str] = frozenset({"jobs", "operator"})
 DURABLE: frozenset[str] = frozenset({"jobs", "durable"})
@@ -843,6 +868,8 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
     (CountsExpiredHolders, LEASES, ["lease_limit_holds_and_frees"]),
     (ReleaseDropsStamps, LEASES, ["lease_stamps_stay_until_abandoned"]),
     (TakeAgainCountsTwice, LEASES, ["lease_holder_takes_again"]),
+    (RenewsFromTheOldEnd, LEASES, ["lease_renew_never_revives"]),
+    (HoldsAtItsEnd, LEASES, ["lease_renew_never_revives"]),
 ]
 
 

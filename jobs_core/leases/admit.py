@@ -28,7 +28,7 @@ from typing import Final, Literal
 
 from jobs_core.clock import Clock
 from jobs_core.driver import MAX_LEASE_BATCH, MAX_NAME_BYTES, JobDriver
-from jobs_core.errors import InputInvalidError, JobsError
+from jobs_core.errors import DriverUnavailableError, InputInvalidError, JobsError
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import loads, utf8_length
@@ -47,6 +47,9 @@ UNAVAILABLE_DELAY_MS: Final = 1_000
 #: How long a slot whose body ended waits for this worker's next run of its key (at most a third
 #: of the lease: a slot handed over is renewed by its new run's heartbeat before it lapses).
 SLOT_LINGER_MS: Final = 100
+#: A hand-back the store could not take is sent again after this, doubling up to the cap.
+END_BACKOFF_MIN_MS: Final = 100
+END_BACKOFF_MAX_MS: Final = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,12 @@ class Gate:
         self.active = bool(worker_limits) or any(
             h.concurrency is not None or h.rate_limits for h in handles.values()
         )
-        self._release = _EndLane(lambda refs: driver.lease_release(refs, clock.now_ms()))
-        self._abandon = _EndLane(lambda refs: driver.lease_abandon(refs, clock.now_ms()))
+        self._release = _EndLane(
+            lambda refs: driver.lease_release(refs, clock.now_ms()), clock, lease_ms
+        )
+        self._abandon = _EndLane(
+            lambda refs: driver.lease_abandon(refs, clock.now_ms()), clock, lease_ms
+        )
 
     async def admit(
         self, jobs: Sequence[ClaimedJob], now: int
@@ -410,10 +417,18 @@ def _short(holder: str) -> str:
 
 class _EndLane:
     """Releases (or abandons) submitted while a call is in flight go out together in the next
-    one; a failed call is logged and dropped (the holdings lapse at their TTL)."""
+    one. A call the store cannot take is sent again with a capped backoff for as long as a
+    holding could still be live (`patience_ms`: a lease); after that they have lapsed anyway."""
 
-    def __init__(self, send: Callable[[Sequence[LeaseRef]], Awaitable[list[bool]]]) -> None:
+    def __init__(
+        self,
+        send: Callable[[Sequence[LeaseRef]], Awaitable[list[bool]]],
+        clock: Clock,
+        patience_ms: int,
+    ) -> None:
         self._send = send
+        self._clock = clock
+        self._patience_ms = patience_ms
         self._pending: list[LeaseRef] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -423,13 +438,29 @@ class _EndLane:
             self._task = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
+        delay = END_BACKOFF_MIN_MS
+        failing_since: int | None = None
         while self._pending:
             batch = self._pending[:MAX_LEASE_BATCH]
             self._pending = self._pending[MAX_LEASE_BATCH:]
             try:
                 await self._send(batch)
+            except DriverUnavailableError as exc:
+                now = self._clock.now_ms()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= self._patience_ms:
+                    log.warning(
+                        "jobs.lease.end_failed: %s (%d leases left to lapse)", exc, len(batch)
+                    )
+                    continue
+                self._pending[:0] = batch
+                await self._clock.sleep_ms(delay)
+                delay = min(delay * 2, END_BACKOFF_MAX_MS)
+                continue
             except Exception as exc:
                 log.warning("jobs.lease.end_failed: %s (%d leases left to lapse)", exc, len(batch))
+            failing_since = None
+            delay = END_BACKOFF_MIN_MS
 
     async def join(self) -> None:
         while (task := self._task) is not None and not task.done():

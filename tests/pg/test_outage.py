@@ -131,3 +131,7 @@ async def test_every_call_after_a_restart_is_served_none_fails_on_a_stale_connec
         assert len(rows) == 8
     finally:
         await d.close()
+
+
+async def test_limited_runs_ride_out_an_outage(server: PgServer) -> None:
+    await outage.limited_runs_ride_out_an_outage(store(server))

@@ -54,3 +54,7 @@ async def test_a_worker_started_while_redis_is_down_waits_for_it(server: RedisSe
 
 async def test_a_drain_during_an_outage_hands_every_claim_back(server: RedisServer) -> None:
     await outage.drain_with_the_store_back_hands_every_claim_back(store(server))
+
+
+async def test_limited_runs_ride_out_an_outage(server: RedisServer) -> None:
+    await outage.limited_runs_ride_out_an_outage(store(server))

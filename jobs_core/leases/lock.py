@@ -69,15 +69,17 @@ async def with_lock(
     wait_ms = None if wait is None else round(finite_number(wait, "wait", minimum=0.0) * 1000)
     lock_key = f"lock:{key}"
     lock = await _take(driver, clock, lock_key, ttl_ms, wait_ms)
-    guarded = asyncio.current_task()
-    keeper = asyncio.create_task(_keep(driver, clock, lock, ttl_ms, guarded))
+    guard = _Guard(asyncio.current_task())
+    keeper = asyncio.create_task(_keep(driver, clock, lock, ttl_ms, guard))
     try:
         yield lock
     except asyncio.CancelledError:
-        if lock.lost.is_set() and guarded is not None and guarded.uncancel() == 0:
+        if guard.cancelled and guard.take_back():
             raise LockLostError("the lock was lost while held", detail=key) from None
         raise
     finally:
+        # No await before this line: the keeper cancels the block only while it runs.
+        guard.inside = False
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
@@ -87,7 +89,31 @@ async def with_lock(
             except JobsError as exc:  # it lapses at its TTL
                 log.warning("jobs.lock.release_failed %s: %s", key, exc)
     if lock.lost.is_set():
+        # The block swallowed the cancel it was sent: the lock is lost all the same.
+        guard.take_back()
         raise LockLostError("the lock was lost while held", detail=key)
+
+
+@dataclass(eq=False)
+class _Guard:
+    """The task running a locked block, while it runs it, and whether the keeper cancelled it."""
+
+    task: asyncio.Task[object] | None
+    inside: bool = True
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        if self.inside and self.task is not None and not self.cancelled:
+            self.cancelled = True
+            self.task.cancel()
+
+    def take_back(self) -> bool:
+        """Withdraw the keeper's cancel from the task's count, once; True when this was the
+        only cancel the task was asked for (a cancel from elsewhere still propagates)."""
+        if not self.cancelled or self.task is None:
+            return False
+        self.cancelled = False
+        return self.task.uncancel() == 0
 
 
 async def _take(
@@ -108,13 +134,7 @@ async def _take(
         delay = min(delay * 2, LOCK_POLL_CEILING_MS)
 
 
-async def _keep(
-    driver: JobDriver,
-    clock: Clock,
-    lock: Lock,
-    ttl_ms: int,
-    guarded: asyncio.Task[object] | None,
-) -> None:
+async def _keep(driver: JobDriver, clock: Clock, lock: Lock, ttl_ms: int, guard: _Guard) -> None:
     """Renew every third of the TTL; on a loss, mark it and cancel the guarded block."""
     landed = clock.now_ms()
     lock_key = f"lock:{lock.key}"
@@ -131,6 +151,5 @@ async def _keep(
         if not ok:
             log.warning("jobs.lock.lost %s: the guarded block is cancelled", lock.key)
             lock.lost.set()
-            if guarded is not None:
-                guarded.cancel()
+            guard.cancel()
             return

@@ -472,3 +472,25 @@ async def test_a_job_id_at_the_byte_limit_still_takes_its_stamp(driver: JobDrive
     await run_workers([worker], lambda: sorted(ran) == [1, 2])
     stamps = await driver.lease_holders("rate:job:8:call_api:global:", int(time.time() * 1000))
     assert len(stamps) == 2 and any(s.holder.startswith("h:") for s in stamps), stamps
+
+
+async def test_a_lost_lock_is_raised_even_when_the_block_swallows_its_cancel(
+    driver: JobDriver,
+) -> None:
+    """A block that catches the cancel of its lost lock still ends in `X_LOCK_LOST`, and the
+    task that ran it is not left cancelled."""
+    client = Jobs(driver)
+    swallowed = False
+    with pytest.raises(JobsError, match="X_LOCK_LOST"):
+        async with with_lock("swallow", ttl=0.3, driver=driver, clock=client.clock) as lock:
+            await driver.lease_abandon(
+                [LeaseRef("lock:swallow", lock.token)], client.clock.now_ms()
+            )
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                swallowed = True
+    assert swallowed
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # a later await is not cancelled

@@ -16,6 +16,7 @@ from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobRegistry, job, jobs_of
 from jobs_core.jsonform import dumps, holds_nul
+from jobs_core.leases import Concurrency, RateLimit
 from jobs_core.records import ClaimParams
 from jobs_core.retry import Retry
 from jobs_memory import MemoryDriver
@@ -83,6 +84,57 @@ def test_numeric_options_are_refused_by_name(option: str, value: Any) -> None:
     assert info.value.code == "X_JOB_OPTION_INVALID"
     assert info.value.detail == option
     assert reg.names() == []
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "code", "detail"),
+    [
+        (-1, "X_JOB_OPTION_INVALID", "concurrency"),
+        (2.5, "X_JOB_OPTION_INVALID", "concurrency"),
+        (math.nan, "X_JOB_OPTION_INVALID", "concurrency"),
+        (True, "X_JOB_OPTION_INVALID", "concurrency"),
+        (10_001, "X_JOB_OPTION_INVALID", "concurrency"),
+        ({"key": lambda i: "k", "limit": -1}, "X_JOB_OPTION_INVALID", "concurrency.limit"),
+        ({"key": "k", "limit": 1}, "X_JOB_DECLARATION_INVALID", "concurrency.key"),
+        ({"limit": 1}, "X_JOB_DECLARATION_INVALID", "concurrency"),
+        ({"key": lambda i: "k", "limit": 1, "per": 2}, "X_JOB_DECLARATION_INVALID", "concurrency"),
+        (
+            {"key": lambda i: "k", "limit": 1, "when_busy": "queue"},
+            "X_JOB_DECLARATION_INVALID",
+            "concurrency.when_busy",
+        ),
+        (Concurrency(2, when_busy="fail"), "X_JOB_DECLARATION_INVALID", "concurrency.when_busy"),
+    ],
+)
+def test_concurrency_is_refused_by_name(concurrency: Any, code: str, detail: str) -> None:
+    reg = JobRegistry()
+    with pytest.raises(JobsError) as info:
+        job(body, tenant="none", registry=reg, concurrency=concurrency)
+    assert (info.value.code, info.value.detail) == (code, detail)
+    assert reg.names() == []
+
+
+@pytest.mark.parametrize(
+    ("make", "code", "detail"),
+    [
+        (lambda: RateLimit(0, per=1), "X_JOB_OPTION_INVALID", "rate_limit.limit"),
+        (lambda: RateLimit(5, per=math.nan), "X_JOB_OPTION_INVALID", "rate_limit.per"),
+        (lambda: RateLimit(5, per=0), "X_JOB_OPTION_INVALID", "rate_limit.per"),
+        (lambda: RateLimit(5, per=30 * 86_400), "X_JOB_OPTION_INVALID", "rate_limit.per"),
+        (lambda: RateLimit(5, per=1, by="user"), "X_JOB_DECLARATION_INVALID", "rate_limit.by"),
+        (
+            lambda: job(
+                body, tenant="none", registry=JobRegistry(), rate_limit=[RateLimit(1, per=1)] * 2
+            ),
+            "X_JOB_DECLARATION_INVALID",
+            "rate_limit",
+        ),
+    ],
+)
+def test_rate_limits_are_refused_by_name(make: Any, code: str, detail: str) -> None:
+    with pytest.raises(JobsError) as info:
+        make()
+    assert (info.value.code, info.value.detail) == (code, detail)
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ class Refusal:
 class _Wants:
     job: ClaimedJob
     takes: list[LeaseTake] = field(default_factory=list)
-    #: Index in `takes` of the keyed slot whose refusal is judged on evidence (`fail`).
+    #: The key of the slot whose refusal is judged on evidence (`when_busy="fail"`).
     fail_key: str | None = None
     rates: dict[str, int] = field(default_factory=dict)
     #: Slots this worker already held for the key, handed over to this job.

@@ -35,6 +35,11 @@ class Lock:
     #: Set once the lock is known lost (a renewal refused, or none landed for a whole TTL).
     lost: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @property
+    def store_key(self) -> str:
+        """The lease key the lock is held under."""
+        return _store_key(self.key)
+
     def check(self) -> None:
         """Raise `X_LOCK_LOST` when the lock is no longer held (before a guarded write)."""
         if self.lost.is_set():
@@ -67,8 +72,7 @@ async def with_lock(
         raise DriverUnsupportedError("this driver has no lease family", detail="with_lock")
     ttl_ms = seconds_to_ms(ttl, "ttl")
     wait_ms = None if wait is None else round(finite_number(wait, "wait", minimum=0.0) * 1000)
-    lock_key = f"lock:{key}"
-    lock = await _take(driver, clock, lock_key, ttl_ms, wait_ms)
+    lock = await _take(driver, clock, key, ttl_ms, wait_ms)
     guard = _Guard(asyncio.current_task())
     keeper = asyncio.create_task(_keep(driver, clock, lock, ttl_ms, guard))
     try:
@@ -85,7 +89,7 @@ async def with_lock(
             await keeper
         if not lock.lost.is_set():
             try:
-                await driver.lease_release([LeaseRef(lock_key, lock.token)], clock.now_ms())
+                await driver.lease_release([LeaseRef(lock.store_key, lock.token)], clock.now_ms())
             except JobsError as exc:  # it lapses at its TTL
                 log.warning("jobs.lock.release_failed %s: %s", key, exc)
     if lock.lost.is_set():
@@ -116,19 +120,23 @@ class _Guard:
         return self.task.uncancel() == 0
 
 
+def _store_key(key: str) -> str:
+    return f"lock:{key}"
+
+
 async def _take(
-    driver: JobDriver, clock: Clock, lock_key: str, ttl_ms: int, wait_ms: int | None
+    driver: JobDriver, clock: Clock, key: str, ttl_ms: int, wait_ms: int | None
 ) -> Lock:
     holder = new_id()
     start = clock.now_ms()
     delay = LOCK_POLL_FLOOR_MS
     while True:
         now = clock.now_ms()
-        (got,) = await driver.lease_take([LeaseTake(lock_key, holder, 1, ttl_ms)], now)
+        (got,) = await driver.lease_take([LeaseTake(_store_key(key), holder, 1, ttl_ms)], now)
         if got is not None:
-            return Lock(lock_key.removeprefix("lock:"), got.token, holder)
+            return Lock(key, got.token, holder)
         if wait_ms is not None and now - start >= wait_ms:
-            raise LockTimeoutError(detail=lock_key.removeprefix("lock:"))
+            raise LockTimeoutError(detail=key)
         pause = delay if wait_ms is None else max(1, min(delay, start + wait_ms - now))
         await clock.sleep_ms(pause)
         delay = min(delay * 2, LOCK_POLL_CEILING_MS)
@@ -137,12 +145,11 @@ async def _take(
 async def _keep(driver: JobDriver, clock: Clock, lock: Lock, ttl_ms: int, guard: _Guard) -> None:
     """Renew every third of the TTL; on a loss, mark it and cancel the guarded block."""
     landed = clock.now_ms()
-    lock_key = f"lock:{lock.key}"
     while True:
         await clock.sleep_ms(max(1, ttl_ms // 3))
         now = clock.now_ms()
         try:
-            (ok,) = await driver.lease_renew([LeaseRenew(lock_key, lock.token, ttl_ms)], now)
+            (ok,) = await driver.lease_renew([LeaseRenew(lock.store_key, lock.token, ttl_ms)], now)
         except JobsError as exc:
             log.warning("jobs.lock.renew_failed %s: %s", lock.key, exc)
             ok = clock.now_ms() - landed < ttl_ms

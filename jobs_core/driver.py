@@ -65,6 +65,9 @@ from jobs_core.records import (
     RequeueAnswer,
     StepPut,
     StepRecord,
+    TaskFire,
+    TaskFireAnswer,
+    TaskMark,
     WorkerBeat,
     WorkerInfo,
 )
@@ -104,6 +107,8 @@ MAX_LEASE_LIMIT: Final = 10_000
 MAX_LEASE_KEY_BYTES: Final = 1_400
 #: The most items one `lease_*` batch call names.
 MAX_LEASE_BATCH: Final = 1_000
+#: The most tasks one `task_arm` / `task_marks` call names.
+MAX_TASK_BATCH: Final = 1_000
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -120,6 +125,8 @@ class Capabilities:
     events: bool = False
     #: The lease family (`lease_*`): fleet-wide concurrency, rate limits, locks, a leader.
     leases: bool = False
+    #: The task family (`task_*`): the scheduler's durable watermarks and its fenced fires.
+    tasks: bool = False
 
 
 class WakeSubscription(Protocol):
@@ -526,6 +533,41 @@ class JobDriver(abc.ABC):
             return []
         return await self._step_put(puts)
 
+    # -- tasks --------------------------------------------------------------------------------
+    # Optional: a driver offering them says `tasks=True` in `capabilities()`.
+    #
+    # Each scheduled task has a mark (`TaskMark`): its watermark and its last fire. A fire moves
+    # the watermark AND enqueues the occurrence's job in one atomic step, fenced on the
+    # watermark the firer read: two schedulers that both believe they lead fire an occurrence
+    # once, whatever their leases say.
+
+    async def task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        """Each named task's mark, in order; a task without one is stored first with
+        `watermark_ms = now_ms` (nothing before its first sight ever fires)."""
+        _check_task_names(names)
+        _check_time(now_ms, "now_ms")
+        if not names:
+            return []
+        return await self._task_arm(names, now_ms)
+
+    async def task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """Fire one occurrence if the task's watermark is still `fire.expect_ms`: the job is
+        enqueued and the watermark moved together, or nothing is written."""
+        _check_str(fire.name, "name")
+        _check_time(fire.expect_ms, "expect_ms")
+        _check_time(fire.now_ms, "now_ms")
+        _check_int(fire.occurrence_ms, "occurrence_ms", fire.expect_ms + 1, MAX_TIME_MS)
+        _check_int(fire.watermark_ms, "watermark_ms", fire.occurrence_ms, MAX_TIME_MS)
+        check_new_job(fire.job)
+        return await self._task_fire(fire)
+
+    async def task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """The stored marks of the named tasks that have one, by name. Reads only."""
+        _check_task_names(names)
+        if not names:
+            return {}
+        return await self._task_marks(names)
+
     # -- workers ------------------------------------------------------------------------------
 
     async def worker_beat(self, beat: WorkerBeat) -> None:
@@ -649,6 +691,26 @@ class JobDriver(abc.ABC):
         recorded already (the first record stays; the answer is still True). A miss writes
         nothing. Steps go with their row when it is purged or removed."""
         raise DriverUnsupportedError(detail="steps")
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        """For each name in order (names are distinct): the stored mark; a name without one
+        gets `TaskMark(name, watermark_ms=now_ms)` stored first. Two callers arming one name at
+        once store one mark, and both answer it."""
+        raise DriverUnsupportedError(detail="tasks")
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """In one atomic step against every other caller: when `fire.name` has a mark with
+        `watermark_ms == fire.expect_ms`, enqueue `fire.job` exactly as `_job_enqueue` does
+        (inserted, or deduped to the row holding its id or its live key; counted and woken
+        alike), then set the mark's `watermark_ms = fire.watermark_ms`,
+        `fired_ms = fire.occurrence_ms`, `fired_job_id` = the enqueue's id and
+        `fired_at_ms = fire.now_ms`; answer the enqueue's result and the new mark. Otherwise
+        write nothing and answer `enqueued=None` with the stored mark (None when unarmed)."""
+        raise DriverUnsupportedError(detail="tasks")
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """The stored marks of `names` (distinct) that exist, by name. Reads only."""
+        raise DriverUnsupportedError(detail="tasks")
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -883,9 +945,20 @@ def _check_filter(f: JobFilter) -> None:
             _check_str(value, f"filter.{what}")
 
 
+def _check_task_names(names: Sequence[str]) -> None:
+    if isinstance(names, str):
+        raise RecordInvalidError("must be a sequence of task names", detail="names")
+    if len(names) > MAX_TASK_BATCH:
+        raise BatchTooLargeError(detail=f"{len(names)} > {MAX_TASK_BATCH}")
+    for n in names:
+        _check_str(n, "name")
+    if len(set(names)) != len(names):
+        raise RecordInvalidError("a task is named twice", detail="names")
+
+
 def _check_pause(pause: Pause) -> None:
-    if pause.kind not in ("queue", "name"):
-        raise RecordInvalidError("a pause is by 'queue' or by 'name'", detail="kind")
+    if pause.kind not in ("queue", "name", "task"):
+        raise RecordInvalidError("a pause is by 'queue', 'name' or 'task'", detail="kind")
     _check_str(pause.value, "value")
 
 

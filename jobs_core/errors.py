@@ -56,6 +56,9 @@ CODES: Final[dict[str, str]] = {
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
     "X_STEP_TIMEOUT": "the step passed its deadline and was cancelled",
+    "X_TASK_CRON_INVALID": "the task's cron expression is not valid",
+    "X_TASK_DECLARATION_INVALID": "the task declaration is not valid",
+    "X_TASK_TZ_INVALID": "the task's time zone is missing or unknown",
     "X_WORKER_ERROR": "the worker failed around the body, not in it",
 }
 
@@ -375,6 +378,24 @@ class StepTimeoutError(JobsError):
     code = "X_STEP_TIMEOUT"
 
 
+class TaskCronInvalidError(JobsError):
+    """The task's cron expression is not valid."""
+
+    code = "X_TASK_CRON_INVALID"
+
+
+class TaskDeclarationInvalidError(JobsError):
+    """The task declaration is not valid."""
+
+    code = "X_TASK_DECLARATION_INVALID"
+
+
+class TaskTzInvalidError(JobsError):
+    """The task's time zone is missing or unknown."""
+
+    code = "X_TASK_TZ_INVALID"
+
+
 class WorkerError(JobsError):
     """The worker failed around the body, not in it."""
 
@@ -429,6 +450,9 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         LockTimeoutError,
         StepDuplicateError,
         StepTimeoutError,
+        TaskCronInvalidError,
+        TaskDeclarationInvalidError,
+        TaskTzInvalidError,
         WorkerError,
     )
 }

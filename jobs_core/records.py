@@ -253,9 +253,10 @@ class CancelAnswer(StrEnum):
 
 @dataclass(frozen=True, slots=True, order=True)
 class Pause:
-    """A pause the claim reads: every job of a queue, or every job of a name."""
+    """A pause: every job of a queue or of a name (the claim reads both), or a scheduled task
+    (the scheduler reads it; the task keeps its watermark while paused)."""
 
-    kind: Literal["queue", "name"]
+    kind: Literal["queue", "name", "task"]
     value: str
 
 
@@ -567,3 +568,53 @@ class LeaseRef:
 
     key: str
     token: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMark:
+    """The durable state of one scheduled task.
+
+    `watermark_ms`: every occurrence at or before it is dealt with (fired, or covered by a
+    catch-up fire); the scheduler fires only occurrences after it. `fired_ms` is the last
+    occurrence that really dispatched a job (`task_fires()`), None before the first; arming
+    and catch-up move the watermark, never it.
+    """
+
+    name: str
+    watermark_ms: int
+    fired_ms: int | None = None
+    #: The job the last fire enqueued (or found under its key), with `fired_ms`.
+    fired_job_id: str | None = None
+    #: When the last fire was written (the caller's clock), with `fired_ms`.
+    fired_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFire:
+    """Fire one occurrence of task `name`: fenced on the watermark the firer read.
+
+    `occurrence_ms` is the occurrence the job stands for (its idempotency key names it);
+    `watermark_ms` the watermark after the fire (later than `occurrence_ms` when one catch-up
+    run covers a span of missed occurrences).
+    """
+
+    name: str
+    expect_ms: int
+    occurrence_ms: int
+    watermark_ms: int
+    job: NewJob
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFireAnswer:
+    """What a fire did: `enqueued` when it landed (the job inserted or deduped by id or key),
+    None when the fence refused it; `mark` is the task's stored state after the call (None:
+    the task was never armed)."""
+
+    enqueued: EnqueueResult | None
+    mark: TaskMark | None
+
+    @property
+    def fired(self) -> bool:
+        return self.enqueued is not None

@@ -57,6 +57,9 @@ from jobs_core.records import (
     RequeueAnswer,
     StepPut,
     StepRecord,
+    TaskFire,
+    TaskFireAnswer,
+    TaskMark,
     WorkerBeat,
     WorkerInfo,
 )
@@ -121,12 +124,13 @@ class MemoryDriver(JobDriver):
         #: lease key -> token -> holding (expired ones go when their key is next taken).
         self._holdings: dict[str, dict[int, Lease]] = {}
         self._tokens = itertools.count(1)
+        self._marks: dict[str, TaskMark] = {}
 
     def describe(self) -> str:
         return "memory"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(steps=True, events=True, leases=True)
+        return Capabilities(steps=True, events=True, leases=True, tasks=True)
 
     # -- the one place a row changes; it keeps every index true -------------------------------
 
@@ -701,6 +705,29 @@ class MemoryDriver(JobDriver):
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         with self._lock:
             return [h for h in self._holdings.get(key, {}).values() if h.expires_at_ms > now_ms]
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        with self._lock:
+            return [self._marks.setdefault(n, TaskMark(n, watermark_ms=now_ms)) for n in names]
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        with self._lock:
+            mark = self._marks.get(fire.name)
+            if mark is None or mark.watermark_ms != fire.expect_ms:
+                return TaskFireAnswer(None, mark)
+            enqueued = self._enqueue_locked(fire.job)
+            mark = self._marks[fire.name] = TaskMark(
+                fire.name,
+                watermark_ms=fire.watermark_ms,
+                fired_ms=fire.occurrence_ms,
+                fired_job_id=enqueued.id,
+                fired_at_ms=fire.now_ms,
+            )
+            return TaskFireAnswer(enqueued, mark)
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        with self._lock:
+            return {n: self._marks[n] for n in names if n in self._marks}
 
     async def _worker_forget(self, worker_id: str) -> bool:
         with self._lock:

@@ -176,6 +176,9 @@ def counting(base: type[D], *extra: str) -> type[D]:
         "_lease_release",
         "_lease_abandon",
         "_lease_holders",
+        "_task_arm",
+        "_task_fire",
+        "_task_marks",
     }
     names = sorted(JobDriver.__abstractmethods__ | optional | set(extra))
     namespace: dict[str, Any] = {name: counted(name) for name in names}

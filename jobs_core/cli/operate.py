@@ -215,19 +215,22 @@ def queues(url: str | None, as_json: bool) -> None:
         print_queues(views, now)
 
 
-def _pause_target(queue: str | None, name: str | None) -> Pause:
-    if (queue is None) == (name is None):
-        _fail(CliUsageInvalidError("name a QUEUE, or a job with --name, not both"))
-    return Pause("queue", queue) if queue is not None else Pause("name", name or "")
+def _pause_target(queue: str | None, name: str | None, task: str | None) -> Pause:
+    given = [p for p in (("queue", queue), ("name", name), ("task", task)) if p[1] is not None]
+    if len(given) != 1:
+        _fail(CliUsageInvalidError("name one QUEUE, or a job with --name, or a task with --task"))
+    kind, value = given[0]
+    return Pause(kind, value or "")  # type: ignore[arg-type]
 
 
 @main.command()
 @click.argument("queue", required=False)
 @click.option("--name", default=None, help="Pause one job name in every queue instead.")
+@click.option("--task", default=None, help="Pause a scheduled task instead (its watermark stays).")
 @_driver_option
-def pause(queue: str | None, name: str | None, url: str | None) -> None:
-    """Stop claiming a queue's jobs (or one job name's); running jobs finish."""
-    target = _pause_target(queue, name)
+def pause(queue: str | None, name: str | None, task: str | None, url: str | None) -> None:
+    """Stop claiming a queue's jobs (or one job name's), or firing a task; running jobs finish."""
+    target = _pause_target(queue, name, task)
     new = _run(url, None, lambda op: op.pause(target))
     console.print(f"{target.kind} {target.value!r} {'paused' if new else 'was already paused'}")
 
@@ -235,10 +238,11 @@ def pause(queue: str | None, name: str | None, url: str | None) -> None:
 @main.command()
 @click.argument("queue", required=False)
 @click.option("--name", default=None, help="Resume one job name instead.")
+@click.option("--task", default=None, help="Resume a scheduled task (it catches up as declared).")
 @_driver_option
-def resume(queue: str | None, name: str | None, url: str | None) -> None:
-    """Claim a paused queue's (or job name's) jobs again."""
-    target = _pause_target(queue, name)
+def resume(queue: str | None, name: str | None, task: str | None, url: str | None) -> None:
+    """Claim a paused queue's (or job name's) jobs again, or fire a paused task again."""
+    target = _pause_target(queue, name, task)
     existed = _run(url, None, lambda op: op.resume(target))
     console.print(f"{target.kind} {target.value!r} {'resumed' if existed else 'was not paused'}")
 

@@ -41,6 +41,7 @@ from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
 from jobs_core.retention import Retention
+from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
 
@@ -90,6 +91,11 @@ from jobs_core.worker import Worker, WorkerStats
     show_default=True,
     help="The address /metrics and /healthz listen on (0.0.0.0 for every interface).",
 )
+@click.option(
+    "--with-scheduler",
+    is_flag=True,
+    help="Also run the scheduler role for the tasks MODULE exports (one leads fleet-wide).",
+)
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.pass_context
 def worker(
@@ -106,6 +112,7 @@ def worker(
     rates: tuple[str, ...],
     metrics_port: int | None,
     metrics_host: str,
+    with_scheduler: bool,
     quiet: bool,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
@@ -130,11 +137,21 @@ def worker(
             retention=retention,
             rate_limits=[rate_limit_from(r) for r in rates],
         )
+        sched = None
+        if with_scheduler:
+            from jobs_core.cli.schedule import tasks_in
+            from jobs_core.scheduler import Scheduler
+
+            sched = Scheduler(driver, tasks_in(module))
     except JobsError as exc:
         _fail(exc)
     _print_plan(w, handles, driver)
+    if sched is not None:
+        from jobs_core.cli.schedule import print_tasks
+
+        print_tasks(sched.tasks, {}, w.clock.now_ms())
     try:
-        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port))
+        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port, sched))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
@@ -242,7 +259,11 @@ def _limits_text(h: JobHandle) -> str:
 
 
 async def _run_worker(
-    w: Worker, quiet: bool, metrics_host: str = "127.0.0.1", metrics_port: int | None = None
+    w: Worker,
+    quiet: bool,
+    metrics_host: str = "127.0.0.1",
+    metrics_port: int | None = None,
+    sched: Scheduler | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
@@ -255,6 +276,23 @@ async def _run_worker(
             soft_wrap=True,
         )
     await w.start()
+    if sched is not None:
+        await sched.start()
+        w_stopping = asyncio.ensure_future(_stop_with(w, sched))
+    try:
+        await _show_worker(w, quiet)
+    finally:
+        if sched is not None:
+            await w_stopping
+
+
+async def _stop_with(w: Worker, sched: Scheduler) -> None:
+    """Drain `sched` as soon as `w` begins its drain (same signal, same budget)."""
+    await w.drain_begun()
+    await sched.stop(w.drain_timeout_ms / 1000)
+
+
+async def _show_worker(w: Worker, quiet: bool) -> None:
     if quiet or not console.is_terminal:
         await w.run()
         return

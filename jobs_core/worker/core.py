@@ -207,6 +207,7 @@ class Worker:
         )
         self._started = False
         self._stop_task: asyncio.Task[None] | None = None
+        self._drain_begun = asyncio.Event()
         # The CLI's live table watches it.
         self._stopped = self._drain.stopped
 
@@ -254,6 +255,10 @@ class Worker:
         self._loops.append(asyncio.create_task(self._heartbeat.run(), name="ujobs-heartbeat"))
         self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-maintenance"))
         log.info("jobs.worker.started %s queues=%s", self.worker_id, ",".join(self.queues))
+
+    async def drain_begun(self) -> None:
+        """Return once a drain has begun (what runs beside the worker follows it)."""
+        await self._drain_begun.wait()
 
     async def run(self) -> None:
         """Start, then return once the worker has stopped (after a drain)."""
@@ -314,6 +319,7 @@ class Worker:
                 )
             )
             self._stop_task = asyncio.create_task(self._drain.teardown(deadline))
+            self._drain_begun.set()
         await asyncio.shield(self._stop_task)
 
     def observe(self, observer: Observer) -> None:

@@ -1,0 +1,198 @@
+"""`ujobs scheduler` (the role) and `ujobs tasks` (each task's next and last fire)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import signal
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Column, Table
+
+from jobs_core.cli.base import (
+    _DRIVER_HELP,
+    DRIVER_ENV,
+    _configure_logging,
+    _fail,
+    _import_module,
+    _required_driver,
+    _seconds,
+    console,
+    main,
+)
+from jobs_core.clock import SystemClock
+from jobs_core.errors import CliNoJobsError, JobsError
+from jobs_core.operator.times import relative
+from jobs_core.records import TaskMark
+from jobs_core.scheduler import Scheduler, TaskHandle, tasks_of
+from jobs_core.urls import driver_from_url
+
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text, or one JSON object per line.",
+)
+
+
+def tasks_in(module: str) -> list[TaskHandle]:
+    """The tasks `module` exports; `X_CLI_NO_JOBS` when it exports none."""
+    handles = tasks_of(_import_module(module))
+    if not handles:
+        raise CliNoJobsError(
+            f"{module!r} exports no tasks (declare them with task() at module level)",
+            detail=module,
+        )
+    return handles
+
+
+@main.command()
+@click.argument("module")
+@click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
+@click.option("--lease", default=30.0, show_default=True, help="The leader's lease, in seconds.")
+@click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
+@log_format_option
+@click.pass_context
+def scheduler(
+    ctx: click.Context,
+    module: str,
+    url: str | None,
+    lease: float,
+    drain_timeout: float,
+    log_format: str,
+) -> None:
+    """Fire the tasks MODULE exports while this process leads, until SIGTERM or Ctrl-C.
+
+    Run as many as you like: one leads (a lease), the others stand by and take over within
+    --lease when it goes. Each occurrence fires once whatever they believe.
+    """
+    _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
+    try:
+        url = _required_driver(url, "scheduler")
+        _seconds(lease, "--lease", positive=True)
+        _seconds(drain_timeout, "--drain-timeout")
+        handles = tasks_in(module)
+        s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
+    except JobsError as exc:
+        _fail(exc)
+    where = escape(s.driver.describe())
+    console.print(
+        f"[bold]ujobs scheduler[/bold] {escape(s.scheduler_id)} on [cyan]{where}[/cyan]"
+        f" · lease {s.ttl_ms / 1000:g} s"
+    )
+    print_tasks(handles, {}, SystemClock().now_ms())
+    try:
+        asyncio.run(run_scheduler(s, drain_timeout))
+    except JobsError as exc:
+        _fail(exc)
+
+
+async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
+    """Run `s` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with s.driver:
+        await s.start()
+        await stop.wait()
+        await s.stop(drain_timeout)
+
+
+@main.command()
+@click.argument("module")
+@click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def tasks(module: str, url: str | None, as_json: bool) -> None:
+    """The tasks MODULE exports: cron, zone, job, the next fire and the last one that ran."""
+    try:
+        url = _required_driver(url, "tasks")
+        handles = tasks_in(module)
+        driver = driver_from_url(url)
+
+        async def read() -> tuple[dict[str, TaskMark], set[str]]:
+            async with driver:
+                marks = await driver.task_marks([h.name for h in handles])
+                paused = {p.value for p in await driver.pause_list() if p.kind == "task"}
+                return marks, paused
+
+        marks, paused = asyncio.run(read())
+    except JobsError as exc:
+        _fail(exc)
+    now = SystemClock().now_ms()
+    if as_json:
+        import json
+
+        docs = [task_json(h, marks.get(h.name), h.name in paused, now) for h in handles]
+        click.echo(json.dumps(docs, ensure_ascii=False, indent=2))
+    else:
+        print_tasks(handles, marks, now, paused)
+
+
+def next_fire(h: TaskHandle, mark: TaskMark | None, now_ms: int) -> int:
+    """The next occurrence a leader would fire: after the watermark, or after now for a task
+    never armed (a first sight fires nothing from before it)."""
+    return h.schedule.next_after(mark.watermark_ms if mark is not None else now_ms)
+
+
+def task_json(h: TaskHandle, mark: TaskMark | None, paused: bool, now_ms: int) -> dict[str, Any]:
+    nxt = next_fire(h, mark, now_ms)
+    return {
+        "name": h.name,
+        "cron": h.cron,
+        "tz": h.tz,
+        "job": h.job.name,
+        "catch_up": h.catch_up,
+        "paused": paused,
+        "next_fire_ms": nxt,
+        "next_fire": _local_iso(nxt, h),
+        "last_fire_ms": mark.fired_ms if mark else None,
+        "last_fire": _local_iso(mark.fired_ms, h) if mark else None,
+        "last_job_id": mark.fired_job_id if mark else None,
+        "watermark_ms": mark.watermark_ms if mark else None,
+    }
+
+
+def print_tasks(
+    handles: list[TaskHandle],
+    marks: dict[str, TaskMark],
+    now_ms: int,
+    paused: set[str] | None = None,
+) -> None:
+    table = Table(
+        Column("task", no_wrap=True),
+        Column("cron", no_wrap=True),
+        "tz",
+        "job",
+        "catch-up",
+        "next fire",
+        "last fire",
+    )
+    for h in handles:
+        mark = marks.get(h.name)
+        nxt = next_fire(h, mark, now_ms)
+        last = mark.fired_ms if mark is not None else None
+        state = " [yellow](paused)[/]" if paused and h.name in paused else ""
+        table.add_row(
+            escape(h.name),
+            escape(h.cron),
+            h.tz,
+            escape(h.job.name),
+            h.catch_up,
+            f"{_local(nxt, h)} ({relative(nxt, now_ms)}){state}",
+            "-" if last is None else f"{_local(last, h)} ({relative(last, now_ms)})",
+        )
+    console.print(table)
+
+
+def _local(at_ms: int, h: TaskHandle) -> str:
+    return dt.datetime.fromtimestamp(at_ms / 1000, h.schedule.tz).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _local_iso(at_ms: int | None, h: TaskHandle) -> str | None:
+    if at_ms is None:
+        return None
+    return dt.datetime.fromtimestamp(at_ms / 1000, h.schedule.tz).isoformat()

@@ -9,6 +9,7 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.leases import Concurrency, RateLimit, with_lock
 from jobs_core.records import EnqueueResult, JobRecord, Pause
 from jobs_core.retry import Retry
+from jobs_core.scheduler import Occurrence, Scheduler, TaskHandle, task
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.urls import driver_from_url
@@ -30,13 +31,16 @@ __all__ = [
     "JobState",
     "Jobs",
     "JobsError",
+    "Occurrence",
     "Outcome",
     "Pause",
     "RateLimit",
     "RateLimitedError",
     "Retry",
+    "Scheduler",
     "SettledEvent",
     "SystemClock",
+    "TaskHandle",
     "TerminalError",
     "Worker",
     "WorkerStats",
@@ -47,5 +51,6 @@ __all__ = [
     "job",
     "send_event",
     "send_event_sync",
+    "task",
     "with_lock",
 ]

@@ -15,6 +15,7 @@ import ast
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import importlib
 import inspect
 import json
@@ -40,6 +41,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.records import ClaimParams, EnqueueResult, JobListParams, Nack, NackKind, Pause
 from jobs_core.retention import DAY, Retention
+from jobs_core.scheduler import Scheduler
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
@@ -144,7 +146,9 @@ SHOP = "# shop/jobs.py"
 SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
 BILLING = "# billing/jobs.py"
+REPORTS = "# reports/jobs.py"
 PYTHON_CASES = {
+    REPORTS,
     OPERATOR,
     BILLING,
     SHOP,
@@ -375,6 +379,49 @@ async def test_the_limits_block_holds_its_limits(billing: ModuleType, no_client:
     page = await driver.job_list(JobListParams(limit=100))
     assert len(page.jobs) == 39
     assert {r.attempt for r in page.jobs} == {1}, "waiting for a limit spent an attempt"
+
+
+REPORTS_STUBS = {
+    "__init__.py": "",
+    "warehouse.py": (
+        "built = []\n\n\nasync def build(report, day):\n    built.append((report, day))\n"
+    ),
+}
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Iterator[ModuleType]:
+    """The README's `reports` package: its `jobs.py` the scheduled task block."""
+    with app_package(tmp_path, "reports", REPORTS_STUBS, python_block(REPORTS)) as package:
+        yield package
+
+
+async def test_the_nightly_task_fires_at_two_paris_time_and_catches_up_once(
+    reports: ModuleType,
+) -> None:
+    """Two nights at 02:00 Paris, each building that day's report once; then three nights with
+    no scheduler: `run-once` builds ONE report, for the first missed day."""
+    driver = MemoryDriver()
+    hour = 3600 * 1000
+    clock = FakeClock(int(dt.datetime(2026, 6, 1, 22, tzinfo=dt.UTC).timestamp() * 1000))
+
+    async def nights(n: int) -> None:
+        sched = Scheduler(driver, reports.jobs, clock=clock, lease_ttl=3 * 3600)
+        await sched.start()
+        await advance_quietly(clock, n * 24 * hour, sleepers=1, step_ms=hour)
+        assert await sched.stop(timeout=10)
+
+    await nights(2)  # from 00:00 Paris on June 2
+    clock.set(clock.now_ms() + 3 * 24 * hour)  # no scheduler from June 4 00:00 to June 7 00:00
+    await nights(1)
+    worker = Worker(driver, reports.jobs, poll_floor=0.01)
+    await worker.start()
+    try:
+        await until(lambda: len(reports.warehouse.built) == 4)
+    finally:
+        await worker.stop()
+    days = ["2026-06-02", "2026-06-03", "2026-06-04", "2026-06-07"]
+    assert sorted(reports.warehouse.built) == [("sales", d) for d in days]
 
 
 async def dead_welcomes(driver: JobDriver, myapp: ModuleType, n: int) -> list[str]:

@@ -323,7 +323,11 @@ class Scheduler:
             )
             return Fired(t.name, occurrence, None, fenced=True)
         skipped = "" if first == last else f" span={first}..{last} catch_up={t.catch_up}"
-        log.info("jobs.scheduler.fired %s at=%d job=%s%s", t.name, at, answer.enqueued.id, skipped)
+        # A catch-up is news; a fire on time, every second for some tasks, is not.
+        level = logging.INFO if skipped else logging.DEBUG
+        log.log(
+            level, "jobs.scheduler.fired %s at=%d job=%s%s", t.name, at, answer.enqueued.id, skipped
+        )
         return Fired(t.name, occurrence, answer.enqueued.id, deduped=answer.enqueued.deduped)
 
 

@@ -20,7 +20,9 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:finished:<state>` zset id by finished_at_ms, one per final state: the rows
   `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
   a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
-- `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+- `{p}:pause:queue`, `{p}:pause:name` sets (the claim reads both), `{p}:pause:task` (paused
+  scheduled tasks: the scheduler reads it, no claim does); `{p}:worker` hash; `{p}:wake` hash
+  queue -> slot.
 - The operator family (`lua/includes/account.lua`, docs/redis.md): `{p}:job:created` (zset, lex
   order = listing order), `{p}:queue:count` (hash: per queue its total and final-state counts;
   ready, running and parked are derived from the queue's zsets), `{p}:schema`, and the settle
@@ -943,20 +945,22 @@ class RedisDriver(JobDriver):
 
     async def _pause_add(self, pause: Pause) -> bool:
         k = self.keys
-        got = await self._run("pause_add", (k.pause_queue, k.pause_name), (pause.kind, pause.value))
+        got = await self._run("pause_add", _pause_keys(k), (pause.kind, pause.value))
         return bool(got == 1)
 
     async def _pause_remove(self, pause: Pause) -> bool:
         k = self.keys
-        got = await self._run(
-            "pause_remove", (k.pause_queue, k.pause_name), (pause.kind, pause.value)
-        )
+        got = await self._run("pause_remove", _pause_keys(k), (pause.kind, pause.value))
         return bool(got == 1)
 
     async def _pause_list(self) -> list[Pause]:
         k = self.keys
-        queues, names = await self._run("pause_list", (k.pause_queue, k.pause_name), ())
-        return [Pause("queue", q) for q in queues] + [Pause("name", n) for n in names]
+        queues, names, tasks = await self._run("pause_list", _pause_keys(k), ())
+        return (
+            [Pause("queue", q) for q in queues]
+            + [Pause("name", n) for n in names]
+            + [Pause("task", t) for t in tasks]
+        )
 
     async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         k = self.keys
@@ -1045,6 +1049,11 @@ def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
 def _blen(text: str) -> int:
     """The UTF-8 byte length of `text` (`isascii` is O(1), so ASCII costs no encoding)."""
     return len(text) if text.isascii() else len(text.encode())
+
+
+def _pause_keys(k: Keys) -> tuple[str, str, str]:
+    """The pause sets in the pause scripts' order: by queue, by job name, by task."""
+    return (k.pause_queue, k.pause_name, k.pause_task)
 
 
 def _worker_row(beat: WorkerBeat) -> str:

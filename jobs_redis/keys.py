@@ -24,6 +24,7 @@ class Keys:
         "live",
         "pause_name",
         "pause_queue",
+        "pause_task",
         "prefix",
         "progress",
         "queue_count",
@@ -52,6 +53,8 @@ class Keys:
         self.result = f"{t}:job:result"
         self.pause_queue = f"{t}:pause:queue"
         self.pause_name = f"{t}:pause:name"
+        #: set of paused scheduled tasks: the scheduler reads it, no claim does.
+        self.pause_task = f"{t}:pause:task"
         self.worker = f"{t}:worker"
         self.wake = f"{t}:wake"
         # The operator family (listing, queue stats, counters); see docs/redis.md.

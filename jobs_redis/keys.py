@@ -34,6 +34,7 @@ class Keys:
         "step_index",
         "step_out",
         "tag",
+        "task",
         "wait",
         "wait_index",
         "wake",
@@ -82,6 +83,10 @@ class Keys:
         # The lease family (lua/includes/lease.lua). Not under `lease:`, which is the queues'.
         #: string, the last lease token granted store-wide (INCR).
         self.hold_token = f"{t}:hold-token"
+        # The task family (lua/task_*.lua).
+        #: hash task name -> its mark: watermark NUL fired NUL fired_job_id NUL fired_at
+        #: (an empty field is None).
+        self.task = f"{t}:task"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -20,7 +20,9 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:finished:<state>` zset id by finished_at_ms, one per final state: the rows
   `job_purge` may delete, in its order (equal scores by id bytewise). Every script that finishes
   a row adds it (ack, nack fail/refuse, cancel, the claim's bury); requeue removes it.
-- `{p}:pause:queue`, `{p}:pause:name` sets; `{p}:worker` hash; `{p}:wake` hash queue -> slot.
+- `{p}:pause:queue`, `{p}:pause:name` sets (the claim reads both), `{p}:pause:task` (paused
+  scheduled tasks: the scheduler reads it, no claim does); `{p}:worker` hash; `{p}:wake` hash
+  queue -> slot.
 - The operator family (`lua/includes/account.lua`, docs/redis.md): `{p}:job:created` (zset, lex
   order = listing order), `{p}:queue:count` (hash: per queue its total and final-state counts;
   ready, running and parked are derived from the queue's zsets), `{p}:schema`, and the settle
@@ -34,6 +36,9 @@ slot and every script declares every key it touches in KEYS):
   NUL holder -> token) per lease key, and `{p}:hold-token` (INCR): the lease family
   (`lua/includes/lease.lua`). A lease key may hold any bytes, so a call hands each of its
   lease keys' pair in KEYS; `hold:` and `holder:` never collide with `lease:<queue>`.
+- `{p}:task` hash task name -> mark (watermark NUL fired NUL fired_job_id NUL fired_at): the
+  task family. `task_fire.lua` fences on the watermark and enqueues through
+  `lua/includes/enqueue.lua`, the very code `job_enqueue.lua` runs, in the same script.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -91,6 +96,9 @@ from jobs_core.records import (
     RequeueAnswer,
     StepPut,
     StepRecord,
+    TaskFire,
+    TaskFireAnswer,
+    TaskMark,
     WorkerBeat,
     WorkerInfo,
 )
@@ -255,7 +263,7 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True, steps=True, events=True, leases=True)
+        return Capabilities(wake=True, steps=True, events=True, leases=True, tasks=True)
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -342,17 +350,18 @@ class RedisDriver(JobDriver):
             return ""
         return str(job.created_at_ms // self.wake_slot_ms)
 
-    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+    def _enqueue_call(self, job: NewJob) -> tuple[tuple[str, ...], tuple[object, ...]]:
+        """The head of the KEYS and the ARGV `includes/enqueue.lua` reads in place (what
+        `job_enqueue` and `task_fire` both start with)."""
         k = self.keys
         ns, state, data, score = _encode(job)
-        got = await self._run(
-            "job_enqueue",
-            (k.state, k.data, k.live, k.due(job.queue), k.wake, *k.account()),
-            (job.id, ns, state, data, score, self._wake_slot(job), job.queue, k.channel(job.queue)),
-        )
-        if got == 1:
-            return EnqueueResult(job.id, deduped=False)
-        return EnqueueResult(got, deduped=True)
+        keys = (k.state, k.data, k.live, k.due(job.queue), k.wake)
+        args = (job.id, ns, state, data, score, self._wake_slot(job), job.queue)
+        return keys, (*args, k.channel(job.queue))
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        keys, args = self._enqueue_call(job)
+        return _enqueued(job, await self._run("job_enqueue", (*keys, *self.keys.account()), args))
 
     async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """One script call per chunk of `ENQUEUE_CHUNK`, in order; each chunk is atomic.
@@ -939,24 +948,55 @@ class RedisDriver(JobDriver):
             out.append(Lease(key, holder, int(token), int(expires), stamp == "1"))
         return out
 
+    # -- tasks ----------------------------------------------------------------------------------
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        got = await self._run("task_arm", (self.keys.task,), (now_ms, *names))
+        return [_mark(n, m) for n, m in zip(names, got, strict=True)]
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """One `task_fire` script call: the fence, the enqueue (`includes/enqueue.lua`, shared
+        with `job_enqueue`) and the mark's move happen together or not at all."""
+        k = self.keys
+        keys, args = self._enqueue_call(fire.job)
+        got, mark = await self._run(
+            "task_fire",
+            (*keys, k.task, *k.account()),
+            (
+                *args,
+                fire.name,
+                fire.expect_ms,
+                f"{fire.watermark_ms}\x00{fire.occurrence_ms}\x00",
+                fire.now_ms,
+            ),
+        )
+        stored = _mark(fire.name, mark) if mark is not None else None
+        return TaskFireAnswer(None if got == 0 else _enqueued(fire.job, got), stored)
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        got = await self._run("task_marks", (self.keys.task,), names)
+        return {n: _mark(n, m) for n, m in zip(names, got, strict=True) if m is not None}
+
     # -- pauses, queues, workers ----------------------------------------------------------------
 
     async def _pause_add(self, pause: Pause) -> bool:
         k = self.keys
-        got = await self._run("pause_add", (k.pause_queue, k.pause_name), (pause.kind, pause.value))
+        got = await self._run("pause_add", _pause_keys(k), (pause.kind, pause.value))
         return bool(got == 1)
 
     async def _pause_remove(self, pause: Pause) -> bool:
         k = self.keys
-        got = await self._run(
-            "pause_remove", (k.pause_queue, k.pause_name), (pause.kind, pause.value)
-        )
+        got = await self._run("pause_remove", _pause_keys(k), (pause.kind, pause.value))
         return bool(got == 1)
 
     async def _pause_list(self) -> list[Pause]:
         k = self.keys
-        queues, names = await self._run("pause_list", (k.pause_queue, k.pause_name), ())
-        return [Pause("queue", q) for q in queues] + [Pause("name", n) for n in names]
+        queues, names, tasks = await self._run("pause_list", _pause_keys(k), ())
+        return (
+            [Pause("queue", q) for q in queues]
+            + [Pause("name", n) for n in names]
+            + [Pause("task", t) for t in tasks]
+        )
 
     async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         k = self.keys
@@ -1035,6 +1075,13 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
 
 
+def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
+    """`includes/enqueue.lua`'s answer: 1 when `job` was inserted, else the id it deduped to."""
+    if got == 1:
+        return EnqueueResult(job.id, deduped=False)
+    return EnqueueResult(str(got), deduped=True)
+
+
 def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
     return [
         EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
@@ -1045,6 +1092,17 @@ def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
 def _blen(text: str) -> int:
     """The UTF-8 byte length of `text` (`isascii` is O(1), so ASCII costs no encoding)."""
     return len(text) if text.isascii() else len(text.encode())
+
+
+def _mark(name: str, raw: str) -> TaskMark:
+    """A `{p}:task` field: watermark NUL fired NUL fired_job_id NUL fired_at ("" is None)."""
+    watermark, fired, job_id, fired_at = raw.split("\x00")
+    return TaskMark(name, int(watermark), _opt_int(fired), job_id or None, _opt_int(fired_at))
+
+
+def _pause_keys(k: Keys) -> tuple[str, str, str]:
+    """The pause sets in the pause scripts' order: by queue, by job name, by task."""
+    return (k.pause_queue, k.pause_name, k.pause_task)
 
 
 def _worker_row(beat: WorkerBeat) -> str:

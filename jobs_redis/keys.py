@@ -24,6 +24,7 @@ class Keys:
         "live",
         "pause_name",
         "pause_queue",
+        "pause_task",
         "prefix",
         "progress",
         "queue_count",
@@ -33,6 +34,7 @@ class Keys:
         "step_index",
         "step_out",
         "tag",
+        "task",
         "wait",
         "wait_index",
         "wake",
@@ -52,6 +54,8 @@ class Keys:
         self.result = f"{t}:job:result"
         self.pause_queue = f"{t}:pause:queue"
         self.pause_name = f"{t}:pause:name"
+        #: set of paused scheduled tasks: the scheduler reads it, no claim does.
+        self.pause_task = f"{t}:pause:task"
         self.worker = f"{t}:worker"
         self.wake = f"{t}:wake"
         # The operator family (listing, queue stats, counters); see docs/redis.md.
@@ -79,6 +83,10 @@ class Keys:
         # The lease family (lua/includes/lease.lua). Not under `lease:`, which is the queues'.
         #: string, the last lease token granted store-wide (INCR).
         self.hold_token = f"{t}:hold-token"
+        # The task family (lua/task_*.lua).
+        #: hash task name -> its mark: watermark NUL fired NUL fired_job_id NUL fired_at
+        #: (an empty field is None).
+        self.task = f"{t}:task"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -1,46 +1,13 @@
 -- job_enqueue — insert one job unless its id names a row or a live row holds its namespace.
 --
--- KEYS[1] job:state   hash id -> state row (includes/row.lua)
--- KEYS[2] job:data    hash id -> run_id NUL created_at_ms NUL enqueued_by NUL input_json NUL
---   traceparent ("" for none; rows stored by older versions lack the field: row.lua data_row)
--- KEYS[3] job:live    hash namespace (name NUL tenant NUL key) -> id of the live row holding it
--- KEYS[4] due:<queue> zset id by priority * 2^42 + run_at_ms (ready rows, parked-with-time rows)
--- KEYS[5] wake        hash queue -> the wake slot that last published
+-- KEYS[1..5] job:state, job:data, job:live, due:<queue>, wake   (includes/enqueue.lua)
 -- KEYS[6..11] the accounting keys (includes/account.lua): the new row is listed and counted
--- ARGV[1] id
--- ARGV[2] namespace (the new row's fields 11..13)
--- ARGV[3] state row of the new job (ready, attempt 0, claims 0), built by the caller
--- ARGV[4] data row
--- ARGV[5] due score
--- ARGV[6] wake slot ("" when the job is not due at creation: no wake)
--- ARGV[7] queue (the wake hash field and the message)
--- ARGV[8] wake channel
+-- ARGV[1..8] id, namespace, state row, data row, due score, wake slot, queue, wake channel
+--   (includes/enqueue.lua)
 -- Returns 1 when inserted; else the id of the row it dedupes to (ARGV[1] itself when the id
 -- exists, live or finished; the live holder's id when the namespace is taken).
 --!include row.lua
 --!include account.lua
+--!include enqueue.lua
 
-acc_open(#KEYS - 5)
-acc_fresh(KEYS[1])
-local id, ns = ARGV[1], ARGV[2]
-if redis.call("HEXISTS", KEYS[1], id) == 1 then
-  return id
-end
-local holder = redis.call("HGET", KEYS[3], ns)
-if holder then
-  return holder
-end
-redis.call("HSET", KEYS[1], id, ARGV[3])
-redis.call("HSET", KEYS[2], id, ARGV[4])
-redis.call("HSET", KEYS[3], ns, id)
-redis.call("ZADD", KEYS[4], ARGV[5], id)
--- accounting
-count_new(id, ARGV[4], ARGV[7])
-acc_close()
--- At most one PUBLISH per queue per wake slot: the poll is the guarantee, the wake a shortcut.
-local slot = ARGV[6]
-if slot ~= "" and redis.call("HGET", KEYS[5], ARGV[7]) ~= slot then
-  redis.call("HSET", KEYS[5], ARGV[7], slot)
-  redis.call("PUBLISH", ARGV[8], ARGV[7])
-end
-return 1
+return enqueue()

@@ -1,10 +1,9 @@
--- pause_remove — lift a pause on a queue or a job name.
+-- pause_remove — lift a pause on a queue, a job name or a scheduled task.
 --
 -- KEYS[1] pause:queue (set of queue names)   KEYS[2] pause:name (set of job names)
--- ARGV[1] kind: "queue" or "name"   ARGV[2] the queue or job name
+-- KEYS[3] pause:task (set of task names)
+-- ARGV[1] kind: "queue", "name" or "task"   ARGV[2] the queue, job or task name
 -- Returns 1 when the pause existed, else 0.
 
-if ARGV[1] == "queue" then
-  return redis.call("SREM", KEYS[1], ARGV[2])
-end
-return redis.call("SREM", KEYS[2], ARGV[2])
+local sets = { queue = KEYS[1], name = KEYS[2], task = KEYS[3] }
+return redis.call("SREM", sets[ARGV[1]], ARGV[2])

@@ -11,6 +11,7 @@ overlapping — whoever led and whatever the kill interrupted.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -53,7 +54,7 @@ ticks = task("ticks", cron="* * * * * *", tz="UTC", job=tick, input=span, catch_
 
 def _scheduler(app: Path, url: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "scheduler", "schedapp", "--lease", "3"],
+        [sys.executable, "-m", "jobs_core.cli", "-v", "scheduler", "schedapp", "--lease", "3"],
         cwd=app,
         env={
             **os.environ,
@@ -122,7 +123,9 @@ def test_a_killed_leader_is_replaced_and_each_occurrence_fires_once(
         procs.remove(leader)
         survivor = procs[0]
         # The survivor takes over once the lease (3 s) lapses, then fires a few more.
-        _wait(lambda: sum(1 for pid, *_ in _ledger(tmp_path) if pid == survivor.pid) >= 3, 30, procs)
+        _wait(
+            lambda: sum(1 for pid, *_ in _ledger(tmp_path) if pid == survivor.pid) >= 3, 30, procs
+        )
         survivor.send_signal(signal.SIGTERM)
         out = survivor.communicate(timeout=30)[0]
         assert survivor.returncode == 0, out
@@ -136,11 +139,10 @@ def test_a_killed_leader_is_replaced_and_each_occurrence_fires_once(
     every_second = CronSchedule("* * * * * *", "UTC")
     keys = [k for _, _, k in spans]
     assert len(set(keys)) == len(keys)
-    for (first, last, key), (nxt, _, _) in zip(spans, spans[1:], strict=False):
-        assert first <= last
-        assert key == f"task:{first}:tick"
+    assert all(first <= last and key == f"task:{first}:tick" for first, last, key in spans)
+    for (_, last, _), (nxt, _, _) in itertools.pairwise(spans):
         # No occurrence fired twice (overlap) and none lost (gap) between two fires.
-        assert nxt == every_second.next_after(last), (first, last, nxt)
+        assert nxt == every_second.next_after(last), (last, nxt)
     # The takeover's catch-up covered what the dead leader left: one fire, a span of seconds.
     assert any(last > first for first, last, _ in spans), spans
     pids = {pid for pid, *_ in _ledger(tmp_path)}

@@ -80,6 +80,9 @@ from jobs_core.records import (
     RequeueAnswer,
     StepPut,
     StepRecord,
+    TaskFire,
+    TaskFireAnswer,
+    TaskMark,
     WorkerBeat,
     WorkerInfo,
 )
@@ -94,6 +97,7 @@ from jobs_pg.statements import lease as lease_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
 from jobs_pg.statements import step as step_stmts
+from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.urls import libpq_url, mask
@@ -109,6 +113,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
     **compile_all(vars(step_stmts)),
+    **compile_all(vars(task_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
 }
@@ -143,6 +148,7 @@ _INDEX_FIELDS: Final = {
     "pauses_pkey": "value",
     "workers_pkey": "worker_id",
     "leases_pkey": "key, token",
+    "task_marks_pkey": "name",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -297,7 +303,7 @@ class PgDriver(JobDriver):
         return f"postgres {mask(self._url)} schema={self.schema}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=self._wake, steps=True, events=True, leases=True)
+        return Capabilities(wake=self._wake, steps=True, events=True, leases=True, tasks=True)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""
@@ -545,7 +551,36 @@ class PgDriver(JobDriver):
             and self._spent_slots.get(job.queue) != slot
         )
         stmt = self._q["JOB_ENQUEUE" if wake else "JOB_ENQUEUE_QUIET"]
-        values = {
+        args = stmt.args(self._enqueue_values(job, slot))
+        for _ in range(5):
+            cur = await self._insert(conn, stmt, args, job.id)
+            row = await cur.fetchone()
+            if row is None:
+                raise DriverError("the enqueue statement answered no row", detail=job.id)
+            inserted, existing, holder = row[0], row[1], row[2]
+            if inserted is not None:
+                if wake and slot is not None:
+                    self._slot_spent(job.queue, slot)
+                return EnqueueResult(job.id, deduped=False)
+            if existing is not None:
+                return EnqueueResult(job.id, deduped=True)
+            if holder is not None:
+                return EnqueueResult(holder, deduped=True)
+            # The key's holder committed after our snapshot: a fresh one names it.
+            found = await self._key_holder(conn, job)
+            if found is not None:
+                return EnqueueResult(found, deduped=True)
+        raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
+
+    def _slot_spent(self, queue: str, slot: int) -> None:
+        """This queue's wake slot is now recorded (by us or by a peer earlier in it)."""
+        if len(self._spent_slots) > 10_000:
+            self._spent_slots.clear()
+        self._spent_slots[queue] = slot
+
+    def _enqueue_values(self, job: NewJob, slot: int | None) -> dict[str, Any]:
+        """The values of one job's enqueue (`JOB_ENQUEUE`, `TASK_FIRE`)."""
+        return {
             "id": job.id,
             "run_id": job.run_id,
             "name": job.name,
@@ -562,29 +597,6 @@ class PgDriver(JobDriver):
             "slot": slot,
             "channel": self.channel,
         }
-        args = stmt.args(values)
-        for _ in range(5):
-            cur = await self._insert(conn, stmt, args, job.id)
-            row = await cur.fetchone()
-            if row is None:
-                raise DriverError("the enqueue statement answered no row", detail=job.id)
-            inserted, existing, holder = row[0], row[1], row[2]
-            if inserted is not None:
-                if wake and slot is not None:
-                    # This queue's slot is now recorded (by us or by a peer earlier in it).
-                    if len(self._spent_slots) > 10_000:
-                        self._spent_slots.clear()
-                    self._spent_slots[job.queue] = slot
-                return EnqueueResult(job.id, deduped=False)
-            if existing is not None:
-                return EnqueueResult(job.id, deduped=True)
-            if holder is not None:
-                return EnqueueResult(holder, deduped=True)
-            # The key's holder committed after our snapshot: a fresh one names it.
-            found = await self._key_holder(conn, job)
-            if found is not None:
-                return EnqueueResult(found, deduped=True)
-        raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
 
     async def _key_holder(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob
@@ -1316,6 +1328,65 @@ class PgDriver(JobDriver):
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         rows = await self._read("LEASE_HOLDERS", {"key": key, "now_ms": now_ms})
         return [Lease(*r) for r in rows]
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        rows = await self._rows("TASK_ARM", {"name": list(names), "now_ms": now_ms})
+        marks = {r[1]: TaskMark(*r[1:6]) for r in rows if r[6]}
+        missing = [n for n in names if n not in marks]
+        if missing:
+            # Armed by a concurrent call that committed after our snapshot: a fresh one reads
+            # them (marks are never deleted, so one look finds them all).
+            marks.update(await self._task_marks(missing))
+        if len(marks) != len(names):
+            raise DriverError("a task armed here has no mark", detail=", ".join(missing)[:200])
+        return [marks[n] for n in names]
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """One autocommit statement (`TASK_FIRE`, see `statements.task`): the mark's lock, the
+        fenced enqueue and the moved mark together. Run again only when it wrote nothing: an id
+        race (as `_insert` says) or the key's holder committed after its snapshot."""
+        job = fire.job
+        stmt = self._q["TASK_FIRE"]
+        slot = self._slot(job.created_at_ms)
+        values = self._enqueue_values(job, slot)
+        values.update(
+            task=fire.name,
+            expect_ms=fire.expect_ms,
+            occurrence_ms=fire.occurrence_ms,
+            watermark_ms=fire.watermark_ms,
+            now_ms=fire.now_ms,
+        )
+        args = stmt.args(values)
+        async with self._conn() as conn:
+            for _ in range(5):
+                cur = await self._insert(conn, stmt, args, job.id)
+                row = await cur.fetchone()
+                if row is None:
+                    return TaskFireAnswer(None, None)  # never armed
+                stored = TaskMark(*row[0:5])
+                inserted, existing, holder = row[5], row[6], row[7]
+                if row[8] is not None:
+                    if inserted is not None:
+                        if slot is not None and job.run_at_ms <= job.created_at_ms:
+                            self._slot_spent(job.queue, slot)
+                        enqueued = EnqueueResult(job.id, deduped=False)
+                    elif existing is not None:
+                        enqueued = EnqueueResult(job.id, deduped=True)
+                    else:
+                        enqueued = EnqueueResult(holder, deduped=True)
+                    return TaskFireAnswer(enqueued, TaskMark(*row[8:13]))
+                if stored.watermark_ms != fire.expect_ms:
+                    return TaskFireAnswer(None, stored)
+                # The fence held but the key's holder committed after the snapshot: nothing was
+                # written; a fresh snapshot names it.
+        raise DriverError("a task fire kept racing a concurrent enqueue", detail=fire.name)
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        rows = await self._read("TASK_MARKS", {"names": list(names)})
+        found = {r[0]: TaskMark(*r) for r in rows}
+        return {n: found[n] for n in names if n in found}
 
     # -- counters -------------------------------------------------------------------------------
 

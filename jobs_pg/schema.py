@@ -157,7 +157,8 @@ pauses: Final = sa.Table(
     metadata,
     sa.Column("kind", sa.Text, primary_key=True),
     sa.Column("value", sa.Text(collation=C), primary_key=True),
-    sa.CheckConstraint("kind IN ('name', 'queue')", name="kind"),
+    # 'task' (migration 0007): a paused scheduled task. The claim reads only 'name' and 'queue'.
+    sa.CheckConstraint("kind IN ('name', 'queue', 'task')", name="kind"),
 )
 
 workers: Final = sa.Table(
@@ -250,6 +251,20 @@ leases: Final = sa.Table(
 #: Lease tokens: one store-wide counter, so every later grant of a key carries a greater token
 #: (takes of one key run one after another; gaps are fine).
 lease_tokens: Final = sa.Sequence("lease_tokens", metadata=metadata)
+
+
+# Scheduled tasks' marks (migration 0007): one row per task, by name. `watermark_ms` is where the
+# scheduler's fires are fenced (`task_fire` moves it only from the value its caller read); the
+# `fired_*` columns record the last fire that landed and the job it enqueued or found.
+task_marks: Final = sa.Table(
+    "task_marks",
+    metadata,
+    sa.Column("name", sa.Text(collation=C), primary_key=True),
+    sa.Column("watermark_ms", sa.BigInteger, nullable=False),
+    sa.Column("fired_ms", sa.BigInteger, nullable=True),
+    sa.Column("fired_job_id", sa.Text(collation=C), nullable=True),
+    sa.Column("fired_at_ms", sa.BigInteger, nullable=True),
+)
 
 
 def metadata_in(schema: str) -> sa.MetaData:

@@ -1,7 +1,7 @@
 """The wake: ONE dedicated LISTEN session per subscription, proven by a probe before it is trusted.
 
 Enqueues NOTIFY `q:<queue>` on the schema's channel at most once per queue per wake slot (see
-`jobs_pg.statements.job._wake_cte`). The subscription answers `is_live()` only after a probe
+`jobs_pg.statements.job.wake_cte`). The subscription answers `is_live()` only after a probe
 (`p:<token>`, sent through the driver's POOL after LISTEN succeeded) came back on this session;
 every re-dial starts unproven. Behind PgBouncer in transaction mode LISTEN "succeeds" but nothing
 is delivered, so the probe never crosses and the worker keeps polling: the poll is the guarantee,

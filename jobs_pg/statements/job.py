@@ -106,7 +106,7 @@ def _not_paused_name(t: sa.FromClause) -> sa.ColumnElement[bool]:
     return ~ex(pauses.c.kind == lit("name"), pauses.c.value == t.c.name)
 
 
-def _wake_cte(source: sa.CTE, name: str) -> sa.CTE:
+def wake_cte(source: sa.CTE, name: str) -> sa.CTE:
     """Record this slot for each queue that got a due row, unless this slot is already recorded.
 
     The NOT EXISTS is a plain snapshot read: in the common case (the queue already notified in
@@ -140,7 +140,7 @@ def _wake_cte(source: sa.CTE, name: str) -> sa.CTE:
     )
 
 
-def _notified(wake: sa.CTE) -> sa.Label[Any]:
+def notified(wake: sa.CTE) -> sa.Label[Any]:
     """NOTIFY once per queue the wake CTE recorded (delivered at commit, so never early)."""
     return (
         sa.select(
@@ -178,44 +178,60 @@ _ENQ_VALUES: Final = {
     "enqueued_by": p("enqueued_by", TEXT),
     "traceparent": p("traceparent", TEXT),
 }
-_enq_ins = (
-    pg_insert(jobs)
-    .from_select(
-        list(_INSERT_COLUMNS),
-        sa.select(*(_ENQ_VALUES[c] for c in _INSERT_COLUMNS)).where(
-            ~ex(jobs.c.id == p("id", TEXT))
-        ),
+
+
+def enqueue_insert(cte_name: str, *guard: sa.ColumnElement[bool]) -> sa.CTE:
+    """JOB_ENQUEUE's insert of the bound job (`:id`, `:name`, …) as a CTE, made only when every
+    `guard` holds too (`TASK_FIRE` fences it on its task's watermark); returns the row's `id`,
+    `queue`, `run_at_ms`, `created_at_ms`."""
+    return (
+        pg_insert(jobs)
+        .from_select(
+            list(_INSERT_COLUMNS),
+            sa.select(*(_ENQ_VALUES[c] for c in _INSERT_COLUMNS)).where(
+                *guard, ~ex(jobs.c.id == p("id", TEXT))
+            ),
+        )
+        .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.run_at_ms, jobs.c.created_at_ms)
+        .cte(cte_name)
     )
-    .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
-    .returning(jobs.c.id, jobs.c.queue, jobs.c.run_at_ms, jobs.c.created_at_ms)
-    .cte("ins")
-)
-_held = jobs.alias("held")
-_inserted = sa.select(_enq_ins.c.id).scalar_subquery()
-_enq_answer = (
-    _inserted.label("inserted"),
-    # The lookups sit in CASE so that, on the common path (inserted), neither probe runs: an
-    # InitPlan is evaluated only when its value is first needed.
-    sa.case(
-        (
-            _inserted.is_(None),
-            sa.select(jobs.c.id).where(jobs.c.id == p("id", TEXT)).scalar_subquery(),
-        )
-    ).label("existing"),
-    sa.case(
-        (
-            _inserted.is_(None),
-            sa.select(_held.c.id)
-            .where(
-                live_key_matches(
-                    _held, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT)
-                )
+
+
+def enqueue_answer(ins: sa.CTE) -> tuple[sa.Label[Any], sa.Label[Any], sa.Label[Any]]:
+    """What an enqueue through `ins` did, read from the statement's snapshot: `inserted` (the
+    id), else `existing` (the id names a stored row), else `holder` (the live row holding the
+    key; NULL when it was committed after the snapshot — ask again in a fresh one)."""
+    held = jobs.alias("held")
+    inserted = sa.select(ins.c.id).scalar_subquery()
+    return (
+        inserted.label("inserted"),
+        # The lookups sit in CASE so that, on the common path (inserted), neither probe runs: an
+        # InitPlan is evaluated only when its value is first needed.
+        sa.case(
+            (
+                inserted.is_(None),
+                sa.select(jobs.c.id).where(jobs.c.id == p("id", TEXT)).scalar_subquery(),
             )
-            .scalar_subquery(),
-        )
-    ).label("holder"),
-)
-JOB_ENQUEUE: Final = sa.select(*_enq_answer, _notified(_wake_cte(_enq_ins, "wake")))
+        ).label("existing"),
+        sa.case(
+            (
+                inserted.is_(None),
+                sa.select(held.c.id)
+                .where(
+                    live_key_matches(
+                        held, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT)
+                    )
+                )
+                .scalar_subquery(),
+            )
+        ).label("holder"),
+    )
+
+
+_enq_ins = enqueue_insert("ins")
+_enq_answer = enqueue_answer(_enq_ins)
+JOB_ENQUEUE: Final = sa.select(*_enq_answer, notified(wake_cte(_enq_ins, "wake")))
 
 # -- JOB_ENQUEUE_QUIET --------------------------------------------------------------------------
 # JOB_ENQUEUE without the wake: the driver runs it when this process already knows the queue's
@@ -288,7 +304,7 @@ _many_ins = (
     )
     .cte("ins")
 )
-_many_wake = _wake_cte(_many_ins, "wake")
+_many_wake = wake_cte(_many_ins, "wake")
 _mine = _many_ins.alias("mine")
 _twin = _many_ins.alias("twin")
 _holder = jobs.alias("holder")
@@ -310,7 +326,7 @@ JOB_ENQUEUE_MANY: Final = (
                 .scalar_subquery(),
             ),
         ).label("holder"),
-        _notified(_many_wake),
+        notified(_many_wake),
     )
     .select_from(
         _rows.outerjoin(_mine, _mine.c.id == _rows.c.id).outerjoin(
@@ -337,7 +353,7 @@ _wake_rows = sa.select(
     sa.literal_column("0").label("run_at_ms"),
     sa.literal_column("0").label("created_at_ms"),
 ).cte("wake_rows")
-JOB_ENQUEUE_MANY_WAKE: Final = sa.select(_notified(_wake_cte(_wake_rows, "wake")))
+JOB_ENQUEUE_MANY_WAKE: Final = sa.select(notified(wake_cte(_wake_rows, "wake")))
 
 # -- JOB_KEY_HOLDER -----------------------------------------------------------------------------
 # The second look an enqueue takes only when a concurrent enqueue's row, committed after its

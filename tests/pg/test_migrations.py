@@ -39,7 +39,17 @@ prepend_sys_path = ["."]
 
 
 #: Every table of ours at the head revision.
-TABLES = {"jobs", "pauses", "workers", "wakes", "counters", "steps", "events", "leases"}
+TABLES = {
+    "jobs",
+    "pauses",
+    "workers",
+    "wakes",
+    "counters",
+    "steps",
+    "events",
+    "leases",
+    "task_marks",
+}
 
 
 def _diff(schema: str) -> list[object]:
@@ -151,6 +161,50 @@ def test_downgrade_then_upgrade(pg_schema: str) -> None:
     upgrade(PG_URL, pg_schema)
     upgrade(PG_URL, pg_schema)  # idempotent at head
     assert _diff(pg_schema) == []
+
+
+def _pause_check(schema: str) -> str:
+    """The `pauses` kind check as the server spells it."""
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c"
+            " JOIN pg_namespace n ON n.oid = c.connamespace"
+            " WHERE n.nspname = %s AND c.conname = 'pauses_kind_check'",
+            (schema,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_0007_task_pauses_and_marks_down_and_up(pg_schema: str) -> None:
+    """0007 widens the pause kinds to 'task' (autogenerate does not compare checks: read the
+    server's); its downgrade drops the task pauses the old check would refuse, and the marks."""
+    s = sql.Identifier(pg_schema)
+    add_pause = sql.SQL("INSERT INTO {}.pauses (kind, value) VALUES (%s, %s)").format(s)
+    assert "'task'" in _pause_check(pg_schema)
+    with admin() as conn:
+        conn.execute(add_pause, ("task", "nightly"))
+        conn.execute(add_pause, ("name", "nightly"))
+        conn.execute(
+            sql.SQL("INSERT INTO {}.task_marks (name, watermark_ms) VALUES ('nightly', 5)").format(
+                s
+            )
+        )
+    downgrade(PG_URL, pg_schema, "0006_leases")
+    assert "task_marks" not in _tables(pg_schema)
+    assert "'task'" not in _pause_check(pg_schema)
+    read = sql.SQL("SELECT kind, value FROM {}.pauses ORDER BY kind").format(s)
+    with admin() as conn:
+        assert conn.execute(read).fetchall() == [("name", "nightly")]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(add_pause, ("task", "nightly"))
+    upgrade(PG_URL, pg_schema)
+    assert _diff(pg_schema) == []
+    assert "'task'" in _pause_check(pg_schema)
+    with admin() as conn:
+        conn.execute(add_pause, ("task", "nightly"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(add_pause, ("job", "nightly"))
 
 
 def test_0004_places_old_counter_rows_in_a_queue_and_back(pg_schema: str) -> None:

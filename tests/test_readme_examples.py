@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -41,7 +42,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.records import ClaimParams, EnqueueResult, JobListParams, Nack, NackKind, Pause
 from jobs_core.retention import DAY, Retention
-from jobs_core.scheduler import Scheduler
+from jobs_core.scheduler import LEADER_KEY, Scheduler
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
@@ -389,10 +390,12 @@ REPORTS_STUBS = {
 }
 
 
-@pytest.fixture
-def reports(tmp_path: Path) -> Iterator[ModuleType]:
-    """The README's `reports` package: its `jobs.py` the scheduled task block."""
-    with app_package(tmp_path, "reports", REPORTS_STUBS, python_block(REPORTS)) as package:
+@pytest.fixture(scope="session")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """The README's `reports` package: its `jobs.py` the scheduled task block, imported once
+    (its `@job` and `task()` register in the default registries)."""
+    root = tmp_path_factory.mktemp("reports")
+    with app_package(root, "reports", REPORTS_STUBS, python_block(REPORTS)) as package:
         yield package
 
 
@@ -422,6 +425,7 @@ async def test_the_nightly_task_fires_at_two_paris_time_and_catches_up_once(
         await worker.stop()
     days = ["2026-06-02", "2026-06-03", "2026-06-04", "2026-06-07"]
     assert sorted(reports.warehouse.built) == [("sales", d) for d in days]
+    reports.warehouse.built.clear()
 
 
 async def dead_welcomes(driver: JobDriver, myapp: ModuleType, n: int) -> list[str]:
@@ -687,7 +691,8 @@ DELAY = "await handle.enqueue(inp, delay_ms="
 CANCEL = "await driver.job_cancel("
 PAUSE = "await driver.pause_add("
 DEMAND = "await worker.demand()"
-INLINE_CASES = (DELAY, CANCEL, PAUSE, DEMAND)
+TASK_NOW = "await nightly_sales.enqueue()"
+INLINE_CASES = (DELAY, CANCEL, PAUSE, DEMAND, TASK_NOW)
 
 
 def inline_example(start: str) -> Block:
@@ -728,6 +733,20 @@ async def test_the_pause_example_stops_claims_until_removed(myapp: ModuleType) -
     [pause] = await driver.pause_list()
     assert await driver.pause_remove(pause)
     assert [j.id for j in (await driver.job_claim(claim)).jobs] == [queued.id]
+
+
+async def test_a_task_enqueued_by_hand_runs_its_job_now_under_the_plain_key(
+    reports: ModuleType, no_client: None
+) -> None:
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    names = await run_block(inline_example(TASK_NOW), {**vars(reports.jobs)})
+    row = (await driver.job_get_many([names["_"].id]))[names["_"].id]
+    today = json.loads(row.input_json)["day"]
+    assert row.name == "build_report" and row.idempotency_key == f"sales:{today}"
+    assert dt.date.fromisoformat(today) in {
+        dt.datetime.now(ZoneInfo("Europe/Paris")).date() + dt.timedelta(days=d) for d in (-1, 0)
+    }
 
 
 async def test_the_demand_example_counts_ready_jobs_per_queue(myapp: ModuleType) -> None:
@@ -787,11 +806,19 @@ OPS_LIST = "ujobs jobs list --state dead"
 OPS_REQUEUE = "ujobs jobs requeue --state dead"
 OPS_QUEUES = "ujobs queues"
 OPS_STATS = "ujobs stats"
-OPS_PAUSE = "ujobs pause"
+OPS_PAUSE = "ujobs pause emails"
 OPS_RESUME = "ujobs resume"
 OPS_WORKERS = "ujobs workers"
 WORKER_METRICS = "ujobs worker myapp.jobs --metrics-port"
+WITH_SCHEDULER = "ujobs worker reports.jobs"
+SCHEDULER = "ujobs scheduler reports.jobs"
+TASKS = "ujobs tasks reports.jobs"
+PAUSE_TASK = "ujobs pause --task"
 SHELL_CASES = (
+    WITH_SCHEDULER,
+    SCHEDULER,
+    TASKS,
+    PAUSE_TASK,
     OPS_LIST,
     OPS_REQUEUE,
     OPS_QUEUES,
@@ -883,6 +910,7 @@ def worker_briefly(
     cwd: Path,
     env: dict[str, str] | None = None,
     ready: Callable[[], bool] = lambda: True,
+    banner_start: str = "ujobs worker",
 ) -> tuple[str, str]:
     """Start `ujobs worker`, wait for its plan (and `ready()`), SIGTERM it: it drains and
     exits 0. Answers its stdout and its stderr."""
@@ -900,7 +928,7 @@ def worker_briefly(
     try:
         assert proc.stdout is not None and proc.stderr is not None
         banner = proc.stdout.readline().decode()
-        assert banner.startswith("ujobs worker"), banner + proc.stderr.read().decode()
+        assert banner.startswith(banner_start), banner + proc.stderr.read().decode()
         deadline = time.monotonic() + 20
         while not (catches_sigterm(proc.pid) and ready()):
             assert proc.poll() is None, "the worker exited early"
@@ -979,6 +1007,51 @@ def test_db_upgrade_alembic_and_a_pg_worker(app_dir: Path) -> None:
     finally:
         drop_schema(made)
         drop_schema(by_alembic)
+
+
+async def _scheduler_state(schema: str) -> tuple[list[str], list[Pause], bool]:
+    async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+        marks = await driver.task_marks(["nightly-sales"])
+        leads = await driver.lease_holders(LEADER_KEY, int(time.time() * 1000))
+        return sorted(marks), await driver.pause_list(), bool(leads)
+
+
+def test_the_scheduler_commands_on_postgres(tmp_path: Path) -> None:
+    """The worker with the scheduler, the scheduler alone (each arms the task and gives its lead
+    back on SIGTERM), the listing, and a task's pause, on a Postgres schema of their own."""
+    (tmp_path / "reports").mkdir()
+    for file, text in {**REPORTS_STUBS, "jobs.py": python_block(REPORTS).text}.items():
+        (tmp_path / "reports" / file).write_text(text, encoding="utf-8")
+    schema = fresh_schema()
+    try:
+        upgrade(PG_URL, schema)
+
+        def leading() -> bool:
+            marks, _, leads = asyncio.run(_scheduler_state(schema))
+            return marks == ["nightly-sales"] and leads
+
+        out, _ = worker_briefly(
+            localize(shell_command(WITH_SCHEDULER), schema=schema), tmp_path, ready=leading
+        )
+        assert "nightly-sales" in out, out
+        assert not asyncio.run(_scheduler_state(schema))[2], "the drain kept the lead"
+        out, _ = worker_briefly(
+            localize(shell_command(SCHEDULER), schema=schema),
+            tmp_path,
+            ready=leading,
+            banner_start="ujobs scheduler",
+        )
+        assert not asyncio.run(_scheduler_state(schema))[2], "the drain kept the lead"
+        listed = run(localize(shell_command(TASKS), schema=schema), tmp_path, {"COLUMNS": "200"})
+        assert "nightly-sales" in listed.stdout and "Europe/Paris" in listed.stdout, listed.stdout
+        as_json = run([*localize(shell_command(TASKS), schema=schema), "--json"], tmp_path)
+        (doc,) = json.loads(as_json.stdout)
+        assert doc["name"] == "nightly-sales" and doc["last_fire"] is None
+        assert doc["next_fire"].endswith(("T02:00:00+01:00", "T02:00:00+02:00")), doc
+        run(localize(shell_command(PAUSE_TASK), schema=schema), tmp_path)
+        assert Pause("task", "nightly-sales") in asyncio.run(_scheduler_state(schema))[1]
+    finally:
+        drop_schema(schema)
 
 
 async def _drop_prefix(prefix: str) -> None:

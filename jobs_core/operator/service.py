@@ -481,3 +481,10 @@ class Operator:
 
     async def pauses(self) -> list[Pause]:
         return await self.driver.pause_list()
+
+    async def task_fires(self, names: Sequence[str]) -> dict[str, int | None]:
+        """Per named task, the last occurrence (epoch ms) that really dispatched its job; None
+        before the first (a task never armed, or armed and not fired yet). Never the watermark:
+        a catch-up or a pause moves that, not this."""
+        marks = await self.driver.task_marks(names)
+        return {n: (marks[n].fired_ms if n in marks else None) for n in names}

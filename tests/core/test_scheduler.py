@@ -26,6 +26,7 @@ from jobs_core.errors import (
 )
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import loads
+from jobs_core.operator import Operator
 from jobs_core.records import JobFilter, JobListParams, JobRecord, Pause, TaskFire, TaskFireAnswer
 from jobs_core.scheduler import LEADER_KEY, Occurrence, Scheduler, TaskHandle, TaskRegistry, task
 from jobs_memory import MemoryDriver
@@ -166,6 +167,8 @@ async def test_catch_up_after_hours_down_fires_one_run(driver: JobDriver, catch_
     mark = (await driver.task_marks(["hourly"]))["hourly"]
     assert mark.watermark_ms == last  # the watermark rides the fire
     assert mark.fired_ms == at
+    fires = await Operator(driver).task_fires(["hourly", "never-declared"])
+    assert fires == {"hourly": at, "never-declared": None}
 
 
 async def test_a_paused_task_keeps_its_watermark_and_resumes_with_its_catch_up(

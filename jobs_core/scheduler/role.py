@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Final
 
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver
+from jobs_core.driver import JobDriver, check_new_job
 from jobs_core.errors import DriverUnsupportedError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
@@ -301,6 +301,7 @@ class Scheduler:
                 tenant_id=None,
                 enqueued_by=ENQUEUED_BY,
             )
+            check_new_job(record)  # a key past its bound is this task's, not the round's
         except JobsError as exc:
             # The occurrence stays unfired (the watermark does not move) until the input is
             # fixed; a refusal is not something a retry in the next second would change.

@@ -363,12 +363,16 @@ async def test_an_input_the_job_refuses_holds_the_task_not_the_round() -> None:
     clock = FakeClock(JUNE + 5 * MINUTE)
     driver = MemoryDriver()
     bad = every_hour("bad", input=lambda o: {"no-kind": 1})  # the job's key function fails
+    # A key past its bound, due first (names break the tie): it must not hold the round.
+    long = every_hour("a-long", input=lambda o: {"kind": "k" * 2000})
     good = every_hour("good")
-    s = Scheduler(driver, [bad, good], clock=clock)
+    s = Scheduler(driver, [bad, long, good], clock=clock)
     await run_for(clock, [s], HOUR)
     assert keys(await fired_jobs(driver)) == [f"task:{JUNE + HOUR}:hourly"]
-    marks = await driver.task_marks(["bad", "good"])
-    assert marks["bad"].fired_ms is None and marks["bad"].watermark_ms == JUNE + 5 * MINUTE
+    marks = await driver.task_marks(["bad", "a-long", "good"])
+    for refused in ("bad", "a-long"):
+        assert marks[refused].fired_ms is None
+        assert marks[refused].watermark_ms == JUNE + 5 * MINUTE
 
 
 # -- declarations -----------------------------------------------------------------------------

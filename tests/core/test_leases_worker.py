@@ -148,6 +148,8 @@ async def test_keyed_fail_refuses_only_on_another_runs_evidence(driver: JobDrive
         assert row.last_error is not None and "concurrency key busy" in row.last_error
         assert row.attempt == 0, "a refusal spends no attempt: the body never ran"
         assert ran == [1]
+        # The hook runs after the settle landed, from the worker's own task: wait for it.
+        await until(lambda: bool(settled))
         assert [(e.job_id, e.outcome) for e in settled] == [(second, Outcome.REFUSED)]
         assert worker.stats.refused == 1
         release.set()

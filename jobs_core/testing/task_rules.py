@@ -273,7 +273,7 @@ class TaskRules(ParityMachine):
         assert isinstance(got, JobsError), f"the machine built a call nobody refuses: {kind}"
 
     def _scheduled(self, name: str) -> NewJob:
-        """The job a scheduler fires for `name` now: a fresh id, the task's name."""
+        """The job a scheduler fires for `name` now: a fresh id (and key), the task's name."""
         job_id = self._fresh_id("s")
         return NewJob(
             id=job_id,
@@ -281,7 +281,7 @@ class TaskRules(ParityMachine):
             name=name,
             queue=QUEUES[0],
             tenant_id=None,
-            idempotency_key=f"task@{self.now}",
+            idempotency_key=f"task@{self.now}:{job_id}",
             input_json="{}",
             priority=0,
             run_at_ms=self.now,
@@ -290,8 +290,9 @@ class TaskRules(ParityMachine):
         )
 
     def _task_pause(self, name: str, add: bool, claim: bool) -> None:
-        """Pause or resume a task (most task names are job names too); with `claim`, then claim
-        every queue: a task pause holds no job of its name."""
+        """Pause or resume a task (most task names are job names too); with `claim`, while the
+        task is paused, enqueue a job of its name due first in its queue and claim that queue:
+        a task pause holds no job of its name."""
         pause = Pause("task", name)
         if add:
             self._both(
@@ -305,13 +306,17 @@ class TaskRules(ParityMachine):
                 functools.partial(self.model.pause_remove, pause),
                 functools.partial(self.driver.pause_remove, pause),
             )
-        if not claim:
+        if not claim or pause not in self.model.pauses:
             return
-        got = self._claim(ClaimParams(QUEUES, WORKERS[0], 4, 1000, self.now))
-        if isinstance(got, ClaimResult):
-            paused = {p.value for p in self.model.pauses if p.kind == "task"}
-            if any(j.name in paused for j in got.jobs):
-                self._note("claim of a job named like a paused task")
+        job = replace(self._scheduled(name), priority=0, run_at_ms=self.now - 3_600_000)
+        self._both(
+            "job_enqueue",
+            functools.partial(self.model.job_enqueue, job),
+            functools.partial(self.driver.job_enqueue, job),
+        )
+        got = self._claim(ClaimParams((job.queue,), WORKERS[0], 1, 1000, self.now))
+        if isinstance(got, ClaimResult) and any(j.name == name for j in got.jobs):
+            self._note("claim of a job named like a paused task")
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

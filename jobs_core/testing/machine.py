@@ -136,6 +136,9 @@ STEP_NAMES = ("charge", "ship", "q'uo%te\n☃")
 EVENT_NAMES = ("shipped", "paid")
 #: Lease keys of different limits; one with quotes, a newline and non-ASCII text.
 LEASE_KEYS = ("job:send", "job-key:4:sync:acct-1", "lock:ü'%\n\"x")
+#: Scheduled task names: most are job names too (`NAMES`), so a task pause meets jobs of its
+#: name; one at the byte limit.
+TASK_NAMES = ("a", "nightly", "q'uo%te\n☃", LONG_NAME)
 #: Event data and matches where JSON equality is tested: 1 equals 1.0, never true or "1".
 EVENT_DATA = (
     '{"order":1}',
@@ -403,6 +406,10 @@ async def check_empty(driver: JobDriver) -> None:
         for key in LEASE_KEYS:
             if await driver.lease_holders(key, 0):
                 found.append(f"lease holdings of {key!r}")
+    if driver.capabilities().tasks:
+        marks = await driver.task_marks(TASK_NAMES)
+        if marks:
+            found.append(f"task marks of {sorted(marks)}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1384,7 +1391,7 @@ async def _exit(cm: AbstractAsyncContextManager[JobDriver]) -> None:
 
 
 #: Every family the machine can walk; `jobs` is always on (the others act on its rows).
-FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable", "leases"})
+FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable", "leases", "tasks"})
 
 
 def make_machine(
@@ -1396,11 +1403,14 @@ def make_machine(
     from jobs_core.testing.durable_rules import DurableRules
     from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
+    from jobs_core.testing.task_rules import TaskRules
 
     unknown = set(families) - FAMILIES
     if unknown:
         raise ValueError(f"no such families: {sorted(unknown)}")
-    mixins = tuple(m for m in (OperatorRules, DurableRules, LeaseRules) if m.FAMILY in families)
+    mixins = tuple(
+        m for m in (OperatorRules, DurableRules, LeaseRules, TaskRules) if m.FAMILY in families
+    )
     namespace = {
         "tally": Counter(),
         "FAMILIES_ON": frozenset(families) | {"jobs"},

@@ -22,6 +22,7 @@ from jobs_core.driver import (
     MAX_LIST_LIMIT,
     MAX_LIST_SCAN,
     MAX_PURGE_LIMIT,
+    MAX_TASK_BATCH,
     MAX_TIME_MS,
     check_new_job,
 )
@@ -69,6 +70,9 @@ from jobs_core.records import (
     RequeueAnswer,
     StepPut,
     StepRecord,
+    TaskFire,
+    TaskFireAnswer,
+    TaskMark,
     WorkerBeat,
     WorkerInfo,
 )
@@ -122,6 +126,8 @@ class ReferenceModel:
         #: Every lease holding stored, live or not; `lease_tokens` is the last token granted.
         self.holdings: list[Lease] = []
         self.lease_tokens = 0
+        #: task name -> its mark (its watermark and its last fire), once armed.
+        self.marks: dict[str, TaskMark] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -146,6 +152,8 @@ class ReferenceModel:
         return None
 
     def _paused(self, r: JobRecord) -> bool:
+        # Only a queue or a name pause holds a claim; a task pause (kind "task") is the
+        # scheduler's, even when the task and a job share a name.
         return Pause("queue", r.queue) in self.pauses or Pause("name", r.name) in self.pauses
 
     def _bump(self, r: JobRecord, now_ms: int, column: str) -> None:
@@ -600,7 +608,7 @@ class ReferenceModel:
     # -- pauses, queues, workers --------------------------------------------------------------
 
     def pause_add(self, pause: Pause) -> bool:
-        """True when the pause is new."""
+        """True when the pause is new (of a queue, a job name or a task: stored alike)."""
         new = pause not in self.pauses
         self.pauses.add(pause)
         return new
@@ -778,6 +786,50 @@ class ReferenceModel:
         live = [h for h in self.holdings if h.key == key and h.expires_at_ms > now_ms]
         return sorted(live, key=lambda h: h.token)
 
+    # -- tasks --------------------------------------------------------------------------------
+
+    def task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        """Each name's mark in order; an unarmed name first gets one whose watermark is now (a
+        stored watermark never moves here)."""
+        _check_task_names(names)
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        out: list[TaskMark] = []
+        for name in names:
+            if name not in self.marks:
+                self.marks[name] = TaskMark(name, watermark_ms=now_ms)
+            out.append(self.marks[name])
+        return out
+
+    def task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """When the stored watermark is the one the firer read (`expect_ms`): this model's own
+        enqueue of the job, and the mark moved to the fire's watermark with the occurrence, the
+        enqueue's id and the fire's time as its last fire. Otherwise nothing changes."""
+        _check_name_text(fire.name, "name")
+        _check_range(fire.expect_ms, 0, MAX_TIME_MS, "expect_ms")
+        _check_range(fire.now_ms, 0, MAX_TIME_MS, "now_ms")
+        # The occurrence comes after the watermark read; the new watermark is not before it.
+        _check_range(fire.occurrence_ms, fire.expect_ms + 1, MAX_TIME_MS, "occurrence_ms")
+        _check_range(fire.watermark_ms, fire.occurrence_ms, MAX_TIME_MS, "watermark_ms")
+        check_new_job(fire.job)
+        stored = self.marks.get(fire.name)
+        if stored is None or stored.watermark_ms != fire.expect_ms:
+            return TaskFireAnswer(enqueued=None, mark=stored)
+        enqueued = self._enqueue(fire.job)
+        moved = TaskMark(
+            name=fire.name,
+            watermark_ms=fire.watermark_ms,
+            fired_ms=fire.occurrence_ms,
+            fired_job_id=enqueued.id,
+            fired_at_ms=fire.now_ms,
+        )
+        self.marks[fire.name] = moved
+        return TaskFireAnswer(enqueued=enqueued, mark=moved)
+
+    def task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """The marks of the armed names among `names`."""
+        _check_task_names(names)
+        return {n: self.marks[n] for n in names if n in self.marks}
+
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
         self.workers[beat.worker_id] = WorkerInfo(
@@ -797,6 +849,18 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+
+def _check_task_names(names: Sequence[str]) -> None:
+    """A list (not a string) of at most `MAX_TASK_BATCH` distinct, valid names."""
+    if isinstance(names, str):
+        raise RecordInvalidError(detail="names")
+    if len(names) > MAX_TASK_BATCH:
+        raise BatchTooLargeError(detail=str(len(names)))
+    for n in names:
+        _check_name_text(n, "name")
+    if len(names) != len(set(names)):
+        raise RecordInvalidError(detail="names")
 
 
 def _check_lease_batch(n: int) -> None:

@@ -122,7 +122,10 @@ def test_the_drivers_mask_with_the_one_function() -> None:
     assert "mask_text" in redis_driver._why.__code__.co_names
 
 
-@pytest.mark.parametrize("url", FORMS + BAD)
+# Ids without the port: it is picked at import, so two test processes must still agree on names.
+@pytest.mark.parametrize(
+    "url", FORMS + BAD, ids=[u.replace(str(PORT), "PORT") for u in FORMS + BAD]
+)
 async def test_describe_errors_and_debug_logs_never_carry_the_password(
     url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

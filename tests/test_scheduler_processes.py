@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from jobs_core.driver import JobDriver
 from jobs_core.records import JobFilter, JobListParams
 from jobs_core.scheduler.cron import CronSchedule
 from jobs_core.urls import driver_from_url
-from tests.core.support import code_path
+from tests.core.support import ledger_process
 
 APP = """
 import os, time
@@ -53,19 +51,7 @@ ticks = task("ticks", cron="* * * * * *", tz="UTC", job=tick, input=span, catch_
 
 
 def _scheduler(app: Path, url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "-v", "scheduler", "schedapp", "--lease", "3"],
-        cwd=app,
-        env={
-            **os.environ,
-            "UJOBS_DRIVER": url,
-            "LEDGER": str(app / "ledger.txt"),
-            "PYTHONPATH": code_path(app),
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return ledger_process(app, url, "-v", "scheduler", "schedapp", "--lease", "3")
 
 
 def _ledger(app: Path) -> list[tuple[int, int, int]]:

@@ -27,7 +27,7 @@ from typing import Final
 
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, check_new_job
-from jobs_core.errors import DriverUnsupportedError, JobsError
+from jobs_core.errors import DrainingError, DriverUnsupportedError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
 from jobs_core.options import seconds_to_ms
@@ -109,7 +109,10 @@ class Scheduler:
     # -- the role ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Refuse a driver without the lease and task families; then run rounds until stop."""
+        """Refuse a driver without the lease and task families, or a scheduler stopped before
+        (`X_DRAINING`); then run rounds until stop."""
+        if self._stopping:
+            raise DrainingError(detail=self.scheduler_id)
         caps = self.driver.capabilities()
         for family, offered in (("leases", caps.leases), ("tasks", caps.tasks)):
             if not offered:

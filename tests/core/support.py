@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,13 +50,11 @@ def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Comp
     )
 
 
-def ledger_worker(
-    app: Path, module: str, url: str, *args: str, **env: str
-) -> subprocess.Popen[str]:
-    """`ujobs worker <module>` on `url` as its own process in `app`, its output piped; the app's
-    bodies write what they run to `app/ledger.txt` (`LEDGER`), outside the store."""
+def ledger_process(app: Path, url: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    """`ujobs <args>` on `url` as its own process in `app`, its output piped; the app's code
+    writes what it runs to `app/ledger.txt` (`LEDGER`), outside the store."""
     return subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "worker", module, *args, "--quiet"],
+        [sys.executable, "-m", "jobs_core.cli", *args],
         cwd=app,
         env={
             **os.environ,
@@ -68,6 +67,13 @@ def ledger_worker(
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def ledger_worker(
+    app: Path, module: str, url: str, *args: str, **env: str
+) -> subprocess.Popen[str]:
+    """`ujobs worker <module>` on `url` as its own process in `app` (`ledger_process`)."""
+    return ledger_process(app, url, "worker", module, *args, "--quiet", **env)
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
@@ -209,3 +215,37 @@ async def advance_quietly(clock: FakeClock, ms: int, *, sleepers: int, step_ms: 
         step = min(step_ms, left)
         await clock.advance(step)
         left -= step
+
+
+@contextlib.asynccontextmanager
+async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobDriver]:
+    """A fresh, empty store of `kind` — `memory`, `pg` (a migrated schema of its own) or `redis`
+    (a key prefix of its own) — dropped on the way out. `counted`: its driver records each
+    store call in `calls` (`counting`)."""
+    from jobs_memory import MemoryDriver
+    from jobs_pg import PgDriver
+    from jobs_redis import RedisDriver
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+    from tests.pg.conftest import upgrade as pg_upgrade
+    from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+
+    def kind_of(cls: type[D]) -> type[D]:
+        return counting(cls) if counted else cls
+
+    if kind == "memory":
+        yield kind_of(MemoryDriver)()
+    elif kind == "pg":
+        schema = fresh_schema()
+        try:
+            await asyncio.to_thread(pg_upgrade, PG_URL, schema)
+            async with kind_of(PgDriver)(PG_URL, schema=schema, pool_size=4) as pg:
+                yield pg
+        finally:
+            await asyncio.to_thread(drop_schema, schema)
+    else:
+        redis = kind_of(RedisDriver)(REDIS_URL, prefix=fresh_prefix())
+        async with redis:
+            try:
+                yield redis
+            finally:
+                await purge(redis)

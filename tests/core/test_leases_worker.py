@@ -24,27 +24,14 @@ from jobs_core.records import LeaseRef, LeaseTake
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_memory import MemoryDriver
-from jobs_redis import RedisDriver
-from tests.core.support import counting, declare, until
-from tests.pg.conftest import fresh_driver
-from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+from tests.core.support import counting, declare, fresh_store, until
 
 
 @pytest.fixture(params=["memory", "pg", "redis"])
 async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
     """A fresh, empty store of each kind (a schema, a key prefix of its own), dropped after."""
-    if request.param == "memory":
-        yield MemoryDriver()
-    elif request.param == "pg":
-        async with fresh_driver() as pg:
-            yield pg
-    else:
-        redis = RedisDriver(REDIS_URL, prefix=fresh_prefix())
-        async with redis:
-            try:
-                yield redis
-            finally:
-                await purge(redis)
+    async with fresh_store(request.param) as store:
+        yield store
 
 
 class Running:

@@ -5,7 +5,6 @@ the drain, the idle cost. Two real scheduler processes are `tests/test_scheduler
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +15,7 @@ from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    DrainingError,
     DriverUnsupportedError,
     InputInvalidError,
     JobDuplicateError,
@@ -30,11 +30,7 @@ from jobs_core.operator import Operator
 from jobs_core.records import JobFilter, JobListParams, JobRecord, Pause, TaskFire, TaskFireAnswer
 from jobs_core.scheduler import LEADER_KEY, Occurrence, Scheduler, TaskHandle, TaskRegistry, task
 from jobs_memory import MemoryDriver
-from jobs_pg import PgDriver
-from jobs_redis import RedisDriver
-from tests.core.support import advance_quietly, counting
-from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema, upgrade
-from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+from tests.core.support import advance_quietly, fresh_store
 
 HOUR = 3_600_000
 MINUTE = 60_000
@@ -48,18 +44,8 @@ LONG = 3 * 3600
 @pytest.fixture(params=["memory", "pg", "redis"])
 async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
     """A fresh, empty store of each kind (a schema, a key prefix of its own), dropped after."""
-    if request.param == "memory":
-        yield MemoryDriver()
-    elif request.param == "pg":
-        async with fresh_driver() as pg:
-            yield pg
-    else:
-        redis = RedisDriver(REDIS_URL, prefix=fresh_prefix())
-        async with redis:
-            try:
-                yield redis
-            finally:
-                await purge(redis)
+    async with fresh_store(request.param) as store:
+        yield store
 
 
 def report_job() -> JobHandle:
@@ -291,6 +277,8 @@ async def test_an_abandoned_round_keeps_the_lead(driver: JobDriver) -> None:
     assert await s.stop(timeout=0.2) is False
     holders = await driver.lease_holders(LEADER_KEY, clock.now_ms())
     assert [h.holder for h in holders] == [s.scheduler_id]
+    with pytest.raises(DrainingError):  # a stopped scheduler is not started again
+        await s.start()
 
 
 @pytest.mark.parametrize("kind", ["memory", "pg", "redis"])
@@ -305,7 +293,7 @@ async def test_an_idle_minute_costs_at_most_six_round_trips(kind: str) -> None:
         registry=TaskRegistry(),
     )
     clock = FakeClock(JUNE + 5 * HOUR)
-    async with _counting_driver(kind) as driver:
+    async with fresh_store(kind, counted=True) as driver:
         leader = Scheduler(driver, [nightly], clock=clock)
         standby = Scheduler(driver, [nightly], clock=clock)
         await leader.start()
@@ -324,28 +312,6 @@ async def test_an_idle_minute_costs_at_most_six_round_trips(kind: str) -> None:
     assert set(spent) == {"_lease_renew", "_lease_take"}, spent
     assert spent.count("_lease_renew") <= 60
     assert spent.count("_lease_take") <= 60
-
-
-@contextlib.asynccontextmanager
-async def _counting_driver(kind: str) -> AsyncIterator[JobDriver]:
-    """A fresh store of `kind` whose driver records each store call in `calls`."""
-    if kind == "memory":
-        yield counting(MemoryDriver)()
-    elif kind == "pg":
-        schema = fresh_schema()
-        try:
-            await asyncio.to_thread(upgrade, PG_URL, schema)
-            async with counting(PgDriver)(PG_URL, schema=schema, pool_size=2) as pg:
-                yield pg
-        finally:
-            await asyncio.to_thread(drop_schema, schema)
-    else:
-        redis = counting(RedisDriver)(REDIS_URL, prefix=fresh_prefix())
-        async with redis:
-            try:
-                yield redis
-            finally:
-                await purge(redis)
 
 
 async def test_a_driver_without_tasks_is_refused_at_start() -> None:

@@ -6,63 +6,23 @@ holds, tokens in item order over a full batch, and keys, holders and a schema na
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from jobs_core.driver import MAX_LEASE_BATCH
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_pg import PgDriver
 from jobs_pg.migrate import upgrade
-from jobs_pg.urls import libpq_url
 from tests.core.support import T0
-from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+from tests.pg.support import locker, named_drivers, sessions_waiting
 
 #: Long enough that nothing expires in a test that keeps `now_ms` at T0.
 FOREVER = 600_000_000
-
-
-@contextlib.asynccontextmanager
-async def named_drivers(schema: str, n: int, **kwargs: Any) -> AsyncIterator[list[PgDriver]]:
-    """`n` open drivers on `schema`, their sessions named after it (to find them waiting)."""
-    url = f"{PG_URL}?application_name={schema}"
-    drivers = [PgDriver(url, schema=schema, **kwargs) for _ in range(n)]
-    try:
-        for d in drivers:
-            await d.open()
-        yield drivers
-    finally:
-        for d in drivers:
-            await d.close()
-
-
-async def waiting(schema: str, wait_event: str, at_least: int = 1) -> None:
-    """Until `at_least` sessions of the drivers on `schema` wait on a lock of this kind
-    (`advisory`: a key's lock; `transactionid`: a row another transaction wrote)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            (n,) = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock' AND wait_event = %s",
-                (schema, wait_event),
-            ).fetchone() or (0,)
-        if n >= at_least:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no call of ours waited on a {wait_event} lock")
-
-
-async def locker() -> psycopg.AsyncConnection[tuple[Any, ...]]:
-    """A session of the test's own, in a transaction: it plays a racing caller."""
-    return await psycopg.AsyncConnection.connect(libpq_url(PG_URL))
 
 
 def _table(schema: str) -> sql.Composed:
@@ -87,7 +47,7 @@ async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_comm
                 (d._lease_tokens, T0 + 10_000),
             )
             take = asyncio.create_task(d.lease_take([LeaseTake("k", "me", 1, 1000)], T0))
-            await waiting(pg_schema, "advisory")
+            await sessions_waiting(pg_schema, ("advisory",))
             # Another key's take does not wait for this one.
             assert (await d.lease_take([LeaseTake("k2", "me", 1, 1000)], T0))[0] is not None
             assert not take.done()
@@ -117,7 +77,7 @@ async def test_a_take_decides_on_an_expired_holding_as_a_racing_renewal_left_it(
                 (T0 + 5000, a.token),
             )
             take = asyncio.create_task(d.lease_take([LeaseTake("k", "b", 1, 1000)], T0 + 2000))
-            await waiting(pg_schema, "transactionid")
+            await sessions_waiting(pg_schema, ("transactionid",))
             await renewal.commit()
             assert await asyncio.wait_for(take, 20) == [None]
         finally:

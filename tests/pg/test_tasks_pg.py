@@ -6,13 +6,9 @@ and a 'task' pause next to the claim."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from jobs_core.records import (
@@ -25,47 +21,11 @@ from jobs_core.records import (
     TaskMark,
 )
 from jobs_pg import PgDriver
-from jobs_pg.urls import libpq_url
 from tests.core.support import T0
-from tests.pg.conftest import PG_URL, admin
+from tests.pg.conftest import admin
+from tests.pg.support import locker, named_drivers, sessions_waiting
 
 TASK = "nightly"
-
-
-@contextlib.asynccontextmanager
-async def named_drivers(schema: str, n: int) -> AsyncIterator[list[PgDriver]]:
-    """`n` open drivers on `schema`, their sessions named after it (to find them waiting)."""
-    url = f"{PG_URL}?application_name={schema}"
-    drivers = [PgDriver(url, schema=schema, pool_size=2) for _ in range(n)]
-    try:
-        for d in drivers:
-            await d.open()
-        yield drivers
-    finally:
-        for d in drivers:
-            await d.close()
-
-
-async def waiting(schema: str, at_least: int) -> None:
-    """Until `at_least` sessions of the drivers on `schema` wait on a row (a row lock, or the
-    transaction that wrote an index entry they conflict with)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with admin() as conn:
-            (n,) = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')",
-                (schema,),
-            ).fetchone() or (0,)
-        if n >= at_least:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"fewer than {at_least} calls of ours waited on a row")
-
-
-async def locker() -> psycopg.AsyncConnection[tuple[Any, ...]]:
-    """A session of the test's own, in a transaction: it plays a racing caller."""
-    return await psycopg.AsyncConnection.connect(libpq_url(PG_URL))
 
 
 def job(job_id: str, key: str | None = None, *, name: str = TASK) -> NewJob:
@@ -98,7 +58,7 @@ async def test_fires_lined_up_behind_the_mark_land_once(pg_schema: str) -> None:
     """Four drivers fire the same occurrence (same expect, their own job ids and keys) while a
     session holds the mark's row: all four read the old watermark in their snapshot and wait.
     Once it lets go, exactly one lands: one job row, and the mark names it. Ten rounds."""
-    async with named_drivers(pg_schema, 4) as drivers:
+    async with named_drivers(pg_schema, 4, pool_size=2) as drivers:
         (mark,) = await drivers[0].task_arm([TASK], T0)
         expect = mark.watermark_ms
         for r in range(10):
@@ -114,7 +74,7 @@ async def test_fires_lined_up_behind_the_mark_land_once(pg_schema: str) -> None:
                     asyncio.create_task(d.task_fire(fire(expect, job(f"r{r}-d{i}"))))
                     for i, d in enumerate(drivers)
                 ]
-                await waiting(pg_schema, 4)
+                await sessions_waiting(pg_schema, ("transactionid", "tuple"), 4)
                 await other.commit()
             finally:
                 await other.close()
@@ -147,7 +107,7 @@ async def test_free_running_fires_from_four_drivers_land_each_occurrence_once(
     print(f"task race seed {seed}")
     rng = random.Random(seed)
     landed: list[tuple[int, int, str]] = []
-    async with named_drivers(pg_schema, 4) as drivers:
+    async with named_drivers(pg_schema, 4, pool_size=2) as drivers:
         (mark,) = await drivers[0].task_arm([TASK], T0)
 
         async def scheduler(i: int, d: PgDriver) -> None:
@@ -178,7 +138,7 @@ async def test_free_running_fires_from_four_drivers_land_each_occurrence_once(
 
 async def test_a_refused_fire_writes_nothing(pg_schema: str) -> None:
     """A stale expect, and a task never armed: no job row, no mark changed or made, no wake."""
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         assert (await d.task_fire(fire(T0, job("ghost")))).mark is None
         assert rows(pg_schema, "task_marks") == []
         (mark,) = await d.task_arm([TASK], T0)
@@ -198,7 +158,7 @@ async def test_a_fire_deduped_by_a_live_key_moves_the_watermark_to_the_holder(
     """The occurrence's key is held by a live row: the fire lands (the watermark moves) and
     records the holder's id, as the enqueue answers it; no row of the fire's id is written.
     Deduped by an id naming a finished row, likewise."""
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         assert await d.job_enqueue(job("holder", "occ-1")) == EnqueueResult("holder", False)
         (mark,) = await d.task_arm([TASK], T0)
         a = await d.task_fire(fire(mark.watermark_ms, job("fresh", "occ-1")))
@@ -222,13 +182,13 @@ async def test_a_holder_committed_while_the_fire_waits_is_the_one_recorded(
     """Another session inserts the live row of the occurrence's key and commits only once the
     fire waits on it: the fire's snapshot cannot see that holder, so its first run writes
     nothing; the run again lands and names it (never a NULL job id on a moved mark)."""
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         (mark,) = await d.task_arm([TASK], T0)
         other = await locker()
         try:
             await other.execute(insert_job_sql(pg_schema), ("theirs", "r", TASK, "occ", T0, T0))
             call = asyncio.create_task(d.task_fire(fire(mark.watermark_ms, job("ours", "occ"))))
-            await waiting(pg_schema, 1)
+            await sessions_waiting(pg_schema, ("transactionid", "tuple"))
             await other.commit()
         finally:
             await other.close()
@@ -242,13 +202,13 @@ async def test_an_id_committed_while_the_fire_waits_dedupes_it(pg_schema: str) -
     """Another session inserts a row of the fire's very id (another key) and commits while the
     fire waits on it: the fire's insert fails on the id, nothing of it stays, and the run again
     answers the id deduped, the mark moved and naming it."""
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         (mark,) = await d.task_arm([TASK], T0)
         other = await locker()
         try:
             await other.execute(insert_job_sql(pg_schema), ("same", "r", "other", "k", T0, T0))
             call = asyncio.create_task(d.task_fire(fire(mark.watermark_ms, job("same", "occ"))))
-            await waiting(pg_schema, 1)
+            await sessions_waiting(pg_schema, ("transactionid", "tuple"))
             await other.commit()
         finally:
             await other.close()
@@ -261,7 +221,7 @@ async def test_an_id_committed_while_the_fire_waits_dedupes_it(pg_schema: str) -
 async def test_a_landed_fire_wakes_its_queue_as_an_enqueue_does(pg_schema: str) -> None:
     """The fire's job is due: the queue's wake slot is recorded (and so NOTIFY sent at commit),
     exactly the write an enqueue makes."""
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         (mark,) = await d.task_arm([TASK], T0)
         assert (await d.task_fire(fire(mark.watermark_ms, job("due")))).fired
         assert rows(pg_schema, "wakes", "queue") == [("q",)]
@@ -273,7 +233,7 @@ async def test_racing_arms_of_the_same_new_names_store_one_mark_each(pg_schema: 
     Then a name a session inserts and commits while the arms wait on it: they answer its mark."""
     names = [f"task-{i:02d}" for i in range(60)]
     rng = random.Random(7)
-    async with named_drivers(pg_schema, 4) as drivers:
+    async with named_drivers(pg_schema, 4, pool_size=2) as drivers:
         for r in range(3):
             batch = [f"{n}-r{r}" for n in names]
             orders = [rng.sample(batch, len(batch)) for _ in drivers]
@@ -302,7 +262,7 @@ async def test_racing_arms_of_the_same_new_names_store_one_mark_each(pg_schema: 
                 asyncio.create_task(d.task_arm(["early", "late", "later"], T0 + i))
                 for i, d in enumerate(drivers)
             ]
-            await waiting(pg_schema, 4)
+            await sessions_waiting(pg_schema, ("transactionid", "tuple"), 4)
             await other.commit()
         finally:
             await other.close()
@@ -314,7 +274,7 @@ async def test_racing_arms_of_the_same_new_names_store_one_mark_each(pg_schema: 
 async def test_a_task_pause_round_trips_and_does_not_pause_the_jobs_of_that_name(
     pg_schema: str,
 ) -> None:
-    async with named_drivers(pg_schema, 1) as (d,):
+    async with named_drivers(pg_schema, 1, pool_size=2) as (d,):
         task = Pause("task", TASK)
         assert await d.pause_add(task) is True
         assert await d.pause_add(task) is False

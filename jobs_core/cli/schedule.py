@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import json
 import signal
 from typing import Any
 
@@ -124,8 +124,6 @@ def tasks(module: str, url: str | None, as_json: bool) -> None:
         _fail(exc)
     now = SystemClock().now_ms()
     if as_json:
-        import json
-
         docs = [task_json(h, marks.get(h.name), h.name in paused, now) for h in handles]
         click.echo(json.dumps(docs, ensure_ascii=False, indent=2))
     else:
@@ -189,10 +187,8 @@ def print_tasks(
 
 
 def _local(at_ms: int, h: TaskHandle) -> str:
-    return dt.datetime.fromtimestamp(at_ms / 1000, h.schedule.tz).strftime("%Y-%m-%d %H:%M %Z")
+    return h.schedule.local(at_ms).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _local_iso(at_ms: int | None, h: TaskHandle) -> str | None:
-    if at_ms is None:
-        return None
-    return dt.datetime.fromtimestamp(at_ms / 1000, h.schedule.tz).isoformat()
+    return None if at_ms is None else h.schedule.local(at_ms).isoformat()

@@ -102,6 +102,10 @@ class CronSchedule:
             if at <= until_ms:
                 return at
 
+    def local(self, at_ms: int) -> dt.datetime:
+        """`at_ms` as an aware datetime in this schedule's zone."""
+        return dt.datetime.fromtimestamp(at_ms / 1000, self.tz)
+
     def instant(self, wall: dt.datetime) -> int:
         """Epoch ms of a naive wall time of this zone, by the module's DST rules."""
         first = wall.replace(tzinfo=self.tz, fold=0)

@@ -76,6 +76,7 @@ class Scheduler:
         of it (so a leader killed mid-round is replaced within `lease_ttl`)."""
         self.driver = driver
         self.tasks = tasks_of(tasks)
+        self._by_name = {t.name: t for t in self.tasks}
         self.clock = clock or SystemClock()
         self.scheduler_id = scheduler_id or f"scheduler-{new_id()}"
         self.ttl_ms = seconds_to_ms(lease_ttl, "lease_ttl")
@@ -284,8 +285,7 @@ class Scheduler:
     def _remember(self, mark: TaskMark) -> None:
         assert self._marks is not None
         self._marks[mark.name] = mark
-        t = next(t for t in self.tasks if t.name == mark.name)
-        self._next[mark.name] = t.schedule.next_after(mark.watermark_ms)
+        self._next[mark.name] = self._by_name[mark.name].schedule.next_after(mark.watermark_ms)
 
     async def _fire(self, t: TaskHandle) -> Fired | None:
         assert self._marks is not None

@@ -23,7 +23,7 @@ from jobs_core.errors import (
 )
 from jobs_core.job import JobHandle, _check_name
 from jobs_core.jsonform import dumps, loads, utf8_length
-from jobs_core.scheduler.cron import CronSchedule
+from jobs_core.scheduler.cron import CronSchedule, zone
 
 if TYPE_CHECKING:
     from jobs_core.records import EnqueueResult
@@ -214,8 +214,6 @@ def tasks_of(
 
 
 def _local(at_ms: int, tz: str) -> dt.datetime:
-    from jobs_core.scheduler.cron import zone
-
     return dt.datetime.fromtimestamp(at_ms / 1000, zone(tz))
 
 

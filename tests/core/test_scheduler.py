@@ -5,7 +5,6 @@ the drain, the idle cost. Two real scheduler processes are `tests/test_scheduler
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,6 +54,18 @@ def report_job() -> JobHandle:
     return job(report, tenant="none", idempotency_key=lambda i: i["kind"], registry=JobRegistry())
 
 
+def nightly_paris(kind: str) -> TaskHandle:
+    """A task at 02:00 Europe/Paris, its job's key the input's `kind`."""
+    return task(
+        "nightly",
+        cron="0 2 * * *",
+        tz="Europe/Paris",
+        job=report_job(),
+        input={"kind": kind},
+        registry=TaskRegistry(),
+    )
+
+
 def every_hour(name: str = "hourly", **options: Any) -> TaskHandle:
     options.setdefault("job", report_job())
     options.setdefault("input", {"kind": "hourly"})
@@ -102,20 +113,13 @@ async def test_each_occurrence_fires_once_with_its_occurrence_key(driver: JobDri
 
 
 async def test_a_nightly_task_fires_at_two_paris_time(driver: JobDriver) -> None:
-    nightly = task(
-        "nightly",
-        cron="0 2 * * *",
-        tz="Europe/Paris",
-        job=report_job(),
-        input={"kind": "nightly"},
-        registry=TaskRegistry(),
-    )
+    nightly = nightly_paris("nightly")
     clock = FakeClock(JUNE - 3 * HOUR)  # 23:00 in Paris
     # A lease of hours keeps the fake days short: a renewal an hour, not every 10 s.
     s = Scheduler(driver, [nightly], clock=clock, lease_ttl=LONG)
     await run_for(clock, [s], 3 * 24 * HOUR, step_ms=10 * MINUTE)
     fired = [int(k.split(":")[1]) for k in keys(await fired_jobs(driver))]
-    walls = [dt.datetime.fromtimestamp(f / 1000, nightly.schedule.tz) for f in fired]
+    walls = [nightly.schedule.local(f) for f in fired]
     assert [(w.day, w.hour, w.minute) for w in walls] == [(1, 2, 0), (2, 2, 0), (3, 2, 0)]
 
 
@@ -284,14 +288,7 @@ async def test_an_abandoned_round_keeps_the_lead(driver: JobDriver) -> None:
 @pytest.mark.parametrize("kind", ["memory", "pg", "redis"])
 async def test_an_idle_minute_costs_at_most_six_round_trips(kind: str) -> None:
     """Leading, with nothing due for hours: only the lease renewals reach the store."""
-    nightly = task(
-        "nightly",
-        cron="0 2 * * *",
-        tz="Europe/Paris",
-        job=report_job(),
-        input={"kind": "n"},
-        registry=TaskRegistry(),
-    )
+    nightly = nightly_paris("n")
     clock = FakeClock(JUNE + 5 * HOUR)
     async with fresh_store(kind, counted=True) as driver:
         leader = Scheduler(driver, [nightly], clock=clock)

@@ -98,70 +98,9 @@ class Jobs:
         self._portal: _Portal | None = None
         self._portal_lock = threading.Lock()
 
-    def build_record(
-        self,
-        handle: JobHandle,
-        input: Any,
-        *,
-        key: str | None = None,
-        tenant_id: str | None = _UNSET,
-        run_at_ms: int | None = None,
-        delay_ms: int | None = None,
-        run_at: dt.datetime | None = None,
-        delay: dt.timedelta | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        id: str | None = None,
-        run_id: str | None = None,
-        enqueued_by: str | None = None,
-        traceparent: str | None = None,
-    ) -> NewJob:
-        """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here.
-
-        The declaration's tenant and key functions see the input's JSON form, the value the
-        worker gives them at run, so a function that cannot answer for it is refused now
-        (`X_JOB_TENANT_REQUIRED` / `X_JOB_KEY_REQUIRED`), before anything is written. The run
-        time is at most one of `run_at_ms` / `run_at` (an aware `datetime`) / `delay_ms` /
-        `delay` (a `timedelta`, not negative); none means now.
-        """
-        input_json = dumps(input)
-        now = self.clock.now_ms()
-        if run_at is not None or delay is not None:
-            run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)
-        if delay_ms is not None:
-            if run_at_ms is not None:
-                raise DeclarationInvalidError(
-                    "give run_at_ms or delay_ms, not both", detail="run_at"
-                )
-            run_at_time = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
-        elif run_at_ms is not None:
-            run_at_time = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
-        else:
-            run_at_time = now
-        if handle.tenant != "none" or (key is None and handle.key is not None):
-            form = _json_form(input, input_json)
-        else:
-            form = None
-        handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
-        return NewJob(
-            id=id if id is not None else new_id(),
-            run_id=run_id if run_id is not None else new_id(),
-            name=handle.name,
-            queue=queue or handle.queue,
-            tenant_id=current_tenant() if tenant_id is _UNSET else tenant_id,
-            idempotency_key=handle.key_for(form, key),
-            input_json=input_json,
-            priority=(
-                handle.priority
-                if priority is None
-                else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
-            ),
-            run_at_ms=run_at_time,
-            max_attempts=handle.retry.attempts,
-            created_at_ms=now,
-            enqueued_by=enqueued_by,
-            traceparent=traceparent,
-        )
+    def build_record(self, handle: JobHandle, input: Any, **options: Any) -> NewJob:
+        """The row for one enqueue on this client's clock (`build_record` below)."""
+        return build_record(handle, input, clock=self.clock, **options)
 
     async def enqueue(self, handle: JobHandle, input: Any, **options: Any) -> EnqueueResult:
         """Insert one job, or answer `deduped` with the row holding its id or its live key.
@@ -303,6 +242,70 @@ class Jobs:
             self._portal.run(self.driver.close())
             self._portal.stop()
             self._portal = None
+
+
+def build_record(
+    handle: JobHandle,
+    input: Any,
+    *,
+    clock: Clock,
+    key: str | None = None,
+    tenant_id: str | None = _UNSET,
+    run_at_ms: int | None = None,
+    delay_ms: int | None = None,
+    run_at: dt.datetime | None = None,
+    delay: dt.timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    id: str | None = None,
+    run_id: str | None = None,
+    enqueued_by: str | None = None,
+    traceparent: str | None = None,
+) -> NewJob:
+    """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here.
+
+    The declaration's tenant and key functions see the input's JSON form, the value the
+    worker gives them at run, so a function that cannot answer for it is refused now
+    (`X_JOB_TENANT_REQUIRED` / `X_JOB_KEY_REQUIRED`), before anything is written. The run
+    time is at most one of `run_at_ms` / `run_at` (an aware `datetime`) / `delay_ms` /
+    `delay` (a `timedelta`, not negative); none means now.
+    """
+    input_json = dumps(input)
+    now = clock.now_ms()
+    if run_at is not None or delay is not None:
+        run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)
+    if delay_ms is not None:
+        if run_at_ms is not None:
+            raise DeclarationInvalidError("give run_at_ms or delay_ms, not both", detail="run_at")
+        run_at_time = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
+    elif run_at_ms is not None:
+        run_at_time = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
+    else:
+        run_at_time = now
+    if handle.tenant != "none" or (key is None and handle.key is not None):
+        form = _json_form(input, input_json)
+    else:
+        form = None
+    handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
+    return NewJob(
+        id=id if id is not None else new_id(),
+        run_id=run_id if run_id is not None else new_id(),
+        name=handle.name,
+        queue=queue or handle.queue,
+        tenant_id=current_tenant() if tenant_id is _UNSET else tenant_id,
+        idempotency_key=handle.key_for(form, key),
+        input_json=input_json,
+        priority=(
+            handle.priority
+            if priority is None
+            else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
+        ),
+        run_at_ms=run_at_time,
+        max_attempts=handle.retry.attempts,
+        created_at_ms=now,
+        enqueued_by=enqueued_by,
+        traceparent=traceparent,
+    )
 
 
 def _json_form(value: Any, text: str) -> Any:

@@ -33,7 +33,11 @@ from types import ModuleType
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import sessionmaker
 
 import jobs_core
 from jobs_core import facade
@@ -47,11 +51,14 @@ from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from jobs_pg import PgDriver
+from jobs_pg import PgDriver, PgOutbox, stage
 from jobs_pg.migrate import upgrade
+from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
 from tests.core.support import advance_quietly, until
+from tests.examples.django_site import site_on
+from tests.examples.support import ANN, jobs_url, migrated_schema, on_schema, pending, signed_up
 from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
 from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
 
@@ -148,7 +155,13 @@ SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
 BILLING = "# billing/jobs.py"
 REPORTS = "# reports/jobs.py"
+WEB_FASTAPI = "# examples/fastapi_app/app.py"
+WEB_FLASK = "# examples/flask_app/app.py"
+WEB_DJANGO = "# examples/django_app/views.py"
 PYTHON_CASES = {
+    WEB_FASTAPI,
+    WEB_FLASK,
+    WEB_DJANGO,
     REPORTS,
     OPERATOR,
     BILLING,
@@ -817,7 +830,13 @@ WITH_SCHEDULER = "ujobs worker reports.jobs"
 SCHEDULER = "ujobs scheduler reports.jobs"
 TASKS = "ujobs tasks reports.jobs"
 PAUSE_TASK = "ujobs pause --task"
+#: Each web app's worker with the relay, by the example it works.
+WEB_WORKERS = {
+    app: f"ujobs worker examples.{app}.jobs --with-relay"
+    for app in ("fastapi_app", "flask_app", "django_app")
+}
 SHELL_CASES = (
+    *WEB_WORKERS.values(),
     WITH_SCHEDULER,
     SCHEDULER,
     TASKS,
@@ -1138,3 +1157,96 @@ def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: Modu
 async def _rows(schema: str, ids: list[str]) -> dict[str, Any]:
     async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
         return await driver.job_get_many(ids)
+
+
+# --- Use it from your web app: each block is the example app's code, run here on its own -------
+
+
+def assert_taken_from(block: Block) -> None:
+    """The block is a run of lines of the example file its first line names (indentation
+    aside), so the README shows the very code the example's tests drive."""
+    path = ROOT / block.marker.removeprefix("# ")
+    want = [line.strip() for line in block.text.splitlines()[1:]]
+    have = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    found = any(have[i : i + len(want)] == want for i in range(len(have)))
+    assert found, f"README block at line {block.line} is not in {path.relative_to(ROOT)}"
+
+
+def test_the_fastapi_block_stages_in_the_session_transaction() -> None:
+    from examples.fastapi_app import app as site
+
+    block = python_block(WEB_FASTAPI)
+    assert_taken_from(block)
+
+    async def sign_up(schema: str) -> dict[str, Any]:
+        engine = create_async_engine(on_schema(PG_URL, schema))
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(site.Base.metadata.create_all)
+            async with AsyncSession(engine, expire_on_commit=False) as session:
+                names = {
+                    **vars(site),
+                    "session": session,
+                    "body": site.SignUp(**ANN),
+                    "outbox": PgOutbox(schema=schema),
+                }
+                return await run_block(block, names)
+        finally:
+            await engine.dispose()
+
+    with migrated_schema() as schema:
+        names = asyncio.run(sign_up(schema))
+        signed_up(schema, "users", site.send_welcome, names["staged"].id, names["user"].id)
+
+
+def test_the_flask_block_stages_in_the_session_transaction() -> None:
+    from examples.flask_app import app as site
+
+    block = python_block(WEB_FLASK)
+    assert_taken_from(block)
+    with migrated_schema() as schema:
+        engine = create_engine(on_schema(PG_URL, schema))
+        try:
+            site.Base.metadata.create_all(engine)
+            names = {
+                **vars(site),
+                "sessions": sessionmaker(engine, expire_on_commit=False),
+                "body": dict(ANN),
+                "outbox": PgOutbox(schema=schema),
+            }
+            eval(compiled(block), names)
+        finally:
+            engine.dispose()
+        signed_up(schema, "users", site.send_welcome, names["staged"].id, names["user"].id)
+
+
+def test_the_django_block_stages_on_djangos_connection() -> None:
+    block = python_block(WEB_DJANGO)
+    assert_taken_from(block)
+    with migrated_schema() as schema, site_on(schema):
+        from examples.django_app import views
+
+        names = {**vars(views), "body": dict(ANN)}
+        eval(compiled(block), names)
+        welcome = views.send_welcome
+        signed_up(schema, "members", welcome, names["staged"].id, names["member"].id)
+
+
+@pytest.mark.parametrize("app", sorted(WEB_WORKERS))
+def test_a_web_apps_worker_with_the_relay_runs_what_it_staged(app: str) -> None:
+    """The README's command for `app`, with the driver from the env as the prose says: its
+    relay publishes a welcome staged in a committed transaction, and its worker runs it."""
+    handle = importlib.import_module(f"examples.{app}.jobs").send_welcome
+    with migrated_schema() as schema:
+        with psycopg.connect(libpq_url(PG_URL)) as conn:  # commits when the block ends
+            staged = stage(conn, handle, {"user_id": 7, "email": ANN["email"]}, schema=schema)
+
+        def ran() -> bool:
+            row = asyncio.run(_rows(schema, [staged.id])).get(staged.id)
+            return row is not None and row.state is JobState.COMPLETED
+
+        command = localize(shell_command(WEB_WORKERS[app]))
+        worker_briefly(command, ROOT, {"UJOBS_DRIVER": jobs_url(schema)}, ready=ran)
+        row = asyncio.run(_rows(schema, [staged.id]))[staged.id]
+        assert json.loads(row.result_json or "null") == {"sent_to": ANN["email"]}
+        assert asyncio.run(pending(schema)) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from jobs_pg.schema import outbox
@@ -64,9 +65,14 @@ _picked = (
     .with_for_update(skip_locked=True)
     .cte("picked")
 )
+# The picked ids as one array value, so the UPDATE finds each by `outbox_pkey`: a join with the
+# CTE lets the planner hash the whole table (a sequential scan per claim).
+_picked_ids = sa.cast(
+    sa.select(sa.func.array_agg(_picked.c.id)).scalar_subquery(), pg.ARRAY(sa.Text)
+)
 _claimed = (
     sa.update(outbox)
-    .where(outbox.c.id == _picked.c.id)
+    .where(outbox.c.id == sa.any_(_picked_ids))
     .values(
         claimed_by=p("token", TEXT),
         lease_until_ms=p("now_ms", BIGINT) + p("lease_ms", BIGINT),

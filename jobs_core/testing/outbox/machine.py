@@ -7,9 +7,11 @@ the step, its rule with the arguments it resolved to, and every store call that 
 
 The walk stages batches (committed or rolled back; fresh ids whose code-point order is not their
 staging order, `created_at_ms` ties and stamps behind earlier rows), claims, publishes and
-releases under current, lapsed, stale and unknown tokens naming their own rows, other tokens'
-rows, unknown and repeated ids, moves the clock onto lease ends and retry times, and makes refused
-calls. It counts what it reached in `tally` (and as Hypothesis events).
+releases under current, lapsed, stale, overtaken and unknown tokens naming what they took, other
+tokens' rows, unknown and repeated ids; runs a relay's own passes (claim then publish, release
+with or without an error, or both; or stall past the lease while a rival claims, then publish);
+moves the clock onto lease ends and retry times; and makes refused calls, each of which must
+change nothing. It counts what it reached in `tally` (and as Hypothesis events).
 """
 
 from __future__ import annotations

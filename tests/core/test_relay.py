@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,9 @@ from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     DrainingError,
     DriverError,
+    DriverNotInstalledError,
     DriverUnavailableError,
+    DriverUrlInvalidError,
     OptionInvalidError,
     RecordInvalidError,
 )
@@ -27,6 +30,7 @@ from jobs_core.job import JobHandle
 from jobs_core.outbox import OutboxClaim, OutboxRow, Relay, Staged
 from jobs_core.outbox.relay import RETRY_FLOOR_MS
 from jobs_core.records import EnqueueResult, JobFilter, JobListParams, NewJob
+from jobs_core.urls import outbox_from_url
 from jobs_memory import MemoryDriver
 from jobs_memory.outbox import MemoryOutbox
 from tests.core.support import T0, advance_quietly, counting, declare, fresh_store, until
@@ -436,3 +440,66 @@ async def test_a_claim_that_fails_raises_from_tick_and_the_loop_backs_off() -> N
     await advance_quietly(clock, 5 * SECOND, sleepers=1)  # the outage backoff's cap
     assert await job_ids(driver) == sorted(s.id for s in staged)
     assert await relay.stop(timeout=5)
+
+
+# -- the loader ---------------------------------------------------------------------------
+
+PLUGIN = """
+from jobs_memory.outbox import MemoryOutbox
+
+
+class UrlOutbox(MemoryOutbox):
+    def __init__(self, url):
+        super().__init__()
+        self.url = url
+
+
+def from_url(url):
+    return UrlOutbox(url)
+
+
+def needs_a_library(url):
+    import no_such_library_here  # noqa: F401
+"""
+
+
+@pytest.fixture
+def outbox_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution on `sys.path` declaring `ujobs.outboxes` entry points, as a backend's
+    package does: scheme `boxtest` loads a memory outbox, `boxneeds` a factory whose library is
+    missing."""
+    dist = tmp_path / "boxtest_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: boxtest-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[ujobs.outboxes]\n"
+        "boxtest = boxtest_plugin:from_url\n"
+        "boxneeds = boxtest_plugin:needs_a_library\n"
+    )
+    (tmp_path / "boxtest_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.mark.usefixtures("outbox_plugin")
+def test_an_outbox_store_is_loaded_by_its_url_scheme() -> None:
+    store = outbox_from_url("boxtest://app:pw@db/app")
+    assert type(store).__name__ == "UrlOutbox" and isinstance(store, MemoryOutbox)
+    assert vars(store)["url"] == "boxtest://app:pw@db/app"
+
+
+@pytest.mark.usefixtures("outbox_plugin")
+def test_an_outbox_url_nobody_serves_is_refused_with_the_password_masked() -> None:
+    with pytest.raises(DriverUrlInvalidError) as caught:
+        outbox_from_url("nosuch://app:hunter2@db/app")
+    assert "no installed outbox store for scheme 'nosuch'" in caught.value.message
+    assert "boxtest" in caught.value.message and "hunter2" not in str(caught.value)
+    with pytest.raises(DriverUrlInvalidError):
+        outbox_from_url("not a url")
+
+
+@pytest.mark.usefixtures("outbox_plugin")
+def test_an_outbox_store_whose_library_is_missing_names_what_to_install() -> None:
+    with pytest.raises(DriverNotInstalledError) as caught:
+        outbox_from_url("boxneeds://app:hunter2@db/app")
+    assert "no_such_library_here" in caught.value.message
+    assert "hunter2" not in str(caught.value)

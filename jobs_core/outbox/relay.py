@@ -132,8 +132,19 @@ class Relay:
         )
 
     async def run(self) -> None:
-        """Start, then return once `stop()` has finished."""
+        """Start, then return once `stop()` has finished (raises what killed the loop, if a bug
+        of ours ever did: a relay that publishes nothing must not look alive)."""
         await self.start()
+        assert self._loop is not None
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait([stopped, self._loop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        died = self._loop.done() and not self._loop.cancelled()
+        crash = self._loop.exception() if died else None
+        if crash is not None:
+            raise crash
         await self._stopped.wait()
 
     async def tick(self) -> int:
@@ -246,15 +257,15 @@ class Relay:
                 await self.outbox.open()
                 await self.driver.open()
                 break
-            except DriverUnavailableError as exc:
+            except Exception as exc:  # a store down or not ready yet: waited for, never fatal
                 await self._wait(outage.failed(exc))
         else:
             return False
         outage.recovered()
         try:
             self.wake = await self.outbox.outbox_wake(self._on_wake)
-        except JobsError as exc:  # the poll is the guarantee; the wake only shortens it
-            log.warning("jobs.relay.wake_failed %s: %s", self.relay_id, exc)
+        except Exception as exc:  # the poll is the guarantee; the wake only shortens it
+            log.warning("jobs.relay.wake_failed %s: %s", self.relay_id, _why(exc))
         return True
 
     def _on_wake(self) -> None:

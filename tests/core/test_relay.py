@@ -503,3 +503,27 @@ def test_an_outbox_store_whose_library_is_missing_names_what_to_install() -> Non
         outbox_from_url("boxneeds://app:hunter2@db/app")
     assert "no_such_library_here" in caught.value.message
     assert "hunter2" not in str(caught.value)
+
+
+async def test_a_store_down_at_start_is_waited_for() -> None:
+    clock = FakeClock(T0)
+    outbox, driver = CountingOutbox(clock=clock, wake=True), MemoryDriver()
+    tries: list[int] = []
+
+    async def opening() -> None:
+        tries.append(clock.now_ms())
+        if len(tries) < 4:
+            raise DriverUnavailableError("the outbox store is starting")
+
+    outbox.open = opening  # type: ignore[method-assign]
+    staged = stage(outbox, 2)
+    relay = Relay(outbox, driver, clock=clock)
+    running = asyncio.ensure_future(relay.run())
+    await advance_quietly(clock, 2 * SECOND, sleepers=1)
+    # Tried again after 100, 200 and 400 ms (the outage backoff), then it publishes.
+    assert [t - T0 for t in tries] == [0, 100, 300, 700]
+    await until(lambda: relay.published == 2)
+    assert await job_ids(driver) == sorted(s.id for s in staged)
+    assert relay.wake is not None and relay.wake.is_live()
+    assert await relay.stop(timeout=5)
+    await asyncio.wait_for(running, 5)

@@ -27,12 +27,13 @@ from jobs_core.errors import (
     RecordInvalidError,
 )
 from jobs_core.job import JobHandle
-from jobs_core.outbox import OutboxClaim, OutboxRow, Relay, Staged
+from jobs_core.outbox import OutboxClaim, OutboxRelease, OutboxRow, Relay, Staged
 from jobs_core.outbox.relay import RETRY_FLOOR_MS
 from jobs_core.records import EnqueueResult, JobFilter, JobListParams, NewJob
 from jobs_core.urls import outbox_from_url
 from jobs_memory import MemoryDriver
 from jobs_memory.outbox import MemoryOutbox
+from jobs_pg.outbox import PgOutbox
 from tests.core.support import T0, advance_quietly, counting, declare, fresh_store, until
 
 SECOND = 1_000
@@ -446,6 +447,7 @@ async def test_a_claim_that_fails_raises_from_tick_and_the_loop_backs_off() -> N
 
 PLUGIN = """
 from jobs_memory.outbox import MemoryOutbox
+from jobs_pg.outbox import PgOutbox
 
 
 class UrlOutbox(MemoryOutbox):
@@ -527,3 +529,61 @@ async def test_a_store_down_at_start_is_waited_for() -> None:
     assert relay.wake is not None and relay.wake.is_live()
     assert await relay.stop(timeout=5)
     await asyncio.wait_for(running, 5)
+
+
+class CountingPgOutbox(PgOutbox):
+    """A Postgres outbox that records each store call (its `_outbox_*` methods)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    async def _outbox_claim(self, claim: OutboxClaim) -> list[OutboxRow]:
+        self.calls.append("_outbox_claim")
+        return await super()._outbox_claim(claim)
+
+    async def _outbox_pending(self, limit: int) -> list[OutboxRow]:
+        self.calls.append("_outbox_pending")
+        return await super()._outbox_pending(limit)
+
+    async def _outbox_publish(self, token: str, ids: Sequence[str]) -> list[str]:
+        self.calls.append("_outbox_publish")
+        return await super()._outbox_publish(token, ids)
+
+    async def _outbox_release(self, release: OutboxRelease) -> list[str]:
+        self.calls.append("_outbox_release")
+        return await super()._outbox_release(release)
+
+
+@pytest.mark.parametrize(("wake", "budget"), [(False, 30), (True, 12)])
+async def test_an_idle_minute_on_a_postgres_outbox_stays_within_budget(
+    wake: bool, budget: int
+) -> None:
+    """The same budget on the real store, its LISTEN wake proven live before it counts."""
+    from jobs_pg.migrate import upgrade
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+
+    schema = fresh_schema()
+    await asyncio.to_thread(upgrade, PG_URL, schema)
+    clock = FakeClock(T0)
+    outbox = CountingPgOutbox(PG_URL, schema=schema, wake=wake)
+    driver: Any = counting(MemoryDriver)()
+    relay = Relay(outbox, driver, clock=clock)
+    try:
+        await relay.start()
+        if wake:
+            await until(lambda: relay.wake is not None and relay.wake.is_live())
+        await advance_quietly(clock, 2 * MINUTE, sleepers=1)
+        outbox.calls.clear()
+        made: list[int] = []
+        for _ in range(2 * 600):
+            before = len(outbox.calls) + len(driver.calls)
+            await advance_quietly(clock, 100, sleepers=1)
+            made.append(len(outbox.calls) + len(driver.calls) - before)
+        worst = max(sum(made[i : i + 600]) for i in range(len(made) - 600))
+        assert 0 < worst <= budget, worst
+        assert set(outbox.calls) == {"_outbox_claim"} and driver.calls == []
+        assert await relay.stop(timeout=5)
+    finally:
+        await outbox.close()
+        await asyncio.to_thread(drop_schema, schema)

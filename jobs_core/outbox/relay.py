@@ -57,8 +57,8 @@ STOP_SLACK_S: Final = 1.0
 
 @dataclass(slots=True)
 class PassResult:
-    """What one pass did: rows marked published, and why it stopped early, if it did (a store
-    unavailable: the relay pauses before the next pass)."""
+    """What one pass did: rows claimed, rows marked published, and why it stopped early if it
+    did (a store unavailable: the relay pauses before the next pass)."""
 
     claimed: int = 0
     published: int = 0

@@ -1,6 +1,7 @@
 """The parity suite every driver runs: a reference model, a state machine, fixed scenarios.
 
-A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture; the profiles
+A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture (an outbox
+store's, `OutboxSuite` and an `outbox_factory`: `jobs_core.testing.outbox`); the profiles
 (`HYPOTHESIS_PROFILE`) ship in `jobs_core.testing.profiles`. See docs/writing-a-driver.md.
 """
 
@@ -19,6 +20,12 @@ from jobs_core.testing.machine import (  # noqa: E402 - after the rewrite regist
     make_machine,
 )
 from jobs_core.testing.model import ReferenceModel  # noqa: E402
+from jobs_core.testing.outbox import (  # noqa: E402
+    OutboxFactory,
+    OutboxHarness,
+    OutboxNotEmptyError,
+    OutboxSuite,
+)
 from jobs_core.testing.profiles import (  # noqa: E402
     PROFILES,
     register_profiles,
@@ -33,6 +40,10 @@ __all__ = [
     "DriverFactory",
     "DriverNotEmptyError",
     "DriverSuite",
+    "OutboxFactory",
+    "OutboxHarness",
+    "OutboxNotEmptyError",
+    "OutboxSuite",
     "ParityError",
     "ParityMachine",
     "ReferenceModel",

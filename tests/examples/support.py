@@ -11,11 +11,10 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
-from jobs_core.outbox.relay import Relay
 from psycopg import sql
 
 from jobs_core.job import JobHandle
-from jobs_core.outbox import OutboxRow
+from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.records import JobRecord
 from jobs_core.states import LIVE_STATES
 from jobs_core.worker import Worker

@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from jobs_core.errors import DriverError, DriverUnavailableError
+from jobs_core.urls import mask_text
 from jobs_pg.urls import libpq_url, split_options
 
 
@@ -29,12 +31,17 @@ class PgScratch:
         import psycopg
         from psycopg import sql
 
-        async with await psycopg.AsyncConnection.connect(
-            libpq_url(self._base), autocommit=True
-        ) as conn:
-            await conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
-            )
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                libpq_url(self._base), autocommit=True
+            ) as conn:
+                await conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+                )
+        except psycopg.OperationalError as exc:
+            raise DriverUnavailableError(detail=mask_text(str(exc), self._base)) from None
+        except psycopg.Error as exc:
+            raise DriverError(mask_text(str(exc), self._base), detail=self.schema) from None
 
 
 def scratch_store(url: str) -> PgScratch:

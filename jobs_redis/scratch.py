@@ -6,7 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from jobs_core.errors import DriverError, DriverUnavailableError
 from jobs_core.urlparams import pop_param
+from jobs_core.urls import mask_text
 from jobs_redis.driver import RedisDriver
 
 #: Keys deleted per DEL call while dropping a prefix.
@@ -25,6 +27,8 @@ class RedisScratch:
 
     async def drop(self) -> None:
         """Delete every key of the prefix (SCAN + DEL); idempotent."""
+        from redis import exceptions as rx
+
         driver = RedisDriver(self._plain, prefix=self.prefix)
         try:
             client: Any = driver.client
@@ -36,6 +40,10 @@ class RedisScratch:
                     batch = []
             if batch:
                 await client.delete(*batch)
+        except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+            raise DriverUnavailableError(detail=mask_text(str(exc), self._plain)) from None
+        except rx.RedisError as exc:
+            raise DriverError(mask_text(str(exc), self._plain), detail=self.prefix) from None
         finally:
             await driver.close()
 

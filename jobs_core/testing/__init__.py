@@ -1,10 +1,12 @@
-"""The parity suite every driver runs: a reference model, a state machine, fixed scenarios.
+"""The parity suite every driver runs: a reference model, a state machine, fixed scenarios; and
+the `ujobs` pytest fixture's harness (`UJobs`) for testing your own jobs.
 
 A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture; the profiles
 (`HYPOTHESIS_PROFILE`) ship in `jobs_core.testing.profiles`. See docs/writing-a-driver.md.
 
-Names are imported on first use, so importing a module of this package (a pytest plugin
-loaded in every session) does not need Hypothesis, which only the parity suite uses.
+Names are imported on first use: pytest loads our plugin (`jobs_core.testing.pytest_plugin`)
+in every session of an environment that has this package, and that import must not need
+Hypothesis, which only the parity suite uses.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 pytest.register_assert_rewrite("jobs_core.testing.scenarios")
 
 if TYPE_CHECKING:
+    from jobs_core.testing.harness import RunError, RunOutcome, UJobs, ujobs_for
     from jobs_core.testing.machine import (
         DriverFactory,
         DriverNotEmptyError,
@@ -42,13 +45,17 @@ _HOMES = {
     "ParityError": "machine",
     "ParityMachine": "machine",
     "ReferenceModel": "model",
+    "RunError": "harness",
+    "RunOutcome": "harness",
     "Scenario": "scenarios",
+    "UJobs": "harness",
     "check_empty": "machine",
     "make_machine": "machine",
     "register_profiles": "profiles",
     "run_machine": "suite",
     "run_scenario": "suite",
     "suite_settings": "profiles",
+    "ujobs_for": "harness",
 }
 
 
@@ -70,11 +77,15 @@ __all__ = [
     "ParityError",
     "ParityMachine",
     "ReferenceModel",
+    "RunError",
+    "RunOutcome",
     "Scenario",
+    "UJobs",
     "check_empty",
     "make_machine",
     "register_profiles",
     "run_machine",
     "run_scenario",
     "suite_settings",
+    "ujobs_for",
 ]

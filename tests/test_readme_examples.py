@@ -53,6 +53,7 @@ from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
 from tests.core.support import advance_quietly, until
 from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
+from tests.plugin_support import plugin_args
 from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,6 +144,7 @@ WORKER_IN_CODE = "worker = Worker(driver, myapp.jobs"
 IDEMPOTENCY = "first = await send_welcome.enqueue(inp)"
 RETENTION = "from datetime import timedelta"
 PARITY = "# tests/test_my_driver_parity.py"
+TESTING = "# tests/test_receipts.py"
 SHOP = "# shop/jobs.py"
 SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
@@ -161,6 +163,7 @@ PYTHON_CASES = {
     IDEMPOTENCY,
     RETENTION,
     PARITY,
+    TESTING,
 }
 
 INP = {"org_id": "org_1", "user_id": 42}
@@ -685,6 +688,28 @@ def test_the_parity_block_is_a_suite_pytest_collects_and_runs(tmp_path: Path) ->
         timeout=60,
     )
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_the_testing_block_passes_as_a_users_test_file(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    block = python_block(TESTING)
+    (tmp_path / "tests" / "test_receipts.py").write_text(block.text, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n", encoding="utf-8"
+    )
+    # The prose's default: memory, whatever this run's environment names.
+    env = {k: v for k, v in os.environ.items() if k != "UJOBS_TEST_DRIVER"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args()]
+    ran = subprocess.run(
+        [*pytest_cmd, "--rootdir", str(tmp_path), "tests/test_receipts.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
 # --- inline examples in the prose (`await …` spans a reader copies) --------------------------

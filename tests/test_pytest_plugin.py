@@ -171,7 +171,9 @@ def write_user_file(pytester: pytest.Pytester) -> Path:
 
 
 @pytest.fixture
-def user_run(pytester: pytest.Pytester) -> Iterator[Path]:
+def user_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The user's file in place; the driver is what each test names (memory unless it does)."""
+    monkeypatch.delenv("UJOBS_TEST_DRIVER", raising=False)
     quiet_ini(pytester)
     yield write_user_file(pytester)
 
@@ -283,6 +285,11 @@ async def napper(inp: Any, ctx: JobContext) -> str:
     return "rested"
 
 
+@job(name="plugin_test_echo", tenant="none", idempotency_key=lambda i: str(i))
+async def echo(inp: Any, ctx: JobContext) -> Any:
+    return inp
+
+
 @pytest.fixture
 def harness() -> Iterator[UJobs]:
     with ujobs_for("memory") as u:
@@ -297,6 +304,15 @@ def test_a_job_that_never_stops_enqueuing_fails_the_drain_at_its_limit(harness: 
     assert all(
         isinstance(o, RunOutcome) and o.outcome == "completed" for o in caught.value.outcomes
     )
+
+
+def test_a_drain_of_some_jobs_gives_another_name_back_for_a_minute(harness: UJobs) -> None:
+    napper.enqueue_sync({})  # another name in the same queue, first in claim order
+    echo.enqueue_sync({"n": 1})
+    assert [(o.name, o.result) for o in harness.drain_sync([echo])] == [(echo.name, {"n": 1})]
+    (left,) = harness.jobs_sync(napper.name)
+    assert (left.state, left.attempt) == ("ready", 0)
+    assert left.run_at_ms == harness.clock.now_ms() + 60_000
 
 
 def test_bad_arguments_are_refused_before_anything_runs(harness: UJobs) -> None:

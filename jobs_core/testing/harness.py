@@ -71,6 +71,7 @@ _FAILED: Final = frozenset(
 _RUN_WORKER: Final = "ujobs-test-run"
 _RUN_LEASE_MS: Final = 3_600_000
 
+#: What `drain(jobs=...)` takes: the forms `Worker` takes.
 JobsSource = ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]
 
 
@@ -218,11 +219,12 @@ class UJobs:
         `jobs`: the declarations to run (a module, a list or a mapping, as `Worker` takes);
         None: every job declared with `job()` in this process. Their queues are drained, one
         body at a time in claim order (priority, then run time, then id); a job of another
-        name in those queues is given back as any worker gives it back (`shed`). Jobs the
-        bodies enqueue are run too. `advance` (seconds or a timedelta): the clock then moves
-        forward to each time a retry, a delay, a sleep or an event poll falls due within that
-        window, the jobs due are run there, and the clock ends exactly `advance` later. Without
-        it the clock does not move, so a body's `timeout` never fires here. Fails the test
+        name in those queues is given back, due a minute later, as any worker gives back a name
+        it does not run (no outcome is recorded for it). Jobs the bodies enqueue are run too.
+        `advance` (seconds or a timedelta): the clock then moves forward to each time a retry,
+        a delay, a sleep or an event poll falls due within that window, the jobs due are run
+        there, and the clock ends exactly `advance` later; without it the clock does not move.
+        It moves only between runs, so a body's `timeout` never fires here. Fails the test
         (`DrainLimitError`) once `max_runs` runs are made and jobs are still ready.
         """
         handles = self._handles(jobs)

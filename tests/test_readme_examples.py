@@ -1177,11 +1177,6 @@ def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: Module
         asyncio.run(_drop_prefix(prefix))
 
 
-async def _rows(schema: str, ids: list[str]) -> dict[str, JobRecord]:
-    async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
-        return await driver.job_get_many(ids)
-
-
 def free_port() -> int:
     import socket
 

@@ -40,14 +40,23 @@ from jobs_core import facade
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.records import ClaimParams, EnqueueResult, JobListParams, Nack, NackKind, Pause
+from jobs_core.outbox import Relay
+from jobs_core.records import (
+    ClaimParams,
+    EnqueueResult,
+    JobListParams,
+    JobRecord,
+    Nack,
+    NackKind,
+    Pause,
+)
 from jobs_core.retention import DAY, Retention
 from jobs_core.scheduler import LEADER_KEY, Scheduler
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from jobs_pg import PgDriver
+from jobs_pg import PgDriver, PgOutbox
 from jobs_pg.migrate import upgrade
 from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
@@ -150,7 +159,9 @@ SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
 BILLING = "# billing/jobs.py"
 REPORTS = "# reports/jobs.py"
+SIGNUP = "# myapp/signup.py"
 PYTHON_CASES = {
+    SIGNUP,
     REPORTS,
     OPERATOR,
     BILLING,
@@ -842,7 +853,11 @@ WITH_SCHEDULER = "ujobs worker reports.jobs"
 SCHEDULER = "ujobs scheduler reports.jobs"
 TASKS = "ujobs tasks reports.jobs"
 PAUSE_TASK = "ujobs pause --task"
+RELAY = "ujobs relay --outbox"
+WITH_RELAY = "ujobs worker myapp.jobs --with-relay"
 SHELL_CASES = (
+    RELAY,
+    WITH_RELAY,
     WITH_SCHEDULER,
     SCHEDULER,
     TASKS,
@@ -1093,6 +1108,97 @@ def test_a_redis_worker(app_dir: Path) -> None:
         out, _ = worker_briefly(localize(shell_command(WORKER_REDIS), prefix=prefix), app_dir)
         assert f"prefix={prefix}" in out.splitlines()[0], out
     finally:
+        asyncio.run(_drop_prefix(prefix))
+
+
+def test_the_outbox_block_stages_in_the_callers_transaction(
+    app_dir: Path, myapp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sign_up` as written: a committed sign-up leaves one staged job under the answered id,
+    which a relay pass publishes; a sign-up its transaction refuses leaves neither row nor job."""
+    import sqlalchemy as sa
+
+    schema = fresh_schema()
+    upgrade(PG_URL, schema)
+    monkeypatch.setenv("JOBS_PG_SCHEMA", schema)  # the block's `PgOutbox()` reads it
+    (app_dir / "myapp" / "signup.py").write_text(python_block(SIGNUP).text, encoding="utf-8")
+    engine = sa.create_engine(PG_URL, connect_args={"options": f"-c search_path={schema}"})
+    try:
+        signup = importlib.import_module("myapp.signup")
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE users (id serial PRIMARY KEY, email text UNIQUE)"))
+        job_id = signup.sign_up(engine, "org_1", "ada@example.com")
+        with pytest.raises(sa.exc.IntegrityError):
+            signup.sign_up(engine, "org_1", "ada@example.com")  # the stage came first: undone
+
+        async def publish() -> JobRecord:
+            driver = MemoryDriver()
+            async with PgOutbox(PG_URL, schema=schema) as outbox:
+                assert [r.job.id for r in await outbox.outbox_pending(10)] == [job_id]
+                assert await Relay(outbox, driver).tick() == 1
+                assert await outbox.outbox_pending(10) == []
+            return (await driver.job_get_many([job_id]))[job_id]
+
+        row = asyncio.run(publish())
+        assert row.name == "send_welcome" and row.state is JobState.READY
+        assert json.loads(row.input_json) == {"org_id": "org_1", "user_id": 1}
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM users")).scalar_one() == 1
+    finally:
+        sys.modules.pop("myapp.signup", None)
+        engine.dispose()
+        drop_schema(schema)
+
+
+def _stage_welcome(schema: str, myapp: ModuleType, user_id: int) -> str:
+    """Stage the README's `send_welcome` in a committed transaction of the schema's outbox."""
+    import psycopg
+
+    from jobs_pg.urls import libpq_url
+
+    with psycopg.connect(libpq_url(PG_URL)) as conn:  # the `with` commits
+        staged = PgOutbox(schema=schema).stage(
+            conn, myapp.jobs.send_welcome, {"org_id": "org_1", "user_id": user_id}
+        )
+    return staged.id
+
+
+async def _outbox_empty(schema: str) -> bool:
+    async with PgOutbox(PG_URL, schema=schema, pool_size=1) as outbox:
+        return await outbox.outbox_pending(1) == []
+
+
+def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: ModuleType) -> None:
+    """`ujobs relay` moves a committed stage from the Postgres outbox into Redis; `ujobs worker
+    --with-relay` publishes into its own Postgres and runs the job."""
+    schema, prefix = fresh_schema(), fresh_prefix()
+    try:
+        upgrade(PG_URL, schema)
+        job_id = _stage_welcome(schema, myapp, 7)
+
+        async def in_redis() -> bool:
+            async with RedisDriver(REDIS_URL, prefix=prefix) as driver:
+                return job_id in await driver.job_get_many([job_id])
+
+        out, _ = worker_briefly(
+            localize(shell_command(RELAY), schema=schema, prefix=prefix),
+            app_dir,
+            ready=lambda: asyncio.run(in_redis()),
+            banner_start="ujobs relay",
+        )
+        assert asyncio.run(_outbox_empty(schema)), out
+
+        second = _stage_welcome(schema, myapp, 8)
+        env = {"UJOBS_DRIVER": f"{PG_URL}?schema={schema}"}
+
+        def completed() -> bool:
+            rows = asyncio.run(_rows(schema, [second]))
+            return second in rows and rows[second].state is JobState.COMPLETED
+
+        worker_briefly(localize(shell_command(WITH_RELAY)), app_dir, env, ready=completed)
+        assert asyncio.run(_outbox_empty(schema))
+    finally:
+        drop_schema(schema)
         asyncio.run(_drop_prefix(prefix))
 
 

@@ -1,7 +1,8 @@
 """The parity suite every driver runs: a reference model, a state machine, fixed scenarios; and
 the `ujobs` pytest fixture's harness (`UJobs`) for testing your own jobs.
 
-A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture; the profiles
+A driver's test file subclasses `DriverSuite` and gives one `driver_factory` fixture (an outbox
+store's, `OutboxSuite` and an `outbox_factory`: `jobs_core.testing.outbox`); the profiles
 (`HYPOTHESIS_PROFILE`) ship in `jobs_core.testing.profiles`. See docs/writing-a-driver.md.
 
 Names are imported on first use: pytest loads our plugin (`jobs_core.testing.pytest_plugin`)
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
         make_machine,
     )
     from jobs_core.testing.model import ReferenceModel
+    from jobs_core.testing.outbox import (
+        OutboxFactory,
+        OutboxHarness,
+        OutboxNotEmptyError,
+        OutboxSuite,
+    )
     from jobs_core.testing.profiles import PROFILES, register_profiles, suite_settings
     from jobs_core.testing.scenarios import SCENARIOS, Scenario
     from jobs_core.testing.suite import DriverSuite, run_machine, run_scenario
@@ -42,6 +49,10 @@ _HOMES = {
     "DriverFactory": "machine",
     "DriverNotEmptyError": "machine",
     "DriverSuite": "suite",
+    "OutboxFactory": "outbox",
+    "OutboxHarness": "outbox",
+    "OutboxNotEmptyError": "outbox",
+    "OutboxSuite": "outbox",
     "ParityError": "machine",
     "ParityMachine": "machine",
     "ReferenceModel": "model",
@@ -74,6 +85,10 @@ __all__ = [
     "DriverFactory",
     "DriverNotEmptyError",
     "DriverSuite",
+    "OutboxFactory",
+    "OutboxHarness",
+    "OutboxNotEmptyError",
+    "OutboxSuite",
     "ParityError",
     "ParityMachine",
     "ReferenceModel",

@@ -4,11 +4,14 @@ what `ujobs worker --with-relay` needs to run one beside the worker."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
+from typing import Any
 
 import click
 from rich.markup import escape
+from rich.table import Column, Table
 
 from jobs_core.cli.base import (
     _DRIVER_HELP,
@@ -21,10 +24,13 @@ from jobs_core.cli.base import (
     main,
 )
 from jobs_core.cli.schedule import log_format_option
+from jobs_core.clock import SystemClock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import CliDriverRequiredError, DriverUrlInvalidError, JobsError
-from jobs_core.outbox import OutboxStore, Relay
+from jobs_core.operator.times import age, relative
+from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
+from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.urls import driver_from_url, outbox_from_url, scheme_of
 
 log = logging.getLogger("jobs")
@@ -82,6 +88,88 @@ def relay(
     except JobsError as exc:
         _fail(exc)
     console.print(f"relay stopped: {r.published} rows published")
+
+
+@main.command()
+@click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, MAX_OUTBOX_PENDING),
+    help="Rows to read, oldest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def outbox(outbox_url: str | None, limit: int, as_json: bool) -> None:
+    """The outbox's backlog, oldest first: rows committed and not yet published, which relay
+    holds each, and the rows whose publish failed (attempts and last error). Inputs are not
+    shown. An empty backlog means every committed stage has become a job."""
+    try:
+        if not outbox_url:
+            raise CliDriverRequiredError(f"ujobs outbox needs --outbox URL or env {OUTBOX_ENV}")
+        store = outbox_from_url(outbox_url)
+
+        async def read() -> list[OutboxRow]:
+            async with store:
+                return await store.outbox_pending(limit)
+
+        rows = asyncio.run(read())
+    except JobsError as exc:
+        _fail(exc)
+    now = SystemClock().now_ms()
+    if as_json:
+        doc = {"rows": [backlog_json(r, now) for r in rows], "more": len(rows) == limit}
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        return
+    if not rows:
+        console.print("the outbox is empty: every committed stage has been published")
+        return
+    table = Table(
+        Column("job id", no_wrap=True), "job", "queue", "staged", "state", "attempts", "last error"
+    )
+    for r in rows:
+        table.add_row(
+            r.job.id,
+            escape(r.job.name),
+            escape(r.job.queue),
+            relative(r.job.created_at_ms, now),
+            _state(r, now),
+            str(r.attempts),
+            escape((r.last_error or "-")[:120]),
+        )
+    console.print(table)
+    failing = sum(1 for r in rows if r.attempts)
+    more = " (or more: raise --limit)" if len(rows) == limit else ""
+    console.print(
+        f"{len(rows)} rows waiting{more}, the oldest staged {age(now - rows[0].job.created_at_ms)}"
+        f" ago; {failing} with a failed publish",
+        soft_wrap=True,
+    )
+
+
+def _state(r: OutboxRow, now_ms: int) -> str:
+    if r.claimed_by is not None and (r.lease_until_ms or 0) > now_ms:
+        return f"claimed (lease {relative(r.lease_until_ms or 0, now_ms)})"
+    if r.available_at_ms > now_ms:
+        return f"retry {relative(r.available_at_ms, now_ms)}"
+    return "waiting"
+
+
+def backlog_json(r: OutboxRow, now_ms: int) -> dict[str, Any]:
+    """One backlog row for `ujobs outbox --json` (no input: it may hold what a job masks)."""
+    held = r.claimed_by is not None and (r.lease_until_ms or 0) > now_ms
+    return {
+        "id": r.job.id,
+        "run_id": r.job.run_id,
+        "name": r.job.name,
+        "queue": r.job.queue,
+        "staged_at_ms": r.job.created_at_ms,
+        "available_at_ms": r.available_at_ms,
+        "claimed": held,
+        "lease_until_ms": r.lease_until_ms if held else None,
+        "attempts": r.attempts,
+        "last_error": r.last_error,
+    }
 
 
 def print_relay(r: Relay) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import json
 import tempfile
+import time
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
@@ -545,3 +546,44 @@ def test_ujobs_db_upgrade_creates_the_outbox_table(capsys: pytest.CaptureFixture
         assert pending == [got.id]
     finally:
         drop_schema(schema)
+
+
+def test_ujobs_outbox_shows_the_backlog_oldest_first(
+    box_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One row held by a relay, one waiting out a failed publish, one free; then none."""
+    url = f"{PG_URL}?schema={box_schema}"
+    now = int(time.time() * 1000)
+
+    async def prepare() -> None:
+        async with PgOutbox(url) as box:
+            staged_ago = [
+                replace(r, created_at_ms=now - 60_000 + i) for i, r in enumerate(records(3))
+            ]
+            _stage_committed(box, staged_ago)
+            await box.outbox_claim(OutboxClaim("held", 2, 60_000, now))
+            await box.outbox_release(OutboxRelease("held", ("j001",), now + 60_000, "X_BOOM"))
+
+    asyncio.run(prepare())
+    ujobs_main.main(["outbox", "--outbox", url, "--json"], standalone_mode=False)
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in doc["rows"]] == ["j000", "j001", "j002"] and not doc["more"]
+    held, failed, free = doc["rows"]
+    assert held["claimed"] and held["lease_until_ms"] == now + 60_000 and held["attempts"] == 0
+    assert not failed["claimed"] and failed["available_at_ms"] == now + 60_000
+    assert (failed["attempts"], failed["last_error"]) == (1, "X_BOOM")
+    assert not free["claimed"] and free["attempts"] == 0 and "input" not in free
+    ujobs_main.main(["outbox", "--outbox", url, "--limit", "2"], standalone_mode=False)
+    said = capsys.readouterr().out
+    assert "2 rows waiting (or more: raise --limit)" in said, said
+    assert "1 with a failed publish" in said and "X_BOOM" in said, said
+
+    async def publish_all() -> None:
+        async with PgOutbox(url) as box:
+            rows = await box.outbox_claim(OutboxClaim("all", 3, 1, now + 120_000))
+            assert len(rows) == 3
+            await box.outbox_publish("all", [r.job.id for r in rows])
+
+    asyncio.run(publish_all())
+    ujobs_main.main(["outbox", "--outbox", url], standalone_mode=False)
+    assert "the outbox is empty" in capsys.readouterr().out

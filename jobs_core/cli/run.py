@@ -295,7 +295,7 @@ async def _run_worker(
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port)
+        server = serve(w, metrics_host, metrics_port, relay)
         console.print(
             f"metrics on http://{metrics_host}:{server.port}/metrics, health on /healthz",
             soft_wrap=True,

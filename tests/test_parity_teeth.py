@@ -1094,7 +1094,7 @@ def test_a_divergence_names_the_step_that_caused_it() -> None:
 
 def test_a_json_type_change_is_a_difference() -> None:
     """`1` against `1.0` and `true` against `1` differ; spacing and key order do not."""
-    from jobs_core.testing.machine import typed_json
+    from jobs_core.testing.compare import typed_json
 
     assert typed_json('{"a": 1, "b": [true]}') == typed_json('{ "b":[true],"a":1 }')
     assert typed_json("1") != typed_json("1.0")

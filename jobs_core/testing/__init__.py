@@ -22,15 +22,9 @@ import pytest
 pytest.register_assert_rewrite("jobs_core.testing.scenarios")
 
 if TYPE_CHECKING:
+    from jobs_core.testing.compare import DriverNotEmptyError, ParityError
     from jobs_core.testing.harness import RunError, RunOutcome, UJobs, ujobs_for
-    from jobs_core.testing.machine import (
-        DriverFactory,
-        DriverNotEmptyError,
-        ParityError,
-        ParityMachine,
-        check_empty,
-        make_machine,
-    )
+    from jobs_core.testing.machine import DriverFactory, ParityMachine, check_empty, make_machine
     from jobs_core.testing.model import ReferenceModel
     from jobs_core.testing.outbox import (
         OutboxFactory,
@@ -47,13 +41,13 @@ _HOMES = {
     "PROFILES": "profiles",
     "SCENARIOS": "scenarios",
     "DriverFactory": "machine",
-    "DriverNotEmptyError": "machine",
+    "DriverNotEmptyError": "compare",
     "DriverSuite": "suite",
     "OutboxFactory": "outbox",
     "OutboxHarness": "outbox",
     "OutboxNotEmptyError": "outbox",
     "OutboxSuite": "outbox",
-    "ParityError": "machine",
+    "ParityError": "compare",
     "ParityMachine": "machine",
     "ReferenceModel": "model",
     "RunError": "harness",

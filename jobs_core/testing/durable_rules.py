@@ -23,6 +23,7 @@ from jobs_core.records import (
     StepPut,
 )
 from jobs_core.states import JobState
+from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
     EVENT_DATA,
     EVENT_NAMES,
@@ -30,7 +31,6 @@ from jobs_core.testing.machine import (
     RESULTS,
     STEP_NAMES,
     WORKERS,
-    Check,
     FenceSpec,
     ParityMachine,
     claim_queues,

@@ -21,7 +21,8 @@ from hypothesis.stateful import precondition, rule
 
 from jobs_core.errors import JobsError
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
-from jobs_core.testing.machine import LEASE_KEYS, Check, ParityError, ParityMachine
+from jobs_core.testing.compare import Check, ParityError
+from jobs_core.testing.machine import LEASE_KEYS, ParityMachine
 
 HOLDERS = ("h1", "h2", "h3")
 #: A token no store hands out in a walk: a forged or long-gone holding.

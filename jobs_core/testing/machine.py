@@ -20,22 +20,15 @@ Hypothesis machines are synchronous; each machine instance drives its async driv
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import enum
 import functools
-import json
-import sys
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from types import FrameType
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
-from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
@@ -72,12 +65,16 @@ from jobs_core.records import (
     WorkerBeat,
 )
 from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.testing.compare import (
+    Check,
+    DriverNotEmptyError,
+    PairedMachine,
+    exactly_bytes,
+)
 from jobs_core.testing.model import ReferenceModel
 
 #: Makes a fresh, empty driver; entering it opens the driver, leaving it drops everything.
 DriverFactory: TypeAlias = Callable[[], AbstractAsyncContextManager[JobDriver]]
-#: One comparison of the observable state: a name, the model's answer, the driver's call.
-Check: TypeAlias = tuple[str, Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]
 
 T = TypeVar("T")
 
@@ -85,24 +82,14 @@ T = TypeVar("T")
 T0 = 1_800_000_000_000
 
 
-def _exactly(prefix: str, cycle: str, size: int) -> str:
-    """`prefix` then `cycle`'s characters in turn, exactly `size` UTF-8 bytes long."""
-    out, i = prefix, 0
-    while utf8_length(out) < size:
-        c = cycle[i % len(cycle)]
-        out += c if utf8_length(out + c) <= size else "a"
-        i += 1
-    return out
-
-
 #: Values exactly at the byte limits, of 2-, 3- and 4-byte characters: a driver that counts
 #: characters, truncates a column or sizes an index in characters differs on them.
-LONG_NAME = _exactly("n", "ü☃😀", MAX_NAME_BYTES)
-LONG_QUEUE = _exactly("q", "é", MAX_NAME_BYTES)
-LONG_TENANT = _exactly("t", "☃", MAX_NAME_BYTES)
-LONG_KEY = _exactly("k", "😀☃ü", MAX_KEY_BYTES)
+LONG_NAME = exactly_bytes("n", "ü☃😀", MAX_NAME_BYTES)
+LONG_QUEUE = exactly_bytes("q", "é", MAX_NAME_BYTES)
+LONG_TENANT = exactly_bytes("t", "☃", MAX_NAME_BYTES)
+LONG_KEY = exactly_bytes("k", "😀☃ü", MAX_KEY_BYTES)
 #: With a 4-digit serial, an id exactly MAX_NAME_BYTES long.
-LONG_ID_PREFIX = _exactly("", "😀", MAX_NAME_BYTES - 4)
+LONG_ID_PREFIX = exactly_bytes("", "😀", MAX_NAME_BYTES - 4)
 
 _LONG_VALUES = frozenset({LONG_NAME, LONG_QUEUE, LONG_TENANT, LONG_KEY})
 
@@ -150,14 +137,6 @@ EVENT_DATA = (
     "{}",
 )
 MATCHES = ("{}", '{"order":1}', '{"order":"1"}', '{"order":true}', '{"x":true}')
-
-
-class ParityError(AssertionError):
-    """The driver answered differently from the reference model."""
-
-
-class DriverNotEmptyError(AssertionError):
-    """The factory answered a driver that already held rows, pauses or workers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,109 +254,6 @@ list_filters = st.builds(
 BAD_CURSORS = ("", "garbage", "c1.", "c1.bm90IGpzb24", "c1.WzEsImEiXQ", "c2.WzEsImEiLCJ4Il0")
 
 
-def _typed(value: object) -> object:
-    """A parsed JSON value with every scalar tagged by its type, so `1`, `1.0`, `true` differ."""
-    if isinstance(value, dict):
-        return ("object", sorted((k, _typed(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return ("array", [_typed(v) for v in value])
-    if value is None:
-        return ("null",)
-    # bool before int: `True` is an int to Python.
-    for kind, t in (("bool", bool), ("int", int), ("float", float), ("str", str)):
-        if isinstance(value, t):
-            return (kind, value)
-    raise AssertionError(f"not a JSON value: {value!r}")
-
-
-def typed_json(text: str) -> object:
-    """JSON text as a comparable value: its meaning with every scalar's type (`1` is not `1.0`
-    is not `true`), regardless of spacing and key order."""
-    return _typed(json.loads(text))
-
-
-def _canonical_json(text: object) -> object:
-    # Drivers may store jsonb: compare what the text means (and its types), not its spelling.
-    if not isinstance(text, str):
-        return text
-    try:
-        return ("json", typed_json(text))
-    except ValueError:
-        return ("not JSON", text)
-
-
-_JSON_FIELDS = frozenset(
-    {
-        "input_json",
-        "progress_json",
-        "result_json",
-        "info_json",
-        "output_json",
-        "data_json",
-        "match_json",
-    }
-)
-
-
-def _comparable(value: object) -> object:
-    """`value` as plain data for comparison and display: JSON texts parsed, enums and bools typed.
-
-    Enum and bool answers keep their type, so a driver answering `"dead"` for `JobState.DEAD`
-    or `1` for `True` differs (callers compare states with `is`).
-    """
-    if isinstance(value, JobsError):
-        return ("raised", value.code)
-    if isinstance(value, enum.Enum):
-        return (type(value).__name__, value.value)
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, float):
-        # An integer field answered as a float (attempt 1.0) is a different answer.
-        return ("float", value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, object] = {"type": type(value).__name__}
-        for f in dataclasses.fields(value):
-            v = getattr(value, f.name)
-            out[f.name] = _canonical_json(v) if f.name in _JSON_FIELDS else _comparable(v)
-        return out
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_comparable(v) for v in value]
-    return value
-
-
-def _difference(got: object, want: object) -> object:
-    """The parts of two comparable values that differ, as (driver, model) pairs."""
-    if isinstance(got, dict) and isinstance(want, dict):
-        missing = object()
-        keys = sorted(set(got) | set(want), key=str)
-        return {
-            k: _difference(got.get(k, missing), want.get(k, missing))
-            for k in keys
-            if got.get(k, missing) != want.get(k, missing)
-        }
-    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
-        pairs = enumerate(zip(got, want, strict=True))
-        return {f"[{i}]": _difference(g, w) for i, (g, w) in pairs if g != w}
-    return (got, want)
-
-
-def _assert_same(what: str, got: object, want: object, context: str = "") -> None:
-    # Same repr: same types and values field by field (a float shows `1.0`, a state its enum),
-    # and the same JSON spelling; only a different repr needs the full, type-exact comparison.
-    if type(got) is type(want) and repr(got) == repr(want):
-        return
-    g, w = _comparable(got), _comparable(want)
-    if g != w:
-        raise ParityError(f"{context}{what}: (driver, model) differ: {_difference(g, w)!r}")
-
-
-def _short(value: object, limit: int = 400) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} chars)"
-
-
 #: Ids a fresh walk's first records take (every walk starts with a batch): a driver that still
 #: holds an earlier walk's rows holds some of these.
 _FIRST_IDS = tuple(f"{p}{n:04d}" for p in ID_PREFIXES for n in range(1, 9))
@@ -419,7 +295,7 @@ async def check_empty(driver: JobDriver) -> None:
         )
 
 
-class ParityMachine(RuleBasedStateMachine):
+class ParityMachine(PairedMachine[JobDriver]):
     """Drives `make_driver()`'s driver and a `ReferenceModel` through the same random calls.
 
     Bind a driver with `make_machine(factory)`; this class itself has none.
@@ -427,6 +303,7 @@ class ParityMachine(RuleBasedStateMachine):
 
     #: What the walks reached, across every example of this class (see `make_machine`).
     tally: ClassVar[Counter[str]] = Counter()
+    EDGES_LABEL: ClassVar[str] = "reclaims and buries"
     #: The family a rules class adds, and the families a bound machine walks.
     FAMILY: ClassVar[str] = "jobs"
     FAMILIES_ON: ClassVar[frozenset[str]] = frozenset({"jobs"})
@@ -447,102 +324,11 @@ class ParityMachine(RuleBasedStateMachine):
         self.cursors: list[tuple[JobFilter, str]] = []
         #: Every run that ever recorded a step: its steps are compared after each step.
         self.step_runs: set[str] = set()
-        self._serial = 0
-        #: Steps run so far; the current step's rule (with arguments) and its driver calls.
-        self._steps = 0
-        self._rule: str | None = None
-        self._calls: list[str] = []
-        self._edges = 0
-        self._runner = asyncio.Runner()
-        self._driver_cm = self.make_driver()
-        try:
-            self.driver = self._runner.run(_enter(self._driver_cm))
-        except BaseException:
-            self._runner.close()
-            raise
-        #: Set when the factory's driver was not empty. The walk then runs on the model alone
-        #: and fails at teardown: failing here, before any draw, would make Hypothesis see an
-        #: example that drew less than an earlier one and report `FlakyStrategyDefinition`.
-        self._not_empty: DriverNotEmptyError | None = None
-        try:
-            self._runner.run(check_empty(self.driver))
-        except DriverNotEmptyError as exc:
-            self._not_empty = exc
-        except BaseException:
-            self.teardown()
-            raise
+        self.driver = self._open(asyncio.Runner(), self.make_driver(), check_empty)
         # The walk exercises the job families; `wake` is a scenario (`scenario_wake`).
         self.capabilities = self.driver.capabilities()
 
-    def teardown(self) -> None:
-        try:
-            self._runner.run(_exit(self._driver_cm))
-        finally:
-            self._runner.close()
-        if self._not_empty is not None:
-            raise self._not_empty
-        # Steers Hypothesis's target phase towards walks that reach the edges (reclaims, buries).
-        target(float(self._edges), label="reclaims and buries")
-
-    # -- what the walk reached ----------------------------------------------------------------
-
-    def _note(self, what: str) -> None:
-        """Count one occurrence of something interesting (also a Hypothesis event)."""
-        self.tally[what] += 1
-        event(what)
-
-    def _begin(self, rule: str, **args: object) -> None:
-        """Name the step now running (rules that call no driver say so themselves)."""
-        if self._rule is None:
-            self._rule = f"{rule}({', '.join(f'{k}={_short(v, 200)}' for k, v in args.items())})"
-            self._note(f"rule {rule}")
-
-    def _rule_from_stack(self) -> None:
-        # The outermost frame of a method of this machine is the rule Hypothesis called: the
-        # step is named without every rule (a later one too) having to announce itself.
-        frame: FrameType | None = sys._getframe(2)
-        outer: FrameType | None = None
-        while frame is not None:
-            # Hypothesis's rule wrappers sit between a rule and a rule it calls: walk them all.
-            if frame.f_locals.get("self") is self:
-                outer = frame
-            frame = frame.f_back
-        if outer is None or outer.f_code.co_name == "check_invariants":
-            return
-        code = outer.f_code
-        names = code.co_varnames[1 : code.co_argcount]
-        self._begin(code.co_name, **{n: outer.f_locals.get(n) for n in names})
-
-    def _context(self) -> str:
-        step = self._steps + 1
-        return f"step {step}, rule {self._rule or '?'}: "
-
     # -- plumbing -----------------------------------------------------------------------------
-
-    def _both(
-        self,
-        what: str,
-        model_call: Callable[[], T],
-        driver_call: Callable[[], Coroutine[Any, Any, T]],
-    ) -> T | JobsError:
-        """Run the same call on both; fail unless the answers (or refusal codes) agree."""
-        want: T | JobsError
-        got: T | JobsError
-        if self._rule is None:
-            self._rule_from_stack()
-        self._calls.append(what)
-        try:
-            want = model_call()
-        except JobsError as exc:
-            want = exc
-        if self._not_empty is not None:
-            return want
-        try:
-            got = self._runner.run(driver_call())
-        except JobsError as exc:
-            got = exc
-        _assert_same(what, got, want, self._context())
-        return got
 
     def _fresh_id(self, prefix: str) -> str:
         self._serial += 1
@@ -1354,13 +1140,7 @@ class ParityMachine(RuleBasedStateMachine):
         if self._not_empty is not None:
             return
         ids = [*self.ids, UNKNOWN_ID]
-        step = f"step {self._steps + 1}"
-        calls = ", ".join(self._calls) or "no driver call"
-        context = (
-            f"the state after {step} (rule {self._rule or '?'}, which called {calls}) differs — "
-        )
-        checks: list[tuple[str, Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]]
-        checks = [
+        checks: list[Check] = [
             (
                 "job_get_many",
                 lambda: self.model.job_get_many(ids),
@@ -1373,21 +1153,7 @@ class ParityMachine(RuleBasedStateMachine):
                 lambda: self.driver.worker_list(self.now),
             ),
         ]
-        checks += self._family_checks()
-        for what, model_call, driver_call in checks:
-            want, got = model_call(), self._runner.run(driver_call())
-            _assert_same(what, got, want, context)
-        self._steps += 1
-        self._rule = None
-        self._calls = []
-
-
-async def _enter(cm: AbstractAsyncContextManager[JobDriver]) -> JobDriver:
-    return await cm.__aenter__()
-
-
-async def _exit(cm: AbstractAsyncContextManager[JobDriver]) -> None:
-    await cm.__aexit__(None, None, None)
+        self._compare_state(checks + self._family_checks())
 
 
 #: Every family the machine can walk; `jobs` is always on (the others act on its rows).

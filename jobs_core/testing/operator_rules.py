@@ -13,9 +13,9 @@ from hypothesis.stateful import rule
 from jobs_core.driver import MAX_TIME_MS
 from jobs_core.records import CounterReadParams, JobFilter, JobListParams, JobPage
 from jobs_core.states import JobState
+from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
     BAD_CURSORS,
-    Check,
     IdSpec,
     JobSpec,
     ParityMachine,

@@ -28,11 +28,11 @@ from jobs_core.records import (
     TaskMark,
 )
 from jobs_core.states import LIVE_STATES
+from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
     QUEUES,
     TASK_NAMES,
     WORKERS,
-    Check,
     IdSpec,
     JobSpec,
     ParityMachine,

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar, cast
 
-from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
@@ -44,6 +42,15 @@ from jobs_core.outbox.store import (
     OutboxStore,
 )
 from jobs_core.records import NewJob
+from jobs_core.testing.compare import (
+    Check,
+    DriverNotEmptyError,
+    PairedMachine,
+    comparable,
+    difference,
+    exactly_bytes,
+    short,
+)
 from jobs_core.testing.machine import (
     ID_PREFIXES,
     INPUTS,
@@ -52,12 +59,6 @@ from jobs_core.testing.machine import (
     NAMES,
     QUEUES,
     TRACEPARENTS,
-    DriverNotEmptyError,
-    ParityError,
-    _comparable,
-    _difference,
-    _exactly,
-    _short,
 )
 from jobs_core.testing.outbox.harness import OutboxFactory, OutboxHarness
 from jobs_core.testing.outbox.model import OutboxModel
@@ -70,7 +71,7 @@ T0 = 1_800_000_000_000
 UNKNOWN_ID = "no-such-row"
 UNKNOWN_TOKEN = "no-such-token"
 #: With a 4-digit serial, a token exactly MAX_NAME_BYTES long.
-LONG_TOKEN_PREFIX = _exactly("c", "é😀", MAX_NAME_BYTES - 4)
+LONG_TOKEN_PREFIX = exactly_bytes("c", "é😀", MAX_NAME_BYTES - 4)
 #: Token prefixes whose code-point order differs from their handing-out order.
 TOKEN_PREFIXES = ("c", "C", "é", "☃", "q'\n%", LONG_TOKEN_PREFIX)
 #: Past the stored cut (2,000 characters), of 1- to 3-byte characters.
@@ -198,21 +199,6 @@ BAD_FIELDS: tuple[tuple[str, object], ...] = (
 )
 
 
-def _assert_same(what: str, got: object, want: object, context: str) -> None:
-    """Fail with a `ParityError` naming what differs (JSON compared type-exactly); rows are
-    told apart by id first, then field by field."""
-    if type(got) is type(want) and repr(got) == repr(want):
-        return
-    g, w = _comparable(got), _comparable(want)
-    if g == w:
-        return
-    if _rows(got) and _rows(want):
-        detail = _rows_difference(cast(list[OutboxRow], got), cast(list[OutboxRow], want))
-    else:
-        detail = _short(_difference(g, w), 4000)
-    raise ParityError(f"{context}{what}: (store, model) differ: {detail}")
-
-
 def _rows(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(r, OutboxRow) for r in value)
 
@@ -226,15 +212,15 @@ def _rows_difference(got: list[OutboxRow], want: list[OutboxRow]) -> str:
         if extra or missing:
             return (
                 f"{len(got)} rows against {len(want)}: the store has "
-                f"{_short(extra, 300)} that the model has not, and lacks {_short(missing, 300)}"
+                f"{short(extra, 300)} that the model has not, and lacks {short(missing, 300)}"
             )
-        return f"the rows' order: {_short(got_ids, 600)} against {_short(want_ids, 600)}"
+        return f"the rows' order: {short(got_ids, 600)} against {short(want_ids, 600)}"
     fields = {
-        i: _difference(_comparable(g), _comparable(w))
+        i: difference(comparable(g), comparable(w))
         for i, g, w in zip(got_ids, got, want, strict=True)
-        if _comparable(g) != _comparable(w)
+        if comparable(g) != comparable(w)
     }
-    return _short(fields, 4000)
+    return short(fields, 4000)
 
 
 class OutboxNotEmptyError(DriverNotEmptyError):
@@ -252,7 +238,11 @@ async def check_outbox_empty(store: OutboxStore) -> None:
         )
 
 
-class OutboxMachine(RuleBasedStateMachine):
+async def _check_harness_empty(harness: OutboxHarness) -> None:
+    await check_outbox_empty(harness.store)
+
+
+class OutboxMachine(PairedMachine[OutboxHarness]):
     """Drives `make_harness()`'s store and an `OutboxModel` through the same random calls.
 
     Bind a store with `make_outbox_machine(factory)`; this class itself has none.
@@ -260,6 +250,8 @@ class OutboxMachine(RuleBasedStateMachine):
 
     #: What the walks reached, across every example of this class.
     tally: ClassVar[Counter[str]] = Counter()
+    SIDE: ClassVar[str] = "store"
+    EDGES_LABEL: ClassVar[str] = "outbox edges"
 
     @staticmethod
     def make_harness() -> AbstractAsyncContextManager[OutboxHarness]:
@@ -274,80 +266,18 @@ class OutboxMachine(RuleBasedStateMachine):
         self.took: dict[str, list[str]] = {}
         self.published: list[str] = []
         self.rolled_back: list[str] = []
-        self._serial = 0
-        self._steps = 0
-        self._rule: str | None = None
-        self._calls: list[str] = []
-        self._edges = 0
-        self._runner = _Loop()
-        self._harness_cm = self.make_harness()
-        try:
-            self.harness = self._runner.run(_enter(self._harness_cm))
-        except BaseException:
-            self._runner.close()
-            raise
+        self.harness = self._open(_Loop(), self.make_harness(), _check_harness_empty)
         self.store = self.harness.store
-        #: A store that was not empty: the walk runs on the model alone and fails at teardown
-        #: (failing before any draw would look flaky to Hypothesis).
-        self._not_empty: OutboxNotEmptyError | None = None
-        try:
-            self._runner.run(check_outbox_empty(self.store))
-        except OutboxNotEmptyError as exc:
-            self._not_empty = exc
-        except BaseException:
-            self.teardown()
-            raise
 
-    def teardown(self) -> None:
-        try:
-            self._runner.run(_exit(self._harness_cm))
-        finally:
-            self._runner.close()
-        if self._not_empty is not None:
-            raise self._not_empty
-        # Steers Hypothesis's target phase towards walks that reach the edges.
-        target(float(self._edges), label="outbox edges")
+    def _explain(self, got: object, want: object) -> str:
+        """Rows told apart by id first, then field by field; other answers cut short."""
+        if _rows(got) and _rows(want):
+            return _rows_difference(cast(list[OutboxRow], got), cast(list[OutboxRow], want))
+        return short(difference(comparable(got), comparable(want)), 4000)
 
-    # -- what the walk reached ----------------------------------------------------------------
-
-    def _note(self, what: str, *, edge: bool = False) -> None:
-        """Count one occurrence of something interesting (also a Hypothesis event)."""
-        self.tally[what] += 1
-        self._edges += edge
-        event(what)
-
-    def _begin(self, rule: str, **args: object) -> None:
-        """Name the step now running, with the arguments its draws resolved to (a rule another
-        one calls keeps the outer rule's name)."""
-        if self._rule is None:
-            self._rule = f"{rule}({', '.join(f'{k}={_short(v, 200)}' for k, v in args.items())})"
-            self._note(f"rule {rule}")
-
-    def _context(self) -> str:
-        return f"step {self._steps + 1}, rule {self._rule or '?'}: "
-
-    def _both(
-        self,
-        what: str,
-        model_call: Callable[[], T],
-        store_call: Callable[[], Awaitable[T]],
-    ) -> T | JobsError:
-        """Run the same call on both; fail unless the answers (or refusal codes) agree."""
-        want: T | JobsError
-        got: T | JobsError
-        self._calls.append(what)
-        try:
-            want = model_call()
-        except JobsError as exc:
-            want = exc
-        if self._not_empty is not None:
-            return want
-        try:
-            got = self._runner.run(store_call())
-        except JobsError as exc:
-            got = exc
-        _assert_same(what, got, want, self._context())
-        return want
+    async def _stage(self, records: Sequence[NewJob], commit: bool) -> None:
+        # The harness's stage is any awaitable; the runner takes coroutines.
+        await self.harness.stage(records, commit)
 
     # -- resolving draws against the state ----------------------------------------------------
 
@@ -474,7 +404,7 @@ class OutboxMachine(RuleBasedStateMachine):
         answer = self._both(
             "stage",
             lambda: self.model.stage(records, commit),
-            lambda: self.harness.stage(records, commit),
+            lambda: self._stage(records, commit),
         )
         if isinstance(answer, JobsError):
             return
@@ -682,7 +612,7 @@ class OutboxMachine(RuleBasedStateMachine):
         token = holders[0] if holders else UNKNOWN_TOKEN
         ids = self._holds(token) or [UNKNOWN_ID]
         self._begin("refused_call", kind=kind, token=token)
-        call: tuple[Callable[[], object], Callable[[], Awaitable[object]]]
+        call: tuple[Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]
         if kind.startswith("stage"):
             call = self._refused_stage(kind, bad, specs, pos)
         elif kind.startswith("claim"):
@@ -707,7 +637,7 @@ class OutboxMachine(RuleBasedStateMachine):
 
     def _refused_stage(
         self, kind: str, bad: tuple[str, object], specs: list[RowSpec], pos: int
-    ) -> tuple[Callable[[], object], Callable[[], Awaitable[object]]]:
+    ) -> tuple[Callable[[], object], Callable[[], Coroutine[Any, Any, object]]]:
         if kind == "stage: batch past the cap":
             first = self._record(specs[0])
             serial = self._serial
@@ -723,7 +653,7 @@ class OutboxMachine(RuleBasedStateMachine):
             self.rolled_back.extend(r.id for r in records if r.id)
         return (
             lambda: self.model.stage(records, True),
-            lambda: self.harness.stage(records, True),
+            lambda: self._stage(records, True),
         )
 
     def _bad_claim(self, kind: str) -> OutboxClaim:
@@ -772,17 +702,14 @@ class OutboxMachine(RuleBasedStateMachine):
         """
         if self._not_empty is not None:
             return
-        calls = ", ".join(self._calls) or "no store call"
-        context = (
-            f"the state after step {self._steps + 1} (rule {self._rule or '?'}, which called "
-            f"{calls}) differs — "
-        )
-        want = self.model.pending(MAX_OUTBOX_PENDING)
-        got = self._runner.run(self.store.outbox_pending(MAX_OUTBOX_PENDING))
-        _assert_same("outbox_pending", got, want, context)
-        self._steps += 1
-        self._rule = None
-        self._calls = []
+        checks: list[Check] = [
+            (
+                "outbox_pending",
+                lambda: self.model.pending(MAX_OUTBOX_PENDING),
+                lambda: self.store.outbox_pending(MAX_OUTBOX_PENDING),
+            )
+        ]
+        self._compare_state(checks)
 
 
 class _Loop:
@@ -808,14 +735,6 @@ class _Loop:
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             loop.close()
-
-
-async def _enter(cm: AbstractAsyncContextManager[OutboxHarness]) -> OutboxHarness:
-    return await cm.__aenter__()
-
-
-async def _exit(cm: AbstractAsyncContextManager[OutboxHarness]) -> None:
-    await cm.__aexit__(None, None, None)
 
 
 def make_outbox_machine(factory: OutboxFactory) -> type[OutboxMachine]:

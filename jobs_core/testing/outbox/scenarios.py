@@ -18,7 +18,7 @@ from jobs_core.errors import JobsError
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, MAX_OUTBOX_ERROR_CHARS, MAX_OUTBOX_PENDING
 from jobs_core.records import NewJob
-from jobs_core.testing.machine import _exactly, typed_json
+from jobs_core.testing.compare import exactly_bytes, typed_json
 from jobs_core.testing.outbox.harness import OutboxHarness
 
 Scenario: TypeAlias = Callable[[OutboxHarness], Awaitable[None]]
@@ -233,7 +233,7 @@ async def scenario_refused_calls_change_nothing(h: OutboxHarness) -> None:
     before = await pending(h)
     s = h.store
     ok = OutboxClaim("T", 10, 1000, T0)
-    long_token = _exactly("t", "☃", MAX_NAME_BYTES + 1)
+    long_token = exactly_bytes("t", "☃", MAX_NAME_BYTES + 1)
     invalid: list[Callable[[], Awaitable[object]]] = [
         lambda: s.outbox_claim(replace(ok, token="")),
         lambda: s.outbox_claim(replace(ok, token="t\x00")),
@@ -307,13 +307,13 @@ async def scenario_values_round_trip(h: OutboxHarness) -> None:
     """A staged job comes back field for field: values at the byte limits, quotes, newlines,
     non-ASCII text, JSON whose types matter (`1`, `1.0`, `true`), a trace context."""
     job = record(
-        _exactly("i", "😀é", MAX_NAME_BYTES),
+        exactly_bytes("i", "😀é", MAX_NAME_BYTES),
         created=T0 - 7,
-        run_id=_exactly("r", "☃", MAX_NAME_BYTES),
-        name=_exactly("q'uo%te\n", "ü☃", MAX_NAME_BYTES),
+        run_id=exactly_bytes("r", "☃", MAX_NAME_BYTES),
+        name=exactly_bytes("q'uo%te\n", "ü☃", MAX_NAME_BYTES),
         queue="q'\n%☃",
-        tenant_id=_exactly("t", "☃", MAX_NAME_BYTES),
-        idempotency_key=_exactly("k", "😀☃ü", MAX_KEY_BYTES),
+        tenant_id=exactly_bytes("t", "☃", MAX_NAME_BYTES),
+        idempotency_key=exactly_bytes("k", "😀☃ü", MAX_KEY_BYTES),
         input_json='{"one": 1, "float": 1.0, "yes": true, "big": 12345678901234567890}',
         priority=100,
         run_at_ms=MAX_TIME_MS,

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias, TypeVar
 from jobs_core.driver import JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.records import BuriedJob, ClaimedJob, ClaimParams, JobRecord, NewJob
-from jobs_core.testing.machine import typed_json
+from jobs_core.testing.compare import typed_json
 
 Scenario: TypeAlias = Callable[[JobDriver], Awaitable[None]]
 T = TypeVar("T")

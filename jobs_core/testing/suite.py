@@ -19,18 +19,13 @@ The state machine runs under the profile `HYPOTHESIS_PROFILE` names (`jobs_core.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from hypothesis import seed as use_seed
-from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.testing.machine import FAMILIES, DriverFactory, check_empty, make_machine
-from jobs_core.testing.profiles import selected_profile, suite_settings
 from jobs_core.testing.scenarios import SCENARIOS, Scenario
+from jobs_core.testing.walks import run_walk, seed_of, statistics_note
 
 
 def run_scenario(factory: DriverFactory, scenario: Scenario) -> None:
@@ -42,43 +37,6 @@ def run_scenario(factory: DriverFactory, scenario: Scenario) -> None:
             await scenario(driver)
 
     asyncio.run(go())
-
-
-def _seed_of(config: pytest.Config) -> int:
-    """`--hypothesis-seed` when given, else a fresh random seed (printed, so it replays)."""
-    given = config.getoption("hypothesis_seed", default=None)
-    if given is None:
-        return random.SystemRandom().randrange(2**32)
-    try:
-        return int(given)
-    except ValueError:
-        # Hypothesis accepts any string as a seed; so do we, through a stable hash.
-        return int.from_bytes(str(given).encode()[:8].ljust(8, b"\0"), "big")
-
-
-def _tally_lines(tally: Counter[str]) -> list[str]:
-    return [f"  - {n:6d}  {what}" for what, n in sorted(tally.items())]
-
-
-@contextlib.contextmanager
-def _statistics_to(note: Callable[[str], None] | None, tally: Counter[str]) -> Iterator[None]:
-    """Hand Hypothesis's statistics of the run (and the walk's tally) to `note`."""
-    if note is None:
-        yield
-        return
-    try:
-        from hypothesis.statistics import collector, describe_statistics
-    except ImportError:  # an internal module: without it, the tally alone
-        yield
-        note("\n".join(["The walks reached:", *_tally_lines(tally)]))
-        return
-
-    def collect(stats: dict[str, object]) -> None:
-        text = describe_statistics(stats)  # type: ignore[arg-type]
-        note("\n".join([text, "  - The walks reached, in all:", *_tally_lines(tally)]))
-
-    with collector.with_value(collect):  # type: ignore[arg-type]
-        yield
 
 
 def run_machine(
@@ -94,20 +52,12 @@ def run_machine(
     to replay it. `statistics`, when given, receives Hypothesis's statistics of the run (rules,
     events, phases) with the tally.
     """
-    machine = make_machine(factory, families)
-    profile = selected_profile()
-    replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
-    print(f"parity state machine: profile {profile}, seed {seed}")
-    try:
-        with _statistics_to(statistics, machine.tally):
-            run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
-    except BaseException as exc:
-        exc.add_note(replay)
-        print(replay)
-        raise
-    finally:
-        counts = ", ".join(f"{k}: {v}" for k, v in sorted(machine.tally.items()))
-        print(f"reached: {counts}")
+    run_walk(
+        make_machine(factory, families),
+        seed,
+        title="parity state machine",
+        statistics=statistics,
+    )
 
 
 class DriverSuite:
@@ -117,14 +67,7 @@ class DriverSuite:
         self, driver_factory: DriverFactory, request: pytest.FixtureRequest
     ) -> None:
         """Random operation sequences answer exactly as the reference model does."""
-        node = request.node
-
-        def note(text: str) -> None:
-            # Where Hypothesis's pytest plugin looks for a test's statistics: printed in the
-            # summary under `--hypothesis-show-statistics`.
-            node.hypothesis_statistics = text
-
-        run_machine(driver_factory, _seed_of(request.config), statistics=note)
+        run_machine(driver_factory, seed_of(request.config), statistics=statistics_note(request))
 
     @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
     def test_scenario(self, driver_factory: DriverFactory, scenario: str) -> None:

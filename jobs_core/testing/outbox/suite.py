@@ -19,14 +19,11 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from hypothesis import seed as use_seed
-from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.testing.outbox.harness import OutboxFactory
 from jobs_core.testing.outbox.machine import check_outbox_empty, make_outbox_machine
 from jobs_core.testing.outbox.scenarios import OUTBOX_SCENARIOS, Scenario
-from jobs_core.testing.profiles import selected_profile, suite_settings
-from jobs_core.testing.suite import _seed_of, _statistics_to
+from jobs_core.testing.walks import run_walk, seed_of, statistics_note
 
 
 def run_outbox_scenario(factory: OutboxFactory, scenario: Scenario) -> None:
@@ -45,20 +42,9 @@ def run_outbox_machine(
 ) -> None:
     """One outbox state-machine run on `factory`'s harnesses under the selected profile and
     `seed`; prints the seed and what the walks reached, and a failure says how to replay it."""
-    machine = make_outbox_machine(factory)
-    profile = selected_profile()
-    replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
-    print(f"outbox state machine: profile {profile}, seed {seed}")
-    try:
-        with _statistics_to(statistics, machine.tally):
-            run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
-    except BaseException as exc:
-        exc.add_note(replay)
-        print(replay)
-        raise
-    finally:
-        counts = ", ".join(f"{k}: {v}" for k, v in sorted(machine.tally.items()))
-        print(f"reached: {counts}")
+    run_walk(
+        make_outbox_machine(factory), seed, title="outbox state machine", statistics=statistics
+    )
 
 
 class OutboxSuite:
@@ -71,12 +57,9 @@ class OutboxSuite:
         self, outbox_factory: OutboxFactory, request: pytest.FixtureRequest
     ) -> None:
         """Random stage, claim, publish and release sequences answer exactly as the model."""
-        node = request.node
-
-        def note(text: str) -> None:
-            node.hypothesis_statistics = text  # shown under --hypothesis-show-statistics
-
-        run_outbox_machine(outbox_factory, _seed_of(request.config), statistics=note)
+        run_outbox_machine(
+            outbox_factory, seed_of(request.config), statistics=statistics_note(request)
+        )
 
     @pytest.mark.parametrize("scenario", sorted(OUTBOX_SCENARIOS))
     def test_outbox_scenario(self, outbox_factory: OutboxFactory, scenario: str) -> None:

@@ -8,42 +8,27 @@ handed in as every claim's `now_ms`.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final, TypeAlias, cast
 
 from jobs_core.driver import MAX_KEY_BYTES, MAX_LEASE_MS, MAX_NAME_BYTES, MAX_TIME_MS
-from jobs_core.errors import JobsError
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, MAX_OUTBOX_ERROR_CHARS, MAX_OUTBOX_PENDING
 from jobs_core.records import NewJob
 from jobs_core.testing.compare import exactly_bytes, typed_json
 from jobs_core.testing.outbox.harness import OutboxHarness
+from jobs_core.testing.scenarios.support import T0, new_job, refused
 
 Scenario: TypeAlias = Callable[[OutboxHarness], Awaitable[None]]
 
-T0: Final = 1_800_000_000_000
 #: How long a store that offers a wake may take to deliver one (a real channel, a busy machine).
 WAKE_WAIT_S = 15.0
 
 
 def record(job_id: str, *, created: int = T0, **fields: Any) -> NewJob:
-    """A valid staged record stamped `created` (its stage time)."""
-    base = NewJob(
-        id=job_id,
-        run_id=f"run-{job_id}",
-        name="n",
-        queue="q",
-        tenant_id=None,
-        idempotency_key=f"key-{job_id}",
-        input_json=json.dumps({"id": job_id}),
-        priority=0,
-        run_at_ms=created,
-        max_attempts=3,
-        created_at_ms=created,
-    )
-    return replace(base, **fields)
+    """A valid staged record stamped `created` (its stage time), due then."""
+    return replace(new_job(job_id, run_at_ms=created, created_at_ms=created), **fields)
 
 
 async def claim(
@@ -81,16 +66,6 @@ def claim_state(r: OutboxRow) -> tuple[object, ...]:
     """Everything of a row but its job: `(claimed_by, lease_until_ms, available_at_ms,
     attempts, last_error)`."""
     return (r.claimed_by, r.lease_until_ms, r.available_at_ms, r.attempts, r.last_error)
-
-
-async def refused(code: str, call: Awaitable[object]) -> None:
-    """Await `call` and assert it raised the `JobsError` carrying `code`."""
-    try:
-        answer = await call
-    except JobsError as exc:
-        assert exc.code == code, f"raised {exc.code} ({exc}), expected {code}"
-        return
-    raise AssertionError(f"answered {answer!r}, expected a refusal {code}")
 
 
 async def scenario_lapsed_lease_reclaimed(h: OutboxHarness) -> None:

@@ -71,7 +71,7 @@ async def refused(code: str, call: Awaitable[object]) -> None:
     try:
         answer = await call
     except JobsError as exc:
-        assert exc.code == code, f"raised {exc.code}, expected {code}"
+        assert exc.code == code, f"raised {exc.code} ({exc}), expected {code}"
         return
     raise AssertionError(f"answered {answer!r}, expected a refusal {code}")
 

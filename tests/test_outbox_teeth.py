@@ -14,7 +14,6 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.outbox import (
@@ -35,18 +34,10 @@ from jobs_core.testing.outbox import (
 )
 from jobs_core.testing.outbox.scenarios import record
 from jobs_memory import MemoryOutbox, MemoryTx
+from tests.teeth import teeth_settings
 from tests.test_outbox_parity import memory_harness
 
-TEETH = settings(
-    max_examples=100,
-    stateful_step_count=30,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+TEETH = teeth_settings(max_examples=100)
 
 
 class _ClaimBy(MemoryOutbox):

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase
 from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.driver import (
@@ -67,17 +67,9 @@ from jobs_core.testing import (
 from jobs_core.testing.machine import QUEUES
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
+from tests.teeth import teeth_settings
 
-TEETH = settings(
-    max_examples=300,
-    stateful_step_count=30,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+TEETH = teeth_settings(max_examples=300)
 
 
 class UnfencedAck(MemoryDriver):

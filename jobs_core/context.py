@@ -134,6 +134,28 @@ class JobContext:
             step_timeout_ms=step_timeout_ms,
             event_poll_ms=event_poll_ms,
         )
+        return cls._of_claim(
+            job,
+            tenant=tenant,
+            signal=signal,
+            report=on_progress if on_progress is not None else _drop,
+            step=steps,
+            sync_step=SyncStepApi(steps, loop),
+        )
+
+    @classmethod
+    def _of_claim(
+        cls,
+        job: ClaimedJob,
+        *,
+        tenant: str | None,
+        signal: CancelSignal,
+        report: Callable[[Any], None],
+        step: StepApi,
+        sync_step: SyncStepApi,
+    ) -> JobContext:
+        """The context of one run of the claim `job`: its row's metadata, with these parts (the
+        one constructor of the worker's run and of `for_test`, so the two cannot differ)."""
         return cls(
             job_id=job.id,
             run_id=job.run_id,
@@ -145,9 +167,9 @@ class JobContext:
             enqueued_tenant=job.tenant_id,
             enqueued_by=job.enqueued_by,
             signal=signal,
-            _report=on_progress if on_progress is not None else _drop,
-            step=steps,
-            sync_step=SyncStepApi(steps, loop),
+            _report=report,
+            step=step,
+            sync_step=sync_step,
         )
 
     @property

@@ -195,18 +195,11 @@ class Runner:
             put=self._outcomes.settler.step_put,
         )
         held.steps = steps
-        ctx = JobContext(
-            job_id=job.id,
-            run_id=job.run_id,
-            name=job.name,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
+        ctx = JobContext._of_claim(
+            job,
             tenant=tenant,
-            enqueued_tenant=job.tenant_id,
-            enqueued_by=job.enqueued_by,
             signal=held.signal,
-            _report=held.report_progress,
+            report=held.report_progress,
             step=steps,
             sync_step=SyncStepApi(steps, asyncio.get_running_loop()),
         )

@@ -21,6 +21,8 @@ from jobs_core.leases import RateLimit
 from jobs_core.records import NewJob
 
 D = TypeVar("D", bound=JobDriver)
+#: A store class: a driver, or an outbox store.
+S = TypeVar("S")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,11 +158,12 @@ def new_job(
     )
 
 
-def counting(base: type[D], *extra: str) -> type[D]:
-    """A subclass of driver class `base` that records each store call in `self.calls`.
+def counting(base: type[S], *extra: str, contract: type = JobDriver) -> type[S]:
+    """A subclass of store class `base` that records each store call in `self.calls`.
 
-    Every backend method of the contract (the `_`-prefixed ones) is one round-trip; `extra`
-    names more methods that reach the store (a wake probe).
+    Every backend method of `contract` (the `_`-prefixed ones; a driver's by default, or an
+    `OutboxStore`'s) is one round-trip; `extra` names more methods that reach the store (a wake
+    probe).
     """
 
     def counted(name: str) -> Callable[..., Awaitable[object]]:
@@ -186,7 +189,9 @@ def counting(base: type[D], *extra: str) -> type[D]:
         "_task_fire",
         "_task_marks",
     }
-    names = sorted(JobDriver.__abstractmethods__ | optional | set(extra))
+    # A driver's optional families: the outbox contract has none of them.
+    optional = optional if issubclass(contract, JobDriver) else set()
+    names = sorted(contract.__abstractmethods__ | optional | set(extra))
     namespace: dict[str, Any] = {name: counted(name) for name in names}
     cls = type(f"Counting{base.__name__}", (base,), namespace)
 

@@ -27,7 +27,7 @@ from jobs_core.errors import (
     RecordInvalidError,
 )
 from jobs_core.job import JobHandle
-from jobs_core.outbox import OutboxClaim, OutboxRelease, OutboxRow, Relay, Staged
+from jobs_core.outbox import OutboxClaim, OutboxRow, OutboxStore, Relay, Staged
 from jobs_core.outbox.relay import RETRY_FLOOR_MS
 from jobs_core.records import EnqueueResult, JobFilter, JobListParams, NewJob
 from jobs_core.urls import outbox_from_url
@@ -358,38 +358,21 @@ def test_describe_names_both_stores_without_a_password() -> None:
 # -- the idle cost ------------------------------------------------------------------------
 
 
-class CountingOutbox(MemoryOutbox):
-    """A memory outbox that records each store call; `wake=False` answers no wake channel."""
+class WakelessOutbox(MemoryOutbox):
+    """A memory outbox that, with `wake=False`, answers no wake channel."""
 
     def __init__(self, *, clock: FakeClock, wake: bool) -> None:
         super().__init__(clock=clock)
-        self.calls: list[str] = []
         self._offers_wake = wake
 
     async def outbox_wake(self, on_wake: Callable[[], None]) -> Any:
         return await super().outbox_wake(on_wake) if self._offers_wake else None
 
-    async def _outbox_claim(self, claim: Any) -> list[OutboxRow]:
-        self.calls.append("_outbox_claim")
-        return await super()._outbox_claim(claim)
-
-    async def _outbox_pending(self, limit: int) -> list[OutboxRow]:
-        self.calls.append("_outbox_pending")
-        return await super()._outbox_pending(limit)
-
-    async def _outbox_publish(self, token: str, ids: Sequence[str]) -> list[str]:
-        self.calls.append("_outbox_publish")
-        return await super()._outbox_publish(token, ids)
-
-    async def _outbox_release(self, release: Any) -> list[str]:
-        self.calls.append("_outbox_release")
-        return await super()._outbox_release(release)
-
 
 @pytest.mark.parametrize(("wake", "budget"), [(False, 30), (True, 12)])
 async def test_an_idle_minute_stays_within_budget(wake: bool, budget: int) -> None:
     clock = FakeClock(T0)
-    outbox = CountingOutbox(clock=clock, wake=wake)
+    outbox: Any = counting(WakelessOutbox, contract=OutboxStore)(clock=clock, wake=wake)
     driver: Any = counting(MemoryDriver)()
     relay = Relay(outbox, driver, clock=clock)
     await relay.start()
@@ -419,7 +402,7 @@ async def test_an_idle_minute_stays_within_budget(wake: bool, budget: int) -> No
 
 async def test_a_claim_that_fails_raises_from_tick_and_the_loop_backs_off() -> None:
     clock = FakeClock(T0)
-    outbox = CountingOutbox(clock=clock, wake=False)
+    outbox = WakelessOutbox(clock=clock, wake=False)
     driver = MemoryDriver()
     down = {"yes": True}
     claim = outbox.outbox_claim
@@ -509,7 +492,7 @@ def test_an_outbox_store_whose_library_is_missing_names_what_to_install() -> Non
 
 async def test_a_store_down_at_start_is_waited_for() -> None:
     clock = FakeClock(T0)
-    outbox, driver = CountingOutbox(clock=clock, wake=True), MemoryDriver()
+    outbox, driver = WakelessOutbox(clock=clock, wake=True), MemoryDriver()
     tries: list[int] = []
 
     async def opening() -> None:
@@ -531,30 +514,6 @@ async def test_a_store_down_at_start_is_waited_for() -> None:
     await asyncio.wait_for(running, 5)
 
 
-class CountingPgOutbox(PgOutbox):
-    """A Postgres outbox that records each store call (its `_outbox_*` methods)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[str] = []
-
-    async def _outbox_claim(self, claim: OutboxClaim) -> list[OutboxRow]:
-        self.calls.append("_outbox_claim")
-        return await super()._outbox_claim(claim)
-
-    async def _outbox_pending(self, limit: int) -> list[OutboxRow]:
-        self.calls.append("_outbox_pending")
-        return await super()._outbox_pending(limit)
-
-    async def _outbox_publish(self, token: str, ids: Sequence[str]) -> list[str]:
-        self.calls.append("_outbox_publish")
-        return await super()._outbox_publish(token, ids)
-
-    async def _outbox_release(self, release: OutboxRelease) -> list[str]:
-        self.calls.append("_outbox_release")
-        return await super()._outbox_release(release)
-
-
 @pytest.mark.parametrize(("wake", "budget"), [(False, 30), (True, 12)])
 async def test_an_idle_minute_on_a_postgres_outbox_stays_within_budget(
     wake: bool, budget: int
@@ -566,7 +525,7 @@ async def test_an_idle_minute_on_a_postgres_outbox_stays_within_budget(
     schema = fresh_schema()
     await asyncio.to_thread(upgrade, PG_URL, schema)
     clock = FakeClock(T0)
-    outbox = CountingPgOutbox(PG_URL, schema=schema, wake=wake)
+    outbox: Any = counting(PgOutbox, contract=OutboxStore)(PG_URL, schema=schema, wake=wake)
     driver: Any = counting(MemoryDriver)()
     relay = Relay(outbox, driver, clock=clock)
     try:

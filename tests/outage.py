@@ -2,7 +2,7 @@
 
 Every scenario takes a `Store`: a way to stop and start the test's own server and to open a
 driver on it. The bodies record their runs here, outside the store, so a run the store forgot
-or a run done twice is seen.
+or a run done twice is seen. `throwaway_pg` and `throwaway_redis` are those servers.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jobs_core.context import JobContext
@@ -24,6 +25,32 @@ from jobs_core.facade import Jobs
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from tests.core.support import declare
+from tests.pg.server import PgServer
+from tests.redis.conftest import RedisServer
+
+
+@contextlib.contextmanager
+def throwaway_pg() -> Iterator[PgServer]:
+    """A Postgres server of the caller's own, started; stopped and removed on exit (an initdb
+    costs seconds: share one per module)."""
+    s = PgServer()
+    try:
+        s.start()
+        yield s
+    finally:
+        s.close()
+
+
+@contextlib.contextmanager
+def throwaway_redis(path: Path) -> Iterator[RedisServer]:
+    """A Redis server of the caller's own in `path`, started; stopped on exit."""
+    # AOF, fsync on every write: a stop and start loses nothing the server acknowledged.
+    s = RedisServer(path, "--appendonly", "yes", "--appendfsync", "always")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 @dataclass

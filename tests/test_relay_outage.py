@@ -23,6 +23,7 @@ from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.support import declare, until
+from tests.outage import throwaway_pg, throwaway_redis
 from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
 from tests.pg.server import PgServer
 from tests.redis.conftest import RedisServer, fresh_prefix, purge
@@ -50,23 +51,14 @@ async def listed(driver: JobDriver) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[PgServer]:
-    s = PgServer()
-    try:
-        s.start()
+    with throwaway_pg() as s:
         yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    # AOF, fsync on every write: a stop and start loses nothing the relay was told was written.
-    s = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    s.start()
-    try:
+    with throwaway_redis(tmp_path / "redis") as s:
         yield s
-    finally:
-        s.stop()
 
 
 async def test_the_outbox_going_down_under_a_running_relay_loses_nothing(

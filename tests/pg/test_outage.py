@@ -29,12 +29,8 @@ from tests.test_drain_subprocess import handles, start_worker
 @pytest.fixture(scope="module")
 def owned_server() -> Iterator[PgServer]:
     """One throwaway server for the module (an initdb costs seconds); each test its own schema."""
-    s = PgServer()
-    try:
-        s.start()
+    with outage.throwaway_pg() as s:
         yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

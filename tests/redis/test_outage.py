@@ -21,13 +21,8 @@ from tests.redis.conftest import RedisServer, fresh_prefix
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
-    # AOF, fsync on every write: a stop and start loses nothing acknowledged.
-    s = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    s.start()
-    try:
+    with outage.throwaway_redis(tmp_path / "redis") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def store(server: RedisServer) -> outage.Store:

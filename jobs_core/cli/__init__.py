@@ -2,8 +2,8 @@
 
 `base` holds the group and what every command shares; `run` the commands that run jobs (worker,
 enqueue, db, demo); `operate` the operator's verbs (jobs, queues, pause, resume, workers,
-stats); `schedule` the scheduler role and the task listing; `relay` the outbox relay and its backlog; `show`
-how their answers are printed, for people and as JSON.
+stats); `schedule` the scheduler role and the task listing; `relay` the outbox relay and its
+backlog; `show` how their answers are printed, for people and as JSON.
 """
 
 # Importing the command modules registers their commands on `main`.

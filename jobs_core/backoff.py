@@ -1,6 +1,12 @@
-"""The wait an idle polling loop takes: a floor, doubling on each empty pass, to a ceiling."""
+"""How an idle polling loop waits: a floor, doubling on each empty pass, to a ceiling; and the
+wait itself, cut short by a kick (a wake, a freed slot, a stop)."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from jobs_core.clock import Clock
 
 
 class IdleBackoff:
@@ -20,3 +26,19 @@ class IdleBackoff:
         wait = min(self._current, cap)
         self._current = min(self._current * 2, cap)
         return wait
+
+
+async def wait_kick(kick: asyncio.Event, clock: Clock, ms: int | None) -> None:
+    """Until `kick` is set or `ms` of `clock` passed (None: only the kick); at once when `kick`
+    is already set. The kick is left set: the caller clears it where its pass begins."""
+    if kick.is_set():
+        return
+    waiter = asyncio.ensure_future(kick.wait())
+    waits: list[asyncio.Future[Any]] = [waiter]
+    if ms is not None:
+        waits.append(asyncio.ensure_future(clock.sleep_ms(ms)))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

@@ -7,9 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs_core.errors import JobsError
+from jobs_core.errors import DeclarationInvalidError, JobsError
 
 if TYPE_CHECKING:
+    from jobs_core.clock import Clock
+    from jobs_core.driver import JobDriver
+    from jobs_core.records import ClaimedJob
     from jobs_core.steps.api import StepApi, SyncStepApi
 
 
@@ -88,6 +91,65 @@ class JobContext:
     #: The same, blocking, for a `def` body.
     sync_step: SyncStepApi = field(repr=False)
 
+    @classmethod
+    def for_test(
+        cls,
+        job: ClaimedJob,
+        driver: JobDriver,
+        *,
+        tenant: str | None = None,
+        clock: Clock | None = None,
+        signal: CancelSignal | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        step_timeout_ms: int | None = None,
+        event_poll_ms: int | None = None,
+    ) -> JobContext:
+        """The context a worker would hand `job`'s body, for calling that body yourself (a test).
+
+        `job` is a claim made on `driver` (`job_claim`): `ctx.step` records there, fenced on that
+        claim, exactly as under a worker, so steps replay and refuse as they do in production.
+        `ctx.sync_step` blocks on `loop` (default: the running loop), so a `def` body must run on
+        another thread than that loop's. `ctx.progress` calls `on_progress` (default: drops the
+        value). `signal` is fired only by the caller (default: a new one). `tenant` is the org
+        the run acts for (`handle.tenant_for(input)`); nothing here sets it as the current one.
+        """
+        from jobs_core.clock import SystemClock
+        from jobs_core.steps.api import StepApi, SyncStepApi
+
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise DeclarationInvalidError(
+                    "the steps need an event loop: call it inside one, or pass loop=",
+                    detail="loop",
+                ) from None
+        signal = signal if signal is not None else CancelSignal()
+        steps = StepApi(
+            driver,
+            clock if clock is not None else SystemClock(),
+            job,
+            signal,
+            step_timeout_ms=step_timeout_ms,
+            event_poll_ms=event_poll_ms,
+        )
+        return cls(
+            job_id=job.id,
+            run_id=job.run_id,
+            name=job.name,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            tenant=tenant,
+            enqueued_tenant=job.tenant_id,
+            enqueued_by=job.enqueued_by,
+            signal=signal,
+            _report=on_progress if on_progress is not None else _drop,
+            step=steps,
+            sync_step=SyncStepApi(steps, loop),
+        )
+
     @property
     def final_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
@@ -95,3 +157,7 @@ class JobContext:
     def progress(self, value: Any) -> None:
         """Record progress (any JSON value); throttled, and flushed with the settle."""
         self._report(value)
+
+
+def _drop(value: Any) -> None:
+    """Progress nobody listens to."""

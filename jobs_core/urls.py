@@ -1,7 +1,8 @@
 """Driver URLs: `memory`, `postgresql+psycopg://…`, `redis://…` → a driver, found by entry point.
 
 Backends register a factory under the `ujobs.drivers` entry-point group, one name per URL
-scheme, so `jobs_core` names no backend and a third-party driver plugs in the same way.
+scheme, so `jobs_core` names no backend and a third-party driver plugs in the same way; outbox
+stores (the relay's `--outbox URL`) likewise under `ujobs.outboxes`.
 """
 
 from __future__ import annotations
@@ -9,11 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 from urllib.parse import quote, unquote, unquote_plus
 
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverNotInstalledError, DriverUrlInvalidError
+
+if TYPE_CHECKING:
+    # Only for the annotation: the outbox package imports this module (`mask_text`).
+    from jobs_core.outbox.store import OutboxStore
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)(?::|$)")
 
@@ -155,23 +160,34 @@ def _install_hint(scheme: str) -> str:
 def driver_from_url(url: str) -> JobDriver:
     """A new, unopened driver for `url`; `X_DRIVER_URL_INVALID` names an unknown scheme, and
     `X_DRIVER_NOT_INSTALLED` names the extra to install when the driver's libraries are absent."""
+    return cast(JobDriver, _load("ujobs.drivers", "driver", url))
+
+
+def outbox_from_url(url: str) -> OutboxStore:
+    """A new, unopened outbox store for `url` (the relay's side), from the `ujobs.outboxes`
+    entry points; refused as `driver_from_url` refuses (same codes, same hint)."""
+    return cast("OutboxStore", _load("ujobs.outboxes", "outbox store", url))
+
+
+def _load(group: str, what: str, url: str) -> object:
+    """Call the factory entry point of `group` named after `url`'s scheme."""
     scheme = scheme_of(url)
-    found = {ep.name: ep for ep in entry_points(group="ujobs.drivers")}
+    found = {ep.name: ep for ep in entry_points(group=group)}
     ep = found.get(scheme)
     if ep is None:
         raise DriverUrlInvalidError(
-            f"no installed driver for scheme {scheme!r} (known: {', '.join(sorted(found))})",
+            f"no installed {what} for scheme {scheme!r} (known: {', '.join(sorted(found))})",
             detail=mask_url(url),
         )
     try:
-        factory = cast(Callable[[str], JobDriver], ep.load())
+        factory = cast(Callable[[str], object], ep.load())
         return factory(url)
     except ValueError as exc:
         # A client library's own URL parser refusing it (a port that is not a number, …).
         raise DriverUrlInvalidError(mask_text(str(exc), url), detail=mask_url(url)) from None
     except ModuleNotFoundError as exc:
         raise DriverNotInstalledError(
-            f"the {scheme} driver needs {exc.name or 'a library'} that is not installed:"
+            f"the {scheme} {what} needs {exc.name or 'a library'} that is not installed:"
             f" {_install_hint(scheme)}",
             detail=mask_url(url),
         ) from exc

@@ -24,7 +24,7 @@ import time
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -101,6 +101,9 @@ from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.urls import libpq_url, mask
+
+if TYPE_CHECKING:
+    from jobs_pg.wake import PgWakeSubscription
 
 log = logging.getLogger("jobs.pg")
 
@@ -179,11 +182,12 @@ def counter_shard(worker_id: str) -> int:
     return zlib.crc32(worker_id.encode()) % COUNTER_SHARDS
 
 
-def wake_channel(schema: str) -> str:
-    """The NOTIFY channel of a schema (a channel name must fit in 63 bytes)."""
-    channel = f"ujobs_wake.{schema}"
+def wake_channel(schema: str, family: str = "wake") -> str:
+    """The NOTIFY channel of a schema's `family` (`wake`: queue wakes; `outbox`: stages); a
+    channel name must fit in 63 bytes, so a long schema name is hashed."""
+    channel = f"ujobs_{family}.{schema}"
     if len(channel.encode()) > 63:
-        channel = "ujobs_wake." + hashlib.sha1(schema.encode()).hexdigest()[:32]
+        channel = f"ujobs_{family}." + hashlib.sha1(schema.encode()).hexdigest()[:32]
     return channel
 
 
@@ -389,14 +393,8 @@ class PgDriver(JobDriver):
         except TimeoutError as exc:
             self._after_failure()
             raise DriverUnavailableError("the call timed out", detail=self.describe()) from exc
-        except psycopg.errors.UndefinedTable as exc:
-            raise DriverError(
-                f"the jobs schema {self.schema!r} is not installed or is behind this version"
-                " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
-                detail=_reason(exc),
-            ) from exc
         except (psycopg.Error, *_UNAVAILABLE) as exc:
-            err = classify(exc)
+            err = translate(exc, self.schema)
             if isinstance(err, DriverUnavailableError):
                 self._after_failure()
             raise err from exc
@@ -530,6 +528,15 @@ class PgDriver(JobDriver):
             return await self._rows(name, values)
         except DriverUnavailableError:
             return await self._rows(name, values)
+
+    async def run(
+        self, sql: Sql, values: Mapping[str, Any], *, read: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Run a statement another family compiled (the outbox's) on this driver's pool, with
+        its timeouts and typed errors; a `read` runs again once when its connection was dead."""
+        if sql.name not in self._q:
+            self._q[sql.name] = _Stmt(sql, self.schema)
+        return await (self._read if read else self._rows)(sql.name, values)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -1442,9 +1449,22 @@ class PgDriver(JobDriver):
         """Hold ONE dedicated LISTEN session (not from the pool) delivering `queues`' wakes."""
         if not self._wake:
             return None
+        from jobs_pg.wake import queue_wakes
+
+        return self.listen(self.channel, queue_wakes(frozenset(queues), on_wake), self.send_probe)
+
+    def listen(
+        self,
+        channel: str,
+        deliver: Callable[[str], None],
+        probe: Callable[[str], Awaitable[None]],
+    ) -> PgWakeSubscription:
+        """Hold ONE dedicated LISTEN session on `channel` (proven by `probe`, see `jobs_pg.wake`)
+        handing its payloads to `deliver`; closed by the subscription's `close()` or this
+        driver's."""
         from jobs_pg.wake import PgWakeSubscription
 
-        sub = PgWakeSubscription(self, frozenset(queues), on_wake)
+        sub = PgWakeSubscription(self, channel, deliver, probe)
         self._loops.get().subscriptions.add(sub)  # the session lives on the caller's loop
         sub.start()
         return sub
@@ -1453,9 +1473,10 @@ class PgDriver(JobDriver):
         for here in self._loops.values():
             here.subscriptions.discard(sub)
 
-    async def send_probe(self, payload: str) -> None:
-        """NOTIFY `payload` on this schema's channel through the pool (the wake's probe)."""
-        await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": payload})
+    async def send_probe(self, payload: str, channel: str | None = None) -> None:
+        """NOTIFY `payload` on `channel` (default: this schema's wake channel) through the pool
+        (a wake's probe)."""
+        await self._rows("WAKE_PROBE", {"channel": channel or self.channel, "payload": payload})
 
 
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -1677,6 +1698,20 @@ def _constraint(exc: psycopg.Error) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def translate(exc: BaseException, schema: str, statement: str | None = None) -> JobsError:
+    """`classify`, but a missing table says the jobs schema needs its migrations; `statement`
+    (a statement's name) is named in the message of a server error."""
+    if statement is not None and isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
+        exc.add_note(_STATEMENT_NOTE + statement)
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return DriverError(
+            f"the jobs schema {schema!r} is not installed or is behind this version"
+            " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
+            detail=_reason(exc),
+        )
+    return classify(exc)
+
+
 def classify(exc: BaseException) -> JobsError:
     """The typed error for a psycopg or pool failure, by the server's SQLSTATE when it gave one.
 
@@ -1729,4 +1764,4 @@ def _reason(exc: BaseException) -> str:
     return text
 
 
-__all__ = ["STATEMENTS", "PgDriver", "classify", "unique_runs", "wake_channel"]
+__all__ = ["STATEMENTS", "PgDriver", "classify", "translate", "unique_runs", "wake_channel"]

@@ -267,6 +267,43 @@ task_marks: Final = sa.Table(
 )
 
 
+# The transactional outbox (migration 0008): jobs staged in the app's own transaction, waiting
+# for the relay to publish them to the job driver (which may be another database). A row is its
+# `NewJob` field for field (its id IS the job's id, so a republish dedupes) plus the relay's
+# bookkeeping; a published row is deleted. Time columns hold the callers' clocks, never now().
+outbox: Final = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("id", sa.Text(collation=C), primary_key=True),
+    sa.Column("run_id", sa.Text(collation=C), nullable=False),
+    sa.Column("name", sa.Text(collation=C), nullable=False),
+    sa.Column("queue", sa.Text(collation=C), nullable=False),
+    sa.Column("tenant_id", sa.Text(collation=C), nullable=True),
+    sa.Column("idempotency_key", sa.Text(collation=C), nullable=False),
+    # Text, as `jobs.input_json`: the relay publishes exactly the form the stage stored.
+    sa.Column("input_json", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("run_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("enqueued_by", sa.Text(collation=C), nullable=True),
+    sa.Column("traceparent", sa.Text, nullable=True),
+    # Failed publishes so far, and not claimable before `available_at_ms` (the stage time, then
+    # a release's retry time).
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("available_at_ms", sa.BigInteger, nullable=False),
+    # The relay claim holding the row (NULL: free); a lapsed lease keeps its token until the
+    # next claim, so a publish or release under a token is fenced on exactly that claim.
+    sa.Column("claimed_by", sa.Text(collation=C), nullable=True),
+    sa.Column("lease_until_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+)
+
+# Stage order: the claim and `outbox_pending` walk it (`ORDER BY created_at_ms, id LIMIT n`), so
+# they read entries in the order they answer them, whatever the table's size.
+sa.Index("outbox_order", outbox.c.created_at_ms, outbox.c.id)
+
+
 def metadata_in(schema: str) -> sa.MetaData:
     """The declared tables, indexes and sequence, placed in `schema` (what the migrations must
     create)."""

@@ -64,7 +64,8 @@ def split_options(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(kept))), ours
 
 
-def _flag(value: str, what: str, url: str) -> bool:
+def flag(value: str, what: str, url: str) -> bool:
+    """A `0`/`1` URL option (also true/false, yes/no, on/off); anything else is refused."""
     if value.lower() in ("1", "true", "yes", "on"):
         return True
     if value.lower() in ("0", "false", "no", "off"):
@@ -85,7 +86,7 @@ def from_url(url: str) -> PgDriver:
         base,
         schema=opts.get("schema") or os.environ.get("JOBS_PG_SCHEMA") or "ujobs",
         pool_size=pool_size,
-        wake=_flag(opts.get("wake", "1"), "wake", url),
-        prepare=_flag(opts.get("prepare", "1"), "prepare", url),
+        wake=flag(opts.get("wake", "1"), "wake", url),
+        prepare=flag(opts.get("prepare", "1"), "prepare", url),
         listen_url=opts.get("listen_url"),
     )

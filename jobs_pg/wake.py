@@ -1,11 +1,13 @@
 """The wake: ONE dedicated LISTEN session per subscription, proven by a probe before it is trusted.
 
-Enqueues NOTIFY `q:<queue>` on the schema's channel at most once per queue per wake slot (see
-`jobs_pg.statements.job.wake_cte`). The subscription answers `is_live()` only after a probe
-(`p:<token>`, sent through the driver's POOL after LISTEN succeeded) came back on this session;
-every re-dial starts unproven. Behind PgBouncer in transaction mode LISTEN "succeeds" but nothing
-is delivered, so the probe never crosses and the worker keeps polling: the poll is the guarantee,
-the wake only shortens the wait.
+A subscription listens on one channel and hands every payload but its own probe to `deliver`:
+the driver's queue wakes (`queue_wakes`: enqueues NOTIFY `q:<queue>` on the schema's channel at
+most once per queue per wake slot, see `jobs_pg.statements.job.wake_cte`) and the outbox's
+stage wakes (`jobs_pg.outbox`) both ride it. The subscription answers `is_live()` only after a
+probe (`p:<token>`, sent by `probe` through a POOL after LISTEN succeeded) came back on this
+session; every re-dial starts unproven. Behind PgBouncer in transaction mode LISTEN "succeeds"
+but nothing is delivered, so the probe never crosses and the caller keeps polling: the poll is
+the guarantee, the wake only shortens the wait.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -35,15 +37,35 @@ REDIAL_MIN_S: Final = 0.2
 REDIAL_MAX_S: Final = 5.0
 
 
+def queue_wakes(queues: Collection[str], on_wake: Callable[[str], None]) -> Callable[[str], None]:
+    """A `deliver` for the driver's channel: `on_wake(queue)` for a wake of one of `queues`."""
+
+    def deliver(payload: str) -> None:
+        if payload.startswith("q:") and payload[2:] in queues:
+            on_wake(payload[2:])
+
+    return deliver
+
+
 class PgWakeSubscription:
-    """A LISTEN session delivering queue names to `on_wake`; trusted only once proven."""
+    """A LISTEN session on `channel` handing its payloads to `deliver`; trusted once proven.
+
+    `driver` says where to dial (`listen_conninfo`, `connect_kwargs`) and keeps the subscription
+    so its `close()` ends it; `probe(payload)` must NOTIFY `payload` on `channel` through another
+    session (a pool), never this one.
+    """
 
     def __init__(
-        self, driver: PgDriver, queues: frozenset[str], on_wake: Callable[[str], None]
+        self,
+        driver: PgDriver,
+        channel: str,
+        deliver: Callable[[str], None],
+        probe: Callable[[str], Awaitable[None]],
     ) -> None:
         self._driver = driver
-        self._queues = queues
-        self._on_wake = on_wake
+        self._channel = channel
+        self._deliver_to = deliver
+        self._probe_with = probe
         self._live = False
         self._closed = False
         self._task: asyncio.Task[None] | None = None
@@ -101,17 +123,15 @@ class PgWakeSubscription:
         token = uuid.uuid4().hex
         probe: asyncio.Task[None] | None = None
         try:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(d.channel)))
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
             probe = asyncio.get_running_loop().create_task(self._probe(token))
             want = "p:" + token
             async for note in conn.notifies():
                 payload = note.payload
-                if payload.startswith("q:"):
-                    queue = payload[2:]
-                    if queue in self._queues:
-                        self._deliver(queue)
-                elif payload == want:
+                if payload == want:
                     self._live = True
+                elif not payload.startswith("p:"):
+                    self._deliver(payload)
             # The generator ends only when the connection is closed under it.
             raise psycopg.OperationalError("the LISTEN session closed")
         finally:
@@ -130,12 +150,12 @@ class PgWakeSubscription:
             if self._live:
                 return
             try:
-                await self._driver.send_probe("p:" + token)
+                await self._probe_with("p:" + token)
             except JobsError as exc:
                 log.info("jobs.wake.probe_failed: %s", exc.code)
 
-    def _deliver(self, queue: str) -> None:
+    def _deliver(self, payload: str) -> None:
         try:
-            self._on_wake(queue)
+            self._deliver_to(payload)
         except Exception:
             log.exception("jobs.wake.callback_failed")

@@ -1,9 +1,13 @@
-"""The `redis`, `rediss` and `redis+cluster` URL schemes (`?prefix=` picks the key prefix)."""
+"""The `redis`, `rediss` and `redis+cluster` URL schemes (`?prefix=` picks the key prefix), and
+their scratch store for the `ujobs` test fixture."""
 
 from __future__ import annotations
 
 from jobs_core.urlparams import pop_param
 from jobs_redis.driver import RedisDriver
+from jobs_redis.scratch import scratch_store
+
+__all__ = ["from_url", "scratch_store"]
 
 
 def from_url(url: str) -> RedisDriver:

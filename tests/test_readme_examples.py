@@ -33,26 +33,43 @@ from types import ModuleType
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import sessionmaker
 
 import jobs_core
 from jobs_core import facade
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.records import ClaimParams, EnqueueResult, JobListParams, Nack, NackKind, Pause
+from jobs_core.outbox import Relay
+from jobs_core.records import (
+    ClaimParams,
+    EnqueueResult,
+    JobListParams,
+    JobRecord,
+    Nack,
+    NackKind,
+    Pause,
+)
 from jobs_core.retention import DAY, Retention
 from jobs_core.scheduler import LEADER_KEY, Scheduler
 from jobs_core.states import JobState
 from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from jobs_pg import PgDriver
+from jobs_pg import PgDriver, PgOutbox, stage
 from jobs_pg.migrate import upgrade
+from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
 from tests.core.support import advance_quietly, until
+from tests.examples.django_site import site_on
+from tests.examples.support import ANN, jobs_url, migrated_schema, on_schema, pending, signed_up
 from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
+from tests.plugin_support import plugin_args
 from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,12 +160,21 @@ WORKER_IN_CODE = "worker = Worker(driver, myapp.jobs"
 IDEMPOTENCY = "first = await send_welcome.enqueue(inp)"
 RETENTION = "from datetime import timedelta"
 PARITY = "# tests/test_my_driver_parity.py"
+TESTING = "# tests/test_receipts.py"
 SHOP = "# shop/jobs.py"
 SEND_EVENT = "from jobs_core import send_event"
 OPERATOR = "from jobs_core.operator import"
 BILLING = "# billing/jobs.py"
 REPORTS = "# reports/jobs.py"
+SIGNUP = "# myapp/signup.py"
+WEB_FASTAPI = "# examples/fastapi_app/app.py"
+WEB_FLASK = "# examples/flask_app/app.py"
+WEB_DJANGO = "# examples/django_app/views.py"
 PYTHON_CASES = {
+    SIGNUP,
+    WEB_FASTAPI,
+    WEB_FLASK,
+    WEB_DJANGO,
     REPORTS,
     OPERATOR,
     BILLING,
@@ -161,6 +187,7 @@ PYTHON_CASES = {
     IDEMPOTENCY,
     RETENTION,
     PARITY,
+    TESTING,
 }
 
 INP = {"org_id": "org_1", "user_id": 42}
@@ -687,6 +714,28 @@ def test_the_parity_block_is_a_suite_pytest_collects_and_runs(tmp_path: Path) ->
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
+def test_the_testing_block_passes_as_a_users_test_file(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    block = python_block(TESTING)
+    (tmp_path / "tests" / "test_receipts.py").write_text(block.text, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n", encoding="utf-8"
+    )
+    # The prose's default: memory, whatever this run's environment names.
+    env = {k: v for k, v in os.environ.items() if k != "UJOBS_TEST_DRIVER"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args()]
+    ran = subprocess.run(
+        [*pytest_cmd, "--rootdir", str(tmp_path), "tests/test_receipts.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
 # --- inline examples in the prose (`await …` spans a reader copies) --------------------------
 
 INLINE = re.compile(r"`(await [^`]+)`")
@@ -817,7 +866,17 @@ WITH_SCHEDULER = "ujobs worker reports.jobs"
 SCHEDULER = "ujobs scheduler reports.jobs"
 TASKS = "ujobs tasks reports.jobs"
 PAUSE_TASK = "ujobs pause --task"
+RELAY = "ujobs relay --outbox"
+WITH_RELAY = "ujobs worker myapp.jobs --with-relay"
+#: Each web app's worker with the relay, by the example it works.
+WEB_WORKERS = {
+    app: f"ujobs worker examples.{app}.jobs --with-relay"
+    for app in ("fastapi_app", "flask_app", "django_app")
+}
 SHELL_CASES = (
+    RELAY,
+    WITH_RELAY,
+    *WEB_WORKERS.values(),
     WITH_SCHEDULER,
     SCHEDULER,
     TASKS,
@@ -1071,6 +1130,97 @@ def test_a_redis_worker(app_dir: Path) -> None:
         asyncio.run(_drop_prefix(prefix))
 
 
+def test_the_outbox_block_stages_in_the_callers_transaction(
+    app_dir: Path, myapp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sign_up` as written: a committed sign-up leaves one staged job under the answered id,
+    which a relay pass publishes; a sign-up its transaction refuses leaves neither row nor job."""
+    import sqlalchemy as sa
+
+    schema = fresh_schema()
+    upgrade(PG_URL, schema)
+    monkeypatch.setenv("JOBS_PG_SCHEMA", schema)  # the block's `PgOutbox()` reads it
+    (app_dir / "myapp" / "signup.py").write_text(python_block(SIGNUP).text, encoding="utf-8")
+    engine = sa.create_engine(PG_URL, connect_args={"options": f"-c search_path={schema}"})
+    try:
+        signup = importlib.import_module("myapp.signup")
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE users (id serial PRIMARY KEY, email text UNIQUE)"))
+        job_id = signup.sign_up(engine, "org_1", "ada@example.com")
+        with pytest.raises(sa.exc.IntegrityError):
+            signup.sign_up(engine, "org_1", "ada@example.com")  # the stage came first: undone
+
+        async def publish() -> JobRecord:
+            driver = MemoryDriver()
+            async with PgOutbox(PG_URL, schema=schema) as outbox:
+                assert [r.job.id for r in await outbox.outbox_pending(10)] == [job_id]
+                assert await Relay(outbox, driver).tick() == 1
+                assert await outbox.outbox_pending(10) == []
+            return (await driver.job_get_many([job_id]))[job_id]
+
+        row = asyncio.run(publish())
+        assert row.name == "send_welcome" and row.state is JobState.READY
+        assert json.loads(row.input_json) == {"org_id": "org_1", "user_id": 1}
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM users")).scalar_one() == 1
+    finally:
+        sys.modules.pop("myapp.signup", None)
+        engine.dispose()
+        drop_schema(schema)
+
+
+def _stage_welcome(schema: str, myapp: ModuleType, user_id: int) -> str:
+    """Stage the README's `send_welcome` in a committed transaction of the schema's outbox."""
+    import psycopg
+
+    from jobs_pg.urls import libpq_url
+
+    with psycopg.connect(libpq_url(PG_URL)) as conn:  # the `with` commits
+        staged = PgOutbox(schema=schema).stage(
+            conn, myapp.jobs.send_welcome, {"org_id": "org_1", "user_id": user_id}
+        )
+    return staged.id
+
+
+async def _outbox_empty(schema: str) -> bool:
+    async with PgOutbox(PG_URL, schema=schema, pool_size=1) as outbox:
+        return await outbox.outbox_pending(1) == []
+
+
+def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: ModuleType) -> None:
+    """`ujobs relay` moves a committed stage from the Postgres outbox into Redis; `ujobs worker
+    --with-relay` publishes into its own Postgres and runs the job."""
+    schema, prefix = fresh_schema(), fresh_prefix()
+    try:
+        upgrade(PG_URL, schema)
+        job_id = _stage_welcome(schema, myapp, 7)
+
+        async def in_redis() -> bool:
+            async with RedisDriver(REDIS_URL, prefix=prefix) as driver:
+                return job_id in await driver.job_get_many([job_id])
+
+        out, _ = worker_briefly(
+            localize(shell_command(RELAY), schema=schema, prefix=prefix),
+            app_dir,
+            ready=lambda: asyncio.run(in_redis()),
+            banner_start="ujobs relay",
+        )
+        assert asyncio.run(_outbox_empty(schema)), out
+
+        second = _stage_welcome(schema, myapp, 8)
+        env = {"UJOBS_DRIVER": f"{PG_URL}?schema={schema}"}
+
+        def completed() -> bool:
+            rows = asyncio.run(_rows(schema, [second]))
+            return second in rows and rows[second].state is JobState.COMPLETED
+
+        worker_briefly(localize(shell_command(WITH_RELAY)), app_dir, env, ready=completed)
+        assert asyncio.run(_outbox_empty(schema))
+    finally:
+        drop_schema(schema)
+        asyncio.run(_drop_prefix(prefix))
+
+
 def free_port() -> int:
     import socket
 
@@ -1138,3 +1288,96 @@ def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: Modu
 async def _rows(schema: str, ids: list[str]) -> dict[str, Any]:
     async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
         return await driver.job_get_many(ids)
+
+
+# --- Use it from your web app: each block is the example app's code, run here on its own -------
+
+
+def assert_taken_from(block: Block) -> None:
+    """The block is a run of lines of the example file its first line names (indentation
+    aside), so the README shows the very code the example's tests drive."""
+    path = ROOT / block.marker.removeprefix("# ")
+    want = [line.strip() for line in block.text.splitlines()[1:]]
+    have = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    found = any(have[i : i + len(want)] == want for i in range(len(have)))
+    assert found, f"README block at line {block.line} is not in {path.relative_to(ROOT)}"
+
+
+def test_the_fastapi_block_stages_in_the_session_transaction() -> None:
+    from examples.fastapi_app import app as site
+
+    block = python_block(WEB_FASTAPI)
+    assert_taken_from(block)
+
+    async def sign_up(schema: str) -> dict[str, Any]:
+        engine = create_async_engine(on_schema(PG_URL, schema))
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(site.Base.metadata.create_all)
+            async with AsyncSession(engine, expire_on_commit=False) as session:
+                names = {
+                    **vars(site),
+                    "session": session,
+                    "body": site.SignUp(**ANN),
+                    "outbox": PgOutbox(schema=schema),
+                }
+                return await run_block(block, names)
+        finally:
+            await engine.dispose()
+
+    with migrated_schema() as schema:
+        names = asyncio.run(sign_up(schema))
+        signed_up(schema, "users", site.send_welcome, names["staged"].id, names["user"].id)
+
+
+def test_the_flask_block_stages_in_the_session_transaction() -> None:
+    from examples.flask_app import app as site
+
+    block = python_block(WEB_FLASK)
+    assert_taken_from(block)
+    with migrated_schema() as schema:
+        engine = create_engine(on_schema(PG_URL, schema))
+        try:
+            site.Base.metadata.create_all(engine)
+            names = {
+                **vars(site),
+                "sessions": sessionmaker(engine, expire_on_commit=False),
+                "body": dict(ANN),
+                "outbox": PgOutbox(schema=schema),
+            }
+            eval(compiled(block), names)
+        finally:
+            engine.dispose()
+        signed_up(schema, "users", site.send_welcome, names["staged"].id, names["user"].id)
+
+
+def test_the_django_block_stages_on_djangos_connection() -> None:
+    block = python_block(WEB_DJANGO)
+    assert_taken_from(block)
+    with migrated_schema() as schema, site_on(schema):
+        from examples.django_app import views
+
+        names = {**vars(views), "body": dict(ANN)}
+        eval(compiled(block), names)
+        welcome = views.send_welcome
+        signed_up(schema, "members", welcome, names["staged"].id, names["member"].id)
+
+
+@pytest.mark.parametrize("app", sorted(WEB_WORKERS))
+def test_a_web_apps_worker_with_the_relay_runs_what_it_staged(app: str) -> None:
+    """The README's command for `app`, with the driver from the env as the prose says: its
+    relay publishes a welcome staged in a committed transaction, and its worker runs it."""
+    handle = importlib.import_module(f"examples.{app}.jobs").send_welcome
+    with migrated_schema() as schema:
+        with psycopg.connect(libpq_url(PG_URL)) as conn:  # commits when the block ends
+            staged = stage(conn, handle, {"user_id": 7, "email": ANN["email"]}, schema=schema)
+
+        def ran() -> bool:
+            row = asyncio.run(_rows(schema, [staged.id])).get(staged.id)
+            return row is not None and row.state is JobState.COMPLETED
+
+        command = localize(shell_command(WEB_WORKERS[app]))
+        worker_briefly(command, ROOT, {"UJOBS_DRIVER": jobs_url(schema)}, ready=ran)
+        row = asyncio.run(_rows(schema, [staged.id]))[staged.id]
+        assert json.loads(row.result_json or "null") == {"sent_to": ANN["email"]}
+        assert asyncio.run(pending(schema)) == []

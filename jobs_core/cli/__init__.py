@@ -2,12 +2,12 @@
 
 `base` holds the group and what every command shares; `run` the commands that run jobs (worker,
 enqueue, db, demo); `operate` the operator's verbs (jobs, queues, pause, resume, workers,
-stats); `schedule` the scheduler role and the task listing; `show` how their answers are
-printed, for people and as JSON.
+stats); `schedule` the scheduler role and the task listing; `relay` the outbox relay and its backlog; `show`
+how their answers are printed, for people and as JSON.
 """
 
 # Importing the command modules registers their commands on `main`.
-from jobs_core.cli import operate, run, schedule
+from jobs_core.cli import operate, relay, run, schedule
 from jobs_core.cli.base import DRIVER_ENV, console, main
 from jobs_core.cli.run import _print_plan, _retention_text, retention_from
 
@@ -18,6 +18,7 @@ __all__ = [
     "console",
     "main",
     "operate",
+    "relay",
     "retention_from",
     "run",
     "schedule",

@@ -28,6 +28,13 @@ from jobs_core.cli.base import (
     console,
     main,
 )
+from jobs_core.cli.relay import (
+    OUTBOX_ENV,
+    OUTBOX_HELP,
+    close_quietly,
+    outbox_for_worker,
+    print_relay,
+)
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     CliUsageInvalidError,
@@ -40,6 +47,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
+from jobs_core.outbox import Relay
 from jobs_core.retention import Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
@@ -96,6 +104,12 @@ from jobs_core.worker import Worker, WorkerStats
     is_flag=True,
     help="Also run the scheduler role for the tasks MODULE exports (one leads fleet-wide).",
 )
+@click.option(
+    "--with-relay",
+    is_flag=True,
+    help="Also relay the outbox (--outbox, else the driver's own Postgres) to this driver.",
+)
+@click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.pass_context
 def worker(
@@ -113,10 +127,12 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     with_scheduler: bool,
+    with_relay: bool,
+    outbox_url: str | None,
     quiet: bool,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
-    _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
+    _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
     try:
         url = _required_driver(url, "worker")
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
@@ -143,6 +159,12 @@ def worker(
             from jobs_core.scheduler import Scheduler
 
             sched = Scheduler(driver, tasks_in(module))
+        given = ctx.get_parameter_source("outbox_url") == click.core.ParameterSource.COMMANDLINE
+        if given and not with_relay:
+            raise CliUsageInvalidError("--outbox names the outbox --with-relay relays from")
+        relay = (
+            Relay(outbox_for_worker(outbox_url, url), driver, clock=w.clock) if with_relay else None
+        )
     except JobsError as exc:
         _fail(exc)
     _print_plan(w, handles, driver)
@@ -150,8 +172,10 @@ def worker(
         from jobs_core.cli.schedule import print_tasks
 
         print_tasks(sched.tasks, {}, w.clock.now_ms())
+    if relay is not None:
+        print_relay(relay)
     try:
-        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port, sched))
+        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
@@ -264,32 +288,36 @@ async def _run_worker(
     metrics_host: str = "127.0.0.1",
     metrics_port: int | None = None,
     sched: Scheduler | None = None,
+    relay: Relay | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port)
+        server = serve(w, metrics_host, metrics_port, relay)
         console.print(
             f"metrics on http://{metrics_host}:{server.port}/metrics, health on /healthz",
             soft_wrap=True,
         )
     await w.start()
-    if sched is not None:
-        await sched.start()
-        w_stopping = asyncio.ensure_future(_stop_with(w, sched))
+    roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
+    for role in roles:
+        await role.start()
+    w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None
     try:
         await _show_worker(w, quiet)
     finally:
-        if sched is not None:
+        if w_stopping is not None:
             await w_stopping
+        if relay is not None:
+            await close_quietly(relay.outbox)  # the driver is the worker's
 
 
-async def _stop_with(w: Worker, sched: Scheduler) -> None:
-    """Drain `sched` as soon as `w` begins its drain (same signal, same budget)."""
+async def _stop_with(w: Worker, roles: Sequence[Scheduler | Relay]) -> None:
+    """Drain the roles beside `w` as soon as `w` begins its drain (same signal, same budget)."""
     await w.drain_begun()
-    await sched.stop(w.drain_timeout_ms / 1000)
+    await asyncio.gather(*(role.stop(w.drain_timeout_ms / 1000) for role in roles))
 
 
 async def _show_worker(w: Worker, quiet: bool) -> None:

@@ -7,7 +7,10 @@
 - from the store, read when scraped (at most once per `STORE_CACHE_S`, so an eager scraper
   cannot load the store): `ujobs_queue_oldest_ready_seconds`, `ujobs_queue_dead_jobs`,
   `ujobs_queue_demand` and `ujobs_queue_jobs` (by state), for every queue holding rows;
-  `ujobs_store_up` says whether that read answered.
+  `ujobs_store_up` says whether that read answered;
+- with `--with-relay`, from the outbox the same way: `ujobs_outbox_pending_rows` (committed
+  stages not yet published, counted up to 1,000), `ujobs_outbox_oldest_seconds`,
+  `ujobs_outbox_failing_rows`, `ujobs_outbox_up`, and `ujobs_relay_published_total`.
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -22,21 +25,24 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from jobs_core.outbox import OutboxRow, Relay
+from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.records import ClaimedJob, QueueStats
 from jobs_core.states import JobState, Outcome
 from jobs_core.worker import Worker
 
 log = logging.getLogger("jobs.metrics")
+T = TypeVar("T")
 
 #: Store reads for the queue gauges are reused for this long (seconds).
 STORE_CACHE_S: Final = 5.0
@@ -50,24 +56,21 @@ _ENDED: Final = frozenset(
 )
 
 
-class _StoreGauges(Collector):
-    """The per-queue gauges, read from the store on the worker's loop when scraped."""
+class _CachedRead(Generic[T]):
+    """A store read run on the worker's loop when scraped, its answer reused for
+    `STORE_CACHE_S`; None when the store did not answer within `STORE_TIMEOUT_S`."""
 
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
-        self._worker = worker
+    def __init__(
+        self, read: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.AbstractEventLoop, what: str
+    ) -> None:
+        self._read = read
         self._loop = loop
+        self._what = what
         self._lock = threading.Lock()
         self._read_at = 0.0
-        self._last: tuple[list[QueueStats], dict[str, int], int] | None = None
+        self._last: T | None = None
 
-    async def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
-        now = self._worker.clock.now_ms()
-        stats = await self._worker.driver.queue_stats(now)
-        queues = [s.queue for s in stats]
-        demand = await self._worker.driver.queue_demand(queues, now) if queues else {}
-        return stats, demand, now
-
-    def _current(self) -> tuple[list[QueueStats], dict[str, int], int] | None:
+    def current(self) -> T | None:
         with self._lock:
             if self._last is not None and time.monotonic() - self._read_at < STORE_CACHE_S:
                 return self._last
@@ -76,14 +79,29 @@ class _StoreGauges(Collector):
                 self._last = future.result(STORE_TIMEOUT_S)
             except (FutureTimeout, Exception) as exc:  # a scrape reports the store down
                 future.cancel()
-                log.warning("jobs.metrics.store_read_failed: %r", exc)
+                log.warning("jobs.metrics.%s_read_failed: %r", self._what, exc)
                 self._last = None
             self._read_at = time.monotonic()
             return self._last
 
+
+class _StoreGauges(Collector):
+    """The per-queue gauges, read from the store on the worker's loop when scraped."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self._worker = worker
+        self._reads = _CachedRead(self._read, loop, "store")
+
+    async def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
+        now = self._worker.clock.now_ms()
+        stats = await self._worker.driver.queue_stats(now)
+        queues = [s.queue for s in stats]
+        demand = await self._worker.driver.queue_demand(queues, now) if queues else {}
+        return stats, demand, now
+
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("ujobs_store_up", "1 when the store answered the last read")
-        current = self._current()
+        current = self._reads.current()
         up.add_metric([], 0 if current is None else 1)
         yield up
         if current is None:
@@ -113,10 +131,52 @@ class _StoreGauges(Collector):
         yield from (oldest, dead, wanted, jobs)
 
 
+class _OutboxGauges(Collector):
+    """The relay's backlog (`ujobs worker --with-relay`), read from its outbox when scraped."""
+
+    def __init__(self, relay: Relay, loop: asyncio.AbstractEventLoop) -> None:
+        self._relay = relay
+        self._reads = _CachedRead(self._read, loop, "outbox")
+
+    async def _read(self) -> tuple[list[OutboxRow], int]:
+        now = self._relay.clock.now_ms()
+        return await self._relay.outbox.outbox_pending(MAX_OUTBOX_PENDING), now
+
+    def collect(self) -> Iterator[Metric]:
+        published = CounterMetricFamily(
+            "ujobs_relay_published", "Outbox rows this relay published as jobs"
+        )
+        published.add_metric([], self._relay.published)
+        yield published
+        up = GaugeMetricFamily("ujobs_outbox_up", "1 when the outbox answered the last read")
+        current = self._reads.current()
+        up.add_metric([], 0 if current is None else 1)
+        yield up
+        if current is None:
+            return
+        rows, now = current
+        waiting = GaugeMetricFamily(
+            "ujobs_outbox_pending_rows",
+            f"Committed stages not yet published (counted up to {MAX_OUTBOX_PENDING})",
+        )
+        waiting.add_metric([], len(rows))
+        oldest = GaugeMetricFamily(
+            "ujobs_outbox_oldest_seconds", "How long the oldest unpublished stage has waited"
+        )
+        oldest.add_metric([], max(0, now - rows[0].job.created_at_ms) / 1000 if rows else 0.0)
+        failing = GaugeMetricFamily(
+            "ujobs_outbox_failing_rows", "Unpublished stages whose publish failed at least once"
+        )
+        failing.add_metric([], sum(1 for r in rows if r.attempts))
+        yield from (waiting, oldest, failing)
+
+
 class WorkerMetrics:
     """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
 
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, worker: Worker, loop: asyncio.AbstractEventLoop, relay: Relay | None = None
+    ) -> None:
         self.worker = worker
         self.registry = CollectorRegistry()
         labels = ["name", "queue"]
@@ -147,6 +207,8 @@ class WorkerMetrics:
         in_flight = Gauge("ujobs_worker_in_flight", "Jobs held now", registry=self.registry)
         in_flight.set_function(lambda: worker.stats.in_flight)
         self.registry.register(_StoreGauges(worker, loop))
+        if relay is not None:
+            self.registry.register(_OutboxGauges(relay, loop))
         worker.observe(self._observe)
 
     def _observe(self, job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
@@ -213,9 +275,10 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve(worker: Worker, host: str, port: int) -> MetricsServer:
-    """Serve `worker`'s metrics and health on `host:port` (0: any free port); call from the
-    worker's event loop."""
-    server = MetricsServer(WorkerMetrics(worker, asyncio.get_running_loop()), host, port)
+def serve(worker: Worker, host: str, port: int, relay: Relay | None = None) -> MetricsServer:
+    """Serve `worker`'s metrics and health on `host:port` (0: any free port), with `relay`'s
+    backlog when it runs beside the worker; call from the worker's event loop."""
+    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay)
+    server = MetricsServer(metrics, host, port)
     server.start()
     return server

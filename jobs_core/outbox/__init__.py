@@ -6,6 +6,7 @@ their backends: `jobs_memory.MemoryOutbox`, `jobs_pg.PgOutbox`.
 """
 
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow, Staged
+from jobs_core.outbox.relay import Relay
 from jobs_core.outbox.stage import staged, staged_record
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, OutboxStore, check_staged
 
@@ -15,6 +16,7 @@ __all__ = [
     "OutboxRelease",
     "OutboxRow",
     "OutboxStore",
+    "Relay",
     "Staged",
     "check_staged",
     "staged",

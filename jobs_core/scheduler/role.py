@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
 
+from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, check_new_job
 from jobs_core.errors import DrainingError, DriverUnsupportedError, JobsError
@@ -179,13 +180,7 @@ class Scheduler:
             await asyncio.sleep(0)
             return
         self._poke.clear()
-        poke = asyncio.ensure_future(self._poke.wait())
-        timer = asyncio.ensure_future(self.clock.sleep_ms(ms))
-        try:
-            await asyncio.wait([poke, timer], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            poke.cancel()
-            timer.cancel()
+        await wait_kick(self._poke, self.clock, ms)
 
     def _next_wake(self) -> int:
         if self._lease is None:

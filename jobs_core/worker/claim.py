@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
-from jobs_core.backoff import IdleBackoff
+from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import JobsError
@@ -153,17 +152,7 @@ class ClaimLoop:
 
     async def wait(self, ms: int | None) -> None:
         """Until `kick` is set or `ms` of the clock passed (None: only the kick)."""
-        if self.kick.is_set():
-            return
-        kick = asyncio.ensure_future(self.kick.wait())
-        waits: list[asyncio.Future[Any]] = [kick]
-        if ms is not None:
-            waits.append(asyncio.ensure_future(self._clock.sleep_ms(ms)))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        await wait_kick(self.kick, self._clock, ms)
 
     async def _admission(
         self, jobs: tuple[ClaimedJob, ...], now: int

@@ -21,14 +21,17 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from jobs_core import tracing
 from jobs_core.cli.base import _Formatter
+from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.facade import Jobs
+from jobs_core.operator import metrics
 from jobs_core.operator.metrics import serve
+from jobs_core.outbox import OutboxClaim, OutboxRelease, Relay
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
-from jobs_memory import MemoryDriver
-from tests.core.support import declare, until
+from jobs_memory import MemoryDriver, MemoryOutbox
+from tests.core.support import T0, declare, until
 
 CARD = "5500005555555559"
 
@@ -177,6 +180,40 @@ async def test_metrics_and_health_are_served_over_http() -> None:
         await worker.stop()
         status, _ = await asyncio.to_thread(_get, base + "/healthz")
         assert status == 503
+    finally:
+        server.close()
+
+
+async def test_a_relay_beside_the_worker_reports_its_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gauges of the outbox as staged, a failing row among them; then the relay's count."""
+    monkeypatch.setattr(metrics, "STORE_CACHE_S", 0.0)  # each scrape reads the outbox again
+    clock = FakeClock(T0)
+    driver, outbox = MemoryDriver(), MemoryOutbox(clock=clock)
+    handle = declare(pay, name="pay")
+    with outbox.transaction() as tx:
+        staged = [outbox.stage(tx, handle, {"n": n, "card": CARD}) for n in range(3)]
+    token = "t"
+    await outbox.outbox_claim(OutboxClaim(token, 1, 60_000, T0))
+    await outbox.outbox_release(OutboxRelease(token, (staged[0].id,), T0, "X_BOOM"))
+    clock.set(T0 + 90_000)
+    relay = Relay(outbox, driver, clock=clock)
+    server = serve(fast(driver, [handle]), "127.0.0.1", 0, relay)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        text = (await asyncio.to_thread(_get, base + "/metrics"))[1]
+        assert _value(text, "ujobs_outbox_up") == 1
+        assert _value(text, "ujobs_outbox_pending_rows") == 3
+        assert _value(text, "ujobs_outbox_oldest_seconds") == 90
+        assert _value(text, "ujobs_outbox_failing_rows") == 1
+        assert _value(text, "ujobs_relay_published_total") == 0
+        assert CARD not in text
+        assert await relay.tick() == 3
+        text = (await asyncio.to_thread(_get, base + "/metrics"))[1]
+        assert _value(text, "ujobs_relay_published_total") == 3
+        assert _value(text, "ujobs_outbox_pending_rows") == 0
+        assert _value(text, "ujobs_outbox_oldest_seconds") == 0
     finally:
         server.close()
 

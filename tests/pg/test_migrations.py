@@ -49,6 +49,7 @@ TABLES = {
     "events",
     "leases",
     "task_marks",
+    "outbox",
 }
 
 

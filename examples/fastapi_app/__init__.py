@@ -1,0 +1,1 @@
+"""A FastAPI sign-up that stages its welcome e-mail in the request's transaction."""

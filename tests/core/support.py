@@ -232,7 +232,7 @@ async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobD
     from jobs_redis import RedisDriver
     from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
     from tests.pg.conftest import upgrade as pg_upgrade
-    from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+    from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
 
     def kind_of(cls: type[D]) -> type[D]:
         return counting(cls) if counted else cls
@@ -248,7 +248,9 @@ async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobD
         finally:
             await asyncio.to_thread(drop_schema, schema)
     else:
-        redis = kind_of(RedisDriver)(REDIS_URL, prefix=fresh_prefix())
+        redis = kind_of(RedisDriver)(
+            REDIS_URL, prefix=fresh_prefix(), connect_timeout=CONNECT_TIMEOUT_S
+        )
         async with redis:
             try:
                 yield redis

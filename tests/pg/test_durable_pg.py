@@ -95,15 +95,16 @@ async def test_a_publish_racing_a_waiting_park_never_loses_the_wake(pg: PgDriver
     print(f"of {rounds} races, {woke_by_publish} woken by the publish, the rest by the park")
 
 
-async def advisory_waiters(min_count: int) -> int:
-    """Sessions of ours waiting on an advisory lock, once there are `min_count`; fails after
-    20 s."""
+async def advisory_waiters(schema: str, min_count: int) -> int:
+    """Sessions named after `schema` waiting on an advisory lock, once there are `min_count`;
+    fails after 20 s. (Only this test's own: tests running beside it take advisory locks too.)"""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with admin() as conn:
             (n,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
-                " AND application_name = 'ultimat3-jobs'"
+                " AND application_name = %s",
+                (schema,),
             ).fetchone() or (0,)
         if n >= min_count:
             return int(n)
@@ -121,21 +122,22 @@ async def test_a_publish_and_a_waiting_park_both_wait_for_the_events_lock(pg: Pg
     a, b = sorted(got.jobs, key=lambda j: j.id)
     other_name = Nack(b.fence, NackKind.PARK, T0, None, wait=EventWait("stop", "{}", T0))
     assert await pg.job_nack([other_name]) == [True]
-    publisher = PgDriver(PG_URL, schema=pg.schema, pool_size=2)
-    parker = PgDriver(PG_URL, schema=pg.schema, pool_size=2)
+    named = f"{PG_URL}?application_name={pg.schema}"
+    publisher = PgDriver(named, schema=pg.schema, pool_size=2)
+    parker = PgDriver(named, schema=pg.schema, pool_size=2)
     holder = await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
     try:
         await holder.execute("SELECT pg_advisory_xact_lock(%s)", (pg._event_key("go"),))
         publish = asyncio.create_task(
             publisher.event_publish(EventRecord("e1", "go", "{}", T0 + 5, T0 + 10**9))
         )
-        await advisory_waiters(1)
+        await advisory_waiters(pg.schema, 1)
         park = asyncio.create_task(
             parker.job_nack(
                 [Nack(a.fence, NackKind.PARK, T0 + 6, None, wait=EventWait("go", "{}", T0))]
             )
         )
-        await advisory_waiters(2)
+        await advisory_waiters(pg.schema, 2)
         assert not publish.done() and not park.done()
         await holder.commit()
         woken, parked = await asyncio.wait_for(asyncio.gather(publish, park), 30)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Final, cast
 from urllib.parse import quote, unquote, unquote_plus
 
@@ -169,8 +169,9 @@ def outbox_from_url(url: str) -> OutboxStore:
     return cast("OutboxStore", _load("ujobs.outboxes", "outbox store", url))
 
 
-def _load(group: str, what: str, url: str) -> object:
-    """Call the factory entry point of `group` named after `url`'s scheme."""
+def entry_point_for(group: str, what: str, url: str) -> EntryPoint:
+    """The entry point of `group` named after `url`'s scheme; `X_DRIVER_URL_INVALID` (naming
+    the schemes there are) when none is installed."""
     scheme = scheme_of(url)
     found = {ep.name: ep for ep in entry_points(group=group)}
     ep = found.get(scheme)
@@ -179,6 +180,13 @@ def _load(group: str, what: str, url: str) -> object:
             f"no installed {what} for scheme {scheme!r} (known: {', '.join(sorted(found))})",
             detail=mask_url(url),
         )
+    return ep
+
+
+def _load(group: str, what: str, url: str) -> object:
+    """Call the factory entry point of `group` named after `url`'s scheme."""
+    scheme = scheme_of(url)
+    ep = entry_point_for(group, what, url)
     try:
         factory = cast(Callable[[str], object], ep.load())
         return factory(url)

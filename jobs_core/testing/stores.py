@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Protocol, cast
 
-from jobs_core.errors import DriverNotInstalledError, DriverUnsupportedError, DriverUrlInvalidError
-from jobs_core.urls import mask_url, scheme_of
+from jobs_core.errors import DriverNotInstalledError, DriverUnsupportedError
+from jobs_core.urls import entry_point_for, mask_url, scheme_of
 
 
 class ScratchStore(Protocol):
@@ -43,13 +42,7 @@ def scratch_store(url: str) -> ScratchStore:
     `scratch_store`.
     """
     scheme = scheme_of(url)
-    found = {ep.name: ep for ep in entry_points(group="ujobs.drivers")}
-    ep = found.get(scheme)
-    if ep is None:
-        raise DriverUrlInvalidError(
-            f"no installed driver for scheme {scheme!r} (known: {', '.join(sorted(found))})",
-            detail=mask_url(url),
-        )
+    ep = entry_point_for("ujobs.drivers", "driver", url)
     try:
         module = importlib.import_module(ep.module)
         make = getattr(module, "scratch_store", None)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis
 
-from jobs_core import Retry, job
+from jobs_core import Retry, job, urls
 from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
@@ -407,6 +407,6 @@ def test_a_driver_module_without_a_scratch_store_is_unsupported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     plain = EntryPoint("plain", "jobs_core.urls:driver_from_url", "ujobs.drivers")
-    monkeypatch.setattr(stores, "entry_points", lambda group: [plain])
+    monkeypatch.setattr(urls, "entry_points", lambda group: [plain])
     with pytest.raises(DriverUnsupportedError, match="scratch_store"):
         stores.scratch_store("plain://host")

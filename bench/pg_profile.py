@@ -68,6 +68,8 @@ FAMILIES = {
 _STATEMENT_COLUMNS = (
     "calls",
     "rows",
+    "plans",
+    "total_plan_time",
     "total_exec_time",
     "shared_blks_hit",
     "shared_blks_read",
@@ -139,6 +141,11 @@ def throwaway_server() -> Iterator[PgServer]:
         server.restart()
         with psycopg.connect(libpq_url(server.url), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
+            # Planning is outside exec time: without this a statement planned afresh on every
+            # call (a custom plan per batch) would hide its planning. The setting exists only
+            # once the library is loaded.
+            conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+            conn.execute("SELECT pg_reload_conf()")
         yield server
     finally:
         server.close()
@@ -256,6 +263,9 @@ async def one_drain(
                 "family": FAMILIES.get(name, "other"),
                 "calls_per_job": s["calls"] / n,
                 "rows_per_call": s["rows"] / calls,
+                "plans_per_call": s["plans"] / calls,
+                "mean_plan_ms": s["total_plan_time"] / calls,
+                "plan_us_per_job": s["total_plan_time"] * 1000 / n,
                 "mean_exec_ms": s["total_exec_time"] / calls,
                 "total_exec_ms": s["total_exec_time"],
                 "exec_us_per_job": s["total_exec_time"] * 1000 / n,
@@ -287,6 +297,7 @@ async def one_drain(
         "autoanalyze_runs": delta["autoanalyze_count"],
         "statements_per_job": sum(s["calls"] for s in per.values()) / n,
         "statement_exec_us_per_job": sum(s["total_exec_time"] for s in per.values()) * 1000 / n,
+        "statement_plan_us_per_job": sum(s["total_plan_time"] for s in per.values()) * 1000 / n,
         "wal_bytes_per_job_lsn": float(wal_bytes) / n,
         "pg_stat_wal_per_job": {
             "records": wal[0] / n,
@@ -330,21 +341,24 @@ def render(run: dict[str, Any]) -> str:
         f"concurrency {run['concurrency']}: {run['jobs']:,} jobs drained in"
         f" {run['drain_s']:.2f} s ({run['drain_per_s']:,.0f}/s); per job: worker CPU"
         f" {run['worker_cpu_us_per_job']:.0f} µs, server CPU {run['server_cpu_us_per_job']:.0f} µs,"
-        f" statement exec {run['statement_exec_us_per_job']:.0f} µs,"
+        f" statement plan {run['statement_plan_us_per_job']:.0f} µs,"
+        f" exec {run['statement_exec_us_per_job']:.0f} µs,"
         f" {run['statements_per_job']:.3f} statements, {run['commits_per_job']:.3f} commits,"
         f" {run['wal_bytes_per_job_lsn']:.0f} WAL bytes (LSN);"
         f" jobs table: {t['n_tup_upd']:,} updates, {t['n_tup_hot_upd']:,} HOT ({hot_share:.0%}),"
         f" {t['n_tup_del']:,} deletes",
         "",
-        "| statement | family | calls/job | rows/call | mean ms | total ms | exec µs/job"
+        "| statement | family | calls/job | rows/call | plans/call | plan µs/job | mean exec ms"
+        " | total exec ms | exec µs/job"
         " | hit/job | read/job | dirtied/job | written/job | WAL rec/job | WAL FPI/job"
         " | WAL bytes/job |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for s in run["statements"]:
         lines.append(
             f"| {s['statement']} | {s['family']} | {s['calls_per_job']:.4f}"
-            f" | {s['rows_per_call']:.2f} | {s['mean_exec_ms']:.3f} | {s['total_exec_ms']:.0f}"
+            f" | {s['rows_per_call']:.2f} | {s['plans_per_call']:.2f} | {s['plan_us_per_job']:.1f}"
+            f" | {s['mean_exec_ms']:.3f} | {s['total_exec_ms']:.0f}"
             f" | {s['exec_us_per_job']:.1f} | {s['blks_hit_per_job']:.2f}"
             f" | {s['blks_read_per_job']:.3f} | {s['blks_dirtied_per_job']:.3f}"
             f" | {s['blks_written_per_job']:.3f} | {s['wal_records_per_job']:.2f}"
@@ -392,7 +406,8 @@ async def main() -> None:
             probe.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN ('fsync',"
                 " 'synchronous_commit', 'shared_buffers', 'wal_level', 'full_page_writes',"
-                " 'track_io_timing', 'shared_preload_libraries')"
+                " 'track_io_timing', 'shared_preload_libraries',"
+                " 'pg_stat_statements.track_planning')"
             ).fetchall()
         )
         for c in levels:

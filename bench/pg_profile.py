@@ -100,7 +100,7 @@ def statement_names(schema: str) -> dict[str, str]:
 
 
 def name_of(query: str, names: dict[str, str]) -> str:
-    """The driver's name for a pg_stat_statements query, else its first words (BEGIN, LISTEN…)."""
+    """The driver's name for a pg_stat_statements query, else its first word (LISTEN, BEGIN…)."""
     shape = _shape(query)
     if shape in names:
         return names[shape]

@@ -33,7 +33,7 @@ from jobs_core.urls import driver_from_url
 from jobs_pg.migrate import upgrade
 from jobs_pg.outbox import PgOutbox
 from jobs_pg.urls import libpq_url
-from tests.core.support import ledger_process, ujobs
+from tests.core.support import ledger_process, reaping, ujobs
 from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
 
 APP = """
@@ -132,12 +132,7 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    yield from reaping()
 
 
 def schema_url(schema: str) -> str:

@@ -23,7 +23,7 @@ from jobs_core.facade import Jobs
 from jobs_core.records import JobRecord
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from tests.core.support import ledger_worker
+from tests.core.support import ledger_worker, reaping
 
 APP = """
 import asyncio, os
@@ -116,12 +116,7 @@ def state(store_url: str, job_id: str) -> JobState:
 
 @pytest.fixture
 def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    yield from reaping()
 
 
 def test_a_worker_killed_between_two_steps_does_not_run_the_first_again(

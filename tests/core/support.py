@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -256,3 +256,14 @@ async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobD
                 yield redis
             finally:
                 await purge(redis)
+
+
+def reaping() -> Iterator[list[subprocess.Popen[str]]]:
+    """A list for a test's started processes (a fixture's body: `yield from reaping()`); each
+    one still running when the test ends is killed and reaped, so none outlives it."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()

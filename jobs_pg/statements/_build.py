@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -27,6 +27,25 @@ def p(name: str, type_: sa.types.TypeEngine[Any]) -> BindParameter[Any]:
 def arr(name: str, type_: sa.types.TypeEngine[Any]) -> BindParameter[Any]:
     """A named array parameter: one value per item of a batch."""
     return sa.bindparam(name, type_=pg.ARRAY(type_))
+
+
+#: A `NewJob`'s fields as `unnest` columns: what a batch of records binds, one array each (the
+#: jobs' batch enqueue and the outbox's stage write the same record).
+NEW_JOB_ARRAYS: Final[dict[str, sa.types.TypeEngine[Any]]] = {
+    "id": TEXT,
+    "run_id": TEXT,
+    "name": TEXT,
+    "queue": TEXT,
+    "tenant_id": TEXT,
+    "idempotency_key": TEXT,
+    "input_json": TEXT,
+    "priority": INT,
+    "max_attempts": INT,
+    "run_at_ms": BIGINT,
+    "created_at_ms": BIGINT,
+    "enqueued_by": TEXT,
+    "traceparent": TEXT,
+}
 
 
 def unnest(alias: str, **columns: sa.types.TypeEngine[Any]) -> TableValuedAlias:

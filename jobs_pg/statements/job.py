@@ -21,6 +21,7 @@ from jobs_pg.statements._build import (
     INT,
     LIVE_KEY_TARGET,
     LIVE_KEY_WHERE,
+    NEW_JOB_ARRAYS,
     SMALLINT,
     TEXT,
     arr,
@@ -251,22 +252,7 @@ JOB_ENQUEUE_QUIET: Final = sa.select(*_enq_answer)
 # per record (`jobs_pkey`, `jobs_live_key`), whatever the table's size — a join would let the
 # planner hash the whole table — and the holder probe sits in a CASE, so it runs only for the
 # records that were neither inserted nor deduped by id or by the batch itself.
-_rows_src = unnest(
-    "r",
-    id=TEXT,
-    run_id=TEXT,
-    name=TEXT,
-    queue=TEXT,
-    tenant_id=TEXT,
-    idempotency_key=TEXT,
-    input_json=TEXT,
-    priority=INT,
-    max_attempts=INT,
-    run_at_ms=BIGINT,
-    created_at_ms=BIGINT,
-    enqueued_by=TEXT,
-    traceparent=TEXT,
-)
+_rows_src = unnest("r", **NEW_JOB_ARRAYS)
 _taken = jobs.alias("taken")
 _rows = sa.select(
     *_rows_src.c,

@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from jobs_pg.schema import outbox
-from jobs_pg.statements._build import BIGINT, INT, TEXT, arr, ex, p, unnest
+from jobs_pg.statements._build import BIGINT, INT, NEW_JOB_ARRAYS, TEXT, arr, ex, p, unnest
 
 #: The columns an `OutboxRow` is read from: its job's `NewJob` fields in order, then the claim's.
 ROW_COLUMNS: Final = (
@@ -123,22 +123,7 @@ OUTBOX_RELEASE: Final = (
 # NOTIFY on the outbox's channel: Postgres queues it with the transaction and delivers it only at
 # COMMIT (never on a rollback), and folds repeats of it within one transaction into one.
 # `:channel` NULL (the wake off) notifies nothing.
-_src = unnest(
-    "s",
-    id=TEXT,
-    run_id=TEXT,
-    name=TEXT,
-    queue=TEXT,
-    tenant_id=TEXT,
-    idempotency_key=TEXT,
-    input_json=TEXT,
-    priority=INT,
-    run_at_ms=BIGINT,
-    max_attempts=INT,
-    created_at_ms=BIGINT,
-    enqueued_by=TEXT,
-    traceparent=TEXT,
-)
+_src = unnest("s", **NEW_JOB_ARRAYS)
 _staged = (
     pg_insert(outbox)
     .from_select(

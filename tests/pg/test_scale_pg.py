@@ -11,6 +11,7 @@ plans) and as the generic plan a prepared statement may switch to. Run with `-s`
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -80,7 +81,19 @@ def big() -> Iterator[str]:
             conn.execute(_FILL.format(jobs=jobs), {"rows": ROWS, "end": T_END})
             for _, definition in defs:
                 conn.execute(definition)
-            conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+            # A page is marked all-visible only once no open snapshot on the server is older
+            # than its rows (another test process's transaction may be): vacuum until every
+            # page is, so the index-only reads below fetch no heap page, whatever runs beside.
+            deadline = time.monotonic() + 60
+            while True:
+                conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+                pages, visible = conn.execute(
+                    "SELECT relpages, relallvisible FROM pg_class WHERE oid = to_regclass(%s)",
+                    (jobs,),
+                ).fetchone() or (0, 0)
+                if visible >= pages or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
         yield schema
     finally:
         drop_schema(schema)

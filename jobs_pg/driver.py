@@ -191,15 +191,20 @@ def wake_channel(schema: str, family: str = "wake") -> str:
     return channel
 
 
+# Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`.
+_GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
 class _Stmt:
     """A compiled statement rendered for one schema: SQL text + how to order its parameters."""
 
-    __slots__ = ("args", "name", "text")
+    __slots__ = ("args", "generic", "name", "text")
 
     def __init__(self, sql: Sql, schema: str) -> None:
         self.name = sql.name
         self.text = sql.render(schema)
         self.args = sql.args
+        self.generic = sql.generic_plan
 
 
 def unique_runs(keys: Sequence[Hashable]) -> list[list[int]]:
@@ -438,7 +443,12 @@ class PgDriver(JobDriver):
             here.hot_busy = False
 
     async def _execute(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        text: str,
+        args: Sequence[Any],
+        *,
+        generic: bool = False,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -451,11 +461,16 @@ class PgDriver(JobDriver):
         A statement the server rolled back in a deadlock or serialization failure runs again (up
         to `conflict_retries` times) when it ran alone; a server error is marked with the
         statement's name, which its `X_*` message then shows.
+
+        A `generic` statement (`GENERIC_PLANS`) runs on the server's generic plan when prepared
+        outside a transaction of ours: `SET LOCAL plan_cache_mode` and the statement go in one
+        pipeline, so one round trip and one implicit transaction, which the setting ends with
+        (a pooler in transaction mode keeps both on one server session; nothing outlives it).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args)
+                return await self._execute_once(conn, text, args, generic)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -476,11 +491,24 @@ class PgDriver(JobDriver):
         return next((name for name, st in self._q.items() if st.text == text), "a statement")
 
     async def _execute_once(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], text: str, args: Sequence[Any]
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        text: str,
+        args: Sequence[Any],
+        generic: bool,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
         try:
+            if (
+                generic
+                and conn.prepare_threshold is not None
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                async with conn.pipeline():
+                    await conn.execute(_GENERIC_PLAN)
+                    cur = await conn.execute(text, args)
+                return cur
             return await conn.execute(text, args)
         except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
             if self._prepare_threshold is not None:
@@ -519,7 +547,7 @@ class PgDriver(JobDriver):
     async def _rows(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         stmt = self._q[name]
         async with self._conn() as conn:
-            cur = await self._execute(conn, stmt.text, stmt.args(values))
+            cur = await self._execute(conn, stmt.text, stmt.args(values), generic=stmt.generic)
             return await cur.fetchall() if cur.description is not None else []
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -31,6 +31,8 @@ class Sql:
     order: tuple[str, ...]
     #: Values of the statement's own anonymous parameters (constants SQLAlchemy bound).
     defaults: Mapping[str, Any]
+    #: Run on the server's generic plan (see `compile_all`).
+    generic_plan: bool = False
 
     def render(self, schema: str) -> str:
         """The text with `schema` quoted in, ready for psycopg."""
@@ -43,7 +45,7 @@ class Sql:
         return tuple(values[n] if n in values else d[n] for n in self.order)
 
 
-def compile_sql(name: str, stmt: Executable) -> Sql:
+def compile_sql(name: str, stmt: Executable, *, generic_plan: bool = False) -> Sql:
     """Compile `stmt` for psycopg with positional parameters and the schema left as a token."""
     compiled = stmt.compile(dialect=_DIALECT, schema_translate_map={None: "__schema__"})  # type: ignore[attr-defined]
     text = compiled.string
@@ -56,11 +58,19 @@ def compile_sql(name: str, stmt: Executable) -> Sql:
     text = text.replace("%s", "%b")
     order = tuple(compiled.positiontup or ())
     defaults = {k: v for k, v in compiled.params.items() if k in order and v is not None}
-    return Sql(name=name, text=text, order=order, defaults=defaults)
+    return Sql(name=name, text=text, order=order, defaults=defaults, generic_plan=generic_plan)
 
 
 def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
-    """Every upper-case SQLAlchemy statement of a statements module, compiled, by name."""
+    """Every upper-case SQLAlchemy statement of a statements module, compiled, by name.
+
+    A module's `GENERIC_PLANS` names the statements the driver runs on the server's generic
+    plan: Postgres re-plans a prepared statement on every call while its generic plan's
+    ESTIMATED cost is well above the custom plans' (a `LIMIT $n` is guessed at a tenth of the
+    rows), even where both plans are the same.
+    """
+    generic = module_globals.get("GENERIC_PLANS", frozenset())
+    assert isinstance(generic, frozenset)
     out: dict[str, Sql] = {}
     for key, value in module_globals.items():
         if (
@@ -68,5 +78,7 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
             and isinstance(value, sa.sql.ClauseElement)
             and isinstance(value, Executable)
         ):
-            out[key] = compile_sql(key, value)
+            out[key] = compile_sql(key, value, generic_plan=key in generic)
+    if not generic <= out.keys():
+        raise RuntimeError(f"GENERIC_PLANS names no statement: {sorted(generic - out.keys())}")
     return out

@@ -348,6 +348,10 @@ JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
     live_key_matches(jobs, p("name", TEXT), p("tenant_id", TEXT), p("idempotency_key", TEXT))
 )
 
+# The claim's custom plan is the generic one, but a fresh plan costs more server time than the
+# claim's execution (measured in docs/pg.md, "Where the time goes").
+GENERIC_PLANS: Final = frozenset({"JOB_CLAIM"})
+
 # -- JOB_CLAIM ----------------------------------------------------------------------------------
 # ONE statement: beat the registry (optional), bury lapsed final attempts, pick and lease.
 # * `due` walks each asked, unpaused queue's `jobs_due` index in claim order through a LATERAL

@@ -315,6 +315,57 @@ async def test_a_lost_prepared_statement_turns_preparing_off(pg_schema: str) -> 
         await d.close()
 
 
+def _claim(worker: str = "w") -> ClaimParams:
+    return ClaimParams(queues=("q",), worker_id=worker, limit=1, lease_ms=30_000, now_ms=T0)
+
+
+async def test_the_claim_runs_on_its_generic_plan_and_the_setting_ends_with_it(
+    pg_schema: str,
+) -> None:
+    """Postgres would re-plan the prepared claim on every call (its generic plan's estimate is
+    far above the custom ones'); the driver forces the generic plan for that statement only,
+    and the session's own setting is untouched after it."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)  # one session for all
+    try:
+        await d.job_enqueue_many([job(i) for i in range(12)])
+        for _ in range(12):
+            assert len((await d.job_claim(_claim())).jobs) == 1
+        # The server shows `$n` where psycopg's text has `%b`: compare up to the first one.
+        claim_head = d._q["JOB_CLAIM"].text.split("%b")[0]
+        async with d._conn() as conn:
+            plans = await (
+                await conn.execute(
+                    "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+                )
+            ).fetchall()
+            mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+        claims = [(g, c) for text, g, c in plans if text.startswith(claim_head)]
+        assert claims == [(12, 0)]
+        assert mode == ("auto",)
+        # Every other statement keeps the server's choice: the enqueue's first plans are custom.
+        assert any(c > 0 for text, _, c in plans if not text.startswith(claim_head))
+    finally:
+        await d.close()
+
+
+async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> None:
+    """The claim's pipeline (the plan setting, then the prepared claim) meets a session that
+    forgot the statement: nothing ran, and the claim runs again unprepared, once."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)
+    try:
+        await d.job_enqueue_many([job(1), job(2)])
+        assert [c.id for c in (await d.job_claim(_claim())).jobs] == ["id-1"]
+        pool = await d._ready()
+        async with pool.connection() as conn:
+            await conn.execute("DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
+        assert [c.id for c in (await d.job_claim(_claim())).jobs] == ["id-2"]
+        assert d._prepare_threshold is None
+        rows = await d.job_get_many(["id-1", "id-2"])
+        assert [(r.state.value, r.claims) for r in rows.values()] == [("running", 1)] * 2
+    finally:
+        await d.close()
+
+
 async def test_a_missing_schema_says_how_to_install_it() -> None:
     from jobs_core.errors import DriverError
 

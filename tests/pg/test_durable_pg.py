@@ -193,9 +193,9 @@ async def test_a_step_put_is_one_statement_and_a_step_list_one_read(pg: PgDriver
     seen: list[str] = []
     real = pg._execute
 
-    async def spy(conn: Any, text: str, args: Any) -> Any:
+    async def spy(conn: Any, text: str, args: Any, **kw: Any) -> Any:
         seen.append(pg._name_of(text))
-        return await real(conn, text, args)
+        return await real(conn, text, args, **kw)
 
     pg._execute = spy  # type: ignore[method-assign]
     puts = [StepPut(held.fence, f"s{i}", str(i), T0 + i) for i in range(3)]

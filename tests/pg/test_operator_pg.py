@@ -218,9 +218,9 @@ async def test_each_bulk_call_is_one_round_trip_for_a_thousand_ids(pg_schema: st
     statements: list[str] = []
     real = d._execute
 
-    async def spy(conn: Any, text: str, args: Any) -> Any:
+    async def spy(conn: Any, text: str, args: Any, **kw: Any) -> Any:
         statements.append(d._name_of(text))
-        return await real(conn, text, args)
+        return await real(conn, text, args, **kw)
 
     d._execute = spy  # type: ignore[method-assign]
     try:

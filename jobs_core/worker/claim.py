@@ -25,9 +25,10 @@ log = logging.getLogger("jobs")
 
 
 class ClaimLoop:
-    """Keeps up to `max_in_flight` jobs in `held` while `accepting`; `run()` is the worker's
-    claim task, `kick` ends its wait (a wake, a freed slot, a drain), `wake` is the channel's
-    subscription (None: the poll alone)."""
+    """Keeps up to `max_in_flight` jobs in `held` while `accepting`, not counting those whose
+    body has ended (their settle is on its way) up to `max_in_flight` more; `run()` is the
+    worker's claim task, `kick` ends its wait (a wake, a freed slot, a drain), `wake` is the
+    channel's subscription (None: the poll alone)."""
 
     def __init__(
         self,
@@ -72,6 +73,10 @@ class ClaimLoop:
         self._refill_at = max(1, (max_in_flight - concurrency) // 2)
         self.kick = asyncio.Event()
         self._backlog = False
+        #: Held jobs whose body has ended: the next claim need not wait for their settles to
+        #: land (a round trip), so claims and settles overlap.
+        self._settling = 0
+        runner.on_body_end = self._body_ended
         #: True from the start until a drain begins: claims are made and freed slots refilled.
         self.accepting = False
         self.wake: WakeSubscription | None = None
@@ -85,6 +90,22 @@ class ClaimLoop:
         self.accepting = False
         self.kick.set()
 
+    def free(self) -> int:
+        """How many jobs the next claim may take: held jobs still to run or running count
+        against `max_in_flight`; settling ones do not, while all held stay within twice it."""
+        held = len(self._held)
+        return min(self._max_in_flight - (held - self._settling), 2 * self._max_in_flight - held)
+
+    def _body_ended(self, held: Held) -> None:
+        held.body_ended = True
+        self._settling += 1
+        self._refill()
+
+    def _refill(self) -> None:
+        if self._backlog and self.accepting and self.free() >= self._refill_at:
+            self._backlog = False
+            self.kick.set()
+
     def _ceiling(self) -> int:
         live = self.wake is not None and self.wake.is_live()
         return self._wake_ceiling_ms if live else self._backoff.ceiling_ms
@@ -92,7 +113,7 @@ class ClaimLoop:
     async def run(self) -> None:
         outage = Outage("jobs.claim.failed")
         while self.accepting:
-            free = self._max_in_flight - len(self._held)
+            free = self.free()
             if free <= 0:
                 self._backlog = True
                 self.kick.clear()
@@ -192,10 +213,6 @@ class ClaimLoop:
         try:
             await self._runner.run_held(held)
         finally:
-            if (
-                self._backlog
-                and self.accepting
-                and self._max_in_flight - len(self._held) >= self._refill_at
-            ):
-                self._backlog = False
-                self.kick.set()
+            if held.body_ended:
+                self._settling -= 1
+            self._refill()

@@ -48,7 +48,9 @@ class Worker:
     Durations are seconds. `concurrency` bodies run at once (50 by default: an async body
     waiting on I/O costs little, and a `def` body runs on a thread, see
     `Runner._run_in_thread`); up to `max_in_flight` jobs are held (claimed, leased) including
-    those waiting for a slot. Zero concurrency is refused: a worker that may run nothing is a
+    those waiting for a slot. A job whose body has ended holds neither while its settle is on
+    its way (up to `max_in_flight` such jobs more): the next body and the next claim need not
+    wait for that round trip. Zero concurrency is refused: a worker that may run nothing is a
     mistake, not "unlimited".
     """
 

@@ -29,6 +29,10 @@ class Held:
     progress_dirty: bool = False
     progress_sent_ms: int = 0
     in_body: bool = False
+    #: The body returned or was cancelled: what is left is the settle (`ClaimLoop.free`).
+    body_ended: bool = False
+    #: The run holds one of the worker's `concurrency` slots (from its start to its body's end).
+    in_slot: bool = False
     #: A settle was made (or the row is known not to be ours): the run path's net stands down.
     settled: bool = False
     #: How long the body ran (the worker's clock), once it returned or was cancelled.

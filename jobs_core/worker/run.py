@@ -80,6 +80,8 @@ class Runner:
         #: The threads `def` bodies run on, made with the first one (the drain shuts them down).
         self.executor: BodyThreads | None = None
         self._unknown_warned: dict[str, int] = {}
+        #: Told of each run whose body ended (the claim loop's count of settling jobs).
+        self.on_body_end: Callable[[Held], None] = lambda held: None
 
     async def run_held(self, held: Held) -> None:
         """Run one claimed job in a slot; whatever raises, the job is settled (or known lost).
@@ -92,23 +94,30 @@ class Runner:
         try:
             if held.refusal is not None and held.refusal.slot is not None:
                 await self._follow(held, held.refusal.slot)
-            async with self._slots:
-                held.started = True
-                self._stats.running += 1
-                try:
-                    with tracing.consumer(held.job) as held.span:
-                        try:
-                            await self._execute(held)
-                        except Exception as exc:
-                            await self._settle_crash(held, exc)
-                finally:
-                    self._stats.running -= 1
+            await self._slots.acquire()
+            held.started = held.in_slot = True
+            self._stats.running += 1
+            try:
+                with tracing.consumer(held.job) as held.span:
+                    try:
+                        await self._execute(held)
+                    except Exception as exc:
+                        await self._settle_crash(held, exc)
+            finally:
+                self._leave_slot(held)
         finally:
             # A run that never reached its body hands its leases back as never started.
             self.end_leases(held, started=False)
             if held.started:
                 self._held.pop(held.job.id, None)
                 self._stats.in_flight = len(self._held)
+
+    def _leave_slot(self, held: Held) -> None:
+        # Once: when the body ends (its settle then runs outside the slot), or when the run ends.
+        if held.in_slot:
+            held.in_slot = False
+            self._stats.running -= 1
+            self._slots.release()
 
     async def _follow(self, held: Held, slot: asyncio.Future[Lease]) -> None:
         """Wait, outside the local slots, for the slot one of this worker's runs of the key
@@ -237,8 +246,11 @@ class Runner:
             held.body_ms = self._clock.now_ms() - body_from
             if deadline is not None:
                 deadline.cancel()
-            # The slot is free once the body is: the next run may start before this one settles.
+            # The slots are free once the body is: the next run may start before this one
+            # settles, and the next claim need not wait for the settle to land.
             self.end_leases(held, started=True)
+            self._leave_slot(held)
+            self.on_body_end(held)
         reason = held.signal.reason
         if reason is not None:
             await self._outcomes.settle_cancelled(held, handle, reason, input)

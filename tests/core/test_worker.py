@@ -276,6 +276,42 @@ async def test_concurrency_bounds_bodies_and_max_in_flight_bounds_claims() -> No
     assert peak == 3
 
 
+class _SlowAcks(MemoryDriver):
+    """Acks wait for `landing`: the settles of ended bodies stay on their way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.landing = asyncio.Event()
+        self.acks_sent = 0
+
+    async def _job_ack(self, acks: Any) -> list[bool]:
+        self.acks_sent += len(acks)
+        await self.landing.wait()
+        return await super()._job_ack(acks)
+
+
+async def test_a_claim_does_not_wait_for_the_settles_of_ended_bodies() -> None:
+    """Jobs whose body ended do not hold `max_in_flight` while their ack is on its way (the
+    next claim overlaps the settle's round trip), up to `max_in_flight` more held jobs."""
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    driver = _SlowAcks()
+    h = declare(ok)
+    await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(10)])
+    worker = fast_worker(driver, [h], concurrency=2, max_in_flight=2)
+    await worker.start()
+    # Two ran and sent their acks, two more were claimed and ran: then the bound holds.
+    await until(lambda: worker.stats.claimed == 4 and worker.stats.running == 0)
+    await asyncio.sleep(0.05)
+    assert worker.stats.claimed == 4 and worker.stats.completed == 0
+    assert worker.stats.in_flight == 4 and driver.acks_sent == 2  # the second two queue behind
+    driver.landing.set()
+    await until(lambda: worker.stats.completed == 10)
+    await worker.stop()
+
+
 async def test_a_lapsed_final_attempt_is_buried_and_announced() -> None:
     events: list[SettledEvent] = []
 

@@ -63,11 +63,7 @@ def pick(records: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
     that system with the highest drain in this run. None if it is missing or failed."""
     system, _, variant = row.partition(":")
     if variant == BEST:
-        drained = [
-            r
-            for r in records
-            if _system_of(r["row"]) == system and ":" in r["row"] and r.get("drain_per_s")
-        ]
+        drained = [r for r in records if r["row"].startswith(f"{system}:") and r.get("drain_per_s")]
         return max(drained, key=lambda r: r["drain_per_s"], default=None)
     return next((r for r in records if r["row"] == row), None)
 
@@ -78,13 +74,13 @@ def ratios(result: dict[str, Any]) -> list[dict[str, Any]]:
     has no value (a system without a bulk API) gives no ratio; a pair with no ratio in any run
     has median None. For "best" rows, which variant was best in each run."""
     runs = sorted({r["run"] for r in result["runs"]})
+    good = {
+        run: [r for r in result["runs"] if r["run"] == run and "error" not in r] for run in runs
+    }
     out = []
     for pair in result["pairs"]:
         per_system = ":" not in pair["num"]
         metrics = [m for m in metrics_of(result["backend"]) if (m in SYSTEM_METRICS) == per_system]
-        good = {
-            run: [r for r in result["runs"] if r["run"] == run and "error" not in r] for run in runs
-        }
         picked = {run: (pick(good[run], pair["num"]), pick(good[run], pair["den"])) for run in runs}
         cells: dict[str, dict[str, Any]] = {}
         for metric in metrics:
@@ -102,15 +98,11 @@ def ratios(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "min": min(values, default=None),
                 "max": max(values, default=None),
             }
-        best = {
-            side: Counter(
-                r["row"].partition(":")[2]
-                for r in (sides[i] for sides in picked.values())
-                if r is not None
-            )
-            for i, side in enumerate(("num", "den"))
-            if pair[side].endswith(f":{BEST}")
-        }
+        best = {}
+        for i, side in enumerate(("num", "den")):
+            if pair[side].endswith(f":{BEST}"):
+                chosen = (sides[i] for sides in picked.values())
+                best[side] = Counter(r["row"].partition(":")[2] for r in chosen if r is not None)
         out.append({**pair, "runs": len(runs), "cells": cells, "best": best})
     return out
 

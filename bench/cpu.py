@@ -1,4 +1,4 @@
-"""CPU seconds from /proc: one process with its reaped children, and the Postgres server."""
+"""CPU seconds from /proc: one process with its reaped children, and the Postgres servers."""
 
 from __future__ import annotations
 
@@ -44,4 +44,20 @@ def postgres_cpu() -> float:
             continue  # exited between the listing and the read: its parent has it now
         if comm == "postgres":
             total += _seconds(fields)
+    return total
+
+
+def cluster_cpu(postmaster: int) -> float:
+    """User + system CPU seconds of one Postgres cluster: the postmaster with every child it
+    reaped, plus each child still running. (`postgres_cpu` counts every server on the machine,
+    the one on 5432 too.)"""
+    total = process_cpu(postmaster)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int(_stat(int(entry.name))[1][1]) == postmaster:
+                total += backend_cpu(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue  # exited between the listing and the read: the postmaster reaped it
     return total

@@ -1,15 +1,25 @@
-"""`bench/run.sh pg|redis`: ours and the peers in one run against one server, median of 3.
+"""`bench/run.sh pg|redis`: ours and the peers against one server, at matched worker settings
+and at each system's defaults, in one interleaved run; the median of 5 runs, and paired ratios.
 
-For each run, each system in turn, each phase in a store of its own:
-- enqueue: N jobs, one call each, after one untimed call (connecting is not enqueueing);
-- bulk: the system's bulk API (ours: `enqueue_many`), where it has one;
-- drain: pre-enqueued no-op jobs, one worker process started on them; the window runs from
-  the first claim the store shows to the last finish it shows, both read by polling the store
-  (a poll's moment is the midpoint between it and the poll before), with the worker's CPU
-  (its own and its reaped children's) and the server's CPU read at the window's edges;
-- latency: an idle worker (a warm-up job done, then a pause), then jobs at a steady rate, each
-  carrying its enqueue wall time; the job body writes its start time to a side file.
-Results go to bench/results/<backend>-<stamp>.json; the markdown table is printed.
+Each system has variants (its worker's settings, `bench/systems.py`). In each run every
+variant comes up in turn, the order rotated by one from run to run; each phase gets a store of
+its own:
+- enqueue: N jobs, one call each, after one untimed call (connecting is not enqueueing), and
+- bulk: the system's bulk API (ours: `enqueue_many`), where it has one: both once per system
+  and run, when the system first comes up (the worker's settings do not enter them);
+- drain, per variant: pre-enqueued no-op jobs, one worker process started on them; the window
+  runs from the first claim the store shows to the last finish it shows, both read by polling
+  the store (a poll's moment is the midpoint between it and the poll before), with the
+  worker's CPU (its own and its reaped children's) and the server's CPU read at the window's
+  edges; on Postgres also WAL bytes (LSN difference), statements (pg_stat_statements) and
+  commits (xact_commit) per job, from the worker's start to its exit, the harness's own
+  statements subtracted;
+- latency, per variant: an idle worker (a warm-up job done, then a pause), then jobs at a
+  steady rate, each carrying its enqueue wall time; the job body writes its start time to a
+  side file.
+Postgres is a throwaway server of the harness's own unless `--pg-url` names one. Pairs (ours
+over a peer, `PAIRS`) are divided within each run, then summarised over the runs.
+Results go to bench/results/<backend>-<stamp>.json; the markdown tables are printed.
 """
 
 from __future__ import annotations
@@ -28,13 +38,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.cpu import process_cpu
-from bench.report import BUSY_LOAD, METRICS, render
+from bench.pg_server import postmaster_pid, throwaway_server
+from bench.report import BEST, BUSY_LOAD, medians, ratios, render
 from bench.stores import BenchError, PgServer, Progress, RedisServer, Target
-from bench.systems import ROOT, SYSTEMS, System
+from bench.systems import PAIRS, ROOT, SYSTEMS, System, Variant
+from jobs_core.urls import mask_url
+from jobs_pg.urls import libpq_url
 
 RESULTS = ROOT / "bench" / "results"
 # How long a worker sits idle before the latency jobs start: past its start-up bursts, into
@@ -59,7 +73,7 @@ class Config:
 
 
 FULL = Config(
-    runs=3,
+    runs=5,
     enqueue_jobs=2_000,
     bulk_jobs=20_000,
     drain_jobs=10_000,
@@ -102,7 +116,8 @@ class WorkerProcess:
 
 
 class SystemRun:
-    """The four phases of one system in one run."""
+    """The phases of one system in one run: enqueue and bulk once, drain and latency per
+    variant of its worker."""
 
     def __init__(
         self, system: System, server: PgServer | RedisServer, config: Config, raw: Path, run: int
@@ -146,17 +161,22 @@ class SystemRun:
             self._client(target, "setup")
             yield target
 
+    def _name(self, variant: Variant, phase: str) -> str:
+        """The stem of one phase's files under the raw directory."""
+        return f"{self.system.name}-{variant.name}-run{self.run}-{phase}"
+
     @contextmanager
     def _worker(
-        self, target: Target, phase: str, side_file: Path | None = None
+        self, target: Target, variant: Variant, phase: str, side_file: Path | None = None
     ) -> Iterator[WorkerProcess]:
-        argv = [part.replace("{url}", self._url(target)) for part in self.system.worker]
-        env = self._env(target)
+        argv = [
+            part.replace("{url}", self._url(target))
+            for part in (*self.system.worker, *variant.args)
+        ]
+        env = self._env(target, **dict(variant.env))
         if side_file is not None:
             env["BENCH_LATENCY_FILE"] = str(side_file)
-        worker = WorkerProcess(
-            argv, env, self.raw / f"{self.system.name}-run{self.run}-{phase}.log"
-        )
+        worker = WorkerProcess(argv, env, self.raw / f"{self._name(variant, phase)}.log")
         try:
             yield worker
         finally:
@@ -205,7 +225,11 @@ class SystemRun:
             answer = self._client(target, "bulk", self.config.bulk_jobs)
         return None if answer.get("unsupported") else self.config.bulk_jobs / answer["seconds"]
 
-    def drain(self) -> dict[str, float]:
+    def drain(self, variant: Variant) -> dict[str, float | None]:
+        """The drain's rate and CPU over its window; on Postgres also WAL bytes, statements and
+        commits per job, from the worker's start to its exit: the commit count is flushed up
+        to a second late by a running backend and exactly when it exits, and the three share
+        one window."""
         jobs = min(self.config.drain_jobs, self.system.drain_cap or self.config.drain_jobs)
 
         def started(p: Progress) -> bool:
@@ -214,7 +238,8 @@ class SystemRun:
         with self._store() as target:
             self._client(target, "fill", jobs)
             target.settle()
-            with self._worker(target, "drain") as worker:
+            counted = target.counters()
+            with self._worker(target, variant, "drain") as worker:
                 before, seen, first = self._wait(target, worker, jobs, started)
                 client_cpu, server_cpu = worker.cpu(), target.server_cpu()
                 opened = (before + seen) / 2
@@ -224,6 +249,7 @@ class SystemRun:
                 client_cpu = worker.cpu() - client_cpu
                 server_cpu = target.server_cpu() - server_cpu
                 closed = (before + seen) / 2
+            recounted = target.counters()
         # The CPU window opened at a poll, when `first.unfinished` jobs were still to finish.
         per_1k = 1000 / first.unfinished
         return {
@@ -231,11 +257,15 @@ class SystemRun:
             "drain_per_s": jobs / (closed - opened),
             "client_cpu_s_per_1k": client_cpu * per_1k,
             "server_cpu_s_per_1k": server_cpu * per_1k,
+            **(counted.per_job(recounted, jobs) if counted and recounted else {}),
         }
 
-    def latency(self) -> dict[str, float]:
-        side_file = self.raw / f"{self.system.name}-run{self.run}-latency.txt"
-        with self._store() as target, self._worker(target, "latency", side_file) as worker:
+    def latency(self, variant: Variant) -> dict[str, float]:
+        side_file = self.raw / f"{self._name(variant, 'latency')}.txt"
+        with (
+            self._store() as target,
+            self._worker(target, variant, "latency", side_file) as worker,
+        ):
             # The warm-up call enqueues two jobs: its untimed first call and one timed one.
             self._client(target, "enqueue", 1)
             self._wait(target, worker, 2, lambda p: p.unfinished == 0)
@@ -251,13 +281,11 @@ class SystemRun:
         cuts = statistics.quantiles(millis, n=100, method="inclusive")
         return {"p50_ms": cuts[49], "p99_ms": cuts[98]}
 
-    def all(self) -> dict[str, Any]:
-        return {
-            "enqueue_per_s": self.enqueue(),
-            "bulk_per_s": self.bulk(),
-            **self.drain(),
-            **self.latency(),
-        }
+    def enqueueing(self) -> dict[str, float | None]:
+        return {"enqueue_per_s": self.enqueue(), "bulk_per_s": self.bulk()}
+
+    def working(self, variant: Variant) -> dict[str, float | None]:
+        return {**self.drain(variant), **self.latency(variant)}
 
 
 def ours_missing(backend: str) -> str | None:
@@ -299,8 +327,7 @@ def machine(server: PgServer | RedisServer, systems: list[System]) -> dict[str, 
         "commit": _run_text(["git", "describe", "--always", "--dirty"]).strip(),
         "load_before": os.getloadavg(),
         "versions": {
-            s.label: _run_text([str(s.python), "-c", version_of, s.package]).strip()
-            for s in systems
+            s.name: _run_text([str(s.python), "-c", version_of, s.package]).strip() for s in systems
         },
         "environments": {
             s.label: _run_text([str(s.python), "-m", "pip", "freeze", "--all"]).split()
@@ -309,18 +336,82 @@ def machine(server: PgServer | RedisServer, systems: list[System]) -> dict[str, 
     }
 
 
-def medians(runs: list[dict[str, Any]], systems: list[System]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for system in systems:
-        mine = [r for r in runs if r["system"] == system.label]
-        good = [r for r in mine if "error" not in r]
-        row: dict[str, Any] = {"failed_runs": len(mine) - len(good)}
-        if good:
-            for key in [*METRICS, "drain_jobs"]:
-                values = [r[key] for r in good if r[key] is not None]
-                row[key] = statistics.median(values) if values else None
-        out[system.label] = row
-    return out
+def _describe(
+    systems: list[System], variants: list[tuple[System, Variant]], about: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The result's `systems` (name: label, version, note) and `rows` (variant key: its
+    system, name, settings, whether it is the default, how it is passed), in the table's
+    order."""
+    described = {
+        s.name: {"label": s.label, "version": about["versions"][s.name], "note": s.worker_note}
+        for s in systems
+    }
+    rows = {
+        system.key(v): {
+            "system": system.name,
+            "variant": v.name,
+            "settings": v.settings,
+            "default": v.default,
+            "passed": v.passed,
+        }
+        for system, v in variants
+    }
+    return described, rows
+
+
+def _pairs(backend: str, rows: dict[str, Any], systems: list[System]) -> list[dict[str, str]]:
+    """The backend's pairs whose both sides are measured in this run."""
+    names = {s.name for s in systems}
+
+    def measured(row: str) -> bool:
+        system, _, variant = row.partition(":")
+        return row in rows or (variant in ("", BEST) and system in names)
+
+    return [asdict(p) for p in PAIRS[backend] if measured(p.num) and measured(p.den)]
+
+
+def _selected(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> list[tuple[System, Variant]]:
+    """The variants `--systems` and `--variants` leave, in the table's order."""
+    systems = SYSTEMS[args.backend]
+    known = {s.key(v): (s, v) for s in systems for v in s.variants}
+    wanted = set(args.systems.split(",")) if args.systems else {s.name for s in systems}
+    unknown = wanted - {s.name for s in systems}
+    if unknown:
+        parser.error(f"unknown systems for {args.backend}: {', '.join(sorted(unknown))}")
+    keys = set(args.variants.split(",")) if args.variants else set(known)
+    if keys - set(known):
+        parser.error(
+            f"unknown variants for {args.backend}: {', '.join(sorted(keys - set(known)))}"
+            f" (known: {', '.join(known)})"
+        )
+    return [(s, v) for key, (s, v) in known.items() if key in keys and s.name in wanted]
+
+
+@contextmanager
+def _server(args: argparse.Namespace) -> Iterator[tuple[PgServer | RedisServer, str]]:
+    """The server the run measures on, and a note on it for the report."""
+    if args.backend == "redis":
+        yield RedisServer(args.redis_url), f"the Redis at {args.redis_url}, as it is configured"
+    elif args.pg_url:
+        given = PgServer(args.pg_url)
+        statements = "pg_stat_statements" if given.has_statements else "n/a: no pg_stat_statements"
+        yield (
+            given,
+            (
+                f"the given server ({mask_url(args.pg_url)}), as it is configured; WAL bytes are"
+                f" the whole server's (other databases' writes count); statements: {statements}"
+            ),
+        )
+    else:
+        with throwaway_server(fsync=True) as pg:
+            note = (
+                "a throwaway Postgres the harness started for this run alone (initdb's"
+                " defaults, fsync on, pg_stat_statements preloaded with planning tracked,"
+                " track_io_timing on); server CPU is its processes alone"
+            )
+            yield PgServer(libpq_url(pg.url), postmaster_pid(pg)), note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,12 +423,17 @@ def main(argv: list[str] | None = None) -> int:
         help="one small run of every phase (proves the harness; its numbers mean nothing);"
         " skips ours with a message while our driver or worker is missing",
     )
-    parser.add_argument("--runs", type=int, help="runs per system (default 3, dry run 1)")
+    parser.add_argument(
+        "--runs", type=int, help=f"runs of every variant (default {FULL.runs}, dry run 1)"
+    )
     parser.add_argument("--systems", help="comma-separated subset, e.g. ours,pgqueuer")
     parser.add_argument(
+        "--variants", help="comma-separated subset of system:variant, e.g. ours:c10,pgqueuer:b10"
+    )
+    parser.add_argument(
         "--pg-url",
-        default="postgresql://postgres@127.0.0.1:5432/test",
-        help="a database to connect to; each system gets a fresh database beside it",
+        help="measure on this server instead of a throwaway one (each system gets a fresh"
+        " database beside the one named; statements per job need pg_stat_statements there)",
     )
     parser.add_argument(
         "--redis-url",
@@ -349,68 +445,101 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         config = replace(config, runs=args.runs)
 
-    systems = list(SYSTEMS[args.backend])
-    if args.systems:
-        wanted = set(args.systems.split(","))
-        unknown = wanted - {s.name for s in systems}
-        if unknown:
-            parser.error(f"unknown systems for {args.backend}: {', '.join(sorted(unknown))}")
-        systems = [s for s in systems if s.name in wanted]
-    missing = ours_missing(args.backend) if any(s.name == "ours" for s in systems) else None
+    variants = _selected(parser, args)
+    missing = ours_missing(args.backend) if any(s.name == "ours" for s, _ in variants) else None
     if missing is not None:
         if not args.dry_run:
             print(f"bench: ours cannot run: {missing} (--systems runs the peers alone)")
             return 1
         print(f"bench: SKIPPING ours in this dry run: {missing}")
-        systems = [s for s in systems if s.name != "ours"]
+        variants = [(s, v) for s, v in variants if s.name != "ours"]
+    systems = list({s.name: s for s, _ in variants}.values())
 
     load = os.getloadavg()[0]
     if load >= BUSY_LOAD:
         print(f"bench: load average {load:.2f}: other work shares the cores, numbers are noise")
-    server: PgServer | RedisServer = (
-        PgServer(args.pg_url) if args.backend == "pg" else RedisServer(args.redis_url)
-    )
+    # A SIGTERM (a timeout, a kill) unwinds as Ctrl-C does, so a throwaway server goes too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / "raw" / f"{args.backend}-{stamp}"
     raw.mkdir(parents=True)
-    about = machine(server, systems)
-
-    runs: list[dict[str, Any]] = []
-    for run in range(1, config.runs + 1):
-        for system in systems:
-            began = time.perf_counter()
-            try:
-                row = SystemRun(system, server, config, raw, run).all()
-            except BenchError as exc:
-                # One system failing does not void the others' numbers; the table says so.
-                print(f"bench: run {run} {system.label} FAILED: {exc}", file=sys.stderr)
-                runs.append({"run": run, "system": system.label, "error": str(exc)})
-                continue
-            runs.append({"run": run, "system": system.label, **row})
-            print(
-                f"bench: run {run} {system.label} in {time.perf_counter() - began:.0f} s: "
-                + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if v is not None),
-                flush=True,
-            )
+    with _server(args) as (server, server_note):
+        about = {**machine(server, systems), "server_note": server_note}
+        runs, order = measure(server, config, raw, variants)
     about["load_after"] = os.getloadavg()
     # Ours runs from the working tree: a commit landing mid-run changes what later runs measure.
     about["commit_after"] = _run_text(["git", "describe", "--always", "--dirty"]).strip()
 
-    result = {
+    described, rows = _describe(systems, variants, about)
+    result: dict[str, Any] = {
         "backend": args.backend,
         "dry_run": args.dry_run,
         "config": asdict(config),
         "machine": about,
-        "workers": {s.label: s.worker_note for s in systems},
+        "systems": described,
+        "rows": rows,
+        "pairs": _pairs(args.backend, rows, systems),
+        "order": order,
         "runs": runs,
-        "median": medians(runs, systems),
     }
+    result["median"] = medians(result)
+    result["ratios"] = ratios(result)
     path = RESULTS / f"{args.backend}-{stamp}{'-dry' if args.dry_run else ''}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print()
     print(render(result))
     print(f"\n(results: {path.relative_to(ROOT)}; worker logs: {raw.relative_to(ROOT)})")
     return 1 if any("error" in r for r in runs) else 0
+
+
+def measure(
+    server: PgServer | RedisServer,
+    config: Config,
+    raw: Path,
+    variants: list[tuple[System, Variant]],
+) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+    """Every run: each variant in turn (its system's enqueue and bulk first, when the system
+    comes up first in the run), the order rotated by one from run to run so that no variant
+    always follows the same one. Returns every record (or its error) and each run's order."""
+    records: list[dict[str, Any]] = []
+    order: dict[int, list[str]] = {}
+    began = time.perf_counter()
+    for run in range(1, config.runs + 1):
+        shift = (run - 1) % len(variants)
+        turn = variants[shift:] + variants[:shift]
+        order[run] = [s.key(v) for s, v in turn]
+        done: set[str] = set()
+        for system, variant in turn:
+            phases = SystemRun(system, server, config, raw, run)
+            if system.name not in done:
+                done.add(system.name)
+                records.append(_record(run, system.name, phases.enqueueing))
+            records.append(_record(run, system.key(variant), partial(phases.working, variant)))
+        took = time.perf_counter() - began
+        left = took / run * (config.runs - run)
+        print(
+            f"bench: run {run} of {config.runs} done, {took / 60:.1f} min so far"
+            + (f", about {left / 60:.1f} min to go" if left else ""),
+            flush=True,
+        )
+    return records, order
+
+
+def _record(run: int, row: str, phases: Callable[[], dict[str, float | None]]) -> dict[str, Any]:
+    """One row's figures in one run, or the error that stopped them: one system failing does
+    not void the others' numbers, and the table says so."""
+    began = time.perf_counter()
+    try:
+        figures = phases()
+    except BenchError as exc:
+        print(f"bench: run {run} {row} FAILED: {exc}", file=sys.stderr, flush=True)
+        return {"run": run, "row": row, "error": str(exc)}
+    print(
+        f"bench: run {run} {row} in {time.perf_counter() - began:.0f} s: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in figures.items() if v is not None),
+        flush=True,
+    )
+    return {"run": run, "row": row, **figures}
 
 
 if __name__ == "__main__":

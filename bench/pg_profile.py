@@ -28,16 +28,16 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.cpu import backend_cpu, process_cpu
+from bench.cpu import cluster_cpu
 from bench.peers.ours_peer import noop
+from bench.pg_server import postmaster_pid, settle_stats, throwaway_server
 from jobs_core.driver import MAX_ENQUEUE_BATCH
 from jobs_core.facade import Jobs
 from jobs_core.worker import Worker
@@ -110,60 +110,10 @@ def name_of(query: str, names: dict[str, str]) -> str:
     return "unmatched: " + " ".join(query.split())[:80]
 
 
-def server_cpu(postmaster: int) -> float:
-    """User + system CPU seconds of the throwaway cluster: the postmaster with every child it
-    reaped, plus each child still running. (bench.cpu.postgres_cpu counts every server on the
-    machine, the one on 5432 too.)"""
-    total = process_cpu(postmaster)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            if int(stat.rpartition(")")[2].split()[1]) == postmaster:
-                total += backend_cpu(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue  # exited between the listing and the read: the postmaster reaped it
-    return total
-
-
-@contextmanager
-def throwaway_server() -> Iterator[PgServer]:
-    """A started PgServer with pg_stat_statements preloaded, track_io_timing on and the
-    extension created; stopped and its directory removed on the way out, however it is left."""
-    server = PgServer()
-    try:
-        server.start()
-        with psycopg.connect(libpq_url(server.url), autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            conn.execute("ALTER SYSTEM SET track_io_timing = on")
-        # shared_preload_libraries is read at server start only.
-        server.restart()
-        with psycopg.connect(libpq_url(server.url), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
-            # Planning is outside exec time: without this a statement planned afresh on every
-            # call (a custom plan per batch) would hide its planning. The setting exists only
-            # once the library is loaded.
-            conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
-            conn.execute("SELECT pg_reload_conf()")
-        yield server
-    finally:
-        server.close()
-
-
 def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
     row = conn.execute(query, args or None).fetchone()
     assert row is not None
     return row[0] if len(row) == 1 else row
-
-
-def _settled(conn: psycopg.Connection[Any]) -> None:
-    # Since PostgreSQL 15 a backend flushes its cumulative stats when idle, at most once a
-    # second, and at exit; the driver is closed (its backends exit) before this, and the wait
-    # lets the postmaster finish reaping them.
-    time.sleep(1.0)
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    conn.execute("SELECT pg_stat_clear_snapshot()")
 
 
 _COUNTERS = """
@@ -177,7 +127,7 @@ WHERE d.datname = current_database() AND t.schemaname = %s AND t.relname = 'jobs
 def counters(probe: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
     """The cumulative counters a drain is measured by, read in one statement (one transaction
     of the probe's own) once every backend's pending stats are flushed."""
-    _settled(probe)
+    settle_stats(probe)
     cur = probe.execute(_COUNTERS, (schema,))
     row = cur.fetchone()
     assert row is not None and cur.description is not None
@@ -220,7 +170,7 @@ async def one_drain(
     # As bench/stores.py's settle: plans over 10,000 fresh rows without statistics are guesses
     # no running queue lives with for long.
     probe.execute(f'ANALYZE "{schema}".jobs')
-    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    postmaster = postmaster_pid(server)
     # The probe's own transactions count in xact_commit: an empty window measures them.
     quiet = counters(probe, schema), counters(probe, schema)
     probe_commits = quiet[1]["xact_commit"] - quiet[0]["xact_commit"]
@@ -232,7 +182,7 @@ async def one_drain(
     async with driver:
         if profiler is not None:
             profiler.enable()
-        took, cpu, server_s = await _drain(driver, n, concurrency, lambda: server_cpu(postmaster))
+        took, cpu, server_s = await _drain(driver, n, concurrency, lambda: cluster_cpu(postmaster))
         if profiler is not None:
             profiler.disable()
     after = counters(probe, schema)

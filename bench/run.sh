@@ -12,7 +12,7 @@ case "${1:-}" in
 pg) peers="procrastinate pgqueuer" ;;
 redis) peers="arq saq rq" ;;
 *)
-    echo "usage: bench/run.sh pg|redis [--dry-run] [--runs N] [--systems a,b] [--help]" >&2
+    echo "usage: bench/run.sh pg|redis [--dry-run] [--runs N] [--systems a,b] [--variants s:v,...] [--help]" >&2
     exit 2
     ;;
 esac

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.report import BEST
 from bench.stores import Probe, Progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,17 +16,63 @@ OURS_PYTHON = ROOT / ".venv" / "bin" / "python"
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One setting of a system's worker; the drain and the latency phases run once per variant
+    (enqueueing does not depend on the worker, so it runs once per system)."""
+
+    name: str  # short, unique within its system: the table's and `--variants`' name for it
+    settings: str  # what the worker runs with, for the table: "concurrency 10"
+    default: bool = False  # the system's own defaults: nothing is passed to its worker
+    args: tuple[str, ...] = ()  # appended to the worker's argv
+    env: tuple[tuple[str, str], ...] = ()  # added to the worker's environment (its peer reads it)
+    passed: str = "nothing passed"  # how the setting reaches the worker, for the notes
+
+
+@dataclass(frozen=True)
 class System:
     name: str
     label: str  # the table's name for it
     python: Path  # its virtualenv's interpreter, which runs its client
     worker: tuple[str, ...]  # argv of its one worker process; "{url}" is its store's URL
-    worker_note: str  # how its worker runs, for the notes under the table
+    worker_note: str  # how its worker runs whatever the variant, for the notes under the table
     probe: Probe
     package: str  # the distribution whose version the table reports
+    variants: tuple[Variant, ...]  # in the table's order; exactly one is `default`
     redis_db: int | None = None
     drain_cap: int | None = None  # fewer drain jobs where the full count would take minutes
     url_options: str = ""  # appended to its store's URL for its client and worker
+
+    def key(self, variant: Variant) -> str:
+        """The name of one variant's row in the results: "ours:c10"."""
+        return f"{self.name}:{variant.name}"
+
+    def variant(self, name: str) -> Variant:
+        """The variant called `name`; KeyError if there is none."""
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise KeyError(f"{self.name} has no variant {name!r}")
+
+    @property
+    def default(self) -> Variant:
+        """The variant that passes nothing: the system's own defaults."""
+        return next(v for v in self.variants if v.default)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One paired comparison: every figure of row `num` over row `den`, computed within each
+    run. A row is a variant's key ("ours:c10"), a system's name ("ours": its enqueue and bulk),
+    or "<system>:best": that system's variant with the highest drain in the same run."""
+
+    label: str  # the settings compared, for the table: "concurrency 10 / batch 10"
+    num: str
+    den: str
+
+
+def _only(settings: str) -> tuple[Variant, ...]:
+    """The variants of a system measured at its defaults alone."""
+    return (Variant("default", settings, default=True),)
 
 
 def _sql_probe(query: str) -> Probe:
@@ -88,9 +135,19 @@ def _ours(probe: Probe, url_options: str, redis_db: int | None = None) -> System
         label="ultimat3-jobs",
         python=OURS_PYTHON,
         worker=(ujobs, "worker", "bench.peers.ours_peer", "--driver", "{url}", "--quiet"),
-        worker_note="`ujobs worker` with its defaults (the wake on)",
+        worker_note="`ujobs worker` with its defaults but the concurrency (the wake on;"
+        " jobs held at once = the concurrency, `--max-in-flight`'s default)",
         probe=probe,
         package="ultimat3-jobs",
+        variants=(
+            Variant(
+                "c10",
+                "concurrency 10",
+                args=("--concurrency", "10"),
+                passed="`--concurrency 10`",
+            ),
+            Variant("c50", "concurrency 50", default=True),
+        ),
         redis_db=redis_db,
         url_options=url_options,
     )
@@ -103,6 +160,20 @@ _PROCRASTINATE_PYTHON, _PROCRASTINATE_WORKER = _peer(
     "worker",
     "--queues=default",
 )
+
+
+def _batch(size: int, *, default: bool = False) -> Variant:
+    """PgQueuer at one batch size; its peer reads BENCH_BATCH_SIZE."""
+    if default:
+        return Variant(f"b{size}", f"batch size {size}", default=True)
+    return Variant(
+        f"b{size}",
+        f"batch size {size}",
+        env=(("BENCH_BATCH_SIZE", str(size)),),
+        passed=f"`batch_size={size}` (what `pgq run --batch-size {size}` passes)",
+    )
+
+
 _PGQUEUER_PYTHON = VENVS / "pgqueuer" / "bin" / "python"
 _PGQUEUER_WORKER = (str(_PGQUEUER_PYTHON), "-m", "bench.peers.cli", "pgqueuer", "worker")
 _ARQ_PYTHON, _ARQ_WORKER = _peer("arq", "arq", "bench.peers.arq_peer.WorkerSettings")
@@ -125,6 +196,7 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             python=_PROCRASTINATE_PYTHON,
             worker=_PROCRASTINATE_WORKER,
             worker_note="`procrastinate worker` with its defaults (concurrency 1, LISTEN/NOTIFY)",
+            variants=_only("concurrency 1"),
             probe=_sql_probe(
                 "SELECT count(*) FILTER (WHERE status = 'todo'),"
                 " count(*) FILTER (WHERE status IN ('todo', 'doing'))"
@@ -137,8 +209,12 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             label="PgQueuer",
             python=_PGQUEUER_PYTHON,
             worker=_PGQUEUER_WORKER,
-            worker_note="what `pgq run` runs, with its defaults (batch size 10, LISTEN/NOTIFY,"
-            " asyncpg, uvloop); the `pgq run` command itself fails to start in 1.6.0",
+            worker_note="what `pgq run` runs, with its defaults but the batch size (LISTEN/NOTIFY,"
+            " asyncpg, uvloop; a batch is how many jobs one dequeue claims and how many"
+            " finishes one log write records; jobs in flight are not capped, as"
+            " `max_concurrent_tasks` is unset); the `pgq run` command itself fails to start in"
+            " 1.6.0",
+            variants=(_batch(10, default=True), _batch(50), _batch(100)),
             # A finished job leaves the table for the log; a failed one stays as `failed`.
             probe=_sql_probe(
                 "SELECT count(*) FILTER (WHERE status = 'queued'),"
@@ -156,6 +232,7 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             python=_ARQ_PYTHON,
             worker=_ARQ_WORKER,
             worker_note="`arq` worker with its defaults (max_jobs 10, poll_delay 0.5 s)",
+            variants=_only("max_jobs 10"),
             probe=_arq_probe,
             package="arq",
             redis_db=11,
@@ -165,7 +242,17 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             label="SAQ",
             python=_SAQ_PYTHON,
             worker=_SAQ_WORKER,
-            worker_note="`saq` worker with its defaults (concurrency 10)",
+            worker_note="`saq` worker with its defaults but the concurrency (each of its"
+            " `concurrency` tasks dequeues one job at a time)",
+            variants=(
+                Variant("c10", "concurrency 10", default=True),
+                Variant(
+                    "c50",
+                    "concurrency 50",
+                    env=(("BENCH_CONCURRENCY", "50"),),
+                    passed='`"concurrency": 50` in its settings dict',
+                ),
+            ),
             probe=_saq_probe,
             package="saq",
             redis_db=12,
@@ -176,10 +263,36 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
             python=_RQ_PYTHON,
             worker=_RQ_WORKER,
             worker_note="`rq worker` with its default Worker class (a fork per job)",
+            variants=_only("one job at a time"),
             probe=_rq_probe,
             package="rq",
             redis_db=13,
             drain_cap=2_000,
         ),
     ),
+}
+
+
+def _versus(backend: str, peer: str, matched: tuple[tuple[str, str], ...]) -> tuple[Pair, ...]:
+    """Ours over `peer`: enqueue and bulk; each matched pair of variants (ours', the peer's);
+    each at its best drain of the run; each at its defaults. Labels are the variants' settings."""
+    by_name = {s.name: s for s in SYSTEMS[backend]}
+    ours, them = by_name["ours"], by_name[peer]
+
+    def pair(prefix: str, mine: Variant, theirs: Variant) -> Pair:
+        return Pair(
+            f"{prefix}{mine.settings} / {theirs.settings}", ours.key(mine), them.key(theirs)
+        )
+
+    return (
+        Pair("enqueue and bulk (no worker settings)", ours.name, them.name),
+        *(pair("", ours.variant(mine), them.variant(theirs)) for mine, theirs in matched),
+        Pair("each at its best drain of the run", f"{ours.name}:{BEST}", f"{them.name}:{BEST}"),
+        pair("each at its defaults: ", ours.default, them.default),
+    )
+
+
+PAIRS: dict[str, tuple[Pair, ...]] = {
+    "pg": _versus("pg", "pgqueuer", (("c10", "b10"), ("c50", "b50"), ("c50", "b100"))),
+    "redis": _versus("redis", "saq", (("c10", "c10"), ("c50", "c50"))),
 }

@@ -37,10 +37,14 @@ async def create() -> AsyncIterator[PgQueuer]:
 
 
 def run_worker() -> None:
-    """What `pgq run` does with its defaults (uvloop, INFO logs). The command itself cannot
-    start in 1.6.0: its --log-level default reaches the logger setup as a string."""
+    """What `pgq run` does with its defaults (uvloop, INFO logs), but the batch size where
+    BENCH_BATCH_SIZE sets one (`pgq run --batch-size`). The command itself cannot start in
+    1.6.0: its --log-level default reaches the logger setup as a string."""
     setup_fancy_logger(LogLevel.INFO)
-    asyncio_run(pgqueuer.run(create))
+    size = os.environ.get("BENCH_BATCH_SIZE")
+    # Unset, PgQueuer's own default applies: the harness's default variant passes nothing.
+    settings = {} if size is None else {"batch_size": int(size)}
+    asyncio_run(pgqueuer.run(create, **settings))
 
 
 class _Client:

@@ -1,5 +1,6 @@
 """SAQ: `Queue.enqueue` one by one (SAQ has no bulk enqueue: `map` waits for results); its
-worker is its own CLI (`saq bench.peers.saq_peer.settings`) with SAQ's defaults."""
+worker is its own CLI (`saq bench.peers.saq_peer.settings`) with SAQ's defaults, but the
+concurrency where BENCH_CONCURRENCY sets one."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ async def noop(ctx: dict[str, Any], *, inp: Input) -> None:
     record_start(inp)
 
 
-settings = {"queue": queue, "functions": [noop]}
+settings: dict[str, Any] = {"queue": queue, "functions": [noop]}
+# Unset, SAQ's own default applies: the harness's default variant passes nothing.
+if "BENCH_CONCURRENCY" in os.environ:
+    settings["concurrency"] = int(os.environ["BENCH_CONCURRENCY"])
 
 
 class _Client:

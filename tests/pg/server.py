@@ -22,7 +22,9 @@ from scripts.with_services import answers, as_user, find, spare_port
 class PgServer:
     """initdb, start, stop (`fast` or `immediate`) and restart a Postgres on one spare port."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fsync: bool = False) -> None:
+        """`fsync` off (the tests' default) trades durability for speed; a benchmark measuring
+        what a commit costs turns it on."""
         # Not pytest's tmp_path: its parents are private to the test user, and the server runs
         # as `postgres` when the tests run as root.
         self.dir = Path(tempfile.mkdtemp(prefix="ujobs-pg-"))
@@ -30,6 +32,7 @@ class PgServer:
         self.data = self.dir / "data"
         self.port = spare_port()
         self._created = False
+        self._fsync = fsync
 
     @property
     def url(self) -> str:
@@ -59,7 +62,9 @@ class PgServer:
                 shutil.chown(self.dir, "postgres")
                 shutil.chown(self.data, "postgres")
             self._run(self._bin("initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust")
-        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off"
+        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir}"
+        if not self._fsync:
+            opts += " -c fsync=off"
         self._run(
             self._bin("pg_ctl"),
             "-D",

@@ -190,9 +190,12 @@ class Settler:
     ) -> None:
         self._deadline_ms: int | None = None
         until = give_up_at or (lambda fence: None)
-        self._acks: _Lane[Ack] = _Lane(driver.job_ack, clock, until, self._deadline)
-        self._nacks: _Lane[Nack] = _Lane(driver.job_nack, clock, until, self._deadline)
-        self._steps: _Lane[StepPut] = _Lane(driver.step_put, clock, until, self._deadline)
+        # Every item passed the driver's own check (`check_ack`, `check_nack`,
+        # `check_step_put`) before it joined a lane, so a batch goes to the driver's
+        # implementation: the public method would check each item a second time.
+        self._acks: _Lane[Ack] = _Lane(driver._job_ack, clock, until, self._deadline)
+        self._nacks: _Lane[Nack] = _Lane(driver._job_nack, clock, until, self._deadline)
+        self._steps: _Lane[StepPut] = _Lane(driver._step_put, clock, until, self._deadline)
         #: Unanswered step records by job id: a settle of that job waits for them, so a step that
         #: finished before its run ended is recorded before the settle breaks the fence.
         self._unanswered: dict[str, set[asyncio.Future[bool]]] = {}

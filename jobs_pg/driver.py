@@ -191,6 +191,12 @@ def wake_channel(schema: str, family: str = "wake") -> str:
     return channel
 
 
+def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement answered rows (`cur.description` would build its columns)."""
+    result = cur.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+
+
 # Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`.
 _GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode = force_generic_plan"
 
@@ -548,7 +554,7 @@ class PgDriver(JobDriver):
         stmt = self._q[name]
         async with self._conn() as conn:
             cur = await self._execute(conn, stmt.text, stmt.args(values), generic=stmt.generic)
-            return await cur.fetchall() if cur.description is not None else []
+            return await cur.fetchall() if _has_rows(cur) else []
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """A read: safe to run twice, so a connection found dead is retried once on a fresh one."""
@@ -1002,7 +1008,7 @@ class PgDriver(JobDriver):
                     exc.add_note(_STATEMENT_NOTE + " + ".join(name for name, _ in steps))
                 raise
             last = curs[-1]
-            return await last.fetchall() if last.description is not None else []
+            return await last.fetchall() if _has_rows(last) else []
         raise DriverError("the server kept losing prepared statements", detail=steps[-1][0])
 
     async def _on(
@@ -1011,7 +1017,7 @@ class PgDriver(JobDriver):
         """Run one named statement on `conn`; its rows (none for a statement without any)."""
         stmt = self._q[name]
         cur = await self._execute(conn, stmt.text, stmt.args(values))
-        return await cur.fetchall() if cur.description is not None else []
+        return await cur.fetchall() if _has_rows(cur) else []
 
     def _event_key(self, name: str) -> int:
         """The advisory lock key of an event name in this schema (a signed 64-bit int)."""

@@ -204,13 +204,14 @@ _GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode = force_generic_plan"
 class _Stmt:
     """A compiled statement rendered for one schema: SQL text + how to order its parameters."""
 
-    __slots__ = ("args", "generic", "name", "text")
+    __slots__ = ("args", "generic", "name", "raw", "text")
 
     def __init__(self, sql: Sql, schema: str) -> None:
         self.name = sql.name
         self.text = sql.render(schema)
         self.args = sql.args
         self.generic = sql.generic_plan
+        self.raw = sql.raw
 
 
 def unique_runs(keys: Sequence[Hashable]) -> list[list[int]]:
@@ -455,6 +456,7 @@ class PgDriver(JobDriver):
         args: Sequence[Any],
         *,
         generic: bool = False,
+        raw: bool = False,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -472,11 +474,12 @@ class PgDriver(JobDriver):
         outside a transaction of ours: `SET LOCAL plan_cache_mode` and the statement go in one
         pipeline, so one round trip and one implicit transaction, which the setting ends with
         (a pooler in transaction mode keeps both on one server session; nothing outlives it).
+        A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic)
+                return await self._execute_once(conn, text, args, generic, raw)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -502,9 +505,11 @@ class PgDriver(JobDriver):
         text: str,
         args: Sequence[Any],
         generic: bool,
+        raw: bool,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
+        cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
             if (
                 generic
@@ -513,15 +518,15 @@ class PgDriver(JobDriver):
             ):
                 async with conn.pipeline():
                     await conn.execute(_GENERIC_PLAN)
-                    cur = await conn.execute(text, args)
+                    await cur.execute(text, args)
                 return cur
-            return await conn.execute(text, args)
+            return await cur.execute(text, args)
         except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
             if self._prepare_threshold is not None:
                 log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
             self._prepare_threshold = None
             conn.prepare_threshold = None
-            return await conn.execute(text, args)
+            return await cur.execute(text, args)
 
     def _after_failure(self) -> None:
         """After a failure, sweep broken idle connections (the hot one too) so the next call gets a
@@ -553,7 +558,9 @@ class PgDriver(JobDriver):
     async def _rows(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         stmt = self._q[name]
         async with self._conn() as conn:
-            cur = await self._execute(conn, stmt.text, stmt.args(values), generic=stmt.generic)
+            cur = await self._execute(
+                conn, stmt.text, stmt.args(values), generic=stmt.generic, raw=stmt.raw
+            )
             return await cur.fetchall() if _has_rows(cur) else []
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:

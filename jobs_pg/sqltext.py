@@ -33,10 +33,15 @@ class Sql:
     defaults: Mapping[str, Any]
     #: Run on the server's generic plan (see `compile_all`).
     generic_plan: bool = False
+    #: The text has `$n` placeholders, for psycopg's raw cursor (see `compile_all`).
+    raw: bool = False
 
     def render(self, schema: str) -> str:
         """The text with `schema` quoted in, ready for psycopg."""
         quoted = _DIALECT.identifier_preparer.quote_schema(schema)
+        if self.raw:
+            # The dialect doubles a `%` for psycopg's placeholder syntax; a raw text has none.
+            quoted = quoted.replace("%%", "%")
         return self.text.replace(_SCHEMA_TOKEN, quoted)
 
     def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -45,8 +50,11 @@ class Sql:
         return tuple(values[n] if n in values else d[n] for n in self.order)
 
 
-def compile_sql(name: str, stmt: Executable, *, generic_plan: bool = False) -> Sql:
-    """Compile `stmt` for psycopg with positional parameters and the schema left as a token."""
+def compile_sql(
+    name: str, stmt: Executable, *, generic_plan: bool = False, raw: bool = False
+) -> Sql:
+    """Compile `stmt` for psycopg with positional parameters and the schema left as a token
+    (`raw`: numbered `$n` placeholders, each parameter in the format psycopg picks)."""
     compiled = stmt.compile(dialect=_DIALECT, schema_translate_map={None: "__schema__"})  # type: ignore[attr-defined]
     text = compiled.string
     if "__[POSTCOMPILE" in text:
@@ -55,10 +63,22 @@ def compile_sql(name: str, stmt: Executable, *, generic_plan: bool = False) -> S
         raise RuntimeError(f"{name}: a literal % would be misread as a placeholder")
     # Every parameter travels in binary: psycopg dumps a Python list as a binary array several
     # times faster than as a quoted text literal, and a batch is one array per column.
-    text = text.replace("%s", "%b")
     order = tuple(compiled.positiontup or ())
+    if raw:
+        # One `%s` per bound occurrence, in the order of `positiontup`: the n-th is `$n`.
+        pieces = text.split("%s")
+        text = pieces[0] + "".join(f"${i}{piece}" for i, piece in enumerate(pieces[1:], 1))
+    else:
+        text = text.replace("%s", "%b")
     defaults = {k: v for k, v in compiled.params.items() if k in order and v is not None}
-    return Sql(name=name, text=text, order=order, defaults=defaults, generic_plan=generic_plan)
+    return Sql(
+        name=name,
+        text=text,
+        order=order,
+        defaults=defaults,
+        generic_plan=generic_plan,
+        raw=raw,
+    )
 
 
 def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
@@ -68,9 +88,15 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
     plan: Postgres re-plans a prepared statement on every call while its generic plan's
     ESTIMATED cost is well above the custom plans' (a `LIMIT $n` is guessed at a tenth of the
     rows), even where both plans are the same.
+
+    Its `RAW_TEXT` names statements psycopg gets with `$n` placeholders through a raw cursor:
+    psycopg converts `%b` placeholders on every call of a text over 4 KiB (its conversion cache
+    skips longer ones). Their parameters travel in the format psycopg picks (text for a list):
+    only for statements without batch arrays.
     """
     generic = module_globals.get("GENERIC_PLANS", frozenset())
-    assert isinstance(generic, frozenset)
+    raw = module_globals.get("RAW_TEXT", frozenset())
+    assert isinstance(generic, frozenset) and isinstance(raw, frozenset)
     out: dict[str, Sql] = {}
     for key, value in module_globals.items():
         if (
@@ -78,7 +104,8 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
             and isinstance(value, sa.sql.ClauseElement)
             and isinstance(value, Executable)
         ):
-            out[key] = compile_sql(key, value, generic_plan=key in generic)
-    if not generic <= out.keys():
-        raise RuntimeError(f"GENERIC_PLANS names no statement: {sorted(generic - out.keys())}")
+            out[key] = compile_sql(key, value, generic_plan=key in generic, raw=key in raw)
+    if not (generic | raw) <= out.keys():
+        unknown = sorted((generic | raw) - out.keys())
+        raise RuntimeError(f"GENERIC_PLANS or RAW_TEXT names no statement: {unknown}")
     return out

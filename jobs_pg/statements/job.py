@@ -351,6 +351,8 @@ JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
 # The claim's custom plan is the generic one, but a fresh plan costs more server time than the
 # claim's execution (measured in docs/pg.md, "Where the time goes").
 GENERIC_PLANS: Final = frozenset({"JOB_CLAIM"})
+# Over 4 KiB, and no batch arrays among its parameters (`sqltext.compile_all`).
+RAW_TEXT: Final = frozenset({"JOB_CLAIM"})
 
 # -- JOB_CLAIM ----------------------------------------------------------------------------------
 # ONE statement: beat the registry (optional), bury lapsed final attempts, pick and lease.

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from jobs_core.errors import DriverUrlInvalidError
@@ -263,11 +264,20 @@ async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
                 "beat_expires_at_ms": None,
             }
         )
-        cur = psycopg.RawCursor(conn) if sql.raw else conn.cursor()  # the claim's text has $n
-        plan = "\n".join(r[0] for r in cur.execute("EXPLAIN " + sql.render(pg.schema), args))
-    assert "jobs_due" in plan
-    assert "jobs_lease" in plan
-    assert "Seq Scan on jobs" not in plan, plan
+        assert sql.raw  # its text has $n placeholders
+        text = sql.render(pg.schema)
+        custom = psycopg.RawCursor(conn).execute("EXPLAIN " + text, args).fetchall()
+        # The plan the driver runs: the generic one (`GENERIC_PLANS`).
+        conn.execute("PREPARE claim AS " + text)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        literals = ", ".join(psycopg.sql.Literal(a).as_string(conn) for a in args)
+        generic = conn.execute(f"EXPLAIN EXECUTE claim({literals})").fetchall()
+    for rows in (custom, generic):
+        plan = "\n".join(r[0] for r in rows)
+        assert "jobs_due" in plan
+        assert "jobs_lease" in plan
+        assert "Seq Scan on jobs" not in plan, plan
+    assert "$" in "\n".join(r[0] for r in generic)  # parameters unbound: the generic plan
 
 
 def test_from_url_reads_driver_options_and_hides_them_from_libpq() -> None:

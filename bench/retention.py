@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -230,6 +231,34 @@ async def redis_figures(rows: int) -> dict[str, Any]:
         await driver.close()
 
 
+def about(module: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A result's head: its stamp, the command, the commit measured and the machine."""
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+    )
+    RESULTS.mkdir(exist_ok=True)
+    return {
+        "stamp": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+        "command": f"python -m {module} "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items()),
+        "commit": done.stdout.strip(),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_before": os.getloadavg(),
+        },
+    }
+
+
+def write(result: dict[str, Any], name: str) -> None:
+    """Print `result` and write it to `bench/results/<name>-<stamp>.json`."""
+    result["machine"]["load_after"] = os.getloadavg()
+    path = RESULTS / f"{name}-{result['stamp']}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"written: {path.relative_to(RESULTS.parent.parent)}")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000, help="finished rows on Postgres")
@@ -239,25 +268,10 @@ async def main() -> None:
     ap.add_argument("--concurrency", default="50", help="the workers' concurrency, one drain each")
     args = ap.parse_args()
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    result: dict[str, Any] = {
-        "stamp": stamp,
-        "command": "python -m bench.retention "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_before": os.getloadavg(),
-        },
-        "pg": await pg_figures(args.rows, args.drain, args.runs, concurrencies),
-        "redis": await redis_figures(args.redis_rows),
-    }
-    result["machine"]["load_after"] = os.getloadavg()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"retention-{stamp}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written: {path.relative_to(RESULTS.parent.parent)}")
+    result = about("bench.retention", vars(args))
+    result["pg"] = await pg_figures(args.rows, args.drain, args.runs, concurrencies)
+    result["redis"] = await redis_figures(args.redis_rows)
+    write(result, "retention")
 
 
 if __name__ == "__main__":

@@ -105,9 +105,11 @@ def summary(explained: Any) -> dict[str, Any]:
     }
 
 
-async def explain_claim(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
+async def explain_claim(schema: str) -> dict[str, Any]:
     """The claim of 10 from `bench`, EXPLAIN ANALYZEd generic (as the driver runs it) and custom;
-    each in a transaction rolled back, so the backlog stays as it was."""
+    each in a transaction rolled back, so the backlog stays as it was. On a connection of its
+    own that prepares nothing itself: psycopg answers a rollback on a connection holding its own
+    prepared statements with DEALLOCATE ALL, which would drop ours too."""
     spy = _Spy(PG_URL, schema=schema)
     now = SystemClock().now_ms()
     await spy.job_claim(ClaimParams(("bench",), "bench", 10, 600_000, now))
@@ -115,19 +117,17 @@ async def explain_claim(conn: psycopg.Connection[Any], schema: str) -> dict[str,
     text, args = st.render(schema), st.args(spy.values)
     numbers = iter(range(1, len(args) + 1))
     prepared = re.sub("%b", lambda _: f"${next(numbers)}", text)
-    literals = ", ".join(sql.Literal(a).as_string(conn) for a in args)
     out: dict[str, Any] = {}
-    conn.execute(f"PREPARE growth_claim AS {prepared}")
-    try:
+    with psycopg.connect(libpq_url(PG_URL), autocommit=True, prepare_threshold=None) as conn:
+        literals = ", ".join(sql.Literal(a).as_string(conn) for a in args)
+        conn.execute(f"PREPARE growth_claim AS {prepared}")
         with conn.transaction(force_rollback=True):
             conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             row = conn.execute(f"{_EXPLAIN}EXECUTE growth_claim({literals})").fetchone()
             out["generic (as the driver runs it)"] = summary(row[0] if row else None)
         with conn.transaction(force_rollback=True):
-            row = conn.execute(_EXPLAIN + text, args, prepare=False).fetchone()
+            row = conn.execute(_EXPLAIN + text, args).fetchone()
             out["custom (with its values)"] = summary(row[0] if row else None)
-    finally:
-        conn.execute("DEALLOCATE growth_claim")
     return out
 
 
@@ -153,7 +153,7 @@ async def ready_figures(
                 at: dict[str, Any] = {"load_s": round(took, 1)}
                 at["claim"] = await claim_samples(driver, "bench", calls)
                 reset(conn, jobs)
-                at["explain"] = await explain_claim(conn, schema)
+                at["explain"] = await explain_claim(schema)
                 print(f"pg: claim of 10, {size:,} ready: {at['claim']}")
                 at["drain"] = {}
                 for c in concurrencies:
@@ -184,6 +184,8 @@ async def main() -> None:
     args = ap.parse_args()
     sizes = sorted(int(s) for s in args.ready.split(","))
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
+    if sizes[0] < 10 * args.calls:
+        ap.error("every --ready size must hold --calls claims of 10")
     result = about("bench.pg_growth", vars(args))
     tag = uuid.uuid4().hex[:8]
     result["ready"] = await ready_figures(

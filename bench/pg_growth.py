@@ -1,15 +1,16 @@
 """Cost as the work grows on Postgres (issue 14, item 5; docs/pg.md, "Cost as the work grows").
 
     .venv/bin/python -m bench.pg_growth [--ready 10000,100000,1000000] [--rows 1000000]
-        [--drain 10000] [--runs 3] [--concurrency 10,50] [--calls 300]
+        [--drain 10000] [--runs 3] [--concurrency 10,50] [--calls 300] [--explain-only]
 
 Two dimensions, each in a schema of its own (`growth_<hex>…`, dropped at the end):
 
 * A READY backlog. `--ready` sizes, loaded in turn (one `INSERT … SELECT generate_series` each,
-  `bench.retention.fill`, then VACUUM ANALYZE), all due, in queue `bench`. At each size: the
-  latency of one `job_claim` of 10 (p50/p99 over `--calls` sequential calls, taken from the
-  backlog's head), one EXPLAIN (ANALYZE, BUFFERS) of that claim as the driver runs it (its
-  generic plan) and with its values (a custom plan), each in a transaction rolled back; then
+  `bench.retention.fill`, then VACUUM ANALYZE), all due, in queue `bench`. At each size: one
+  EXPLAIN (ANALYZE, BUFFERS) of a claim of 10 as the driver runs it (its generic plan) and with
+  its values (a custom plan), each in a transaction rolled back, with the server's JIT on and
+  off (`--explain-only` stops there); the latency of one `job_claim` of 10 (p50/p99 over
+  `--calls` sequential calls, taken from the backlog's head); then
   per `--concurrency`, `--runs` timed runs of one in-process `Worker` (default options but the
   concurrency and no retention) from its start to its `--drain`th completion. After each of
   those, every row claimed or completed is put back to ready and the table VACUUM ANALYZEd, so
@@ -101,15 +102,19 @@ def summary(explained: Any) -> dict[str, Any]:
         "shared_hit": plan.get("Shared Hit Blocks"),
         "shared_read": plan.get("Shared Read Blocks"),
         "seq_scan_on_jobs": any("Seq Scan on jobs" in line for line in lines),
+        # The plan's estimated cost, and the JIT compilation it bought past `jit_above_cost`.
+        "total_cost": plan.get("Total Cost"),
+        "jit": top.get("JIT"),
         "shape": lines,
     }
 
 
-async def explain_claim(schema: str) -> dict[str, Any]:
+async def explain_claim(schema: str, jit: bool = True) -> dict[str, Any]:
     """The claim of 10 from `bench`, EXPLAIN ANALYZEd generic (as the driver runs it) and custom;
     each in a transaction rolled back, so the backlog stays as it was. On a connection of its
     own that prepares nothing itself: psycopg answers a rollback on a connection holding its own
-    prepared statements with DEALLOCATE ALL, which would drop ours too."""
+    prepared statements with DEALLOCATE ALL, which would drop ours too. `jit=False`: with the
+    server's JIT compilation off for that session."""
     spy = _Spy(PG_URL, schema=schema)
     now = SystemClock().now_ms()
     await spy.job_claim(ClaimParams(("bench",), "bench", 10, 600_000, now))
@@ -120,6 +125,8 @@ async def explain_claim(schema: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with psycopg.connect(libpq_url(PG_URL), autocommit=True, prepare_threshold=None) as conn:
         literals = ", ".join(sql.Literal(a).as_string(conn) for a in args)
+        if not jit:
+            conn.execute("SET jit = off")
         conn.execute(f"PREPARE growth_claim AS {prepared}")
         with conn.transaction(force_rollback=True):
             conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -138,6 +145,7 @@ async def ready_figures(
     concurrencies: tuple[int, ...],
     calls: int,
     schema: str,
+    explain_only: bool = False,
 ) -> dict[str, Any]:
     await asyncio.to_thread(upgrade, PG_URL, schema)
     conn = psycopg.connect(libpq_url(PG_URL), autocommit=True)
@@ -151,9 +159,13 @@ async def ready_figures(
                 loaded = size
                 print(f"pg: {size:,} ready jobs loaded in {took:.1f} s")
                 at: dict[str, Any] = {"load_s": round(took, 1)}
+                out[f"{size:,} ready"] = at
+                at["explain"] = await explain_claim(schema)
+                at["explain, jit off"] = await explain_claim(schema, jit=False)
+                if explain_only:
+                    continue
                 at["claim"] = await claim_samples(driver, "bench", calls)
                 reset(conn, jobs)
-                at["explain"] = await explain_claim(schema)
                 print(f"pg: claim of 10, {size:,} ready: {at['claim']}")
                 at["drain"] = {}
                 for c in concurrencies:
@@ -166,7 +178,6 @@ async def ready_figures(
                         "runs_per_s": got,
                     }
                 print(f"pg: drains of {min(drain_n, size):,}, {size:,} ready: {at['drain']}")
-                out[f"{size:,} ready"] = at
     finally:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         conn.close()
@@ -181,6 +192,9 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="drains per state and concurrency")
     ap.add_argument("--concurrency", default="10,50", help="the workers' concurrency")
     ap.add_argument("--calls", type=int, default=300, help="claims of 10 per latency figure")
+    ap.add_argument(
+        "--explain-only", action="store_true", help="the claim's plans at each size, nothing else"
+    )
     args = ap.parse_args()
     sizes = sorted(int(s) for s in args.ready.split(","))
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
@@ -189,11 +203,12 @@ async def main() -> None:
     result = about("bench.pg_growth", vars(args))
     tag = uuid.uuid4().hex[:8]
     result["ready"] = await ready_figures(
-        sizes, args.drain, args.runs, concurrencies, args.calls, f"growth_{tag}"
+        sizes, args.drain, args.runs, concurrencies, args.calls, f"growth_{tag}", args.explain_only
     )
-    result["finished"] = await pg_figures(
-        args.rows, args.drain, args.runs, concurrencies, f"growth_{tag}_finished"
-    )
+    if not args.explain_only:
+        result["finished"] = await pg_figures(
+            args.rows, args.drain, args.runs, concurrencies, f"growth_{tag}_finished"
+        )
     write(result, "pg-growth")
 
 

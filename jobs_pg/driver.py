@@ -197,8 +197,14 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
 
 
-# Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`.
-_GENERIC_PLAN: Final = "SET LOCAL plan_cache_mode = force_generic_plan"
+# Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`. The generic
+# plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
+# past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
+# claim on every call, ~100 ms for 1 ms of work (docs/pg.md, "Cost as the work grows").
+_GENERIC_PLAN: Final = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
+    " set_config('jit', 'off', true)"
+)
 
 
 class _Stmt:
@@ -470,10 +476,11 @@ class PgDriver(JobDriver):
         to `conflict_retries` times) when it ran alone; a server error is marked with the
         statement's name, which its `X_*` message then shows.
 
-        A `generic` statement (`GENERIC_PLANS`) runs on the server's generic plan when prepared
-        outside a transaction of ours: `SET LOCAL plan_cache_mode` and the statement go in one
-        pipeline, so one round trip and one implicit transaction, which the setting ends with
-        (a pooler in transaction mode keeps both on one server session; nothing outlives it).
+        A `generic` statement (`GENERIC_PLANS`) runs on the server's generic plan, without JIT,
+        when prepared outside a transaction of ours: the local settings and the statement go in
+        one pipeline, so one round trip and one implicit transaction, which the settings end
+        with (a pooler in transaction mode keeps both on one server session; nothing outlives
+        it).
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
         """
         retries = 0

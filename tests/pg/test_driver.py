@@ -368,6 +368,49 @@ async def test_the_claim_runs_on_its_generic_plan_and_the_setting_ends_with_it(
         await d.close()
 
 
+def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -> None:
+    """A generic claim's estimate grows with the due rows (past about 650,000 in a queue, over
+    the server's `jit_above_cost`); what the driver sends ahead of the claim turns JIT off for
+    it. Here the threshold is lowered to 0 instead of loading a million rows."""
+    from jobs_pg.driver import _GENERIC_PLAN
+
+    sql = STATEMENTS["JOB_CLAIM"]
+    values = {
+        "queues": ["q"],
+        "now_ms": T0,
+        "limit": 10,
+        "worker_id": "w",
+        "lease_until_ms": T0 + 1000,
+        "drop_exhausted": [],
+        "lapsed_error": "x",
+        "shard": 0,
+        "beat_worker_id": None,
+        "beat_info_json": None,
+        "beat_now_ms": None,
+        "beat_expires_at_ms": None,
+    }
+
+    def plan(settings: str) -> str:
+        # A connection each: psycopg deallocates every prepared statement after a rollback.
+        with admin() as conn:
+            conn.execute("SET jit = on")
+            conn.execute("SET jit_above_cost = 0")
+            conn.execute("PREPARE claim AS " + sql.render(pg_schema))
+            literals = ", ".join(psycopg.sql.Literal(a).as_string(conn) for a in sql.args(values))
+            with conn.transaction(force_rollback=True):
+                conn.execute(settings)
+                rows = conn.execute(f"EXPLAIN ANALYZE EXECUTE claim({literals})").fetchall()
+            return "\n".join(r[0] for r in rows)
+
+    with admin() as conn:
+        available = conn.execute("SELECT pg_jit_available()").fetchone() == (True,)
+    if available:  # else no server compiles anything, and the setting only has to be sent
+        generic_only = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+        assert "JIT:" in plan(generic_only)  # the threshold reached: the server compiles it
+        assert "JIT:" not in plan(_GENERIC_PLAN)
+    assert "set_config('jit', 'off', true)" in _GENERIC_PLAN
+
+
 async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> None:
     """The claim's pipeline (the plan setting, then the prepared claim) meets a session that
     forgot the statement: nothing ran, and the claim runs again unprepared, once."""

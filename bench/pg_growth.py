@@ -45,7 +45,7 @@ from bench.retention import (
 from jobs_core.clock import SystemClock
 from jobs_core.records import ClaimParams
 from jobs_pg import PgDriver
-from jobs_pg.driver import STATEMENTS
+from jobs_pg.driver import GENERIC_PLAN_SETTINGS, STATEMENTS
 from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
 
@@ -121,19 +121,26 @@ async def explain_claim(schema: str, jit: bool = True) -> dict[str, Any]:
     st = STATEMENTS["JOB_CLAIM"]
     text, args = st.render(schema), st.args(spy.values)
     numbers = iter(range(1, len(args) + 1))
-    prepared = re.sub("%b", lambda _: f"${next(numbers)}", text)
+    prepared = text if st.raw else re.sub("%b", lambda _: f"${next(numbers)}", text)
     out: dict[str, Any] = {}
     with psycopg.connect(libpq_url(PG_URL), autocommit=True, prepare_threshold=None) as conn:
         literals = ", ".join(sql.Literal(a).as_string(conn) for a in args)
         if not jit:
             conn.execute("SET jit = off")
+        # One prepared statement each: a generic plan keeps the JIT decision of its planning.
         conn.execute(f"PREPARE growth_claim AS {prepared}")
+        conn.execute(f"PREPARE growth_claim_jit AS {prepared}")
         with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            conn.execute(GENERIC_PLAN_SETTINGS)  # what the driver sends with the claim: JIT off
             row = conn.execute(f"{_EXPLAIN}EXECUTE growth_claim({literals})").fetchone()
             out["generic (as the driver runs it)"] = summary(row[0] if row else None)
         with conn.transaction(force_rollback=True):
-            row = conn.execute(_EXPLAIN + text, args).fetchone()
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            row = conn.execute(f"{_EXPLAIN}EXECUTE growth_claim_jit({literals})").fetchone()
+            out["generic, the session's JIT"] = summary(row[0] if row else None)
+        with conn.transaction(force_rollback=True):
+            cur = psycopg.RawCursor(conn) if st.raw else conn.cursor()  # its text has $n
+            row = cur.execute(_EXPLAIN + text, args).fetchone()
             out["custom (with its values)"] = summary(row[0] if row else None)
     return out
 

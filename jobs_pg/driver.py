@@ -201,7 +201,7 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
 # plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
 # past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
 # claim on every call, ~100 ms for 1 ms of work (docs/pg.md, "Cost as the work grows").
-_GENERIC_PLAN: Final = (
+GENERIC_PLAN_SETTINGS: Final = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
     " set_config('jit', 'off', true)"
 )
@@ -524,7 +524,7 @@ class PgDriver(JobDriver):
                 and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             ):
                 async with conn.pipeline():
-                    await conn.execute(_GENERIC_PLAN)
+                    await conn.execute(GENERIC_PLAN_SETTINGS)
                     await cur.execute(text, args)
                 return cur
             return await cur.execute(text, args)

@@ -372,7 +372,7 @@ def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -
     """A generic claim's estimate grows with the due rows (past about 650,000 in a queue, over
     the server's `jit_above_cost`); what the driver sends ahead of the claim turns JIT off for
     it. Here the threshold is lowered to 0 instead of loading a million rows."""
-    from jobs_pg.driver import _GENERIC_PLAN
+    from jobs_pg.driver import GENERIC_PLAN_SETTINGS
 
     sql = STATEMENTS["JOB_CLAIM"]
     values = {
@@ -407,8 +407,8 @@ def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -
     if available:  # else no server compiles anything, and the setting only has to be sent
         generic_only = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
         assert "JIT:" in plan(generic_only)  # the threshold reached: the server compiles it
-        assert "JIT:" not in plan(_GENERIC_PLAN)
-    assert "set_config('jit', 'off', true)" in _GENERIC_PLAN
+        assert "JIT:" not in plan(GENERIC_PLAN_SETTINGS)
+    assert "set_config('jit', 'off', true)" in GENERIC_PLAN_SETTINGS
 
 
 async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> None:

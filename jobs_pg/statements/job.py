@@ -252,10 +252,31 @@ JOB_ENQUEUE_QUIET: Final = sa.select(*_enq_answer)
 # per record (`jobs_pkey`, `jobs_live_key`), whatever the table's size — a join would let the
 # planner hash the whole table — and the holder probe sits in a CASE, so it runs only for the
 # records that were neither inserted nor deduped by id or by the batch itself.
+# The fields of `SHARED_COLUMNS` come in one of two ways: as arrays (one value per record), or,
+# when every record of the batch holds the same value (a batch from `Jobs.enqueue_many` does),
+# as one scalar `:<field>_all` with the array NULL. `coalesce` takes whichever was sent (a NULL
+# array unnests as NULLs; a NULL scalar leaves a record's own NULL), so the client dumps four
+# arrays instead of thirteen and the rows are the same either way.
+SHARED_COLUMNS: Final = (
+    "name",
+    "queue",
+    "tenant_id",
+    "priority",
+    "max_attempts",
+    "run_at_ms",
+    "created_at_ms",
+    "enqueued_by",
+    "traceparent",
+)
 _rows_src = unnest("r", **NEW_JOB_ARRAYS)
 _taken = jobs.alias("taken")
 _rows = sa.select(
-    *_rows_src.c,
+    *(
+        sa.func.coalesce(c, p(f"{c.name}_all", NEW_JOB_ARRAYS[c.name])).label(c.name)
+        if c.name in SHARED_COLUMNS
+        else c
+        for c in _rows_src.c
+    ),
     sa.select(_taken.c.id).where(_taken.c.id == _rows_src.c.id).scalar_subquery().label("taken"),
 ).cte("rows")
 _many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}

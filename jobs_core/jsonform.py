@@ -16,6 +16,7 @@ import datetime as dt
 import decimal
 import enum
 import json
+import json.scanner
 import math
 import re
 import uuid
@@ -212,7 +213,10 @@ def check_text(text: str, what: str) -> None:
         raise RecordInvalidError("JSON text holds a NUL character", detail=what)
     _check_bounds(text, what, RecordInvalidError)
     try:
-        _STRICT.decode(text)
+        # The scanner alone answers for text with no surrounding whitespace (what `dumps`
+        # writes): a whole value that ends where the text ends. Anything else, `decode` judges.
+        if _scan_end(text) != len(text):
+            _STRICT.decode(text)
     except RecursionError:
         raise RecordInvalidError("the JSON value nests too deep", detail=what) from None
     except ValueError as exc:
@@ -226,3 +230,14 @@ def _refuse_constant(name: str) -> float:
 #: A decoder that refuses NaN and Infinity (made once: building one per call costs more than
 #: decoding a small payload).
 _STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
+#: `_STRICT`'s scanner (the C one when there is one): one value at an index, no whitespace.
+_SCAN: Final = json.scanner.make_scanner(_STRICT)  # type: ignore[arg-type]  # typeshed: any decoder
+
+
+def _scan_end(text: str) -> int:
+    """Where the JSON value at the start of `text` ends (-1: no value starts there)."""
+    try:
+        end: int = _SCAN(text, 0)[1]
+    except StopIteration:
+        return -1
+    return end

@@ -1,4 +1,4 @@
-"""`check_new_job`'s quick acceptance answers as the field-by-field checks do, on every edge."""
+"""`check_new_job` and `check_text` answer by their quick paths as by their full checks."""
 
 from __future__ import annotations
 
@@ -79,3 +79,30 @@ def test_check_new_job_answers_as_the_field_by_field_checks(field: str, value: A
 def test_two_bad_fields_are_named_in_the_same_order() -> None:
     record = dataclasses.replace(new_job("j1", "k1"), input_json="{", priority=-1)
     assert _answer(check_new_job, record) == ("X_JOB_RECORD_INVALID", "input_json")
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("{}", True),
+        (" {} ", True),
+        ("\t[]\n", True),
+        ("1 ", True),
+        ('"\\ud800"', True),
+        ('{"a":1} x', False),
+        ('{"a":1}{"b":2}', False),
+        ("", False),
+        (" ", False),
+        ("tru", False),
+        ("[1,]", False),
+        ("01", False),
+        ('"a\x01"', False),
+        ('{"a":NaN}', False),
+        ("-Infinity", False),
+    ],
+)
+def test_check_text_judges_whole_texts_only(text: str, valid: bool) -> None:
+    # The quick scan accepts a value that ends where the text ends; the rest goes to `decode`.
+    record = dataclasses.replace(new_job("j1", "k1"), input_json=text)
+    answer = _answer(check_new_job, record)
+    assert answer == (None if valid else ("X_JOB_RECORD_INVALID", "input_json"))

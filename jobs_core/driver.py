@@ -962,8 +962,61 @@ def _check_pause(pause: Pause) -> None:
     _check_str(pause.value, "value")
 
 
+#: Strings this short are within their byte bound whatever they hold (4 UTF-8 bytes a character).
+_SHORT_NAME: Final = MAX_NAME_BYTES // 4
+_SHORT_KEY: Final = MAX_KEY_BYTES // 4
+
+
 def check_new_job(job: NewJob) -> None:
-    """Refuse a record any driver would store wrongly (`X_JOB_RECORD_INVALID`, naming the field)."""
+    """Refuse a record any driver would store wrongly (`X_JOB_RECORD_INVALID`, naming the field).
+
+    Every batch record passes here: a record whose fields are plainly fine by a few cheap
+    tests (exact types, strings short enough for their bound) needs only its JSON text
+    checked; any other goes through the field-by-field checks, which name the field at fault
+    in the same order as always.
+    """
+    if _plainly_fine(job):
+        check_text(job.input_json, "input_json")
+    else:
+        _check_new_job_fields(job)
+
+
+def _plainly_fine(job: NewJob) -> bool:
+    """True when every field but `input_json` is surely valid; False only means "look closer"."""
+    i, r, n, q, k = job.id, job.run_id, job.name, job.queue, job.idempotency_key
+    t, b, tp = job.tenant_id, job.enqueued_by, job.traceparent
+    p, a, at, c = job.priority, job.max_attempts, job.run_at_ms, job.created_at_ms
+    return (
+        type(i) is str
+        and 0 < len(i) <= _SHORT_NAME
+        and "\x00" not in i
+        and type(r) is str
+        and 0 < len(r) <= _SHORT_NAME
+        and "\x00" not in r
+        and type(n) is str
+        and 0 < len(n) <= _SHORT_NAME
+        and "\x00" not in n
+        and type(q) is str
+        and 0 < len(q) <= _SHORT_NAME
+        and "\x00" not in q
+        and type(k) is str
+        and 0 < len(k) <= _SHORT_KEY
+        and "\x00" not in k
+        and (t is None or (type(t) is str and 0 < len(t) <= _SHORT_NAME and "\x00" not in t))
+        and (b is None or (type(b) is str and 0 < len(b) <= _SHORT_NAME and "\x00" not in b))
+        and (tp is None or (type(tp) is str and _TRACEPARENT.fullmatch(tp) is not None))
+        and type(p) is int
+        and PRIORITY_MIN <= p <= PRIORITY_MAX
+        and type(a) is int
+        and 1 <= a <= MAX_ATTEMPTS_LIMIT
+        and type(at) is int
+        and 0 <= at <= MAX_TIME_MS
+        and type(c) is int
+        and 0 <= c <= MAX_TIME_MS
+    )
+
+
+def _check_new_job_fields(job: NewJob) -> None:
     _check_str(job.id, "id")
     _check_str(job.run_id, "run_id")
     _check_str(job.name, "name")

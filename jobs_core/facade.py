@@ -139,15 +139,9 @@ class Jobs:
             raise DeclarationInvalidError("must hold one id per input", detail="ids")
         queue = options.get("queue") or handle.queue
         with tracing.producer(handle.name, queue, len(inputs)) as traceparent:
-            if ids is None:
-                records = [
-                    self.build_record(handle, i, traceparent=traceparent, **options) for i in inputs
-                ]
-            else:
-                records = [
-                    self.build_record(handle, i, id=job_id, traceparent=traceparent, **options)
-                    for i, job_id in zip(inputs, ids, strict=True)
-                ]
+            records = build_records(
+                handle, inputs, clock=self.clock, ids=ids, traceparent=traceparent, **options
+            )
             return await self._retrying(lambda: self.driver.job_enqueue_many(records))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -249,18 +243,9 @@ def build_record(
     input: Any,
     *,
     clock: Clock,
-    key: str | None = None,
-    tenant_id: str | None = _UNSET,
-    run_at_ms: int | None = None,
-    delay_ms: int | None = None,
-    run_at: dt.datetime | None = None,
-    delay: dt.timedelta | None = None,
-    priority: int | None = None,
-    queue: str | None = None,
     id: str | None = None,
     run_id: str | None = None,
-    enqueued_by: str | None = None,
-    traceparent: str | None = None,
+    **options: Any,
 ) -> NewJob:
     """The row for one enqueue; every refusal (key, tenant, JSON, range) raised here.
 
@@ -268,44 +253,108 @@ def build_record(
     worker gives them at run, so a function that cannot answer for it is refused now
     (`X_JOB_TENANT_REQUIRED` / `X_JOB_KEY_REQUIRED`), before anything is written. The run
     time is at most one of `run_at_ms` / `run_at` (an aware `datetime`) / `delay_ms` /
-    `delay` (a `timedelta`, not negative); none means now.
+    `delay` (a `timedelta`, not negative); none means now. The options are `build_records`'.
     """
-    input_json = dumps(input)
-    now = clock.now_ms()
-    if run_at is not None or delay is not None:
-        run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)
-    if delay_ms is not None:
-        if run_at_ms is not None:
-            raise DeclarationInvalidError("give run_at_ms or delay_ms, not both", detail="run_at")
-        run_at_time = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
-    elif run_at_ms is not None:
-        run_at_time = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
-    else:
-        run_at_time = now
-    if handle.tenant != "none" or (key is None and handle.key is not None):
-        form = _json_form(input, input_json)
-    else:
-        form = None
-    handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
-    return NewJob(
-        id=id if id is not None else new_id(),
-        run_id=run_id if run_id is not None else new_id(),
-        name=handle.name,
-        queue=queue or handle.queue,
-        tenant_id=current_tenant() if tenant_id is _UNSET else tenant_id,
-        idempotency_key=handle.key_for(form, key),
-        input_json=input_json,
-        priority=(
+    return _Batch(handle, clock, **options).record(input, id, run_id)
+
+
+def build_records(
+    handle: JobHandle,
+    inputs: Sequence[Any],
+    *,
+    clock: Clock,
+    ids: Sequence[str] | None = None,
+    **options: Any,
+) -> list[NewJob]:
+    """The rows of one batch, one per input (`build_record` for each, with the id of `ids` at
+    its position): what is the batch's in truth — the options, the tenant, the time — is
+    resolved and refused once, so a refusal still comes before any write."""
+    batch = _Batch(handle, clock, **options)
+    if ids is None:
+        return [batch.record(i, None, None) for i in inputs]
+    return [batch.record(i, job_id, None) for i, job_id in zip(inputs, ids, strict=True)]
+
+
+class _Batch:
+    """The options of an enqueue, resolved once; `record` makes each input's row."""
+
+    __slots__ = (
+        "created",
+        "enqueued_by",
+        "handle",
+        "key",
+        "needs_form",
+        "priority",
+        "queue",
+        "run_at_ms",
+        "tenant_id",
+        "traceparent",
+    )
+
+    def __init__(
+        self,
+        handle: JobHandle,
+        clock: Clock,
+        *,
+        key: str | None = None,
+        tenant_id: str | None = _UNSET,
+        run_at_ms: int | None = None,
+        delay_ms: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        enqueued_by: str | None = None,
+        traceparent: str | None = None,
+    ) -> None:
+        now = clock.now_ms()
+        if run_at is not None or delay is not None:
+            run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)
+        if delay_ms is not None:
+            if run_at_ms is not None:
+                raise DeclarationInvalidError(
+                    "give run_at_ms or delay_ms, not both", detail="run_at"
+                )
+            self.run_at_ms = now + count(delay_ms, "delay_ms", minimum=0, maximum=MAX_TIME_MS - now)
+        elif run_at_ms is not None:
+            self.run_at_ms = count(run_at_ms, "run_at_ms", minimum=0, maximum=MAX_TIME_MS)
+        else:
+            self.run_at_ms = now
+        self.handle = handle
+        self.created = now
+        self.key = key
+        self.needs_form = handle.tenant != "none" or (key is None and handle.key is not None)
+        self.priority = (
             handle.priority
             if priority is None
             else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
-        ),
-        run_at_ms=run_at_time,
-        max_attempts=handle.retry.attempts,
-        created_at_ms=now,
-        enqueued_by=enqueued_by,
-        traceparent=traceparent,
-    )
+        )
+        self.queue = queue or handle.queue
+        self.tenant_id = current_tenant() if tenant_id is _UNSET else tenant_id
+        self.enqueued_by = enqueued_by
+        self.traceparent = traceparent
+
+    def record(self, input: Any, id: str | None, run_id: str | None) -> NewJob:
+        """The row for `input`; a refusal of this input (JSON, tenant, key) is raised here."""
+        handle = self.handle
+        input_json = dumps(input)
+        form = _json_form(input, input_json) if self.needs_form else None
+        handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
+        return NewJob(
+            id=id if id is not None else new_id(),
+            run_id=run_id if run_id is not None else new_id(),
+            name=handle.name,
+            queue=self.queue,
+            tenant_id=self.tenant_id,
+            idempotency_key=handle.key_for(form, self.key),
+            input_json=input_json,
+            priority=self.priority,
+            run_at_ms=self.run_at_ms,
+            max_attempts=handle.retry.attempts,
+            created_at_ms=self.created,
+            enqueued_by=self.enqueued_by,
+            traceparent=self.traceparent,
+        )
 
 
 def _json_form(value: Any, text: str) -> Any:

@@ -16,6 +16,7 @@ import datetime as dt
 import decimal
 import enum
 import json
+import json.scanner
 import math
 import re
 import uuid
@@ -99,6 +100,26 @@ def _default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(
     separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
 )
+#: `_ENCODER`'s C encoder made once: `JSONEncoder.encode` builds a new one on every call, which
+#: costs twice the encoding of a small input. It keeps no circular-reference markers (a dict
+#: reused across calls would keep stale ones after a failure): a cycle then ends in the
+#: RecursionError that `dumps` refuses as too deep, the answer it gave a cycle before.
+_C_ENCODE: Final = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+    else None
+)
+
+
+def _encode(value: Any) -> str:
+    """`_ENCODER.encode(value)`, through the C encoder made once when there is one."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
+
+
 #: A `\u0000` escape the encoder wrote for a NUL: preceded by an even run of backslashes (an odd
 #: run means the backslash itself was escaped and the text only spells the six characters).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -161,7 +182,7 @@ def dumps(value: Any) -> str:
     name the offending path, so a good value is converted once.
     """
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except RecursionError:
         raise InputInvalidError(
             f"the JSON value nests deeper than {MAX_JSON_DEPTH} levels", detail="$"
@@ -192,7 +213,10 @@ def check_text(text: str, what: str) -> None:
         raise RecordInvalidError("JSON text holds a NUL character", detail=what)
     _check_bounds(text, what, RecordInvalidError)
     try:
-        _STRICT.decode(text)
+        # The scanner alone answers for text with no surrounding whitespace (what `dumps`
+        # writes): a whole value that ends where the text ends. Anything else, `decode` judges.
+        if _scan_end(text) != len(text):
+            _STRICT.decode(text)
     except RecursionError:
         raise RecordInvalidError("the JSON value nests too deep", detail=what) from None
     except ValueError as exc:
@@ -206,3 +230,14 @@ def _refuse_constant(name: str) -> float:
 #: A decoder that refuses NaN and Infinity (made once: building one per call costs more than
 #: decoding a small payload).
 _STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
+#: `_STRICT`'s scanner (the C one when there is one): one value at an index, no whitespace.
+_SCAN: Final = json.scanner.make_scanner(_STRICT)  # type: ignore[arg-type]  # typeshed: any decoder
+
+
+def _scan_end(text: str) -> int:
+    """Where the JSON value at the start of `text` ends (-1: no value starts there)."""
+    try:
+        end: int = _SCAN(text, 0)[1]
+    except StopIteration:
+        return -1
+    return end

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import operator
 import random
 import select
 import time
@@ -100,6 +101,7 @@ from jobs_pg.statements import step as step_stmts
 from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
+from jobs_pg.statements.job import SHARED_COLUMNS
 from jobs_pg.urls import libpq_url, mask
 
 if TYPE_CHECKING:
@@ -205,6 +207,8 @@ GENERIC_PLAN_SETTINGS: Final = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
     " set_config('jit', 'off', true)"
 )
+#: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
+_shared_fields: Final = operator.attrgetter(*SHARED_COLUMNS)
 
 
 class _Stmt:
@@ -777,23 +781,25 @@ class PgDriver(JobDriver):
         *,
         wake: bool,
     ) -> list[tuple[Any, ...]]:
-        values = {
+        values: dict[str, Any] = {
             "id": [j.id for j in batch],
             "run_id": [j.run_id for j in batch],
-            "name": [j.name for j in batch],
-            "queue": [j.queue for j in batch],
-            "tenant_id": [j.tenant_id for j in batch],
             "idempotency_key": [j.idempotency_key for j in batch],
             "input_json": [j.input_json for j in batch],
-            "priority": [j.priority for j in batch],
-            "max_attempts": [j.max_attempts for j in batch],
-            "run_at_ms": [j.run_at_ms for j in batch],
-            "created_at_ms": [j.created_at_ms for j in batch],
-            "enqueued_by": [j.enqueued_by for j in batch],
-            "traceparent": [j.traceparent for j in batch],
             "slot": self._slot(max(j.created_at_ms for j in batch)) if wake else None,
             "channel": self.channel,
         }
+        # One value for the whole batch where every record holds it (JOB_ENQUEUE_MANY's
+        # SHARED_COLUMNS): dumping an array costs the client about a microsecond an item.
+        first = _shared_fields(batch[0])
+        if all(_shared_fields(j) == first for j in batch):
+            for name, value in zip(SHARED_COLUMNS, first, strict=True):
+                values[name] = None
+                values[f"{name}_all"] = value
+        else:
+            for name in SHARED_COLUMNS:
+                values[name] = [getattr(j, name) for j in batch]
+                values[f"{name}_all"] = None
         cur = await self._insert(conn, stmt, stmt.args(values), batch[0].id)
         return [r[:5] for r in await cur.fetchall()]
 

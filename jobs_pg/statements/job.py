@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from jobs_pg.schema import jobs, lit, pauses, steps, wakes, workers
+from jobs_pg.schema import C, jobs, lit, pauses, steps, wakes, workers
 from jobs_pg.statements._build import (
     BIGINT,
     BOOL,
@@ -117,16 +117,19 @@ def wake_cte(source: sa.CTE, name: str) -> sa.CTE:
     `:slot` NULL (wake disabled) writes nothing.
     """
     excluded = pg_insert(wakes).excluded
-    due = (
-        sa.select(source.c.queue, p("slot", BIGINT))
-        .where(
-            p("slot", BIGINT).is_not(None),
-            source.c.run_at_ms <= source.c.created_at_ms,
-            ~ex(wakes.c.queue == source.c.queue, wakes.c.slot == p("slot", BIGINT)),
-        )
+    # The distinct queues first, then one probe of `wakes` each (a batch of a thousand rows of
+    # one queue probed it a thousand times).
+    queues = (
+        sa.select(source.c.queue)
+        .where(p("slot", BIGINT).is_not(None), source.c.run_at_ms <= source.c.created_at_ms)
         .distinct()
+        .subquery("due_queues")
+    )
+    due = (
+        sa.select(queues.c.queue, p("slot", BIGINT))
+        .where(~ex(wakes.c.queue == queues.c.queue, wakes.c.slot == p("slot", BIGINT)))
         # Wake rows are locked in queue order, as every statement that writes them does.
-        .order_by(source.c.queue)
+        .order_by(queues.c.queue)
     )
     return (
         pg_insert(wakes)
@@ -252,10 +255,31 @@ JOB_ENQUEUE_QUIET: Final = sa.select(*_enq_answer)
 # per record (`jobs_pkey`, `jobs_live_key`), whatever the table's size — a join would let the
 # planner hash the whole table — and the holder probe sits in a CASE, so it runs only for the
 # records that were neither inserted nor deduped by id or by the batch itself.
+# The fields of `SHARED_COLUMNS` come in one of two ways: as arrays (one value per record), or,
+# when every record of the batch holds the same value (a batch from `Jobs.enqueue_many` does),
+# as one scalar `:<field>_all` with the array NULL. `coalesce` takes whichever was sent (a NULL
+# array unnests as NULLs; a NULL scalar leaves a record's own NULL), so the client dumps four
+# arrays instead of thirteen and the rows are the same either way.
+SHARED_COLUMNS: Final = (
+    "name",
+    "queue",
+    "tenant_id",
+    "priority",
+    "max_attempts",
+    "run_at_ms",
+    "created_at_ms",
+    "enqueued_by",
+    "traceparent",
+)
 _rows_src = unnest("r", **NEW_JOB_ARRAYS)
 _taken = jobs.alias("taken")
 _rows = sa.select(
-    *_rows_src.c,
+    *(
+        sa.func.coalesce(c, p(f"{c.name}_all", NEW_JOB_ARRAYS[c.name])).label(c.name)
+        if c.name in SHARED_COLUMNS
+        else c
+        for c in _rows_src.c
+    ),
     sa.select(_taken.c.id).where(_taken.c.id == _rows_src.c.id).scalar_subquery().label("taken"),
 ).cte("rows")
 _many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}
@@ -271,10 +295,12 @@ _many_ins = (
         # Insert (and so lock each key's index entry) in namespace order, never the caller's:
         # two batches over the same keys in different orders then wait, never deadlock. Within
         # one key the caller's order stays (`ord`), so the first record of a key still wins.
+        # COLLATE "C" (code points, as the driver sorts a multi-statement batch): the unnested
+        # text has the database's collation, whose comparisons cost several times more.
         .order_by(
-            _rows.c.name,
-            sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")),
-            _rows.c.idempotency_key,
+            _rows.c.name.collate(C),
+            sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")).collate(C),
+            _rows.c.idempotency_key.collate(C),
             _rows.c.ord,
         ),
     )

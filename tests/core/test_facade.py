@@ -220,3 +220,25 @@ async def test_an_empty_id_is_refused_not_replaced() -> None:
     with pytest.raises(JobsError) as info:
         await Jobs(MemoryDriver()).enqueue(make_handle(), {"n": 1}, id="")
     assert info.value.code == "X_JOB_RECORD_INVALID"
+
+
+class _TickingClock(FakeClock):
+    """A clock that moves one millisecond every time it is read."""
+
+    def now_ms(self) -> int:
+        self.set(super().now_ms() + 1)
+        return super().now_ms()
+
+
+async def test_enqueue_many_builds_a_batch_at_one_time_under_its_options_once() -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver, clock=_TickingClock())
+    with acting_for("org-3"):
+        results = await jobs.enqueue_many(make_handle(), [{"n": n} for n in range(3)], delay_ms=5)
+    rows = await driver.job_get_many([r.id for r in results])
+    created = {rows[r.id].created_at_ms for r in results}
+    # One reading of the clock for the whole batch: the batch is enqueued at one time.
+    assert len(created) == 1
+    assert {(rows[r.id].run_at_ms, rows[r.id].tenant_id) for r in results} == {
+        (created.pop() + 5, "org-3")
+    }

@@ -174,6 +174,41 @@ async def test_enqueue_many_across_chunks(pg: PgDriver) -> None:
     assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
 
 
+@pytest.mark.parametrize("uniform", [True, False])
+async def test_enqueue_many_stores_each_records_own_fields_shared_or_not(
+    pg: PgDriver, uniform: bool
+) -> None:
+    # A batch whose records share every field but the id, key and input binds those fields
+    # once (JOB_ENQUEUE_MANY's SHARED_COLUMNS); a batch that differs in any binds arrays.
+    shared = {
+        "name": "nm",
+        "queue": "qq",
+        "tenant_id": "org",
+        "priority": 7,
+        "max_attempts": 4,
+        "run_at_ms": T0 + 5,
+        "created_at_ms": T0,
+        "enqueued_by": "me",
+        "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    }
+    odd = {"name": "n2", "queue": "q2", "tenant_id": None, "priority": 9, "max_attempts": 1}
+    odd |= {"run_at_ms": T0, "created_at_ms": T0 - 1, "enqueued_by": None, "traceparent": None}
+    records = [
+        NewJob(
+            id=f"s{i}",
+            run_id=f"r{i}",
+            idempotency_key=f"k{i}",
+            input_json=json.dumps({"i": i}),
+            **(shared if uniform or i % 2 else {**shared, field: odd[field]}),
+        )
+        for i, field in enumerate([*shared, *shared])
+    ]
+    mem = MemoryDriver()
+    assert await pg.job_enqueue_many(records) == await mem.job_enqueue_many(records)
+    ids = [r.id for r in records]
+    assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
+
+
 async def test_concurrent_enqueues_of_one_key_insert_once(pg: PgDriver) -> None:
     results = await asyncio.gather(*(pg.job_enqueue(job(i, key="same")) for i in range(24)))
     inserted = [r for r in results if not r.deduped]

@@ -1,0 +1,143 @@
+"""What an enqueue costs the client and the store, two trees compared in interleaved pairs.
+
+`.venv/bin/python bench/enqueue_cost.py pg|redis --a TREE [--b TREE] [--pairs 5]
+[--a-env K=V,…] [--b-env K=V,…] [--one 2000] [--bulk 20000] [--chunk 1000]`
+
+Each run (a fresh process, its imports from the tree it measures: PYTHONPATH=TREE) makes its own
+schema `enq_<random>` on Postgres 127.0.0.1:5432/test or key prefix on Redis 127.0.0.1:6379,
+drops it after, and measures `Jobs.enqueue` one by one (`--one`) then `Jobs.enqueue_many` of
+`--bulk` jobs in calls of `--chunk`, the no-op job of `bench/peers/ours_peer.py` (key a function
+of the input, no tenant). Per phase: jobs/s and the client's CPU µs per job. Pairs alternate which
+tree runs first; the answer is each tree's median and the median of the per-pair ratios B/A.
+`--a-env NO_HIREDIS=1` hides hiredis from redis-py (its Python packer and parser then run).
+Postgres runs with `synchronous_commit=off` (PGOPTIONS) unless given: the WAL flush of a commit
+would hide the client, as the bench's throwaway server (fsync off) does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
+METRICS = ("one_per_s", "bulk_per_s", "one_cpu_us", "bulk_cpu_us")
+
+
+def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
+    if os.environ.get("NO_HIREDIS"):
+        sys.modules["hiredis"] = None  # type: ignore[assignment]
+    import asyncio
+    import time
+    import uuid
+    from typing import Any
+
+    from jobs_core.facade import Jobs
+    from jobs_core.job import JobRegistry, job
+
+    @job(
+        name="noop",
+        queue="default",
+        idempotency_key=lambda inp: inp["k"],
+        tenant="none",
+        registry=JobRegistry(),
+    )
+    async def noop(inp: Any, ctx: Any) -> None:
+        return None
+
+    async def main() -> dict[str, float]:
+        tag = uuid.uuid4().hex[:8]
+        driver: Any
+        if kind == "pg":
+            from jobs_pg import PgDriver, migrate
+
+            migrate.upgrade(PG, f"enq_{tag}")
+            driver = PgDriver(PG, schema=f"enq_{tag}")
+        else:
+            from jobs_redis import RedisDriver
+
+            driver = RedisDriver(REDIS, prefix=f"enq{tag}")
+        out: dict[str, float] = {}
+        try:
+            async with driver:
+                jobs = Jobs(driver)
+                await jobs.enqueue(noop, {"k": "warm"})
+                await jobs.enqueue_many(noop, [{"k": f"warm{i}"} for i in range(chunk)])
+                for phase, n in (("one", n_one), ("bulk", n_bulk)):
+                    inputs = [{"k": f"{phase}-{i}"} for i in range(n)]
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    if phase == "one":
+                        for inp in inputs:
+                            await jobs.enqueue(noop, inp)
+                    else:
+                        for start in range(0, n, chunk):
+                            await jobs.enqueue_many(noop, inputs[start : start + chunk])
+                    out[f"{phase}_per_s"] = n / (time.perf_counter() - wall)
+                    out[f"{phase}_cpu_us"] = (time.process_time() - cpu) / n * 1e6
+        finally:
+            if kind == "pg":
+                import psycopg
+
+                with psycopg.connect(PG, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA "enq_{tag}" CASCADE')
+            else:
+                import redis
+
+                client = redis.Redis.from_url(REDIS)
+                keys = list(client.scan_iter(f"{{enq{tag}}}*", count=1000))
+                if keys:
+                    client.delete(*keys)
+        return out
+
+    return asyncio.run(main())
+
+
+def pairs(args: argparse.Namespace) -> None:
+    def once(tree: str, extra: str) -> dict[str, float]:
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+        env.setdefault("PGOPTIONS", "-c synchronous_commit=off")
+        for kv in filter(None, extra.split(",")):
+            key, value = kv.split("=", 1)
+            env[key] = value
+        cmd = [sys.executable, os.path.abspath(__file__), args.kind, "--run"]
+        cmd += ["--one", str(args.one), "--bulk", str(args.bulk), "--chunk", str(args.chunk)]
+        done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
+        result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    sides = {"A": (args.a, args.a_env), "B": (args.b or args.a, args.b_env)}
+    got: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    for i in range(args.pairs):
+        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            got[side].append(once(*sides[side]))
+    for m in METRICS:
+        a = [r[m] for r in got["A"]]
+        b = [r[m] for r in got["B"]]
+        ratios = [y / x for x, y in zip(a, b, strict=True)]
+        print(
+            f"{args.kind} {m:11s} A {statistics.median(a):9.1f}  B {statistics.median(b):9.1f}"
+            f"  B/A {statistics.median(ratios):.3f}  pairs {[round(r, 3) for r in ratios]}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=("pg", "redis"))
+    parser.add_argument("--run", action="store_true", help="one measurement of PYTHONPATH's tree")
+    parser.add_argument("--a", default=".")
+    parser.add_argument("--b")
+    parser.add_argument("--a-env", default="")
+    parser.add_argument("--b-env", default="")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--one", type=int, default=2000)
+    parser.add_argument("--bulk", type=int, default=20_000)
+    parser.add_argument("--chunk", type=int, default=1000)
+    ns = parser.parse_args()
+    if ns.run:
+        print(json.dumps(run(ns.kind, ns.one, ns.bulk, ns.chunk)))
+    else:
+        pairs(ns)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 import psycopg.sql
@@ -274,6 +275,24 @@ async def test_batched_settles_answer_per_item_in_order(pg: PgDriver) -> None:
     assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
 
 
+def _claim_values(queues: list[str], limit: int) -> dict[str, Any]:
+    """The claim statement's parameters, as `_job_claim` binds them (no registry beat)."""
+    return {
+        "queues": queues,
+        "now_ms": T0,
+        "limit": limit,
+        "worker_id": "w",
+        "lease_until_ms": T0 + 1000,
+        "drop_exhausted": [],
+        "lapsed_error": "x",
+        "shard": 0,
+        "beat_worker_id": None,
+        "beat_info_json": None,
+        "beat_now_ms": None,
+        "beat_expires_at_ms": None,
+    }
+
+
 async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
     """With a real backlog the claim walks `jobs_due` / `jobs_lease`, never a sequential scan."""
     await pg.job_enqueue_many([job(i, priority=i % 5, run_at=T0 - i) for i in range(3000)])
@@ -283,22 +302,7 @@ async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
     with admin() as conn:
         conn.execute(f'ANALYZE "{pg.schema}".jobs')
         sql = STATEMENTS["JOB_CLAIM"]
-        args = sql.args(
-            {
-                "queues": ["q", "other1"],
-                "now_ms": T0,
-                "limit": 50,
-                "worker_id": "w",
-                "lease_until_ms": T0 + 1000,
-                "drop_exhausted": [],
-                "lapsed_error": "x",
-                "shard": 0,
-                "beat_worker_id": None,
-                "beat_info_json": None,
-                "beat_now_ms": None,
-                "beat_expires_at_ms": None,
-            }
-        )
+        args = sql.args(_claim_values(["q", "other1"], 50))
         assert sql.raw  # its text has $n placeholders
         text = sql.render(pg.schema)
         custom = psycopg.RawCursor(conn).execute("EXPLAIN " + text, args).fetchall()
@@ -410,20 +414,7 @@ def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -
     from jobs_pg.driver import GENERIC_PLAN_SETTINGS
 
     sql = STATEMENTS["JOB_CLAIM"]
-    values = {
-        "queues": ["q"],
-        "now_ms": T0,
-        "limit": 10,
-        "worker_id": "w",
-        "lease_until_ms": T0 + 1000,
-        "drop_exhausted": [],
-        "lapsed_error": "x",
-        "shard": 0,
-        "beat_worker_id": None,
-        "beat_info_json": None,
-        "beat_now_ms": None,
-        "beat_expires_at_ms": None,
-    }
+    values = _claim_values(["q"], 10)
 
     def plan(settings: str) -> str:
         # A connection each: psycopg deallocates every prepared statement after a rollback.

@@ -308,6 +308,13 @@ def _run_text(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT).stdout
 
 
+def _frozen(python: Path) -> list[str]:
+    """`pip freeze` of an interpreter's environment; our editable install is named by the
+    repository (`.`), not by where this checkout sits on the machine."""
+    lines = _run_text([str(python), "-m", "pip", "freeze", "--all"]).split()
+    return ["." if line == str(ROOT) else line for line in lines]
+
+
 def machine(server: PgServer | RedisServer, systems: list[System]) -> dict[str, Any]:
     cpu_model = next(
         (
@@ -329,10 +336,7 @@ def machine(server: PgServer | RedisServer, systems: list[System]) -> dict[str, 
         "versions": {
             s.name: _run_text([str(s.python), "-c", version_of, s.package]).strip() for s in systems
         },
-        "environments": {
-            s.label: _run_text([str(s.python), "-m", "pip", "freeze", "--all"]).split()
-            for s in systems
-        },
+        "environments": {s.label: _frozen(s.python) for s in systems},
     }
 
 

@@ -1,6 +1,6 @@
 """What an enqueue costs the client and the store, two trees compared in interleaved pairs.
 
-`.venv/bin/python bench/enqueue_cost.py pg|redis --a TREE [--b TREE] [--pairs 5]
+`.venv/bin/python -m bench.enqueue_cost pg|redis --a TREE [--b TREE] [--pairs 5]
 [--a-env K=V,…] [--b-env K=V,…] [--one 2000] [--bulk 20000] [--chunk 1000]`
 
 Each run (a fresh process, its imports from the tree it measures: PYTHONPATH=TREE) makes its own
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -97,30 +96,29 @@ def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
 
 
 def pairs(args: argparse.Namespace) -> None:
-    def once(tree: str, extra: str) -> dict[str, float]:
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-        env.setdefault("PGOPTIONS", "-c synchronous_commit=off")
+    from pathlib import Path
+
+    from bench.pairs import alternate, in_tree, ratios
+
+    def once(side: str) -> dict[str, float]:
+        tree, extra = (args.a, args.a_env) if side == "A" else (args.b or args.a, args.b_env)
+        env = {"PGOPTIONS": os.environ.get("PGOPTIONS", "-c synchronous_commit=off")}
         for kv in filter(None, extra.split(",")):
             key, value = kv.split("=", 1)
             env[key] = value
-        cmd = [sys.executable, os.path.abspath(__file__), args.kind, "--run"]
-        cmd += ["--one", str(args.one), "--bulk", str(args.bulk), "--chunk", str(args.chunk)]
-        done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
-        result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-        return result
+        argv = [args.kind, "--run", "--one", str(args.one), "--bulk", str(args.bulk)]
+        return in_tree(
+            os.path.abspath(__file__), Path(tree), [*argv, "--chunk", str(args.chunk)], env
+        )
 
-    sides = {"A": (args.a, args.a_env), "B": (args.b or args.a, args.b_env)}
-    got: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    for i in range(args.pairs):
-        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            got[side].append(once(*sides[side]))
+    got = alternate(args.pairs, ("A", "B"), once)
     for m in METRICS:
         a = [r[m] for r in got["A"]]
         b = [r[m] for r in got["B"]]
-        ratios = [y / x for x, y in zip(a, b, strict=True)]
+        per_pair = ratios(got["A"], got["B"], m)
         print(
             f"{args.kind} {m:11s} A {statistics.median(a):9.1f}  B {statistics.median(b):9.1f}"
-            f"  B/A {statistics.median(ratios):.3f}  pairs {[round(r, 3) for r in ratios]}"
+            f"  B/A {statistics.median(per_pair):.3f}  pairs {[round(r, 3) for r in per_pair]}"
         )
 
 

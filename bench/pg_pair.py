@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -69,24 +68,6 @@ async def _drain(url: str, jobs: int, concurrency: int) -> dict[str, float]:
     }
 
 
-def _one(tree: Path, url: str, jobs: int, concurrency: int) -> dict[str, float]:
-    python = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
-    done = subprocess.run(
-        # This file runs as a script, so an older tree without it can be measured; everything
-        # it imports comes from `tree` (its PYTHONPATH).
-        [str(python), __file__, "--one", str(jobs), str(concurrency), "--pg-url", url],
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"a drain on {tree} failed:\n{done.stderr[-3000:]}")
-    answer: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.pg_pair", description=__doc__.split("\n")[0])
     parser.add_argument("old", nargs="?", type=Path)
@@ -102,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.old is None or args.new is None:
         parser.error("name the OLD and the NEW tree")
-    trees = {"old": args.old.resolve(), "new": args.new.resolve()}
+    from bench.pairs import alternate, in_tree, ratios
+
+    trees = {"old": args.old, "new": args.new}
     for concurrency in (int(c) for c in args.concurrency.split(",")):
-        seen: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-        for pair in range(args.pairs):
-            for name in ("old", "new") if pair % 2 == 0 else ("new", "old"):
-                row = _one(trees[name], args.pg_url, args.jobs, concurrency)
-                seen[name].append(row)
-                print(f"c{concurrency} pair {pair + 1} {name}: " + json.dumps(row), flush=True)
-        ratios = [n["per_s"] / o["per_s"] for o, n in zip(seen["old"], seen["new"], strict=True)]
+
+        def drain(name: str, concurrency: int = concurrency) -> dict[str, float]:
+            # This file runs as a script, so an older tree without it can be measured;
+            # everything it imports comes from the tree (its PYTHONPATH).
+            argv = ["--one", str(args.jobs), str(concurrency), "--pg-url", args.pg_url]
+            row = in_tree(__file__, trees[name], argv)
+            print(f"c{concurrency} {name}: " + json.dumps(row), flush=True)
+            return row
+
+        seen = alternate(args.pairs, ("old", "new"), drain)
+        per_pair = ratios(seen["old"], seen["new"], "per_s")
         for name, rows in seen.items():
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
             print(
@@ -118,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 f" µs/job, server {med['server_us']:.0f} µs/job"
             )
         print(
-            f"c{concurrency} new/old: {statistics.median(ratios):.2f}"
-            f" ({min(ratios):.2f}–{max(ratios):.2f}) over {len(ratios)} pairs; load"
+            f"c{concurrency} new/old: {statistics.median(per_pair):.2f}"
+            f" ({min(per_pair):.2f}–{max(per_pair):.2f}) over {len(per_pair)} pairs; load"
             f" {os.getloadavg()[0]:.2f}"
         )
     return 0

@@ -983,6 +983,8 @@ def check_new_job(job: NewJob) -> None:
 
 def _plainly_fine(job: NewJob) -> bool:
     """True when every field but `input_json` is surely valid; False only means "look closer"."""
+    # Written out field by field on purpose: a helper call per field costs as much as its tests,
+    # and this runs for every record of every batch.
     i, r, n, q, k = job.id, job.run_id, job.name, job.queue, job.idempotency_key
     t, b, tp = job.tenant_id, job.enqueued_by, job.traceparent
     p, a, at, c = job.priority, job.max_attempts, job.run_at_ms, job.created_at_ms

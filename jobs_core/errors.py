@@ -13,9 +13,13 @@ from typing import ClassVar, Final
 CODES: Final[dict[str, str]] = {
     "X_ABORTED": "the run was cancelled or lost its claim; it records nothing more",
     "X_CLI_DRIVER_REQUIRED": "no driver was named, and the CLI does not pick one on its own",
+    "X_CLI_EXTRA_MISSING": "the command needs an extra that is not installed",
     "X_CLI_MODULE_INVALID": "the jobs module could not be imported",
     "X_CLI_NO_JOBS": "the module exports no jobs",
     "X_CLI_USAGE_INVALID": "the command line is not valid",
+    "X_DASHBOARD_AUTH_REQUIRED": "the dashboard needs its token or user and password for this",
+    "X_DASHBOARD_CSRF_INVALID": "the action did not carry this dashboard's token against forgery",
+    "X_DASHBOARD_READ_ONLY": "the dashboard is read-only: it acts only with credentials set",
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
     "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
     "X_DRIVER_CONFLICT": "the store kept aborting the call in a deadlock or serialization conflict",
@@ -92,6 +96,12 @@ class CliDriverRequiredError(JobsError):
     code = "X_CLI_DRIVER_REQUIRED"
 
 
+class CliExtraMissingError(JobsError):
+    """The command needs an extra that is not installed."""
+
+    code = "X_CLI_EXTRA_MISSING"
+
+
 class CliModuleInvalidError(JobsError):
     """The jobs module could not be imported."""
 
@@ -108,6 +118,24 @@ class CliUsageInvalidError(JobsError):
     """The command line is not valid."""
 
     code = "X_CLI_USAGE_INVALID"
+
+
+class DashboardAuthRequiredError(JobsError):
+    """The dashboard needs its token or user and password for this."""
+
+    code = "X_DASHBOARD_AUTH_REQUIRED"
+
+
+class DashboardCsrfError(JobsError):
+    """The action did not carry this dashboard's token against forgery."""
+
+    code = "X_DASHBOARD_CSRF_INVALID"
+
+
+class DashboardReadOnlyError(JobsError):
+    """The dashboard is read-only: it acts only with credentials set."""
+
+    code = "X_DASHBOARD_READ_ONLY"
 
 
 class DrainingError(JobsError):
@@ -454,6 +482,10 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         TaskDeclarationInvalidError,
         TaskTzInvalidError,
         WorkerError,
+        CliExtraMissingError,
+        DashboardAuthRequiredError,
+        DashboardCsrfError,
+        DashboardReadOnlyError,
     )
 }
 

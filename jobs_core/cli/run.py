@@ -169,9 +169,10 @@ def worker(
         _fail(exc)
     _print_plan(w, handles, driver)
     if sched is not None:
-        from jobs_core.cli.schedule import print_tasks
+        from jobs_core.cli.schedule import print_tasks, unread
 
-        print_tasks(sched.tasks, {}, w.clock.now_ms())
+        now = w.clock.now_ms()
+        print_tasks(unread(sched.tasks, now), now)
     if relay is not None:
         print_relay(relay)
     try:

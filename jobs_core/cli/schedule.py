@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from typing import Any
 
 import click
 from rich.markup import escape
@@ -24,8 +23,8 @@ from jobs_core.cli.base import (
 )
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
+from jobs_core.operator import Operator, TaskView
 from jobs_core.operator.times import relative
-from jobs_core.records import TaskMark
 from jobs_core.scheduler import Scheduler, TaskHandle, tasks_of
 from jobs_core.urls import driver_from_url
 
@@ -83,7 +82,8 @@ def scheduler(
         f"[bold]ujobs scheduler[/bold] {escape(s.scheduler_id)} on [cyan]{where}[/cyan]"
         f" · lease {s.ttl_ms / 1000:g} s"
     )
-    print_tasks(handles, {}, SystemClock().now_ms())
+    now = SystemClock().now_ms()
+    print_tasks(unread(handles, now), now)
     try:
         asyncio.run(run_scheduler(s, drain_timeout))
     except JobsError as exc:
@@ -113,53 +113,25 @@ def tasks(module: str, url: str | None, as_json: bool) -> None:
         handles = tasks_in(module)
         driver = driver_from_url(url)
 
-        async def read() -> tuple[dict[str, TaskMark], set[str]]:
+        async def read() -> list[TaskView]:
             async with driver:
-                marks = await driver.task_marks([h.name for h in handles])
-                paused = {p.value for p in await driver.pause_list() if p.kind == "task"}
-                return marks, paused
+                return await Operator(driver).tasks(handles)
 
-        marks, paused = asyncio.run(read())
+        views = asyncio.run(read())
     except JobsError as exc:
         _fail(exc)
-    now = SystemClock().now_ms()
     if as_json:
-        docs = [task_json(h, marks.get(h.name), h.name in paused, now) for h in handles]
-        click.echo(json.dumps(docs, ensure_ascii=False, indent=2))
+        click.echo(json.dumps([v.to_json() for v in views], ensure_ascii=False, indent=2))
     else:
-        print_tasks(handles, marks, now, paused)
+        print_tasks(views, SystemClock().now_ms())
 
 
-def next_fire(h: TaskHandle, mark: TaskMark | None, now_ms: int) -> int:
-    """The next occurrence a leader would fire: after the watermark, or after now for a task
-    never armed (a first sight fires nothing from before it)."""
-    return h.schedule.next_after(mark.watermark_ms if mark is not None else now_ms)
+def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
+    """The tasks as a scheduler about to start sees them: no mark read yet."""
+    return [TaskView.of(h, None, False, now_ms) for h in handles]
 
 
-def task_json(h: TaskHandle, mark: TaskMark | None, paused: bool, now_ms: int) -> dict[str, Any]:
-    nxt = next_fire(h, mark, now_ms)
-    return {
-        "name": h.name,
-        "cron": h.cron,
-        "tz": h.tz,
-        "job": h.job.name,
-        "catch_up": h.catch_up,
-        "paused": paused,
-        "next_fire_ms": nxt,
-        "next_fire": _local_iso(nxt, h),
-        "last_fire_ms": mark.fired_ms if mark else None,
-        "last_fire": _local_iso(mark.fired_ms, h) if mark else None,
-        "last_job_id": mark.fired_job_id if mark else None,
-        "watermark_ms": mark.watermark_ms if mark else None,
-    }
-
-
-def print_tasks(
-    handles: list[TaskHandle],
-    marks: dict[str, TaskMark],
-    now_ms: int,
-    paused: set[str] | None = None,
-) -> None:
+def print_tasks(views: list[TaskView], now_ms: int) -> None:
     table = Table(
         Column("task", no_wrap=True),
         Column("cron", no_wrap=True),
@@ -169,11 +141,9 @@ def print_tasks(
         "next fire",
         "last fire",
     )
-    for h in handles:
-        mark = marks.get(h.name)
-        nxt = next_fire(h, mark, now_ms)
-        last = mark.fired_ms if mark is not None else None
-        state = " [yellow](paused)[/]" if paused and h.name in paused else ""
+    for v in views:
+        h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms
+        state = " [yellow](paused)[/]" if v.paused else ""
         table.add_row(
             escape(h.name),
             escape(h.cron),
@@ -188,7 +158,3 @@ def print_tasks(
 
 def _local(at_ms: int, h: TaskHandle) -> str:
     return h.schedule.local(at_ms).strftime("%Y-%m-%d %H:%M %Z")
-
-
-def _local_iso(at_ms: int | None, h: TaskHandle) -> str | None:
-    return None if at_ms is None else h.schedule.local(at_ms).isoformat()

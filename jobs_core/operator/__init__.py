@@ -10,6 +10,8 @@ from jobs_core.operator.service import (
     Operator,
     QueueView,
     StatsView,
+    TaskView,
+    Throughput,
     WorkerView,
     refusal_for,
 )
@@ -22,6 +24,8 @@ __all__ = [
     "Operator",
     "QueueView",
     "StatsView",
+    "TaskView",
+    "Throughput",
     "WorkerView",
     "refusal_for",
 ]

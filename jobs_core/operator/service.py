@@ -42,9 +42,11 @@ from jobs_core.records import (
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
+    TaskMark,
     WorkerInfo,
 )
 from jobs_core.redact import RedactionPolicy
+from jobs_core.scheduler.task import TaskHandle
 from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of
 from jobs_core.states import JobState
 
@@ -111,6 +113,18 @@ def _error_doc(text: str | None) -> JsonValue:
 
 
 @dataclass(frozen=True, slots=True)
+class StepView:
+    """One recorded step of a job's run: its name, its stored output redacted, when."""
+
+    name: str
+    output: JsonValue
+    recorded_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "output": self.output, "recorded_at_ms": self.recorded_at_ms}
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """One job as an operator may see it: every field, its texts redacted."""
 
@@ -123,6 +137,8 @@ class JobView:
     #: Whether a live worker (or the caller) declares this job name; if not, its input shows
     #: `[redacted]` whole.
     declared: bool
+    #: The run's recorded durable steps, oldest first (none on a driver without steps).
+    steps: tuple[StepView, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         r = self.record
@@ -150,6 +166,7 @@ class JobView:
             "progress": self.progress,
             "error": self.error,
             "declared": self.declared,
+            "steps": [st.to_json() for st in self.steps],
         }
 
 
@@ -223,6 +240,16 @@ class QueueView:
 
 
 @dataclass(frozen=True, slots=True)
+class Throughput:
+    """One queue's settles per minute from `start_ms` on: completed, and failed (retried,
+    dead-lettered or refused)."""
+
+    start_ms: int
+    completed: list[int]
+    failed: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerView:
     """A live worker: its registry row, read."""
 
@@ -267,6 +294,49 @@ class WorkerView:
             "jobs": self.jobs,
             "last_beat_ms": self.last_beat_ms,
             "expires_at_ms": self.expires_at_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A declared task and its durable mark, read."""
+
+    handle: TaskHandle
+    mark: TaskMark | None
+    paused: bool
+    #: The next occurrence a leader would fire: after the watermark, or after now for a task
+    #: never armed (a first sight fires nothing from before it).
+    next_fire_ms: int
+
+    @staticmethod
+    def of(h: TaskHandle, mark: TaskMark | None, paused: bool, now_ms: int) -> TaskView:
+        return TaskView(
+            h, mark, paused, h.schedule.next_after(mark.watermark_ms if mark else now_ms)
+        )
+
+    @property
+    def last_fire_ms(self) -> int | None:
+        return self.mark.fired_ms if self.mark is not None else None
+
+    def local(self, at_ms: int | None) -> str | None:
+        """`at_ms` in the task's own time zone, ISO 8601."""
+        return None if at_ms is None else self.handle.schedule.local(at_ms).isoformat()
+
+    def to_json(self) -> dict[str, Any]:
+        h, mark = self.handle, self.mark
+        return {
+            "name": h.name,
+            "cron": h.cron,
+            "tz": h.tz,
+            "job": h.job.name,
+            "catch_up": h.catch_up,
+            "paused": self.paused,
+            "next_fire_ms": self.next_fire_ms,
+            "next_fire": self.local(self.next_fire_ms),
+            "last_fire_ms": self.last_fire_ms,
+            "last_fire": self.local(self.last_fire_ms),
+            "last_job_id": mark.fired_job_id if mark else None,
+            "watermark_ms": mark.watermark_ms if mark else None,
         }
 
 
@@ -342,14 +412,20 @@ class Operator:
     # -- reads ----------------------------------------------------------------------------------
 
     async def jobs(
-        self, f: JobFilter | None = None, *, limit: int = 50, cursor: str | None = None
+        self,
+        f: JobFilter | None = None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        max_calls: int = MAX_CALLS_PER_PAGE,
     ) -> JobsPage:
         """Up to `limit` rows the filter keeps, newest first, after `cursor`; follows the
-        driver's short pages (a rare filter) for up to `MAX_CALLS_PER_PAGE` calls."""
+        driver's short pages (a rare filter) for up to `max_calls` calls, then answers short
+        with the cursor to go on from."""
         f = f if f is not None else JobFilter()
         limit = min(max(1, limit), MAX_LIST_LIMIT)
         taken: list[JobSummary] = []
-        for _ in range(MAX_CALLS_PER_PAGE):
+        for _ in range(max(1, max_calls)):
             page = await self.driver.job_list(JobListParams(f, limit - len(taken), cursor))
             taken += page.jobs
             cursor = page.next_cursor
@@ -363,11 +439,25 @@ class Operator:
         r = rows.get(job_id)
         if r is None:
             raise JobNotFoundError(detail=job_id)
-        return self.view(r, await self.policy())
+        policy = await self.policy()
+        steps: tuple[StepView, ...] = ()
+        if self.driver.capabilities().steps:
+            steps = tuple(
+                StepView(
+                    st.name,
+                    policy.value(r.name, st.output_json, r.input_json),
+                    st.recorded_at_ms,
+                )
+                for st in await self.driver.step_list(r.run_id)
+            )
+        return self.view(r, policy, steps)
 
-    def view(self, r: JobRecord, policy: RedactionPolicy) -> JobView:
+    def view(
+        self, r: JobRecord, policy: RedactionPolicy, steps: tuple[StepView, ...] = ()
+    ) -> JobView:
         """`r` as `policy` lets it be shown."""
         return JobView(
+            steps=steps,
             record=r,
             input=policy.input(r.name, r.input_json),
             result=policy.value(r.name, r.result_json, r.input_json),
@@ -401,6 +491,22 @@ class Operator:
                     settled=_tally([r for r in rows if r.queue == q]),
                 )
             )
+        return out
+
+    async def throughput(self, minutes: int = 60) -> dict[str, Throughput]:
+        """Per queue, what settled in each of the last `minutes` minutes (the current one last),
+        from the counters' minute buckets: one counter read for every queue."""
+        now = self.clock.now_ms()
+        first = now - now % MINUTE_MS - (minutes - 1) * MINUTE_MS
+        rows = await self.driver.counter_read(CounterReadParams(first, now + 1))
+        out: dict[str, Throughput] = {}
+        for r in rows:
+            i = (r.bucket_ms - first) // MINUTE_MS
+            if r.width_ms != MINUTE_MS or not 0 <= i < minutes:
+                continue
+            t = out.setdefault(r.queue, Throughput(first, [0] * minutes, [0] * minutes))
+            t.completed[i] += r.completed
+            t.failed[i] += r.retried + r.dead_lettered + r.refused
         return out
 
     async def workers(self) -> list[WorkerView]:
@@ -481,6 +587,16 @@ class Operator:
 
     async def pauses(self) -> list[Pause]:
         return await self.driver.pause_list()
+
+    async def tasks(self, handles: Sequence[TaskHandle]) -> list[TaskView]:
+        """Each declared task with its durable mark: the next occurrence a leader would fire,
+        the last that really fired, whether it is paused. Reads the task family (an empty mark
+        on a driver without it)."""
+        now = self.clock.now_ms()
+        names = [h.name for h in handles]
+        marks = await self.driver.task_marks(names) if self.driver.capabilities().tasks else {}
+        paused = {p.value for p in await self.driver.pause_list() if p.kind == "task"}
+        return [TaskView.of(h, marks.get(h.name), h.name in paused, now) for h in handles]
 
     async def task_fires(self, names: Sequence[str]) -> dict[str, int | None]:
         """Per named task, the last occurrence (epoch ms) that really dispatched its job; None

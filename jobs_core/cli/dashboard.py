@@ -1,0 +1,110 @@
+"""`ujobs dashboard`: serve the web dashboard (`jobs_core.dashboard`) until Ctrl-C."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+from rich.markup import escape
+
+from jobs_core.cli.base import _DRIVER_HELP, DRIVER_ENV, _fail, _import_module, console, main
+from jobs_core.cli.operate import APP_ENV
+from jobs_core.errors import CliExtraMissingError, CliUsageInvalidError, JobsError
+from jobs_core.job import jobs_of
+from jobs_core.scheduler import tasks_of
+from jobs_core.urls import driver_from_url
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@main.command()
+@click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Beyond this machine only with credentials set.",
+)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--app",
+    "app",
+    envvar=APP_ENV,
+    show_envvar=True,
+    default=None,
+    help="A module whose jobs redact inputs (beside the live workers') and whose tasks fill "
+    "the schedule page.",
+)
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Refuse every action whatever the credentials (also env UJOBS_DASHBOARD_READ_ONLY=1).",
+)
+def dashboard(url: str | None, host: str, port: int, app: str | None, read_only: bool) -> None:
+    """Serve the dashboard: queues, jobs, workers and the schedule, and the operator's actions.
+
+    Credentials come from the environment only (never the command line): UJOBS_DASHBOARD_TOKEN
+    (a sign-in form and `Authorization: Bearer`), or UJOBS_DASHBOARD_USER and
+    UJOBS_DASHBOARD_PASSWORD (basic auth). With none set, the dashboard is read-only.
+    """
+    try:
+        from jobs_core.dashboard import Access, Dashboard
+    except ModuleNotFoundError as exc:
+        _fail(
+            CliExtraMissingError(
+                f"the dashboard needs {exc.name}: pip install 'ultimat3-jobs[dashboard]'",
+                detail="dashboard",
+            )
+        )
+    import uvicorn
+
+    try:
+        if not url:
+            raise CliUsageInvalidError(
+                f"ujobs dashboard needs --driver URL or env {DRIVER_ENV}", detail="dashboard"
+            )
+        access = Access.from_env(read_only=read_only)
+        if not access.guarded and not _loopback(host):
+            raise CliUsageInvalidError(
+                f"--host {host} opens the dashboard beyond this machine: set"
+                " UJOBS_DASHBOARD_TOKEN (or UJOBS_DASHBOARD_USER and UJOBS_DASHBOARD_PASSWORD)"
+                " first",
+                detail="--host",
+            )
+        module = _import_module(app) if app else None
+        driver = driver_from_url(url)
+        board = Dashboard(
+            driver,
+            access=access,
+            handles=jobs_of(module) if module else (),
+            tasks=tasks_of(module) if module else (),
+            close_driver=True,
+        )
+    except JobsError as exc:
+        _fail(exc)
+    mode = "read-only" if not access.can_act else "actions on"
+    shown = f"[{host}]" if ":" in host else host
+    console.print(
+        f"[bold]ujobs dashboard[/bold] on http://{shown}:{port}/ · [cyan]"
+        f"{escape(driver.describe())}[/cyan] · sign-in: {access.kind} · {mode}",
+        soft_wrap=True,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            board.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+        )
+    )
+    server.run()

@@ -1,0 +1,501 @@
+"""`dashboard_app(driver)`: the operator surface as web pages, an ASGI app to serve alone
+(`ujobs dashboard`) or mount in your own (`app.mount("/jobs", dashboard_app(driver))`).
+
+Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live parts (the
+queues, the workers, a job that is not finished) and the job list's filters. Every read and
+every action goes through `Operator`, so the dashboard works on any driver and shows inputs
+redacted as the CLI does. Actions are plain POST forms: they work without JavaScript, carry
+the CSRF token, and answer with a redirect to the page they came from and a one-line notice.
+Who may look and act: `jobs_core.dashboard.security`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, unquote, urlencode, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from jobs_core.clock import Clock, SystemClock
+from jobs_core.dashboard.security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    SESSION_TTL_S,
+    Access,
+)
+from jobs_core.driver import JobDriver
+from jobs_core.errors import (
+    DashboardAuthRequiredError,
+    DashboardCsrfError,
+    DashboardReadOnlyError,
+    DriverUnavailableError,
+    JobNotFoundError,
+    JobsError,
+    PageInvalidError,
+)
+from jobs_core.job import JobHandle
+from jobs_core.operator import Action, Operator
+from jobs_core.operator.times import age, local, relative, when
+from jobs_core.records import JobFilter, Pause
+from jobs_core.scheduler.task import TaskHandle
+from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
+
+log = logging.getLogger("jobs.dashboard")
+
+HERE: Final = Path(__file__).parent
+#: Rows on one page of the job list.
+PAGE_ROWS: Final = 50
+#: Listing calls one page of the job list may take (each examines at most the driver's scan
+#: budget): a rare filter over a big table answers short, with a link to go on, rather than
+#: slow.
+PAGE_CALLS: Final = 4
+#: The minutes of the queues' throughput sparklines.
+SPARK_MINUTES: Final = 60
+NOTICE_COOKIE: Final = "ujobs_notice"
+
+#: The actions a job's page offers, by the states they apply to.
+JOB_ACTIONS: Final[dict[Action, frozenset[JobState]]] = {
+    Action.CANCEL: LIVE_STATES,
+    Action.PROMOTE: frozenset({JobState.READY}),
+    Action.REQUEUE: FINISHED_STATES,
+    Action.REMOVE: frozenset(JobState) - {JobState.RUNNING},
+}
+
+_STATUS: Final[dict[type[JobsError], int]] = {
+    DashboardAuthRequiredError: 401,
+    DashboardCsrfError: 403,
+    DashboardReadOnlyError: 403,
+    JobNotFoundError: 404,
+    PageInvalidError: 400,
+    DriverUnavailableError: 503,
+}
+
+_HEADERS: Final = {
+    # Scripts, styles and images come from the dashboard itself; nothing frames it.
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+def sparkline(values: Sequence[int], width: int = 120, height: int = 24) -> str:
+    """SVG polyline points for `values`, scaled to the box (a flat line at the bottom when all
+    are zero)."""
+    if not values:
+        return ""
+    top = max(values) or 1
+    step = width / max(1, len(values) - 1)
+    return " ".join(
+        f"{i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}" for i, v in enumerate(values)
+    )
+
+
+def _pretty(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pretty=_pretty, age=age, local=local, sparkline=sparkline)
+    env.globals.update(relative=relative, when=when)
+    return env
+
+
+class _Refused(Exception):
+    def __init__(self, error: JobsError) -> None:
+        self.error = error
+
+
+def _safe_next(target: str | None) -> str:
+    """A path inside the dashboard to go back to (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+class Dashboard:
+    """The pages and actions over one `Operator`; `app` is the ASGI app."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        *,
+        access: Access,
+        handles: Sequence[JobHandle] = (),
+        tasks: Sequence[TaskHandle] = (),
+        clock: Clock | None = None,
+        close_driver: bool = False,
+    ) -> None:
+        self.driver = driver
+        self.access = access
+        self.operator = Operator(driver, clock=clock or SystemClock(), handles=handles)
+        self.tasks = list(tasks)
+        self.env = _environment()
+        self._close_driver = close_driver
+        page = self._page
+        act = self._action
+        self.app = Starlette(
+            routes=[
+                Route("/", page(self.queues_page), name="queues"),
+                Route("/queues/pause", act(self.pause_queue), methods=["POST"]),
+                Route("/queues/resume", act(self.resume_queue), methods=["POST"]),
+                Route("/jobs", page(self.jobs_page), name="jobs"),
+                Route("/jobs/requeue-dead", act(self.requeue_dead), methods=["POST"]),
+                Route("/jobs/{job_id}", page(self.job_page), name="job"),
+                Route("/jobs/{job_id}/{verb}", act(self.job_action), methods=["POST"]),
+                Route("/workers", page(self.workers_page), name="workers"),
+                Route("/schedule", page(self.schedule_page), name="schedule"),
+                Route("/schedule/pause", act(self.pause_task), methods=["POST"]),
+                Route("/schedule/resume", act(self.resume_task), methods=["POST"]),
+                Route("/login", self.login_form, methods=["GET"]),
+                Route("/login", self.login, methods=["POST"]),
+                Route("/logout", self.logout, methods=["POST"]),
+                Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+            ],
+            lifespan=self._lifespan,
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # Runs only when this app is served alone: a mounted app's owner runs the driver.
+        try:
+            yield
+        finally:
+            if self._close_driver:
+                await self.driver.close()
+
+    # -- who is asking -------------------------------------------------------------------------
+
+    def _authed(self, request: Request) -> bool:
+        a = self.access
+        return a.header_ok(request.headers.get("authorization")) or a.session_ok(
+            request.cookies.get(SESSION_COOKIE)
+        )
+
+    def _may_read(self, request: Request) -> bool:
+        return not self.access.guarded or self._authed(request)
+
+    def _challenge(self, request: Request) -> Response:
+        """The answer to a request that must sign in first."""
+        if self.access.token is not None and request.method == "GET":
+            path = request.url.path[len(self._base(request)) :] or "/"
+            if request.url.query:
+                path += "?" + request.url.query
+            return RedirectResponse(
+                f"{self._base(request)}/login?{urlencode({'next': path})}", status_code=303
+            )
+        response = self._error(request, DashboardAuthRequiredError())
+        if self.access.user is not None:
+            response.headers["www-authenticate"] = 'Basic realm="ujobs dashboard", charset="UTF-8"'
+        return response
+
+    @staticmethod
+    def _cross_site(request: Request) -> bool:
+        """A POST another site's page sent (the browser says so), refused before its token is
+        even read."""
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return True
+        origin = request.headers.get("origin")
+        if origin is None:
+            return False
+        return urlsplit(origin).netloc != request.headers.get("host")
+
+    async def _checked_form(self, request: Request, *, acting: bool = True) -> dict[str, str]:
+        """The action's form once every guard passed: signed in, allowed to act (unless it
+        only signs out), sent from a dashboard page with this browser's CSRF token."""
+        if not self.access.guarded:
+            raise _Refused(DashboardReadOnlyError("set credentials to act", detail="dashboard"))
+        if not self._authed(request):
+            raise _Refused(DashboardAuthRequiredError())
+        if acting and self.access.read_only:
+            raise _Refused(DashboardReadOnlyError())
+        if self._cross_site(request):
+            raise _Refused(DashboardCsrfError("the action came from another site"))
+        form = await request.form(max_files=0, max_fields=64)
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        given = fields.pop(CSRF_FIELD, None) or request.headers.get(CSRF_HEADER)
+        if not self.access.csrf_ok(request.cookies.get(CSRF_COOKIE), given):
+            raise _Refused(DashboardCsrfError())
+        return fields
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def _cookie_path(self, request: Request) -> str:
+        return self._base(request) or "/"
+
+    def _render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        nonce = request.cookies.get(CSRF_COOKIE) or Access.new_nonce()
+        notice = request.cookies.get(NOTICE_COOKIE)
+        html = self.env.get_template(template).render(
+            request=request,
+            base=self._base(request),
+            access=self.access,
+            signed_in=self.access.guarded and self._authed(request),
+            csrf=self.access.csrf_token(nonce),
+            notice=json.loads(unquote(notice)) if notice else None,
+            now_ms=self.operator.clock.now_ms(),
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status, headers=_HEADERS)
+        secure = request.url.scheme == "https"
+        if CSRF_COOKIE not in request.cookies:
+            response.set_cookie(
+                CSRF_COOKIE,
+                nonce,
+                path=self._cookie_path(request),
+                httponly=True,
+                samesite="lax",
+                secure=secure,
+            )
+        if notice:
+            response.delete_cookie(NOTICE_COOKIE, path=self._cookie_path(request))
+        return response
+
+    def _error(self, request: Request, error: JobsError) -> HTMLResponse:
+        status = _STATUS.get(type(error), 500)
+        return self._render(request, "error.html", status=status, error=error)
+
+    def _back(self, request: Request, to: str, kind: str, text: str) -> Response:
+        """Back to page `to` (a path inside the dashboard) with a notice for it."""
+        response = RedirectResponse(f"{self._base(request)}{_safe_next(to)}", status_code=303)
+        response.set_cookie(
+            NOTICE_COOKIE,
+            quote(json.dumps({"kind": kind, "text": text[:300]})),
+            path=self._cookie_path(request),
+            httponly=True,
+            samesite="lax",
+            max_age=60,
+        )
+        return response
+
+    def _page(
+        self, build: Callable[[Request], Awaitable[tuple[str, dict[str, Any]]]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if not self._may_read(request):
+                return self._challenge(request)
+            try:
+                template, context = await build(request)
+            except JobsError as exc:
+                return self._error(request, exc)
+            return self._render(request, template, **context)
+
+        return endpoint
+
+    def _action(
+        self, do: Callable[[Request, dict[str, str]], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                fields = await self._checked_form(request)
+            except _Refused as refused:
+                if isinstance(refused.error, DashboardAuthRequiredError):
+                    return self._challenge(request)
+                return self._error(request, refused.error)
+            try:
+                return await do(request, fields)
+            except JobsError as exc:
+                # A refusal of the store (not found, not requeueable…) goes back as a notice.
+                to = fields.get("back") or "/"
+                return self._back(request, to, "error", f"{exc.code}: {exc.message}")
+
+        return endpoint
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    async def queues_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        views = await self.operator.queues()
+        series = await self.operator.throughput(SPARK_MINUTES)
+        totals = {s.value: sum(v.counts[s.value] for v in views) for s in JobState}
+        return "queues.html", {
+            "nav": "queues",
+            "queues": views,
+            "series": series,
+            "totals": totals,
+            "spark_minutes": SPARK_MINUTES,
+        }
+
+    async def jobs_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        q = request.query_params
+        state = q.get("state") or ""
+        try:
+            states = frozenset({JobState(state)}) if state else frozenset()
+        except ValueError:
+            raise PageInvalidError(f"no state {state!r}", detail="state") from None
+        f = JobFilter(
+            states=states,
+            queue=q.get("queue") or None,
+            name=q.get("name") or None,
+            tenant_id=q.get("tenant") or None,
+        )
+        page = await self.operator.jobs(
+            f, limit=PAGE_ROWS, cursor=q.get("cursor") or None, max_calls=PAGE_CALLS
+        )
+        filters = {"state": state, "queue": f.queue, "name": f.name, "tenant": f.tenant_id}
+        kept = {k: v for k, v in filters.items() if v}
+        return "jobs.html", {
+            "nav": "jobs",
+            "page": page,
+            "filters": filters,
+            "states": [s.value for s in JobState],
+            "next_query": urlencode({**kept, "cursor": page.next_cursor})
+            if page.next_cursor
+            else None,
+            "first_query": urlencode(kept),
+            "paged": bool(q.get("cursor")),
+            "here": request.url.path[len(self._base(request)) :]
+            + ("?" + request.url.query if request.url.query else ""),
+        }
+
+    async def job_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        view = await self.operator.job(request.path_params["job_id"])
+        state = view.record.state
+        actions = [a for a, states in JOB_ACTIONS.items() if state in states]
+        return "job.html", {
+            "nav": "jobs",
+            "view": view,
+            "actions": actions,
+            "live": state in LIVE_STATES,
+            "has_steps": self.driver.capabilities().steps,
+        }
+
+    async def workers_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        return "workers.html", {"nav": "workers", "workers": await self.operator.workers()}
+
+    async def schedule_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        views = await self.operator.tasks(self.tasks) if self.tasks else []
+        return "schedule.html", {
+            "nav": "schedule",
+            "tasks": views,
+            "has_tasks": self.driver.capabilities().tasks,
+        }
+
+    # -- actions -------------------------------------------------------------------------------
+
+    async def pause_queue(self, request: Request, form: dict[str, str]) -> Response:
+        queue = form.get("queue", "")
+        await self.operator.pause(Pause("queue", queue))
+        return self._back(request, "/", "ok", f"paused queue {queue}")
+
+    async def resume_queue(self, request: Request, form: dict[str, str]) -> Response:
+        queue = form.get("queue", "")
+        await self.operator.resume(Pause("queue", queue))
+        return self._back(request, "/", "ok", f"resumed queue {queue}")
+
+    async def pause_task(self, request: Request, form: dict[str, str]) -> Response:
+        task = form.get("task", "")
+        await self.operator.pause(Pause("task", task))
+        return self._back(request, "/schedule", "ok", f"paused task {task}")
+
+    async def resume_task(self, request: Request, form: dict[str, str]) -> Response:
+        task = form.get("task", "")
+        await self.operator.resume(Pause("task", task))
+        return self._back(request, "/schedule", "ok", f"resumed task {task}")
+
+    async def job_action(self, request: Request, form: dict[str, str]) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            action = Action(request.path_params["verb"])
+        except ValueError:
+            raise PageInvalidError("no such action", detail=request.path_params["verb"]) from None
+        answer = await self.operator.act_one(action, job_id)
+        if action is Action.REMOVE:
+            return self._back(request, "/jobs", "ok", f"removed job {job_id}")
+        return self._back(request, f"/jobs/{quote(job_id)}", "ok", f"{answer.value}: {job_id}")
+
+    async def requeue_dead(self, request: Request, form: dict[str, str]) -> Response:
+        f = JobFilter(
+            states=frozenset({JobState.DEAD}),
+            queue=form.get("queue") or None,
+            name=form.get("name") or None,
+            tenant_id=form.get("tenant") or None,
+        )
+        report = await self.operator.act_all(Action.REQUEUE, f)
+        parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"
+        return self._back(
+            request, form.get("back") or "/jobs?state=dead", "ok", f"requeue dead jobs: {parts}"
+        )
+
+    # -- signing in ----------------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        return self._render(
+            request, "login.html", nav="", next=_safe_next(request.query_params.get("next"))
+        )
+
+    async def login(self, request: Request) -> Response:
+        if self.access.token is None or self._cross_site(request):
+            return self._error(request, DashboardCsrfError("no sign-in from here"))
+        form = await request.form(max_files=0, max_fields=8)
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if not self.access.csrf_ok(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)):
+            return self._error(request, DashboardCsrfError())
+        target = _safe_next(fields.get("next"))
+        if not self.access.token_ok(fields.get("token", "")):
+            log.warning("dashboard: a sign-in with a wrong token")
+            return self._render(request, "login.html", status=401, nav="", next=target, wrong=True)
+        response = RedirectResponse(f"{self._base(request)}{target}", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.access.new_session(),
+            max_age=SESSION_TTL_S,
+            path=self._cookie_path(request),
+            httponly=True,
+            samesite="lax",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        try:
+            await self._checked_form(request, acting=False)
+        except _Refused as refused:
+            return self._error(request, refused.error)
+        response = RedirectResponse(f"{self._base(request)}/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=self._cookie_path(request))
+        return response
+
+
+def dashboard_app(
+    driver: JobDriver,
+    *,
+    access: Access | None = None,
+    handles: Sequence[JobHandle] = (),
+    tasks: Sequence[TaskHandle] = (),
+    clock: Clock | None = None,
+) -> Starlette:
+    """The dashboard over `driver` as an ASGI app. `access` defaults to the environment's
+    (`Access.from_env()`: with no credentials it is read-only); `handles` are job declarations
+    that redact inputs beside the live workers'; `tasks` fill the schedule page. The caller
+    owns the driver: the app never opens nor closes it."""
+    return Dashboard(
+        driver, access=access or Access.from_env(), handles=handles, tasks=tasks, clock=clock
+    ).app

@@ -1,4 +1,4 @@
-.PHONY: demo test nightly bench-pg bench-redis chaos
+.PHONY: demo test nightly bench-pg bench-redis chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -28,3 +28,10 @@ bench-redis:
 chaos:
 	scripts/setup_venv.sh dev
 	.venv/bin/python -m bench.chaos.run $(ARGS)
+
+# The README's dashboard screenshots, taken by the browser test on Postgres.
+screenshots:
+	scripts/setup_venv.sh dev
+	scripts/need_chromium.sh
+	UJOBS_SCREENSHOTS=docs/screenshots .venv/bin/python scripts/with_services.py -- \
+		.venv/bin/python -m pytest -q -n 0 tests/dashboard/test_browser.py -k pg

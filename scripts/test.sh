@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_venv.sh dev
+scripts/need_chromium.sh
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 echo "== ruff"
 .venv/bin/ruff check .

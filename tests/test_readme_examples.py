@@ -170,7 +170,9 @@ SIGNUP = "# myapp/signup.py"
 WEB_FASTAPI = "# examples/fastapi_app/app.py"
 WEB_FLASK = "# examples/flask_app/app.py"
 WEB_DJANGO = "# examples/django_app/views.py"
+DASHBOARD_MOUNT = "# myapp/web.py"
 PYTHON_CASES = {
+    DASHBOARD_MOUNT,
     SIGNUP,
     WEB_FASTAPI,
     WEB_FLASK,
@@ -470,6 +472,25 @@ async def dead_welcomes(driver: JobDriver, myapp: ModuleType, n: int) -> list[st
     nacks = [Nack(j.fence, NackKind.FAIL, now_ms, error="smtp down") for j in got.jobs]
     assert all(await driver.job_nack(nacks))
     return ids
+
+
+async def test_the_dashboard_mounts_in_a_fastapi_app_and_needs_its_token(
+    myapp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx2
+
+    token = "a-token-of-twenty-chars"
+    monkeypatch.setenv("UJOBS_DASHBOARD_TOKEN", token)
+    driver = MemoryDriver()
+    ids = await dead_welcomes(driver, myapp, 2)
+    names = await run_block(python_block(DASHBOARD_MOUNT), {"driver": driver})
+    transport = httpx2.ASGITransport(app=names["app"])
+    async with httpx2.AsyncClient(transport=transport, base_url="http://app") as c:
+        signed_out = await c.get("/jobs/jobs?state=dead")
+        assert signed_out.status_code == 303
+        assert signed_out.headers["location"].startswith("/jobs/login?next=")
+        page = await c.get("/jobs/jobs?state=dead", headers={"authorization": f"Bearer {token}"})
+        assert page.status_code == 200 and all(f'href="/jobs/jobs/{i}"' in page.text for i in ids)
 
 
 async def test_the_operator_in_code_lists_and_requeues_the_dead(myapp: ModuleType) -> None:
@@ -840,6 +861,7 @@ NOT_RUN = {
     "pip install 'ultimat3-jobs[pg]'": "installs from PyPI",
     "pip install 'ultimat3-jobs[redis]'": "installs from PyPI",
     "pip install 'ultimat3-jobs[all]'": "installs from PyPI",
+    "pip install 'ultimat3-jobs[dashboard]'": "installs from PyPI",
     "ujobs worker myapp.jobs --driver 'redis+cluster://node1:7000?prefix=myapp'": (
         "needs a Redis Cluster; tests/redis runs the driver on a one-node cluster"
     ),
@@ -862,6 +884,7 @@ OPS_PAUSE = "ujobs pause emails"
 OPS_RESUME = "ujobs resume"
 OPS_WORKERS = "ujobs workers"
 WORKER_METRICS = "ujobs worker myapp.jobs --metrics-port"
+DASHBOARD = "ujobs dashboard --app myapp.jobs"
 WITH_SCHEDULER = "ujobs worker reports.jobs"
 SCHEDULER = "ujobs scheduler reports.jobs"
 TASKS = "ujobs tasks reports.jobs"
@@ -874,6 +897,7 @@ WEB_WORKERS = {
     for app in ("fastapi_app", "flask_app", "django_app")
 }
 SHELL_CASES = (
+    DASHBOARD,
     RELAY,
     WITH_RELAY,
     *WEB_WORKERS.values(),
@@ -1281,6 +1305,58 @@ def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: Modu
         worker_briefly(worker, app_dir, env, ready=served)
         assert 'ujobs_jobs_processed_total{name="send_welcome",queue="emails"} 2.0' in scraped[-1]
         assert "ujobs_store_up 1.0" in scraped[-1]
+    finally:
+        drop_schema(schema)
+
+
+def test_ujobs_dashboard_serves_the_queues_to_its_token_and_stops_on_sigterm(
+    app_dir: Path, myapp: ModuleType
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    schema = fresh_schema()
+    try:
+        upgrade(PG_URL, schema)
+        token = "a-token-of-twenty-chars"
+        env = {
+            **os.environ,
+            "UJOBS_DRIVER": f"{PG_URL.split('?')[0]}?schema={schema}",
+            "UJOBS_DASHBOARD_TOKEN": token,
+        }
+
+        async def seed() -> list[str]:
+            async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+                return await dead_welcomes(driver, myapp, 1)
+
+        asyncio.run(seed())
+        port = free_port()
+        argv = [w.replace("8080", str(port)) for w in localize(shell_command(DASHBOARD))]
+        proc = subprocess.Popen(argv, cwd=app_dir, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            banner = proc.stdout.readline()
+            assert banner.startswith(f"ujobs dashboard on http://127.0.0.1:{port}/"), banner
+            assert "sign-in: token" in banner and token not in banner
+            ask = urllib.request.Request(
+                f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {token}"}
+            )
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(ask, timeout=5) as r:
+                        page = r.read().decode()
+                    break
+                except urllib.error.URLError:
+                    assert time.monotonic() < deadline and proc.poll() is None
+                    time.sleep(0.1)
+            assert 'data-queue="emails"' in page
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
     finally:
         drop_schema(schema)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
+from types import FrameType
 
 import click
 from rich.markup import escape
@@ -96,7 +98,15 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
         f"{escape(driver.describe())}[/cyan] · sign-in: {access.kind} · {mode}",
         soft_wrap=True,
     )
-    server = uvicorn.Server(
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # SIGTERM or Ctrl-C stops serving and the command exits 0, as a drained worker
+            # does (uvicorn's own handler re-raises the signal once shut down, dying of it).
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
+    server = Server(
         uvicorn.Config(
             board.app,
             host=host,

@@ -150,11 +150,7 @@ def print_tasks(views: list[TaskView], now_ms: int) -> None:
             h.tz,
             escape(h.job.name),
             h.catch_up,
-            f"{_local(nxt, h)} ({relative(nxt, now_ms)}){state}",
-            "-" if last is None else f"{_local(last, h)} ({relative(last, now_ms)})",
+            f"{v.shown(nxt)} ({relative(nxt, now_ms)}){state}",
+            "-" if last is None else f"{v.shown(last)} ({relative(last, now_ms)})",
         )
     console.print(table)
-
-
-def _local(at_ms: int, h: TaskHandle) -> str:
-    return h.schedule.local(at_ms).strftime("%Y-%m-%d %H:%M %Z")

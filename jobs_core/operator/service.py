@@ -322,6 +322,10 @@ class TaskView:
         """`at_ms` in the task's own time zone, ISO 8601."""
         return None if at_ms is None else self.handle.schedule.local(at_ms).isoformat()
 
+    def shown(self, at_ms: int) -> str:
+        """`at_ms` in the task's own time zone, to the minute, for people."""
+        return self.handle.schedule.local(at_ms).strftime("%Y-%m-%d %H:%M %Z")
+
     def to_json(self) -> dict[str, Any]:
         h, mark = self.handle, self.mark
         return {

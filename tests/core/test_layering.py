@@ -48,3 +48,21 @@ def test_jobs_core_imports_without_any_backend_library() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_only_the_dashboard_needs_its_extra() -> None:
+    """`ujobs` and the library load without Starlette, Jinja2 or uvicorn: only the dashboard
+    (and `ujobs dashboard`, when run) imports them."""
+    web = {"starlette", "jinja2", "uvicorn", "multipart", "python_multipart"}
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(imported_roots(f) & web)
+        for f in sorted((ROOT / "jobs_core").rglob("*.py"))
+        if "dashboard" not in f.relative_to(ROOT).parts and f.name != "dashboard.py"
+    }
+    assert {f: bad for f, bad in offenders.items() if bad} == {}
+    code = (
+        "import sys, jobs_core.worker, jobs_core.cli, jobs_core.operator\n"
+        f"loaded = sorted(m for m in {sorted(web)!r} if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

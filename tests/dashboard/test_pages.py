@@ -1,0 +1,316 @@
+"""The dashboard's pages and guards over HTTP, in process, on the memory driver (the browser
+tests run the same app on Postgres and Redis): who may read and act, the CSRF token, the
+notices, redaction and escaping, keyset paging, every action, and mounting under a prefix.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from jobs_core.clock import FakeClock
+from jobs_core.dashboard import Access, dashboard_app
+from jobs_core.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
+from jobs_core.errors import CliUsageInvalidError
+from jobs_core.facade import Jobs
+from jobs_core.records import JobFilter, JobListParams, Pause
+from jobs_core.states import JobState
+from jobs_memory import MemoryDriver
+from tests.core.support import ujobs
+from tests.core.test_operator import CARD, charge_job, run_all
+
+TOKEN = "s3cret-token-for-tests"
+BEARER = {"authorization": f"Bearer {TOKEN}"}
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', html)
+    assert found, "the page carries no CSRF token"
+    return found.group(1)
+
+
+class Shop:
+    """A memory store holding two finished charges (one dead), and one delayed charge."""
+
+    def __init__(self) -> None:
+        self.driver = MemoryDriver()
+        self.clock = FakeClock()
+        self.handle = charge_job()
+        self.jobs = Jobs(self.driver, clock=self.clock)
+
+    async def fill(self) -> None:
+        ok = await self.jobs.enqueue(self.handle, {"n": 1, "card": CARD, "who": "ann"})
+        bad = await self.jobs.enqueue(
+            self.handle, {"n": 2, "card": CARD, "who": "<script>x</script>", "fail": True}
+        )
+        self.ok, self.dead = ok.id, bad.id
+        await run_all(self.driver, self.clock, self.handle, [ok.id, bad.id])
+        later = await self.jobs.enqueue(
+            self.handle, {"n": 3, "card": CARD, "who": "cy"}, delay_ms=60_000
+        )
+        self.later = later.id
+
+    def app(self, access: Access, **options: Any) -> Starlette:
+        return dashboard_app(
+            self.driver, access=access, handles=[self.handle], clock=self.clock, **options
+        )
+
+    async def state(self, job_id: str) -> JobState | None:
+        row = (await self.driver.job_get_many([job_id])).get(job_id)
+        return row.state if row else None
+
+
+@pytest.fixture
+async def shop() -> AsyncIterator[Shop]:
+    s = Shop()
+    await s.fill()
+    yield s
+
+
+@asynccontextmanager
+async def signed_in(app: Any, prefix: str = "") -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A browser that signed in with the token, and its CSRF token."""
+    async with client(app) as c:
+        page = await c.get(f"{prefix}/login")
+        done = await c.post(
+            f"{prefix}/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/jobs"}
+        )
+        assert done.status_code == 303 and done.headers["location"] == f"{prefix}/jobs"
+        page = await c.get(f"{prefix}/jobs")
+        assert page.status_code == 200
+        yield c, csrf_of(page.text)
+
+
+async def test_with_no_credentials_every_page_shows_and_every_action_is_refused(
+    shop: Shop,
+) -> None:
+    async with client(shop.app(Access())) as c:
+        for path in ("/", "/jobs", f"/jobs/{shop.dead}", "/workers", "/schedule"):
+            page = await c.get(path)
+            assert page.status_code == 200, path
+            assert "read-only: no credentials set" in page.text
+            assert '<form method="post"' not in page.text  # no action offered
+        nonce = c.cookies[CSRF_COOKIE]
+        token = Access().csrf_token(nonce)  # another process's key: refused before it anyway
+        for path in (f"/jobs/{shop.dead}/requeue", "/queues/pause", "/jobs/requeue-dead"):
+            refused = await c.post(path, data={"csrf": token, "queue": "default"})
+            assert refused.status_code == 403
+            assert "X_DASHBOARD_READ_ONLY" in refused.text
+    assert await shop.state(shop.dead) is JobState.DEAD
+    assert await shop.driver.pause_list() == []
+
+
+async def test_with_a_token_nothing_shows_or_acts_without_it(shop: Shop) -> None:
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        page = await c.get(f"/jobs/{shop.dead}")
+        assert page.status_code == 303
+        assert page.headers["location"] == f"/login?next=%2Fjobs%2F{shop.dead}"
+        refused = await c.post(f"/jobs/{shop.dead}/requeue", data={"csrf": "x"})
+        assert refused.status_code == 401 and "X_DASHBOARD_AUTH_REQUIRED" in refused.text
+        wrong = await c.get("/", headers={"authorization": "Bearer not-the-token-at-all"})
+        assert wrong.status_code == 303
+        assert (await c.get("/", headers=BEARER)).status_code == 200
+        # A session cookie signed by another key, or tampered with, signs nobody in.
+        c.cookies.set(SESSION_COOKIE, Access(token=TOKEN).new_session())
+        assert (await c.get("/")).status_code == 303
+    assert await shop.state(shop.dead) is JobState.DEAD
+
+
+async def test_basic_auth_challenges_the_browser(shop: Shop) -> None:
+    access = Access(user="ops", password="hunter2-hunter2")
+    good = "Basic " + base64.b64encode(b"ops:hunter2-hunter2").decode()
+    bad = "Basic " + base64.b64encode(b"ops:hunter3").decode()
+    async with client(shop.app(access)) as c:
+        first = await c.get("/")
+        assert first.status_code == 401
+        assert first.headers["www-authenticate"].startswith('Basic realm="ujobs dashboard"')
+        assert (await c.get("/", headers={"authorization": bad})).status_code == 401
+        page = await c.get("/jobs", headers={"authorization": good})
+        assert page.status_code == 200
+        done = await c.post(
+            f"/jobs/{shop.dead}/requeue",
+            data={"csrf": csrf_of(page.text)},
+            headers={"authorization": good},
+        )
+        assert done.status_code == 303
+    assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_an_action_needs_this_browsers_csrf_token_and_a_same_site_origin(
+    shop: Shop,
+) -> None:
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+        path = f"/jobs/{shop.dead}/requeue"
+        for data, headers in (
+            ({}, {}),
+            ({"csrf": "forged"}, {}),
+            ({"csrf": csrf}, {"origin": "https://evil.example"}),
+            ({"csrf": csrf}, {"sec-fetch-site": "cross-site"}),
+        ):
+            refused = await c.post(path, data=data, headers=headers)
+            assert refused.status_code == 403, (data, headers)
+            assert "X_DASHBOARD_CSRF_INVALID" in refused.text
+        # Another browser's token does not fit this browser's cookie.
+        async with signed_in(shop.app(Access(token=TOKEN))) as (_, other_csrf):
+            pass
+        assert (await c.post(path, data={"csrf": other_csrf})).status_code == 403
+        assert await shop.state(shop.dead) is JobState.DEAD
+
+        done = await c.post(path, data={"csrf": csrf}, headers={"origin": "http://testserver"})
+        assert done.status_code == 303 and done.headers["location"] == f"/jobs/{shop.dead}"
+        page = await c.get(done.headers["location"])
+        assert f"requeued: {shop.dead}" in page.text  # the notice, shown once
+        assert "requeued:" not in (await c.get(done.headers["location"])).text
+    assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_read_only_refuses_actions_whatever_the_credentials(shop: Shop) -> None:
+    async with signed_in(shop.app(Access(token=TOKEN, read_only=True))) as (c, csrf):
+        page = await c.get(f"/jobs/{shop.dead}")
+        assert ">requeue</button>" not in page.text
+        refused = await c.post(f"/jobs/{shop.dead}/requeue", data={"csrf": csrf})
+        assert refused.status_code == 403 and "X_DASHBOARD_READ_ONLY" in refused.text
+    assert await shop.state(shop.dead) is JobState.DEAD
+
+
+async def test_sign_in_never_sends_you_off_site_and_sign_out_ends_the_session(
+    shop: Shop,
+) -> None:
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        form = await c.get("/login?next=//evil.example/x")
+        assert 'name="next" value="/"' in form.text
+        csrf = csrf_of(form.text)
+        wrong = await c.post("/login", data={"token": "nope-nope-nope-nope", "csrf": csrf})
+        assert wrong.status_code == 401 and SESSION_COOKIE not in c.cookies
+        done = await c.post(
+            "/login", data={"token": TOKEN, "csrf": csrf, "next": "https://evil.example"}
+        )
+        assert done.headers["location"] == "/"
+        cookie = done.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=lax" in cookie
+        assert (await c.get("/")).status_code == 200
+        out = await c.post("/logout", data={"csrf": csrf})
+        assert out.status_code == 303
+        assert (await c.get("/")).status_code == 303
+
+
+async def test_a_jobs_page_redacts_its_card_and_escapes_what_it_shows(shop: Shop) -> None:
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        page = await c.get(f"/jobs/{shop.dead}", headers=BEARER)
+        assert page.status_code == 200
+        assert CARD not in page.text
+        assert "[redacted]" in page.text
+        assert "<script>x</script>" not in page.text
+        assert "&lt;script&gt;x&lt;/script&gt;" in page.text
+        assert "ValueError" in page.text and "Traceback" in page.text
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        # A name no live worker nor the app declares is shown redacted whole.
+        bare = dashboard_app(shop.driver, access=Access(token=TOKEN), clock=shop.clock)
+        async with client(bare) as c2:
+            page = await c2.get(f"/jobs/{shop.ok}", headers=BEARER)
+            assert "redacted whole" in page.text and CARD not in page.text
+
+
+async def test_the_jobs_list_pages_by_keyset_and_keeps_its_filters(shop: Shop) -> None:
+    for n in range(10, 130):
+        await shop.jobs.enqueue(shop.handle, {"n": n, "card": CARD, "who": "x"}, delay_ms=1000)
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        seen: list[str] = []
+        url: str | None = "/jobs?state=ready&name=charge"
+        pages = 0
+        while url is not None:
+            page = await c.get(url, headers=BEARER)
+            ids = re.findall(r'<td class="id"><a href="/jobs/([^"]+)"', page.text)
+            seen += ids
+            pages += 1
+            more = re.search(r'rel="next" href="([^"]+)"', page.text)
+            url = more.group(1).replace("&amp;", "&") if more else None
+            if url:
+                assert "state=ready" in url and "name=charge" in url
+        assert pages == 3
+        ready = await shop.driver.job_list(
+            JobListParams(JobFilter(frozenset({JobState.READY})), 500, None)
+        )
+        assert seen == [j.id for j in ready.jobs]  # newest first, each once
+        assert len(seen) == 121
+        bad = await c.get("/jobs?state=zombie", headers=BEARER)
+        assert bad.status_code == 400 and "X_JOB_PAGE_INVALID" in bad.text
+        missing = await c.get("/jobs/no-such-job", headers=BEARER)
+        assert missing.status_code == 404 and "X_JOB_NOT_FOUND" in missing.text
+
+
+async def test_every_action_does_what_it_says_or_says_why_not(shop: Shop) -> None:
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+
+        async def post(path: str, **data: str) -> str:
+            done = await c.post(path, data={"csrf": csrf, **data})
+            assert done.status_code == 303, done.text
+            return (await c.get(done.headers["location"])).text
+
+        assert "promoted" in await post(f"/jobs/{shop.later}/promote")
+        assert "cancelled" in await post(f"/jobs/{shop.later}/cancel")
+        assert await shop.state(shop.later) is JobState.CANCELLED
+        refused = await post(f"/jobs/{shop.ok}/cancel")
+        assert "X_JOB_NOT_CANCELLABLE" in refused
+        assert "removed job" in await post(f"/jobs/{shop.ok}/remove")
+        assert await shop.state(shop.ok) is None
+
+        assert "paused queue default" in await post("/queues/pause", queue="default")
+        assert Pause("queue", "default") in await shop.driver.pause_list()
+        assert "resumed queue default" in await post("/queues/resume", queue="default")
+        assert await shop.driver.pause_list() == []
+
+        text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
+        assert "requeue dead jobs: 1 requeued" in text
+        assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_mounted_under_a_prefix_every_link_form_and_cookie_stays_under_it(
+    shop: Shop,
+) -> None:
+    outer = Starlette(routes=[Mount("/ops", app=shop.app(Access(token=TOKEN)))])
+    async with signed_in(outer, "/ops") as (c, csrf):
+        page = await c.get(f"/ops/jobs/{shop.dead}")
+        assert f'action="/ops/jobs/{shop.dead}/requeue"' in page.text
+        assert 'href="/ops/static/dashboard.css"' in page.text
+        assert (await c.get("/ops/static/htmx-2.0.11.min.js")).status_code == 200
+        done = await c.post(f"/ops/jobs/{shop.dead}/requeue", data={"csrf": csrf})
+        assert done.headers["location"] == f"/ops/jobs/{shop.dead}"
+    assert await shop.state(shop.dead) is JobState.READY
+
+
+def test_access_refuses_half_or_weak_credentials() -> None:
+    with pytest.raises(CliUsageInvalidError):
+        Access(user="ops")
+    with pytest.raises(CliUsageInvalidError):
+        Access(token="short")
+    env = {"UJOBS_DASHBOARD_TOKEN": TOKEN, "UJOBS_DASHBOARD_READ_ONLY": "yes"}
+    a = Access.from_env(env)
+    assert a.guarded and a.read_only and not a.can_act and a.kind == "token"
+    # Replicas sharing UJOBS_DASHBOARD_SECRET accept each other's sessions.
+    shared = {"UJOBS_DASHBOARD_TOKEN": TOKEN, "UJOBS_DASHBOARD_SECRET": "one key for all"}
+    assert Access.from_env(shared).session_ok(Access.from_env(shared).new_session())
+    assert not Access.from_env({"UJOBS_DASHBOARD_TOKEN": TOKEN}).session_ok(
+        Access.from_env(shared).new_session()
+    )
+
+
+def test_the_cli_keeps_a_dashboard_without_credentials_on_this_machine() -> None:
+    done = ujobs("dashboard", "--driver", "memory", "--host", "0.0.0.0")
+    assert done.returncode == 2
+    assert "X_CLI_USAGE_INVALID" in done.stdout and "UJOBS_DASHBOARD_TOKEN" in done.stdout
+    nothing = ujobs("dashboard")
+    assert nothing.returncode == 2 and "--driver" in nothing.stdout

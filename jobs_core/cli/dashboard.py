@@ -98,6 +98,7 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
         f"{escape(driver.describe())}[/cyan] · sign-in: {access.kind} · {mode}",
         soft_wrap=True,
     )
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # SIGTERM or Ctrl-C stops serving and the command exits 0, as a drained worker

@@ -64,6 +64,9 @@ PAGE_CALLS: Final = 4
 #: The minutes of the queues' throughput sparklines.
 SPARK_MINUTES: Final = 60
 NOTICE_COOKIE: Final = "ujobs_notice"
+#: The most rows one press of a bulk button acts on, so a request stays short (the CLI's
+#: `--all` has no such bound).
+BULK_ROWS: Final = 10_000
 
 #: The actions a job's page offers, by the states they apply to.
 JOB_ACTIONS: Final[dict[Action, frozenset[JobState]]] = {
@@ -203,9 +206,12 @@ class Dashboard:
             path = request.url.path[len(self._base(request)) :] or "/"
             if request.url.query:
                 path += "?" + request.url.query
-            return RedirectResponse(
-                f"{self._base(request)}/login?{urlencode({'next': path})}", status_code=303
-            )
+            login = f"{self._base(request)}/login?{urlencode({'next': path})}"
+            if request.headers.get("hx-request"):
+                # A live refresh whose session ran out: the whole page goes to sign in, not
+                # the refreshed part.
+                return Response(status_code=204, headers={"hx-redirect": login})
+            return RedirectResponse(login, status_code=303)
         response = self._error(request, DashboardAuthRequiredError())
         if self.access.user is not None:
             response.headers["www-authenticate"] = 'Basic realm="ujobs dashboard", charset="UTF-8"'
@@ -438,8 +444,10 @@ class Dashboard:
             name=form.get("name") or None,
             tenant_id=form.get("tenant") or None,
         )
-        report = await self.operator.act_all(Action.REQUEUE, f)
+        report = await self.operator.act_all(Action.REQUEUE, f, max_rows=BULK_ROWS)
         parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"
+        if report.examined >= BULK_ROWS:
+            parts += f" (stopped at {BULK_ROWS:,} rows: press it again for the rest)"
         return self._back(
             request, form.get("back") or "/jobs?state=dead", "ok", f"requeue dead jobs: {parts}"
         )

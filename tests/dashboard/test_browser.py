@@ -52,8 +52,11 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[Browser]:
+    # Per test, and set up after `store_url`: Playwright's sync API keeps an event loop
+    # running on this thread while it lives, and the store's teardown (asyncio.run) needs
+    # the thread free again.
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium_path(), headless=True)
         try:
@@ -171,6 +174,10 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     context = browser.new_context(viewport={"width": 1360, "height": 800})
     page = context.new_page()
     page.on("dialog", lambda d: d.accept())
+    # A script or style the Content-Security-Policy blocks, or a script error, shows here.
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(str(e)))
 
     # Signed out: every page sends you to sign in; an action without the token is refused and
     # changes nothing.
@@ -264,3 +271,6 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     page.goto(f"{base}/jobs/{parked.id}")
     expect(page.locator("table.fields")).to_contain_text("payment.settled")
     context.close()
+    # The refused sign-in and the refused actions answered 401/403 on purpose; nothing else.
+    unexpected = [e for e in console_errors if "401" not in e and "403" not in e]
+    assert unexpected == []

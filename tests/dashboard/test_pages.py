@@ -119,6 +119,8 @@ async def test_with_a_token_nothing_shows_or_acts_without_it(shop: Shop) -> None
         assert page.headers["location"] == f"/login?next=%2Fjobs%2F{shop.dead}"
         refused = await c.post(f"/jobs/{shop.dead}/requeue", data={"csrf": "x"})
         assert refused.status_code == 401 and "X_DASHBOARD_AUTH_REQUIRED" in refused.text
+        live = await c.get("/", headers={"hx-request": "true"})
+        assert live.status_code == 204 and live.headers["hx-redirect"] == "/login?next=%2F"
         wrong = await c.get("/", headers={"authorization": "Bearer not-the-token-at-all"})
         assert wrong.status_code == 303
         assert (await c.get("/", headers=BEARER)).status_code == 200
@@ -276,6 +278,25 @@ async def test_every_action_does_what_it_says_or_says_why_not(shop: Shop) -> Non
         text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
         assert "requeue dead jobs: 1 requeued" in text
         assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_a_bulk_press_is_bounded_and_the_next_press_takes_the_rest(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs_core.dashboard import app as dashboard
+
+    more = [
+        (await shop.jobs.enqueue(shop.handle, {"n": n, "card": CARD, "who": "z", "fail": True})).id
+        for n in (20, 21)
+    ]
+    await run_all(shop.driver, shop.clock, shop.handle, more)
+    monkeypatch.setattr(dashboard, "BULK_ROWS", 2)
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+        for expected in ("2 requeued (stopped at 2 rows", "1 requeued"):
+            done = await c.post("/jobs/requeue-dead", data={"csrf": csrf})
+            assert expected in (await c.get(done.headers["location"])).text
+    states = {await shop.state(i) for i in [shop.dead, *more]}
+    assert states == {JobState.READY}
 
 
 async def test_mounted_under_a_prefix_every_link_form_and_cookie_stays_under_it(

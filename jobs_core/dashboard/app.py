@@ -11,6 +11,7 @@ Who may look and act: `jobs_core.dashboard.security`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -35,6 +36,7 @@ from jobs_core.dashboard.security import (
     SESSION_TTL_S,
     Access,
 )
+from jobs_core.dashboard.snapshot import Snapshot
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     DashboardAuthRequiredError,
@@ -46,7 +48,7 @@ from jobs_core.errors import (
     PageInvalidError,
 )
 from jobs_core.job import JobHandle
-from jobs_core.operator import Action, Operator
+from jobs_core.operator import Action, Operator, QueueView, Throughput
 from jobs_core.operator.times import age, local, relative, when
 from jobs_core.records import JobFilter, Pause
 from jobs_core.scheduler.task import TaskHandle
@@ -63,6 +65,11 @@ PAGE_ROWS: Final = 50
 PAGE_CALLS: Final = 4
 #: The minutes of the queues' throughput sparklines.
 SPARK_MINUTES: Final = 60
+#: The queues page's counts are read at most this often, whoever watches (`Snapshot`); the
+#: page refreshes itself as often.
+QUEUES_FRESH_S: Final = 5.0
+#: Counts older than this (nobody watched since) are read again before a view is answered.
+QUEUES_STALE_S: Final = 30.0
 NOTICE_COOKIE: Final = "ujobs_notice"
 #: The most rows one press of a bulk button acts on, so a request stays short (the CLI's
 #: `--all` has no such bound).
@@ -157,6 +164,7 @@ class Dashboard:
         self.tasks = list(tasks)
         self.env = _environment()
         self._close_driver = close_driver
+        self._queues = Snapshot(self._read_queues, fresh_s=QUEUES_FRESH_S, stale_s=QUEUES_STALE_S)
         page = self._page
         act = self._action
         self.app = Starlette(
@@ -182,7 +190,9 @@ class Dashboard:
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        # Runs only when this app is served alone: a mounted app's owner runs the driver.
+        # Runs only when this app is served alone: a mounted app's owner runs the driver, and
+        # its first view of the queues waits for their first count.
+        self._queues.warm()
         try:
             yield
         finally:
@@ -329,6 +339,7 @@ class Dashboard:
             try:
                 return await do(request, fields)
             except JobsError as exc:
+                self._queues.expire()
                 # A refusal of the store (not found, not requeueable…) goes back as a notice.
                 to = fields.get("back") or "/"
                 return self._back(request, to, "error", f"{exc.code}: {exc.message}")
@@ -337,9 +348,14 @@ class Dashboard:
 
     # -- pages ---------------------------------------------------------------------------------
 
+    async def _read_queues(self) -> tuple[list[QueueView], dict[str, Throughput]]:
+        views, series = await asyncio.gather(
+            self.operator.queues(), self.operator.throughput(SPARK_MINUTES)
+        )
+        return views, series
+
     async def queues_page(self, request: Request) -> tuple[str, dict[str, Any]]:
-        views = await self.operator.queues()
-        series = await self.operator.throughput(SPARK_MINUTES)
+        (views, series), age_s = await self._queues.get()
         totals = {s.value: sum(v.counts[s.value] for v in views) for s in JobState}
         return "queues.html", {
             "nav": "queues",
@@ -347,6 +363,7 @@ class Dashboard:
             "series": series,
             "totals": totals,
             "spark_minutes": SPARK_MINUTES,
+            "age_s": age_s,
         }
 
     async def jobs_page(self, request: Request) -> tuple[str, dict[str, Any]]:
@@ -406,25 +423,30 @@ class Dashboard:
 
     # -- actions -------------------------------------------------------------------------------
 
+    def _acted(self, request: Request, to: str, text: str) -> Response:
+        """Back to page `to` with `text`, the queues' counts to be read afresh (they changed)."""
+        self._queues.expire()
+        return self._back(request, to, "ok", text)
+
     async def pause_queue(self, request: Request, form: dict[str, str]) -> Response:
         queue = form.get("queue", "")
         await self.operator.pause(Pause("queue", queue))
-        return self._back(request, "/", "ok", f"paused queue {queue}")
+        return self._acted(request, "/", f"paused queue {queue}")
 
     async def resume_queue(self, request: Request, form: dict[str, str]) -> Response:
         queue = form.get("queue", "")
         await self.operator.resume(Pause("queue", queue))
-        return self._back(request, "/", "ok", f"resumed queue {queue}")
+        return self._acted(request, "/", f"resumed queue {queue}")
 
     async def pause_task(self, request: Request, form: dict[str, str]) -> Response:
         task = form.get("task", "")
         await self.operator.pause(Pause("task", task))
-        return self._back(request, "/schedule", "ok", f"paused task {task}")
+        return self._acted(request, "/schedule", f"paused task {task}")
 
     async def resume_task(self, request: Request, form: dict[str, str]) -> Response:
         task = form.get("task", "")
         await self.operator.resume(Pause("task", task))
-        return self._back(request, "/schedule", "ok", f"resumed task {task}")
+        return self._acted(request, "/schedule", f"resumed task {task}")
 
     async def job_action(self, request: Request, form: dict[str, str]) -> Response:
         job_id = request.path_params["job_id"]
@@ -434,8 +456,8 @@ class Dashboard:
             raise PageInvalidError("no such action", detail=request.path_params["verb"]) from None
         answer = await self.operator.act_one(action, job_id)
         if action is Action.REMOVE:
-            return self._back(request, "/jobs", "ok", f"removed job {job_id}")
-        return self._back(request, f"/jobs/{quote(job_id)}", "ok", f"{answer.value}: {job_id}")
+            return self._acted(request, "/jobs", f"removed job {job_id}")
+        return self._acted(request, f"/jobs/{quote(job_id)}", f"{answer.value}: {job_id}")
 
     async def requeue_dead(self, request: Request, form: dict[str, str]) -> Response:
         f = JobFilter(
@@ -448,8 +470,8 @@ class Dashboard:
         parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"
         if report.examined >= BULK_ROWS:
             parts += f" (stopped at {BULK_ROWS:,} rows: press it again for the rest)"
-        return self._back(
-            request, form.get("back") or "/jobs?state=dead", "ok", f"requeue dead jobs: {parts}"
+        return self._acted(
+            request, form.get("back") or "/jobs?state=dead", f"requeue dead jobs: {parts}"
         )
 
     # -- signing in ----------------------------------------------------------------------------

@@ -270,9 +270,14 @@ async def test_every_action_does_what_it_says_or_says_why_not(shop: Shop) -> Non
         assert "removed job" in await post(f"/jobs/{shop.ok}/remove")
         assert await shop.state(shop.ok) is None
 
-        assert "paused queue default" in await post("/queues/pause", queue="default")
+        paused_badge = '<span class="badge warn">paused</span>'
+        assert paused_badge not in (await c.get("/")).text  # the queues' counts, read
+        text = await post("/queues/pause", queue="default")
+        assert "paused queue default" in text
+        assert paused_badge in text  # read afresh after the action, not the count before it
         assert Pause("queue", "default") in await shop.driver.pause_list()
-        assert "resumed queue default" in await post("/queues/resume", queue="default")
+        text = await post("/queues/resume", queue="default")
+        assert "resumed queue default" in text and paused_badge not in text
         assert await shop.driver.pause_list() == []
 
         text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")

@@ -57,7 +57,7 @@ from bench.pg_growth import summary
 from bench.retention import PG_URL, about, quantile, write
 from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
-from jobs_core.dashboard import dashboard_app
+from jobs_core.dashboard import Dashboard
 from jobs_core.dashboard.security import Access
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, JobRegistry, job
@@ -374,7 +374,8 @@ async def measure(
     driver: TimedDriver, requests: int, tasks: list[TaskHandle], schema: str
 ) -> dict[str, Any]:
     handles = [t.job for t in tasks]
-    app = dashboard_app(driver, access=Access(token=TOKEN), handles=handles, tasks=tasks)
+    board = Dashboard(driver, access=Access(token=TOKEN), handles=handles, tasks=tasks)
+    app = board.app
     dead = await driver.job_list(
         JobListParams(JobFilter(states=frozenset({JobState.DEAD}), queue="live"), 1, scan=10_000)
     )
@@ -400,9 +401,14 @@ async def measure(
             "/workers": "/workers",
             "/schedule": "/schedule",
         }
-        for label, url in pages.items():
+        # The queues page answers from a count shared by its viewers (read at most every 5 s);
+        # a first view after 30 s unwatched (or after an action) waits for a count of its own.
+        cold = "/ (first view: counts read)"
+        for label, url in {cold: "/", **pages}.items():
 
-            def get(url: str = url) -> Awaitable[httpx2.Response]:
+            def get(url: str = url, fresh: bool = label == cold) -> Awaitable[httpx2.Response]:
+                if fresh:
+                    board.recount()
                 return client.get(url)
 
             out[label] = f = await timed(get, requests, driver)

@@ -339,7 +339,7 @@ class Dashboard:
             try:
                 return await do(request, fields)
             except JobsError as exc:
-                self._queues.expire()
+                self.recount()
                 # A refusal of the store (not found, not requeueable…) goes back as a notice.
                 to = fields.get("back") or "/"
                 return self._back(request, to, "error", f"{exc.code}: {exc.message}")
@@ -423,9 +423,13 @@ class Dashboard:
 
     # -- actions -------------------------------------------------------------------------------
 
+    def recount(self) -> None:
+        """The next view of the queues waits for a count that starts after this call."""
+        self._queues.expire()
+
     def _acted(self, request: Request, to: str, text: str) -> Response:
         """Back to page `to` with `text`, the queues' counts to be read afresh (they changed)."""
-        self._queues.expire()
+        self.recount()
         return self._back(request, to, "ok", text)
 
     async def pause_queue(self, request: Request, form: dict[str, str]) -> Response:

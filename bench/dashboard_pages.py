@@ -27,7 +27,9 @@ also on failure):
 Then every page is requested through the ASGI app in-process (`httpx2.ASGITransport`, bearer
 token): `/`, `/jobs`, `/jobs?state=dead`, `/jobs?state=ready&queue=emails`,
 `/jobs?name=<the rare name>`, `/jobs?tenant=org-7`, the next page of `/jobs` (its "next" link),
-`/jobs/<id>` of a dead job with a traceback, `/workers` and `/schedule`: 3 warm-up requests,
+`/jobs/<id>` of a dead job with a traceback, `/workers` and `/schedule`, and `/` once more as
+a first view (`Dashboard.recount()` before each request, so each waits for its own count, as
+the first view after 30 s unwatched or after an action does): 3 warm-up requests,
 then `--requests` timed ones one after another; p50, p95 and max in ms (the time from the
 request to the whole response body: the driver's statements, the rendering, the ASGI and
 client layers in-process; no network). The app's driver (a pool of its own, apart from the

@@ -766,7 +766,9 @@ class JobDriver(abc.ABC):
     @abc.abstractmethod
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """The rows of these ids that exist, by id, with every field as stored (JSON as text
-        of the same meaning and types: `1`, `1.0` and `true` stay apart); unknown ids absent."""
+        of the same meaning and types: `1`, `1.0` and `true` stay apart); unknown ids absent.
+        `wait` is the stored wait of a `parked` row (event, match of the same meaning and
+        types, since), None for every row that holds none."""
 
     @abc.abstractmethod
     async def _job_list(

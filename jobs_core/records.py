@@ -41,6 +41,16 @@ class EnqueueResult:
 
 
 @dataclass(frozen=True, slots=True)
+class EventWait:
+    """What a parked run waits for: an event named `event`, published at or after `since_ms`,
+    whose data holds every top-level key of `match_json` (a JSON object) with an equal value."""
+
+    event: str
+    match_json: str
+    since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job row as every driver reports it."""
 
@@ -70,6 +80,11 @@ class JobRecord:
     result_json: str | None
     enqueued_by: str | None
     traceparent: str | None = None
+    #: The event the row waits for (a PARK nack's `wait`), set only while the row is `parked`
+    #: with that wait stored; None otherwise — a park without a wait, one whose event was
+    #: already stored (the row went `ready`), and once the row leaves `parked` (claimed at its
+    #: timeout, woken by its event, cancelled).
+    wait: EventWait | None = None
 
     @property
     def input(self) -> JsonValue:
@@ -197,16 +212,6 @@ class NackKind(StrEnum):
     INTERRUPT = "interrupt"
     #: Refused by keyed concurrency: `failed`, no attempt spent.
     REFUSE = "refuse"
-
-
-@dataclass(frozen=True, slots=True)
-class EventWait:
-    """What a parked run waits for: an event named `event`, published at or after `since_ms`,
-    whose data holds every top-level key of `match_json` (a JSON object) with an equal value."""
-
-    event: str
-    match_json: str
-    since_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -497,7 +497,14 @@ class MemoryDriver(JobDriver):
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._lock:
-            return {i: self._rows[i].rec for i in job_ids if i in self._rows}
+            out: dict[str, JobRecord] = {}
+            for i in job_ids:
+                row = self._rows.get(i)
+                if row is not None:
+                    # The stored record never carries the wait: `_waits` is its one home.
+                    wait = self._waits.get(i)
+                    out[i] = row.rec if wait is None else replace(row.rec, wait=wait)
+            return out
 
     # -- steps and events -----------------------------------------------------------------------
 

@@ -1183,10 +1183,14 @@ class PgDriver(JobDriver):
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         rows = await self._read("JOB_GET_MANY", {"ids": list(job_ids)})
         out: dict[str, JobRecord] = {}
+        n = len(job_stmts.RECORD_COLUMNS)
         for r in rows:
-            row = dict(zip(job_stmts.RECORD_COLUMNS, r, strict=True))
+            row = dict(zip(job_stmts.RECORD_COLUMNS, r[:n], strict=True))
             row["state"] = _STATES[row["state"]]
-            out[row["id"]] = JobRecord(**row)
+            event, match_json, since_ms = r[n:]
+            # The three are set together by a park that waits and cleared together.
+            wait = None if event is None else EventWait(event, match_json, since_ms)
+            out[row["id"]] = JobRecord(**row, wait=wait)
         # The contract's answer is by id; keep the asked order for people reading it.
         return {i: out[i] for i in job_ids if i in out}
 

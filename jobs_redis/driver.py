@@ -809,23 +809,25 @@ class RedisDriver(JobDriver):
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         k = self.keys
         got = await self._run(
-            "job_get_many", (k.state, k.data, k.error, k.progress, k.result), job_ids
+            "job_get_many", (k.state, k.data, k.error, k.progress, k.result, k.wait), job_ids
         )
         out: dict[str, JobRecord] = {}
         for i, job_id in enumerate(job_ids):
-            state, data, error, progress, result = got[5 * i : 5 * i + 5]
+            state, data, error, progress, result, wait = got[6 * i : 6 * i + 6]
             if state is None:
                 continue
-            out[job_id] = _record(job_id, state, data, error, progress, result)
+            out[job_id] = _record(job_id, state, data, error, progress, result, wait)
         return out
 
     def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
-        """A nack item's wait fields: event NUL since NUL match lines, or two NULs for none."""
+        """A nack item's wait fields: event NUL since NUL match lines NUL match JSON text, or
+        three NULs for none."""
         if wait is None:
-            return "\x00\x00"
+            return "\x00\x00\x00"
         if queue is not None:
             self._wait_queues.add(queue)
-        return f"{wait.event}\x00{wait.since_ms}\x00{lines_of_text(wait.match_json)}"
+        lines = lines_of_text(wait.match_json)
+        return f"{wait.event}\x00{wait.since_ms}\x00{lines}\x00{wait.match_json}"
 
     # -- steps and events -----------------------------------------------------------------------
 
@@ -1144,6 +1146,7 @@ def _record(
     error: str | None,
     progress: str | None,
     result: str | None,
+    wait: str | None,
 ) -> JobRecord:
     s = state.split("\x00")
     d = data.split("\x00")
@@ -1170,7 +1173,24 @@ def _record(
         result_json=result,
         enqueued_by=d[2] or None,
         traceparent=(d[4] or None) if len(d) > 4 else None,
+        wait=None if wait is None else _wait(wait),
     )
+
+
+def _wait(stored: str) -> EventWait:
+    """A `{p}:wait` entry (event NUL since NUL match lines NUL match JSON) as its `EventWait`.
+
+    An entry stored before the JSON text was kept has the first three fields: its match is
+    rebuilt from the lines (`json(key) TAB canonical(value)`), the same match by `json_equal`
+    though a number may come back in another spelling (`1.0` as `1`).
+    """
+    event, since, lines, *text = stored.split("\x00")
+    if text:
+        match_json = text[0]
+    else:
+        pairs = (line.replace("\t", ":", 1) for line in lines.split("\n") if line)
+        match_json = "{" + ",".join(pairs) + "}"
+    return EventWait(event, match_json, int(since))
 
 
 def _why(exc: BaseException, url: str) -> str:

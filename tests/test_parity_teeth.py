@@ -721,6 +721,34 @@ class ParkIgnoresStoredEvent(MemoryDriver):
             self._parking = False
 
 
+class WaitShownAfterItsPark(MemoryDriver):
+    """Drops a wait when its row leaves `parked` (a publish never wakes it) but goes on
+    reporting it in `job_get_many`: a run claimed at its timeout, woken or cancelled still shows
+    what it waited for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown: dict[str, EventWait] = {}
+
+    def _put(self, old: JobRecord | None, new: JobRecord) -> None:
+        super()._put(old, new)
+        self._shown.update(self._waits)
+
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        rows = await super()._job_get_many(job_ids)
+        return {
+            i: replace(r, wait=self._shown[i]) if i in self._shown else r for i, r in rows.items()
+        }
+
+
+class WaitNotShown(MemoryDriver):
+    """Stores and honours a parked row's wait but never reports it (`wait` always None)."""
+
+    async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        rows = await super()._job_get_many(job_ids)
+        return {i: replace(r, wait=None) for i, r in rows.items()}
+
+
 #: The families a broken driver's walk takes: the job family alone, or with the family the
 #: broken method belongs to (a narrow walk reaches its edges; the suite itself walks them all).
 class RenewsExpiredLease(MemoryDriver):
@@ -927,6 +955,8 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
     (MatchTakesTrueForOne, DURABLE, ["a_wait_wakes_on_its_event_only"]),
     (WaitOutlivesItsPark, DURABLE, ["a_wait_wakes_on_its_event_only"]),
     (ParkIgnoresStoredEvent, DURABLE, ["a_wait_wakes_on_its_event_only"]),
+    (WaitShownAfterItsPark, DURABLE, ["a_parked_row_shows_its_wait"]),
+    (WaitNotShown, DURABLE, ["a_parked_row_shows_its_wait"]),
     (RenewsExpiredLease, LEASES, ["lease_renew_never_revives"]),
     (TakesPastTheLimit, LEASES, ["lease_limit_holds_and_frees", "lease_racing_takers"]),
     (CountsExpiredHolders, LEASES, ["lease_limit_holds_and_frees"]),
@@ -1003,6 +1033,9 @@ def test_reference_driver_passes_and_reaches_the_edges() -> None:
         "clock at a lease's end": 13,
         "list page with a cursor": 5,
         "event woke a parked run": 1,
+        # Added with `JobRecord.wait` (10 and 162 then): the rows it is compared on.
+        "row compared while it waits": 5,
+        "row compared after its wait ended": 80,
         "task fire landed": 38,
         "task catch-up fire": 10,
         "task fire deduped by id": 10,

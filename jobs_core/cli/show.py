@@ -107,6 +107,12 @@ def print_job(view: JobView, now_ms: int) -> None:
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
+    if r.wait is not None:
+        match = json.dumps(view.wait_match, ensure_ascii=False, separators=(",", ":"))
+        since = when(r.wait.since_ms, now_ms)
+        console.print(
+            _text(f"waits for: {r.wait.event} matching {match} since {since}"), soft_wrap=True
+        )
     hidden = "" if view.declared else " (no live worker declares this job: redacted whole)"
     console.print(f"[bold]input[/bold]{hidden}")
     console.print(_json_block(view.input), soft_wrap=True)

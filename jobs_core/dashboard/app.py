@@ -121,6 +121,10 @@ def _pretty(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -128,7 +132,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pretty=_pretty, age=age, local=local, sparkline=sparkline)
+    env.filters.update(pretty=_pretty, compact=_compact, age=age, local=local, sparkline=sparkline)
     env.globals.update(relative=relative, when=when)
     return env
 

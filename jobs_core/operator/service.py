@@ -138,8 +138,18 @@ class JobView:
     #: Whether a live worker (or the caller) declares this job name; if not, its input shows
     #: `[redacted]` whole.
     declared: bool
+    #: The match of the event a parked row waits for, redacted as a result is (a match may
+    #: repeat an input's secret); None when the row holds no wait (`record.wait`).
+    wait_match: JsonValue = None
     #: The run's recorded durable steps, oldest first (none on a driver without steps).
     steps: tuple[StepView, ...] = ()
+
+    def wait_json(self) -> dict[str, Any] | None:
+        """What the row waits for — `{"event", "match", "since_ms"}` — or None."""
+        w = self.record.wait
+        if w is None:
+            return None
+        return {"event": w.event, "match": self.wait_match, "since_ms": w.since_ms}
 
     def to_json(self) -> dict[str, Any]:
         r = self.record
@@ -167,6 +177,7 @@ class JobView:
             "progress": self.progress,
             "error": self.error,
             "declared": self.declared,
+            "wait": self.wait_json(),
             "steps": [st.to_json() for st in self.steps],
         }
 
@@ -469,6 +480,9 @@ class Operator:
             progress=policy.value(r.name, r.progress_json, r.input_json),
             error=_error_doc(policy.text(r.name, r.last_error, r.input_json)),
             declared=policy.knows(r.name),
+            wait_match=None
+            if r.wait is None
+            else policy.value(r.name, r.wait.match_json, r.input_json),
         )
 
     async def queues(self) -> list[QueueView]:

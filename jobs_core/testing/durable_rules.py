@@ -22,7 +22,6 @@ from jobs_core.records import (
     PurgeParams,
     StepPut,
 )
-from jobs_core.states import JobState
 from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
     EVENT_DATA,
@@ -171,6 +170,7 @@ class DurableRules(ParityMachine):
             run_at = None if timeout is None else self.now + timeout
             self._note("park waiting for an event")
             self._nack([Nack(job.fence, NackKind.PARK, self.now, run_at, wait=w)])
+            self._read_parked(job.id)
             if then != "later" and job.id in dict(self._waiting_rows()):
                 self._answer(job.id, w, None, then)
 
@@ -218,10 +218,8 @@ class DurableRules(ParityMachine):
         """The rows parked now under the claim that parked them, with their waits."""
         return [
             (job_id, w)
-            for job_id, (w, claims) in sorted(self.model.waits.items())
-            if (r := self.model.rows.get(job_id)) is not None
-            and r.state == JobState.PARKED
-            and r.claims == claims
+            for job_id in sorted(self.model.waits)
+            if (w := self.model.wait_of(job_id)) is not None
         ]
 
     def _waiting(self) -> list[EventWait]:
@@ -257,6 +255,13 @@ class DurableRules(ParityMachine):
                     )
                 )
         if self.capabilities.events:
+            # The rows compared by `job_get_many` show their waits: count the walks that compare
+            # one still waiting, and one whose wait ended (claimed, woken, cancelled, removed).
+            waits = [self.model.wait_of(i) for i in sorted(self.model.waits)]
+            if any(w is not None for w in waits):
+                self._note("row compared while it waits")
+            if any(w is None for w in waits):
+                self._note("row compared after its wait ended")
             # The first live event of each name: a purge or an expiry that went wrong shows.
             for name in EVENT_NAMES:
                 w = EventWait(name, "{}", 0)

@@ -120,8 +120,10 @@ class ReferenceModel:
         self.steps: dict[tuple[str, str], StepRecord] = {}
         self.events: dict[str, EventRecord] = {}
         #: job id -> (the wait of its last park, the claim count it parked under). A wait counts
-        #: only while its row is parked under that very claim: any move out of `parked` (a
-        #: claim, a wake, a cancel, a removal) leaves it stale, which is how the model drops it.
+        #: only while its row is parked under that very claim (`wait_of`): any move out of
+        #: `parked` (a claim, a wake, a cancel, a removal) leaves it stale, which is how the
+        #: model drops it; every landed nack forgets the one before (a row removed, enqueued
+        #: again under its id and parked without a wait under the same claim count holds none).
         self.waits: dict[str, tuple[EventWait, int]] = {}
         #: Every lease holding stored, live or not; `lease_tokens` is the last token granted.
         self.holdings: list[Lease] = []
@@ -330,6 +332,7 @@ class ReferenceModel:
                 out.append(False)
                 continue
             after = _after_nack(r, n)
+            self.waits.pop(r.id, None)
             if n.wait is not None:
                 if self._first_event(n.wait, n.now_ms) is not None:
                     after = replace(after, state=JobState.READY, run_at_ms=n.now_ms)
@@ -375,6 +378,15 @@ class ReferenceModel:
         ]
         return min(found, key=lambda e: (e.published_at_ms, e.id)) if found else None
 
+    def wait_of(self, job_id: str) -> EventWait | None:
+        """The wait row `job_id` holds: its last park's, while the row is still parked under
+        the claim that parked it; None otherwise."""
+        r = self.rows.get(job_id)
+        stored = self.waits.get(job_id)
+        if r is None or stored is None or r.state != JobState.PARKED or r.claims != stored[1]:
+            return None
+        return stored[0]
+
     def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
         """The oldest unexpired event the wait matches, published at or after its `since`."""
         if not _is_object_text(wait.match_json):
@@ -389,10 +401,11 @@ class ReferenceModel:
         self.events[event.id] = event
         data = json.loads(event.data_json)
         woken = 0
-        for job_id, (wait, claims) in sorted(self.waits.items()):
-            r = self.rows.get(job_id)
-            if r is None or r.state != JobState.PARKED or r.claims != claims:
+        for job_id in sorted(self.waits):
+            wait = self.wait_of(job_id)
+            if wait is None:
                 continue
+            r = self.rows[job_id]
             if (
                 wait.event == event.name
                 and event.published_at_ms >= wait.since_ms
@@ -602,8 +615,8 @@ class ReferenceModel:
         return len(doomed)
 
     def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        """The rows of these ids that exist."""
-        return {i: self.rows[i] for i in job_ids if i in self.rows}
+        """The rows of these ids that exist, each with the wait it holds (`wait_of`)."""
+        return {i: replace(self.rows[i], wait=self.wait_of(i)) for i in job_ids if i in self.rows}
 
     # -- pauses, queues, workers --------------------------------------------------------------
 

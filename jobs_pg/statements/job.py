@@ -60,6 +60,10 @@ RECORD_COLUMNS: Final = (
     "traceparent",
 )
 
+#: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
+#: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
+WAIT_COLUMNS: Final = ("wait_event", "wait_match_json", "wait_since_ms")
+
 _INSERT_COLUMNS: Final = (
     "id",
     "run_id",
@@ -1072,8 +1076,9 @@ JOB_LIST: Final = sa.union_all(
 
 # -- JOB_GET_MANY -------------------------------------------------------------------------------
 # One primary-key probe per id through `= ANY(array)`: the statement text does not change with
-# the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order.
-JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in RECORD_COLUMNS)).where(
+# the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order,
+# then the three of its wait.
+JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS))).where(
     jobs.c.id == sa.func.any(arr("ids", TEXT))
 )
 

@@ -228,3 +228,46 @@ async def test_queues_and_stats_read_the_counters() -> None:
     assert stats.totals["completed"] == 6
     assert [n.name for n in stats.names] == ["charge"]
     assert json.loads(json.dumps(stats.to_json()))["names"]["charge"]["dead_lettered"] == 2
+
+
+async def test_a_parked_job_shows_what_it_waits_for(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` and the table of `jobs show` name a parked row's wait (its match redacted as a
+    result is: a match may repeat an input's secret); a row that holds no wait shows none."""
+    from jobs_core.cli.show import print_job
+    from jobs_core.records import ClaimParams, EventRecord, EventWait, Nack, NackKind
+
+    driver, clock = MemoryDriver(), FakeClock()
+    handle = charge_job()
+    jobs = Jobs(driver, clock=clock)
+    parked = await jobs.enqueue(handle, {"n": 1, "card": CARD, "who": "ann"})
+    plain = await jobs.enqueue(handle, {"n": 2, "card": CARD, "who": "bob"})
+    now = clock.now_ms()
+    held = await driver.job_claim(ClaimParams((handle.queue,), "w1", 2, 60_000, now))
+    fences = {j.id: j.fence for j in held.jobs}
+    match = json.dumps({"order": 7, "card": CARD})
+    wait = EventWait("shipped", match, now - 1_000)
+    await driver.job_nack(
+        [
+            Nack(fences[parked.id], NackKind.PARK, now, None, wait=wait),
+            Nack(fences[plain.id], NackKind.PARK, now, now + 60_000),
+        ]
+    )
+    op = Operator(driver, clock=clock, handles=[handle])
+    view = await op.job(parked.id)
+    shown = json.loads(json.dumps(view.to_json()))
+    assert shown["state"] == "parked"
+    assert shown["wait"] == {
+        "event": "shipped",
+        "match": {"order": 7, "card": REDACTED},
+        "since_ms": now - 1_000,
+    }
+    assert (await op.job(plain.id)).to_json()["wait"] is None
+    print_job(view, now)
+    out = capsys.readouterr().out
+    assert 'waits for: shipped matching {"order":7,"card":"[redacted]"} since ' in out
+    assert "(1 s ago)" in out and CARD not in out
+    print_job(await op.job(plain.id), now)
+    assert "waits for" not in capsys.readouterr().out
+    # Woken: the wait is gone from the view too.
+    assert await driver.event_publish(EventRecord("e1", "shipped", match, now, now + 1)) == 1
+    assert (await op.job(parked.id)).to_json()["wait"] is None

@@ -6,6 +6,7 @@ notices, redaction and escaping, keyset paging, every action, and mounting under
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +22,15 @@ from jobs_core.dashboard import Access, dashboard_app
 from jobs_core.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
 from jobs_core.errors import CliUsageInvalidError
 from jobs_core.facade import Jobs
-from jobs_core.records import JobFilter, JobListParams, Pause
+from jobs_core.records import (
+    ClaimParams,
+    EventWait,
+    JobFilter,
+    JobListParams,
+    Nack,
+    NackKind,
+    Pause,
+)
 from jobs_core.states import JobState
 from jobs_memory import MemoryDriver
 from tests.core.support import ujobs
@@ -224,6 +233,21 @@ async def test_a_jobs_page_redacts_its_card_and_escapes_what_it_shows(shop: Shop
         async with client(bare) as c2:
             page = await c2.get(f"/jobs/{shop.ok}", headers=BEARER)
             assert "redacted whole" in page.text and CARD not in page.text
+
+
+async def test_a_parked_jobs_page_shows_what_it_waits_for_with_its_secret_masked(
+    shop: Shop,
+) -> None:
+    parked = await shop.jobs.enqueue(shop.handle, {"n": 9, "card": CARD, "who": "dee"})
+    now = shop.clock.now_ms()
+    claimed = await shop.driver.job_claim(ClaimParams(("default",), "w1", 10, 30_000, now))
+    fence = next(j.fence for j in claimed.jobs if j.id == parked.id)
+    wait = EventWait("card.verified", json.dumps({"card": CARD}), now)
+    assert await shop.driver.job_nack([Nack(fence, NackKind.PARK, now, wait=wait)]) == [True]
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        page = await c.get(f"/jobs/{parked.id}", headers=BEARER)
+    assert "waits for" in page.text and "card.verified" in page.text
+    assert CARD not in page.text
 
 
 async def test_the_jobs_list_pages_by_keyset_and_keeps_its_filters(shop: Shop) -> None:

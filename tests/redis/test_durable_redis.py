@@ -151,6 +151,31 @@ async def test_rows_take_their_waits_and_steps_with_them(make_driver: Factory) -
         assert await durable_keys_left(d) == {}
 
 
+async def test_a_wait_stored_without_its_json_text_shows_from_its_lines(
+    make_driver: Factory,
+) -> None:
+    """`job_get_many` shows a wait's match as the nack gave it; a wait parked by an earlier
+    version (event, since and match lines only) shows the same match rebuilt from its lines —
+    `1.0` comes back as `1` — and its event still wakes it."""
+    async with make_driver() as d:
+        await d.job_enqueue(new_job(1))
+        f = (await d.job_claim(claim(("q",)))).jobs[0].fence
+        match = '{"order":1.0,"to":"ü\\"x","n":null,"a":[1,true]}'
+        w = EventWait("paid", match, T0)
+        assert await d.job_nack([Nack(f, NackKind.PARK, T0, None, wait=w)]) == [True]
+        assert (await d.job_get_many(["id-1"]))["id-1"].wait == w
+        stored = await d.client.hget(d.keys.wait, "id-1")
+        await d.client.hset(d.keys.wait, "id-1", stored.rsplit("\x00", 1)[0])
+        got = (await d.job_get_many(["id-1"]))["id-1"].wait
+        assert got is not None and (got.event, got.since_ms) == ("paid", T0)
+        rebuilt = json.loads(got.match_json)
+        assert rebuilt == {"order": 1, "to": 'ü"x', "n": None, "a": [1, True]}
+        assert type(rebuilt["order"]) is int
+        data = '{"order":1,"to":"ü\\"x","n":null,"a":[1,true],"more":0}'
+        assert await d.event_publish(event("e", "paid", data, T0 + 1)) == 1
+        assert (await d.job_get_many(["id-1"]))["id-1"].wait is None
+
+
 async def test_steps_of_one_run_across_its_rows_and_calls(make_driver: Factory) -> None:
     """Steps are the run's: a second item of one name keeps the first record, and the steps
     come back in one read in recording order with their times and exact JSON text."""

@@ -24,6 +24,7 @@ from jobs_core.states import JobState
 from jobs_core.testing.scenarios.support import (
     T0,
     Scenario,
+    claim,
     claim_one,
     new_job,
     refused,
@@ -157,6 +158,73 @@ async def scenario_a_wait_wakes_on_its_event_only(driver: JobDriver) -> None:
     assert (await row(driver, "z")).run_at_ms == T0 + 131
 
 
+def _shows(got: EventWait | None, wait: EventWait) -> bool:
+    """`got` is `wait`: its event and since, and a match of the same meaning and types."""
+    return (
+        got is not None
+        and (got.event, got.since_ms) == (wait.event, wait.since_ms)
+        and same_json(got.match_json, wait.match_json)
+    )
+
+
+async def scenario_a_parked_row_shows_its_wait(driver: JobDriver) -> None:
+    """`job_get_many` shows a parked row's wait as its nack gave it (`1.0` stays `1.0`) while
+    the row waits; no wait for a park without one or one its stored event met at once, and none
+    once the row was woken, claimed at its timeout or cancelled."""
+    if await _unsupported(driver, "events"):
+        return
+    await driver.job_enqueue_many([new_job(i) for i in "abcde"])
+    jobs, _ = await claim(driver, T0, limit=5)
+    held = {j.id: j.fence for j in jobs}
+    assert sorted(held) == list("abcde")
+    wait_a = EventWait("shipped", '{"order":1.0,"to":"ü\\"x"}', T0 - 100)
+    wait_b = EventWait("paid", "{}", T0)
+    wait_c = EventWait("refunded", '{"order":7}', T0 + 1)
+    # e's event is stored before it parks: it goes on at once and stores no wait.
+    assert await driver.event_publish(event("pre", "packed", '{"order":5}', T0 - 10)) == 0
+    nacks = [
+        Nack(held["a"], NackKind.PARK, T0, None, wait=wait_a),
+        Nack(held["b"], NackKind.PARK, T0, T0 + 1_000, wait=wait_b),
+        Nack(held["c"], NackKind.PARK, T0, None, wait=wait_c),
+        Nack(held["d"], NackKind.PARK, T0, T0 + 500),
+        Nack(held["e"], NackKind.PARK, T0, None, wait=EventWait("packed", '{"order":5}', T0 - 50)),
+    ]
+    assert await driver.job_nack(nacks) == [True] * 5
+    rows = await driver.job_get_many(list("abcde"))
+    assert [rows[i].state for i in "abcde"] == [JobState.PARKED] * 4 + [JobState.READY]
+    assert _shows(rows["a"].wait, wait_a), rows["a"].wait
+    assert _shows(rows["b"].wait, wait_b), rows["b"].wait
+    assert _shows(rows["c"].wait, wait_c), rows["c"].wait
+    assert rows["d"].wait is None and rows["e"].wait is None
+    # Woken by its event: no longer waiting.
+    data = '{"order":1,"to":"ü\\"x","more":true}'
+    assert await driver.event_publish(event("s1", "shipped", data, T0 + 10)) == 1
+    r = await row(driver, "a")
+    assert (r.state, r.wait) == (JobState.READY, None)
+    # Claimed at its timeout: the wait ended with the park, and its event wakes nothing.
+    jobs, _ = await claim(driver, T0 + 1_000)
+    assert "b" in [j.id for j in jobs]
+    r = await row(driver, "b")
+    assert (r.state, r.wait) == (JobState.RUNNING, None)
+    assert await driver.event_publish(event("p1", "paid", "{}", T0 + 1_001)) == 0
+    assert (await row(driver, "b")).wait is None
+    # Cancelled: finished, no wait, and none again once it is requeued.
+    assert _shows((await row(driver, "c")).wait, wait_c)
+    assert await driver.job_cancel("c", T0 + 1_002) is CancelAnswer.CANCELLED
+    r = await row(driver, "c")
+    assert (r.state, r.wait) == (JobState.CANCELLED, None)
+    assert await driver.event_publish(event("r1", "refunded", '{"order":7}', T0 + 1_003)) == 0
+    await driver.job_requeue("c", T0 + 1_004)
+    r = await row(driver, "c")
+    assert (r.state, r.wait) == (JobState.READY, None)
+    # Parked again without a wait: none shows (not the one of its earlier park).
+    c = await claim_one(driver, T0 + 1_005, limit=1)
+    assert c.id == "c"
+    assert await driver.job_nack([Nack(c.fence, NackKind.PARK, T0 + 1_005, None)]) == [True]
+    r = await row(driver, "c")
+    assert (r.state, r.wait) == (JobState.PARKED, None)
+
+
 async def scenario_events_found_expired_and_purged(driver: JobDriver) -> None:
     """`event_find` answers the oldest live match at or after `since`; expired events are
     neither found nor kept once purged, soonest expired first."""
@@ -215,6 +283,7 @@ async def scenario_wait_and_event_refusals(driver: JobDriver) -> None:
 DURABLE_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
+        scenario_a_parked_row_shows_its_wait,
         scenario_a_wait_wakes_on_its_event_only,
         scenario_events_found_expired_and_purged,
         scenario_steps_recorded_once_under_the_fence,

@@ -5,7 +5,10 @@
 --   drop_row(data_key, id) the row is deleted (purged, removed): its wait and its run's steps
 --
 -- Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys):
---   {p}:wait         hash id -> event NUL since_ms NUL match lines: the wait of a parked row
+--   {p}:wait         hash id -> event NUL since_ms NUL match lines NUL match_json: the wait of a
+--                    parked row (the match's lines decide a publish; its JSON text, as the nack
+--                    gave it, is what job_get_many reports. A wait stored before the text was
+--                    kept has the first three fields: the driver then rebuilds it from the lines)
 --   {p}:wait:index   zset, all scores 0, members event NUL id: the waits by event name, so a
 --                    publish reads the rows waiting for its name and no others (a lex range)
 --   {p}:step:out     hash run_id NUL step name -> recorded_at_ms NUL output_json
@@ -122,13 +125,14 @@ end
 
 -- Park row `id` waiting for an event: true (and nothing stored) when a stored, unexpired event
 -- already meets the wait — the caller then makes the row ready at `now` — else the wait is
--- stored with the row and indexed under its event name.
-local function park_wait(id, event, since, lines, now)
+-- stored with the row (with its match's JSON text, for job_get_many) and indexed under its
+-- event name.
+local function park_wait(id, event, since, lines, match_json, now)
   if event_first(event, since, now, lines) then
     return true
   end
   local k = durable_keys()
-  redis.call("HSET", k.wait, id, event .. Z .. since .. Z .. lines)
+  redis.call("HSET", k.wait, id, event .. Z .. since .. Z .. lines .. Z .. match_json)
   redis.call("ZADD", k.wait_index, 0, event .. Z .. id)
   return false
 end

@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -174,16 +174,16 @@ class Dashboard:
         self.app = Starlette(
             routes=[
                 Route("/", page(self.queues_page), name="queues"),
-                Route("/queues/pause", act(self.pause_queue), methods=["POST"]),
-                Route("/queues/resume", act(self.resume_queue), methods=["POST"]),
+                Route("/queues/pause", act(self._pausing("queue", True)), methods=["POST"]),
+                Route("/queues/resume", act(self._pausing("queue", False)), methods=["POST"]),
                 Route("/jobs", page(self.jobs_page), name="jobs"),
                 Route("/jobs/requeue-dead", act(self.requeue_dead), methods=["POST"]),
                 Route("/jobs/{job_id}", page(self.job_page), name="job"),
                 Route("/jobs/{job_id}/{verb}", act(self.job_action), methods=["POST"]),
                 Route("/workers", page(self.workers_page), name="workers"),
                 Route("/schedule", page(self.schedule_page), name="schedule"),
-                Route("/schedule/pause", act(self.pause_task), methods=["POST"]),
-                Route("/schedule/resume", act(self.resume_task), methods=["POST"]),
+                Route("/schedule/pause", act(self._pausing("task", True)), methods=["POST"]),
+                Route("/schedule/resume", act(self._pausing("task", False)), methods=["POST"]),
                 Route("/login", self.login_form, methods=["GET"]),
                 Route("/login", self.login, methods=["POST"]),
                 Route("/logout", self.logout, methods=["POST"]),
@@ -436,25 +436,22 @@ class Dashboard:
         self.recount()
         return self._back(request, to, "ok", text)
 
-    async def pause_queue(self, request: Request, form: dict[str, str]) -> Response:
-        queue = form.get("queue", "")
-        await self.operator.pause(Pause("queue", queue))
-        return self._acted(request, "/", f"paused queue {queue}")
+    def _pausing(
+        self, kind: Literal["queue", "task"], pause: bool
+    ) -> Callable[[Request, dict[str, str]], Awaitable[Response]]:
+        """The action that pauses (or resumes) the queue or task its form names."""
+        back = "/" if kind == "queue" else "/schedule"
 
-    async def resume_queue(self, request: Request, form: dict[str, str]) -> Response:
-        queue = form.get("queue", "")
-        await self.operator.resume(Pause("queue", queue))
-        return self._acted(request, "/", f"resumed queue {queue}")
+        async def act(request: Request, form: dict[str, str]) -> Response:
+            which = Pause(kind, form.get(kind, ""))
+            if pause:
+                await self.operator.pause(which)
+            else:
+                await self.operator.resume(which)
+            done = "paused" if pause else "resumed"
+            return self._acted(request, back, f"{done} {kind} {which.value}")
 
-    async def pause_task(self, request: Request, form: dict[str, str]) -> Response:
-        task = form.get("task", "")
-        await self.operator.pause(Pause("task", task))
-        return self._acted(request, "/schedule", f"paused task {task}")
-
-    async def resume_task(self, request: Request, form: dict[str, str]) -> Response:
-        task = form.get("task", "")
-        await self.operator.resume(Pause("task", task))
-        return self._acted(request, "/schedule", f"resumed task {task}")
+        return act
 
     async def job_action(self, request: Request, form: dict[str, str]) -> Response:
         job_id = request.path_params["job_id"]

@@ -31,6 +31,8 @@ from jobs_core.records import (
     NackKind,
     Pause,
 )
+from jobs_core.scheduler import task
+from jobs_core.scheduler.task import TaskRegistry
 from jobs_core.states import JobState
 from jobs_memory import MemoryDriver
 from tests.core.support import ujobs
@@ -307,6 +309,27 @@ async def test_every_action_does_what_it_says_or_says_why_not(shop: Shop) -> Non
         text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
         assert "requeue dead jobs: 1 requeued" in text
         assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_the_schedule_shows_each_task_and_pauses_and_resumes_it(shop: Shop) -> None:
+    nightly = task(
+        "nightly",
+        cron="0 3 * * *",
+        tz="Europe/Paris",
+        job=shop.handle,
+        input={"n": 0, "card": CARD, "who": "report"},
+        registry=TaskRegistry(),
+    )
+    async with signed_in(shop.app(Access(token=TOKEN), tasks=[nightly])) as (c, csrf):
+        page = (await c.get("/schedule")).text
+        assert "nightly" in page and "0 3 * * *" in page and " 03:00 " in page  # Paris time
+        assert "never" in page  # not fired yet
+        done = await c.post("/schedule/pause", data={"csrf": csrf, "task": "nightly"})
+        page = (await c.get(done.headers["location"])).text
+        assert "paused task nightly" in page and '<span class="badge warn">paused</span>' in page
+        assert await shop.driver.pause_list() == [Pause("task", "nightly")]
+        await c.post("/schedule/resume", data={"csrf": csrf, "task": "nightly"})
+        assert await shop.driver.pause_list() == []
 
 
 async def test_a_bulk_press_is_bounded_and_the_next_press_takes_the_rest(

@@ -46,6 +46,12 @@ SESSION_TTL_S: Final = 12 * 3600
 _TRUE = {"1", "true", "yes", "on"}
 
 
+def _same(given: str, expected: str) -> bool:
+    """In constant time; as bytes, so text the client sent (any characters) compares, never
+    raises."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in _TRUE
 
@@ -115,7 +121,7 @@ class Access:
         return hmac.new(self.secret, material.encode(), hashlib.sha256).digest()
 
     def token_ok(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return self.token is not None and _same(given, self.token)
 
     def header_ok(self, authorization: str | None) -> bool:
         """Whether an `Authorization` header carries the token or the user and password."""
@@ -130,10 +136,7 @@ class Access:
                 user, sep, password = base64.b64decode(value.strip()).decode().partition(":")
             except (ValueError, UnicodeDecodeError):
                 return False
-            return bool(sep) and (
-                hmac.compare_digest(user.encode(), self.user.encode())
-                & hmac.compare_digest(password.encode(), self.password.encode())
-            )
+            return bool(sep) and (_same(user, self.user) & _same(password, self.password))
         return False
 
     # -- the session cookie --------------------------------------------------------------------
@@ -148,7 +151,7 @@ class Access:
         expires, _, mac = cookie.partition(".")
         if not expires.isdigit() or int(expires) < (time.time() if now_s is None else now_s):
             return False
-        return hmac.compare_digest(mac, self._sign("session", expires))
+        return _same(mac, self._sign("session", expires))
 
     # -- forgery -------------------------------------------------------------------------------
 
@@ -163,7 +166,7 @@ class Access:
     def csrf_ok(self, nonce: str | None, given: str | None) -> bool:
         if not nonce or not given:
             return False
-        return hmac.compare_digest(given, self.csrf_token(nonce))
+        return _same(given, self.csrf_token(nonce))
 
     def _sign(self, purpose: str, value: str) -> str:
         mac = hmac.new(self._key(purpose), value.encode(), hashlib.sha256).digest()

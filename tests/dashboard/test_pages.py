@@ -138,6 +138,11 @@ async def test_with_a_token_nothing_shows_or_acts_without_it(shop: Shop) -> None
         # A session cookie signed by another key, or tampered with, signs nobody in.
         c.cookies.set(SESSION_COOKIE, Access(token=TOKEN).new_session())
         assert (await c.get("/")).status_code == 303
+        # Bytes past ASCII (a header is Latin-1 on the wire) sign nobody in, and raise nothing.
+        c.cookies.clear()
+        odd = "99999999999.\u00fc\u00ef".encode("latin-1")
+        assert (await c.get("/", headers={"cookie": b"ujobs_session=" + odd})).status_code == 303
+        assert (await c.get("/", headers={"authorization": b"Bearer " + odd})).status_code == 303
     assert await shop.state(shop.dead) is JobState.DEAD
 
 
@@ -175,6 +180,9 @@ async def test_an_action_needs_this_browsers_csrf_token_and_a_same_site_origin(
             refused = await c.post(path, data=data, headers=headers)
             assert refused.status_code == 403, (data, headers)
             assert "X_DASHBOARD_CSRF_INVALID" in refused.text
+        # Any characters at all are refused, never an error.
+        odd = await c.post(path, data={"csrf": "\u00fcn\u00efcode-\u2603"})
+        assert odd.status_code == 403
         # Another browser's token does not fit this browser's cookie.
         async with signed_in(shop.app(Access(token=TOKEN))) as (_, other_csrf):
             pass

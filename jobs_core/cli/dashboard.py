@@ -57,6 +57,8 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
     UJOBS_DASHBOARD_PASSWORD (basic auth). With none set, the dashboard is read-only.
     """
     try:
+        import uvicorn
+
         from jobs_core.dashboard import Access, Dashboard
     except ModuleNotFoundError as exc:
         _fail(
@@ -65,7 +67,6 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
                 detail="dashboard",
             )
         )
-    import uvicorn
 
     try:
         if not url:

@@ -973,14 +973,23 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
 ]
 
 
+#: Broken drivers the walk meets only in rarer walks than `TEETH`'s 300 (measured with the
+#: constants pinned, tests/conftest.py: PromotesParked first caught between 1,000 and 2,000
+#: walks, RenewsExpiredLease by 1,000): more walks for them rather than a weaker claim. Their
+#: named scenarios catch them at once (test_scenario_catches).
+RARE: dict[type[MemoryDriver], int] = {PromotesParked: 2000, RenewsExpiredLease: 1000}
+
+
 @pytest.mark.parametrize(
     ("broken", "families"),
     [(b, f) for b, f, _ in BROKEN],
     ids=lambda v: v.__name__ if isinstance(v, type) else "+".join(sorted(v)),
 )
 def test_machine_catches(broken: type[MemoryDriver], families: frozenset[str]) -> None:
+    walks = RARE.get(broken)
+    settings = TEETH if walks is None else teeth_settings(max_examples=walks)
     with pytest.raises(ParityError):
-        run_state_machine_as_test(make_machine(broken, families), settings=TEETH)
+        run_state_machine_as_test(make_machine(broken, families), settings=settings)
 
 
 @pytest.mark.parametrize(

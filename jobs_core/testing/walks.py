@@ -7,7 +7,7 @@ import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from hypothesis import seed as use_seed
@@ -15,6 +15,54 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.testing.compare import PairedMachine
 from jobs_core.testing.profiles import selected_profile, suite_settings
+
+
+def _pool_now() -> Any:
+    """Hypothesis's pool of local constants as of now, or None where it keeps none."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return None
+    found = getattr(providers, "_get_local_constants", None)
+    return None if found is None else found()
+
+
+#: The pool as this module's import found it (a test run imports the suite from its conftest,
+#: before collecting any test module, so every run of one checkout finds the same pool).
+_POOL_AT_IMPORT: Final = _pool_now()
+
+
+@contextlib.contextmanager
+def steady_constants() -> Iterator[None]:
+    """Walks that do not depend on which modules the process imported since the suite.
+
+    Hypothesis (6.13x and later) now and then draws a constant it found in the source of the
+    local modules imported so far. One seed then walks one way in a run that collected a web
+    app's tests beside the suite and another way alone: a failure would not replay by its seed,
+    and a derandomized walk would change with the tests collected beside it. Inside this block
+    the pool is the one this module's import found, so a seed walks the same way in every
+    process of one checkout. Touches a Hypothesis internal when it is there, nothing when not.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        yield
+        return
+    found = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if found is None or _POOL_AT_IMPORT is None:
+        yield
+        return
+    providers._get_local_constants = lambda: _POOL_AT_IMPORT
+    # Pools already cached were built from another pool: build them again from this one.
+    if cache is not None:
+        cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = found
+        if cache is not None:
+            cache.clear()
 
 
 def seed_of(config: pytest.Config) -> int:
@@ -78,7 +126,7 @@ def run_walk(
     replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
     print(f"{title}: profile {profile}, seed {seed}")
     try:
-        with statistics_to(statistics, machine.tally):
+        with statistics_to(statistics, machine.tally), steady_constants():
             run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
     except BaseException as exc:
         exc.add_note(replay)

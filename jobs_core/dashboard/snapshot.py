@@ -45,19 +45,29 @@ class Snapshot(Generic[T]):
         #: `expire` calls so far, and how many had been made when the value's read started.
         self._wanted = 0
         self._generation = 0
+        #: Reads started so far.
+        self._starts = 0
 
     async def get(self) -> tuple[T, float]:
         """The value and its age in seconds."""
+        entered = self._starts
         while (
             self._value is None
             or self._failed
             or self._clock() - self._taken >= self.stale_s
             or self._generation < self._wanted
         ):
+            reading = self._start()
+            # A read that began after this call answers it, however long it took; one already
+            # under way may have begun too early, and is waited for, then followed by one more.
+            ours = self._starts > entered
             # Shielded: a viewer who leaves does not cancel the read the others wait for.
-            await asyncio.shield(self._start())
+            await asyncio.shield(reading)
+            if ours:
+                break
         if self._clock() - self._taken >= self.fresh_s:
             self._start()
+        assert self._value is not None
         return self._value, max(0.0, self._clock() - self._taken)
 
     def expire(self) -> None:
@@ -71,6 +81,7 @@ class Snapshot(Generic[T]):
 
     def _start(self) -> asyncio.Task[None]:
         if self._reading is None:
+            self._starts += 1
             self._reading = asyncio.create_task(self._read_once())
             self._reading.add_done_callback(self._done)
         return self._reading

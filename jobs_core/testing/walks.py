@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -24,7 +25,13 @@ def _pool_now() -> Any:
     except ImportError:
         return None
     found = getattr(providers, "_get_local_constants", None)
-    return None if found is None else found()
+    if found is None:
+        return None
+    with warnings.catch_warnings():
+        # Hypothesis warns that reading its constants cache at a conftest's import is slow:
+        # reading it here, once, is the point.
+        warnings.simplefilter("ignore")
+        return found()
 
 
 #: The pool as this module's import found it (a test run imports the suite from its conftest,

@@ -126,3 +126,16 @@ async def test_a_viewer_who_leaves_does_not_cancel_the_read_others_wait_for() ->
     source.gate.set()
     assert await staying == (1, 0.0)
     assert source.calls == 1
+
+
+async def test_a_read_slower_than_the_stale_bound_still_answers() -> None:
+    source, now = Source(), [100.0]
+    snap = snapshot(source, now)
+
+    async def slow() -> int:
+        now[0] += 31  # each read takes longer than the counts may be old
+        return await Source.read(source)
+
+    snap = Snapshot(slow, fresh_s=5, stale_s=30, clock=lambda: now[0])
+    value, age = await snap.get()
+    assert value == 1 and age == 31 and source.calls == 1

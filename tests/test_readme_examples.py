@@ -65,7 +65,7 @@ from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
-from tests.core.support import advance_quietly, until
+from tests.core.support import advance_quietly, free_port, until
 from tests.examples.django_site import site_on
 from tests.examples.support import ANN, jobs_url, migrated_schema, on_schema, pending, signed_up
 from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
@@ -1243,14 +1243,6 @@ def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: Module
     finally:
         drop_schema(schema)
         asyncio.run(_drop_prefix(prefix))
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: ModuleType) -> None:

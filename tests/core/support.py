@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,13 @@ def code_path(*first: Path) -> str:
     subprocess's own working directory instead.
     """
     return os.pathsep.join([*(str(p) for p in first), str(ROOT)])
+
+
+def free_port() -> int:
+    """A loopback port free right now (the OS's pick), for a server a test starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def ujobs(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:

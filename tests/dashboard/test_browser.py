@@ -14,7 +14,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,18 +31,12 @@ from jobs_core.facade import Jobs
 from jobs_core.records import JobFilter, JobListParams
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from tests.core.support import ROOT, code_path, reaping
+from tests.core.support import ROOT, code_path, free_port, reaping
 from tests.dashboard import shopapp
 
 TOKEN = "correct-horse-battery-staple"
 CARD = "4242424242424242"
 APP = "tests.dashboard.shopapp"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def chromium_path() -> str:

@@ -217,10 +217,7 @@ class Dashboard:
     def _challenge(self, request: Request) -> Response:
         """The answer to a request that must sign in first."""
         if self.access.token is not None and request.method == "GET":
-            path = request.url.path[len(self._base(request)) :] or "/"
-            if request.url.query:
-                path += "?" + request.url.query
-            login = f"{self._base(request)}/login?{urlencode({'next': path})}"
+            login = f"{self._base(request)}/login?{urlencode({'next': self._here(request)})}"
             if request.headers.get("hx-request"):
                 # A live refresh whose session ran out: the whole page goes to sign in, not
                 # the refreshed part.
@@ -265,6 +262,11 @@ class Dashboard:
     @staticmethod
     def _base(request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def _here(self, request: Request) -> str:
+        """This request's page as a path inside the dashboard, its query kept."""
+        path = request.url.path[len(self._base(request)) :] or "/"
+        return f"{path}?{request.url.query}" if request.url.query else path
 
     def _cookie_path(self, request: Request) -> str:
         return self._base(request) or "/"
@@ -398,8 +400,7 @@ class Dashboard:
             else None,
             "first_query": urlencode(kept),
             "paged": bool(q.get("cursor")),
-            "here": request.url.path[len(self._base(request)) :]
-            + ("?" + request.url.query if request.url.query else ""),
+            "here": self._here(request),
         }
 
     async def job_page(self, request: Request) -> tuple[str, dict[str, Any]]:

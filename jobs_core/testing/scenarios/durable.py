@@ -156,6 +156,34 @@ async def scenario_a_wait_wakes_on_its_event_only(driver: JobDriver) -> None:
     assert (await row(driver, "z")).state is JobState.PARKED
     assert await driver.event_publish(event("p3", "paid", "[]", T0 + 131)) == 1
     assert (await row(driver, "z")).run_at_ms == T0 + 131
+    # Two runs wait on one event: a stored id published again wakes neither; a new event that
+    # matches both wakes both.
+    await driver.job_enqueue_many([new_job("t1", queue="q4"), new_job("t2", queue="q4")])
+    both, _ = await claim(driver, T0 + 200, "q4")
+    matches = {"t1": "{}", "t2": '{"box":2}'}
+    parks = [
+        Nack(j.fence, NackKind.PARK, T0 + 200, None, wait=EventWait("packed", matches[j.id], T0))
+        for j in both
+    ]
+    assert await driver.job_nack(parks) == [True, True]
+    assert await driver.event_publish(event("p3", "packed", '{"box":2}', T0 + 201)) == 0
+    assert {(await row(driver, i)).state for i in matches} == {JobState.PARKED}
+    assert await driver.event_publish(event("pk", "packed", '{"box":2}', T0 + 202)) == 2
+    for i in matches:
+        r = await row(driver, i)
+        assert (r.state, r.run_at_ms) == (JobState.READY, T0 + 202), r
+    # An event that expired by the park, even at that very millisecond, is not met: the run
+    # parks; one a millisecond from expiring is.
+    await driver.job_enqueue_many([new_job("u", queue="q5"), new_job("v", queue="q6")])
+    assert await driver.event_publish(event("old", "boxed", "{}", T0 + 300, ttl=50)) == 0
+    u = await claim_one(driver, T0 + 350, "q5")
+    boxed = EventWait("boxed", "{}", T0 + 300)
+    await driver.job_nack([Nack(u.fence, NackKind.PARK, T0 + 350, None, wait=boxed)])
+    assert (await row(driver, "u")).state is JobState.PARKED
+    v = await claim_one(driver, T0 + 349, "q6")
+    await driver.job_nack([Nack(v.fence, NackKind.PARK, T0 + 349, None, wait=boxed)])
+    r = await row(driver, "v")
+    assert (r.state, r.run_at_ms) == (JobState.READY, T0 + 349)
 
 
 def _shows(got: EventWait | None, wait: EventWait) -> bool:
@@ -256,6 +284,10 @@ async def scenario_events_found_expired_and_purged(driver: JobDriver) -> None:
     assert await driver.event_publish(event("b", "paid", "{}", T0 + 20)) == 0
     got = await driver.event_find(EventWait("paid", "{}", T0 + 20), T0 + 20)
     assert got is not None and got.id == "b"
+    # Expired, and purged, at its very expiry.
+    assert await driver.event_publish(event("e", "paid", "{}", T0 + 20, ttl=100)) == 0
+    assert await driver.event_purge(T0 + 119, 10) == 0
+    assert await driver.event_purge(T0 + 120, 10) == 1
 
 
 async def scenario_wait_and_event_refusals(driver: JobDriver) -> None:

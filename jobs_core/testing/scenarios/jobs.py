@@ -123,9 +123,9 @@ async def scenario_lapsed_lease_reclaimed(driver: JobDriver) -> None:
     # Expiry alone never breaks a fence: past its lease, the holder still heartbeats and acks.
     assert await driver.job_heartbeat([Heartbeat(second.fence, 1000, T0 + 9000)]) == [True]
     assert (await row(driver, "j")).lease_until_ms == T0 + 10_000
-    assert await driver.job_ack([Ack(second.fence, T0 + 9500, '{"ok": true}')]) == [True]
+    assert await driver.job_ack([Ack(second.fence, T0 + 10_500, '{"ok": true}')]) == [True]
     r = await row(driver, "j")
-    assert (r.state, r.finished_at_ms, r.lease_until_ms) == (JobState.COMPLETED, T0 + 9500, None)
+    assert (r.state, r.finished_at_ms, r.lease_until_ms) == (JobState.COMPLETED, T0 + 10_500, None)
     assert r.result_json is not None and json.loads(r.result_json) == {"ok": True}
     assert await driver.job_ack([Ack(second.fence, T0 + 9600)]) == [False]
 
@@ -492,6 +492,9 @@ async def scenario_worker_registry_ttl(driver: JobDriver) -> None:
     assert await driver.worker_forget("w1") is True
     assert await driver.worker_forget("w1") is False
     assert [w.worker_id for w in await driver.worker_list(T0 + 2100)] == ["w3"]
+    # Expired is not gone: the row is there to forget until it is forgotten.
+    assert await driver.worker_list(T0 + 2500) == []
+    assert await driver.worker_forget("w3") is True
 
 
 async def scenario_heartbeat_from_now(driver: JobDriver) -> None:
@@ -504,6 +507,15 @@ async def scenario_heartbeat_from_now(driver: JobDriver) -> None:
     again = await claim_one(driver, T0 + 1500, worker="w2")
     assert (again.id, again.attempt, again.claims) == ("h", 2, 2)
     assert await driver.job_heartbeat([Heartbeat(held.fence, 1000, T0 + 1500)]) == [False]
+    # A beat shortens a lease as it lengthens one; the held count under another worker's id
+    # moves nothing.
+    await driver.job_enqueue(new_job("s"))
+    s = await claim_one(driver, T0 + 2000, lease_ms=3000)
+    other = Fence("s", s.claims, "w2")
+    assert await driver.job_heartbeat([Heartbeat(other, 9000, T0 + 2100)]) == [False]
+    assert (await row(driver, "s")).lease_until_ms == T0 + 5000
+    assert await driver.job_heartbeat([Heartbeat(s.fence, 100, T0 + 2100)]) == [True]
+    assert (await row(driver, "s")).lease_until_ms == T0 + 2200
 
 
 async def scenario_refused_calls_change_nothing(driver: JobDriver) -> None:
@@ -591,6 +603,20 @@ async def scenario_purge_retention(driver: JobDriver) -> None:
     assert (await row(driver, "de")).last_error is None
     (taken,), _ = await claim(driver, T0 + 2000, "q2")
     assert taken.id == "cB" and taken.claims == 1
+
+
+async def scenario_purge_oldest_first_across_states(driver: JobDriver) -> None:
+    """One limit for every final state together, oldest finished first whatever the ids say."""
+    await driver.job_enqueue_many([new_job(i) for i in ("z-dead", "a-done", "m-cancelled")])
+    held = {j.id: j.fence for j in (await claim(driver, T0))[0]}
+    assert await driver.job_nack([Nack(held["z-dead"], NackKind.FAIL, T0 + 10)]) == [True]
+    assert await driver.job_ack([Ack(held["a-done"], T0 + 20)]) == [True]
+    assert await driver.job_cancel("m-cancelled", T0 + 30) is CancelAnswer.CANCELLED
+    every = PurgeParams(T0 + 1000, 1, 0, 0, 0, 0)
+    assert await driver.job_purge(every) == 1
+    assert sorted(await driver.job_get_many(list(held))) == ["a-done", "m-cancelled"]
+    assert await driver.job_purge(every) == 1
+    assert sorted(await driver.job_get_many(list(held))) == ["m-cancelled"]
 
 
 async def scenario_reclaim_edges(driver: JobDriver) -> None:
@@ -819,6 +845,7 @@ JOB_SCENARIOS: dict[str, Scenario] = {
         scenario_lapsed_lease_reclaimed,
         scenario_nack_attempt_accounting,
         scenario_pause_by_queue_and_name,
+        scenario_purge_oldest_first_across_states,
         scenario_purge_retention,
         scenario_reclaim_edges,
         scenario_refused_calls_change_nothing,

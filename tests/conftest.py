@@ -14,18 +14,8 @@ from typing import Any
 import pytest
 
 from jobs_core.testing.profiles import register_profiles
-from jobs_core.testing.walks import steady_constants
 
 register_profiles()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _steady_hypothesis_constants() -> Iterator[None]:
-    """Every Hypothesis test here walks the same way whatever else the process imported (the
-    teeth's derandomized walks changed with the tests collected beside them): see
-    `jobs_core.testing.walks.steady_constants`."""
-    with steady_constants():
-        yield
 
 
 @pytest.fixture(params=["pg", "redis"])

@@ -14,12 +14,11 @@ Hypothesis events (`pytest --hypothesis-show-statistics`) and in `machine.tally`
 each class from `make_machine` keeps across its examples.
 
 Hypothesis machines are synchronous; each machine instance drives its async driver through one
-`asyncio.Runner`, opened in `__init__` and closed in `teardown`.
+event loop (`WalkLoop`), opened in `__init__` and closed in `teardown`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -47,6 +46,7 @@ from jobs_core.errors import JobsError
 from jobs_core.jsonform import utf8_length
 from jobs_core.records import (
     Ack,
+    ClaimedJob,
     ClaimParams,
     ClaimResult,
     EnqueueResult,
@@ -64,11 +64,13 @@ from jobs_core.records import (
     StepPut,
     WorkerBeat,
 )
+from jobs_core.semantics import namespace_of
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_core.testing.compare import (
     Check,
     DriverNotEmptyError,
     PairedMachine,
+    WalkLoop,
     exactly_bytes,
 )
 from jobs_core.testing.model import ReferenceModel
@@ -80,6 +82,20 @@ T = TypeVar("T")
 
 #: Where the fake clock starts (2027-01-15, well inside the allowed range).
 T0 = 1_800_000_000_000
+
+
+#: Where `belongs_to` writes the family a rule's walk is.
+_HOME = "parity_family"
+
+
+def belongs_to(family: str) -> Callable[[T], T]:
+    """Put a rule in `family`'s walk rather than in that of its class's family."""
+
+    def mark(rule: T) -> T:
+        setattr(rule, _HOME, family)
+        return rule
+
+    return mark
 
 
 #: Values exactly at the byte limits, of 2-, 3- and 4-byte characters: a driver that counts
@@ -139,6 +155,28 @@ EVENT_DATA = (
 MATCHES = ("{}", '{"order":1}', '{"order":"1"}', '{"order":true}', '{"x":true}')
 
 
+#: The final states in `PurgeParams`' order of retentions.
+PURGE_STATES = (JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.DEAD)
+
+
+def row_namespace(r: JobRecord) -> tuple[str, str, str]:
+    """The (name, tenant, key) a live row holds."""
+    return namespace_of(r.name, r.tenant_id, r.idempotency_key)
+
+
+def _other_worker(worker: str) -> str:
+    return WORKERS[1] if worker == WORKERS[0] else WORKERS[0]
+
+
+def _purgeable(r: JobRecord, params: PurgeParams) -> bool:
+    keep = params.keep_ms(r.state)
+    return (
+        keep is not None
+        and r.finished_at_ms is not None
+        and r.finished_at_ms + keep <= params.now_ms
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class IdSpec:
     """Which id a record carries: a fresh one (`n % 3` is a slot shared inside one batch, so a
@@ -171,8 +209,9 @@ class FenceSpec:
     """Which fence a settle presents.
 
     `past`: one a claim handed out (`n` back from the latest; it may be stale). `held`: the
-    fence a running row holds now. `skewed`: that fence with its count or worker off by one
-    (`skew` 1..4). `forged`: any stored id with `skew` as the count and `worker_id`.
+    fence a running row holds now. `skewed`: that fence with its count off by one (`skew` 1,
+    2), its worker swapped for the other (3: the count alone must not pass), or both (4).
+    `forged`: any stored id with `skew` as the count and `worker_id`.
     """
 
     kind: Literal["past", "held", "skewed", "forged"]
@@ -216,11 +255,19 @@ single_job_specs = job_specs((None, None, None, "t1", "t1", "t1", LONG_TENANT, "
 batch_job_specs = job_specs((None, None, "t1", "t1", LONG_TENANT))
 fence_specs = st.builds(
     FenceSpec,
-    kind=st.sampled_from(("past", "past", "held", "held", "skewed", "forged")),
+    kind=st.sampled_from(("past", "past", "held", "held", "skewed", "skewed", "forged")),
     n=recent,
     worker_id=st.sampled_from(WORKERS),
-    skew=st.integers(1, 4),
+    skew=st.sampled_from((1, 2, 3, 3, 4)),
 )
+#: How a rule aims its first fence at a running row (`_aimed_fence`): the one it holds, mostly,
+#: or a near miss that must not hold.
+aimed_fences = st.sampled_from(
+    ("held", "held", "held", "other worker", "stale count", "next count")
+)
+#: A heartbeat's lease, from now: fixed, or relative to the fenced row's lease end — just
+#: short of it (a beat may shorten a lease), exactly at it, or past it.
+BEAT_LEASES = ("shorter", "shorter", "same end", "longer", 1000, 3000)
 #: Claim queue lists: mostly one or both queues (in either order), now and then none (refused).
 Q1, Q2, QL = QUEUES
 claim_queues = st.sampled_from(
@@ -233,8 +280,9 @@ target_ids = st.tuples(st.sampled_from(TARGET_KINDS), recent)
 #: Bulk calls name one to four targets; the same id may come twice.
 target_lists = st.lists(target_ids, min_size=1, max_size=4)
 offsets = st.sampled_from((None, -1000, 0, 1000, 3000))
-#: Listing filters over the walk's small pools (a tenant filter never matches `None` rows).
-list_filters = st.builds(
+#: Listing filters over the walk's small pools (a tenant filter never matches `None` rows); a
+#: third of the time none at all, so that pages fill and `created_at_ms` ties meet on one page.
+_some_filters = st.builds(
     JobFilter,
     states=st.sampled_from(
         (
@@ -250,6 +298,7 @@ list_filters = st.builds(
     name=st.sampled_from((None, NAMES[0], None, *NAMES[1:3])),
     tenant_id=st.sampled_from(("t1", None, None, LONG_TENANT)),
 )
+list_filters = st.one_of(st.just(JobFilter()), _some_filters, _some_filters)
 #: Cursors no listing handed out: malformed, or a real-looking one of the wrong version.
 BAD_CURSORS = ("", "garbage", "c1.", "c1.bm90IGpzb24", "c1.WzEsImEiXQ", "c2.WzEsImEiLCJ4Il0")
 
@@ -324,7 +373,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         self.cursors: list[tuple[JobFilter, str]] = []
         #: Every run that ever recorded a step: its steps are compared after each step.
         self.step_runs: set[str] = set()
-        self.driver = self._open(asyncio.Runner(), self.make_driver(), check_empty)
+        self.driver = self._open(WalkLoop(), self.make_driver(), check_empty)
         # The walk exercises the job families; `wake` is a scenario (`scenario_wake`).
         self.capabilities = self.driver.capabilities()
 
@@ -380,7 +429,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             f = held[-1 - spec.n % len(held)]
             if spec.kind == "held":
                 return f
-            other = "w2" if f.worker_id == "w1" else "w1"
+            other = _other_worker(f.worker_id)
             return {
                 1: replace(f, claims=f.claims - 1 if f.claims > 1 else 2),
                 2: replace(f, claims=f.claims + 1),
@@ -435,11 +484,35 @@ class ParityMachine(PairedMachine[JobDriver]):
         ends = self._lease_ends()
         self.now = max(self.now, ends[pick % len(ends)] + delta)
 
+    def _due_later(self) -> list[int]:
+        """The run_at of every ready or parked row not due yet, soonest first."""
+        return sorted(
+            r.run_at_ms
+            for r in self.model.rows.values()
+            if r.state in (JobState.READY, JobState.PARKED)
+            and r.run_at_ms is not None
+            and r.run_at_ms > self.now
+        )
+
+    @precondition(lambda self: bool(self._due_later()))
+    @rule(pick=st.integers(0, 7), delta=st.sampled_from((-1, 0, 0, 1)))
+    def advance_to_due(self, pick: int, delta: int) -> None:
+        """Jump to a waiting row's run_at (or one ms either side): the millisecond it becomes
+        claimable, counted in the demand, shown as its queue's oldest due row."""
+        self._begin("advance_to_due", pick=pick, delta=delta)
+        due = self._due_later()
+        self.now = max(self.now, due[pick % len(due)] + delta)
+        self._note("clock at a row's run_at")
+
     def _jump(self, at: str, pick: int) -> None:
-        """Move the clock as a claim rule's `at` says: not, by a second, or to a lease's end."""
+        """Move the clock as a claim rule's `at` says: not, by a second, to a lease's end, or
+        to the run_at of a row not due yet."""
         ends = self._lease_ends()
         if at == "+1000":
             self.now += 1000
+        elif at == "run at":
+            due = self._due_later()
+            self.now = due[pick % len(due)] if due else self.now
         elif at != "now" and ends:
             self.now = max(self.now, ends[pick % len(ends)] + (at == "lease end + 1"))
 
@@ -450,7 +523,46 @@ class ParityMachine(PairedMachine[JobDriver]):
             if r.state == JobState.RUNNING and r.lease_until_ms is not None
         ]
 
-    @precondition(lambda self: bool(self._running()))
+    def _held_rows(self) -> list[JobRecord]:
+        """The running rows, claiming some first when none runs: a rule about held leases
+        always has one to work on (unless pauses hold every row back)."""
+        if not self._running():
+            self._claim_some(WORKERS[0], 2)
+        return self._running()
+
+    def _claim_some(self, worker: str, limit: int, lease_ms: int = 1000) -> list[ClaimedJob]:
+        """Claim up to `limit` rows of every queue now; when none is claimable, enqueue `limit`
+        fresh rows due now and claim again, so that a rule whose edge needs claimed rows finds
+        some whatever rules ran before it."""
+        params = ClaimParams(QUEUES, worker, limit, lease_ms, self.now)
+        got = self._claim(params)
+        if isinstance(got, ClaimResult) and not got.jobs:
+            fresh: dict[int, str] = {}
+            serial = self._serial
+            specs = [
+                JobSpec(
+                    IdSpec("new", i, ID_PREFIXES[(serial + i) % len(ID_PREFIXES)]),
+                    NAMES[i % 2],
+                    None,
+                    f"fresh-{serial}-{i}",
+                    QUEUES[i % 2],
+                    0,
+                    0,
+                    1 + i % 3,
+                    INPUTS[i % len(INPUTS)],
+                    None,
+                )
+                for i in range(min(limit, 3))
+            ]
+            jobs = [self._new_job(spec, fresh) for spec in specs]
+            self._both(
+                "job_enqueue_many",
+                lambda: self.model.job_enqueue_many(jobs),
+                lambda: self.driver.job_enqueue_many(jobs),
+            )
+            got = self._claim(params)
+        return list(got.jobs) if isinstance(got, ClaimResult) else []
+
     @rule(
         pick=st.integers(0, 7),
         delta=st.sampled_from((0, 0, 0, 1, 1000, -1)),
@@ -459,7 +571,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         lease_ms=st.sampled_from((1000, 3000)),
         drop=st.frozensets(st.sampled_from(NAMES)),
         more=st.sampled_from(((), (), (Q1,), QUEUES)),
-        pause=st.sampled_from((None, None, "name", "queue")),
+        pause=st.sampled_from((None, "name", "queue")),
         every=st.sampled_from((False, False, True)),
     )
     def reclaim(
@@ -478,7 +590,9 @@ class ParityMachine(PairedMachine[JobDriver]):
         that every lease lapsed at once) and claim its queue, now and then under a pause of its
         name or queue (lifted after): lapsed leases are handed to a new claim, held back, or
         buried — several by one claim — far more often than the clock alone makes them."""
-        running = self._running()
+        running = self._held_rows()
+        if not running:
+            return
         r = running[-1 - pick % len(running)]
         if every:
             r = max(running, key=lambda row: row.lease_until_ms or 0)
@@ -502,13 +616,14 @@ class ParityMachine(PairedMachine[JobDriver]):
             )
 
     @rule(
-        first=st.integers(1, 4),
-        second=st.integers(0, 4),
+        first=st.integers(2, 4),
+        second=st.integers(1, 4),
         # Mostly the first worker's leases lapse last, so lease order and id order disagree.
         leases=st.sampled_from(((1000, 3000), (3000, 1000), (3000, 1000), (1000, 1000))),
         delta=st.sampled_from((0, 0, 1)),
         drop=st.frozensets(st.sampled_from(NAMES)),
         limit=st.integers(1, 4),
+        last=st.booleans(),
     )
     def workers_die(
         self,
@@ -518,10 +633,15 @@ class ParityMachine(PairedMachine[JobDriver]):
         delta: int,
         drop: frozenset[str],
         limit: int,
+        last: bool,
     ) -> None:
         """Two workers claim under different leases and die; once every lease lapsed a third
         worker claims: the final attempts are buried together (answered by id, whatever order
-        their leases lapsed in), the others handed to it."""
+        their leases lapsed in), the others handed to it. With `last`, each worker first gets
+        a row on its last attempt, the first worker's id sorting before the second's."""
+        if last:
+            self._last_attempts()
+            first = 1
         self._claim(ClaimParams(QUEUES, "w1", first, leases[0], self.now))
         if second:
             self._claim(ClaimParams(QUEUES, "w2", second, leases[1], self.now))
@@ -529,6 +649,90 @@ class ParityMachine(PairedMachine[JobDriver]):
         if ends:
             self.now = max(self.now, max(ends) + delta)
         self._claim(ClaimParams(QUEUES, "w1", limit, 1000, self.now, drop_exhausted=drop))
+
+    def _last_attempts(self) -> None:
+        """Enqueue two rows of one attempt, due before any other, ids in claim order: what two
+        claims at once take first."""
+        jobs = []
+        for i, prefix in enumerate(("a", "☃")):
+            job_id = self._fresh_id(prefix)
+            jobs.append(
+                NewJob(
+                    id=job_id,
+                    run_id=f"run-{job_id}",
+                    name=NAMES[i],
+                    queue=QUEUES[i],
+                    tenant_id=None,
+                    idempotency_key=job_id,
+                    input_json=INPUTS[0],
+                    priority=0,
+                    run_at_ms=self.now - 2_000_000 + i,
+                    max_attempts=1,
+                    created_at_ms=self.now,
+                )
+            )
+        self._both(
+            "job_enqueue_many",
+            lambda: self.model.job_enqueue_many(jobs),
+            lambda: self.driver.job_enqueue_many(jobs),
+        )
+
+    @rule(
+        pick=st.integers(0, 7),
+        past=st.sampled_from((0, 0, 1, 1000)),
+        pause=st.sampled_from(("name", "queue", None)),
+        rival=st.sampled_from((True, False, False)),
+        then=st.sampled_from(("ack", NackKind.RETRY, NackKind.FAIL, NackKind.PARK, "heartbeat")),
+        other=st.sampled_from((False, False, True)),
+    )
+    def settle_after_lapse(
+        self, pick: int, past: int, pause: str | None, rival: bool, then: str, other: bool
+    ) -> None:
+        """A worker settles a row whose lease lapsed `past` ms ago: nobody claimed it since (a
+        pause of its name or queue held a claim back, or none came), so its fence still holds;
+        or, with `rival`, a claim of the other worker took it first and the fence is gone.
+        With `other`, the settle presents the held count under the other worker's id."""
+        running = self._held_rows()
+        if not running:
+            return
+        r = running[-1 - pick % len(running)]
+        assert r.lease_until_ms is not None and r.claimed_by is not None
+        self.now = max(self.now, r.lease_until_ms + past)
+        held = None
+        if pause is not None:
+            held = Pause("queue", r.queue) if pause == "queue" else Pause("name", r.name)
+            self._both(
+                "pause_add", lambda: self.model.pause_add(held), lambda: self.driver.pause_add(held)
+            )
+        rival_worker = _other_worker(r.claimed_by)
+        if rival:
+            self._claim(ClaimParams((r.queue,), rival_worker, 4, 1000, self.now))
+        f = Fence(r.id, r.claims, rival_worker if other else r.claimed_by)
+        if self._held_now(f):
+            self._note("settle of a lapsed lease nobody claimed since")
+        if then == "ack":
+            self._ack([Ack(f, self.now, '"late"')])
+        elif then == "heartbeat":
+            self._heartbeat([Heartbeat(f, 1000, self.now)])
+        else:
+            self._nack([Nack(f, NackKind(then), self.now, self.now + 1000, "late")])
+        if held is not None:
+            self._both(
+                "pause_remove",
+                lambda: self.model.pause_remove(held),
+                lambda: self.driver.pause_remove(held),
+            )
+
+    def _held_now(self, f: Fence) -> bool:
+        """`f` holds now, its lease lapsed (the edge a settle after a lapse is about)."""
+        r = self.model.rows.get(f.job_id)
+        return (
+            r is not None
+            and r.state == JobState.RUNNING
+            and (r.claims, r.claimed_by) == (f.claims, f.worker_id)
+            and r.lease_until_ms is not None
+            and r.lease_until_ms <= self.now
+        )
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -591,7 +795,9 @@ class ParityMachine(PairedMachine[JobDriver]):
         lease_ms=st.sampled_from((1000, 3000)),
         drop=st.frozensets(st.sampled_from(NAMES)),
         beat=st.none() | st.tuples(st.sampled_from((1000, 5000)), st.sampled_from(INFOS)),
-        at=st.sampled_from(("now", "now", "lease end", "lease end", "lease end + 1", "+1000")),
+        at=st.sampled_from(
+            ("now", "now", "lease end", "lease end", "lease end + 1", "+1000", "run at")
+        ),
         pick=st.integers(0, 7),
     )
     def claim(
@@ -605,8 +811,9 @@ class ParityMachine(PairedMachine[JobDriver]):
         at: str,
         pick: int,
     ) -> None:
-        """Claim now, or first jump to a running row's lease end (exactly, or just past it):
-        left to the clock alone, a walk almost never reclaims or buries a lapsed lease."""
+        """Claim now, or first jump to a running row's lease end (exactly, or just past it) or to
+        a waiting row's run_at: left to the clock alone, a walk almost never reclaims or buries
+        a lapsed lease, nor claims a row in the very millisecond it is due."""
         self._jump(at, pick)
         params = ClaimParams(
             queues=queues,
@@ -683,7 +890,9 @@ class ParityMachine(PairedMachine[JobDriver]):
             if then == "ack":
                 self._ack([Ack(f, self.now, result)])
             elif then == "heartbeat":
-                self._heartbeat([Heartbeat(f, lease_ms, self.now)])
+                # Shorter or longer than the claim's lease: a beat that changes nothing tells
+                # nothing about how a driver moves a lease.
+                self._heartbeat([Heartbeat(f, (lease_ms // 2, lease_ms * 2)[pick % 2], self.now)])
             elif then == "progress":
                 self._progress([Progress(f, '{"pct": 10}', self.now)])
             elif then == "step":
@@ -715,8 +924,9 @@ class ParityMachine(PairedMachine[JobDriver]):
                     run_at = None if pick % 2 else self.now + 3000
                     self._note("park waiting for an event")
                     if pick % 3 == 0:
-                        # Its event is already there: the park must not sleep past it.
-                        self._before_park(waits)
+                        # Its event is already there: the park must not sleep past it (unless
+                        # it expired by now).
+                        self._before_park(waits, ("live", "at expiry", "just live")[pick // 3])
                 nack = Nack(f, kind, self.now, run_at, error, dead_letter=dead_letter, wait=waits)
                 self._nack([nack])
                 if waits is not None:
@@ -757,6 +967,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._note(f"{what} fence miss")
 
     def _heartbeat(self, beats: list[Heartbeat]) -> object:
+        before = {b.fence.job_id: self.model.rows.get(b.fence.job_id) for b in beats}
         got = self._both(
             "job_heartbeat",
             lambda: self.model.job_heartbeat(beats),
@@ -764,6 +975,14 @@ class ParityMachine(PairedMachine[JobDriver]):
         )
         if isinstance(got, list):
             self._settled("heartbeat", got)
+            for b, landed in zip(beats, got, strict=True):
+                old = before[b.fence.job_id]
+                if landed and old is not None and (old.lease_until_ms or 0) > b.now_ms + b.lease_ms:
+                    self._note("heartbeat shortening a lease")
+                if not landed and old is not None and old.state == JobState.RUNNING:
+                    same = old.claims == b.fence.claims
+                    if same and old.claimed_by != b.fence.worker_id:
+                        self._note("heartbeat of the held count by another worker")
         return got
 
     def _progress(self, items: list[Progress]) -> object:
@@ -798,8 +1017,12 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._note("reclaim of a lapsed lease")
                 if old.lease_until_ms == now:
                     self._note("reclaim at exactly lease_until_ms")
+                if old.attempt + 1 == old.max_attempts:
+                    self._note("reclaim into the last attempt")
             elif old.state == JobState.PARKED:
                 self._note("claim of a parked row")
+            if old.state != JobState.RUNNING and old.run_at_ms == now:
+                self._note("claim at exactly run_at_ms")
         for b in got.buried:
             self._edges += 1
             self._note("bury")
@@ -807,6 +1030,9 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._note("bury at exactly lease_until_ms")
         if len(got.buried) > 1:
             self._note("several rows buried by one claim")
+            ends = [(before[b.id].lease_until_ms or 0, b.id) for b in got.buried]
+            if sorted(ends) != sorted(ends, key=lambda e: e[1]):
+                self._note("several rows buried, lease order not id order")
         for r in before.values():
             lapsed = (
                 r.state == JobState.RUNNING
@@ -855,12 +1081,44 @@ class ParityMachine(PairedMachine[JobDriver]):
         self._nack(nacks)
 
     @rule(
-        items=st.lists(
-            st.tuples(fence_specs, st.sampled_from((1000, 3000))), min_size=1, max_size=3
-        )
+        pick=recent,
+        who=aimed_fences,
+        lease=st.sampled_from(BEAT_LEASES),
+        items=st.lists(st.tuples(fence_specs, st.sampled_from(BEAT_LEASES)), max_size=2),
     )
-    def heartbeat(self, items: list[tuple[FenceSpec, int]]) -> None:
-        self._heartbeat([Heartbeat(self._fence(f), lease_ms, self.now) for f, lease_ms in items])
+    def heartbeat(
+        self, pick: int, who: str, lease: str | int, items: list[tuple[FenceSpec, str | int]]
+    ) -> None:
+        """Beat a running row under its fence or a near miss of it (`_aimed_fence`), then
+        under fences held, stale, skewed or forged; for leases that end before, at or after
+        the fenced row's current end."""
+        beats = []
+        for f in self._aimed_fence(pick, who):
+            beats.append(Heartbeat(f, self._beat_lease(f, lease), self.now))
+        for spec, lease in items:
+            f = self._fence(spec)
+            beats.append(Heartbeat(f, self._beat_lease(f, lease), self.now))
+        self._heartbeat(beats)
+
+    def _aimed_fence(self, pick: int, who: str) -> list[Fence]:
+        """A running row's fence (claiming one first when none runs) as `who` says: the one it
+        holds, its count under the other worker's id, or its count one off."""
+        running = self._held_rows()
+        if not running:
+            return []
+        r = running[-1 - pick % len(running)]
+        assert r.claimed_by is not None
+        worker = _other_worker(r.claimed_by) if who == "other worker" else r.claimed_by
+        claims = r.claims + {"stale count": -1, "next count": 1}.get(who, 0)
+        return [Fence(r.id, claims, worker)]
+
+    def _beat_lease(self, f: Fence, lease: str | int) -> int:
+        """`lease` in ms from now (`BEAT_LEASES`), for the lease of the row `f` names."""
+        r = self.model.rows.get(f.job_id)
+        if isinstance(lease, int) or r is None or r.lease_until_ms is None:
+            return lease if isinstance(lease, int) else 1000
+        left = r.lease_until_ms - self.now
+        return max(1, {"shorter": left - 1, "same end": left, "longer": left + 1}[lease])
 
     @rule(
         items=st.lists(
@@ -880,10 +1138,16 @@ class ParityMachine(PairedMachine[JobDriver]):
             lambda: self.driver.job_cancel(job_id, self.now),
         )
 
-    @rule(pick=target_ids)
+    @rule(pick=st.tuples(st.sampled_from(("parked", "parked", *TARGET_KINDS)), recent))
     def requeue(self, pick: tuple[str, int]) -> None:
-        job_id = self._target(pick)
-        self._requeue(job_id)
+        """Requeue a row of any state, parked most (the live state a requeue most easily takes
+        for finished: a row parked for a second first when none is)."""
+        if pick[0] == "parked" and not any(
+            r.state == JobState.PARKED for r in self.model.rows.values()
+        ):
+            for job in self._claim_some(WORKERS[0], 1):
+                self._nack([Nack(job.fence, NackKind.PARK, self.now, self.now + 1000)])
+        self._requeue(self._target(pick))
 
     def _requeue(self, job_id: str) -> None:
         self._note(f"requeue of a {self._state_of(job_id)} row")
@@ -930,21 +1194,30 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._note(f"requeue beside a twin of {tenant} tenant, a tenant set")
         self._requeue(r.id)
 
-    @precondition(lambda self: any(r.state not in LIVE_STATES for r in self.model.rows.values()))
     @rule(
         n=recent,
         then=st.sampled_from(("ack", "ack", NackKind.RETRY, NackKind.FAIL, NackKind.REFUSE)),
         keep=st.booleans(),
+        first=st.sampled_from((RESULTS[1], RESULTS[2], RESULTS[-1])),
     )
-    def rerun(self, n: int, then: str, keep: bool) -> None:
+    def rerun(self, n: int, then: str, keep: bool, first: str) -> None:
         """An operator requeues a finished row (one that stored a result or an error, when there
-        is one) and a worker runs it again, settling with no result or no error: the settle must
-        overwrite what the earlier run stored, not keep it."""
+        is one; one that ran to `first`, a result, when no row is finished) and a worker runs
+        it again, settling with no result or no error: the settle must overwrite what the
+        earlier run stored, not keep it."""
+        if all(r.state in LIVE_STATES for r in self.model.rows.values()):
+            for job in self._claim_some(WORKERS[0], 1):
+                self._ack([Ack(job.fence, self.now, first)])
+        held = {row_namespace(r) for r in self.model.rows.values() if r.state in LIVE_STATES}
         done = [r for r in self.model.rows.values() if r.state not in LIVE_STATES]
-        stored = [r for r in done if r.result_json is not None or r.last_error is not None]
-        r = (stored or done)[-1 - n % len(stored or done)]
+        free = [r for r in done if row_namespace(r) not in held] or done
+        stored = [r for r in free if r.result_json is not None or r.last_error is not None]
+        if not free:
+            return
+        r = (stored or free)[-1 - n % len(stored or free)]
         self._requeue(r.id)
-        got = self._claim(ClaimParams((r.queue,), WORKERS[n % 2], 4, 1000, self.now))
+        # Enough of a claim to take the requeued row beside whatever else is due in its queue.
+        got = self._claim(ClaimParams((r.queue,), WORKERS[n % 2], 10, 1000, self.now))
         if not isinstance(got, ClaimResult):
             return
         for job in got.jobs:
@@ -957,28 +1230,36 @@ class ParityMachine(PairedMachine[JobDriver]):
                 kind = NackKind(then)
                 self._nack([Nack(job.fence, kind, self.now, self.now, None, True, progress)])
 
+    @belongs_to("retention")
     @rule(
-        keeps=st.tuples(*[st.sampled_from((None, 0, 0, 1, 1000, 3000))] * 4),
+        keeps=st.tuples(*[st.sampled_from((None, None, 0, 0, 1, 1000, 3000))] * 4),
         # Mostly fewer than the expired rows, so the order and the limit both show.
-        limit=st.sampled_from((1, 1, 1, 2, 10)),
+        limit=st.sampled_from((1, 1, 1, 2, 3, 10)),
+        edge=st.sampled_from((None, 0, 0, 1)),
+        pick=recent,
         again=st.none() | batch_job_specs,
     )
     def purge(
         self,
         keeps: tuple[int | None, int | None, int | None, int | None],
         limit: int,
+        edge: int | None,
+        pick: int,
         again: JobSpec | None,
     ) -> None:
         """Purge finished rows past their retention (`keeps`: completed, cancelled, failed,
-        dead); with `again`, enqueue a record under the first purged id, which is free now."""
-        params = PurgeParams(self.now, limit, *keeps)
-        before = set(self.model.rows)
-        self._both(
-            "job_purge",
-            lambda: self.model.job_purge(params),
-            lambda: self.driver.job_purge(params),
-        )
-        gone = sorted(before - set(self.model.rows))
+        dead); with `edge`, the retention of one finished row's state ends exactly now (0) or a
+        millisecond after (1). With `again`, enqueue a record under the first purged id, which
+        is free now."""
+        retention = list(keeps)
+        done = [r for r in self.model.rows.values() if r.finished_at_ms is not None]
+        if edge is not None and done:
+            r = done[-1 - pick % len(done)]
+            assert r.finished_at_ms is not None
+            retention[PURGE_STATES.index(r.state)] = self.now - r.finished_at_ms + edge
+            if edge == 0:
+                self._note("purge at a row's exact retention end")
+        gone = self._purge(PurgeParams(self.now, limit, *retention))
         if again is not None and gone:
             job = replace(self._new_job(replace(again, id=IdSpec("old", 0, "")), {}), id=gone[0])
             self._both(
@@ -1060,6 +1341,53 @@ class ParityMachine(PairedMachine[JobDriver]):
             )
         assert isinstance(refusal, JobsError), f"the machine built a call nobody refuses: {kind}"
 
+    @belongs_to("retention")
+    @rule(limit=st.sampled_from((1, 1, 2, 3)), reverse=st.booleans())
+    def finish_then_purge(self, limit: int, reverse: bool) -> None:
+        """Finish the rows a claim takes a millisecond apart, each in another final state
+        (completed, dead, failed, cancelled; in id order, or the reverse), then purge with no
+        retention and `limit` below their number: one budget for every state, the oldest
+        finished first whatever their ids say."""
+        jobs = self._claim_some(WORKERS[0], 4)
+        for i, job in enumerate(sorted(jobs, key=lambda j: j.id, reverse=reverse)):
+            self.now += 1
+            if i % 4 == 0:
+                self._ack([Ack(job.fence, self.now)])
+            elif i % 4 == 3:
+                self._both(
+                    "job_cancel",
+                    functools.partial(self.model.job_cancel, job.id, self.now),
+                    functools.partial(self.driver.job_cancel, job.id, self.now),
+                )
+            else:
+                nack = Nack(job.fence, NackKind.FAIL, self.now, error="x", dead_letter=i % 4 == 1)
+                self._nack([nack])
+        self._purge(PurgeParams(self.now, limit, 0, 0, 0, 0))
+
+    def _purge(self, params: PurgeParams) -> list[str]:
+        """Purge on both; the ids that went. Counts the purges whose limit cut the purgeable
+        rows: where the order decides."""
+        before = dict(self.model.rows)
+        self._both(
+            "job_purge",
+            lambda: self.model.job_purge(params),
+            lambda: self.driver.job_purge(params),
+        )
+        ids = sorted(set(before) - set(self.model.rows))
+        gone = [before[i] for i in ids]
+        left = [r for r in self.model.rows.values() if _purgeable(r, params)]
+        if not gone or not left:
+            return ids
+        self._note("purge cut by its limit")
+        last = max((r.finished_at_ms or 0, r.id) for r in gone)
+        if any(r.finished_at_ms == last[0] for r in left):
+            self._note("purge cut between rows finished in one millisecond")
+        if any(r.id < last[1] for r in left):
+            self._note("purge cut where id order is not finish order")
+        if len({r.state for r in gone + left}) > 1:
+            self._note("purge cut across final states")
+        return ids
+
     # -- pauses, queues, workers --------------------------------------------------------------
 
     @rule(pause=st.sampled_from(PAUSES), add=st.booleans())
@@ -1078,12 +1406,22 @@ class ParityMachine(PairedMachine[JobDriver]):
                 lambda: self.driver.pause_remove(pause),
             )
 
-    @rule(queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3), parked=st.booleans())
-    def queue_demand(self, queues: list[str], parked: bool) -> None:
-        """Ask the demand of `queues`; with `parked`, of a parked row's queue too."""
+    @rule(
+        queues=st.lists(st.sampled_from((*QUEUES, "q3")), max_size=3),
+        waiting=st.sampled_from((True, True, False)),
+    )
+    def queue_demand(self, queues: list[str], waiting: bool) -> None:
+        """Ask the demand of `queues`; with `waiting`, of the queues of parked rows and of
+        ready rows not due yet too (neither is demand)."""
         rows = self.model.rows.values()
-        if parked:
-            queues = [*queues, *(r.queue for r in rows if r.state == JobState.PARKED)][:4]
+        if waiting:
+            later = [
+                r.queue
+                for r in rows
+                if r.state == JobState.PARKED
+                or (r.state == JobState.READY and (r.run_at_ms or 0) > self.now)
+            ]
+            queues = list(dict.fromkeys([*later, *queues]))[:4]
         if any(r.state == JobState.PARKED and r.queue in queues for r in rows):
             self._note("demand beside a parked row")
         self._both(
@@ -1093,14 +1431,20 @@ class ParityMachine(PairedMachine[JobDriver]):
         )
 
     @rule(
-        op=st.sampled_from(("beat", "beat", "forget", "list")),
+        op=st.sampled_from(("beat", "beat", "forget", "list", "expiry", "expiry")),
         worker=st.sampled_from((*WORKERS, "w3")),
         ttl_ms=st.sampled_from((1000, 5000)),
         info=st.sampled_from(INFOS),
         ahead=st.sampled_from((0, 999, 1000, 5000)),
+        delta=st.sampled_from((-1, 0, 0, 1)),
+        forget=st.booleans(),
     )
-    def worker(self, op: str, worker: str, ttl_ms: int, info: str, ahead: int) -> None:
-        """Beat, forget, or list the registry (`ahead` ms from now)."""
+    def worker(
+        self, op: str, worker: str, ttl_ms: int, info: str, ahead: int, delta: int, forget: bool
+    ) -> None:
+        """Beat, forget, or list the registry (`ahead` ms from now); or jump to a row's expiry
+        (`delta` ms either side: listed before it, not at it) and, with `forget`, forget that
+        row — an expired row is still there to forget until it is forgotten."""
         if op == "beat":
             beat = WorkerBeat(worker, info, ttl_ms, self.now)
             self._both(
@@ -1109,20 +1453,42 @@ class ParityMachine(PairedMachine[JobDriver]):
                 lambda: self.driver.worker_beat(beat),
             )
         elif op == "forget":
-            self._both(
-                "worker_forget",
-                lambda: self.model.worker_forget(worker),
-                lambda: self.driver.worker_forget(worker),
-            )
+            self._forget(worker)
+        elif op == "expiry":
+            if worker not in self.model.workers:
+                beat = WorkerBeat(worker, info, ttl_ms, self.now)
+                self._both(
+                    "worker_beat",
+                    lambda: self.model.worker_beat(beat),
+                    lambda: self.driver.worker_beat(beat),
+                )
+            w = self.model.workers[worker]
+            self.now = max(self.now, w.expires_at_ms + delta)
+            if w.expires_at_ms == self.now:
+                self._note("registry read at a row's expiry")
+            self._list_workers(self.now)
+            if forget:
+                if w.expires_at_ms <= self.now:
+                    self._note("forget of an expired registry row")
+                self._forget(w.worker_id)
         else:
-            at = self.now + ahead
-            self._both(
-                "worker_list",
-                lambda: self.model.worker_list(at),
-                lambda: self.driver.worker_list(at),
-            )
+            self._list_workers(self.now + ahead)
 
-    def _before_park(self, wait: EventWait) -> None:
+    def _forget(self, worker: str) -> None:
+        self._both(
+            "worker_forget",
+            lambda: self.model.worker_forget(worker),
+            lambda: self.driver.worker_forget(worker),
+        )
+
+    def _list_workers(self, at: int) -> None:
+        self._both(
+            "worker_list",
+            lambda: self.model.worker_list(at),
+            lambda: self.driver.worker_list(at),
+        )
+
+    def _before_park(self, wait: EventWait, how: str = "live") -> None:
         """Publish, before a park waits for it, an event `wait` matches (the event family)."""
 
     def _read_parked(self, job_id: str) -> None:
@@ -1139,14 +1505,19 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     # -- the observable state -----------------------------------------------------------------
 
+    def _walks(self, family: str) -> bool:
+        """Whether this walk covers `family`: its state is compared only then."""
+        return family in self.FAMILIES_ON
+
     def _family_checks(self) -> list[Check]:
         """What each family adds to the state compared after every step (none for jobs)."""
         return []
 
     @invariant()
     def same_state(self) -> None:
-        """Every row ever named (each field, and the wait a parked row holds), every pause, every
-        live worker, every counter bucket and the queue stats match the model.
+        """Every row ever named (each field, and the wait a parked row holds) and the state of
+        each family the walk covers (pauses, live workers, counter buckets, queue stats, steps,
+        events, lease holders, task marks) match the model.
 
         Runs after every step, so a difference is blamed on the step that made it (named with
         its rule, arguments and driver calls), never on a later step that noticed it.
@@ -1160,41 +1531,106 @@ class ParityMachine(PairedMachine[JobDriver]):
                 lambda: self.model.job_get_many(ids),
                 lambda: self.driver.job_get_many(ids),
             ),
-            ("pause_list", self.model.pause_list, self.driver.pause_list),
-            (
-                "worker_list",
-                lambda: self.model.worker_list(self.now),
-                lambda: self.driver.worker_list(self.now),
-            ),
         ]
+        # Pauses and the registry are the job family's walk's to compare (a task pause, the
+        # task family's): another walk never moves them but within one step.
+        if self._walks("jobs") or self._walks("tasks"):
+            checks.append(("pause_list", self.model.pause_list, self.driver.pause_list))
+        if self._walks("jobs"):
+            checks.append(
+                (
+                    "worker_list",
+                    lambda: self.model.worker_list(self.now),
+                    lambda: self.driver.worker_list(self.now),
+                )
+            )
         self._compare_state(checks + self._family_checks())
 
 
-#: Every family the machine can walk; `jobs` is always on (the others act on its rows).
-FAMILIES: frozenset[str] = frozenset({"jobs", "operator", "durable", "leases", "tasks"})
+#: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
+#: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
+FAMILIES: frozenset[str] = frozenset(
+    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention"}
+)
+
+#: The job family's rules each other family's walk draws beside its own: what makes the rows,
+#: fences and times its edges are about, and no more (a borrowed rule takes steps from the
+#: family's own). The job family's own walk draws them all.
+BORROWS: dict[str, frozenset[str]] = {
+    "jobs": frozenset(),
+    "operator": frozenset(
+        {"seed", "enqueue", "enqueue_many", "claim", "work", "advance", "advance_to_due"}
+        | {"cancel"}
+    ),
+    "counters": frozenset(
+        {"seed", "enqueue_many", "work", "reclaim", "workers_die", "ack", "cancel", "advance"}
+    ),
+    "durable": frozenset({"seed", "enqueue_many", "work", "claim", "advance", "cancel"}),
+    "leases": frozenset({"advance"}),
+    "tasks": frozenset({"seed", "enqueue_many", "claim", "work", "advance"}),
+    "retention": frozenset(
+        {"seed", "enqueue_many", "work", "reclaim", "workers_die", "cancel", "advance"}
+    ),
+}
 
 
 def make_machine(
     factory: DriverFactory, families: frozenset[str] | set[str] = FAMILIES
 ) -> type[ParityMachine]:
     """A `ParityMachine` class whose every instance drives a fresh driver from `factory`,
-    walking the job family and each of `families`' rules (all of them by default: a driver's
-    parity suite; a narrower walk reaches one family's edges more often)."""
+    walking `families` (all of them by default): each one's rules, and the job rules each
+    borrows. One family's walk (`{family}`) spends its steps on that family's edges, however
+    many families the suite has; the suite walks each family apart."""
+    unknown = set(families) - FAMILIES
+    if unknown:
+        raise ValueError(f"no such families: {sorted(unknown)}")
+    every = _every_rule()
+    borrowed = frozenset().union(*(BORROWS[f] for f in families))
+    namespace: dict[str, object] = {
+        "tally": Counter(),
+        "FAMILIES_ON": frozenset(families),
+        "make_driver": staticmethod(factory),
+    }
+    for name in _rule_names(every):
+        if _home(every, name) not in families and name not in borrowed:
+            namespace[name] = _not_drawn(getattr(every, name))
+    bound: type[ParityMachine] = type("BoundParityMachine", (every,), namespace)
+    return bound
+
+
+@functools.cache
+def _every_rule() -> type[ParityMachine]:
+    """One class with every family's rules and state checks (a walk switches some off)."""
     from jobs_core.testing.durable_rules import DurableRules
     from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
     from jobs_core.testing.task_rules import TaskRules
 
-    unknown = set(families) - FAMILIES
-    if unknown:
-        raise ValueError(f"no such families: {sorted(unknown)}")
-    mixins = tuple(
-        m for m in (OperatorRules, DurableRules, LeaseRules, TaskRules) if m.FAMILY in families
+    return type(
+        "EveryFamily", (OperatorRules, DurableRules, LeaseRules, TaskRules, ParityMachine), {}
     )
-    namespace = {
-        "tally": Counter(),
-        "FAMILIES_ON": frozenset(families) | {"jobs"},
-        "make_driver": staticmethod(factory),
-    }
-    bound: type[ParityMachine] = type("BoundParityMachine", (*mixins, ParityMachine), namespace)
-    return bound
+
+
+def _rule_names(machine: type[ParityMachine]) -> list[str]:
+    """The names of `machine`'s rules and initializers."""
+    state = machine.setup_state()
+    return sorted({r.function.__name__ for r in (*state.rules, *state.initializers)})
+
+
+def _home(machine: type[ParityMachine], name: str) -> str:
+    """The family whose walk draws rule `name`: the one `belongs_to` names, else the family
+    of the class that defines it."""
+    for klass in machine.__mro__:
+        if name in vars(klass):
+            home: str = getattr(vars(klass)[name], _HOME, None) or klass.FAMILY  # type: ignore[attr-defined]
+            return home
+    raise AssertionError(f"no rule {name}")
+
+
+def _not_drawn(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` as a plain method: still there for another rule to call, never drawn."""
+
+    def call(self: ParityMachine, *args: Any, **kwargs: Any) -> Any:
+        return method(self, *args, **kwargs)
+
+    return call

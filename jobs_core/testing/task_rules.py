@@ -94,15 +94,15 @@ class TaskRules(ParityMachine):
 
     @precondition(lambda self: self.capabilities.tasks)
     @rule(
-        op=st.sampled_from(("arm", "arm", "marks", "refused", "pause")),
+        op=st.sampled_from(("arm", "arm", "marks", "refused", "pause", "pause")),
         names=st.lists(
             st.sampled_from((*TASK_NAMES, UNARMED_TASK)), min_size=0, max_size=3, unique=True
         ),
         back=st.sampled_from((0, 0, 0, 1, 60_000)),
         refusal=st.sampled_from(TASK_REFUSALS),
         name=st.sampled_from(TASK_NAMES),
-        add=st.booleans(),
-        claim=st.booleans(),
+        add=st.sampled_from((True, True, False)),
+        claim=st.sampled_from((True, True, False)),
     )
     def task(
         self,
@@ -320,7 +320,7 @@ class TaskRules(ParityMachine):
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()
-        if self.capabilities.tasks:
+        if self.capabilities.tasks and self._walks("tasks"):
             names = [*TASK_NAMES, UNARMED_TASK]
             checks.append(
                 (

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import random
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import pytest
 from hypothesis import seed as use_seed
@@ -18,50 +17,31 @@ from jobs_core.testing.compare import PairedMachine
 from jobs_core.testing.profiles import selected_profile, suite_settings
 
 
-def _pool_now() -> Any:
-    """Hypothesis's pool of local constants as of now, or None where it keeps none."""
-    try:
-        from hypothesis.internal.conjecture import providers
-    except ImportError:
-        return None
-    found = getattr(providers, "_get_local_constants", None)
-    if found is None:
-        return None
-    with warnings.catch_warnings():
-        # Hypothesis warns that reading its constants cache at a conftest's import is slow:
-        # reading it here, once, is the point.
-        warnings.simplefilter("ignore")
-        return found()
-
-
-#: The pool as this module's import found it (a test run imports the suite from its conftest,
-#: before collecting any test module, so every run of one checkout finds the same pool).
-_POOL_AT_IMPORT: Final = _pool_now()
-
-
 @contextlib.contextmanager
 def steady_constants() -> Iterator[None]:
-    """Walks that do not depend on which modules the process imported since the suite.
+    """Walks that do not depend on which modules the process imported.
 
     Hypothesis (6.13x and later) now and then draws a constant it found in the source of the
-    local modules imported so far. One seed then walks one way in a run that collected a web
-    app's tests beside the suite and another way alone: a failure would not replay by its seed,
-    and a derandomized walk would change with the tests collected beside it. Inside this block
-    the pool is the one this module's import found, so a seed walks the same way in every
-    process of one checkout. Touches a Hypothesis internal when it is there, nothing when not.
+    local modules imported so far. One seed would then walk one way in a run that collected a
+    web app's tests beside the suite and another way alone, and a failure would not replay by
+    its seed. Inside this block Hypothesis finds no local constants at all, so a seed walks the
+    same way in every process. (The walks reach their edges by the strategies that aim at them,
+    never by a constant.) Touches a Hypothesis internal when it is there, nothing when not.
     """
     try:
         from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
     except ImportError:
         yield
         return
     found = getattr(providers, "_get_local_constants", None)
     cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
-    if found is None or _POOL_AT_IMPORT is None:
+    if found is None:
         yield
         return
-    providers._get_local_constants = lambda: _POOL_AT_IMPORT
-    # Pools already cached were built from another pool: build them again from this one.
+    none = Constants()
+    providers._get_local_constants = lambda: none
+    # Pools already cached were built from the modules' constants: build them again without.
     if cache is not None:
         cache.clear()
     try:
@@ -126,15 +106,17 @@ def run_walk(
     *,
     title: str,
     statistics: Callable[[str], None] | None = None,
+    family: str = "jobs",
 ) -> None:
-    """Run `machine` under the selected profile and `seed`, printing `title` with both and
-    what the walks reached; a failure carries a note saying how to replay it."""
+    """Run `machine` under the selected profile (scaled to `family`'s walk) and `seed`,
+    printing `title` with both and what the walks reached; a failure carries a note saying how
+    to replay it."""
     profile = selected_profile()
     replay = f"replay: HYPOTHESIS_PROFILE={profile} pytest <this test> --hypothesis-seed={seed}"
     print(f"{title}: profile {profile}, seed {seed}")
     try:
         with statistics_to(statistics, machine.tally), steady_constants():
-            run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings())
+            run_state_machine_as_test(use_seed(seed)(machine), settings=suite_settings(family))
     except BaseException as exc:
         exc.add_note(replay)
         print(replay)

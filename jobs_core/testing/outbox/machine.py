@@ -16,9 +16,8 @@ change nothing. It counts what it reached in `tally` (and as Hypothesis events).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar, cast
@@ -46,6 +45,7 @@ from jobs_core.testing.compare import (
     Check,
     DriverNotEmptyError,
     PairedMachine,
+    WalkLoop,
     comparable,
     difference,
     exactly_bytes,
@@ -266,7 +266,7 @@ class OutboxMachine(PairedMachine[OutboxHarness]):
         self.took: dict[str, list[str]] = {}
         self.published: list[str] = []
         self.rolled_back: list[str] = []
-        self.harness = self._open(_Loop(), self.make_harness(), _check_harness_empty)
+        self.harness = self._open(WalkLoop(), self.make_harness(), _check_harness_empty)
         self.store = self.harness.store
 
     def _explain(self, got: object, want: object) -> str:
@@ -710,31 +710,6 @@ class OutboxMachine(PairedMachine[OutboxHarness]):
             )
         ]
         self._compare_state(checks)
-
-
-class _Loop:
-    """One event loop for a machine's whole walk, run call by call (`asyncio.Runner` installs
-    a SIGINT handler on every run, which costs more than a memory store's call)."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-
-    def run(self, coro: Awaitable[T]) -> T:
-        return self._loop.run_until_complete(coro)
-
-    def close(self) -> None:
-        """Cancel what the store left running, then close the loop."""
-        loop = self._loop
-        try:
-            left = asyncio.all_tasks(loop)
-            for task in left:
-                task.cancel()
-            if left:
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
 
 
 def make_outbox_machine(factory: OutboxFactory) -> type[OutboxMachine]:

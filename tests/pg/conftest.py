@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -57,9 +57,32 @@ async def fresh_driver(**kwargs: Any) -> AsyncIterator[PgDriver]:
         await asyncio.to_thread(drop_schema, schema)
 
 
-def driver_factory_for_suite() -> AbstractAsyncContextManager[JobDriver]:
-    """The parity suite's factory: a fresh, empty driver per call."""
-    return fresh_driver()
+def empty_schema(schema: str) -> None:
+    """Delete every row of `schema` but the migration's record of itself (DELETE: a few rows
+    go several times faster than a TRUNCATE's new files)."""
+    with admin() as conn:
+        names = conn.execute(
+            "SELECT tablename FROM pg_tables"
+            " WHERE schemaname = %s AND tablename <> 'alembic_version'",
+            (schema,),
+        ).fetchall()
+        deletes = [sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, n)) for (n,) in names]
+        conn.execute(sql.SQL("; ").join(deletes))
+
+
+def parity_factory(schema: str) -> Callable[[], AbstractAsyncContextManager[JobDriver]]:
+    """The parity suite's factory on `schema`, migrated once for the test: a fresh driver per
+    call, every table emptied when it is left (a migration per walk cost more than the walk)."""
+
+    @contextlib.asynccontextmanager
+    async def fresh() -> AsyncIterator[JobDriver]:
+        try:
+            async with PgDriver(PG_URL, schema=schema, pool_size=4) as driver:
+                yield driver
+        finally:
+            await asyncio.to_thread(empty_schema, schema)
+
+    return fresh
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@
 import pytest
 
 from jobs_core.testing import DriverFactory, DriverSuite
-from tests.pg.conftest import driver_factory_for_suite
+from tests.pg.conftest import parity_factory
 
 
 class TestPgParity(DriverSuite):
     @pytest.fixture
-    def driver_factory(self) -> DriverFactory:
-        return driver_factory_for_suite
+    def driver_factory(self, pg_schema: str) -> DriverFactory:
+        return parity_factory(pg_schema)

@@ -117,7 +117,7 @@ class DurableRules(ParityMachine):
     @rule(
         name=st.sampled_from(EVENT_NAMES),
         data=st.sampled_from(EVENT_DATA),
-        ttl=st.sampled_from((60_000, 1000, 7 * 24 * 3_600_000)),
+        ttl=st.sampled_from((60_000, 1000, 1, 7 * 24 * 3_600_000)),
         which=st.sampled_from(("new", "again", "answer", "new")),
         ago=st.sampled_from((0, 5000, 0)),
     )
@@ -268,22 +268,28 @@ class DurableRules(ParityMachine):
     )
     @rule(
         pick=recent,
-        delta=st.sampled_from((-1, 0, 0, 1)),
+        delta=st.sampled_from((0, 0, 1)),
         then=st.sampled_from(("find", "purge", "park")),
-        limit=st.sampled_from((1, 2, 10)),
+        limit=st.sampled_from((1, 1, 2, 10)),
     )
     def at_event_expiry(self, pick: int, delta: int, then: str, limit: int) -> None:
-        """Jump to a stored event's expiry (`delta` ms either side), then find it (a wait since
-        exactly its publishing), purge expired events, or park a run waiting for it: live
-        until that very millisecond, gone from it on."""
+        """Step through a stored event's expiry — a millisecond before it, then at it (or, by
+        `delta`, just after) — and at each, find it (a wait since exactly its publishing),
+        purge expired events (two more among them, whose ids sort against their expiries), or
+        park a run waiting for it: live until that very millisecond, gone from it on."""
         ahead = sorted(
             (e for e in self.model.events.values() if e.expires_at_ms >= self.now),
             key=lambda e: (e.expires_at_ms, e.id),
         )
         e = ahead[pick % len(ahead)]
-        self.now = max(self.now, e.expires_at_ms + delta)
-        if e.expires_at_ms == self.now:
-            self._note(f"event {then} at an event's exact expiry")
+        for at in (e.expires_at_ms - 1, e.expires_at_ms + delta):
+            if at >= self.now:
+                self.now = at
+                if at == e.expires_at_ms:
+                    self._note(f"event {then} at an event's exact expiry")
+                self._at_event(e, then, limit)
+
+    def _at_event(self, e: EventRecord, then: str, limit: int) -> None:
         w = EventWait(e.name, "{}", e.published_at_ms)
         if then == "find":
             self._both(
@@ -292,6 +298,11 @@ class DurableRules(ParityMachine):
                 lambda: self.driver.event_find(w, self.now),
             )
         elif then == "purge":
+            # Two more expired events, the sooner expired one's id sorting last.
+            self._serial += 1
+            for prefix, ttl in (("a", 2), ("z", 1)):
+                e_id = f"{prefix}{self._serial:04d}"
+                self._publish_at(e_id, e.name, "{}", self.now - 2, self.now - 2 + ttl)
             self._event_purge(limit)
         else:
             for job in self._claim_some(WORKERS[0], 1):

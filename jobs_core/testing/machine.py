@@ -260,6 +260,8 @@ fence_specs = st.builds(
     worker_id=st.sampled_from(WORKERS),
     skew=st.sampled_from((1, 2, 3, 3, 4)),
 )
+#: A purge's retention of each final state (completed, cancelled, failed, dead); None keeps.
+retentions = st.tuples(*[st.sampled_from((None, None, 0, 0, 1, 1000, 3000))] * 4)
 #: How a rule aims its first fence at a running row (`_aimed_fence`): the one it holds, mostly,
 #: or a near miss that must not hold.
 aimed_fences = st.sampled_from(
@@ -1109,7 +1111,9 @@ class ParityMachine(PairedMachine[JobDriver]):
         r = running[-1 - pick % len(running)]
         assert r.claimed_by is not None
         worker = _other_worker(r.claimed_by) if who == "other worker" else r.claimed_by
-        claims = r.claims + {"stale count": -1, "next count": 1}.get(who, 0)
+        # A count below 1 is refused by the ABC before any fence is read: an earlier one then.
+        stale = r.claims - 1 if r.claims > 1 else r.claims + 2
+        claims = {"stale count": stale, "next count": r.claims + 1}.get(who, r.claims)
         return [Fence(r.id, claims, worker)]
 
     def _beat_lease(self, f: Fence, lease: str | int) -> int:
@@ -1232,34 +1236,20 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     @belongs_to("retention")
     @rule(
-        keeps=st.tuples(*[st.sampled_from((None, None, 0, 0, 1, 1000, 3000))] * 4),
+        keeps=retentions,
         # Mostly fewer than the expired rows, so the order and the limit both show.
-        limit=st.sampled_from((1, 1, 1, 2, 3, 10)),
-        edge=st.sampled_from((None, 0, 0, 1)),
-        pick=recent,
+        limit=st.sampled_from((1, 1, 1, 2, 10)),
         again=st.none() | batch_job_specs,
     )
     def purge(
         self,
         keeps: tuple[int | None, int | None, int | None, int | None],
         limit: int,
-        edge: int | None,
-        pick: int,
         again: JobSpec | None,
     ) -> None:
         """Purge finished rows past their retention (`keeps`: completed, cancelled, failed,
-        dead); with `edge`, the retention of one finished row's state ends exactly now (0) or a
-        millisecond after (1). With `again`, enqueue a record under the first purged id, which
-        is free now."""
-        retention = list(keeps)
-        done = [r for r in self.model.rows.values() if r.finished_at_ms is not None]
-        if edge is not None and done:
-            r = done[-1 - pick % len(done)]
-            assert r.finished_at_ms is not None
-            retention[PURGE_STATES.index(r.state)] = self.now - r.finished_at_ms + edge
-            if edge == 0:
-                self._note("purge at a row's exact retention end")
-        gone = self._purge(PurgeParams(self.now, limit, *retention))
+        dead); with `again`, enqueue a record under the first purged id, which is free now."""
+        gone = self._purge(PurgeParams(self.now, limit, *keeps))
         if again is not None and gone:
             job = replace(self._new_job(replace(again, id=IdSpec("old", 0, "")), {}), id=gone[0])
             self._both(
@@ -1342,15 +1332,39 @@ class ParityMachine(PairedMachine[JobDriver]):
         assert isinstance(refusal, JobsError), f"the machine built a call nobody refuses: {kind}"
 
     @belongs_to("retention")
-    @rule(limit=st.sampled_from((1, 1, 2, 3)), reverse=st.booleans())
-    def finish_then_purge(self, limit: int, reverse: bool) -> None:
-        """Finish the rows a claim takes a millisecond apart, each in another final state
-        (completed, dead, failed, cancelled; in id order, or the reverse), then purge with no
-        retention and `limit` below their number: one budget for every state, the oldest
-        finished first whatever their ids say."""
+    @rule(keeps=retentions, limit=st.sampled_from((1, 2, 10)), edge=st.sampled_from((0, 0, 1)))
+    def purge_at_retention_end(
+        self,
+        keeps: tuple[int | None, int | None, int | None, int | None],
+        limit: int,
+        edge: int,
+    ) -> None:
+        """Purge with the retention of the latest finished row's state ending exactly now (0:
+        it goes) or a millisecond later (1: it stays); a row finished now first if none is."""
+        if all(r.finished_at_ms is None for r in self.model.rows.values()):
+            for job in self._claim_some(WORKERS[0], 1):
+                self._ack([Ack(job.fence, self.now)])
+        done = [r for r in self.model.rows.values() if r.finished_at_ms is not None]
+        if not done:
+            return
+        r = max(done, key=lambda r: (r.finished_at_ms or 0, r.id))
+        assert r.finished_at_ms is not None
+        retention = list(keeps)
+        retention[PURGE_STATES.index(r.state)] = self.now - r.finished_at_ms + edge
+        if edge == 0:
+            self._note("purge at a row's exact retention end")
+        self._purge(PurgeParams(self.now, limit, *retention))
+
+    @belongs_to("retention")
+    @rule(limit=st.sampled_from((1, 1, 2, 3)), reverse=st.booleans(), apart=st.booleans())
+    def finish_then_purge(self, limit: int, reverse: bool, apart: bool) -> None:
+        """Finish the rows a claim takes, each in another final state (completed, dead, failed,
+        cancelled; in id order, or the reverse), a millisecond `apart` or all in one, then purge
+        with no retention and `limit` below their number: one budget for every state, the
+        oldest finished first whatever their ids say, ties by id."""
         jobs = self._claim_some(WORKERS[0], 4)
         for i, job in enumerate(sorted(jobs, key=lambda j: j.id, reverse=reverse)):
-            self.now += 1
+            self.now += apart
             if i % 4 == 0:
                 self._ack([Ack(job.fence, self.now)])
             elif i % 4 == 3:
@@ -1442,9 +1456,10 @@ class ParityMachine(PairedMachine[JobDriver]):
     def worker(
         self, op: str, worker: str, ttl_ms: int, info: str, ahead: int, delta: int, forget: bool
     ) -> None:
-        """Beat, forget, or list the registry (`ahead` ms from now); or jump to a row's expiry
-        (`delta` ms either side: listed before it, not at it) and, with `forget`, forget that
-        row — an expired row is still there to forget until it is forgotten."""
+        """Beat, forget, or list the registry (`ahead` ms from now); or step through a row's
+        expiry (beating it first if it has none), listing a millisecond before it (listed), at
+        it (not) and `delta` ms from it, then, with `forget`, forget that row — an expired row is
+        still there to forget until it is forgotten."""
         if op == "beat":
             beat = WorkerBeat(worker, info, ttl_ms, self.now)
             self._both(
@@ -1463,10 +1478,13 @@ class ParityMachine(PairedMachine[JobDriver]):
                     lambda: self.driver.worker_beat(beat),
                 )
             w = self.model.workers[worker]
-            self.now = max(self.now, w.expires_at_ms + delta)
-            if w.expires_at_ms == self.now:
-                self._note("registry read at a row's expiry")
-            self._list_workers(self.now)
+            # A millisecond before its expiry (listed), then at it (not), then `delta` on.
+            for at in (w.expires_at_ms - 1, w.expires_at_ms, w.expires_at_ms + delta):
+                if at > self.now:
+                    self.now = at
+                    self._list_workers(at)
+                    if at == w.expires_at_ms:
+                        self._note("registry read at a row's expiry")
             if forget:
                 if w.expires_at_ms <= self.now:
                     self._note("forget of an expired registry row")
@@ -1558,19 +1576,12 @@ FAMILIES: frozenset[str] = frozenset(
 #: family's own). The job family's own walk draws them all.
 BORROWS: dict[str, frozenset[str]] = {
     "jobs": frozenset(),
-    "operator": frozenset(
-        {"seed", "enqueue", "enqueue_many", "claim", "work", "advance", "advance_to_due"}
-        | {"cancel"}
-    ),
-    "counters": frozenset(
-        {"seed", "enqueue_many", "work", "reclaim", "workers_die", "ack", "cancel", "advance"}
-    ),
+    "operator": frozenset({"seed", "enqueue_many", "claim", "work", "advance_to_due"}),
+    "counters": frozenset({"seed", "work", "workers_die", "ack", "cancel"}),
     "durable": frozenset({"seed", "enqueue_many", "work", "claim", "advance", "cancel"}),
     "leases": frozenset({"advance"}),
-    "tasks": frozenset({"seed", "enqueue_many", "claim", "work", "advance"}),
-    "retention": frozenset(
-        {"seed", "enqueue_many", "work", "reclaim", "workers_die", "cancel", "advance"}
-    ),
+    "tasks": frozenset({"seed", "enqueue_many", "claim", "advance"}),
+    "retention": frozenset({"seed", "work", "workers_die", "cancel", "advance"}),
 }
 
 

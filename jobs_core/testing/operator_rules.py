@@ -55,6 +55,9 @@ BULK_EXTRAS = {
     "cancel": ("waiting", "twins", "none", "none"),
     "remove": ("running", "waiting", "running", "none"),
 }
+bulk_extras = st.integers(0, 3)
+list_limits = st.sampled_from((3, 2, 1, 5, 50))
+list_scans = st.sampled_from((3, 2, 1, 7, 2000))
 #: A millisecond either side of an edge, or on it (twice as often).
 edge_deltas = st.sampled_from((-1, 0, 0, 1))
 
@@ -64,49 +67,73 @@ class OperatorRules(ParityMachine):
 
     FAMILY = "operator"
 
-    @rule(
-        op=st.sampled_from(("promote", "promote", "remove", "remove", "cancel", "requeue")),
-        picks=target_lists,
-        extra=st.integers(0, 3),
-        again=st.one_of(batch_job_specs, batch_job_specs, st.none()),
-    )
-    def bulk(
-        self, op: str, picks: list[tuple[str, int]], extra: int, again: JobSpec | None
-    ) -> None:
-        """One bulk call over a few targets, after the rows its call must tell apart (see
-        `_bulk`, `BULK_EXTRAS`)."""
-        self._bulk(op, picks, BULK_EXTRAS[op][extra], again)
+    # One rule per bulk call, each after the rows its call must tell apart (`_bulk`,
+    # `BULK_EXTRAS`): the family's walk spends its steps on them.
+
+    @rule(picks=target_lists, extra=bulk_extras)
+    def promote(self, picks: list[tuple[str, int]], extra: int) -> None:
+        self._bulk("promote", picks, BULK_EXTRAS["promote"][extra], None)
+
+    @rule(picks=target_lists, extra=bulk_extras, again=st.one_of(batch_job_specs, st.none()))
+    def remove(self, picks: list[tuple[str, int]], extra: int, again: JobSpec | None) -> None:
+        self._bulk("remove", picks, BULK_EXTRAS["remove"][extra], again)
+
+    @rule(picks=target_lists, extra=bulk_extras, spec=batch_job_specs)
+    def cancel_many(self, picks: list[tuple[str, int]], extra: int, spec: JobSpec) -> None:
+        self._bulk("cancel", picks, BULK_EXTRAS["cancel"][extra], spec)
+
+    @rule(picks=target_lists, extra=bulk_extras, spec=batch_job_specs)
+    def requeue_many(self, picks: list[tuple[str, int]], extra: int, spec: JobSpec) -> None:
+        self._bulk("requeue", picks, BULK_EXTRAS["requeue"][extra], spec)
 
     @rule(
         f=list_filters,
-        limit=st.sampled_from((3, 2, 1, 5, 50)),
-        scan=st.sampled_from((3, 2, 1, 7, 2000)),
+        limit=list_limits,
+        scan=list_scans,
         pages=st.integers(1, 6),
-        resume=st.sampled_from(("new", "latest", "foreign", "new", "bad")),
+    )
+    def list_pages(self, f: JobFilter, limit: int, scan: int, pages: int) -> None:
+        """Walk a listing's pages from the newest row (see `_list_pages`)."""
+        self._list_pages(f, limit, scan, pages, "new", "")
+
+    @rule(
+        f=list_filters,
+        limit=list_limits,
+        scan=list_scans,
+        pages=st.integers(1, 6),
+        resume=st.sampled_from(("latest", "latest", "foreign", "bad")),
         bad=st.sampled_from(BAD_CURSORS),
     )
-    def list_pages(
+    def list_resumed(
         self, f: JobFilter, limit: int, scan: int, pages: int, resume: str, bad: str
     ) -> None:
-        """Walk a listing's pages (see `_list_pages`)."""
+        """Walk a listing's pages on from a cursor: the latest one handed out, one of another
+        filter, or garbage (see `_list_pages`)."""
         self._list_pages(f, limit, scan, pages, resume, bad)
 
     @belongs_to("counters")
     @rule(
-        at=st.sampled_from(("ahead", "fold edge", "hour after", "drop edge")),
         hours=st.sampled_from((3, 2, 24, 1, 0, 31 * 24)),
+        limit=st.sampled_from((1, 2, 10, 10_000)),
+    )
+    def counter_fold(self, hours: int, limit: int) -> None:
+        """Fold the counters some hours ahead (see `_counter_fold`)."""
+        self._counter_fold(self.now + hours * HOUR_MS, limit)
+
+    @belongs_to("counters")
+    @rule(
+        at=st.sampled_from(("fold edge", "hour after", "drop edge")),
         delta=edge_deltas,
         pick=recent,
         limit=st.sampled_from((1, 2, 10, 10_000)),
     )
-    def counter_fold(self, at: str, hours: int, delta: int, pick: int, limit: int) -> None:
-        """Fold the counters `hours` ahead, or `delta` ms from a stored bucket's edge: where a
-        minute bucket folds (two hours after its hour began; an hour before, it must not) or an
-        hour bucket drops (30 days after it began; with room in the limit to fold the minutes
-        before it). See `_counter_fold`."""
+    def fold_at_edge(self, at: str, delta: int, pick: int, limit: int) -> None:
+        """Fold the counters `delta` ms from a stored bucket's edge: where a minute bucket
+        folds (two hours after its hour began; an hour before, it must not) or an hour bucket
+        drops (30 days after it began; with room in the limit to fold the minutes before it)."""
         if at == "drop edge":
             limit = max(limit, 10)
-        self._counter_fold(self._fold_time(at, hours, delta, pick), limit)
+        self._counter_fold(self._fold_time(at, delta, pick), limit)
 
     @belongs_to("counters")
     @rule(
@@ -166,9 +193,10 @@ class OperatorRules(ParityMachine):
         """One operator bulk call over a few targets (an id may come twice). `extra` puts
         first a ready row due later and a parked row with a time, parking one if none is
         (what a promote must tell apart); or a ready row due exactly now (jumping to one's
-        run_at if need be); or two finished rows of one idempotency key (making the second: a
-        twin enqueued, then cancelled). After a remove, `again` enqueues a twin of the first
-        removed row (a live one's, if one went)."""
+        run_at if need be); or a running row (claiming one if none runs); or two finished rows
+        of one idempotency key (the second a twin built from `again`, enqueued, cancelled).
+        After a remove, `again` enqueues a twin of the first removed row (a live one's, if one
+        went) under its very id."""
         ids = [self._target(p) for p in picks]
         if extra == "due now":
             ids.insert(0, self._due_now())
@@ -256,11 +284,11 @@ class OperatorRules(ParityMachine):
             self.cursors.append((f, got.next_cursor))
             cursor = got.next_cursor
 
-    def _fold_time(self, at: str, hours: int, delta: int, pick: int) -> int:
-        """When a fold runs: `hours` ahead of now, or `delta` ms from the time a stored minute
-        bucket folds (`hour_of(bucket) + 2 h`: a bucket starting an hour folds a millisecond
-        before, if `<=` is read for `<`) or a stored hour bucket (or the one a stored minute
-        bucket folds into) drops (30 days after it began, exclusive)."""
+    def _fold_time(self, at: str, delta: int, pick: int) -> int:
+        """When a fold runs: `delta` ms from the time a stored minute bucket folds (`hour_of
+        (bucket) + 2 h`), from an hour before it (a bucket starting an hour folds there if
+        `<=` is read for `<`), or from when a stored hour bucket (or the one a stored minute
+        bucket folds into) drops (30 days after it began, exclusive); now when none is stored."""
         minutes = sorted(b for (_, _, b, w) in self.model.counters if w == MINUTE_MS)
         # A bucket starting an hour first: the one a `<=` for `<` folds an hour early.
         minutes = [m for m in minutes if m % HOUR_MS == 0] or minutes
@@ -276,7 +304,7 @@ class OperatorRules(ParityMachine):
         if at == "drop edge" and hours_stored:
             self._note("fold at an hour bucket's 30-day cut-off")
             return hours_stored[-1 - pick % len(hours_stored)] + _KEPT_HOURS_MS + delta
-        return self.now + hours * HOUR_MS
+        return self.now
 
     def _counter_fold(self, at: int, limit: int) -> None:
         """Fold counters as of `at` (the clock does not move: a fold reads only its `now_ms`),

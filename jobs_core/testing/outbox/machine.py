@@ -78,7 +78,7 @@ TOKEN_PREFIXES = ("c", "C", "é", "☃", "q'\n%", LONG_TOKEN_PREFIX)
 LONG_ERROR = "é☃'\nx" * 450
 #: A release's error: none (only frees), an empty one (still a failed publish), text that a
 #: careless store mangles, and one the ABC cuts.
-ERRORS = (None, None, None, "boom", "", "q'uo%te\n☃", LONG_ERROR)
+ERRORS = (None, None, "boom", "", "q'uo%te\n☃", LONG_ERROR)
 #: Stamps around the clock: ties (0), just behind or ahead, and far enough behind to sort
 #: before rows staged steps earlier.
 CREATED_OFFSETS = (-2000, -1, 0, 0, 0, 0, 1, 700)
@@ -534,7 +534,9 @@ class OutboxMachine(PairedMachine[OutboxHarness]):
 
     @rule(
         claim=claim_args,
-        then=st.sampled_from(("publish", "release", "release", "split", "stall")),
+        then=st.sampled_from(
+            ("publish", "release", "release", "split", "stall", "stall release", "fail then stop")
+        ),
         retry=retry_offsets,
         error=st.sampled_from(ERRORS),
     )
@@ -543,7 +545,9 @@ class OutboxMachine(PairedMachine[OutboxHarness]):
     ) -> None:
         """What a relay does: claim, then publish what it took, give it back (a failed publish,
         or a stop), or publish the first half and give back the rest; or stall past its lease
-        while a rival claims, then publish (landing only what the rival did not take)."""
+        while a rival claims, then publish or give back (landing only what the rival did not
+        take); or fail a publish, then claim the rows again and stop (a release without an
+        error keeps the failure's)."""
         limit, lease_ms, prefix = claim
         self._begin("relay_pass", claim=claim, then=then, retry=f"now{retry:+d}", error=error)
         self.claim(limit, lease_ms, prefix)
@@ -557,10 +561,18 @@ class OutboxMachine(PairedMachine[OutboxHarness]):
             half = len(took) // 2
             self._publish(token, took[:half])
             self._release(token, took[half:], retry, error)
+        elif then == "fail then stop":
+            self._release(token, took, 0, error or "boom")
+            self.claim(limit, lease_ms, prefix)
+            again = self.tokens[-1]
+            self._release(again, self.took.get(again, []), retry, None)
         else:
             self.now += lease_ms
             self.claim(limit, lease_ms, prefix)
-            self._publish(token, took)
+            if then == "stall":
+                self._publish(token, took)
+            else:
+                self._release(token, took, retry, error)
 
     def _named_events(
         self,

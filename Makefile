@@ -1,4 +1,4 @@
-.PHONY: demo test nightly bench-pg bench-redis chaos screenshots
+.PHONY: demo test test-lowest nightly bench-pg bench-redis chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -8,6 +8,11 @@ demo:
 # Every check CI runs: ruff, mypy --strict, and all tests on real Postgres and Redis.
 test:
 	scripts/test.sh
+
+# The same suite on the LOWEST version of every dependency pyproject.toml allows (uv's
+# lowest-direct resolution, in .venv-lowest), by hand or nightly: proves our lower bounds.
+test-lowest:
+	VENV=.venv-lowest RESOLUTION=lowest-direct LINT=0 scripts/test.sh
 
 # The long Hypothesis profile, by hand.
 nightly:

@@ -93,7 +93,7 @@ class Feeder:
         self, handle: JobHandle, inputs: Sequence[dict[str, Any]], **fields: Any
     ) -> list[str | None]:
         """Enqueue `inputs` under ids of their own, retried under the same ids; each input's
-        answer is one line (`id` None when given up). Answers the ids."""
+        answer is one line with its fields (`id` None when given up). Answers the ids."""
         ids = [new_id() for _ in inputs]
         got, tries, errors, refused = await persist(
             lambda: self.client.enqueue_many(handle, list(inputs), ids=ids)
@@ -103,8 +103,7 @@ class Feeder:
                 {
                     "ev": "enqueued",
                     "id": ids[n] if got is not None else None,
-                    "i": inp["i"],
-                    "k": inp["k"],
+                    **inp,
                     "name": handle.name,
                     "deduped": got[n].deduped if got is not None else None,
                     "tries": tries,

@@ -53,6 +53,8 @@ HUNG_GRACE_S: Final = 10.0
 REPLACE_AFTER_S: Final = 1.0
 MAX_REPLACEMENTS: Final = 40
 TICK_S: Final = 0.05
+#: The final drain waits for a process started this recently (see `Fleet.stop_all`).
+STARTUP_S: Final = 2.0
 #: Answers are lost only this long after the store came back (its clients have reconnected).
 LOSE_AFTER_UP_S: Final = 3.0
 #: How long a trap set for a relay may wait for one to publish before a plain kill -9 instead.
@@ -189,7 +191,14 @@ class Fleet:
                     self._procs[lf.n].send_signal(signal.SIGKILL)
 
     def stop_all(self, store_down: bool) -> None:
-        """SIGTERM every running process at once and wait for each (bounded by `tick`)."""
+        """SIGTERM every running process at once and wait for each (bounded by `tick`).
+
+        A process started moments ago is let finish starting first (bounded): one still
+        importing has no handler yet, and dies of the signal without draining anything."""
+        deadline = time.monotonic() + STARTUP_S * 5
+        while time.monotonic() < deadline and not all(self._started(lf) for lf in self.active()):
+            self.tick()
+            time.sleep(TICK_S)
         self._stopping = True
         for lf in self.active():
             self.term(lf, store_down, final=True)
@@ -197,6 +206,15 @@ class Fleet:
         while time.monotonic() < deadline and any(lf.exit_t is None for lf in self.lives):
             self.tick()
             time.sleep(TICK_S)
+
+    def _started(self, lf: Life) -> bool:
+        """Printed its banner (it installs its signal handlers next) at least `STARTUP_S` ago."""
+        log = self._rundir / f"process-{lf.n}.log"
+        return (
+            now_ms() - lf.started_t >= STARTUP_S * 1000
+            and log.exists()
+            and bool(log.stat().st_size)
+        )
 
     def close(self) -> None:
         """Kill whatever is still alive (the end of the run, or a Ctrl-C)."""
@@ -432,6 +450,8 @@ class Chaos:
                 {
                     "family": fam.name,
                     "backend": self.backend,
+                    "config": asdict(cfg),
+                    "extra": extra,
                     "args": vars(args),
                     "events": [asdict(e) for e in self.events],
                     "log": self.log,
@@ -508,9 +528,10 @@ class Chaos:
         elif ev.kind in ("store_stop", "store_crash"):
             for role in targets:
                 store = self.stores[role]
-                (store.stop_graceful if ev.kind == "store_stop" else store.crash)()
                 what = store.graceful_stop_text if ev.kind == "store_stop" else store.crash_text
+                # Down from the moment the stop begins: a fast stop cuts sessions at once.
                 self.down[role] = (time.monotonic(), now_ms(), what)
+                (store.stop_graceful if ev.kind == "store_stop" else store.crash)()
                 self.note(f"{self._label(role)}store down: {what}")
         elif ev.kind == "lose_answers" and self.args.lose_answers > 0:
             self.dropper.lose_answers(self.args.lose_answers)
@@ -574,6 +595,29 @@ def pick_any_active(fleet: Fleet, rng: random.Random) -> Life | None:
     return rng.choice(active) if active else None
 
 
+def reanalyse(rundir: Path) -> tuple[Config, Findings]:
+    """The figures of a finished run again, from the evidence it left in `rundir` (after a
+    change to a family's figures, or to read one figure's examples in full)."""
+    summary = json.loads((rundir / "summary.json").read_text())
+    c = summary["config"]
+    cfg = Config(**{**c, "outages": tuple(tuple(w) for w in c["outages"])})
+    lives = [Life(**lf) for lf in summary["lives"]]
+    answers_path = rundir / "answers.jsonl"
+    answers = (
+        [json.loads(line) for line in answers_path.read_text().splitlines()]
+        if answers_path.exists()
+        else []
+    )
+    rows = {
+        r["id"]: Row(**r) for r in map(json.loads, (rundir / "rows.jsonl").read_text().splitlines())
+    }
+    lines, _ = read_lines(rundir / "ledger")
+    own = families()[summary["family"]].analyse(
+        Evidence(cfg, answers, rows, lines, lives, summary.get("extra") or {})
+    )
+    return cfg, Findings(own.figures + life_figures(cfg, lives), own.breakdowns)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     known = families()
     ap = argparse.ArgumentParser(
@@ -626,6 +670,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--self-check", action="store_true", help="prove every figure can be non-zero, then exit"
     )
+    ap.add_argument(
+        "--reanalyse",
+        metavar="RUNDIR",
+        type=Path,
+        help="print the figures of a finished run again from its evidence, then exit",
+    )
     a = ap.parse_args(argv)
     if (a.jobs is not None and not 1 <= a.jobs <= 100_000) or not 1 <= a.workers <= 20:
         ap.error("--jobs must be 1..100000 and --workers 1..20")
@@ -652,6 +702,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.chaos.selfcheck import main as check
 
         return check([families()[f] for f in args.families])
+    if args.reanalyse is not None:
+        cfg, found = reanalyse(args.reanalyse)
+        print(render(cfg, found, [f"(again, from {args.reanalyse})"]))
+        return 1 if found.failed else 0
     # A SIGTERM to the run unwinds like a Ctrl-C, so every `finally` stops what it started.
     signal.signal(signal.SIGTERM, _interrupt)
     results: dict[str, bool] = {}

@@ -111,8 +111,16 @@ TRAP_ENV = "CHAOS_TRAP"
 
 def families() -> dict[str, Family]:
     """Every family, in the order `make chaos` runs them."""
-    from bench.chaos.families import limits, plain, sched, steps, waits
+    from bench.chaos.families import limits, plain, relay, sched, steps, waits
 
     return {
-        f.name: f for f in (plain.FAMILY, steps.FAMILY, waits.FAMILY, limits.FAMILY, sched.FAMILY)
+        f.name: f
+        for f in (
+            plain.FAMILY,
+            steps.FAMILY,
+            waits.FAMILY,
+            limits.FAMILY,
+            sched.FAMILY,
+            relay.FAMILY,
+        )
     }

@@ -511,6 +511,8 @@ def fate(cfg: Config, run: Run, ends: Ends) -> str:
     if run.end_how == "ok":
         if killed_before_settle(cfg, run, ends):
             return "returned, then its worker was killed -9 before the settle could land"
+        if in_long_outage(cfg, run):
+            return "returned in (or a lease before) a long outage; its settle did not land"
         return "returned, its settle did not land"
     return f"ended {run.end_how}"
 

@@ -475,7 +475,7 @@ class Chaos:
         assert self.fleet is not None
         t0 = time.monotonic()
         pending = list(self.events)
-        while pending or self.down or time.monotonic() - t0 < self.seconds:
+        while pending or self.down or self.trap_until or time.monotonic() - t0 < self.seconds:
             if time.monotonic() - t0 > self.seconds + 120:
                 self.note("timeline overran its bound; going on to the end")
                 break

@@ -56,3 +56,16 @@ def test_the_self_check_catches_a_figure_that_cannot_move() -> None:
         steps, cases={k: v for k, v in steps.cases.items() if k != "step answers that changed"}
     )
     assert check_family(unproven) == ["no case proves 'step answers that changed' can be non-zero"]
+
+
+def test_the_schedulers_must_fire_up_to_the_timelines_end() -> None:
+    """Fires that stop before the timeline's end leave its last occurrences never fired, and
+    a task armed but never fired leaves every occurrence after its arming never fired."""
+    sched = families()["sched"]
+    assert sched.clean is not None
+    evidence = sched.clean()
+    del evidence.rows["t2"]  # the last fire (second 4)
+    assert sched.analyse(evidence).figure("occurrences never fired").value == 1
+    evidence.rows.clear()
+    evidence.extra["mark"] = {"watermark": evidence.cfg.started_t, "fired": None}
+    assert sched.analyse(evidence).figure("occurrences never fired").value == 5

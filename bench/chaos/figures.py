@@ -103,9 +103,11 @@ class Config:
     outages: tuple[tuple[float, float], ...] = ()
     #: The workload (`bench/chaos/families`): `jobs` is the plain one.
     family: str = "jobs"
-    #: When the timeline began and when the run began stopping its processes (wall-clock ms).
+    #: When the timeline began, when it ended, and when the run began stopping its processes
+    #: (wall-clock ms).
     started_t: float = 0.0
     ended_t: float = 0.0
+    timeline_t: float = 0.0
 
     def up_ms(self, start: float, end: float) -> float:
         """How long the store was up between `start` and `end`."""

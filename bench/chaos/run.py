@@ -265,7 +265,7 @@ def _bounded(what: str, seconds: float, done: Callable[[], bool], tick: Callable
     return False
 
 
-def _no_live_rows(stores: Mapping[str, Store]) -> bool:
+def _no_live_rows(stores: Mapping[str, Store], timeline_t: float) -> bool:
     try:
         return not any(s in LIVE for s in stores["jobs"].list_rows().values())
     except Exception:
@@ -389,6 +389,7 @@ class Chaos:
                 )
         started_t = now_ms()
         self.loop()
+        timeline_t = now_ms()
         fleet = self.fleet
         if self.feeder is not None:
             feeder = self.feeder
@@ -398,7 +399,7 @@ class Chaos:
             )
             self.note(f"feed exited rc={feeder.poll()}; waiting for what is left to finish")
         drained = fam.drained or _no_live_rows
-        _bounded("the drain", args.drain_wait, lambda: drained(self.stores), fleet.tick)
+        _bounded("the drain", args.drain_wait, lambda: drained(self.stores, timeline_t), fleet.tick)
         self.note("stopping the processes (SIGTERM, store up)")
         ended_t = now_ms()
         fleet.stop_all(store_down=False)
@@ -427,6 +428,7 @@ class Chaos:
             fam.name,
             started_t,
             ended_t,
+            timeline_t,
         )
         own = fam.analyse(Evidence(cfg, answers, rows, lines, fleet.lives, extra))
         found = Findings(own.figures + life_figures(cfg, fleet.lives), own.breakdowns)

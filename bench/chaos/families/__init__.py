@@ -88,9 +88,9 @@ class Family:
     outbox: bool = False
     #: Which process a `kill9`/`sigterm` event signals.
     pick: Pick = pick_any
-    #: True once nothing is left to do (checked after the feed ended, bounded by --drain-wait);
-    #: None: no job may be live.
-    drained: Callable[[Mapping[str, Store]], bool] | None = None
+    #: True once nothing is left to do (checked after the feed ended, bounded by --drain-wait),
+    #: on the stores by role and the wall-clock ms the timeline ended; None: no job may be live.
+    drained: Callable[[Mapping[str, Store], float], bool] | None = None
     #: What else to read at the end (`Evidence.extra`), on the stores by role.
     gather: Callable[[Urls, Mapping[str, Store]], dict[str, Any]] | None = None
     #: A `kill9` lands between a publish and its mark: the run sets a trap (`TRAP_ENV`) the

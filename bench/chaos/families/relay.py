@@ -160,7 +160,7 @@ def _outbox(stores: Mapping[str, Store]) -> PgStore:
     return store
 
 
-def _drained(stores: Mapping[str, Store]) -> bool:
+def _drained(stores: Mapping[str, Store], timeline_t: float) -> bool:
     try:
         return _outbox(stores).query(f'SELECT count(*) FROM "{NAMESPACE}".outbox')[0][0] == 0
     except Exception:

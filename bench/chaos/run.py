@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.chaos.families import TRAP_ENV, Evidence, Family, Urls, families
+from bench.chaos.families import TRAP_ENV, Evidence, Family, Urls, families, pick_any
 from bench.chaos.figures import (
     DRAIN_MARGIN_S,
     LIVE,
@@ -582,7 +582,7 @@ class Chaos:
         except FileNotFoundError:
             return  # a relay fell in just now: the next tick kills it
         self.trap_until = None
-        victim = pick_any_active(fleet, self.rng)
+        victim = pick_any("kill9", fleet.active(), self.rundir, self.rng)
         if victim is not None:
             fleet.kill9(victim)
             fleet.spawn()
@@ -590,11 +590,6 @@ class Chaos:
                 f"no relay published within {TRAP_WAIT_S:g} s: kill -9 relay {victim.n}"
                 f" (pid {victim.pid}) anywhere; started a replacement"
             )
-
-
-def pick_any_active(fleet: Fleet, rng: random.Random) -> Life | None:
-    active = fleet.active()
-    return rng.choice(active) if active else None
 
 
 def reanalyse(rundir: Path) -> tuple[Config, Findings]:

@@ -63,6 +63,27 @@ def pick_any(kind: str, active: list[Life], rundir: Path, rng: random.Random) ->
     return rng.choice(active) if active else None
 
 
+def workers(module: str) -> Callable[[Urls, argparse.Namespace], tuple[list[str], dict[str, str]]]:
+    """The fleet of a family whose processes are `ujobs worker <module>` on the jobs' store."""
+
+    def fleet(urls: Urls, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+        return [
+            "worker",
+            module,
+            "--driver",
+            urls.jobs,
+            "--lease",
+            str(args.lease),
+            "--drain-timeout",
+            str(args.drain_timeout),
+            "--concurrency",
+            str(args.concurrency),
+            "--quiet",
+        ], {}
+
+    return fleet
+
+
 @dataclass(frozen=True)
 class Family:
     name: str

@@ -10,14 +10,13 @@ each refusal against the runs of the key's other jobs that could have held its s
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Final
 
-from bench.chaos.families import Evidence, Family, Urls
+from bench.chaos.families import Evidence, Family, workers
 from bench.chaos.feed import Feeder
 from bench.chaos.figures import Config, Ends, Figure, Findings, Life, Row, Run, lost_figures
 from bench.chaos.ledger import logged
@@ -128,22 +127,6 @@ async def feed(f: Feeder) -> None:
     for due, inp in later:
         await asyncio.sleep(max(0.0, due - f.elapsed()))
         await f.enqueue(chaos_fail, [inp], late=True)
-
-
-def _fleet(urls: Urls, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    return [
-        "worker",
-        "bench.chaos.families.limits",
-        "--driver",
-        urls.jobs,
-        "--lease",
-        str(args.lease),
-        "--drain-timeout",
-        str(args.drain_timeout),
-        "--concurrency",
-        str(args.concurrency),
-        "--quiet",
-    ], {}
 
 
 def _over(intervals: list[tuple[float, float, str]], limit: int) -> tuple[list[str], int]:
@@ -347,7 +330,7 @@ FAMILY = Family(
     name="limits",
     title="concurrency=, keyed limits (wait, fail) and a rate limit: never exceeded,"
     " no refusal for nothing",
-    fleet=_fleet,
+    fleet=workers("bench.chaos.families.limits"),
     feed=("-m", "bench.chaos.feed", "--family", "limits"),
     jobs=400,
     seconds=30.0,

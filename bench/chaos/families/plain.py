@@ -4,26 +4,8 @@ recorded as failures, bodies run again)."""
 
 from __future__ import annotations
 
-import argparse
-
-from bench.chaos.families import Evidence, Family, Urls
+from bench.chaos.families import Evidence, Family, workers
 from bench.chaos.figures import Findings, analyse, answer_of
-
-
-def _fleet(urls: Urls, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    return [
-        "worker",
-        "bench.chaos.jobs",
-        "--driver",
-        urls.jobs,
-        "--lease",
-        str(args.lease),
-        "--drain-timeout",
-        str(args.drain_timeout),
-        "--concurrency",
-        str(args.concurrency),
-        "--quiet",
-    ], {}
 
 
 def _analyse(ev: Evidence) -> Findings:
@@ -33,7 +15,7 @@ def _analyse(ev: Evidence) -> Findings:
 FAMILY = Family(
     name="jobs",
     title="plain jobs enqueued through a link that loses answers: none lost, none doubled",
-    fleet=_fleet,
+    fleet=workers("bench.chaos.jobs"),
     feed=("-m", "bench.chaos.producer"),
     jobs=2_000,
     seconds=60.0,

@@ -9,14 +9,13 @@ its record landed it never runs again, and every run of the job gets the one rec
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import uuid
 from collections import Counter, defaultdict
 from functools import partial
 from typing import Any
 
-from bench.chaos.families import Evidence, Family, Urls
+from bench.chaos.families import Evidence, Family, workers
 from bench.chaos.feed import Feeder
 from bench.chaos.figures import Config, Ends, Figure, Findings, Life, Row, fate, lost_figures
 from bench.chaos.ledger import logged, note
@@ -72,22 +71,6 @@ async def feed(f: Feeder) -> None:
             batch.append(f.intent(gaps=gaps, fail_after=f.rng.randrange(STEPS) if fails else -1))
         await f.enqueue(chaos_steps, batch)
         await f.pace()
-
-
-def _fleet(urls: Urls, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    return [
-        "worker",
-        "bench.chaos.families.steps",
-        "--driver",
-        urls.jobs,
-        "--lease",
-        str(args.lease),
-        "--drain-timeout",
-        str(args.drain_timeout),
-        "--concurrency",
-        str(args.concurrency),
-        "--quiet",
-    ], {}
 
 
 def analyse(ev: Evidence) -> Findings:
@@ -265,7 +248,7 @@ def _lost(ev: Evidence) -> None:
 FAMILY = Family(
     name="steps",
     title="3-step jobs killed between steps: a recorded step never runs again",
-    fleet=_fleet,
+    fleet=workers("bench.chaos.families.steps"),
     feed=("-m", "bench.chaos.feed", "--family", "steps"),
     jobs=400,
     seconds=30.0,

@@ -11,14 +11,13 @@ timeout or the event), or doubled (the run passing its wake twice, but after a c
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
 from collections import Counter, defaultdict
 from typing import Any, Final
 
-from bench.chaos.families import Evidence, Family, Urls
+from bench.chaos.families import Evidence, Family, workers
 from bench.chaos.feed import Feeder
 from bench.chaos.figures import (
     Config,
@@ -141,22 +140,6 @@ async def _send_owed(
 async def _send(f: Feeder, inp: dict[str, Any]) -> None:
     """A send given up is recorded `sent: false`: its waiter may rightly wait on."""
     await f.send_event(EVENT, {"w": inp["i"], "nonce": inp["nonce"]}, i=inp["i"])
-
-
-def _fleet(urls: Urls, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    return [
-        "worker",
-        "bench.chaos.families.waits",
-        "--driver",
-        urls.jobs,
-        "--lease",
-        str(args.lease),
-        "--drain-timeout",
-        str(args.drain_timeout),
-        "--concurrency",
-        str(args.concurrency),
-        "--quiet",
-    ], {}
 
 
 def analyse(ev: Evidence) -> Findings:
@@ -393,7 +376,7 @@ def _unsent(ev: Evidence) -> None:
 FAMILY = Family(
     name="waits",
     title="durable sleeps and event waits across restarts: no wake lost, early or doubled",
-    fleet=_fleet,
+    fleet=workers("bench.chaos.families.waits"),
     feed=("-m", "bench.chaos.feed", "--family", "waits"),
     jobs=400,
     seconds=30.0,

@@ -196,7 +196,7 @@ class Fleet:
         A process started moments ago is let finish starting first (bounded): one still
         importing has no handler yet, and dies of the signal without draining anything."""
         deadline = time.monotonic() + STARTUP_S * 5
-        while time.monotonic() < deadline and not all(self._started(lf) for lf in self.active()):
+        while time.monotonic() < deadline and not all(self.started(lf) for lf in self.active()):
             self.tick()
             time.sleep(TICK_S)
         self._stopping = True
@@ -207,8 +207,8 @@ class Fleet:
             self.tick()
             time.sleep(TICK_S)
 
-    def _started(self, lf: Life) -> bool:
-        """Printed its banner (it installs its signal handlers next) at least `STARTUP_S` ago."""
+    def started(self, lf: Life) -> bool:
+        """Started `STARTUP_S` ago or more, and printed its banner (its handlers come next)."""
         log = self._rundir / f"process-{lf.n}.log"
         return (
             now_ms() - lf.started_t >= STARTUP_S * 1000
@@ -514,7 +514,12 @@ class Chaos:
             self.trap_until = time.monotonic() + TRAP_WAIT_S
             self.note("trap set: the next relay to publish hangs before its mark")
         elif ev.kind in ("kill9", "sigterm"):
-            victim = fam.pick(ev.kind, fleet.active(), self.rundir, self.rng)
+            # A drain is timed on a process that has started: one still importing has no
+            # handler yet, and dies of the signal.
+            active = fleet.active()
+            if ev.kind == "sigterm":
+                active = [lf for lf in active if fleet.started(lf)] or active
+            victim = fam.pick(ev.kind, active, self.rundir, self.rng)
             if victim is None:
                 return
             if ev.kind == "kill9":

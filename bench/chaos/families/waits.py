@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 from collections import Counter, defaultdict
 from typing import Any, Final
 
@@ -162,7 +163,7 @@ def analyse(ev: Evidence) -> Findings:
         kind = "sleep" if a["name"] == "chaos_sleep" else "event"
         if row is None or row.state in ("ready", "running", "parked"):
             continue  # counted by the lost figures (or waiting, correctly, for an unsent event)
-        wants = _expected(row, a, sent)
+        wants = _expected(a, sent)
         if row.state != "completed" or wants is _NEVER or row_data(row, kind) != wants:
             lost.append(f"{job_id} {row.name} {row.state}: {row.result_json} (wanted {wants})")
         first = by_job[job_id][0].start_t if by_job.get(job_id) else None
@@ -241,15 +242,15 @@ _NEVER = object()
 
 def row_data(row: Row, kind: str) -> Any:
     """What the run answered: the event's data for a waiter, its intent for a sleeper."""
-    import json
-
     result = json.loads(row.result_json or "null")
     if not isinstance(result, dict):
         return _NEVER
     return result.get("i") if kind == "sleep" else result.get("data", _NEVER)
 
 
-def _expected(row: Row, a: dict[str, Any], sent: dict[str, dict[str, Any]]) -> Any:
+def _expected(a: dict[str, Any], sent: dict[str, dict[str, Any]]) -> Any:
+    """What the run should answer: its intent (a sleeper), None (a waiter sent no event), or
+    the data of the event sent to it (never, when none was tried)."""
     if a["name"] == "chaos_sleep":
         return a["i"]
     if a["nonce"] is None:

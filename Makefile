@@ -28,8 +28,9 @@ bench-redis:
 	bench/run.sh redis $(ARGS)
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
-# servers of its own, for pg, redis-aof and redis-nopersist in turn (about 80 s each).
-# ARGS=--help lists its options, e.g. ARGS="--backend pg --jobs 500".
+# servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay) on
+# pg and redis-aof, plain jobs on redis-nopersist too (about 12 min in all).
+# ARGS=--help lists its options, e.g. ARGS="--family steps --backend pg".
 chaos:
 	scripts/setup_venv.sh dev
 	.venv/bin/python -m bench.chaos.run $(ARGS)

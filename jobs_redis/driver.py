@@ -57,6 +57,7 @@ jobs written since the last snapshot.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -263,7 +264,10 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True, steps=True, events=True, leases=True, tasks=True)
+        # A cluster's wake is pub/sub through redis-py's asyncio `RedisCluster`, which subscribes
+        # from redis-py 8.0 on; with an older one the poll alone finds new jobs.
+        wake = not self.cluster or _cluster_subscribes()
+        return Capabilities(wake=wake, steps=True, events=True, leases=True, tasks=True)
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -395,7 +399,7 @@ class RedisDriver(JobDriver):
         lets the client pack chunk n+1 while the server runs chunk n.
         """
         sha = self._scripts["job_enqueue_many"].sha
-        conn = await pool.get_connection()
+        conn = await _pool_connection(pool)
         replies: list[Any] = []
         try:
             for chunk in chunks:
@@ -1029,12 +1033,30 @@ class RedisDriver(JobDriver):
     async def wake_subscribe(
         self, queues: Sequence[str], on_wake: Callable[[str], None]
     ) -> WakeSubscription | None:
-        """Deliver a queue's name to `on_wake` when an enqueue publishes its wake (pub/sub)."""
+        """Deliver a queue's name to `on_wake` when an enqueue publishes its wake (pub/sub); None
+        where `capabilities()` declares no wake."""
         from jobs_redis.wake import RedisWake
 
+        if not self.capabilities().wake:
+            return None
         wake = RedisWake(self, list(dict.fromkeys(queues)), on_wake)
         wake.start()
         return wake
+
+
+def _cluster_subscribes() -> bool:
+    from redis.asyncio.cluster import RedisCluster
+
+    return hasattr(RedisCluster, "pubsub")
+
+
+async def _pool_connection(pool: Any) -> Any:
+    """A connection taken from `pool`: redis-py before 5.3 requires a command name there, and
+    later releases warn when one is given."""
+    command = inspect.signature(pool.get_connection).parameters.get("command_name")
+    if command is not None and command.default is inspect.Parameter.empty:
+        return await pool.get_connection("EVALSHA")
+    return await pool.get_connection()
 
 
 # -- one client per event loop -------------------------------------------------------------------

@@ -82,11 +82,11 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     return out
 
 
-async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_driver: Factory) -> None:
+async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_waking_driver: Factory) -> None:
     """The publish that wakes parked rows PUBLISHes each woken row's queue once, so an idle
     worker claims at once; a queue with no woken row hears nothing. The publisher here never saw
     a row wait (another driver instance), so it learns the queues from the script first."""
-    async with make_driver() as d:
+    async with make_waking_driver() as d:
         await d.job_enqueue_many([new_job(i, ODD_QUEUES[i % 3]) for i in range(6)])
         await d.job_enqueue(new_job("other", "other"))
         held = (await d.job_claim(claim((*ODD_QUEUES, "other")))).jobs

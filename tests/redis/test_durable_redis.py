@@ -82,7 +82,9 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     return out
 
 
-async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_waking_driver: Factory) -> None:
+async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(
+    make_waking_driver: Factory,
+) -> None:
     """The publish that wakes parked rows PUBLISHes each woken row's queue once, so an idle
     worker claims at once; a queue with no woken row hears nothing. The publisher here never saw
     a row wait (another driver instance), so it learns the queues from the script first."""

@@ -12,6 +12,7 @@ from jobs_core.context import CancelSignal
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.leases.admit import Refusal
 from jobs_core.records import ClaimedJob, Lease
+from jobs_core.redact import SCRUB_EXTRA, input_secrets
 from jobs_core.steps import StepApi
 from jobs_core.worker.failure import brief
 
@@ -47,6 +48,25 @@ class Held:
     leases_landed_ms: int = 0
     #: Why the job may not start now (a busy slot, a rate window, a refused key), or None.
     refusal: Refusal | None = None
+    #: The job's sensitive input fields (its declaration's), told when its run begins.
+    sensitive: frozenset[str] = frozenset()
+    _secrets: list[str] | None = None
+
+    @property
+    def secrets(self) -> list[str]:
+        """The values of the input's sensitive fields, scrubbed from every record of this run
+        (its stored error, log lines, span), whatever failed; read from the stored input once."""
+        if self._secrets is None:
+            self._secrets = input_secrets(self.job.input_json, self.sensitive)
+        return self._secrets
+
+    def log_extra(self, worker_id: str) -> dict[str, object]:
+        """`job_fields`, and the run's secrets for the `jobs` logger's `ScrubFilter`: the extra
+        of every log line that may quote an error or a value of the run."""
+        fields = job_fields(worker_id, self.job)
+        if self.secrets:
+            fields[SCRUB_EXTRA] = self.secrets
+        return fields
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:
@@ -65,7 +85,7 @@ class Held:
                 "jobs.progress.invalid %s: %s",
                 self.job.id,
                 brief(exc),
-                extra=job_fields(worker_id, self.job),
+                extra=self.log_extra(worker_id),
             )
             return None
 

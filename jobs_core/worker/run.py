@@ -91,6 +91,8 @@ class Runner:
         it was a `JobsError` already). Only a settle that itself raises leaves the row to its
         lease.
         """
+        handle = self._handles.get(held.job.name)
+        held.sensitive = handle.sensitive if handle is not None else frozenset()
         try:
             if held.refusal is not None and held.refusal.slot is not None:
                 await self._follow(held, held.refusal.slot)
@@ -154,7 +156,7 @@ class Runner:
                 job.name,
                 job.id,
                 exc_info=exc,
-                extra=job_fields(self._worker_id, job),
+                extra=held.log_extra(self._worker_id),
             )
             return
         error = typed(exc, WorkerError(brief(exc), detail=job.name))
@@ -165,7 +167,7 @@ class Runner:
                 "jobs.run.crashed %s %s and its settle failed",
                 job.name,
                 job.id,
-                extra=job_fields(self._worker_id, job),
+                extra=held.log_extra(self._worker_id),
             )
 
     async def _execute(self, held: Held) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from jobs_core.context import CancelSignal
 from jobs_core.jsonform import JsonValue, dumps
-from jobs_core.leases.admit import Refusal
+from jobs_core.leases.admit import Admission, Refusal
 from jobs_core.records import ClaimedJob, Lease
 from jobs_core.redact import SCRUB_EXTRA, input_secrets
 from jobs_core.steps import StepApi
@@ -44,8 +44,11 @@ class Held:
     steps: StepApi | None = None
     #: The fleet slots and rate stamps the run holds (`jobs_core.leases.admit`), until handed back.
     leases: tuple[Lease, ...] = ()
-    #: When a renewal of `leases` last landed (the worker's clock).
+    #: When the store last vouched for `leases` (their take or renewal; the worker's clock).
     leases_landed_ms: int = 0
+    #: The admission decided (`admit`): the claim round's when the job held a local slot then,
+    #: else when it got one.
+    admitted: bool = False
     #: Why the job may not start now (a busy slot, a rate window, a refused key), or None.
     refusal: Refusal | None = None
     #: The job's sensitive input fields (its declaration's), told when its run begins.
@@ -67,6 +70,12 @@ class Held:
         if self.secrets:
             fields[SCRUB_EXTRA] = self.secrets
         return fields
+
+    def admit(self, admission: Admission) -> None:
+        self.admitted = True
+        self.leases, self.refusal = admission.leases, admission.refusal
+        if admission.leases:
+            self.leases_landed_ms = admission.landed_ms
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:

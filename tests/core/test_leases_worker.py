@@ -162,7 +162,9 @@ async def test_fail_refuses_only_on_another_run_not_on_a_job_turned_away(
 ) -> None:
     """Two jobs of one key claimed in one round: the first is turned away by its tenant's rate
     window. It never holds the key (its slot is asked only after its stamps), so the second,
-    whose window is free, runs: it is not refused on the evidence of a run that never was."""
+    whose window is free, runs: it is not refused on the evidence of a run that never was. Two
+    workers run: no grant of the key, by either, ever goes to a job that does not start, so
+    neither can see one as another run."""
     ran: list[int] = []
     granted: list[tuple[str, str]] = []
     take = driver._lease_take
@@ -189,18 +191,18 @@ async def test_fail_refuses_only_on_another_run_not_on_a_job_turned_away(
     client = Jobs(driver)
     first = (await client.enqueue(handle, {"n": 1, "card": "c1", "org": "o1"}, tenant_id="o1")).id
     second = (await client.enqueue(handle, {"n": 2, "card": "c1", "org": "o2"}, tenant_id="o2")).id
-    worker = Worker(driver, [handle], poll_floor=0.01)
+    workers = [Worker(driver, [handle], poll_floor=0.01) for _ in range(2)]
 
     async def decided() -> bool:
         rows = await driver.job_get_many([first, second])
         return rows[first].claims >= 1 and rows[second].state in FINISHED_STATES
 
-    await run_workers([worker], decided)
+    await run_workers(workers, decided)
     rows = await driver.job_get_many([first, second])
     assert rows[second].state is JobState.COMPLETED, rows[second].last_error
     assert ran == [2]
     assert rows[first].state is JobState.READY and rows[first].attempt == 0
-    assert worker.stats.refused == 0
+    assert sum(w.stats.refused for w in workers) == 0
     key = "job-key:6:charge:c1"
     assert [holder for k, holder in granted if k == key] == [second], granted
 

@@ -7,7 +7,8 @@ starts as soon as they are granted: a stamp counts a start, never a job waiting 
 buffer (`max_in_flight`), and a slot is held by a run, never by a job waiting for one. The jobs
 of a claim round that can start at once share one `lease_take` (`admit`); a job that waited for
 a local slot is admitted as it gets one, with every job reaching its start meanwhile
-(`admit_one`: one `lease_take` for them all).
+(`admit_one`: one `lease_take` for them all). A job of a key whose every slot this worker's own
+runs hold is refused without asking (the store would refuse it).
 
 A job that may not start now is given back without spending an attempt: a busy slot retries
 with a backoff (0.1 s doubling to 5 s per wait of that job), a rate-limited one waits until the
@@ -128,6 +129,9 @@ class _Wants:
     rates: dict[str, int] = field(default_factory=dict)
     #: Slots this worker already held for the key, handed over to this job.
     reused: list[_Idle] = field(default_factory=list)
+    #: This worker's own runs fill the key: its slot (`takes[0]`) is refused without asking
+    #: the store, and its stamps are not asked either.
+    full: bool = False
 
 
 class Gate:
@@ -233,15 +237,14 @@ class Gate:
             w = self._wants(job, now, out)
             if w is not None:
                 wanted.append(w)
-        if not wanted:
-            return out
-        if not any(w.takes for w in wanted):
-            # Every slot handed over by this worker: nothing to ask the store.
-            for w in wanted:
-                out[w.job.id] = self._grant(w, [], now)
-            return out
+        asking = [w for w in wanted if not w.full]
         try:
-            got = await self._ask(wanted, now)
+            # Nothing to ask when every slot is handed over by this worker (and no stamp).
+            got = (
+                await self._ask(asking, now)
+                if any(w.takes for w in asking)
+                else [[] for _ in asking]
+            )
         except Exception as exc:
             log.warning("jobs.lease.take_failed: %s (%d jobs deferred)", exc, len(wanted))
             for w in wanted:
@@ -251,8 +254,8 @@ class Gate:
         # Granted to jobs that do not start: abandoned (never released, those starts did not
         # happen) before any refusal is judged, and no evidence against another job.
         unused: list[Lease] = []
-        turned_away: list[tuple[_Wants, list[LeaseTake]]] = []
-        for w, answer in zip(wanted, got, strict=True):
+        turned_away = [(w, w.takes[:1]) for w in wanted if w.full]
+        for w, answer in zip(asking, got, strict=True):
             granted = [g for g in answer if g is not None]
             if len(granted) == len(w.takes) + (w.late is not None):
                 out[w.job.id] = self._grant(w, granted, now)
@@ -344,6 +347,7 @@ class Gate:
                 self._serial += 1
                 holder = f"{self._holder_prefix}{self._serial}"
                 w.takes.append(LeaseTake(key, holder, c.limit, self._lease_ms))
+                w.full = self._in_use[key] >= c.limit
         owner = f"job:{len(job.name)}:{job.name}"
         stamp_holder = _short(f"{job.id}:{job.claims}")
         for r, by in [(r, owner) for r in handle.rate_limits] + [

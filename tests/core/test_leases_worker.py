@@ -626,6 +626,39 @@ async def test_the_next_job_of_a_key_follows_the_run_holding_it() -> None:
     assert driver.calls.count("_lease_take") == 1, driver.calls
 
 
+async def test_a_key_this_worker_fills_costs_no_lease_call(kind: str) -> None:
+    """While this worker's own runs hold every slot of a key, a job of that key is refused
+    without asking the store (the store would refuse it): it follows one of those runs or goes
+    back to the queue, and the claim rounds meanwhile make no lease call."""
+    async with fresh_store(kind, counted=True) as driver:
+        release = asyncio.Event()
+        ran: list[int] = []
+
+        async def export(input: Any, ctx: JobContext) -> None:
+            ran.append(input["n"])
+            if input["n"] == 0:
+                await release.wait()
+
+        handle = declare(export, concurrency=1)
+        client = Jobs(driver)
+        worker = Worker(driver, [handle], concurrency=5, poll_floor=0.01)
+        await worker.start()
+        try:
+            await client.enqueue(handle, {"n": 0})
+            await until(lambda: ran == [0])
+            takes = driver.calls.count("_lease_take")
+            for n in range(1, 4):
+                await client.enqueue(handle, {"n": n})
+                await until(lambda n=n: worker.stats.claimed >= n + 1)
+            await until(lambda: worker.stats.shed >= 2)
+            assert driver.calls.count("_lease_take") == takes, driver.calls
+            release.set()
+            await until(lambda: sorted(ran) == [0, 1, 2, 3])
+        finally:
+            release.set()
+            await worker.stop()
+
+
 async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot(driver: JobDriver) -> None:
     release = asyncio.Event()
     ran: list[int] = []

@@ -57,7 +57,7 @@ STOPPED_DELAY_MS: Final = 60_000
 #: Jobs whose leases could not be asked for (the store failed) come back after this.
 UNAVAILABLE_DELAY_MS: Final = 1_000
 #: How long a slot whose body ended waits for this worker's next run of its key (at most a third
-#: of the lease: a slot handed over is renewed by its new run's heartbeat before it lapses).
+#: of the lease; whether it is still fresh enough to hand over is `Gate._fresh_ms`'s say).
 SLOT_LINGER_MS: Final = 100
 #: A hand-back the store could not take is sent again after this, doubling up to the cap.
 END_BACKOFF_MIN_MS: Final = 100
@@ -102,8 +102,9 @@ ADMITTED: Final = Admission()
 
 
 def deferred(jobs: Sequence[ClaimedJob], now: int, why: str) -> dict[str, Admission]:
-    """Every job given back (no attempt spent), due in `UNAVAILABLE_DELAY_MS`: what an
-    admission that failed in a way it should not answers, rather than leave a job to its lease."""
+    """Every job given back (no attempt spent), due in `UNAVAILABLE_DELAY_MS`, for `why`: the
+    answer when their leases could not be asked for (the store failed, or the admission itself
+    did), rather than leave a job to its lease."""
     back = Admission(refusal=Refusal("wait", why, now + UNAVAILABLE_DELAY_MS))
     return {j.id: back for j in jobs}
 
@@ -218,11 +219,11 @@ class Gate:
             for job, answer in waiting:
                 verdict = verdicts.get(job.id, ADMITTED)
                 if answer.done():
-                    self.unused(verdict)
+                    self._unused(verdict)
                 else:
                     answer.set_result(verdict)
 
-    def unused(self, verdict: Admission) -> None:
+    def _unused(self, verdict: Admission) -> None:
         """Hand back what an admission granted to a run that stopped before it started."""
         self.end(verdict.leases, started=False, landed_ms=verdict.landed_ms)
         if verdict.refusal is not None and verdict.refusal.slot is not None:
@@ -253,22 +254,22 @@ class Gate:
             return out | deferred([w.job for w in wanted], now, "leases unavailable")
         # Granted to jobs that do not start: abandoned (never released, those starts did not
         # happen) before any refusal is judged, and no evidence against another job.
-        unused: list[Lease] = []
+        stranded: list[Lease] = []
         turned_away = [(w, w.takes[:1]) for w in wanted if w.full]
         for w, answer in zip(asking, got, strict=True):
             granted = [g for g in answer if g is not None]
             if len(granted) == len(w.takes) + (w.late is not None):
                 out[w.job.id] = self._grant(w, granted, now)
                 continue
-            unused += granted
+            stranded += granted
             self._put_back(w.reused)
             # A late slot left unasked (its job's stamps were refused) was not refused either.
             asked = w.takes + ([w.late] if w.late is not None else [])
             refused = [t for t, g in zip(asked, answer, strict=False) if g is None]
             turned_away.append((w, refused))
-        for lease in unused:
+        for lease in stranded:
             self._abandon.submit(LeaseRef(lease.key, lease.token))
-        ignored = {lease.token for lease in unused}
+        ignored = {lease.token for lease in stranded}
         rate_waits: dict[str, int] = {}
         expiries: dict[str, list[int]] = {}
         for w, refused in turned_away:

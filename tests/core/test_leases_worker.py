@@ -685,6 +685,61 @@ async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot(driver: JobDriver)
     assert await driver.lease_holders("job:sync", int(time.time() * 1000)) == []
 
 
+async def test_a_drain_gives_back_what_a_start_was_granted_after_it_stopped_waiting(
+    driver: JobDriver,
+) -> None:
+    """A job that waited for a local slot takes its stamp as it gets one; a drain that stops
+    it while that take is under way hands the job back, and the stamp the take then brings is
+    abandoned: a start that never happened is not counted."""
+    release = asyncio.Event()
+    taking = asyncio.Event()
+    answer = asyncio.Event()
+    ran: list[str] = []
+    take = driver._lease_take
+
+    async def held_take(takes: Any, now_ms: int) -> list[Any]:
+        if any(t.stamp for t in takes):
+            taking.set()
+            await answer.wait()
+        return await take(takes, now_ms)
+
+    driver._lease_take = held_take  # type: ignore[method-assign]
+
+    async def hold(input: Any, ctx: JobContext) -> None:
+        ran.append("hold")
+        await release.wait()
+
+    async def call(input: Any, ctx: JobContext) -> None:
+        ran.append("call")
+
+    holder = declare(hold)
+    limited = declare(call, rate_limit=RateLimit(5, per=3600))
+    client = Jobs(driver)
+    worker = Worker(driver, [holder, limited], concurrency=1, max_in_flight=2, poll_floor=0.01)
+    await worker.start()
+    stopping = None
+    try:
+        await client.enqueue(holder, {"n": 1})
+        await until(lambda: ran == ["hold"])
+        job_id = (await client.enqueue(limited, {"n": 2})).id
+        await until(lambda: worker.stats.claimed == 2)
+        release.set()  # its local slot frees: the job asks for its stamp
+        await until(taking.is_set)
+        stopping = asyncio.ensure_future(worker.stop(timeout=5))
+        await until(lambda: worker.stats.interrupted == 1)
+        answer.set()
+        await stopping
+    finally:
+        release.set()
+        answer.set()
+        if stopping is None:
+            await worker.stop()
+    row = (await driver.job_get_many([job_id]))[job_id]
+    assert ran == ["hold"] and row.state is JobState.READY and row.attempt == 0
+    now = int(time.time() * 1000)
+    assert await driver.lease_holders("rate:job:4:call:global:", now) == []
+
+
 async def test_an_admission_that_crashes_gives_the_jobs_back(
     monkeypatch: pytest.MonkeyPatch, driver: JobDriver
 ) -> None:

@@ -13,11 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from jobs_core import tracing
 from jobs_core.cli.base import _Formatter
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
@@ -51,19 +48,6 @@ SECRETS = {
 async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
     async with fresh_store(request.param) as store:
         yield store
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing.trace, "get_tracer_provider", lambda: provider)
-    monkeypatch.setattr(
-        tracing.trace, "get_tracer", lambda name, version=None: provider.get_tracer(name, version)
-    )
-    yield exporter
-    provider.shutdown()
 
 
 @pytest.fixture

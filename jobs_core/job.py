@@ -32,6 +32,7 @@ from jobs_core.leases.limits import (
     resolve_rate_limits,
 )
 from jobs_core.options import count, seconds_to_ms
+from jobs_core.redact import carry, secrets_of
 from jobs_core.retry import Retry
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class JobHandle:
         if given is not None:
             key: object = given
         elif self.key is not None:
-            key = _ask(self.key, input, KeyRequiredError, "idempotency_key", self.name)
+            key = self._ask(self.key, input, KeyRequiredError, "idempotency_key")
         else:
             key = None
         if not isinstance(key, str) or not key:
@@ -98,10 +99,25 @@ class JobHandle:
         """
         if self.tenant == "none":
             return None
-        org = _ask(self.tenant, input, TenantRequiredError, "tenant", self.name)
+        org = self._ask(self.tenant, input, TenantRequiredError, "tenant")
         if not isinstance(org, str) or not org:
             raise TenantRequiredError(detail=self.name)
         return org
+
+    def _ask(
+        self, fn: Callable[[Any], object], input: Any, error: type[JobsError], what: str
+    ) -> object:
+        """`fn(input)`, its answer unchecked. If it raises, `error` naming this job and what
+        the `what` function raised (a `JobsError` it raises passes through as is), carrying
+        the input's secrets: whoever records it scrubs them (`jobs_core.redact.carry`)."""
+        try:
+            return fn(input)
+        except JobsError as exc:
+            carry(exc, secrets_of(input, self.sensitive))
+            raise
+        except Exception as exc:
+            failure = error(f"the {what} function raised {_failure(exc)}", detail=self.name)
+            raise carry(failure, secrets_of(input, self.sensitive)) from exc
 
     async def enqueue(self, input: Any, **options: Any) -> EnqueueResult:
         """Enqueue on the configured client (`jobs_core.configure`)."""
@@ -252,19 +268,6 @@ def job(
         return handle
 
     return declare(fn) if fn is not None else declare
-
-
-def _ask(
-    fn: Callable[[Any], object], input: Any, error: type[JobsError], what: str, job_name: str
-) -> object:
-    """`fn(input)`, its answer unchecked. If it raises, `error` naming job `job_name` and what
-    the `what` function raised (a `JobsError` it raises passes through as is)."""
-    try:
-        return fn(input)
-    except JobsError:
-        raise
-    except Exception as exc:
-        raise error(f"the {what} function raised {_failure(exc)}", detail=job_name) from exc
 
 
 def _failure(exc: Exception) -> str:

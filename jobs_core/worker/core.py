@@ -118,7 +118,14 @@ class Worker:
         rng = rng or random.Random()
         #: Starts per window over every job this worker runs (beside each job's own).
         self.rate_limits = resolve_rate_limits(rate_limits, "rate_limits")
-        gate = Gate(driver, self.clock, by_name, self.rate_limits, lease_ms=self.lease_ms)
+        gate = Gate(
+            driver,
+            self.clock,
+            by_name,
+            self.rate_limits,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+        )
         if gate.active and not driver.capabilities().leases:
             limited = sorted(h.name for h in handles if h.concurrency or h.rate_limits)
             raise ConcurrencyUnenforceableError(

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Sequence
 
 from jobs_core.errors import JobsError
-from jobs_core.redact import scrub
+from jobs_core.redact import scrub, secrets_in
 
 #: The most UTF-8 bytes of traceback a `last_error` keeps (the last frames: where it raised).
 TRACEBACK_BYTES = 8_192
@@ -56,7 +56,9 @@ def traceback_text(exc: BaseException) -> str | None:
 def error_text(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """`last_error`: JSON with the type, the message, the code of a `JobsError`, and a bounded
     traceback when the error was raised (not for one the worker made, a deadline). The values
-    of the input's sensitive fields (`secrets`) are scrubbed out: they are never stored."""
+    of the input's sensitive fields (`secrets`) and those the error carries (`secrets_in`) are
+    scrubbed out: they are never stored."""
+    secrets = secrets_in(exc, secrets)
     message = exc.message if isinstance(exc, JobsError) else str(exc)
     doc: dict[str, str] = {
         "type": type(exc).__name__,

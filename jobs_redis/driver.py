@@ -263,7 +263,18 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True, steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            wake=True,
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""

@@ -5,11 +5,16 @@ validates its arguments here, once for every backend, then calls the driver's `_
 implementation; a refusal therefore happens before anything is written, identically everywhere.
 The parity suite (`jobs_core.testing`) pins what each method must do.
 
-Families so far: counters (`counter_*`, per job name and minute, moved by the settling writes),
-jobs (`job_*`, retention's `job_purge` and the operator's listing and bulk calls included),
-leases (`lease_*`: fleet-wide slots, rate stamps, locks, leader election), pauses (`pause_*`),
-queues (`queue_demand`, `queue_stats`), steps and events (`step_*`, `event_*`), workers
-(`worker_*`). A driver lacking an optional family says so in `capabilities()`.
+The CORE job family is what every driver implements (its `_` methods are abstract): enqueue
+(`job_enqueue`, `job_enqueue_many`), claim, ack, nack, heartbeat, progress (`job_*`), get
+(`job_get_many`) and demand (`queue_demand`). Every other family is OPTIONAL, declared by a flag
+of `Capabilities` (`capabilities()`): operator (cancel, requeue, promote, remove, listing,
+`queue_stats`), pauses (`pause_*`), workers (the registry, `worker_*`), counters
+(`counter_*`, moved by the settling writes), retention (`job_purge`), steps and events
+(`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), wake (`wake_subscribe`). A public
+method of a family the driver does not declare refuses with `X_DRIVER_CAPABILITY_MISSING`
+naming the family, before anything else; so does whatever needs the family (`require`). A
+driver written for the core family keeps working, unchanged, as families are added.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol, TypeAlias, get_args
 
 from jobs_core.errors import (
     BatchTooLargeError,
+    CapabilityMissingError,
     ClaimQueuesEmptyError,
-    DriverUnsupportedError,
     JobNotFoundError,
     NotRequeueableError,
     RecordInvalidError,
@@ -74,6 +79,13 @@ from jobs_core.records import (
 from jobs_core.semantics import decode_cursor, encode_cursor
 from jobs_core.states import JobState
 
+#: The version of this contract (the `_` methods, their families and `Capabilities`), printed by
+#: the parity suite. It grows when a `_` method's contract changes or a family is added; a
+#: driver that passed the suite of one version passes that of the next unless the change names
+#: a family it declares.
+CONTRACT_VERSION: Final = 1
+#: The core family's name: what every driver implements, never a flag.
+CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
 MAX_ENQUEUE_BATCH: Final = 10_000
 #: Records per statement / script call inside `job_enqueue_many`.
@@ -113,12 +125,41 @@ MAX_TASK_BATCH: Final = 1_000
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
+#: An optional family: a flag of `Capabilities`.
+Family: TypeAlias = Literal[
+    "wake",
+    "operator",
+    "pauses",
+    "workers",
+    "counters",
+    "retention",
+    "steps",
+    "events",
+    "leases",
+    "tasks",
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a driver offers beyond the required families; read by the worker and the suite."""
+    """The optional families a driver offers beyond the core job family; read by everything that
+    needs one (the worker, the operator, the scheduler, the suite). Each flag defaults to False:
+    a driver declares only what it implements, and the parity suite walks only what it declares.
+    """
 
     #: `wake_subscribe` delivers enqueue wake-ups across processes.
     wake: bool = False
+    #: The operator family (`job_cancel_many`, `job_list`, `job_promote`, `job_remove`,
+    #: `job_requeue_many`, `queue_stats`): listing, steering and counting jobs.
+    operator: bool = False
+    #: The pause family (`pause_add`, `pause_list`, `pause_remove`), honoured by the claim.
+    pauses: bool = False
+    #: The worker registry (`worker_beat`, `worker_forget`, `worker_list`, a claim's `beat`).
+    workers: bool = False
+    #: The counter family (`counter_fold`, `counter_read`), moved by every settling write.
+    counters: bool = False
+    #: Retention (`job_purge`): the worker removes finished rows once their time is up.
+    retention: bool = False
     #: The step family (`step_list`, `step_put`): durable steps and sleeps.
     steps: bool = False
     #: The event family (`event_publish`, `event_find`, `event_purge`, waits on PARK).
@@ -127,6 +168,14 @@ class Capabilities:
     leases: bool = False
     #: The task family (`task_*`): the scheduler's durable watermarks and its fenced fires.
     tasks: bool = False
+
+    def declared(self) -> frozenset[str]:
+        """Every family these capabilities declare, the core `jobs` family included."""
+        return frozenset({CORE_FAMILY, *(f for f in OPTIONAL_FAMILIES if getattr(self, f))})
+
+
+#: Every optional family, in `Capabilities`' order.
+OPTIONAL_FAMILIES: Final[tuple[Family, ...]] = get_args(Family)
 
 
 class WakeSubscription(Protocol):
@@ -142,11 +191,13 @@ class WakeSubscription(Protocol):
 class JobDriver(abc.ABC):
     """A store of jobs. Every method is async; every time comes from the caller.
 
-    A backend implements the `_`-prefixed abstract methods below (each docstring is its
-    contract; `jobs_core.testing` pins them against a reference model), plus optionally `open`,
-    `close`, `describe`, `migrate`, `capabilities` and `wake_subscribe`. The public methods have
-    already checked every argument (types, ranges, byte limits, JSON text) when a `_` method
-    runs, so an implementation never re-validates and never sees a refused record.
+    A backend implements the core family's `_`-prefixed abstract methods below, and the `_`
+    methods of each optional family it declares in `capabilities()` (each docstring is its
+    contract; `jobs_core.testing` pins them against a reference model, walking the declared
+    families only), plus optionally `open`, `close`, `describe`, `migrate` and
+    `wake_subscribe`. The public methods have already checked every argument (types, ranges,
+    byte limits, JSON text) and the family's declaration when a `_` method runs, so an
+    implementation never re-validates and never sees a refused record.
 
     Threads and loops: the async callers' event loop calls a driver, and so does the loop of
     `Jobs.enqueue_sync`'s portal — a private event loop on one daemon thread, which runs every
@@ -161,7 +212,19 @@ class JobDriver(abc.ABC):
     """
 
     def capabilities(self) -> Capabilities:
+        """The optional families this driver implements (none: the core job family alone)."""
         return Capabilities()
+
+    def require(self, *families: Family, what: str) -> None:
+        """Refuse with `X_DRIVER_CAPABILITY_MISSING`, naming the first of `families` this driver
+        does not declare, unless it declares them all; `what` says what needs them."""
+        caps = self.capabilities()
+        for family in families:
+            if not getattr(caps, family):
+                raise CapabilityMissingError(
+                    f"{self.describe()} does not declare the {family} family, which {what} needs",
+                    detail=family,
+                )
 
     async def open(self) -> None:  # noqa: B027 - optional hook, most drivers connect lazily
         """Connect; idempotent. Methods open lazily, so calling it is optional."""
@@ -193,10 +256,12 @@ class JobDriver(abc.ABC):
         return None
 
     # -- counters -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `counters=True` in `capabilities()`.
 
     async def counter_fold(self, now_ms: int, limit: int) -> int:
         """Fold old minute buckets into hour buckets, then drop expired hour buckets; answers
         how many buckets it folded or dropped (at most `limit`: fewer means nothing is left)."""
+        self.require("counters", what="counter_fold")
         _check_time(now_ms, "now_ms")
         _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
         return await self._counter_fold(now_ms, limit)
@@ -204,6 +269,7 @@ class JobDriver(abc.ABC):
     async def counter_read(self, params: CounterReadParams) -> list[CounterRow]:
         """The counter buckets starting in `[since_ms, until_ms)`, by (name, queue, bucket,
         width)."""
+        self.require("counters", what="counter_read")
         _check_time(params.since_ms, "since_ms")
         _check_time(params.until_ms, "until_ms")
         for what, values in (("names", params.names), ("queues", params.queues)):
@@ -222,6 +288,7 @@ class JobDriver(abc.ABC):
 
     async def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
         """The oldest unexpired event `wait` matches, published at or after its `since_ms`."""
+        self.require("events", what="event_find")
         check_wait(wait)
         _check_time(now_ms, "now_ms")
         return await self._event_find(wait, now_ms)
@@ -229,6 +296,7 @@ class JobDriver(abc.ABC):
     async def event_publish(self, event: EventRecord) -> int:
         """Store `event` (unless its id is stored: then 0) and wake every parked run whose wait
         it matches; answers how many runs it woke."""
+        self.require("events", what="event_publish")
         _check_str(event.id, "id")
         _check_str(event.name, "name")
         check_text(event.data_json, "data_json")
@@ -238,11 +306,15 @@ class JobDriver(abc.ABC):
 
     async def event_purge(self, now_ms: int, limit: int) -> int:
         """Delete up to `limit` expired events (`expires_at_ms <= now_ms`); answers how many."""
+        self.require("events", what="event_purge")
         _check_time(now_ms, "now_ms")
         _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
         return await self._event_purge(now_ms, limit)
 
     # -- jobs ---------------------------------------------------------------------------------
+    # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
+    # `job_remove`, `job_requeue*`: `operator=True`) and retention's `job_purge`
+    # (`retention=True`).
 
     async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Complete each held job; answers, per item, whether its fence still held."""
@@ -258,6 +330,7 @@ class JobDriver(abc.ABC):
 
     async def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         """`job_cancel` of each id in order, in one call; one answer per id."""
+        self.require("operator", what="job_cancel_many")
         _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
         if not job_ids:
@@ -275,6 +348,7 @@ class JobDriver(abc.ABC):
         _check_int(params.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
         _check_time(params.now_ms, "now_ms")
         if params.beat is not None:
+            self.require("workers", what="a claim carrying a registry beat")
             _check_beat(params.beat)
         return await self._job_claim(params)
 
@@ -307,6 +381,7 @@ class JobDriver(abc.ABC):
         A cursor not handed out for this very filter is `X_JOB_PAGE_INVALID`. A page may be
         short while `next_cursor` is set (each call examines at most `params.scan` rows).
         """
+        self.require("operator", what="job_list")
         f = params.filter
         _check_filter(f)
         _check_int(params.limit, "limit", 1, MAX_LIST_LIMIT)
@@ -329,6 +404,8 @@ class JobDriver(abc.ABC):
     async def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         """Give each held job back as its `kind` says; answers whether each fence still held."""
         for n in nacks:
+            if n.wait is not None:
+                self.require("events", what="a park that waits for an event")
             check_nack(n)
         if not nacks:
             return []
@@ -346,6 +423,7 @@ class JobDriver(abc.ABC):
 
     async def job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
         """Make each delayed `ready` row due now; one answer per id, in order."""
+        self.require("operator", what="job_promote")
         _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
         if not job_ids:
@@ -362,6 +440,7 @@ class JobDriver(abc.ABC):
         `job_get_many` no longer answers it and its id is free again (an enqueue with that id
         inserts). Several callers at once remove each row once (their answers split the count).
         """
+        self.require("retention", what="job_purge")
         _check_time(params.now_ms, "now_ms")
         _check_int(params.limit, "limit", 1, MAX_PURGE_LIMIT)
         keeps = (
@@ -379,6 +458,7 @@ class JobDriver(abc.ABC):
 
     async def job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
         """Delete each row that is not running, with everything stored for it; in order."""
+        self.require("operator", what="job_remove")
         _check_ids(job_ids)
         if not job_ids:
             return []
@@ -405,6 +485,7 @@ class JobDriver(abc.ABC):
 
     async def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
         """`job_requeue` of each id in order, answering instead of raising; one call."""
+        self.require("operator", what="job_requeue_many")
         _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
         if not job_ids:
@@ -422,6 +503,7 @@ class JobDriver(abc.ABC):
     async def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding as if it never was (a rate stamp included: the start never
         happened); answers, per item, whether it was live."""
+        self.require("leases", what="lease_abandon")
         _check_lease_refs(refs)
         _check_time(now_ms, "now_ms")
         if not refs:
@@ -430,6 +512,7 @@ class JobDriver(abc.ABC):
 
     async def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         """The live holdings of `key` at `now_ms`, by token."""
+        self.require("leases", what="lease_holders")
         _check_str(key, "key", MAX_LEASE_KEY_BYTES)
         _check_time(now_ms, "now_ms")
         return sorted(await self._lease_holders(key, now_ms), key=lambda h: h.token)
@@ -437,6 +520,7 @@ class JobDriver(abc.ABC):
     async def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding now (a rate stamp stays counted until it expires); answers, per
         item, whether it was live."""
+        self.require("leases", what="lease_release")
         _check_lease_refs(refs)
         _check_time(now_ms, "now_ms")
         if not refs:
@@ -446,6 +530,7 @@ class JobDriver(abc.ABC):
     async def lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         """Extend each live holding to `now_ms + ttl_ms`; answers whether each was live. A
         holding that expired is never renewed, even when nobody took its place."""
+        self.require("leases", what="lease_renew")
         if len(renews) > MAX_LEASE_BATCH:
             raise BatchTooLargeError(detail=f"{len(renews)} > {MAX_LEASE_BATCH}")
         for r in renews:
@@ -462,6 +547,7 @@ class JobDriver(abc.ABC):
 
         Takes of one key in one call must agree on `limit` and name distinct holders.
         """
+        self.require("leases", what="lease_take")
         if len(takes) > MAX_LEASE_BATCH:
             raise BatchTooLargeError(detail=f"{len(takes)} > {MAX_LEASE_BATCH}")
         limits: dict[str, int] = {}
@@ -484,22 +570,28 @@ class JobDriver(abc.ABC):
         return await self._lease_take(takes, now_ms)
 
     # -- pauses -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `pauses=True` in `capabilities()`; its claim then
+    # passes paused rows over. Without them nothing is ever paused.
 
     async def pause_add(self, pause: Pause) -> bool:
         """Pause a queue or a job name; True when it was not paused before."""
+        self.require("pauses", what="pause_add")
         _check_pause(pause)
         return await self._pause_add(pause)
 
     async def pause_list(self) -> list[Pause]:
         """Every pause, sorted."""
+        self.require("pauses", what="pause_list")
         return sorted(await self._pause_list())
 
     async def pause_remove(self, pause: Pause) -> bool:
         """Lift a pause; True when it existed."""
+        self.require("pauses", what="pause_remove")
         _check_pause(pause)
         return await self._pause_remove(pause)
 
     # -- queues -------------------------------------------------------------------------------
+    # `queue_demand` is core; `queue_stats` is the operator family's.
 
     async def queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         """Per asked queue, the `ready` rows due by `now_ms`; a paused queue answers 0."""
@@ -513,6 +605,7 @@ class JobDriver(abc.ABC):
     async def queue_stats(self, now_ms: int) -> list[QueueStats]:
         """Per queue holding any row: its rows by state and its oldest due `ready` row's
         `run_at_ms`; sorted by queue."""
+        self.require("operator", what="queue_stats")
         _check_time(now_ms, "now_ms")
         return sorted(await self._queue_stats(now_ms), key=lambda q: q.queue)
 
@@ -521,12 +614,14 @@ class JobDriver(abc.ABC):
 
     async def step_list(self, run_id: str) -> list[StepRecord]:
         """Every recorded step of a run, by (recorded_at_ms, name), in ONE read."""
+        self.require("steps", what="step_list")
         _check_str(run_id, "run_id")
         steps = await self._step_list(run_id)
         return sorted(steps, key=lambda s: (s.recorded_at_ms, s.name))
 
     async def step_put(self, puts: Sequence[StepPut]) -> list[bool]:
         """Record each step, fenced like `job_ack`; answers, per item, whether its fence held."""
+        self.require("steps", what="step_put")
         for p in puts:
             check_step_put(p)
         if not puts:
@@ -544,6 +639,7 @@ class JobDriver(abc.ABC):
     async def task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
         """Each named task's mark, in order; a task without one is stored first with
         `watermark_ms = now_ms` (nothing before its first sight ever fires)."""
+        self.require("tasks", what="task_arm")
         _check_task_names(names)
         _check_time(now_ms, "now_ms")
         if not names:
@@ -553,6 +649,7 @@ class JobDriver(abc.ABC):
     async def task_fire(self, fire: TaskFire) -> TaskFireAnswer:
         """Fire one occurrence if the task's watermark is still `fire.expect_ms`: the job is
         enqueued and the watermark moved together, or nothing is written."""
+        self.require("tasks", what="task_fire")
         _check_str(fire.name, "name")
         _check_time(fire.expect_ms, "expect_ms")
         _check_time(fire.now_ms, "now_ms")
@@ -563,15 +660,19 @@ class JobDriver(abc.ABC):
 
     async def task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
         """The stored marks of the named tasks that have one, by name. Reads only."""
+        self.require("tasks", what="task_marks")
         _check_task_names(names)
         if not names:
             return {}
         return await self._task_marks(names)
 
     # -- workers ------------------------------------------------------------------------------
+    # Optional: a driver offering the registry says `workers=True` in `capabilities()`; without
+    # it a worker runs unannounced and is never handed a claim's `beat`.
 
     async def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or refresh a worker's registry row until `now_ms + ttl_ms`."""
+        self.require("workers", what="worker_beat")
         _check_beat(beat)
         await self._worker_beat(beat)
 
@@ -580,11 +681,13 @@ class JobDriver(abc.ABC):
 
         Expired rows are not listed but stay until forgotten (a stopping worker forgets itself).
         """
+        self.require("workers", what="worker_forget")
         _check_str(worker_id, "worker_id")
         return await self._worker_forget(worker_id)
 
     async def worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Registry rows not yet expired at `now_ms`, by worker id."""
+        self.require("workers", what="worker_list")
         _check_time(now_ms, "now_ms")
         return sorted(await self._worker_list(now_ms), key=lambda w: w.worker_id)
 
@@ -596,121 +699,7 @@ class JobDriver(abc.ABC):
         """Start delivering a queue name to `on_wake` when work arrives; None when unsupported."""
         return None
 
-    # -- what each backend implements -------------------------------------------------------------
-    #
-    # Counters: every write that settles a row moves, IN THE SAME statement or script, the
-    # counter of (row's name, row's queue, `minute_of(now_ms)`, width `MINUTE_MS`) for its
-    # outcome: an ack
-    # `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's bury
-    # `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
-    # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
-    # answered).
-
-    @abc.abstractmethod
-    async def _counter_fold(self, now_ms: int, limit: int) -> int:
-        """Fold, oldest `(bucket_ms, name, queue)` first, up to `limit` minute buckets starting
-        before `fold_before(now_ms)`: each one's counts are added into the hour bucket of
-        `(name, queue, hour_of(bucket_ms))` (created if absent) and the minute bucket is
-        deleted, in one atomic step. With budget left (fewer than `limit` folded), delete up to
-        the rest of `limit` hour buckets starting before `drop_before(now_ms)`, oldest
-        `(bucket_ms, name, queue)` first. Answers how
-        many buckets were folded plus dropped. Safe to run from several workers at once: a
-        minute bucket is folded once."""
-
-    @abc.abstractmethod
-    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
-        """Every counter bucket (both widths) of `params.names` (None: every name) in
-        `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
-        order (the public method sorts)."""
-
-    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The event with the least `(published_at_ms, id)` among those named `wait.event`,
-        published at or after `wait.since_ms`, with `expires_at_ms > now_ms`, whose data
-        `event_matches` `wait.match_json`; None when there is none. Reads only."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _event_publish(self, event: EventRecord) -> int:
-        """In one atomic step: when no event has this id, store it, then wake every `parked`
-        row whose wait it matches (its name, `published_at_ms >= since_ms`, `event_matches`):
-        `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken (0 for
-        a known id: nothing written)."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _event_purge(self, now_ms: int, limit: int) -> int:
-        """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
-        id)` first; answers how many. Safe from several callers at once."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding; the holding is
-        deleted whatever its kind or age (an expired one answers False)."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
-        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
-        method sorts by token). Reads only."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding. A live slot is
-        deleted (its room is free at once); a live stamp is left as it is, to expire at its
-        time. An expired holding answers False (and may be deleted)."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
-        """For each item in order: when `(key, token)` is a live holding, set its
-        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
-        else write nothing and answer False — an expired holding stays lost even when nobody
-        took its room."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        """Atomic per key against every other caller; for each item in order:
-
-        - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
-          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
-          does not change);
-        - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
-          with a new token and granted;
-        - else None, nothing written.
-
-        Expired holdings never count (they may be deleted on the way). A new token is greater
-        than every token this store granted before for the same key (a store-wide counter
-        does). Two callers racing for the last room of a key: exactly one is granted, and a
-        take is never refused while the key has room.
-        """
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _step_list(self, run_id: str) -> list[StepRecord]:
-        """Every step recorded under `run_id`, in any order (the public method sorts)."""
-        raise DriverUnsupportedError(detail="steps")
-
-    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
-        """For each item in order, fenced like `_job_ack` (running, same claims and worker):
-        record `(the row's run_id, name) -> output_json` at `now_ms` unless that step is
-        recorded already (the first record stays; the answer is still True). A miss writes
-        nothing. Steps go with their row when it is purged or removed."""
-        raise DriverUnsupportedError(detail="steps")
-
-    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
-        """For each name in order (names are distinct): the stored mark; a name without one
-        gets `TaskMark(name, watermark_ms=now_ms)` stored first. Two callers arming one name at
-        once store one mark, and both answer it."""
-        raise DriverUnsupportedError(detail="tasks")
-
-    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
-        """In one atomic step against every other caller: when `fire.name` has a mark with
-        `watermark_ms == fire.expect_ms`, enqueue `fire.job` exactly as `_job_enqueue` does
-        (inserted, or deduped to the row holding its id or its live key; counted and woken
-        alike), then set the mark's `watermark_ms = fire.watermark_ms`,
-        `fired_ms = fire.occurrence_ms`, `fired_job_id` = the enqueue's id and
-        `fired_at_ms = fire.now_ms`; answer the enqueue's result and the new mark. Otherwise
-        write nothing and answer `enqueued=None` with the stored mark (None when unarmed)."""
-        raise DriverUnsupportedError(detail="tasks")
-
-    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
-        """The stored marks of `names` (distinct) that exist, by name. Reads only."""
-        raise DriverUnsupportedError(detail="tasks")
+    # -- what each backend implements: the core job family ---------------------------------------
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -721,29 +710,23 @@ class JobDriver(abc.ABC):
         `finished_at_ms = now_ms`, `lease_until_ms = None` and `result_json` — an absent result
         OVERWRITES a stored one with None (a requeued row's earlier result goes); an absent
         `progress_json` keeps the stored progress. Nothing else changes; a miss writes nothing.
-        Moves the `completed` counter of each item that landed.
+        With `counters`, moves the `completed` counter of each item that landed.
         """
-
-    @abc.abstractmethod
-    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
-        """Cancel each live row (ready, running or parked), in order: `cancelled`,
-        `finished_at_ms = now_ms`, `lease_until_ms = None`, the rest kept, and its `cancelled`
-        counter moved. `NOT_FOUND` for an unknown id, `FINISHED` (and nothing written) for a
-        finished row — an id named twice is `FINISHED` the second time. Not fenced: an
-        operator's call."""
 
     @abc.abstractmethod
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         """One claim pass, atomic: beat, bury, then claim.
 
-        1. Write `params.beat` when given (as `_worker_beat`).
+        1. Write `params.beat` when given (as `_worker_beat`; only a driver declaring `workers`
+           is ever handed one).
         2. Bury every `running` row of the asked queues whose `lease_until_ms <= now_ms` and
            `attempt >= max_attempts`, pauses or not: `failed` when its name is in
            `drop_exhausted`, else `dead`; `finished_at_ms = now_ms`, `lease_until_ms = None`,
            `last_error = LEASE_LAPSED_ERROR`. Answered in `buried`, sorted by id.
-        3. Candidates: rows of the asked queues, neither queue nor name paused, that are
-           `ready` or `parked` with a `run_at_ms <= now_ms`, or `running` with
-           `lease_until_ms <= now_ms` (exactly at the lease end counts) and attempts left.
+        3. Candidates: rows of the asked queues, neither queue nor name paused (a driver
+           without `pauses` has none), that are `ready` or `parked` with a
+           `run_at_ms <= now_ms`, or `running` with `lease_until_ms <= now_ms` (exactly at the
+           lease end counts) and attempts left.
            Take the first `limit` by (priority, run_at_ms, id — code-point order); each
            becomes `running`, `attempt + 1`, `claims + 1`, `claimed_by = worker_id`,
            `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order.
@@ -771,17 +754,6 @@ class JobDriver(abc.ABC):
         types, since), None for every row that holds none."""
 
     @abc.abstractmethod
-    async def _job_list(
-        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
-    ) -> JobSlice:
-        """Walk every row in listing order — `(created_at_ms, id)` DESCENDING, id by code point —
-        starting strictly after `after` (None: at the newest), examining rows one by one until
-        `limit` rows matching `f` were taken or `scan` rows were examined, whichever comes first.
-        Answers the taken rows in walk order, and the key of the last row examined when at least
-        one row follows it in the order (else None). Reads only; every row counts as examined,
-        whatever its state."""
-
-    @abc.abstractmethod
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         """Fenced like `_job_ack`: set `lease_until_ms = now_ms + lease_ms` (from now, never
         from the old lease end); one bool per item; a miss writes nothing."""
@@ -807,7 +779,8 @@ class JobDriver(abc.ABC):
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
 
         Where a kind writes `last_error`, an absent error OVERWRITES the stored one with None.
-        Each item that landed moves its `nack_outcome(kind, dead_letter)` counter.
+        With `counters`, each item that landed moves its `nack_outcome(kind, dead_letter)`
+        counter.
         """
 
     @abc.abstractmethod
@@ -815,28 +788,57 @@ class JobDriver(abc.ABC):
         """Fenced like `_job_ack`: store `progress_json`, nothing else; one bool per item."""
 
     @abc.abstractmethod
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
+        rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
+
+    # -- the optional families ----------------------------------------------------------------
+    #
+    # Each family's `_` methods raise until a driver implements them; a driver implements a
+    # family whole and then declares it in `capabilities()` (the public methods refuse an
+    # undeclared family first, so these defaults answer only a driver that declared a family it
+    # did not implement).
+    #
+    # Counters (`counters=True`): every write that settles a row moves, IN THE SAME statement or
+    # script, the counter of (row's name, row's queue, `minute_of(now_ms)`, width `MINUTE_MS`)
+    # for its outcome: an ack `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's
+    # bury `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
+    # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
+    # answered). A driver without the family moves no counter.
+
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        """Cancel each live row (ready, running or parked), in order: `cancelled`,
+        `finished_at_ms = now_ms`, `lease_until_ms = None`, the rest kept, and its `cancelled`
+        counter moved. `NOT_FOUND` for an unknown id, `FINISHED` (and nothing written) for a
+        finished row — an id named twice is `FINISHED` the second time. Not fenced: an
+        operator's call."""
+        raise _unimplemented(self, "operator", "_job_cancel_many")
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        """Walk every row in listing order — `(created_at_ms, id)` DESCENDING, id by code point —
+        starting strictly after `after` (None: at the newest), examining rows one by one until
+        `limit` rows matching `f` were taken or `scan` rows were examined, whichever comes first.
+        Answers the taken rows in walk order, and the key of the last row examined when at least
+        one row follows it in the order (else None). Reads only; every row counts as examined,
+        whatever its state."""
+        raise _unimplemented(self, "operator", "_job_list")
+
     async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
         """For each id in order: a `ready` row with `run_at_ms > now_ms` gets
         `run_at_ms = now_ms` (`PROMOTED`, nothing else changes); a `ready` row already due is
         `ALREADY_DUE`; a running, parked or finished row is `NOT_READY`; an unknown id
         `NOT_FOUND`. Only `PROMOTED` writes."""
+        raise _unimplemented(self, "operator", "_job_promote")
 
-    @abc.abstractmethod
-    async def _job_purge(self, params: PurgeParams) -> int:
-        """Delete up to `params.limit` finished rows whose state keeps them for `*_ms` after
-        `finished_at_ms` and whose time is up (`finished_at_ms + keep <= now_ms`), oldest
-        `finished_at_ms` first, ties by id; a state whose `*_ms` is None is kept forever, live
-        rows are never touched. Every per-row structure goes with the row, and its id is free
-        again. Answers how many rows it removed; safe to run from several workers at once."""
-
-    @abc.abstractmethod
     async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
         """For each id in order: delete a row in any state but `running` with everything stored
         for it, exactly as `_job_purge` removes a row (its id and its live key are free again):
         `REMOVED`; `RUNNING` for a running row (nothing written); `NOT_FOUND` for an unknown id
         (a second mention of a removed id included). Counters do not move."""
+        raise _unimplemented(self, "operator", "_job_remove")
 
-    @abc.abstractmethod
     async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
         """For each id in order, as one atomic write per row: a finished row becomes `ready` at
         `now_ms` with `attempt = 0`, `lease_until_ms` and `finished_at_ms` None, everything else
@@ -844,46 +846,164 @@ class JobDriver(abc.ABC):
         `NOT_FOUND` for an unknown id, `LIVE` for a live row (parked included), `DUPLICATE` when
         another live row holds its namespace — tenant included, as in every namespace check (a
         row requeued earlier in the same call holds it too). Only `REQUEUED` writes."""
+        raise _unimplemented(self, "operator", "_job_requeue_many")
 
-    @abc.abstractmethod
-    async def _pause_add(self, pause: Pause) -> bool:
-        """Store the pause (matched by exact value, never as a pattern); True when it is new."""
-
-    @abc.abstractmethod
-    async def _pause_list(self) -> list[Pause]:
-        """Every stored pause, in any order (the public method sorts)."""
-
-    @abc.abstractmethod
-    async def _pause_remove(self, pause: Pause) -> bool:
-        """Drop the pause; True when it existed."""
-
-    @abc.abstractmethod
-    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
-        """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
-        rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
-
-    @abc.abstractmethod
     async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
         """One `QueueStats` per queue holding at least one row (any state): `counts` lists every
         `JobState` in declaration order with its number of rows; `oldest_ready_at_ms` is the
         least `run_at_ms` of its `ready` rows with `run_at_ms <= now_ms` (None when none). Any
         order (the public method sorts)."""
+        raise _unimplemented(self, "operator", "_queue_stats")
 
-    @abc.abstractmethod
+    async def _pause_add(self, pause: Pause) -> bool:
+        """Store the pause (matched by exact value, never as a pattern); True when it is new."""
+        raise _unimplemented(self, "pauses", "_pause_add")
+
+    async def _pause_list(self) -> list[Pause]:
+        """Every stored pause, in any order (the public method sorts)."""
+        raise _unimplemented(self, "pauses", "_pause_list")
+
+    async def _pause_remove(self, pause: Pause) -> bool:
+        """Drop the pause; True when it existed."""
+        raise _unimplemented(self, "pauses", "_pause_remove")
+
     async def _worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row: `info_json`, `last_beat_ms = now_ms`,
         `expires_at_ms = now_ms + ttl_ms`."""
+        raise _unimplemented(self, "workers", "_worker_beat")
 
-    @abc.abstractmethod
     async def _worker_forget(self, worker_id: str) -> bool:
         """Delete the worker's row; True when there was one, expired or not."""
+        raise _unimplemented(self, "workers", "_worker_forget")
 
-    @abc.abstractmethod
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Rows with `expires_at_ms > now_ms` (exclusive), in any order (the public one sorts)."""
+        raise _unimplemented(self, "workers", "_worker_list")
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        """Fold, oldest `(bucket_ms, name, queue)` first, up to `limit` minute buckets starting
+        before `fold_before(now_ms)`: each one's counts are added into the hour bucket of
+        `(name, queue, hour_of(bucket_ms))` (created if absent) and the minute bucket is
+        deleted, in one atomic step. With budget left (fewer than `limit` folded), delete up to
+        the rest of `limit` hour buckets starting before `drop_before(now_ms)`, oldest
+        `(bucket_ms, name, queue)` first. Answers how
+        many buckets were folded plus dropped. Safe to run from several workers at once: a
+        minute bucket is folded once."""
+        raise _unimplemented(self, "counters", "_counter_fold")
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        """Every counter bucket (both widths) of `params.names` (None: every name) in
+        `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
+        order (the public method sorts)."""
+        raise _unimplemented(self, "counters", "_counter_read")
+
+    async def _job_purge(self, params: PurgeParams) -> int:
+        """Delete up to `params.limit` finished rows whose state keeps them for `*_ms` after
+        `finished_at_ms` and whose time is up (`finished_at_ms + keep <= now_ms`), oldest
+        `finished_at_ms` first, ties by id; a state whose `*_ms` is None is kept forever, live
+        rows are never touched. Every per-row structure goes with the row, and its id is free
+        again. Answers how many rows it removed; safe to run from several workers at once."""
+        raise _unimplemented(self, "retention", "_job_purge")
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        """Every step recorded under `run_id`, in any order (the public method sorts)."""
+        raise _unimplemented(self, "steps", "_step_list")
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        """For each item in order, fenced like `_job_ack` (running, same claims and worker):
+        record `(the row's run_id, name) -> output_json` at `now_ms` unless that step is
+        recorded already (the first record stays; the answer is still True). A miss writes
+        nothing. Steps go with their row when it is purged or removed."""
+        raise _unimplemented(self, "steps", "_step_put")
+
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        """The event with the least `(published_at_ms, id)` among those named `wait.event`,
+        published at or after `wait.since_ms`, with `expires_at_ms > now_ms`, whose data
+        `event_matches` `wait.match_json`; None when there is none. Reads only."""
+        raise _unimplemented(self, "events", "_event_find")
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        """In one atomic step: when no event has this id, store it, then wake every `parked`
+        row whose wait it matches (its name, `published_at_ms >= since_ms`, `event_matches`):
+        `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken (0 for
+        a known id: nothing written)."""
+        raise _unimplemented(self, "events", "_event_publish")
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
+        id)` first; answers how many. Safe from several callers at once."""
+        raise _unimplemented(self, "events", "_event_purge")
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding; the holding is
+        deleted whatever its kind or age (an expired one answers False)."""
+        raise _unimplemented(self, "leases", "_lease_abandon")
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
+        method sorts by token). Reads only."""
+        raise _unimplemented(self, "leases", "_lease_holders")
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding. A live slot is
+        deleted (its room is free at once); a live stamp is left as it is, to expire at its
+        time. An expired holding answers False (and may be deleted)."""
+        raise _unimplemented(self, "leases", "_lease_release")
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        """For each item in order: when `(key, token)` is a live holding, set its
+        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
+        else write nothing and answer False — an expired holding stays lost even when nobody
+        took its room."""
+        raise _unimplemented(self, "leases", "_lease_renew")
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """Atomic per key against every other caller; for each item in order:
+
+        - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
+          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
+          does not change);
+        - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
+          with a new token and granted;
+        - else None, nothing written.
+
+        Expired holdings never count (they may be deleted on the way). A new token is greater
+        than every token this store granted before for the same key (a store-wide counter
+        does). Two callers racing for the last room of a key: exactly one is granted, and a
+        take is never refused while the key has room.
+        """
+        raise _unimplemented(self, "leases", "_lease_take")
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        """For each name in order (names are distinct): the stored mark; a name without one
+        gets `TaskMark(name, watermark_ms=now_ms)` stored first. Two callers arming one name at
+        once store one mark, and both answer it."""
+        raise _unimplemented(self, "tasks", "_task_arm")
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """In one atomic step against every other caller: when `fire.name` has a mark with
+        `watermark_ms == fire.expect_ms`, enqueue `fire.job` exactly as `_job_enqueue` does
+        (inserted, or deduped to the row holding its id or its live key; counted and woken
+        alike), then set the mark's `watermark_ms = fire.watermark_ms`,
+        `fired_ms = fire.occurrence_ms`, `fired_job_id` = the enqueue's id and
+        `fired_at_ms = fire.now_ms`; answer the enqueue's result and the new mark. Otherwise
+        write nothing and answer `enqueued=None` with the stored mark (None when unarmed)."""
+        raise _unimplemented(self, "tasks", "_task_fire")
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """The stored marks of `names` (distinct) that exist, by name. Reads only."""
+        raise _unimplemented(self, "tasks", "_task_marks")
 
 
 # -- the shared checks ----------------------------------------------------------------------------
+
+
+def _unimplemented(driver: JobDriver, family: Family, method: str) -> CapabilityMissingError:
+    """What a `_` method of an optional family raises until a driver implements it."""
+    return CapabilityMissingError(
+        f"{driver.describe()} declares the {family} family but does not implement {method}",
+        detail=family,
+    )
 
 
 def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:

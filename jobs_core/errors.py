@@ -22,6 +22,7 @@ CODES: Final[dict[str, str]] = {
     "X_DASHBOARD_READ_ONLY": "the dashboard is read-only: it acts only with credentials set",
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
     "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
+    "X_DRIVER_CAPABILITY_MISSING": "the driver does not declare the family this needs",
     "X_DRIVER_CONFLICT": "the store kept aborting the call in a deadlock or serialization conflict",
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
@@ -178,6 +179,19 @@ class DriverUnsupportedError(JobsError):
     """The driver does not offer this capability."""
 
     code = "X_DRIVER_UNSUPPORTED"
+
+
+class CapabilityMissingError(DriverUnsupportedError):
+    """The driver does not declare the family this needs."""
+
+    code = "X_DRIVER_CAPABILITY_MISSING"
+    #: A body that needs a family its driver lacks fails the same way on every attempt.
+    terminal = True
+
+    @property
+    def capability(self) -> str:
+        """The `Capabilities` flag of the family missing (the error's detail)."""
+        return self.detail or ""
 
 
 class DriverUnavailableError(JobsError):
@@ -440,6 +454,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         CliUsageInvalidError,
         DrainingError,
         DriverCancelledError,
+        CapabilityMissingError,
         DriverConflictError,
         DriverError,
         DriverLimitError,

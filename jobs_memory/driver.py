@@ -130,7 +130,17 @@ class MemoryDriver(JobDriver):
         return "memory"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
 

@@ -329,7 +329,18 @@ class PgDriver(JobDriver):
         return f"postgres {mask(self._url)} schema={self.schema}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=self._wake, steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            wake=self._wake,
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""

@@ -266,8 +266,18 @@ class RedisDriver(JobDriver):
     def capabilities(self) -> Capabilities:
         # A cluster's wake is pub/sub through redis-py's asyncio `RedisCluster`, which subscribes
         # from redis-py 8.0 on; with an older one the poll alone finds new jobs.
-        wake = not self.cluster or _cluster_subscribes()
-        return Capabilities(wake=wake, steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            wake=not self.cluster or _cluster_subscribes(),
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""

@@ -23,6 +23,7 @@ from jobs_core.driver import (
     JobDriver,
     WakeSubscription,
 )
+from jobs_core.errors import CapabilityMissingError
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -67,6 +68,7 @@ from jobs_core.testing import (
 from jobs_core.testing.machine import QUEUES
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
+from tests.core_driver import CoreDriver
 from tests.teeth import teeth_settings
 
 TEETH = teeth_settings(max_examples=300)
@@ -897,6 +899,26 @@ class TaskPauseHoldsItsName(MemoryDriver):
             self._pauses -= held
 
 
+class CoreUnfencedAck(CoreDriver):
+    """The core-only driver, acking any running row whoever claimed it (`UnfencedAck`'s bug)."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        current = []
+        for a in acks:
+            row = self._rows.get(a.fence.job_id)
+            if row is not None and row.claimed_by is not None:
+                a = replace(a, fence=Fence(a.fence.job_id, row.claims, row.claimed_by))
+            current.append(a)
+        return await super()._job_ack(current)
+
+
+class DeclaresWhatItLacks(CoreDriver):
+    """The core-only driver declaring the operator family without implementing it."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(operator=True)
+
+
 JOBS: frozenset[str] = frozenset({"jobs"})
 OPERATOR: frozenset[str] = frozenset({"jobs", "operator"})
 DURABLE: frozenset[str] = frozenset({"jobs", "durable"})
@@ -1000,6 +1022,24 @@ def test_machine_catches(broken: type[MemoryDriver], families: frozenset[str]) -
 def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
     with pytest.raises(AssertionError):
         run_scenario(broken, SCENARIOS[scenario])
+
+
+def test_a_core_only_walk_still_catches_a_core_bug() -> None:
+    # Every optional family's rules are off for this driver: the job family's must still bite.
+    with pytest.raises(ParityError):
+        run_state_machine_as_test(make_machine(CoreUnfencedAck), settings=TEETH)
+    with pytest.raises(AssertionError):
+        run_scenario(CoreUnfencedAck, SCENARIOS["lapsed_lease_reclaimed"])
+
+
+def test_a_family_declared_but_not_implemented_is_caught() -> None:
+    # The state compared after the first step reads the family: it fails there.
+    with pytest.raises(CapabilityMissingError, match="declares the operator family but does not"):
+        run_state_machine_as_test(make_machine(DeclaresWhatItLacks), settings=TEETH)
+    with pytest.raises(CapabilityMissingError, match="does not implement _queue_stats"):
+        run_scenario(DeclaresWhatItLacks, SCENARIOS["queue_stats"])
+    # Undeclared, the same scenario ends at its first call of the family, refused as it must be.
+    run_scenario(CoreDriver, SCENARIOS["queue_stats"])
 
 
 def test_reference_driver_passes_and_reaches_the_edges() -> None:

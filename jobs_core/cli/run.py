@@ -48,7 +48,7 @@ from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
 from jobs_core.outbox import Relay
-from jobs_core.retention import Retention
+from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
@@ -185,11 +185,15 @@ def worker(
 
 
 def retention_from(keeps: Sequence[str]) -> Retention:
-    """The retention `--keep STATE=SECONDS|forever` options ask for, over the defaults.
+    """The retention `--keep STATE=SECONDS|forever` options ask for, over the defaults; with
+    none, `DEFAULT_RETENTION` itself (which a driver without the retention family may go
+    without, where any `--keep` is refused).
 
     A malformed option or an unknown state is `X_CLI_USAGE_INVALID`; a bad number of seconds
     is `X_JOB_OPTION_INVALID` naming the state, as `Retention` refuses it.
     """
+    if not keeps:
+        return DEFAULT_RETENTION
     given: dict[str, float | None] = {}
     for keep in keeps:
         state, sep, value = keep.partition("=")

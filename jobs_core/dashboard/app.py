@@ -4,9 +4,11 @@
 Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live parts (the
 queues, the workers, a job that is not finished) and the job list's filters. Every read and
 every action goes through `Operator`, so the dashboard works on any driver and shows inputs
-redacted as the CLI does. Actions are plain POST forms: they work without JavaScript, carry
-the CSRF token, and answer with a redirect to the page they came from and a one-line notice.
-Who may look and act: `jobs_core.dashboard.security`.
+redacted as the CLI does. A page of a family the driver does not declare answers 501 with the
+`Operator`'s refusal (`X_DRIVER_CAPABILITY_MISSING`, naming the family); an action goes back
+with it as its notice. Actions are plain POST forms: they work without JavaScript, carry the
+CSRF token, and answer with a redirect to the page they came from and a one-line notice. Who
+may look and act: `jobs_core.dashboard.security`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from jobs_core.dashboard.security import (
 from jobs_core.dashboard.snapshot import Snapshot
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    CapabilityMissingError,
     DashboardAuthRequiredError,
     DashboardCsrfError,
     DashboardReadOnlyError,
@@ -90,6 +93,8 @@ _STATUS: Final[dict[type[JobsError], int]] = {
     JobNotFoundError: 404,
     PageInvalidError: 400,
     DriverUnavailableError: 503,
+    # A page or action of a family the driver does not declare: this server cannot do it.
+    CapabilityMissingError: 501,
 }
 
 _HEADERS: Final = {
@@ -406,7 +411,9 @@ class Dashboard:
     async def job_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         view = await self.operator.job(request.path_params["job_id"])
         state = view.record.state
-        actions = [a for a, states in JOB_ACTIONS.items() if state in states]
+        # Without the operator family every action would be refused: none is offered.
+        steers = self.driver.capabilities().operator
+        actions = [a for a, states in JOB_ACTIONS.items() if steers and state in states]
         return "job.html", {
             "nav": "jobs",
             "view": view,

@@ -6,6 +6,15 @@ progress value and stored error is redacted by the declarations in force (`Redac
 the live workers' and the caller's own). Single-id steering answers with the driver's answer
 or raises the typed refusal (`X_JOB_NOT_FOUND`, `X_JOB_NOT_CANCELLABLE`…); the bulk forms walk
 a filter's pages and act on each page in one call.
+
+Each view needs the driver families it reads (`Capabilities`), and is refused before any call
+when one is missing (`X_DRIVER_CAPABILITY_MISSING`, naming it): listing and steering need
+`operator`; `queues()` and `stats()` need `operator` and `counters`, `throughput()` counters;
+`workers()` the registry (`workers`); pausing `pauses`; `task_fires()` `tasks`. One job's view
+(`job()`) needs the core family alone. What a view merely reads beside its own family is
+absent where the driver has none: no pauses (nothing is paused), no steps, no marks, and
+without a registry only the caller's declarations redact (any other job's input shows
+`[redacted]` whole).
 """
 
 from __future__ import annotations
@@ -421,9 +430,16 @@ class Operator:
         self._local = RedactionPolicy.of((h.name, h.sensitive) for h in handles)
 
     async def policy(self) -> RedactionPolicy:
-        """The declarations in force: the live workers' and the caller's."""
+        """The declarations in force: the live workers' (where the driver keeps a registry) and
+        the caller's."""
+        if not self.driver.capabilities().workers:
+            return self._local
         workers = await self.driver.worker_list(self.clock.now_ms())
         return RedactionPolicy.from_workers(workers).merged(self._local)
+
+    async def _pauses(self) -> list[Pause]:
+        """Every pause; none on a driver without the pause family (nothing can be paused)."""
+        return await self.driver.pause_list() if self.driver.capabilities().pauses else []
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -438,6 +454,7 @@ class Operator:
         """Up to `limit` rows the filter keeps, newest first, after `cursor`; follows the
         driver's short pages (a rare filter) for up to `max_calls` calls, then answers short
         with the cursor to go on from."""
+        self.driver.require("operator", what="listing jobs")
         f = f if f is not None else JobFilter()
         limit = min(max(1, limit), MAX_LIST_LIMIT)
         taken: list[JobSummary] = []
@@ -487,12 +504,13 @@ class Operator:
 
     async def queues(self) -> list[QueueView]:
         """Every queue holding rows or paused, with its counts, age, demand and throughput."""
+        self.driver.require("operator", "counters", what="the queues view")
         now = self.clock.now_ms()
         since = now - THROUGHPUT_WINDOW_MS
         # Three independent reads at once: the page waits for the slowest, not for their sum.
         all_stats, pauses, rows = await asyncio.gather(
             self.driver.queue_stats(now),
-            self.driver.pause_list(),
+            self._pauses(),
             self.driver.counter_read(CounterReadParams(since - since % MINUTE_MS, now + 1)),
         )
         stats = {s.queue: s for s in all_stats}
@@ -520,6 +538,7 @@ class Operator:
     async def throughput(self, minutes: int = 60) -> dict[str, Throughput]:
         """Per queue, what settled in each of the last `minutes` minutes (the current one last),
         from the counters' minute buckets: one counter read for every queue."""
+        self.driver.require("counters", what="the throughput view")
         now = self.clock.now_ms()
         first = now - now % MINUTE_MS - (minutes - 1) * MINUTE_MS
         rows = await self.driver.counter_read(CounterReadParams(first, now + 1))
@@ -534,12 +553,15 @@ class Operator:
         return out
 
     async def workers(self) -> list[WorkerView]:
+        """The live workers, by id."""
+        self.driver.require("workers", what="the worker list")
         return [WorkerView.of(w) for w in await self.driver.worker_list(self.clock.now_ms())]
 
     async def stats(self, window_ms: int = HOUR_MS) -> StatsView:
         """Rows by state, and per job name what settled over the last `window_ms` (read from
         the counters: minute buckets while recent, hour buckets once folded, so a window longer
         than two hours starts at an hour boundary)."""
+        self.driver.require("operator", "counters", what="the stats view")
         now = self.clock.now_ms()
         states = dict.fromkeys((s.value for s in JobState), 0)
         for q in await self.driver.queue_stats(now):
@@ -558,6 +580,7 @@ class Operator:
 
     async def act(self, action: Action, job_ids: Sequence[str]) -> list[Answer]:
         """Apply `action` to each id in one driver call (at most `MAX_BULK_IDS`), in order."""
+        self.driver.require("operator", what=f"{action.value} (an operator's verb)")
         now = self.clock.now_ms()
         answers: list[Answer]
         match action:
@@ -587,6 +610,7 @@ class Operator:
         """Apply `action` to every row the filter keeps, page by page (one driver call a page of
         up to 500 rows), newest first; at most `max_rows` rows when given. Rows that change
         meanwhile are answered for as they are when their page is acted on."""
+        self.driver.require("operator", what=f"{action.value} (an operator's verb)")
         answers: dict[str, int] = {}
         examined = 0
         cursor: str | None = None
@@ -604,27 +628,34 @@ class Operator:
         return BulkReport(action, answers, examined)
 
     async def pause(self, pause: Pause) -> bool:
+        """Pause a queue, a job name or a task; True when it was not paused before."""
+        self.driver.require("pauses", what="pausing")
         return await self.driver.pause_add(pause)
 
     async def resume(self, pause: Pause) -> bool:
+        """Lift a pause; True when it existed."""
+        self.driver.require("pauses", what="resuming")
         return await self.driver.pause_remove(pause)
 
     async def pauses(self) -> list[Pause]:
+        """Every pause, sorted."""
+        self.driver.require("pauses", what="the pause list")
         return await self.driver.pause_list()
 
     async def tasks(self, handles: Sequence[TaskHandle]) -> list[TaskView]:
         """Each declared task with its durable mark: the next occurrence a leader would fire,
         the last that really fired, whether it is paused. Reads the task family (an empty mark
-        on a driver without it)."""
+        on a driver without it; none paused on a driver without pauses)."""
         now = self.clock.now_ms()
         names = [h.name for h in handles]
         marks = await self.driver.task_marks(names) if self.driver.capabilities().tasks else {}
-        paused = {p.value for p in await self.driver.pause_list() if p.kind == "task"}
+        paused = {p.value for p in await self._pauses() if p.kind == "task"}
         return [TaskView.of(h, marks.get(h.name), h.name in paused, now) for h in handles]
 
     async def task_fires(self, names: Sequence[str]) -> dict[str, int | None]:
         """Per named task, the last occurrence (epoch ms) that really dispatched its job; None
         before the first (a task never armed, or armed and not fired yet). Never the watermark:
         a catch-up or a pause moves that, not this."""
+        self.driver.require("tasks", what="the task fires")
         marks = await self.driver.task_marks(names)
         return {n: (marks[n].fired_ms if n in marks else None) for n in names}

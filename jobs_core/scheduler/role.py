@@ -8,7 +8,8 @@ occurrence once. The lease only keeps them from racing for nothing.
 
 While it leads, a scheduler keeps each task's mark and next occurrence in memory and trusts its
 lease for one renewal interval, so an idle round touches no store: its only calls are the
-renewals (6 a minute at the default TTL). The pause rows are read only when a task is due.
+renewals (6 a minute at the default TTL). The pause rows are read only when a task is due (on a
+driver without the pause family nothing is ever paused).
 
 One dispatch round at a time (`tick()` joins the one in flight); "am I still leading" is asked
 every round and before every task. `stop()` waits for the round in flight, then releases the
@@ -28,7 +29,7 @@ from typing import Final
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, check_new_job
-from jobs_core.errors import DrainingError, DriverUnsupportedError, JobsError
+from jobs_core.errors import DrainingError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
 from jobs_core.options import seconds_to_ms
@@ -74,7 +75,10 @@ class Scheduler:
         lease_ttl: float = LEADER_TTL_S,
     ) -> None:
         """`lease_ttl` (seconds): how long a silent leader keeps the lead; renewed every third
-        of it (so a leader killed mid-round is replaced within `lease_ttl`)."""
+        of it (so a leader killed mid-round is replaced within `lease_ttl`). A driver without
+        the lease and task families is refused here (`X_DRIVER_CAPABILITY_MISSING`), before
+        anything runs."""
+        driver.require("leases", "tasks", what="the scheduler")
         self.driver = driver
         self.tasks = tasks_of(tasks)
         self._by_name = {t.name: t for t in self.tasks}
@@ -111,16 +115,9 @@ class Scheduler:
     # -- the role ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Refuse a driver without the lease and task families, or a scheduler stopped before
-        (`X_DRAINING`); then run rounds until stop."""
+        """Refuse a scheduler stopped before (`X_DRAINING`); then run rounds until stop."""
         if self._stopping:
             raise DrainingError(detail=self.scheduler_id)
-        caps = self.driver.capabilities()
-        for family, offered in (("leases", caps.leases), ("tasks", caps.tasks)):
-            if not offered:
-                raise DriverUnsupportedError(
-                    f"the scheduler needs the {family} family", detail=self.driver.describe()
-                )
         if self._loop is not None:
             return
         names = ", ".join(t.name for t in self.tasks) or "none"
@@ -257,7 +254,8 @@ class Scheduler:
         )
         if not due:
             return []
-        paused = {p.value for p in await self.driver.pause_list() if p.kind == "task"}
+        pauses = await self.driver.pause_list() if self.driver.capabilities().pauses else []
+        paused = {p.value for p in pauses if p.kind == "task"}
         fired: list[Fired] = []
         for t in due:
             if not await self._lead():

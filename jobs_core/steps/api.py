@@ -32,7 +32,6 @@ from jobs_core.errors import (
     AbortedError,
     DeclarationInvalidError,
     DrainingError,
-    DriverUnsupportedError,
     LeaseLostError,
     OptionInvalidError,
     StepDuplicateError,
@@ -116,10 +115,7 @@ class StepApi:
     async def records(self) -> dict[str, StepRecord]:
         """The run's recorded steps by name, read once per run."""
         if self._loaded is None:
-            if not self._driver.capabilities().steps:
-                raise DriverUnsupportedError(
-                    f"{self._driver.describe()} does not store steps", detail="steps"
-                )
+            self._driver.require("steps", what="ctx.step")
             self._loaded = {r.name: r for r in await self._driver.step_list(self._job.run_id)}
         return self._loaded
 

@@ -87,7 +87,7 @@ class DurableRules(ParityMachine):
             else:
                 kind = NackKind.FAIL if then == "fail" else NackKind.RETRY
                 self._nack([Nack(job.fence, kind, self.now, self.now, "boom")])
-        if purge:
+        if purge and self.capabilities.retention:
             params = PurgeParams(self.now, 10, 0, 0, 0, 0)
             self._both(
                 "job_purge",
@@ -200,7 +200,7 @@ class DurableRules(ParityMachine):
             self._publish(w.event, decoy, 60_000, "new")
         if then == "stale only":
             return
-        if then == "cancel first":
+        if then == "cancel first" and self.capabilities.operator:
             self._both(
                 "job_cancel",
                 lambda: self.model.job_cancel(job_id, self.now),

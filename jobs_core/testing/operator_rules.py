@@ -8,7 +8,7 @@ import functools
 from dataclasses import replace
 
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from jobs_core.driver import MAX_TIME_MS
 from jobs_core.records import CounterReadParams, JobFilter, JobListParams, JobPage
@@ -33,6 +33,7 @@ class OperatorRules(ParityMachine):
 
     FAMILY = "operator"
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(
         op=st.sampled_from(("promote", "remove", "cancel", "requeue")),
         picks=target_lists,
@@ -45,6 +46,7 @@ class OperatorRules(ParityMachine):
         """One bulk call over a few targets (see `_bulk`)."""
         self._bulk(op, picks, extra, again)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(
         f=list_filters,
         limit=st.sampled_from((3, 2, 1, 5, 50)),
@@ -59,6 +61,7 @@ class OperatorRules(ParityMachine):
         """Walk a listing's pages (see `_list_pages`)."""
         self._list_pages(f, limit, scan, pages, resume, bad)
 
+    @precondition(lambda self: self.capabilities.counters)
     @rule(
         hours=st.sampled_from((3, 2, 24, 1, 0, 31 * 24)),
         limit=st.sampled_from((1, 2, 10, 10_000)),
@@ -177,16 +180,21 @@ class OperatorRules(ParityMachine):
             self._note("counter buckets folded or dropped")
 
     def _family_checks(self) -> list[Check]:
-        return [
-            *super()._family_checks(),
-            (
-                "counter_read",
-                lambda: self.model.counter_read(_EVERY_COUNTER),
-                lambda: self.driver.counter_read(_EVERY_COUNTER),
-            ),
-            (
-                "queue_stats",
-                lambda: self.model.queue_stats(self.now),
-                lambda: self.driver.queue_stats(self.now),
-            ),
-        ]
+        checks = super()._family_checks()
+        if self.capabilities.counters:
+            checks.append(
+                (
+                    "counter_read",
+                    lambda: self.model.counter_read(_EVERY_COUNTER),
+                    lambda: self.driver.counter_read(_EVERY_COUNTER),
+                )
+            )
+        if self.capabilities.operator:
+            checks.append(
+                (
+                    "queue_stats",
+                    lambda: self.model.queue_stats(self.now),
+                    lambda: self.driver.queue_stats(self.now),
+                )
+            )
+        return checks

@@ -27,7 +27,7 @@ from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
 from jobs_core.options import count, finite_number, seconds_to_ms
-from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
+from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
 from jobs_core.worker.claim import ClaimLoop
 from jobs_core.worker.drain import Drain
@@ -133,10 +133,10 @@ class Worker:
                 detail=", ".join(limited) or "rate_limits",
             )
         #: How long finished rows are kept (None: this worker never purges).
-        self.retention = retention
+        self.retention = retention_on(driver, retention)
         #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
         #: folds the settle counters.
-        self._purger = Purger(driver, retention, self.clock, rng)
+        self._purger = Purger(driver, self.retention, self.clock, rng)
 
         self.stats = WorkerStats()
         # The phases share these: the jobs held (claimed, leased) by id, and the worker's
@@ -145,7 +145,12 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._client: Jobs | None = None
         self._registry = Registry(
-            self.worker_id, self.queues, self.concurrency, self.registry_ttl_ms, handles
+            self.worker_id,
+            self.queues,
+            self.concurrency,
+            self.registry_ttl_ms,
+            handles,
+            enabled=driver.capabilities().workers,
         )
         self._outcomes = Outcomes(
             driver,
@@ -243,7 +248,8 @@ class Worker:
         while True:
             try:
                 await self.driver.open()
-                await self.driver.worker_beat(self._registry.beat(self.clock.now_ms()))
+                if self._registry.enabled:
+                    await self.driver.worker_beat(self._registry.beat(self.clock.now_ms()))
                 break
             except DriverUnavailableError as exc:
                 # A store still starting (or restarting) is waited for, never a reason to exit.

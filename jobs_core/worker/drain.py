@@ -117,10 +117,13 @@ class Drain:
             settler.abandon()
         # Slots handed back now free their room at once; any left behind lapse at their TTL.
         await self._bounded(self._runner.gate.join(), self._left_ms(end_ms))
-        try:
-            await self._call(self._driver.worker_forget(self._worker_id), end_ms, "worker_forget")
-        except Exception as exc:  # the registry row expires on its own; stopping must finish
-            log.warning("jobs.worker.forget_failed %s: %r", self._worker_id, exc)
+        if self._driver.capabilities().workers:
+            try:
+                await self._call(
+                    self._driver.worker_forget(self._worker_id), end_ms, "worker_forget"
+                )
+            except Exception as exc:  # the registry row expires on its own; stopping must finish
+                log.warning("jobs.worker.forget_failed %s: %r", self._worker_id, exc)
         if self._claims.wake is not None:
             try:
                 await self._call(self._claims.wake.close(), end_ms, "wake close")

@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -276,7 +277,7 @@ async def test_zero_concurrency_is_a_hard_stop(driver: JobDriver) -> None:
 def test_a_driver_without_leases_refuses_a_declared_limit() -> None:
     class NoLeases(MemoryDriver):
         def capabilities(self) -> Capabilities:
-            return Capabilities(steps=True, events=True)
+            return replace(super().capabilities(), leases=False)
 
     handle = declare(lambda i, c: None, name="limited", concurrency=3)
     with pytest.raises(JobsError) as caught:

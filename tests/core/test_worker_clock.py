@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ class WakingDriver(CountingDriver):
     """A driver whose wake channel is proven live (the poll may slow to its wake ceiling)."""
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True)
+        return replace(super().capabilities(), wake=True)
 
     async def wake_subscribe(
         self, queues: Sequence[str], on_wake: Callable[[str], None]

@@ -2,7 +2,7 @@
 the events they match (and by no other), events found, expired and purged.
 
 A driver that declares neither family in `capabilities()` must refuse their calls with
-`X_DRIVER_UNSUPPORTED`; these scenarios check that much and stop there.
+`X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ async def _unsupported(driver: JobDriver, family: str) -> bool:
     if getattr(caps, family):
         return False
     if family == "steps":
-        await refused("X_DRIVER_UNSUPPORTED", driver.step_list("r"))
+        await refused("X_DRIVER_CAPABILITY_MISSING", driver.step_list("r"))
     else:
-        await refused("X_DRIVER_UNSUPPORTED", driver.event_purge(T0, 1))
+        await refused("X_DRIVER_CAPABILITY_MISSING", driver.event_purge(T0, 1))
     return True
 
 

@@ -33,6 +33,7 @@ from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
 from jobs_core.ids import new_id
+from jobs_core.jsonform import storable
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, MAX_OUTBOX_ERROR_CHARS, OutboxStore
@@ -416,9 +417,9 @@ class Relay:
 
 
 def _why(exc: BaseException) -> str:
-    """An error as stored in `last_error`: its code and message, passwords masked, no NUL."""
+    """An error as stored in `last_error`: its code and message, passwords masked, storable."""
     text = str(exc) if isinstance(exc, JobsError) else f"{type(exc).__name__}: {exc}"
-    return mask_text(text).replace("\x00", "\\0")[:MAX_OUTBOX_ERROR_CHARS]
+    return storable(mask_text(text))[:MAX_OUTBOX_ERROR_CHARS]
 
 
 def _log_published(answers: Sequence[EnqueueResult], rows: Sequence[OutboxRow]) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +31,7 @@ from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
-from jobs_core.ids import new_id
+from jobs_core.ids import host_name, new_id
 from jobs_core.jsonform import storable
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
@@ -90,7 +89,7 @@ class Relay:
         self.outbox = outbox
         self.driver = driver
         self.clock = clock or SystemClock()
-        self.relay_id = relay_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.relay_id = relay_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.batch = count(batch, "batch", minimum=1, maximum=MAX_OUTBOX_BATCH)
         self.lease_ms = seconds_to_ms(lease, "lease")
         self.poll_ms = seconds_to_ms(poll, "poll")

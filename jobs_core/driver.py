@@ -35,7 +35,7 @@ from jobs_core.errors import (
     RecordInvalidError,
     RequeueDuplicateError,
 )
-from jobs_core.jsonform import check_text, utf8_length
+from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
     Ack,
     CancelAnswer,
@@ -344,6 +344,8 @@ class JobDriver(abc.ABC):
         for q in params.queues:
             _check_str(q, "queues")
         _check_str(params.worker_id, "worker_id")
+        for n in params.drop_exhausted:
+            _check_str(n, "drop_exhausted")
         _check_int(params.limit, "limit", 1, MAX_CLAIM_LIMIT)
         _check_int(params.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
         _check_time(params.now_ms, "now_ms")
@@ -1006,14 +1008,22 @@ def _unimplemented(driver: JobDriver, family: Family, method: str) -> Capability
     )
 
 
-def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:
+def name_refusal(value: object, max_bytes: int = MAX_NAME_BYTES) -> str | None:
+    """Why the driver refuses `value` as a name, queue, tenant, key or id (not a non-empty
+    string, past `max_bytes` UTF-8 bytes, or holding text no store can hold), or None."""
     if not isinstance(value, str) or not value:
-        raise RecordInvalidError("must be a non-empty string", detail=what)
+        return "must be a non-empty string"
     # A character is at most 4 UTF-8 bytes: short strings skip the encode.
     if len(value) * 4 > max_bytes and utf8_length(value) > max_bytes:
-        raise RecordInvalidError(f"longer than {max_bytes} UTF-8 bytes", detail=what)
-    if "\x00" in value:
-        raise RecordInvalidError("holds a NUL character", detail=what)
+        return f"longer than {max_bytes} UTF-8 bytes"
+    why = unstorable(value)
+    return None if why is None else f"holds {why}"
+
+
+def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:
+    why = name_refusal(value, max_bytes)
+    if why is not None:
+        raise RecordInvalidError(why, detail=what)
 
 
 def _check_int(value: object, what: str, lo: int, hi: int) -> None:
@@ -1093,9 +1103,9 @@ def check_new_job(job: NewJob) -> None:
     """Refuse a record any driver would store wrongly (`X_JOB_RECORD_INVALID`, naming the field).
 
     Every batch record passes here: a record whose fields are plainly fine by a few cheap
-    tests (exact types, strings short enough for their bound) needs only its JSON text
-    checked; any other goes through the field-by-field checks, which name the field at fault
-    in the same order as always.
+    tests (exact types, ASCII strings with no NUL short enough for their bound) needs only its
+    JSON text checked; any other goes through the field-by-field checks, which name the field
+    at fault in the same order as always.
     """
     if _plainly_fine(job):
         check_text(job.input_json, "input_json")
@@ -1113,21 +1123,32 @@ def _plainly_fine(job: NewJob) -> bool:
     return (
         type(i) is str
         and 0 < len(i) <= _SHORT_NAME
+        and i.isascii()
         and "\x00" not in i
         and type(r) is str
         and 0 < len(r) <= _SHORT_NAME
+        and r.isascii()
         and "\x00" not in r
         and type(n) is str
         and 0 < len(n) <= _SHORT_NAME
+        and n.isascii()
         and "\x00" not in n
         and type(q) is str
         and 0 < len(q) <= _SHORT_NAME
+        and q.isascii()
         and "\x00" not in q
         and type(k) is str
         and 0 < len(k) <= _SHORT_KEY
+        and k.isascii()
         and "\x00" not in k
-        and (t is None or (type(t) is str and 0 < len(t) <= _SHORT_NAME and "\x00" not in t))
-        and (b is None or (type(b) is str and 0 < len(b) <= _SHORT_NAME and "\x00" not in b))
+        and (
+            t is None
+            or (type(t) is str and 0 < len(t) <= _SHORT_NAME and t.isascii() and "\x00" not in t)
+        )
+        and (
+            b is None
+            or (type(b) is str and 0 < len(b) <= _SHORT_NAME and b.isascii() and "\x00" not in b)
+        )
         and (tp is None or (type(tp) is str and _TRACEPARENT.fullmatch(tp) is not None))
         and type(p) is int
         and PRIORITY_MIN <= p <= PRIORITY_MAX
@@ -1204,6 +1225,8 @@ def check_nack(nack: Nack) -> None:
         raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
     if nack.run_at_ms is not None:
         _check_time(nack.run_at_ms, "run_at_ms")
-    if nack.error is not None and "\x00" in nack.error:
-        raise RecordInvalidError("holds a NUL character", detail="error")
+    if nack.error is not None:
+        why = unstorable(nack.error)
+        if why is not None:
+            raise RecordInvalidError(f"holds {why}", detail="error")
     _check_optional_json(nack.progress_json, "progress_json")

@@ -60,6 +60,8 @@ CODES: Final[dict[str, str]] = {
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
+    "X_STEP_NAME_INVALID": "a step name is not one the store can record",
+    "X_STEP_OUTPUT_INVALID": "the step's output cannot be stored (no JSON form, or past a bound)",
     "X_STEP_TIMEOUT": "the step passed its deadline and was cancelled",
     "X_TASK_CRON_INVALID": "the task's cron expression is not valid",
     "X_TASK_DECLARATION_INVALID": "the task declaration is not valid",
@@ -408,6 +410,23 @@ class StepDuplicateError(JobsError):
     terminal = True
 
 
+class StepNameInvalidError(JobsError):
+    """A step name is not one the store can record."""
+
+    code = "X_STEP_NAME_INVALID"
+    # Refused before the step runs, and the body's code names it the same way next time.
+    terminal = True
+
+
+class StepOutputInvalidError(JobsError):
+    """The step's output cannot be stored (no JSON form, or past a bound)."""
+
+    code = "X_STEP_OUTPUT_INVALID"
+    # The step ran and its output would not be storable next time either: a retry would only
+    # repeat its side effect.
+    terminal = True
+
+
 class CompensationError(JobsError):
     """A compensation raised while a failed run was undone."""
 
@@ -492,6 +511,8 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         LockLostError,
         LockTimeoutError,
         StepDuplicateError,
+        StepNameInvalidError,
+        StepOutputInvalidError,
         StepTimeoutError,
         TaskCronInvalidError,
         TaskDeclarationInvalidError,

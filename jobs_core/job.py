@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from jobs_core.context import JobContext
-from jobs_core.driver import MAX_NAME_BYTES, PRIORITY_MAX, PRIORITY_MIN
+from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, name_refusal
 from jobs_core.errors import (
     DeclarationInvalidError,
     JobDuplicateError,
@@ -23,7 +23,6 @@ from jobs_core.errors import (
     KeyRequiredError,
     TenantRequiredError,
 )
-from jobs_core.jsonform import utf8_length
 from jobs_core.leases.limits import (
     Concurrency,
     ConcurrencySpec,
@@ -279,12 +278,10 @@ def _failure(exc: Exception) -> str:
 
 
 def _check_name(value: object, option: str) -> None:
-    if not isinstance(value, str) or not value or utf8_length(value) > MAX_NAME_BYTES:
-        raise DeclarationInvalidError(
-            f"must be a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes", detail=option
-        )
-    if "\x00" in value:
-        raise DeclarationInvalidError("holds a NUL character", detail=option)
+    """Refuse, at declaration, a name or queue the driver would refuse at every enqueue."""
+    why = name_refusal(value)
+    if why is not None:
+        raise DeclarationInvalidError(why, detail=option)
 
 
 def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) -> list[JobHandle]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from jobs_core.errors import PageInvalidError
+from jobs_core.jsonform import unstorable
 from jobs_core.records import JobFilter, ListKey, NackKind
 from jobs_core.states import JobState, Outcome
 
@@ -109,7 +110,7 @@ def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
         or not isinstance(created_at, int)
         or not isinstance(job_id, str)
         or not job_id
-        or "\x00" in job_id
+        or unstorable(job_id) is not None
         or not 0 <= created_at < 2**42
     ):
         raise PageInvalidError("the cursor is malformed", detail="cursor")

@@ -997,9 +997,10 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
 
 #: Broken drivers the walk meets only in rarer walks than `TEETH`'s 300 (measured with the
 #: constants pinned, tests/conftest.py: PromotesParked first caught between 1,000 and 2,000
-#: walks, RenewsExpiredLease by 1,000): more walks for them rather than a weaker claim. Their
-#: named scenarios catch them at once (test_scenario_catches).
-RARE: dict[type[MemoryDriver], int] = {PromotesParked: 2000, RenewsExpiredLease: 1000}
+#: walks, RenewsExpiredLease between 1,000 and 2,000 since the source's constants changed with
+#: the checks of unstorable text): more walks for them rather than a weaker claim. Their named
+#: scenarios catch them at once (test_scenario_catches).
+RARE: dict[type[MemoryDriver], int] = {PromotesParked: 2000, RenewsExpiredLease: 2000}
 
 
 @pytest.mark.parametrize(

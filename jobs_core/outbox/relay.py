@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +31,8 @@ from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
-from jobs_core.ids import new_id
+from jobs_core.ids import host_name, new_id
+from jobs_core.jsonform import storable
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, MAX_OUTBOX_ERROR_CHARS, OutboxStore
@@ -89,7 +89,7 @@ class Relay:
         self.outbox = outbox
         self.driver = driver
         self.clock = clock or SystemClock()
-        self.relay_id = relay_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.relay_id = relay_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.batch = count(batch, "batch", minimum=1, maximum=MAX_OUTBOX_BATCH)
         self.lease_ms = seconds_to_ms(lease, "lease")
         self.poll_ms = seconds_to_ms(poll, "poll")
@@ -416,9 +416,9 @@ class Relay:
 
 
 def _why(exc: BaseException) -> str:
-    """An error as stored in `last_error`: its code and message, passwords masked, no NUL."""
+    """An error as stored in `last_error`: its code and message, passwords masked, storable."""
     text = str(exc) if isinstance(exc, JobsError) else f"{type(exc).__name__}: {exc}"
-    return mask_text(text).replace("\x00", "\\0")[:MAX_OUTBOX_ERROR_CHARS]
+    return storable(mask_text(text))[:MAX_OUTBOX_ERROR_CHARS]
 
 
 def _log_published(answers: Sequence[EnqueueResult], rows: Sequence[OutboxRow]) -> None:

@@ -12,6 +12,10 @@ output (registering its compensation), and the first step the failed run never r
 the replay (`UnwindReached`); then what was met is undone. Code outside steps runs again during
 that replay, as it does on every retry. Only runs that end `dead` or `failed` are undone (not a
 cancelled one), by a worker that runs the failed job's name.
+
+The replay and every compensation act as the failed body did: for its tenant (what
+`current_tenant()` answers, the tenant of a job they enqueue) and, for a `def` body, on a thread
+of their own (never one another run holds), the loop free meanwhile.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from jobs_core.records import JobRecord, NewJob
 from jobs_core.redact import SCRUB_EXTRA, scrub, secrets_of
 from jobs_core.retry import Retry
 from jobs_core.states import LIVE_STATES, JobState
-from jobs_core.steps.api import RESERVED, StepApi, SyncStepApi
+from jobs_core.steps.api import UNDO, StepApi, SyncStepApi
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 from jobs_core.tenant import acting_for
+from jobs_core.threads import BodyThreads, in_thread
 
 log = logging.getLogger("jobs")
 
@@ -47,7 +52,6 @@ UNWIND_RETRY: Final = Retry(attempts=25, base_ms=1_000, cap_ms=300_000, jitter="
 UNKNOWN_NAME_RETRY_MS: Final = 60_000
 #: How long an unwinding job waits while the failed run's final settle has not landed.
 NOT_SETTLED_RETRY_MS: Final = 1_000
-_UNDONE: Final = f"{RESERVED}undo:"
 
 
 def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
@@ -67,25 +71,29 @@ def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
     )
 
 
-async def undo(api: StepApi) -> list[str]:
+async def undo(api: StepApi, threads: BodyThreads | None = None) -> list[str]:
     """Run the compensations `api` met that have not run yet, the last met first (the replay
     meets steps in the order the body ran them), recording each (`~undo:<step>`) once it
-    returned; answers the steps undone now."""
+    returned; answers the steps undone now. Each is called in the caller's context (its
+    tenant), on one of `threads` when given (a `def` body's), else on this loop."""
     records = await api.records()
     done: list[str] = []
     for c in reversed(api.compensable):
-        if f"{_UNDONE}{c.name}" in records:
+        if f"{UNDO}{c.name}" in records:
             continue
-        result = c.undo(c.output)
+        result = c.undo(c.output) if threads is None else await in_thread(threads, c.undo, c.output)
         if inspect.isawaitable(result):
             await result
-        await api.record(f"{_UNDONE}{c.name}", {"undone": True})
+        await api.record(f"{UNDO}{c.name}", {"undone": True})
         done.append(c.name)
     return done
 
 
 def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock) -> JobHandle:
     """The `ujobs.unwind` handle of a worker running `handles`."""
+    # A thread per call (none kept idle): a `def` body's replay and compensations never wait
+    # for a thread another run holds, and unwinds are rare.
+    threads = BodyThreads(keep_idle=0, name_prefix="ujobs-unwind")
 
     async def unwind(input: Any, ctx: JobContext) -> dict[str, Any]:
         job_id = str(input["job_id"])
@@ -124,30 +132,31 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         )
         body_input = loads(failed.input_json)
         secrets = secrets_of(body_input, handle.sensitive)
-        try:
-            with acting_for(replay.tenant):
-                if handle.is_async:
+        body_threads = None if handle.is_async else threads
+        with acting_for(replay.tenant):
+            try:
+                if body_threads is None:
                     await handle.fn(body_input, replay)
                 else:
-                    await asyncio.to_thread(handle.fn, body_input, replay)
-        except (UnwindReached, StepSuspension):
-            pass  # every step the failed run recorded has been met
-        except Exception as exc:  # the failure again, most likely: what was met is undone
-            log.info(
-                "jobs.unwind.replay_raised %s %s: %r",
-                failed.name,
-                failed.id,
-                exc,
-                extra={SCRUB_EXTRA: secrets},
-            )
-        try:
-            undone = await undo(api)
-        except Exception as exc:
-            # This job's own input names no secrets: its error and logs are scrubbed with the
-            # failed job's, then it is retried as any failure.
-            raise CompensationError(
-                scrub(f"{type(exc).__name__}: {exc}", secrets), detail=failed.id
-            ) from None
+                    await in_thread(body_threads, handle.fn, body_input, replay)
+            except (UnwindReached, StepSuspension):
+                pass  # every step the failed run recorded has been met
+            except Exception as exc:  # the failure again, most likely: what was met is undone
+                log.info(
+                    "jobs.unwind.replay_raised %s %s: %r",
+                    failed.name,
+                    failed.id,
+                    exc,
+                    extra={SCRUB_EXTRA: secrets},
+                )
+            try:
+                undone = await undo(api, body_threads)
+            except Exception as exc:
+                # This job's own input names no secrets: its error and logs are scrubbed with
+                # the failed job's, then it is retried as any failure.
+                raise CompensationError(
+                    scrub(f"{type(exc).__name__}: {exc}", secrets), detail=failed.id
+                ) from None
         log.info("jobs.unwind.done %s %s: undid %s", failed.name, failed.id, undone or "nothing")
         return {"undone": undone}
 

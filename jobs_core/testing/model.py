@@ -886,12 +886,14 @@ def _check_lease_key(key: object) -> None:
 
 
 def _check_name_text(value: object, what: str, max_bytes: int = 200) -> None:
-    """A non-empty string of at most `max_bytes` UTF-8 bytes without NUL (RecordInvalid)."""
+    """A non-empty string of at most `max_bytes` UTF-8 bytes with no NUL and no surrogate code
+    point, which UTF-8 cannot encode (RecordInvalid)."""
     if (
         not isinstance(value, str)
         or not value
-        or len(value.encode("utf-8")) > max_bytes
         or "\x00" in value
+        or any("\ud800" <= c <= "\udfff" for c in value)
+        or len(value.encode("utf-8")) > max_bytes
     ):
         raise RecordInvalidError(detail=what)
 

@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import signal
-import socket
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
@@ -22,7 +21,7 @@ from jobs_core.errors import (
     JobsError,
 )
 from jobs_core.facade import Jobs, LoopJobs
-from jobs_core.ids import new_id
+from jobs_core.ids import host_name, new_id
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
@@ -111,7 +110,7 @@ class Worker:
         )
         self.registry_ttl_ms = seconds_to_ms(registry_ttl, "registry_ttl")
         self.progress_every_ms = seconds_to_ms(progress_every, "progress_every")
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Sequence
 from typing import Final
 
+from jobs_core.ids import host_name
 from jobs_core.job import JobHandle
 from jobs_core.records import WorkerBeat
 
@@ -46,7 +46,7 @@ class Registry:
         self.next_at = 0 if enabled else NEVER
         self._info = json.dumps(
             {
-                "host": socket.gethostname(),
+                "host": host_name(),
                 "pid": os.getpid(),
                 "queues": list(queues),
                 "concurrency": concurrency,

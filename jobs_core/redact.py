@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from jobs_core.jsonform import JsonValue
+from jobs_core.jsonform import JsonValue, holds_surrogate, storable
 from jobs_core.records import WorkerInfo
 
 #: What a hidden value (or a whole hidden input) shows instead.
@@ -212,7 +212,8 @@ SCRUB_EXTRA: Final = "_scrub"
 class ScrubFilter(logging.Filter):
     """Scrubs the secrets a record carries (`extra={SCRUB_EXTRA: secrets}`, and those its
     exceptions carry — in `exc_info` or among its arguments, `secrets_in`) out of its message
-    and its formatted traceback, before any handler formats it.
+    and its formatted traceback, before any handler formats it; and replaces a lone surrogate
+    there (an exception's text can hold one) with U+FFFD, so every UTF-8 sink can write it.
 
     The traceback is formatted here once and kept in `exc_text`, which formatters print instead
     of formatting `exc_info` again, so an exception message holding a card number is printed
@@ -226,13 +227,18 @@ class ScrubFilter(logging.Filter):
         for error in (record.exc_info[1] if record.exc_info else None, *args):
             if isinstance(error, BaseException):
                 secrets = secrets_in(error, secrets)
-        if secrets:
-            record.msg = scrub(record.getMessage(), secrets)
+        message = record.getMessage()
+        if secrets or holds_surrogate(message):
+            record.msg = _writable(message, secrets)
             record.args = None
-            if record.exc_info and not record.exc_text:
-                formatted = logging.Formatter().formatException(record.exc_info)
-                record.exc_text = scrub(formatted, secrets)
+        if record.exc_info and not record.exc_text:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = _writable(formatted, secrets)
         return True
+
+
+def _writable(text: str, secrets: Sequence[str]) -> str:
+    return storable(scrub(text, secrets)) if secrets else storable(text)
 
 
 _jobs_log = logging.getLogger("jobs")

@@ -5,8 +5,11 @@ cases on the real stores)."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import socket
+import sys
 from typing import Any
 
 import pytest
@@ -156,3 +159,27 @@ async def test_a_worker_on_a_host_whose_name_is_not_utf8_works(
 ) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "host\udcff")
     await cases.a_worker_on_a_host_whose_name_is_not_utf8_works(MemoryDriver())
+
+
+def test_a_log_line_of_the_jobs_logger_is_writable_to_any_utf8_sink() -> None:
+    """An exception's text may hold a lone surrogate: the `jobs` logger's records, message and
+    traceback alike, reach a strict UTF-8 stream (a log file, a pipe) written, never as a
+    `--- Logging error ---` (nor an unsendable test report)."""
+    sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    handler = logging.StreamHandler(sink)
+    errors: list[BaseException | None] = []
+    handler.handleError = lambda record: errors.append(sys.exc_info()[1])  # type: ignore[method-assign]
+    log = logging.getLogger("jobs")
+    log.addHandler(handler)
+    try:
+        try:
+            raise RuntimeError(f"it broke {SURROGATE}")
+        except RuntimeError as exc:
+            log.error("jobs.run.failed %s: %s", "j1", exc, exc_info=True)
+    finally:
+        log.removeHandler(handler)
+    sink.flush()
+    written = sink.buffer.getvalue().decode("utf-8")  # type: ignore[attr-defined]
+    assert errors == []
+    assert "jobs.run.failed j1: it broke \ufffd" in written
+    assert "RuntimeError: it broke \ufffd" in written

@@ -267,7 +267,8 @@ def workers(url: str | None, as_json: bool) -> None:
 )
 @_json_option
 def stats(url: str | None, window: float, as_json: bool) -> None:
-    """Jobs by state, and per job name what settled over the window (from the counters)."""
+    """Jobs by state, and per job name what settled over the window (from the counters; a
+    window starting inside an hour already folded counts that hour whole)."""
     if not 60 <= window <= 30 * 24 * 3600:
         _fail(OptionInvalidError("--window must be 60 s to 30 days", detail="--window"))
     view = _run(url, None, lambda op: op.stats(round(window * 1000)))

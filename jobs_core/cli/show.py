@@ -21,7 +21,7 @@ from jobs_core.operator import (
     WorkerView,
 )
 from jobs_core.operator.service import Answer
-from jobs_core.operator.times import age, relative, when
+from jobs_core.operator.times import age, local, relative, when
 from jobs_core.records import COUNTED_OUTCOMES
 from jobs_core.states import JobState
 
@@ -207,7 +207,11 @@ def print_stats(view: StatsView) -> None:
     states.add_row(*(str(view.states[s.value]) for s in JobState))
     console.print(states)
     columns = [o.name.lower() for o in COUNTED_OUTCOMES]
-    table = Table("job", *columns, title=f"settled in the last {age(view.window_ms)}")
+    since = local(view.since_ms)
+    title = f"settled in the last {age(view.window_ms)} (since {since})"
+    if view.widened:
+        title = f"settled since {since}: the last {age(view.window_ms)}, its first hour whole"
+    table = Table("job", *columns, title=title)
     for n in view.names:
         table.add_row(_text(n.name), *(str(n.settled[c]) for c in columns))
     if view.names:

@@ -184,7 +184,7 @@ def worker(
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
-    console.print(_stats_table(w.stats, title="worker stopped"))
+    _print_stats(w.stats, "worker stopped")
 
 
 def retention_from(keeps: Sequence[str]) -> Retention:
@@ -345,20 +345,27 @@ async def _show_worker(w: Worker, quiet: bool) -> None:
             await asyncio.sleep(0.25)
 
 
+_STATS_COLUMNS: Final = ("claimed", "running", "completed", "retried", "dead", "dropped")
+
+
+def _stats_cells(s: WorkerStats) -> list[str]:
+    counts = (s.claimed, s.running, s.completed, s.retried, s.dead_lettered, s.dropped)
+    return [str(n) for n in (*counts, s.interrupted)]
+
+
 def _stats_table(s: WorkerStats, title: str = "") -> Table:
+    """The live counts, redrawn in place while the worker runs (a terminal only)."""
     table = Table(title=title or None)
-    for col in ("claimed", "running", "completed", "retried", "dead", "dropped", "interrupted"):
+    for col in (*_STATS_COLUMNS, "interrupted"):
         table.add_column(col, justify="right")
-    table.add_row(
-        str(s.claimed),
-        str(s.running),
-        str(s.completed),
-        str(s.retried),
-        str(s.dead_lettered),
-        str(s.dropped),
-        str(s.interrupted),
-    )
+    table.add_row(*_stats_cells(s))
     return table
+
+
+def _print_stats(s: WorkerStats, title: str) -> None:
+    """The final counts, printed once: no column cut at any width."""
+    cols = [Col(c, True, "right") for c in (*_STATS_COLUMNS, "interrupted")]
+    print_table(cols, [_stats_cells(s)], title=title)
 
 
 @main.group()
@@ -551,7 +558,7 @@ async def _report(
         )
     heads = ("jobs", "promised", "ended so", "attempts", "ok")
     print_table([Col("job", True), *(Col(h) for h in heads)], outcomes, title="outcomes")
-    console.print(_stats_table(stats, title="worker counts"))
+    _print_stats(stats, "worker counts")
     console.print(
         f"enqueued {total} in {enqueue_s:.2f} s ({total / enqueue_s:,.0f} jobs/s) · "
         f"worked {total} in {work_s:.2f} s (",

@@ -260,8 +260,10 @@ def test_a_worker_starts_whatever_its_jobs_and_queues_are_named(tmp_path: Path) 
         "    return None\n",
         encoding="utf-8",
     )
+    # --metrics-port: its line is printed once the worker handles SIGTERM (a drain).
+    worker = ["worker", "oddjobs", "--driver", "memory", "--metrics-port", "0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "worker", "oddjobs", "--driver", "memory"],
+        [sys.executable, "-m", "jobs_core.cli", *worker],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -272,7 +274,7 @@ def test_a_worker_starts_whatever_its_jobs_and_queues_are_named(tmp_path: Path) 
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 60
-        while "report[/x]" not in seen:
+        while "metrics on" not in seen:
             assert time.monotonic() < deadline and proc.poll() is None, seen
             seen += proc.stdout.readline()
         proc.send_signal(signal.SIGTERM)

@@ -40,9 +40,11 @@ async def _noop(input: object, ctx: object) -> None:
 
 
 @pytest.fixture
-async def shop(store_url: str, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
+async def shop(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[dict[str, str]]:
     """The store filled, and the ids by role; the worker that ran them is forgotten."""
-    os.environ["SHOP_GATES"] = str(tmp_path)  # no gate: a shipment fails for good
+    monkeypatch.setenv("SHOP_GATES", str(tmp_path))  # no gate: a shipment fails for good
     oddly = declare(_noop, name=MARKUP_NAME, queue="emails[eu]")
     driver: JobDriver = driver_from_url(store_url)
     async with driver:

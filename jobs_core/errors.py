@@ -20,6 +20,7 @@ CODES: Final[dict[str, str]] = {
     "X_DASHBOARD_AUTH_REQUIRED": "the dashboard needs its token or user and password for this",
     "X_DASHBOARD_CSRF_INVALID": "the action did not carry this dashboard's token against forgery",
     "X_DASHBOARD_READ_ONLY": "the dashboard is read-only: it acts only with credentials set",
+    "X_DASHBOARD_REQUEST_INVALID": "no such dashboard page or action, or an unreadable request",
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
     "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
     "X_DRIVER_CAPABILITY_MISSING": "the driver does not declare the family this needs",
@@ -139,6 +140,12 @@ class DashboardReadOnlyError(JobsError):
     """The dashboard is read-only: it acts only with credentials set."""
 
     code = "X_DASHBOARD_READ_ONLY"
+
+
+class DashboardRequestInvalidError(JobsError):
+    """No such dashboard page or action, or an unreadable request."""
+
+    code = "X_DASHBOARD_REQUEST_INVALID"
 
 
 class DrainingError(JobsError):
@@ -522,6 +529,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DashboardAuthRequiredError,
         DashboardCsrfError,
         DashboardReadOnlyError,
+        DashboardRequestInvalidError,
     )
 }
 

@@ -81,6 +81,9 @@ def bury_outcome(state: JobState) -> Outcome:
 # -- listing cursors ----------------------------------------------------------------------------
 
 _CURSOR_TAG: Final = "c1."
+#: No cursor this library hands out is longer (an id of 200 bytes, each escaped in 6, encoded):
+#: a longer one is refused before it is decoded.
+MAX_CURSOR_CHARS: Final = 4_096
 
 
 def _fingerprint(f: JobFilter) -> str:
@@ -97,13 +100,18 @@ def encode_cursor(key: ListKey, f: JobFilter) -> str:
 def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
     """The position `cursor` names; `X_JOB_PAGE_INVALID` for a malformed cursor or one made for
     another filter (a foreign cursor would silently skip or repeat rows)."""
-    if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_TAG):
+    if (
+        not isinstance(cursor, str)
+        or not cursor.startswith(_CURSOR_TAG)
+        or len(cursor) > MAX_CURSOR_CHARS
+    ):
         raise PageInvalidError("not a cursor this library handed out", detail="cursor")
     body = cursor[len(_CURSOR_TAG) :]
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         created_at, job_id, fingerprint = json.loads(raw.decode())
-    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+    # A forged cursor may nest its JSON past the decoder's recursion limit.
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error, RecursionError):
         raise PageInvalidError("the cursor is malformed", detail="cursor") from None
     if (
         isinstance(created_at, bool)

@@ -111,7 +111,7 @@ from jobs_core.semantics import (
     fold_before,
 )
 from jobs_core.states import JobState
-from jobs_core.urls import mask_text, mask_url
+from jobs_core.urls import encode_userinfo, mask_text, mask_url
 from jobs_redis.keys import Keys
 from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
@@ -171,7 +171,7 @@ def _redis_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExc
 class RedisDriver(JobDriver):
     """Jobs in Redis: as durable as the server's persistence settings.
 
-    `url`: `redis://[:password@]host:port/db`, `rediss://…`, `unix:///path`, or
+    `url`: `redis://[:password@]host:port/db`, `rediss://…`, `unix:///path/redis.sock?db=0`, or
     `redis+cluster://host:port` for a Redis Cluster. `prefix` names this app's keys (a hash tag),
     so several apps or tests share one server. `client`, when given, is used instead of one
     made from `url` (it must decode responses; the driver never closes it) — fakeredis's
@@ -244,6 +244,9 @@ class RedisDriver(JobDriver):
             "socket_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
         }
+        # The password split where `mask_url` splits it, so an unencoded `@` or `/` in it
+        # reaches the server whole (redis-py would cut it at the first `/`).
+        url = encode_userinfo(url)
         if self.cluster:
             base = _CLUSTER_SCHEMES.get(scheme, scheme or "redis")
             plain = base + url[len(scheme) :] if scheme else url

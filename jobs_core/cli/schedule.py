@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 
 import click
-from rich.markup import escape
-from rich.table import Column, Table
+from rich.text import Text
 
 from jobs_core.cli.base import (
     _DRIVER_HELP,
@@ -19,8 +17,11 @@ from jobs_core.cli.base import (
     _required_driver,
     _seconds,
     console,
+    emit_json,
+    literal,
     main,
 )
+from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
 from jobs_core.operator import Operator, TaskView
@@ -77,10 +78,16 @@ def scheduler(
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
     except JobsError as exc:
         _fail(exc)
-    where = escape(s.driver.describe())
     console.print(
-        f"[bold]ujobs scheduler[/bold] {escape(s.scheduler_id)} on [cyan]{where}[/cyan]"
-        f" · lease {s.ttl_ms / 1000:g} s"
+        Text.assemble(
+            ("ujobs scheduler", "bold"),
+            " ",
+            literal(s.scheduler_id),
+            " on ",
+            literal(s.driver.describe(), "cyan"),
+            f" · lease {s.ttl_ms / 1000:g} s",
+        ),
+        soft_wrap=True,
     )
     now = SystemClock().now_ms()
     print_tasks(unread(handles, now), now)
@@ -121,7 +128,7 @@ def tasks(module: str, url: str | None, as_json: bool) -> None:
     except JobsError as exc:
         _fail(exc)
     if as_json:
-        click.echo(json.dumps([v.to_json() for v in views], ensure_ascii=False, indent=2))
+        emit_json([v.to_json() for v in views])
     else:
         print_tasks(views, SystemClock().now_ms())
 
@@ -132,25 +139,20 @@ def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
 
 
 def print_tasks(views: list[TaskView], now_ms: int) -> None:
-    table = Table(
-        Column("task", no_wrap=True),
-        Column("cron", no_wrap=True),
-        "tz",
-        "job",
-        "catch-up",
-        "next fire",
-        "last fire",
-    )
+    rows: list[list[Cell]] = []
     for v in views:
         h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms
-        state = " [yellow](paused)[/]" if v.paused else ""
-        table.add_row(
-            escape(h.name),
-            escape(h.cron),
-            h.tz,
-            escape(h.job.name),
-            h.catch_up,
-            f"{v.shown(nxt)} ({relative(nxt, now_ms)}){state}",
-            "-" if last is None else f"{v.shown(last)} ({relative(last, now_ms)})",
+        paused = Text(" (paused)", style="yellow") if v.paused else ""
+        rows.append(
+            [
+                h.name,
+                h.cron,
+                h.tz,
+                h.job.name,
+                h.catch_up,
+                Text.assemble(f"{v.shown(nxt)} ({relative(nxt, now_ms)})", paused),
+                "-" if last is None else f"{v.shown(last)} ({relative(last, now_ms)})",
+            ]
         )
-    console.print(table)
+    cols = [Col("task", True), Col("cron", True), Col("tz"), Col("job", True), Col("catch-up")]
+    print_table([*cols, Col("next fire"), Col("last fire")], rows)

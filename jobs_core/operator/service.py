@@ -57,7 +57,7 @@ from jobs_core.records import (
 )
 from jobs_core.redact import RedactionPolicy
 from jobs_core.scheduler.task import TaskHandle
-from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of
+from jobs_core.semantics import HOUR_MS, MINUTE_MS, fold_before, hour_of, minute_of
 from jobs_core.states import JobState
 
 #: How many listing calls one page of the operator's may take to fill up (each examines at most
@@ -373,20 +373,40 @@ class NameStats:
     settled: dict[str, int]
 
 
+def counted_since(now_ms: int, window_ms: int) -> int:
+    """Where the counters of a window of `window_ms` back from `now_ms` start: the minute the
+    window starts in, or the hour, when that minute may be folded already.
+
+    Minute buckets before `fold_before(now_ms)` may be summed into their hour bucket by now,
+    which keeps no minutes: a window starting inside such an hour counts that hour whole (it
+    reaches back to the hour's start, never skips it), whether or not the fold ran yet, so one
+    window reads the same counts before and after a fold."""
+    since = minute_of(max(0, now_ms - window_ms))
+    return hour_of(since) if since < fold_before(now_ms) else since
+
+
 @dataclass(frozen=True, slots=True)
 class StatsView:
-    """Rows by state across every queue, and what each job name settled over a window."""
+    """Rows by state across every queue, and what each job name settled from `since_ms` on
+    (the window asked for, widened to the start of a folded hour: `counted_since`)."""
 
     now_ms: int
     window_ms: int
     states: dict[str, int]
     names: list[NameStats]
     totals: dict[str, int] = field(default_factory=dict)
+    since_ms: int = 0
+
+    @property
+    def widened(self) -> bool:
+        """Whether counting began before the window (at the start of a folded hour)."""
+        return self.since_ms < minute_of(max(0, self.now_ms - self.window_ms))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "now_ms": self.now_ms,
             "window_s": self.window_ms / 1000,
+            "since_ms": self.since_ms,
             "states": self.states,
             "totals": self.totals,
             "names": {n.name: n.settled for n in self.names},
@@ -558,23 +578,22 @@ class Operator:
         return [WorkerView.of(w) for w in await self.driver.worker_list(self.clock.now_ms())]
 
     async def stats(self, window_ms: int = HOUR_MS) -> StatsView:
-        """Rows by state, and per job name what settled over the last `window_ms` (read from
-        the counters: minute buckets while recent, hour buckets once folded, so a window longer
-        than two hours starts at an hour boundary)."""
+        """Rows by state, and per job name what settled over the last `window_ms`, read from
+        the counters from `counted_since(now, window_ms)` on (a window starting in a folded hour
+        counts that hour whole; the view's `since_ms` says where counting began)."""
         self.driver.require("operator", "counters", what="the stats view")
         now = self.clock.now_ms()
         states = dict.fromkeys((s.value for s in JobState), 0)
         for q in await self.driver.queue_stats(now):
             for st, n in q.counts:
                 states[st.value] += n
-        since = now - window_ms
-        since = hour_of(since) if window_ms > 2 * HOUR_MS else since - since % MINUTE_MS
+        since = counted_since(now, window_ms)
         rows = await self.driver.counter_read(CounterReadParams(since, now + 1))
         by_name: dict[str, list[CounterRow]] = {}
         for r in rows:
             by_name.setdefault(r.name, []).append(r)
         names = [NameStats(n, _tally(rs)) for n, rs in sorted(by_name.items())]
-        return StatsView(now, window_ms, states, names, _tally(rows))
+        return StatsView(now, window_ms, states, names, _tally(rows), since)
 
     # -- steering -------------------------------------------------------------------------------
 

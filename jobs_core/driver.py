@@ -349,6 +349,8 @@ class JobDriver(abc.ABC):
         _check_int(params.limit, "limit", 1, MAX_CLAIM_LIMIT)
         _check_int(params.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
         _check_time(params.now_ms, "now_ms")
+        if params.reclaim_until_ms is not None:
+            _check_time(params.reclaim_until_ms, "reclaim_until_ms")
         if params.beat is not None:
             self.require("workers", what="a claim carrying a registry beat")
             _check_beat(params.beat)
@@ -719,16 +721,20 @@ class JobDriver(abc.ABC):
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         """One claim pass, atomic: beat, bury, then claim.
 
+        A lease has LAPSED when `lease_until_ms <= now_ms` (exactly at the lease end counts)
+        and, when `reclaim_until_ms` is set, `lease_until_ms <= reclaim_until_ms` too
+        (`semantics.lapsed_by`): a bound a worker back from an outage passes, so the leases
+        that ended after the store last answered it wait; ready and parked rows ignore it.
+
         1. Write `params.beat` when given (as `_worker_beat`; only a driver declaring `workers`
            is ever handed one).
-        2. Bury every `running` row of the asked queues whose `lease_until_ms <= now_ms` and
+        2. Bury every `running` row of the asked queues whose lease lapsed and whose
            `attempt >= max_attempts`, pauses or not: `failed` when its name is in
            `drop_exhausted`, else `dead`; `finished_at_ms = now_ms`, `lease_until_ms = None`,
            `last_error = LEASE_LAPSED_ERROR`. Answered in `buried`, sorted by id.
         3. Candidates: rows of the asked queues, neither queue nor name paused (a driver
            without `pauses` has none), that are `ready` or `parked` with a
-           `run_at_ms <= now_ms`, or `running` with `lease_until_ms <= now_ms` (exactly at the
-           lease end counts) and attempts left.
+           `run_at_ms <= now_ms`, or `running` with a lapsed lease and attempts left.
            Take the first `limit` by (priority, run_at_ms, id — code-point order); each
            becomes `running`, `attempt + 1`, `claims + 1`, `claimed_by = worker_id`,
            `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order.

@@ -177,6 +177,11 @@ class ClaimParams:
     drop_exhausted: frozenset[str] = field(default_factory=frozenset)
     #: A registry beat that rides the claim's round-trip (a claim is proof of life).
     beat: WorkerBeat | None = None
+    #: When set, a lapsed lease is reclaimed or buried only if it ended at or before this time
+    #: as well as by `now_ms`. A worker back from a store outage passes the moment the store
+    #: last answered it before, for a grace after it answers again: a lease that lapsed while
+    #: its holder could not renew it waits for that holder's settle (docs/contributing.md).
+    reclaim_until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

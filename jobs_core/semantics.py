@@ -11,13 +11,20 @@ from typing import Final
 
 from jobs_core.errors import PageInvalidError
 from jobs_core.jsonform import unstorable
-from jobs_core.records import JobFilter, ListKey, NackKind
+from jobs_core.records import ClaimParams, JobFilter, ListKey, NackKind
 from jobs_core.states import JobState, Outcome
 
 #: The `last_error` a claim writes on a row it buries (lease lapsed on the final attempt).
 LEASE_LAPSED_ERROR: Final = (
     '{"code":"X_JOB_LEASE_LOST","message":"lease lapsed on the final attempt"}'
 )
+
+
+def lapsed_by(params: ClaimParams) -> int:
+    """The latest lease end `params`' claim reclaims or buries: `now_ms`, or `reclaim_until_ms`
+    when that is earlier."""
+    bound = params.reclaim_until_ms
+    return params.now_ms if bound is None else min(params.now_ms, bound)
 
 
 def namespace_of(name: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:

@@ -72,6 +72,7 @@ from jobs_core.semantics import (
     event_matches,
     fold_before,
     hour_of,
+    lapsed_by,
     minute_of,
     nack_outcome,
     namespace_of,
@@ -253,7 +254,8 @@ class MemoryDriver(JobDriver):
                 self._beat_locked(params.beat)
             buried: list[BuriedJob] = []
             candidates: list[_DueKey] = []
-            lapsed = list(itertools.takewhile(lambda lease: lease[0] <= now, self._leases))
+            bound = lapsed_by(params)
+            lapsed = list(itertools.takewhile(lambda lease: lease[0] <= bound, self._leases))
             for _, job_id in lapsed:
                 r = self._rows[job_id].rec
                 if r.queue not in queues:

@@ -87,7 +87,13 @@ from jobs_core.records import (
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, event_matches, fold_before
+from jobs_core.semantics import (
+    LEASE_LAPSED_ERROR,
+    drop_before,
+    event_matches,
+    fold_before,
+    lapsed_by,
+)
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, compile_all
@@ -843,6 +849,7 @@ class PgDriver(JobDriver):
             # A queue named twice would be scanned twice; once is the contract's meaning.
             "queues": list(dict.fromkeys(params.queues)),
             "now_ms": now,
+            "lapsed_by": lapsed_by(params),
             "limit": params.limit,
             "worker_id": params.worker_id,
             "lease_until_ms": now + params.lease_ms,

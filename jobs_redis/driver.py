@@ -109,6 +109,7 @@ from jobs_core.semantics import (
     MINUTE_MS,
     drop_before,
     fold_before,
+    lapsed_by,
 )
 from jobs_core.states import JobState
 from jobs_core.urls import encode_userinfo, mask_text, mask_url
@@ -488,6 +489,7 @@ class RedisDriver(JobDriver):
             *drop,
             beat.worker_id if beat is not None else "",
             _worker_row(beat) if beat is not None else "",
+            lapsed_by(params),
         ]
         claimed, buried = await self._run("job_claim", keys, args)
         worker = params.worker_id

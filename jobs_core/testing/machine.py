@@ -505,6 +505,37 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     @rule(
         first=st.integers(1, 4),
+        second=st.integers(1, 4),
+        edge=st.sampled_from((0, 0, -1, 1)),
+        after=st.sampled_from((0, 1, 1000)),
+        drop=st.frozensets(st.sampled_from(NAMES)),
+        limit=st.integers(1, 4),
+    )
+    def reclaim_after_outage(
+        self,
+        first: int,
+        second: int,
+        edge: int,
+        after: int,
+        drop: frozenset[str],
+        limit: int,
+    ) -> None:
+        """Two workers claim under leases ending a second apart; both lapse while the store is
+        down, and a worker back from the outage claims with `reclaim_until_ms` at the first
+        lease end (mostly exactly there, or a ms either side): the leases that ended by the
+        bound are reclaimed or buried, the later ones left to their holders, due rows claimed."""
+        self._claim(ClaimParams(QUEUES, "w1", first, 1000, self.now))
+        self._claim(ClaimParams(QUEUES, "w2", second, 2000, self.now))
+        bound = self.now + 1000 + edge
+        self.now += 2000 + after
+        self._claim(
+            ClaimParams(
+                QUEUES, "w1", limit, 1000, self.now, drop_exhausted=drop, reclaim_until_ms=bound
+            )
+        )
+
+    @rule(
+        first=st.integers(1, 4),
         second=st.integers(0, 4),
         # Mostly the first worker's leases lapse last, so lease order and id order disagree.
         leases=st.sampled_from(((1000, 3000), (3000, 1000), (3000, 1000), (1000, 1000))),
@@ -796,6 +827,7 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     def _claim_events(self, params: ClaimParams, before: dict[str, Any], got: ClaimResult) -> None:
         now = params.now_ms
+        bound = params.reclaim_until_ms
         self._note("claim")
         for j in got.jobs:
             old = before[j.id]
@@ -804,6 +836,8 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._note("reclaim of a lapsed lease")
                 if old.lease_until_ms == now:
                     self._note("reclaim at exactly lease_until_ms")
+                if old.lease_until_ms == bound:
+                    self._note("reclaim at exactly reclaim_until_ms")
             elif old.state == JobState.PARKED:
                 self._note("claim of a parked row")
         for b in got.buried:
@@ -811,6 +845,8 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._note("bury")
             if before[b.id].lease_until_ms == now:
                 self._note("bury at exactly lease_until_ms")
+            if before[b.id].lease_until_ms == bound:
+                self._note("bury at exactly reclaim_until_ms")
         if len(got.buried) > 1:
             self._note("several rows buried by one claim")
         for r in before.values():
@@ -819,9 +855,12 @@ class ParityMachine(PairedMachine[JobDriver]):
                 and r.queue in params.queues
                 and r.lease_until_ms is not None
                 and r.lease_until_ms <= now
-                and r.attempt < r.max_attempts
             )
-            if lapsed and self.model.rows[r.id].claims == r.claims:
+            if not lapsed or self.model.rows[r.id].claims != r.claims:
+                continue
+            if bound is not None and r.lease_until_ms > bound:
+                self._note("lapsed lease held back by reclaim_until_ms")
+            elif r.attempt < r.max_attempts:
                 held = self.model._paused(r)
                 self._note("lapsed lease held back by a pause" if held else "lapsed lease left")
 

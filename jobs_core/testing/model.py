@@ -213,7 +213,8 @@ class ReferenceModel:
         return EnqueueResult(job.id, deduped=False)
 
     def job_claim(self, p: ClaimParams) -> ClaimResult:
-        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order."""
+        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order. A
+        lease lapsed once it ended by now and, when the claim bounds it, by `reclaim_until_ms`."""
         if not p.queues:
             raise ClaimQueuesEmptyError(detail="queues")
         now = p.now_ms
@@ -221,15 +222,18 @@ class ReferenceModel:
             self.worker_beat(p.beat)
         asked = set(p.queues)
 
+        def lapsed(r: JobRecord) -> bool:
+            end = r.lease_until_ms
+            return (
+                r.state == JobState.RUNNING
+                and end is not None
+                and end <= now
+                and (p.reclaim_until_ms is None or end <= p.reclaim_until_ms)
+            )
+
         buried: list[BuriedJob] = []
         for r in self._by_id():
-            if (
-                r.queue in asked
-                and r.state == JobState.RUNNING
-                and r.lease_until_ms is not None
-                and r.lease_until_ms <= now
-                and r.attempt >= r.max_attempts
-            ):
+            if r.queue in asked and lapsed(r) and r.attempt >= r.max_attempts:
                 state = JobState.FAILED if r.name in p.drop_exhausted else JobState.DEAD
                 self.rows[r.id] = replace(
                     r,
@@ -246,12 +250,7 @@ class ReferenceModel:
                 return False
             if r.state in (JobState.READY, JobState.PARKED):
                 return r.run_at_ms is not None and r.run_at_ms <= now
-            return (
-                r.state == JobState.RUNNING
-                and r.lease_until_ms is not None
-                and r.lease_until_ms <= now
-                and r.attempt < r.max_attempts
-            )
+            return lapsed(r) and r.attempt < r.max_attempts
 
         def order(r: JobRecord) -> tuple[int, int, str]:
             # A row only becomes running from a due row, so a running row keeps a run_at.

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
-from jobs_core.errors import JobsError
+from jobs_core.errors import DriverUnavailableError, JobsError
 from jobs_core.leases.admit import ADMITTED, Admission, deferred
 from jobs_core.records import ClaimedJob, ClaimParams
 from jobs_core.retention import Purger
 from jobs_core.worker.held import Held
-from jobs_core.worker.outage import Outage
+from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Outcomes
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
@@ -42,6 +42,7 @@ class ClaimLoop:
         backoff: IdleBackoff,
         purger: Purger | None,
         draining: Callable[[], bool],
+        watch: StoreWatch,
         *,
         queues: tuple[str, ...],
         worker_id: str,
@@ -61,6 +62,7 @@ class ClaimLoop:
         self._backoff = backoff
         self._purger = purger
         self._draining = draining
+        self._watch = watch
         self._queues = queues
         self._worker_id = worker_id
         self._max_in_flight = max_in_flight
@@ -132,16 +134,20 @@ class ClaimLoop:
                         now_ms=now,
                         drop_exhausted=self._drop_exhausted,
                         beat=beat,
+                        # Back from an outage: the leases that lapsed in it wait for their holders.
+                        reclaim_until_ms=self._watch.reclaim_until(now),
                     )
                 )
             except Exception as exc:  # a failed pass backs off, capped; the loop never dies
-                if not isinstance(exc, JobsError):
+                if isinstance(exc, DriverUnavailableError):
+                    self._watch.unavailable(now)
+                elif not isinstance(exc, JobsError):
                     log.exception("jobs.claim.crashed")
                 self._backoff.reset()
                 await self.wait(outage.failed(exc))
                 continue
             outage.recovered()
-            self._stats.store_ok_ms = now
+            self._watch.answered(now)
             if beat is not None:
                 self._registry.sent(now)
             for b in result.buried:

@@ -32,7 +32,7 @@ from jobs_core.worker.claim import ClaimLoop
 from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
-from jobs_core.worker.outage import Outage
+from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Observer, Outcomes, WorkerHook
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
@@ -138,6 +138,8 @@ class Worker:
         self._purger = Purger(driver, self.retention, self.clock, rng)
 
         self.stats = WorkerStats()
+        #: What this worker saw of its store's outages: its claims' reclaim bound.
+        self._watch = StoreWatch(self.clock, self.stats)
         # The phases share these: the jobs held (claimed, leased) by id, and the worker's
         # background tasks (the claim loop first), filled in place by `start`.
         held: dict[str, Held] = {}
@@ -186,6 +188,7 @@ class Worker:
             backoff,
             self._purger,
             lambda: self.draining,
+            self._watch,
             queues=self.queues,
             worker_id=self.worker_id,
             concurrency=self.concurrency,
@@ -199,8 +202,8 @@ class Worker:
             self.clock,
             held,
             self._registry,
-            self.stats,
             gate,
+            self._watch,
             worker_id=self.worker_id,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
@@ -245,6 +248,7 @@ class Worker:
         self._claims.accepting = True
         outage = Outage("jobs.worker.store_unavailable")
         while True:
+            now = self.clock.now_ms()
             try:
                 await self.driver.open()
                 if self._registry.enabled:
@@ -252,6 +256,7 @@ class Worker:
                 break
             except DriverUnavailableError as exc:
                 # A store still starting (or restarting) is waited for, never a reason to exit.
+                self._watch.unavailable(now)
                 await self._claims.wait(outage.failed(exc))
                 if not self._claims.accepting:
                     return

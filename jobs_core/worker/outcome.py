@@ -34,15 +34,18 @@ from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
 from jobs_core.tenant import acting_for
 from jobs_core.worker.failure import brief, error_text
 from jobs_core.worker.held import Held, job_fields, log_fields
+from jobs_core.worker.outage import RECLAIM_GRACE_MS
 from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
 
 #: Tries of an `on_settled` hook before it is given up (never rethrown).
 ON_SETTLED_TRIES = 3
-#: A settle the store cannot take is retried until its lease's end plus this (the fence keeps a
-#: late one safe: it lands only while no other claim was made).
-SETTLE_MARGIN_MS = 1_000
+#: A settle the store cannot take is retried until one lease past its lease's end plus this (the
+#: fence keeps a late one safe: it lands only while no other claim was made). An outage shorter
+#: than the lease that began while the lease was live is over one lease past its end, and a
+#: worker back from it leaves that lapsed lease alone for `RECLAIM_GRACE_MS` after.
+SETTLE_MARGIN_MS = RECLAIM_GRACE_MS
 
 WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 #: Told of every settle that landed: the job, its outcome, how long its body ran (None when
@@ -411,11 +414,12 @@ class Outcomes:
     # -- settles that cannot be sent as they are, or not yet ----------------------------------
 
     def _settle_give_up_at(self, fence: Fence) -> int | None:
-        """When a settle of this claim stops being worth retrying: its lease's end plus a margin."""
+        """When a settle of this claim stops being worth retrying: one lease past its lease's
+        end, plus `SETTLE_MARGIN_MS`."""
         h = self._held.get(fence.job_id)
         if h is None or h.job.claims != fence.claims:
             return None
-        return h.last_landed_ms + self._lease_ms + SETTLE_MARGIN_MS
+        return h.last_landed_ms + 2 * self._lease_ms + SETTLE_MARGIN_MS
 
     def _replace_invalid(self, item: Ack | Nack, exc: JobsError) -> Nack | None:
         """A settle the driver would refuse fails its own job with that error instead."""

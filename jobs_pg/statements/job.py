@@ -389,11 +389,14 @@ RAW_TEXT: Final = frozenset({"JOB_CLAIM"})
 # * `due` walks each asked, unpaused queue's `jobs_due` index in claim order through a LATERAL
 #   (Postgres 15 cannot merge one ordered index scan over `queue = ANY(...)`), locking with
 #   SKIP LOCKED so concurrent claimers never wait on each other nor take the same row.
-# * `lapsed` adds running rows whose lease ended on a non-final attempt (`jobs_lease` index).
+# * `lapsed` adds running rows whose lease ended on a non-final attempt (`jobs_lease` index) by
+#   `:lapsed_by` (`semantics.lapsed_by`: now, or the earlier bound of a worker back from an
+#   outage).
 # * `picked` keeps the first `:limit` of both by (priority, run_at, id) — id in COLLATE "C",
 #   i.e. code-point order, as the memory driver compares.
-# * `buried` moves running rows whose lease lapsed on the final attempt to dead/failed; it
-#   ignores pauses (burying is bookkeeping, not work) and touches rows disjoint from `picked`.
+# * `buried` moves running rows whose lease lapsed (by `:lapsed_by`) on the final attempt to
+#   dead/failed; it ignores pauses (burying is bookkeeping, not work) and touches rows disjoint
+#   from `picked`.
 # The claimed and buried rows come back in one result (`kind` tells them apart); the driver
 # orders them (claimed by claim order, buried by id).
 _q = (
@@ -426,7 +429,7 @@ _lapsed = (
     .where(
         jobs.c.state == lit("running"),
         jobs.c.queue == sa.func.any(arr("queues", TEXT)),
-        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.lease_until_ms <= p("lapsed_by", BIGINT),
         jobs.c.attempt < jobs.c.max_attempts,
         _not_paused_name(jobs),
         _queue_unpaused,
@@ -485,7 +488,7 @@ _exhausted = (
     .where(
         jobs.c.state == lit("running"),
         jobs.c.queue == sa.func.any(arr("queues", TEXT)),
-        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.lease_until_ms <= p("lapsed_by", BIGINT),
         jobs.c.attempt >= jobs.c.max_attempts,
     )
     .with_for_update(skip_locked=True, of=jobs)

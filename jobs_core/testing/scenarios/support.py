@@ -44,6 +44,7 @@ async def claim(
     limit: int = 10,
     lease_ms: int = 1000,
     drop_exhausted: frozenset[str] = frozenset(),
+    reclaim_until_ms: int | None = None,
 ) -> tuple[list[ClaimedJob], list[BuriedJob]]:
     """One claim pass over `queues` (default `q`); the claimed and the buried, as lists."""
     result = await driver.job_claim(
@@ -54,6 +55,7 @@ async def claim(
             lease_ms=lease_ms,
             now_ms=now,
             drop_exhausted=drop_exhausted,
+            reclaim_until_ms=reclaim_until_ms,
         )
     )
     return list(result.jobs), list(result.buried)

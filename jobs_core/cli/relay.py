@@ -23,11 +23,11 @@ from jobs_core.cli.base import (
     literal,
     main,
 )
-from jobs_core.cli.schedule import log_format_option
+from jobs_core.cli.schedule import drained, log_format_option
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
-from jobs_core.driver import JobDriver
 from jobs_core.errors import CliDriverRequiredError, DriverUrlInvalidError, JobsError
+from jobs_core.lifecycle import StopBudget, close_quietly
 from jobs_core.operator.times import age, relative
 from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
@@ -42,8 +42,6 @@ OUTBOX_HELP = (
     f"The app's database holding the outbox table (else env {OUTBOX_ENV}), e.g."
     " postgresql+psycopg://app@db/app?schema=ujobs."
 )
-#: Seconds `ujobs relay` waits for each store to close on the way out.
-CLOSE_S = 5.0
 
 
 @main.command()
@@ -89,6 +87,7 @@ def relay(
     except JobsError as exc:
         _fail(exc)
     console.print(f"relay stopped: {r.published} rows published")
+    drained()
 
 
 @main.command()
@@ -204,15 +203,19 @@ def outbox_for_worker(outbox_url: str | None, driver_url: str) -> OutboxStore:
 
 async def run_relay(r: Relay, drain_timeout: float) -> None:
     """Run `r` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`); a second
-    signal cuts the drain short. Both stores are closed on the way out."""
+    signal cuts the drain short. Both stores are closed on the way out, within the drain's
+    slack (a relay that ended without a signal: within the slack alone)."""
     loop = asyncio.get_running_loop()
     draining: list[asyncio.Future[bool]] = []
+    budget: StopBudget | None = None
 
     def on_signal(sig: signal.Signals) -> None:
+        nonlocal budget
         if not draining:
             log.warning(
                 "jobs.relay.draining %s on %s (again to cut it short)", r.relay_id, sig.name
             )
+            budget = StopBudget.after(drain_timeout)
             draining.append(asyncio.ensure_future(r.stop(drain_timeout)))
         else:
             r.force_stop()
@@ -222,13 +225,4 @@ async def run_relay(r: Relay, drain_timeout: float) -> None:
     try:
         await r.run()
     finally:
-        await close_quietly(r.outbox, r.driver)
-
-
-async def close_quietly(*stores: OutboxStore | JobDriver) -> None:
-    """Close each store, bounded, logging (never raising) a close that fails."""
-    for store in stores:
-        try:
-            await asyncio.wait_for(store.close(), CLOSE_S)
-        except Exception as exc:
-            log.warning("jobs.relay.close_failed: %r", exc)
+        await close_quietly([r.outbox, r.driver], (budget or StopBudget.after(0)).slack_ms())

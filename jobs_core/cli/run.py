@@ -30,13 +30,8 @@ from jobs_core.cli.base import (
     literal,
     main,
 )
-from jobs_core.cli.relay import (
-    OUTBOX_ENV,
-    OUTBOX_HELP,
-    close_quietly,
-    outbox_for_worker,
-    print_relay,
-)
+from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
+from jobs_core.cli.schedule import drained
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
@@ -50,6 +45,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
+from jobs_core.lifecycle import StopBudget, close_quietly
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
@@ -185,6 +181,7 @@ def worker(
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
     _print_stats(w.stats, "worker stopped")
+    drained()
 
 
 def retention_from(keeps: Sequence[str]) -> Retention:
@@ -319,24 +316,29 @@ async def _run_worker(
         server = serve(w, metrics_host, metrics_port, relay)
         where = literal(f"http://{metrics_host}:{server.port}/metrics")
         console.print(Text.assemble("metrics on ", where, ", health on /healthz"), soft_wrap=True)
-    await w.start()
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
-    for role in roles:
-        await role.start()
+    # Watching before anything starts: a signal while a start waits for its store ends it.
     w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None
+    await w.start()
+    for role in roles:
+        if w.draining:  # the roles were stopped with it: none starts now
+            break
+        await role.start()
     try:
         await _show_worker(w, quiet)
     finally:
-        if w_stopping is not None:
-            await w_stopping
-        if relay is not None:
-            await close_quietly(relay.outbox)  # the driver is the worker's
+        budget = await w_stopping if w_stopping is not None else None
+        if relay is not None:  # the driver is the worker's
+            await close_quietly([relay.outbox], (budget or StopBudget.after(0)).slack_ms())
 
 
-async def _stop_with(w: Worker, roles: Sequence[Scheduler | Relay]) -> None:
-    """Drain the roles beside `w` as soon as `w` begins its drain (same signal, same budget)."""
+async def _stop_with(w: Worker, roles: Sequence[Scheduler | Relay]) -> StopBudget:
+    """Drain the roles beside `w` as soon as `w` begins its drain (same signal, same budget);
+    answers that budget."""
     await w.drain_begun()
+    budget = StopBudget.after(w.drain_timeout_ms / 1000)
     await asyncio.gather(*(role.stop(w.drain_timeout_ms / 1000) for role in roles))
+    return budget
 
 
 async def _show_worker(w: Worker, quiet: bool) -> None:

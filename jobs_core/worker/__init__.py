@@ -20,8 +20,9 @@ The settle of a run's end sits apart from the run (`outcome`, not `run`): the dr
 the claim's buried rows and the settler's fallbacks write endings too, and never run a body.
 """
 
+from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, STOP_SLACK_MS
 from jobs_core.worker.core import Worker
-from jobs_core.worker.drain import CANCEL_GRACE_MS, STOP_CALL_FLOOR_MS, STOP_SLACK_MS
+from jobs_core.worker.drain import CANCEL_GRACE_MS
 from jobs_core.worker.failure import MESSAGE_CHARS, TRACEBACK_BYTES
 from jobs_core.worker.heartbeat import HEARTBEAT_RETRY_MS
 from jobs_core.worker.outage import (

@@ -25,6 +25,7 @@ from jobs_core.ids import host_name, new_id
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
+from jobs_core.lifecycle import wait_for_store
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
@@ -239,28 +240,33 @@ class Worker:
         return self._stop_task is not None
 
     async def start(self) -> None:
-        """Announce the worker and start its loops; refused while draining (`X_DRAINING`)."""
+        """Announce the worker and start its loops; refused while draining (`X_DRAINING`).
+
+        A store that is unavailable (down, still starting) is waited for with the outage
+        backoff, never a reason to fail; a drain begun meanwhile ends the wait at once and
+        nothing starts. A store that refuses otherwise (a schema not installed) raises.
+        """
         if self.draining:
             raise DrainingError(detail=self.worker_id)
         if self._started:
             return
         self._started = True
         self._claims.accepting = True
-        outage = Outage("jobs.worker.store_unavailable")
-        while True:
+
+        async def announce() -> None:
             now = self.clock.now_ms()
             try:
                 await self.driver.open()
                 if self._registry.enabled:
-                    await self.driver.worker_beat(self._registry.beat(self.clock.now_ms()))
-                break
-            except DriverUnavailableError as exc:
-                # A store still starting (or restarting) is waited for, never a reason to exit.
+                    await self.driver.worker_beat(self._registry.beat(now))
+            except DriverUnavailableError:
+                # An outage at start counts for the reclaim grace like one met later.
                 self._watch.unavailable(now)
-                await self._claims.wait(outage.failed(exc))
-                if not self._claims.accepting:
-                    return
-        outage.recovered()
+                raise
+
+        outage = Outage("jobs.worker.store_unavailable")
+        if not await wait_for_store(announce, outage, self._drain_begun, self.clock):
+            return
         self._registry.sent(self.clock.now_ms())
         if self.driver.capabilities().wake:
             try:
@@ -269,7 +275,9 @@ class Worker:
                 )
             except DriverUnavailableError as exc:  # the poll is the guarantee; the wake can wait
                 log.warning("jobs.wake.subscribe_failed: %s", exc)
-        # In place: a drain that began meanwhile reads this very list.
+        if self._drain_begun.is_set():  # begun during the subscribe: no loop may outlive it
+            return
+        # In place: the drain reads this very list.
         self._loops.append(asyncio.create_task(self._claims.run(), name="ujobs-claim"))
         self._loops.append(asyncio.create_task(self._heartbeat.run(), name="ujobs-heartbeat"))
         self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-maintenance"))

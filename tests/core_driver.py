@@ -103,11 +103,13 @@ class CoreDriver(JobDriver):
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         now = params.now_ms
+        # A lease lapsed when it ended by now, and by the reclaim bound when one is given.
+        bound = now if params.reclaim_until_ms is None else min(now, params.reclaim_until_ms)
         with self._lock:
             rows = [r for r in self._rows.values() if r.queue in params.queues]
             buried: list[BuriedJob] = []
             for r in sorted(rows, key=lambda r: r.id):
-                lapsed = r.lease_until_ms is not None and r.lease_until_ms <= now
+                lapsed = r.lease_until_ms is not None and r.lease_until_ms <= bound
                 if r.state is JobState.RUNNING and lapsed and r.attempt >= r.max_attempts:
                     dropped = r.name in params.drop_exhausted
                     state = JobState.FAILED if dropped else JobState.DEAD
@@ -121,7 +123,9 @@ class CoreDriver(JobDriver):
                         )
                     )
                     buried.append(BuriedJob(r.id, r.name, r.queue, state))
-            due = [r for r in self._rows.values() if r.queue in params.queues and _due(r, now)]
+            due = [
+                r for r in self._rows.values() if r.queue in params.queues and _due(r, now, bound)
+            ]
             due.sort(key=lambda r: (r.priority, r.run_at_ms, r.id))
             claimed: list[ClaimedJob] = []
             for r in due[: params.limit]:
@@ -209,16 +213,16 @@ class CoreDriver(JobDriver):
         with self._lock:
             demand = dict.fromkeys(queues, 0)
             for r in self._rows.values():
-                if r.queue in demand and r.state is JobState.READY and _due(r, now_ms):
+                if r.queue in demand and r.state is JobState.READY and _due(r, now_ms, now_ms):
                     demand[r.queue] += 1
             return demand
 
 
-def _due(r: JobRecord, now: int) -> bool:
-    """Whether a claim at `now` may take `r`."""
+def _due(r: JobRecord, now: int, bound: int) -> bool:
+    """Whether a claim at `now` that reclaims leases ended by `bound` may take `r`."""
     if r.state in (JobState.READY, JobState.PARKED):
         return r.run_at_ms is not None and r.run_at_ms <= now
-    lapsed = r.lease_until_ms is not None and r.lease_until_ms <= now
+    lapsed = r.lease_until_ms is not None and r.lease_until_ms <= bound
     return r.state is JobState.RUNNING and lapsed and r.attempt < r.max_attempts
 
 

@@ -55,7 +55,7 @@ from jobs_core.records import (
     TaskFireAnswer,
     TaskMark,
 )
-from jobs_core.semantics import HOUR_MS, nack_outcome, namespace_of
+from jobs_core.semantics import HOUR_MS, SAGA_STEP, nack_outcome, namespace_of
 from jobs_core.states import LIVE_STATES, JobState, Outcome
 from jobs_core.testing import (
     SCENARIOS,
@@ -152,10 +152,10 @@ class HeartbeatFromLeaseEnd(MemoryDriver):
 class RequeueKeepsAttempt(MemoryDriver):
     """Requeues a row but leaves its spent attempts in place."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         attempt = row.rec.attempt if row is not None else 0
-        answer = super()._requeue_locked(job_id, now_ms)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
         if answer is RequeueAnswer.REQUEUED:
             r = self._rows[job_id].rec
             self._put(r, replace(r, attempt=attempt))
@@ -362,19 +362,19 @@ class StoresTrueAsOne(MemoryDriver):
 class RequeueTakesParked(MemoryDriver):
     """Requeues a parked row as if it were finished."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state is JobState.PARKED:
             r = row.rec
             self._put(r, replace(r, state=JobState.READY, attempt=0, run_at_ms=now_ms))
             return RequeueAnswer.REQUEUED
-        return super()._requeue_locked(job_id, now_ms)
+        return super()._requeue_locked(job_id, now_ms, fresh_run_id)
 
 
 class RequeueDuplicateIgnoresTenant(MemoryDriver):
     """Refuses a requeue when a live row holds the (name, key) under ANY tenant."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state not in LIVE_STATES:
             r = row.rec
@@ -385,7 +385,7 @@ class RequeueDuplicateIgnoresTenant(MemoryDriver):
                     r.idempotency_key,
                 ):
                     return RequeueAnswer.DUPLICATE
-        return super()._requeue_locked(job_id, now_ms)
+        return super()._requeue_locked(job_id, now_ms, fresh_run_id)
 
 
 class KeysCutAt255Characters(MemoryDriver):
@@ -749,6 +749,125 @@ class WaitNotShown(MemoryDriver):
         return {i: replace(r, wait=None) for i, r in rows.items()}
 
 
+# -- a wait's until, events' tenants, requeues of unwound sagas (issue 24) ----------------------
+
+
+class WakeIgnoresUntil(MemoryDriver):
+    """A publish wakes a wait whatever its until: an event after the timeout takes the run."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: replace(w, until_ms=None) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+class FindIgnoresUntil(MemoryDriver):
+    """`event_find` and a park's look count events published after the wait's until."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        return super()._find_locked(replace(wait, until_ms=None), now_ms)
+
+
+class UntilInclusive(MemoryDriver):
+    """Counts an event published exactly at the wait's until (`<=` for `<`), in every path."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        return super()._find_locked(_one_ms_on(wait), now_ms)
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: _one_ms_on(w) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+def _one_ms_on(wait: EventWait) -> EventWait:
+    return wait if wait.until_ms is None else replace(wait, until_ms=wait.until_ms + 1)
+
+
+class WakeIgnoresTenant(MemoryDriver):
+    """A publish wakes the waits of every tenant: one org's event runs another org's saga."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: replace(w, tenant_id=event.tenant_id) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+class FindIgnoresTenant(MemoryDriver):
+    """`event_find` and a park's look take the first event of any tenant."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        hits: list[EventRecord] = []
+        for tenant in {e.tenant_id for e in self._events.values()} | {wait.tenant_id}:
+            found = super()._find_locked(replace(wait, tenant_id=tenant), now_ms)
+            if found is not None:
+                hits.append(found)
+        return min(hits, key=lambda e: (e.published_at_ms, e.id)) if hits else None
+
+
+class EveryTenantIgnored(MemoryDriver):
+    """Stores an event for every tenant as an event for no tenant."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        return await super()._event_publish(replace(event, all_tenants=False))
+
+
+class RequeueReplaysUnwound(MemoryDriver):
+    """A plain requeue takes a saga run that failed for good: it replays undone steps."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        steps = self._steps.get(row.rec.run_id, {}) if row is not None else {}
+        mark = steps.pop(SAGA_STEP, None)
+        try:
+            return super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        finally:
+            if mark is not None:
+                steps[SAGA_STEP] = mark
+
+
+class FreshRequeueKeepsRun(MemoryDriver):
+    """A fresh requeue keeps the row's run id, so its recorded steps replay after all."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if row is not None and answer is RequeueAnswer.REQUEUED:
+            r = self._rows[job_id].rec
+            self._put(r, replace(r, run_id=row.rec.run_id))
+        return answer
+
+
+class FreshRequeueKeepsOldSteps(MemoryDriver):
+    """A fresh requeue leaves the steps of the run it left, nobody's now, stored for good."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        kept = dict(self._steps)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        self._steps = {**kept, **self._steps}
+        return answer
+
+
+class FreshRequeueDropsUnwoundSteps(MemoryDriver):
+    """A fresh requeue deletes an unwound run's steps too: its unwinding finds nothing to undo."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if row is not None and fresh_run_id is not None and answer is RequeueAnswer.REQUEUED:
+            self._steps.pop(row.rec.run_id, None)
+        return answer
+
+
 #: The families a broken driver's walk takes: the job family alone, or with the family the
 #: broken method belongs to (a narrow walk reaches its edges; the suite itself walks them all).
 class RenewsExpiredLease(MemoryDriver):
@@ -957,6 +1076,16 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
     (ParkIgnoresStoredEvent, DURABLE, ["a_wait_wakes_on_its_event_only"]),
     (WaitShownAfterItsPark, DURABLE, ["a_parked_row_shows_its_wait"]),
     (WaitNotShown, DURABLE, ["a_parked_row_shows_its_wait"]),
+    (WakeIgnoresUntil, DURABLE, ["a_wait_ends_at_its_until"]),
+    (FindIgnoresUntil, DURABLE, ["a_wait_ends_at_its_until"]),
+    (UntilInclusive, DURABLE, ["a_wait_ends_at_its_until"]),
+    (WakeIgnoresTenant, DURABLE, ["events_keep_to_their_tenant", "a_parked_row_shows_its_wait"]),
+    (FindIgnoresTenant, DURABLE, ["events_keep_to_their_tenant"]),
+    (EveryTenantIgnored, DURABLE, ["events_keep_to_their_tenant"]),
+    (RequeueReplaysUnwound, DURABLE, ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueKeepsRun, JOBS, ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueKeepsOldSteps, DURABLE, ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueDropsUnwoundSteps, DURABLE, ["requeue_of_an_unwound_saga"]),
     (RenewsExpiredLease, LEASES, ["lease_renew_never_revives"]),
     (TakesPastTheLimit, LEASES, ["lease_limit_holds_and_frees", "lease_racing_takers"]),
     (CountsExpiredHolders, LEASES, ["lease_limit_holds_and_frees"]),

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from jobs_core.driver import MAX_TIME_MS
-from jobs_core.records import CounterReadParams, JobFilter, JobListParams, JobPage
+from jobs_core.records import (
+    CounterReadParams,
+    JobFilter,
+    JobListParams,
+    JobPage,
+    RequeueParams,
+)
 from jobs_core.states import JobState
 from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
@@ -34,7 +40,7 @@ class OperatorRules(ParityMachine):
     FAMILY = "operator"
 
     @rule(
-        op=st.sampled_from(("promote", "remove", "cancel", "requeue")),
+        op=st.sampled_from(("promote", "remove", "cancel", "requeue", "requeue fresh")),
         picks=target_lists,
         extra=st.sampled_from(("delayed", "parked", "none")),
         again=st.one_of(batch_job_specs, st.none()),
@@ -95,11 +101,15 @@ class OperatorRules(ParityMachine):
                 lambda: self.model.job_cancel_many(ids, self.now),
                 lambda: self.driver.job_cancel_many(ids, self.now),
             )
-        elif op == "requeue":
+        elif op.startswith("requeue"):
+            fresh = None
+            if op == "requeue fresh":
+                fresh = tuple(self._fresh_run_id() for _ in ids)
+            params = RequeueParams(tuple(ids), self.now, fresh)
             got = self._both(
                 "job_requeue_many",
-                lambda: self.model.job_requeue_many(ids, self.now),
-                lambda: self.driver.job_requeue_many(ids, self.now),
+                lambda: self.model.job_requeue_many(params),
+                lambda: self.driver.job_requeue_many(params),
             )
         elif op == "promote":
             got = self._both(

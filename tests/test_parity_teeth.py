@@ -1083,7 +1083,7 @@ BROKEN: list[tuple[type[MemoryDriver], frozenset[str], list[str]]] = [
     (FindIgnoresTenant, DURABLE, ["events_keep_to_their_tenant"]),
     (EveryTenantIgnored, DURABLE, ["events_keep_to_their_tenant"]),
     (RequeueReplaysUnwound, DURABLE, ["requeue_of_an_unwound_saga"]),
-    (FreshRequeueKeepsRun, JOBS, ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueKeepsRun, DURABLE, ["requeue_of_an_unwound_saga"]),
     (FreshRequeueKeepsOldSteps, DURABLE, ["requeue_of_an_unwound_saga"]),
     (FreshRequeueDropsUnwoundSteps, DURABLE, ["requeue_of_an_unwound_saga"]),
     (RenewsExpiredLease, LEASES, ["lease_renew_never_revives"]),
@@ -1141,57 +1141,68 @@ def test_reference_driver_passes_and_reaches_the_edges() -> None:
     tally = machine.tally
     # The walk is derandomized under TEETH, so these counts are the same on every run; each
     # bound is about half of what the walk (every family) reached when it was last reshaped
-    # (the task rules joined it), so a change that starves one of these edges fails here.
-    # None reached 0.
+    # (issue 24's rules joined it: the event tenants and untils, the saga requeues), so a change
+    # that starves one of these edges fails here. None reached 0. A reshaping moves the counts
+    # far: one more rule, even one that does nothing, took "lease taken again by its holder"
+    # from 64 to 13 and "lease refused: no room" from 66 to 22 in the walk before it (measured
+    # on the tree before issue 24); re-measure when the rules change, not only when a bound
+    # fails.
     wanted = {
-        "reclaim of a lapsed lease": 126,
-        "reclaim at exactly lease_until_ms": 40,
-        "lapsed lease held back by a pause": 13,
-        "several rows buried by one claim": 17,
-        "nack without an error over a stored error": 9,
-        "requeue of a parked row": 20,
-        "cancel of a parked row": 3,
-        "demand beside a parked row": 8,
-        "requeue refused X_JOB_REQUEUE_DUPLICATE": 17,
-        "requeue beside a twin of other tenant, a tenant set": 29,
-        "insert of values at the byte limits": 270,
-        "promote answered promoted": 14,
-        "remove answered running": 6,
-        "enqueue of a removed row's twin": 9,
-        "list page empty, not the end": 22,
-        "list refused X_JOB_PAGE_INVALID": 10,
-        "counter buckets folded or dropped": 37,
-        "step recorded": 72,
-        "park waiting for an event": 22,
-        "event published before its wait": 17,
-        "lease refused: no room": 33,
-        "lease taken again by its holder": 32,
-        "lease renew: refused": 14,
-        "lease abandon: landed": 4,
-        "clock at a lease's end": 13,
-        "list page with a cursor": 5,
-        "event woke a parked run": 1,
+        "reclaim of a lapsed lease": 99,
+        "reclaim at exactly lease_until_ms": 50,
+        "lapsed lease held back by a pause": 40,
+        "several rows buried by one claim": 12,
+        "nack without an error over a stored error": 14,
+        "requeue of a parked row": 11,
+        "cancel of a parked row": 7,
+        "demand beside a parked row": 24,
+        "requeue refused X_JOB_REQUEUE_DUPLICATE": 5,
+        "requeue beside a twin of other tenant, a tenant set": 19,
+        "insert of values at the byte limits": 239,
+        "promote answered promoted": 7,
+        "remove answered running": 3,
+        "enqueue of a removed row's twin": 10,
+        "list page empty, not the end": 21,
+        "list refused X_JOB_PAGE_INVALID": 22,
+        "counter buckets folded or dropped": 59,
+        "step recorded": 200,
+        "park waiting for an event": 39,
+        "event published before its wait": 7,
+        "lease refused: no room": 14,
+        "lease taken again by its holder": 6,
+        "lease renew: refused": 15,
+        "lease abandon: landed": 3,
+        "clock at a lease's end": 7,
+        "event woke a parked run": 14,
         # Added with `JobRecord.wait` (10 and 162 then): the rows it is compared on.
-        "row compared while it waits": 5,
-        "row compared after its wait ended": 80,
-        "task fire landed": 38,
-        "task catch-up fire": 10,
-        "task fire deduped by id": 10,
-        "task fire deduped by key": 11,
-        "task fire fenced off (stale)": 32,
-        "task fire fenced off (rival)": 38,
-        "task fire fenced off (unarmed)": 23,
-        "task armed again": 14,
-        "claim of a job named like a paused task": 10,
+        "row compared while it waits": 139,
+        "row compared after its wait ended": 250,
+        "task fire landed": 88,
+        "task catch-up fire": 37,
+        "task fire deduped by id": 27,
+        "task fire deduped by key": 25,
+        "task fire fenced off (stale)": 45,
+        "task fire fenced off (rival)": 47,
+        "task fire fenced off (unarmed)": 28,
+        "task armed again": 15,
+        "claim of a job named like a paused task": 12,
+        # Added with issue 24's rules (a wait's until, saga requeues): their edges.
+        "requeue of an unwound saga": 42,
+        "requeue refused X_JOB_REQUEUE_UNWOUND": 4,
+        "fresh requeue": 60,
+        "event stamped at a wait's until": 17,
+        "event stamped a ms before a wait's until": 7,
     }
-    # Each reached 0 times in this walk, and swings from 0 to a few dozen with the walk's shape
+    # Each reached 0 times in some walk, and swings from 0 to a few dozen with the walk's shape
     # (every reshaping of the task rules moved a different few of the rarest edges to 0 or back;
     # the ack over a stored result was 0 in every shape tried, and in two random seeds of the
-    # walk without the task family). A fixed bound on one derandomized walk says nothing about
-    # them; shown when a bound fails.
+    # walk without the task family; a page read with a cursor fell from 10 to 1 with issue 24's
+    # rules). A fixed bound on one derandomized walk says nothing about them; shown when a
+    # bound fails.
     rare = (
         "lease renew: landed",
         "ack without a result over a stored result",
+        "list page with a cursor",
     )
     short = {k: tally[k] for k, least in wanted.items() if tally[k] < least}
     seen_rare = {k: tally[k] for k in rare}

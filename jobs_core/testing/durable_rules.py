@@ -22,6 +22,7 @@ from jobs_core.records import (
     EventWait,
     Nack,
     NackKind,
+    NewJob,
     PurgeParams,
     RequeueParams,
     StepPut,
@@ -34,7 +35,7 @@ from jobs_core.testing.machine import (
     EVENT_NAMES,
     EVENT_TENANTS,
     MATCHES,
-    QUEUES,
+    NAMES,
     RESULTS,
     STEP_NAMES,
     UNKNOWN_ID,
@@ -44,6 +45,9 @@ from jobs_core.testing.machine import (
     claim_queues,
     fence_specs,
 )
+
+#: The queue of `requeue_saga`'s rows: no other rule claims from it.
+SAGA_QUEUE = "sagas"
 
 
 class DurableRules(ParityMachine):
@@ -221,17 +225,18 @@ class DurableRules(ParityMachine):
         self, job_id: str, w: EventWait, decoy: str | None, then: str, scope: str = "own"
     ) -> None:
         """Copies of `w`'s event that are never its event — stamped just before the wait
-        began, for another tenant, at the wait's until — maybe a decoy, then its event for the
-        tenant `scope` names (its own, or every one: both wake it; another: not) — unless
-        `then` cancels the run first, stops at the copies, or stamps it one ms before the
-        until (the last instant that counts)."""
+        began, for the other tenant, at the wait's until — maybe a decoy, then its event, for
+        the run's tenant or for every one (`scope` "other": the copy only) — unless `then`
+        cancels the run first, stops at the copies, or stamps it a ms before the until (the
+        last instant that counts). The copies for another tenant and at the until live 1 ms:
+        they test this wait, and leave later parks alone."""
         own = w.tenant_id
         other = next(t for t in EVENT_TENANTS if t != own)
         self._publish(w.event, w.match_json, 60_000, "new", self.now - w.since_ms + 1, own)
-        self._publish(w.event, w.match_json, 60_000, "new", 0, other)
+        self._publish(w.event, w.match_json, 1, "new", 0, other)
         if w.until_ms is not None:
             self._note("event stamped at a wait's until")
-            self._publish(w.event, w.match_json, 60_000, "new", self.now - w.until_ms, own)
+            self._publish(w.event, w.match_json, 1, "new", self.now - w.until_ms, own)
         if decoy is not None:
             self._publish(w.event, decoy, 60_000, "new", 0, own)
         if then == "stale only":
@@ -246,8 +251,9 @@ class DurableRules(ParityMachine):
                 lambda: self.model.job_cancel(job_id, self.now),
                 lambda: self.driver.job_cancel(job_id, self.now),
             )
-        tenant = {"own": own, "other": other, "all": ALL_TENANTS}[scope]
-        self._publish(w.event, w.match_json, 60_000, "new", 0, tenant)
+        if scope != "other":
+            tenant = ALL_TENANTS if scope == "all" else own
+            self._publish(w.event, w.match_json, 60_000, "new", 0, tenant)
 
     @precondition(lambda self: self.capabilities.steps)
     @rule(
@@ -261,9 +267,32 @@ class DurableRules(ParityMachine):
         """A run records a step (a saga the saga mark first), ends — dead, failed, done or
         cancelled — and is requeued in its run or as a fresh one, alone or in a bulk call that
         names it twice beside an unknown id; with `again` it is claimed and records a step in
-        the run it got. A plain requeue of a saga that failed for good is refused; a fresh one
-        leaves its steps to its unwinding, any other fresh one deletes the steps it left."""
-        got = self._claim(ClaimParams(QUEUES, worker, 1, 1000, self.now))
+        the run it got. A plain requeue of a saga that failed for good is refused, and the
+        operator then requeues it fresh (so no refused row lingers for the other rules); a
+        fresh requeue leaves its steps to its unwinding, any other deletes the steps it left.
+
+        Its rows live in a queue of their own (`SAGA_QUEUE`), which no other rule claims: the
+        rule neither takes the rows the others work on nor leaves them its own to claim."""
+        job_id = self._fresh_id("saga-")
+        saga_row = NewJob(
+            id=job_id,
+            run_id=f"run-{job_id}",
+            name=NAMES[0],
+            queue=SAGA_QUEUE,
+            tenant_id=None,
+            idempotency_key=job_id,
+            input_json="{}",
+            priority=0,
+            run_at_ms=self.now,
+            max_attempts=1,
+            created_at_ms=self.now,
+        )
+        self._both(
+            "job_enqueue",
+            lambda: self.model.job_enqueue(saga_row),
+            lambda: self.driver.job_enqueue(saga_row),
+        )
+        got = self._claim(ClaimParams((SAGA_QUEUE,), worker, 1, 1000, self.now))
         if not isinstance(got, ClaimResult):
             return
         for job in got.jobs:
@@ -271,6 +300,7 @@ class DurableRules(ParityMachine):
             if saga:
                 puts.insert(0, StepPut(job.fence, SAGA_STEP, '{"first":"charge"}', self.now))
             self._put_steps(puts)
+            self._note("step recorded")
             if end == "ack":
                 self._ack([Ack(job.fence, self.now)])
             elif end == "cancel":
@@ -297,6 +327,8 @@ class DurableRules(ParityMachine):
                     functools.partial(self.model.job_requeue_many, params),
                     functools.partial(self.driver.job_requeue_many, params),
                 )
+            if self.model._unwound(self.model.rows[job.id]):
+                self._requeue(job.id, fresh=True)
             if again:
                 claimed = self._claim(ClaimParams((job.queue,), worker, 4, 1000, self.now))
                 if isinstance(claimed, ClaimResult):

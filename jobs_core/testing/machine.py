@@ -669,11 +669,10 @@ class ParityMachine(PairedMachine[JobDriver]):
         wait=st.sampled_from(
             (
                 *(
-                    (name, match, since, tenant)
+                    (name, match, since)
                     for since in (-5000, 0)
                     for match in MATCHES
                     for name in EVENT_NAMES
-                    for tenant in EVENT_TENANTS
                 ),
                 None,
             )
@@ -692,7 +691,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         at: str,
         pick: int,
         dead_letter: bool,
-        wait: tuple[str, str, int, str | None] | None,
+        wait: tuple[str, str, int] | None,
     ) -> None:
         """What a worker does: claim (now, or once a running row's lease lapsed), then settle
         what it got at once (a random walk alone rarely lands a settle on a fresh fence). A
@@ -733,7 +732,10 @@ class ParityMachine(PairedMachine[JobDriver]):
                     # parks, the timeout is the wait's until too.
                     run_at = None if pick % 2 else self.now + 3000
                     since = max(0, self.now + wait[2])
-                    waits = EventWait(wait[0], wait[1], since, wait[3], run_at)
+                    # The second worker's runs act for a tenant (the durable family's rules draw
+                    # theirs; this rule's draws stay the job family's own).
+                    tenant = EVENT_TENANTS[WORKERS.index(worker)]
+                    waits = EventWait(wait[0], wait[1], since, tenant, run_at)
                     self._note("park waiting for an event")
                     if pick % 3 == 0:
                         # Its event is already there: the park must not sleep past it.
@@ -901,11 +903,10 @@ class ParityMachine(PairedMachine[JobDriver]):
             lambda: self.driver.job_cancel(job_id, self.now),
         )
 
-    @rule(pick=target_ids, fresh=st.sampled_from((False, False, True)))
-    def requeue(self, pick: tuple[str, int], fresh: bool) -> None:
-        """Requeue a row in its run, or now and then as a fresh run."""
+    @rule(pick=target_ids)
+    def requeue(self, pick: tuple[str, int]) -> None:
         job_id = self._target(pick)
-        self._requeue(job_id, fresh)
+        self._requeue(job_id)
 
     def _requeue(self, job_id: str, fresh: bool = False) -> None:
         self._note(f"requeue of a {self._state_of(job_id)} row")

@@ -40,7 +40,7 @@ class OperatorRules(ParityMachine):
     FAMILY = "operator"
 
     @rule(
-        op=st.sampled_from(("promote", "remove", "cancel", "requeue", "requeue fresh")),
+        op=st.sampled_from(("promote", "remove", "cancel", "requeue")),
         picks=target_lists,
         extra=st.sampled_from(("delayed", "parked", "none")),
         again=st.one_of(batch_job_specs, st.none()),
@@ -101,11 +101,8 @@ class OperatorRules(ParityMachine):
                 lambda: self.model.job_cancel_many(ids, self.now),
                 lambda: self.driver.job_cancel_many(ids, self.now),
             )
-        elif op.startswith("requeue"):
-            fresh = None
-            if op == "requeue fresh":
-                fresh = tuple(self._fresh_run_id() for _ in ids)
-            params = RequeueParams(tuple(ids), self.now, fresh)
+        elif op == "requeue":
+            params = RequeueParams(tuple(ids), self.now)
             got = self._both(
                 "job_requeue_many",
                 lambda: self.model.job_requeue_many(params),

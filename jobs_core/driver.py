@@ -34,6 +34,7 @@ from jobs_core.errors import (
     NotRequeueableError,
     RecordInvalidError,
     RequeueDuplicateError,
+    RequeueUnwoundError,
 )
 from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
@@ -68,6 +69,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -287,7 +289,8 @@ class JobDriver(abc.ABC):
     # Optional: a driver offering them says `events=True` in `capabilities()`.
 
     async def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The oldest unexpired event `wait` matches, published at or after its `since_ms`."""
+        """The oldest unexpired event `wait` matches: for its tenant (or every tenant),
+        published in `[since_ms, until_ms)`."""
         self.require("events", what="event_find")
         check_wait(wait)
         _check_time(now_ms, "now_ms")
@@ -295,13 +298,21 @@ class JobDriver(abc.ABC):
 
     async def event_publish(self, event: EventRecord) -> int:
         """Store `event` (unless its id is stored: then 0) and wake every parked run whose wait
-        it matches; answers how many runs it woke."""
+        it matches — of its tenant only, unless it is for every tenant; answers how many."""
         self.require("events", what="event_publish")
         _check_str(event.id, "id")
         _check_str(event.name, "name")
         check_text(event.data_json, "data_json")
         _check_time(event.published_at_ms, "published_at_ms")
         _check_time(event.expires_at_ms, "expires_at_ms")
+        if event.tenant_id is not None:
+            _check_str(event.tenant_id, "tenant_id")
+        if not isinstance(event.all_tenants, bool):
+            raise RecordInvalidError("must be a bool", detail="all_tenants")
+        if event.all_tenants and event.tenant_id is not None:
+            raise RecordInvalidError(
+                "an event for every tenant names no tenant (tenant_id None)", detail="tenant_id"
+            )
         return await self._event_publish(event)
 
     async def event_purge(self, now_ms: int, limit: int) -> int:
@@ -468,33 +479,50 @@ class JobDriver(abc.ABC):
             return []
         return await self._job_remove(job_ids)
 
-    async def job_requeue(self, job_id: str, now_ms: int) -> None:
+    async def job_requeue(
+        self, job_id: str, now_ms: int, *, fresh_run_id: str | None = None
+    ) -> None:
         """Make a finished row ready now with fresh attempts, in one write.
 
-        Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`) and a key
-        another live row holds now (`X_JOB_REQUEUE_DUPLICATE`). The run id stays (a requeued
-        run keeps its recorded steps), and so do `claims`, `last_error`, `result_json` and
-        `progress_json`: history for the operator until the next settle overwrites them.
+        Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`), a saga
+        run that failed for good when no `fresh_run_id` is given (`X_JOB_REQUEUE_UNWOUND`: its
+        steps are undone) and a key another live row holds now (`X_JOB_REQUEUE_DUPLICATE`).
+        Without `fresh_run_id` the run id stays (a requeued run replays its recorded steps);
+        with it the row starts a fresh run under that id, with no recorded step. `claims`,
+        `last_error`, `result_json` and `progress_json` stay: history for the operator until
+        the next settle overwrites them.
         """
-        answer = (await self.job_requeue_many([job_id], now_ms))[0]
+        fresh = None if fresh_run_id is None else (fresh_run_id,)
+        answer = (await self.job_requeue_many(RequeueParams((job_id,), now_ms, fresh)))[0]
         match answer:
             case RequeueAnswer.NOT_FOUND:
                 raise JobNotFoundError(detail=job_id)
             case RequeueAnswer.LIVE:
                 raise NotRequeueableError(detail=job_id)
+            case RequeueAnswer.UNWOUND:
+                raise RequeueUnwoundError(detail=job_id)
             case RequeueAnswer.DUPLICATE:
                 raise RequeueDuplicateError(detail=job_id)
             case RequeueAnswer.REQUEUED:
                 return
 
-    async def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        """`job_requeue` of each id in order, answering instead of raising; one call."""
+    async def job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        """`job_requeue` of each id in order, answering instead of raising; one call. With
+        `fresh_run_ids`, one per id, each requeued row starts a fresh run under its own."""
         self.require("operator", what="job_requeue_many")
-        _check_ids(job_ids)
-        _check_time(now_ms, "now_ms")
-        if not job_ids:
+        _check_ids(params.job_ids)
+        _check_time(params.now_ms, "now_ms")
+        fresh = params.fresh_run_ids
+        if fresh is not None:
+            if len(fresh) != len(params.job_ids):
+                raise RecordInvalidError("one fresh run id per job id", detail="fresh_run_ids")
+            for run_id in fresh:
+                _check_str(run_id, "fresh_run_ids")
+            if len(set(fresh)) != len(fresh):
+                raise RecordInvalidError("a fresh run id is given twice", detail="fresh_run_ids")
+        if not params.job_ids:
             return []
-        return await self._job_requeue_many(job_ids, now_ms)
+        return await self._job_requeue_many(params)
 
     # -- leases -------------------------------------------------------------------------------
     # Optional: a driver offering them says `leases=True` in `capabilities()`.
@@ -778,10 +806,11 @@ class JobDriver(abc.ABC):
           `last_error = error`.
         - PARK: `parked` with `run_at_ms` as given (None: until woken, never due); the
           attempt is given back (`attempt - 1`); `last_error` kept. With a `wait` (drivers
-          offering events): the wait is stored with the row — unless an event it matches is
-          already stored and unexpired at `now_ms` (`_event_find`), in which case the row is
-          `ready` at `now_ms` instead, no wait stored. A row's wait goes when it leaves
-          `parked` (claimed, woken by an event, cancelled, removed).
+          offering events): the wait is stored with the row, every field of it (its tenant
+          and `until_ms` too) — unless a stored event meets it, unexpired at `now_ms` (exactly
+          `_event_find`'s rule), in which case the row is `ready` at `now_ms` instead, no wait
+          stored. A row's wait goes when it leaves `parked` (claimed, woken by an event,
+          cancelled, removed).
         - SHED, INTERRUPT: `ready` at `run_at_ms`, or `now_ms` when None; attempt given back;
           `last_error` kept.
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
@@ -847,13 +876,25 @@ class JobDriver(abc.ABC):
         (a second mention of a removed id included). Counters do not move."""
         raise _unimplemented(self, "operator", "_job_remove")
 
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        """For each id in order, as one atomic write per row: a finished row becomes `ready` at
-        `now_ms` with `attempt = 0`, `lease_until_ms` and `finished_at_ms` None, everything else
-        kept (run id, claims, claimed_by, last_error, result, progress): `REQUEUED`.
-        `NOT_FOUND` for an unknown id, `LIVE` for a live row (parked included), `DUPLICATE` when
-        another live row holds its namespace — tenant included, as in every namespace check (a
-        row requeued earlier in the same call holds it too). Only `REQUEUED` writes."""
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        """For each id of `params.job_ids` in order, as one atomic write per row, the first that
+        applies:
+
+        - `NOT_FOUND` for an unknown id; `LIVE` for a live row (parked included);
+        - `UNWOUND`, for a plain requeue (`fresh_run_ids` None) only: the row is `dead` or
+          `failed` and its run holds the step `semantics.SAGA_STEP` (a saga that failed for
+          good: its unwind job undoes, or undid, its steps — so this holds from its final
+          settle on, whether the undoing ran yet or not);
+        - `DUPLICATE` when another live row holds its namespace — tenant included, as in every
+          namespace check (a row requeued earlier in the same call holds it too);
+        - else `REQUEUED`: `ready` at `now_ms` with `attempt = 0`, `lease_until_ms` and
+          `finished_at_ms` None, everything else kept (claims, claimed_by, last_error, result,
+          progress) — and the run id kept, or, for a fresh requeue, set to the id's
+          `fresh_run_ids` entry. A fresh requeue deletes the steps of the run it left (as a
+          purge deletes a row's), except those of a row `UNWOUND` would have refused: its
+          `ujobs.unwind` job, which holds that run id, still reads them (they go with it).
+
+        Only `REQUEUED` writes."""
         raise _unimplemented(self, "operator", "_job_requeue_many")
 
     async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
@@ -924,17 +965,23 @@ class JobDriver(abc.ABC):
         nothing. Steps go with their row when it is purged or removed."""
         raise _unimplemented(self, "steps", "_step_put")
 
+    # Events: an event MEETS a wait when it has the wait's name, `event_reaches` it — published
+    # for the wait's `tenant_id` (None for None; never another tenant's) or with `all_tenants`,
+    # at `published_at_ms` in `[since_ms, until_ms)` (`until_ms` None: no end; at `since_ms`
+    # counts, at `until_ms` does not) — and `event_matches` its match. The same rule decides
+    # `_event_find`, the park's look for a stored event (`_job_nack`) and the publish's wake.
+
     async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The event with the least `(published_at_ms, id)` among those named `wait.event`,
-        published at or after `wait.since_ms`, with `expires_at_ms > now_ms`, whose data
-        `event_matches` `wait.match_json`; None when there is none. Reads only."""
+        """The event with the least `(published_at_ms, id)` among those that meet `wait` (see
+        above) with `expires_at_ms > now_ms`; None when there is none. Answers it with its
+        `tenant_id` and `all_tenants` as published. Reads only."""
         raise _unimplemented(self, "events", "_event_find")
 
     async def _event_publish(self, event: EventRecord) -> int:
-        """In one atomic step: when no event has this id, store it, then wake every `parked`
-        row whose wait it matches (its name, `published_at_ms >= since_ms`, `event_matches`):
-        `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken (0 for
-        a known id: nothing written)."""
+        """In one atomic step: when no event has this id, store it (its tenant and
+        `all_tenants` with it), then wake every `parked` row whose stored wait it meets (see
+        above): `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken
+        (0 for a known id: nothing written)."""
         raise _unimplemented(self, "events", "_event_publish")
 
     async def _event_purge(self, now_ms: int, limit: int) -> int:
@@ -1217,6 +1264,10 @@ def check_wait(wait: EventWait) -> None:
     if not wait.match_json.lstrip().startswith("{"):
         raise RecordInvalidError("a match must be a JSON object", detail="wait.match_json")
     _check_time(wait.since_ms, "wait.since_ms")
+    if wait.tenant_id is not None:
+        _check_str(wait.tenant_id, "wait.tenant_id")
+    if wait.until_ms is not None:
+        _check_time(wait.until_ms, "wait.until_ms")
 
 
 def check_nack(nack: Nack) -> None:

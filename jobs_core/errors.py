@@ -51,6 +51,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_PAGE_INVALID": "the page cursor is malformed or was made for another listing",
     "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
     "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
+    "X_JOB_REQUEUE_UNWOUND": "the job's run failed for good and is undone: requeue it fresh",
     "X_JOB_RESULT_INVALID": "the body's result cannot be stored (no JSON form, or past a bound)",
     "X_JOB_SLOT_LOST": "the run's fleet-wide concurrency slot was lost; the run was cancelled",
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
@@ -336,6 +337,25 @@ class RequeueDuplicateError(JobsError):
     code = "X_JOB_REQUEUE_DUPLICATE"
 
 
+class RequeueUnwoundError(JobsError):
+    """The job's run failed for good and is undone: requeue it fresh."""
+
+    # A saga run that failed for good has its compensations run by its `ujobs.unwind` job; a
+    # plain requeue would replay its recorded steps (their effects undone, or being undone) and
+    # end `completed` having done nothing. A fresh requeue starts a new run: the message names
+    # the ways to ask for one.
+    code = "X_JOB_REQUEUE_UNWOUND"
+
+    def __init__(self, message: str | None = None, *, detail: str | None = None) -> None:
+        super().__init__(
+            message
+            or "its run failed for good and its steps are undone (or being undone): a plain"
+            " requeue would replay them; requeue it as a fresh run instead"
+            " (`ujobs jobs requeue --fresh ID`, the dashboard's requeue-fresh)",
+            detail=detail,
+        )
+
+
 class ResultInvalidError(JobsError):
     """The body's result cannot be stored (no JSON form, or past a bound)."""
 
@@ -506,6 +526,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         PageInvalidError,
         RecordInvalidError,
         RequeueDuplicateError,
+        RequeueUnwoundError,
         ResultInvalidError,
         TenantRequiredError,
         TerminalError,

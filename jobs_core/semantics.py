@@ -11,7 +11,7 @@ from typing import Final
 
 from jobs_core.errors import PageInvalidError
 from jobs_core.jsonform import unstorable
-from jobs_core.records import ClaimParams, JobFilter, ListKey, NackKind
+from jobs_core.records import ClaimParams, EventRecord, EventWait, JobFilter, ListKey, NackKind
 from jobs_core.states import JobState, Outcome
 
 #: The `last_error` a claim writes on a row it buries (lease lapsed on the final attempt).
@@ -134,7 +134,14 @@ def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
     return ListKey(created_at, job_id)
 
 
-# -- events -------------------------------------------------------------------------------------
+# -- steps and events ---------------------------------------------------------------------------
+
+#: The step a run records before the first step that declared a compensation runs (a saga). A
+#: `dead` or `failed` row whose run holds it is unwound by its `ujobs.unwind` job, so a plain
+#: requeue refuses it (`RequeueAnswer.UNWOUND`): only a fresh run may take it again.
+SAGA_STEP: Final = "~saga"
+#: The final states whose saga runs are unwound (a cancelled or completed run is not undone).
+UNWOUND_STATES: Final = frozenset({JobState.DEAD, JobState.FAILED})
 
 #: How long an event is found by waits, unless its sender says otherwise.
 EVENT_TTL_MS: Final = 7 * 24 * HOUR_MS
@@ -152,6 +159,17 @@ def json_equal(a: object, b: object) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
+
+
+def event_reaches(event: EventRecord, wait: EventWait) -> bool:
+    """True when `event` counts for `wait` by its tenant and its time (its name and data are
+    `event_matches`' part): published for the wait's tenant (None for None) or for every
+    tenant, within `[since_ms, until_ms)` — at `since_ms` counts, at `until_ms` does not."""
+    return (
+        (event.all_tenants or event.tenant_id == wait.tenant_id)
+        and wait.since_ms <= event.published_at_ms
+        and (wait.until_ms is None or event.published_at_ms < wait.until_ms)
+    )
 
 
 def event_matches(match: Mapping[str, object], data: object) -> bool:

@@ -156,15 +156,9 @@ def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> N
         print_job(view, now, has_steps=has_steps)
 
 
-def _steer(action: Action, verb_help: str) -> None:
-    @jobs.command(action.value, help=verb_help)
-    @click.argument("job_ids", nargs=-1)
-    @_driver_option
-    @_filter_options
-    @click.option(
-        "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
-    )
-    @_json_option
+def _steer(verb: Action, verb_help: str) -> None:
+    """The command `ujobs jobs <verb>`; `requeue` takes `--fresh` (the `REQUEUE_FRESH` action)."""
+
     def steer(
         job_ids: tuple[str, ...],
         url: str | None,
@@ -174,14 +168,16 @@ def _steer(action: Action, verb_help: str) -> None:
         tenant: str | None,
         everything: bool,
         as_json: bool,
+        fresh: bool = False,
     ) -> None:
+        action = Action.REQUEUE_FRESH if fresh else verb
         f = _filter(states, queue, name, tenant)
         if everything:
             if job_ids or f == JobFilter():
                 _fail(
                     CliUsageInvalidError(
                         f"--all takes no ids and at least one filter (--state, --queue, --name,"
-                        f" --tenant): `ujobs jobs {action.value} --all --state dead`"
+                        f" --tenant): `ujobs jobs {verb.value} --all --state dead`"
                     )
                 )
             report = _run(url, None, lambda op: op.act_all(action, f))
@@ -191,7 +187,7 @@ def _steer(action: Action, verb_help: str) -> None:
                 print_bulk(report)
             return
         if not job_ids:
-            _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({action.value})"))
+            _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({verb.value})"))
         if len(job_ids) > MAX_BULK_IDS:
             _fail(CliUsageInvalidError(f"at most {MAX_BULK_IDS} ids at once; use --all"))
         answers = _run(url, None, lambda op: op.act(action, job_ids))
@@ -204,9 +200,33 @@ def _steer(action: Action, verb_help: str) -> None:
         if refusals:
             _fail(refusals[0])
 
+    command: Callable[..., Any] = steer
+    if verb is Action.REQUEUE:
+        command = click.option(
+            "--fresh",
+            is_flag=True,
+            help="Start each job as a FRESH run (a new run id, no recorded step replayed): the"
+            " way to run again a saga that failed for good, whose steps are undone.",
+        )(command)
+    for option in (
+        _json_option,
+        click.option(
+            "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
+        ),
+        _filter_options,
+        _driver_option,
+        click.argument("job_ids", nargs=-1),
+    ):
+        command = option(command)
+    jobs.command(verb.value, help=verb_help)(command)
+
 
 _steer(Action.CANCEL, "Cancel live jobs (a running one's worker aborts its body).")
-_steer(Action.REQUEUE, "Run finished jobs again, with fresh attempts.")
+_steer(
+    Action.REQUEUE,
+    "Run finished jobs again, with fresh attempts, in the same run (recorded steps replay). A"
+    " saga run that failed for good is refused (X_JOB_REQUEUE_UNWOUND): use --fresh.",
+)
 _steer(Action.PROMOTE, "Make delayed jobs due now.")
 _steer(Action.REMOVE, "Delete jobs that are not running, with everything stored for them.")
 

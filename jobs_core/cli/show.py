@@ -235,6 +235,8 @@ def print_steered(action: Action, pairs: Sequence[tuple[str, Answer]]) -> None:
 def print_bulk(report: BulkReport) -> None:
     parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "nothing"
     console.print(f"{report.action.value}: {report.examined} jobs looked at — {parts}")
+    if report.advice is not None:
+        console.print(literal(report.advice))
 
 
 def print_queues(views: Sequence[QueueView], now_ms: int) -> None:

@@ -94,6 +94,7 @@ JOB_ACTIONS: Final[dict[Action, frozenset[JobState]]] = {
     Action.CANCEL: LIVE_STATES,
     Action.PROMOTE: frozenset({JobState.READY}),
     Action.REQUEUE: FINISHED_STATES,
+    Action.REQUEUE_FRESH: FINISHED_STATES,
     Action.REMOVE: frozenset(JobState) - {JobState.RUNNING},
 }
 
@@ -575,6 +576,8 @@ class Dashboard:
         parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"
         if report.examined >= BULK_ROWS:
             parts += f" (stopped at {BULK_ROWS:,} rows: press it again for the rest)"
+        if report.advice is not None:
+            parts += f". {report.advice}"
         return self._acted(
             request, form.get("back") or "/jobs?state=dead", f"requeue dead jobs: {parts}"
         )

@@ -36,7 +36,9 @@ from jobs_core.errors import (
     NotRemovableError,
     NotRequeueableError,
     RequeueDuplicateError,
+    RequeueUnwoundError,
 )
+from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import (
@@ -52,6 +54,7 @@ from jobs_core.records import (
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     TaskMark,
     WorkerInfo,
 )
@@ -71,7 +74,11 @@ class Action(StrEnum):
     """A steering verb an operator applies to jobs."""
 
     CANCEL = "cancel"
+    #: Run a finished job again in its run: its recorded steps replay. A saga run that failed
+    #: for good (its steps are undone) is refused, `unwound` (`X_JOB_REQUEUE_UNWOUND`).
     REQUEUE = "requeue"
+    #: Run a finished job again as a FRESH run: a new run id, no recorded step replays.
+    REQUEUE_FRESH = "requeue-fresh"
     PROMOTE = "promote"
     REMOVE = "remove"
 
@@ -105,6 +112,7 @@ def refusal_for(action: Action, job_id: str, answer: Answer) -> JobsError | None
         CancelAnswer.FINISHED: NotCancellableError(detail=job_id),
         RequeueAnswer.LIVE: NotRequeueableError(detail=job_id),
         RequeueAnswer.DUPLICATE: RequeueDuplicateError(detail=job_id),
+        RequeueAnswer.UNWOUND: RequeueUnwoundError(detail=job_id),
         PromoteAnswer.NOT_READY: NotPromotableError(detail=job_id),
         RemoveAnswer.RUNNING: NotRemovableError(detail=job_id),
     }
@@ -425,6 +433,18 @@ class BulkReport:
     def done(self) -> int:
         return sum(n for a, n in self.answers.items() if a in {d.value for d in DONE})
 
+    @property
+    def advice(self) -> str | None:
+        """What to do about the refusals that have a remedy (unwound saga runs), or None."""
+        unwound = self.answers.get(RequeueAnswer.UNWOUND.value, 0)
+        if not unwound:
+            return None
+        return (
+            f"{unwound} unwound: saga runs that failed for good, their steps undone (or being"
+            " undone), are not replayed; requeue them as fresh runs (`ujobs jobs requeue"
+            " --fresh`, the job page's requeue-fresh)"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "action": self.action.value,
@@ -606,7 +626,14 @@ class Operator:
             case Action.CANCEL:
                 answers = list(await self.driver.job_cancel_many(job_ids, now))
             case Action.REQUEUE:
-                answers = list(await self.driver.job_requeue_many(job_ids, now))
+                answers = list(
+                    await self.driver.job_requeue_many(RequeueParams(tuple(job_ids), now))
+                )
+            case Action.REQUEUE_FRESH:
+                fresh = tuple(new_id() for _ in job_ids)
+                answers = list(
+                    await self.driver.job_requeue_many(RequeueParams(tuple(job_ids), now, fresh))
+                )
             case Action.PROMOTE:
                 answers = list(await self.driver.job_promote(job_ids, now))
             case Action.REMOVE:
@@ -616,7 +643,7 @@ class Operator:
     async def act_one(self, action: Action, job_id: str) -> Answer:
         """Apply `action` to one job; a refusal raises its typed error (`X_JOB_NOT_FOUND`,
         `X_JOB_NOT_CANCELLABLE`, `X_JOB_NOT_REQUEUEABLE`, `X_JOB_REQUEUE_DUPLICATE`,
-        `X_JOB_NOT_PROMOTABLE`, `X_JOB_NOT_REMOVABLE`)."""
+        `X_JOB_REQUEUE_UNWOUND`, `X_JOB_NOT_PROMOTABLE`, `X_JOB_NOT_REMOVABLE`)."""
         answer = (await self.act(action, [job_id]))[0]
         refusal = refusal_for(action, job_id, answer)
         if refusal is not None:
@@ -628,7 +655,9 @@ class Operator:
     ) -> BulkReport:
         """Apply `action` to every row the filter keeps, page by page (one driver call a page of
         up to 500 rows), newest first; at most `max_rows` rows when given. Rows that change
-        meanwhile are answered for as they are when their page is acted on."""
+        meanwhile are answered for as they are when their page is acted on. A bulk `REQUEUE`
+        refuses each unwound saga run as the single one does (counted `unwound`): only
+        `REQUEUE_FRESH` takes those."""
         self.driver.require("operator", what=f"{action.value} (an operator's verb)")
         answers: dict[str, int] = {}
         examined = 0

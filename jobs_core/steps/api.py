@@ -51,6 +51,7 @@ from jobs_core.errors import (
 )
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import ClaimedJob, EventWait, StepPut, StepRecord
+from jobs_core.semantics import SAGA_STEP
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
@@ -58,8 +59,9 @@ from jobs_core.steps.suspend import StepSuspension, UnwindReached
 DEFAULT_EVENT_POLL_MS: Final = 60_000
 #: The prefix of the runner's own step records; a user's step name may not start with it.
 RESERVED: Final = "~"
-#: The record a run gets once a step of it declared a compensation.
-SAGA: Final = f"{RESERVED}saga"
+#: The record a run gets once a step of it declared a compensation (the store reads it: a plain
+#: requeue of a saga run that failed for good is refused).
+SAGA: Final = SAGA_STEP
 #: The prefix of a wait's start record (`~wait:<name>`).
 WAIT: Final = f"{RESERVED}wait:"
 #: The prefix of the record of a compensation that ran (`~undo:<name>`).
@@ -136,7 +138,11 @@ class StepApi:
         event_poll_ms: int | None = None,
         mode: Literal["run", "unwind"] = "run",
         put: Callable[[StepPut], Awaitable[bool]] | None = None,
+        tenant: str | None = None,
     ) -> None:
+        """`tenant`: the org the run acts for (`handle.tenant_for(input)`, None for
+        `tenant="none"`); its event waits count only events published for it (or for every
+        tenant)."""
         self._driver = driver
         #: How a record is sent: the worker's batching settler (runs finishing a step together
         #: share a round-trip), else one `step_put` call of its own.
@@ -147,6 +153,7 @@ class StepApi:
         self._step_timeout_ms = step_timeout_ms
         self._event_poll_ms = event_poll_ms or DEFAULT_EVENT_POLL_MS
         self._mode = mode
+        self._tenant = tenant
         self._loaded: dict[str, StepRecord] | None = None
         self._used: set[str] = set()
         #: The completed steps of this run that declared a compensation, as met (replayed or run).
@@ -173,6 +180,7 @@ class StepApi:
             event_poll_ms=self._event_poll_ms,
             mode="unwind",
             put=self._put,
+            tenant=self._tenant,
         )
 
     async def _put_alone(self, item: StepPut) -> bool:
@@ -308,9 +316,12 @@ class StepApi:
         """Park the run until an event named `event` whose data holds every key of `match`
         (equal values) arrives, and answer its data; None once `timeout` passed with none.
 
-        Which events count: by default only those published after the wait BEGAN (its first
-        execution; recorded, so a replay keeps it); `since="enqueued"` also counts those
-        published since the job was enqueued, and a datetime (or epoch ms) any since then.
+        Which events count: those published for the tenant this run acts for (or for every
+        tenant: `send_event(..., all_tenants=True)`), from the wait's start on — by default the
+        moment it BEGAN (its first execution; recorded, so a replay keeps it); `since=
+        "enqueued"` also counts those published since the job was enqueued, and a datetime (or
+        epoch ms) any since then — and before its deadline (start + `timeout`): one published
+        at the deadline or later never counts, however late the run resumes.
         """
         self._claim_name(name, WAIT)
         now = self._clock.now_ms()
@@ -323,35 +334,47 @@ class StepApi:
             since_ms = _ms_of(since, "since")
         ends = None if timeout is None else _ends(now, _duration_ms(timeout, "timeout"), "timeout")
         # The event's name and the match as `event_find` will judge them, before any record.
-        check_wait(EventWait(event, match_json, since_ms))
+        check_wait(EventWait(event, match_json, since_ms, tenant_id=self._tenant, until_ms=ends))
         loaded = await self.records()
         done = loaded.get(name)
         if done is not None:
             return _field(done, "data")
+        if self._mode == "unwind":
+            # The failed run never got past this wait (begun or not): its replay ends here,
+            # without looking for an event or recording one.
+            raise UnwindReached(name)
         started = loaded.get(f"{WAIT}{name}")
         if started is None:
-            if self._mode == "unwind":
-                raise UnwindReached(name)
             started = await self.record(
                 f"{WAIT}{name}",
                 {"event": event, "match": loads(match_json), "since": since_ms, "deadline": ends},
             )
         spec = loads(started.output_json)
         assert isinstance(spec, dict)
-        wait = EventWait(str(spec["event"]), dumps(spec["match"]), int(str(spec["since"])))
+        deadline = spec.get("deadline")
+        until = deadline if isinstance(deadline, int) else None
+        wait = EventWait(
+            str(spec["event"]),
+            dumps(spec["match"]),
+            int(str(spec["since"])),
+            tenant_id=self._tenant,
+            # The store counts only events published before the deadline, in the look below,
+            # in the park's look and in a publish's wake alike: a run resumed late (workers
+            # down or busy) never takes an event that came after its timeout.
+            until_ms=until,
+        )
         now = self._clock.now_ms()
         found = await self._driver.event_find(wait, now)
         if found is not None:
             data = loads(found.data_json)
             record = await self.record(name, {"data": data, "event_id": found.id})
             return _field(record, "data")
-        deadline = spec.get("deadline")
-        if isinstance(deadline, int) and now >= deadline:
+        if until is not None and now >= until:
             await self.record(name, {"data": None, "timeout": True})
             return None
         wake: int = now + self._event_poll_ms
-        if isinstance(deadline, int):
-            wake = min(wake, deadline)
+        if until is not None:
+            wake = min(wake, until)
         raise StepSuspension(wake, wait)
 
 

@@ -16,6 +16,12 @@ cancelled one), by a worker that runs the failed job's name.
 The replay and every compensation act as the failed body did: for its tenant (what
 `current_tenant()` answers, the tenant of a job they enqueue) and, for a `def` body, on a thread
 of their own (never one another run holds), the loop free meanwhile.
+
+A saga run that failed for good is never run again as it is: from its final settle on, a plain
+requeue of its row is refused (`X_JOB_REQUEUE_UNWOUND`, whether this job ran yet or not), since
+its replay would take for done the steps whose effects are (being) undone. A fresh requeue gives
+the row a new run id; this job, holding the old one, still undoes the old run, and the old run's
+steps stay with it (the store deletes them when this job's row goes).
 """
 
 from __future__ import annotations
@@ -55,14 +61,15 @@ NOT_SETTLED_RETRY_MS: Final = 1_000
 
 
 def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
-    """The `ujobs.unwind` job for a failed run (deduped per failed job while it is live)."""
+    """The `ujobs.unwind` job for a failed run (deduped per run while it is live: a fresh run
+    of the same row, requeued while the first is still being undone, gets its own)."""
     return NewJob(
         id=new_id(),
         run_id=failed.run_id,
         name=UNWIND_JOB,
         queue=failed.queue,
         tenant_id=failed.tenant_id,
-        idempotency_key=f"unwind:{failed.id}",
+        idempotency_key=f"unwind:{failed.id}:{failed.run_id}",
         input_json=dumps({"job_id": failed.id}),
         priority=failed.priority,
         run_at_ms=now_ms,
@@ -98,14 +105,19 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
     async def unwind(input: Any, ctx: JobContext) -> dict[str, Any]:
         job_id = str(input["job_id"])
         failed = (await driver.job_get_many([job_id])).get(job_id)
-        if failed is not None and failed.state in LIVE_STATES:
+        # This job shares the failed run's id. A row that holds another one now was requeued
+        # as a fresh run: the run to undo ended for good all the same, whatever the row does.
+        moved_on = failed is not None and failed.run_id != ctx.run_id
+        if failed is not None and failed.state in LIVE_STATES and not moved_on:
             # Enqueued just before the failed run's final settle, which may still be on its
             # way (a batch in flight, a store blip): not yet, and no attempt spent.
             raise RateLimitedError(
                 f"{failed.name} {failed.id} has not settled yet",
                 retry_after_ms=NOT_SETTLED_RETRY_MS,
             )
-        if failed is None or failed.state not in (JobState.DEAD, JobState.FAILED):
+        if failed is None or (
+            failed.state not in (JobState.DEAD, JobState.FAILED) and not moved_on
+        ):
             return {"undone": [], "skipped": "gone" if failed is None else failed.state.value}
         handle = handles.get(failed.name)
         if handle is None:
@@ -117,7 +129,7 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         api = ctx.step.unwinding()
         replay = JobContext(
             job_id=failed.id,
-            run_id=failed.run_id,
+            run_id=ctx.run_id,
             name=failed.name,
             queue=failed.queue,
             attempt=failed.attempt,
@@ -164,6 +176,8 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         unwind,
         name=UNWIND_JOB,
         tenant="none",
+        # Never enqueued through this handle (`unwind_record` keys it per run); a declaration
+        # needs a key all the same.
         idempotency_key=lambda i: f"unwind:{i['job_id']}",
         retry=UNWIND_RETRY,
         registry=JobRegistry(),

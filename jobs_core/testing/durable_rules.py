@@ -1,12 +1,15 @@
 """The step and event families' rules: steps recorded under fresh and stale fences, events
-published (some for a parked run's wait, some stamped in the past), found and purged; the steps
-of every run that ever recorded one, and each event name's first live event, compared after
-each step. Only what the driver declares in `capabilities()` runs.
+published (some for a parked run's wait, some stamped in the past, for its tenant, another one
+or every one, some at its until's edge), found and purged; saga runs requeued in their run or as
+fresh ones; the steps of every run that ever recorded one, and each event name's first live
+event for each tenant, compared after each step. Only what the driver declares in
+`capabilities()` runs.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -19,22 +22,32 @@ from jobs_core.records import (
     EventWait,
     Nack,
     NackKind,
+    NewJob,
     PurgeParams,
+    RequeueParams,
     StepPut,
 )
+from jobs_core.semantics import SAGA_STEP
 from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
+    ALL_TENANTS,
     EVENT_DATA,
     EVENT_NAMES,
+    EVENT_TENANTS,
     MATCHES,
+    NAMES,
     RESULTS,
     STEP_NAMES,
+    UNKNOWN_ID,
     WORKERS,
     FenceSpec,
     ParityMachine,
     claim_queues,
     fence_specs,
 )
+
+#: The queue of `requeue_saga`'s rows: no other rule claims from it.
+SAGA_QUEUE = "sagas"
 
 
 class DurableRules(ParityMachine):
@@ -51,9 +64,7 @@ class DurableRules(ParityMachine):
     def step_put(self, fences: list[FenceSpec], step: str, output: str) -> None:
         """Record a step under fences a claim handed out (held, stale or forged)."""
         puts = [StepPut(self._fence(f), step, output, self.now) for f in fences]
-        got = self._both(
-            "step_put", lambda: self.model.step_put(puts), lambda: self.driver.step_put(puts)
-        )
+        got = self._put_steps(puts)
         if isinstance(got, list) and any(got):
             self._note("step recorded")
 
@@ -76,11 +87,7 @@ class DurableRules(ParityMachine):
             return
         for job in got.jobs:
             puts = [StepPut(job.fence, s, f'"{s}@{self.now}"', self.now) for s in steps]
-            self._both(
-                "step_put",
-                functools.partial(self.model.step_put, puts),
-                functools.partial(self.driver.step_put, puts),
-            )
+            self._put_steps(puts)
             self._note("step recorded")
             if then == "ack":
                 self._ack([Ack(job.fence, self.now)])
@@ -102,24 +109,37 @@ class DurableRules(ParityMachine):
         ttl=st.sampled_from((60_000, 1000, 7 * 24 * 3_600_000)),
         which=st.sampled_from(("new", "again", "answer", "new")),
         ago=st.sampled_from((0, 5000, 0)),
+        scope=st.sampled_from(("own", *EVENT_TENANTS, ALL_TENANTS)),
     )
-    def publish(self, name: str, data: str, ttl: int, which: str, ago: int) -> None:
+    def publish(
+        self, name: str, data: str, ttl: int, which: str, ago: int, scope: str | None
+    ) -> None:
         """Publish an event (a new id or a known one, maybe the data a parked run waits for),
-        stamped now or `ago` ms back (a sender whose clock lags: not after a wait's `since`)."""
+        stamped now or `ago` ms back (a sender whose clock lags: not after a wait's `since`),
+        for a tenant, for none or for every one ("own": the answered wait's tenant)."""
         waiting = self._waiting()
+        tenant = None if scope == "own" else scope
         if which == "answer" and waiting:
             # An event a parked run waits for: its own match is data it matches.
             name, data = waiting[0].event, waiting[0].match_json
-        self._publish(name, data, ttl, which, ago)
+            if scope == "own":
+                tenant = waiting[0].tenant_id
+        self._publish(name, data, ttl, which, ago, tenant)
 
     @precondition(lambda self: self.capabilities.events)
     @rule(
         name=st.sampled_from(EVENT_NAMES),
         match=st.sampled_from(MATCHES),
         since=st.sampled_from((-3000, 0, -60_000)),
+        tenant=st.sampled_from(EVENT_TENANTS),
+        until=st.sampled_from((None, None, 0, 1, -1000, -2999)),
     )
-    def find_event(self, name: str, match: str, since: int) -> None:
-        w = EventWait(name, match, max(0, self.now + since))
+    def find_event(
+        self, name: str, match: str, since: int, tenant: str | None, until: int | None
+    ) -> None:
+        """Look for an event for a tenant, since a moment ago, until now (or a moment ago)."""
+        until_ms = None if until is None else max(0, self.now + until)
+        w = EventWait(name, match, max(0, self.now + since), tenant, until_ms)
         self._both(
             "event_find",
             lambda: self.model.event_find(w, self.now),
@@ -143,31 +163,37 @@ class DurableRules(ParityMachine):
             st.sampled_from(EVENT_NAMES),
             st.sampled_from(MATCHES),
             st.sampled_from((-5000, 0)),
+            st.sampled_from(EVENT_TENANTS),
         ),
         timeout=st.sampled_from((3000, None)),
+        until=st.sampled_from(("timeout", "timeout", 0, 1)),
         early=st.booleans(),
-        then=st.sampled_from(("answer", "cancel first", "later")),
+        then=st.sampled_from(("answer", "edge", "cancel first", "later")),
     )
     def park_waiting(
         self,
         queues: tuple[str, ...],
         worker: str,
-        wait: tuple[str, str, int],
+        wait: tuple[str, str, int, str | None],
         timeout: int | None,
+        until: str | int,
         early: bool,
         then: str,
     ) -> None:
-        """Claim a row and park it waiting for an event (until a timeout, or for good); with
-        `early`, its event is published just before: the park must not sleep past it. Unless
-        `then` is "later", the wait is answered at once (`answer_wait`)."""
+        """Claim a row and park it waiting for an event for its tenant (until a timeout, or for
+        good); the wait ends at the timeout, or exactly now or a millisecond on (its edge). With
+        `early`, its event is published just before: the park must not sleep past it (unless the
+        wait ended by then). Unless `then` is "later", the wait is answered at once
+        (`answer_wait`)."""
         got = self._claim(ClaimParams(queues, worker, 1, 1000, self.now))
         if not isinstance(got, ClaimResult):
             return
         for job in got.jobs:
-            w = EventWait(wait[0], wait[1], max(0, self.now + wait[2]))
+            run_at = None if timeout is None else self.now + timeout
+            until_ms = run_at if until == "timeout" else self.now + int(until)
+            w = EventWait(wait[0], wait[1], max(0, self.now + wait[2]), wait[3], until_ms)
             if early:
                 self._before_park(w)
-            run_at = None if timeout is None else self.now + timeout
             self._note("park waiting for an event")
             self._nack([Nack(job.fence, NackKind.PARK, self.now, run_at, wait=w)])
             self._read_parked(job.id)
@@ -179,26 +205,45 @@ class DurableRules(ParityMachine):
         pick=st.integers(0, 3),
         decoy=st.sampled_from((None, *EVENT_DATA)),
         late=st.booleans(),
-        then=st.sampled_from(("answer", "cancel first", "answer", "stale only")),
+        then=st.sampled_from(("answer", "edge", "cancel first", "answer", "stale only")),
+        scope=st.sampled_from(("own", "all", "other", "own")),
     )
-    def answer_wait(self, pick: int, decoy: str | None, late: bool, then: str) -> None:
+    def answer_wait(self, pick: int, decoy: str | None, late: bool, then: str, scope: str) -> None:
         """Publish for a parked run: first a copy of its event stamped before the wait began
         (never its event), and maybe a decoy of the same name (it may or may not match); then
-        its event — unless `then` cancels the run first (a wait goes with its park) or stops
-        at the stale copy. `late` publishes after the wait's timeout would have passed."""
+        its event, for the run's tenant, another one or every one — unless `then` cancels the
+        run first (a wait goes with its park), stops at the stale copy, or stamps its event at
+        the wait's until and then a millisecond before. `late` publishes after the wait's
+        timeout passed: its event no longer counts."""
         waiting = self._waiting_rows()
         job_id, w = waiting[pick % len(waiting)]
         if late:
             self.now += 3001
-        self._answer(job_id, w, decoy, then)
+        self._answer(job_id, w, decoy, then, scope)
 
-    def _answer(self, job_id: str, w: EventWait, decoy: str | None, then: str) -> None:
-        """A copy of `w`'s event stamped just before the wait began (never its event), maybe a
-        decoy, then its event — unless `then` cancels the run first or stops at the copy."""
-        self._publish(w.event, w.match_json, 60_000, "new", self.now - w.since_ms + 1)
+    def _answer(
+        self, job_id: str, w: EventWait, decoy: str | None, then: str, scope: str = "own"
+    ) -> None:
+        """Copies of `w`'s event that are never its event — stamped just before the wait
+        began, for the other tenant, at the wait's until — maybe a decoy, then its event, for
+        the run's tenant or for every one (`scope` "other": the copy only) — unless `then`
+        cancels the run first, stops at the copies, or stamps it a ms before the until (the
+        last instant that counts). The copies for another tenant and at the until live 1 ms:
+        they test this wait, and leave later parks alone."""
+        own = w.tenant_id
+        other = next(t for t in EVENT_TENANTS if t != own)
+        self._publish(w.event, w.match_json, 60_000, "new", self.now - w.since_ms + 1, own)
+        self._publish(w.event, w.match_json, 1, "new", 0, other)
+        if w.until_ms is not None:
+            self._note("event stamped at a wait's until")
+            self._publish(w.event, w.match_json, 1, "new", self.now - w.until_ms, own)
         if decoy is not None:
-            self._publish(w.event, decoy, 60_000, "new")
+            self._publish(w.event, decoy, 60_000, "new", 0, own)
         if then == "stale only":
+            return
+        if then == "edge" and w.until_ms is not None:
+            self._note("event stamped a ms before a wait's until")
+            self._publish(w.event, w.match_json, 60_000, "new", self.now - w.until_ms + 1, own)
             return
         if then == "cancel first" and self.capabilities.operator:
             self._both(
@@ -206,13 +251,96 @@ class DurableRules(ParityMachine):
                 lambda: self.model.job_cancel(job_id, self.now),
                 lambda: self.driver.job_cancel(job_id, self.now),
             )
-        self._publish(w.event, w.match_json, 60_000, "new")
+        if scope != "other":
+            tenant = ALL_TENANTS if scope == "all" else own
+            self._publish(w.event, w.match_json, 60_000, "new", 0, tenant)
+
+    @precondition(lambda self: self.capabilities.steps)
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        saga=st.sampled_from((True, False, True)),
+        end=st.sampled_from(("dead", "ack", "failed", "cancel", "dead")),
+        how=st.sampled_from(("fresh", "plain", "bulk fresh", "bulk plain")),
+        again=st.booleans(),
+    )
+    def requeue_saga(self, worker: str, saga: bool, end: str, how: str, again: bool) -> None:
+        """A run records a step (a saga the saga mark first), ends — dead, failed, done or
+        cancelled — and is requeued in its run or as a fresh one, alone or in a bulk call that
+        names it twice beside an unknown id; with `again` it is claimed and records a step in
+        the run it got. A plain requeue of a saga that failed for good is refused, and the
+        operator then requeues it fresh (so no refused row lingers for the other rules); a
+        fresh requeue leaves its steps to its unwinding, any other deletes the steps it left.
+
+        Its rows live in a queue of their own (`SAGA_QUEUE`), which no other rule claims: the
+        rule neither takes the rows the others work on nor leaves them its own to claim."""
+        job_id = self._fresh_id("saga-")
+        saga_row = NewJob(
+            id=job_id,
+            run_id=f"run-{job_id}",
+            name=NAMES[0],
+            queue=SAGA_QUEUE,
+            tenant_id=None,
+            idempotency_key=job_id,
+            input_json="{}",
+            priority=0,
+            run_at_ms=self.now,
+            max_attempts=1,
+            created_at_ms=self.now,
+        )
+        self._both(
+            "job_enqueue",
+            lambda: self.model.job_enqueue(saga_row),
+            lambda: self.driver.job_enqueue(saga_row),
+        )
+        got = self._claim(ClaimParams((SAGA_QUEUE,), worker, 1, 1000, self.now))
+        if not isinstance(got, ClaimResult):
+            return
+        for job in got.jobs:
+            puts = [StepPut(job.fence, "charge", f'"{job.id}@{self.now}"', self.now)]
+            if saga:
+                puts.insert(0, StepPut(job.fence, SAGA_STEP, '{"first":"charge"}', self.now))
+            self._put_steps(puts)
+            self._note("step recorded")
+            if end == "ack":
+                self._ack([Ack(job.fence, self.now)])
+            elif end == "cancel":
+                self._both(
+                    "job_cancel",
+                    functools.partial(self.model.job_cancel, job.id, self.now),
+                    functools.partial(self.driver.job_cancel, job.id, self.now),
+                )
+            else:
+                fail = Nack(job.fence, NackKind.FAIL, self.now, error="boom")
+                self._nack([replace(fail, dead_letter=end == "dead")])
+            r = self.model.rows[job.id]
+            if self.model._unwound(r):
+                self._note("requeue of an unwound saga")
+            fresh = how.endswith("fresh")
+            if not how.startswith("bulk"):
+                self._requeue(job.id, fresh)
+            else:
+                ids = (job.id, UNKNOWN_ID, job.id)
+                runs = tuple(self._fresh_run_id() for _ in ids) if fresh else None
+                params = RequeueParams(ids, self.now, runs)
+                self._both(
+                    "job_requeue_many",
+                    functools.partial(self.model.job_requeue_many, params),
+                    functools.partial(self.driver.job_requeue_many, params),
+                )
+            if self.model._unwound(self.model.rows[job.id]):
+                self._requeue(job.id, fresh=True)
+            if again:
+                claimed = self._claim(ClaimParams((job.queue,), worker, 4, 1000, self.now))
+                if isinstance(claimed, ClaimResult):
+                    self._put_steps(
+                        [StepPut(j.fence, "ship", '"again"', self.now) for j in claimed.jobs]
+                    )
 
     # -- helpers --------------------------------------------------------------------------------
 
     def _before_park(self, wait: EventWait) -> None:
         self._note("event published before its wait")
-        self._publish(wait.event, wait.match_json, 60_000, "new")
+        self._publish(wait.event, wait.match_json, 60_000, "new", 0, wait.tenant_id)
 
     def _waiting_rows(self) -> list[tuple[str, EventWait]]:
         """The rows parked now under the claim that parked them, with their waits."""
@@ -225,13 +353,23 @@ class DurableRules(ParityMachine):
     def _waiting(self) -> list[EventWait]:
         return [w for _, w in self._waiting_rows()]
 
-    def _publish(self, name: str, data: str, ttl: int, which: str, ago: int = 0) -> None:
+    def _publish(
+        self,
+        name: str,
+        data: str,
+        ttl: int,
+        which: str,
+        ago: int = 0,
+        tenant: str | None = None,
+    ) -> None:
+        """Publish an event stamped `ago` ms back for `tenant` (`ALL_TENANTS`: every one)."""
         if which == "again" and self.model.events:
             event_id = sorted(self.model.events)[self._serial % len(self.model.events)]
         else:
             event_id = self._fresh_id("ev-")
         at = max(0, self.now - ago)
-        e = EventRecord(event_id, name, data, at, at + ttl)
+        everyone = tenant == ALL_TENANTS
+        e = EventRecord(event_id, name, data, at, at + ttl, None if everyone else tenant, everyone)
         woken = self._both(
             "event_publish",
             lambda: self.model.event_publish(e),
@@ -262,14 +400,16 @@ class DurableRules(ParityMachine):
                 self._note("row compared while it waits")
             if any(w is None for w in waits):
                 self._note("row compared after its wait ended")
-            # The first live event of each name: a purge or an expiry that went wrong shows.
+            # The first live event of each name for each tenant: a purge or an expiry that went
+            # wrong shows, and so does an event stored without its tenant.
             for name in EVENT_NAMES:
-                w = EventWait(name, "{}", 0)
-                checks.append(
-                    (
-                        f"event_find({name!r})",
-                        functools.partial(self.model.event_find, w, self.now),
-                        functools.partial(self.driver.event_find, w, self.now),
+                for tenant in EVENT_TENANTS:
+                    w = EventWait(name, "{}", 0, tenant)
+                    checks.append(
+                        (
+                            f"event_find({name!r}, tenant {tenant!r})",
+                            functools.partial(self.model.event_find, w, self.now),
+                            functools.partial(self.driver.event_find, w, self.now),
+                        )
                     )
-                )
         return checks

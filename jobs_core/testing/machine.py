@@ -61,6 +61,7 @@ from jobs_core.records import (
     Pause,
     Progress,
     PurgeParams,
+    RequeueParams,
     StepPut,
     WorkerBeat,
 )
@@ -137,6 +138,10 @@ EVENT_DATA = (
     "{}",
 )
 MATCHES = ("{}", '{"order":1}', '{"order":"1"}', '{"order":true}', '{"x":true}')
+#: The tenants a wait acts for and an event is published for (None: no tenant), so that one
+#: tenant's event meets another's wait often; `ALL_TENANTS` is an event for every tenant.
+EVENT_TENANTS: tuple[str | None, ...] = (None, "t1")
+ALL_TENANTS = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,8 +282,9 @@ async def check_empty(driver: JobDriver) -> None:
         found.append(f"workers {[w.worker_id for w in workers]}")
     if caps.events:
         for name in EVENT_NAMES:
-            if await driver.event_find(EventWait(name, "{}", 0), 0) is not None:
-                found.append(f"events named {name!r}")
+            for tenant in EVENT_TENANTS:
+                if await driver.event_find(EventWait(name, "{}", 0, tenant), 0) is not None:
+                    found.append(f"events named {name!r} for tenant {tenant!r}")
     if caps.leases:
         for key in LEASE_KEYS:
             if await driver.lease_holders(key, 0):
@@ -337,6 +343,22 @@ class ParityMachine(PairedMachine[JobDriver]):
         job_id = f"{prefix}{self._serial:04d}"
         self.ids.append(job_id)
         return job_id
+
+    def _put_steps(self, puts: list[StepPut]) -> object:
+        """`step_put` on both. The runs of the fenced rows are compared from now on, even when a
+        later call of the same rule deletes their steps (a purge, a fresh requeue)."""
+        rows = (self.model.rows.get(p.fence.job_id) for p in puts)
+        self.step_runs.update(r.run_id for r in rows if r is not None)
+        return self._both(
+            "step_put",
+            functools.partial(self.model.step_put, puts),
+            functools.partial(self.driver.step_put, puts),
+        )
+
+    def _fresh_run_id(self) -> str:
+        """A run id no row has held: what a fresh requeue hands in."""
+        self._serial += 1
+        return f"fresh-{self._serial:04d}"
 
     def _used_id(self, n: int) -> str | None:
         """The `n`-th latest id of a stored row (the model's rows keep insertion order)."""
@@ -727,11 +749,7 @@ class ParityMachine(PairedMachine[JobDriver]):
                 if self.capabilities.steps and "durable" in self.FAMILIES_ON:
                     # A step recorded on a fresh fence, then parked: a sleep, as the API does it.
                     put = [StepPut(f, STEP_NAMES[pick % len(STEP_NAMES)], '{"ok":true}', self.now)]
-                    self._both(
-                        "step_put",
-                        functools.partial(self.model.step_put, put),
-                        functools.partial(self.driver.step_put, put),
-                    )
+                    self._put_steps(put)
                     self._note("step recorded")
                 if pick % 2:
                     # Done: the run's steps stay with its row until it is purged or removed.
@@ -747,9 +765,14 @@ class ParityMachine(PairedMachine[JobDriver]):
                 waits = None
                 durable = "durable" in self.FAMILIES_ON and self.capabilities.events
                 if kind is NackKind.PARK and wait is not None and durable:
-                    waits = EventWait(wait[0], wait[1], max(0, self.now + wait[2]))
-                    # A wait's timeout, or none: parked until the event comes.
+                    # A wait's timeout, or none: parked until the event comes. As the step API
+                    # parks, the timeout is the wait's until too.
                     run_at = None if pick % 2 else self.now + 3000
+                    since = max(0, self.now + wait[2])
+                    # The second worker's runs act for a tenant (the durable family's rules draw
+                    # theirs; this rule's draws stay the job family's own).
+                    tenant = EVENT_TENANTS[WORKERS.index(worker)]
+                    waits = EventWait(wait[0], wait[1], since, tenant, run_at)
                     self._note("park waiting for an event")
                     if pick % 3 == 0:
                         # Its event is already there: the park must not sleep past it.
@@ -932,15 +955,18 @@ class ParityMachine(PairedMachine[JobDriver]):
         job_id = self._target(pick)
         self._requeue(job_id)
 
-    def _requeue(self, job_id: str) -> None:
+    def _requeue(self, job_id: str, fresh: bool = False) -> None:
         self._note(f"requeue of a {self._state_of(job_id)} row")
+        run_id = self._fresh_run_id() if fresh else None
         got = self._both(
             "job_requeue",
-            lambda: self.model.job_requeue(job_id, self.now),
-            lambda: self.driver.job_requeue(job_id, self.now),
+            lambda: self.model.job_requeue(job_id, self.now, fresh_run_id=run_id),
+            lambda: self.driver.job_requeue(job_id, self.now, fresh_run_id=run_id),
         )
         if isinstance(got, JobsError):
             self._note(f"requeue refused {got.code}")
+        elif fresh:
+            self._note("fresh requeue")
 
     @precondition(
         lambda self: (
@@ -1084,16 +1110,17 @@ class ParityMachine(PairedMachine[JobDriver]):
             # Real ids, one too many: the cap is checked before any row is touched.
             many = [self._used_id(i) or UNKNOWN_ID for i in range(MAX_BULK_IDS + 1)]
             call = ("job_remove", "job_cancel_many", "job_requeue_many", "job_promote")[pos]
+            requeue = RequeueParams(tuple(many), self.now)
             model_call: Callable[[], object] = {
                 "job_remove": lambda: self.model.job_remove(many),
                 "job_cancel_many": lambda: self.model.job_cancel_many(many, self.now),
-                "job_requeue_many": lambda: self.model.job_requeue_many(many, self.now),
+                "job_requeue_many": lambda: self.model.job_requeue_many(requeue),
                 "job_promote": lambda: self.model.job_promote(many, self.now),
             }[call]
             driver_call: Callable[[], Coroutine[Any, Any, object]] = {
                 "job_remove": lambda: self.driver.job_remove(many),
                 "job_cancel_many": lambda: self.driver.job_cancel_many(many, self.now),
-                "job_requeue_many": lambda: self.driver.job_requeue_many(many, self.now),
+                "job_requeue_many": lambda: self.driver.job_requeue_many(requeue),
                 "job_promote": lambda: self.driver.job_promote(many, self.now),
             }[call]
             refusal = self._both(f"{call}(too many ids)", model_call, driver_call)

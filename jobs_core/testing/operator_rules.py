@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from jobs_core.driver import MAX_TIME_MS
-from jobs_core.records import CounterReadParams, JobFilter, JobListParams, JobPage
+from jobs_core.records import (
+    CounterReadParams,
+    JobFilter,
+    JobListParams,
+    JobPage,
+    RequeueParams,
+)
 from jobs_core.states import JobState
 from jobs_core.testing.compare import Check
 from jobs_core.testing.machine import (
@@ -99,10 +105,11 @@ class OperatorRules(ParityMachine):
                 lambda: self.driver.job_cancel_many(ids, self.now),
             )
         elif op == "requeue":
+            params = RequeueParams(tuple(ids), self.now)
             got = self._both(
                 "job_requeue_many",
-                lambda: self.model.job_requeue_many(ids, self.now),
-                lambda: self.driver.job_requeue_many(ids, self.now),
+                lambda: self.model.job_requeue_many(params),
+                lambda: self.driver.job_requeue_many(params),
             )
         elif op == "promote":
             got = self._both(

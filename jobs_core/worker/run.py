@@ -291,6 +291,7 @@ class Runner:
             step_timeout_ms=handle.step_timeout_ms,
             event_poll_ms=handle.event_poll_ms,
             put=self._outcomes.settler.step_put,
+            tenant=tenant,
         )
         held.steps = steps
         ctx = JobContext._of_claim(

@@ -32,10 +32,12 @@ from jobs_core.records import (
     Nack,
     NackKind,
     Pause,
+    StepPut,
 )
 from jobs_core.scheduler import task
 from jobs_core.scheduler.task import TaskRegistry
 from jobs_core.states import JobState
+from jobs_core.steps.api import SAGA
 from jobs_memory import MemoryDriver
 from tests.core.support import ujobs
 from tests.core.test_operator import CARD, charge_job, run_all
@@ -345,6 +347,34 @@ async def test_a_job_whatever_its_id_is_linked_shown_and_acted_on(shop: Shop) ->
         assert (await c.get(job_path("nobody/here"))).status_code == 404
         refused = await c.get("/jobs/a%00b")
         assert refused.status_code == 400 and "X_JOB_RECORD_INVALID" in refused.text
+
+
+async def test_an_unwound_saga_is_refused_a_plain_requeue_and_offered_a_fresh_one(
+    shop: Shop,
+) -> None:
+    """A dead saga run (its run holds the saga mark): its page offers `requeue-fresh`; a plain
+    requeue, alone or by the bulk button, is refused and says to use it; it starts a new run."""
+    saga = await shop.jobs.enqueue(shop.handle, {"n": 9, "card": CARD, "who": "di"})
+    now = shop.clock.now_ms()
+    (held,) = (await shop.driver.job_claim(ClaimParams(("default",), "w", 1, 60_000, now))).jobs
+    assert await shop.driver.step_put([StepPut(held.fence, SAGA, "{}", now)]) == [True]
+    assert await shop.driver.job_nack([Nack(held.fence, NackKind.FAIL, now, error="no")]) == [True]
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+
+        async def post(path: str, **data: str) -> str:
+            done = await c.post(path, data={"csrf": csrf, **data})
+            assert done.status_code == 303, done.text
+            return (await c.get(done.headers["location"])).text
+
+        assert ">requeue-fresh</button>" in (await c.get(f"/jobs/{saga.id}")).text
+        refused = await post(f"/jobs/{saga.id}/requeue")
+        assert "X_JOB_REQUEUE_UNWOUND" in refused and "--fresh" in refused
+        text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
+        assert "1 unwound" in text and "requeue-fresh" in text
+        assert await shop.state(saga.id) is JobState.DEAD
+        assert f"requeued: {saga.id}" in await post(f"/jobs/{saga.id}/requeue-fresh")
+        row = (await shop.driver.job_get_many([saga.id]))[saga.id]
+        assert row.state is JobState.READY and row.run_id != held.run_id
 
 
 async def test_the_schedule_shows_each_task_and_pauses_and_resumes_it(shop: Shop) -> None:

@@ -139,7 +139,9 @@ class Backend:
         """Stop the server's processes (SIGSTOP): connections are taken, nothing is answered."""
         self.frozen = _server_pids(self.server)
         for pid in self.frozen:
-            os.kill(pid, signal.SIGSTOP)
+            # A backend listed a moment ago may have exited since (a client's connection closed).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
 
     def thaw(self) -> None:
         for pid in self.frozen:

@@ -37,6 +37,7 @@ from jobs_core.records import (
     NackKind,
     Pause,
     Progress,
+    RequeueParams,
     StepPut,
     TaskFire,
     WorkerBeat,
@@ -80,7 +81,11 @@ def boundary_calls(fence: Fence, bad: str) -> list[tuple[str, Call]]:
         ("cancel_many", lambda d: d.job_cancel_many([f"x{bad}"], T0)),
         ("promote", lambda d: d.job_promote([f"x{bad}"], T0)),
         ("remove", lambda d: d.job_remove([f"x{bad}"])),
-        ("requeue_many", lambda d: d.job_requeue_many([f"x{bad}"], T0)),
+        ("requeue_many", lambda d: d.job_requeue_many(RequeueParams((f"x{bad}",), T0))),
+        (
+            "requeue_many fresh run id",
+            lambda d: d.job_requeue_many(RequeueParams(("x",), T0, (f"r{bad}",))),
+        ),
         ("claim queue", lambda d: d.job_claim(ClaimParams((f"q{bad}",), "w", 1, LEASE, T0))),
         ("claim worker", lambda d: d.job_claim(ClaimParams(("q",), f"w{bad}", 1, LEASE, T0))),
         (
@@ -129,9 +134,17 @@ def boundary_calls(fence: Fence, bad: str) -> list[tuple[str, Call]]:
         ("event id", lambda d: d.event_publish(EventRecord(f"e{bad}", "e", "{}", T0, T0 + 1))),
         ("event name", lambda d: d.event_publish(EventRecord("e", f"e{bad}", "{}", T0, T0 + 1))),
         ("event data", lambda d: d.event_publish(EventRecord("e", "e", raw, T0, T0 + 1))),
+        (
+            "event tenant",
+            lambda d: d.event_publish(EventRecord("e", "e", "{}", T0, T0 + 1, f"t{bad}")),
+        ),
         ("event data escaped", lambda d: d.event_publish(EventRecord("e", "e", esc, T0, T0 + 1))),
         ("event_find name", lambda d: d.event_find(EventWait(f"e{bad}", "{}", T0), T0)),
         ("event_find match", lambda d: d.event_find(EventWait("e", f'{{"k":{esc}}}', T0), T0)),
+        (
+            "event_find tenant",
+            lambda d: d.event_find(EventWait("e", "{}", T0, tenant_id=f"t{bad}"), T0),
+        ),
         ("pause_add", lambda d: d.pause_add(Pause("queue", f"q{bad}"))),
         ("pause_remove", lambda d: d.pause_remove(Pause("name", f"n{bad}"))),
         ("queue_demand", lambda d: d.queue_demand([f"q{bad}"], T0)),

@@ -1,4 +1,4 @@
-.PHONY: demo test nightly bench-pg bench-redis chaos screenshots
+.PHONY: demo test test-lowest nightly bench-pg bench-redis chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -8,6 +8,11 @@ demo:
 # Every check CI runs: ruff, mypy --strict, and all tests on real Postgres and Redis.
 test:
 	scripts/test.sh
+
+# The same suite on the LOWEST version of every dependency pyproject.toml allows (uv's
+# lowest-direct resolution, in .venv-lowest), by hand or nightly: proves our lower bounds.
+test-lowest:
+	VENV=.venv-lowest RESOLUTION=lowest-direct LINT=0 scripts/test.sh
 
 # The long Hypothesis profile, by hand.
 nightly:
@@ -23,8 +28,9 @@ bench-redis:
 	bench/run.sh redis $(ARGS)
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
-# servers of its own, for pg, redis-aof and redis-nopersist in turn (about 80 s each).
-# ARGS=--help lists its options, e.g. ARGS="--backend pg --jobs 500".
+# servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay) on
+# pg and redis-aof, plain jobs on redis-nopersist too (about 12 min in all).
+# ARGS=--help lists its options, e.g. ARGS="--family steps --backend pg".
 chaos:
 	scripts/setup_venv.sh dev
 	.venv/bin/python -m bench.chaos.run $(ARGS)

@@ -133,6 +133,7 @@ class JobContext:
             signal,
             step_timeout_ms=step_timeout_ms,
             event_poll_ms=event_poll_ms,
+            tenant=tenant,
         )
         return cls._of_claim(
             job,

@@ -5,11 +5,16 @@ validates its arguments here, once for every backend, then calls the driver's `_
 implementation; a refusal therefore happens before anything is written, identically everywhere.
 The parity suite (`jobs_core.testing`) pins what each method must do.
 
-Families so far: counters (`counter_*`, per job name and minute, moved by the settling writes),
-jobs (`job_*`, retention's `job_purge` and the operator's listing and bulk calls included),
-leases (`lease_*`: fleet-wide slots, rate stamps, locks, leader election), pauses (`pause_*`),
-queues (`queue_demand`, `queue_stats`), steps and events (`step_*`, `event_*`), workers
-(`worker_*`). A driver lacking an optional family says so in `capabilities()`.
+The CORE job family is what every driver implements (its `_` methods are abstract): enqueue
+(`job_enqueue`, `job_enqueue_many`), claim, ack, nack, heartbeat, progress (`job_*`), get
+(`job_get_many`) and demand (`queue_demand`). Every other family is OPTIONAL, declared by a flag
+of `Capabilities` (`capabilities()`): operator (cancel, requeue, promote, remove, listing,
+`queue_stats`), pauses (`pause_*`), workers (the registry, `worker_*`), counters
+(`counter_*`, moved by the settling writes), retention (`job_purge`), steps and events
+(`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), wake (`wake_subscribe`). A public
+method of a family the driver does not declare refuses with `X_DRIVER_CAPABILITY_MISSING`
+naming the family, before anything else; so does whatever needs the family (`require`). A
+driver written for the core family keeps working, unchanged, as families are added.
 """
 
 from __future__ import annotations
@@ -19,18 +24,19 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol, TypeAlias, get_args
 
 from jobs_core.errors import (
     BatchTooLargeError,
+    CapabilityMissingError,
     ClaimQueuesEmptyError,
-    DriverUnsupportedError,
     JobNotFoundError,
     NotRequeueableError,
     RecordInvalidError,
     RequeueDuplicateError,
+    RequeueUnwoundError,
 )
-from jobs_core.jsonform import check_text, utf8_length
+from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
     Ack,
     CancelAnswer,
@@ -63,6 +69,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -74,6 +81,13 @@ from jobs_core.records import (
 from jobs_core.semantics import decode_cursor, encode_cursor
 from jobs_core.states import JobState
 
+#: The version of this contract (the `_` methods, their families and `Capabilities`), printed by
+#: the parity suite. It grows when a `_` method's contract changes or a family is added; a
+#: driver that passed the suite of one version passes that of the next unless the change names
+#: a family it declares.
+CONTRACT_VERSION: Final = 1
+#: The core family's name: what every driver implements, never a flag.
+CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
 MAX_ENQUEUE_BATCH: Final = 10_000
 #: Records per statement / script call inside `job_enqueue_many`.
@@ -113,12 +127,41 @@ MAX_TASK_BATCH: Final = 1_000
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
+#: An optional family: a flag of `Capabilities`.
+Family: TypeAlias = Literal[
+    "wake",
+    "operator",
+    "pauses",
+    "workers",
+    "counters",
+    "retention",
+    "steps",
+    "events",
+    "leases",
+    "tasks",
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a driver offers beyond the required families; read by the worker and the suite."""
+    """The optional families a driver offers beyond the core job family; read by everything that
+    needs one (the worker, the operator, the scheduler, the suite). Each flag defaults to False:
+    a driver declares only what it implements, and the parity suite walks only what it declares.
+    """
 
     #: `wake_subscribe` delivers enqueue wake-ups across processes.
     wake: bool = False
+    #: The operator family (`job_cancel_many`, `job_list`, `job_promote`, `job_remove`,
+    #: `job_requeue_many`, `queue_stats`): listing, steering and counting jobs.
+    operator: bool = False
+    #: The pause family (`pause_add`, `pause_list`, `pause_remove`), honoured by the claim.
+    pauses: bool = False
+    #: The worker registry (`worker_beat`, `worker_forget`, `worker_list`, a claim's `beat`).
+    workers: bool = False
+    #: The counter family (`counter_fold`, `counter_read`), moved by every settling write.
+    counters: bool = False
+    #: Retention (`job_purge`): the worker removes finished rows once their time is up.
+    retention: bool = False
     #: The step family (`step_list`, `step_put`): durable steps and sleeps.
     steps: bool = False
     #: The event family (`event_publish`, `event_find`, `event_purge`, waits on PARK).
@@ -127,6 +170,14 @@ class Capabilities:
     leases: bool = False
     #: The task family (`task_*`): the scheduler's durable watermarks and its fenced fires.
     tasks: bool = False
+
+    def declared(self) -> frozenset[str]:
+        """Every family these capabilities declare, the core `jobs` family included."""
+        return frozenset({CORE_FAMILY, *(f for f in OPTIONAL_FAMILIES if getattr(self, f))})
+
+
+#: Every optional family, in `Capabilities`' order.
+OPTIONAL_FAMILIES: Final[tuple[Family, ...]] = get_args(Family)
 
 
 class WakeSubscription(Protocol):
@@ -142,11 +193,13 @@ class WakeSubscription(Protocol):
 class JobDriver(abc.ABC):
     """A store of jobs. Every method is async; every time comes from the caller.
 
-    A backend implements the `_`-prefixed abstract methods below (each docstring is its
-    contract; `jobs_core.testing` pins them against a reference model), plus optionally `open`,
-    `close`, `describe`, `migrate`, `capabilities` and `wake_subscribe`. The public methods have
-    already checked every argument (types, ranges, byte limits, JSON text) when a `_` method
-    runs, so an implementation never re-validates and never sees a refused record.
+    A backend implements the core family's `_`-prefixed abstract methods below, and the `_`
+    methods of each optional family it declares in `capabilities()` (each docstring is its
+    contract; `jobs_core.testing` pins them against a reference model, walking the declared
+    families only), plus optionally `open`, `close`, `describe`, `migrate` and
+    `wake_subscribe`. The public methods have already checked every argument (types, ranges,
+    byte limits, JSON text) and the family's declaration when a `_` method runs, so an
+    implementation never re-validates and never sees a refused record.
 
     Threads and loops: the async callers' event loop calls a driver, and so does the loop of
     `Jobs.enqueue_sync`'s portal — a private event loop on one daemon thread, which runs every
@@ -161,7 +214,19 @@ class JobDriver(abc.ABC):
     """
 
     def capabilities(self) -> Capabilities:
+        """The optional families this driver implements (none: the core job family alone)."""
         return Capabilities()
+
+    def require(self, *families: Family, what: str) -> None:
+        """Refuse with `X_DRIVER_CAPABILITY_MISSING`, naming the first of `families` this driver
+        does not declare, unless it declares them all; `what` says what needs them."""
+        caps = self.capabilities()
+        for family in families:
+            if not getattr(caps, family):
+                raise CapabilityMissingError(
+                    f"{self.describe()} does not declare the {family} family, which {what} needs",
+                    detail=family,
+                )
 
     async def open(self) -> None:  # noqa: B027 - optional hook, most drivers connect lazily
         """Connect; idempotent. Methods open lazily, so calling it is optional."""
@@ -193,10 +258,12 @@ class JobDriver(abc.ABC):
         return None
 
     # -- counters -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `counters=True` in `capabilities()`.
 
     async def counter_fold(self, now_ms: int, limit: int) -> int:
         """Fold old minute buckets into hour buckets, then drop expired hour buckets; answers
         how many buckets it folded or dropped (at most `limit`: fewer means nothing is left)."""
+        self.require("counters", what="counter_fold")
         _check_time(now_ms, "now_ms")
         _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
         return await self._counter_fold(now_ms, limit)
@@ -204,6 +271,7 @@ class JobDriver(abc.ABC):
     async def counter_read(self, params: CounterReadParams) -> list[CounterRow]:
         """The counter buckets starting in `[since_ms, until_ms)`, by (name, queue, bucket,
         width)."""
+        self.require("counters", what="counter_read")
         _check_time(params.since_ms, "since_ms")
         _check_time(params.until_ms, "until_ms")
         for what, values in (("names", params.names), ("queues", params.queues)):
@@ -221,28 +289,43 @@ class JobDriver(abc.ABC):
     # Optional: a driver offering them says `events=True` in `capabilities()`.
 
     async def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The oldest unexpired event `wait` matches, published at or after its `since_ms`."""
+        """The oldest unexpired event `wait` matches: for its tenant (or every tenant),
+        published in `[since_ms, until_ms)`."""
+        self.require("events", what="event_find")
         check_wait(wait)
         _check_time(now_ms, "now_ms")
         return await self._event_find(wait, now_ms)
 
     async def event_publish(self, event: EventRecord) -> int:
         """Store `event` (unless its id is stored: then 0) and wake every parked run whose wait
-        it matches; answers how many runs it woke."""
+        it matches — of its tenant only, unless it is for every tenant; answers how many."""
+        self.require("events", what="event_publish")
         _check_str(event.id, "id")
         _check_str(event.name, "name")
         check_text(event.data_json, "data_json")
         _check_time(event.published_at_ms, "published_at_ms")
         _check_time(event.expires_at_ms, "expires_at_ms")
+        if event.tenant_id is not None:
+            _check_str(event.tenant_id, "tenant_id")
+        if not isinstance(event.all_tenants, bool):
+            raise RecordInvalidError("must be a bool", detail="all_tenants")
+        if event.all_tenants and event.tenant_id is not None:
+            raise RecordInvalidError(
+                "an event for every tenant names no tenant (tenant_id None)", detail="tenant_id"
+            )
         return await self._event_publish(event)
 
     async def event_purge(self, now_ms: int, limit: int) -> int:
         """Delete up to `limit` expired events (`expires_at_ms <= now_ms`); answers how many."""
+        self.require("events", what="event_purge")
         _check_time(now_ms, "now_ms")
         _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
         return await self._event_purge(now_ms, limit)
 
     # -- jobs ---------------------------------------------------------------------------------
+    # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
+    # `job_remove`, `job_requeue*`: `operator=True`) and retention's `job_purge`
+    # (`retention=True`).
 
     async def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Complete each held job; answers, per item, whether its fence still held."""
@@ -258,6 +341,7 @@ class JobDriver(abc.ABC):
 
     async def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         """`job_cancel` of each id in order, in one call; one answer per id."""
+        self.require("operator", what="job_cancel_many")
         _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
         if not job_ids:
@@ -271,10 +355,15 @@ class JobDriver(abc.ABC):
         for q in params.queues:
             _check_str(q, "queues")
         _check_str(params.worker_id, "worker_id")
+        for n in params.drop_exhausted:
+            _check_str(n, "drop_exhausted")
         _check_int(params.limit, "limit", 1, MAX_CLAIM_LIMIT)
         _check_int(params.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
         _check_time(params.now_ms, "now_ms")
+        if params.reclaim_until_ms is not None:
+            _check_time(params.reclaim_until_ms, "reclaim_until_ms")
         if params.beat is not None:
+            self.require("workers", what="a claim carrying a registry beat")
             _check_beat(params.beat)
         return await self._job_claim(params)
 
@@ -307,6 +396,7 @@ class JobDriver(abc.ABC):
         A cursor not handed out for this very filter is `X_JOB_PAGE_INVALID`. A page may be
         short while `next_cursor` is set (each call examines at most `params.scan` rows).
         """
+        self.require("operator", what="job_list")
         f = params.filter
         _check_filter(f)
         _check_int(params.limit, "limit", 1, MAX_LIST_LIMIT)
@@ -329,6 +419,8 @@ class JobDriver(abc.ABC):
     async def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         """Give each held job back as its `kind` says; answers whether each fence still held."""
         for n in nacks:
+            if n.wait is not None:
+                self.require("events", what="a park that waits for an event")
             check_nack(n)
         if not nacks:
             return []
@@ -346,6 +438,7 @@ class JobDriver(abc.ABC):
 
     async def job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
         """Make each delayed `ready` row due now; one answer per id, in order."""
+        self.require("operator", what="job_promote")
         _check_ids(job_ids)
         _check_time(now_ms, "now_ms")
         if not job_ids:
@@ -362,6 +455,7 @@ class JobDriver(abc.ABC):
         `job_get_many` no longer answers it and its id is free again (an enqueue with that id
         inserts). Several callers at once remove each row once (their answers split the count).
         """
+        self.require("retention", what="job_purge")
         _check_time(params.now_ms, "now_ms")
         _check_int(params.limit, "limit", 1, MAX_PURGE_LIMIT)
         keeps = (
@@ -379,37 +473,56 @@ class JobDriver(abc.ABC):
 
     async def job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
         """Delete each row that is not running, with everything stored for it; in order."""
+        self.require("operator", what="job_remove")
         _check_ids(job_ids)
         if not job_ids:
             return []
         return await self._job_remove(job_ids)
 
-    async def job_requeue(self, job_id: str, now_ms: int) -> None:
+    async def job_requeue(
+        self, job_id: str, now_ms: int, *, fresh_run_id: str | None = None
+    ) -> None:
         """Make a finished row ready now with fresh attempts, in one write.
 
-        Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`) and a key
-        another live row holds now (`X_JOB_REQUEUE_DUPLICATE`). The run id stays (a requeued
-        run keeps its recorded steps), and so do `claims`, `last_error`, `result_json` and
-        `progress_json`: history for the operator until the next settle overwrites them.
+        Refuses a missing id (`X_JOB_NOT_FOUND`), a live row (`X_JOB_NOT_REQUEUEABLE`), a saga
+        run that failed for good when no `fresh_run_id` is given (`X_JOB_REQUEUE_UNWOUND`: its
+        steps are undone) and a key another live row holds now (`X_JOB_REQUEUE_DUPLICATE`).
+        Without `fresh_run_id` the run id stays (a requeued run replays its recorded steps);
+        with it the row starts a fresh run under that id, with no recorded step. `claims`,
+        `last_error`, `result_json` and `progress_json` stay: history for the operator until
+        the next settle overwrites them.
         """
-        answer = (await self.job_requeue_many([job_id], now_ms))[0]
+        fresh = None if fresh_run_id is None else (fresh_run_id,)
+        answer = (await self.job_requeue_many(RequeueParams((job_id,), now_ms, fresh)))[0]
         match answer:
             case RequeueAnswer.NOT_FOUND:
                 raise JobNotFoundError(detail=job_id)
             case RequeueAnswer.LIVE:
                 raise NotRequeueableError(detail=job_id)
+            case RequeueAnswer.UNWOUND:
+                raise RequeueUnwoundError(detail=job_id)
             case RequeueAnswer.DUPLICATE:
                 raise RequeueDuplicateError(detail=job_id)
             case RequeueAnswer.REQUEUED:
                 return
 
-    async def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        """`job_requeue` of each id in order, answering instead of raising; one call."""
-        _check_ids(job_ids)
-        _check_time(now_ms, "now_ms")
-        if not job_ids:
+    async def job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        """`job_requeue` of each id in order, answering instead of raising; one call. With
+        `fresh_run_ids`, one per id, each requeued row starts a fresh run under its own."""
+        self.require("operator", what="job_requeue_many")
+        _check_ids(params.job_ids)
+        _check_time(params.now_ms, "now_ms")
+        fresh = params.fresh_run_ids
+        if fresh is not None:
+            if len(fresh) != len(params.job_ids):
+                raise RecordInvalidError("one fresh run id per job id", detail="fresh_run_ids")
+            for run_id in fresh:
+                _check_str(run_id, "fresh_run_ids")
+            if len(set(fresh)) != len(fresh):
+                raise RecordInvalidError("a fresh run id is given twice", detail="fresh_run_ids")
+        if not params.job_ids:
             return []
-        return await self._job_requeue_many(job_ids, now_ms)
+        return await self._job_requeue_many(params)
 
     # -- leases -------------------------------------------------------------------------------
     # Optional: a driver offering them says `leases=True` in `capabilities()`.
@@ -422,6 +535,7 @@ class JobDriver(abc.ABC):
     async def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding as if it never was (a rate stamp included: the start never
         happened); answers, per item, whether it was live."""
+        self.require("leases", what="lease_abandon")
         _check_lease_refs(refs)
         _check_time(now_ms, "now_ms")
         if not refs:
@@ -430,6 +544,7 @@ class JobDriver(abc.ABC):
 
     async def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         """The live holdings of `key` at `now_ms`, by token."""
+        self.require("leases", what="lease_holders")
         _check_str(key, "key", MAX_LEASE_KEY_BYTES)
         _check_time(now_ms, "now_ms")
         return sorted(await self._lease_holders(key, now_ms), key=lambda h: h.token)
@@ -437,6 +552,7 @@ class JobDriver(abc.ABC):
     async def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding now (a rate stamp stays counted until it expires); answers, per
         item, whether it was live."""
+        self.require("leases", what="lease_release")
         _check_lease_refs(refs)
         _check_time(now_ms, "now_ms")
         if not refs:
@@ -446,6 +562,7 @@ class JobDriver(abc.ABC):
     async def lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         """Extend each live holding to `now_ms + ttl_ms`; answers whether each was live. A
         holding that expired is never renewed, even when nobody took its place."""
+        self.require("leases", what="lease_renew")
         if len(renews) > MAX_LEASE_BATCH:
             raise BatchTooLargeError(detail=f"{len(renews)} > {MAX_LEASE_BATCH}")
         for r in renews:
@@ -462,6 +579,7 @@ class JobDriver(abc.ABC):
 
         Takes of one key in one call must agree on `limit` and name distinct holders.
         """
+        self.require("leases", what="lease_take")
         if len(takes) > MAX_LEASE_BATCH:
             raise BatchTooLargeError(detail=f"{len(takes)} > {MAX_LEASE_BATCH}")
         limits: dict[str, int] = {}
@@ -484,22 +602,28 @@ class JobDriver(abc.ABC):
         return await self._lease_take(takes, now_ms)
 
     # -- pauses -------------------------------------------------------------------------------
+    # Optional: a driver offering them says `pauses=True` in `capabilities()`; its claim then
+    # passes paused rows over. Without them nothing is ever paused.
 
     async def pause_add(self, pause: Pause) -> bool:
         """Pause a queue or a job name; True when it was not paused before."""
+        self.require("pauses", what="pause_add")
         _check_pause(pause)
         return await self._pause_add(pause)
 
     async def pause_list(self) -> list[Pause]:
         """Every pause, sorted."""
+        self.require("pauses", what="pause_list")
         return sorted(await self._pause_list())
 
     async def pause_remove(self, pause: Pause) -> bool:
         """Lift a pause; True when it existed."""
+        self.require("pauses", what="pause_remove")
         _check_pause(pause)
         return await self._pause_remove(pause)
 
     # -- queues -------------------------------------------------------------------------------
+    # `queue_demand` is core; `queue_stats` is the operator family's.
 
     async def queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
         """Per asked queue, the `ready` rows due by `now_ms`; a paused queue answers 0."""
@@ -513,6 +637,7 @@ class JobDriver(abc.ABC):
     async def queue_stats(self, now_ms: int) -> list[QueueStats]:
         """Per queue holding any row: its rows by state and its oldest due `ready` row's
         `run_at_ms`; sorted by queue."""
+        self.require("operator", what="queue_stats")
         _check_time(now_ms, "now_ms")
         return sorted(await self._queue_stats(now_ms), key=lambda q: q.queue)
 
@@ -521,12 +646,14 @@ class JobDriver(abc.ABC):
 
     async def step_list(self, run_id: str) -> list[StepRecord]:
         """Every recorded step of a run, by (recorded_at_ms, name), in ONE read."""
+        self.require("steps", what="step_list")
         _check_str(run_id, "run_id")
         steps = await self._step_list(run_id)
         return sorted(steps, key=lambda s: (s.recorded_at_ms, s.name))
 
     async def step_put(self, puts: Sequence[StepPut]) -> list[bool]:
         """Record each step, fenced like `job_ack`; answers, per item, whether its fence held."""
+        self.require("steps", what="step_put")
         for p in puts:
             check_step_put(p)
         if not puts:
@@ -544,6 +671,7 @@ class JobDriver(abc.ABC):
     async def task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
         """Each named task's mark, in order; a task without one is stored first with
         `watermark_ms = now_ms` (nothing before its first sight ever fires)."""
+        self.require("tasks", what="task_arm")
         _check_task_names(names)
         _check_time(now_ms, "now_ms")
         if not names:
@@ -553,6 +681,7 @@ class JobDriver(abc.ABC):
     async def task_fire(self, fire: TaskFire) -> TaskFireAnswer:
         """Fire one occurrence if the task's watermark is still `fire.expect_ms`: the job is
         enqueued and the watermark moved together, or nothing is written."""
+        self.require("tasks", what="task_fire")
         _check_str(fire.name, "name")
         _check_time(fire.expect_ms, "expect_ms")
         _check_time(fire.now_ms, "now_ms")
@@ -563,15 +692,19 @@ class JobDriver(abc.ABC):
 
     async def task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
         """The stored marks of the named tasks that have one, by name. Reads only."""
+        self.require("tasks", what="task_marks")
         _check_task_names(names)
         if not names:
             return {}
         return await self._task_marks(names)
 
     # -- workers ------------------------------------------------------------------------------
+    # Optional: a driver offering the registry says `workers=True` in `capabilities()`; without
+    # it a worker runs unannounced and is never handed a claim's `beat`.
 
     async def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or refresh a worker's registry row until `now_ms + ttl_ms`."""
+        self.require("workers", what="worker_beat")
         _check_beat(beat)
         await self._worker_beat(beat)
 
@@ -580,11 +713,13 @@ class JobDriver(abc.ABC):
 
         Expired rows are not listed but stay until forgotten (a stopping worker forgets itself).
         """
+        self.require("workers", what="worker_forget")
         _check_str(worker_id, "worker_id")
         return await self._worker_forget(worker_id)
 
     async def worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Registry rows not yet expired at `now_ms`, by worker id."""
+        self.require("workers", what="worker_list")
         _check_time(now_ms, "now_ms")
         return sorted(await self._worker_list(now_ms), key=lambda w: w.worker_id)
 
@@ -596,121 +731,7 @@ class JobDriver(abc.ABC):
         """Start delivering a queue name to `on_wake` when work arrives; None when unsupported."""
         return None
 
-    # -- what each backend implements -------------------------------------------------------------
-    #
-    # Counters: every write that settles a row moves, IN THE SAME statement or script, the
-    # counter of (row's name, row's queue, `minute_of(now_ms)`, width `MINUTE_MS`) for its
-    # outcome: an ack
-    # `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's bury
-    # `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
-    # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
-    # answered).
-
-    @abc.abstractmethod
-    async def _counter_fold(self, now_ms: int, limit: int) -> int:
-        """Fold, oldest `(bucket_ms, name, queue)` first, up to `limit` minute buckets starting
-        before `fold_before(now_ms)`: each one's counts are added into the hour bucket of
-        `(name, queue, hour_of(bucket_ms))` (created if absent) and the minute bucket is
-        deleted, in one atomic step. With budget left (fewer than `limit` folded), delete up to
-        the rest of `limit` hour buckets starting before `drop_before(now_ms)`, oldest
-        `(bucket_ms, name, queue)` first. Answers how
-        many buckets were folded plus dropped. Safe to run from several workers at once: a
-        minute bucket is folded once."""
-
-    @abc.abstractmethod
-    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
-        """Every counter bucket (both widths) of `params.names` (None: every name) in
-        `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
-        order (the public method sorts)."""
-
-    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The event with the least `(published_at_ms, id)` among those named `wait.event`,
-        published at or after `wait.since_ms`, with `expires_at_ms > now_ms`, whose data
-        `event_matches` `wait.match_json`; None when there is none. Reads only."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _event_publish(self, event: EventRecord) -> int:
-        """In one atomic step: when no event has this id, store it, then wake every `parked`
-        row whose wait it matches (its name, `published_at_ms >= since_ms`, `event_matches`):
-        `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken (0 for
-        a known id: nothing written)."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _event_purge(self, now_ms: int, limit: int) -> int:
-        """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
-        id)` first; answers how many. Safe from several callers at once."""
-        raise DriverUnsupportedError(detail="events")
-
-    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding; the holding is
-        deleted whatever its kind or age (an expired one answers False)."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
-        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
-        method sorts by token). Reads only."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding. A live slot is
-        deleted (its room is free at once); a live stamp is left as it is, to expire at its
-        time. An expired holding answers False (and may be deleted)."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
-        """For each item in order: when `(key, token)` is a live holding, set its
-        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
-        else write nothing and answer False — an expired holding stays lost even when nobody
-        took its room."""
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        """Atomic per key against every other caller; for each item in order:
-
-        - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
-          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
-          does not change);
-        - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
-          with a new token and granted;
-        - else None, nothing written.
-
-        Expired holdings never count (they may be deleted on the way). A new token is greater
-        than every token this store granted before for the same key (a store-wide counter
-        does). Two callers racing for the last room of a key: exactly one is granted, and a
-        take is never refused while the key has room.
-        """
-        raise DriverUnsupportedError(detail="leases")
-
-    async def _step_list(self, run_id: str) -> list[StepRecord]:
-        """Every step recorded under `run_id`, in any order (the public method sorts)."""
-        raise DriverUnsupportedError(detail="steps")
-
-    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
-        """For each item in order, fenced like `_job_ack` (running, same claims and worker):
-        record `(the row's run_id, name) -> output_json` at `now_ms` unless that step is
-        recorded already (the first record stays; the answer is still True). A miss writes
-        nothing. Steps go with their row when it is purged or removed."""
-        raise DriverUnsupportedError(detail="steps")
-
-    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
-        """For each name in order (names are distinct): the stored mark; a name without one
-        gets `TaskMark(name, watermark_ms=now_ms)` stored first. Two callers arming one name at
-        once store one mark, and both answer it."""
-        raise DriverUnsupportedError(detail="tasks")
-
-    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
-        """In one atomic step against every other caller: when `fire.name` has a mark with
-        `watermark_ms == fire.expect_ms`, enqueue `fire.job` exactly as `_job_enqueue` does
-        (inserted, or deduped to the row holding its id or its live key; counted and woken
-        alike), then set the mark's `watermark_ms = fire.watermark_ms`,
-        `fired_ms = fire.occurrence_ms`, `fired_job_id` = the enqueue's id and
-        `fired_at_ms = fire.now_ms`; answer the enqueue's result and the new mark. Otherwise
-        write nothing and answer `enqueued=None` with the stored mark (None when unarmed)."""
-        raise DriverUnsupportedError(detail="tasks")
-
-    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
-        """The stored marks of `names` (distinct) that exist, by name. Reads only."""
-        raise DriverUnsupportedError(detail="tasks")
+    # -- what each backend implements: the core job family ---------------------------------------
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -721,29 +742,27 @@ class JobDriver(abc.ABC):
         `finished_at_ms = now_ms`, `lease_until_ms = None` and `result_json` — an absent result
         OVERWRITES a stored one with None (a requeued row's earlier result goes); an absent
         `progress_json` keeps the stored progress. Nothing else changes; a miss writes nothing.
-        Moves the `completed` counter of each item that landed.
+        With `counters`, moves the `completed` counter of each item that landed.
         """
-
-    @abc.abstractmethod
-    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
-        """Cancel each live row (ready, running or parked), in order: `cancelled`,
-        `finished_at_ms = now_ms`, `lease_until_ms = None`, the rest kept, and its `cancelled`
-        counter moved. `NOT_FOUND` for an unknown id, `FINISHED` (and nothing written) for a
-        finished row — an id named twice is `FINISHED` the second time. Not fenced: an
-        operator's call."""
 
     @abc.abstractmethod
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         """One claim pass, atomic: beat, bury, then claim.
 
-        1. Write `params.beat` when given (as `_worker_beat`).
-        2. Bury every `running` row of the asked queues whose `lease_until_ms <= now_ms` and
+        A lease has LAPSED when `lease_until_ms <= now_ms` (exactly at the lease end counts)
+        and, when `reclaim_until_ms` is set, `lease_until_ms <= reclaim_until_ms` too
+        (`semantics.lapsed_by`): a bound a worker back from an outage passes, so the leases
+        that ended after the store last answered it wait; ready and parked rows ignore it.
+
+        1. Write `params.beat` when given (as `_worker_beat`; only a driver declaring `workers`
+           is ever handed one).
+        2. Bury every `running` row of the asked queues whose lease lapsed and whose
            `attempt >= max_attempts`, pauses or not: `failed` when its name is in
            `drop_exhausted`, else `dead`; `finished_at_ms = now_ms`, `lease_until_ms = None`,
            `last_error = LEASE_LAPSED_ERROR`. Answered in `buried`, sorted by id.
-        3. Candidates: rows of the asked queues, neither queue nor name paused, that are
-           `ready` or `parked` with a `run_at_ms <= now_ms`, or `running` with
-           `lease_until_ms <= now_ms` (exactly at the lease end counts) and attempts left.
+        3. Candidates: rows of the asked queues, neither queue nor name paused (a driver
+           without `pauses` has none), that are `ready` or `parked` with a
+           `run_at_ms <= now_ms`, or `running` with a lapsed lease and attempts left.
            Take the first `limit` by (priority, run_at_ms, id — code-point order); each
            becomes `running`, `attempt + 1`, `claims + 1`, `claimed_by = worker_id`,
            `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order.
@@ -771,17 +790,6 @@ class JobDriver(abc.ABC):
         types, since), None for every row that holds none."""
 
     @abc.abstractmethod
-    async def _job_list(
-        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
-    ) -> JobSlice:
-        """Walk every row in listing order — `(created_at_ms, id)` DESCENDING, id by code point —
-        starting strictly after `after` (None: at the newest), examining rows one by one until
-        `limit` rows matching `f` were taken or `scan` rows were examined, whichever comes first.
-        Answers the taken rows in walk order, and the key of the last row examined when at least
-        one row follows it in the order (else None). Reads only; every row counts as examined,
-        whatever its state."""
-
-    @abc.abstractmethod
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
         """Fenced like `_job_ack`: set `lease_until_ms = now_ms + lease_ms` (from now, never
         from the old lease end); one bool per item; a miss writes nothing."""
@@ -798,16 +806,18 @@ class JobDriver(abc.ABC):
           `last_error = error`.
         - PARK: `parked` with `run_at_ms` as given (None: until woken, never due); the
           attempt is given back (`attempt - 1`); `last_error` kept. With a `wait` (drivers
-          offering events): the wait is stored with the row — unless an event it matches is
-          already stored and unexpired at `now_ms` (`_event_find`), in which case the row is
-          `ready` at `now_ms` instead, no wait stored. A row's wait goes when it leaves
-          `parked` (claimed, woken by an event, cancelled, removed).
+          offering events): the wait is stored with the row, every field of it (its tenant
+          and `until_ms` too) — unless a stored event meets it, unexpired at `now_ms` (exactly
+          `_event_find`'s rule), in which case the row is `ready` at `now_ms` instead, no wait
+          stored. A row's wait goes when it leaves `parked` (claimed, woken by an event,
+          cancelled, removed).
         - SHED, INTERRUPT: `ready` at `run_at_ms`, or `now_ms` when None; attempt given back;
           `last_error` kept.
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
 
         Where a kind writes `last_error`, an absent error OVERWRITES the stored one with None.
-        Each item that landed moves its `nack_outcome(kind, dead_letter)` counter.
+        With `counters`, each item that landed moves its `nack_outcome(kind, dead_letter)`
+        counter.
         """
 
     @abc.abstractmethod
@@ -815,85 +825,258 @@ class JobDriver(abc.ABC):
         """Fenced like `_job_ack`: store `progress_json`, nothing else; one bool per item."""
 
     @abc.abstractmethod
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
+        rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
+
+    # -- the optional families ----------------------------------------------------------------
+    #
+    # Each family's `_` methods raise until a driver implements them; a driver implements a
+    # family whole and then declares it in `capabilities()` (the public methods refuse an
+    # undeclared family first, so these defaults answer only a driver that declared a family it
+    # did not implement).
+    #
+    # Counters (`counters=True`): every write that settles a row moves, IN THE SAME statement or
+    # script, the counter of (row's name, row's queue, `minute_of(now_ms)`, width `MINUTE_MS`)
+    # for its outcome: an ack `completed`; a nack `nack_outcome(kind, dead_letter)`; a claim's
+    # bury `bury_outcome(state)`; a cancel of a live row `cancelled`. A settle that does not land
+    # moves nothing. A counter row exists once one of its counts moved (a row of zeros is never
+    # answered). A driver without the family moves no counter.
+
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        """Cancel each live row (ready, running or parked), in order: `cancelled`,
+        `finished_at_ms = now_ms`, `lease_until_ms = None`, the rest kept, and its `cancelled`
+        counter moved. `NOT_FOUND` for an unknown id, `FINISHED` (and nothing written) for a
+        finished row — an id named twice is `FINISHED` the second time. Not fenced: an
+        operator's call."""
+        raise _unimplemented(self, "operator", "_job_cancel_many")
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        """Walk every row in listing order — `(created_at_ms, id)` DESCENDING, id by code point —
+        starting strictly after `after` (None: at the newest), examining rows one by one until
+        `limit` rows matching `f` were taken or `scan` rows were examined, whichever comes first.
+        Answers the taken rows in walk order, and the key of the last row examined when at least
+        one row follows it in the order (else None). Reads only; every row counts as examined,
+        whatever its state."""
+        raise _unimplemented(self, "operator", "_job_list")
+
     async def _job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
         """For each id in order: a `ready` row with `run_at_ms > now_ms` gets
         `run_at_ms = now_ms` (`PROMOTED`, nothing else changes); a `ready` row already due is
         `ALREADY_DUE`; a running, parked or finished row is `NOT_READY`; an unknown id
         `NOT_FOUND`. Only `PROMOTED` writes."""
+        raise _unimplemented(self, "operator", "_job_promote")
 
-    @abc.abstractmethod
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        """For each id in order: delete a row in any state but `running` with everything stored
+        for it, exactly as `_job_purge` removes a row (its id and its live key are free again):
+        `REMOVED`; `RUNNING` for a running row (nothing written); `NOT_FOUND` for an unknown id
+        (a second mention of a removed id included). Counters do not move."""
+        raise _unimplemented(self, "operator", "_job_remove")
+
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        """For each id of `params.job_ids` in order, as one atomic write per row, the first that
+        applies:
+
+        - `NOT_FOUND` for an unknown id; `LIVE` for a live row (parked included);
+        - `UNWOUND`, for a plain requeue (`fresh_run_ids` None) only: the row is `dead` or
+          `failed` and its run holds the step `semantics.SAGA_STEP` (a saga that failed for
+          good: its unwind job undoes, or undid, its steps — so this holds from its final
+          settle on, whether the undoing ran yet or not);
+        - `DUPLICATE` when another live row holds its namespace — tenant included, as in every
+          namespace check (a row requeued earlier in the same call holds it too);
+        - else `REQUEUED`: `ready` at `now_ms` with `attempt = 0`, `lease_until_ms` and
+          `finished_at_ms` None, everything else kept (claims, claimed_by, last_error, result,
+          progress) — and the run id kept, or, for a fresh requeue, set to the id's
+          `fresh_run_ids` entry. A fresh requeue deletes the steps of the run it left (as a
+          purge deletes a row's), except those of a row `UNWOUND` would have refused: its
+          `ujobs.unwind` job, which holds that run id, still reads them (they go with it).
+
+        Only `REQUEUED` writes."""
+        raise _unimplemented(self, "operator", "_job_requeue_many")
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        """One `QueueStats` per queue holding at least one row (any state): `counts` lists every
+        `JobState` in declaration order with its number of rows; `oldest_ready_at_ms` is the
+        least `run_at_ms` of its `ready` rows with `run_at_ms <= now_ms` (None when none). Any
+        order (the public method sorts)."""
+        raise _unimplemented(self, "operator", "_queue_stats")
+
+    async def _pause_add(self, pause: Pause) -> bool:
+        """Store the pause (matched by exact value, never as a pattern); True when it is new."""
+        raise _unimplemented(self, "pauses", "_pause_add")
+
+    async def _pause_list(self) -> list[Pause]:
+        """Every stored pause, in any order (the public method sorts)."""
+        raise _unimplemented(self, "pauses", "_pause_list")
+
+    async def _pause_remove(self, pause: Pause) -> bool:
+        """Drop the pause; True when it existed."""
+        raise _unimplemented(self, "pauses", "_pause_remove")
+
+    async def _worker_beat(self, beat: WorkerBeat) -> None:
+        """Insert or replace the worker's row: `info_json`, `last_beat_ms = now_ms`,
+        `expires_at_ms = now_ms + ttl_ms`."""
+        raise _unimplemented(self, "workers", "_worker_beat")
+
+    async def _worker_forget(self, worker_id: str) -> bool:
+        """Delete the worker's row; True when there was one, expired or not."""
+        raise _unimplemented(self, "workers", "_worker_forget")
+
+    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
+        """Rows with `expires_at_ms > now_ms` (exclusive), in any order (the public one sorts)."""
+        raise _unimplemented(self, "workers", "_worker_list")
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        """Fold, oldest `(bucket_ms, name, queue)` first, up to `limit` minute buckets starting
+        before `fold_before(now_ms)`: each one's counts are added into the hour bucket of
+        `(name, queue, hour_of(bucket_ms))` (created if absent) and the minute bucket is
+        deleted, in one atomic step. With budget left (fewer than `limit` folded), delete up to
+        the rest of `limit` hour buckets starting before `drop_before(now_ms)`, oldest
+        `(bucket_ms, name, queue)` first. Answers how
+        many buckets were folded plus dropped. Safe to run from several workers at once: a
+        minute bucket is folded once."""
+        raise _unimplemented(self, "counters", "_counter_fold")
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        """Every counter bucket (both widths) of `params.names` (None: every name) in
+        `params.queues` (None: every queue) with `since_ms <= bucket_ms < until_ms`, in any
+        order (the public method sorts)."""
+        raise _unimplemented(self, "counters", "_counter_read")
+
     async def _job_purge(self, params: PurgeParams) -> int:
         """Delete up to `params.limit` finished rows whose state keeps them for `*_ms` after
         `finished_at_ms` and whose time is up (`finished_at_ms + keep <= now_ms`), oldest
         `finished_at_ms` first, ties by id; a state whose `*_ms` is None is kept forever, live
         rows are never touched. Every per-row structure goes with the row, and its id is free
         again. Answers how many rows it removed; safe to run from several workers at once."""
+        raise _unimplemented(self, "retention", "_job_purge")
 
-    @abc.abstractmethod
-    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
-        """For each id in order: delete a row in any state but `running` with everything stored
-        for it, exactly as `_job_purge` removes a row (its id and its live key are free again):
-        `REMOVED`; `RUNNING` for a running row (nothing written); `NOT_FOUND` for an unknown id
-        (a second mention of a removed id included). Counters do not move."""
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        """Every step recorded under `run_id`, in any order (the public method sorts)."""
+        raise _unimplemented(self, "steps", "_step_list")
 
-    @abc.abstractmethod
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        """For each id in order, as one atomic write per row: a finished row becomes `ready` at
-        `now_ms` with `attempt = 0`, `lease_until_ms` and `finished_at_ms` None, everything else
-        kept (run id, claims, claimed_by, last_error, result, progress): `REQUEUED`.
-        `NOT_FOUND` for an unknown id, `LIVE` for a live row (parked included), `DUPLICATE` when
-        another live row holds its namespace — tenant included, as in every namespace check (a
-        row requeued earlier in the same call holds it too). Only `REQUEUED` writes."""
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        """For each item in order, fenced like `_job_ack` (running, same claims and worker):
+        record `(the row's run_id, name) -> output_json` at `now_ms` unless that step is
+        recorded already (the first record stays; the answer is still True). A miss writes
+        nothing. Steps go with their row when it is purged or removed."""
+        raise _unimplemented(self, "steps", "_step_put")
 
-    @abc.abstractmethod
-    async def _pause_add(self, pause: Pause) -> bool:
-        """Store the pause (matched by exact value, never as a pattern); True when it is new."""
+    # Events: an event MEETS a wait when it has the wait's name, `event_reaches` it — published
+    # for the wait's `tenant_id` (None for None; never another tenant's) or with `all_tenants`,
+    # at `published_at_ms` in `[since_ms, until_ms)` (`until_ms` None: no end; at `since_ms`
+    # counts, at `until_ms` does not) — and `event_matches` its match. The same rule decides
+    # `_event_find`, the park's look for a stored event (`_job_nack`) and the publish's wake.
 
-    @abc.abstractmethod
-    async def _pause_list(self) -> list[Pause]:
-        """Every stored pause, in any order (the public method sorts)."""
+    async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        """The event with the least `(published_at_ms, id)` among those that meet `wait` (see
+        above) with `expires_at_ms > now_ms`; None when there is none. Answers it with its
+        `tenant_id` and `all_tenants` as published. Reads only."""
+        raise _unimplemented(self, "events", "_event_find")
 
-    @abc.abstractmethod
-    async def _pause_remove(self, pause: Pause) -> bool:
-        """Drop the pause; True when it existed."""
+    async def _event_publish(self, event: EventRecord) -> int:
+        """In one atomic step: when no event has this id, store it (its tenant and
+        `all_tenants` with it), then wake every `parked` row whose stored wait it meets (see
+        above): `ready`, `run_at_ms = published_at_ms`, the wait dropped. Answers the rows woken
+        (0 for a known id: nothing written)."""
+        raise _unimplemented(self, "events", "_event_publish")
 
-    @abc.abstractmethod
-    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
-        """Per asked queue, the `ready` rows with `run_at_ms <= now_ms` (parked and running
-        rows never count, name pauses are ignored); 0 for a paused or unknown queue."""
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` events with `expires_at_ms <= now_ms`, least `(expires_at_ms,
+        id)` first; answers how many. Safe from several callers at once."""
+        raise _unimplemented(self, "events", "_event_purge")
 
-    @abc.abstractmethod
-    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
-        """One `QueueStats` per queue holding at least one row (any state): `counts` lists every
-        `JobState` in declaration order with its number of rows; `oldest_ready_at_ms` is the
-        least `run_at_ms` of its `ready` rows with `run_at_ms <= now_ms` (None when none). Any
-        order (the public method sorts)."""
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding; the holding is
+        deleted whatever its kind or age (an expired one answers False)."""
+        raise _unimplemented(self, "leases", "_lease_abandon")
 
-    @abc.abstractmethod
-    async def _worker_beat(self, beat: WorkerBeat) -> None:
-        """Insert or replace the worker's row: `info_json`, `last_beat_ms = now_ms`,
-        `expires_at_ms = now_ms + ttl_ms`."""
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
+        method sorts by token). Reads only."""
+        raise _unimplemented(self, "leases", "_lease_holders")
 
-    @abc.abstractmethod
-    async def _worker_forget(self, worker_id: str) -> bool:
-        """Delete the worker's row; True when there was one, expired or not."""
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        """For each item in order: True when `(key, token)` is a live holding. A live slot is
+        deleted (its room is free at once); a live stamp is left as it is, to expire at its
+        time. An expired holding answers False (and may be deleted)."""
+        raise _unimplemented(self, "leases", "_lease_release")
 
-    @abc.abstractmethod
-    async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
-        """Rows with `expires_at_ms > now_ms` (exclusive), in any order (the public one sorts)."""
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        """For each item in order: when `(key, token)` is a live holding, set its
+        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
+        else write nothing and answer False — an expired holding stays lost even when nobody
+        took its room."""
+        raise _unimplemented(self, "leases", "_lease_renew")
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        """Atomic per key against every other caller; for each item in order:
+
+        - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
+          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
+          does not change);
+        - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
+          with a new token and granted;
+        - else None, nothing written.
+
+        Expired holdings never count (they may be deleted on the way). A new token is greater
+        than every token this store granted before for the same key (a store-wide counter
+        does). Two callers racing for the last room of a key: exactly one is granted, and a
+        take is never refused while the key has room.
+        """
+        raise _unimplemented(self, "leases", "_lease_take")
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        """For each name in order (names are distinct): the stored mark; a name without one
+        gets `TaskMark(name, watermark_ms=now_ms)` stored first. Two callers arming one name at
+        once store one mark, and both answer it."""
+        raise _unimplemented(self, "tasks", "_task_arm")
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        """In one atomic step against every other caller: when `fire.name` has a mark with
+        `watermark_ms == fire.expect_ms`, enqueue `fire.job` exactly as `_job_enqueue` does
+        (inserted, or deduped to the row holding its id or its live key; counted and woken
+        alike), then set the mark's `watermark_ms = fire.watermark_ms`,
+        `fired_ms = fire.occurrence_ms`, `fired_job_id` = the enqueue's id and
+        `fired_at_ms = fire.now_ms`; answer the enqueue's result and the new mark. Otherwise
+        write nothing and answer `enqueued=None` with the stored mark (None when unarmed)."""
+        raise _unimplemented(self, "tasks", "_task_fire")
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """The stored marks of `names` (distinct) that exist, by name. Reads only."""
+        raise _unimplemented(self, "tasks", "_task_marks")
 
 
 # -- the shared checks ----------------------------------------------------------------------------
 
 
-def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:
+def _unimplemented(driver: JobDriver, family: Family, method: str) -> CapabilityMissingError:
+    """What a `_` method of an optional family raises until a driver implements it."""
+    return CapabilityMissingError(
+        f"{driver.describe()} declares the {family} family but does not implement {method}",
+        detail=family,
+    )
+
+
+def name_refusal(value: object, max_bytes: int = MAX_NAME_BYTES) -> str | None:
+    """Why the driver refuses `value` as a name, queue, tenant, key or id (not a non-empty
+    string, past `max_bytes` UTF-8 bytes, or holding text no store can hold), or None."""
     if not isinstance(value, str) or not value:
-        raise RecordInvalidError("must be a non-empty string", detail=what)
+        return "must be a non-empty string"
     # A character is at most 4 UTF-8 bytes: short strings skip the encode.
     if len(value) * 4 > max_bytes and utf8_length(value) > max_bytes:
-        raise RecordInvalidError(f"longer than {max_bytes} UTF-8 bytes", detail=what)
-    if "\x00" in value:
-        raise RecordInvalidError("holds a NUL character", detail=what)
+        return f"longer than {max_bytes} UTF-8 bytes"
+    why = unstorable(value)
+    return None if why is None else f"holds {why}"
+
+
+def _check_str(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> None:
+    why = name_refusal(value, max_bytes)
+    if why is not None:
+        raise RecordInvalidError(why, detail=what)
 
 
 def _check_int(value: object, what: str, lo: int, hi: int) -> None:
@@ -973,9 +1156,9 @@ def check_new_job(job: NewJob) -> None:
     """Refuse a record any driver would store wrongly (`X_JOB_RECORD_INVALID`, naming the field).
 
     Every batch record passes here: a record whose fields are plainly fine by a few cheap
-    tests (exact types, strings short enough for their bound) needs only its JSON text
-    checked; any other goes through the field-by-field checks, which name the field at fault
-    in the same order as always.
+    tests (exact types, ASCII strings with no NUL short enough for their bound) needs only its
+    JSON text checked; any other goes through the field-by-field checks, which name the field
+    at fault in the same order as always.
     """
     if _plainly_fine(job):
         check_text(job.input_json, "input_json")
@@ -993,21 +1176,32 @@ def _plainly_fine(job: NewJob) -> bool:
     return (
         type(i) is str
         and 0 < len(i) <= _SHORT_NAME
+        and i.isascii()
         and "\x00" not in i
         and type(r) is str
         and 0 < len(r) <= _SHORT_NAME
+        and r.isascii()
         and "\x00" not in r
         and type(n) is str
         and 0 < len(n) <= _SHORT_NAME
+        and n.isascii()
         and "\x00" not in n
         and type(q) is str
         and 0 < len(q) <= _SHORT_NAME
+        and q.isascii()
         and "\x00" not in q
         and type(k) is str
         and 0 < len(k) <= _SHORT_KEY
+        and k.isascii()
         and "\x00" not in k
-        and (t is None or (type(t) is str and 0 < len(t) <= _SHORT_NAME and "\x00" not in t))
-        and (b is None or (type(b) is str and 0 < len(b) <= _SHORT_NAME and "\x00" not in b))
+        and (
+            t is None
+            or (type(t) is str and 0 < len(t) <= _SHORT_NAME and t.isascii() and "\x00" not in t)
+        )
+        and (
+            b is None
+            or (type(b) is str and 0 < len(b) <= _SHORT_NAME and b.isascii() and "\x00" not in b)
+        )
         and (tp is None or (type(tp) is str and _TRACEPARENT.fullmatch(tp) is not None))
         and type(p) is int
         and PRIORITY_MIN <= p <= PRIORITY_MAX
@@ -1070,6 +1264,10 @@ def check_wait(wait: EventWait) -> None:
     if not wait.match_json.lstrip().startswith("{"):
         raise RecordInvalidError("a match must be a JSON object", detail="wait.match_json")
     _check_time(wait.since_ms, "wait.since_ms")
+    if wait.tenant_id is not None:
+        _check_str(wait.tenant_id, "wait.tenant_id")
+    if wait.until_ms is not None:
+        _check_time(wait.until_ms, "wait.until_ms")
 
 
 def check_nack(nack: Nack) -> None:
@@ -1084,6 +1282,8 @@ def check_nack(nack: Nack) -> None:
         raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
     if nack.run_at_ms is not None:
         _check_time(nack.run_at_ms, "run_at_ms")
-    if nack.error is not None and "\x00" in nack.error:
-        raise RecordInvalidError("holds a NUL character", detail="error")
+    if nack.error is not None:
+        why = unstorable(nack.error)
+        if why is not None:
+            raise RecordInvalidError(f"holds {why}", detail="error")
     _check_optional_json(nack.progress_json, "progress_json")

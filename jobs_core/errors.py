@@ -20,8 +20,10 @@ CODES: Final[dict[str, str]] = {
     "X_DASHBOARD_AUTH_REQUIRED": "the dashboard needs its token or user and password for this",
     "X_DASHBOARD_CSRF_INVALID": "the action did not carry this dashboard's token against forgery",
     "X_DASHBOARD_READ_ONLY": "the dashboard is read-only: it acts only with credentials set",
+    "X_DASHBOARD_REQUEST_INVALID": "no such dashboard page or action, or an unreadable request",
     "X_DRAINING": "the worker is draining; the run was aborted and its claim handed back",
     "X_DRIVER_CANCELLED": "the store cancelled the statement (a statement timeout or a cancel)",
+    "X_DRIVER_CAPABILITY_MISSING": "the driver does not declare the family this needs",
     "X_DRIVER_CONFLICT": "the store kept aborting the call in a deadlock or serialization conflict",
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
@@ -49,6 +51,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_PAGE_INVALID": "the page cursor is malformed or was made for another listing",
     "X_JOB_RECORD_INVALID": "a record handed to the driver is not valid",
     "X_JOB_REQUEUE_DUPLICATE": "another live job holds this job's idempotency key",
+    "X_JOB_REQUEUE_UNWOUND": "the job's run failed for good and is undone: requeue it fresh",
     "X_JOB_RESULT_INVALID": "the body's result cannot be stored (no JSON form, or past a bound)",
     "X_JOB_SLOT_LOST": "the run's fleet-wide concurrency slot was lost; the run was cancelled",
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
@@ -59,6 +62,8 @@ CODES: Final[dict[str, str]] = {
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
+    "X_STEP_NAME_INVALID": "a step name is not one the store can record",
+    "X_STEP_OUTPUT_INVALID": "the step's output cannot be stored (no JSON form, or past a bound)",
     "X_STEP_TIMEOUT": "the step passed its deadline and was cancelled",
     "X_TASK_CRON_INVALID": "the task's cron expression is not valid",
     "X_TASK_DECLARATION_INVALID": "the task declaration is not valid",
@@ -138,6 +143,12 @@ class DashboardReadOnlyError(JobsError):
     code = "X_DASHBOARD_READ_ONLY"
 
 
+class DashboardRequestInvalidError(JobsError):
+    """No such dashboard page or action, or an unreadable request."""
+
+    code = "X_DASHBOARD_REQUEST_INVALID"
+
+
 class DrainingError(JobsError):
     """The worker is draining; the run was aborted and its claim handed back."""
 
@@ -178,6 +189,19 @@ class DriverUnsupportedError(JobsError):
     """The driver does not offer this capability."""
 
     code = "X_DRIVER_UNSUPPORTED"
+
+
+class CapabilityMissingError(DriverUnsupportedError):
+    """The driver does not declare the family this needs."""
+
+    code = "X_DRIVER_CAPABILITY_MISSING"
+    #: A body that needs a family its driver lacks fails the same way on every attempt.
+    terminal = True
+
+    @property
+    def capability(self) -> str:
+        """The `Capabilities` flag of the family missing (the error's detail)."""
+        return self.detail or ""
 
 
 class DriverUnavailableError(JobsError):
@@ -313,6 +337,25 @@ class RequeueDuplicateError(JobsError):
     code = "X_JOB_REQUEUE_DUPLICATE"
 
 
+class RequeueUnwoundError(JobsError):
+    """The job's run failed for good and is undone: requeue it fresh."""
+
+    # A saga run that failed for good has its compensations run by its `ujobs.unwind` job; a
+    # plain requeue would replay its recorded steps (their effects undone, or being undone) and
+    # end `completed` having done nothing. A fresh requeue starts a new run: the message names
+    # the ways to ask for one.
+    code = "X_JOB_REQUEUE_UNWOUND"
+
+    def __init__(self, message: str | None = None, *, detail: str | None = None) -> None:
+        super().__init__(
+            message
+            or "its run failed for good and its steps are undone (or being undone): a plain"
+            " requeue would replay them; requeue it as a fresh run instead"
+            " (`ujobs jobs requeue --fresh ID`, the dashboard's requeue-fresh)",
+            detail=detail,
+        )
+
+
 class ResultInvalidError(JobsError):
     """The body's result cannot be stored (no JSON form, or past a bound)."""
 
@@ -394,6 +437,23 @@ class StepDuplicateError(JobsError):
     terminal = True
 
 
+class StepNameInvalidError(JobsError):
+    """A step name is not one the store can record."""
+
+    code = "X_STEP_NAME_INVALID"
+    # Refused before the step runs, and the body's code names it the same way next time.
+    terminal = True
+
+
+class StepOutputInvalidError(JobsError):
+    """The step's output cannot be stored (no JSON form, or past a bound)."""
+
+    code = "X_STEP_OUTPUT_INVALID"
+    # The step ran and its output would not be storable next time either: a retry would only
+    # repeat its side effect.
+    terminal = True
+
+
 class CompensationError(JobsError):
     """A compensation raised while a failed run was undone."""
 
@@ -440,6 +500,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         CliUsageInvalidError,
         DrainingError,
         DriverCancelledError,
+        CapabilityMissingError,
         DriverConflictError,
         DriverError,
         DriverLimitError,
@@ -465,6 +526,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         PageInvalidError,
         RecordInvalidError,
         RequeueDuplicateError,
+        RequeueUnwoundError,
         ResultInvalidError,
         TenantRequiredError,
         TerminalError,
@@ -477,6 +539,8 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         LockLostError,
         LockTimeoutError,
         StepDuplicateError,
+        StepNameInvalidError,
+        StepOutputInvalidError,
         StepTimeoutError,
         TaskCronInvalidError,
         TaskDeclarationInvalidError,
@@ -486,6 +550,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DashboardAuthRequiredError,
         DashboardCsrfError,
         DashboardReadOnlyError,
+        DashboardRequestInvalidError,
     )
 }
 

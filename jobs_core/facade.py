@@ -181,15 +181,35 @@ class Jobs:
         *,
         id: str | None = None,
         ttl: float | dt.timedelta | None = None,
+        tenant_id: str | None = _UNSET,
+        all_tenants: bool = False,
     ) -> EventSent:
         """Publish event `name` with `data` (its JSON form; `{}` when None): every parked run
-        waiting for it — its name, and every key of its match equal in `data` — wakes now.
+        waiting for it — its name, its tenant, and every key of its match equal in `data` —
+        wakes now.
+
+        Tenants fail closed: the event is published for the tenant the caller acts for
+        (`current_tenant()`: inside a body, its run's; None outside any), or for `tenant_id=`
+        when given (None: for no tenant), and meets only the waits of runs acting for that
+        very tenant. `all_tenants=True` publishes it for every tenant's waits (it then names
+        no tenant: `tenant_id=` with it is refused).
 
         The event is kept for `ttl` (seconds or a timedelta; 7 days by default), so a wait
         that begins later and asks for earlier events (`since=`) still finds it. Retried like
         an enqueue under the same id: a repeat stores nothing and wakes nothing. Pass your own
         `id` to make your retries of a failed call exactly-once too.
         """
+        if not isinstance(all_tenants, bool):
+            raise OptionInvalidError("must be True or False", detail="all_tenants")
+        if all_tenants:
+            if tenant_id is not _UNSET and tenant_id is not None:
+                raise DeclarationInvalidError(
+                    "an event for every tenant names none: give tenant_id= or all_tenants=True",
+                    detail="tenant_id",
+                )
+            tenant: str | None = None
+        else:
+            tenant = current_tenant() if tenant_id is _UNSET else tenant_id
         now = self.clock.now_ms()
         if ttl is None:
             ttl_ms = EVENT_TTL_MS
@@ -204,6 +224,8 @@ class Jobs:
             data_json=dumps({} if data is None else data),
             published_at_ms=now,
             expires_at_ms=now + ttl_ms,
+            tenant_id=tenant,
+            all_tenants=all_tenants,
         )
         woken = await self._retrying(lambda: self.driver.event_publish(record))
         return EventSent(record.id, woken)

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from jobs_core.context import JobContext
-from jobs_core.driver import MAX_NAME_BYTES, PRIORITY_MAX, PRIORITY_MIN
+from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, name_refusal
 from jobs_core.errors import (
     DeclarationInvalidError,
     JobDuplicateError,
@@ -23,7 +23,6 @@ from jobs_core.errors import (
     KeyRequiredError,
     TenantRequiredError,
 )
-from jobs_core.jsonform import utf8_length
 from jobs_core.leases.limits import (
     Concurrency,
     ConcurrencySpec,
@@ -32,6 +31,7 @@ from jobs_core.leases.limits import (
     resolve_rate_limits,
 )
 from jobs_core.options import count, seconds_to_ms
+from jobs_core.redact import carry, secrets_of
 from jobs_core.retry import Retry
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class JobHandle:
         if given is not None:
             key: object = given
         elif self.key is not None:
-            key = _ask(self.key, input, KeyRequiredError, "idempotency_key", self.name)
+            key = self._ask(self.key, input, KeyRequiredError, "idempotency_key")
         else:
             key = None
         if not isinstance(key, str) or not key:
@@ -98,10 +98,25 @@ class JobHandle:
         """
         if self.tenant == "none":
             return None
-        org = _ask(self.tenant, input, TenantRequiredError, "tenant", self.name)
+        org = self._ask(self.tenant, input, TenantRequiredError, "tenant")
         if not isinstance(org, str) or not org:
             raise TenantRequiredError(detail=self.name)
         return org
+
+    def _ask(
+        self, fn: Callable[[Any], object], input: Any, error: type[JobsError], what: str
+    ) -> object:
+        """`fn(input)`, its answer unchecked. If it raises, `error` naming this job and what
+        the `what` function raised (a `JobsError` it raises passes through as is), carrying
+        the input's secrets: whoever records it scrubs them (`jobs_core.redact.carry`)."""
+        try:
+            return fn(input)
+        except JobsError as exc:
+            carry(exc, secrets_of(input, self.sensitive))
+            raise
+        except Exception as exc:
+            failure = error(f"the {what} function raised {_failure(exc)}", detail=self.name)
+            raise carry(failure, secrets_of(input, self.sensitive)) from exc
 
     async def enqueue(self, input: Any, **options: Any) -> EnqueueResult:
         """Enqueue on the configured client (`jobs_core.configure`)."""
@@ -254,19 +269,6 @@ def job(
     return declare(fn) if fn is not None else declare
 
 
-def _ask(
-    fn: Callable[[Any], object], input: Any, error: type[JobsError], what: str, job_name: str
-) -> object:
-    """`fn(input)`, its answer unchecked. If it raises, `error` naming job `job_name` and what
-    the `what` function raised (a `JobsError` it raises passes through as is)."""
-    try:
-        return fn(input)
-    except JobsError:
-        raise
-    except Exception as exc:
-        raise error(f"the {what} function raised {_failure(exc)}", detail=job_name) from exc
-
-
 def _failure(exc: Exception) -> str:
     """`Type: message` of a declaration function's failure, one short line."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -276,12 +278,10 @@ def _failure(exc: Exception) -> str:
 
 
 def _check_name(value: object, option: str) -> None:
-    if not isinstance(value, str) or not value or utf8_length(value) > MAX_NAME_BYTES:
-        raise DeclarationInvalidError(
-            f"must be a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes", detail=option
-        )
-    if "\x00" in value:
-        raise DeclarationInvalidError("holds a NUL character", detail=option)
+    """Refuse, at declaration, a name or queue the driver would refuse at every enqueue."""
+    why = name_refusal(value)
+    if why is not None:
+        raise DeclarationInvalidError(why, detail=option)
 
 
 def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) -> list[JobHandle]:

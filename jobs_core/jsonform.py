@@ -2,7 +2,10 @@
 
 A value is converted once, at the edge, to compact JSON text; every driver stores and returns
 that text (or a JSON type that reads back equal), so a `datetime` in is an ISO string out
-everywhere. NUL characters are refused because Postgres text and jsonb cannot hold them.
+everywhere. Text no store can hold is refused, raw or escaped, in every string and key: a NUL
+(Postgres text cannot hold one) and a lone surrogate (half of a UTF-16 pair, as
+`json.loads('"\\ud83d"')` yields: UTF-8 cannot encode it, so neither Postgres nor Redis can
+store it). Every value read back from a store is therefore storable again.
 
 Bounds, the same on every driver: a JSON text is at most `MAX_JSON_BYTES` UTF-8 bytes and nests
 arrays and objects at most `MAX_JSON_DEPTH` deep. A value past either is refused with a typed
@@ -43,8 +46,9 @@ def _plain(value: Any, path: str) -> JsonValue:
             raise InputInvalidError("a number is not finite", detail=path or "$")
         return value
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InputInvalidError("a string holds a NUL character", detail=path or "$")
+        why = unstorable(value)
+        if why is not None:
+            raise InputInvalidError(f"a string holds {why}", detail=path or "$")
         return value
     if isinstance(value, enum.Enum):
         return _plain(value.value, path)
@@ -77,8 +81,9 @@ def _key(k: object, path: str) -> str:
         key = json.dumps(k, allow_nan=False) if isinstance(k, bool | float) or k is None else str(k)
     else:
         raise InputInvalidError("an object key is not a string or a number", detail=f"{path}.{k!r}")
-    if "\x00" in key:
-        raise InputInvalidError("an object key holds a NUL character", detail=path or "$")
+    why = unstorable(key)
+    if why is not None:
+        raise InputInvalidError(f"an object key holds {why}", detail=path or "$")
     return key
 
 
@@ -130,6 +135,60 @@ def holds_nul(text: str) -> bool:
     return "\x00" in text or ("\\u0000" in text and _NUL_ESCAPE.search(text) is not None)
 
 
+#: A surrogate code point: in a Python string it is always unpaired (a pair is one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: One escape of JSON text, whole: `\\` is consumed as a pair, so a match never starts at an
+#: escaped backslash.
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+#: A `\uD800`..`\uDFFF` escape, possibly preceded by an escaped backslash: worth a closer look.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def holds_surrogate(text: str) -> bool:
+    """True when `text` holds a surrogate code point, which UTF-8 (so no store) can encode."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def unstorable(text: str) -> str | None:
+    """Why no store can hold `text` as it is (a NUL, a lone surrogate), or None when every one
+    can. For names, keys, ids and every other plain text crossing the driver boundary."""
+    if "\x00" in text:
+        return "a NUL character"
+    if holds_surrogate(text):
+        return "a lone surrogate (half of a UTF-16 pair)"
+    return None
+
+
+def storable(text: str) -> str:
+    """`text` made storable by every store: each NUL becomes `\\0` and each lone surrogate
+    U+FFFD. For text this library writes from what it did not choose (an exception's message,
+    a traceback), which must never make its settle unstorable."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\0")
+    return _SURROGATE.sub("\ufffd", text) if holds_surrogate(text) else text
+
+
+def _escapes_lone_surrogate(text: str) -> bool:
+    """True when JSON text spells a lone surrogate as an escape (`"\\ud83d"`); a high escape
+    followed at once by a low one is a pair, one character, and fine."""
+    if "\\u" not in text or _SURROGATE_ESCAPE.search(text) is None:
+        return False
+    high_ends = -1  # where the last unpaired high surrogate escape ended
+    for m in _ESCAPE.finditer(text):
+        hex4 = m.group(1)
+        code = int(hex4, 16) if hex4 is not None else -1
+        if high_ends >= 0:
+            if m.start() == high_ends and 0xDC00 <= code <= 0xDFFF:
+                high_ends = -1
+                continue
+            return True
+        if 0xD800 <= code <= 0xDBFF:
+            high_ends = m.end()
+        elif 0xDC00 <= code <= 0xDFFF:
+            return True
+    return high_ends >= 0
+
+
 def utf8_length(text: str) -> int:
     """The length of `text` in UTF-8 bytes (a lone surrogate counts as 3)."""
     if text.isascii():
@@ -176,10 +235,12 @@ def to_json_value(value: Any) -> JsonValue:
 
 
 def dumps(value: Any) -> str:
-    """`value` as compact JSON text, refused with `X_JOB_INPUT_INVALID` when it has no JSON form.
+    """`value` as compact JSON text, refused with `X_JOB_INPUT_INVALID` when it has no JSON form
+    or holds text no store can hold (a NUL, a lone surrogate) in a string or a key.
 
-    The encoder runs first; only a value it refuses, or one holding a NUL, is walked again to
-    name the offending path, so a good value is converted once.
+    The encoder runs first; only a value it refuses, or one holding such text, is walked again
+    to name the offending path, so a good value is converted once. (The encoder writes a NUL
+    as an escape and a lone surrogate raw, so one look at the text finds either.)
     """
     try:
         text = _encode(value)
@@ -189,7 +250,7 @@ def dumps(value: Any) -> str:
         ) from None
     except (TypeError, ValueError):
         text = None
-    if text is None or holds_nul(text):
+    if text is None or holds_nul(text) or holds_surrogate(text):
         try:
             _plain(value, "")  # raises, naming the path
         except RecursionError:
@@ -208,9 +269,14 @@ def loads(text: str) -> JsonValue:
 
 
 def check_text(text: str, what: str) -> None:
-    """Refuse `text` unless it is JSON text with no NUL character (`X_JOB_RECORD_INVALID`)."""
+    """Refuse `text` unless it is JSON text every store can hold (`X_JOB_RECORD_INVALID`): no
+    NUL and no lone surrogate, raw or escaped, within the size and depth bounds."""
     if holds_nul(text):
         raise RecordInvalidError("JSON text holds a NUL character", detail=what)
+    if holds_surrogate(text) or _escapes_lone_surrogate(text):
+        raise RecordInvalidError(
+            "JSON text holds a lone surrogate (half of a UTF-16 pair)", detail=what
+        )
     _check_bounds(text, what, RecordInvalidError)
     try:
         # The scanner alone answers for text with no surrounding whitespace (what `dumps`

@@ -42,12 +42,18 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class EventWait:
-    """What a parked run waits for: an event named `event`, published at or after `since_ms`,
-    whose data holds every top-level key of `match_json` (a JSON object) with an equal value."""
+    """What a parked run waits for: an event named `event`, published in `[since_ms, until_ms)`,
+    for the run's tenant, whose data holds every top-level key of `match_json` (a JSON object)
+    with an equal value."""
 
     event: str
     match_json: str
     since_ms: int
+    #: The tenant the waiting run acts for (None: a `tenant="none"` run). Only an event published
+    #: for this very tenant, or one published for every tenant, meets the wait.
+    tenant_id: str | None = None
+    #: Events published at or after this time do not count (the wait's timeout); None: no end.
+    until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +183,11 @@ class ClaimParams:
     drop_exhausted: frozenset[str] = field(default_factory=frozenset)
     #: A registry beat that rides the claim's round-trip (a claim is proof of life).
     beat: WorkerBeat | None = None
+    #: When set, a lapsed lease is reclaimed or buried only if it ended at or before this time
+    #: as well as by `now_ms`. A worker back from a store outage passes the moment the store
+    #: last answered it before, for a grace after it answers again: a lease that lapsed while
+    #: its holder could not renew it waits for that holder's settle (docs/contributing.md).
+    reclaim_until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +440,29 @@ class RequeueAnswer(StrEnum):
     LIVE = "live"
     #: Another live row holds its idempotency namespace; nothing changed.
     DUPLICATE = "duplicate"
+    #: A plain requeue of a saga run that failed for good (its steps are being or were undone):
+    #: a replay would take them for done; only a fresh requeue (a new run) takes it. Unchanged.
+    UNWOUND = "unwound"
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueParams:
+    """Requeue each of `job_ids`, in order, at `now_ms`: the same run, or a fresh one.
+
+    `fresh_run_ids` None: each row keeps its run id, so its recorded steps replay (and a row whose
+    run is unwound is refused, `UNWOUND`). Else one new run id per id, in the same order: the row
+    starts a FRESH run under it, with no recorded step (the caller allocates them, as it does an
+    enqueue's, so a retried call is the same call).
+    """
+
+    job_ids: tuple[str, ...]
+    now_ms: int
+    fresh_run_ids: tuple[str, ...] | None = None
+
+    def items(self) -> list[tuple[str, str | None]]:
+        """Each id with its fresh run id (None: requeued in its run), in order."""
+        fresh = self.fresh_run_ids or (None,) * len(self.job_ids)
+        return list(zip(self.job_ids, fresh, strict=True))
 
 
 class RemoveAnswer(StrEnum):
@@ -529,6 +563,12 @@ class EventRecord:
     published_at_ms: int
     #: The event is not found by a wait, and may be purged, from this time on.
     expires_at_ms: int
+    #: The tenant it is published for: it meets only the waits of runs acting for this tenant
+    #: (None: only those of `tenant="none"` runs). Fail closed: a tenant's event never wakes
+    #: another tenant's run unless it says so with `all_tenants`.
+    tenant_id: str | None = None
+    #: Published for every tenant (then `tenant_id` is None): it meets the waits of every run.
+    all_tenants: bool = False
 
 
 @dataclass(frozen=True, slots=True)

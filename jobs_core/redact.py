@@ -9,17 +9,23 @@ its registry row) and any the caller passes (`--app MODULE`): a job name that no
 any more is shown as `[redacted]` WHOLE, since nothing says which of its fields are safe (fail
 closed). Result and progress values are masked by the same field names, and any text (a stored
 error, a log line) has the VALUES of the input's sensitive fields scrubbed out.
+
+An error is scrubbed by ONE rule wherever it is recorded (a stored `last_error`, a log line, a
+span event): the secrets of the run it is about, plus those it carries itself (`carry`) — an
+error a declaration function raised on some other input (a child job's key, a task's input)
+carries that input's secrets, so whoever records it scrubs them without knowing the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from jobs_core.jsonform import JsonValue
+from jobs_core.jsonform import JsonValue, holds_surrogate, storable
 from jobs_core.records import WorkerInfo
 
 #: What a hidden value (or a whole hidden input) shows instead.
@@ -58,7 +64,49 @@ def secrets_of(value: JsonValue, fields: frozenset[str]) -> list[str]:
 
     if fields:
         walk(value, False)
-    return sorted(found, key=lambda s: (-len(s), s))
+    return sorted(found, key=_longest_first)
+
+
+def input_secrets(input_json: str, fields: frozenset[str]) -> list[str]:
+    """`secrets_of` a stored input (JSON text); none when no field is sensitive or the text
+    does not decode (nothing in it is known to be secret)."""
+    if not fields:
+        return []
+    try:
+        value: JsonValue = json.loads(input_json)
+    except ValueError:
+        return []
+    return secrets_of(value, fields)
+
+
+#: The attribute an exception keeps the secrets it may hold in (`carry`).
+_CARRIED: Final = "__ujobs_secrets__"
+
+
+def carry(exc: BaseException, secrets: Sequence[str]) -> BaseException:
+    """Mark `exc` as possibly holding `secrets` (its message, its cause's): every record of it
+    (`secrets_in`) scrubs them. Answers `exc`."""
+    if secrets:
+        held: tuple[str, ...] = getattr(exc, _CARRIED, ())
+        with contextlib.suppress(AttributeError):  # an exception type without a __dict__
+            setattr(exc, _CARRIED, (*held, *secrets))
+    return exc
+
+
+def secrets_in(exc: BaseException | None, secrets: Sequence[str] = ()) -> list[str]:
+    """The secrets a record of `exc` must scrub: `secrets` (the run's) and every secret `exc`,
+    its causes and contexts carry, longest first."""
+    found = set(secrets)
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        found.update(getattr(exc, _CARRIED, ()))
+        exc = exc.__cause__ or exc.__context__
+    return sorted(found, key=_longest_first)
+
+
+def _longest_first(secret: str) -> tuple[int, str]:
+    return (-len(secret), secret)
 
 
 def scrub(text: str, secrets: Sequence[str]) -> str:
@@ -154,14 +202,7 @@ class RedactionPolicy:
         return scrub(text, self.secrets(name, input_json))
 
     def secrets(self, name: str, input_json: str) -> list[str]:
-        fields = self.declared.get(name)
-        if not fields:
-            return []
-        try:
-            value: JsonValue = json.loads(input_json)
-        except ValueError:
-            return []
-        return secrets_of(value, fields)
+        return input_secrets(input_json, self.declared.get(name, frozenset()))
 
 
 #: The `extra` key a log call sets to the secrets its record must not print (`ScrubFilter`).
@@ -169,20 +210,37 @@ SCRUB_EXTRA: Final = "_scrub"
 
 
 class ScrubFilter(logging.Filter):
-    """Scrubs the secrets a record carries (`extra={SCRUB_EXTRA: secrets}`) out of its message
-    and its formatted traceback, before any handler formats it.
+    """Scrubs the secrets a record carries (`extra={SCRUB_EXTRA: secrets}`, and those its
+    exceptions carry — in `exc_info` or among its arguments, `secrets_in`) out of its message
+    and its formatted traceback, before any handler formats it; and replaces a lone surrogate
+    there (an exception's text can hold one) with U+FFFD, so every UTF-8 sink can write it.
 
     The traceback is formatted here once and kept in `exc_text`, which formatters print instead
     of formatting `exc_info` again, so an exception message holding a card number is printed
-    scrubbed too. Installed on the `jobs` logger, whose records the worker writes.
+    scrubbed too. Installed on the `jobs` logger (by this module), whose records the worker
+    and the scheduler write.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = getattr(record, SCRUB_EXTRA, None)
-        if secrets:
-            record.msg = scrub(record.getMessage(), secrets)
+        secrets: Sequence[str] = getattr(record, SCRUB_EXTRA, None) or ()
+        args = record.args if isinstance(record.args, tuple) else ()
+        for error in (record.exc_info[1] if record.exc_info else None, *args):
+            if isinstance(error, BaseException):
+                secrets = secrets_in(error, secrets)
+        message = record.getMessage()
+        if secrets or holds_surrogate(message):
+            record.msg = _writable(message, secrets)
             record.args = None
-            if record.exc_info and not record.exc_text:
-                formatted = logging.Formatter().formatException(record.exc_info)
-                record.exc_text = scrub(formatted, secrets)
+        if record.exc_info and not record.exc_text:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = _writable(formatted, secrets)
         return True
+
+
+def _writable(text: str, secrets: Sequence[str]) -> str:
+    return storable(scrub(text, secrets)) if secrets else storable(text)
+
+
+_jobs_log = logging.getLogger("jobs")
+if not any(isinstance(f, ScrubFilter) for f in _jobs_log.filters):
+    _jobs_log.addFilter(ScrubFilter())

@@ -10,7 +10,15 @@ still costs at most its budget of round-trips (30, 12 with a live wake), the pur
 The same rounds fold the settle counters (`counter_fold`: old minute buckets into hours,
 expired hours dropped) and purge expired events (`event_purge`, counted), at most once every
 `FOLD_EVERY_MS`, whatever the retention: a worker that keeps every row still keeps its counters
-and events bounded.
+and events bounded. Each needs its driver family (`Capabilities.counters`, `.events`); a driver
+without one has nothing of it to fold or purge.
+
+Retention needs the driver's `retention` family (`job_purge`). A worker handed a retention that
+removes anything, on a driver without it, refuses to start (`X_DRIVER_CAPABILITY_MISSING`): rows
+it was told to remove would pile up unseen. The default (`DEFAULT_RETENTION` itself, what a
+worker applies when told nothing) is the one exception: on such a driver the worker keeps every
+finished row and says so once in its log (`jobs.retention.unsupported`), so a driver written for
+the core family runs a worker with no option set.
 """
 
 from __future__ import annotations
@@ -94,8 +102,26 @@ class Retention:
         )
 
 
-#: What a worker applies unless told otherwise.
+#: What a worker applies unless told otherwise (this very object: on a driver without the
+#: retention family, it alone is dropped with a warning rather than refused).
 DEFAULT_RETENTION: Final = Retention()
+
+
+def retention_on(driver: JobDriver, retention: Retention | None) -> Retention | None:
+    """The retention a worker applies on `driver`: `retention` itself, unless the driver lacks
+    the retention family while `retention` removes anything — then None for `DEFAULT_RETENTION`
+    (logged as `jobs.retention.unsupported`), `X_DRIVER_CAPABILITY_MISSING` for any other."""
+    if retention is None or retention.keeps_everything:
+        return retention
+    if retention is DEFAULT_RETENTION and not driver.capabilities().retention:
+        log.warning(
+            "jobs.retention.unsupported: %s does not declare the retention family; this worker"
+            " keeps every finished job",
+            driver.describe(),
+        )
+        return None
+    driver.require("retention", what="the worker's retention (retention=None keeps every job)")
+    return retention
 
 
 class Purger:
@@ -140,12 +166,15 @@ class Purger:
         return self.retention is not None and not self.retention.keeps_everything
 
     async def fold(self) -> int:
-        """Fold the counters, then purge expired events (where the driver keeps events), in
+        """Fold the counters, then purge expired events (each where the driver keeps them), in
         batches until one comes back short (or fails); answers the counter buckets folded or
         dropped. Events purged are counted in `events_purged`."""
-        total = await self._batches("counters.fold", self.driver.counter_fold)
+        caps = self.driver.capabilities()
+        total = (
+            await self._batches("counters.fold", self.driver.counter_fold) if caps.counters else 0
+        )
         self.folded += total
-        if self.driver.capabilities().events:
+        if caps.events:
             purged = await self._batches("events.purge", self.driver.event_purge)
             self.events_purged += purged
             if purged:

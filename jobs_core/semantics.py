@@ -10,13 +10,21 @@ from collections.abc import Mapping
 from typing import Final
 
 from jobs_core.errors import PageInvalidError
-from jobs_core.records import JobFilter, ListKey, NackKind
+from jobs_core.jsonform import unstorable
+from jobs_core.records import ClaimParams, EventRecord, EventWait, JobFilter, ListKey, NackKind
 from jobs_core.states import JobState, Outcome
 
 #: The `last_error` a claim writes on a row it buries (lease lapsed on the final attempt).
 LEASE_LAPSED_ERROR: Final = (
     '{"code":"X_JOB_LEASE_LOST","message":"lease lapsed on the final attempt"}'
 )
+
+
+def lapsed_by(params: ClaimParams) -> int:
+    """The latest lease end `params`' claim reclaims or buries: `now_ms`, or `reclaim_until_ms`
+    when that is earlier."""
+    bound = params.reclaim_until_ms
+    return params.now_ms if bound is None else min(params.now_ms, bound)
 
 
 def namespace_of(name: str, tenant_id: str | None, key: str) -> tuple[str, str, str]:
@@ -80,6 +88,9 @@ def bury_outcome(state: JobState) -> Outcome:
 # -- listing cursors ----------------------------------------------------------------------------
 
 _CURSOR_TAG: Final = "c1."
+#: No cursor this library hands out is longer (an id of 200 bytes, each escaped in 6, encoded):
+#: a longer one is refused before it is decoded.
+MAX_CURSOR_CHARS: Final = 4_096
 
 
 def _fingerprint(f: JobFilter) -> str:
@@ -96,20 +107,25 @@ def encode_cursor(key: ListKey, f: JobFilter) -> str:
 def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
     """The position `cursor` names; `X_JOB_PAGE_INVALID` for a malformed cursor or one made for
     another filter (a foreign cursor would silently skip or repeat rows)."""
-    if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_TAG):
+    if (
+        not isinstance(cursor, str)
+        or not cursor.startswith(_CURSOR_TAG)
+        or len(cursor) > MAX_CURSOR_CHARS
+    ):
         raise PageInvalidError("not a cursor this library handed out", detail="cursor")
     body = cursor[len(_CURSOR_TAG) :]
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         created_at, job_id, fingerprint = json.loads(raw.decode())
-    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+    # A forged cursor may nest its JSON past the decoder's recursion limit.
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error, RecursionError):
         raise PageInvalidError("the cursor is malformed", detail="cursor") from None
     if (
         isinstance(created_at, bool)
         or not isinstance(created_at, int)
         or not isinstance(job_id, str)
         or not job_id
-        or "\x00" in job_id
+        or unstorable(job_id) is not None
         or not 0 <= created_at < 2**42
     ):
         raise PageInvalidError("the cursor is malformed", detail="cursor")
@@ -118,7 +134,14 @@ def decode_cursor(cursor: str, f: JobFilter) -> ListKey:
     return ListKey(created_at, job_id)
 
 
-# -- events -------------------------------------------------------------------------------------
+# -- steps and events ---------------------------------------------------------------------------
+
+#: The step a run records before the first step that declared a compensation runs (a saga). A
+#: `dead` or `failed` row whose run holds it is unwound by its `ujobs.unwind` job, so a plain
+#: requeue refuses it (`RequeueAnswer.UNWOUND`): only a fresh run may take it again.
+SAGA_STEP: Final = "~saga"
+#: The final states whose saga runs are unwound (a cancelled or completed run is not undone).
+UNWOUND_STATES: Final = frozenset({JobState.DEAD, JobState.FAILED})
 
 #: How long an event is found by waits, unless its sender says otherwise.
 EVENT_TTL_MS: Final = 7 * 24 * HOUR_MS
@@ -136,6 +159,17 @@ def json_equal(a: object, b: object) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
+
+
+def event_reaches(event: EventRecord, wait: EventWait) -> bool:
+    """True when `event` counts for `wait` by its tenant and its time (its name and data are
+    `event_matches`' part): published for the wait's tenant (None for None) or for every
+    tenant, within `[since_ms, until_ms)` — at `since_ms` counts, at `until_ms` does not."""
+    return (
+        (event.all_tenants or event.tenant_id == wait.tenant_id)
+        and wait.since_ms <= event.published_at_ms
+        and (wait.until_ms is None or event.published_at_ms < wait.until_ms)
+    )
 
 
 def event_matches(match: Mapping[str, object], data: object) -> bool:

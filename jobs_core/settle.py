@@ -6,11 +6,13 @@ latency. Each item is still fenced by its own claim; the answer per item says if
 
 Every item is checked with the driver's own checks (`check_ack`, `check_nack`) when it is
 submitted, so a bad one never reaches a batch: it is replaced by what `replace_invalid` answers
-(a worker fails that job with the validation error) or answers False. A batch the driver still
-refuses is sent again item by item, so only the refused item answers False. A batch the store
-cannot take (`X_DRIVER_UNAVAILABLE`) is retried with capped backoff for as long as each item's
-claim could still be held (`give_up_at`) and the drain allows (`set_deadline`): the fence makes a
-late or repeated settle safe, so a body that finishes during an outage is not run again.
+(a worker fails that job with the validation error) or answers False. A batch that fails for
+any other reason than an unavailable store (a refusal, an error the store raised on one item)
+is sent again item by item, so only the item at fault answers False and the others land once.
+A batch the store cannot take (`X_DRIVER_UNAVAILABLE`) is retried with capped backoff for as
+long as each item's claim could still be held (`give_up_at`) and the drain allows
+(`set_deadline`): the fence makes a late or repeated settle safe, so a body that finishes during
+an outage is not run again.
 """
 
 from __future__ import annotations
@@ -101,19 +103,16 @@ class _Lane(Generic[T]):
                 self._pending[:0] = batch
                 delay = await self._back_off(exc, delay)
                 continue
-            except JobsError as exc:
+            except Exception as exc:
+                # A refusal, or a value a store could not take that slipped past the checks:
+                # one item must not sink the others, so each goes alone and answers for itself.
                 log.warning(
-                    "jobs.settle.refused: %s (%d items, retried one by one)", exc, len(batch)
+                    "jobs.settle.refused: %r (%d items, retried one by one)", exc, len(batch)
                 )
                 left = await self._one_by_one(batch)
                 if left:
                     self._pending[:0] = left
                     delay = await self._back_off(None, delay)
-                continue
-            except Exception:  # a bug must not leave a settle unanswered
-                log.exception("jobs.settle.crashed (%d items)", len(batch))
-                for e in batch:
-                    _answer(e, False)
                 continue
             for e, ok in zip(batch, answers, strict=True):
                 _answer(e, ok)
@@ -127,7 +126,7 @@ class _Lane(Generic[T]):
             except DriverUnavailableError:
                 return batch[i:]
             except Exception as exc:
-                log.warning("jobs.settle.refused %s: %s", e.item.fence.job_id, exc)
+                log.warning("jobs.settle.refused %s: %r", e.item.fence.job_id, exc)
                 ok = False
             _answer(e, ok)
         return []

@@ -10,6 +10,9 @@ alive are at most the slots plus the overrunning threads.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import itertools
 import queue
 import threading
@@ -104,3 +107,12 @@ class BodyThreads(Executor):
         """Threads alive now (busy or idle)."""
         with self._lock:
             return len(self._threads)
+
+
+async def in_thread(
+    threads: Executor, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`fn(*args, **kwargs)` on one of `threads`, in a copy of the caller's context (the tenant
+    and the client it acts with), as a `def` body runs; answers when it returns."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.wrap_future(threads.submit(call))

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from jobs_core.errors import JobsError
 from jobs_core.records import ClaimedJob
-from jobs_core.redact import scrub
+from jobs_core.redact import scrub, secrets_in
 from jobs_core.states import Outcome
 
 try:  # the `otel` extra
@@ -64,7 +64,9 @@ def traceparent_of(span: Any) -> str | None:
 @contextlib.contextmanager
 def producer(name: str, queue: str, count: int = 1) -> Iterator[str | None]:
     """A producer span around an enqueue of `count` jobs of `name` into `queue`; yields the
-    `traceparent` to stamp on the rows (None when not tracing)."""
+    `traceparent` to stamp on the rows (None when not tracing). An enqueue that raises is
+    recorded on it as a run's failure is (`failed`: the secrets it carries scrubbed), never by
+    OpenTelemetry's own hook, which prints the message as it is."""
     tracer = _tracer()
     if tracer is None:
         yield None
@@ -77,9 +79,18 @@ def producer(name: str, queue: str, count: int = 1) -> Iterator[str | None]:
         "messaging.batch.message_count": count,
     }
     with tracer.start_as_current_span(
-        f"publish {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        f"publish {queue}",
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
-        yield traceparent_of(span)
+        try:
+            yield traceparent_of(span)
+        except Exception as exc:
+            failed(span, exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            raise
 
 
 @contextlib.contextmanager
@@ -115,9 +126,11 @@ def consumer(job: ClaimedJob) -> Iterator[Any | None]:
 
 def failed(span: Any | None, exc: BaseException, secrets: Sequence[str] = ()) -> None:
     """Record the exception that failed the run on its span, the values of the input's
-    sensitive fields (`secrets`) scrubbed out of its message and stack trace."""
+    sensitive fields (`secrets`) and those the error carries scrubbed out of its message and
+    stack trace."""
     if span is None:
         return
+    secrets = secrets_in(exc, secrets)
     message = exc.message if isinstance(exc, JobsError) else str(exc)
     span.add_event(
         "exception",

@@ -31,7 +31,7 @@ _KEYWORD_SECRET = re.compile(
 _MASK: Final = "***"
 
 
-def _userinfo_end(rest: str) -> int:
+def userinfo_end(rest: str) -> int:
     """Where the userinfo of `rest` (a URL after `scheme://`) ends: its `@`, or -1 for none.
 
     Userinfo runs to the LAST `@` before the query, so a password holding an unencoded `@`
@@ -72,7 +72,7 @@ def mask_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return _KEYWORD_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{_MASK}", url)
-    at = _userinfo_end(rest)
+    at = userinfo_end(rest)
     if at >= 0:
         userinfo, rest = rest[:at], rest[at:]
         if ":" in userinfo:
@@ -89,7 +89,7 @@ def encode_userinfo(url: str) -> str:
     """`url` with its user and password percent-encoded, split where `mask_url` splits them
     (at the last `@` before the host), so a client library reads the same password and host."""
     scheme, sep, rest = url.partition("://")
-    at = _userinfo_end(rest) if sep else -1
+    at = userinfo_end(rest) if sep else -1
     if at < 0:
         return url
     user, colon, password = rest[:at].partition(":")
@@ -105,7 +105,7 @@ def secrets_of(url: str) -> list[str]:
         for m in _KEYWORD_SECRET.finditer(url):
             found.append(m.group(3).strip("'"))
     else:
-        at = _userinfo_end(rest)
+        at = userinfo_end(rest)
         if at >= 0 and ":" in rest[:at]:
             found.append(rest[:at].split(":", 1)[1])
         _, q, query = rest.partition("?")
@@ -147,6 +147,7 @@ _EXTRA_OF: Final = {
     "rediss": "redis",
     "redis+cluster": "redis",
     "rediss+cluster": "redis",
+    "unix": "redis",
 }
 
 

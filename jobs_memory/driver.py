@@ -55,6 +55,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -67,11 +68,15 @@ from jobs_core.semantics import (
     HOUR_MS,
     LEASE_LAPSED_ERROR,
     MINUTE_MS,
+    SAGA_STEP,
+    UNWOUND_STATES,
     bury_outcome,
     drop_before,
     event_matches,
+    event_reaches,
     fold_before,
     hour_of,
+    lapsed_by,
     minute_of,
     nack_outcome,
     namespace_of,
@@ -130,7 +135,17 @@ class MemoryDriver(JobDriver):
         return "memory"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
 
@@ -243,7 +258,8 @@ class MemoryDriver(JobDriver):
                 self._beat_locked(params.beat)
             buried: list[BuriedJob] = []
             candidates: list[_DueKey] = []
-            lapsed = list(itertools.takewhile(lambda lease: lease[0] <= now, self._leases))
+            bound = lapsed_by(params)
+            lapsed = list(itertools.takewhile(lambda lease: lease[0] <= bound, self._leases))
             for _, job_id in lapsed:
                 r = self._rows[job_id].rec
                 if r.queue not in queues:
@@ -384,23 +400,30 @@ class MemoryDriver(JobDriver):
         self._count(r, now_ms, Outcome.CANCELLED)
         return CancelAnswer.CANCELLED
 
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
         with self._lock:
-            return [self._requeue_locked(i, now_ms) for i in job_ids]
+            return [self._requeue_locked(i, params.now_ms, run) for i, run in params.items()]
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is None:
             return RequeueAnswer.NOT_FOUND
         r = row.rec
         if r.state in LIVE_STATES:
             return RequeueAnswer.LIVE
+        unwound = r.state in UNWOUND_STATES and SAGA_STEP in self._steps.get(r.run_id, {})
+        if unwound and fresh_run_id is None:
+            return RequeueAnswer.UNWOUND
         if namespace_of(r.name, r.tenant_id, r.idempotency_key) in self._live_keys:
             return RequeueAnswer.DUPLICATE
+        if fresh_run_id is not None and not unwound:
+            # The run it leaves is nobody's now; an unwound one is its unwind job's.
+            self._steps.pop(r.run_id, None)
         self._put(
             r,
             replace(
                 r,
+                run_id=r.run_id if fresh_run_id is None else fresh_run_id,
                 state=JobState.READY,
                 attempt=0,
                 run_at_ms=now_ms,
@@ -538,7 +561,7 @@ class MemoryDriver(JobDriver):
             for job_id, wait in list(self._waits.items()):
                 if (
                     wait.event == event.name
-                    and event.published_at_ms >= wait.since_ms
+                    and event_reaches(event, wait)
                     and event_matches(_object(wait.match_json), data)
                 ):
                     r = self._rows[job_id].rec
@@ -555,9 +578,15 @@ class MemoryDriver(JobDriver):
         if not index:
             return None
         match = _object(wait.match_json)
-        for _, event_id in index.irange(minimum=(wait.since_ms, "")):
+        for published, event_id in index.irange(minimum=(wait.since_ms, "")):
+            if wait.until_ms is not None and published >= wait.until_ms:
+                return None
             e = self._events[event_id]
-            if e.expires_at_ms > now_ms and event_matches(match, loads(e.data_json)):
+            if (
+                e.expires_at_ms > now_ms
+                and event_reaches(e, wait)
+                and event_matches(match, loads(e.data_json))
+            ):
                 return e
         return None
 

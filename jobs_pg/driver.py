@@ -79,6 +79,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -87,7 +88,13 @@ from jobs_core.records import (
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR, drop_before, event_matches, fold_before
+from jobs_core.semantics import (
+    LEASE_LAPSED_ERROR,
+    drop_before,
+    event_matches,
+    fold_before,
+    lapsed_by,
+)
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, compile_all
@@ -329,7 +336,18 @@ class PgDriver(JobDriver):
         return f"postgres {mask(self._url)} schema={self.schema}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=self._wake, steps=True, events=True, leases=True, tasks=True)
+        return Capabilities(
+            wake=self._wake,
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     def connect_kwargs(self) -> dict[str, Any]:
         """libpq settings for every connection: bounded connects, dead peers noticed."""
@@ -832,6 +850,7 @@ class PgDriver(JobDriver):
             # A queue named twice would be scanned twice; once is the contract's meaning.
             "queues": list(dict.fromkeys(params.queues)),
             "now_ms": now,
+            "lapsed_by": lapsed_by(params),
             "limit": params.limit,
             "worker_id": params.worker_id,
             "lease_until_ms": now + params.lease_ms,
@@ -1109,19 +1128,23 @@ class PgDriver(JobDriver):
         }
         return _in_call_order(job_ids, first, again)
 
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        ids = list(dict.fromkeys(job_ids))
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        job_ids = params.job_ids
+        fresh: dict[str, str | None] = {}
+        for job_id, run_id in params.items():
+            # A second mention answers LIVE (or what the first did), its run id unused.
+            fresh.setdefault(job_id, run_id)
         try:
-            first = await self._requeue(ids, now_ms)
+            first = await self._requeue(fresh, params.now_ms)
         except DriverError as exc:
             if not _live_key_taken(exc):
                 raise
             # A concurrent enqueue took a key after the statement's snapshot: the statement
             # wrote nothing. Id by id, in order, the one whose key went answers DUPLICATE.
             first = {}
-            for job_id in ids:
+            for job_id, run_id in fresh.items():
                 try:
-                    first.update(await self._requeue([job_id], now_ms))
+                    first.update(await self._requeue({job_id: run_id}, params.now_ms))
                 except DriverError as one:
                     if not _live_key_taken(one):
                         raise
@@ -1131,14 +1154,18 @@ class PgDriver(JobDriver):
         }
         return _in_call_order(job_ids, first, again)
 
-    async def _requeue(self, ids: list[str], now_ms: int) -> dict[str, RequeueAnswer]:
-        rows = await self._rows("JOB_REQUEUE_MANY", {"ids": ids, "now_ms": now_ms})
-        out = dict.fromkeys(ids, RequeueAnswer.NOT_FOUND)
-        for job_id, state, requeued in rows:
+    async def _requeue(self, fresh: dict[str, str | None], now_ms: int) -> dict[str, RequeueAnswer]:
+        """One `JOB_REQUEUE_MANY` of the ids of `fresh` (each with its fresh run id, or None)."""
+        values = {"ids": list(fresh), "fresh": list(fresh.values()), "now_ms": now_ms}
+        rows = await self._rows("JOB_REQUEUE_MANY", values)
+        out = dict.fromkeys(fresh, RequeueAnswer.NOT_FOUND)
+        for job_id, state, requeued, unwound in rows:
             if requeued:
                 out[job_id] = RequeueAnswer.REQUEUED
             elif state in _LIVE_VALUES:
                 out[job_id] = RequeueAnswer.LIVE
+            elif unwound and fresh[job_id] is None:
+                out[job_id] = RequeueAnswer.UNWOUND
             else:
                 # Finished, and a live row (perhaps one requeued by this very call) holds its key.
                 out[job_id] = RequeueAnswer.DUPLICATE
@@ -1187,9 +1214,13 @@ class PgDriver(JobDriver):
         for r in rows:
             row = dict(zip(job_stmts.RECORD_COLUMNS, r[:n], strict=True))
             row["state"] = _STATES[row["state"]]
-            event, match_json, since_ms = r[n:]
-            # The three are set together by a park that waits and cleared together.
-            wait = None if event is None else EventWait(event, match_json, since_ms)
+            event, match_json, since_ms, tenant_id, until_ms = r[n:]
+            # All five are set together by a park that waits and cleared together.
+            wait = (
+                None
+                if event is None
+                else EventWait(event, match_json, since_ms, tenant_id, until_ms)
+            )
             out[row["id"]] = JobRecord(**row, wait=wait)
         # The contract's answer is by id; keep the asked order for people reading it.
         return {i: out[i] for i in job_ids if i in out}
@@ -1259,10 +1290,12 @@ class PgDriver(JobDriver):
     async def _find_on(
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], wait: EventWait, now_ms: int
     ) -> EventRecord | None:
-        """The first event of `wait.event` (by publish time, id) since `wait.since_ms`, unexpired
-        at `now_ms`, that `wait` matches; pages through the name's events until one does."""
+        """The first event of `wait.event` (by publish time, id) for its tenant or every tenant,
+        published in `[since_ms, until_ms)`, unexpired at `now_ms`, that `wait` matches; pages
+        through the name's events until one does."""
         match = _object(wait.match_json)
         after: tuple[int, str] = (wait.since_ms, "")
+        until = MAX_TIME_MS + 1 if wait.until_ms is None else wait.until_ms
         while True:
             rows = await self._on(
                 conn,
@@ -1271,6 +1304,8 @@ class PgDriver(JobDriver):
                     "name": wait.event,
                     "after_ms": after[0],
                     "after_id": after[1],
+                    "until_ms": until,
+                    "tenant": wait.tenant_id or "",
                     "now_ms": now_ms,
                     "limit": EVENT_PAGE,
                 },
@@ -1285,21 +1320,24 @@ class PgDriver(JobDriver):
 
     async def _event_publish(self, event: EventRecord) -> int:
         """One transaction: the name's lock (`EVENT_LOCK`), the event stored with the waits of
-        its name read and locked (`EVENT_PUBLISH`), then, for the waits it matches (decided in
-        Python), the rows woken and their queues notified (`EVENT_WAKE`)."""
+        its name (and tenant, unless it is for every tenant) it reaches read and locked
+        (`EVENT_PUBLISH`, `EVENT_PUBLISH_ALL_TENANTS`), then, for the waits it matches (decided
+        in Python), the rows woken and their queues notified (`EVENT_WAKE`)."""
         data = loads(event.data_json)
 
         async def attempt(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> int:
             await self._on(conn, "EVENT_LOCK", {"keys": [self._event_key(event.name)]})
             rows = await self._on(
                 conn,
-                "EVENT_PUBLISH",
+                "EVENT_PUBLISH_ALL_TENANTS" if event.all_tenants else "EVENT_PUBLISH",
                 {
                     "id": event.id,
                     "name": event.name,
                     "data_json": event.data_json,
                     "published_at_ms": event.published_at_ms,
                     "expires_at_ms": event.expires_at_ms,
+                    "tenant_id": event.tenant_id,
+                    "tenant": event.tenant_id or "",
                 },
             )
             ids = [
@@ -1711,6 +1749,8 @@ def _nack_columns(sel: Sequence[Nack], found: set[int]) -> dict[str, Any]:
         "wait_event": [w.event if (w := waits(n)) else None for n in sel],
         "wait_match_json": [w.match_json if (w := waits(n)) else None for n in sel],
         "wait_since_ms": [w.since_ms if (w := waits(n)) else None for n in sel],
+        "wait_tenant_id": [w.tenant_id if (w := waits(n)) else None for n in sel],
+        "wait_until_ms": [w.until_ms if (w := waits(n)) else None for n in sel],
         "woken": [id(n) in found for n in sel],
     }
 

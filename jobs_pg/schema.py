@@ -82,6 +82,10 @@ jobs: Final = sa.Table(
     sa.Column("wait_event", sa.Text(collation=C), nullable=True),
     sa.Column("wait_match_json", sa.Text, nullable=True),
     sa.Column("wait_since_ms", sa.BigInteger, nullable=True),
+    # The tenant the waiting run acts for (NULL: none) and the end of its wait's window (NULL:
+    # no end), migration 0009; set and cleared with the three above.
+    sa.Column("wait_tenant_id", sa.Text(collation=C), nullable=True),
+    sa.Column("wait_until_ms", sa.BigInteger, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
 
@@ -142,12 +146,15 @@ sa.Index(
     postgresql_where=sa.text("state <> 'running'"),
 )
 
-# The waits of parked rows by event name (migration 0005): a publish reads exactly the rows
-# waiting for its event. Partial: only the few rows that wait have an entry, so the claims and
+# The waits of parked rows by event name and tenant (migration 0005, keyed by tenant since
+# 0009): a publish reads exactly the rows waiting for its event of its tenant (an event for every
+# tenant: the name's range), spelled as `coalesce(wait_tenant_id, '')` like `jobs_live_key` (a
+# tenant is never ''). Partial: only the few rows that wait have an entry, so the claims and
 # settles that churn every other row never write to it.
 sa.Index(
     "jobs_waits",
     jobs.c.wait_event,
+    sa.func.coalesce(jobs.c.wait_tenant_id, sa.literal_column("''")),
     jobs.c.id,
     postgresql_where=sa.text("wait_event IS NOT NULL"),
 )
@@ -230,6 +237,10 @@ events: Final = sa.Table(
     sa.Column("data_json", sa.Text, nullable=False),
     sa.Column("published_at_ms", sa.BigInteger, nullable=False),
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+    # Whom it is for (migration 0009): waits of this tenant only (NULL: of no tenant), or of
+    # every tenant when `all_tenants`. Events stored before 0009 are for no tenant.
+    sa.Column("tenant_id", sa.Text(collation=C), nullable=True),
+    sa.Column("all_tenants", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 sa.Index("events_by_name", events.c.name, events.c.published_at_ms, events.c.id)
 sa.Index("events_expiry", events.c.expires_at_ms, events.c.id)

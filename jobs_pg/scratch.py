@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import uuid
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobs_core.errors import DriverError, DriverUnavailableError
+from jobs_core.urlparams import add_params
 from jobs_core.urls import mask_text
 from jobs_pg.urls import libpq_url, split_options
 
@@ -21,10 +21,8 @@ class PgScratch:
         self.schema = f"ujobs_test_{uuid.uuid4().hex[:12]}"
         options["schema"] = self.schema
         options.setdefault("wake", "0")
-        parts = urlsplit(base)
-        query = [*parse_qsl(parts.query, keep_blank_values=True), *options.items()]
         self._base = base
-        self.url = urlunsplit(parts._replace(query=urlencode(query)))
+        self.url = add_params(base, options)
 
     async def drop(self) -> None:
         """Drop the schema and all it holds; idempotent."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobs_core.errors import DriverUrlInvalidError
+from jobs_core.urlparams import split_params
 from jobs_core.urls import encode_userinfo, mask_url
 
 if TYPE_CHECKING:
@@ -51,17 +51,10 @@ def mask(url: str) -> str:
 
 
 def split_options(url: str) -> tuple[str, dict[str, str]]:
-    """`url` without our driver options, and those options."""
+    """`url` without our driver options (the rest kept as written, so libpq reads it as given),
+    and those options."""
     _split(url)
-    parts = urlsplit(url)
-    ours: dict[str, str] = {}
-    kept: list[tuple[str, str]] = []
-    for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if k in DRIVER_OPTIONS:
-            ours[k] = v
-        else:
-            kept.append((k, v))
-    return urlunsplit(parts._replace(query=urlencode(kept))), ours
+    return split_params(url, DRIVER_OPTIONS)
 
 
 def flag(value: str, what: str, url: str) -> bool:

@@ -57,6 +57,7 @@ jobs written since the last snapshot.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -94,6 +95,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -106,11 +108,13 @@ from jobs_core.semantics import (
     HOUR_MS,
     LEASE_LAPSED_ERROR,
     MINUTE_MS,
+    SAGA_STEP,
     drop_before,
     fold_before,
+    lapsed_by,
 )
 from jobs_core.states import JobState
-from jobs_core.urls import mask_text, mask_url
+from jobs_core.urls import encode_userinfo, mask_text, mask_url
 from jobs_redis.keys import Keys
 from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
@@ -138,6 +142,7 @@ _REQUEUE: Final = {
     "l": RequeueAnswer.LIVE,
     "d": RequeueAnswer.DUPLICATE,
     "n": RequeueAnswer.NOT_FOUND,
+    "u": RequeueAnswer.UNWOUND,
 }
 #: How often a bulk call re-reads its rows' queues when a row moved queue under it.
 _STALE_TRIES: Final = 5
@@ -170,7 +175,7 @@ def _redis_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExc
 class RedisDriver(JobDriver):
     """Jobs in Redis: as durable as the server's persistence settings.
 
-    `url`: `redis://[:password@]host:port/db`, `rediss://…`, `unix:///path`, or
+    `url`: `redis://[:password@]host:port/db`, `rediss://…`, `unix:///path/redis.sock?db=0`, or
     `redis+cluster://host:port` for a Redis Cluster. `prefix` names this app's keys (a hash tag),
     so several apps or tests share one server. `client`, when given, is used instead of one
     made from `url` (it must decode responses; the driver never closes it) — fakeredis's
@@ -243,6 +248,9 @@ class RedisDriver(JobDriver):
             "socket_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
         }
+        # The password split where `mask_url` splits it, so an unencoded `@` or `/` in it
+        # reaches the server whole (redis-py would cut it at the first `/`).
+        url = encode_userinfo(url)
         if self.cluster:
             base = _CLUSTER_SCHEMES.get(scheme, scheme or "redis")
             plain = base + url[len(scheme) :] if scheme else url
@@ -263,7 +271,20 @@ class RedisDriver(JobDriver):
         return f"{kind} {mask_url(self.url)} prefix={self.keys.prefix}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True, steps=True, events=True, leases=True, tasks=True)
+        # A cluster's wake is pub/sub through redis-py's asyncio `RedisCluster`, which subscribes
+        # from redis-py 8.0 on; with an older one the poll alone finds new jobs.
+        return Capabilities(
+            wake=not self.cluster or _cluster_subscribes(),
+            operator=True,
+            pauses=True,
+            workers=True,
+            counters=True,
+            retention=True,
+            steps=True,
+            events=True,
+            leases=True,
+            tasks=True,
+        )
 
     async def open(self) -> None:
         """Check the server answers; `DriverUnavailableError` at once when it does not."""
@@ -395,7 +416,7 @@ class RedisDriver(JobDriver):
         lets the client pack chunk n+1 while the server runs chunk n.
         """
         sha = self._scripts["job_enqueue_many"].sha
-        conn = await pool.get_connection()
+        conn = await _pool_connection(pool)
         replies: list[Any] = []
         try:
             for chunk in chunks:
@@ -471,6 +492,7 @@ class RedisDriver(JobDriver):
             *drop,
             beat.worker_id if beat is not None else "",
             _worker_row(beat) if beat is not None else "",
+            lapsed_by(params),
         ]
         claimed, buried = await self._run("job_claim", keys, args)
         worker = params.worker_id
@@ -607,8 +629,10 @@ class RedisDriver(JobDriver):
         *,
         durable: Sequence[str] = (),
         account: bool,
+        extras: Sequence[object] = (),
     ) -> str:
-        """Run one bulk script (`lua/includes/bulk.lua`): one answer character per id.
+        """Run one bulk script (`lua/includes/bulk.lua`): one answer character per id; `extras`
+        are the script's own arguments, after the queue names.
 
         A script's KEYS must name each row's queue keys up front, so the queues are read first
         (never from the claim memory: an id may have been purged and reused). A row re-enqueued
@@ -624,7 +648,7 @@ class RedisDriver(JobDriver):
             args: list[object] = ["" if now_ms is None else now_ms, len(job_ids)]
             for i in job_ids:
                 args += (i, self._index(queue_of.get(i), index, keys, *per_queue))
-            args += index
+            args += (*index, *extras)
             # The durable keys (found by name) after the queues' keys, which are read by index.
             keys += durable
             if account:
@@ -672,15 +696,17 @@ class RedisDriver(JobDriver):
         )
         return [_REMOVE[c] for c in got]
 
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
         k = self.keys
         got = await self._bulk(
             "job_requeue_many",
-            job_ids,
-            now_ms,
+            params.job_ids,
+            params.now_ms,
             (k.state, k.live, *(k.finished(s) for s in _FINISHED_ORDER)),
             (k.due,),
+            durable=(k.step_out, k.step_index),
             account=True,
+            extras=(SAGA_STEP, *(run or "" for _, run in params.items())),
         )
         return [_REQUEUE[c] for c in got]
 
@@ -820,14 +846,21 @@ class RedisDriver(JobDriver):
         return out
 
     def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
-        """A nack item's wait fields: event NUL since NUL match lines NUL match JSON text, or
-        three NULs for none."""
+        """A nack item's wait fields: event NUL since NUL match lines NUL match JSON text NUL
+        tenant NUL until ("" for none), or five NULs for no wait."""
         if wait is None:
-            return "\x00\x00\x00"
+            return "\x00" * 5
         if queue is not None:
             self._wait_queues.add(queue)
-        lines = lines_of_text(wait.match_json)
-        return f"{wait.event}\x00{wait.since_ms}\x00{lines}\x00{wait.match_json}"
+        fields = (
+            wait.event,
+            str(wait.since_ms),
+            lines_of_text(wait.match_json),
+            wait.match_json,
+            wait.tenant_id or "",
+            "" if wait.until_ms is None else str(wait.until_ms),
+        )
+        return "\x00".join(fields)
 
     # -- steps and events -----------------------------------------------------------------------
 
@@ -854,15 +887,23 @@ class RedisDriver(JobDriver):
 
     async def _event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
         k = self.keys
+        until = "" if wait.until_ms is None else wait.until_ms
+        args = (wait.event, wait.since_ms, until, wait.tenant_id or "", now_ms)
         got = await self._run(
-            "event_find",
-            (k.event, k.event_name),
-            (wait.event, wait.since_ms, now_ms, lines_of_text(wait.match_json)),
+            "event_find", (k.event, k.event_name), (*args, lines_of_text(wait.match_json))
         )
         if got is None:
             return None
-        event_id, published, expires, data = got
-        return EventRecord(event_id, wait.event, data, int(published), int(expires))
+        event_id, published, expires, data, tenant, everyone = got
+        return EventRecord(
+            event_id,
+            wait.event,
+            data,
+            int(published),
+            int(expires),
+            tenant or None,
+            everyone == "1",
+        )
 
     async def _event_publish(self, event: EventRecord) -> int:
         """One script call, or more when a woken row lives in a queue this driver has not seen
@@ -880,6 +921,8 @@ class RedisDriver(JobDriver):
                 event.expires_at_ms,
                 lines,
                 event.data_json,
+                event.tenant_id or "",
+                "1" if event.all_tenants else "0",
                 len(queues),
             ]
             for q in queues:
@@ -1029,12 +1072,30 @@ class RedisDriver(JobDriver):
     async def wake_subscribe(
         self, queues: Sequence[str], on_wake: Callable[[str], None]
     ) -> WakeSubscription | None:
-        """Deliver a queue's name to `on_wake` when an enqueue publishes its wake (pub/sub)."""
+        """Deliver a queue's name to `on_wake` when an enqueue publishes its wake (pub/sub); None
+        where `capabilities()` declares no wake."""
         from jobs_redis.wake import RedisWake
 
+        if not self.capabilities().wake:
+            return None
         wake = RedisWake(self, list(dict.fromkeys(queues)), on_wake)
         wake.start()
         return wake
+
+
+def _cluster_subscribes() -> bool:
+    from redis.asyncio.cluster import RedisCluster
+
+    return hasattr(RedisCluster, "pubsub")
+
+
+async def _pool_connection(pool: Any) -> Any:
+    """A connection taken from `pool`: redis-py before 5.3 requires a command name there, and
+    later releases warn when one is given."""
+    command = inspect.signature(pool.get_connection).parameters.get("command_name")
+    if command is not None and command.default is inspect.Parameter.empty:
+        return await pool.get_connection("EVALSHA")
+    return await pool.get_connection()
 
 
 # -- one client per event loop -------------------------------------------------------------------
@@ -1178,19 +1239,22 @@ def _record(
 
 
 def _wait(stored: str) -> EventWait:
-    """A `{p}:wait` entry (event NUL since NUL match lines NUL match JSON) as its `EventWait`.
+    """A `{p}:wait` entry (event NUL since NUL match lines NUL match JSON NUL tenant NUL until)
+    as its `EventWait`.
 
     An entry stored before the JSON text was kept has the first three fields: its match is
     rebuilt from the lines (`json(key) TAB canonical(value)`), the same match by `json_equal`
-    though a number may come back in another spelling (`1.0` as `1`).
+    though a number may come back in another spelling (`1.0` as `1`). One stored before its
+    tenant has the first four: no tenant, no end.
     """
-    event, since, lines, *text = stored.split("\x00")
-    if text:
-        match_json = text[0]
+    event, since, lines, *rest = stored.split("\x00")
+    if rest:
+        match_json = rest[0]
     else:
         pairs = (line.replace("\t", ":", 1) for line in lines.split("\n") if line)
         match_json = "{" + ",".join(pairs) + "}"
-    return EventWait(event, match_json, int(since))
+    tenant, until = (rest[1], rest[2]) if len(rest) == 3 else ("", "")
+    return EventWait(event, match_json, int(since), tenant or None, _opt_int(until))
 
 
 def _why(exc: BaseException, url: str) -> str:

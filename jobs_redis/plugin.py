@@ -1,5 +1,5 @@
-"""The `redis`, `rediss` and `redis+cluster` URL schemes (`?prefix=` picks the key prefix), and
-their scratch store for the `ujobs` test fixture."""
+"""The `redis`, `rediss`, `redis+cluster`, `rediss+cluster` and `unix` (a socket) URL schemes
+(`?prefix=` picks the key prefix), and their scratch store for the `ujobs` test fixture."""
 
 from __future__ import annotations
 

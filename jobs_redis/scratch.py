@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from jobs_core.errors import DriverError, DriverUnavailableError
-from jobs_core.urlparams import pop_param
+from jobs_core.urlparams import add_params, pop_param
 from jobs_core.urls import mask_text
 from jobs_redis.driver import RedisDriver
 
@@ -23,7 +23,7 @@ class RedisScratch:
         plain, _ = pop_param(url, "prefix", "")
         self.prefix = f"ujobs-test-{uuid.uuid4().hex[:12]}"
         self._plain = plain
-        self.url = f"{plain}{'&' if '?' in plain else '?'}prefix={self.prefix}"
+        self.url = add_params(plain, {"prefix": self.prefix})
 
     async def drop(self) -> None:
         """Delete every key of the prefix (SCAN + DEL); idempotent."""

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
 # The whole test command: set-up, lint, types, then every test against real Postgres and Redis.
+#
+# VENV (default .venv) and RESOLUTION are setup_venv.sh's: `make test-lowest` runs this with
+# VENV=.venv-lowest RESOLUTION=lowest-direct and LINT=0, the suite on the lowest versions
+# pyproject.toml allows (ruff and mypy judge our code, not the dependencies: they run once, on
+# the newest releases, in `make test`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+venv="${VENV:-.venv}"
 scripts/setup_venv.sh dev
 scripts/need_chromium.sh
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-echo "== ruff"
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-echo "== mypy --strict"
-.venv/bin/mypy
+if [ "${LINT:-1}" = "1" ]; then
+    echo "== ruff"
+    "$venv/bin/ruff" check .
+    "$venv/bin/ruff" format --check .
+    echo "== mypy --strict"
+    "$venv/bin/mypy"
+fi
 echo "== pytest on 2 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
 # Two processes (pytest-xdist) keep the suite inside CI's budget on a 2-core runner; worksteal
 # evens out the long process and parity tests. Each test has its own schema, key prefix, ports
-# and tmp dir, so the two never share state. `scripts/test.sh -n 0` runs in one process.
-.venv/bin/python scripts/with_services.py -- \
-    .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
+# and tmp dir, so the two never share state. `scripts/test.sh -n 0` runs in one process. The
+# ten slowest tests are printed at the end, so a test that grows shows where the time goes.
+"$venv/bin/python" scripts/with_services.py -- \
+    "$venv/bin/python" -m pytest -q -n 2 --dist worksteal --durations=10 "$@"

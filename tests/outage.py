@@ -22,6 +22,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverUnavailableError
 from jobs_core.facade import Jobs
+from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from tests.core.support import declare
@@ -148,6 +149,53 @@ async def body_finishing_during_an_outage_completes_once(store: Store) -> dict[s
         # Backing off from 0.1 s doubling: a handful of lines for a 3 s outage (~60 at the floor).
         assert claim_failed <= 8, [line for line in lines if "jobs.claim.failed" in line]
         return {"claim_failed_lines": claim_failed}
+
+
+async def finished_final_attempts_outlive_a_short_outage(store: Store) -> None:
+    """Three workers (lease 4 s) run nine jobs, each on its final attempt; the store goes down
+    for about 3.3 s, less than the lease, and every body finishes meanwhile. Once it is back,
+    every job is `completed` (attempt 1, run once): no worker that came back first buries a
+    lease that lapsed during the outage before its holder's ack lands (issue 24, item 18)."""
+    runs: Counter[int] = Counter()
+    down = asyncio.Event()
+
+    async def body(input: Any, ctx: JobContext) -> str:
+        runs[input["n"]] += 1
+        await down.wait()
+        # The bodies end one by one during the outage (within 1.6 s: none outlives its lease
+        # unrenewed), so the workers meet it at different moments, as processes whose claim
+        # loops back off out of step do.
+        await asyncio.sleep(0.2 * input["n"])
+        return "done"
+
+    h = declare(body, retry=Retry(attempts=1))
+    async with contextlib.AsyncExitStack() as stack:
+        driver = await stack.enter_async_context(store.driver())
+        queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(9)])
+        ids = [q.id for q in queued]
+        for _ in range(3):
+            # A driver each, as three processes would have: their pools fail and recover apart.
+            own = await stack.enter_async_context(store.driver())
+            worker = Worker(own, [h], lease=4.0, concurrency=3, poll_floor=0.05)
+            await worker.start()
+            stack.push_async_callback(worker.stop, 5)
+        # Three slots each: every worker holds three of the nine.
+        await until(lambda: len(runs) == 9, 15, "every body runs")
+        with captured() as lines:
+            started = time.monotonic()
+            await asyncio.to_thread(store.stop)
+            down.set()
+            # Started again 3 s after the stop began: with the restart itself, down ~3.3 s.
+            await asyncio.sleep(max(0.0, 3.0 - (time.monotonic() - started)))
+            await asyncio.to_thread(store.start)
+            final = (JobState.COMPLETED, JobState.DEAD, JobState.FAILED)
+            await until(lambda: rows_in(driver, ids, *final), 20, "every job settled")
+        rows = await driver.job_get_many(ids)
+    states = Counter(r.state.value for r in rows.values())
+    buried = [line for line in lines if "jobs.claim.buried" in line or "unowned" in line]
+    assert states == Counter({"completed": 9}), (states, buried)
+    assert {(r.attempt, r.claims) for r in rows.values()} == {(1, 1)}, rows
+    assert runs == Counter(dict.fromkeys(range(9), 1)), runs
 
 
 async def limited_runs_ride_out_an_outage(store: Store) -> None:

@@ -14,16 +14,20 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from jobs_core.clock import SystemClock
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
+from jobs_core.records import ClaimParams, Nack, NackKind, StepPut
 from jobs_core.states import JobState
+from jobs_core.steps.api import SAGA
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
-from tests.core.support import code_path, until
+from tests.core.support import code_path, new_job, until
 
 CARD = "4242424242424242"
 
@@ -287,3 +291,27 @@ def test_a_cli_worker_serves_metrics_and_health(store_url: str, app: Path) -> No
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+async def test_an_unwound_saga_is_requeued_only_fresh(store_url: str, app: Path) -> None:
+    """A saga run that failed for good (its run holds the saga mark): `requeue ID` refuses it
+    naming `--fresh`, `requeue --all` answers it `unwound` and says what to do, and
+    `requeue --fresh` starts it as a new run."""
+    driver: JobDriver = driver_from_url(store_url)
+    async with driver:
+        now = SystemClock().now_ms()
+        await driver.job_enqueue(replace(new_job("saga-1", "k-saga"), run_at_ms=now))
+        (held,) = (await driver.job_claim(ClaimParams(("q",), "w", 1, 60_000, now))).jobs
+        puts = [StepPut(held.fence, SAGA, "{}", now), StepPut(held.fence, "book", "1", now)]
+        assert await driver.step_put(puts) == [True, True]
+        assert await driver.job_nack([Nack(held.fence, NackKind.FAIL, now, error="no")]) == [True]
+    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    plain = await run("jobs", "requeue", "saga-1")
+    refused(plain, "X_JOB_REQUEUE_UNWOUND")
+    assert "--fresh" in plain.stdout + plain.stderr
+    bulk = await run("jobs", "requeue", "--all", "--state", "dead")
+    assert "1 unwound" in ok(bulk) and "--fresh" in bulk.stdout
+    fresh = json.loads(ok(await run("jobs", "requeue", "--fresh", "saga-1", "--json")))
+    assert fresh == [{"id": "saga-1", "answer": "requeued"}]
+    shown = json.loads(ok(await run("jobs", "show", "saga-1", "--json")))
+    assert shown["state"] == "ready" and shown["run_id"] != "run-saga-1" and shown["steps"] == []

@@ -27,6 +27,7 @@ from jobs_core.driver import (
     JobDriver,
     WakeSubscription,
 )
+from jobs_core.errors import CapabilityMissingError
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -55,6 +56,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -65,6 +67,7 @@ from jobs_core.records import (
 from jobs_core.semantics import (
     HOUR_MS,
     MINUTE_MS,
+    SAGA_STEP,
     drop_before,
     event_matches,
     fold_before,
@@ -84,6 +87,7 @@ from jobs_core.testing.machine import FAMILIES, QUEUES, ParityMachine
 from jobs_core.testing.profiles import profile_settings, scaled
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
+from tests.core_driver import CoreDriver
 from tests.teeth import SEEDS, MachineMaker, ci_walk, first_catch, reached
 
 
@@ -167,10 +171,10 @@ class HeartbeatFromLeaseEnd(MemoryDriver):
 class RequeueKeepsAttempt(MemoryDriver):
     """Requeues a row but leaves its spent attempts in place."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         attempt = row.rec.attempt if row is not None else 0
-        answer = super()._requeue_locked(job_id, now_ms)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
         if answer is RequeueAnswer.REQUEUED:
             r = self._rows[job_id].rec
             self._put(r, replace(r, attempt=attempt))
@@ -305,6 +309,27 @@ class ReclaimOnlyAfterLeaseEnd(MemoryDriver):
                         self._leases.add(lease)
 
 
+class BuriesPastTheReclaimBound(MemoryDriver):
+    """Ignores `reclaim_until_ms` when burying: a final attempt whose lease ended after the bound
+    (its holder's ack may be on its way) is buried all the same; reclaims keep the bound."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        unbounded = replace(params, limit=0, beat=None, reclaim_until_ms=None)
+        first = await super()._job_claim(unbounded)
+        rest = await super()._job_claim(params)
+        return replace(rest, buried=tuple(sorted(first.buried + rest.buried, key=lambda b: b.id)))
+
+
+class ReclaimBoundExclusive(MemoryDriver):
+    """Takes `reclaim_until_ms` as exclusive: a lease ending exactly at the bound is left."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        bound = params.reclaim_until_ms
+        if bound is not None:
+            params = replace(params, reclaim_until_ms=bound - 1)
+        return await super()._job_claim(params)
+
+
 class AckKeepsOldResult(MemoryDriver):
     """An ack without a result keeps the result a previous run stored (after a requeue)."""
 
@@ -377,19 +402,19 @@ class StoresTrueAsOne(MemoryDriver):
 class RequeueTakesParked(MemoryDriver):
     """Requeues a parked row as if it were finished."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state is JobState.PARKED:
             r = row.rec
             self._put(r, replace(r, state=JobState.READY, attempt=0, run_at_ms=now_ms))
             return RequeueAnswer.REQUEUED
-        return super()._requeue_locked(job_id, now_ms)
+        return super()._requeue_locked(job_id, now_ms, fresh_run_id)
 
 
 class RequeueDuplicateIgnoresTenant(MemoryDriver):
     """Refuses a requeue when a live row holds the (name, key) under ANY tenant."""
 
-    def _requeue_locked(self, job_id: str, now_ms: int) -> RequeueAnswer:
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
         row = self._rows.get(job_id)
         if row is not None and row.rec.state not in LIVE_STATES:
             r = row.rec
@@ -400,7 +425,7 @@ class RequeueDuplicateIgnoresTenant(MemoryDriver):
                     r.idempotency_key,
                 ):
                     return RequeueAnswer.DUPLICATE
-        return super()._requeue_locked(job_id, now_ms)
+        return super()._requeue_locked(job_id, now_ms, fresh_run_id)
 
 
 class KeysCutAt255Characters(MemoryDriver):
@@ -764,6 +789,125 @@ class WaitNotShown(MemoryDriver):
         return {i: replace(r, wait=None) for i, r in rows.items()}
 
 
+# -- a wait's until, events' tenants, requeues of unwound sagas (issue 24) ----------------------
+
+
+class WakeIgnoresUntil(MemoryDriver):
+    """A publish wakes a wait whatever its until: an event after the timeout takes the run."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: replace(w, until_ms=None) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+class FindIgnoresUntil(MemoryDriver):
+    """`event_find` and a park's look count events published after the wait's until."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        return super()._find_locked(replace(wait, until_ms=None), now_ms)
+
+
+class UntilInclusive(MemoryDriver):
+    """Counts an event published exactly at the wait's until (`<=` for `<`), in every path."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        return super()._find_locked(_one_ms_on(wait), now_ms)
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: _one_ms_on(w) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+def _one_ms_on(wait: EventWait) -> EventWait:
+    return wait if wait.until_ms is None else replace(wait, until_ms=wait.until_ms + 1)
+
+
+class WakeIgnoresTenant(MemoryDriver):
+    """A publish wakes the waits of every tenant: one org's event runs another org's saga."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        kept = dict(self._waits)
+        self._waits = {i: replace(w, tenant_id=event.tenant_id) for i, w in self._waits.items()}
+        try:
+            return await super()._event_publish(event)
+        finally:
+            self._waits = {i: kept[i] for i in self._waits}
+
+
+class FindIgnoresTenant(MemoryDriver):
+    """`event_find` and a park's look take the first event of any tenant."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        hits: list[EventRecord] = []
+        for tenant in {e.tenant_id for e in self._events.values()} | {wait.tenant_id}:
+            found = super()._find_locked(replace(wait, tenant_id=tenant), now_ms)
+            if found is not None:
+                hits.append(found)
+        return min(hits, key=lambda e: (e.published_at_ms, e.id)) if hits else None
+
+
+class EveryTenantIgnored(MemoryDriver):
+    """Stores an event for every tenant as an event for no tenant."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        return await super()._event_publish(replace(event, all_tenants=False))
+
+
+class RequeueReplaysUnwound(MemoryDriver):
+    """A plain requeue takes a saga run that failed for good: it replays undone steps."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        steps = self._steps.get(row.rec.run_id, {}) if row is not None else {}
+        mark = steps.pop(SAGA_STEP, None)
+        try:
+            return super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        finally:
+            if mark is not None:
+                steps[SAGA_STEP] = mark
+
+
+class FreshRequeueKeepsRun(MemoryDriver):
+    """A fresh requeue keeps the row's run id, so its recorded steps replay after all."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if row is not None and answer is RequeueAnswer.REQUEUED:
+            r = self._rows[job_id].rec
+            self._put(r, replace(r, run_id=row.rec.run_id))
+        return answer
+
+
+class FreshRequeueKeepsOldSteps(MemoryDriver):
+    """A fresh requeue leaves the steps of the run it left, nobody's now, stored for good."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        kept = dict(self._steps)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        self._steps = {**kept, **self._steps}
+        return answer
+
+
+class FreshRequeueDropsUnwoundSteps(MemoryDriver):
+    """A fresh requeue deletes an unwound run's steps too: its unwinding finds nothing to undo."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        row = self._rows.get(job_id)
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if row is not None and fresh_run_id is not None and answer is RequeueAnswer.REQUEUED:
+            self._steps.pop(row.rec.run_id, None)
+        return answer
+
+
 #: The families a broken driver's walk takes: the job family alone, or with the family the
 #: broken method belongs to (a narrow walk reaches its edges; the suite itself walks them all).
 class RenewsExpiredLease(MemoryDriver):
@@ -912,6 +1056,26 @@ class TaskPauseHoldsItsName(MemoryDriver):
             self._pauses -= held
 
 
+class CoreUnfencedAck(CoreDriver):
+    """The core-only driver, acking any running row whoever claimed it (`UnfencedAck`'s bug)."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        current = []
+        for a in acks:
+            row = self._rows.get(a.fence.job_id)
+            if row is not None and row.claimed_by is not None:
+                a = replace(a, fence=Fence(a.fence.job_id, row.claims, row.claimed_by))
+            current.append(a)
+        return await super()._job_ack(current)
+
+
+class DeclaresWhatItLacks(CoreDriver):
+    """The core-only driver declaring the operator family without implementing it."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(operator=True)
+
+
 # -- blind spots of the suite before issue 25: one bug each at an exact edge ----------------------
 # Each of these passed the suite (or was caught only by luck) while every family shared one walk.
 
@@ -1044,14 +1208,14 @@ class RequeueManyBlindToItself(MemoryDriver):
     """Checks each requeue of one call against the keys held before the call: two finished twins
     requeued together both come back live."""
 
-    async def _job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
         with self._lock:
             before = dict(self._live_keys)
             out = []
-            for i in job_ids:
+            for i, run in params.items():
                 current = self._live_keys
                 self._live_keys = dict(before)
-                out.append(self._requeue_locked(i, now_ms))
+                out.append(self._requeue_locked(i, params.now_ms, run))
                 added = {k: v for k, v in self._live_keys.items() if before.get(k) != v}
                 self._live_keys = {**current, **added}
             return out
@@ -1377,6 +1541,8 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
         "jobs",
         ["lapsed_lease_reclaimed", "heartbeat_from_now", "reclaim_edges"],
     ),
+    (BuriesPastTheReclaimBound, "jobs", ["reclaim_bound"]),
+    (ReclaimBoundExclusive, "jobs", ["reclaim_bound"]),
     (AckKeepsOldResult, "jobs", ["settles_overwrite_with_nothing"]),
     (NackKeepsOldError, "jobs", ["settles_overwrite_with_nothing"]),
     (StoresIntegersAsFloats, "jobs", ["json_types_exact"]),
@@ -1436,6 +1602,20 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (ParkMeetsExpiredEvent, "durable", ["a_wait_wakes_on_its_event_only"]),
     (WaitShownAfterItsPark, "durable", ["a_parked_row_shows_its_wait"]),
     (WaitNotShown, "durable", ["a_parked_row_shows_its_wait"]),
+    (WakeIgnoresUntil, "durable", ["a_wait_ends_at_its_until"]),
+    (FindIgnoresUntil, "durable", ["a_wait_ends_at_its_until"]),
+    (UntilInclusive, "durable", ["a_wait_ends_at_its_until"]),
+    (
+        WakeIgnoresTenant,
+        "durable",
+        ["events_keep_to_their_tenant", "a_parked_row_shows_its_wait"],
+    ),
+    (FindIgnoresTenant, "durable", ["events_keep_to_their_tenant"]),
+    (EveryTenantIgnored, "durable", ["events_keep_to_their_tenant"]),
+    (RequeueReplaysUnwound, "durable", ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueKeepsRun, "durable", ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueKeepsOldSteps, "durable", ["requeue_of_an_unwound_saga"]),
+    (FreshRequeueDropsUnwoundSteps, "durable", ["requeue_of_an_unwound_saga"]),
     (EventFoundAtItsExpiry, "durable", ["events_found_expired_and_purged"]),
     (EventFindSinceExclusive, "durable", ["events_found_expired_and_purged"]),
     (EventPurgeSparesItsExpiry, "durable", ["events_found_expired_and_purged"]),
@@ -1627,6 +1807,23 @@ def test_walk_reaches_its_edges(family: str) -> None:
     assert not short, f"reached too rarely: {short} (all: {dict(tally)})"
 
 
+def test_a_core_only_walk_still_catches_a_core_bug() -> None:
+    # Every optional family's rules are off for this driver: the job family's must still bite.
+    assert first_catch(walk_of(CoreUnfencedAck, "jobs"), CI["jobs"]) is not None
+    with pytest.raises(AssertionError):
+        run_scenario(CoreUnfencedAck, SCENARIOS["lapsed_lease_reclaimed"])
+
+
+def test_a_family_declared_but_not_implemented_is_caught() -> None:
+    # The state compared after the first step reads the family: it fails there.
+    with pytest.raises(CapabilityMissingError, match="declares the operator family but does not"):
+        ci_walk(make_machine(DeclaresWhatItLacks, {"operator"}), CI["operator"], SEEDS[0])
+    with pytest.raises(CapabilityMissingError, match="does not implement _queue_stats"):
+        run_scenario(DeclaresWhatItLacks, SCENARIOS["queue_stats"])
+    # Undeclared, the same scenario ends at its first call of the family, refused as it must be.
+    run_scenario(CoreDriver, SCENARIOS["queue_stats"])
+
+
 def test_wake_scenario_catches_a_silent_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     import jobs_core.testing.scenarios.jobs as scenarios
 
@@ -1707,8 +1904,8 @@ def test_a_failing_ci_run_prints_a_seed_that_replays_it(
     messages = []
     for _ in range(2):
         with pytest.raises(ParityError) as caught:
-            run_machine(UnfencedAck, seed=20261201, families=frozenset({"jobs"}))
+            run_machine(UnfencedAck, seed=20261202, families=frozenset({"jobs"}))
         messages.append(str(caught.value))
-        assert "--hypothesis-seed=20261201" in "".join(caught.value.__notes__)
+        assert "--hypothesis-seed=20261202" in "".join(caught.value.__notes__)
     assert messages[0] == messages[1]
-    assert "seed 20261201" in capsys.readouterr().out
+    assert "seed 20261202" in capsys.readouterr().out

@@ -22,7 +22,6 @@ from urllib.parse import quote
 
 import pytest
 
-from jobs_core.driver import JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.urls import driver_from_url, mask_text, mask_url, secrets_of
 from tests.redis.conftest import spare_port
@@ -66,18 +65,6 @@ BAD = [
     "redis://:PWa@127.0.0.1:notaport/0",
     f"redis://:PWa@PWb@127.0.0.1:{PORT}/0?socket_timeout=soon",
 ]
-
-
-#: `unix://` reaches the Redis driver from code (`RedisDriver(url)`); the CLI has no such scheme.
-UNIX = [u for u in FORMS if u.startswith("unix:")]
-
-
-def make(url: str) -> JobDriver:
-    if url in UNIX:
-        from jobs_redis.plugin import from_url
-
-        return from_url(url)
-    return driver_from_url(url)
 
 
 def leaks(text: str) -> list[str]:
@@ -134,7 +121,7 @@ async def test_describe_errors_and_debug_logs_never_carry_the_password(
         logging.getLogger(name).setLevel(logging.DEBUG)
     seen: list[str] = []
     try:
-        driver = make(url)
+        driver = driver_from_url(url)
     except JobsError as exc:
         assert url in BAD, f"{url} refused: {exc}"
         seen.append("".join(traceback.format_exception(exc)))
@@ -209,9 +196,9 @@ def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Pa
     for (label, url, _, _), out in zip(runs, outs, strict=True):
         assert out.strip(), label
         assert leaks(out) == [], f"{label}:\n{out}"
-        if label.startswith("worker") and url not in BAD + UNIX:
+        if label.startswith("worker") and url not in BAD:
             assert "ujobs worker" in out, f"{label}:\n{out}"  # the banner was printed
             banners += 1
         if label.startswith("db") and url.startswith("postgres") and url not in BAD:
             assert "X_DRIVER_UNAVAILABLE" in out and "Traceback" not in out, out
-    assert banners == len(FORMS) - len(UNIX) + 2
+    assert banners == len(FORMS) + 2

@@ -8,7 +8,6 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 LIVE: Final = frozenset({"ready", "running", "parked"})
@@ -51,6 +50,11 @@ class Row:
     last_error: str | None
     intent: str | None
     key: str
+    input_json: str = "null"
+    result_json: str | None = None
+    created_t: float = 0.0
+    finished_t: float | None = None
+    claims: int = 0
 
 
 @dataclass
@@ -97,11 +101,49 @@ class Config:
     outage_s: float
     #: When the store was down, as (from, to) wall-clock ms.
     outages: tuple[tuple[float, float], ...] = ()
+    #: The workload (`bench/chaos/families`): `jobs` is the plain one.
+    family: str = "jobs"
+    #: When the timeline began, when it ended, and when the run began stopping its processes
+    #: (wall-clock ms).
+    started_t: float = 0.0
+    ended_t: float = 0.0
+    timeline_t: float = 0.0
 
     def up_ms(self, start: float, end: float) -> float:
         """How long the store was up between `start` and `end`."""
         down = sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.outages)
         return max(0.0, end - start - down)
+
+
+@dataclass(frozen=True)
+class Ends:
+    """How the run's processes ended, by pid (wall-clock ms)."""
+
+    killed: dict[int, float]
+    termed: dict[int, float]
+    #: Exited with no signal from the run.
+    on_own: set[int]
+    exited: dict[int, float]
+
+    @staticmethod
+    def of(lives: Iterable[Life]) -> Ends:
+        lives = list(lives)
+        return Ends(
+            {lf.pid: lf.killed_t for lf in lives if lf.killed_t is not None},
+            {lf.pid: lf.term_t for lf in lives if lf.term_t is not None},
+            {
+                lf.pid
+                for lf in lives
+                if lf.exit_t is not None and lf.killed_t is None and not lf.term_t
+            },
+            {lf.pid: lf.exit_t for lf in lives if lf.exit_t is not None},
+        )
+
+    def stopped(self, run: Run, default: float) -> float:
+        """When the run's body stopped: its end line, else its process's kill or exit."""
+        if run.end_t is not None:
+            return run.end_t
+        return self.killed.get(run.pid, self.exited.get(run.pid, default))
 
 
 @dataclass
@@ -126,49 +168,35 @@ class Findings:
         return next(f for f in self.figures if f.name == name)
 
 
-def read_answers(path: Path) -> list[Answer]:
-    out: list[Answer] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        out.append(
-            Answer(
-                d["i"],
-                d["k"],
-                d["job"],
-                d["how"],
-                d["id"],
-                d["deduped"],
-                d["tries"],
-                tuple(d["errors"]),
-                d["refused"],
-                d["t"],
-                d.get("call", 0),
-            )
-        )
-    return out
+def answer_of(d: dict[str, Any]) -> Answer:
+    """An `Answer` from one line of the plain producer's answers file."""
+    return Answer(
+        d["i"],
+        d["k"],
+        d["job"],
+        d["how"],
+        d["id"],
+        d["deduped"],
+        d["tries"],
+        tuple(d["errors"]),
+        d["refused"],
+        d["t"],
+        d.get("call", 0),
+    )
 
 
-def read_ledger(directory: Path) -> tuple[list[Run], int]:
-    """Every run the ledger files record, and how many lines were torn (a kill -9 mid-write)."""
+def runs_of(lines: Iterable[dict[str, Any]]) -> list[Run]:
+    """The body runs of ledger lines: each `start` line with its `end` line, if any."""
     runs: dict[str, Run] = {}
-    torn = 0
-    for path in sorted(directory.glob("ledger-*.jsonl")):
-        for line in path.read_bytes().decode("utf-8", "replace").splitlines():
-            try:
-                d = json.loads(line)
-            except ValueError:
-                torn += 1
-                continue
-            if d["ev"] == "start":
-                runs[d["r"]] = Run(
-                    d["r"], d["job"], d["name"], d["i"], d["k"], d["attempt"], d["pid"], d["t"]
-                )
-            elif d["r"] in runs:
-                runs[d["r"]].end_how = d["how"]
-                runs[d["r"]].end_t = d["t"]
-    return list(runs.values()), torn
+    for d in lines:
+        if d["ev"] == "start":
+            runs[d["r"]] = Run(
+                d["r"], d["job"], d["name"], d["i"], d["k"], d["attempt"], d["pid"], d["t"]
+            )
+        elif d["ev"] == "end" and d["r"] in runs:
+            runs[d["r"]].end_how = d["how"]
+            runs[d["r"]].end_t = d["t"]
+    return list(runs.values())
 
 
 def row_from_record(rec: Any) -> Row:
@@ -186,6 +214,11 @@ def row_from_record(rec: Any) -> Row:
         rec.last_error,
         intent,
         rec.idempotency_key,
+        rec.input_json,
+        rec.result_json,
+        float(rec.created_at_ms),
+        None if rec.finished_at_ms is None else float(rec.finished_at_ms),
+        rec.claims,
     )
 
 
@@ -208,26 +241,12 @@ def analyse(
 ) -> Findings:
     """Every figure of the report; `hard` ones fail the run when not 0."""
     breakdowns: dict[str, dict[str, int]] = {}
-    killed = {lf.pid: lf.killed_t for lf in lives if lf.killed_t is not None}
-    termed = {lf.pid: lf.term_t for lf in lives if lf.term_t is not None}
-    on_own = {
-        lf.pid for lf in lives if lf.exit_t is not None and lf.killed_t is None and not lf.term_t
-    }
-    by_job: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        by_job[run.job].append(run)
-    for rs in by_job.values():
-        rs.sort(key=lambda r: r.start_t)
+    ends = Ends.of(lives)
+    by_job = runs_by_job(runs)
 
     answered = [a for a in answers if a.id is not None]
     answered_ids = {a.id for a in answered if a.id is not None}
-    missing = sorted(answered_ids - rows.keys())
-    unfinished = sorted(i for i in answered_ids & rows.keys() if rows[i].state in LIVE)
-    lost_note = (
-        "answered ids missing from the store, or still live after the wait"
-        if cfg.durable
-        else "expected on a store without persistence: a restart empties it (not a failure)"
-    )
+    missing = answered_ids - rows.keys()
 
     # Keys completed twice: one intent (one input enqueued once, its retries included) whose
     # body completed under two job ids. Only an enqueue that inserted again can make a second
@@ -268,14 +287,14 @@ def analyse(
         if not oks:
             last = by_job.get(row.id, [])
             dead_reasons[
-                f"{_code(row.last_error)}: {_fate(last[-1], killed, termed, on_own, cfg)}"
+                f"{_code(row.last_error)}: {fate(cfg, last[-1], ends)}"
                 if last
                 else f"{_code(row.last_error)}: body never ran"
             ] += 1
             continue
-        if all(_killed_before_settle(cfg, r, killed) for r in oks):
+        if all(killed_before_settle(cfg, r, ends) for r in oks):
             kill_ends.append(row.id)
-        elif all(_killed_before_settle(cfg, r, killed) or _in_long_outage(cfg, r) for r in oks):
+        elif all(killed_before_settle(cfg, r, ends) or in_long_outage(cfg, r) for r in oks):
             long_ends.append(row.id)
         else:
             bad_ends.append(f"{row.id} {row.name} {row.state} {_code(row.last_error)}")
@@ -288,24 +307,9 @@ def analyse(
         for prev in rs[:-1]:
             if prev.end_how == "fail":
                 continue
-            extra[_fate(prev, killed, termed, on_own, cfg)] += 1
+            extra[fate(cfg, prev, ends)] += 1
             rerun_jobs.add(job_id)
     breakdowns["runs beyond the planned retries, by the fate of the run before"] = dict(extra)
-
-    drains = [lf for lf in lives if lf.term_t is not None and lf.killed_t is None]
-    drain_s = {
-        lf.n: ((lf.exit_t or 0) - (lf.term_t or 0)) / 1000
-        for lf in drains
-        if lf.exit_t is not None and lf.term_t is not None
-    }
-    late = [
-        lf
-        for lf in drains
-        if lf.hung or drain_s.get(lf.n, 0) > cfg.drain_timeout_s + DRAIN_MARGIN_S
-    ]
-    hung = [lf for lf in drains if lf.hung]
-    exited = [lf for lf in lives if lf.pid in on_own]
-    bad_rc = [lf for lf in drains if not lf.hung and lf.rc not in (0, None)]
 
     met = Counter(e for a in {a.call: a for a in answers}.values() for e in a.errors)
     figures = [
@@ -331,20 +335,7 @@ def analyse(
             f"of {len({a.call for a in answers})} calls; errors met, retries included: "
             + (", ".join(f"{e} x{n}" for e, n in met.items()) or "none"),
         ),
-        Figure(
-            "jobs lost: answered, missing",
-            len(missing),
-            cfg.durable,
-            lost_note,
-            missing[:3],
-        ),
-        Figure(
-            "jobs lost: answered, never finished",
-            len(unfinished),
-            cfg.durable,
-            "still ready/running/parked after the wait",
-            [f"{i} {rows[i].state}" for i in unfinished[:3]],
-        ),
+        *lost_figures(cfg, answered_ids, rows),
         Figure(
             "keys completed twice",
             len(twice),
@@ -403,6 +394,50 @@ def analyse(
             False,
             f"{sum(extra.values())} runs beyond the planned retries (at least once); why: below",
         ),
+    ]
+    return Findings(figures, breakdowns)
+
+
+def lost_figures(cfg: Config, ids: Iterable[str], rows: dict[str, Row]) -> list[Figure]:
+    """Jobs the store answered (or published) that are gone, or not finished after the wait.
+    They fail the run on a durable store only: a restart empties one without persistence."""
+    ids = set(ids)
+    missing = sorted(ids - rows.keys())
+    unfinished = sorted(i for i in ids & rows.keys() if rows[i].state in LIVE)
+    note = (
+        "answered ids missing from the store"
+        if cfg.durable
+        else "expected on a store without persistence: a restart empties it (not a failure)"
+    )
+    return [
+        Figure("jobs lost: answered, missing", len(missing), cfg.durable, note, missing[:3]),
+        Figure(
+            "jobs lost: answered, never finished",
+            len(unfinished),
+            cfg.durable,
+            "still ready/running/parked after the wait",
+            [f"{i} {rows[i].state}" for i in unfinished[:3]],
+        ),
+    ]
+
+
+def life_figures(cfg: Config, lives: list[Life]) -> list[Figure]:
+    """The drains and exits of the run's processes (workers, schedulers or relays)."""
+    drains = [lf for lf in lives if lf.term_t is not None and lf.killed_t is None]
+    drain_s = {
+        lf.n: ((lf.exit_t or 0) - (lf.term_t or 0)) / 1000
+        for lf in drains
+        if lf.exit_t is not None and lf.term_t is not None
+    }
+    late = [
+        lf
+        for lf in drains
+        if lf.hung or drain_s.get(lf.n, 0) > cfg.drain_timeout_s + DRAIN_MARGIN_S
+    ]
+    hung = [lf for lf in drains if lf.hung]
+    exited = [lf for lf in lives if lf.exit_t is not None and lf.killed_t is None and not lf.term_t]
+    bad_rc = [lf for lf in drains if not lf.hung and lf.rc not in (0, None)]
+    return [
         Figure(
             "drains",
             len(drains),
@@ -419,34 +454,33 @@ def analyse(
             len(late),
             True,
             f"exit later than --drain-timeout {cfg.drain_timeout_s:g} s + {DRAIN_MARGIN_S:g} s",
-            [f"worker {lf.n} pid {lf.pid}: {drain_s.get(lf.n, -1):.1f} s" for lf in late][:3],
+            [f"process {lf.n} pid {lf.pid}: {drain_s.get(lf.n, -1):.1f} s" for lf in late][:3],
         ),
         Figure(
             "drains that exited non-zero",
             len(bad_rc),
             True,
             "",
-            [f"worker {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in bad_rc][:3],
+            [f"process {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in bad_rc][:3],
         ),
         Figure(
             "hung drains",
             len(hung),
             True,
             "alive past the deadline + margin + grace after SIGTERM (then killed)",
-            [f"worker {lf.n} pid {lf.pid}: {lf.last_lines}" for lf in hung][:3],
+            [f"process {lf.n} pid {lf.pid}: {lf.last_lines}" for lf in hung][:3],
         ),
         Figure(
-            "workers that exited on their own",
+            "processes that exited on their own",
             len(exited),
             True,
             "exited with no signal from the run (replaced after 1 s)",
-            [f"worker {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in exited][:3],
+            [f"process {lf.n} rc={lf.rc}: {lf.last_lines}" for lf in exited][:3],
         ),
     ]
-    return Findings(figures, breakdowns)
 
 
-def _in_long_outage(cfg: Config, run: Run) -> bool:
+def in_long_outage(cfg: Config, run: Run) -> bool:
     """The body returned during (or a lease before) an outage that could outlast its lease."""
     end = run.end_t or 0
     return any(
@@ -455,44 +489,50 @@ def _in_long_outage(cfg: Config, run: Run) -> bool:
     )
 
 
-def _killed_before_settle(cfg: Config, run: Run, killed: dict[int, float]) -> bool:
+def killed_before_settle(cfg: Config, run: Run, ends: Ends) -> bool:
     """The run killed this body's worker after it returned, before its settle could land."""
-    kill = killed.get(run.pid)
+    kill = ends.killed.get(run.pid)
     if kill is None or run.end_t is None or kill < run.end_t:
         return False
     return cfg.up_ms(run.end_t, kill) < SETTLE_GRACE_MS
 
 
-def _fate(
-    run: Run,
-    killed: dict[int, float],
-    termed: dict[int, float],
-    on_own: set[int],
-    cfg: Config,
-) -> str:
+def fate(cfg: Config, run: Run, ends: Ends) -> str:
     """What became of one run, in words, for the breakdowns."""
     if run.end_how is None:
-        if run.pid in killed:
+        if run.pid in ends.killed:
             return "kill -9 of its worker"
-        if run.pid in on_own:
+        if run.pid in ends.on_own:
             return "its worker exited on its own"
         return "no end line, its worker not killed (abandoned)"
     if run.end_how == "cancelled":
-        term = termed.get(run.pid)
+        term = ends.termed.get(run.pid)
         if term is not None and term <= (run.end_t or 0):
             return "cancelled in a drain (given back)"
         return "cancelled (lease lost)"
     if run.end_how == "ok":
-        if _killed_before_settle(cfg, run, killed):
+        if killed_before_settle(cfg, run, ends):
             return "returned, then its worker was killed -9 before the settle could land"
+        if in_long_outage(cfg, run):
+            return "returned in (or a lease before) a long outage; its settle did not land"
         return "returned, its settle did not land"
     return f"ended {run.end_how}"
+
+
+def runs_by_job(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    """Each job's body runs, in the order they started."""
+    by_job: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_job[run.job].append(run)
+    for rs in by_job.values():
+        rs.sort(key=lambda r: r.start_t)
+    return dict(by_job)
 
 
 def render(cfg: Config, found: Findings, extra: Iterable[str] = ()) -> str:
     """The report as a Markdown table, breakdowns and the verdict."""
     lines = [
-        f"### {cfg.backend}",
+        f"### {cfg.family} on {cfg.backend}",
         "",
         "| figure | value | fails the run | note |",
         "|---|---:|:---:|---|",
@@ -514,5 +554,5 @@ def render(cfg: Config, found: Findings, extra: Iterable[str] = ()) -> str:
         if found.failed
         else "passed: every hard figure is 0"
     )
-    lines += ["", f"**{cfg.backend}: {verdict}**", ""]
+    lines += ["", f"**{cfg.family} on {cfg.backend}: {verdict}**", ""]
     return "\n".join(lines)

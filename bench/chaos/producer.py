@@ -20,20 +20,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from bench.chaos.feed import persist
 from bench.chaos.jobs import chaos, chaos_once
-from jobs_core import JobHandle, Jobs, JobsError
+from jobs_core import JobHandle, Jobs
 from jobs_core.ids import new_id
 from jobs_core.records import EnqueueResult
 from jobs_core.urls import driver_from_url
 
 T = TypeVar("T")
 
-#: How long, and how many times, the producer retries one call before it gives up on it.
-RETRY_SECONDS: Final = 30.0
-RETRY_TRIES: Final = 120
-#: One call may not take longer than this (a hung call is recorded and retried). Longer than
-#: any retry the library may do inside one call: cutting that short would retry under new ids.
-CALL_SECONDS: Final = 60.0
 #: A key is reused only from an intent at least this old (its job has likely finished).
 REUSE_AFTER_S: Final = 4.0
 
@@ -76,23 +71,7 @@ class Producer:
     ) -> tuple[T | None, int, list[str], str | None]:
         """The call's answer (None if given up), its tries, the errors met, a refusal code."""
         self.calls += 1
-        errors: list[str] = []
-        deadline = time.monotonic() + RETRY_SECONDS
-        for tries in range(1, RETRY_TRIES + 1):
-            try:
-                return await asyncio.wait_for(fn(), CALL_SECONDS), tries, errors, None
-            except JobsError as exc:
-                if exc.code != "X_DRIVER_UNAVAILABLE":
-                    return None, tries, [*errors, exc.code], exc.code
-                errors.append(exc.code)
-            except TimeoutError:
-                errors.append("hung call")
-            except Exception as exc:  # an untyped error is a finding: record it, retry
-                errors.append(f"untyped {type(exc).__name__}")
-            if time.monotonic() > deadline:
-                return None, tries, errors, None
-            await asyncio.sleep(0.25)
-        return None, RETRY_TRIES, errors, None
+        return await persist(fn)
 
     async def batch(self) -> None:
         once = self.rng.random() < 0.2

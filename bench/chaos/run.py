@@ -1,10 +1,11 @@
-"""The chaos run: N jobs, K `ujobs worker` processes, kill -9 and SIGTERM on a timeline, the store
-stopped and started mid-run, every body's runs in a ledger outside the store; then every row read
-back and the findings printed (docs/chaos.md says what each figure means).
+"""The chaos run: a family's workload (plain jobs, durable steps, sleeps and event waits, limits,
+the scheduler, the outbox's relay) on its processes, with kill -9 and SIGTERM on a timeline, the
+store stopped and started mid-run, and every side effect in a ledger outside the store; then
+every row read back and the findings printed (docs/chaos.md says what each figure means).
 
-    python -m bench.chaos.run --backend pg,redis-aof,redis-nopersist --jobs 2000 --workers 3
+    python -m bench.chaos.run --family jobs,steps --backend pg,redis-aof
 
-It starts its own throwaway store on a spare loopback port (never the shared 5432/6379) and stops
+It starts its own throwaway stores on spare loopback ports (never the shared 5432/6379) and stops
 everything it started at the end, on Ctrl-C too. Exit code 1 when a hard figure is not 0.
 """
 
@@ -24,36 +25,46 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
+from bench.chaos.families import TRAP_ENV, Evidence, Family, Urls, families, pick_any
 from bench.chaos.figures import (
     DRAIN_MARGIN_S,
     LIVE,
     Config,
+    Findings,
     Life,
     Row,
-    analyse,
-    read_answers,
-    read_ledger,
+    life_figures,
     render,
     row_from_record,
 )
-from bench.chaos.jobs import LEDGER_ENV
+from bench.chaos.ledger import LEDGER_ENV, read_lines
 from bench.chaos.proxy import AnswerDropper
 from bench.chaos.servers import ROOT, PgStore, RedisStore, Store, StoreError
 
 BACKENDS: Final = ("pg", "redis-aof", "redis-nopersist")
 #: A drain still alive this long past its deadline + margin is hung: the run kills it.
 HUNG_GRACE_S: Final = 10.0
-#: A worker that exited on its own is replaced after this long, at most this many times.
+#: A process that exited on its own is replaced after this long, at most this many times.
 REPLACE_AFTER_S: Final = 1.0
 MAX_REPLACEMENTS: Final = 40
 TICK_S: Final = 0.05
+#: The final drain waits for a process started this recently (see `Fleet.stop_all`).
+STARTUP_S: Final = 2.0
 #: Answers are lost only this long after the store came back (its clients have reconnected).
 LOSE_AFTER_UP_S: Final = 3.0
+#: How long a trap set for a relay may wait for one to publish before a plain kill -9 instead.
+TRAP_WAIT_S: Final = 5.0
+#: With an outbox, the store faults alternate between the jobs' store and the app's Postgres.
+OUTBOX_TARGETS: Final = {
+    "store_stop": ("jobs",),
+    "store_crash": ("outbox",),
+    "store_restart": ("jobs", "outbox"),
+}
 
 
 def now_ms() -> float:
@@ -62,7 +73,7 @@ def now_ms() -> float:
 
 @dataclass(frozen=True)
 class Event:
-    """One step of the timeline, `at` seconds after the workers start."""
+    """One step of the timeline, `at` seconds after the processes start."""
 
     at: float
     kind: str
@@ -79,10 +90,10 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
     events = [
         Event(at(0.10, 0.15), "kill9"),
         # Answers lost while the store is up: a window that opens on a store coming back loses
-        # only reconnects, which write nothing (run_backend defers it).
+        # only reconnects, which write nothing (the run defers it).
         Event(at(0.16, 0.19), "lose_answers"),
         Event(at(0.20, 0.25), "sigterm"),
-        # The store comes back `outage` seconds after it went down (see run_backend).
+        # The store comes back `outage` seconds after it went down (see `Chaos.loop`).
         Event(stop, "store_stop"),
         Event(at(0.42, 0.48), "kill9"),
         Event(crash, "store_crash"),
@@ -97,25 +108,15 @@ def timeline(seconds: float, outage: float, rng: random.Random) -> list[Event]:
 
 
 class Fleet:
-    """The worker processes: started, killed, drained, replaced, each one's life recorded."""
+    """The family's processes (workers, schedulers or relays): started, killed, drained,
+    replaced, each one's life recorded."""
 
-    def __init__(self, url: str, rundir: Path, ledger: Path, args: argparse.Namespace) -> None:
+    def __init__(
+        self, cmd: list[str], env: dict[str, str], rundir: Path, args: argparse.Namespace
+    ) -> None:
         ujobs = Path(sys.executable).parent / "ujobs"
-        self._cmd = [
-            str(ujobs) if ujobs.exists() else (shutil.which("ujobs") or "ujobs"),
-            "worker",
-            "bench.chaos.jobs",
-            "--driver",
-            url,
-            "--lease",
-            str(args.lease),
-            "--drain-timeout",
-            str(args.drain_timeout),
-            "--concurrency",
-            str(args.concurrency),
-            "--quiet",
-        ]
-        self._env = dict(os.environ, PYTHONUNBUFFERED="1", **{LEDGER_ENV: str(ledger)})
+        self._cmd = [str(ujobs) if ujobs.exists() else (shutil.which("ujobs") or "ujobs"), *cmd]
+        self._env = env
         self._rundir = rundir
         self._drain_timeout = args.drain_timeout
         self.lives: list[Life] = []
@@ -126,7 +127,7 @@ class Fleet:
 
     def spawn(self) -> Life:
         n = len(self.lives)
-        log = (self._rundir / f"worker-{n}.log").open("ab")
+        log = (self._rundir / f"process-{n}.log").open("ab")
         proc = subprocess.Popen(
             self._cmd,
             cwd=ROOT,
@@ -148,7 +149,7 @@ class Fleet:
         return life
 
     def active(self) -> list[Life]:
-        """Workers running with no signal from the run."""
+        """Processes running with no signal from the run."""
         return [
             lf
             for lf in self.lives
@@ -168,7 +169,7 @@ class Fleet:
             self._procs[life.n].send_signal(signal.SIGTERM)
 
     def tick(self) -> None:
-        """Replace workers that exited on their own; kill drains that hung."""
+        """Replace processes that exited on their own; kill drains that hung."""
         t = now_ms()
         for lf in self.lives:
             on_own = lf.exit_t is not None and lf.killed_t is None and lf.term_t is None
@@ -190,7 +191,14 @@ class Fleet:
                     self._procs[lf.n].send_signal(signal.SIGKILL)
 
     def stop_all(self, store_down: bool) -> None:
-        """SIGTERM every running worker at once and wait for each (bounded by `tick`)."""
+        """SIGTERM every running process at once and wait for each (bounded by `tick`).
+
+        A process started moments ago is let finish starting first (bounded): one still
+        importing has no handler yet, and dies of the signal without draining anything."""
+        deadline = time.monotonic() + STARTUP_S * 5
+        while time.monotonic() < deadline and not all(self.started(lf) for lf in self.active()):
+            self.tick()
+            time.sleep(TICK_S)
         self._stopping = True
         for lf in self.active():
             self.term(lf, store_down, final=True)
@@ -198,6 +206,15 @@ class Fleet:
         while time.monotonic() < deadline and any(lf.exit_t is None for lf in self.lives):
             self.tick()
             time.sleep(TICK_S)
+
+    def started(self, lf: Life) -> bool:
+        """Started `STARTUP_S` ago or more, and printed its banner (its handlers come next)."""
+        log = self._rundir / f"process-{lf.n}.log"
+        return (
+            now_ms() - lf.started_t >= STARTUP_S * 1000
+            and log.exists()
+            and bool(log.stat().st_size)
+        )
 
     def close(self) -> None:
         """Kill whatever is still alive (the end of the run, or a Ctrl-C)."""
@@ -209,7 +226,7 @@ class Fleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
         for lf in self.lives:
-            log = self._rundir / f"worker-{lf.n}.log"
+            log = self._rundir / f"process-{lf.n}.log"
             if log.exists():
                 tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
                 lf.last_lines = " | ".join(line.strip()[:160] for line in tail[-2:])
@@ -248,169 +265,198 @@ def _bounded(what: str, seconds: float, done: Callable[[], bool], tick: Callable
     return False
 
 
-def run_backend(backend: str, args: argparse.Namespace) -> bool:
-    """One run on one backend; True when every hard figure is 0."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    rundir = ROOT / "bench" / "results" / "raw" / f"chaos-{backend}-{stamp}"
-    ledger = rundir / "ledger"
-    ledger.mkdir(parents=True)
-    # The ledger is written by the workers; on root they run as root too, so no chown needed.
-    tmp = Path(tempfile.mkdtemp(prefix="ujobs-chaos-"))
-    rng = random.Random(args.seed)
-    events = timeline(args.seconds, args.outage, rng)
-    store: Store | None = None
-    fleet: Fleet | None = None
-    producer: subprocess.Popen[bytes] | None = None
-    dropper: AnswerDropper | None = None
-    store_down = False
-    outages: list[str] = []
-    windows: list[tuple[float, float]] = []
-    log: list[str] = []
-    started_wall = time.time()
-
-    def note(text: str) -> None:
-        line = f"[{time.time() - started_wall:6.1f}s] {text}"
-        log.append(line)
-        print(f"chaos {backend} {line}", flush=True)
-
+def _no_live_rows(stores: Mapping[str, Store], timeline_t: float) -> bool:
     try:
-        store = make_store(backend, tmp)
-        note(f"store up on {store.url.split('@')[-1]}")
-        # The producer reaches the store through a proxy that can lose its answers.
-        dropper = AnswerDropper(store.port)
-        dropper.start()
-        producer_url = store.url.replace(f"127.0.0.1:{store.port}", f"127.0.0.1:{dropper.port}")
-        fleet = Fleet(store.url, rundir, ledger, args)
-        for _ in range(args.workers):
-            fleet.spawn()
-        answers_path = rundir / "answers.jsonl"
-        with (rundir / "producer.log").open("ab") as plog:
-            producer = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.chaos.producer",
-                    "--url",
-                    producer_url,
-                    "--jobs",
-                    str(args.jobs),
-                    "--seconds",
-                    str(args.seconds * 0.9),
-                    "--seed",
-                    str(args.seed),
-                    "--out",
-                    str(answers_path),
-                ],
-                cwd=ROOT,
-                stdout=plog,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        t0 = time.monotonic()
-        pending = list(events)
-        down_since = down_wall = up_at = back_at = 0.0
-        what = ""
-        while pending or store_down or time.monotonic() - t0 < args.seconds:
-            if time.monotonic() - t0 > args.seconds + 120:
-                note("timeline overran its bound; going on to the end")
-                break
-            while pending and time.monotonic() - t0 >= pending[0].at:
-                if store_down and pending[0].kind.startswith("store"):
-                    break  # a store fault waits for the store to be back
-                settling = store_down or time.monotonic() - back_at < LOSE_AFTER_UP_S
-                if settling and pending[0].kind == "lose_answers":
-                    break
-                ev = pending.pop(0)
-                active = fleet.active()
-                if ev.kind == "kill9" and active:
-                    victim = rng.choice(active)
-                    fleet.kill9(victim)
-                    fleet.spawn()
-                    note(f"kill -9 worker {victim.n} (pid {victim.pid}); started a replacement")
-                elif ev.kind == "sigterm" and active:
-                    victim = rng.choice(active)
-                    fleet.term(victim, store_down)
-                    fleet.spawn()
-                    note(
-                        f"SIGTERM worker {victim.n} (pid {victim.pid})"
-                        f"{' while the store is down' if store_down else ''};"
-                        " started a replacement"
-                    )
-                elif ev.kind in ("store_stop", "store_crash"):
-                    down_since, down_wall = time.monotonic(), now_ms()
-                    store_down = True
-                    (store.stop_graceful if ev.kind == "store_stop" else store.crash)()
-                    what = store.graceful_stop_text if ev.kind == "store_stop" else store.crash_text
-                    up_at = down_since + args.outage
-                    note(f"store down: {what}")
-                elif ev.kind == "lose_answers" and args.lose_answers > 0:
-                    dropper.lose_answers(args.lose_answers)
-                    note(
-                        f"the producer's link drops the store's answers for"
-                        f" {args.lose_answers:g} s, then cuts its connections"
-                    )
-                elif ev.kind == "store_restart":
-                    began, began_wall = time.monotonic(), now_ms()
-                    store.restart()
-                    back_at = time.monotonic()
-                    windows.append((began_wall, now_ms()))
-                    took = time.monotonic() - began
-                    outages.append(f"{store.restart_text}: down {took:.1f} s")
-                    note(f"store restarted ({store.restart_text}) in {took:.1f} s")
-            if store_down and time.monotonic() >= up_at:
-                store.start()
-                store_down = False
-                back_at = time.monotonic()
-                windows.append((down_wall, now_ms()))
-                outages.append(f"{what}: down {time.monotonic() - down_since:.1f} s")
-                note(f"store up again after {time.monotonic() - down_since:.1f} s")
-            fleet.tick()
-            time.sleep(TICK_S)
-        note("timeline done; waiting for the producer")
-        proc = producer
-        _bounded(
-            "the producer's end", args.seconds + 120, lambda: proc.poll() is not None, fleet.tick
+        return not any(s in LIVE for s in stores["jobs"].list_rows().values())
+    except Exception:
+        return False
+
+
+def _driver_hook(tmp: Path, scheme: str, target: str) -> Path:
+    """A directory declaring the driver scheme `scheme` (entry point `target`) to every process
+    that has it on its path: how a relay's publishes are observed (and trapped)."""
+    dist = tmp / "hooks" / "chaoshook-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: chaoshook\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[ujobs.drivers]\n{scheme} = {target}\n")
+    return dist.parent
+
+
+class Chaos:
+    """One family's run on one backend: set up, the timeline, the end, the figures."""
+
+    def __init__(self, family: Family, backend: str, args: argparse.Namespace) -> None:
+        self.family = family
+        self.backend = backend
+        self.args = args
+        self.seconds = float(args.seconds or family.seconds)
+        self.jobs = int(args.jobs or family.jobs)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        self.rundir = ROOT / "bench" / "results" / "raw" / f"chaos-{family.name}-{backend}-{stamp}"
+        self.ledger = self.rundir / "ledger"
+        self.ledger.mkdir(parents=True)
+        self.trap = self.rundir / "trap"
+        self.tmp = Path(tempfile.mkdtemp(prefix="ujobs-chaos-"))
+        self.rng = random.Random(args.seed)
+        self.events = timeline(self.seconds, args.outage, self.rng)
+        self.stores: dict[str, Store] = {}
+        self.fleet: Fleet | None = None
+        self.feeder: subprocess.Popen[bytes] | None = None
+        self.dropper: AnswerDropper | None = None
+        #: Stores down now, by role: (monotonic since, wall ms since, what was done).
+        self.down: dict[str, tuple[float, float, str]] = {}
+        self.back_at = 0.0
+        self.trap_until: float | None = None
+        self.outages: list[str] = []
+        #: When the jobs' store was down (wall ms): settles lost then may be excused.
+        self.windows: list[tuple[float, float]] = []
+        self.log: list[str] = []
+        self.started_wall = time.time()
+
+    def note(self, text: str) -> None:
+        line = f"[{time.time() - self.started_wall:6.1f}s] {text}"
+        self.log.append(line)
+        print(f"chaos {self.family.name} {self.backend} {line}", flush=True)
+
+    def run(self) -> bool:
+        """True when every hard figure is 0; everything started is stopped, whatever happens."""
+        try:
+            return self._run()
+        finally:
+            if self.feeder is not None and self.feeder.poll() is None:
+                self.feeder.kill()
+                self.feeder.wait(timeout=10)
+            if self.fleet is not None:
+                self.fleet.close()
+            if self.dropper is not None:
+                self.dropper.close()
+            for store in self.stores.values():
+                with contextlib.suppress(Exception):
+                    store.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _run(self) -> bool:
+        fam, args = self.family, self.args
+        jobs_store = self.stores["jobs"] = make_store(self.backend, self.tmp)
+        self.note(f"store up on {jobs_store.url.split('@')[-1]}")
+        if fam.outbox:
+            self.stores["outbox"] = PgStore(self.tmp, "outbox")
+            self.note(f"the app's Postgres (the outbox) up on port {self.stores['outbox'].port}")
+        self.dropper = AnswerDropper(jobs_store.port)
+        self.dropper.start()
+        proxied = jobs_store.url.replace(
+            f"127.0.0.1:{jobs_store.port}", f"127.0.0.1:{self.dropper.port}"
         )
-        note(f"producer exited rc={producer.poll()}; waiting for the queue to drain")
-
-        def drained() -> bool:
-            try:
-                return not any(s in LIVE for s in store.list_rows().values())
-            except Exception:
-                return False
-
-        _bounded("the queue's drain", args.drain_wait, drained, fleet.tick)
-        note("stopping the workers (SIGTERM, store up)")
+        outbox = self.stores.get("outbox")
+        urls = Urls(jobs_store.url, proxied, outbox.url if outbox else None)
+        path = [str(ROOT)]
+        if fam.driver_hook is not None:
+            path.append(str(_driver_hook(self.tmp, *fam.driver_hook)))
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=os.pathsep.join(path),
+            **{LEDGER_ENV: str(self.ledger), TRAP_ENV: str(self.trap)},
+        )
+        cmd, more_env = fam.fleet(urls, args)
+        self.fleet = Fleet(cmd, {**env, **more_env}, self.rundir, args)
+        for _ in range(fam.fleet_size or args.workers):
+            self.fleet.spawn()
+        answers_path = self.rundir / "answers.jsonl"
+        if fam.feed:
+            feed_url = urls.proxied if fam.feed_proxied else (urls.outbox or urls.jobs)
+            with (self.rundir / "feed.log").open("ab") as flog:
+                self.feeder = subprocess.Popen(
+                    [
+                        sys.executable,
+                        *fam.feed,
+                        "--url",
+                        feed_url,
+                        "--jobs",
+                        str(self.jobs),
+                        "--seconds",
+                        str(self.seconds * 0.9),
+                        "--seed",
+                        str(args.seed),
+                        "--out",
+                        str(answers_path),
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=flog,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        started_t = now_ms()
+        self.loop()
+        timeline_t = now_ms()
+        fleet = self.fleet
+        if self.feeder is not None:
+            feeder = self.feeder
+            self.note("timeline done; waiting for the feed")
+            _bounded(
+                "the feed's end", self.seconds + 120, lambda: feeder.poll() is not None, fleet.tick
+            )
+            self.note(f"feed exited rc={feeder.poll()}; waiting for what is left to finish")
+        drained = fam.drained or _no_live_rows
+        _bounded("the drain", args.drain_wait, lambda: drained(self.stores, timeline_t), fleet.tick)
+        self.note("stopping the processes (SIGTERM, store up)")
+        ended_t = now_ms()
         fleet.stop_all(store_down=False)
         fleet.close()
-        answers = read_answers(answers_path)
-        runs, torn = read_ledger(ledger)
-        ids = set(store.list_rows())
-        ids |= {a.id for a in answers if a.id is not None} | {r.job for r in runs}
-        rows = asyncio.run(read_rows(store.url, ids))
-        cfg = Config(
-            backend, store.durable, args.lease, args.drain_timeout, args.outage, tuple(windows)
-        )
-        found = analyse(cfg, answers, rows, runs, fleet.lives)
-        states = sorted(Counter(r.state for r in rows.values()).items())
-        extra = [
-            f"rows read back: {len(rows):,} ({', '.join(f'{s} {n:,}' for s, n in states)});"
-            f" ledger: {len(runs):,} runs, {torn} torn lines",
-            f"outages: {'; '.join(outages)}",
-            f"workers started: {len(fleet.lives)} ({fleet.replacements} replacing ones that"
-            " exited on their own)",
-            f"run: {time.time() - started_wall:.0f} s; evidence: "
-            f"{rundir.relative_to(ROOT)}/ (ledger, answers, worker logs, summary.json)",
+        answers = [
+            json.loads(line)
+            for line in (
+                answers_path.read_text(encoding="utf-8").splitlines()
+                if answers_path.exists()
+                else []
+            )
         ]
-        report = render(cfg, found, extra)
+        lines, torn = read_lines(self.ledger)
+        ids = set(jobs_store.list_rows())
+        ids |= {str(a["id"]) for a in answers if a.get("id")}
+        ids |= {str(d["job"]) for d in lines if d.get("job")}
+        rows = asyncio.run(read_rows(jobs_store.url, ids))
+        extra = fam.gather(urls, self.stores) if fam.gather else {}
+        cfg = Config(
+            self.backend,
+            jobs_store.durable,
+            args.lease,
+            args.drain_timeout,
+            args.outage,
+            tuple(self.windows),
+            fam.name,
+            started_t,
+            ended_t,
+            timeline_t,
+        )
+        own = fam.analyse(Evidence(cfg, answers, rows, lines, fleet.lives, extra))
+        found = Findings(own.figures + life_figures(cfg, fleet.lives), own.breakdowns)
+        states = sorted(Counter(r.state for r in rows.values()).items())
+        report = render(
+            cfg,
+            found,
+            [
+                f"rows read back: {len(rows):,} ({', '.join(f'{s} {n:,}' for s, n in states)});"
+                f" ledger: {len(lines):,} lines, {torn} torn",
+                f"outages: {'; '.join(self.outages)}",
+                f"processes started: {len(fleet.lives)} ({fleet.replacements} replacing ones"
+                " that exited on their own)",
+                f"run: {time.time() - self.started_wall:.0f} s; evidence: "
+                f"{self.rundir.relative_to(ROOT)}/ (ledger, answers, process logs, summary.json)",
+            ],
+        )
         print(report, flush=True)
-        (rundir / "summary.json").write_text(
+        (self.rundir / "summary.json").write_text(
             json.dumps(
                 {
-                    "backend": backend,
+                    "family": fam.name,
+                    "backend": self.backend,
+                    "config": asdict(cfg),
+                    "extra": extra,
                     "args": vars(args),
-                    "events": [asdict(e) for e in events],
-                    "log": log,
+                    "events": [asdict(e) for e in self.events],
+                    "log": self.log,
                     "figures": [asdict(f) for f in found.figures],
                     "breakdowns": found.breakdowns,
                     "lives": [asdict(lf) for lf in fleet.lives],
@@ -419,64 +465,232 @@ def run_backend(backend: str, args: argparse.Namespace) -> bool:
                 indent=1,
             )
         )
-        (rundir / "report.md").write_text(report)
-        with (rundir / "rows.jsonl").open("w") as out:
+        (self.rundir / "report.md").write_text(report)
+        with (self.rundir / "rows.jsonl").open("w") as out:
             for row in rows.values():
                 out.write(json.dumps(asdict(row)) + "\n")
         return not found.failed
-    finally:
-        if producer is not None and producer.poll() is None:
-            producer.kill()
-            producer.wait(timeout=10)
-        if fleet is not None:
-            fleet.close()
-        if dropper is not None:
-            dropper.close()
-        if store is not None:
-            with contextlib.suppress(Exception):
-                store.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def loop(self) -> None:
+        """The timeline: each event when due, the stores back `--outage` seconds after each
+        stop, a trap sprung, dead processes replaced; bounded in time."""
+        assert self.fleet is not None
+        t0 = time.monotonic()
+        pending = list(self.events)
+        while pending or self.down or self.trap_until or time.monotonic() - t0 < self.seconds:
+            if time.monotonic() - t0 > self.seconds + 120:
+                self.note("timeline overran its bound; going on to the end")
+                break
+            while pending and time.monotonic() - t0 >= pending[0].at:
+                if self.down and pending[0].kind.startswith("store"):
+                    break  # a store fault waits for the stores to be back
+                settling = self.down or time.monotonic() - self.back_at < LOSE_AFTER_UP_S
+                if settling and pending[0].kind == "lose_answers":
+                    break
+                self.fire(pending.pop(0))
+            for role, (since, wall, what) in list(self.down.items()):
+                if time.monotonic() >= since + self.args.outage:
+                    self.stores[role].start()
+                    del self.down[role]
+                    self.back_at = time.monotonic()
+                    if role == "jobs":
+                        self.windows.append((wall, now_ms()))
+                    took = time.monotonic() - since
+                    self.outages.append(f"{self._label(role)}{what}: down {took:.1f} s")
+                    self.note(f"{self._label(role)}store up again after {took:.1f} s")
+            self.spring_trap()
+            self.fleet.tick()
+            time.sleep(TICK_S)
+
+    def _label(self, role: str) -> str:
+        return "" if role == "jobs" or not self.family.outbox else f"{role} "
+
+    def fire(self, ev: Event) -> None:
+        assert self.fleet is not None and self.dropper is not None
+        fleet, fam = self.fleet, self.family
+        targets = OUTBOX_TARGETS.get(ev.kind, ("jobs",)) if fam.outbox else ("jobs",)
+        if ev.kind == "kill9" and fam.trap:
+            self.trap.write_text("set")
+            self.trap_until = time.monotonic() + TRAP_WAIT_S
+            self.note("trap set: the next relay to publish hangs before its mark")
+        elif ev.kind in ("kill9", "sigterm"):
+            # A drain is timed on a process that has started: one still importing has no
+            # handler yet, and dies of the signal.
+            active = fleet.active()
+            if ev.kind == "sigterm":
+                active = [lf for lf in active if fleet.started(lf)] or active
+            victim = fam.pick(ev.kind, active, self.rundir, self.rng)
+            if victim is None:
+                return
+            if ev.kind == "kill9":
+                fleet.kill9(victim)
+            else:
+                fleet.term(victim, bool(self.down))
+            fleet.spawn()
+            self.note(
+                f"{'kill -9' if ev.kind == 'kill9' else 'SIGTERM'} process {victim.n}"
+                f" (pid {victim.pid}){' while the store is down' if self.down else ''};"
+                " started a replacement"
+            )
+        elif ev.kind in ("store_stop", "store_crash"):
+            for role in targets:
+                store = self.stores[role]
+                what = store.graceful_stop_text if ev.kind == "store_stop" else store.crash_text
+                # Down from the moment the stop begins: a fast stop cuts sessions at once.
+                self.down[role] = (time.monotonic(), now_ms(), what)
+                (store.stop_graceful if ev.kind == "store_stop" else store.crash)()
+                self.note(f"{self._label(role)}store down: {what}")
+        elif ev.kind == "lose_answers" and self.args.lose_answers > 0:
+            self.dropper.lose_answers(self.args.lose_answers)
+            self.note(
+                f"the link through the proxy drops the store's answers for"
+                f" {self.args.lose_answers:g} s, then cuts its connections"
+            )
+        elif ev.kind == "store_restart":
+            for role in targets:
+                store = self.stores[role]
+                began, began_wall = time.monotonic(), now_ms()
+                store.restart()
+                self.back_at = time.monotonic()
+                if role == "jobs":
+                    self.windows.append((began_wall, now_ms()))
+                took = time.monotonic() - began
+                self.outages.append(f"{self._label(role)}{store.restart_text}: down {took:.1f} s")
+                self.note(
+                    f"{self._label(role)}store restarted ({store.restart_text}) in {took:.1f} s"
+                )
+
+    def spring_trap(self) -> None:
+        """Kill -9 the relay that fell into the trap (between its publish and its mark); one
+        that never published within `TRAP_WAIT_S` gets a plain kill -9 instead."""
+        if self.trap_until is None:
+            return
+        assert self.fleet is not None
+        fleet = self.fleet
+        for caught in self.rundir.glob("trap.[0-9]*"):
+            pid = int(caught.suffix[1:])
+            victim = next((lf for lf in fleet.lives if lf.pid == pid), None)
+            caught.unlink()
+            self.trap_until = None
+            if victim is not None and victim.exit_t is None:
+                fleet.kill9(victim)
+                fleet.spawn()
+                self.note(
+                    f"kill -9 relay {victim.n} (pid {victim.pid}) between its publish and its"
+                    " mark; started a replacement"
+                )
+            return
+        if time.monotonic() < self.trap_until:
+            return
+        try:
+            self.trap.rename(self.rundir / "trap-unsprung")
+        except FileNotFoundError:
+            return  # a relay fell in just now: the next tick kills it
+        self.trap_until = None
+        victim = pick_any("kill9", fleet.active(), self.rundir, self.rng)
+        if victim is not None:
+            fleet.kill9(victim)
+            fleet.spawn()
+            self.note(
+                f"no relay published within {TRAP_WAIT_S:g} s: kill -9 relay {victim.n}"
+                f" (pid {victim.pid}) anywhere; started a replacement"
+            )
+
+
+def reanalyse(rundir: Path) -> tuple[Config, Findings]:
+    """The figures of a finished run again, from the evidence it left in `rundir` (after a
+    change to a family's figures, or to read one figure's examples in full)."""
+    summary = json.loads((rundir / "summary.json").read_text())
+    c = summary["config"]
+    cfg = Config(**{**c, "outages": tuple(tuple(w) for w in c["outages"])})
+    lives = [Life(**lf) for lf in summary["lives"]]
+    answers_path = rundir / "answers.jsonl"
+    answers = (
+        [json.loads(line) for line in answers_path.read_text().splitlines()]
+        if answers_path.exists()
+        else []
+    )
+    rows = {
+        r["id"]: Row(**r) for r in map(json.loads, (rundir / "rows.jsonl").read_text().splitlines())
+    }
+    lines, _ = read_lines(rundir / "ledger")
+    own = families()[summary["family"]].analyse(
+        Evidence(cfg, answers, rows, lines, lives, summary.get("extra") or {})
+    )
+    return cfg, Findings(own.figures + life_figures(cfg, lives), own.breakdowns)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    known = families()
     ap = argparse.ArgumentParser(
-        prog="bench.chaos.run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog="bench.chaos.run",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+        epilog="families:\n"
+        + "\n".join(f"  {f.name}: {f.title} (on {', '.join(f.backends)})" for f in known.values()),
+    )
+    ap.add_argument(
+        "--family",
+        default=",".join(known),
+        help=f"comma-separated: {', '.join(known)} (default: all, in turn)",
     )
     ap.add_argument(
         "--backend",
         default=",".join(BACKENDS),
-        help="comma-separated: pg, redis-aof, redis-nopersist (default: all three, in turn)",
+        help="comma-separated: pg, redis-aof, redis-nopersist (default: all three, in turn;"
+        " a family runs on those it names)",
     )
-    ap.add_argument("--jobs", type=int, default=2_000, help="intents to enqueue (default 2000)")
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="jobs (or stages) fed (default: the family's)"
+    )
     ap.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
-    ap.add_argument("--seconds", type=float, default=60.0, help="timeline length (default 60)")
-    ap.add_argument("--seed", type=int, default=7, help="the timeline's and the producer's seed")
-    ap.add_argument("--outage", type=float, default=3.0, help="seconds the store stays down")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="timeline length (default: the family's, 60 for jobs, 30 for the others)",
+    )
+    ap.add_argument("--seed", type=int, default=7, help="the timeline's and the feed's seed")
+    ap.add_argument("--outage", type=float, default=3.0, help="seconds a store stays down")
     ap.add_argument(
         "--lease",
         type=float,
         default=6.0,
-        help="worker --lease seconds (default 6: two thirds of it outlast a 3 s outage)",
+        help="--lease of every process (default 6: two thirds of it outlast a 3 s outage)",
     )
     ap.add_argument(
         "--lose-answers",
         type=float,
         default=2.0,
-        help="seconds the producer's link drops the store's answers, 3 times a run (0: never)",
+        help="seconds the proxy drops the store's answers, 3 times a run (0: never)",
     )
-    ap.add_argument("--drain-timeout", type=float, default=3.0, help="worker --drain-timeout")
+    ap.add_argument("--drain-timeout", type=float, default=3.0, help="--drain-timeout")
     ap.add_argument("--concurrency", type=int, default=20, help="worker --concurrency")
     ap.add_argument(
-        "--drain-wait", type=float, default=60.0, help="bound on waiting for the queue to drain"
+        "--drain-wait", type=float, default=60.0, help="bound on waiting for the work to finish"
     )
     ap.add_argument(
         "--self-check", action="store_true", help="prove every figure can be non-zero, then exit"
     )
+    ap.add_argument(
+        "--reanalyse",
+        metavar="RUNDIR",
+        type=Path,
+        help="print the figures of a finished run again from its evidence, then exit",
+    )
     a = ap.parse_args(argv)
-    if not 1 <= a.jobs <= 100_000 or not 1 <= a.workers <= 20:
+    if (a.jobs is not None and not 1 <= a.jobs <= 100_000) or not 1 <= a.workers <= 20:
         ap.error("--jobs must be 1..100000 and --workers 1..20")
-    if not 10 <= a.seconds <= 1_800 or not 0 <= a.outage <= 120:
+    if (a.seconds is not None and not 10 <= a.seconds <= 1_800) or not 0 <= a.outage <= 120:
         ap.error("--seconds must be 10..1800 and --outage 0..120")
+    a.families = [f.strip() for f in a.family.split(",") if f.strip()]
+    a.backends = [b.strip() for b in a.backend.split(",") if b.strip()]
+    for f in a.families:
+        if f not in known:
+            ap.error(f"unknown family {f!r}: one of {', '.join(known)}")
+    for b in a.backends:
+        if b not in BACKENDS:
+            ap.error(f"unknown backend {b!r}: one of {', '.join(BACKENDS)}")
     return a
 
 
@@ -489,26 +703,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_check:
         from bench.chaos.selfcheck import main as check
 
-        return check()
-    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
-    for b in backends:
-        if b not in BACKENDS:
-            raise SystemExit(f"unknown backend {b!r}: one of {', '.join(BACKENDS)}")
+        return check([families()[f] for f in args.families])
+    if args.reanalyse is not None:
+        cfg, found = reanalyse(args.reanalyse)
+        print(render(cfg, found, [f"(again, from {args.reanalyse})"]))
+        return 1 if found.failed else 0
     # A SIGTERM to the run unwinds like a Ctrl-C, so every `finally` stops what it started.
     signal.signal(signal.SIGTERM, _interrupt)
     results: dict[str, bool] = {}
+    known = families()
     try:
-        for b in backends:
-            try:
-                results[b] = run_backend(b, args)
-            except StoreError as exc:
-                print(f"chaos {b}: {exc}", flush=True)
-                results[b] = False
+        for name in args.families:
+            family = known[name]
+            for b in args.backends:
+                if b not in family.backends:
+                    runs_on = ", ".join(family.backends)
+                    print(f"chaos {name} {b}: not run (the family runs on {runs_on})")
+                    continue
+                try:
+                    results[f"{name} on {b}"] = Chaos(family, b, args).run()
+                except StoreError as exc:
+                    print(f"chaos {name} {b}: {exc}", flush=True)
+                    results[f"{name} on {b}"] = False
     except KeyboardInterrupt:
         print("chaos: interrupted; everything it started is stopped", flush=True)
         return 130
-    for b, ok in results.items():
-        print(f"chaos {b}: {'passed' if ok else 'FAILED'}")
+    for what, ok in results.items():
+        print(f"chaos {what}: {'passed' if ok else 'FAILED'}")
     return 0 if all(results.values()) else 1
 
 

@@ -1,7 +1,8 @@
 """Proof that every figure of the chaos report can be non-zero and every hard one can fail the
-run: each case below is a made-up run with one defect, fed to `figures.analyse`.
+run: each case is a made-up run with one defect, fed to the family's figures. The plain jobs'
+cases are below; every other family brings its own (`Family.clean`, `Family.cases`).
 
-    python -m bench.chaos.run --self-check
+    python -m bench.chaos.run --self-check [--family steps]
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from bench.chaos.figures import Answer, Config, Findings, Life, Row, Run, analyse
+from bench.chaos.families import Family
+from bench.chaos.figures import Answer, Config, Findings, Life, Row, Run, analyse, life_figures
 
 PG = Config("pg", True, lease_s=5.0, drain_timeout_s=3.0, outage_s=3.0)
 T = 1_000_000.0
@@ -24,7 +26,8 @@ class Case:
     cfg: Config = PG
 
     def findings(self) -> Findings:
-        return analyse(self.cfg, self.answers, self.rows, self.runs, self.lives)
+        found = analyse(self.cfg, self.answers, self.rows, self.runs, self.lives)
+        return Findings(found.figures + life_figures(self.cfg, self.lives), found.breakdowns)
 
 
 def clean() -> Case:
@@ -110,14 +113,15 @@ CASES: dict[str, Callable[[Case], None]] = {
     "drains past their deadline": _late,
     "drains that exited non-zero": _bad_rc,
     "hung drains": _hung,
-    "workers that exited on their own": _exited,
+    "processes that exited on their own": _exited,
 }
 
 #: Figures that are counts of what happened, not defects: non-zero on a clean run too.
 TALLIES = {"intents enqueued", "answered ids", "answered ids found", "drains"}
 
 
-def main() -> int:
+def check_plain() -> list[str]:
+    """The plain jobs' figures, the processes' figures, and the exceptions they allow."""
     base = clean().findings()
     problems: list[str] = []
     if base.failed:
@@ -173,11 +177,52 @@ def main() -> int:
     late_kill.cfg = replace(PG, outages=((T + 15, T + 20 + 4_500),))
     if late_kill.findings().figure("successes recorded as failures").value != 0:
         problems.append("a kill while the store was down did not excuse the lost settle")
-    for p in problems:
-        print(f"self-check: {p}")
-    print(
-        f"self-check: {len(CASES)} figures proven to move, {len(problems)} problems"
-        if not problems
-        else "self-check FAILED"
-    )
-    return 1 if problems else 0
+    return problems
+
+
+def check_family(family: Family) -> list[str]:
+    """A family's clean made-up run is all zeros; each of its defects moves its figure, and a
+    hard figure that moves fails the run; no figure of the family is left unproven."""
+    assert family.clean is not None
+    problems: list[str] = []
+    base = family.analyse(family.clean())
+    if base.failed:
+        problems.append(f"the clean run fails: {[f.name for f in base.failed]}")
+    names = {f.name for f in base.figures}
+    for f in base.figures:
+        if f.name not in family.tallies and f.value:
+            problems.append(f"the clean run has {f.name} = {f.value}")
+        if f.name not in family.cases and f.name not in family.tallies:
+            problems.append(f"no case proves {f.name!r} can be non-zero")
+    for name, defect in family.cases.items():
+        if name not in names:
+            problems.append(f"case for an unknown figure {name!r}")
+            continue
+        evidence = family.clean()
+        defect(evidence)
+        found = family.analyse(evidence)
+        fig = found.figure(name)
+        if fig.value == 0:
+            problems.append(f"{name!r} stayed 0 with its defect")
+        if fig.hard and fig not in found.failed:
+            problems.append(f"{name!r} is hard but did not fail the run")
+    return problems
+
+
+def main(families: list[Family]) -> int:
+    """Check each family; print what failed; 1 when anything did."""
+    failed = 0
+    for family in families:
+        if family.clean is not None:
+            problems, proven = check_family(family), len(family.cases)
+        else:
+            problems, proven = check_plain(), len(CASES)
+        for p in problems:
+            print(f"self-check {family.name}: {p}")
+        print(
+            f"self-check {family.name}: {proven} figures proven to move"
+            if not problems
+            else f"self-check {family.name}: FAILED ({len(problems)} problems)"
+        )
+        failed += bool(problems)
+    return 1 if failed else 0

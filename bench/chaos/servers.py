@@ -80,12 +80,13 @@ class PgStore:
     crash_text = "pg_ctl stop -m immediate"
     restart_text = "pg_ctl restart -m fast"
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, name: str = "pg") -> None:
+        """A cluster in `tmp/name`: the jobs' store, or the app's database holding the outbox."""
         self._tmp = tmp
         initdb, self._pg_ctl, createdb = ws.find("initdb"), ws.find("pg_ctl"), ws.find("createdb")
         if not initdb or not self._pg_ctl or not createdb:
             raise StoreError("no initdb/pg_ctl/createdb: install PostgreSQL 15+")
-        self._data = tmp / "pg"
+        self._data = tmp / name
         self._data.mkdir()
         if os.geteuid() == 0:
             os.chmod(tmp, 0o755)
@@ -152,11 +153,14 @@ class PgStore:
         return f"postgresql://postgres@127.0.0.1:{self.port}/test"
 
     def list_rows(self) -> dict[str, str]:
+        return {str(i): str(s) for i, s in self.query(f'SELECT id, state FROM "{NAMESPACE}".jobs')}
+
+    def query(self, sql: str) -> list[tuple[object, ...]]:
+        """The rows of one statement on the run's database (the app's side of the outbox)."""
         import psycopg
 
-        with psycopg.connect(self._libpq(), connect_timeout=5) as conn:
-            rows = conn.execute(f'SELECT id, state FROM "{NAMESPACE}".jobs').fetchall()
-        return {str(i): str(s) for i, s in rows}
+        with psycopg.connect(self._libpq(), connect_timeout=5, autocommit=True) as conn:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
 
     def close(self) -> None:
         self._ctl("-m", "immediate", "stop", check=False)

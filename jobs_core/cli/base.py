@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import math
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from jobs_core.errors import (
     CliDriverRequiredError,
@@ -31,7 +32,47 @@ from jobs_core.errors import (
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.urls import mask_text
 
-console = Console(stderr=False)
+#: Every word the CLI prints goes through here. Markup, emoji codes and highlighting are off:
+#: a name like `emails[eu]`, `report[/x]` or `:smile:` prints as it is, never as a style, an
+#: emoji or a markup error; our own styles are `Text` spans (`literal`, `Text.assemble`).
+console = Console(stderr=False, markup=False, emoji=False, highlight=False)
+
+#: What a terminal would act on or a value cannot show as itself: C0 and C1 controls (ESC
+#: starts a terminal escape), DEL, lone surrogates (not UTF-8: printing one raises), bidi
+#: overrides (they reorder what is shown), line and paragraph separators.
+_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_BLOCK_UNSAFE = re.compile(f"[{_UNSAFE}]")
+#: The same, plus newline and tab, for a value that must stay on one line (an id, a name).
+_LINE_UNSAFE = re.compile(f"[\n\t{_UNSAFE}]")
+_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group()
+    code = ord(c)
+    return _SHORT_ESCAPES.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def literal(value: object, style: str = "", *, line: bool = True) -> Text:
+    """`value` as text the terminal shows exactly: never read as markup, and each control
+    character, lone surrogate or bidi override spelled as its escape (`\\x1b`, `\\udcff`);
+    with `line` (an id, a name, a message) newlines and tabs too, so it stays one line."""
+    unsafe = _LINE_UNSAFE if line else _BLOCK_UNSAFE
+    return Text(unsafe.sub(_escape_char, str(value)), style=style)
+
+
+def emit_json(doc: Any) -> None:
+    """`doc` as one JSON document on stdout. What `literal` escapes and `json.dumps` leaves raw
+    (C1 controls, DEL, a lone surrogate, bidi overrides) is written as its `\\u` escape: the
+    same JSON, never a terminal escape nor a crash."""
+    click.echo(_json_safe(json.dumps(doc, ensure_ascii=False, indent=2)))
+
+
+def _json_safe(text: str) -> str:
+    """JSON text with what `json.dumps` leaves raw but a terminal would act on `\\u`-escaped
+    (it stands only inside strings, where the escape is the same JSON)."""
+    return _BLOCK_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 #: Where the CLI reads the driver URL when `--driver` is not given (kept off `ps`).
@@ -99,8 +140,8 @@ def _seconds(value: float | None, option: str, *, positive: bool = False) -> Non
 
 
 def _fail(exc: JobsError) -> NoReturn:
-    # One line, its brackets intact: an error's text is never rich markup, and never wrapped.
-    console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}", soft_wrap=True)
+    """Print the refusal as one `X_CODE: message` line (whatever its text holds) and exit 2."""
+    console.print(Text.assemble((exc.code, "red"), ": ", literal(exc.message)), soft_wrap=True)
     raise SystemExit(2)
 
 
@@ -138,7 +179,7 @@ class _Formatter(logging.Formatter):
                 line["exc_info"] = self.formatException(record.exc_info)
             if record.stack_info:
                 line["stack_info"] = record.stack_info
-            text = json.dumps(line, default=str, ensure_ascii=False)
+            text = _json_safe(json.dumps(line, default=str, ensure_ascii=False))
         else:
             text = super().format(record)
             extras = _extras(record)
@@ -146,6 +187,8 @@ class _Formatter(logging.Formatter):
                 fields = " ".join(f"{k}={v}" for k, v in extras.items())
                 head, nl, tail = text.partition("\n")
                 text = f"{head} {fields}{nl}{tail}"
+            # A job's name or error may hold a terminal escape: the log shows it, never runs it.
+            text = _BLOCK_UNSAFE.sub(_escape_char, text)
         return mask_text(text, *self.urls)
 
 
@@ -176,10 +219,19 @@ _NO_ARGS: tuple[type[Exception], ...] = tuple(
 class _Group(click.Group):
     """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        for arg in sys.argv[1:] if args is None else args:
+            if _NOT_TEXT.search(arg):
+                # Bytes that are not UTF-8 reach Python as lone surrogates, and no store holds
+                # a NUL: refused here, once, for every verb and option.
+                _fail(
+                    CliUsageInvalidError(
+                        "an argument holds a NUL or bytes that are not UTF-8", detail=arg
+                    )
+                )
         try:
-            return super().main(*args, **kwargs)
+            return super().main(args, *rest, **kwargs)
         except click.exceptions.Exit as exc:
             raise SystemExit(exc.exit_code) from None
         except click.Abort:

@@ -7,9 +7,17 @@ import signal
 from types import FrameType
 
 import click
-from rich.markup import escape
+from rich.text import Text
 
-from jobs_core.cli.base import _DRIVER_HELP, DRIVER_ENV, _fail, _import_module, console, main
+from jobs_core.cli.base import (
+    _DRIVER_HELP,
+    DRIVER_ENV,
+    _fail,
+    _import_module,
+    console,
+    literal,
+    main,
+)
 from jobs_core.cli.operate import APP_ENV
 from jobs_core.errors import CliExtraMissingError, CliUsageInvalidError, JobsError
 from jobs_core.job import jobs_of
@@ -95,8 +103,14 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
     mode = "read-only" if not access.can_act else "actions on"
     shown = f"[{host}]" if ":" in host else host
     console.print(
-        f"[bold]ujobs dashboard[/bold] on http://{shown}:{port}/ · [cyan]"
-        f"{escape(driver.describe())}[/cyan] · sign-in: {access.kind} · {mode}",
+        Text.assemble(
+            ("ujobs dashboard", "bold"),
+            " on ",
+            literal(f"http://{shown}:{port}/"),
+            " · ",
+            literal(driver.describe(), "cyan"),
+            f" · sign-in: {access.kind} · {mode}",
+        ),
         soft_wrap=True,
     )
 

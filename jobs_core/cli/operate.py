@@ -10,13 +10,22 @@ store refuses. Inputs are redacted by the live workers' declarations, plus the j
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import click
+from rich.text import Text
 
-from jobs_core.cli.base import DRIVER_ENV, _fail, _jobs_in, _required_driver, console, main
+from jobs_core.cli.base import (
+    DRIVER_ENV,
+    _fail,
+    _jobs_in,
+    _required_driver,
+    console,
+    emit_json,
+    literal,
+    main,
+)
 from jobs_core.cli.show import (
     print_bulk,
     print_job,
@@ -29,7 +38,7 @@ from jobs_core.cli.show import (
 from jobs_core.clock import SystemClock
 from jobs_core.driver import MAX_BULK_IDS, MAX_LIST_LIMIT
 from jobs_core.errors import CliUsageInvalidError, JobsError, OptionInvalidError
-from jobs_core.operator import Action, Operator, refusal_for
+from jobs_core.operator import Action, JobView, Operator, refusal_for
 from jobs_core.records import JobFilter, Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
@@ -95,10 +104,6 @@ def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[
         _fail(exc)
 
 
-def _emit(doc: Any) -> None:
-    click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
-
-
 @main.group()
 def jobs() -> None:
     """List, show and steer jobs."""
@@ -127,7 +132,7 @@ def jobs_list(
     now = SystemClock().now_ms()
     page = _run(url, None, lambda op: op.jobs(f, limit=limit, cursor=cursor))
     if as_json:
-        _emit(page.to_json())
+        emit_json(page.to_json())
     else:
         print_jobs(page, now)
 
@@ -140,22 +145,20 @@ def jobs_list(
 def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> None:
     """One job: every field, its input (sensitive fields redacted), result and last error."""
     now = SystemClock().now_ms()
-    view = _run(url, app, lambda op: op.job(job_id))
+
+    async def read(op: Operator) -> tuple[JobView, bool]:
+        return await op.job(job_id), op.driver.capabilities().steps
+
+    view, has_steps = _run(url, app, read)
     if as_json:
-        _emit(view.to_json())
+        emit_json(view.to_json())
     else:
-        print_job(view, now)
+        print_job(view, now, has_steps=has_steps)
 
 
-def _steer(action: Action, verb_help: str) -> None:
-    @jobs.command(action.value, help=verb_help)
-    @click.argument("job_ids", nargs=-1)
-    @_driver_option
-    @_filter_options
-    @click.option(
-        "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
-    )
-    @_json_option
+def _steer(verb: Action, verb_help: str) -> None:
+    """The command `ujobs jobs <verb>`; `requeue` takes `--fresh` (the `REQUEUE_FRESH` action)."""
+
     def steer(
         job_ids: tuple[str, ...],
         url: str | None,
@@ -165,39 +168,65 @@ def _steer(action: Action, verb_help: str) -> None:
         tenant: str | None,
         everything: bool,
         as_json: bool,
+        fresh: bool = False,
     ) -> None:
+        action = Action.REQUEUE_FRESH if fresh else verb
         f = _filter(states, queue, name, tenant)
         if everything:
             if job_ids or f == JobFilter():
                 _fail(
                     CliUsageInvalidError(
                         f"--all takes no ids and at least one filter (--state, --queue, --name,"
-                        f" --tenant): `ujobs jobs {action.value} --all --state dead`"
+                        f" --tenant): `ujobs jobs {verb.value} --all --state dead`"
                     )
                 )
             report = _run(url, None, lambda op: op.act_all(action, f))
             if as_json:
-                _emit(report.to_json())
+                emit_json(report.to_json())
             else:
                 print_bulk(report)
             return
         if not job_ids:
-            _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({action.value})"))
+            _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({verb.value})"))
         if len(job_ids) > MAX_BULK_IDS:
             _fail(CliUsageInvalidError(f"at most {MAX_BULK_IDS} ids at once; use --all"))
         answers = _run(url, None, lambda op: op.act(action, job_ids))
         pairs = list(zip(job_ids, answers, strict=True))
         if as_json:
-            _emit([{"id": i, "answer": a.value} for i, a in pairs])
+            emit_json([{"id": i, "answer": a.value} for i, a in pairs])
         else:
             print_steered(action, pairs)
         refusals = [r for i, a in pairs if (r := refusal_for(action, i, a)) is not None]
         if refusals:
             _fail(refusals[0])
 
+    command: Callable[..., Any] = steer
+    if verb is Action.REQUEUE:
+        command = click.option(
+            "--fresh",
+            is_flag=True,
+            help="Start each job as a FRESH run (a new run id, no recorded step replayed): the"
+            " way to run again a saga that failed for good, whose steps are undone.",
+        )(command)
+    for option in (
+        _json_option,
+        click.option(
+            "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
+        ),
+        _filter_options,
+        _driver_option,
+        click.argument("job_ids", nargs=-1),
+    ):
+        command = option(command)
+    jobs.command(verb.value, help=verb_help)(command)
+
 
 _steer(Action.CANCEL, "Cancel live jobs (a running one's worker aborts its body).")
-_steer(Action.REQUEUE, "Run finished jobs again, with fresh attempts.")
+_steer(
+    Action.REQUEUE,
+    "Run finished jobs again, with fresh attempts, in the same run (recorded steps replay). A"
+    " saga run that failed for good is refused (X_JOB_REQUEUE_UNWOUND): use --fresh.",
+)
 _steer(Action.PROMOTE, "Make delayed jobs due now.")
 _steer(Action.REMOVE, "Delete jobs that are not running, with everything stored for them.")
 
@@ -210,7 +239,7 @@ def queues(url: str | None, as_json: bool) -> None:
     now = SystemClock().now_ms()
     views = _run(url, None, lambda op: op.queues())
     if as_json:
-        _emit([v.to_json() for v in views])
+        emit_json([v.to_json() for v in views])
     else:
         print_queues(views, now)
 
@@ -232,7 +261,8 @@ def pause(queue: str | None, name: str | None, task: str | None, url: str | None
     """Stop claiming a queue's jobs (or one job name's), or firing a task; running jobs finish."""
     target = _pause_target(queue, name, task)
     new = _run(url, None, lambda op: op.pause(target))
-    console.print(f"{target.kind} {target.value!r} {'paused' if new else 'was already paused'}")
+    done = "paused" if new else "was already paused"
+    console.print(Text.assemble(f"{target.kind} '", literal(target.value), f"' {done}"))
 
 
 @main.command()
@@ -244,7 +274,8 @@ def resume(queue: str | None, name: str | None, task: str | None, url: str | Non
     """Claim a paused queue's (or job name's) jobs again, or fire a paused task again."""
     target = _pause_target(queue, name, task)
     existed = _run(url, None, lambda op: op.resume(target))
-    console.print(f"{target.kind} {target.value!r} {'resumed' if existed else 'was not paused'}")
+    done = "resumed" if existed else "was not paused"
+    console.print(Text.assemble(f"{target.kind} '", literal(target.value), f"' {done}"))
 
 
 @main.command()
@@ -255,7 +286,7 @@ def workers(url: str | None, as_json: bool) -> None:
     now = SystemClock().now_ms()
     views = _run(url, None, lambda op: op.workers())
     if as_json:
-        _emit([v.to_json() for v in views])
+        emit_json([v.to_json() for v in views])
     else:
         print_workers(views, now)
 
@@ -267,11 +298,12 @@ def workers(url: str | None, as_json: bool) -> None:
 )
 @_json_option
 def stats(url: str | None, window: float, as_json: bool) -> None:
-    """Jobs by state, and per job name what settled over the window (from the counters)."""
+    """Jobs by state, and per job name what settled over the window (from the counters; a
+    window starting inside an hour already folded counts that hour whole)."""
     if not 60 <= window <= 30 * 24 * 3600:
         _fail(OptionInvalidError("--window must be 60 s to 30 days", detail="--window"))
     view = _run(url, None, lambda op: op.stats(round(window * 1000)))
     if as_json:
-        _emit(view.to_json())
+        emit_json(view.to_json())
     else:
         print_stats(view)

@@ -4,14 +4,12 @@ what `ujobs worker --with-relay` needs to run one beside the worker."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 from typing import Any
 
 import click
-from rich.markup import escape
-from rich.table import Column, Table
+from rich.text import Text
 
 from jobs_core.cli.base import (
     _DRIVER_HELP,
@@ -21,12 +19,15 @@ from jobs_core.cli.base import (
     _required_driver,
     _seconds,
     console,
+    emit_json,
+    literal,
     main,
 )
-from jobs_core.cli.schedule import log_format_option
+from jobs_core.cli.schedule import drained, log_format_option
+from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
-from jobs_core.driver import JobDriver
 from jobs_core.errors import CliDriverRequiredError, DriverUrlInvalidError, JobsError
+from jobs_core.lifecycle import StopBudget, close_quietly
 from jobs_core.operator.times import age, relative
 from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
@@ -41,8 +42,6 @@ OUTBOX_HELP = (
     f"The app's database holding the outbox table (else env {OUTBOX_ENV}), e.g."
     " postgresql+psycopg://app@db/app?schema=ujobs."
 )
-#: Seconds `ujobs relay` waits for each store to close on the way out.
-CLOSE_S = 5.0
 
 
 @main.command()
@@ -81,13 +80,14 @@ def relay(
         r = Relay(outbox_from_url(outbox_url), driver_from_url(url), batch=batch, lease=lease)
     except JobsError as exc:
         _fail(exc)
-    console.print(f"[bold]ujobs relay[/bold] {escape(r.relay_id)}", soft_wrap=True)
+    console.print(Text.assemble(("ujobs relay", "bold"), " ", literal(r.relay_id)), soft_wrap=True)
     print_relay(r)
     try:
         asyncio.run(run_relay(r, drain_timeout))
     except JobsError as exc:
         _fail(exc)
     console.print(f"relay stopped: {r.published} rows published")
+    drained()
 
 
 @main.command()
@@ -119,25 +119,26 @@ def outbox(outbox_url: str | None, limit: int, as_json: bool) -> None:
     now = SystemClock().now_ms()
     if as_json:
         doc = {"rows": [backlog_json(r, now) for r in rows], "more": len(rows) == limit}
-        click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        emit_json(doc)
         return
     if not rows:
         console.print("the outbox is empty: every committed stage has been published")
         return
-    table = Table(
-        Column("job id", no_wrap=True), "job", "queue", "staged", "state", "attempts", "last error"
-    )
-    for r in rows:
-        table.add_row(
+    table: list[list[Cell]] = [
+        [
             r.job.id,
-            escape(r.job.name),
-            escape(r.job.queue),
+            r.job.name,
+            r.job.queue,
             relative(r.job.created_at_ms, now),
             _state(r, now),
             str(r.attempts),
-            escape((r.last_error or "-")[:120]),
-        )
-    console.print(table)
+            (r.last_error or "-")[:120],
+        ]
+        for r in rows
+    ]
+    heads = ("staged", "state", "attempts", "last error")
+    cols = [Col("job id", True), Col("job", True), Col("queue", True)]
+    print_table([*cols, *(Col(h) for h in heads)], table)
     failing = sum(1 for r in rows if r.attempts)
     more = " (or more: raise --limit)" if len(rows) == limit else ""
     console.print(
@@ -175,9 +176,13 @@ def backlog_json(r: OutboxRow, now_ms: int) -> dict[str, Any]:
 def print_relay(r: Relay) -> None:
     """The banner line: where the relay reads and writes, passwords masked, and its batch."""
     console.print(
-        f"relay from [cyan]{escape(r.outbox.describe())}[/cyan] to "
-        f"[cyan]{escape(r.driver.describe())}[/cyan] · batch {r.batch} · "
-        f"lease {r.lease_ms / 1000:g} s",
+        Text.assemble(
+            "relay from ",
+            literal(r.outbox.describe(), "cyan"),
+            " to ",
+            literal(r.driver.describe(), "cyan"),
+            f" · batch {r.batch} · lease {r.lease_ms / 1000:g} s",
+        ),
         soft_wrap=True,
     )
 
@@ -198,15 +203,19 @@ def outbox_for_worker(outbox_url: str | None, driver_url: str) -> OutboxStore:
 
 async def run_relay(r: Relay, drain_timeout: float) -> None:
     """Run `r` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`); a second
-    signal cuts the drain short. Both stores are closed on the way out."""
+    signal cuts the drain short. Both stores are closed on the way out, within the drain's
+    slack (a relay that ended without a signal: within the slack alone)."""
     loop = asyncio.get_running_loop()
     draining: list[asyncio.Future[bool]] = []
+    budget: StopBudget | None = None
 
     def on_signal(sig: signal.Signals) -> None:
+        nonlocal budget
         if not draining:
             log.warning(
                 "jobs.relay.draining %s on %s (again to cut it short)", r.relay_id, sig.name
             )
+            budget = StopBudget.after(drain_timeout)
             draining.append(asyncio.ensure_future(r.stop(drain_timeout)))
         else:
             r.force_stop()
@@ -216,13 +225,4 @@ async def run_relay(r: Relay, drain_timeout: float) -> None:
     try:
         await r.run()
     finally:
-        await close_quietly(r.outbox, r.driver)
-
-
-async def close_quietly(*stores: OutboxStore | JobDriver) -> None:
-    """Close each store, bounded, logging (never raising) a close that fails."""
-    for store in stores:
-        try:
-            await asyncio.wait_for(store.close(), CLOSE_S)
-        except Exception as exc:
-            log.warning("jobs.relay.close_failed: %r", exc)
+        await close_quietly([r.outbox, r.driver], (budget or StopBudget.after(0)).slack_ms())

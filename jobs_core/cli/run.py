@@ -13,9 +13,9 @@ from typing import Any, Final, cast
 
 import click
 from rich.live import Live
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from jobs_core.cli.base import (
     _DRIVER_HELP,
@@ -26,15 +26,13 @@ from jobs_core.cli.base import (
     _required_driver,
     _seconds,
     console,
+    emit_json,
+    literal,
     main,
 )
-from jobs_core.cli.relay import (
-    OUTBOX_ENV,
-    OUTBOX_HELP,
-    close_quietly,
-    outbox_for_worker,
-    print_relay,
-)
+from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
+from jobs_core.cli.schedule import drained
+from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     CliUsageInvalidError,
@@ -47,8 +45,9 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
+from jobs_core.lifecycle import StopBudget, close_quietly
 from jobs_core.outbox import Relay
-from jobs_core.retention import Retention
+from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
@@ -181,15 +180,20 @@ def worker(
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
-    console.print(_stats_table(w.stats, title="worker stopped"))
+    _print_stats(w.stats, "worker stopped")
+    drained()
 
 
 def retention_from(keeps: Sequence[str]) -> Retention:
-    """The retention `--keep STATE=SECONDS|forever` options ask for, over the defaults.
+    """The retention `--keep STATE=SECONDS|forever` options ask for, over the defaults; with
+    none, `DEFAULT_RETENTION` itself (which a driver without the retention family may go
+    without, where any `--keep` is refused).
 
     A malformed option or an unknown state is `X_CLI_USAGE_INVALID`; a bad number of seconds
     is `X_JOB_OPTION_INVALID` naming the state, as `Retention` refuses it.
     """
+    if not keeps:
+        return DEFAULT_RETENTION
     given: dict[str, float | None] = {}
     for keep in keeps:
         state, sep, value = keep.partition("=")
@@ -244,24 +248,37 @@ def _retention_text(r: Retention | None) -> str:
 
 
 def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
-    where = escape(driver.describe())
-    console.print(f"[bold]ujobs worker[/bold] {escape(w.worker_id)} on [cyan]{where}[/cyan]")
     console.print(
-        f"queues: {escape(', '.join(w.queues))} · concurrency {w.concurrency} · "
-        f"max in flight {w.max_in_flight} · lease {w.lease_ms / 1000:g} s · "
-        f"{_retention_text(w.retention)}"
+        Text.assemble(
+            ("ujobs worker", "bold"),
+            " ",
+            literal(w.worker_id),
+            " on ",
+            literal(driver.describe(), "cyan"),
+        ),
+        soft_wrap=True,
     )
-    table = Table("job", "queue", "attempts", "timeout", "body", "limits")
-    for h in sorted(handles, key=lambda h: h.name):
-        table.add_row(
+    console.print(
+        Text.assemble(
+            "queues: ",
+            literal(", ".join(w.queues)),
+            f" · concurrency {w.concurrency} · max in flight {w.max_in_flight} · lease"
+            f" {w.lease_ms / 1000:g} s · {_retention_text(w.retention)}",
+        )
+    )
+    rows: list[list[Cell]] = [
+        [
             h.name,
             h.queue,
             str(h.retry.attempts),
             f"{h.timeout_ms / 1000:g} s" if h.timeout_ms else "-",
             "async" if h.is_async else "thread",
             _limits_text(h),
-        )
-    console.print(table)
+        ]
+        for h in sorted(handles, key=lambda h: h.name)
+    ]
+    heads = ("attempts", "timeout", "body", "limits")
+    print_table([Col("job", True), Col("queue", True), *(Col(h) for h in heads)], rows)
     if w.rate_limits:
         console.print("rate limits: " + ", ".join(_rate_text(r) for r in w.rate_limits))
 
@@ -297,28 +314,31 @@ async def _run_worker(
         from jobs_core.operator.metrics import serve
 
         server = serve(w, metrics_host, metrics_port, relay)
-        console.print(
-            f"metrics on http://{metrics_host}:{server.port}/metrics, health on /healthz",
-            soft_wrap=True,
-        )
-    await w.start()
+        where = literal(f"http://{metrics_host}:{server.port}/metrics")
+        console.print(Text.assemble("metrics on ", where, ", health on /healthz"), soft_wrap=True)
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
-    for role in roles:
-        await role.start()
+    # Watching before anything starts: a signal while a start waits for its store ends it.
     w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None
+    await w.start()
+    for role in roles:
+        if w.draining:  # the roles were stopped with it: none starts now
+            break
+        await role.start()
     try:
         await _show_worker(w, quiet)
     finally:
-        if w_stopping is not None:
-            await w_stopping
-        if relay is not None:
-            await close_quietly(relay.outbox)  # the driver is the worker's
+        budget = await w_stopping if w_stopping is not None else None
+        if relay is not None:  # the driver is the worker's
+            await close_quietly([relay.outbox], (budget or StopBudget.after(0)).slack_ms())
 
 
-async def _stop_with(w: Worker, roles: Sequence[Scheduler | Relay]) -> None:
-    """Drain the roles beside `w` as soon as `w` begins its drain (same signal, same budget)."""
+async def _stop_with(w: Worker, roles: Sequence[Scheduler | Relay]) -> StopBudget:
+    """Drain the roles beside `w` as soon as `w` begins its drain (same signal, same budget);
+    answers that budget."""
     await w.drain_begun()
+    budget = StopBudget.after(w.drain_timeout_ms / 1000)
     await asyncio.gather(*(role.stop(w.drain_timeout_ms / 1000) for role in roles))
+    return budget
 
 
 async def _show_worker(w: Worker, quiet: bool) -> None:
@@ -331,20 +351,27 @@ async def _show_worker(w: Worker, quiet: bool) -> None:
             await asyncio.sleep(0.25)
 
 
+_STATS_COLUMNS: Final = ("claimed", "running", "completed", "retried", "dead", "dropped")
+
+
+def _stats_cells(s: WorkerStats) -> list[str]:
+    counts = (s.claimed, s.running, s.completed, s.retried, s.dead_lettered, s.dropped)
+    return [str(n) for n in (*counts, s.interrupted)]
+
+
 def _stats_table(s: WorkerStats, title: str = "") -> Table:
+    """The live counts, redrawn in place while the worker runs (a terminal only)."""
     table = Table(title=title or None)
-    for col in ("claimed", "running", "completed", "retried", "dead", "dropped", "interrupted"):
+    for col in (*_STATS_COLUMNS, "interrupted"):
         table.add_column(col, justify="right")
-    table.add_row(
-        str(s.claimed),
-        str(s.running),
-        str(s.completed),
-        str(s.retried),
-        str(s.dead_lettered),
-        str(s.dropped),
-        str(s.interrupted),
-    )
+    table.add_row(*_stats_cells(s))
     return table
+
+
+def _print_stats(s: WorkerStats, title: str) -> None:
+    """The final counts, printed once: no column cut at any width."""
+    cols = [Col(c, True, "right") for c in (*_STATS_COLUMNS, "interrupted")]
+    print_table(cols, [_stats_cells(s)], title=title)
 
 
 @main.group()
@@ -370,8 +397,8 @@ def upgrade(url: str) -> None:
         done = asyncio.run(driver.migrate())
     except JobsError as exc:
         _fail(exc)
-    what = escape(done) if done else "this driver keeps no schema; nothing to do"
-    console.print(f"{what} on [cyan]{escape(driver.describe())}[/cyan]", soft_wrap=True)
+    what = literal(done) if done else Text("this driver keeps no schema; nothing to do")
+    console.print(Text.assemble(what, " on ", literal(driver.describe(), "cyan")), soft_wrap=True)
 
 
 @main.command()
@@ -407,6 +434,8 @@ def enqueue(
             value = json.loads(input_json)
         except ValueError as exc:
             raise InputInvalidError(f"INPUT_JSON is not JSON: {exc}", detail=job_name) from None
+        except RecursionError:
+            raise InputInvalidError("INPUT_JSON nests too deep", detail=job_name) from None
         options: dict[str, Any] = {"key": key, "priority": priority}
         if delay is not None:
             options["delay_ms"] = round(delay * 1000)
@@ -414,7 +443,7 @@ def enqueue(
         async def go() -> None:
             async with driver:
                 result = await Jobs(driver).enqueue(handle, value, **options)
-            console.print_json(json.dumps({"id": result.id, "deduped": result.deduped}))
+            emit_json({"id": result.id, "deduped": result.deduped})
 
         asyncio.run(go())
     except JobsError as exc:
@@ -457,7 +486,9 @@ async def _demo(url: str, total: int, concurrency: int, only_noop: bool) -> bool
     jobs = Jobs(driver)
     plan = app.plan(total, only_noop=only_noop)
     console.print(
-        f"[bold]ujobs demo[/bold] on [cyan]{escape(driver.describe())}[/cyan]: {total} jobs"
+        Text.assemble(
+            ("ujobs demo", "bold"), " on ", literal(driver.describe(), "cyan"), f": {total} jobs"
+        )
     )
     ids: dict[str, list[str]] = {}
     started = time.perf_counter()
@@ -508,7 +539,7 @@ async def _report(
     work_s: float,
     total: int,
 ) -> bool:
-    table = Table("job", "jobs", "promised", "ended so", "attempts", "ok", title="outcomes")
+    outcomes: list[list[Cell]] = []
     ok = True
     for kind, _ in plan:
         job_ids = ids[kind.handle.name]
@@ -521,20 +552,26 @@ async def _report(
         attempts = sum(r.attempt for r in rows.values())
         good = matched == len(job_ids)
         ok = ok and good
-        table.add_row(
-            kind.handle.name,
-            str(len(job_ids)),
-            f"{kind.final_state} after {kind.attempts}",
-            str(matched),
-            str(attempts),
-            "[green]yes[/green]" if good else "[red]NO[/red]",
+        outcomes.append(
+            [
+                kind.handle.name,
+                str(len(job_ids)),
+                f"{kind.final_state} after {kind.attempts}",
+                str(matched),
+                str(attempts),
+                Text("yes", style="green") if good else Text("NO", style="red"),
+            ]
         )
-    console.print(table)
-    console.print(_stats_table(stats, title="worker counts"))
+    heads = ("jobs", "promised", "ended so", "attempts", "ok")
+    print_table([Col("job", True), *(Col(h) for h in heads)], outcomes, title="outcomes")
+    _print_stats(stats, "worker counts")
     console.print(
         f"enqueued {total} in {enqueue_s:.2f} s ({total / enqueue_s:,.0f} jobs/s) · "
-        f"worked {total} in {work_s:.2f} s ([bold]{total / work_s:,.0f} jobs/s[/bold])"
+        f"worked {total} in {work_s:.2f} s (",
+        Text(f"{total / work_s:,.0f} jobs/s", style="bold"),
+        ")",
+        sep="",
     )
     if not ok:
-        console.print("[red]some jobs did not end as promised[/red]")
+        console.print("some jobs did not end as promised", style="red")
     return ok

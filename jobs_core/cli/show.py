@@ -1,15 +1,27 @@
-"""How the operator's answers are printed for people: rich tables, times in local time with
-their age, and redacted JSON values pretty-printed (never rich markup from stored text)."""
+"""How the CLI prints for people: tables that never cut an id, a state or a name, times in
+local time with their age, and stored text shown as it is (`literal`: never markup, never a
+terminal escape).
+
+Every table goes through `print_table`. Its `keep` columns (what an operator copies or reads
+whole) are never wrapped nor cut; the other columns fold. When the terminal (or `COLUMNS`) is
+too narrow for the kept columns at full width, each row prints as `header: value` lines
+instead (psql's expanded display), so nothing is ever cut. Written to a pipe or a file, a table
+is as wide as its content: one line per row.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from rich.markup import escape
+from rich.cells import cell_len
+from rich.console import JustifyMethod
 from rich.table import Column, Table
+from rich.text import Text
 
-from jobs_core.cli.base import console
+from jobs_core.cli.base import console, literal
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator import (
     Action,
@@ -21,7 +33,7 @@ from jobs_core.operator import (
     WorkerView,
 )
 from jobs_core.operator.service import Answer
-from jobs_core.operator.times import age, relative, when
+from jobs_core.operator.times import age, local, relative, when
 from jobs_core.records import COUNTED_OUTCOMES
 from jobs_core.states import JobState
 
@@ -35,133 +47,202 @@ _STATE_STYLE = {
     JobState.CANCELLED: "dim",
 }
 
-
-def _state(s: JobState) -> str:
-    return f"[{_STATE_STYLE[s]}]{s.value}[/]"
-
-
-def _text(value: object) -> str:
-    return escape(str(value))
+#: The width a folding column is counted at when deciding whether a table fits: narrower than
+#: this, its words would fold a few characters a line.
+_FOLD_MIN = 6
 
 
-def _id_column(header: str, ids: Sequence[str]) -> Column:
-    # An id is what an operator copies into the next command: the narrower columns give way
-    # on a small terminal, the id is never cut.
-    return Column(header, no_wrap=True, min_width=max((len(i) for i in ids), default=0))
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A printed column. `keep`: an id, a state or a name, shown whole on one line."""
+
+    header: str
+    keep: bool = False
+    justify: JustifyMethod = "left"
+
+
+Cell = str | Text
+
+
+def _fit_width() -> int | None:
+    """The width a table must fit: the terminal's, or `COLUMNS`; None for a pipe or a file
+    with no `COLUMNS` (each row is then one line, however long: what `grep` wants)."""
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console.width
+    return None
+
+
+def _width(cells: Sequence[Text]) -> int:
+    return max((cell_len(line) for c in cells for line in c.plain.split("\n")), default=0)
+
+
+def print_table(
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Cell]],
+    *,
+    title: str | None = None,
+    header: bool = True,
+) -> None:
+    """Print `rows` under `cols`: a table when the terminal holds every `keep` column whole,
+    else each row as `header: value` lines. A `str` cell is stored text, shown by `literal`."""
+    cells = [[c if isinstance(c, Text) else literal(c) for c in row] for row in rows]
+    heads = [Text(c.header) for c in cols] if header else []
+    naturals = [_width([*heads[i : i + 1], *(row[i] for row in cells)]) for i in range(len(cols))]
+    frame = 3 * len(cols) + 1  # a border and a space each side of every cell
+    needed = frame + sum(
+        w if c.keep else min(w, _FOLD_MIN) for c, w in zip(cols, naturals, strict=True)
+    )
+    limit = _fit_width()
+    if limit is None or needed <= limit:
+        table = Table(
+            *(
+                Column(
+                    c.header,
+                    justify=c.justify,
+                    no_wrap=c.keep,
+                    min_width=w if c.keep else None,
+                    overflow="ellipsis" if c.keep else "fold",
+                )
+                for c, w in zip(cols, naturals, strict=True)
+            ),
+            title=title,
+            show_header=header,
+            width=None if limit is not None else frame + sum(naturals),
+        )
+        for row in cells:
+            table.add_row(*row)
+        console.print(table, crop=limit is not None)
+        return
+    if title:
+        console.print(literal(title, "italic"), soft_wrap=True)
+    pad = max((len(c.header) for c in cols), default=0) + 2
+    for n, row in enumerate(cells):
+        if n:
+            console.print()
+        if not header:
+            key = Text(f"{row[0].plain}:", style="bold")
+            console.print(Text(" ").join([key, *row[1:]]), soft_wrap=True)
+            continue
+        for col, cell in zip(cols, row, strict=True):
+            console.print(Text(f"{col.header}:".ljust(pad), style="bold") + cell, soft_wrap=True)
+
+
+def _state(s: JobState) -> Text:
+    return Text(s.value, style=_STATE_STYLE[s])
 
 
 def print_jobs(page: JobsPage, now_ms: int) -> None:
-    table = Table(
-        _id_column("id", [j.id for j in page.jobs]),
-        "name",
-        "queue",
-        "state",
-        "attempt",
-        "created",
-        "runs / ended",
-    )
+    rows: list[list[Cell]] = []
     for j in page.jobs:
         at = j.finished_at_ms if j.finished_at_ms is not None else j.run_at_ms
-        table.add_row(
-            _text(j.id),
-            _text(j.name),
-            _text(j.queue),
-            _state(j.state),
-            f"{j.attempt}/{j.max_attempts}",
-            _text(when(j.created_at_ms, now_ms)),
-            _text(relative(at, now_ms) if at is not None else "-"),
+        rows.append(
+            [
+                j.id,
+                j.name,
+                j.queue,
+                _state(j.state),
+                f"{j.attempt}/{j.max_attempts}",
+                when(j.created_at_ms, now_ms),
+                relative(at, now_ms) if at is not None else "-",
+            ]
         )
-    console.print(table)
+    cols = [Col("id", True), Col("name", True), Col("queue", True), Col("state", True)]
+    print_table([*cols, Col("attempt"), Col("created"), Col("runs / ended")], rows)
     if not page.jobs:
         console.print("no jobs on this page")
     if page.next_cursor is not None:
-        console.print(f"next page: --cursor {page.next_cursor}", soft_wrap=True)
+        console.print(Text("next page: --cursor ") + literal(page.next_cursor), soft_wrap=True)
 
 
-def _json_block(value: JsonValue) -> str:
-    return escape(json.dumps(value, ensure_ascii=False, indent=2))
+def _json_block(value: JsonValue) -> Text:
+    return literal(json.dumps(value, ensure_ascii=False, indent=2), line=False)
 
 
-def print_job(view: JobView, now_ms: int) -> None:
+def _heading(text: str, note: str = "") -> None:
+    console.print(Text.assemble((text, "bold"), note))
+
+
+def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
+    """Every field of one job, its input, result, progress, last error (with its traceback),
+    what it waits for, and its run's recorded steps (when the driver keeps steps)."""
     r = view.record
-    table = Table("field", "value", show_header=False)
-    rows: list[tuple[str, str]] = [
-        ("id", _text(r.id)),
-        ("name", _text(r.name)),
-        ("queue", _text(r.queue)),
-        ("state", _state(r.state)),
-        ("attempt", f"{r.attempt} of {r.max_attempts} (claims {r.claims})"),
-        ("priority", str(r.priority)),
-        ("tenant", _text(r.tenant_id or "-")),
-        ("idempotency key", _text(r.idempotency_key)),
-        ("run id", _text(r.run_id)),
-        ("created", _text(when(r.created_at_ms, now_ms))),
-        ("runs at", _text(when(r.run_at_ms, now_ms))),
-        ("lease until", _text(when(r.lease_until_ms, now_ms))),
-        ("finished", _text(when(r.finished_at_ms, now_ms))),
-        ("claimed by", _text(r.claimed_by or "-")),
-        ("enqueued by", _text(r.enqueued_by or "-")),
+    rows: list[list[Cell]] = [
+        ["id", r.id],
+        ["name", r.name],
+        ["queue", r.queue],
+        ["state", _state(r.state)],
+        ["attempt", f"{r.attempt} of {r.max_attempts} (claims {r.claims})"],
+        ["priority", str(r.priority)],
+        ["tenant", r.tenant_id or "-"],
+        ["idempotency key", r.idempotency_key],
+        ["run id", r.run_id],
+        ["created", when(r.created_at_ms, now_ms)],
+        ["runs at", when(r.run_at_ms, now_ms)],
+        ["lease until", when(r.lease_until_ms, now_ms)],
+        ["finished", when(r.finished_at_ms, now_ms)],
+        ["claimed by", r.claimed_by or "-"],
+        ["enqueued by", r.enqueued_by or "-"],
     ]
     if r.traceparent:
-        rows.append(("traceparent", _text(r.traceparent)))
-    for k, v in rows:
-        table.add_row(k, v)
-    console.print(table)
+        rows.append(["traceparent", r.traceparent])
+    print_table([Col("field", True), Col("value", True)], rows, header=False)
     if r.wait is not None:
         match = json.dumps(view.wait_match, ensure_ascii=False, separators=(",", ":"))
         since = when(r.wait.since_ms, now_ms)
         console.print(
-            _text(f"waits for: {r.wait.event} matching {match} since {since}"), soft_wrap=True
+            literal(f"waits for: {r.wait.event} matching {match} since {since}"), soft_wrap=True
         )
     hidden = "" if view.declared else " (no live worker declares this job: redacted whole)"
-    console.print(f"[bold]input[/bold]{hidden}")
+    _heading("input", hidden)
     console.print(_json_block(view.input), soft_wrap=True)
     for label, value in (("result", view.result), ("progress", view.progress)):
         if value is not None:
-            console.print(f"[bold]{label}[/bold]")
+            _heading(label)
             console.print(_json_block(value), soft_wrap=True)
     if view.error is not None:
-        console.print("[bold]last error[/bold]")
+        _heading("last error")
         error = view.error
         if isinstance(error, dict):
             code = error.get("code")
             head = f"{error.get('type', '')}: {error.get('message', '')}"
-            console.print(_text(f"{code} — {head}" if code else head), soft_wrap=True)
+            console.print(literal(f"{code} — {head}" if code else head), soft_wrap=True)
             tb = error.get("traceback")
             if isinstance(tb, str):
-                console.print(_text(tb.rstrip()), soft_wrap=True)
+                console.print(literal(tb.rstrip(), line=False), soft_wrap=True)
         else:
-            console.print(_text(error), soft_wrap=True)
+            console.print(literal(error, line=False), soft_wrap=True)
+    if has_steps:
+        _heading("steps")
+        if not view.steps:
+            console.print("no step recorded for this run")
+        steps = [
+            [
+                st.name,
+                relative(st.recorded_at_ms, now_ms),
+                json.dumps(st.output, ensure_ascii=False),
+            ]
+            for st in view.steps
+        ]
+        if steps:
+            print_table([Col("step", True), Col("recorded"), Col("output")], steps)
 
 
 def print_steered(action: Action, pairs: Sequence[tuple[str, Answer]]) -> None:
-    table = Table(_id_column("id", [job_id for job_id, _ in pairs]), action.value)
-    for job_id, answer in pairs:
-        table.add_row(_text(job_id), answer.value)
-    console.print(table)
+    rows: list[list[Cell]] = [[job_id, Text(answer.value)] for job_id, answer in pairs]
+    print_table([Col("id", True), Col(action.value, True)], rows)
 
 
 def print_bulk(report: BulkReport) -> None:
     parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "nothing"
     console.print(f"{report.action.value}: {report.examined} jobs looked at — {parts}")
+    if report.advice is not None:
+        console.print(literal(report.advice))
 
 
 def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
-    table = Table(
-        "queue",
-        "ready",
-        "running",
-        "parked",
-        "dead",
-        "failed",
-        "oldest ready",
-        "demand",
-        "done/min (5 min)",
-        "paused",
-    )
-    for v in views:
-        table.add_row(
-            _text(v.queue),
+    rows: list[list[Cell]] = [
+        [
+            v.queue,
             str(v.counts["ready"]),
             str(v.counts["running"]),
             str(v.counts["parked"]),
@@ -170,46 +251,48 @@ def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
             age(v.oldest_ready_age_ms) if v.oldest_ready_age_ms is not None else "-",
             str(v.demand),
             f"{v.completed_per_minute:.1f}",
-            "[yellow]paused[/yellow]" if v.paused else "",
-        )
-    console.print(table)
+            Text("paused", style="yellow") if v.paused else "",
+        ]
+        for v in views
+    ]
+    heads = ("ready", "running", "parked", "dead", "failed", "oldest ready", "demand")
+    cols = [Col("queue", True), *(Col(h) for h in heads)]
+    print_table([*cols, Col("done/min (5 min)"), Col("paused")], rows)
     if not views:
         console.print("no queues hold jobs")
 
 
 def print_workers(views: Sequence[WorkerView], now_ms: int) -> None:
-    table = Table(
-        _id_column("worker", [w.worker_id for w in views]),
-        "host",
-        "pid",
-        "queues",
-        "concurrency",
-        "jobs",
-        "last beat",
-    )
-    for w in views:
-        table.add_row(
-            _text(w.worker_id),
-            _text(w.host or "-"),
+    rows: list[list[Cell]] = [
+        [
+            w.worker_id,
+            w.host or "-",
             str(w.pid) if w.pid is not None else "-",
-            _text(", ".join(w.queues)),
+            ", ".join(w.queues),
             str(w.concurrency) if w.concurrency is not None else "-",
-            _text(", ".join(w.jobs)),
-            _text(relative(w.last_beat_ms, now_ms)),
-        )
-    console.print(table)
+            ", ".join(w.jobs),
+            relative(w.last_beat_ms, now_ms),
+        ]
+        for w in views
+    ]
+    heads = ("host", "pid", "queues", "concurrency", "jobs", "last beat")
+    print_table([Col("worker", True), *(Col(h) for h in heads)], rows)
     if not views:
         console.print("no live workers")
 
 
 def print_stats(view: StatsView) -> None:
-    states = Table(*(s.value for s in JobState), title="jobs by state")
-    states.add_row(*(str(view.states[s.value]) for s in JobState))
-    console.print(states)
+    print_table(
+        [Col(s.value, True) for s in JobState],
+        [[str(view.states[s.value]) for s in JobState]],
+        title="jobs by state",
+    )
+    since = local(view.since_ms)
+    title = f"settled in the last {age(view.window_ms)} (since {since})"
+    if view.widened:
+        title = f"settled since {since}: the last {age(view.window_ms)}, its first hour whole"
     columns = [o.name.lower() for o in COUNTED_OUTCOMES]
-    table = Table("job", *columns, title=f"settled in the last {age(view.window_ms)}")
-    for n in view.names:
-        table.add_row(_text(n.name), *(str(n.settled[c]) for c in columns))
+    rows: list[list[Cell]] = [[n.name, *(str(n.settled[c]) for c in columns)] for n in view.names]
     if view.names:
-        table.add_row("[bold]all[/bold]", *(str(view.totals[c]) for c in columns))
-    console.print(table)
+        rows.append([Text("all", style="bold"), *(str(view.totals[c]) for c in columns)])
+    print_table([Col("job", True), *(Col(c) for c in columns)], rows, title=title)

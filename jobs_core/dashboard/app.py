@@ -4,9 +4,11 @@
 Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live parts (the
 queues, the workers, a job that is not finished) and the job list's filters. Every read and
 every action goes through `Operator`, so the dashboard works on any driver and shows inputs
-redacted as the CLI does. Actions are plain POST forms: they work without JavaScript, carry
-the CSRF token, and answer with a redirect to the page they came from and a one-line notice.
-Who may look and act: `jobs_core.dashboard.security`.
+redacted as the CLI does. A page of a family the driver does not declare answers 501 with the
+`Operator`'s refusal (`X_DRIVER_CAPABILITY_MISSING`, naming the family); an action goes back
+with it as its notice. Actions are plain POST forms: they work without JavaScript, carry the
+CSRF token, and answer with a redirect to the page they came from and a one-line notice. Who
+may look and act: `jobs_core.dashboard.security`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +25,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -39,13 +43,23 @@ from jobs_core.dashboard.security import (
 from jobs_core.dashboard.snapshot import Snapshot
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    BatchTooLargeError,
     DashboardAuthRequiredError,
     DashboardCsrfError,
     DashboardReadOnlyError,
+    DashboardRequestInvalidError,
     DriverUnavailableError,
+    DriverUnsupportedError,
     JobNotFoundError,
     JobsError,
+    NotCancellableError,
+    NotPromotableError,
+    NotRemovableError,
+    NotRequeueableError,
+    OptionInvalidError,
     PageInvalidError,
+    RecordInvalidError,
+    RequeueDuplicateError,
 )
 from jobs_core.job import JobHandle
 from jobs_core.operator import Action, Operator, QueueView, Throughput
@@ -80,17 +94,71 @@ JOB_ACTIONS: Final[dict[Action, frozenset[JobState]]] = {
     Action.CANCEL: LIVE_STATES,
     Action.PROMOTE: frozenset({JobState.READY}),
     Action.REQUEUE: FINISHED_STATES,
+    Action.REQUEUE_FRESH: FINISHED_STATES,
     Action.REMOVE: frozenset(JobState) - {JobState.RUNNING},
 }
 
+#: The HTTP status of each refusal (a subclass answers as its base): what the request asked
+#: for is malformed 400, not allowed 401/403, absent 404, refused by the job's state 409; the
+#: store down 503. Anything else is the server's fault, 500.
 _STATUS: Final[dict[type[JobsError], int]] = {
+    PageInvalidError: 400,
+    RecordInvalidError: 400,
+    OptionInvalidError: 400,
+    BatchTooLargeError: 400,
+    DashboardRequestInvalidError: 400,
     DashboardAuthRequiredError: 401,
     DashboardCsrfError: 403,
     DashboardReadOnlyError: 403,
     JobNotFoundError: 404,
-    PageInvalidError: 400,
+    NotCancellableError: 409,
+    NotPromotableError: 409,
+    NotRemovableError: 409,
+    NotRequeueableError: 409,
+    RequeueDuplicateError: 409,
+    # Also a page or action of a family the driver does not declare (`CapabilityMissingError`).
+    DriverUnsupportedError: 501,
     DriverUnavailableError: 503,
 }
+#: Text no page can be encoded with (a stored JSON text may decode to a lone surrogate).
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+#: The notice kinds a redirect leaves (`_back`).
+_NOTICE_KINDS: Final = frozenset({"ok", "error"})
+#: The most a notice says.
+NOTICE_CHARS: Final = 300
+
+
+def status_of(error: JobsError) -> int:
+    """The HTTP status a page answers `error` with."""
+    return next((_STATUS[c] for c in type(error).__mro__ if c in _STATUS), 500)
+
+
+def job_path(job_id: str, verb: str = "") -> str:
+    """The path of a job's page (or of `verb` on it): the id as one percent-encoded segment,
+    any characters at all; `.` and `..`, which clients resolve as dot segments, go in the query
+    instead (`/jobs/?id=..`)."""
+    tail = f"/{verb}" if verb else ""
+    if job_id in (".", ".."):
+        return f"/jobs/{tail}?{urlencode({'id': job_id})}"
+    return f"/jobs/{quote(job_id, safe='')}{tail}"
+
+
+def notice_of(cookie: str | None) -> dict[str, str] | None:
+    """The notice a redirect left in `cookie`; None for none, and for one this dashboard did
+    not write (an edited cookie shows nothing; it never fails the page)."""
+    if not cookie:
+        return None
+    try:
+        doc = json.loads(unquote(cookie))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    kind, text = doc.get("kind"), doc.get("text")
+    if kind not in _NOTICE_KINDS or not isinstance(text, str):
+        return None
+    return {"kind": kind, "text": text[:NOTICE_CHARS]}
+
 
 _HEADERS: Final = {
     # Scripts, styles and images come from the dashboard itself; nothing frames it.
@@ -132,7 +200,14 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pretty=_pretty, compact=_compact, age=age, local=local, sparkline=sparkline)
+    env.filters.update(
+        pretty=_pretty,
+        compact=_compact,
+        age=age,
+        local=local,
+        sparkline=sparkline,
+        job_path=job_path,
+    )
     env.globals.update(relative=relative, when=when)
     return env
 
@@ -140,6 +215,11 @@ def _environment() -> Environment:
 class _Refused(Exception):
     def __init__(self, error: JobsError) -> None:
         self.error = error
+
+
+def _job_id(request: Request) -> str:
+    """The job a page or action names: its path segment, else (`.` and `..`) `?id=`."""
+    return str(request.path_params.get("job_id") or request.query_params.get("id", ""))
 
 
 def _safe_next(target: str | None) -> str:
@@ -178,8 +258,10 @@ class Dashboard:
                 Route("/queues/resume", act(self._pausing("queue", False)), methods=["POST"]),
                 Route("/jobs", page(self.jobs_page), name="jobs"),
                 Route("/jobs/requeue-dead", act(self.requeue_dead), methods=["POST"]),
-                Route("/jobs/{job_id}", page(self.job_page), name="job"),
-                Route("/jobs/{job_id}/{verb}", act(self.job_action), methods=["POST"]),
+                # `path`: an id may hold `/` (its links encode it as %2F, which the server
+                # decodes before routing); the verb is the last segment.
+                Route("/jobs/{job_id:path}", page(self.job_page), name="job"),
+                Route("/jobs/{job_id:path}/{verb}", act(self.job_action), methods=["POST"]),
                 Route("/workers", page(self.workers_page), name="workers"),
                 Route("/schedule", page(self.schedule_page), name="schedule"),
                 Route("/schedule/pause", act(self._pausing("task", True)), methods=["POST"]),
@@ -190,6 +272,7 @@ class Dashboard:
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
             ],
             lifespan=self._lifespan,
+            exception_handlers={HTTPException: self._http_error},
         )
 
     @asynccontextmanager
@@ -237,7 +320,10 @@ class Dashboard:
         origin = request.headers.get("origin")
         if origin is None:
             return False
-        return urlsplit(origin).netloc != request.headers.get("host")
+        try:
+            return urlsplit(origin).netloc != request.headers.get("host")
+        except ValueError:  # not a URL at all: no page of ours sent it
+            return True
 
     async def _checked_form(self, request: Request, *, acting: bool = True) -> dict[str, str]:
         """The action's form once every guard passed: signed in, allowed to act (unless it
@@ -282,10 +368,11 @@ class Dashboard:
             access=self.access,
             signed_in=self.access.guarded and self._authed(request),
             csrf=self.access.csrf_token(nonce),
-            notice=json.loads(unquote(notice)) if notice else None,
+            notice=notice_of(notice),
             now_ms=self.operator.clock.now_ms(),
             **context,
         )
+        html = _SURROGATES.sub("\ufffd", html)
         response = HTMLResponse(html, status_code=status, headers=_HEADERS)
         secure = request.url.scheme == "https"
         if CSRF_COOKIE not in request.cookies:
@@ -302,7 +389,15 @@ class Dashboard:
         return response
 
     def _error(self, request: Request, error: JobsError) -> HTMLResponse:
-        status = _STATUS.get(type(error), 500)
+        return self._render(request, "error.html", status=status_of(error), error=error)
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        """Starlette's own refusals (no such page, a method a route does not take, a form it
+        cannot read) as the dashboard's error page, with their status."""
+        status = exc.status_code if isinstance(exc, HTTPException) else 400
+        error = DashboardRequestInvalidError(
+            f"{status} {exc.detail}" if isinstance(exc, HTTPException) else None
+        )
         return self._render(request, "error.html", status=status, error=error)
 
     def _back(self, request: Request, to: str, kind: str, text: str) -> Response:
@@ -310,7 +405,7 @@ class Dashboard:
         response = RedirectResponse(f"{self._base(request)}{_safe_next(to)}", status_code=303)
         response.set_cookie(
             NOTICE_COOKIE,
-            quote(json.dumps({"kind": kind, "text": text[:300]})),
+            quote(json.dumps({"kind": kind, "text": text[:NOTICE_CHARS]})),
             path=self._cookie_path(request),
             httponly=True,
             samesite="lax",
@@ -345,6 +440,9 @@ class Dashboard:
             try:
                 return await do(request, fields)
             except JobsError as exc:
+                if status_of(exc) == 400:
+                    # A request no page of ours makes (a forged or mangled form): refused as one.
+                    return self._error(request, exc)
                 self.recount()
                 # A refusal of the store (not found, not requeueable…) goes back as a notice.
                 to = fields.get("back") or "/"
@@ -404,9 +502,11 @@ class Dashboard:
         }
 
     async def job_page(self, request: Request) -> tuple[str, dict[str, Any]]:
-        view = await self.operator.job(request.path_params["job_id"])
+        view = await self.operator.job(_job_id(request))
         state = view.record.state
-        actions = [a for a, states in JOB_ACTIONS.items() if state in states]
+        # Without the operator family every action would be refused: none is offered.
+        steers = self.driver.capabilities().operator
+        actions = [a for a, states in JOB_ACTIONS.items() if steers and state in states]
         return "job.html", {
             "nav": "jobs",
             "view": view,
@@ -455,7 +555,7 @@ class Dashboard:
         return act
 
     async def job_action(self, request: Request, form: dict[str, str]) -> Response:
-        job_id = request.path_params["job_id"]
+        job_id = _job_id(request)
         try:
             action = Action(request.path_params["verb"])
         except ValueError:
@@ -463,7 +563,7 @@ class Dashboard:
         answer = await self.operator.act_one(action, job_id)
         if action is Action.REMOVE:
             return self._acted(request, "/jobs", f"removed job {job_id}")
-        return self._acted(request, f"/jobs/{quote(job_id)}", f"{answer.value}: {job_id}")
+        return self._acted(request, job_path(job_id), f"{answer.value}: {job_id}")
 
     async def requeue_dead(self, request: Request, form: dict[str, str]) -> Response:
         f = JobFilter(
@@ -476,6 +576,8 @@ class Dashboard:
         parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"
         if report.examined >= BULK_ROWS:
             parts += f" (stopped at {BULK_ROWS:,} rows: press it again for the rest)"
+        if report.advice is not None:
+            parts += f". {report.advice}"
         return self._acted(
             request, form.get("back") or "/jobs?state=dead", f"requeue dead jobs: {parts}"
         )

@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 
 from jobs_core.driver import MAX_KEY_BYTES, MAX_LEASE_LIMIT
 from jobs_core.errors import ConcurrencyKeyError, DeclarationInvalidError, JobsError
-from jobs_core.jsonform import utf8_length
+from jobs_core.jsonform import unstorable, utf8_length
 from jobs_core.options import count, seconds_to_ms
 
 WhenBusy = Literal["wait", "fail"]
@@ -46,12 +46,12 @@ class Concurrency:
         if (
             not isinstance(value, str)
             or not value
-            or "\x00" in value
+            or unstorable(value) is not None
             or utf8_length(value) > MAX_KEY_BYTES
         ):
             raise ConcurrencyKeyError(
                 f"the concurrency key must be a non-empty string of at most {MAX_KEY_BYTES}"
-                f" UTF-8 bytes, got {type(value).__name__}",
+                f" UTF-8 bytes with no NUL or lone surrogate, got {type(value).__name__}",
                 detail=name,
             )
         # The name's length first: a name holding ':' can never make two keys meet.

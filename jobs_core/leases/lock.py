@@ -12,7 +12,7 @@ from typing import Final
 
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
-from jobs_core.errors import DriverUnsupportedError, JobsError, LockLostError, LockTimeoutError
+from jobs_core.errors import JobsError, LockLostError, LockTimeoutError
 from jobs_core.ids import new_id
 from jobs_core.options import finite_number, seconds_to_ms
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
@@ -68,8 +68,7 @@ async def with_lock(
         client = default_client()
         driver = driver or client.driver
         clock = clock or client.clock
-    if not driver.capabilities().leases:
-        raise DriverUnsupportedError("this driver has no lease family", detail="with_lock")
+    driver.require("leases", what="with_lock")
     ttl_ms = seconds_to_ms(ttl, "ttl")
     wait_ms = None if wait is None else round(finite_number(wait, "wait", minimum=0.0) * 1000)
     lock = await _take(driver, clock, key, ttl_ms, wait_ms)

@@ -7,7 +7,9 @@
 - from the store, read when scraped (at most once per `STORE_CACHE_S`, so an eager scraper
   cannot load the store): `ujobs_queue_oldest_ready_seconds`, `ujobs_queue_dead_jobs`,
   `ujobs_queue_demand` and `ujobs_queue_jobs` (by state), for every queue holding rows;
-  `ujobs_store_up` says whether that read answered;
+  `ujobs_store_up` says whether that read answered. On a driver without the operator family
+  (`Capabilities.operator`: no `queue_stats`) only `ujobs_queue_demand` is served, for the
+  worker's own queues, and the worker says so once in its log (`jobs.metrics.partial`);
 - with `--with-relay`, from the outbox the same way: `ujobs_outbox_pending_rows` (committed
   stages not yet published, counted up to 1,000), `ujobs_outbox_oldest_seconds`,
   `ujobs_outbox_failing_rows`, `ujobs_outbox_up`, and `ujobs_relay_published_total`.
@@ -91,12 +93,20 @@ class _StoreGauges(Collector):
     def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
         self._worker = worker
         self._reads = _CachedRead(self._read, loop, "store")
+        self._counts = worker.driver.capabilities().operator
+        if not self._counts:
+            log.warning(
+                "jobs.metrics.partial: %s does not declare the operator family; of the queue"
+                " gauges only ujobs_queue_demand is served, for this worker's queues",
+                worker.driver.describe(),
+            )
 
     async def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
         now = self._worker.clock.now_ms()
-        stats = await self._worker.driver.queue_stats(now)
-        queues = [s.queue for s in stats]
-        demand = await self._worker.driver.queue_demand(queues, now) if queues else {}
+        driver = self._worker.driver
+        stats = await driver.queue_stats(now) if self._counts else []
+        queues = [s.queue for s in stats] if self._counts else list(self._worker.queues)
+        demand = await driver.queue_demand(queues, now) if queues else {}
         return stats, demand, now
 
     def collect(self) -> Iterator[Metric]:
@@ -125,10 +135,11 @@ class _StoreGauges(Collector):
             age = 0.0 if s.oldest_ready_at_ms is None else max(0, now - s.oldest_ready_at_ms)
             oldest.add_metric([s.queue], age / 1000)
             dead.add_metric([s.queue], s.count(JobState.DEAD))
-            wanted.add_metric([s.queue], demand.get(s.queue, 0))
             for state, n in s.counts:
                 jobs.add_metric([s.queue, state.value], n)
-        yield from (oldest, dead, wanted, jobs)
+        for queue, n in sorted(demand.items()):
+            wanted.add_metric([queue], n)
+        yield from (oldest, dead, wanted, jobs) if self._counts else (wanted,)
 
 
 class _OutboxGauges(Collector):

@@ -6,6 +6,15 @@ progress value and stored error is redacted by the declarations in force (`Redac
 the live workers' and the caller's own). Single-id steering answers with the driver's answer
 or raises the typed refusal (`X_JOB_NOT_FOUND`, `X_JOB_NOT_CANCELLABLE`…); the bulk forms walk
 a filter's pages and act on each page in one call.
+
+Each view needs the driver families it reads (`Capabilities`), and is refused before any call
+when one is missing (`X_DRIVER_CAPABILITY_MISSING`, naming it): listing and steering need
+`operator`; `queues()` and `stats()` need `operator` and `counters`, `throughput()` counters;
+`workers()` the registry (`workers`); pausing `pauses`; `task_fires()` `tasks`. One job's view
+(`job()`) needs the core family alone. What a view merely reads beside its own family is
+absent where the driver has none: no pauses (nothing is paused), no steps, no marks, and
+without a registry only the caller's declarations redact (any other job's input shows
+`[redacted]` whole).
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ from jobs_core.errors import (
     NotRemovableError,
     NotRequeueableError,
     RequeueDuplicateError,
+    RequeueUnwoundError,
 )
+from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import (
@@ -43,12 +54,13 @@ from jobs_core.records import (
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     TaskMark,
     WorkerInfo,
 )
 from jobs_core.redact import RedactionPolicy
 from jobs_core.scheduler.task import TaskHandle
-from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of
+from jobs_core.semantics import HOUR_MS, MINUTE_MS, fold_before, hour_of, minute_of
 from jobs_core.states import JobState
 
 #: How many listing calls one page of the operator's may take to fill up (each examines at most
@@ -62,7 +74,11 @@ class Action(StrEnum):
     """A steering verb an operator applies to jobs."""
 
     CANCEL = "cancel"
+    #: Run a finished job again in its run: its recorded steps replay. A saga run that failed
+    #: for good (its steps are undone) is refused, `unwound` (`X_JOB_REQUEUE_UNWOUND`).
     REQUEUE = "requeue"
+    #: Run a finished job again as a FRESH run: a new run id, no recorded step replays.
+    REQUEUE_FRESH = "requeue-fresh"
     PROMOTE = "promote"
     REMOVE = "remove"
 
@@ -96,6 +112,7 @@ def refusal_for(action: Action, job_id: str, answer: Answer) -> JobsError | None
         CancelAnswer.FINISHED: NotCancellableError(detail=job_id),
         RequeueAnswer.LIVE: NotRequeueableError(detail=job_id),
         RequeueAnswer.DUPLICATE: RequeueDuplicateError(detail=job_id),
+        RequeueAnswer.UNWOUND: RequeueUnwoundError(detail=job_id),
         PromoteAnswer.NOT_READY: NotPromotableError(detail=job_id),
         RemoveAnswer.RUNNING: NotRemovableError(detail=job_id),
     }
@@ -364,20 +381,40 @@ class NameStats:
     settled: dict[str, int]
 
 
+def counted_since(now_ms: int, window_ms: int) -> int:
+    """Where the counters of a window of `window_ms` back from `now_ms` start: the minute the
+    window starts in, or the hour, when that minute may be folded already.
+
+    Minute buckets before `fold_before(now_ms)` may be summed into their hour bucket by now,
+    which keeps no minutes: a window starting inside such an hour counts that hour whole (it
+    reaches back to the hour's start, never skips it), whether or not the fold ran yet, so one
+    window reads the same counts before and after a fold."""
+    since = minute_of(max(0, now_ms - window_ms))
+    return hour_of(since) if since < fold_before(now_ms) else since
+
+
 @dataclass(frozen=True, slots=True)
 class StatsView:
-    """Rows by state across every queue, and what each job name settled over a window."""
+    """Rows by state across every queue, and what each job name settled from `since_ms` on
+    (the window asked for, widened to the start of a folded hour: `counted_since`)."""
 
     now_ms: int
     window_ms: int
     states: dict[str, int]
     names: list[NameStats]
     totals: dict[str, int] = field(default_factory=dict)
+    since_ms: int = 0
+
+    @property
+    def widened(self) -> bool:
+        """Whether counting began before the window (at the start of a folded hour)."""
+        return self.since_ms < minute_of(max(0, self.now_ms - self.window_ms))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "now_ms": self.now_ms,
             "window_s": self.window_ms / 1000,
+            "since_ms": self.since_ms,
             "states": self.states,
             "totals": self.totals,
             "names": {n.name: n.settled for n in self.names},
@@ -395,6 +432,18 @@ class BulkReport:
     @property
     def done(self) -> int:
         return sum(n for a, n in self.answers.items() if a in {d.value for d in DONE})
+
+    @property
+    def advice(self) -> str | None:
+        """What to do about the refusals that have a remedy (unwound saga runs), or None."""
+        unwound = self.answers.get(RequeueAnswer.UNWOUND.value, 0)
+        if not unwound:
+            return None
+        return (
+            f"{unwound} unwound: saga runs that failed for good, their steps undone (or being"
+            " undone), are not replayed; requeue them as fresh runs (`ujobs jobs requeue"
+            " --fresh`, the job page's requeue-fresh)"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -421,9 +470,16 @@ class Operator:
         self._local = RedactionPolicy.of((h.name, h.sensitive) for h in handles)
 
     async def policy(self) -> RedactionPolicy:
-        """The declarations in force: the live workers' and the caller's."""
+        """The declarations in force: the live workers' (where the driver keeps a registry) and
+        the caller's."""
+        if not self.driver.capabilities().workers:
+            return self._local
         workers = await self.driver.worker_list(self.clock.now_ms())
         return RedactionPolicy.from_workers(workers).merged(self._local)
+
+    async def _pauses(self) -> list[Pause]:
+        """Every pause; none on a driver without the pause family (nothing can be paused)."""
+        return await self.driver.pause_list() if self.driver.capabilities().pauses else []
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -438,6 +494,7 @@ class Operator:
         """Up to `limit` rows the filter keeps, newest first, after `cursor`; follows the
         driver's short pages (a rare filter) for up to `max_calls` calls, then answers short
         with the cursor to go on from."""
+        self.driver.require("operator", what="listing jobs")
         f = f if f is not None else JobFilter()
         limit = min(max(1, limit), MAX_LIST_LIMIT)
         taken: list[JobSummary] = []
@@ -487,12 +544,13 @@ class Operator:
 
     async def queues(self) -> list[QueueView]:
         """Every queue holding rows or paused, with its counts, age, demand and throughput."""
+        self.driver.require("operator", "counters", what="the queues view")
         now = self.clock.now_ms()
         since = now - THROUGHPUT_WINDOW_MS
         # Three independent reads at once: the page waits for the slowest, not for their sum.
         all_stats, pauses, rows = await asyncio.gather(
             self.driver.queue_stats(now),
-            self.driver.pause_list(),
+            self._pauses(),
             self.driver.counter_read(CounterReadParams(since - since % MINUTE_MS, now + 1)),
         )
         stats = {s.queue: s for s in all_stats}
@@ -520,6 +578,7 @@ class Operator:
     async def throughput(self, minutes: int = 60) -> dict[str, Throughput]:
         """Per queue, what settled in each of the last `minutes` minutes (the current one last),
         from the counters' minute buckets: one counter read for every queue."""
+        self.driver.require("counters", what="the throughput view")
         now = self.clock.now_ms()
         first = now - now % MINUTE_MS - (minutes - 1) * MINUTE_MS
         rows = await self.driver.counter_read(CounterReadParams(first, now + 1))
@@ -534,37 +593,47 @@ class Operator:
         return out
 
     async def workers(self) -> list[WorkerView]:
+        """The live workers, by id."""
+        self.driver.require("workers", what="the worker list")
         return [WorkerView.of(w) for w in await self.driver.worker_list(self.clock.now_ms())]
 
     async def stats(self, window_ms: int = HOUR_MS) -> StatsView:
-        """Rows by state, and per job name what settled over the last `window_ms` (read from
-        the counters: minute buckets while recent, hour buckets once folded, so a window longer
-        than two hours starts at an hour boundary)."""
+        """Rows by state, and per job name what settled over the last `window_ms`, read from
+        the counters from `counted_since(now, window_ms)` on (a window starting in a folded hour
+        counts that hour whole; the view's `since_ms` says where counting began)."""
+        self.driver.require("operator", "counters", what="the stats view")
         now = self.clock.now_ms()
         states = dict.fromkeys((s.value for s in JobState), 0)
         for q in await self.driver.queue_stats(now):
             for st, n in q.counts:
                 states[st.value] += n
-        since = now - window_ms
-        since = hour_of(since) if window_ms > 2 * HOUR_MS else since - since % MINUTE_MS
+        since = counted_since(now, window_ms)
         rows = await self.driver.counter_read(CounterReadParams(since, now + 1))
         by_name: dict[str, list[CounterRow]] = {}
         for r in rows:
             by_name.setdefault(r.name, []).append(r)
         names = [NameStats(n, _tally(rs)) for n, rs in sorted(by_name.items())]
-        return StatsView(now, window_ms, states, names, _tally(rows))
+        return StatsView(now, window_ms, states, names, _tally(rows), since)
 
     # -- steering -------------------------------------------------------------------------------
 
     async def act(self, action: Action, job_ids: Sequence[str]) -> list[Answer]:
         """Apply `action` to each id in one driver call (at most `MAX_BULK_IDS`), in order."""
+        self.driver.require("operator", what=f"{action.value} (an operator's verb)")
         now = self.clock.now_ms()
         answers: list[Answer]
         match action:
             case Action.CANCEL:
                 answers = list(await self.driver.job_cancel_many(job_ids, now))
             case Action.REQUEUE:
-                answers = list(await self.driver.job_requeue_many(job_ids, now))
+                answers = list(
+                    await self.driver.job_requeue_many(RequeueParams(tuple(job_ids), now))
+                )
+            case Action.REQUEUE_FRESH:
+                fresh = tuple(new_id() for _ in job_ids)
+                answers = list(
+                    await self.driver.job_requeue_many(RequeueParams(tuple(job_ids), now, fresh))
+                )
             case Action.PROMOTE:
                 answers = list(await self.driver.job_promote(job_ids, now))
             case Action.REMOVE:
@@ -574,7 +643,7 @@ class Operator:
     async def act_one(self, action: Action, job_id: str) -> Answer:
         """Apply `action` to one job; a refusal raises its typed error (`X_JOB_NOT_FOUND`,
         `X_JOB_NOT_CANCELLABLE`, `X_JOB_NOT_REQUEUEABLE`, `X_JOB_REQUEUE_DUPLICATE`,
-        `X_JOB_NOT_PROMOTABLE`, `X_JOB_NOT_REMOVABLE`)."""
+        `X_JOB_REQUEUE_UNWOUND`, `X_JOB_NOT_PROMOTABLE`, `X_JOB_NOT_REMOVABLE`)."""
         answer = (await self.act(action, [job_id]))[0]
         refusal = refusal_for(action, job_id, answer)
         if refusal is not None:
@@ -586,7 +655,10 @@ class Operator:
     ) -> BulkReport:
         """Apply `action` to every row the filter keeps, page by page (one driver call a page of
         up to 500 rows), newest first; at most `max_rows` rows when given. Rows that change
-        meanwhile are answered for as they are when their page is acted on."""
+        meanwhile are answered for as they are when their page is acted on. A bulk `REQUEUE`
+        refuses each unwound saga run as the single one does (counted `unwound`): only
+        `REQUEUE_FRESH` takes those."""
+        self.driver.require("operator", what=f"{action.value} (an operator's verb)")
         answers: dict[str, int] = {}
         examined = 0
         cursor: str | None = None
@@ -604,27 +676,34 @@ class Operator:
         return BulkReport(action, answers, examined)
 
     async def pause(self, pause: Pause) -> bool:
+        """Pause a queue, a job name or a task; True when it was not paused before."""
+        self.driver.require("pauses", what="pausing")
         return await self.driver.pause_add(pause)
 
     async def resume(self, pause: Pause) -> bool:
+        """Lift a pause; True when it existed."""
+        self.driver.require("pauses", what="resuming")
         return await self.driver.pause_remove(pause)
 
     async def pauses(self) -> list[Pause]:
+        """Every pause, sorted."""
+        self.driver.require("pauses", what="the pause list")
         return await self.driver.pause_list()
 
     async def tasks(self, handles: Sequence[TaskHandle]) -> list[TaskView]:
         """Each declared task with its durable mark: the next occurrence a leader would fire,
         the last that really fired, whether it is paused. Reads the task family (an empty mark
-        on a driver without it)."""
+        on a driver without it; none paused on a driver without pauses)."""
         now = self.clock.now_ms()
         names = [h.name for h in handles]
         marks = await self.driver.task_marks(names) if self.driver.capabilities().tasks else {}
-        paused = {p.value for p in await self.driver.pause_list() if p.kind == "task"}
+        paused = {p.value for p in await self._pauses() if p.kind == "task"}
         return [TaskView.of(h, marks.get(h.name), h.name in paused, now) for h in handles]
 
     async def task_fires(self, names: Sequence[str]) -> dict[str, int | None]:
         """Per named task, the last occurrence (epoch ms) that really dispatched its job; None
         before the first (a task never armed, or armed and not fired yet). Never the watermark:
         a catch-up or a pause moves that, not this."""
+        self.driver.require("tasks", what="the task fires")
         marks = await self.driver.task_marks(names)
         return {n: (marks[n].fired_ms if n in marks else None) for n in names}

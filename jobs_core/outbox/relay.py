@@ -13,9 +13,11 @@ a lease that lapsed mid-pass costs a deduped enqueue, never a second job; that i
 mark or release is left to the lease rather than retried.
 
 Idle, the relay polls like the worker's claim loop (`IdleBackoff` from a floor to `poll`, 5 s
-while the store's wake channel is live) and a wake starts a pass at once. `stop()` drains in two
-phases like the worker: no new claim, the pass in flight finishes its claimed rows; past the
-timeout it is cancelled and its rows wait for their lease.
+while the store's wake channel is live) and a wake starts a pass at once. Stores that are
+unavailable when it starts are waited for like the worker's. `stop()` drains in two phases like
+the worker: no new claim, the pass in flight finishes its claimed rows; past the timeout it is
+cancelled and its rows wait for their lease, its unwinding and the wake's close sharing the
+drain's slack (`jobs_core.lifecycle`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +33,9 @@ from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
-from jobs_core.ids import new_id
+from jobs_core.ids import host_name, new_id
+from jobs_core.jsonform import storable
+from jobs_core.lifecycle import StopBudget, leave, wait_for_store
 from jobs_core.options import count, finite_number, seconds_to_ms
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.outbox.store import MAX_OUTBOX_BATCH, MAX_OUTBOX_ERROR_CHARS, OutboxStore
@@ -51,8 +54,6 @@ WAKE_POLL_S: Final = 5.0
 #: A row whose publish failed is claimable again after this, doubling per failure, to the cap.
 RETRY_FLOOR_MS: Final = 1_000
 RETRY_CAP_MS: Final = 300_000
-#: What `stop` waits, past its timeout, for a cancelled pass or a wake close to unwind.
-STOP_SLACK_S: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -89,7 +90,7 @@ class Relay:
         self.outbox = outbox
         self.driver = driver
         self.clock = clock or SystemClock()
-        self.relay_id = relay_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.relay_id = relay_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.batch = count(batch, "batch", minimum=1, maximum=MAX_OUTBOX_BATCH)
         self.lease_ms = seconds_to_ms(lease, "lease")
         self.poll_ms = seconds_to_ms(poll, "poll")
@@ -100,6 +101,8 @@ class Relay:
         self.wake: WakeSubscription | None = None
         self._backoff = IdleBackoff(min(POLL_FLOOR_MS, self.poll_ms), self.poll_ms)
         self._kick = asyncio.Event()
+        #: Set by the first `stop()`: a start still waiting for its stores gives up.
+        self._halt = asyncio.Event()
         self._forced = asyncio.Event()
         self._stopped = asyncio.Event()
         self._pass: asyncio.Future[PassResult] | None = None
@@ -165,13 +168,15 @@ class Relay:
         """Drain: no claim from now on; the pass in flight publishes what it claimed, for up to
         `timeout` seconds (None: no bound). Past it the pass is cancelled and its rows wait for
         their lease (their republish is deduped). True when it drained, False when it cut the
-        pass. A second call joins the first; a stopped relay does not start again."""
+        pass. A second call joins the first; a stopped relay does not start again. With a
+        timeout it returns within about `timeout` + 1 s, its stores up or down."""
         if self._stop is None:
-            budget = (
+            budget = StopBudget.after(
                 None
                 if timeout is None
                 else finite_number(timeout, "timeout", minimum=0.0, maximum=7 * 24 * 3600)
             )
+            self._halt.set()
             self._stop = asyncio.ensure_future(self._teardown(budget))
         return await asyncio.shield(self._stop)
 
@@ -183,16 +188,20 @@ class Relay:
         if self._stop is not None:
             raise DrainingError("a stopped relay does not start again", detail=self.relay_id)
 
-    async def _teardown(self, budget_s: float | None) -> bool:
+    async def _teardown(self, budget: StopBudget) -> bool:
         self._kick.set()
         work = [t for t in (self._loop, self._pass) if t is not None and not t.done()]
         drained = True
+        unwinding: list[asyncio.Future[object]] = []
         if work:
             finished = asyncio.ensure_future(asyncio.wait(work))
             forced = asyncio.ensure_future(self._forced.wait())
+            left_ms = budget.left_ms()
             try:
                 await asyncio.wait(
-                    [finished, forced], timeout=budget_s, return_when=asyncio.FIRST_COMPLETED
+                    [finished, forced],
+                    timeout=None if left_ms is None else left_ms / 1000,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
             finally:
                 forced.cancel()
@@ -203,13 +212,18 @@ class Relay:
                 for t in left:
                     t.cancel()
                 # A store call cancelled mid-flight may take its driver's time to give up.
-                await asyncio.wait(left, timeout=STOP_SLACK_S)
+                unwinding.append(asyncio.ensure_future(asyncio.wait(left)))
                 log.warning(
                     "jobs.relay.pass_abandoned %s: its claimed rows wait for their lease"
                     " (their republish is deduped)",
                     self.relay_id,
                 )
-        await self._close_wake()
+        # The unwinding and the wake's close share the slack past the deadline.
+        unwinding.append(asyncio.ensure_future(self._close_wake()))
+        slack_ms = budget.slack_ms()
+        await asyncio.wait(unwinding, timeout=None if slack_ms is None else slack_ms / 1000)
+        for fut in unwinding:
+            leave(fut)
         log.info("jobs.relay.stopped %s published=%d", self.relay_id, self.published)
         self._stopped.set()
         return drained
@@ -219,7 +233,7 @@ class Relay:
         if wake is None:
             return
         try:
-            await asyncio.wait_for(wake.close(), STOP_SLACK_S)
+            await wake.close()
         except Exception as exc:  # the channel dies with the connection; stopping must finish
             log.warning("jobs.relay.wake_close_failed: %r", exc)
 
@@ -250,18 +264,16 @@ class Relay:
             await self._wait(self._backoff.next_ms(self._ceiling()))
 
     async def _connect(self, outage: Outage) -> bool:
-        """Open both stores (a store still starting is waited for), then subscribe to the
-        outbox's wake; False when a stop came first."""
-        while not self.stopping:
-            try:
-                await self.outbox.open()
-                await self.driver.open()
-                break
-            except Exception as exc:  # a store down or not ready yet: waited for, never fatal
-                await self._wait(outage.failed(exc))
-        else:
+        """Open both stores (one unavailable is waited for; one that refuses otherwise ends
+        the relay, raised by `run()`), then subscribe to the outbox's wake; False when a stop
+        came first."""
+
+        async def reach() -> None:
+            await self.outbox.open()
+            await self.driver.open()
+
+        if not await wait_for_store(reach, outage, self._halt, self.clock) or self.stopping:
             return False
-        outage.recovered()
         try:
             self.wake = await self.outbox.outbox_wake(self._on_wake)
         except Exception as exc:  # the poll is the guarantee; the wake only shortens it
@@ -416,9 +428,9 @@ class Relay:
 
 
 def _why(exc: BaseException) -> str:
-    """An error as stored in `last_error`: its code and message, passwords masked, no NUL."""
+    """An error as stored in `last_error`: its code and message, passwords masked, storable."""
     text = str(exc) if isinstance(exc, JobsError) else f"{type(exc).__name__}: {exc}"
-    return mask_text(text).replace("\x00", "\\0")[:MAX_OUTBOX_ERROR_CHARS]
+    return storable(mask_text(text))[:MAX_OUTBOX_ERROR_CHARS]
 
 
 def _log_published(answers: Sequence[EnqueueResult], rows: Sequence[OutboxRow]) -> None:

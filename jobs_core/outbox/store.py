@@ -23,7 +23,7 @@ from jobs_core.driver import (
     check_new_job,
 )
 from jobs_core.errors import BatchTooLargeError, RecordInvalidError
-from jobs_core.jsonform import holds_nul
+from jobs_core.jsonform import holds_nul, holds_surrogate
 from jobs_core.outbox.records import OutboxClaim, OutboxRelease, OutboxRow
 from jobs_core.records import NewJob
 
@@ -96,8 +96,10 @@ class OutboxStore(abc.ABC):
         _check_str(release.token, "token")
         _check_ids(release.ids)
         _check_time(release.retry_at_ms, "retry_at_ms")
-        if release.error is not None and holds_nul(release.error):
-            raise RecordInvalidError("must hold no NUL character", detail="error")
+        if release.error is not None and (
+            holds_nul(release.error) or holds_surrogate(release.error)
+        ):
+            raise RecordInvalidError("must hold no NUL character or lone surrogate", detail="error")
         if not release.ids:
             return []
         if release.error is not None and len(release.error) > MAX_OUTBOX_ERROR_CHARS:

@@ -11,11 +11,17 @@ time to an instant, so the daylight-saving rules are ours and written down once:
 
 The mapping is monotonic (a later wall time never maps to an earlier instant), so occurrences
 are a sorted set of instants: `next_after` and `latest_until` walk it in either direction.
+
+An expression names the same instants at every read, on every scheduler: croniter's random
+fields (`R`) are refused, its hashed ones (`H`) are hashed from a fixed id (a task's name), and
+a year field (a schedule that stops) is refused. Every other croniter form is a pure function
+of the wall time: names, `?`, `L`, `#`, `W`, steps and the `@` aliases.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zoneinfo
 from typing import Final
 
@@ -32,6 +38,14 @@ _FOLD_MARGIN: Final = dt.timedelta(hours=3)
 _ALIASES: Final = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
+_FIELDS: Final = {
+    5: ("minute", "hour", "day-of-month", "month", "day-of-week"),
+    6: ("second", "minute", "hour", "day-of-month", "month", "day-of-week"),
+    7: ("second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"),
+}
+#: A field croniter draws a value for: `R` at random at every read, `H` from a hash of an id
+#: (its `hash_expression_re`, which matches a whole field only).
+_DRAWN: Final = re.compile(r"^(?P<kind>[hr])(\(\d+-\d+\))?(/\d+)?$", re.ASCII | re.IGNORECASE)
 
 
 def zone(tz: object) -> zoneinfo.ZoneInfo:
@@ -45,14 +59,16 @@ def zone(tz: object) -> zoneinfo.ZoneInfo:
 
 
 class CronSchedule:
-    """The instants a cron expression names in one zone.
+    """The instants a cron expression names in one zone, the same at every read.
 
     `expr` has 5 fields (minute hour day-of-month month day-of-week), or 6 with SECONDS FIRST
     (as Quartz, Spring and node-cron read six), or one of croniter's aliases (`@daily`, ...).
-    Refused (`X_TASK_CRON_INVALID`) when croniter cannot read it or it never fires.
+    An `H` field takes a value hashed from `hash_id` (a task passes its name). Refused
+    (`X_TASK_CRON_INVALID`, naming the field) when croniter cannot read it, it never fires, a
+    field is random (`R`), hashed with no `hash_id`, or a year (a seventh field).
     """
 
-    def __init__(self, expr: object, tz: object) -> None:
+    def __init__(self, expr: object, tz: object, *, hash_id: str | None = None) -> None:
         self.tz = zone(tz)
         if not isinstance(expr, str) or not expr.strip():
             raise TaskCronInvalidError("cron must be a non-empty string", detail=repr(expr))
@@ -62,13 +78,43 @@ class CronSchedule:
             self._seconds = False
         elif len(fields) in (5, 6):
             self._seconds = len(fields) == 6
+        elif len(fields) == 7:
+            # croniter would read a year: a schedule that stops firing has no next occurrence.
+            raise TaskCronInvalidError(
+                f"the year field {fields[6]!r} is not taken: give 5 fields (minute first) or 6"
+                " (seconds first); a one-off is an enqueue with run_at",
+                detail=self.expr,
+            )
         else:
             raise TaskCronInvalidError(
                 f"{len(fields)} fields: give 5 (minute first) or 6 (seconds first)",
                 detail=self.expr,
             )
+        #: Passed to croniter only when a field is hashed: with an id, croniter reads its
+        #: aliases as hashed times too (`@daily` would no longer be midnight).
+        self._hash_id: bytes | None = None
+        for name, value in zip(_FIELDS.get(len(fields), ()), fields, strict=False):
+            drawn = _DRAWN.match(value)
+            if drawn is None:
+                continue
+            if drawn["kind"].lower() == "r":
+                raise TaskCronInvalidError(
+                    f"the {name} field {value!r} is random: croniter draws it anew at every"
+                    " read, so each read (and each scheduler) would fire at other times;"
+                    " write the value, or `H` for one hashed from the task's name",
+                    detail=self.expr,
+                )
+            if hash_id is None:
+                raise TaskCronInvalidError(
+                    f"the {name} field {value!r} is hashed: it needs an id to hash (task()"
+                    " gives its name)",
+                    detail=self.expr,
+                )
+            self._hash_id = hash_id.encode("utf-8")
         try:
-            ok = croniter.is_valid(self.expr, second_at_beginning=self._seconds)
+            ok = croniter.is_valid(
+                self.expr, hash_id=self._hash_id, second_at_beginning=self._seconds
+            )
         except Exception:  # croniter raises on some inputs it cannot classify
             ok = False
         if not ok:
@@ -127,7 +173,7 @@ class CronSchedule:
         return hi * _SECOND_MS
 
     def _walk(self, start: dt.datetime) -> croniter:
-        return croniter(self.expr, start, second_at_beginning=self._seconds)
+        return croniter(self.expr, start, hash_id=self._hash_id, second_at_beginning=self._seconds)
 
     def _wall(self, at_ms: int) -> dt.datetime:
         """The naive wall time of `at_ms`, to the second below."""

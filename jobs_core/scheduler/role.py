@@ -8,11 +8,14 @@ occurrence once. The lease only keeps them from racing for nothing.
 
 While it leads, a scheduler keeps each task's mark and next occurrence in memory and trusts its
 lease for one renewal interval, so an idle round touches no store: its only calls are the
-renewals (6 a minute at the default TTL). The pause rows are read only when a task is due.
+renewals (6 a minute at the default TTL). The pause rows are read only when a task is due (on a
+driver without the pause family nothing is ever paused).
 
 One dispatch round at a time (`tick()` joins the one in flight); "am I still leading" is asked
-every round and before every task. `stop()` waits for the round in flight, then releases the
-lease; a round abandoned at the drain's timeout keeps it (it lapses on its own).
+every round and before every task. A store that is unavailable, at start or under a round, is
+waited for with the worker's outage backoff. `stop()` waits for the round in flight, then
+releases the lease within the drain's slack; a round abandoned at the drain's timeout keeps it
+(it lapses on its own).
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from typing import Final
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver, check_new_job
-from jobs_core.errors import DrainingError, DriverUnsupportedError, JobsError
+from jobs_core.errors import DrainingError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
+from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, wait_for_store
 from jobs_core.options import seconds_to_ms
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake, TaskFire, TaskMark
 from jobs_core.scheduler.task import ENQUEUED_BY, Occurrence, TaskHandle, tasks_of
+from jobs_core.worker.outage import Outage
 
 log = logging.getLogger("jobs")
 
@@ -44,9 +49,6 @@ LEADER_TTL_S: Final = 30.0
 PAUSED_RECHECK_MS: Final = 30_000
 #: A task whose input the job refuses is tried again this long after (it logs each time).
 REFUSED_RETRY_MS: Final = 60_000
-#: A round the store failed is tried again after this, doubling up to the cap.
-OUTAGE_FLOOR_MS: Final = 1_000
-OUTAGE_CAP_MS: Final = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,10 @@ class Scheduler:
         lease_ttl: float = LEADER_TTL_S,
     ) -> None:
         """`lease_ttl` (seconds): how long a silent leader keeps the lead; renewed every third
-        of it (so a leader killed mid-round is replaced within `lease_ttl`)."""
+        of it (so a leader killed mid-round is replaced within `lease_ttl`). A driver without
+        the lease and task families is refused here (`X_DRIVER_CAPABILITY_MISSING`), before
+        anything runs."""
+        driver.require("leases", "tasks", what="the scheduler")
         self.driver = driver
         self.tasks = tasks_of(tasks)
         self._by_name = {t.name: t for t in self.tasks}
@@ -95,9 +100,11 @@ class Scheduler:
         self._held: dict[str, int] = {}
         self._round: asyncio.Task[list[Fired]] | None = None
         self._loop: asyncio.Task[None] | None = None
+        self._started = False
         self._stopping = False
+        #: Set once `stop()` is called: a start still waiting for the store gives up.
+        self._halt = asyncio.Event()
         self._poke = asyncio.Event()
-        self._failures = 0
 
     @property
     def leading(self) -> bool:
@@ -111,17 +118,27 @@ class Scheduler:
     # -- the role ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Refuse a driver without the lease and task families, or a scheduler stopped before
-        (`X_DRAINING`); then run rounds until stop."""
+        """Refuse a scheduler stopped before (`X_DRAINING`); open the driver and read the lead's
+        holders once, then run rounds in the background until stop.
+
+        A store that is unavailable (down, still starting) is waited for with the worker's
+        outage backoff, logged once per step (`jobs.scheduler.store_unavailable`); a `stop()`
+        meanwhile ends the wait at once and no round runs. A store that refuses otherwise (a
+        schema not installed) raises.
+        """
         if self._stopping:
             raise DrainingError(detail=self.scheduler_id)
-        caps = self.driver.capabilities()
-        for family, offered in (("leases", caps.leases), ("tasks", caps.tasks)):
-            if not offered:
-                raise DriverUnsupportedError(
-                    f"the scheduler needs the {family} family", detail=self.driver.describe()
-                )
-        if self._loop is not None:
+        if self._started:
+            return
+        self._started = True
+
+        async def reach() -> None:
+            await self.driver.open()
+            # A first read of the lease family: proves the store holds this library's schema.
+            await self.driver.lease_holders(LEADER_KEY, self.clock.now_ms())
+
+        outage = Outage("jobs.scheduler.store_unavailable")
+        if not await wait_for_store(reach, outage, self._halt, self.clock) or self._stopping:
             return
         names = ", ".join(t.name for t in self.tasks) or "none"
         log.info("jobs.scheduler.started %s tasks=%s", self.scheduler_id, names)
@@ -130,25 +147,31 @@ class Scheduler:
     async def stop(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - a drain budget
         """Stop: no new round; wait for the one in flight (up to `timeout` seconds), then give
         the lead back. True when it drained; False when the round was abandoned (the lead is
-        then kept, to lapse on its own: the abandoned round may have written)."""
+        then kept, to lapse on its own: the abandoned round may have written).
+
+        With a timeout it returns within about `timeout` + 1 s, store up or down: the lead's
+        release (and an abandoned round's unwinding) share the slack past it (`lifecycle`).
+        """
+        budget = StopBudget.after(timeout)
         self._stopping = True
+        self._halt.set()
         self._poke.set()
         loop, self._loop = self._loop, None
         if loop is None:
-            await self._release()
+            await self._release(budget)
             return True
-        done, _ = await asyncio.wait([loop], timeout=timeout)
+        # The floor: even `stop(0)` lets an idle loop see the poke and the lead go back.
+        done, _ = await asyncio.wait([loop], timeout=_seconds(budget.left_ms(STOP_CALL_FLOOR_MS)))
         if not done:
-            for task in (loop, self._round):
-                if task is not None:
-                    task.cancel()
-            await asyncio.gather(
-                loop, *([self._round] if self._round else []), return_exceptions=True
-            )
+            work = [t for t in (loop, self._round) if t is not None]
+            for task in work:
+                task.cancel()
+            # A round cancelled inside a store call may take its driver's time to unwind.
+            await bounded(asyncio.gather(*work, return_exceptions=True), budget.slack_ms())
             log.warning("jobs.scheduler.drain-abandoned %s: the lead lapses", self.scheduler_id)
             self._lease = None
             return False
-        await self._release()
+        await self._release(budget)
         return True
 
     async def tick(self) -> list[Fired]:
@@ -158,20 +181,20 @@ class Scheduler:
         return await asyncio.shield(self._round)
 
     async def _run(self) -> None:
+        # A failed round backs off like the worker's claim loop (0.1 s doubling to 5 s, logged
+        # once per step), so the role is back within seconds of its store.
+        outage = Outage("jobs.scheduler.round_failed")
         while not self._stopping:
             try:
                 await self.tick()
-                self._failures = 0
+            except Exception as exc:
+                if not isinstance(exc, JobsError):
+                    # A bug must not end the role silently; it is logged and the round retried.
+                    log.exception("jobs.scheduler.round_crashed")
+                wait = outage.failed(exc)
+            else:
+                outage.recovered()
                 wait = self._next_wake() - self.clock.now_ms()
-            except JobsError as exc:
-                self._failures += 1
-                wait = min(OUTAGE_CAP_MS, OUTAGE_FLOOR_MS * 2 ** min(self._failures - 1, 8))
-                log.warning("jobs.scheduler.round_failed: %s (again in %d ms)", exc, wait)
-            except Exception:
-                # A bug must not end the role silently; it is logged and the round retried.
-                self._failures += 1
-                wait = OUTAGE_CAP_MS
-                log.exception("jobs.scheduler.round_crashed")
             if not self._stopping:
                 await self._sleep(wait)
 
@@ -226,13 +249,21 @@ class Scheduler:
         self._next.clear()
         self._ask_at = now + self.renew_every_ms
 
-    async def _release(self) -> None:
+    async def _release(self, budget: StopBudget) -> None:
+        """Give the lead back within the drain's slack; a store that does not take it in time
+        leaves it to lapse (a standby takes over within the TTL instead of at once)."""
         lease, self._lease = self._lease, None
         self._marks = None
         if lease is None:
             return
+        call = asyncio.ensure_future(
+            self.driver.lease_release([LeaseRef(lease.key, lease.token)], self.clock.now_ms())
+        )
+        if not await bounded(call, budget.slack_ms(STOP_CALL_FLOOR_MS)):
+            log.warning("jobs.scheduler.release_failed: the store did not answer (the lead lapses)")
+            return
         try:
-            await self.driver.lease_release([LeaseRef(lease.key, lease.token)], self.clock.now_ms())
+            call.result()
             log.info("jobs.scheduler.released %s", self.scheduler_id)
         except JobsError as exc:
             log.warning("jobs.scheduler.release_failed: %s (the lead lapses)", exc)
@@ -257,7 +288,8 @@ class Scheduler:
         )
         if not due:
             return []
-        paused = {p.value for p in await self.driver.pause_list() if p.kind == "task"}
+        pauses = await self.driver.pause_list() if self.driver.capabilities().pauses else []
+        paused = {p.value for p in pauses if p.kind == "task"}
         fired: list[Fired] = []
         for t in due:
             if not await self._lead():
@@ -328,6 +360,10 @@ class Scheduler:
             level, "jobs.scheduler.fired %s at=%d job=%s%s", t.name, at, answer.enqueued.id, skipped
         )
         return Fired(t.name, occurrence, answer.enqueued.id, deduped=answer.enqueued.deduped)
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
 
 
 __all__ = ["LEADER_KEY", "Fired", "Scheduler"]

@@ -159,7 +159,8 @@ def task(
 ) -> TaskHandle:
     """Declare a task: at each occurrence of `cron` in zone `tz`, enqueue `job` with `input`.
 
-    `tz` is required (an IANA name). `input` is a JSON value, or a function of the
+    `tz` is required (an IANA name); an `H` field of `cron` takes a value hashed from `name`
+    (the same on every scheduler). `input` is a JSON value, or a function of the
     `Occurrence` answering one. `catch_up` says what a scheduler that was down does with the
     occurrences it missed: `"skip"` fires only the latest; `"run-once"` fires one run for the
     whole span (`Occurrence.first_ms`..`last_ms`). Refused at once, nothing registered: a bad
@@ -168,7 +169,7 @@ def task(
     job's own refusals).
     """
     _check_name(name, "name")
-    schedule = CronSchedule(cron, tz)
+    schedule = CronSchedule(cron, tz, hash_id=name)
     if catch_up not in CATCH_UPS:
         raise TaskDeclarationInvalidError(
             f"catch_up must be one of {', '.join(CATCH_UPS)}", detail="catch_up"

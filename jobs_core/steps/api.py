@@ -13,33 +13,45 @@ Code outside steps runs again on every attempt and every resume.
 
 Names: unique within a run (a second use is `X_STEP_DUPLICATE`, terminal: the body's code is
 wrong, not unlucky); a name may not start with `~` (reserved for the runner's own records:
-`~wait:<name>` for a wait's start, `~undo:<name>` for a compensation that ran).
+`~wait:<name>` for a wait's start, `~undo:<name>` for a compensation that ran). Every argument
+is checked before anything runs or is written: a name the store could not record, as itself or
+as the runner's record of it (past `MAX_NAME_BYTES` UTF-8 bytes, a NUL, a lone surrogate), is
+`X_STEP_NAME_INVALID`, terminal; a bad duration, time, event or match is refused with its code.
+A step whose output cannot be stored (no JSON form, past a bound) fails the run for good,
+`X_STEP_OUTPUT_INVALID`: its function ran, and a retry would only run it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import datetime as dt
 import inspect
-from collections.abc import Awaitable, Callable
+import math
+import queue
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from jobs_core.clock import Clock
 from jobs_core.context import CancelSignal
-from jobs_core.driver import JobDriver, check_step_put
+from jobs_core.driver import MAX_TIME_MS, JobDriver, check_step_put, check_wait, name_refusal
 from jobs_core.errors import (
     AbortedError,
     DeclarationInvalidError,
     DrainingError,
-    DriverUnsupportedError,
+    JobsError,
     LeaseLostError,
     OptionInvalidError,
     StepDuplicateError,
+    StepNameInvalidError,
+    StepOutputInvalidError,
     StepTimeoutError,
 )
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import ClaimedJob, EventWait, StepPut, StepRecord
+from jobs_core.semantics import SAGA_STEP
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
@@ -47,8 +59,13 @@ from jobs_core.steps.suspend import StepSuspension, UnwindReached
 DEFAULT_EVENT_POLL_MS: Final = 60_000
 #: The prefix of the runner's own step records; a user's step name may not start with it.
 RESERVED: Final = "~"
-#: The record a run gets once a step of it declared a compensation.
-SAGA: Final = f"{RESERVED}saga"
+#: The record a run gets once a step of it declared a compensation (the store reads it: a plain
+#: requeue of a saga run that failed for good is refused).
+SAGA: Final = SAGA_STEP
+#: The prefix of a wait's start record (`~wait:<name>`).
+WAIT: Final = f"{RESERVED}wait:"
+#: The prefix of the record of a compensation that ran (`~undo:<name>`).
+UNDO: Final = f"{RESERVED}undo:"
 
 StepFn = Callable[[], Awaitable[Any]] | Callable[[], Any]
 Compensation = Callable[[JsonValue], Awaitable[Any]] | Callable[[JsonValue], Any]
@@ -63,21 +80,47 @@ class Compensable:
     undo: Compensation
 
 
-def _ms_of(when: dt.datetime | int | float) -> int:
+def _ms_of(when: object, what: str) -> int:
+    """An aware datetime or epoch ms as epoch ms, within the store's times (1970 to 2109)."""
     if isinstance(when, dt.datetime):
         if when.tzinfo is None:
-            raise OptionInvalidError("a datetime must be timezone-aware", detail="when")
-        return round(when.timestamp() * 1000)
-    if isinstance(when, bool) or not isinstance(when, int | float):
-        raise OptionInvalidError("an aware datetime or epoch ms", detail="when")
-    return round(when)
+            raise OptionInvalidError("a datetime must be timezone-aware", detail=what)
+        ms = when.timestamp() * 1000
+    elif isinstance(when, bool) or not isinstance(when, int | float):
+        raise OptionInvalidError("an aware datetime or epoch ms", detail=what)
+    else:
+        ms = when
+    if not (math.isfinite(ms) and 0 <= ms <= MAX_TIME_MS):
+        raise OptionInvalidError(f"a time between 0 and {MAX_TIME_MS} epoch ms", detail=what)
+    return round(ms)
 
 
-def _duration_ms(duration: float | dt.timedelta) -> int:
+def _duration_ms(duration: object, what: str) -> int:
     seconds = duration.total_seconds() if isinstance(duration, dt.timedelta) else duration
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise OptionInvalidError("a duration is seconds >= 0 or a timedelta", detail="duration")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not (math.isfinite(seconds) and 0 <= seconds * 1000 <= MAX_TIME_MS)
+    ):
+        raise OptionInvalidError("a duration is finite seconds >= 0 or a timedelta", detail=what)
     return round(seconds * 1000)
+
+
+def _ends(now_ms: int, duration_ms: int, what: str) -> int:
+    """`now_ms + duration_ms`, refused past the store's last time."""
+    if now_ms + duration_ms > MAX_TIME_MS:
+        raise OptionInvalidError(f"ends after {MAX_TIME_MS} epoch ms", detail=what)
+    return now_ms + duration_ms
+
+
+def _output_text(name: str, value: Any) -> str:
+    """A step's output as stored; one that cannot be stored is `X_STEP_OUTPUT_INVALID`."""
+    try:
+        return dumps(value)
+    except JobsError as exc:
+        raise StepOutputInvalidError(
+            f"the output of step {name!r} cannot be stored: {exc.message}", detail=name
+        ) from exc
 
 
 class StepApi:
@@ -95,7 +138,11 @@ class StepApi:
         event_poll_ms: int | None = None,
         mode: Literal["run", "unwind"] = "run",
         put: Callable[[StepPut], Awaitable[bool]] | None = None,
+        tenant: str | None = None,
     ) -> None:
+        """`tenant`: the org the run acts for (`handle.tenant_for(input)`, None for
+        `tenant="none"`); its event waits count only events published for it (or for every
+        tenant)."""
         self._driver = driver
         #: How a record is sent: the worker's batching settler (runs finishing a step together
         #: share a round-trip), else one `step_put` call of its own.
@@ -106,6 +153,7 @@ class StepApi:
         self._step_timeout_ms = step_timeout_ms
         self._event_poll_ms = event_poll_ms or DEFAULT_EVENT_POLL_MS
         self._mode = mode
+        self._tenant = tenant
         self._loaded: dict[str, StepRecord] | None = None
         self._used: set[str] = set()
         #: The completed steps of this run that declared a compensation, as met (replayed or run).
@@ -116,10 +164,7 @@ class StepApi:
     async def records(self) -> dict[str, StepRecord]:
         """The run's recorded steps by name, read once per run."""
         if self._loaded is None:
-            if not self._driver.capabilities().steps:
-                raise DriverUnsupportedError(
-                    f"{self._driver.describe()} does not store steps", detail="steps"
-                )
+            self._driver.require("steps", what="ctx.step")
             self._loaded = {r.name: r for r in await self._driver.step_list(self._job.run_id)}
         return self._loaded
 
@@ -135,18 +180,26 @@ class StepApi:
             event_poll_ms=self._event_poll_ms,
             mode="unwind",
             put=self._put,
+            tenant=self._tenant,
         )
 
     async def _put_alone(self, item: StepPut) -> bool:
         return (await self._driver.step_put([item]))[0]
 
     async def record(self, name: str, value: JsonValue) -> StepRecord:
-        """Store one record of this run, fenced on its claim. A cancelled or lost run writes
-        nothing (`X_ABORTED`); a run aborted by a drain still records a step that finished."""
+        """Store one of the runner's own records of this run (see `_store`)."""
+        self._refuse_if_stopped(name)
+        return await self._store(name, dumps(value))
+
+    def _refuse_if_stopped(self, name: str) -> None:
+        """A cancelled or lost run writes nothing (`X_ABORTED`); a run aborted by a drain still
+        records a step that finished."""
         reason = self._signal.reason
         if reason is not None and not isinstance(reason, DrainingError):
             raise AbortedError(f"the run stopped ({reason.code}); {name!r} is not recorded")
-        text = dumps(value)
+
+    async def _store(self, name: str, text: str) -> StepRecord:
+        """Store one record of this run, fenced on its claim; answers the record that stays."""
         now = self._clock.now_ms()
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
@@ -159,13 +212,21 @@ class StepApi:
         loaded.setdefault(name, record)
         return loaded[name]
 
-    def _claim_name(self, name: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise DeclarationInvalidError("a step name is a non-empty string", detail="name")
-        if name.startswith(RESERVED):
-            raise DeclarationInvalidError(
-                f"step names starting with {RESERVED!r} are the runner's own", detail=name
-            )
+    def _claim_name(self, name: object, *prefixes: str) -> None:
+        """Take `name` for this run, refusing one the store could not record — as itself or
+        under each of the runner's `prefixes` it will be recorded with — or one used already."""
+        why = name_refusal(name)
+        if why is None:
+            assert isinstance(name, str)
+            if name.startswith(RESERVED):
+                why = f"starts with {RESERVED!r}, the runner's own records' prefix"
+            for prefix in prefixes:
+                if why is None and (under := name_refusal(prefix + name)) is not None:
+                    why = f"{under} once recorded as {prefix}<name>"
+        if why is not None:
+            # The name as code would spell it: one holding a NUL or a surrogate is printable.
+            raise StepNameInvalidError(f"the step name {why}", detail=repr(name)[:120])
+        assert isinstance(name, str)
         if name in self._used:
             raise StepDuplicateError(detail=name)
         self._used.add(name)
@@ -176,7 +237,11 @@ class StepApi:
         """Run `fn` once for this run and answer its stored JSON form; on a later attempt (or
         a resume) answer the stored form without calling `fn`. `compensate(output)` undoes
         the step if the run fails for good (steps undone in reverse order, each once)."""
-        self._claim_name(name)
+        self._claim_name(name, *((UNDO,) if compensate is not None else ()))
+        if not callable(fn):
+            raise DeclarationInvalidError("a step runs a function", detail="fn")
+        if compensate is not None and not callable(compensate):
+            raise DeclarationInvalidError("a compensation is a function", detail="compensate")
         record = (await self.records()).get(name)
         if record is None:
             if self._mode == "unwind":
@@ -187,7 +252,8 @@ class StepApi:
                 # queue the undoing.
                 await self.record(SAGA, {"first": name})
             value = await self._call(name, fn)
-            record = await self.record(name, value)
+            self._refuse_if_stopped(name)
+            record = await self._store(name, _output_text(name, value))
         output = loads(record.output_json)
         if compensate is not None:
             self.compensable.append(Compensable(name, output, compensate))
@@ -217,12 +283,13 @@ class StepApi:
         it resumes on any worker once the time is up. The end is recorded, so a replay sleeps
         only what is left of it."""
         self._claim_name(name)
-        await self._sleep(name, lambda now: now + _duration_ms(duration))
+        ms = _duration_ms(duration, "duration")
+        await self._sleep(name, lambda now: _ends(now, ms, "duration"))
 
     async def sleep_until(self, name: str, when: dt.datetime | int) -> None:
         """`sleep` until an aware datetime (or epoch ms); a time already past does not park."""
         self._claim_name(name)
-        until = _ms_of(when)
+        until = _ms_of(when, "when")
         await self._sleep(name, lambda now: until)
 
     async def _sleep(self, name: str, until_of: Callable[[int], int]) -> None:
@@ -249,48 +316,65 @@ class StepApi:
         """Park the run until an event named `event` whose data holds every key of `match`
         (equal values) arrives, and answer its data; None once `timeout` passed with none.
 
-        Which events count: by default only those published after the wait BEGAN (its first
-        execution; recorded, so a replay keeps it); `since="enqueued"` also counts those
-        published since the job was enqueued, and a datetime (or epoch ms) any since then.
+        Which events count: those published for the tenant this run acts for (or for every
+        tenant: `send_event(..., all_tenants=True)`), from the wait's start on — by default the
+        moment it BEGAN (its first execution; recorded, so a replay keeps it); `since=
+        "enqueued"` also counts those published since the job was enqueued, and a datetime (or
+        epoch ms) any since then — and before its deadline (start + `timeout`): one published
+        at the deadline or later never counts, however late the run resumes.
         """
-        self._claim_name(name)
+        self._claim_name(name, WAIT)
+        now = self._clock.now_ms()
+        match_json = dumps(match if match is not None else {})
+        if since == "wait":
+            since_ms = now
+        elif since == "enqueued":
+            since_ms = self._job.created_at_ms
+        else:
+            since_ms = _ms_of(since, "since")
+        ends = None if timeout is None else _ends(now, _duration_ms(timeout, "timeout"), "timeout")
+        # The event's name and the match as `event_find` will judge them, before any record.
+        check_wait(EventWait(event, match_json, since_ms, tenant_id=self._tenant, until_ms=ends))
         loaded = await self.records()
         done = loaded.get(name)
         if done is not None:
             return _field(done, "data")
-        started = loaded.get(f"{RESERVED}wait:{name}")
+        if self._mode == "unwind":
+            # The failed run never got past this wait (begun or not): its replay ends here,
+            # without looking for an event or recording one.
+            raise UnwindReached(name)
+        started = loaded.get(f"{WAIT}{name}")
         if started is None:
-            if self._mode == "unwind":
-                raise UnwindReached(name)
-            now = self._clock.now_ms()
-            match_json = dumps(match if match is not None else {})
-            if since == "wait":
-                since_ms = now
-            elif since == "enqueued":
-                since_ms = self._job.created_at_ms
-            else:
-                since_ms = _ms_of(since)
-            ends = None if timeout is None else now + _duration_ms(timeout)
             started = await self.record(
-                f"{RESERVED}wait:{name}",
+                f"{WAIT}{name}",
                 {"event": event, "match": loads(match_json), "since": since_ms, "deadline": ends},
             )
         spec = loads(started.output_json)
         assert isinstance(spec, dict)
-        wait = EventWait(str(spec["event"]), dumps(spec["match"]), int(str(spec["since"])))
+        deadline = spec.get("deadline")
+        until = deadline if isinstance(deadline, int) else None
+        wait = EventWait(
+            str(spec["event"]),
+            dumps(spec["match"]),
+            int(str(spec["since"])),
+            tenant_id=self._tenant,
+            # The store counts only events published before the deadline, in the look below,
+            # in the park's look and in a publish's wake alike: a run resumed late (workers
+            # down or busy) never takes an event that came after its timeout.
+            until_ms=until,
+        )
         now = self._clock.now_ms()
         found = await self._driver.event_find(wait, now)
         if found is not None:
             data = loads(found.data_json)
             record = await self.record(name, {"data": data, "event_id": found.id})
             return _field(record, "data")
-        deadline = spec.get("deadline")
-        if isinstance(deadline, int) and now >= deadline:
+        if until is not None and now >= until:
             await self.record(name, {"data": None, "timeout": True})
             return None
         wake: int = now + self._event_poll_ms
-        if isinstance(deadline, int):
-            wake = min(wake, deadline)
+        if until is not None:
+            wake = min(wake, until)
         raise StepSuspension(wake, wait)
 
 
@@ -301,37 +385,56 @@ def _field(record: StepRecord, key: str) -> JsonValue:
 
 class SyncStepApi:
     """`ctx.sync_step`: the same steps for a `def` body, each call blocking its thread while the
-    worker's loop does the work."""
+    worker's loop does the store's work. A step's function runs on the calling thread — the
+    body's own — so it sees what the body sees (its tenant, its bound client) and never waits
+    for a thread another run holds."""
 
     def __init__(self, api: StepApi, loop: asyncio.AbstractEventLoop) -> None:
         self._api = api
         self._loop = loop
 
-    def _wait(self, coro: Awaitable[Any]) -> Any:
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
+            coro.close()
             raise DeclarationInvalidError(
                 "ctx.sync_step is for def bodies; an async body awaits ctx.step", detail="step"
             )
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-        async def call() -> Any:
-            return await coro
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
+    def _wait(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self._submit(coro).result()
 
     def run(
         self, name: str, fn: Callable[[], Any], *, compensate: Compensation | None = None
     ) -> Any:
-        """`StepApi.run`, blocking; `fn` runs on this thread when it runs."""
+        """`StepApi.run`, blocking; `fn` runs on this thread when it runs (its deadline,
+        `step_timeout`, is told when it returns: a thread cannot be stopped from outside)."""
         loop = self._loop
+        # What the loop asks of this thread: the step's function to call, or None once the
+        # step is over (replayed, recorded or refused).
+        asks: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None]
+        asks = queue.SimpleQueue()
 
-        async def on_loop() -> Any:
-            return await loop.run_in_executor(None, fn)
+        async def on_this_thread() -> Any:
+            answer: asyncio.Future[Any] = loop.create_future()
+            asks.put((fn, answer))
+            return await answer
 
-        return self._wait(self._api.run(name, on_loop, compensate=compensate))
+        step = self._submit(self._api.run(name, on_this_thread, compensate=compensate))
+        step.add_done_callback(lambda _: asks.put(None))
+        while (ask := asks.get()) is not None:
+            call, answer = ask
+            try:
+                value = call()
+            except BaseException as exc:  # the step's outcome, whatever it is, goes to the loop
+                _answer_on(loop, answer, None, exc)
+            else:
+                _answer_on(loop, answer, value, None)
+        return step.result()
 
     def sleep(self, name: str, duration: float | dt.timedelta) -> None:
         self._wait(self._api.sleep(name, duration))
@@ -341,3 +444,23 @@ class SyncStepApi:
 
     def wait_for_event(self, name: str, event: str, **options: Any) -> Any:
         return self._wait(self._api.wait_for_event(name, event, **options))
+
+
+def _answer_on(
+    loop: asyncio.AbstractEventLoop,
+    answer: asyncio.Future[Any],
+    value: Any,
+    exc: BaseException | None,
+) -> None:
+    """Resolve `answer` on its loop from another thread (unless a step deadline cancelled it)."""
+
+    def resolve() -> None:
+        if answer.done():
+            return
+        if exc is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(value)
+
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+        loop.call_soon_threadsafe(resolve)

@@ -12,6 +12,16 @@ output (registering its compensation), and the first step the failed run never r
 the replay (`UnwindReached`); then what was met is undone. Code outside steps runs again during
 that replay, as it does on every retry. Only runs that end `dead` or `failed` are undone (not a
 cancelled one), by a worker that runs the failed job's name.
+
+The replay and every compensation act as the failed body did: for its tenant (what
+`current_tenant()` answers, the tenant of a job they enqueue) and, for a `def` body, on a thread
+of their own (never one another run holds), the loop free meanwhile.
+
+A saga run that failed for good is never run again as it is: from its final settle on, a plain
+requeue of its row is refused (`X_JOB_REQUEUE_UNWOUND`, whether this job ran yet or not), since
+its replay would take for done the steps whose effects are (being) undone. A fresh requeue gives
+the row a new run id; this job, holding the old one, still undoes the old run, and the old run's
+steps stay with it (the store deletes them when this job's row goes).
 """
 
 from __future__ import annotations
@@ -33,9 +43,10 @@ from jobs_core.records import JobRecord, NewJob
 from jobs_core.redact import SCRUB_EXTRA, scrub, secrets_of
 from jobs_core.retry import Retry
 from jobs_core.states import LIVE_STATES, JobState
-from jobs_core.steps.api import RESERVED, StepApi, SyncStepApi
+from jobs_core.steps.api import UNDO, StepApi, SyncStepApi
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 from jobs_core.tenant import acting_for
+from jobs_core.threads import BodyThreads, in_thread
 
 log = logging.getLogger("jobs")
 
@@ -47,18 +58,18 @@ UNWIND_RETRY: Final = Retry(attempts=25, base_ms=1_000, cap_ms=300_000, jitter="
 UNKNOWN_NAME_RETRY_MS: Final = 60_000
 #: How long an unwinding job waits while the failed run's final settle has not landed.
 NOT_SETTLED_RETRY_MS: Final = 1_000
-_UNDONE: Final = f"{RESERVED}undo:"
 
 
 def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
-    """The `ujobs.unwind` job for a failed run (deduped per failed job while it is live)."""
+    """The `ujobs.unwind` job for a failed run (deduped per run while it is live: a fresh run
+    of the same row, requeued while the first is still being undone, gets its own)."""
     return NewJob(
         id=new_id(),
         run_id=failed.run_id,
         name=UNWIND_JOB,
         queue=failed.queue,
         tenant_id=failed.tenant_id,
-        idempotency_key=f"unwind:{failed.id}",
+        idempotency_key=f"unwind:{failed.id}:{failed.run_id}",
         input_json=dumps({"job_id": failed.id}),
         priority=failed.priority,
         run_at_ms=now_ms,
@@ -67,37 +78,46 @@ def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
     )
 
 
-async def undo(api: StepApi) -> list[str]:
+async def undo(api: StepApi, threads: BodyThreads | None = None) -> list[str]:
     """Run the compensations `api` met that have not run yet, the last met first (the replay
     meets steps in the order the body ran them), recording each (`~undo:<step>`) once it
-    returned; answers the steps undone now."""
+    returned; answers the steps undone now. Each is called in the caller's context (its
+    tenant), on one of `threads` when given (a `def` body's), else on this loop."""
     records = await api.records()
     done: list[str] = []
     for c in reversed(api.compensable):
-        if f"{_UNDONE}{c.name}" in records:
+        if f"{UNDO}{c.name}" in records:
             continue
-        result = c.undo(c.output)
+        result = c.undo(c.output) if threads is None else await in_thread(threads, c.undo, c.output)
         if inspect.isawaitable(result):
             await result
-        await api.record(f"{_UNDONE}{c.name}", {"undone": True})
+        await api.record(f"{UNDO}{c.name}", {"undone": True})
         done.append(c.name)
     return done
 
 
 def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock) -> JobHandle:
     """The `ujobs.unwind` handle of a worker running `handles`."""
+    # A thread per call (none kept idle): a `def` body's replay and compensations never wait
+    # for a thread another run holds, and unwinds are rare.
+    threads = BodyThreads(keep_idle=0, name_prefix="ujobs-unwind")
 
     async def unwind(input: Any, ctx: JobContext) -> dict[str, Any]:
         job_id = str(input["job_id"])
         failed = (await driver.job_get_many([job_id])).get(job_id)
-        if failed is not None and failed.state in LIVE_STATES:
+        # This job shares the failed run's id. A row that holds another one now was requeued
+        # as a fresh run: the run to undo ended for good all the same, whatever the row does.
+        moved_on = failed is not None and failed.run_id != ctx.run_id
+        if failed is not None and failed.state in LIVE_STATES and not moved_on:
             # Enqueued just before the failed run's final settle, which may still be on its
             # way (a batch in flight, a store blip): not yet, and no attempt spent.
             raise RateLimitedError(
                 f"{failed.name} {failed.id} has not settled yet",
                 retry_after_ms=NOT_SETTLED_RETRY_MS,
             )
-        if failed is None or failed.state not in (JobState.DEAD, JobState.FAILED):
+        if failed is None or (
+            failed.state not in (JobState.DEAD, JobState.FAILED) and not moved_on
+        ):
             return {"undone": [], "skipped": "gone" if failed is None else failed.state.value}
         handle = handles.get(failed.name)
         if handle is None:
@@ -109,7 +129,7 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         api = ctx.step.unwinding()
         replay = JobContext(
             job_id=failed.id,
-            run_id=failed.run_id,
+            run_id=ctx.run_id,
             name=failed.name,
             queue=failed.queue,
             attempt=failed.attempt,
@@ -124,30 +144,31 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         )
         body_input = loads(failed.input_json)
         secrets = secrets_of(body_input, handle.sensitive)
-        try:
-            with acting_for(replay.tenant):
-                if handle.is_async:
+        body_threads = None if handle.is_async else threads
+        with acting_for(replay.tenant):
+            try:
+                if body_threads is None:
                     await handle.fn(body_input, replay)
                 else:
-                    await asyncio.to_thread(handle.fn, body_input, replay)
-        except (UnwindReached, StepSuspension):
-            pass  # every step the failed run recorded has been met
-        except Exception as exc:  # the failure again, most likely: what was met is undone
-            log.info(
-                "jobs.unwind.replay_raised %s %s: %r",
-                failed.name,
-                failed.id,
-                exc,
-                extra={SCRUB_EXTRA: secrets},
-            )
-        try:
-            undone = await undo(api)
-        except Exception as exc:
-            # This job's own input names no secrets: its error and logs are scrubbed with the
-            # failed job's, then it is retried as any failure.
-            raise CompensationError(
-                scrub(f"{type(exc).__name__}: {exc}", secrets), detail=failed.id
-            ) from None
+                    await in_thread(body_threads, handle.fn, body_input, replay)
+            except (UnwindReached, StepSuspension):
+                pass  # every step the failed run recorded has been met
+            except Exception as exc:  # the failure again, most likely: what was met is undone
+                log.info(
+                    "jobs.unwind.replay_raised %s %s: %r",
+                    failed.name,
+                    failed.id,
+                    exc,
+                    extra={SCRUB_EXTRA: secrets},
+                )
+            try:
+                undone = await undo(api, body_threads)
+            except Exception as exc:
+                # This job's own input names no secrets: its error and logs are scrubbed with
+                # the failed job's, then it is retried as any failure.
+                raise CompensationError(
+                    scrub(f"{type(exc).__name__}: {exc}", secrets), detail=failed.id
+                ) from None
         log.info("jobs.unwind.done %s %s: undid %s", failed.name, failed.id, undone or "nothing")
         return {"undone": undone}
 
@@ -155,6 +176,8 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
         unwind,
         name=UNWIND_JOB,
         tenant="none",
+        # Never enqueued through this handle (`unwind_record` keys it per run); a declaration
+        # needs a key all the same.
         idempotency_key=lambda i: f"unwind:{i['job_id']}",
         retry=UNWIND_RETRY,
         registry=JobRegistry(),

@@ -61,6 +61,7 @@ from jobs_core.records import (
     Pause,
     Progress,
     PurgeParams,
+    RequeueParams,
     StepPut,
     WorkerBeat,
 )
@@ -153,6 +154,10 @@ EVENT_DATA = (
     "{}",
 )
 MATCHES = ("{}", '{"order":1}', '{"order":"1"}', '{"order":true}', '{"x":true}')
+#: The tenants a wait acts for and an event is published for (None: no tenant), so that one
+#: tenant's event meets another's wait often; `ALL_TENANTS` is an event for every tenant.
+EVENT_TENANTS: tuple[str | None, ...] = (None, "t1")
+ALL_TENANTS = "*"
 
 
 #: The final states in `PurgeParams`' order of retentions.
@@ -319,21 +324,23 @@ async def check_empty(driver: JobDriver) -> None:
     demand = await driver.queue_demand([*QUEUES, "q", "other"], MAX_TIME_MS)
     if any(demand.values()):
         found.append(f"ready rows by queue {demand}")
-    pauses = await driver.pause_list()
+    caps = driver.capabilities()
+    pauses = await driver.pause_list() if caps.pauses else []
     if pauses:
         found.append(f"pauses {pauses}")
-    workers = await driver.worker_list(0)
+    workers = await driver.worker_list(0) if caps.workers else []
     if workers:
         found.append(f"workers {[w.worker_id for w in workers]}")
-    if driver.capabilities().events:
+    if caps.events:
         for name in EVENT_NAMES:
-            if await driver.event_find(EventWait(name, "{}", 0), 0) is not None:
-                found.append(f"events named {name!r}")
-    if driver.capabilities().leases:
+            for tenant in EVENT_TENANTS:
+                if await driver.event_find(EventWait(name, "{}", 0, tenant), 0) is not None:
+                    found.append(f"events named {name!r} for tenant {tenant!r}")
+    if caps.leases:
         for key in LEASE_KEYS:
             if await driver.lease_holders(key, 0):
                 found.append(f"lease holdings of {key!r}")
-    if driver.capabilities().tasks:
+    if caps.tasks:
         marks = await driver.task_marks(TASK_NAMES)
         if marks:
             found.append(f"task marks of {sorted(marks)}")
@@ -376,7 +383,8 @@ class ParityMachine(PairedMachine[JobDriver]):
         #: Every run that ever recorded a step: its steps are compared after each step.
         self.step_runs: set[str] = set()
         self.driver = self._open(WalkLoop(), self.make_driver(), check_empty)
-        # The walk exercises the job families; `wake` is a scenario (`scenario_wake`).
+        # The walk exercises the families the driver declares, the core family always (a rule
+        # of an undeclared family never runs); `wake` is a scenario (`scenario_wake`).
         self.capabilities = self.driver.capabilities()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -386,6 +394,22 @@ class ParityMachine(PairedMachine[JobDriver]):
         job_id = f"{prefix}{self._serial:04d}"
         self.ids.append(job_id)
         return job_id
+
+    def _put_steps(self, puts: list[StepPut]) -> object:
+        """`step_put` on both. The runs of the fenced rows are compared from now on, even when a
+        later call of the same rule deletes their steps (a purge, a fresh requeue)."""
+        rows = (self.model.rows.get(p.fence.job_id) for p in puts)
+        self.step_runs.update(r.run_id for r in rows if r is not None)
+        return self._both(
+            "step_put",
+            functools.partial(self.model.step_put, puts),
+            functools.partial(self.driver.step_put, puts),
+        )
+
+    def _fresh_run_id(self) -> str:
+        """A run id no row has held: what a fresh requeue hands in."""
+        self._serial += 1
+        return f"fresh-{self._serial:04d}"
 
     def _used_id(self, n: int) -> str | None:
         """The `n`-th latest id of a stored row (the model's rows keep insertion order)."""
@@ -602,7 +626,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         assert r.lease_until_ms is not None
         self.now = max(self.now, r.lease_until_ms + delta)
         held = None
-        if pause is not None:
+        if pause is not None and self.capabilities.pauses:
             held = Pause("queue", r.queue) if pause == "queue" else Pause("name", r.name)
             self._both(
                 "pause_add", lambda: self.model.pause_add(held), lambda: self.driver.pause_add(held)
@@ -616,6 +640,37 @@ class ParityMachine(PairedMachine[JobDriver]):
                 lambda: self.model.pause_remove(held),
                 lambda: self.driver.pause_remove(held),
             )
+
+    @rule(
+        first=st.integers(1, 4),
+        second=st.integers(1, 4),
+        edge=st.sampled_from((0, 0, -1, 1)),
+        after=st.sampled_from((0, 1, 1000)),
+        drop=st.frozensets(st.sampled_from(NAMES)),
+        limit=st.integers(1, 4),
+    )
+    def reclaim_after_outage(
+        self,
+        first: int,
+        second: int,
+        edge: int,
+        after: int,
+        drop: frozenset[str],
+        limit: int,
+    ) -> None:
+        """Two workers claim under leases ending a second apart; both lapse while the store is
+        down, and a worker back from the outage claims with `reclaim_until_ms` at the first
+        lease end (mostly exactly there, or a ms either side): the leases that ended by the
+        bound are reclaimed or buried, the later ones left to their holders, due rows claimed."""
+        self._claim(ClaimParams(QUEUES, "w1", first, 1000, self.now))
+        self._claim(ClaimParams(QUEUES, "w2", second, 2000, self.now))
+        bound = self.now + 1000 + edge
+        self.now += 2000 + after
+        self._claim(
+            ClaimParams(
+                QUEUES, "w1", limit, 1000, self.now, drop_exhausted=drop, reclaim_until_ms=bound
+            )
+        )
 
     @rule(
         first=st.integers(2, 4),
@@ -701,7 +756,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         assert r.lease_until_ms is not None and r.claimed_by is not None
         self.now = max(self.now, r.lease_until_ms + past)
         held = None
-        if pause is not None:
+        if pause is not None and self.capabilities.pauses:
             held = Pause("queue", r.queue) if pause == "queue" else Pause("name", r.name)
             self._both(
                 "pause_add", lambda: self.model.pause_add(held), lambda: self.driver.pause_add(held)
@@ -824,7 +879,11 @@ class ParityMachine(PairedMachine[JobDriver]):
             lease_ms=lease_ms,
             now_ms=self.now,
             drop_exhausted=drop,
-            beat=None if beat is None else WorkerBeat(worker, beat[1], beat[0], self.now),
+            beat=(
+                None
+                if beat is None or not self.capabilities.workers
+                else WorkerBeat(worker, beat[1], beat[0], self.now)
+            ),
         )
         self._claim(params)
 
@@ -901,11 +960,7 @@ class ParityMachine(PairedMachine[JobDriver]):
                 if self.capabilities.steps and "durable" in self.FAMILIES_ON:
                     # A step recorded on a fresh fence, then parked: a sleep, as the API does it.
                     put = [StepPut(f, STEP_NAMES[pick % len(STEP_NAMES)], '{"ok":true}', self.now)]
-                    self._both(
-                        "step_put",
-                        functools.partial(self.model.step_put, put),
-                        functools.partial(self.driver.step_put, put),
-                    )
+                    self._put_steps(put)
                     self._note("step recorded")
                 if pick % 2:
                     # Done: the run's steps stay with its row until it is purged or removed.
@@ -921,9 +976,14 @@ class ParityMachine(PairedMachine[JobDriver]):
                 waits = None
                 durable = "durable" in self.FAMILIES_ON and self.capabilities.events
                 if kind is NackKind.PARK and wait is not None and durable:
-                    waits = EventWait(wait[0], wait[1], max(0, self.now + wait[2]))
-                    # A wait's timeout, or none: parked until the event comes.
+                    # A wait's timeout, or none: parked until the event comes. As the step API
+                    # parks, the timeout is the wait's until too.
                     run_at = None if pick % 2 else self.now + 3000
+                    since = max(0, self.now + wait[2])
+                    # The second worker's runs act for a tenant (the durable family's rules draw
+                    # theirs; this rule's draws stay the job family's own).
+                    tenant = EVENT_TENANTS[WORKERS.index(worker)]
+                    waits = EventWait(wait[0], wait[1], since, tenant, run_at)
                     self._note("park waiting for an event")
                     if pick % 3 == 0:
                         # Its event is already there: the park must not sleep past it (unless
@@ -1011,6 +1071,7 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     def _claim_events(self, params: ClaimParams, before: dict[str, Any], got: ClaimResult) -> None:
         now = params.now_ms
+        bound = params.reclaim_until_ms
         self._note("claim")
         for j in got.jobs:
             old = before[j.id]
@@ -1019,6 +1080,8 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._note("reclaim of a lapsed lease")
                 if old.lease_until_ms == now:
                     self._note("reclaim at exactly lease_until_ms")
+                if old.lease_until_ms == bound:
+                    self._note("reclaim at exactly reclaim_until_ms")
                 if old.attempt + 1 == old.max_attempts:
                     self._note("reclaim into the last attempt")
             elif old.state == JobState.PARKED:
@@ -1030,6 +1093,8 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._note("bury")
             if before[b.id].lease_until_ms == now:
                 self._note("bury at exactly lease_until_ms")
+            if before[b.id].lease_until_ms == bound:
+                self._note("bury at exactly reclaim_until_ms")
         if len(got.buried) > 1:
             self._note("several rows buried by one claim")
             ends = [(before[b.id].lease_until_ms or 0, b.id) for b in got.buried]
@@ -1041,9 +1106,12 @@ class ParityMachine(PairedMachine[JobDriver]):
                 and r.queue in params.queues
                 and r.lease_until_ms is not None
                 and r.lease_until_ms <= now
-                and r.attempt < r.max_attempts
             )
-            if lapsed and self.model.rows[r.id].claims == r.claims:
+            if not lapsed or self.model.rows[r.id].claims != r.claims:
+                continue
+            if bound is not None and r.lease_until_ms > bound:
+                self._note("lapsed lease held back by reclaim_until_ms")
+            elif r.attempt < r.max_attempts:
                 held = self.model._paused(r)
                 self._note("lapsed lease held back by a pause" if held else "lapsed lease left")
 
@@ -1132,6 +1200,7 @@ class ParityMachine(PairedMachine[JobDriver]):
     def progress(self, items: list[tuple[FenceSpec, str]]) -> None:
         self._progress([Progress(self._fence(f), text, self.now) for f, text in items])
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(pick=target_ids)
     def cancel(self, pick: tuple[str, int]) -> None:
         job_id = self._target(pick)
@@ -1142,6 +1211,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             lambda: self.driver.job_cancel(job_id, self.now),
         )
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(pick=st.tuples(st.sampled_from(("parked", "parked", *TARGET_KINDS)), recent))
     def requeue(self, pick: tuple[str, int]) -> None:
         """Requeue a row of any state, parked most (the live state a requeue most easily takes
@@ -1153,17 +1223,25 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._nack([Nack(job.fence, NackKind.PARK, self.now, self.now + 1000)])
         self._requeue(self._target(pick))
 
-    def _requeue(self, job_id: str) -> None:
+    def _requeue(self, job_id: str, fresh: bool = False) -> None:
         self._note(f"requeue of a {self._state_of(job_id)} row")
+        run_id = self._fresh_run_id() if fresh else None
         got = self._both(
             "job_requeue",
-            lambda: self.model.job_requeue(job_id, self.now),
-            lambda: self.driver.job_requeue(job_id, self.now),
+            lambda: self.model.job_requeue(job_id, self.now, fresh_run_id=run_id),
+            lambda: self.driver.job_requeue(job_id, self.now, fresh_run_id=run_id),
         )
         if isinstance(got, JobsError):
             self._note(f"requeue refused {got.code}")
+        elif fresh:
+            self._note("fresh requeue")
 
-    @precondition(lambda self: any(r.state not in LIVE_STATES for r in self.model.rows.values()))
+    @precondition(
+        lambda self: (
+            self.capabilities.operator
+            and any(r.state not in LIVE_STATES for r in self.model.rows.values())
+        )
+    )
     @rule(
         n=recent,
         tenant=st.sampled_from(("same", "other", "other")),
@@ -1198,6 +1276,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._note(f"requeue beside a twin of {tenant} tenant, a tenant set")
         self._requeue(r.id)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(
         n=recent,
         then=st.sampled_from(("ack", "ack", NackKind.RETRY, NackKind.FAIL, NackKind.REFUSE)),
@@ -1235,6 +1314,7 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._nack([Nack(job.fence, kind, self.now, self.now, None, True, progress)])
 
     @belongs_to("retention")
+    @precondition(lambda self: self.capabilities.retention)
     @rule(
         keeps=retentions,
         # Mostly fewer than the expired rows, so the order and the limit both show.
@@ -1279,6 +1359,8 @@ class ParityMachine(PairedMachine[JobDriver]):
     def refused_call(self, kind: str, specs: list[JobSpec], pos: int, fence: FenceSpec) -> None:
         """A batch with one bad item is refused whole: the invariant then sees nothing changed."""
         refusal: object
+        if kind == "bulk_cap" and not self.capabilities.operator:
+            kind = "batch_cap"  # the bulk calls are the operator family's
         if kind == "ack_nan":
             f = self._fence(fence)
             acks = [Ack(f, self.now, '{"ok":1}'), Ack(f, self.now, "NaN")]
@@ -1295,16 +1377,17 @@ class ParityMachine(PairedMachine[JobDriver]):
             # Real ids, one too many: the cap is checked before any row is touched.
             many = [self._used_id(i) or UNKNOWN_ID for i in range(MAX_BULK_IDS + 1)]
             call = ("job_remove", "job_cancel_many", "job_requeue_many", "job_promote")[pos]
+            requeue = RequeueParams(tuple(many), self.now)
             model_call: Callable[[], object] = {
                 "job_remove": lambda: self.model.job_remove(many),
                 "job_cancel_many": lambda: self.model.job_cancel_many(many, self.now),
-                "job_requeue_many": lambda: self.model.job_requeue_many(many, self.now),
+                "job_requeue_many": lambda: self.model.job_requeue_many(requeue),
                 "job_promote": lambda: self.model.job_promote(many, self.now),
             }[call]
             driver_call: Callable[[], Coroutine[Any, Any, object]] = {
                 "job_remove": lambda: self.driver.job_remove(many),
                 "job_cancel_many": lambda: self.driver.job_cancel_many(many, self.now),
-                "job_requeue_many": lambda: self.driver.job_requeue_many(many, self.now),
+                "job_requeue_many": lambda: self.driver.job_requeue_many(requeue),
                 "job_promote": lambda: self.driver.job_promote(many, self.now),
             }[call]
             refusal = self._both(f"{call}(too many ids)", model_call, driver_call)
@@ -1332,6 +1415,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         assert isinstance(refusal, JobsError), f"the machine built a call nobody refuses: {kind}"
 
     @belongs_to("retention")
+    @precondition(lambda self: self.capabilities.retention)
     @rule(keeps=retentions, limit=st.sampled_from((1, 2, 10)), edge=st.sampled_from((0, 0, 1)))
     def purge_at_retention_end(
         self,
@@ -1356,6 +1440,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         self._purge(PurgeParams(self.now, limit, *retention))
 
     @belongs_to("retention")
+    @precondition(lambda self: self.capabilities.retention)
     @rule(limit=st.sampled_from((1, 1, 2, 3)), reverse=st.booleans(), apart=st.booleans())
     def finish_then_purge(self, limit: int, reverse: bool, apart: bool) -> None:
         """Finish the rows a claim takes, each in another final state (completed, dead, failed,
@@ -1367,7 +1452,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             self.now += apart
             if i % 4 == 0:
                 self._ack([Ack(job.fence, self.now)])
-            elif i % 4 == 3:
+            elif i % 4 == 3 and self.capabilities.operator:
                 self._both(
                     "job_cancel",
                     functools.partial(self.model.job_cancel, job.id, self.now),
@@ -1404,6 +1489,7 @@ class ParityMachine(PairedMachine[JobDriver]):
 
     # -- pauses, queues, workers --------------------------------------------------------------
 
+    @precondition(lambda self: self.capabilities.pauses)
     @rule(pause=st.sampled_from(PAUSES), add=st.booleans())
     def pause(self, pause: Pause, add: bool) -> None:
         """Add or lift a pause (one rule, so the walk spends its steps on jobs)."""
@@ -1444,6 +1530,7 @@ class ParityMachine(PairedMachine[JobDriver]):
             lambda: self.driver.queue_demand(queues, self.now),
         )
 
+    @precondition(lambda self: self.capabilities.workers)
     @rule(
         op=st.sampled_from(("beat", "beat", "forget", "list", "expiry", "expiry")),
         worker=st.sampled_from((*WORKERS, "w3")),
@@ -1534,8 +1621,8 @@ class ParityMachine(PairedMachine[JobDriver]):
     @invariant()
     def same_state(self) -> None:
         """Every row ever named (each field, and the wait a parked row holds) and the state of
-        each family the walk covers (pauses, live workers, counter buckets, queue stats, steps,
-        events, lease holders, task marks) match the model.
+        each family the walk covers and the driver declares (pauses, live workers, counter
+        buckets, queue stats, steps, events, lease holders, task marks) match the model.
 
         Runs after every step, so a difference is blamed on the step that made it (named with
         its rule, arguments and driver calls), never on a later step that noticed it.
@@ -1552,9 +1639,9 @@ class ParityMachine(PairedMachine[JobDriver]):
         ]
         # Pauses and the registry are the job family's walk's to compare (a task pause, the
         # task family's): another walk never moves them but within one step.
-        if self._walks("jobs") or self._walks("tasks"):
+        if self.capabilities.pauses and (self._walks("jobs") or self._walks("tasks")):
             checks.append(("pause_list", self.model.pause_list, self.driver.pause_list))
-        if self._walks("jobs"):
+        if self.capabilities.workers and self._walks("jobs"):
             checks.append(
                 (
                     "worker_list",

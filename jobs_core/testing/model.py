@@ -33,6 +33,7 @@ from jobs_core.errors import (
     NotRequeueableError,
     RecordInvalidError,
     RequeueDuplicateError,
+    RequeueUnwoundError,
 )
 from jobs_core.jsonform import check_text
 from jobs_core.records import (
@@ -68,6 +69,7 @@ from jobs_core.records import (
     QueueStats,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
     StepPut,
     StepRecord,
     TaskFire,
@@ -213,7 +215,8 @@ class ReferenceModel:
         return EnqueueResult(job.id, deduped=False)
 
     def job_claim(self, p: ClaimParams) -> ClaimResult:
-        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order."""
+        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order. A
+        lease lapsed once it ended by now and, when the claim bounds it, by `reclaim_until_ms`."""
         if not p.queues:
             raise ClaimQueuesEmptyError(detail="queues")
         now = p.now_ms
@@ -221,15 +224,18 @@ class ReferenceModel:
             self.worker_beat(p.beat)
         asked = set(p.queues)
 
+        def lapsed(r: JobRecord) -> bool:
+            end = r.lease_until_ms
+            return (
+                r.state == JobState.RUNNING
+                and end is not None
+                and end <= now
+                and (p.reclaim_until_ms is None or end <= p.reclaim_until_ms)
+            )
+
         buried: list[BuriedJob] = []
         for r in self._by_id():
-            if (
-                r.queue in asked
-                and r.state == JobState.RUNNING
-                and r.lease_until_ms is not None
-                and r.lease_until_ms <= now
-                and r.attempt >= r.max_attempts
-            ):
+            if r.queue in asked and lapsed(r) and r.attempt >= r.max_attempts:
                 state = JobState.FAILED if r.name in p.drop_exhausted else JobState.DEAD
                 self.rows[r.id] = replace(
                     r,
@@ -246,12 +252,7 @@ class ReferenceModel:
                 return False
             if r.state in (JobState.READY, JobState.PARKED):
                 return r.run_at_ms is not None and r.run_at_ms <= now
-            return (
-                r.state == JobState.RUNNING
-                and r.lease_until_ms is not None
-                and r.lease_until_ms <= now
-                and r.attempt < r.max_attempts
-            )
+            return lapsed(r) and r.attempt < r.max_attempts
 
         def order(r: JobRecord) -> tuple[int, int, str]:
             # A row only becomes running from a due row, so a running row keeps a run_at.
@@ -323,8 +324,8 @@ class ReferenceModel:
             _check_json(n.progress_json, "progress_json")
             if n.wait is not None and n.kind != NackKind.PARK:
                 raise RecordInvalidError("only a park waits", detail="wait")
-            if n.wait is not None and not _is_object_text(n.wait.match_json):
-                raise RecordInvalidError("a match is an object", detail="wait.match_json")
+            if n.wait is not None:
+                _check_wait(n.wait)
         out: list[bool] = []
         for n in nacks:
             r = self._held(n.fence)
@@ -366,15 +367,21 @@ class ReferenceModel:
         mine = [s for (run, _), s in self.steps.items() if run == run_id]
         return sorted(mine, key=lambda s: (s.recorded_at_ms, s.name))
 
-    def _first_event(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        match = json.loads(wait.match_json)
-        found = [
-            e
-            for e in self.events.values()
-            if e.name == wait.event
+    @staticmethod
+    def _meets(e: EventRecord, wait: EventWait) -> bool:
+        """Whether `e` meets `wait`, expiry aside: its name, its tenant (the wait's, None for
+        None, or every tenant), its time in `[since, until)` and its data."""
+        return (
+            e.name == wait.event
+            and (e.all_tenants or e.tenant_id == wait.tenant_id)
             and e.published_at_ms >= wait.since_ms
-            and e.expires_at_ms > now_ms
-            and _matches(match, json.loads(e.data_json))
+            and (wait.until_ms is None or e.published_at_ms < wait.until_ms)
+            and _matches(json.loads(wait.match_json), json.loads(e.data_json))
+        )
+
+    def _first_event(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        found = [
+            e for e in self.events.values() if e.expires_at_ms > now_ms and self._meets(e, wait)
         ]
         return min(found, key=lambda e: (e.published_at_ms, e.id)) if found else None
 
@@ -388,31 +395,27 @@ class ReferenceModel:
         return stored[0]
 
     def event_find(self, wait: EventWait, now_ms: int) -> EventRecord | None:
-        """The oldest unexpired event the wait matches, published at or after its `since`."""
-        if not _is_object_text(wait.match_json):
-            raise RecordInvalidError("a match is an object", detail="wait.match_json")
+        """The oldest unexpired event that meets the wait (`_meets`)."""
+        _check_wait(wait)
         return self._first_event(wait, now_ms)
 
     def event_publish(self, event: EventRecord) -> int:
-        """Store the event (a known id: nothing) and wake the parked runs whose wait it meets."""
+        """Store the event (a known id: nothing) and wake the parked runs whose wait it meets
+        (`_meets`: of its tenant only, unless it is for every tenant)."""
         check_text(event.data_json, "data_json")
+        if event.tenant_id is not None:
+            _check_name_text(event.tenant_id, "tenant_id")
+        if event.all_tenants and event.tenant_id is not None:
+            raise RecordInvalidError("an event for every tenant names none", detail="tenant_id")
         if event.id in self.events:
             return 0
         self.events[event.id] = event
-        data = json.loads(event.data_json)
         woken = 0
         for job_id in sorted(self.waits):
             wait = self.wait_of(job_id)
-            if wait is None:
-                continue
-            r = self.rows[job_id]
-            if (
-                wait.event == event.name
-                and event.published_at_ms >= wait.since_ms
-                and _matches(json.loads(wait.match_json), data)
-            ):
+            if wait is not None and self._meets(event, wait):
                 self.rows[job_id] = replace(
-                    r, state=JobState.READY, run_at_ms=event.published_at_ms
+                    self.rows[job_id], state=JobState.READY, run_at_ms=event.published_at_ms
                 )
                 woken += 1
         return woken
@@ -478,39 +481,64 @@ class ReferenceModel:
         _check_bulk(job_ids)
         return [self.job_cancel(i, now_ms) for i in job_ids]
 
-    def job_requeue(self, job_id: str, now_ms: int) -> None:
-        """Make a finished row ready now with attempt 0, or raise one of the three refusals."""
-        r = self.rows.get(job_id)
-        if r is None:
-            raise JobNotFoundError(detail=job_id)
-        if r.state in _LIVE:
-            raise NotRequeueableError(detail=job_id)
-        holder = self._live_holder(_namespace(r))
-        if holder is not None:
-            raise RequeueDuplicateError(detail=f"{job_id} (held by {holder.id})")
-        self.rows[job_id] = replace(
-            r,
-            state=JobState.READY,
-            attempt=0,
-            run_at_ms=now_ms,
-            lease_until_ms=None,
-            finished_at_ms=None,
-        )
+    def _unwound(self, r: JobRecord) -> bool:
+        """A saga run that failed for good: its row is dead or failed and its run recorded the
+        saga mark, so its unwind job undoes (or undid) its steps."""
+        return r.state in (JobState.DEAD, JobState.FAILED) and (r.run_id, "~saga") in self.steps
 
-    def job_requeue_many(self, job_ids: Sequence[str], now_ms: int) -> list[RequeueAnswer]:
-        """`job_requeue` of each id in order, its refusals answered instead of raised."""
-        _check_bulk(job_ids)
+    def job_requeue(self, job_id: str, now_ms: int, *, fresh_run_id: str | None = None) -> None:
+        """Make a finished row ready now with attempt 0 (in a fresh run when given one), or
+        raise one of the four refusals."""
+        fresh = None if fresh_run_id is None else (fresh_run_id,)
+        answer = self.job_requeue_many(RequeueParams((job_id,), now_ms, fresh))[0]
+        refusal = {
+            RequeueAnswer.NOT_FOUND: JobNotFoundError,
+            RequeueAnswer.LIVE: NotRequeueableError,
+            RequeueAnswer.UNWOUND: RequeueUnwoundError,
+            RequeueAnswer.DUPLICATE: RequeueDuplicateError,
+        }.get(answer)
+        if refusal is not None:
+            raise refusal(detail=job_id)
+
+    def job_requeue_many(self, p: RequeueParams) -> list[RequeueAnswer]:
+        """Each id in order: unknown, live, a plain requeue of an unwound saga run, a namespace
+        another live row holds (one requeued earlier in the call included) — else requeued,
+        in its run or in its fresh one (the run it left loses its steps, unless its unwind job
+        still reads them)."""
+        _check_bulk(p.job_ids)
+        if p.fresh_run_ids is not None:
+            fresh = list(p.fresh_run_ids)
+            if len(fresh) != len(p.job_ids) or len(set(fresh)) != len(fresh):
+                raise RecordInvalidError(detail="fresh_run_ids")
+            for run_id in fresh:
+                _check_name_text(run_id, "fresh_run_ids")
         out: list[RequeueAnswer] = []
-        for i in job_ids:
-            try:
-                self.job_requeue(i, now_ms)
-                out.append(RequeueAnswer.REQUEUED)
-            except JobNotFoundError:
+        for n, job_id in enumerate(p.job_ids):
+            r = self.rows.get(job_id)
+            if r is None:
                 out.append(RequeueAnswer.NOT_FOUND)
-            except NotRequeueableError:
+            elif r.state in _LIVE:
                 out.append(RequeueAnswer.LIVE)
-            except RequeueDuplicateError:
+            elif p.fresh_run_ids is None and self._unwound(r):
+                out.append(RequeueAnswer.UNWOUND)
+            elif self._live_holder(_namespace(r)) is not None:
                 out.append(RequeueAnswer.DUPLICATE)
+            else:
+                run_id = r.run_id
+                if p.fresh_run_ids is not None:
+                    run_id = p.fresh_run_ids[n]
+                    if not self._unwound(r):
+                        self._forget_run(r)
+                self.rows[job_id] = replace(
+                    r,
+                    run_id=run_id,
+                    state=JobState.READY,
+                    attempt=0,
+                    run_at_ms=p.now_ms,
+                    lease_until_ms=None,
+                    finished_at_ms=None,
+                )
+                out.append(RequeueAnswer.REQUEUED)
         return out
 
     def job_promote(self, job_ids: Sequence[str], now_ms: int) -> list[PromoteAnswer]:
@@ -886,12 +914,14 @@ def _check_lease_key(key: object) -> None:
 
 
 def _check_name_text(value: object, what: str, max_bytes: int = 200) -> None:
-    """A non-empty string of at most `max_bytes` UTF-8 bytes without NUL (RecordInvalid)."""
+    """A non-empty string of at most `max_bytes` UTF-8 bytes with no NUL and no surrogate code
+    point, which UTF-8 cannot encode (RecordInvalid)."""
     if (
         not isinstance(value, str)
         or not value
-        or len(value.encode("utf-8")) > max_bytes
         or "\x00" in value
+        or any("\ud800" <= c <= "\udfff" for c in value)
+        or len(value.encode("utf-8")) > max_bytes
     ):
         raise RecordInvalidError(detail=what)
 
@@ -899,6 +929,16 @@ def _check_name_text(value: object, what: str, max_bytes: int = 200) -> None:
 def _check_range(value: object, lo: int, hi: int, what: str) -> None:
     if type(value) is not int or not lo <= value <= hi:
         raise RecordInvalidError(detail=what)
+
+
+def _check_wait(wait: EventWait) -> None:
+    """A wait whose match is an object, with a valid tenant and end when it has them."""
+    if not _is_object_text(wait.match_json):
+        raise RecordInvalidError("a match is an object", detail="wait.match_json")
+    if wait.tenant_id is not None:
+        _check_name_text(wait.tenant_id, "wait.tenant_id")
+    if wait.until_ms is not None:
+        _check_range(wait.until_ms, 0, MAX_TIME_MS, "wait.until_ms")
 
 
 def _is_object_text(text: str) -> bool:

@@ -13,7 +13,7 @@ import functools
 from dataclasses import replace
 
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from jobs_core.driver import MAX_TIME_MS
 from jobs_core.records import (
@@ -24,6 +24,7 @@ from jobs_core.records import (
     JobPage,
     Nack,
     NackKind,
+    RequeueParams,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of
 from jobs_core.states import LIVE_STATES, JobState
@@ -70,22 +71,27 @@ class OperatorRules(ParityMachine):
     # One rule per bulk call, each after the rows its call must tell apart (`_bulk`,
     # `BULK_EXTRAS`): the family's walk spends its steps on them.
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(picks=target_lists, extra=bulk_extras)
     def promote(self, picks: list[tuple[str, int]], extra: int) -> None:
         self._bulk("promote", picks, BULK_EXTRAS["promote"][extra], None)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(picks=target_lists, extra=bulk_extras, again=st.one_of(batch_job_specs, st.none()))
     def remove(self, picks: list[tuple[str, int]], extra: int, again: JobSpec | None) -> None:
         self._bulk("remove", picks, BULK_EXTRAS["remove"][extra], again)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(picks=target_lists, extra=bulk_extras, spec=batch_job_specs)
     def cancel_many(self, picks: list[tuple[str, int]], extra: int, spec: JobSpec) -> None:
         self._bulk("cancel", picks, BULK_EXTRAS["cancel"][extra], spec)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(picks=target_lists, extra=bulk_extras, spec=batch_job_specs)
     def requeue_many(self, picks: list[tuple[str, int]], extra: int, spec: JobSpec) -> None:
         self._bulk("requeue", picks, BULK_EXTRAS["requeue"][extra], spec)
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(
         f=list_filters,
         limit=list_limits,
@@ -96,6 +102,7 @@ class OperatorRules(ParityMachine):
         """Walk a listing's pages from the newest row (see `_list_pages`)."""
         self._list_pages(f, limit, scan, pages, "new", "")
 
+    @precondition(lambda self: self.capabilities.operator)
     @rule(
         f=list_filters,
         limit=list_limits,
@@ -112,6 +119,7 @@ class OperatorRules(ParityMachine):
         self._list_pages(f, limit, scan, pages, resume, bad)
 
     @belongs_to("counters")
+    @precondition(lambda self: self.capabilities.counters)
     @rule(
         hours=st.sampled_from((3, 2, 24, 1, 0, 31 * 24)),
         limit=st.sampled_from((1, 2, 10, 10_000)),
@@ -121,6 +129,7 @@ class OperatorRules(ParityMachine):
         self._counter_fold(self.now + hours * HOUR_MS, limit)
 
     @belongs_to("counters")
+    @precondition(lambda self: self.capabilities.counters)
     @rule(
         at=st.sampled_from(("fold edge", "hour after", "drop edge")),
         delta=edge_deltas,
@@ -136,6 +145,7 @@ class OperatorRules(ParityMachine):
         self._counter_fold(self._fold_time(at, delta, pick), limit)
 
     @belongs_to("counters")
+    @precondition(lambda self: self.capabilities.counters)
     @rule(
         picks=st.tuples(recent, recent),
         deltas=st.tuples(edge_deltas, edge_deltas),
@@ -167,6 +177,7 @@ class OperatorRules(ParityMachine):
         )
 
     @belongs_to("counters")
+    @precondition(lambda self: self.capabilities.counters)
     @rule(
         unit=st.sampled_from((MINUTE_MS, MINUTE_MS, HOUR_MS)),
         delta=edge_deltas,
@@ -216,10 +227,11 @@ class OperatorRules(ParityMachine):
                 lambda: self.driver.job_cancel_many(ids, self.now),
             )
         elif op == "requeue":
+            params = RequeueParams(tuple(ids), self.now)
             got = self._both(
                 "job_requeue_many",
-                lambda: self.model.job_requeue_many(ids, self.now),
-                lambda: self.driver.job_requeue_many(ids, self.now),
+                lambda: self.model.job_requeue_many(params),
+                lambda: self.driver.job_requeue_many(params),
             )
         elif op == "promote":
             got = self._both(
@@ -379,7 +391,7 @@ class OperatorRules(ParityMachine):
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()
-        if self._walks("counters"):
+        if self.capabilities.counters and self._walks("counters"):
             checks.append(
                 (
                     "counter_read",
@@ -387,7 +399,7 @@ class OperatorRules(ParityMachine):
                     lambda: self.driver.counter_read(_EVERY_COUNTER),
                 )
             )
-        if self._walks("operator"):
+        if self.capabilities.operator and self._walks("operator"):
             due = [
                 r.run_at_ms
                 for r in self.model.rows.values()

@@ -118,7 +118,7 @@ class TaskRules(ParityMachine):
         families): arm, read marks, a refused call, or a task pause."""
         if op == "arm":
             self._task_arm([n for n in names if n != UNARMED_TASK] or [name], back)
-        elif op == "marks":
+        elif op == "marks" or (op == "pause" and not self.capabilities.pauses):
             self._task_marks(names)
         elif op == "refused":
             self._task_refused(refusal, name)

@@ -20,11 +20,17 @@ The settle of a run's end sits apart from the run (`outcome`, not `run`): the dr
 the claim's buried rows and the settler's fallbacks write endings too, and never run a body.
 """
 
+from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, STOP_SLACK_MS
 from jobs_core.worker.core import Worker
-from jobs_core.worker.drain import CANCEL_GRACE_MS, STOP_CALL_FLOOR_MS, STOP_SLACK_MS
+from jobs_core.worker.drain import CANCEL_GRACE_MS
 from jobs_core.worker.failure import MESSAGE_CHARS, TRACEBACK_BYTES
 from jobs_core.worker.heartbeat import HEARTBEAT_RETRY_MS
-from jobs_core.worker.outage import OUTAGE_BACKOFF_MAX_MS, OUTAGE_BACKOFF_MIN_MS, OUTAGE_LOG_EVERY
+from jobs_core.worker.outage import (
+    OUTAGE_BACKOFF_MAX_MS,
+    OUTAGE_BACKOFF_MIN_MS,
+    OUTAGE_LOG_EVERY,
+    RECLAIM_GRACE_MS,
+)
 from jobs_core.worker.outcome import ON_SETTLED_TRIES, SETTLE_MARGIN_MS, Observer, WorkerHook
 from jobs_core.worker.run import UNKNOWN_NAME_DELAY_MS, UNKNOWN_NAME_WARN_EVERY_MS
 from jobs_core.worker.stats import WorkerStats
@@ -37,6 +43,7 @@ __all__ = [
     "OUTAGE_BACKOFF_MAX_MS",
     "OUTAGE_BACKOFF_MIN_MS",
     "OUTAGE_LOG_EVERY",
+    "RECLAIM_GRACE_MS",
     "SETTLE_MARGIN_MS",
     "STOP_CALL_FLOOR_MS",
     "STOP_SLACK_MS",

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
-from jobs_core.errors import JobsError
-from jobs_core.leases.admit import UNAVAILABLE_DELAY_MS, Refusal
-from jobs_core.records import ClaimedJob, ClaimParams, Lease
+from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.leases.admit import ADMITTED, Admission, deferred
+from jobs_core.records import ClaimedJob, ClaimParams
 from jobs_core.retention import Purger
 from jobs_core.worker.held import Held
-from jobs_core.worker.outage import Outage
+from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Outcomes
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
@@ -42,6 +42,7 @@ class ClaimLoop:
         backoff: IdleBackoff,
         purger: Purger | None,
         draining: Callable[[], bool],
+        watch: StoreWatch,
         *,
         queues: tuple[str, ...],
         worker_id: str,
@@ -61,6 +62,7 @@ class ClaimLoop:
         self._backoff = backoff
         self._purger = purger
         self._draining = draining
+        self._watch = watch
         self._queues = queues
         self._worker_id = worker_id
         self._max_in_flight = max_in_flight
@@ -132,23 +134,28 @@ class ClaimLoop:
                         now_ms=now,
                         drop_exhausted=self._drop_exhausted,
                         beat=beat,
+                        # Back from an outage: the leases that lapsed in it wait for their holders.
+                        reclaim_until_ms=self._watch.reclaim_until(now),
                     )
                 )
             except Exception as exc:  # a failed pass backs off, capped; the loop never dies
-                if not isinstance(exc, JobsError):
+                if isinstance(exc, DriverUnavailableError):
+                    self._watch.unavailable(now)
+                elif not isinstance(exc, JobsError):
                     log.exception("jobs.claim.crashed")
                 self._backoff.reset()
                 await self.wait(outage.failed(exc))
                 continue
             outage.recovered()
-            self._stats.store_ok_ms = now
+            self._watch.answered(now)
             if beat is not None:
                 self._registry.sent(now)
             for b in result.buried:
                 self._outcomes.buried(b)
-            verdicts = await self._admission(result.jobs, now)
-            for j in result.jobs:
-                self._admit(j, now, verdicts.get(j.id))
+            held = [self._hold(j, now) for j in result.jobs]
+            await self._admission(held, now)
+            for h in held:
+                self._start(h)
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self._draining():
@@ -175,30 +182,35 @@ class ClaimLoop:
         """Until `kick` is set or `ms` of the clock passed (None: only the kick)."""
         await wait_kick(self.kick, self._clock, ms)
 
-    async def _admission(
-        self, jobs: tuple[ClaimedJob, ...], now: int
-    ) -> dict[str, tuple[tuple[Lease, ...], Refusal | None]]:
-        """The claimed jobs' leases or refusals (`Gate.admit`); if that fails in a way it
-        should not, every job is given back (no attempt spent) rather than left to its lease."""
-        gate = self._runner.gate
-        if not gate.active or not jobs:
-            return {}
-        try:
-            return await gate.admit(jobs, now)
-        except Exception:
-            log.exception("jobs.lease.admit_crashed (%d jobs given back)", len(jobs))
-            back = Refusal("wait", "the admission failed", now + UNAVAILABLE_DELAY_MS)
-            return {j.id: ((), back) for j in jobs}
-
-    def _admit(
-        self, job: ClaimedJob, now: int, verdict: tuple[tuple[Lease, ...], Refusal | None] | None
-    ) -> None:
+    def _hold(self, job: ClaimedJob, now: int) -> Held:
+        """Track a claimed job at once, with a local slot when one is free (in claim order): a
+        job holding one starts as soon as it is admitted."""
         held = Held(job, last_landed_ms=now, leases_landed_ms=now)
-        if verdict is not None:
-            held.leases, held.refusal = verdict
         self._held[job.id] = held
         self._stats.claimed += 1
         self._stats.in_flight = len(self._held)
+        self._runner.take_slot_now(held)
+        return held
+
+    async def _admission(self, held: list[Held], now: int) -> None:
+        """Admit the jobs holding a local slot in one `Gate.admit` (their leases are taken as
+        their bodies start); the others are admitted as they get one (`Runner`). If that fails
+        in a way it should not, those jobs are given back (no attempt spent) rather than left
+        to their lease."""
+        starting = [h for h in held if h.in_slot]
+        gate = self._runner.gate
+        verdicts: dict[str, Admission] = {}
+        if gate.active and starting:
+            jobs = [h.job for h in starting]
+            try:
+                verdicts = await gate.admit(jobs, now)
+            except Exception:
+                log.exception("jobs.lease.admit_crashed (%d jobs given back)", len(jobs))
+                verdicts = deferred(jobs, now, "the admission failed")
+        for h in starting:
+            h.admit(verdicts.get(h.job.id, ADMITTED))
+
+    def _start(self, held: Held) -> None:
         task = asyncio.create_task(self._run(held))
         held.task = task
 

@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import signal
-import socket
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
@@ -22,18 +21,19 @@ from jobs_core.errors import (
     JobsError,
 )
 from jobs_core.facade import Jobs, LoopJobs
-from jobs_core.ids import new_id
+from jobs_core.ids import host_name, new_id
 from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
+from jobs_core.lifecycle import wait_for_store
 from jobs_core.options import count, finite_number, seconds_to_ms
-from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention
+from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
 from jobs_core.worker.claim import ClaimLoop
 from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
-from jobs_core.worker.outage import Outage
+from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Observer, Outcomes, WorkerHook
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
@@ -111,14 +111,21 @@ class Worker:
         )
         self.registry_ttl_ms = seconds_to_ms(registry_ttl, "registry_ttl")
         self.progress_every_ms = seconds_to_ms(progress_every, "progress_every")
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"
+        self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))
         rng = rng or random.Random()
         #: Starts per window over every job this worker runs (beside each job's own).
         self.rate_limits = resolve_rate_limits(rate_limits, "rate_limits")
-        gate = Gate(driver, self.clock, by_name, self.rate_limits, lease_ms=self.lease_ms)
+        gate = Gate(
+            driver,
+            self.clock,
+            by_name,
+            self.rate_limits,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+        )
         if gate.active and not driver.capabilities().leases:
             limited = sorted(h.name for h in handles if h.concurrency or h.rate_limits)
             raise ConcurrencyUnenforceableError(
@@ -126,19 +133,26 @@ class Worker:
                 detail=", ".join(limited) or "rate_limits",
             )
         #: How long finished rows are kept (None: this worker never purges).
-        self.retention = retention
+        self.retention = retention_on(driver, retention)
         #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
         #: folds the settle counters.
-        self._purger = Purger(driver, retention, self.clock, rng)
+        self._purger = Purger(driver, self.retention, self.clock, rng)
 
         self.stats = WorkerStats()
+        #: What this worker saw of its store's outages: its claims' reclaim bound.
+        self._watch = StoreWatch(self.clock, self.stats)
         # The phases share these: the jobs held (claimed, leased) by id, and the worker's
         # background tasks (the claim loop first), filled in place by `start`.
         held: dict[str, Held] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._client: Jobs | None = None
         self._registry = Registry(
-            self.worker_id, self.queues, self.concurrency, self.registry_ttl_ms, handles
+            self.worker_id,
+            self.queues,
+            self.concurrency,
+            self.registry_ttl_ms,
+            handles,
+            enabled=driver.capabilities().workers,
         )
         self._outcomes = Outcomes(
             driver,
@@ -175,6 +189,7 @@ class Worker:
             backoff,
             self._purger,
             lambda: self.draining,
+            self._watch,
             queues=self.queues,
             worker_id=self.worker_id,
             concurrency=self.concurrency,
@@ -188,8 +203,8 @@ class Worker:
             self.clock,
             held,
             self._registry,
-            self.stats,
             gate,
+            self._watch,
             worker_id=self.worker_id,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
@@ -225,25 +240,33 @@ class Worker:
         return self._stop_task is not None
 
     async def start(self) -> None:
-        """Announce the worker and start its loops; refused while draining (`X_DRAINING`)."""
+        """Announce the worker and start its loops; refused while draining (`X_DRAINING`).
+
+        A store that is unavailable (down, still starting) is waited for with the outage
+        backoff, never a reason to fail; a drain begun meanwhile ends the wait at once and
+        nothing starts. A store that refuses otherwise (a schema not installed) raises.
+        """
         if self.draining:
             raise DrainingError(detail=self.worker_id)
         if self._started:
             return
         self._started = True
         self._claims.accepting = True
-        outage = Outage("jobs.worker.store_unavailable")
-        while True:
+
+        async def announce() -> None:
+            now = self.clock.now_ms()
             try:
                 await self.driver.open()
-                await self.driver.worker_beat(self._registry.beat(self.clock.now_ms()))
-                break
-            except DriverUnavailableError as exc:
-                # A store still starting (or restarting) is waited for, never a reason to exit.
-                await self._claims.wait(outage.failed(exc))
-                if not self._claims.accepting:
-                    return
-        outage.recovered()
+                if self._registry.enabled:
+                    await self.driver.worker_beat(self._registry.beat(now))
+            except DriverUnavailableError:
+                # An outage at start counts for the reclaim grace like one met later.
+                self._watch.unavailable(now)
+                raise
+
+        outage = Outage("jobs.worker.store_unavailable")
+        if not await wait_for_store(announce, outage, self._drain_begun, self.clock):
+            return
         self._registry.sent(self.clock.now_ms())
         if self.driver.capabilities().wake:
             try:
@@ -252,7 +275,9 @@ class Worker:
                 )
             except DriverUnavailableError as exc:  # the poll is the guarantee; the wake can wait
                 log.warning("jobs.wake.subscribe_failed: %s", exc)
-        # In place: a drain that began meanwhile reads this very list.
+        if self._drain_begun.is_set():  # begun during the subscribe: no loop may outlive it
+            return
+        # In place: the drain reads this very list.
         self._loops.append(asyncio.create_task(self._claims.run(), name="ujobs-claim"))
         self._loops.append(asyncio.create_task(self._heartbeat.run(), name="ujobs-heartbeat"))
         self._loops.append(asyncio.create_task(self._purger.run(), name="ujobs-maintenance"))

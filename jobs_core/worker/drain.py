@@ -1,5 +1,6 @@
 """The drain: stop claiming, hand back what never started, let running bodies finish until the
-deadline (then abort them), and tear down with every store call bounded by the drain's budget."""
+deadline (then abort them), and tear down with its store calls bounded together by the drain's
+budget (`jobs_core.lifecycle`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DrainingError
+from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, leave
 from jobs_core.records import Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.worker.claim import ClaimLoop
@@ -23,10 +25,6 @@ log = logging.getLogger("jobs")
 
 #: How long a cancelled async body gets to unwind before the worker moves on without it.
 CANCEL_GRACE_MS = 1_000
-#: What a drain may spend past its deadline on the store calls of its teardown (settles,
-#: `worker_forget`, closing the wake), store up or down; each call gets at least the floor.
-STOP_SLACK_MS = 1_000
-STOP_CALL_FLOOR_MS = 250
 
 
 class Drain:
@@ -65,22 +63,21 @@ class Drain:
 
     def keep(self, fut: asyncio.Future[Any]) -> None:
         """Hold a reference to `fut` until it is done (nobody awaits it: a drain begun by a
-        signal, a store call left to unwind)."""
+        signal)."""
         self._abandoned.add(fut)
         fut.add_done_callback(self._abandoned.discard)
 
     async def teardown(self, deadline_ms: int | None) -> None:
         self._claims.stop()
-        # Every store call below is bounded, store up or down: the drain ends by `end_ms`
-        # (plus a floor per call), never on the store's say.
-        end_ms = None if deadline_ms is None else deadline_ms + STOP_SLACK_MS
+        # Up to the deadline for the work; then every store call left shares the slack.
+        budget = StopBudget(deadline_ms, self._clock.now_ms)
         # Settles are retried up to the deadline itself; the slack is for the calls after them.
         settler = self._outcomes.settler
         settler.set_deadline(deadline_ms)
         claim_loop = self._loops[0] if self._loops else None
         # The drain waits out the claim round it races, so no claim lands after it.
-        if claim_loop is not None and not await self._bounded(
-            claim_loop, self._left_ms(deadline_ms)
+        if claim_loop is not None and not await bounded(
+            claim_loop, budget.left_ms(STOP_CALL_FLOOR_MS)
         ):
             log.warning("jobs.worker.claim_abandoned %s: outlived the drain", self._worker_id)
         waiting = [h for h in self._held.values() if not h.started]
@@ -103,33 +100,56 @@ class Drain:
                         h.signal.fire(DrainingError(detail=h.job.id))
                 # A body that ignores its cancellation must not hold the deploy hostage.
                 await self._wait_tasks(running, CANCEL_GRACE_MS, forceable=False)
-        await self._bounded(handback, self._left_ms(end_ms))
         for task in self._loops[1:]:
             task.cancel()
-        # A heartbeat cancelled mid-call may take its driver's time to unwind: not the drain's.
-        await self._bounded(
-            asyncio.gather(*self._loops[1:], return_exceptions=True), self._left_ms(end_ms)
-        )
-        if not await self._bounded(settler.join(), self._left_ms(end_ms)):
-            log.warning(
-                "jobs.worker.settles_abandoned %s: the store did not answer", self._worker_id
-            )
-            settler.abandon()
-        # Slots handed back now free their room at once; any left behind lapse at their TTL.
-        await self._bounded(self._runner.gate.join(), self._left_ms(end_ms))
-        try:
-            await self._call(self._driver.worker_forget(self._worker_id), end_ms, "worker_forget")
-        except Exception as exc:  # the registry row expires on its own; stopping must finish
-            log.warning("jobs.worker.forget_failed %s: %r", self._worker_id, exc)
-        if self._claims.wake is not None:
-            try:
-                await self._call(self._claims.wake.close(), end_ms, "wake close")
-            except Exception as exc:
-                log.warning("jobs.wake.close_failed: %r", exc)
+        await self._last_calls(handback, budget)
         if self._runner.executor is not None:
             self._runner.executor.shutdown(wait=False, cancel_futures=True)
         log.info("jobs.worker.stopped %s", self._worker_id)
         self.stopped.set()
+
+    async def _last_calls(self, handback: asyncio.Future[None], budget: StopBudget) -> None:
+        """Every store call the teardown has left, at once, bounded TOGETHER by the slack: a
+        store that does not answer costs the drain its slack once, not once per call."""
+        settler = self._outcomes.settler
+        wake, self._claims.wake = self._claims.wake, None
+        calls: dict[str, Awaitable[Any]] = {
+            "hand-back": handback,
+            # A heartbeat cancelled mid-call may take its driver's time to unwind.
+            "heartbeat": asyncio.gather(*self._loops[1:], return_exceptions=True),
+            "settles": settler.join(),
+            # Slots handed back now free their room at once; any left behind lapse at their TTL.
+            "lease releases": self._runner.gate.join(),
+        }
+        if self._driver.capabilities().workers:
+            calls["worker_forget"] = self._quietly(
+                self._driver.worker_forget(self._worker_id), "jobs.worker.forget_failed"
+            )
+        if wake is not None:
+            calls["wake close"] = self._quietly(wake.close(), "jobs.wake.close_failed")
+        futs = {what: asyncio.ensure_future(aw) for what, aw in calls.items()}
+        ms = budget.slack_ms(STOP_CALL_FLOOR_MS)
+        await asyncio.wait(futs.values(), timeout=None if ms is None else ms / 1000)
+        late = [what for what, fut in futs.items() if not fut.done()]
+        if not futs["settles"].done():
+            settler.abandon()
+        for fut in futs.values():
+            leave(fut)
+        if late:
+            log.warning(
+                "jobs.worker.stop_calls_abandoned %s: %s outlived the drain (the store did not"
+                " answer; what they hold lapses on its own)",
+                self._worker_id,
+                ", ".join(late),
+            )
+
+    async def _quietly(self, aw: Awaitable[Any], event: str) -> None:
+        """A teardown call whose failure is logged, never raised: what it would have removed
+        (a registry row, a wake session) expires or dies with its connection on its own."""
+        try:
+            await aw
+        except Exception as exc:
+            log.warning("%s %s: %r", event, self._worker_id, exc)
 
     async def _hand_back(self, waiting: list[Held]) -> None:
         if not waiting:
@@ -142,36 +162,6 @@ class Drain:
             self._held.pop(h.job.id, None)
             self._stats.in_flight = len(self._held)
             self._outcomes.tally(Outcome.INTERRUPTED, ok, h.job)
-
-    def _left_ms(self, end_ms: int | None) -> int | None:
-        """What is left of a drain budget ending at `end_ms` (None: unbounded), at least a floor."""
-        if end_ms is None:
-            return None
-        return max(STOP_CALL_FLOOR_MS, end_ms - self._clock.now_ms())
-
-    async def _bounded(self, aw: Awaitable[Any], ms: int | None) -> bool:
-        """Wait for `aw` at most `ms` of wall time (None: no bound); True when it finished.
-
-        Past the bound it is cancelled and left to unwind on its own: a store call cancelled
-        mid-flight may take its driver's own time to give up, and the drain does not wait for it.
-        """
-        fut = asyncio.ensure_future(aw)
-        done, _ = await asyncio.wait([fut], timeout=None if ms is None else ms / 1000)
-        if fut in done:
-            return True
-        fut.cancel()
-        self.keep(fut)
-        return False
-
-    async def _call(self, aw: Awaitable[Any], end_ms: int | None, what: str) -> None:
-        """A teardown store call bounded by the drain's budget; past it, logged and abandoned."""
-        fut = asyncio.ensure_future(aw)
-        if not await self._bounded(fut, self._left_ms(end_ms) if end_ms is not None else None):
-            log.warning(
-                "jobs.worker.stop_call_abandoned %s: %s outlived the drain", self._worker_id, what
-            )
-            return
-        fut.result()
 
     async def _wait_tasks(
         self, tasks: list[asyncio.Task[None]], ms: int | None, *, forceable: bool = True

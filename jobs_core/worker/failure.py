@@ -8,7 +8,8 @@ import traceback
 from collections.abc import Sequence
 
 from jobs_core.errors import JobsError
-from jobs_core.redact import scrub
+from jobs_core.jsonform import storable
+from jobs_core.redact import scrub, secrets_in
 
 #: The most UTF-8 bytes of traceback a `last_error` keeps (the last frames: where it raised).
 TRACEBACK_BYTES = 8_192
@@ -16,14 +17,9 @@ TRACEBACK_BYTES = 8_192
 MESSAGE_CHARS = 2_000
 
 
-def clean(text: str) -> str:
-    # A lone surrogate in a message would make the settle unstorable (UTF-8 only).
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
 def brief(exc: BaseException) -> str:
     """`Type: message` for an exception (`X_CODE: message` for a `JobsError`), bounded."""
-    return clean(
+    return storable(
         str(exc)[:MESSAGE_CHARS]
         if isinstance(exc, JobsError)
         else f"{type(exc).__name__}: {str(exc)[:MESSAGE_CHARS]}"
@@ -42,7 +38,7 @@ def traceback_text(exc: BaseException) -> str | None:
     """The formatted traceback (with its cause chain), its last `TRACEBACK_BYTES` kept."""
     if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
         return None
-    text = clean("".join(traceback.format_exception(exc)))
+    text = storable("".join(traceback.format_exception(exc)))
     raw = text.encode("utf-8")
     if len(raw) <= TRACEBACK_BYTES:
         return text
@@ -56,11 +52,14 @@ def traceback_text(exc: BaseException) -> str | None:
 def error_text(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """`last_error`: JSON with the type, the message, the code of a `JobsError`, and a bounded
     traceback when the error was raised (not for one the worker made, a deadline). The values
-    of the input's sensitive fields (`secrets`) are scrubbed out: they are never stored."""
+    of the input's sensitive fields (`secrets`) and those the error carries (`secrets_in`) are
+    scrubbed out: they are never stored. Text no store can hold (a lone surrogate, a NUL) is
+    replaced (`storable`): an exception's text never makes its settle unstorable."""
+    secrets = secrets_in(exc, secrets)
     message = exc.message if isinstance(exc, JobsError) else str(exc)
     doc: dict[str, str] = {
         "type": type(exc).__name__,
-        "message": scrub(clean(message[:MESSAGE_CHARS]), secrets),
+        "message": scrub(storable(message[:MESSAGE_CHARS]), secrets),
     }
     if isinstance(exc, JobsError):
         doc["code"] = exc.code

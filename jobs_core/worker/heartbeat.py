@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError, LeaseLostError, SlotLostError
+from jobs_core.errors import DriverUnavailableError, JobsError, LeaseLostError, SlotLostError
 from jobs_core.leases.admit import Gate
 from jobs_core.records import Heartbeat, Progress
 from jobs_core.worker.held import Held
 from jobs_core.worker.registry import Registry
-from jobs_core.worker.stats import WorkerStats
+
+if TYPE_CHECKING:  # outage.py reads HEARTBEAT_RETRY_MS from here
+    from jobs_core.worker.outage import StoreWatch
 
 log = logging.getLogger("jobs")
 
@@ -30,8 +33,8 @@ class HeartbeatLoop:
         clock: Clock,
         held: dict[str, Held],
         registry: Registry,
-        stats: WorkerStats,
         gate: Gate,
+        watch: StoreWatch,
         *,
         worker_id: str,
         lease_ms: int,
@@ -42,8 +45,8 @@ class HeartbeatLoop:
         self._clock = clock
         self._held = held
         self._registry = registry
-        self._stats = stats
         self._gate = gate
+        self._watch = watch
         self._worker_id = worker_id
         self._lease_ms = lease_ms
         self._heartbeat_ms = heartbeat_ms
@@ -102,11 +105,13 @@ class HeartbeatLoop:
                 )
             except JobsError as exc:
                 log.warning("jobs.heartbeat.failed: %s", exc)
+                if isinstance(exc, DriverUnavailableError):
+                    self._watch.unavailable(now)
                 answers = None
                 landed = False
             after = self._clock.now_ms()
             if answers is not None:
-                self._stats.store_ok_ms = after
+                self._watch.answered(now)
             for i, h in enumerate(held):
                 if answers is not None and answers[i]:
                     h.last_landed_ms = now

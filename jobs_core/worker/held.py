@@ -10,8 +10,9 @@ from typing import Any
 
 from jobs_core.context import CancelSignal
 from jobs_core.jsonform import JsonValue, dumps
-from jobs_core.leases.admit import Refusal
+from jobs_core.leases.admit import Admission, Refusal
 from jobs_core.records import ClaimedJob, Lease
+from jobs_core.redact import SCRUB_EXTRA, input_secrets
 from jobs_core.steps import StepApi
 from jobs_core.worker.failure import brief
 
@@ -43,10 +44,38 @@ class Held:
     steps: StepApi | None = None
     #: The fleet slots and rate stamps the run holds (`jobs_core.leases.admit`), until handed back.
     leases: tuple[Lease, ...] = ()
-    #: When a renewal of `leases` last landed (the worker's clock).
+    #: When the store last vouched for `leases` (their take or renewal; the worker's clock).
     leases_landed_ms: int = 0
+    #: The admission decided (`admit`): the claim round's when the job held a local slot then,
+    #: else when it got one.
+    admitted: bool = False
     #: Why the job may not start now (a busy slot, a rate window, a refused key), or None.
     refusal: Refusal | None = None
+    #: The job's sensitive input fields (its declaration's), told when its run begins.
+    sensitive: frozenset[str] = frozenset()
+    _secrets: list[str] | None = None
+
+    @property
+    def secrets(self) -> list[str]:
+        """The values of the input's sensitive fields, scrubbed from every record of this run
+        (its stored error, log lines, span), whatever failed; read from the stored input once."""
+        if self._secrets is None:
+            self._secrets = input_secrets(self.job.input_json, self.sensitive)
+        return self._secrets
+
+    def log_extra(self, worker_id: str) -> dict[str, object]:
+        """`job_fields`, and the run's secrets for the `jobs` logger's `ScrubFilter`: the extra
+        of every log line that may quote an error or a value of the run."""
+        fields = job_fields(worker_id, self.job)
+        if self.secrets:
+            fields[SCRUB_EXTRA] = self.secrets
+        return fields
+
+    def admit(self, admission: Admission) -> None:
+        self.admitted = True
+        self.leases, self.refusal = admission.leases, admission.refusal
+        if admission.leases:
+            self.leases_landed_ms = admission.landed_ms
 
     def report_progress(self, value: Any) -> None:
         if self.signal.cancelled:
@@ -65,7 +94,7 @@ class Held:
                 "jobs.progress.invalid %s: %s",
                 self.job.id,
                 brief(exc),
-                extra=job_fields(worker_id, self.job),
+                extra=self.log_extra(worker_id),
             )
             return None
 

@@ -1,11 +1,25 @@
 """A store that is down (at start-up, under the claims): capped exponential backoff, logged once
-per step, not per try."""
+per step, not per try; and what the worker remembers of the outage (`StoreWatch`) so that its
+claims leave the leases that lapsed meanwhile to their holders for a grace."""
 
 from __future__ import annotations
 
 import logging
+from typing import Final
+
+from jobs_core.clock import Clock
+from jobs_core.settle import SETTLE_BACKOFF_MAX_MS
+from jobs_core.worker.heartbeat import HEARTBEAT_RETRY_MS
+from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
+
+#: After the store answers again, for this long a worker's claims neither reclaim nor bury a
+#: lease that ended after the store last answered it before the outage. Twice the longest wait
+#: between a live holder's tries while the store is down (a settle's backoff ceiling; a
+#: heartbeat retries sooner), so its heartbeat or settle reaches the store in time even when
+#: its first try meets the store still coming up.
+RECLAIM_GRACE_MS: Final = 2 * max(SETTLE_BACKOFF_MAX_MS, HEARTBEAT_RETRY_MS)
 
 #: Backoff while the store is unavailable (start-up, claims): from the first to the last, doubling.
 OUTAGE_BACKOFF_MIN_MS = 100
@@ -39,3 +53,51 @@ class Outage:
             log.warning("%s: the store answers again after %d tries", self._event, self._tries)
         self._next_ms = OUTAGE_BACKOFF_MIN_MS
         self._tries = 0
+
+
+class StoreWatch:
+    """What one worker saw of its store: when it last answered (`stats.store_ok_ms`) and, after
+    an outage, the bound its claims pass as `reclaim_until_ms` until `grace_ms` after the store
+    answered again (an outage within the grace of the last one restarts the grace and keeps the
+    first one's bound).
+
+    The bound is the send time of the last call answered before the first one that found the
+    store unavailable (before any answer: that failed call's): every lease that ended after it
+    may have lapsed only because its holder could not renew it.
+    """
+
+    def __init__(self, clock: Clock, stats: WorkerStats, grace_ms: int = RECLAIM_GRACE_MS) -> None:
+        self._clock = clock
+        self._stats = stats
+        self._grace_ms = grace_ms
+        self._last_ok_ms: int | None = None
+        #: The send time of the latest call that found the store unavailable, while no call
+        #: sent after it was answered.
+        self._failed_ms: int | None = None
+        self._bound_ms: int | None = None
+        self._grace_until_ms = 0
+
+    def answered(self, sent_ms: int) -> None:
+        """A call sent at `sent_ms` was answered."""
+        now = self._clock.now_ms()
+        self._stats.store_ok_ms = now
+        if self._last_ok_ms is None or sent_ms > self._last_ok_ms:
+            self._last_ok_ms = sent_ms
+        if self._failed_ms is not None and sent_ms >= self._failed_ms:
+            # Sent after the last failure: the store is back, and the grace starts.
+            self._failed_ms = None
+            self._grace_until_ms = now + self._grace_ms
+
+    def unavailable(self, sent_ms: int) -> None:
+        """A call sent at `sent_ms` found the store unavailable."""
+        if self._failed_ms is None and sent_ms >= self._grace_until_ms:
+            self._bound_ms = sent_ms if self._last_ok_ms is None else self._last_ok_ms
+        if self._failed_ms is None or sent_ms > self._failed_ms:
+            self._failed_ms = sent_ms
+
+    def reclaim_until(self, now_ms: int) -> int | None:
+        """The `reclaim_until_ms` a claim sent at `now_ms` passes: the outage's bound while the
+        store is down or its grace lasts, else None."""
+        if self._failed_ms is not None or now_ms < self._grace_until_ms:
+            return self._bound_ms
+        return None

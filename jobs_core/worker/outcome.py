@@ -24,7 +24,7 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.leases.admit import Refusal
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, JobRecord, Nack, NackKind
-from jobs_core.redact import SCRUB_EXTRA, ScrubFilter, secrets_of
+from jobs_core.redact import SCRUB_EXTRA, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
@@ -34,17 +34,18 @@ from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
 from jobs_core.tenant import acting_for
 from jobs_core.worker.failure import brief, error_text
 from jobs_core.worker.held import Held, job_fields, log_fields
+from jobs_core.worker.outage import RECLAIM_GRACE_MS
 from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
-if not any(isinstance(f, ScrubFilter) for f in log.filters):
-    log.addFilter(ScrubFilter())
 
 #: Tries of an `on_settled` hook before it is given up (never rethrown).
 ON_SETTLED_TRIES = 3
-#: A settle the store cannot take is retried until its lease's end plus this (the fence keeps a
-#: late one safe: it lands only while no other claim was made).
-SETTLE_MARGIN_MS = 1_000
+#: A settle the store cannot take is retried until one lease past its lease's end plus this (the
+#: fence keeps a late one safe: it lands only while no other claim was made). An outage shorter
+#: than the lease that began while the lease was live is over one lease past its end, and a
+#: worker back from it leaves that lapsed lease alone for `RECLAIM_GRACE_MS` after.
+SETTLE_MARGIN_MS = RECLAIM_GRACE_MS
 
 WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 #: Told of every settle that landed: the job, its outcome, how long its body ran (None when
@@ -234,18 +235,17 @@ class Outcomes:
     ) -> None:
         """Fail the attempt with `exc`: retried, shed (rate limited), or failed for good
         (terminal, unknown handle or final attempt). A failed attempt logs at WARNING and a
-        dead letter or drop at ERROR, with the traceback."""
+        dead letter or drop at ERROR, with the traceback. Whatever failed, the run's secrets
+        are scrubbed from what is stored, logged and traced (`Held.secrets`); `input` is what
+        the hooks are told."""
         job = held.job
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         now = self._clock.now_ms()
-        secrets = secrets_of(input, handle.sensitive) if handle is not None else []
-        error = error_text(exc, secrets)
+        error = error_text(exc, held.secrets)
         progress = held.pending_progress(self._worker_id)
         dead_letter = handle.retry.dead_letter if handle is not None else True
-        fields: dict[str, object] = job_fields(self._worker_id, job)
-        if secrets:
-            fields[SCRUB_EXTRA] = secrets
-        tracing.failed(held.span, exc, secrets)
+        fields = held.log_extra(self._worker_id)
+        tracing.failed(held.span, exc, held.secrets)
         if isinstance(exc, RateLimitedError):
             nack = Nack(
                 job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
@@ -332,7 +332,11 @@ class Outcomes:
                 try:
                     observe(job, outcome, body_ms)
                 except Exception:  # an observer never breaks a settle
-                    log.exception("jobs.observer.failed %s", job.id)
+                    log.exception(
+                        "jobs.observer.failed %s",
+                        job.id,
+                        extra=held.log_extra(self._worker_id) if held is not None else None,
+                    )
         else:
             self._stats.unowned += 1
             log.warning(
@@ -356,18 +360,23 @@ class Outcomes:
                             await outcome
                     break
                 except Exception as exc:  # a hook never breaks the worker, by contract
+                    fields = log_fields(
+                        self._worker_id,
+                        event.job_id,
+                        event.name,
+                        event.queue,
+                        event.attempt or None,
+                    )
+                    # The hook was handed the input: what it raises may quote it.
+                    fields[SCRUB_EXTRA] = secrets_of(
+                        event.input, handle.sensitive if handle is not None else frozenset()
+                    )
                     log.warning(
                         "jobs.on_settled.failed %s try %d: %r",
                         event.job_id,
                         attempt,
                         exc,
-                        extra=log_fields(
-                            self._worker_id,
-                            event.job_id,
-                            event.name,
-                            event.queue,
-                            event.attempt or None,
-                        ),
+                        extra=fields,
                     )
 
     def buried(self, b: BuriedJob) -> None:
@@ -405,17 +414,18 @@ class Outcomes:
     # -- settles that cannot be sent as they are, or not yet ----------------------------------
 
     def _settle_give_up_at(self, fence: Fence) -> int | None:
-        """When a settle of this claim stops being worth retrying: its lease's end plus a margin."""
+        """When a settle of this claim stops being worth retrying: one lease past its lease's
+        end, plus `SETTLE_MARGIN_MS`."""
         h = self._held.get(fence.job_id)
         if h is None or h.job.claims != fence.claims:
             return None
-        return h.last_landed_ms + self._lease_ms + SETTLE_MARGIN_MS
+        return h.last_landed_ms + 2 * self._lease_ms + SETTLE_MARGIN_MS
 
     def _replace_invalid(self, item: Ack | Nack, exc: JobsError) -> Nack | None:
         """A settle the driver would refuse fails its own job with that error instead."""
         now = self._clock.now_ms()
-        error = error_text(exc)
         h = self._held.get(item.fence.job_id)
+        error = error_text(exc, h.secrets if h is not None else ())
         handle = self._handles.get(h.job.name) if h is not None else None
         if h is None or handle is None or h.job.final_attempt:
             dead_letter = handle.retry.dead_letter if handle is not None else True

@@ -1,15 +1,20 @@
 """One worker's registry row: the beat that announces it (and keeps it listed), and when the next
-one is due."""
+one is due. On a driver without the registry (`Capabilities.workers`) no beat is ever due: the
+worker runs unannounced, and operator views redact by the caller's declarations alone."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Sequence
+from typing import Final
 
+from jobs_core.ids import host_name
 from jobs_core.job import JobHandle
 from jobs_core.records import WorkerBeat
+
+#: A due time no clock reaches.
+NEVER: Final = 2**63
 
 
 class Registry:
@@ -28,15 +33,20 @@ class Registry:
         concurrency: int,
         ttl_ms: int,
         handles: Sequence[JobHandle] = (),
+        *,
+        enabled: bool = True,
     ) -> None:
         self._worker_id = worker_id
         self._ttl_ms = ttl_ms
         self._every_ms = max(1, ttl_ms // 3)
-        #: When the next beat is due (the worker's clock); 0 until the worker announced itself.
-        self.next_at = 0
+        #: Whether the driver keeps a registry (else nothing here is ever sent).
+        self.enabled = enabled
+        #: When the next beat is due (the worker's clock); 0 until the worker announced itself,
+        #: never when there is no registry.
+        self.next_at = 0 if enabled else NEVER
         self._info = json.dumps(
             {
-                "host": socket.gethostname(),
+                "host": host_name(),
                 "pid": os.getpid(),
                 "queues": list(queues),
                 "concurrency": concurrency,
@@ -53,4 +63,5 @@ class Registry:
 
     def sent(self, now: int) -> None:
         """A beat landed at `now`: the next is due one interval later."""
-        self.next_at = now + self._every_ms
+        if self.enabled:
+            self.next_at = now + self._every_ms

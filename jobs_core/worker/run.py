@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -27,8 +28,8 @@ from jobs_core.errors import (
 from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
-from jobs_core.leases.admit import Gate, Refusal
-from jobs_core.records import Ack, Lease, Nack, NackKind
+from jobs_core.leases.admit import Gate, Handed, Refusal
+from jobs_core.records import Ack, Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
 from jobs_core.tenant import acting_for
@@ -46,6 +47,43 @@ log = logging.getLogger("jobs")
 UNKNOWN_NAME_DELAY_MS = 60_000
 #: At most one warning per unknown name in this window (the worker's clock).
 UNKNOWN_NAME_WARN_EVERY_MS = 60_000
+
+
+class LocalSlots:
+    """A worker's `concurrency` slots, first come first served: `try_take` never passes a run
+    waiting in `take`, and a slot given back goes to the longest waiting run."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        while self._waiting and self._waiting[0].done():
+            self._waiting.popleft()  # a waiter cancelled while it waited
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.try_take():
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give()  # handed a slot as it was cancelled: the next waiter's
+            raise
+
+    def give(self) -> None:
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
 
 
 class Runner:
@@ -76,7 +114,7 @@ class Runner:
         self._client = client
         self._worker_id = worker_id
         self._concurrency = concurrency
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = LocalSlots(concurrency)
         #: The threads `def` bodies run on, made with the first one (the drain shuts them down).
         self.executor: BodyThreads | None = None
         self._unknown_warned: dict[str, int] = {}
@@ -91,45 +129,94 @@ class Runner:
         it was a `JobsError` already). Only a settle that itself raises leaves the row to its
         lease.
         """
+        handle = self._handles.get(held.job.name)
+        held.sensitive = handle.sensitive if handle is not None else frozenset()
         try:
-            if held.refusal is not None and held.refusal.slot is not None:
-                await self._follow(held, held.refusal.slot)
-            await self._slots.acquire()
-            held.started = held.in_slot = True
-            self._stats.running += 1
-            try:
-                with tracing.consumer(held.job) as held.span:
-                    try:
-                        await self._execute(held)
-                    except Exception as exc:
-                        await self._settle_crash(held, exc)
-            finally:
-                self._leave_slot(held)
+            await self._enter(held)
+            held.started = True
+            with tracing.consumer(held.job) as held.span:
+                try:
+                    await self._execute(held)
+                except Exception as exc:
+                    await self._settle_crash(held, exc)
         finally:
+            self._leave_slot(held)
             # A run that never reached its body hands its leases back as never started.
             self.end_leases(held, started=False)
             if held.started:
                 self._held.pop(held.job.id, None)
                 self._stats.in_flight = len(self._held)
 
+    def take_slot_now(self, held: Held) -> bool:
+        """Give `held` a local slot if one is free and no run waits for one (a claim round's
+        jobs, in order); True when it got one."""
+        if not self._slots.try_take():
+            return False
+        self._occupy(held)
+        return True
+
+    def _occupy(self, held: Held) -> None:
+        held.in_slot = True
+        self._stats.running += 1
+
+    async def _enter(self, held: Held) -> None:
+        """Until the run may start: a local slot, then its fleet leases (unless its claim round
+        admitted it with the slot), taken now so its body starts on them at once. A follower
+        waits for its slot outside the local slots, then takes one again."""
+        while True:
+            if not held.in_slot and not await self._take_slot(held):
+                # Its claim (or the fleet slot it was handed) was lost while it waited: it is
+                # given back now, and no body starts on what the store no longer holds.
+                reason = held.signal.reason
+                why = f"lost before it started ({reason.code if reason else 'cancelled'})"
+                held.refusal = Refusal("wait", why, self._clock.now_ms())
+                return
+            if not held.admitted:
+                held.admit(await self.gate.admit_one(held.job))
+            if held.refusal is None or held.refusal.slot is None:
+                return
+            self._leave_slot(held)
+            await self._follow(held, held.refusal.slot)
+
+    async def _take_slot(self, held: Held) -> bool:
+        """Wait for a local slot; False, without one, when the run's signal fires first."""
+        if held.signal.cancelled:
+            return False
+        taking = asyncio.ensure_future(self._slots.take())
+
+        def stop_waiting() -> None:
+            taking.cancel()
+
+        held.signal.on_fire(stop_waiting)
+        try:
+            await taking
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # a drain hands the job back (`run_held`'s caller)
+            return False
+        self._occupy(held)
+        return True
+
     def _leave_slot(self, held: Held) -> None:
-        # Once: when the body ends (its settle then runs outside the slot), or when the run ends.
+        # Once: when the body ends (its settle then runs outside the slot), when a follower
+        # starts waiting, or when the run ends.
         if held.in_slot:
             held.in_slot = False
             self._stats.running -= 1
-            self._slots.release()
+            self._slots.give()
 
-    async def _follow(self, held: Held, slot: asyncio.Future[Lease]) -> None:
-        """Wait, outside the local slots, for the slot one of this worker's runs of the key
-        gives back; a fired signal (a cancel, a lost lease) gives the job back instead."""
+    async def _follow(self, held: Held, slot: asyncio.Future[Handed]) -> None:
+        """Wait for the slot one of this worker's runs of the key gives back; a fired signal
+        (a cancel, a lost lease) gives the job back instead."""
 
         def stop_waiting() -> None:
             slot.cancel()
 
         held.signal.on_fire(stop_waiting)
         try:
-            held.leases = (await slot,)
-            held.leases_landed_ms = self._clock.now_ms()
+            handed = await slot
+            held.leases, held.leases_landed_ms = (handed.lease,), handed.landed_ms
             held.refusal = None
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -138,13 +225,14 @@ class Runner:
             held.refusal = Refusal("wait", "stopped waiting for a slot", self._clock.now_ms())
         finally:
             if slot.done() and not slot.cancelled() and not held.leases:
-                self.gate.end([slot.result()], started=False)
+                handed = slot.result()
+                self.gate.end([handed.lease], started=False, landed_ms=handed.landed_ms)
 
     def end_leases(self, held: Held, *, started: bool) -> None:
         """Hand back the run's slots and stamps once (released or abandoned, `Gate.end`)."""
         leases, held.leases = held.leases, ()
         if leases:
-            self.gate.end(leases, started=started)
+            self.gate.end(leases, started=started, landed_ms=held.leases_landed_ms)
 
     async def _settle_crash(self, held: Held, exc: Exception) -> None:
         job = held.job
@@ -154,7 +242,7 @@ class Runner:
                 job.name,
                 job.id,
                 exc_info=exc,
-                extra=job_fields(self._worker_id, job),
+                extra=held.log_extra(self._worker_id),
             )
             return
         error = typed(exc, WorkerError(brief(exc), detail=job.name))
@@ -165,7 +253,7 @@ class Runner:
                 "jobs.run.crashed %s %s and its settle failed",
                 job.name,
                 job.id,
-                extra=job_fields(self._worker_id, job),
+                extra=held.log_extra(self._worker_id),
             )
 
     async def _execute(self, held: Held) -> None:
@@ -177,6 +265,7 @@ class Runner:
             await self._give_back_unknown(held)
             return
         if held.refusal is not None:
+            self._leave_slot(held)  # no body runs: the slot is the next run's while this settles
             await self._outcomes.refused(held, handle, held.refusal)
             return
         try:
@@ -202,6 +291,7 @@ class Runner:
             step_timeout_ms=handle.step_timeout_ms,
             event_poll_ms=handle.event_poll_ms,
             put=self._outcomes.settler.step_put,
+            tenant=tenant,
         )
         held.steps = steps
         ctx = JobContext._of_claim(

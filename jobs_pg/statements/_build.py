@@ -48,6 +48,16 @@ NEW_JOB_ARRAYS: Final[dict[str, sa.types.TypeEngine[Any]]] = {
 }
 
 
+#: The values that drop a row's event wait (a wait lives only while its row is `parked`).
+NO_WAIT: Final[dict[str, Any]] = {
+    "wait_event": sa.null(),
+    "wait_match_json": sa.null(),
+    "wait_since_ms": sa.null(),
+    "wait_tenant_id": sa.null(),
+    "wait_until_ms": sa.null(),
+}
+
+
 def unnest(alias: str, **columns: sa.types.TypeEngine[Any]) -> TableValuedAlias:
     """`unnest(:a, :b, …) WITH ORDINALITY AS alias(a, b, …, ord)`: a batch as rows, in order.
 

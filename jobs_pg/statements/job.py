@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from jobs_core.semantics import SAGA_STEP, UNWOUND_STATES
 from jobs_pg.schema import C, jobs, lit, pauses, steps, wakes, workers
 from jobs_pg.statements._build import (
     BIGINT,
@@ -22,6 +23,7 @@ from jobs_pg.statements._build import (
     LIVE_KEY_TARGET,
     LIVE_KEY_WHERE,
     NEW_JOB_ARRAYS,
+    NO_WAIT,
     SMALLINT,
     TEXT,
     arr,
@@ -62,7 +64,13 @@ RECORD_COLUMNS: Final = (
 
 #: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
 #: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
-WAIT_COLUMNS: Final = ("wait_event", "wait_match_json", "wait_since_ms")
+WAIT_COLUMNS: Final = (
+    "wait_event",
+    "wait_match_json",
+    "wait_since_ms",
+    "wait_tenant_id",
+    "wait_until_ms",
+)
 
 _INSERT_COLUMNS: Final = (
     "id",
@@ -82,14 +90,6 @@ _INSERT_COLUMNS: Final = (
     "enqueued_by",
     "traceparent",
 )
-
-
-#: The values that drop a row's event wait (a wait lives only while its row is `parked`).
-_NO_WAIT: Final[dict[str, Any]] = {
-    "wait_event": sa.null(),
-    "wait_match_json": sa.null(),
-    "wait_since_ms": sa.null(),
-}
 
 
 def _fenced(t: sa.FromClause) -> sa.ColumnElement[bool]:
@@ -389,11 +389,14 @@ RAW_TEXT: Final = frozenset({"JOB_CLAIM"})
 # * `due` walks each asked, unpaused queue's `jobs_due` index in claim order through a LATERAL
 #   (Postgres 15 cannot merge one ordered index scan over `queue = ANY(...)`), locking with
 #   SKIP LOCKED so concurrent claimers never wait on each other nor take the same row.
-# * `lapsed` adds running rows whose lease ended on a non-final attempt (`jobs_lease` index).
+# * `lapsed` adds running rows whose lease ended on a non-final attempt (`jobs_lease` index) by
+#   `:lapsed_by` (`semantics.lapsed_by`: now, or the earlier bound of a worker back from an
+#   outage).
 # * `picked` keeps the first `:limit` of both by (priority, run_at, id) — id in COLLATE "C",
 #   i.e. code-point order, as the memory driver compares.
-# * `buried` moves running rows whose lease lapsed on the final attempt to dead/failed; it
-#   ignores pauses (burying is bookkeeping, not work) and touches rows disjoint from `picked`.
+# * `buried` moves running rows whose lease lapsed (by `:lapsed_by`) on the final attempt to
+#   dead/failed; it ignores pauses (burying is bookkeeping, not work) and touches rows disjoint
+#   from `picked`.
 # The claimed and buried rows come back in one result (`kind` tells them apart); the driver
 # orders them (claimed by claim order, buried by id).
 _q = (
@@ -426,7 +429,7 @@ _lapsed = (
     .where(
         jobs.c.state == lit("running"),
         jobs.c.queue == sa.func.any(arr("queues", TEXT)),
-        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.lease_until_ms <= p("lapsed_by", BIGINT),
         jobs.c.attempt < jobs.c.max_attempts,
         _not_paused_name(jobs),
         _queue_unpaused,
@@ -458,7 +461,7 @@ _claimed = (
         claimed_by=p("worker_id", TEXT),
         lease_until_ms=p("lease_until_ms", BIGINT),
         # A parked row's wait ends when it is claimed (its timeout came first).
-        **_NO_WAIT,
+        **NO_WAIT,
     )
     .returning(
         jobs.c.id,
@@ -485,7 +488,7 @@ _exhausted = (
     .where(
         jobs.c.state == lit("running"),
         jobs.c.queue == sa.func.any(arr("queues", TEXT)),
-        jobs.c.lease_until_ms <= p("now_ms", BIGINT),
+        jobs.c.lease_until_ms <= p("lapsed_by", BIGINT),
         jobs.c.attempt >= jobs.c.max_attempts,
     )
     .with_for_update(skip_locked=True, of=jobs)
@@ -683,6 +686,8 @@ _nacks = unnest(
     wait_event=TEXT,
     wait_match_json=TEXT,
     wait_since_ms=BIGINT,
+    wait_tenant_id=TEXT,
+    wait_until_ms=BIGINT,
     woken=BOOL,
 )
 _k = _nacks.c.kind
@@ -706,6 +711,8 @@ _nacked = (
         wait_event=_nacks.c.wait_event,
         wait_match_json=_nacks.c.wait_match_json,
         wait_since_ms=_nacks.c.wait_since_ms,
+        wait_tenant_id=_nacks.c.wait_tenant_id,
+        wait_until_ms=_nacks.c.wait_until_ms,
         run_at_ms=sa.case(
             (_k.in_([lit("retry"), lit("park")]), _nacks.c.run_at_ms),
             (
@@ -785,12 +792,18 @@ JOB_PROGRESS: Final = (
 # a concurrent settle moved meanwhile is answered as it is now, not as the snapshot saw it.
 
 
-def _bulk_locked(name: str, *columns: str) -> sa.CTE:
+def _bulk_locked(
+    name: str, *columns: str, carried: dict[str, sa.types.TypeEngine[Any]] | None = None
+) -> sa.CTE:
     """The rows `:ids` names that exist, locked in id order: `id`, `ord` (the position in
-    `:ids`) and `columns` as of the lock."""
-    ids = unnest(f"{name}_ids", ids=TEXT)
+    `:ids`) and `columns` as of the lock, then each `carried` array's item for the id (bound
+    beside `:ids`, one per id)."""
+    extra = carried or {}
+    ids = unnest(f"{name}_ids", ids=TEXT, **extra)
     in_order = (
-        sa.select(ids.c.ids.label("id"), ids.c.ord).order_by(ids.c.ids).subquery(f"{name}_sorted")
+        sa.select(ids.c.ids.label("id"), ids.c.ord, *(ids.c[c] for c in extra))
+        .order_by(ids.c.ids)
+        .subquery(f"{name}_sorted")
     )
     row = (
         sa.select(jobs.c.id, *(jobs.c[c] for c in columns))
@@ -799,7 +812,12 @@ def _bulk_locked(name: str, *columns: str) -> sa.CTE:
         .lateral(f"{name}_row")
     )
     return (
-        sa.select(row.c.id, in_order.c.ord, *(row.c[c] for c in columns))
+        sa.select(
+            row.c.id,
+            in_order.c.ord,
+            *(row.c[c] for c in columns),
+            *(in_order.c[c] for c in extra),
+        )
         .select_from(in_order.join(row, sa.true()))
         .cte(name)
     )
@@ -824,7 +842,7 @@ _cancelled = (
         state=lit("cancelled"),
         lease_until_ms=sa.null(),
         finished_at_ms=p("now_ms", BIGINT),
-        **_NO_WAIT,
+        **NO_WAIT,
     )
     .returning(jobs.c.id, jobs.c.name, jobs.c.queue)
     .cte("cancelled")
@@ -906,29 +924,58 @@ JOB_REMOVE: Final = (
     .add_cte(_steps_gone(_removed, "removed_steps"))
 )
 
-# JOB_REQUEUE_MANY: a finished row becomes ready at `:now_ms` with fresh attempts, unless a live
-# row holds its namespace; of several finished rows of one namespace, the first in `:ids` order
-# wins (it holds the namespace for the others, as sequential requeues would). A holder that a
-# concurrent enqueue commits after this statement's snapshot makes the UPDATE hit
-# `jobs_live_key`: the whole statement fails (23505) and the driver goes id by id.
-_rq_locked = _bulk_locked("requeue_locked", "state", "name", "tenant_id", "idempotency_key")
+# JOB_REQUEUE_MANY: a finished row becomes ready at `:now_ms` with fresh attempts, in its run, or
+# in the fresh run `:fresh` names for it (NULL: a plain requeue) — unless it is a saga run that
+# failed for good asked plainly (`unwound`: dead or failed, its run holding the saga mark, read
+# under the row's lock: the mark is recorded before the final settle, so it is there once the
+# row is), or a live row holds its namespace; of several finished rows of one namespace, the
+# first in `:ids` order wins (it holds the namespace for the others, as sequential requeues
+# would). A fresh requeue deletes the steps of the run it left, unless that run is unwound (its
+# unwind job, holding the run id, still reads them). A holder that a concurrent enqueue commits
+# after this statement's snapshot makes the UPDATE hit `jobs_live_key`: the whole statement
+# fails (23505) and the driver goes id by id.
+_rq_locked = _bulk_locked(
+    "requeue_locked",
+    "state",
+    "name",
+    "tenant_id",
+    "idempotency_key",
+    "run_id",
+    carried={"fresh": TEXT},
+)
+_rq_unwound = sa.and_(
+    _rq_locked.c.state.in_([lit(s.value) for s in sorted(UNWOUND_STATES)]),
+    ex(steps.c.run_id == _rq_locked.c.run_id, steps.c.name == lit(SAGA_STEP)),
+)
+_rq_rows = sa.select(
+    _rq_locked.c.id,
+    _rq_locked.c.ord,
+    _rq_locked.c.state,
+    _rq_locked.c.name,
+    _rq_locked.c.tenant_id,
+    _rq_locked.c.idempotency_key,
+    _rq_locked.c.run_id,
+    _rq_locked.c.fresh,
+    _rq_unwound.label("unwound"),
+).cte("rq_rows")
 _rq_holder = jobs.alias("rq_holder")
 _rq_free = (
     sa.select(
-        _rq_locked.c.id,
-        _rq_locked.c.ord,
-        _rq_locked.c.name,
-        sa.func.coalesce(_rq_locked.c.tenant_id, sa.literal_column("''")).label("tenant"),
-        _rq_locked.c.idempotency_key,
+        _rq_rows.c.id,
+        _rq_rows.c.ord,
+        _rq_rows.c.name,
+        sa.func.coalesce(_rq_rows.c.tenant_id, sa.literal_column("''")).label("tenant"),
+        _rq_rows.c.idempotency_key,
     )
     .where(
-        ~live(_rq_locked),
+        ~live(_rq_rows),
+        ~sa.and_(_rq_rows.c.fresh.is_(None), _rq_rows.c.unwound),
         ~ex(
             live_key_matches(
                 _rq_holder,
-                _rq_locked.c.name,
-                _rq_locked.c.tenant_id,
-                _rq_locked.c.idempotency_key,
+                _rq_rows.c.name,
+                _rq_rows.c.tenant_id,
+                _rq_rows.c.idempotency_key,
             )
         ),
     )
@@ -957,13 +1004,47 @@ _requeued = (
         run_at_ms=p("now_ms", BIGINT),
         lease_until_ms=sa.null(),
         finished_at_ms=sa.null(),
+        # `:ids` holds each id once (the driver dedupes): its fresh run id, or the row's own.
+        run_id=sa.func.coalesce(
+            sa.type_coerce(sa.Grouping(arr("fresh", TEXT)), pg.ARRAY(sa.Text))[
+                sa.func.array_position(arr("ids", TEXT), jobs.c.id)
+            ],
+            jobs.c.run_id,
+        ),
     )
     .returning(jobs.c.id)
     .cte("requeued")
 )
-JOB_REQUEUE_MANY: Final = sa.select(
-    _rq_locked.c.id, _rq_locked.c.state, _requeued.c.id.is_not(None).label("requeued")
-).select_from(_rq_locked.outerjoin(_requeued, _requeued.c.id == _rq_locked.c.id))
+_rq_left = (
+    sa.delete(steps)
+    .where(
+        steps.c.run_id
+        == sa.func.any(
+            sa.cast(
+                sa.select(sa.func.array_agg(_rq_rows.c.run_id))
+                .where(
+                    _rq_rows.c.id.in_(sa.select(_requeued.c.id)),
+                    _rq_rows.c.fresh.is_not(None),
+                    ~_rq_rows.c.unwound,
+                )
+                .scalar_subquery(),
+                pg.ARRAY(sa.Text),
+            )
+        )
+    )
+    .returning(steps.c.run_id)
+    .cte("rq_left_steps")
+)
+JOB_REQUEUE_MANY: Final = (
+    sa.select(
+        _rq_rows.c.id,
+        _rq_rows.c.state,
+        _requeued.c.id.is_not(None).label("requeued"),
+        _rq_rows.c.unwound,
+    )
+    .select_from(_rq_rows.outerjoin(_requeued, _requeued.c.id == _rq_rows.c.id))
+    .add_cte(_rq_left)
+)
 
 # -- JOB_LIST -----------------------------------------------------------------------------------
 # One bounded walk, newest first by (created_at, id), strictly after the cursor (`:after_*`; the

@@ -15,6 +15,8 @@
 -- ARGV[6] m, then ARGV[7 .. 6+m] the queue names (distinct)
 -- ARGV[7+m] d, then d job names whose exhausted rows are buried `failed` (else `dead`)
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
+-- ARGV[10+m+d] lapsed by: a lease ending at or before it has lapsed (jobs_core.semantics.lapsed_by:
+--   now_ms, or the earlier reclaim_until_ms of a worker back from an outage)
 -- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row NUL
 -- data row, the jobs joined by NUL (19 fields each: the rows have fixed field counts), "" for
 -- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
@@ -71,7 +73,7 @@ local buried = {}
 local lapsed = {}
 for q = 1, m do
   local lease_key = KEYS[7 + 3 * q]
-  for _, id in ipairs(redis.call("ZRANGEBYSCORE", lease_key, "-inf", ARGV[1])) do
+  for _, id in ipairs(redis.call("ZRANGEBYSCORE", lease_key, "-inf", ARGV[10 + m + d])) do
     local t = split(redis.call("HGET", KEYS[1], id))
     if tonumber(t[4]) >= tonumber(t[9]) then
       local state = "dead"

@@ -11,6 +11,7 @@
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
 --   "=" .. text: an empty error text is a value) NUL, for a park with a wait, its event name
 --   ("" for none) NUL its since_ms NUL its match lines (jobs_redis.match) NUL its match_json
+--   NUL its tenant ("" for none) NUL its until_ms ("" for none)
 -- event, event:name, wait, wait:index anywhere before the finished and accounting keys
 --   (includes/durable.lua: a park's wait is stored with the row, or met at once)
 -- Kinds: retry (ready at run_at, attempt spent, last_error = error), fail (dead or failed,
@@ -61,7 +62,8 @@ for i = 1, n do
       t[1] = "parked"
       t[6] = run_at
       t[4] = fmt(tonumber(t[4]) - 1)
-      if rest[8] ~= "" and park_wait(id, rest[8], rest[9], rest[10], rest[11], now) then
+      local waits = rest[8] ~= ""
+      if waits and park_wait(id, rest[8], rest[9], rest[10], rest[11], rest[12], rest[13], now) then
         -- The event came before the wait was stored: the run goes on at once.
         t[1] = "ready"
         t[6] = now

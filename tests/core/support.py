@@ -182,24 +182,13 @@ def counting(base: type[S], *extra: str, contract: type = JobDriver) -> type[S]:
 
         return method
 
-    optional = {
-        "_step_list",
-        "_step_put",
-        "_event_publish",
-        "_event_find",
-        "_event_purge",
-        "_lease_take",
-        "_lease_renew",
-        "_lease_release",
-        "_lease_abandon",
-        "_lease_holders",
-        "_task_arm",
-        "_task_fire",
-        "_task_marks",
+    # Every `_` coroutine of the contract, each optional family's included.
+    backend = {
+        name
+        for name, value in vars(contract).items()
+        if name.startswith("_") and not name.startswith("__") and inspect.iscoroutinefunction(value)
     }
-    # A driver's optional families: the outbox contract has none of them.
-    optional = optional if issubclass(contract, JobDriver) else set()
-    names = sorted(contract.__abstractmethods__ | optional | set(extra))
+    names = sorted(backend | set(extra))
     namespace: dict[str, Any] = {name: counted(name) for name in names}
     cls = type(f"Counting{base.__name__}", (base,), namespace)
 

@@ -244,3 +244,44 @@ def test_rate_limit_sets_the_workers_limits_and_refuses_what_it_cannot_read(app:
     assert "rate_limit.limit" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
     done = run("worker", "myjobs", "--rate-limit", "1/60", "--rate-limit", "2/60", *mem, cwd=app)
     assert "rate_limits" in one_line_refusal(done, "X_JOB_DECLARATION_INVALID")
+
+
+def test_a_worker_starts_whatever_its_jobs_and_queues_are_named(tmp_path: Path) -> None:
+    """Names that look like Rich markup, an emoji code or a terminal escape are printed as they
+    are in the banner (`report[/x]` stopped the worker from starting: a markup error)."""
+    (tmp_path / "oddjobs.py").write_text(
+        "from jobs_core.job import job\n"
+        "@job(name='report[/x]', queue='emails[eu]', tenant='none',"
+        " idempotency_key=lambda i: 'k')\n"
+        "async def report(input, ctx):\n"
+        "    return None\n"
+        "@job(name=':smile:\\x1b[2J', tenant='none', idempotency_key=lambda i: 'k')\n"
+        "async def smile(input, ctx):\n"
+        "    return None\n",
+        encoding="utf-8",
+    )
+    # --metrics-port: its line is printed once the worker handles SIGTERM (a drain).
+    worker = ["worker", "oddjobs", "--driver", "memory", "--metrics-port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs_core.cli", *worker],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120"},
+    )
+    seen = ""
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while "metrics on" not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen
+            seen += proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)
+        seen += proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, seen
+    assert "emails[eu]" in seen and ":smile:\\x1b[2J" in seen and "\x1b" not in seen, seen

@@ -8,7 +8,16 @@ import datetime as dt
 import pytest
 
 from jobs_core.errors import TaskCronInvalidError, TaskTzInvalidError
+from jobs_core.job import JobRegistry, job
 from jobs_core.scheduler.cron import CronSchedule
+from jobs_core.scheduler.task import TaskRegistry, task
+
+
+async def _noop(input: object, ctx: object) -> None:
+    return None
+
+
+JOB = job(_noop, name="cron-noop", tenant="none", registry=JobRegistry())
 
 
 def ms(iso: str) -> int:
@@ -183,3 +192,88 @@ def test_six_fields_read_seconds_first() -> None:
 def test_bad_expressions_and_zones_are_refused(cron: str, tz: object, error: type) -> None:
     with pytest.raises(error):
         CronSchedule(cron, tz)
+
+
+#: Every croniter form a task takes, one per extension: names, `?`, `L` (the last day, the last
+#: given weekday), `#` (the nth weekday), `W` (the nearest weekday), steps on names, each alias,
+#: seconds first, and `H` (hashed from the task's name) alone, stepped and in a range.
+ACCEPTED = [
+    "0 3 L * *",
+    "0 3 1-L/10 * *",
+    "0 3 * * L5",
+    "0 3 * * 1#2",
+    "0 3 15W * *",
+    "0 3 ? * MON-FRI",
+    "*/7 * * JAN,JUL *",
+    "@hourly",
+    "@daily",
+    "@midnight",
+    "@weekly",
+    "@monthly",
+    "@yearly",
+    "@annually",
+    "30 */5 * * * *",
+    "H 3 * * *",
+    "H/15 * * * *",
+    "H(0-29) H(1-4) * * *",
+    "H H H * * *",
+]
+
+
+@pytest.mark.parametrize("cron", ACCEPTED)
+def test_an_accepted_cron_names_the_same_instants_at_every_read(cron: str) -> None:
+    """`next_after` of one instant answers one occurrence, however often and on whichever
+    scheduler it is asked (two declarations of one task), and walking back agrees."""
+    first = CronSchedule(cron, "Europe/Paris", hash_id="nightly")
+    again = CronSchedule(cron, "Europe/Paris", hash_id="nightly")
+    at = ms("2026-03-27T00:00:00+00:00")
+    for _ in range(40):
+        answers = {first.next_after(at) for _ in range(4)} | {again.next_after(at)}
+        assert len(answers) == 1, (cron, at, sorted(answers))
+        (at,) = answers
+        assert first.latest_until(at) == again.latest_until(at) == at
+
+
+def test_a_random_field_would_fire_at_other_times_at_every_read() -> None:
+    """Why `R` is refused: croniter draws it anew for every walk (the issue's task fired 1-4
+    times a day), so one instant has several next occurrences."""
+    from croniter import croniter
+
+    start = dt.datetime(2026, 3, 1)
+    answers = {croniter("R 3 * * *", start).get_next(dt.datetime) for _ in range(40)}
+    assert len(answers) > 1
+
+
+@pytest.mark.parametrize(
+    ("cron", "field"),
+    [
+        ("R 3 * * *", "the minute field 'R' is random"),
+        ("0 R(1-4) * * *", "the hour field 'R(1-4)' is random"),
+        ("r/15 * * * *", "the minute field 'r/15' is random"),
+        ("0 0 3 * * R", "the day-of-week field 'R' is random"),
+        ("R 0 3 * * *", "the second field 'R' is random"),
+        ("0 0 3 * * * 2030", "the year field '2030' is not taken"),
+    ],
+)
+def test_a_field_that_is_not_stable_is_refused_by_name(cron: str, field: str) -> None:
+    with pytest.raises(TaskCronInvalidError) as caught:
+        CronSchedule(cron, "UTC", hash_id="nightly")
+    assert caught.value.code == "X_TASK_CRON_INVALID"
+    assert field in caught.value.message, caught.value.message
+
+
+def test_a_hashed_field_needs_an_id_and_a_task_gives_its_name() -> None:
+    with pytest.raises(TaskCronInvalidError, match="the minute field 'H' is hashed"):
+        CronSchedule("H 3 * * *", "UTC")
+    registry = TaskRegistry()
+    declared = [
+        task(name, cron="H H * * *", tz="UTC", job=JOB, input={"n": 1}, registry=registry)
+        for name in ("alpha", "beta")
+    ]
+    at = ms("2026-06-01T00:00:00+00:00")
+    alpha, beta = (t.schedule.next_after(at) for t in declared)
+    assert alpha == CronSchedule("H H * * *", "UTC", hash_id="alpha").next_after(at)
+    assert alpha != beta, "two task names hashed to one time: pick names that differ"
+    # An alias keeps its plain meaning beside an id: croniter would hash `@daily` with one.
+    midnight = CronSchedule("@daily", "UTC", hash_id="alpha").next_after(at)
+    assert local(CronSchedule("@daily", "UTC"), midnight) == "2026-06-02T00:00:00+00:00"

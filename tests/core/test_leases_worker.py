@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,9 +23,16 @@ from jobs_core.leases import Concurrency, RateLimit
 from jobs_core.leases.lock import with_lock
 from jobs_core.records import LeaseRef, LeaseTake
 from jobs_core.retry import Retry
-from jobs_core.states import JobState, Outcome
+from jobs_core.states import FINISHED_STATES, JobState, Outcome
 from jobs_memory import MemoryDriver
 from tests.core.support import counting, declare, fresh_store, until
+
+
+@pytest.fixture(params=["memory", "pg", "redis"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each store kind, for a test that makes its store itself (`fresh_store`)."""
+    kind: str = request.param
+    return kind
 
 
 @pytest.fixture(params=["memory", "pg", "redis"])
@@ -150,6 +158,56 @@ async def test_keyed_fail_refuses_only_on_another_runs_evidence(driver: JobDrive
         await worker.stop()
 
 
+async def test_fail_refuses_only_on_another_run_not_on_a_job_turned_away(
+    driver: JobDriver,
+) -> None:
+    """Two jobs of one key claimed in one round: the first is turned away by its tenant's rate
+    window. It never holds the key (its slot is asked only after its stamps), so the second,
+    whose window is free, runs: it is not refused on the evidence of a run that never was. Two
+    workers run: no grant of the key, by either, ever goes to a job that does not start, so
+    neither can see one as another run."""
+    ran: list[int] = []
+    granted: list[tuple[str, str]] = []
+    take = driver._lease_take
+
+    async def recording(takes: Any, now_ms: int) -> list[Any]:
+        answers = await take(takes, now_ms)
+        granted.extend((t.key, t.holder) for t, a in zip(takes, answers, strict=True) if a)
+        return answers
+
+    driver._lease_take = recording  # type: ignore[method-assign]
+
+    async def charge(input: Any, ctx: JobContext) -> None:
+        ran.append(input["n"])
+
+    handle = declare(
+        charge,
+        tenant=lambda i: i["org"],
+        concurrency=Concurrency(1, key=lambda i: i["card"], when_busy="fail"),
+        rate_limit=RateLimit(1, per=3600, by="tenant"),
+    )
+    now = int(time.time() * 1000)
+    full = LeaseTake("rate:job:6:charge:tenant:o1", "earlier", 1, 3_600_000, stamp=True)
+    assert (await driver.lease_take([full], now))[0] is not None
+    client = Jobs(driver)
+    first = (await client.enqueue(handle, {"n": 1, "card": "c1", "org": "o1"}, tenant_id="o1")).id
+    second = (await client.enqueue(handle, {"n": 2, "card": "c1", "org": "o2"}, tenant_id="o2")).id
+    workers = [Worker(driver, [handle], poll_floor=0.01) for _ in range(2)]
+
+    async def decided() -> bool:
+        rows = await driver.job_get_many([first, second])
+        return rows[first].claims >= 1 and rows[second].state in FINISHED_STATES
+
+    await run_workers(workers, decided)
+    rows = await driver.job_get_many([first, second])
+    assert rows[second].state is JobState.COMPLETED, rows[second].last_error
+    assert ran == [2]
+    assert rows[first].state is JobState.READY and rows[first].attempt == 0
+    assert sum(w.stats.refused for w in workers) == 0
+    key = "job-key:6:charge:c1"
+    assert [holder for k, holder in granted if k == key] == [second], granted
+
+
 async def test_a_run_meets_its_own_leftover_slot(driver: JobDriver) -> None:
     """A slot a crashed run of the same job left behind is no evidence: the job runs."""
     ran: list[int] = []
@@ -219,7 +277,7 @@ async def test_zero_concurrency_is_a_hard_stop(driver: JobDriver) -> None:
 def test_a_driver_without_leases_refuses_a_declared_limit() -> None:
     class NoLeases(MemoryDriver):
         def capabilities(self) -> Capabilities:
-            return Capabilities(steps=True, events=True)
+            return replace(super().capabilities(), leases=False)
 
     handle = declare(lambda i, c: None, name="limited", concurrency=3)
     with pytest.raises(JobsError) as caught:
@@ -274,6 +332,121 @@ async def test_a_lost_slot_cancels_the_run(driver: JobDriver) -> None:
     assert row.attempt == 1
 
 
+async def test_a_run_never_starts_on_a_slot_the_store_no_longer_holds(driver: JobDriver) -> None:
+    """The README's `send_invoice` (a rate limit beside `concurrency=`): a slot waiting in the
+    worker for its next run, while the rate limit turns run after run away, is valid only while
+    renewed. It is put back as it was (never as fresh) and handed over only while its last
+    renewal covers the new run's first heartbeat, so no run starts on a lapsed slot (which
+    another worker could take: the limit passed, then the run cancelled with
+    `X_JOB_SLOT_LOST`)."""
+    live_at_start: list[int] = []
+    client = Jobs(driver)
+
+    async def send_invoice(input: Any, ctx: JobContext) -> None:
+        now = int(time.time() * 1000)
+        live_at_start.append(len(await driver.lease_holders("job:send_invoice", now)))
+        if input["n"] > 0:
+            await asyncio.sleep(0.6)  # across heartbeats: a lapsed slot's renewal is refused
+
+    handle = declare(
+        send_invoice,
+        rate_limit=RateLimit(1, per=1.5),
+        concurrency=1,
+        retry=Retry(attempts=3, base_ms=60_000, jitter="none"),
+    )
+    worker = Worker(driver, [handle], lease=0.9, poll_floor=0.01, poll_ceiling=0.02)
+    await worker.start()
+    try:
+        first = (await client.enqueue(handle, {"n": 0})).id
+        await until(lambda: live_at_start == [1])
+        # Run after run claimed while the window is full: each one turned away, the slot the
+        # first run left behind goes back to the worker, for longer than a lease.
+        ids = []
+        for n in range(1, 50):
+            ids.append((await client.enqueue(handle, {"n": n})).id)
+            await asyncio.sleep(0.03)
+
+        async def two_done() -> bool:
+            rows = await driver.job_get_many(ids)
+            return sum(r.state is JobState.COMPLETED for r in rows.values()) >= 2
+
+        await until(two_done, 20)
+    finally:
+        await worker.stop(timeout=0)
+    assert live_at_start[:3] == [1, 1, 1], "a run started on a slot the store no longer held"
+    rows = await driver.job_get_many([first, *ids])
+    lost = [r.id for r in rows.values() if r.last_error and "X_JOB_SLOT_LOST" in r.last_error]
+    assert lost == [], lost
+
+
+async def test_a_slot_lost_while_its_run_waits_for_a_local_slot_starts_nothing(
+    kind: str,
+) -> None:
+    """A follower handed its key's slot by a run that ended may still wait for one of the
+    worker's own slots; the fleet slot is renewed meanwhile, and if it is lost before the body
+    starts, the body does not start on it: the job goes back, no attempt spent, and runs later
+    on a slot the store holds."""
+    async with fresh_store(kind, counted=True) as driver:
+        events = {name: asyncio.Event() for name in ("a1", "b", "c")}
+        live_at_start: dict[str, int] = {}
+        key = "job-key:4:sync:a"
+
+        async def sync(input: Any, ctx: JobContext) -> None:
+            now = int(time.time() * 1000)
+            live_at_start[input["name"]] = len(await driver.lease_holders(key, now))
+            if input["name"] in events:
+                await events[input["name"]].wait()
+
+        async def other(input: Any, ctx: JobContext) -> None:
+            await events[input["name"]].wait()
+
+        keyed = declare(sync, concurrency={"key": lambda i: "a", "limit": 1})
+        free = declare(other)
+        client = Jobs(driver)
+        worker = Worker(
+            driver,
+            [keyed, free],
+            concurrency=2,
+            max_in_flight=4,
+            lease=0.6,
+            heartbeat_every=0.1,
+            poll_floor=0.01,
+        )
+        await worker.start()
+        try:
+            await client.enqueue(keyed, {"n": 1, "name": "a1"})
+            await until(lambda: "a1" in live_at_start)
+            a2 = (await client.enqueue(keyed, {"n": 2, "name": "a2"})).id
+            await until(lambda: worker.stats.running == 1 and worker.stats.claimed == 2)
+            await client.enqueue(free, {"n": 3, "name": "b"})
+            await until(lambda: worker.stats.running == 2)
+            await client.enqueue(free, {"n": 4, "name": "c"})
+            await until(lambda: worker.stats.claimed == 4)
+            # a1 ends: its slot goes to a2, whose turn for a local slot comes after c's.
+            events["a1"].set()
+            await until(lambda: worker.stats.running == 2 and worker.stats.completed == 1)
+            now = int(time.time() * 1000)
+            (slot,) = await driver.lease_holders(key, now)
+            assert await driver.lease_abandon([LeaseRef(slot.key, slot.token)], now) == [True]
+            # The next heartbeat finds it lost: a2 goes back to the queue, no attempt spent,
+            # without waiting for a local slot to tell it so.
+            await until(lambda: worker.stats.shed == 1)
+            events["b"].set()
+            events["c"].set()
+
+            async def a2_done() -> bool:
+                return (await driver.job_get_many([a2]))[a2].state is JobState.COMPLETED
+
+            await until(a2_done)
+        finally:
+            for e in events.values():
+                e.set()
+            await worker.stop()
+        row = (await driver.job_get_many([a2]))[a2]
+        assert live_at_start == {"a1": 1, "a2": 1}, "a body started on a slot the store lost"
+        assert row.attempt == 1 and row.last_error is None, row.last_error
+
+
 async def test_rate_limit_spaces_starts_and_spends_no_attempt(driver: JobDriver) -> None:
     #: Per run: its rate stamp and its body's start, in epoch seconds.
     stamped: list[tuple[float, float]] = []
@@ -306,6 +479,57 @@ async def test_rate_limit_spaces_starts_and_spends_no_attempt(driver: JobDriver)
     assert {r.attempt for r in (await driver.job_get_many(ids)).values()} == {1}
     # Deferred to when the window frees, not retried in a loop: a few claims per job at most.
     assert worker.stats.claimed <= 3 * 7, worker.stats.claimed
+
+
+async def test_a_rate_limit_counts_starts_not_claims(driver: JobDriver) -> None:
+    """With a buffer (`max_in_flight` > `concurrency`), a rate-limited job claimed while every
+    local slot is busy takes its stamp when it gets a slot and its body starts, not when it was
+    claimed: a stamp taken at claim lapsed while the job waited, and `RateLimit(2, per=1.0)` saw
+    4 starts within a millisecond."""
+    release = asyncio.Event()
+    freed_ms: list[int] = []
+    #: Per run of `call`: when its stamp was taken (its window's start) and its body started.
+    runs: list[tuple[int, int]] = []
+
+    async def block(input: Any, ctx: JobContext) -> None:
+        await release.wait()
+        freed_ms.append(int(time.time() * 1000))
+
+    async def call(input: Any, ctx: JobContext) -> None:
+        started = int(time.time() * 1000)
+        stamps = await driver.lease_holders("rate:job:4:call:global:", started)
+        mine = [s for s in stamps if s.holder.startswith(f"{ctx.job_id}:")]
+        runs.append((mine[-1].expires_at_ms - 1000 if mine else -1, started))
+
+    blocker = declare(block)
+    limited = declare(call, rate_limit=RateLimit(2, per=1.0))
+    client = Jobs(driver)
+    for n in range(4):
+        await client.enqueue(blocker, {"n": n})
+    worker = Worker(driver, [blocker, limited], concurrency=4, max_in_flight=12, poll_floor=0.01)
+    await worker.start()
+    try:
+        await until(lambda: worker.stats.running == 4)
+        ids = [(await client.enqueue(limited, {"n": n})).id for n in range(6)]
+        # Claimed into the buffer, then held there past their window by the busy slots.
+        await until(lambda: worker.stats.claimed >= 10)
+        await asyncio.sleep(1.2)
+        release.set()
+
+        async def all_done() -> bool:
+            rows = await driver.job_get_many(ids)
+            return all(r.state is JobState.COMPLETED for r in rows.values())
+
+        await until(all_done, 20)
+    finally:
+        release.set()
+        await worker.stop()
+    assert len(runs) == 6, runs
+    first_free = min(freed_ms)
+    for stamped, started in runs:
+        assert stamped >= first_free, "a stamp was taken before its run could start"
+        assert started - stamped < 1000, "a body started after its stamp lapsed"
+    assert {r.attempt for r in (await driver.job_get_many(ids)).values()} == {1}
 
 
 async def test_rate_limit_by_tenant_and_worker_declared(driver: JobDriver) -> None:
@@ -403,6 +627,39 @@ async def test_the_next_job_of_a_key_follows_the_run_holding_it() -> None:
     assert driver.calls.count("_lease_take") == 1, driver.calls
 
 
+async def test_a_key_this_worker_fills_costs_no_lease_call(kind: str) -> None:
+    """While this worker's own runs hold every slot of a key, a job of that key is refused
+    without asking the store (the store would refuse it): it follows one of those runs or goes
+    back to the queue, and the claim rounds meanwhile make no lease call."""
+    async with fresh_store(kind, counted=True) as driver:
+        release = asyncio.Event()
+        ran: list[int] = []
+
+        async def export(input: Any, ctx: JobContext) -> None:
+            ran.append(input["n"])
+            if input["n"] == 0:
+                await release.wait()
+
+        handle = declare(export, concurrency=1)
+        client = Jobs(driver)
+        worker = Worker(driver, [handle], concurrency=5, poll_floor=0.01)
+        await worker.start()
+        try:
+            await client.enqueue(handle, {"n": 0})
+            await until(lambda: ran == [0])
+            takes = driver.calls.count("_lease_take")
+            for n in range(1, 4):
+                await client.enqueue(handle, {"n": n})
+                await until(lambda n=n: worker.stats.claimed >= n + 1)
+            await until(lambda: worker.stats.shed >= 2)
+            assert driver.calls.count("_lease_take") == takes, driver.calls
+            release.set()
+            await until(lambda: sorted(ran) == [0, 1, 2, 3])
+        finally:
+            release.set()
+            await worker.stop()
+
+
 async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot(driver: JobDriver) -> None:
     release = asyncio.Event()
     ran: list[int] = []
@@ -427,6 +684,61 @@ async def test_a_drain_hands_back_the_jobs_waiting_for_a_slot(driver: JobDriver)
     assert len(done) == 1 and len(back) == 2, rows
     assert {r.attempt for r in back} == {0}, "a job waiting for a slot spent an attempt"
     assert await driver.lease_holders("job:sync", int(time.time() * 1000)) == []
+
+
+async def test_a_drain_gives_back_what_a_start_was_granted_after_it_stopped_waiting(
+    driver: JobDriver,
+) -> None:
+    """A job that waited for a local slot takes its stamp as it gets one; a drain that stops
+    it while that take is under way hands the job back, and the stamp the take then brings is
+    abandoned: a start that never happened is not counted."""
+    release = asyncio.Event()
+    taking = asyncio.Event()
+    answer = asyncio.Event()
+    ran: list[str] = []
+    take = driver._lease_take
+
+    async def held_take(takes: Any, now_ms: int) -> list[Any]:
+        if any(t.stamp for t in takes):
+            taking.set()
+            await answer.wait()
+        return await take(takes, now_ms)
+
+    driver._lease_take = held_take  # type: ignore[method-assign]
+
+    async def hold(input: Any, ctx: JobContext) -> None:
+        ran.append("hold")
+        await release.wait()
+
+    async def call(input: Any, ctx: JobContext) -> None:
+        ran.append("call")
+
+    holder = declare(hold)
+    limited = declare(call, rate_limit=RateLimit(5, per=3600))
+    client = Jobs(driver)
+    worker = Worker(driver, [holder, limited], concurrency=1, max_in_flight=2, poll_floor=0.01)
+    await worker.start()
+    stopping = None
+    try:
+        await client.enqueue(holder, {"n": 1})
+        await until(lambda: ran == ["hold"])
+        job_id = (await client.enqueue(limited, {"n": 2})).id
+        await until(lambda: worker.stats.claimed == 2)
+        release.set()  # its local slot frees: the job asks for its stamp
+        await until(taking.is_set)
+        stopping = asyncio.ensure_future(worker.stop(timeout=5))
+        await until(lambda: worker.stats.interrupted == 1)
+        answer.set()
+        await stopping
+    finally:
+        release.set()
+        answer.set()
+        if stopping is None:
+            await worker.stop()
+    row = (await driver.job_get_many([job_id]))[job_id]
+    assert ran == ["hold"] and row.state is JobState.READY and row.attempt == 0
+    now = int(time.time() * 1000)
+    assert await driver.lease_holders("rate:job:4:call:global:", now) == []
 
 
 async def test_an_admission_that_crashes_gives_the_jobs_back(

@@ -9,17 +9,13 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from jobs_core import tracing
 from jobs_core.cli.base import _Formatter
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
@@ -44,20 +40,6 @@ async def pay(input: Any, ctx: JobContext) -> dict[str, bool]:
 
 def fast(driver: MemoryDriver, handles: list[Any], **options: Any) -> Worker:
     return Worker(driver, handles, poll_floor=0.001, poll_ceiling=0.01, lease=5.0, **options)
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    # The global provider can be set once per process: the tracing module is pointed at ours.
-    monkeypatch.setattr(tracing.trace, "get_tracer_provider", lambda: provider)
-    monkeypatch.setattr(
-        tracing.trace, "get_tracer", lambda name, version=None: provider.get_tracer(name, version)
-    )
-    yield exporter
-    provider.shutdown()
 
 
 async def test_an_enqueue_and_its_runs_are_one_trace(spans: InMemorySpanExporter) -> None:

@@ -4,19 +4,24 @@ declarations, single-id refusals, bulk verbs over a filter, queues and stats fro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator import Action, Operator
+from jobs_core.operator.service import counted_since
 from jobs_core.records import (
+    Ack,
     CancelAnswer,
+    ClaimParams,
     JobFilter,
     Pause,
     PromoteAnswer,
@@ -26,10 +31,11 @@ from jobs_core.records import (
 )
 from jobs_core.redact import REDACTED, RedactionPolicy, mask, scrub_value, secrets_of
 from jobs_core.retry import Retry
+from jobs_core.semantics import HOUR_MS, MINUTE_MS, hour_of, minute_of
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from tests.core.support import declare, until
+from tests.core.support import T0, declare, fresh_store, new_job, until
 
 CARD = "4111111111111111"
 
@@ -228,6 +234,55 @@ async def test_queues_and_stats_read_the_counters() -> None:
     assert stats.totals["completed"] == 6
     assert [n.name for n in stats.names] == ["charge"]
     assert json.loads(json.dumps(stats.to_json()))["names"]["charge"]["dead_lettered"] == 2
+
+
+#: Settles (at, how many) the stats windows below count: hours back, inside a folded hour, and
+#: recent minutes.
+SETTLES: tuple[tuple[int, int], ...] = (
+    (T0 - 50 * HOUR_MS, 2),
+    (T0 - 3 * HOUR_MS + 7 * MINUTE_MS, 3),
+    (T0 + 30 * MINUTE_MS, 30),
+    (T0 + 95 * MINUTE_MS, 4),
+    (T0 + 149 * MINUTE_MS, 5),
+)
+#: Windows in seconds: inside the minute buckets, across the fold boundary, days back.
+WINDOWS = (60, 3_600, 5_400, 7_200, 7_260, 9_000, 10_800, 86_400, 3 * 86_400, 30 * 86_400)
+
+
+async def settle(driver: JobDriver, at_ms: int, n: int) -> None:
+    """`n` jobs of name `n` completed at `at_ms` (enqueued, claimed and acked then)."""
+    await driver.job_enqueue_many(
+        [replace(new_job(f"{at_ms}-{i}", f"{at_ms}-{i}"), run_at_ms=at_ms) for i in range(n)]
+    )
+    got = await driver.job_claim(ClaimParams(("q",), "w", n, 60_000, at_ms))
+    assert len(got.jobs) == n
+    assert await driver.job_ack([Ack(j.fence, at_ms) for j in got.jobs]) == [True] * n
+
+
+@pytest.mark.parametrize("kind", ["memory", "pg", "redis"])
+async def test_stats_count_every_settle_of_any_window_before_and_after_the_fold(
+    kind: str,
+) -> None:
+    """A window reaching back into an hour whose minutes are (or may be) folded counts that
+    hour whole, never none of it: 7,200 s at 2 h 30 min after 30 completions counts them, the
+    fold changes no window's count, and the view says where counting began."""
+    now = T0 + 150 * MINUTE_MS
+    async with fresh_store(kind) as driver:
+        for at, n in SETTLES:
+            await settle(driver, at, n)
+        op = Operator(driver, clock=FakeClock(now))
+        before = {w: await op.stats(w * 1000) for w in WINDOWS}
+        while await driver.counter_fold(now, 1000) == 1000:
+            pass
+        for w in WINDOWS:
+            view = await op.stats(w * 1000)
+            since = counted_since(now, w * 1000)
+            assert view.since_ms == since and since <= now - w * 1000 < since + HOUR_MS
+            want = sum(n for at, n in SETTLES if since <= minute_of(at))
+            assert view.totals["completed"] == want, (w, view.totals)
+            assert before[w].totals == view.totals, w
+            assert json.loads(json.dumps(view.to_json()))["since_ms"] == since
+    assert counted_since(now, 7_200_000) == hour_of(T0)  # the 30 at T0 + 30 min are in
 
 
 async def test_a_parked_job_shows_what_it_waits_for(capsys: pytest.CaptureFixture[str]) -> None:

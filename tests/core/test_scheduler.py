@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    CapabilityMissingError,
     DrainingError,
     DriverUnsupportedError,
     InputInvalidError,
@@ -311,15 +313,15 @@ async def test_an_idle_minute_costs_at_most_six_round_trips(kind: str) -> None:
     assert spent.count("_lease_take") <= 60
 
 
-async def test_a_driver_without_tasks_is_refused_at_start() -> None:
+async def test_a_driver_without_tasks_is_refused_before_the_scheduler_runs() -> None:
     class NoTasks(MemoryDriver):
         def capabilities(self) -> Any:
-            from jobs_core.driver import Capabilities
+            return replace(super().capabilities(), tasks=False)
 
-            return Capabilities(leases=True)
-
-    with pytest.raises(DriverUnsupportedError):
-        await Scheduler(NoTasks(), [every_hour()]).start()
+    with pytest.raises(DriverUnsupportedError) as refused:
+        Scheduler(NoTasks(), [every_hour()])
+    assert isinstance(refused.value, CapabilityMissingError)
+    assert refused.value.capability == "tasks"
 
 
 async def test_an_input_the_job_refuses_holds_the_task_not_the_round() -> None:

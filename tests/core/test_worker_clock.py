@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from jobs_core.facade import Jobs
 from jobs_core.records import Heartbeat
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
-from jobs_core.worker import Worker
+from jobs_core.worker import RECLAIM_GRACE_MS, Worker
 from jobs_memory import MemoryDriver
 from tests.core.support import cancel_recorder, counting, declare, until
 
@@ -51,7 +52,7 @@ class WakingDriver(CountingDriver):
     """A driver whose wake channel is proven live (the poll may slow to its wake ceiling)."""
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(wake=True)
+        return replace(super().capabilities(), wake=True)
 
     async def wake_subscribe(
         self, queues: Sequence[str], on_wake: Callable[[str], None]
@@ -127,9 +128,9 @@ async def test_a_lease_not_renewed_for_a_whole_window_is_lost_and_late_writes_re
 
     h = declare(cancel_recorder(reasons), name="long", retry=Retry(attempts=3))
     queued = await Jobs(driver, clock=clock).enqueue(h, {"n": 1})
-    # The reclaim below must come from the poll due just after the lease ends (5.15 s). A
-    # maintenance round due anywhere in the first minute (a random draw) took that poll's slot
-    # in about one run in thirty, and the reclaim came 2 s later; LatestRng puts it at 60 s.
+    # The reclaim below must come from the first poll after the grace. A maintenance round due
+    # anywhere in the first minute (a random draw) took a poll's slot in about one run in
+    # thirty, and the reclaim came 2 s later; LatestRng puts it at 60 s.
     worker = Worker(driver, [h], clock=clock, lease=3.0, retention=None, rng=LatestRng())
     await worker.start()
     await clock.advance(2_500, step_ms=100)
@@ -138,11 +139,13 @@ async def test_a_lease_not_renewed_for_a_whole_window_is_lost_and_late_writes_re
     await clock.advance(4_000, step_ms=100)
     assert reasons == ["X_JOB_LEASE_LOST"]
     assert worker.stats.lost == 1 and worker.stats.unowned == 0
-    # The lease lapsed in the store as well, so the job was claimed afresh (by this worker's
-    # next pass): a new fence, and the lost run never wrote a settle.
+    driver.heartbeats_fail = False
+    # The lease lapsed in the store as well, while this worker's renewals could not reach it:
+    # once the grace after that is over, the job is claimed afresh (by this worker's next
+    # pass): a new fence, and the lost run never wrote a settle.
+    await clock.advance(RECLAIM_GRACE_MS + 2_000, step_ms=100)
     r = (await driver.job_get_many([queued.id]))[queued.id]
     assert r.state is JobState.RUNNING and r.claims == 2 and r.attempt == 2
-    driver.heartbeats_fail = False
     stopping = asyncio.create_task(worker.stop(timeout=2))
     await clock.advance(3_000, step_ms=100)
     await stopping

@@ -15,6 +15,7 @@ from jobs_core.leases.admit import Gate
 from jobs_core.records import ClaimParams
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
+from jobs_core.worker.outage import StoreWatch
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.stats import WorkerStats
 from jobs_memory import MemoryDriver
@@ -48,8 +49,8 @@ class Phase:
             clock,
             {held.job.id: held},
             self.registry,
-            self.stats,
             Gate(driver, clock, {}, (), lease_ms=LEASE_MS),
+            StoreWatch(clock, self.stats),
             worker_id="w1",
             lease_ms=LEASE_MS,
             heartbeat_ms=EVERY_MS,

@@ -6,6 +6,7 @@ notices, redaction and escaping, keyset paging, every action, and mounting under
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from starlette.routing import Mount
 
 from jobs_core.clock import FakeClock
 from jobs_core.dashboard import Access, dashboard_app
+from jobs_core.dashboard.app import job_path
 from jobs_core.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
 from jobs_core.errors import CliUsageInvalidError
 from jobs_core.facade import Jobs
@@ -30,10 +32,12 @@ from jobs_core.records import (
     Nack,
     NackKind,
     Pause,
+    StepPut,
 )
 from jobs_core.scheduler import task
 from jobs_core.scheduler.task import TaskRegistry
 from jobs_core.states import JobState
+from jobs_core.steps.api import SAGA
 from jobs_memory import MemoryDriver
 from tests.core.support import ujobs
 from tests.core.test_operator import CARD, charge_job, run_all
@@ -317,6 +321,60 @@ async def test_every_action_does_what_it_says_or_says_why_not(shop: Shop) -> Non
         text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
         assert "requeue dead jobs: 1 requeued" in text
         assert await shop.state(shop.dead) is JobState.READY
+
+
+async def test_a_job_whatever_its_id_is_linked_shown_and_acted_on(shop: Shop) -> None:
+    """Ids holding `/`, `%`, `?`, `#`, markup, or being `.` or `..`: the list links each to its
+    own page (the `/` encoded, the dot ids in the query, as clients resolve dot segments), the
+    page shows it, and its action form cancels that very job."""
+    odd = ["a/b", "x/cancel", "50%25", "%41", "q?x=1#f", "<b>[x]</b>", ".", "..", " lead"]
+    for n, job_id in enumerate(odd, start=10):
+        await shop.jobs.enqueue(shop.handle, {"n": n, "card": CARD, "who": "z"}, id=job_id)
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+        listing = (await c.get("/jobs")).text
+        for job_id in odd:
+            link = f'href="{job_path(job_id)}"'.replace("&", "&amp;")
+            assert link in listing, (job_id, link)
+            page = await c.get(job_path(job_id))
+            assert page.status_code == 200, (job_id, page.text)
+            assert html.escape(job_id, quote=False) in page.text
+            form = f'action="{job_path(job_id, "cancel")}"'.replace("&", "&amp;")
+            assert form in page.text, (job_id, form)
+            done = await c.post(job_path(job_id, "cancel"), data={"csrf": csrf})
+            assert done.status_code == 303, (job_id, done.text)
+            assert await shop.state(job_id) is JobState.CANCELLED, job_id
+        # A missing id is a 404 naming its code; an id no store can hold, a 400.
+        assert (await c.get(job_path("nobody/here"))).status_code == 404
+        refused = await c.get("/jobs/a%00b")
+        assert refused.status_code == 400 and "X_JOB_RECORD_INVALID" in refused.text
+
+
+async def test_an_unwound_saga_is_refused_a_plain_requeue_and_offered_a_fresh_one(
+    shop: Shop,
+) -> None:
+    """A dead saga run (its run holds the saga mark): its page offers `requeue-fresh`; a plain
+    requeue, alone or by the bulk button, is refused and says to use it; it starts a new run."""
+    saga = await shop.jobs.enqueue(shop.handle, {"n": 9, "card": CARD, "who": "di"})
+    now = shop.clock.now_ms()
+    (held,) = (await shop.driver.job_claim(ClaimParams(("default",), "w", 1, 60_000, now))).jobs
+    assert await shop.driver.step_put([StepPut(held.fence, SAGA, "{}", now)]) == [True]
+    assert await shop.driver.job_nack([Nack(held.fence, NackKind.FAIL, now, error="no")]) == [True]
+    async with signed_in(shop.app(Access(token=TOKEN))) as (c, csrf):
+
+        async def post(path: str, **data: str) -> str:
+            done = await c.post(path, data={"csrf": csrf, **data})
+            assert done.status_code == 303, done.text
+            return (await c.get(done.headers["location"])).text
+
+        assert ">requeue-fresh</button>" in (await c.get(f"/jobs/{saga.id}")).text
+        refused = await post(f"/jobs/{saga.id}/requeue")
+        assert "X_JOB_REQUEUE_UNWOUND" in refused and "--fresh" in refused
+        text = await post("/jobs/requeue-dead", queue="", name="charge", back="/jobs?state=dead")
+        assert "1 unwound" in text and "requeue-fresh" in text
+        assert await shop.state(saga.id) is JobState.DEAD
+        assert f"requeued: {saga.id}" in await post(f"/jobs/{saga.id}/requeue-fresh")
+        row = (await shop.driver.job_get_many([saga.id]))[saga.id]
+        assert row.state is JobState.READY and row.run_id != held.run_id
 
 
 async def test_the_schedule_shows_each_task_and_pauses_and_resumes_it(shop: Shop) -> None:

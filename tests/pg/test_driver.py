@@ -280,6 +280,7 @@ def _claim_values(queues: list[str], limit: int) -> dict[str, Any]:
     return {
         "queues": queues,
         "now_ms": T0,
+        "lapsed_by": T0,
         "limit": limit,
         "worker_id": "w",
         "lease_until_ms": T0 + 1000,

@@ -239,20 +239,31 @@ async def test_a_publish_reads_the_waits_index(pg: PgDriver) -> None:
             cur = await conn.execute("EXPLAIN " + stmt.text, stmt.args(values))
             return "\n".join(r[0] for r in await cur.fetchall())
 
-    publish = await plan(
-        "EVENT_PUBLISH",
-        {
-            "id": "new",
-            "name": "ev100",
-            "data_json": "{}",
-            "published_at_ms": 5,
-            "expires_at_ms": 10**9,
-        },
-    )
-    assert "jobs_waits" in publish, publish
+    event = {
+        "id": "new",
+        "name": "ev100",
+        "data_json": "{}",
+        "published_at_ms": 5,
+        "expires_at_ms": 10**9,
+        "tenant_id": "t1",
+        "tenant": "t1",
+    }
+    # An event of a tenant reads that tenant's waits of its name; one for every tenant, the
+    # name's.
+    for statement in ("EVENT_PUBLISH", "EVENT_PUBLISH_ALL_TENANTS"):
+        publish = await plan(statement, event)
+        assert "jobs_waits" in publish, publish
     find = await plan(
         "EVENT_FIND",
-        {"name": "ev7", "after_ms": 0, "after_id": "", "now_ms": 0, "limit": 100},
+        {
+            "name": "ev7",
+            "after_ms": 0,
+            "after_id": "",
+            "until_ms": 10**6,
+            "tenant": "t1",
+            "now_ms": 0,
+            "limit": 100,
+        },
     )
     assert "events_by_name" in find, find
     purge = await plan("EVENT_PURGE", {"now_ms": 5, "limit": 100})

@@ -109,7 +109,9 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
         "(created_at_ms, id) INCLUDE (queue, state) WHERE (state <> 'running'::text)"
     )
     assert idx["counters_pkey"].endswith("(width_ms, bucket_ms, name, queue, shard)")
-    assert idx["jobs_waits"].endswith("(wait_event, id) WHERE (wait_event IS NOT NULL)")
+    assert idx["jobs_waits"].endswith(
+        "(wait_event, COALESCE(wait_tenant_id, ''::text), id) WHERE (wait_event IS NOT NULL)"
+    )
     assert idx["steps_pkey"].endswith("(run_id, name)")
     assert idx["events_by_name"].endswith("(name, published_at_ms, id)")
     assert idx["events_expiry"].endswith("(expires_at_ms, id)")

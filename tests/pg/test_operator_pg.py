@@ -16,6 +16,7 @@ from jobs_core.records import (
     CounterReadParams,
     CounterRow,
     RequeueAnswer,
+    RequeueParams,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS, minute_of
 from jobs_core.states import JobState
@@ -188,7 +189,8 @@ async def test_a_key_taken_after_the_snapshot_makes_that_requeue_a_duplicate(
                 sql.Identifier(pg.schema)
             )
         )
-        requeue = asyncio.create_task(requeuer.job_requeue_many(["c", "b", "a", "b"], T0 + 1))
+        params = RequeueParams(("c", "b", "a", "b"), T0 + 1)
+        requeue = asyncio.create_task(requeuer.job_requeue_many(params))
         await wait_for_lock_wait(pg.schema)
         taken = await pg.job_enqueue(new_job("b2", "k-b"))
         assert not taken.deduped
@@ -229,7 +231,10 @@ async def test_each_bulk_call_is_one_round_trip_for_a_thousand_ids(pg_schema: st
         calls = (
             d.job_promote(ids, T0),
             d.job_cancel_many(ids, T0),
-            d.job_requeue_many(ids, T0 + 1),
+            d.job_requeue_many(RequeueParams(tuple(ids), T0 + 1)),
+            d.job_requeue_many(
+                RequeueParams(tuple(ids), T0 + 2, tuple(f"r{n}" for n in range(len(ids))))
+            ),
             d.job_remove(ids),
         )
         for call in calls:

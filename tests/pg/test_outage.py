@@ -131,3 +131,10 @@ async def test_every_call_after_a_restart_is_served_none_fails_on_a_stale_connec
 
 async def test_limited_runs_ride_out_an_outage(server: PgServer) -> None:
     await outage.limited_runs_ride_out_an_outage(store(server))
+
+
+async def test_finished_final_attempts_outlive_an_outage_shorter_than_the_lease(
+    server: PgServer,
+) -> None:
+    # A crash (`immediate`): every connection of the three workers' pools dies at once.
+    await outage.finished_final_attempts_outlive_a_short_outage(store(server, "immediate"))

@@ -232,8 +232,8 @@ async def _until(cond: Any, seconds: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_wake_publishes_once_per_queue_per_slot(make_driver: Factory) -> None:
-    async with make_driver(wake_slot_ms=1000) as d:
+async def test_wake_publishes_once_per_queue_per_slot(make_waking_driver: Factory) -> None:
+    async with make_waking_driver(wake_slot_ms=1000) as d:
         assert d.capabilities().wake
         woken: list[str] = []
         sub = await d.wake_subscribe(["q", ODD[0]], woken.append)

@@ -82,11 +82,13 @@ async def durable_keys_left(d: RedisDriver) -> dict[str, int]:
     return out
 
 
-async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(make_driver: Factory) -> None:
+async def test_an_event_wakes_the_idle_workers_of_each_woken_queue(
+    make_waking_driver: Factory,
+) -> None:
     """The publish that wakes parked rows PUBLISHes each woken row's queue once, so an idle
     worker claims at once; a queue with no woken row hears nothing. The publisher here never saw
     a row wait (another driver instance), so it learns the queues from the script first."""
-    async with make_driver() as d:
+    async with make_waking_driver() as d:
         await d.job_enqueue_many([new_job(i, ODD_QUEUES[i % 3]) for i in range(6)])
         await d.job_enqueue(new_job("other", "other"))
         held = (await d.job_claim(claim((*ODD_QUEUES, "other")))).jobs
@@ -155,25 +157,34 @@ async def test_a_wait_stored_without_its_json_text_shows_from_its_lines(
     make_driver: Factory,
 ) -> None:
     """`job_get_many` shows a wait's match as the nack gave it; a wait parked by an earlier
-    version (event, since and match lines only) shows the same match rebuilt from its lines —
-    `1.0` comes back as `1` — and its event still wakes it."""
+    version (event, since and match lines only, indexed by event name alone) shows the same match
+    rebuilt from its lines — `1.0` comes back as `1` — for no tenant and with no end. An event
+    for no tenant reads only the name's waits indexed for no tenant, so it leaves that older
+    entry to its run's poll; one for every tenant reads all of the name's: it wakes it, and the
+    wait goes from both keys."""
     async with make_driver() as d:
         await d.job_enqueue(new_job(1))
         f = (await d.job_claim(claim(("q",)))).jobs[0].fence
         match = '{"order":1.0,"to":"ü\\"x","n":null,"a":[1,true]}'
-        w = EventWait("paid", match, T0)
+        w = EventWait("paid", match, T0, "t1", T0 + DAY)
         assert await d.job_nack([Nack(f, NackKind.PARK, T0, None, wait=w)]) == [True]
         assert (await d.job_get_many(["id-1"]))["id-1"].wait == w
         stored = await d.client.hget(d.keys.wait, "id-1")
-        await d.client.hset(d.keys.wait, "id-1", stored.rsplit("\x00", 1)[0])
+        await d.client.hset(d.keys.wait, "id-1", "\x00".join(stored.split("\x00")[:3]))
+        assert await d.client.zrem(d.keys.wait_index, "paid\x00t1\x00id-1") == 1
+        await d.client.zadd(d.keys.wait_index, {"paid\x00id-1": 0})
         got = (await d.job_get_many(["id-1"]))["id-1"].wait
-        assert got is not None and (got.event, got.since_ms) == ("paid", T0)
+        assert got is not None
+        assert (got.event, got.since_ms, got.tenant_id, got.until_ms) == ("paid", T0, None, None)
         rebuilt = json.loads(got.match_json)
         assert rebuilt == {"order": 1, "to": 'ü"x', "n": None, "a": [1, True]}
         assert type(rebuilt["order"]) is int
         data = '{"order":1,"to":"ü\\"x","n":null,"a":[1,true],"more":0}'
-        assert await d.event_publish(event("e", "paid", data, T0 + 1)) == 1
+        assert await d.event_publish(event("e0", "paid", data, T0 + 1)) == 0
+        everyone = EventRecord("e", "paid", data, T0 + 1, T0 + DAY, None, True)
+        assert await d.event_publish(everyone) == 1
         assert (await d.job_get_many(["id-1"]))["id-1"].wait is None
+        assert await d.client.zcard(d.keys.wait_index) == 0
 
 
 async def test_steps_of_one_run_across_its_rows_and_calls(make_driver: Factory) -> None:

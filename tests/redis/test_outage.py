@@ -53,3 +53,9 @@ async def test_a_drain_during_an_outage_hands_every_claim_back(server: RedisServ
 
 async def test_limited_runs_ride_out_an_outage(server: RedisServer) -> None:
     await outage.limited_runs_ride_out_an_outage(store(server))
+
+
+async def test_finished_final_attempts_outlive_an_outage_shorter_than_the_lease(
+    server: RedisServer,
+) -> None:
+    await outage.finished_final_attempts_outlive_a_short_outage(store(server))

@@ -206,8 +206,8 @@ async def test_a_fire_enqueues_exactly_as_job_enqueue(make_driver: Factory, case
         assert after == await snapshot(plain)
 
 
-async def test_a_fired_job_wakes_its_queue(make_driver: Factory) -> None:
-    async with make_driver(wake_slot_ms=1000) as d:
+async def test_a_fired_job_wakes_its_queue(make_waking_driver: Factory) -> None:
+    async with make_waking_driver(wake_slot_ms=1000) as d:
         woken: list[str] = []
         sub = await d.wake_subscribe(["q"], woken.append)
         assert sub is not None

@@ -2,7 +2,7 @@
 the events they match (and by no other), events found, expired and purged.
 
 A driver that declares neither family in `capabilities()` must refuse their calls with
-`X_DRIVER_UNSUPPORTED`; these scenarios check that much and stop there.
+`X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there.
 """
 
 from __future__ import annotations
@@ -14,12 +14,16 @@ from jobs_core.records import (
     EventRecord,
     EventWait,
     Fence,
+    JobRecord,
     Nack,
     NackKind,
     PurgeParams,
     RemoveAnswer,
+    RequeueAnswer,
+    RequeueParams,
     StepPut,
 )
+from jobs_core.semantics import SAGA_STEP
 from jobs_core.states import JobState
 from jobs_core.testing.scenarios.support import (
     T0,
@@ -35,8 +39,17 @@ from jobs_core.testing.scenarios.support import (
 DAY = 86_400_000
 
 
-def event(event_id: str, name: str, data: str, at: int, ttl: int = DAY) -> EventRecord:
-    return EventRecord(event_id, name, data, at, at + ttl)
+def event(
+    event_id: str,
+    name: str,
+    data: str,
+    at: int,
+    ttl: int = DAY,
+    *,
+    tenant_id: str | None = None,
+    all_tenants: bool = False,
+) -> EventRecord:
+    return EventRecord(event_id, name, data, at, at + ttl, tenant_id, all_tenants)
 
 
 async def _unsupported(driver: JobDriver, family: str) -> bool:
@@ -45,9 +58,9 @@ async def _unsupported(driver: JobDriver, family: str) -> bool:
     if getattr(caps, family):
         return False
     if family == "steps":
-        await refused("X_DRIVER_UNSUPPORTED", driver.step_list("r"))
+        await refused("X_DRIVER_CAPABILITY_MISSING", driver.step_list("r"))
     else:
-        await refused("X_DRIVER_UNSUPPORTED", driver.event_purge(T0, 1))
+        await refused("X_DRIVER_CAPABILITY_MISSING", driver.event_purge(T0, 1))
     return True
 
 
@@ -187,10 +200,12 @@ async def scenario_a_wait_wakes_on_its_event_only(driver: JobDriver) -> None:
 
 
 def _shows(got: EventWait | None, wait: EventWait) -> bool:
-    """`got` is `wait`: its event and since, and a match of the same meaning and types."""
+    """`got` is `wait`: its event, since, tenant and until, and a match of the same meaning and
+    types."""
     return (
         got is not None
-        and (got.event, got.since_ms) == (wait.event, wait.since_ms)
+        and (got.event, got.since_ms, got.tenant_id, got.until_ms)
+        == (wait.event, wait.since_ms, wait.tenant_id, wait.until_ms)
         and same_json(got.match_json, wait.match_json)
     )
 
@@ -205,9 +220,9 @@ async def scenario_a_parked_row_shows_its_wait(driver: JobDriver) -> None:
     jobs, _ = await claim(driver, T0, limit=5)
     held = {j.id: j.fence for j in jobs}
     assert sorted(held) == list("abcde")
-    wait_a = EventWait("shipped", '{"order":1.0,"to":"ü\\"x"}', T0 - 100)
-    wait_b = EventWait("paid", "{}", T0)
-    wait_c = EventWait("refunded", '{"order":7}', T0 + 1)
+    wait_a = EventWait("shipped", '{"order":1.0,"to":"ü\\"x"}', T0 - 100, "ten'ant\n☃")
+    wait_b = EventWait("paid", "{}", T0, until_ms=T0 + 1_000)
+    wait_c = EventWait("refunded", '{"order":7}', T0 + 1, "t1", T0 + 5_000)
     # e's event is stored before it parks: it goes on at once and stores no wait.
     assert await driver.event_publish(event("pre", "packed", '{"order":5}', T0 - 10)) == 0
     nacks = [
@@ -226,7 +241,9 @@ async def scenario_a_parked_row_shows_its_wait(driver: JobDriver) -> None:
     assert rows["d"].wait is None and rows["e"].wait is None
     # Woken by its event: no longer waiting.
     data = '{"order":1,"to":"ü\\"x","more":true}'
-    assert await driver.event_publish(event("s1", "shipped", data, T0 + 10)) == 1
+    assert await driver.event_publish(event("s0", "shipped", data, T0 + 9)) == 0  # no tenant
+    s1 = event("s1", "shipped", data, T0 + 10, tenant_id="ten'ant\n☃")
+    assert await driver.event_publish(s1) == 1
     r = await row(driver, "a")
     assert (r.state, r.wait) == (JobState.READY, None)
     # Claimed at its timeout: the wait ended with the park, and its event wakes nothing.
@@ -241,7 +258,8 @@ async def scenario_a_parked_row_shows_its_wait(driver: JobDriver) -> None:
     assert await driver.job_cancel("c", T0 + 1_002) is CancelAnswer.CANCELLED
     r = await row(driver, "c")
     assert (r.state, r.wait) == (JobState.CANCELLED, None)
-    assert await driver.event_publish(event("r1", "refunded", '{"order":7}', T0 + 1_003)) == 0
+    r1 = event("r1", "refunded", '{"order":7}', T0 + 1_003, tenant_id="t1")
+    assert await driver.event_publish(r1) == 0
     await driver.job_requeue("c", T0 + 1_004)
     r = await row(driver, "c")
     assert (r.state, r.wait) == (JobState.READY, None)
@@ -311,13 +329,199 @@ async def scenario_wait_and_event_refusals(driver: JobDriver) -> None:
     assert await driver.event_find(EventWait("e", "{}", 0), T0) is None
 
 
+async def scenario_a_wait_ends_at_its_until(driver: JobDriver) -> None:
+    """A wait counts events published in `[since_ms, until_ms)`: one at `until_ms - 1` meets
+    it, one at `until_ms` (or later) never does — in `event_find`, in a park's look for a stored
+    event and in a publish's wake alike (a run resumed after its timeout takes no late event)."""
+    if await _unsupported(driver, "events"):
+        return
+    until = T0 + 1_000
+    w = EventWait("shipped", '{"order":1}', T0, until_ms=until)
+    assert await driver.event_publish(event("at", "shipped", '{"order":1}', until)) == 0
+    assert await driver.event_find(w, T0 + 2_000) is None
+    # Parked after its until: the event stored at `until` does not count, the row waits.
+    await driver.job_enqueue_many([new_job("a"), new_job("b")])
+    jobs, _ = await claim(driver, T0 + 2_000, limit=2)
+    held = {j.id: j.fence for j in jobs}
+    await driver.job_nack([Nack(held["a"], NackKind.PARK, T0 + 2_000, None, wait=w)])
+    r = await row(driver, "a")
+    assert (r.state, r.run_at_ms) == (JobState.PARKED, None)
+    assert _shows(r.wait, w), r.wait
+    # A publish at or after the until wakes nothing...
+    assert await driver.event_publish(event("later", "shipped", '{"order":1}', until + 5)) == 0
+    assert (await row(driver, "a")).state is JobState.PARKED
+    # ...one stamped a millisecond before it (a sender's clock behind) wakes the run.
+    assert await driver.event_publish(event("edge", "shipped", '{"order":1}', until - 1)) == 1
+    r = await row(driver, "a")
+    assert (r.state, r.run_at_ms, r.wait) == (JobState.READY, until - 1, None)
+    found = await driver.event_find(w, T0 + 2_000)
+    assert found is not None and found.id == "edge"
+    # Stored before the park, at `until - 1`: the park goes on at once.
+    await driver.job_nack([Nack(held["b"], NackKind.PARK, T0 + 2_001, None, wait=w)])
+    r = await row(driver, "b")
+    assert (r.state, r.run_at_ms, r.wait) == (JobState.READY, T0 + 2_001, None)
+    # A window of one millisecond: exactly `since` counts, `since + 1` is its until.
+    one = EventWait("paid", "{}", T0 + 500, until_ms=T0 + 501)
+    assert await driver.event_publish(event("p501", "paid", "{}", T0 + 501)) == 0
+    assert await driver.event_find(one, T0 + 600) is None
+    assert await driver.event_publish(event("p500", "paid", "{}", T0 + 500)) == 0
+    found = await driver.event_find(one, T0 + 600)
+    assert found is not None and found.id == "p500"
+
+
+async def scenario_events_keep_to_their_tenant(driver: JobDriver) -> None:
+    """An event meets the waits of its own tenant only — None for None, never another's —
+    unless it is published for every tenant; `event_find` and a park's look answer alike, and
+    the event comes back with its tenant."""
+    if await _unsupported(driver, "events"):
+        return
+    await driver.job_enqueue_many([new_job(i) for i in ("n", "t", "u", "v", "x")])
+    jobs, _ = await claim(driver, T0, limit=5)
+    held = {j.id: j.fence for j in jobs}
+    waits = {
+        "n": EventWait("paid", "{}", T0),
+        "t": EventWait("paid", "{}", T0, "t1"),
+        "u": EventWait("paid", "{}", T0, "t2"),
+    }
+    nacks = [Nack(held[i], NackKind.PARK, T0, None, wait=w) for i, w in waits.items()]
+    assert await driver.job_nack(nacks) == [True] * 3
+
+    def states(rows: dict[str, JobRecord]) -> dict[str, JobState]:
+        return {i: rows[i].state for i in waits}
+
+    parked, ready = JobState.PARKED, JobState.READY
+    assert await driver.event_publish(event("e0", "paid", "{}", T0 + 1)) == 1
+    assert states(await driver.job_get_many(list(waits))) == {"n": ready, "t": parked, "u": parked}
+    assert await driver.event_publish(event("e1", "paid", "{}", T0 + 2, tenant_id="t1")) == 1
+    assert await driver.event_publish(event("e3", "paid", "{}", T0 + 3, tenant_id="t3")) == 0
+    assert states(await driver.job_get_many(list(waits))) == {"n": ready, "t": ready, "u": parked}
+    everyone = event("e2", "paid", "{}", T0 + 4, all_tenants=True)
+    assert await driver.event_publish(everyone) == 1
+    assert (await row(driver, "u")).state is ready
+    # Found by each tenant's wait: its own first, else one for every tenant.
+    for tenant, first in ((None, "e0"), ("t1", "e1"), ("t2", "e2"), ("t3", "e3"), ("t9", "e2")):
+        got = await driver.event_find(EventWait("paid", "{}", 0, tenant), T0 + 10)
+        assert got is not None and got.id == first, (tenant, got)
+    got = await driver.event_find(EventWait("paid", "{}", 0, "t1"), T0 + 10)
+    assert got is not None and (got.tenant_id, got.all_tenants) == ("t1", False)
+    got = await driver.event_find(EventWait("paid", "{}", T0 + 4, "t2"), T0 + 10)
+    assert got is not None and (got.id, got.tenant_id, got.all_tenants) == ("e2", None, True)
+    # A park looks the same way: another tenant's stored event leaves it waiting, one for
+    # every tenant (or its own) lets it go on.
+    shipped = event("s1", "shipped", '{"o":1}', T0 + 5, tenant_id="t1")
+    assert await driver.event_publish(shipped) == 0
+    w_other = EventWait("shipped", '{"o":1}', T0, "t2")
+    w_any = EventWait("paid", "{}", T0 + 4, "t7")
+    nacks = [
+        Nack(held["v"], NackKind.PARK, T0 + 6, None, wait=w_other),
+        Nack(held["x"], NackKind.PARK, T0 + 6, None, wait=w_any),
+    ]
+    assert await driver.job_nack(nacks) == [True, True]
+    v, x = await row(driver, "v"), await row(driver, "x")
+    assert (v.state, x.state, x.run_at_ms) == (parked, ready, T0 + 6)
+    assert _shows(v.wait, w_other), v.wait
+    # An event for every tenant names none; a tenant is a non-empty string.
+    both = event("bad", "shipped", '{"o":1}', T0 + 7, tenant_id="t2", all_tenants=True)
+    await refused("X_JOB_RECORD_INVALID", driver.event_publish(both))
+    await refused(
+        "X_JOB_RECORD_INVALID", driver.event_publish(event("e", "x", "{}", T0, tenant_id=""))
+    )
+    await refused("X_JOB_RECORD_INVALID", driver.event_find(EventWait("x", "{}", 0, ""), T0))
+    assert (await row(driver, "v")).state is parked
+    assert (
+        await driver.event_publish(event("s2", "shipped", '{"o":1}', T0 + 8, tenant_id="t2")) == 1
+    )
+    assert (await row(driver, "v")).state is ready
+
+
+async def scenario_requeue_of_an_unwound_saga(driver: JobDriver) -> None:
+    """A plain requeue refuses a saga run that failed for good (`dead` or `failed`, its run
+    holding the saga mark): `UNWOUND`, in a bulk call too, nothing written. A fresh requeue takes
+    it under a new run id with no recorded step, leaving the old run's steps to its unwinding;
+    a fresh requeue of any other row deletes the steps of the run it left."""
+    if await _unsupported(driver, "steps"):
+        return
+    ids = ("dead", "dropped", "plain", "cancelled", "done")
+    await driver.job_enqueue_many([new_job(i) for i in ids])
+    jobs, _ = await claim(driver, T0, limit=5)
+    held = {j.id: j.fence for j in jobs}
+    saga = ("dead", "dropped", "cancelled", "done")
+    puts = [StepPut(held[i], "book", '{"room":1}', T0 + 1) for i in ids]
+    puts += [StepPut(held[i], SAGA_STEP, '{"first":"book"}', T0) for i in saga]
+    assert await driver.step_put(puts) == [True] * len(puts)
+    fails = [
+        Nack(held["dead"], NackKind.FAIL, T0 + 2, error="boom"),
+        Nack(held["dropped"], NackKind.FAIL, T0 + 2, error="boom", dead_letter=False),
+        Nack(held["plain"], NackKind.FAIL, T0 + 2, error="boom"),
+    ]
+    assert await driver.job_nack(fails) == [True] * 3
+    assert await driver.job_ack([Ack(held["done"], T0 + 2)]) == [True]
+    assert await driver.job_cancel("cancelled", T0 + 2) is CancelAnswer.CANCELLED
+    before = await driver.job_get_many(list(ids))
+    await refused("X_JOB_REQUEUE_UNWOUND", driver.job_requeue("dead", T0 + 3))
+    plain = await driver.job_requeue_many(RequeueParams(ids, T0 + 3))
+    U, R = RequeueAnswer.UNWOUND, RequeueAnswer.REQUEUED
+    assert plain == [U, U, R, R, R], plain
+    after = await driver.job_get_many(list(ids))
+    assert after["dead"] == before["dead"] and after["dropped"] == before["dropped"]
+    # Requeued in their runs: a dead run without a saga, and sagas that did not fail.
+    for i in ("plain", "cancelled", "done"):
+        assert (after[i].state, after[i].run_id) == (JobState.READY, f"run-{i}"), after[i]
+        assert "book" in [s.name for s in await driver.step_list(f"run-{i}")]
+    # Fresh: new runs, nothing recorded in them; the unwound runs keep their steps.
+    fresh = RequeueParams(("dead", "dropped", "nobody", "plain"), T0 + 4, ("f1", "f2", "f3", "f4"))
+    answers = await driver.job_requeue_many(fresh)
+    assert answers == [R, R, RequeueAnswer.NOT_FOUND, RequeueAnswer.LIVE], answers
+    for i, run in (("dead", "f1"), ("dropped", "f2")):
+        r = await row(driver, i)
+        assert (r.state, r.run_id, r.attempt, r.finished_at_ms) == (JobState.READY, run, 0, None)
+        assert r.claims == before[i].claims and r.last_error == "boom"
+        assert await driver.step_list(run) == []
+        assert [s.name for s in await driver.step_list(f"run-{i}")] == [SAGA_STEP, "book"]
+    assert (await row(driver, "plain")).run_id == "run-plain"
+    # The new run records its own steps.
+    jobs, _ = await claim(driver, T0 + 5, limit=5)
+    held = {j.id: j.fence for j in jobs}
+    assert next(j.run_id for j in jobs if j.id == "dead") == "f1"
+    assert await driver.step_put([StepPut(held["dead"], "book", '{"room":2}', T0 + 6)]) == [True]
+    assert [s.output_json for s in await driver.step_list("f1")] == ['{"room":2}']
+    # A fresh requeue of a row that is not unwound (a completed saga, a dead plain run): the
+    # run it leaves is nobody's, its steps go.
+    assert await driver.job_ack([Ack(held["done"], T0 + 7), Ack(held["plain"], T0 + 7)]) == [
+        True,
+        True,
+    ]
+    again = RequeueParams(("done", "plain"), T0 + 8, ("g1", "g2"))
+    assert await driver.job_requeue_many(again) == [R, R]
+    assert await driver.step_list("run-done") == [] and await driver.step_list("run-plain") == []
+    # A fresh requeue still meets the namespace: a live twin holds the key.
+    assert await driver.job_cancel_many(["done"], T0 + 9) == [CancelAnswer.CANCELLED]
+    await driver.job_enqueue(new_job("twin", idempotency_key="key-done"))
+    await refused("X_JOB_REQUEUE_DUPLICATE", driver.job_requeue("done", T0 + 9, fresh_run_id="h"))
+    # Refused whole, before anything is written: not one fresh id per id, or one given twice.
+    await driver.job_ack([Ack(held["dropped"], T0 + 9)])
+    await refused(
+        "X_JOB_RECORD_INVALID",
+        driver.job_requeue_many(RequeueParams(("dropped", "done"), T0 + 10, ("k1",))),
+    )
+    await refused(
+        "X_JOB_RECORD_INVALID",
+        driver.job_requeue_many(RequeueParams(("dropped", "done"), T0 + 10, ("k1", "k1"))),
+    )
+    r = await row(driver, "dropped")
+    assert (r.state, r.run_id) == (JobState.COMPLETED, "f2")
+
+
 #: The step and event families' scenarios by name (the function name without `scenario_`).
 DURABLE_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
         scenario_a_parked_row_shows_its_wait,
+        scenario_a_wait_ends_at_its_until,
         scenario_a_wait_wakes_on_its_event_only,
         scenario_events_found_expired_and_purged,
+        scenario_events_keep_to_their_tenant,
+        scenario_requeue_of_an_unwound_saga,
         scenario_steps_recorded_once_under_the_fence,
         scenario_wait_and_event_refusals,
     )

@@ -662,6 +662,54 @@ async def scenario_reclaim_edges(driver: JobDriver) -> None:
     ]
 
 
+async def scenario_reclaim_bound(driver: JobDriver) -> None:
+    """A claim bounded by `reclaim_until_ms` (a worker back from an outage) reclaims and buries
+    only the leases that ended by the bound — exactly at it counts — while the later ones stay
+    with their holders, whose late settles still land; ready rows are claimed as ever."""
+    await driver.job_enqueue_many(
+        [
+            new_job("early", max_attempts=3),
+            new_job("early-final", max_attempts=1),
+            new_job("late", max_attempts=3),
+            new_job("late-final", max_attempts=1),
+        ]
+    )
+    # The early leases end at T0 + 1000, the late ones at T0 + 1001.
+    early = await claim(driver, T0, limit=2, lease_ms=1000)
+    assert ids(early[0]) == ["early", "early-final"] and early[1] == []
+    late = {j.id: j for j in (await claim(driver, T0, limit=2, lease_ms=1001))[0]}
+    assert sorted(late) == ["late", "late-final"]
+    await driver.job_enqueue(new_job("fresh", run_at_ms=T0 + 1500))
+    await refused(
+        "X_JOB_RECORD_INVALID",
+        driver.job_claim(ClaimParams(("q",), "w2", 10, 1000, T0 + 3000, reclaim_until_ms=-1)),
+    )
+    assert (await row(driver, "fresh")).state is JobState.READY
+
+    # Every lease lapsed by now; only those that ended by the bound are taken, and a ready row
+    # is claimed whatever the bound.
+    jobs, buried = await claim(
+        driver, T0 + 3000, worker="w2", lease_ms=5000, reclaim_until_ms=T0 + 1000
+    )
+    assert ids(jobs) == ["early", "fresh"], ids(jobs)
+    assert buried == [BuriedJob("early-final", "n", "q", JobState.DEAD)]
+    assert (jobs[0].attempt, jobs[0].claims, jobs[0].worker_id) == (2, 2, "w2")
+    for job_id in ("late", "late-final"):
+        r = await row(driver, job_id)
+        assert (r.state, r.claims, r.claimed_by) == (JobState.RUNNING, 1, "w1"), r
+        assert r.lease_until_ms == T0 + 1001
+    # Their holders land late: an ack, and a heartbeat that renews from now.
+    assert await driver.job_ack([Ack(late["late"].fence, T0 + 3000, '"done"')]) == [True]
+    assert await driver.job_heartbeat([Heartbeat(late["late-final"].fence, 1000, T0 + 3000)]) == [
+        True
+    ]
+    assert (await row(driver, "late-final")).lease_until_ms == T0 + 4000
+    # A bound later than now bounds nothing: the lease lapsed at now is buried.
+    jobs, buried = await claim(driver, T0 + 4000, worker="w2", reclaim_until_ms=T0 + 9000)
+    assert jobs == [] and buried == [BuriedJob("late-final", "n", "q", JobState.DEAD)]
+    assert (await row(driver, "late")).state is JobState.COMPLETED
+
+
 async def scenario_settles_overwrite_with_nothing(driver: JobDriver) -> None:
     """An absent result or error overwrites what an earlier run stored; absent progress keeps."""
     await driver.job_enqueue(new_job("r"))
@@ -847,6 +895,7 @@ JOB_SCENARIOS: dict[str, Scenario] = {
         scenario_pause_by_queue_and_name,
         scenario_purge_oldest_first_across_states,
         scenario_purge_retention,
+        scenario_reclaim_bound,
         scenario_reclaim_edges,
         scenario_refused_calls_change_nothing,
         scenario_requeue_refusals,

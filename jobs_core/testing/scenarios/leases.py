@@ -3,7 +3,7 @@ again, renewals that must not revive an expired holding, slots freed by a releas
 by one and removed by an abandon, and tokens that only grow.
 
 A driver that does not declare `leases` in `capabilities()` must refuse the calls with
-`X_DRIVER_UNSUPPORTED`; these scenarios check that much and stop there.
+`X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from jobs_core.testing.scenarios.support import T0, Scenario, exactly, refused
 async def _unsupported(driver: JobDriver) -> bool:
     if driver.capabilities().leases:
         return False
-    await refused("X_DRIVER_UNSUPPORTED", driver.lease_holders("k", T0))
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.lease_holders("k", T0))
     return True
 
 

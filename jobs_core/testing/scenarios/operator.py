@@ -20,6 +20,7 @@ from jobs_core.records import (
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
+    RequeueParams,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS
 from jobs_core.states import JobState
@@ -272,7 +273,9 @@ async def scenario_bulk_requeue_and_cancel(driver: JobDriver) -> None:
     await driver.job_cancel("a", T0)
     await driver.job_enqueue(new_job("b", idempotency_key="same"))
     await driver.job_cancel("b", T0)
-    answers = await driver.job_requeue_many(["a", "b", "live", "nobody", "a"], T0 + 1)
+    answers = await driver.job_requeue_many(
+        RequeueParams(("a", "b", "live", "nobody", "a"), T0 + 1)
+    )
     assert answers == [
         RequeueAnswer.REQUEUED,
         RequeueAnswer.DUPLICATE,
@@ -292,8 +295,9 @@ async def scenario_bulk_requeue_and_cancel(driver: JobDriver) -> None:
         CancelAnswer.FINISHED,
     ]
     # Now b may take the key back.
-    assert await driver.job_requeue_many(["b"], T0 + 3) == [RequeueAnswer.REQUEUED]
-    await refused("X_JOB_BATCH_TOO_LARGE", driver.job_requeue_many(["a"] * 1_001, T0))
+    assert await driver.job_requeue_many(RequeueParams(("b",), T0 + 3)) == [RequeueAnswer.REQUEUED]
+    too_many = RequeueParams(("a",) * 1_001, T0)
+    await refused("X_JOB_BATCH_TOO_LARGE", driver.job_requeue_many(too_many))
     assert (await row(driver, "a")).state is JobState.CANCELLED
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any, TypeAlias, TypeVar
 
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError
+from jobs_core.errors import CapabilityMissingError, JobsError
 from jobs_core.records import BuriedJob, ClaimedJob, ClaimParams, JobRecord, NewJob
 from jobs_core.testing.compare import typed_json
 
@@ -44,6 +44,7 @@ async def claim(
     limit: int = 10,
     lease_ms: int = 1000,
     drop_exhausted: frozenset[str] = frozenset(),
+    reclaim_until_ms: int | None = None,
 ) -> tuple[list[ClaimedJob], list[BuriedJob]]:
     """One claim pass over `queues` (default `q`); the claimed and the buried, as lists."""
     result = await driver.job_claim(
@@ -54,6 +55,7 @@ async def claim(
             lease_ms=lease_ms,
             now_ms=now,
             drop_exhausted=drop_exhausted,
+            reclaim_until_ms=reclaim_until_ms,
         )
     )
     return list(result.jobs), list(result.buried)
@@ -67,9 +69,14 @@ async def row(driver: JobDriver, job_id: str) -> JobRecord:
 
 
 async def refused(code: str, call: Awaitable[object]) -> None:
-    """Await `call` and assert it raised the `JobsError` carrying `code`."""
+    """Await `call` and assert it raised the `JobsError` carrying `code` (a call of a family the
+    driver does not declare is refused for that first: its refusal ends the scenario)."""
     try:
         answer = await call
+    except CapabilityMissingError:
+        if code == CapabilityMissingError.code:
+            return
+        raise
     except JobsError as exc:
         assert exc.code == code, f"raised {exc.code} ({exc}), expected {code}"
         return
@@ -77,9 +84,12 @@ async def refused(code: str, call: Awaitable[object]) -> None:
 
 
 async def accepted(call: Awaitable[T], what: str) -> T:
-    """Await `call`, asserting it is not refused (a refusal fails as an assertion naming it)."""
+    """Await `call`, asserting it is not refused (a refusal fails as an assertion naming it; a
+    call of a family the driver does not declare ends the scenario, as `refused` says)."""
     try:
         return await call
+    except CapabilityMissingError:
+        raise
     except JobsError as exc:
         raise AssertionError(f"{what}: refused with {exc.code} ({exc})") from exc
 

@@ -4,9 +4,9 @@ deduped to a live row, a task pause beside jobs of the same name, and a leader t
 lease firing late.
 
 A driver that does not declare `tasks` in `capabilities()` must refuse the calls with
-`X_DRIVER_UNSUPPORTED`; these scenarios check that much and stop there — except that a pause of
-kind "task" is the pause family's (the ABC accepts it from every driver), so every driver must
-store it as what it is.
+`X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there — except that a
+pause of kind "task" is the pause family's (the ABC accepts it from every driver declaring
+pauses), so every such driver must store it as what it is.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ MINUTE = 60_000
 async def _unsupported(driver: JobDriver) -> bool:
     if driver.capabilities().tasks:
         return False
-    await refused("X_DRIVER_UNSUPPORTED", driver.task_marks(["t"]))
-    await refused("X_DRIVER_UNSUPPORTED", driver.task_arm(["t"], T0))
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.task_marks(["t"]))
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.task_arm(["t"], T0))
     return True
 
 

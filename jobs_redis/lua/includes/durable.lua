@@ -5,18 +5,23 @@
 --   drop_row(data_key, id) the row is deleted (purged, removed): its wait and its run's steps
 --
 -- Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys):
---   {p}:wait         hash id -> event NUL since_ms NUL match lines NUL match_json: the wait of a
---                    parked row (the match's lines decide a publish; its JSON text, as the nack
---                    gave it, is what job_get_many reports. A wait stored before the text was
---                    kept has the first three fields: the driver then rebuilds it from the lines)
---   {p}:wait:index   zset, all scores 0, members event NUL id: the waits by event name, so a
---                    publish reads the rows waiting for its name and no others (a lex range)
+--   {p}:wait         hash id -> event NUL since_ms NUL match lines NUL match_json NUL tenant NUL
+--                    until_ms: the wait of a parked row (the match's lines decide a publish;
+--                    its JSON text, as the nack gave it, is what job_get_many reports; tenant ""
+--                    for none, until_ms "" for no end. A wait stored before the text was kept
+--                    has the first three fields, one stored before its tenant the first four:
+--                    no tenant, no end)
+--   {p}:wait:index   zset, all scores 0, members event NUL tenant NUL id (tenant "" for none;
+--                    a wait stored before its tenant: event NUL id): the waits by event name
+--                    and tenant, so a publish reads the rows waiting for its name of its
+--                    tenant and no others (a lex range; the name's range for every tenant)
 --   {p}:step:out     hash run_id NUL step name -> recorded_at_ms NUL output_json
 --   {p}:step:index   zset, all scores 0, members run_id NUL step name (the fields of step:out):
 --                    a run's steps are one lex range, so a put is one ZADD (O(log n)) and a
 --                    list or a drop is O(log n + the run's steps)
 --   {p}:event        hash id -> name NUL published_at_ms NUL expires_at_ms NUL data match lines
---                    NUL data_json
+--                    NUL data_json NUL tenant ("" for none) NUL "1" for every tenant, else "0"
+--                    (an event stored before its tenant has the first five: for no tenant)
 --   {p}:event:name   zset, all scores 0, members name NUL published_at_ms (13 digits) NUL id:
 --                    a lex range from (name, since) walks one name's events by (published, id)
 --   {p}:event:expiry zset id by expires_at_ms (equal scores by id bytes: the purge order)
@@ -55,15 +60,39 @@ local function durable_keys()
   return DK
 end
 
+-- The wait:index member of row `id`'s wait `w` (its split {p}:wait fields).
+local function wait_member(id, w)
+  if w[5] == nil then
+    return w[1] .. Z .. id -- stored before waits kept their tenant
+  end
+  return w[1] .. Z .. w[5] .. Z .. id
+end
+
+-- The job id of a wait:index member of event `name` (either form).
+local function waiting_id(member, name)
+  local rest = string.sub(member, #name + 2)
+  local j = string.find(rest, Z, 1, true)
+  return j and string.sub(rest, j + 1) or rest
+end
+
 -- Drop the wait of row `id`, if it has one.
 local function drop_wait(id)
   local k = durable_keys()
   local w = redis.call("HGET", k.wait, id)
   if w then
-    local event = string.sub(w, 1, string.find(w, Z, 1, true) - 1)
-    redis.call("ZREM", k.wait_index, event .. Z .. id)
+    redis.call("ZREM", k.wait_index, wait_member(id, split(w)))
     redis.call("HDEL", k.wait, id)
   end
+end
+
+-- Whether event fields `e` (split {p}:event row) are for `tenant` ("" for none) or every one.
+local function event_for(e, tenant)
+  return e[7] == "1" or (e[6] or "") == tenant
+end
+
+-- Whether a wait's window ends after `published` (`ends` "" or nil: it never ends).
+local function before_end(published, ends)
+  return ends == nil or ends == "" or tonumber(published) < tonumber(ends)
 end
 
 -- The lex range of `run_id`'s members in step:index (a run_id holds no NUL).
@@ -98,12 +127,15 @@ local function pad13(ms)
   return string.format("%013d", tonumber(ms))
 end
 
--- The event with the least (published_at, id) named `name`, published at or after `since`,
--- unexpired at `now`, whose data the match lines take: {id, fields of its {p}:event row}, or nil.
-local function event_first(name, since, now, lines)
+-- The event with the least (published_at, id) named `name`, published in [since, ends) (`ends`
+-- "": no end; a wait's until_ms), for `tenant` ("" for none) or every tenant, unexpired at
+-- `now`, whose data the match lines take: {id, fields of its {p}:event row}, or nil. The lex
+-- range is bounded at both ends: an event at or after `ends` is never read.
+local function event_first(name, since, ends, tenant, now, lines)
   local k = durable_keys()
   local lo = "[" .. name .. Z .. pad13(since)
-  local hi = "(" .. name .. "\1"
+  -- B is 2^42, one past every time (row.lua).
+  local hi = "(" .. name .. Z .. pad13(ends ~= "" and ends or B)
   local skip = #name + 15 -- name NUL 13 digits NUL
   local now_n = tonumber(now)
   local offset = 0
@@ -112,7 +144,7 @@ local function event_first(name, since, now, lines)
     for _, member in ipairs(batch) do
       local id = string.sub(member, skip + 1)
       local e = split(redis.call("HGET", k.event, id))
-      if tonumber(e[3]) > now_n and event_matches(lines, e[4]) then
+      if tonumber(e[3]) > now_n and event_for(e, tenant) and event_matches(lines, e[4]) then
         return id, e
       end
     end
@@ -126,13 +158,14 @@ end
 -- Park row `id` waiting for an event: true (and nothing stored) when a stored, unexpired event
 -- already meets the wait — the caller then makes the row ready at `now` — else the wait is
 -- stored with the row (with its match's JSON text, for job_get_many) and indexed under its
--- event name.
-local function park_wait(id, event, since, lines, match_json, now)
-  if event_first(event, since, now, lines) then
+-- event name and tenant.
+local function park_wait(id, event, since, lines, match_json, tenant, ends, now)
+  if event_first(event, since, ends, tenant, now, lines) then
     return true
   end
   local k = durable_keys()
-  redis.call("HSET", k.wait, id, event .. Z .. since .. Z .. lines .. Z .. match_json)
-  redis.call("ZADD", k.wait_index, 0, event .. Z .. id)
+  local w = { event, since, lines, match_json, tenant, ends }
+  redis.call("HSET", k.wait, id, table.concat(w, Z))
+  redis.call("ZADD", k.wait_index, 0, wait_member(id, w))
   return false
 end

@@ -1,0 +1,160 @@
+"""What every long-running role (the worker, the scheduler, the relay) shares around its store:
+waiting at start for a store that is unavailable, and a drain that ends on time, store up or down.
+
+A drain has a deadline (its timeout) for its work, then `STOP_SLACK_MS` more for the store calls
+of its teardown: all of them together, never a budget per call, so a store that does not answer
+costs the slack once and the drain ends within its timeout plus about a second (SPEC §7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from jobs_core.backoff import wait_kick
+from jobs_core.clock import Clock
+from jobs_core.errors import DriverUnavailableError
+
+if TYPE_CHECKING:  # the worker package imports this module: no cycle at run time
+    from jobs_core.worker.outage import Outage
+
+log = logging.getLogger("jobs")
+
+#: What a drain may spend past its deadline on its teardown's store calls, all of them together.
+STOP_SLACK_MS: Final = 1_000
+#: The least a drain's first and last store calls get (once each, not per call) when its
+#: deadline or slack is already spent, e.g. `stop(0)`: a store that answers is still told.
+STOP_CALL_FLOOR_MS: Final = 250
+
+# Store calls cut off by a bound, held until they have unwound (nobody awaits them).
+_unwinding: set[asyncio.Future[Any]] = set()
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class StopBudget:
+    """One drain's time on `now_ms`: until `deadline_ms` for its work (None: no bound), then
+    `STOP_SLACK_MS` more for its teardown's store calls together."""
+
+    def __init__(self, deadline_ms: int | None, now_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.deadline_ms = deadline_ms
+        self._now_ms = now_ms
+
+    @classmethod
+    def after(cls, timeout_s: float | None) -> StopBudget:
+        """A deadline `timeout_s` seconds from now, on the monotonic clock (None: no bound)."""
+        return cls(None if timeout_s is None else monotonic_ms() + round(timeout_s * 1000))
+
+    def left_ms(self, floor_ms: int = 0) -> int | None:
+        """Until the deadline, at least `floor_ms`; None without one."""
+        if self.deadline_ms is None:
+            return None
+        return max(floor_ms, self.deadline_ms - self._now_ms())
+
+    def slack_ms(self, floor_ms: int = 0) -> int | None:
+        """Until the deadline plus `STOP_SLACK_MS`, at least `floor_ms`; None without one."""
+        if self.deadline_ms is None:
+            return None
+        return max(floor_ms, self.deadline_ms + STOP_SLACK_MS - self._now_ms())
+
+
+async def bounded(aw: Awaitable[Any], ms: int | None) -> bool:
+    """Wait for `aw` at most `ms` of wall time (None: no bound); True when it finished (its
+    outcome is the caller's to read). Past the bound it is cancelled and left to unwind on its
+    own: a store call cancelled mid-flight may take its driver's time to give up."""
+    fut = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait([fut], timeout=None if ms is None else ms / 1000)
+    if fut in done:
+        return True
+    leave(fut)
+    return False
+
+
+def leave(fut: asyncio.Future[Any]) -> None:
+    """Cancel `fut` unless it is done (a store call past its bound) and hold it until it has
+    unwound, its outcome read: nobody awaits it, and the caller goes on without it."""
+    if fut.done():
+        return
+    fut.cancel()
+    _unwinding.add(fut)
+    fut.add_done_callback(_unwound)
+
+
+def _unwound(fut: asyncio.Future[Any]) -> None:
+    _unwinding.discard(fut)
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def wait_for_store(
+    attempt: Callable[[], Awaitable[None]], outage: Outage, stop: asyncio.Event, clock: Clock
+) -> bool:
+    """Run `attempt` (a role's first store calls) until it goes through: True.
+
+    A store that is unavailable (`X_DRIVER_UNAVAILABLE`: down, restarting) is waited for with
+    `outage`'s backoff, logged by it once per step. Once `stop` is set the answer is False, at
+    once: an attempt in flight is cancelled (a connect to a store that does not answer may take
+    seconds to fail). Any other error is raised: a store that refuses the role (a schema not
+    installed) is not an outage, and waiting would hide it.
+    """
+    while not stop.is_set():
+        call = asyncio.ensure_future(attempt())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([call, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if stop.is_set():
+            if call.done():
+                call.exception()  # answered as the stop came: read, and moot
+            leave(call)
+            return False
+        try:
+            call.result()
+        except DriverUnavailableError as exc:
+            await wait_kick(stop, clock, outage.failed(exc))
+            continue
+        outage.recovered()
+        return True
+    return False
+
+
+class Closable(Protocol):
+    """A driver or an outbox store: what a role's process closes on its way out."""
+
+    def describe(self) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+async def close_quietly(stores: Sequence[Closable], ms: int | None) -> None:
+    """Close `stores` at once, within `ms` together (None: no bound), logging (never raising)
+    a close that fails or outlives the bound: the process ends either way."""
+    calls = [asyncio.ensure_future(store.close()) for store in stores]
+    if not calls:
+        return
+    await asyncio.wait(calls, timeout=None if ms is None else ms / 1000)
+    for store, call in zip(stores, calls, strict=True):
+        if not call.done():
+            leave(call)
+            log.warning("jobs.store.close_abandoned: %s did not close in time", store.describe())
+        elif not call.cancelled() and call.exception() is not None:
+            log.warning("jobs.store.close_failed: %s: %r", store.describe(), call.exception())
+
+
+__all__ = [
+    "STOP_CALL_FLOOR_MS",
+    "STOP_SLACK_MS",
+    "Closable",
+    "StopBudget",
+    "bounded",
+    "close_quietly",
+    "leave",
+    "monotonic_ms",
+    "wait_for_store",
+]

@@ -1,0 +1,71 @@
+"""The chaos run's self-check (`make chaos ARGS=--self-check`) on made-up runs: every family's
+clean run is all zeros and each of its defects moves its figure; and the self-check itself
+catches a figure that cannot move. No server."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bench.chaos.families import Evidence, Family, families
+from bench.chaos.selfcheck import check_family, check_plain, main
+
+
+def test_every_family_proves_every_figure_can_move() -> None:
+    assert check_plain() == []
+    for family in families().values():
+        if family.clean is not None:
+            assert check_family(family) == [], family.name
+    assert main(list(families().values())) == 0
+
+
+@pytest.mark.parametrize(
+    ("family", "figure"),
+    [
+        ("steps", "step effects run again after their record landed"),
+        ("waits", "wakes doubled"),
+        ("limits", "keyed limit exceeded"),
+        ("sched", "occurrences never fired"),
+        ("relay", "uncommitted stages that became jobs"),
+    ],
+)
+def test_a_broken_variant_fails_the_run_on_its_figure(family: str, figure: str) -> None:
+    fam = families()[family]
+    assert fam.clean is not None
+    evidence = fam.clean()
+    assert not fam.analyse(evidence).failed
+    fam.cases[figure](evidence)
+    found = fam.analyse(evidence)
+    assert found.figure(figure).value > 0
+    assert [f.name for f in found.failed] == [figure]
+
+
+def _inert(ev: Evidence) -> None:
+    """A defect that changes nothing: the figure it claims to move stays 0."""
+
+
+def test_the_self_check_catches_a_figure_that_cannot_move() -> None:
+    steps = families()["steps"]
+    broken: Family = replace(steps, cases={**steps.cases, "step answers that changed": _inert})
+    assert check_family(broken) == [
+        "'step answers that changed' stayed 0 with its defect",
+        "'step answers that changed' is hard but did not fail the run",
+    ]
+    unproven: Family = replace(
+        steps, cases={k: v for k, v in steps.cases.items() if k != "step answers that changed"}
+    )
+    assert check_family(unproven) == ["no case proves 'step answers that changed' can be non-zero"]
+
+
+def test_the_schedulers_must_fire_up_to_the_timelines_end() -> None:
+    """Fires that stop before the timeline's end leave its last occurrences never fired, and
+    a task armed but never fired leaves every occurrence after its arming never fired."""
+    sched = families()["sched"]
+    assert sched.clean is not None
+    evidence = sched.clean()
+    del evidence.rows["t2"]  # the last fire (second 4)
+    assert sched.analyse(evidence).figure("occurrences never fired").value == 1
+    evidence.rows.clear()
+    evidence.extra["mark"] = {"watermark": evidence.cfg.started_t, "fired": None}
+    assert sched.analyse(evidence).figure("occurrences never fired").value == 5

@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +29,8 @@ from tests.redis.conftest import spare_port
 
 PIECES = ("PWa", "PWb", "PWn")
 PORT = spare_port()  # nothing listens here: every connect is refused
+RUN_S = 25.0
+AFTER_BANNER_S = 3.0
 
 
 def pg_forms(port: int) -> list[str]:
@@ -155,16 +158,35 @@ def _jobs_module(tmp: Path) -> Path:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    """The CLI's output; a worker that keeps retrying a closed port is stopped after a while,
-    and its output so far is what a user saw."""
+    """The CLI's output. A worker waits out a store that does not answer for as long as it
+    runs, so it is stopped AFTER_BANNER_S after its banner (its -vv retries logged by then),
+    or at RUN_S whatever it printed; its output so far is what a user saw."""
+    proc = subprocess.Popen(
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    out = bytearray()
+    stop_at = time.monotonic() + RUN_S
+    stream = proc.stdout
+    os.set_blocking(stream.fileno(), False)
     try:
-        done = subprocess.run(
-            args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20
-        )
-        out = done.stdout
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or b""
-    return out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
+        while time.monotonic() < stop_at:
+            chunk = stream.read()
+            if chunk:
+                out += chunk
+                if b"ujobs worker" in out:
+                    stop_at = min(stop_at, time.monotonic() + AFTER_BANNER_S)
+            elif proc.poll() is not None:
+                break
+            else:
+                time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.set_blocking(stream.fileno(), True)
+        out += stream.read() or b""
+        stream.close()
+    return out.decode("utf-8", "replace")
 
 
 def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Path) -> None:
@@ -190,7 +212,7 @@ def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Pa
                     {**env, "UJOBS_DRIVER": url},
                 )
             )
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=6) as pool:
         outs = list(pool.map(lambda r: _run(r[2], cwd, r[3]), runs))
     banners = 0
     for (label, url, _, _), out in zip(runs, outs, strict=True):

@@ -20,6 +20,7 @@ event loop (`WalkLoop`), opened in `__init__` and closed in `teardown`.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
@@ -1711,8 +1712,14 @@ def _every_rule() -> type[ParityMachine]:
 
 def _rule_names(machine: type[ParityMachine]) -> list[str]:
     """The names of `machine`'s rules and initializers."""
-    state = machine.setup_state()
-    return sorted({r.function.__name__ for r in (*state.rules, *state.initializers)})
+    # The markers `@rule` and `@initialize` set, read as Hypothesis itself reads them (every
+    # release this package allows has them; `setup_state` came later).
+    markers = ("hypothesis_stateful_rule", "hypothesis_stateful_initialize_rule")
+    return sorted(
+        name
+        for name, member in inspect.getmembers(machine)
+        if any(getattr(member, m, None) is not None for m in markers)
+    )
 
 
 def _home(machine: type[ParityMachine], name: str) -> str:

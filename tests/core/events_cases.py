@@ -8,7 +8,9 @@ run "resumed late" is one whose workers simply did not run until the clock passe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,6 +27,18 @@ from jobs_core.steps.unwind import UNWIND_JOB
 from jobs_core.testing import UJobs, ujobs_for
 
 MINUTE_S = 60
+
+
+@contextlib.asynccontextmanager
+async def _scratch(url: str) -> AsyncIterator[UJobs]:
+    """`ujobs_for(url)`, whose driver this test's own loop uses too (an async case awaits the
+    client here): that loop's connections are closed here, where it runs — from the harness's
+    loop, which this very exit blocks, closing them would wait out `CLOSE_ELSEWHERE_S`."""
+    with ujobs_for(url) as u:
+        try:
+            yield u
+        finally:
+            await u.driver.close()
 
 
 async def _row(u: UJobs, job_id: str) -> JobRecord:
@@ -54,7 +68,7 @@ async def a_late_resume_takes_no_event_sent_after_the_timeout(url: str) -> None:
     """Workers down past a wait's deadline: an event sent after it neither wakes the run nor is
     taken when the run resumes late — it answers None. One sent before the deadline is still
     taken, however late the run resumes."""
-    with ujobs_for(url) as u:
+    async with _scratch(url) as u:
         waiter = _waiter(JobRegistry())
         late = await u.client.enqueue(waiter, {"org": "acme", "order": 1})
         kept = await u.client.enqueue(waiter, {"org": "acme", "order": 2})
@@ -78,7 +92,7 @@ async def a_late_resume_takes_no_event_sent_after_the_timeout(url: str) -> None:
 async def events_keep_to_their_tenant(url: str) -> None:
     """An event sent from a tenant's run (or naming a tenant) wakes only that tenant's waits;
     `all_tenants=True` wakes every tenant's; a tenant-free sender wakes only tenant-free runs."""
-    with ujobs_for(url) as u:
+    async with _scratch(url) as u:
         registry = JobRegistry()
         waiter = _waiter(registry)
 
@@ -158,7 +172,7 @@ async def an_unwound_saga_runs_again_only_as_a_fresh_run(url: str) -> None:
     """A saga that failed for good and was undone: a plain requeue (of its id, or of every dead
     job of a filter) is refused, naming the fresh run; a fresh requeue books again and
     completes with its booking."""
-    with ujobs_for(url) as u:
+    async with _scratch(url) as u:
         hotel = _Hotel()
         trip = _trip(hotel)
         op = Operator(u.driver, clock=u.clock)
@@ -190,7 +204,7 @@ async def a_fresh_requeue_before_the_unwinding_still_undoes_the_old_run(url: str
     """Requeued fresh before its unwind job ran: the new run books for itself, and the old
     run's booking is undone all the same (its unwind job does not wait for the row, which
     holds another run now)."""
-    with ujobs_for(url) as u:
+    async with _scratch(url) as u:
         hotel = _Hotel()
         trip = _trip(hotel)
         op = Operator(u.driver, clock=u.clock)

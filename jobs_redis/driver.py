@@ -39,6 +39,11 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:task` hash task name -> mark (watermark NUL fired NUL fired_job_id NUL fired_at): the
   task family. `task_fire.lua` fences on the watermark and enqueues through
   `lua/includes/enqueue.lua`, the very code `job_enqueue.lua` runs, in the same script.
+- The flow family (`lua/includes/flows.lua`): a row of it has four more state-row fields (join,
+  flags, parent, batch; every other row keeps its 13), `{p}:join:waiters` and
+  `{p}:join:pending` (zsets of edges, lex-ranged per dependency / per waiter), and the pub/sub
+  channel `{p}:finish` a watched row's id is published on. A finish releasing a waiter names
+  that waiter's `due`/`parked` keys itself (same slot): its caller cannot know them.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With

@@ -85,7 +85,11 @@ class _Walk:
             parent = rng.choice((None, None, *self.ids[-3:]))
             batch = rng.choice((None, "b1", "b2"))
             q = rng.choice(("q1", "q2"))
-            await self.both("job_enqueue", _job(i, self.now, q, parent, batch))
+            job = _job(i, self.now, q, parent, batch)
+            if rng.random() < 0.5:
+                await self.both("job_enqueue", job)
+            else:  # its namespace found past the flow fields (job_enqueue_many.lua's tail)
+                await self.both("job_enqueue_many", [job, replace(job, id=f"{i}-again")])
             self.ids.append(i)
         elif op == "join":
             i = f"j{len(self.ids)}"

@@ -157,6 +157,8 @@ _REQUEUE: Final = {
 _STALE_TRIES: Final = 5
 #: About how many dependency ids one `join_enqueue` script call carries (an item is never cut).
 _JOIN_CHUNK_IDS: Final = 20_000
+#: Seconds `finish_subscribe` waits for its channel to prove itself before it returns.
+_FINISH_PROVE_S: Final = 5.0
 #: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
 _SCHEMA: Final = "2"
 #: The final states in the order the purge and requeue scripts take their `finished:*` keys.
@@ -1161,13 +1163,19 @@ class RedisDriver(JobDriver):
 
     async def finish_subscribe(self, on_finish: Callable[[str], None]) -> WakeSubscription | None:
         """Deliver the id of each WATCHED row a script finishes (pub/sub on the prefix's finish
-        channel, through the wake's machinery); None where `capabilities()` declares no wake."""
+        channel, through the wake's machinery); None where `capabilities()` declares no wake.
+
+        Returns once a probe crossed the channel (at most `_FINISH_PROVE_S`), so a finish
+        written after the call is heard; past that bound it returns unproven, and the waiter's
+        bounded poll, its guarantee anyway, carries on alone until the channel proves itself.
+        """
         from jobs_redis.wake import RedisWake
 
         if not self.capabilities().wake:
             return None
         sub = RedisWake.finishes(self, on_finish)
         sub.start()
+        await sub.proven(_FINISH_PROVE_S)
         return sub
 
     # -- wake -----------------------------------------------------------------------------------

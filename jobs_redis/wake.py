@@ -45,6 +45,8 @@ class RedisWake:
         self._on_wake = on_wake
         self._live = False
         self._closed = False
+        #: Set once a probe first crossed (`proven`).
+        self._proven = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._probe_token = ""
         self._probe_channel = driver.keys.probe_channel(uuid.uuid4().hex)
@@ -58,6 +60,13 @@ class RedisWake:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="jobs-redis-wake")
+
+    async def proven(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until the subscription is proven: a message published from
+        then on reaches it while the connection holds. Answers whether it was."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proven.wait(), timeout_s)
+        return self._proven.is_set()
 
     def is_live(self) -> bool:
         """True once a probe has crossed the channel and it has not dropped since."""
@@ -89,6 +98,7 @@ class RedisWake:
                         if channel == self._probe_channel:
                             if msg["data"] == self._probe_token:
                                 self._live = True
+                                self._proven.set()
                                 delay = RETRY_FLOOR_S
                         elif channel in self._by_channel:
                             target = self._by_channel[channel]

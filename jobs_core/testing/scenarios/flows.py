@@ -311,8 +311,8 @@ async def scenario_flows_released_at_its_last_dependency(driver: JobDriver) -> N
     f = await running(driver, T0, "a", "b", "c")
     assert await driver.job_ack([Ack(f["a"], T0 + 5)]) == [True]
     await parked(driver, "w", JoinState(3, 2, 0, SUCCESS))
-    shed = Nack(f["b"], NackKind.RETRY, T0 + 6, run_at_ms=T0 + 7, error="again")
-    assert await driver.job_nack([shed]) == [True]  # a retry is no finish
+    retry = Nack(f["b"], NackKind.RETRY, T0 + 6, run_at_ms=T0 + 7, error="again")
+    assert await driver.job_nack([retry]) == [True]  # a retry is no finish
     await parked(driver, "w", JoinState(3, 2, 0, SUCCESS))
     b = await claim_one(driver, T0 + 7, "q")
     fail = Nack(b.fence, NackKind.FAIL, T0 + 8, error="x")

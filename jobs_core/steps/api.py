@@ -454,6 +454,12 @@ class StepApi:
             raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
+        for one_only in ("after", "after_policy"):
+            if one_only in options:
+                raise DeclarationInvalidError(
+                    "children that wait for other jobs are enqueued one by one (enqueue)",
+                    detail=one_only,
+                )
         record = (await self.records()).get(name)
         if record is None:
             if self._mode == "unwind":

@@ -5,6 +5,7 @@ callback is enqueued exactly once and handed the counts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -163,3 +164,25 @@ async def test_an_empty_batch_runs_its_callback_at_once_with_zeros(driver: JobDr
         pass
     await working(driver, [cb], ended(driver, derived_id(b.id, "on_complete")))
     assert got == [{"batch_id": b.id, "total": 0, "succeeded": 0, "failed": 0, "input": [1]}]
+
+
+async def test_the_sync_and_handle_spellings_of_after(driver: JobDriver) -> None:
+    from jobs_core.facade import bound_client
+
+    ran: list[Any] = []
+    h = declare(recorder(ran), name="spelled")
+    client = Jobs(driver)
+    first = await client.enqueue(h, {"n": 1})
+    with bound_client(client):
+        second = await h.enqueue({"n": 2}, after=[first.id], after_policy=JoinPolicy.ALWAYS)
+    sync_client = Jobs(driver)
+    third = await asyncio.to_thread(
+        lambda: sync_client.enqueue_sync(h, {"n": 3}, after=[second.id])
+    )
+    with pytest.raises(DependencyUnknownError):
+        await asyncio.to_thread(lambda: sync_client.enqueue_sync(h, {"n": 4}, after=["gone"]))
+    if sync_client._portal is not None:  # its loop only: the driver is this test's
+        sync_client._portal.stop()
+    assert (await row(driver, third.id)).state is JobState.PARKED
+    await working(driver, [h], ended(driver, third.id))
+    assert [r["n"] for r in ran] == [1, 2, 3]  # each waited for the one before

@@ -39,7 +39,6 @@ def answer_of(row: JobRecord) -> JsonValue:
         return None if row.result_json is None else loads(row.result_json)
     raise ResultFailedError(
         f"job {row.id} ended {row.state.value}",
-        detail=row.id,
         job_id=row.id,
         state=row.state.value,
         error=row.last_error,

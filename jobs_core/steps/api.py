@@ -579,7 +579,6 @@ def _answer(outcome: JsonValue, *, return_errors: bool) -> Any:
     job_id, state, error = failed.get("job_id"), failed.get("state"), failed.get("error")
     exc = ResultFailedError(
         f"job {job_id} ended {state}",
-        detail=str(job_id),
         job_id=str(job_id),
         state=str(state),
         error=error if isinstance(error, str) else None,

@@ -56,7 +56,13 @@ async def test_a_failed_dependency_fails_a_success_waiter_unrun_and_always_runs(
     ran: list[Any] = []
     h = declare(recorder(ran, fail_on=1), name="dep", retry=ONCE)
     waiter_ran: list[Any] = []
-    w = declare(recorder(waiter_ran), name="waiter", retry=Retry(attempts=3, dead_letter=False))
+    joins: list[JoinState | None] = []
+
+    async def waiter(input: Any, ctx: JobContext) -> None:
+        waiter_ran.append(input)
+        joins.append(ctx.join)
+
+    w = declare(waiter, name="waiter", retry=Retry(attempts=3, dead_letter=False))
     client = Jobs(driver)
     dep = await client.enqueue(h, {"n": 1})
     strict = await client.enqueue(w, {"n": 10}, after=[dep.id])
@@ -69,6 +75,8 @@ async def test_a_failed_dependency_fails_a_success_waiter_unrun_and_always_runs(
     assert failed.state is JobState.FAILED and failed.attempt == 1
     assert failed.last_error is not None and "X_JOB_DEPENDENCY_FAILED" in failed.last_error
     assert waiter_ran == [{"n": 11}]
+    # The body that runs however its dependencies ended is told how they ended.
+    assert joins == [JoinState(1, 0, 1, JoinPolicy.ALWAYS)]
     assert (await row(driver, lenient.id)).join == JoinState(1, 0, 1, JoinPolicy.ALWAYS)
 
 

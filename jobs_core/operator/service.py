@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -519,10 +520,21 @@ class FamilyView:
         }
 
 
+#: The namespace of the ids the flows runtime derives (`jobs_core.ids.DERIVED_NAMESPACE` on the
+#: runtime's branch; `tests/test_flows_operator.py` pins the two equal once it is merged).
+_DERIVED_NAMESPACE: Final = uuid.UUID("5f0c9a52-6c1e-4d1b-9a57-2f4be8d3c1a7")
+
+
 def batch_callback_ids(batch_id: str) -> tuple[str, str]:
-    """The ids a batch's callbacks are enqueued under (`on_complete`, `on_success`): derived
-    from the batch id, so a batch's page finds them without a scan."""
-    return (f"{batch_id}.on_complete", f"{batch_id}.on_success")
+    """The ids a batch's callbacks are enqueued under (`on_complete`, `on_success`): the
+    runtime derives them from the batch id (`jobs_core.batch`: `derived_id(batch_id, role)`,
+    a UUIDv5 of the JSON list of the parts), so a batch's page finds them without a scan."""
+
+    def derived(role: str) -> str:
+        parts = json.dumps([batch_id, role], ensure_ascii=False)
+        return str(uuid.uuid5(_DERIVED_NAMESPACE, parts))
+
+    return derived("on_complete"), derived("on_success")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ it, so these views are pinned whatever API enqueues it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -234,8 +235,9 @@ def test_batch_callback_ids_are_the_runtimes() -> None:
 REFUSAL = re.compile(r"^X_[A-Z_]+: ", re.M)
 
 
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+async def cli(*args: str) -> Any:
+    """`ujobs ARGS` in process, on a thread of its own (the CLI runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(params=["pg", "redis"])
@@ -251,25 +253,25 @@ async def test_cli_shows_the_flow_lists_by_parent_and_batch_and_cascades(
 ) -> None:
     url = _url_of(shared_flow.driver)
     d = ["--driver", url]
-    shown = cli("jobs", "show", "C3", "--json", *d)
+    shown = await cli("jobs", "show", "C3", "--json", *d)
     assert shown.exit_code == 0, shown.output
     doc = json.loads(shown.output)
     assert doc["parent_id"] == "P" and doc["join"]["pending"] == 1
     assert doc["family"]["children"]["total"] == 0
-    table = cli("jobs", "show", "P", *d)
+    table = await cli("jobs", "show", "P", *d)
     assert table.exit_code == 0, table.output
     assert "1 ready, 1 parked, 1 completed" in table.output
     assert "ujobs jobs list --parent P" in table.output
-    listed = json.loads(cli("jobs", "list", "--parent", "P", "--json", *d).output)
+    listed = json.loads((await cli("jobs", "list", "--parent", "P", "--json", *d)).output)
     assert sorted(j["id"] for j in listed["jobs"]) == ["C1", "C2", "C3"]
-    members = json.loads(cli("jobs", "list", "--batch", "B", "--json", *d).output)
+    members = json.loads((await cli("jobs", "list", "--batch", "B", "--json", *d)).output)
     assert sorted(j["id"] for j in members["jobs"]) == ["M1", "M2"]
-    batch = cli("batches", "show", "B", "--json", *d)
+    batch = await cli("batches", "show", "B", "--json", *d)
     assert json.loads(batch.output)["members"]["total"] == 2
-    assert "on_complete" in cli("batches", "show", "B", *d).output
-    kept = cli("jobs", "cancel", "C1", "--keep-children", *d)
+    assert "on_complete" in (await cli("batches", "show", "B", *d)).output
+    kept = await cli("jobs", "cancel", "C1", "--keep-children", *d)
     assert kept.exit_code == 0 and "children:" not in kept.output
-    cascaded = cli("jobs", "cancel", "P", *d)
+    cascaded = await cli("jobs", "cancel", "P", *d)
     assert cascaded.exit_code == 0, cascaded.output
     assert "children: 3 live descendants cancelled" in cascaded.output
     got = await states(shared_flow.driver, "C3", "G1", "G2", "M1")

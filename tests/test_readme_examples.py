@@ -622,7 +622,8 @@ async def test_celery_async_result_get_is_client_result(
 ) -> None:
     async with photo_worker(photos) as (driver, _):
         names = await run_block(
-            python_block(CELERY_RESULT), {"jobs_core": jobs_core, "driver": driver}
+            python_block(CELERY_RESULT),
+            {**vars(photos.jobs), "jobs_core": jobs_core, "driver": driver},
         )
     assert names["thumb"] == {"thumb": "11-small.png"}
 

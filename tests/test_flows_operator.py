@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobs_core.cli import main
+from jobs_core.cli.show import print_batch, print_family
 from jobs_core.dashboard import Access, dashboard_app
 from jobs_core.dashboard.app import batch_path, job_path
 from jobs_core.driver import MAX_LIST_LIMIT, Capabilities, JobDriver
@@ -218,6 +219,23 @@ async def test_a_driver_without_flows_refuses_the_family_views() -> None:
         assert refused.value.capability == "flows"
     # A cancel has no children to cascade to there: it cancels as before.
     assert (await op.cancel(["P"])).answers == [CancelAnswer.CANCELLED]
+
+
+async def test_the_printed_flow_quotes_its_commands_and_shows_ids_as_they_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    driver = MemoryDriver()
+    odd = "p [bold]x[/bold] $(rm)"
+    await driver.job_enqueue(replace(new_job(odd, "k"), batch_id="b\x1b[2J"))
+    await driver.job_enqueue(linked("kid", parent=odd))
+    op = Operator(driver)
+    view = await op.job(odd)
+    print_family(view, await op.family(view.record))
+    print_batch(await op.batch("b\x1b[2J"), T0)
+    out = capsys.readouterr().out
+    assert "ujobs jobs list --parent 'p [bold]x[/bold] $(rm)'" in out
+    assert "ujobs batches show 'b\\x1b[2J'" in out and "\x1b" not in out
+    assert "1 ready" in out and "in progress" in out
 
 
 def test_batch_callback_ids_are_the_runtimes() -> None:

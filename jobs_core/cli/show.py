@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -314,7 +315,7 @@ def print_family(view: JobView, family: FamilyView) -> None:
     rows: list[list[Cell]] = [["parent", r.parent_id or "-"]]
     rows.append(["children", _census(family.children)])
     if family.children.total:
-        rows.append(["list them", Text("ujobs jobs list --parent ") + literal(r.id)])
+        rows.append(["list them", literal(f"ujobs jobs list --parent {shlex.quote(r.id)}")])
     j = r.join
     if j is not None:
         waiting = f"waiting on {j.pending} of {j.total}" if j.pending else f"all {j.total} done"
@@ -322,14 +323,14 @@ def print_family(view: JobView, family: FamilyView) -> None:
     if family.batch_id is not None and family.batch is not None:
         rows.append(["batch", family.batch_id])
         rows.append(["batch members", _census(family.batch)])
-        rows.append(["see it", Text("ujobs batches show ") + literal(family.batch_id)])
+        rows.append(["see it", literal(f"ujobs batches show {shlex.quote(family.batch_id)}")])
     _heading("flow")
     print_table([Col("field", True), Col("value", True)], rows, header=False)
 
 
 def print_batch(view: BatchView, now_ms: int) -> None:
     """A batch's members by state, whether all finished, and its callbacks."""
-    done = "finished" if view.finished else "running"
+    done = "all finished" if view.finished else "in progress"
     rows: list[list[Cell]] = [
         ["batch", view.batch_id],
         ["members", f"{view.members.total} ({done})"],
@@ -341,5 +342,5 @@ def print_batch(view: BatchView, now_ms: int) -> None:
         rows.append([role, Text.assemble(literal(j.id), " ", _state(j.state))])
     if not view.callbacks:
         rows.append(["callbacks", "none enqueued (yet)"])
-    rows.append(["list them", Text("ujobs jobs list --batch ") + literal(view.batch_id)])
+    rows.append(["list them", literal(f"ujobs jobs list --batch {shlex.quote(view.batch_id)}")])
     print_table([Col("field", True), Col("value", True)], rows, header=False)

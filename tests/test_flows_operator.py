@@ -28,6 +28,7 @@ from jobs_core.dashboard import Access, dashboard_app
 from jobs_core.dashboard.app import batch_path, job_path
 from jobs_core.driver import MAX_LIST_LIMIT, Capabilities, JobDriver
 from jobs_core.errors import CapabilityMissingError, JobNotFoundError
+from jobs_core.ids import derived_id
 from jobs_core.operator import Action, Operator, batch_callback_ids
 from jobs_core.records import (
     Ack,
@@ -239,12 +240,11 @@ async def test_the_printed_flow_quotes_its_commands_and_shows_ids_as_they_are(
 
 
 def test_batch_callback_ids_are_the_runtimes() -> None:
-    """The batch view finds the callbacks under the ids the runtime gives them (a tripwire:
-    it fails until the flows runtime, and its `derived_id`, are merged)."""
-    import importlib
-
-    derived = vars(importlib.import_module("jobs_core.ids"))["derived_id"]
-    assert batch_callback_ids("B") == (derived("B", "on_complete"), derived("B", "on_success"))
+    """The batch view finds the callbacks under the ids the runtime gives them."""
+    assert batch_callback_ids("B") == (
+        derived_id("B", "on_complete"),
+        derived_id("B", "on_success"),
+    )
     assert batch_callback_ids("B") != batch_callback_ids("C")
 
 

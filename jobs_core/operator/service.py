@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,7 +39,7 @@ from jobs_core.errors import (
     RequeueDuplicateError,
     RequeueUnwoundError,
 )
-from jobs_core.ids import new_id
+from jobs_core.ids import derived_id, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import (
@@ -520,21 +519,11 @@ class FamilyView:
         }
 
 
-#: The namespace of the ids the flows runtime derives (`jobs_core.ids.DERIVED_NAMESPACE` on the
-#: runtime's branch; `tests/test_flows_operator.py` pins the two equal once it is merged).
-_DERIVED_NAMESPACE: Final = uuid.UUID("5f0c9a52-6c1e-4d1b-9a57-2f4be8d3c1a7")
-
-
 def batch_callback_ids(batch_id: str) -> tuple[str, str]:
     """The ids a batch's callbacks are enqueued under (`on_complete`, `on_success`): the
-    runtime derives them from the batch id (`jobs_core.batch`: `derived_id(batch_id, role)`,
-    a UUIDv5 of the JSON list of the parts), so a batch's page finds them without a scan."""
-
-    def derived(role: str) -> str:
-        parts = json.dumps([batch_id, role], ensure_ascii=False)
-        return str(uuid.uuid5(_DERIVED_NAMESPACE, parts))
-
-    return derived("on_complete"), derived("on_success")
+    runtime derives them from the batch id (`jobs_core.batch`), so a batch's page finds them
+    without a scan."""
+    return derived_id(batch_id, "on_complete"), derived_id(batch_id, "on_success")
 
 
 @dataclass(frozen=True, slots=True)

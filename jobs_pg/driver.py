@@ -1051,6 +1051,10 @@ class PgDriver(JobDriver):
                     continue
                 live, failed = _join_counts(item.after, states)
                 done = await self._join_insert(conn, item, len(live), failed)
+                if not done.deduped:
+                    # Edges left by an earlier row of this id (removed or purged while waiting)
+                    # must not count for this one.
+                    await self._on(conn, "JOIN_UNLINK", {"ids": [item.job.id]})
                 if not done.deduped and live:
                     await self._on(
                         conn,

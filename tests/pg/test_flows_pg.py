@@ -356,3 +356,16 @@ def test_the_trigger_announces_on_the_channel_the_driver_listens_to() -> None:
     script = import_module("jobs_pg.migrations.versions.0010_flows")
     for schema in ("ujobs", "s" * 80, "q'u\"o%te ☃"):
         assert script._finish_channel(schema) == wake_channel(schema, "finish")
+
+
+async def test_a_reused_id_does_not_inherit_the_edges_of_a_removed_waiter(pg: PgDriver) -> None:
+    await pg.job_enqueue_many([new_job("a", "a"), new_job("b", "b")])
+    await pg.join_enqueue([JoinEnqueue(new_job("w", "w"), ("a",))])
+    await pg.job_remove(["w"])
+    assert edges(pg.schema) == [("a", "w")]  # left for a's finish to clear
+    await pg.join_enqueue([JoinEnqueue(new_job("w", "w2"), ("b",))])
+    assert edges(pg.schema) == [("b", "w")]
+    held = await claim_all(pg, 2)
+    assert await pg.job_ack([Ack(held["a"].fence, T0 + 1)]) == [True]
+    w = (await pg.job_get_many(["w"]))["w"]
+    assert (w.state, w.join) == (JobState.PARKED, JoinState(1, 1, 0, JoinPolicy.SUCCESS))

@@ -980,9 +980,8 @@ class PgDriver(JobDriver):
                 await self._on(conn, "EVENT_LOCK", {"keys": keys})
             # A join's dependencies are locked before the nack locks the waiter (the finish
             # trigger's order: dependency, then waiter), and counted under those locks.
-            states: dict[str, str] = {}
             if deps:
-                states = dict(await self._on(conn, "JOIN_DEPS", {"ids": deps}))
+                await self._on(conn, "JOIN_DEPS", {"ids": deps})
             found: set[int] = set()
             for n in nacks:
                 if n.wait is not None and await self._find_on(conn, n.wait, n.now_ms) is not None:
@@ -992,6 +991,9 @@ class PgDriver(JobDriver):
             )
             parks = [n for n, ok in zip(nacks, landed, strict=True) if ok and n.join is not None]
             if parks:
+                # Counted after this very batch's settles: a dependency it failed or completed
+                # counts as finished (its trigger ran before the park's edge existed).
+                states = dict(await self._on(conn, "JOIN_DEPS", {"ids": deps}))
                 await self._join_parks(conn, parks, states)
             return landed
 

@@ -422,6 +422,26 @@ async def scenario_flows_park_on_a_join(driver: JobDriver) -> None:
     assert (p_again.id, p_again.join, p_again.attempt) == ("p", JoinState(4, 0, 2, ALWAYS), 1)
 
 
+async def scenario_flows_park_and_its_dependency_in_one_nack_batch(driver: JobDriver) -> None:
+    """One nack call holding a PARK on a join and the FAIL of one of its dependencies (a
+    worker's settler batches both): the join counts that dependency as finished, not
+    completed, whichever comes first in the call; the last one released at the call's now."""
+    if await _unsupported(driver):
+        return
+    await enqueue(driver, new_job("p"), new_job("k"), new_job("m"), new_job("p2"), new_job("k2"))
+    f = await running(driver, T0, "p", "k", "m", "p2", "k2")
+    park = Nack(f["p"], NackKind.PARK, T0 + 5, join=("k", "m"))
+    fail = Nack(f["k"], NackKind.FAIL, T0 + 5, error="x")
+    assert await driver.job_nack([park, fail]) == [True, True]
+    await parked(driver, "p", JoinState(2, 1, 1, ALWAYS))
+    fail2 = Nack(f["k2"], NackKind.FAIL, T0 + 6, error="y", dead_letter=False)
+    park2 = Nack(f["p2"], NackKind.PARK, T0 + 6, join=("k2",))
+    assert await driver.job_nack([fail2, park2]) == [True, True]
+    await released(driver, "p2", T0 + 6, JoinState(1, 0, 1, ALWAYS))
+    assert await driver.job_ack([Ack(f["m"], T0 + 7)]) == [True]
+    await released(driver, "p", T0 + 7, JoinState(2, 0, 1, ALWAYS))
+
+
 async def scenario_flows_park_on_a_join_with_a_due_time(driver: JobDriver) -> None:
     """A join's park with `run_at_ms` is claimed at it with the join as it stood, and later
     finishes no longer touch it; a finish before it releases it at that finish's now; parking
@@ -590,6 +610,7 @@ FLOW_SCENARIOS: dict[str, Scenario] = {
         scenario_flows_join_enqueue_dedupes_and_writes_nothing_more,
         scenario_flows_join_enqueue_missing_dependency_writes_nothing,
         scenario_flows_park_on_a_join,
+        scenario_flows_park_and_its_dependency_in_one_nack_batch,
         scenario_flows_park_on_a_join_with_a_due_time,
         scenario_flows_parent_and_batch_links,
         scenario_flows_refusals_write_nothing,

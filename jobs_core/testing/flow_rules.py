@@ -65,8 +65,9 @@ dep_picks = st.lists(
     min_size=1,
     max_size=3,
 )
-#: A record's parent: none, a stored row, or an id naming no row (a link, not a reference).
-PARENTS = (None, None, "stored", "unknown")
+#: A record's parent: none, the walk's first row, the latest stored row, or an id naming no
+#: row (a link, not a reference): a parent's children meet on one listing often.
+PARENTS = (None, None, "first", "first", "latest", "unknown")
 BATCHES = (None, None, "b1", "b2")
 #: How an aimed rule finishes a dependency; the last one is never removed (see `_finish_step`).
 PATHS = ("ack", "fail", "refuse", "cancel", "bury", "remove")
@@ -125,7 +126,7 @@ class FlowRules(ParityMachine):
         made: list[JoinEnqueue] = []
         for spec, picks, policy, parent, batch in items:
             job = self._new_job(spec, fresh)
-            job = _linked(job, self._parent(parent, picks[0][1]), batch)
+            job = _linked(job, self._parent(parent), batch)
             after = self._after(picks, [m.job.id for m in made])
             made.append(JoinEnqueue(job, after, policy))
         self._join_enqueue(made)
@@ -272,7 +273,9 @@ class FlowRules(ParityMachine):
         cancel it ("cancel waiter"). With `claim_after`, claim the waiter's queue at the end."""
         # A row of the walk first: the fresh dependencies are the newest rows, so far likelier.
         other = UNKNOWN_ID if extra in (None, "unknown") else self._target((extra, pick))
-        deps = [self._flow_job("dep-", batch=f"batch-{self._serial}") for _ in paths]
+        # Children of the walk's first row, members of one batch: what the listings page by.
+        links = {"parent": self._parent("first"), "batch": f"batch-{self._serial}"}
+        deps = [self._flow_job("dep-", **links) for _ in paths]
         self._both(
             "job_enqueue_many(dependencies)",
             functools.partial(self.model.job_enqueue_many, deps),
@@ -323,7 +326,8 @@ class FlowRules(ParityMachine):
         """Before the last finish: claim the waiter at its run_at (and park it on its join
         again), or cancel it."""
         if twist == "cancel waiter":
-            if self.capabilities.operator:
+            if self.capabilities.operator and self.model.pending_of(w.id):
+                self._note("waiter cancelled, a dependency pending")
                 self._cancel(w.id)
             return
         r = self.model.rows.get(w.id)
@@ -495,9 +499,11 @@ class FlowRules(ParityMachine):
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _flow_job(self, prefix: str, *, batch: str | None = None) -> NewJob:
+    def _flow_job(
+        self, prefix: str, *, parent: str | None = None, batch: str | None = None
+    ) -> NewJob:
         """A fresh row in a queue of its own (only these rules claim it), due now, one attempt
-        (so a lapse buries it), linked to a batch when given one."""
+        (so a lapse buries it), linked to a parent and a batch when given them."""
         job_id = self._fresh_id(prefix)
         return NewJob(
             id=job_id,
@@ -511,6 +517,7 @@ class FlowRules(ParityMachine):
             run_at_ms=self.now,
             max_attempts=1,
             created_at_ms=self.now,
+            parent_id=parent,
             batch_id=batch,
         )
 
@@ -528,9 +535,11 @@ class FlowRules(ParityMachine):
         ids = tuple(dict.fromkeys(i for i in out if i != exclude))
         return ids or (UNKNOWN_ID,)
 
-    def _parent(self, parent: str | None, n: int) -> str | None:
-        if parent == "stored":
-            return self._used_id(n)
+    def _parent(self, parent: str | None) -> str | None:
+        if parent == "first" and self.ids:
+            return self.ids[0]
+        if parent == "latest":
+            return self._used_id(0)
         return UNKNOWN_ID if parent == "unknown" else None
 
     def _join_enqueue(self, items: list[JoinEnqueue]) -> object:

@@ -238,15 +238,13 @@ class ReferenceModel:
             if left:
                 self.rows[waiter_id] = replace(w, join=join)
             else:
-                if now_ms is None:
-                    # `_job_remove` takes no time, and the contract releases a waiter at "the
-                    # finish's now_ms": which time a remove of a waiter's last dependency
-                    # releases it at is not written. The walk never removes a last dependency.
-                    raise AssertionError(
-                        f"the remove of {r.id!r} would release {waiter_id!r} at a time the "
-                        "contract does not say"
-                    )
-                self.rows[waiter_id] = replace(w, join=join, state=JobState.READY, run_at_ms=now_ms)
+                # `_job_remove` takes no time, and the contract releases a waiter at "the
+                # finish's now_ms": the time a remove of the last dependency releases it at is
+                # not written. Read here as the reference driver reads it (due at once, at its
+                # own `created_at_ms`); the flow rules never remove a last dependency, so no
+                # walk of the family holds a driver to this reading.
+                at = w.created_at_ms if now_ms is None else now_ms
+                self.rows[waiter_id] = replace(w, join=join, state=JobState.READY, run_at_ms=at)
             self.moves.append((waiter_id, r.id, how, not left))
         if r.id in self.watched:
             self.announced.append(r.id)

@@ -229,8 +229,8 @@ class MemoryDriver(JobDriver):
 
     def _join_locked(self, waiter_id: str, after: Sequence[str], policy: JoinPolicy) -> JoinState:
         """Count `after` as it stands now (an id naming no row: finished, not completed) and
-        link the waiter to every dependency still live; the caller parks it while pending."""
-        self._unlink_waiter(waiter_id)
+        link the waiter to every dependency still live; the caller parks it while pending. The
+        waiter holds no edge yet: a new row, or a running one (leaving `parked` unlinked it)."""
         pending = failed = 0
         live: list[str] = []
         for dep in after:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock
@@ -147,7 +147,41 @@ async def close_quietly(stores: Sequence[Closable], ms: int | None) -> None:
             log.warning("jobs.store.close_failed: %s: %r", store.describe(), call.exception())
 
 
+T = TypeVar("T")
+#: How long a role's process waits, after its drain, for the tasks the drain left running (the
+#: calls it abandoned) to end once cancelled.
+LEFT_TASKS_S: Final = 0.5
+
+
+def run_role(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` for a role's process, but the tasks left running after `main` (the
+    store calls its drain abandoned) get a bounded wait once cancelled, not an unbounded one:
+    a driver's cancel of a query may itself wait on a store that does not answer (psycopg
+    waits 5 s for the cancel, then 5 s more), which would hold the exit past the drain."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=LEFT_TASKS_S))
+            for task in left:
+                if not task.done():
+                    # Abandoned on purpose: not a leak for asyncio to report at exit.
+                    task._log_destroy_pending = False  # type: ignore[attr-defined]
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
 __all__ = [
+    "LEFT_TASKS_S",
     "STOP_CALL_FLOOR_MS",
     "STOP_SLACK_MS",
     "Closable",
@@ -156,5 +190,6 @@ __all__ = [
     "close_quietly",
     "leave",
     "monotonic_ms",
+    "run_role",
     "wait_for_store",
 ]

@@ -27,7 +27,7 @@ from jobs_core.cli.schedule import drained, log_format_option
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliDriverRequiredError, DriverUrlInvalidError, JobsError
-from jobs_core.lifecycle import StopBudget, close_quietly
+from jobs_core.lifecycle import StopBudget, close_quietly, run_role
 from jobs_core.operator.times import age, relative
 from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
@@ -83,7 +83,7 @@ def relay(
     console.print(Text.assemble(("ujobs relay", "bold"), " ", literal(r.relay_id)), soft_wrap=True)
     print_relay(r)
     try:
-        asyncio.run(run_relay(r, drain_timeout))
+        run_role(run_relay(r, drain_timeout))
     except JobsError as exc:
         _fail(exc)
     console.print(f"relay stopped: {r.published} rows published")

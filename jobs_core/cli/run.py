@@ -45,7 +45,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
-from jobs_core.lifecycle import StopBudget, close_quietly
+from jobs_core.lifecycle import StopBudget, close_quietly, run_role
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
@@ -175,7 +175,7 @@ def worker(
     if relay is not None:
         print_relay(relay)
     try:
-        asyncio.run(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
+        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours

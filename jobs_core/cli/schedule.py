@@ -25,7 +25,7 @@ from jobs_core.cli.base import (
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
-from jobs_core.lifecycle import StopBudget, close_quietly
+from jobs_core.lifecycle import StopBudget, close_quietly, run_role
 from jobs_core.operator import Operator, TaskView
 from jobs_core.operator.times import relative
 from jobs_core.scheduler import Scheduler, TaskHandle, tasks_of
@@ -102,7 +102,7 @@ def scheduler(
     now = SystemClock().now_ms()
     print_tasks(unread(handles, now), now)
     try:
-        asyncio.run(run_scheduler(s, drain_timeout))
+        run_role(run_scheduler(s, drain_timeout))
     except JobsError as exc:
         _fail(exc)
     drained()

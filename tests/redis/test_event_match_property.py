@@ -61,8 +61,9 @@ _scalars = st.one_of(
     st.integers(),
     st.floats(allow_nan=False),
     st.sampled_from(["", "1", "true", "a", "é", "\t", "\n", '"', "\\", "😀", "\u2028"]),
-    # No NUL: the contract refuses JSON text that encodes one (`check_text`, before any script).
-    st.text(st.characters(exclude_characters="\x00"), max_size=4),
+    # No NUL and no lone surrogate: the contract refuses JSON text holding either
+    # (`check_text`, before any script), so neither can reach the Lua match.
+    st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=4),
 )
 _keys = st.sampled_from(["a", "b", "1", "é", "a b", "\t", "\n", '"', "😀", ""])
 _json = st.recursive(

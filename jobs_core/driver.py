@@ -88,7 +88,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 1
+CONTRACT_VERSION: Final = 2
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -1115,8 +1115,11 @@ class JobDriver(abc.ABC):
     # parked) row, which counts as a finish that did not complete. In the SAME atomic write,
     # every row that is `parked` on a join holding the finished row (a WAITER) moves: its
     # join's `pending` - 1, and `failed` + 1 unless the finish is `completed`; a waiter whose
-    # `pending` reaches 0 is released: `ready`, `run_at_ms` = the finish's `now_ms` (its join
-    # kept, answered by the claim). A dependency counts once per join: a row finished, requeued
+    # `pending` reaches 0 is released: `ready`, `run_at_ms` = the finish's `now_ms` (for a
+    # `_job_remove`, which takes no time, the waiter's own `created_at_ms`: due at once), its
+    # join kept and answered by the claim. A claim's bury comes before its candidates, so the
+    # claim that buries a row may take the waiters it released. A dependency counts once per
+    # join: a row finished, requeued
     # and finished again moves no join it already counted in. A waiter that left `parked` by
     # another path (claimed at its `run_at_ms`, cancelled, removed) is not moved by later
     # finishes of its old join; parking again on a join starts that join afresh. When the

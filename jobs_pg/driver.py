@@ -25,6 +25,7 @@ import time
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import psycopg
@@ -909,7 +910,14 @@ class PgDriver(JobDriver):
         # Claim order: (priority, run_at, id); Python compares str by code point, as COLLATE "C".
         claimed.sort(key=lambda kc: kc[0])
         buried.sort(key=lambda b: b.id)
-        return ClaimResult(tuple(c for _, c in claimed), tuple(buried))
+        jobs = [c for _, c in claimed]
+        joined = [c.id for c in jobs if c.join is not None]
+        if buried and joined:
+            # A bury's finish trigger ran after the statement's RETURNING: a waiter this very
+            # claim released and took answers the join the trigger left (rare: read only then).
+            rows_now = await self._job_get_many(joined)
+            jobs = [replace(c, join=rows_now[c.id].join) if c.id in rows_now else c for c in jobs]
+        return ClaimResult(tuple(jobs), tuple(buried))
 
     async def _settle(
         self,

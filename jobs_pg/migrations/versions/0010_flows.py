@@ -51,20 +51,26 @@ BEGIN
     WITH gone AS (
         DELETE FROM {s}.joins e WHERE e.dep_id = v_id RETURNING e.waiter_id
     ), moving AS (
+        -- A waiter still parked on this join; or one the very claim statement that buried this
+        -- row also took (its after-triggers run at the statement's end, the contract buries
+        -- first): it moves as if released before it was claimed, its state left running.
         SELECT w.id FROM {s}.jobs w
         WHERE w.id IN (SELECT g.waiter_id FROM gone g)
-          AND w.state = 'parked' AND w.claims = w.join_claims
+          AND ((w.state = 'parked' AND w.claims = w.join_claims)
+               OR (w.state = 'running' AND w.claims = w.join_claims + 1
+                   AND w.xmin = pg_current_xact_id()::xid))
         ORDER BY w.id
         FOR UPDATE
     )
     UPDATE {s}.jobs w SET
         join_pending = w.join_pending - 1,
         join_failed = w.join_failed + CASE WHEN v_completed THEN 0 ELSE 1 END,
-        state = CASE WHEN w.join_pending <= 1 THEN 'ready' ELSE w.state END,
+        state = CASE WHEN w.state = 'parked' AND w.join_pending <= 1 THEN 'ready'
+                ELSE w.state END,
         run_at_ms = CASE WHEN w.join_pending <= 1 THEN coalesce(v_at, w.created_at_ms)
                     ELSE w.run_at_ms END
     FROM moving m
-    WHERE w.id = m.id AND w.state = 'parked' AND w.claims = w.join_claims;
+    WHERE w.id = m.id;
     RETURN NULL;
 END
 $fn$

@@ -4,11 +4,7 @@ code (`Operator`), with inputs redacted (`jobs_core.redact`), metrics and a heal
 
 from jobs_core.operator.service import (
     Action,
-    BatchView,
     BulkReport,
-    CancelReport,
-    Census,
-    FamilyView,
     JobsPage,
     JobView,
     Operator,
@@ -17,17 +13,12 @@ from jobs_core.operator.service import (
     TaskView,
     Throughput,
     WorkerView,
-    batch_callback_ids,
     refusal_for,
 )
 
 __all__ = [
     "Action",
-    "BatchView",
     "BulkReport",
-    "CancelReport",
-    "Census",
-    "FamilyView",
     "JobView",
     "JobsPage",
     "Operator",
@@ -36,6 +27,5 @@ __all__ = [
     "TaskView",
     "Throughput",
     "WorkerView",
-    "batch_callback_ids",
     "refusal_for",
 ]

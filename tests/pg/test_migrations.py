@@ -50,7 +50,6 @@ TABLES = {
     "leases",
     "task_marks",
     "outbox",
-    "joins",
 }
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock
 from jobs_core.errors import DriverUnavailableError
+from jobs_core.loops import cancel_other_tasks
 
 if TYPE_CHECKING:  # the worker package imports this module: no cycle at run time
     from jobs_core.worker.outage import Outage
@@ -164,15 +165,9 @@ def run_role(main: Coroutine[Any, Any, T]) -> T:
         return loop.run_until_complete(main)
     finally:
         try:
-            left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in left:
-                task.cancel()
-            if left:
-                loop.run_until_complete(asyncio.wait(left, timeout=LEFT_TASKS_S))
-            for task in left:
-                if not task.done():
-                    # Abandoned on purpose: not a leak for asyncio to report at exit.
-                    task._log_destroy_pending = False  # type: ignore[attr-defined]
+            for task in loop.run_until_complete(cancel_other_tasks(LEFT_TASKS_S)):
+                # Abandoned on purpose: not a leak for asyncio to report at exit.
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:

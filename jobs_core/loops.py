@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 S = TypeVar("S")
 
@@ -149,14 +149,20 @@ async def _call(close: Callable[[S], Awaitable[None]], value: S) -> None:
     await close(value)
 
 
-async def cancel_other_tasks() -> None:
-    """Cancel every other task of the running loop and wait for them (as `asyncio.run` does)."""
+async def cancel_other_tasks(within_s: float | None = None) -> set[asyncio.Task[Any]]:
+    """Cancel every other task of the running loop and wait for them (as `asyncio.run` does),
+    at most `within_s` seconds (None: until all ended); answers those still running."""
     me = asyncio.current_task()
     others = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
     for t in others:
         t.cancel()
-    with contextlib.suppress(Exception):
-        await asyncio.gather(*others, return_exceptions=True)
+    if not others:
+        return set()
+    done, pending = await asyncio.wait(others, timeout=within_s)
+    for t in done:
+        if not t.cancelled():
+            t.exception()  # retrieved: an error met while cancelling is moot, not a log line
+    return pending
 
 
 __all__ = ["CLOSE_ELSEWHERE_S", "LoopLocal", "cancel_other_tasks"]

@@ -12,7 +12,8 @@ is sent again item by item, so only the item at fault answers False and the othe
 A batch the store cannot take (`X_DRIVER_UNAVAILABLE`) is retried with capped backoff for as
 long as each item's claim could still be held (`give_up_at`) and the drain allows
 (`set_deadline`): the fence makes a late or repeated settle safe, so a body that finishes during
-an outage is not run again.
+an outage is not run again. A backoff ends at once when any call finds the store back
+(`store_back`), so a settle lands before another worker's reclaim grace runs out.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
+from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, check_ack, check_nack
 from jobs_core.errors import DriverUnavailableError, JobsError
@@ -42,6 +44,14 @@ SETTLE_PATIENCE_MS: Final = 30_000
 T = TypeVar("T", Ack, Nack, StepPut)
 
 
+class StoreSeen(Protocol):
+    """Told what each settle call found (`jobs_core.worker.outage.StoreWatch`)."""
+
+    def answered(self, sent_ms: int) -> None: ...
+
+    def unavailable(self, sent_ms: int) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class _Entry(Generic[T]):
     item: T
@@ -57,13 +67,17 @@ class _Lane(Generic[T]):
         clock: Clock,
         give_up_at: Callable[[Fence], int | None],
         deadline: Callable[[], int | None],
+        seen: StoreSeen | None,
     ) -> None:
         self._send: Callable[[Sequence[T]], Awaitable[list[bool]]] = send
         self._clock = clock
         self._give_up_at = give_up_at
         self._deadline = deadline
+        self._seen = seen
         self._pending: list[_Entry[T]] = []
         self._task: asyncio.Task[None] | None = None
+        #: Set when the store is seen back: a backoff under way ends at once.
+        self.back = asyncio.Event()
 
     def submit(self, item: T) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -97,9 +111,12 @@ class _Lane(Generic[T]):
         delay = SETTLE_BACKOFF_MIN_MS
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_BATCH], self._pending[SETTLE_BATCH:]
+            sent = self._clock.now_ms()
             try:
                 answers = await self._send([e.item for e in batch])
             except DriverUnavailableError as exc:
+                if self._seen is not None:
+                    self._seen.unavailable(sent)
                 self._pending[:0] = batch
                 delay = await self._back_off(exc, delay)
                 continue
@@ -114,6 +131,8 @@ class _Lane(Generic[T]):
                     self._pending[:0] = left
                     delay = await self._back_off(None, delay)
                 continue
+            if self._seen is not None:
+                self._seen.answered(sent)
             for e, ok in zip(batch, answers, strict=True):
                 _answer(e, ok)
             delay = SETTLE_BACKOFF_MIN_MS
@@ -144,7 +163,12 @@ class _Lane(Generic[T]):
             log.warning(
                 "jobs.settle.failed: %s (%d items, again in %d ms)", exc, len(self._pending), wait
             )
-        await self._clock.sleep_ms(wait)
+        await wait_kick(self.back, self._clock, wait)
+        if self.back.is_set():
+            # A call found the store back (maybe while this one failed): try at once, and from
+            # the first step again. A stale kick costs one early try at most.
+            self.back.clear()
+            return SETTLE_BACKOFF_MIN_MS
         return min(delay * 2, SETTLE_BACKOFF_MAX_MS)
 
     async def join(self) -> None:
@@ -176,7 +200,7 @@ class Settler:
     `give_up_at(fence)`: the time after which an unavailable settle of that claim is given up
     (the end of its lease plus a margin), or None for `SETTLE_PATIENCE_MS` from its submission.
     `replace_invalid(item, error)`: the nack to send instead of an item the driver's checks
-    refuse, or None to answer False.
+    refuse, or None to answer False. `seen` is told what each call found of the store.
     """
 
     def __init__(
@@ -186,15 +210,16 @@ class Settler:
         *,
         give_up_at: Callable[[Fence], int | None] | None = None,
         replace_invalid: Callable[[Ack | Nack, JobsError], Nack | None] | None = None,
+        seen: StoreSeen | None = None,
     ) -> None:
         self._deadline_ms: int | None = None
         until = give_up_at or (lambda fence: None)
         # Every item passed the driver's own check (`check_ack`, `check_nack`,
         # `check_step_put`) before it joined a lane, so a batch goes to the driver's
         # implementation: the public method would check each item a second time.
-        self._acks: _Lane[Ack] = _Lane(driver._job_ack, clock, until, self._deadline)
-        self._nacks: _Lane[Nack] = _Lane(driver._job_nack, clock, until, self._deadline)
-        self._steps: _Lane[StepPut] = _Lane(driver._step_put, clock, until, self._deadline)
+        self._acks: _Lane[Ack] = _Lane(driver._job_ack, clock, until, self._deadline, seen)
+        self._nacks: _Lane[Nack] = _Lane(driver._job_nack, clock, until, self._deadline, seen)
+        self._steps: _Lane[StepPut] = _Lane(driver._step_put, clock, until, self._deadline, seen)
         #: Unanswered step records by job id: a settle of that job waits for them, so a step that
         #: finished before its run ended is recorded before the settle breaks the fence.
         self._unanswered: dict[str, set[asyncio.Future[bool]]] = {}
@@ -202,6 +227,11 @@ class Settler:
 
     def _deadline(self) -> int | None:
         return self._deadline_ms
+
+    def store_back(self) -> None:
+        """The store answers again: every lane waiting out a backoff tries at once."""
+        for lane in (self._acks, self._nacks, self._steps):
+            lane.back.set()
 
     def set_deadline(self, deadline_ms: int | None) -> None:
         """No settle is retried past `deadline_ms` (a drain's end); None lifts the bound."""

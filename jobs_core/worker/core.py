@@ -165,6 +165,7 @@ class Worker:
             on_settled,
             worker_id=self.worker_id,
             lease_ms=self.lease_ms,
+            watch=self._watch,
         )
         self._runner = Runner(
             driver,
@@ -210,6 +211,11 @@ class Worker:
             heartbeat_ms=self.heartbeat_ms,
             progress_every_ms=self.progress_every_ms,
         )
+        # Whichever call finds the store back first ends every other loop's backoff, so a held
+        # job's settle or heartbeat lands within another worker's reclaim grace.
+        self._watch.on_back(self._outcomes.settler.store_back)
+        self._watch.on_back(self._heartbeat.store_back)
+        self._watch.on_back(self._claims.kick.set)
         self._drain = Drain(
             driver,
             self.clock,

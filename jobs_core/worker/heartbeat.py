@@ -3,10 +3,12 @@ progress flushed, and the registry beat sent when no claim carried it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverUnavailableError, JobsError, LeaseLostError, SlotLostError
@@ -51,6 +53,12 @@ class HeartbeatLoop:
         self._lease_ms = lease_ms
         self._heartbeat_ms = heartbeat_ms
         self._progress_every_ms = progress_every_ms
+        #: Set when the store is seen back: a renewal waiting to retry goes at once.
+        self._back = asyncio.Event()
+
+    def store_back(self) -> None:
+        """The store answers again: a failed renewal is retried now, not a retry period later."""
+        self._back.set()
 
     async def run(self) -> None:
         # After a failed renewal the next comes within a second, not a period later, so a store
@@ -63,13 +71,18 @@ class HeartbeatLoop:
                 landed = True
             while not landed:
                 try:
-                    landed = await self._renew_after(min(HEARTBEAT_RETRY_MS, self._heartbeat_ms))
+                    await wait_kick(
+                        self._back, self._clock, min(HEARTBEAT_RETRY_MS, self._heartbeat_ms)
+                    )
+                    self._back.clear()
+                    landed = await self.renew()
                 except Exception:
                     log.exception("jobs.heartbeat.crashed")
                     landed = True
 
     async def _renew_after(self, ms: int) -> bool:
         await self._clock.sleep_ms(ms)
+        self._back.clear()
         return await self.renew()
 
     async def _renew_slots(self, now: int) -> None:

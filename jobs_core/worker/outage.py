@@ -5,6 +5,7 @@ claims leave the leases that lapsed meanwhile to their holders for a grace."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from jobs_core.clock import Clock
@@ -62,8 +63,14 @@ class StoreWatch:
     first one's bound).
 
     The bound is the send time of the last call answered before the first one that found the
-    store unavailable (before any answer: that failed call's): every lease that ended after it
-    may have lapsed only because its holder could not renew it.
+    store unavailable: every lease that ended after it may have lapsed only because its holder
+    could not renew it. A worker knows nothing of the store before its first answer (it may
+    start in an outage its first call waits out), so it starts as if back from one that began
+    before any lease: for `grace_ms` after its first answer it reclaims and buries no lapsed
+    lease; the workers that saw the store all along do.
+
+    `on_back(fn)`: `fn()` runs each time a call finds the store back after calls that found it
+    unavailable, so the retries waiting out a backoff (settles, heartbeats, claims) go at once.
     """
 
     def __init__(self, clock: Clock, stats: WorkerStats, grace_ms: int = RECLAIM_GRACE_MS) -> None:
@@ -72,10 +79,15 @@ class StoreWatch:
         self._grace_ms = grace_ms
         self._last_ok_ms: int | None = None
         #: The send time of the latest call that found the store unavailable, while no call
-        #: sent after it was answered.
-        self._failed_ms: int | None = None
-        self._bound_ms: int | None = None
+        #: sent after it was answered (before the first answer: as if one was sent at 0).
+        self._failed_ms: int | None = 0
+        self._bound_ms: int | None = 0
         self._grace_until_ms = 0
+        self._on_back: list[Callable[[], None]] = []
+
+    def on_back(self, fn: Callable[[], None]) -> None:
+        """Run `fn()` whenever a call finds the store back after an outage."""
+        self._on_back.append(fn)
 
     def answered(self, sent_ms: int) -> None:
         """A call sent at `sent_ms` was answered."""
@@ -87,6 +99,8 @@ class StoreWatch:
             # Sent after the last failure: the store is back, and the grace starts.
             self._failed_ms = None
             self._grace_until_ms = now + self._grace_ms
+            for fn in self._on_back:
+                fn()
 
     def unavailable(self, sent_ms: int) -> None:
         """A call sent at `sent_ms` found the store unavailable."""

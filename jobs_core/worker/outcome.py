@@ -26,7 +26,7 @@ from jobs_core.leases.admit import Refusal
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, JobRecord, Nack, NackKind
 from jobs_core.redact import SCRUB_EXTRA, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
-from jobs_core.settle import Settler
+from jobs_core.settle import Settler, StoreSeen
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.steps.api import SAGA
 from jobs_core.steps.suspend import StepSuspension
@@ -70,6 +70,7 @@ class Outcomes:
         *,
         worker_id: str,
         lease_ms: int,
+        watch: StoreSeen | None = None,
     ) -> None:
         self._driver = driver
         self._clock = clock
@@ -86,6 +87,7 @@ class Outcomes:
             clock,
             give_up_at=self._settle_give_up_at,
             replace_invalid=self._replace_invalid,
+            seen=watch,
         )
         self._hooks: set[asyncio.Task[None]] = set()
         self.observers: list[Observer] = []

@@ -28,7 +28,9 @@ from jobs_core.records import (
     WorkerBeat,
 )
 from jobs_core.retry import Retry
+from jobs_core.settle import Settler
 from jobs_core.states import JobState
+from jobs_core.testing.scenarios.support import new_job
 from jobs_core.worker import RECLAIM_GRACE_MS, Worker, WorkerStats
 from jobs_core.worker.outage import StoreWatch
 from jobs_memory import MemoryDriver
@@ -179,9 +181,11 @@ async def test_a_lease_whose_holder_is_gone_is_buried_once_the_grace_has_passed(
 
 
 def test_the_bound_is_the_last_answer_before_the_outage_and_holds_through_its_grace() -> None:
-    clock = FakeClock(10_000)
+    clock = FakeClock(5_000)
     watch = StoreWatch(clock, WorkerStats(), grace_ms=4_000)
-    assert watch.reclaim_until(clock.now_ms()) is None
+    watch.answered(5_000)
+    clock.set(9_000)
+    assert watch.reclaim_until(clock.now_ms()) is None  # past the first answer's grace
     watch.answered(9_000)
     watch.unavailable(9_500)
     watch.unavailable(9_800)
@@ -203,10 +207,54 @@ def test_the_bound_is_the_last_answer_before_the_outage_and_holds_through_its_gr
     assert watch.reclaim_until(19_000) == 18_500
 
 
-def test_a_worker_that_never_reached_the_store_bounds_its_claims_at_its_first_failed_call() -> None:
+@pytest.mark.parametrize("first_call_failed", [True, False])
+def test_a_new_worker_reclaims_no_lapsed_lease_until_the_grace_after_its_first_answer(
+    first_call_failed: bool,
+) -> None:
+    # It cannot tell an outage that began before it started (its first call may even hang
+    # through one and then succeed): every lease may have lapsed in it.
     clock = FakeClock(10_000)
     watch = StoreWatch(clock, WorkerStats(), grace_ms=4_000)
-    watch.unavailable(10_000)
+    assert watch.reclaim_until(10_000) == 0
+    if first_call_failed:
+        watch.unavailable(10_000)
+        assert watch.reclaim_until(10_500) == 0
     clock.set(11_000)
-    watch.answered(11_000)
-    assert watch.reclaim_until(11_000) == 10_000
+    watch.answered(10_000)
+    assert watch.reclaim_until(11_000) == 0
+    assert watch.reclaim_until(14_999) == 0
+    assert watch.reclaim_until(15_000) is None
+    # An outage within that grace keeps the bound at 0 and restarts the grace.
+    watch.unavailable(12_000)
+    clock.set(13_000)
+    watch.answered(13_000)
+    assert watch.reclaim_until(16_999) == 0
+    assert watch.reclaim_until(17_000) is None
+
+
+async def test_a_call_that_finds_the_store_back_ends_the_settle_backoff_at_once() -> None:
+    clock = FakeClock(10_000)
+    watch = StoreWatch(clock, WorkerStats(), grace_ms=4_000)
+    driver = Outages()
+    settler = Settler(driver, clock, seen=watch)
+    watch.on_back(settler.store_back)
+    heard: list[int] = []
+    watch.on_back(lambda: heard.append(clock.now_ms()))
+    watch.answered(clock.now_ms())  # its first answer
+    await driver.job_enqueue(new_job("j", run_at_ms=0, created_at_ms=0))
+    claimed = await driver.job_claim(
+        ClaimParams(queues=("q",), worker_id="w", limit=1, lease_ms=60_000, now_ms=10_000)
+    )
+    clock.set(20_000)
+    watch.answered(20_000)
+    assert heard == [10_000] and watch.reclaim_until(20_000) is None
+    driver.down = True
+    landed = asyncio.ensure_future(settler.ack(Ack(claimed.jobs[0].fence, 20_000)))
+    # The settle's tries fail (the first kick, from the first answer, costs one early try);
+    # after 3.6 s the lane waits out a 2 s step of its backoff.
+    await clock.advance(3_600, step_ms=50)
+    assert not landed.done() and watch.reclaim_until(23_600) == 20_000
+    driver.down = False
+    watch.answered(23_600)  # a heartbeat or claim of this worker was answered
+    assert await asyncio.wait_for(asyncio.shield(landed), 1) is True
+    assert heard == [10_000, 23_600] and clock.now_ms() == 23_600

@@ -12,7 +12,7 @@ from jobs_core.errors import DeclarationInvalidError, JobsError
 if TYPE_CHECKING:
     from jobs_core.clock import Clock
     from jobs_core.driver import JobDriver
-    from jobs_core.records import ClaimedJob
+    from jobs_core.records import ClaimedJob, JoinState
     from jobs_core.steps.api import StepApi, SyncStepApi
 
 
@@ -90,6 +90,10 @@ class JobContext:
     step: StepApi = field(repr=False)
     #: The same, blocking, for a `def` body.
     sync_step: SyncStepApi = field(repr=False)
+    #: flows: the join this run was released from (`after=` dependencies, a batch's members, a
+    #: gather's children), as it stood at the claim — `total`, `failed` (did not complete),
+    #: `policy`; None for a run that never waited for other jobs.
+    join: JoinState | None = None
 
     @classmethod
     def for_test(
@@ -171,6 +175,7 @@ class JobContext:
             _report=report,
             step=step,
             sync_step=sync_step,
+            join=job.join,
         )
 
     @property

@@ -54,6 +54,9 @@ from jobs_core.records import (
     JobPage,
     JobRecord,
     JobSlice,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -85,7 +88,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 1
+CONTRACT_VERSION: Final = 2
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -119,6 +122,8 @@ MAX_BULK_IDS: Final = 1_000
 MAX_LEASE_LIMIT: Final = 10_000
 #: Lease keys: at most this many UTF-8 bytes (a job name and an idempotency-sized key fit).
 MAX_LEASE_KEY_BYTES: Final = 1_400
+#: The most distinct jobs one join waits for (`JoinEnqueue.after`, `Nack.join`).
+MAX_JOIN_IDS: Final = 10_000
 #: The most items one `lease_*` batch call names.
 MAX_LEASE_BATCH: Final = 1_000
 #: The most tasks one `task_arm` / `task_marks` call names.
@@ -139,6 +144,7 @@ Family: TypeAlias = Literal[
     "events",
     "leases",
     "tasks",
+    "flows",
 ]
 
 
@@ -170,6 +176,10 @@ class Capabilities:
     leases: bool = False
     #: The task family (`task_*`): the scheduler's durable watermarks and its fenced fires.
     tasks: bool = False
+    #: The flow family (`join_enqueue`, `job_watch`, a PARK nack's `join`, `NewJob.parent_id`
+    #: and `batch_id`, the listing's filters on them): rows that wait for other rows to finish,
+    #: released by the very write that finishes the last of them; watched rows announced.
+    flows: bool = False
 
     def declared(self) -> frozenset[str]:
         """Every family these capabilities declare, the core `jobs` family included."""
@@ -322,6 +332,39 @@ class JobDriver(abc.ABC):
         _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
         return await self._event_purge(now_ms, limit)
 
+    # -- flows ----------------------------------------------------------------------------------
+    # Optional: a driver offering them says `flows=True` in `capabilities()`.
+
+    async def join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        """Enqueue each job to wait, parked, until every job of its `after` finished; an item
+        naming an unknown dependency is refused (`missing`) and writes nothing."""
+        self.require("flows", what="join_enqueue")
+        if len(items) > MAX_ENQUEUE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(items)} > {MAX_ENQUEUE_BATCH}")
+        for item in items:
+            check_new_job(item.job)
+            check_join_ids(item.after, "after")
+            if not isinstance(item.policy, JoinPolicy):
+                raise RecordInvalidError("must be a JoinPolicy", detail="policy")
+        if not items:
+            return []
+        return await self._join_enqueue(items)
+
+    async def job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """Mark these rows watched (their finish is announced to `finish_subscribe`) and answer
+        them as `job_get_many` does, in one atomic step."""
+        self.require("flows", what="job_watch")
+        _check_ids(job_ids)
+        if not job_ids:
+            return {}
+        return await self._job_watch(job_ids)
+
+    async def finish_subscribe(self, on_finish: Callable[[str], None]) -> WakeSubscription | None:
+        """Start delivering the id of every WATCHED row that finishes (any path) to
+        `on_finish`; None when unsupported (a waiter then polls). Delivery is a hint: a waiter
+        reads the row again, and keeps a bounded poll as its guarantee."""
+        return None
+
     # -- jobs ---------------------------------------------------------------------------------
     # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
     # `job_remove`, `job_requeue*`: `operator=True`) and retention's `job_purge`
@@ -370,7 +413,12 @@ class JobDriver(abc.ABC):
     async def job_enqueue(self, job: NewJob) -> EnqueueResult:
         """Insert `job` unless its id names a row or a live row holds its key (then `deduped`)."""
         check_new_job(job)
+        self._require_links(job)
         return await self._job_enqueue(job)
+
+    def _require_links(self, job: NewJob) -> None:
+        if job.parent_id is not None or job.batch_id is not None:
+            self.require("flows", what="a job enqueued with a parent or a batch")
 
     async def job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """`job_enqueue` for each record, in order, as if one after another; all checks first."""
@@ -378,6 +426,7 @@ class JobDriver(abc.ABC):
             raise BatchTooLargeError(detail=f"{len(jobs)} > {MAX_ENQUEUE_BATCH}")
         for j in jobs:
             check_new_job(j)
+            self._require_links(j)
         if not jobs:
             return []
         return await self._job_enqueue_many(jobs)
@@ -398,6 +447,8 @@ class JobDriver(abc.ABC):
         """
         self.require("operator", what="job_list")
         f = params.filter
+        if f.parent_id is not None or f.batch_id is not None:
+            self.require("flows", what="a listing by parent or batch")
         _check_filter(f)
         _check_int(params.limit, "limit", 1, MAX_LIST_LIMIT)
         _check_int(params.scan, "scan", 1, MAX_LIST_SCAN)
@@ -421,6 +472,8 @@ class JobDriver(abc.ABC):
         for n in nacks:
             if n.wait is not None:
                 self.require("events", what="a park that waits for an event")
+            if n.join is not None:
+                self.require("flows", what="a park that waits for other jobs")
             check_nack(n)
         if not nacks:
             return []
@@ -765,7 +818,13 @@ class JobDriver(abc.ABC):
            `run_at_ms <= now_ms`, or `running` with a lapsed lease and attempts left.
            Take the first `limit` by (priority, run_at_ms, id — code-point order); each
            becomes `running`, `attempt + 1`, `claims + 1`, `claimed_by = worker_id`,
-           `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order.
+           `lease_until_ms = now_ms + lease_ms`. Answered in `jobs`, in that order, each
+           with the row's `join` (flows; None without the family). Candidates are read as the
+           rows stood before step 2: a waiter that step 2's bury releases (flows) is not one;
+           the next claim takes it (a Postgres claim is one statement, its finish trigger runs
+           after the statement chose its rows).
+
+        A bury and a claim of a parked row are finishes and departures under "Flows" below.
         """
 
     @abc.abstractmethod
@@ -787,7 +846,8 @@ class JobDriver(abc.ABC):
         """The rows of these ids that exist, by id, with every field as stored (JSON as text
         of the same meaning and types: `1`, `1.0` and `true` stay apart); unknown ids absent.
         `wait` is the stored wait of a `parked` row (event, match of the same meaning and
-        types, since), None for every row that holds none."""
+        types, since), None for every row that holds none. With `flows`: `parent_id` and
+        `batch_id` as enqueued, and `join` as it stands (see "Flows" below)."""
 
     @abc.abstractmethod
     async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
@@ -811,6 +871,10 @@ class JobDriver(abc.ABC):
           `_event_find`'s rule), in which case the row is `ready` at `now_ms` instead, no wait
           stored. A row's wait goes when it leaves `parked` (claimed, woken by an event,
           cancelled, removed).
+          With a `join` (flows): the row's join is replaced by `JoinState(total=len(join),
+          pending, failed, ALWAYS)` counted as `_join_enqueue` counts (an id naming no row
+          counts as finished, not completed); while `pending > 0` it waits as described under
+          "Flows", else it is `ready` at `now_ms` instead.
         - SHED, INTERRUPT: `ready` at `run_at_ms`, or `now_ms` when None; attempt given back;
           `last_error` kept.
         - REFUSE: `failed`, `finished_at_ms = now_ms`, attempt given back, `last_error = error`.
@@ -1049,6 +1113,37 @@ class JobDriver(abc.ABC):
         """The stored marks of `names` (distinct) that exist, by name. Reads only."""
         raise _unimplemented(self, "tasks", "_task_marks")
 
+    # Flows. A row FINISHES when a write moves it from a live state to a finished one: an ack,
+    # a FAIL or REFUSE nack, a claim's bury, a cancel — or a `_job_remove` of a live (ready or
+    # parked) row, which counts as a finish that did not complete. In the SAME atomic write,
+    # every row that is `parked` on a join holding the finished row (a WAITER) moves: its
+    # join's `pending` - 1, and `failed` + 1 unless the finish is `completed`; a waiter whose
+    # `pending` reaches 0 is released: `ready`, `run_at_ms` = the finish's `now_ms` (for a
+    # `_job_remove`, which takes no time, the waiter's own `created_at_ms`: due at once), its
+    # join kept and answered by the claim. A claim's bury comes before its candidates, so the
+    # claim that buries a row may take the waiters it released. A dependency counts once per
+    # join: a row finished, requeued
+    # and finished again moves no join it already counted in. A waiter that left `parked` by
+    # another path (claimed at its `run_at_ms`, cancelled, removed) is not moved by later
+    # finishes of its old join; parking again on a join starts that join afresh. When the
+    # finished row is WATCHED (`_job_watch`), its id goes to every `finish_subscribe` listener
+    # after the write commits. A driver without the family does none of this.
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        """For each item in order, atomically: when an id of `after` names no row, answer
+        `JoinEnqueueAnswer(None, missing)` (those ids, in `after`'s order) and write nothing.
+        Else enqueue `job` exactly as `_job_enqueue` (a deduped item writes nothing more), but
+        an inserted row holds `JoinState(total=len(after), pending, failed, policy)`, where
+        `pending` counts the dependencies not finished now and `failed` those finished other
+        than `completed`; it is `parked` with `run_at_ms` None while `pending > 0`, else
+        `ready` at `job.run_at_ms`. A later item may name an earlier item's job."""
+        raise _unimplemented(self, "flows", "_join_enqueue")
+
+    async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """Mark each existing row of `job_ids` watched (kept until the row is removed or
+        purged), then answer those rows as `_job_get_many` does; unknown ids absent."""
+        raise _unimplemented(self, "flows", "_job_watch")
+
 
 # -- the shared checks ----------------------------------------------------------------------------
 
@@ -1125,7 +1220,14 @@ def _check_filter(f: JobFilter) -> None:
     for s in f.states:
         if not isinstance(s, JobState):
             raise RecordInvalidError("states must be JobState members", detail="filter.states")
-    for what, value in (("queue", f.queue), ("name", f.name), ("tenant_id", f.tenant_id)):
+    fields = (
+        ("queue", f.queue),
+        ("name", f.name),
+        ("tenant_id", f.tenant_id),
+        ("parent_id", f.parent_id),
+        ("batch_id", f.batch_id),
+    )
+    for what, value in fields:
         if value is not None:
             _check_str(value, f"filter.{what}")
 
@@ -1211,6 +1313,8 @@ def _plainly_fine(job: NewJob) -> bool:
         and 0 <= at <= MAX_TIME_MS
         and type(c) is int
         and 0 <= c <= MAX_TIME_MS
+        and job.parent_id is None
+        and job.batch_id is None
     )
 
 
@@ -1224,6 +1328,10 @@ def _check_new_job_fields(job: NewJob) -> None:
     _check_str(job.idempotency_key, "idempotency_key", MAX_KEY_BYTES)
     if job.enqueued_by is not None:
         _check_str(job.enqueued_by, "enqueued_by")
+    if job.parent_id is not None:
+        _check_str(job.parent_id, "parent_id")
+    if job.batch_id is not None:
+        _check_str(job.batch_id, "batch_id")
     check_text(job.input_json, "input_json")
     _check_int(job.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
     _check_int(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
@@ -1270,9 +1378,30 @@ def check_wait(wait: EventWait) -> None:
         _check_time(wait.until_ms, "wait.until_ms")
 
 
+def check_join_ids(job_ids: Sequence[str], what: str) -> None:
+    """Refuse a join's dependency list no driver takes: empty, past `MAX_JOIN_IDS`, an id
+    refused as a name, or an id named twice (`X_JOB_RECORD_INVALID` / `X_JOB_BATCH_TOO_LARGE`)."""
+    if isinstance(job_ids, str) or not isinstance(job_ids, tuple) or not job_ids:
+        raise RecordInvalidError("must be a non-empty tuple of job ids", detail=what)
+    if len(job_ids) > MAX_JOIN_IDS:
+        raise BatchTooLargeError(detail=f"{len(job_ids)} {what} ids > {MAX_JOIN_IDS}")
+    for i in job_ids:
+        _check_str(i, what)
+    if len(set(job_ids)) != len(job_ids):
+        raise RecordInvalidError("names a job twice", detail=what)
+
+
 def check_nack(nack: Nack) -> None:
     """Refuse a nack `job_nack` would refuse (`X_JOB_RECORD_INVALID`, naming the field)."""
     _check_fence(nack.fence)
+    if nack.join is not None:
+        if nack.kind is not NackKind.PARK:
+            raise RecordInvalidError("only a park waits for other jobs", detail="join")
+        if nack.wait is not None:
+            raise RecordInvalidError(
+                "a park waits for an event or for jobs, not both", detail="join"
+            )
+        check_join_ids(nack.join, "join")
     if nack.wait is not None:
         if nack.kind is not NackKind.PARK:
             raise RecordInvalidError("only a park waits for an event", detail="wait")

@@ -60,6 +60,10 @@ CODES: Final[dict[str, str]] = {
     "X_LOCK_LOST": "the lock was lost while held; what it guarded was cancelled",
     "X_LOCK_TIMEOUT": "the lock could not be taken in time",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
+    "X_RESULT_FAILED": "the job finished without completing: dead, failed or cancelled",
+    "X_RESULT_TIMEOUT": "the job did not finish before the wait for its result timed out",
+    "X_JOB_DEPENDENCY_FAILED": "a job it depends on ended dead, failed or cancelled",
+    "X_JOB_DEPENDENCY_UNKNOWN": "a job it depends on does not exist",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
     "X_STEP_NAME_INVALID": "a step name is not one the store can record",
@@ -429,6 +433,49 @@ class RateLimitedError(JobsError):
         self.retry_after_ms = round(retry_after_ms)
 
 
+class ResultFailedError(JobsError):
+    """The job finished without completing: dead, failed or cancelled."""
+
+    code = "X_RESULT_FAILED"
+    # Waiting again answers the same: the row is finished for good.
+    terminal = True
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        detail: str | None = None,
+        job_id: str = "",
+        state: str = "",
+        error: str | None = None,
+    ) -> None:
+        """`job_id`, its final `state` and its `last_error` (None when it holds none)."""
+        super().__init__(message, detail=detail)
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+
+
+class ResultTimeoutError(JobsError):
+    """The job did not finish before the wait for its result timed out."""
+
+    code = "X_RESULT_TIMEOUT"
+
+
+class DependencyFailedError(JobsError):
+    """A job it depends on ended dead, failed or cancelled."""
+
+    code = "X_JOB_DEPENDENCY_FAILED"
+    # The dependency is finished for good: running again would meet it again.
+    terminal = True
+
+
+class DependencyUnknownError(JobsError):
+    """A job it depends on does not exist."""
+
+    code = "X_JOB_DEPENDENCY_UNKNOWN"
+
+
 class StepDuplicateError(JobsError):
     """A step name is used twice in one run."""
 
@@ -532,6 +579,10 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         TerminalError,
         JobTimeoutError,
         RateLimitedError,
+        ResultFailedError,
+        ResultTimeoutError,
+        DependencyFailedError,
+        DependencyUnknownError,
         CompensationError,
         ConcurrencyKeyError,
         ConcurrencyUnenforceableError,

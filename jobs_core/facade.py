@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from jobs_core import tracing
 from jobs_core.clock import Clock, SystemClock
@@ -26,6 +26,7 @@ from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_TIME_MS, PRIORITY_MAX, PRIOR
 from jobs_core.errors import (
     BatchTooLargeError,
     DeclarationInvalidError,
+    DependencyUnknownError,
     DriverUnavailableError,
     OptionInvalidError,
 )
@@ -34,10 +35,14 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
-from jobs_core.records import EnqueueResult, EventRecord, NewJob
+from jobs_core.records import EnqueueResult, EventRecord, JoinEnqueue, JoinPolicy, NewJob
+from jobs_core.results import RESULT_POLL_CEILING_S, RESULT_POLL_FLOOR_S, FinishWaits, run_on
 from jobs_core.semantics import EVENT_TTL_MS
 from jobs_core.states import Outcome
 from jobs_core.tenant import current_tenant
+
+if TYPE_CHECKING:
+    from jobs_core.batch import JobBatch
 
 log = logging.getLogger("jobs.enqueue")
 
@@ -88,8 +93,12 @@ class Jobs:
         *,
         clock: Clock | None = None,
         enqueue_retry_s: float = ENQUEUE_RETRY_S,
+        result_poll_s: float = RESULT_POLL_FLOOR_S,
+        result_poll_max_s: float = RESULT_POLL_CEILING_S,
     ) -> None:
-        """`enqueue_retry_s`: how long an enqueue keeps retrying an unreachable store (0: never)."""
+        """`enqueue_retry_s`: how long an enqueue keeps retrying an unreachable store (0: never).
+        `result_poll_s` / `result_poll_max_s`: the first and the longest pause of `result`'s
+        poll, the guarantee behind the store's finish announcement (seconds)."""
         self.driver = driver
         self.clock = clock or SystemClock()
         self.enqueue_retry_s = finite_number(
@@ -97,6 +106,14 @@ class Jobs:
         )
         self._portal: _Portal | None = None
         self._portal_lock = threading.Lock()
+        #: The finish announcements every `result` waiter of this client shares.
+        self._finishes = FinishWaits(driver)
+        self._finishes.floor_s = finite_number(
+            result_poll_s, "result_poll_s", minimum=0.001, maximum=3600.0
+        )
+        self._finishes.ceiling_s = finite_number(
+            result_poll_max_s, "result_poll_max_s", minimum=self._finishes.floor_s, maximum=3600.0
+        )
 
     def build_record(self, handle: JobHandle, input: Any, **options: Any) -> NewJob:
         """The row for one enqueue on this client's clock (`build_record` below)."""
@@ -110,9 +127,82 @@ class Jobs:
         insert twice; a retry that finds its own earlier write answers `deduped` with the
         record's id. Pass `id=` to make your own retries of a failed call exactly-once too.
         """
+        after = options.pop("after", None)
+        policy = options.pop("after_policy", JoinPolicy.SUCCESS)
         with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
             record = self.build_record(handle, input, traceparent=traceparent, **options)
+            if after is None:
+                return await self._retrying(lambda: self.driver.job_enqueue(record))
+            return await self.enqueue_after(record, after, policy)
+
+    async def enqueue_after(
+        self, record: NewJob, after: Sequence[str], policy: JoinPolicy | str = JoinPolicy.SUCCESS
+    ) -> EnqueueResult:
+        """Insert `record` to wait, parked, until every job of `after` finished (`join_enqueue`;
+        an id named twice counts once; none: a plain enqueue). `policy` "success" (the default):
+        it runs only if every one completed, else the worker fails it, body unrun,
+        `X_JOB_DEPENDENCY_FAILED`; "always": it runs however they ended.
+
+        An id naming no job is `X_JOB_DEPENDENCY_UNKNOWN` (`DependencyUnknownError`, its
+        `detail` the ids), and nothing is written. Retried like `enqueue`, same record."""
+        if isinstance(after, str):
+            raise OptionInvalidError("must be a list of job ids", detail="after")
+        try:
+            join_policy = JoinPolicy(policy)
+        except ValueError:
+            raise OptionInvalidError(
+                "must be 'success' or 'always'", detail="after_policy"
+            ) from None
+        deps = tuple(dict.fromkeys(after))
+        if not deps:
             return await self._retrying(lambda: self.driver.job_enqueue(record))
+        item = JoinEnqueue(record, deps, join_policy)
+        answer = (await self._retrying(lambda: self.driver.join_enqueue([item])))[0]
+        if answer.enqueued is None:
+            raise DependencyUnknownError(
+                f"no job has the id {', '.join(answer.missing)}",
+                detail=",".join(answer.missing)[:500],
+            )
+        return answer.enqueued
+
+    async def result(self, job_id: str, timeout: float | None = None) -> JsonValue:  # noqa: ASYNC109 - the wait's documented deadline
+        """The result of job `job_id` once it completed: its stored JSON, parsed (None when it
+        returned none). Waits while it is live — woken by the store's announcement of its
+        finish, with a bounded poll behind it (never a busy one).
+
+        `X_RESULT_FAILED` (`ResultFailedError`: `job_id`, `state`, `error`) when it ended dead,
+        failed or cancelled; `X_RESULT_TIMEOUT` once `timeout` seconds passed (None: no end);
+        `X_JOB_NOT_FOUND` when no job has the id. Needs the `flows` family."""
+        self.driver.require("flows", what="result")
+        return await self._finishes.wait(job_id, timeout)
+
+    def result_sync(self, job_id: str, timeout: float | None = None) -> JsonValue:
+        """`result` from sync code."""
+        return self._run_sync(self.result(job_id, timeout))
+
+    def batch(
+        self,
+        *,
+        on_complete: JobHandle,
+        on_success: JobHandle | None = None,
+        input: Any = None,
+        id: str | None = None,
+        **options: Any,
+    ) -> JobBatch:
+        """A batch (`async with client.batch(...) as b: await b.enqueue(...)`); see `JobBatch`."""
+        from jobs_core.batch import JobBatch
+
+        return JobBatch(
+            self, on_complete=on_complete, on_success=on_success, input=input, id=id, **options
+        )
+
+    async def close(self) -> None:
+        """Close what this client opened itself (the finish subscription of `result`); the
+        driver stays open — it is the caller's."""
+        call = self._finishes.close_call()
+        if call is not None:
+            loop, coro = call
+            await run_on(loop, coro)()
 
     async def enqueue_many(
         self,
@@ -253,8 +343,10 @@ class Jobs:
         return self._portal.run(coro)
 
     def close_sync(self) -> None:
-        """Close the driver on the portal loop and stop it (for sync users)."""
+        """Close the finish subscription and the driver on the portal loop and stop it (for
+        sync users)."""
         if self._portal is not None:
+            self._portal.run(self.close())
             self._portal.run(self.driver.close())
             self._portal.stop()
             self._portal = None
@@ -301,11 +393,13 @@ class _Batch:
     """The options of an enqueue, resolved once; `record` makes each input's row."""
 
     __slots__ = (
+        "batch_id",
         "created",
         "enqueued_by",
         "handle",
         "key",
         "needs_form",
+        "parent_id",
         "priority",
         "queue",
         "run_at_ms",
@@ -328,6 +422,8 @@ class _Batch:
         queue: str | None = None,
         enqueued_by: str | None = None,
         traceparent: str | None = None,
+        parent_id: str | None = None,
+        batch_id: str | None = None,
     ) -> None:
         now = clock.now_ms()
         if run_at is not None or delay is not None:
@@ -355,6 +451,8 @@ class _Batch:
         self.tenant_id = current_tenant() if tenant_id is _UNSET else tenant_id
         self.enqueued_by = enqueued_by
         self.traceparent = traceparent
+        self.parent_id = parent_id
+        self.batch_id = batch_id
 
     def record(self, input: Any, id: str | None, run_id: str | None) -> NewJob:
         """The row for `input`; a refusal of this input (JSON, tenant, key) is raised here."""
@@ -376,6 +474,8 @@ class _Batch:
             created_at_ms=self.created,
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
+            parent_id=self.parent_id,
+            batch_id=self.batch_id,
         )
 
 
@@ -482,9 +582,14 @@ class LoopJobs(Jobs):
     """
 
     def __init__(
-        self, driver: JobDriver, *, loop: asyncio.AbstractEventLoop, clock: Clock | None = None
+        self,
+        driver: JobDriver,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        clock: Clock | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(driver, clock=clock)
+        super().__init__(driver, clock=clock, **options)
         self._loop = loop
 
     def _run_elsewhere(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -130,6 +130,19 @@ class JobHandle:
 
         return default_client().enqueue_sync(self, input, **options)
 
+    async def result(self, job_id: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the wait's documented deadline
+        """`Jobs.result` on the configured client: the result of job `job_id` once it
+        completed (`X_RESULT_FAILED`, `X_RESULT_TIMEOUT`, `X_JOB_NOT_FOUND` otherwise)."""
+        from jobs_core.facade import default_client
+
+        return await default_client().result(job_id, timeout)
+
+    def result_sync(self, job_id: str, timeout: float | None = None) -> Any:
+        """`result` from plain sync code."""
+        from jobs_core.facade import default_client
+
+        return default_client().result_sync(job_id, timeout)
+
 
 class JobRegistry:
     """Names → handles. One name holds one handle."""

@@ -1,10 +1,24 @@
-"""Numeric option checks shared by every declaration: finite, in range, or refused by name."""
+"""Numeric option checks shared by every declaration: finite, in range, or refused by name;
+and `each_enqueue`, the idempotency key of a job that dedupes nothing by key."""
 
 from __future__ import annotations
 
 import math
 
 from jobs_core.errors import OptionInvalidError
+from jobs_core.ids import new_id
+
+
+def each_enqueue(input: object) -> str:
+    """An `idempotency_key` function answering a fresh key at every call: every enqueue of the
+    job is a job of its own, as every `.delay()` is in Celery (`@job(idempotency_key=
+    each_enqueue)`). Said out loud, since a job without a key function must be given `key=` at
+    each enqueue (`X_JOB_KEY_REQUIRED`) rather than silently dedupe nothing.
+
+    What it gives up is the dedupe by key only: the client's own retries of one enqueue call
+    still insert once (they resend the same id), and a scheduled task still fires an
+    occurrence once (its fire is fenced by the task's watermark)."""
+    return f"each:{new_id()}"
 
 
 def finite_number(

@@ -30,6 +30,10 @@ class NewJob:
     enqueued_by: str | None = None
     #: The W3C `traceparent` of the enqueuer's span (tracing), or None: no span to continue.
     traceparent: str | None = None
+    #: flows: the job whose durable body enqueued this one (`ctx.step.enqueue`), or None.
+    parent_id: str | None = None
+    #: flows: the batch (`client.batch()`) this job is a member of, or None.
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,48 @@ class EventWait:
     tenant_id: str | None = None
     #: Events published at or after this time do not count (the wait's timeout); None: no end.
     until_ms: int | None = None
+
+
+# -- flows: a row that waits for other rows to finish -------------------------------------------
+
+
+class JoinPolicy(StrEnum):
+    """What a row released from its join does when a dependency did not complete. The driver
+    stores it and hands it back (`JoinState.policy`); the worker acts on it."""
+
+    #: Run only if every dependency completed; else the worker fails it without running it.
+    SUCCESS = "success"
+    #: Run once every dependency finished, however each ended.
+    ALWAYS = "always"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinState:
+    """A row's join: `total` distinct dependencies, `pending` of them not finished yet, and
+    `failed` of the finished ones that ended other than `completed` (or no longer exist)."""
+
+    total: int
+    pending: int
+    failed: int
+    policy: JoinPolicy = JoinPolicy.ALWAYS
+
+
+@dataclass(frozen=True, slots=True)
+class JoinEnqueue:
+    """Enqueue `job` to wait, parked, until every job of `after` (distinct ids) finished."""
+
+    job: NewJob
+    after: tuple[str, ...]
+    policy: JoinPolicy = JoinPolicy.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class JoinEnqueueAnswer:
+    """What a `join_enqueue` item did: `enqueued` as `job_enqueue` answers it, or None with the
+    ids of `after` that name no row (`missing`): then nothing was written for that item."""
+
+    enqueued: EnqueueResult | None
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +137,12 @@ class JobRecord:
     #: already stored (the row went `ready`), and once the row leaves `parked` (claimed at its
     #: timeout, woken by its event, cancelled).
     wait: EventWait | None = None
+    #: flows: the row's parent (`NewJob.parent_id`) and batch (`NewJob.batch_id`), as enqueued.
+    parent_id: str | None = None
+    batch_id: str | None = None
+    #: flows: the row's latest join (a `join_enqueue` or a PARK nack's `join`), kept after its
+    #: release until the row parks on another join; None for a row that never joined.
+    join: JoinState | None = None
 
     @property
     def input(self) -> JsonValue:
@@ -126,6 +178,9 @@ class ClaimedJob:
     created_at_ms: int
     enqueued_by: str | None
     traceparent: str | None = None
+    #: flows: the join the row was released from (a dependency wait or a parent's gather), as
+    #: it stood at the claim; None for a row that never joined.
+    join: JoinState | None = None
 
     @property
     def fence(self) -> Fence:
@@ -238,6 +293,9 @@ class Nack:
     progress_json: str | None = None
     #: With PARK only: the event that wakes the run early (`event_publish`).
     wait: EventWait | None = None
+    #: With PARK only (flows): distinct job ids the row waits for, released (`ready`) once every
+    #: one finished — or at `run_at_ms` when given, whichever comes first. Never with `wait`.
+    join: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +371,9 @@ class JobFilter:
     name: str | None = None
     #: The enqueuer's tenant on the row; None filters nothing (rows without a tenant included).
     tenant_id: str | None = None
+    #: flows: only the children of this job / the members of this batch.
+    parent_id: str | None = None
+    batch_id: str | None = None
 
     def matches(self, r: JobRecord | JobSummary) -> bool:
         return (
@@ -320,6 +381,8 @@ class JobFilter:
             and (self.queue is None or r.queue == self.queue)
             and (self.name is None or r.name == self.name)
             and (self.tenant_id is None or r.tenant_id == self.tenant_id)
+            and (self.parent_id is None or r.parent_id == self.parent_id)
+            and (self.batch_id is None or r.batch_id == self.batch_id)
         )
 
 
@@ -364,6 +427,9 @@ class JobSummary:
     run_at_ms: int | None
     created_at_ms: int
     finished_at_ms: int | None
+    #: flows: as on the row.
+    parent_id: str | None = None
+    batch_id: str | None = None
 
     @staticmethod
     def of(r: JobRecord) -> JobSummary:
@@ -381,6 +447,8 @@ class JobSummary:
             run_at_ms=r.run_at_ms,
             created_at_ms=r.created_at_ms,
             finished_at_ms=r.finished_at_ms,
+            parent_id=r.parent_id,
+            batch_id=r.batch_id,
         )
 
 

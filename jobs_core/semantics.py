@@ -94,7 +94,9 @@ MAX_CURSOR_CHARS: Final = 4_096
 
 
 def _fingerprint(f: JobFilter) -> str:
-    spec = [sorted(s.value for s in f.states), f.queue, f.name, f.tenant_id]
+    spec: list[object] = [sorted(s.value for s in f.states), f.queue, f.name, f.tenant_id]
+    if f.parent_id is not None or f.batch_id is not None:
+        spec += [f.parent_id, f.batch_id]  # only then, so a cursor made before flows still decodes
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
 
 

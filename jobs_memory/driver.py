@@ -6,12 +6,17 @@ queue by (priority, run_at, id), running rows by lease end, finished rows per st
 what it takes rather than every row. The lock
 (not the event loop) guards the state, so the sync enqueue facade may call in from another
 thread.
+
+Flows: per waiter the dependencies it still waits on, per dependency its waiters, so a finish
+costs O(its waiters) and a row nobody waits for costs one dict lookup. Every finish goes through
+`_put` (live to finished) or `_drop` (a live row removed), which apply the finish rule there.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,7 +24,7 @@ from typing import TypeVar
 
 from sortedcontainers import SortedList
 
-from jobs_core.driver import Capabilities, JobDriver
+from jobs_core.driver import Capabilities, JobDriver, WakeSubscription
 from jobs_core.jsonform import loads
 from jobs_core.records import (
     COUNTED_OUTCOMES,
@@ -40,6 +45,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
+    JoinState,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -88,6 +97,7 @@ _Fenced = TypeVar("_Fenced", Ack, Nack, Heartbeat, Progress)
 #: A counter bucket: (name, queue, bucket_ms, width_ms).
 _Bucket = tuple[str, str, int, int]
 _OUTCOME_AT: dict[Outcome, int] = {o: i for i, o in enumerate(COUNTED_OUTCOMES)}
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -130,6 +140,14 @@ class MemoryDriver(JobDriver):
         self._holdings: dict[str, dict[int, Lease]] = {}
         self._tokens = itertools.count(1)
         self._marks: dict[str, TaskMark] = {}
+        #: flows: parked waiter id -> the dependencies it still waits on; dependency id -> the
+        #: parked waiters that still count it (both sides of one edge, dropped together).
+        self._waiting: dict[str, set[str]] = {}
+        self._waiters: dict[str, set[str]] = {}
+        self._watched: set[str] = set()
+        self._listeners: list[Callable[[str], None]] = []
+        #: Watched ids finished under the lock, announced once it is released (`_announce`).
+        self._finished_watched: list[str] = []
 
     def describe(self) -> str:
         return "memory"
@@ -145,6 +163,7 @@ class MemoryDriver(JobDriver):
             events=True,
             leases=True,
             tasks=True,
+            flows=True,
         )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
@@ -158,6 +177,12 @@ class MemoryDriver(JobDriver):
         self._index(new)
         if new.state is not JobState.PARKED:
             self._waits.pop(new.id, None)  # a wait lives only while its row is parked
+            # A waiter that leaves `parked` by any path is not moved by its old join any more.
+            self._unlink_waiter(new.id)
+        if old is not None and old.state in LIVE_STATES and new.state in FINISHED_STATES:
+            # Every finishing write stamps `finished_at_ms = now_ms`: the finish's own clock.
+            assert new.finished_at_ms is not None
+            self._finish_locked(new.id, new.state is JobState.COMPLETED, new.finished_at_ms)
 
     def _drop(self, job_id: str) -> None:
         r = self._rows.pop(job_id).rec
@@ -165,6 +190,116 @@ class MemoryDriver(JobDriver):
         self._created.discard((r.created_at_ms, r.id))
         self._waits.pop(job_id, None)
         self._steps.pop(r.run_id, None)
+        self._unlink_waiter(job_id)
+        if r.state in LIVE_STATES:
+            # A live row removed is a finish that did not complete. `_job_remove` takes no
+            # clock: a waiter it releases is due at once, at its own `created_at_ms`.
+            self._finish_locked(job_id, False, None)
+        self._waiters.pop(job_id, None)
+        self._watched.discard(job_id)
+
+    # -- flows: the finish rule, applied inside every finishing write ---------------------------
+
+    def _unlink_waiter(self, waiter_id: str) -> None:
+        for dep in self._waiting.pop(waiter_id, ()):
+            waiters = self._waiters.get(dep)
+            if waiters is not None:
+                waiters.discard(waiter_id)
+                if not waiters:
+                    del self._waiters[dep]
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        """Move every waiter still counting `job_id`, which just finished (see "Flows" in
+        `jobs_core.driver`): each (waiter, dependency) pair once, the edge dropped with it."""
+        if job_id in self._watched:
+            self._finished_watched.append(job_id)
+        for waiter_id in self._waiters.pop(job_id, ()):
+            deps = self._waiting[waiter_id]
+            deps.discard(job_id)
+            w = self._rows[waiter_id].rec
+            assert w.join is not None and w.state is JobState.PARKED
+            join = replace(
+                w.join, pending=w.join.pending - 1, failed=w.join.failed + (not completed)
+            )
+            if join.pending > 0:
+                self._put(w, replace(w, join=join))
+            else:
+                at = w.created_at_ms if now_ms is None else now_ms
+                self._put(w, replace(w, join=join, state=JobState.READY, run_at_ms=at))
+
+    def _join_locked(self, waiter_id: str, after: Sequence[str], policy: JoinPolicy) -> JoinState:
+        """Count `after` as it stands now (an id naming no row: finished, not completed) and
+        link the waiter to every dependency still live; the caller parks it while pending. The
+        waiter holds no edge yet: a new row, or a running one (leaving `parked` unlinked it)."""
+        pending = failed = 0
+        live: list[str] = []
+        for dep in after:
+            row = self._rows.get(dep)
+            if row is not None and row.rec.state in LIVE_STATES:
+                live.append(dep)
+            elif row is None or row.rec.state is not JobState.COMPLETED:
+                failed += 1
+        pending = len(live)
+        if live:
+            self._waiting[waiter_id] = set(live)
+            for dep in live:
+                self._waiters.setdefault(dep, set()).add(waiter_id)
+        return JoinState(total=len(after), pending=pending, failed=failed, policy=policy)
+
+    def _announce(self) -> None:
+        """Hand the watched ids finished so far to every listener, outside the lock (a
+        listener may call back into the driver); a listener that raises is dropped."""
+        with self._lock:
+            if not self._finished_watched:
+                return
+            ids, self._finished_watched = self._finished_watched, []
+            listeners = list(self._listeners)
+        for listener in listeners:
+            for job_id in ids:
+                try:
+                    listener(job_id)
+                except Exception:
+                    _log.exception("a finish listener raised; it is dropped")
+                    with self._lock:
+                        if listener in self._listeners:
+                            self._listeners.remove(listener)
+                    break
+
+    async def finish_subscribe(self, on_finish: Callable[[str], None]) -> WakeSubscription | None:
+        with self._lock:
+            self._listeners.append(on_finish)
+        return _FinishSubscription(self, on_finish)
+
+    def _unsubscribe(self, on_finish: Callable[[str], None]) -> None:
+        with self._lock:
+            if on_finish in self._listeners:
+                self._listeners.remove(on_finish)
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        out: list[JoinEnqueueAnswer] = []
+        with self._lock:
+            for item in items:
+                missing = tuple(i for i in item.after if i not in self._rows)
+                if missing:
+                    out.append(JoinEnqueueAnswer(None, missing))
+                    continue
+                enqueued = self._enqueue_locked(item.job)
+                if not enqueued.deduped:
+                    r = self._rows[enqueued.id].rec
+                    join = self._join_locked(r.id, item.after, item.policy)
+                    if join.pending > 0:
+                        self._put(r, replace(r, state=JobState.PARKED, run_at_ms=None, join=join))
+                    else:
+                        self._put(r, replace(r, join=join))
+                out.append(JoinEnqueueAnswer(enqueued))
+        return out
+
+    async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        with self._lock:
+            for i in job_ids:
+                if i in self._rows:
+                    self._watched.add(i)
+            return self._get_many_locked(job_ids)
 
     def _count(self, r: JobRecord, now_ms: int, outcome: Outcome) -> None:
         row = self._counters.setdefault((r.name, r.queue, minute_of(now_ms), MINUTE_MS), [0] * 9)
@@ -246,6 +381,8 @@ class MemoryDriver(JobDriver):
                 result_json=None,
                 enqueued_by=job.enqueued_by,
                 traceparent=job.traceparent,
+                parent_id=job.parent_id,
+                batch_id=job.batch_id,
             ),
         )
         return EnqueueResult(job.id, deduped=False)
@@ -256,7 +393,7 @@ class MemoryDriver(JobDriver):
         with self._lock:
             if params.beat is not None:
                 self._beat_locked(params.beat)
-            buried: list[BuriedJob] = []
+            burying: list[tuple[JobRecord, JobState]] = []
             candidates: list[_DueKey] = []
             bound = lapsed_by(params)
             lapsed = list(itertools.takewhile(lambda lease: lease[0] <= bound, self._leases))
@@ -266,18 +403,7 @@ class MemoryDriver(JobDriver):
                     continue
                 if r.attempt >= r.max_attempts:
                     state = JobState.FAILED if r.name in params.drop_exhausted else JobState.DEAD
-                    self._put(
-                        r,
-                        replace(
-                            r,
-                            state=state,
-                            lease_until_ms=None,
-                            finished_at_ms=now,
-                            last_error=LEASE_LAPSED_ERROR,
-                        ),
-                    )
-                    buried.append(BuriedJob(r.id, r.name, r.queue, state))
-                    self._count(r, now, bury_outcome(state))
+                    burying.append((r, state))
                 elif self._claimable(r) and r.run_at_ms is not None:
                     candidates.append((r.priority, r.run_at_ms, r.id))
             for q in queues:
@@ -312,10 +438,28 @@ class MemoryDriver(JobDriver):
                         created_at_ms=new.created_at_ms,
                         enqueued_by=new.enqueued_by,
                         traceparent=new.traceparent,
+                        join=new.join,
                     )
                 )
+            # Buried after the claim chose its rows: the waiters a bury releases are claimable
+            # from the next claim on (the contract; a Postgres claim is one statement whose
+            # finish trigger runs after it chose them).
+            buried: list[BuriedJob] = []
+            for r, state in burying:
+                finished = replace(
+                    r,
+                    state=state,
+                    lease_until_ms=None,
+                    finished_at_ms=now,
+                    last_error=LEASE_LAPSED_ERROR,
+                )
+                self._put(r, finished)
+                buried.append(BuriedJob(r.id, r.name, r.queue, state))
+                self._count(r, now, bury_outcome(state))
             buried.sort(key=lambda b: b.id)
-            return ClaimResult(tuple(claimed), tuple(buried))
+            answer = ClaimResult(tuple(claimed), tuple(buried))
+        self._announce()
+        return answer
 
     def _claimable(self, r: JobRecord) -> bool:
         return (
@@ -361,13 +505,22 @@ class MemoryDriver(JobDriver):
         return out
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
-        return self._fenced(acks, _acked, lambda _: Outcome.COMPLETED)
+        out = self._fenced(acks, _acked, lambda _: Outcome.COMPLETED)
+        self._announce()
+        return out
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        return self._fenced(nacks, self._nacked, lambda n: nack_outcome(n.kind, n.dead_letter))
+        out = self._fenced(nacks, self._nacked, lambda n: nack_outcome(n.kind, n.dead_letter))
+        self._announce()
+        return out
 
     def _nacked(self, n: Nack, r: JobRecord) -> JobRecord:
         new = nacked(r, n)
+        if n.join is not None:
+            join = self._join_locked(r.id, n.join, JoinPolicy.ALWAYS)
+            if join.pending == 0:
+                return replace(new, state=JobState.READY, run_at_ms=n.now_ms, join=join)
+            return replace(new, join=join)
         if n.wait is None:
             return new
         if self._find_locked(n.wait, n.now_ms) is not None:
@@ -384,7 +537,9 @@ class MemoryDriver(JobDriver):
 
     async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
         with self._lock:
-            return [self._cancel_locked(i, now_ms) for i in job_ids]
+            answers = [self._cancel_locked(i, now_ms) for i in job_ids]
+        self._announce()
+        return answers
 
     def _cancel_locked(self, job_id: str, now_ms: int) -> CancelAnswer:
         row = self._rows.get(job_id)
@@ -463,6 +618,7 @@ class MemoryDriver(JobDriver):
                 else:
                     self._drop(job_id)
                     out.append(RemoveAnswer.REMOVED)
+        self._announce()
         return out
 
     async def _job_list(
@@ -520,14 +676,17 @@ class MemoryDriver(JobDriver):
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._lock:
-            out: dict[str, JobRecord] = {}
-            for i in job_ids:
-                row = self._rows.get(i)
-                if row is not None:
-                    # The stored record never carries the wait: `_waits` is its one home.
-                    wait = self._waits.get(i)
-                    out[i] = row.rec if wait is None else replace(row.rec, wait=wait)
-            return out
+            return self._get_many_locked(job_ids)
+
+    def _get_many_locked(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        out: dict[str, JobRecord] = {}
+        for i in job_ids:
+            row = self._rows.get(i)
+            if row is not None:
+                # The stored record never carries the wait: `_waits` is its one home.
+                wait = self._waits.get(i)
+                out[i] = row.rec if wait is None else replace(row.rec, wait=wait)
+        return out
 
     # -- steps and events -----------------------------------------------------------------------
 
@@ -818,6 +977,20 @@ def nacked(r: JobRecord, n: Nack) -> JobRecord:
                 last_error=n.error,
                 attempt=r.attempt - 1,
             )
+
+
+class _FinishSubscription:
+    """One in-process finish listener: live from the start (no channel to cross)."""
+
+    def __init__(self, driver: MemoryDriver, on_finish: Callable[[str], None]) -> None:
+        self._driver = driver
+        self._on_finish = on_finish
+
+    def is_live(self) -> bool:
+        return self._on_finish in self._driver._listeners
+
+    async def close(self) -> None:
+        self._driver._unsubscribe(self._on_finish)
 
 
 def _object(match_json: str) -> Mapping[str, object]:

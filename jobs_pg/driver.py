@@ -65,6 +65,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
+    JoinState,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -101,6 +105,7 @@ from jobs_pg.sqltext import Sql, compile_all
 from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import event as event_stmts
 from jobs_pg.statements import job as job_stmts
+from jobs_pg.statements import join as join_stmts
 from jobs_pg.statements import lease as lease_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
@@ -121,6 +126,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(counter_stmts)),
     **compile_all(vars(event_stmts)),
     **compile_all(vars(job_stmts)),
+    **compile_all(vars(join_stmts)),
     **compile_all(vars(lease_stmts)),
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
@@ -182,6 +188,8 @@ def list_values(f: JobFilter, after: ListKey | None, limit: int, scan: int) -> d
         "queue": f.queue,
         "name": f.name,
         "tenant_id": f.tenant_id,
+        "parent_id": f.parent_id,
+        "batch_id": f.batch_id,
     }
 
 
@@ -347,6 +355,7 @@ class PgDriver(JobDriver):
             events=True,
             leases=True,
             tasks=True,
+            flows=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -671,6 +680,8 @@ class PgDriver(JobDriver):
             "created_at_ms": job.created_at_ms,
             "enqueued_by": job.enqueued_by,
             "traceparent": job.traceparent,
+            "parent_id": job.parent_id,
+            "batch_id": job.batch_id,
             "slot": slot,
             "channel": self.channel,
         }
@@ -889,6 +900,7 @@ class PgDriver(JobDriver):
                             created_at_ms=r[14],
                             enqueued_by=r[15],
                             traceparent=r[16],
+                            join=_join_state(r[17:21]),
                         ),
                     )
                 )
@@ -958,20 +970,160 @@ class PgDriver(JobDriver):
         that park `ready` at `now_ms`, else its wait is stored with the row. A publish of one of
         those names waits for the lock, so it sees the stored wait (see `statements.event`)."""
         waits = sorted({n.wait.event for n in nacks if n.wait is not None})
-        if not waits:
+        deps = sorted({d for n in nacks if n.join is not None for d in n.join})
+        if not waits and not deps:
             return await self._settle("JOB_NACK", nacks, lambda sel: _nack_columns(sel, set()))
 
         async def attempt(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> list[bool]:
-            await self._on(conn, "EVENT_LOCK", {"keys": sorted(self._event_key(e) for e in waits)})
+            if waits:
+                keys = sorted(self._event_key(e) for e in waits)
+                await self._on(conn, "EVENT_LOCK", {"keys": keys})
+            # A join's dependencies are locked before the nack locks the waiter (the finish
+            # trigger's order: dependency, then waiter), and counted under those locks.
+            if deps:
+                await self._on(conn, "JOIN_DEPS", {"ids": deps})
             found: set[int] = set()
             for n in nacks:
                 if n.wait is not None and await self._find_on(conn, n.wait, n.now_ms) is not None:
                     found.add(id(n))
-            return await self._settle_on(
+            landed = await self._settle_on(
                 conn, "JOB_NACK", nacks, lambda sel: _nack_columns(sel, found)
             )
+            parks = [n for n, ok in zip(nacks, landed, strict=True) if ok and n.join is not None]
+            if parks:
+                # Counted after this very batch's settles: a dependency it failed or completed
+                # counts as finished (its trigger ran before the park's edge existed).
+                states = dict(await self._on(conn, "JOIN_DEPS", {"ids": deps}))
+                await self._join_parks(conn, parks, states)
+            return landed
 
         return await self._in_transaction(attempt)
+
+    async def _join_parks(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        parks: Sequence[Nack],
+        states: Mapping[str, str],
+    ) -> None:
+        """Write the joins of PARK nacks that just landed, in their transaction: the old edges
+        go, the counts (as `_join_counts`) and `join_claims` on each row (`JOIN_PARK`: ready at
+        once when nothing is pending), the new edges and the dependencies' markers."""
+        waiters = [n.fence.job_id for n in parks]
+        await self._on(conn, "JOIN_UNLINK", {"ids": waiters})
+        counts = [_join_counts(n.join or (), states) for n in parks]
+        await self._on(
+            conn,
+            "JOIN_PARK",
+            {
+                "id": waiters,
+                "join_total": [len(n.join or ()) for n in parks],
+                "join_pending": [len(live) for live, _ in counts],
+                "join_failed": [failed for _, failed in counts],
+                "now_ms": [n.now_ms for n in parks],
+            },
+        )
+        edges = sorted((d, w) for w, (live, _) in zip(waiters, counts, strict=True) for d in live)
+        if edges:
+            await self._on(
+                conn,
+                "JOIN_LINK",
+                {"dep_id": [d for d, _ in edges], "waiter_id": [w for _, w in edges]},
+            )
+
+    # -- flows ----------------------------------------------------------------------------------
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        """One transaction: every named dependency locked in id order (`JOIN_DEPS`), then item
+        by item its dependencies counted under those locks (again, so an earlier item's job is
+        seen), the row inserted with its join (`JOIN_ENQUEUE`) and its edges (`JOIN_LINK`). A
+        dependency's finish either committed before our lock (counted finished) or waits for
+        our commit and its trigger then finds the edge: never neither."""
+        every = sorted({d for item in items for d in item.after})
+
+        async def attempt(
+            conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        ) -> list[JoinEnqueueAnswer]:
+            await self._on(conn, "JOIN_DEPS", {"ids": every})
+            out: list[JoinEnqueueAnswer] = []
+            for item in items:
+                states = dict(await self._on(conn, "JOIN_DEPS", {"ids": sorted(item.after)}))
+                missing = tuple(d for d in item.after if d not in states)
+                if missing:
+                    out.append(JoinEnqueueAnswer(None, missing))
+                    continue
+                live, failed = _join_counts(item.after, states)
+                done = await self._join_insert(conn, item, len(live), failed)
+                if not done.deduped:
+                    # Edges left by an earlier row of this id (removed or purged while waiting)
+                    # must not count for this one.
+                    await self._on(conn, "JOIN_UNLINK", {"ids": [item.job.id]})
+                if not done.deduped and live:
+                    await self._on(
+                        conn,
+                        "JOIN_LINK",
+                        {"dep_id": sorted(live), "waiter_id": [item.job.id] * len(live)},
+                    )
+                out.append(JoinEnqueueAnswer(done))
+            return out
+
+        return await self._in_transaction(attempt)
+
+    async def _join_insert(
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        item: JoinEnqueue,
+        pending: int,
+        failed: int,
+    ) -> EnqueueResult:
+        """`_enqueue_on` for a row holding its join: parked (no due time) while `pending`."""
+        job = item.job
+        values = self._enqueue_values(job, self._slot(job.created_at_ms))
+        values.update(
+            state=JobState.PARKED.value if pending else JobState.READY.value,
+            run_at_ms=None if pending else job.run_at_ms,
+            join_total=len(item.after),
+            join_pending=pending,
+            join_failed=failed,
+            join_policy=item.policy.value,
+        )
+        rows = await self._on(conn, "JOIN_ENQUEUE", values)
+        inserted, existing, holder = rows[0][0], rows[0][1], rows[0][2]
+        if inserted is not None:
+            return EnqueueResult(job.id, deduped=False)
+        if existing is not None:
+            return EnqueueResult(job.id, deduped=True)
+        if holder is None:
+            # The key's holder committed after this statement's snapshot: a fresh one names it.
+            holder = await self._key_holder(conn, job)
+        if holder is None:
+            raise DriverError("join_enqueue kept racing a concurrent writer", detail=job.id)
+        return EnqueueResult(holder, deduped=True)
+
+    async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        rows = await self._rows("JOB_WATCH", {"ids": sorted(set(job_ids))})
+        n = len(job_stmts.RECORD_COLUMNS)
+        out = {
+            r[0]: _record(dict(zip(job_stmts.RECORD_COLUMNS, r[:n], strict=True)), r[n:])
+            for r in rows
+        }
+        return {i: out[i] for i in dict.fromkeys(job_ids) if i in out}
+
+    async def finish_subscribe(self, on_finish: Callable[[str], None]) -> WakeSubscription | None:
+        """Hold ONE dedicated LISTEN session on this schema's finish channel, where the finish
+        trigger announces every watched row (`f:<id>`, at its commit); None where this driver
+        holds no LISTEN session (`wake=False`: a transaction-mode pooler)."""
+        if not self._wake:
+            return None
+        channel = wake_channel(self.schema, "finish")
+
+        def deliver(payload: str) -> None:
+            if payload.startswith("f:"):
+                on_finish(payload[2:])
+
+        async def probe(payload: str) -> None:
+            await self.send_probe(payload, channel)
+
+        return self.listen(channel, deliver, probe)
 
     async def _in_transaction(
         self, work: Callable[[psycopg.AsyncConnection[tuple[Any, ...]]], Awaitable[T]]
@@ -1213,15 +1365,7 @@ class PgDriver(JobDriver):
         n = len(job_stmts.RECORD_COLUMNS)
         for r in rows:
             row = dict(zip(job_stmts.RECORD_COLUMNS, r[:n], strict=True))
-            row["state"] = _STATES[row["state"]]
-            event, match_json, since_ms, tenant_id, until_ms = r[n:]
-            # All five are set together by a park that waits and cleared together.
-            wait = (
-                None
-                if event is None
-                else EventWait(event, match_json, since_ms, tenant_id, until_ms)
-            )
-            out[row["id"]] = JobRecord(**row, wait=wait)
+            out[row["id"]] = _record(row, r[n:])
         # The contract's answer is by id; keep the asked order for people reading it.
         return {i: out[i] for i in job_ids if i in out}
 
@@ -1753,6 +1897,35 @@ def _nack_columns(sel: Sequence[Nack], found: set[int]) -> dict[str, Any]:
         "wait_until_ms": [w.until_ms if (w := waits(n)) else None for n in sel],
         "woken": [id(n) in found for n in sel],
     }
+
+
+def _join_counts(after: Sequence[str], states: Mapping[str, str]) -> tuple[list[str], int]:
+    """The dependencies of `after` still live (by `states`, read under their locks), and how
+    many finished other than `completed` — an id naming no row among them."""
+    live = [d for d in after if states.get(d) in _LIVE_VALUES]
+    done = len(after) - len(live)
+    return live, done - sum(1 for d in after if states.get(d) == JobState.COMPLETED.value)
+
+
+def _join_state(cols: Sequence[Any]) -> JoinState | None:
+    """A row's `join` from its (total, pending, failed, policy) columns; None: never joined."""
+    total, pending, failed, policy = cols
+    if total is None:
+        return None
+    return JoinState(total, pending, failed, JoinPolicy(policy))
+
+
+def _record(row: dict[str, Any], rest: Sequence[Any]) -> JobRecord:
+    """A `JobRecord` from its `RECORD_COLUMNS` (as a dict) and the `WAIT_COLUMNS` and
+    `FLOW_COLUMNS` that follow them."""
+    row["state"] = _STATES[row["state"]]
+    event, match_json, since_ms, tenant_id, until_ms = rest[:5]
+    parent_id, batch_id = rest[5:7]
+    # All five are set together by a park that waits and cleared together.
+    wait = None if event is None else EventWait(event, match_json, since_ms, tenant_id, until_ms)
+    return JobRecord(
+        **row, wait=wait, parent_id=parent_id, batch_id=batch_id, join=_join_state(rest[7:11])
+    )
 
 
 def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:

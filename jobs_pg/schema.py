@@ -86,8 +86,54 @@ jobs: Final = sa.Table(
     # no end), migration 0009; set and cleared with the three above.
     sa.Column("wait_tenant_id", sa.Text(collation=C), nullable=True),
     sa.Column("wait_until_ms", sa.BigInteger, nullable=True),
+    # Flows (migration 0010). The parent and batch links, as enqueued, never changed after.
+    sa.Column("parent_id", sa.Text(collation=C), nullable=True),
+    sa.Column("batch_id", sa.Text(collation=C), nullable=True),
+    # The row's latest join (`JoinState`): NULL for a row that never joined. `join_claims` is the
+    # row's `claims` when it parked on that join: the finish trigger moves only a row still
+    # `parked` with the same `claims`, so a waiter that left `parked` (claimed at its timeout,
+    # cancelled, requeued) is never moved by its old join's edges, which no write has to chase.
+    sa.Column("join_total", sa.Integer, nullable=True),
+    sa.Column("join_pending", sa.Integer, nullable=True),
+    sa.Column("join_failed", sa.Integer, nullable=True),
+    sa.Column("join_policy", sa.Text, nullable=True),
+    sa.Column("join_claims", sa.BigInteger, nullable=True),
+    # Markers read by the finish trigger's WHEN: `waiters`, some join named this row (an edge in
+    # `joins` was written; kept after, a later finish then finds no edge); `watched`, its finish
+    # is announced. The common row holds neither, so its finish runs no trigger body at all.
+    sa.Column("waiters", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("watched", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
+
+# The listing by parent and by batch (flows, migration 0010): partial, so the rows without a
+# link (nearly all) never write to them.
+sa.Index(
+    "jobs_parent",
+    jobs.c.parent_id,
+    jobs.c.created_at_ms,
+    jobs.c.id,
+    postgresql_where=sa.text("parent_id IS NOT NULL"),
+)
+sa.Index(
+    "jobs_batch",
+    jobs.c.batch_id,
+    jobs.c.created_at_ms,
+    jobs.c.id,
+    postgresql_where=sa.text("batch_id IS NOT NULL"),
+)
+
+# The edges of the joins (flows, migration 0010): `waiter_id` is parked until `dep_id` finishes.
+# Keyed dependency first: a finish deletes its row's edges by one range of the primary key; a
+# waiter parking on a fresh join drops its old edges through `joins_waiter`. One row per pair,
+# so 10,000 children cost 10,000 small inserts and deletes, never a list rewritten per child.
+joins: Final = sa.Table(
+    "joins",
+    metadata,
+    sa.Column("dep_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("waiter_id", sa.Text(collation=C), primary_key=True),
+)
+sa.Index("joins_waiter", joins.c.waiter_id)
 
 # The claim's main scan: one queue's due rows in exactly the claim order, so `LIMIT n` reads n
 # index entries (run_at is filtered inside the index, never on the heap).

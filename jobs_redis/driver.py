@@ -39,6 +39,11 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:task` hash task name -> mark (watermark NUL fired NUL fired_job_id NUL fired_at): the
   task family. `task_fire.lua` fences on the watermark and enqueues through
   `lua/includes/enqueue.lua`, the very code `job_enqueue.lua` runs, in the same script.
+- The flow family (`lua/includes/flows.lua`): a row of it has four more state-row fields (join,
+  flags, parent, batch; every other row keeps its 13), `{p}:join:waiters` and
+  `{p}:join:pending` (zsets of edges, lex-ranged per dependency / per waiter), and the pub/sub
+  channel `{p}:finish` a watched row's id is published on. A finish releasing a waiter names
+  that waiter's `due`/`parked` keys itself (same slot): its caller cannot know them.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -81,6 +86,10 @@ from jobs_core.records import (
     JobRecord,
     JobSlice,
     JobSummary,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
+    JoinState,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -146,6 +155,10 @@ _REQUEUE: Final = {
 }
 #: How often a bulk call re-reads its rows' queues when a row moved queue under it.
 _STALE_TRIES: Final = 5
+#: About how many dependency ids one `join_enqueue` script call carries (an item is never cut).
+_JOIN_CHUNK_IDS: Final = 20_000
+#: Seconds `finish_subscribe` waits for its channel to prove itself before it returns.
+_FINISH_PROVE_S: Final = 5.0
 #: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
 _SCHEMA: Final = "2"
 #: The final states in the order the purge and requeue scripts take their `finished:*` keys.
@@ -284,6 +297,7 @@ class RedisDriver(JobDriver):
             events=True,
             leases=True,
             tasks=True,
+            flows=True,
         )
 
     async def open(self) -> None:
@@ -458,9 +472,10 @@ class RedisDriver(JobDriver):
             if slot:
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
+            tail = _blen(_links(job))
             args.append(
                 f"{score} {q} {'1' if slot else '0'} {_blen(job.id)} {_blen(state)} {_blen(ns)} "
-                f"{job.id}{state}{data}"
+                f"{tail} {job.id}{state}{data}"
             )
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
@@ -475,7 +490,7 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
-        keys += (k.wait, k.wait_index)
+        keys += (k.wait, k.wait_index, k.join_waiters, k.join_pending)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
@@ -501,10 +516,10 @@ class RedisDriver(JobDriver):
         if len(remember) > _QUEUE_MEMORY:
             remember.clear()
         fields = claimed.split("\x00") if claimed else []
-        for i in range(0, len(fields), 19):
+        for i in range(0, len(fields), 20):
             job_id = fields[i]
             s = fields[i + 1 : i + 14]
-            d = fields[i + 14 : i + 19]
+            d = fields[i + 15 : i + 20]
             remember[job_id] = s[9]
             jobs.append(
                 ClaimedJob(
@@ -524,6 +539,7 @@ class RedisDriver(JobDriver):
                     created_at_ms=int(d[1]),
                     enqueued_by=d[2] or None,
                     traceparent=d[4] or None,
+                    join=_join(fields[i + 14]),
                 )
             )
         dead = sorted(
@@ -549,7 +565,7 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
-        keys += (k.finished("completed"), *k.account())
+        keys += (k.join_waiters, k.join_pending, k.finished("completed"), *k.account())
         got = await self._run("job_ack", keys, args)
         for a in acks:
             self._queue_of.pop(a.fence.job_id, None)
@@ -586,9 +602,9 @@ class RedisDriver(JobDriver):
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
                 f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}"
-                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}",
+                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}\x00{_join_meta(n.join)}",
             )
-        keys += (k.event, k.event_name, k.wait, k.wait_index)
+        keys += (k.event, k.event_name, k.wait, k.wait_index, k.join_waiters, k.join_pending)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         got = await self._run("job_nack", keys, args)
         for n in nacks:
@@ -666,7 +682,7 @@ class RedisDriver(JobDriver):
             now_ms,
             (k.state, k.live, k.finished("cancelled")),
             (k.lease, k.due, k.parked),
-            durable=(k.wait, k.wait_index),
+            durable=(k.wait, k.wait_index, k.join_waiters, k.join_pending),
             account=True,
         )
         return [_CANCEL[c] for c in got]
@@ -691,7 +707,14 @@ class RedisDriver(JobDriver):
                 *(k.finished(s) for s in _FINISHED_ORDER),
             ),
             (k.due, k.parked),
-            durable=(k.wait, k.wait_index, k.step_out, k.step_index),
+            durable=(
+                k.wait,
+                k.wait_index,
+                k.step_out,
+                k.step_index,
+                k.join_waiters,
+                k.join_pending,
+            ),
             account=True,
         )
         return [_REMOVE[c] for c in got]
@@ -721,7 +744,17 @@ class RedisDriver(JobDriver):
         taken, last = await self._run(
             "job_list",
             (k.created, k.state),
-            (start, limit, scan, states, f.queue or "", f.name or "", f.tenant_id or ""),
+            (
+                start,
+                limit,
+                scan,
+                states,
+                f.queue or "",
+                f.name or "",
+                f.tenant_id or "",
+                f.parent_id or "",
+                f.batch_id or "",
+            ),
         )
         jobs = tuple(
             _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1])
@@ -826,6 +859,8 @@ class RedisDriver(JobDriver):
                 k.wait_index,
                 k.step_out,
                 k.step_index,
+                k.join_waiters,
+                k.join_pending,
                 *k.account(),
             ),
             (params.limit, *cutoffs),
@@ -833,9 +868,13 @@ class RedisDriver(JobDriver):
         return int(got)
 
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        return await self._records("job_get_many", job_ids)
+
+    async def _records(self, script: str, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """`job_get_many`'s answer, from that script or one answering as it does."""
         k = self.keys
         got = await self._run(
-            "job_get_many", (k.state, k.data, k.error, k.progress, k.result, k.wait), job_ids
+            script, (k.state, k.data, k.error, k.progress, k.result, k.wait), job_ids
         )
         out: dict[str, JobRecord] = {}
         for i, job_id in enumerate(job_ids):
@@ -1067,6 +1106,78 @@ class RedisDriver(JobDriver):
             out.append(WorkerInfo(got[i], info, int(last), int(expires)))
         return out
 
+    # -- flows ----------------------------------------------------------------------------------
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        """One `join_enqueue` script call per chunk of items (each item atomic, in order; a
+        chunk holds at most `ENQUEUE_CHUNK` items and about `_JOIN_CHUNK_IDS` dependency ids)."""
+        out: list[JoinEnqueueAnswer] = []
+        chunk: list[JoinEnqueue] = []
+        ids = 0
+        for item in items:
+            if chunk and (len(chunk) >= ENQUEUE_CHUNK or ids + len(item.after) > _JOIN_CHUNK_IDS):
+                out += await self._join_chunk(chunk)
+                chunk, ids = [], 0
+            chunk.append(item)
+            ids += len(item.after)
+        return out + await self._join_chunk(chunk)
+
+    async def _join_chunk(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        k = self.keys
+        queue_index: dict[str, int] = {}
+        for item in items:
+            queue_index.setdefault(item.job.queue, len(queue_index) + 1)
+        keys = [k.state, k.data, k.live, k.wake, k.join_waiters, k.join_pending]
+        args: list[object] = [len(queue_index)]
+        for queue in queue_index:
+            keys.append(k.due(queue))
+            args += (queue, k.channel(queue))
+        for item in items:
+            job = item.job
+            ns, _, data, score = _encode(job)
+            args += (
+                job.id,
+                ns,
+                _flow_row(job),
+                data,
+                score,
+                self._wake_slot(job),
+                queue_index[job.queue],
+                item.policy.value,
+                len(item.after),
+                *item.after,
+            )
+        got = await self._run("join_enqueue", (*keys, *k.account()), args)
+        out: list[JoinEnqueueAnswer] = []
+        for item, answer in zip(items, got, strict=True):
+            if answer == "+":
+                out.append(JoinEnqueueAnswer(EnqueueResult(item.job.id, deduped=False)))
+            elif answer.startswith("="):
+                out.append(JoinEnqueueAnswer(EnqueueResult(answer[1:], deduped=True)))
+            else:
+                out.append(JoinEnqueueAnswer(None, tuple(answer[1:].split("\x00"))))
+        return out
+
+    async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        return await self._records("job_watch", job_ids)
+
+    async def finish_subscribe(self, on_finish: Callable[[str], None]) -> WakeSubscription | None:
+        """Deliver the id of each WATCHED row a script finishes (pub/sub on the prefix's finish
+        channel, through the wake's machinery); None where `capabilities()` declares no wake.
+
+        Returns once a probe crossed the channel (at most `_FINISH_PROVE_S`), so a finish
+        written after the call is heard; past that bound it returns unproven, and the waiter's
+        bounded poll, its guarantee anyway, carries on alone until the channel proves itself.
+        """
+        from jobs_redis.wake import RedisWake
+
+        if not self.capabilities().wake:
+            return None
+        sub = RedisWake.finishes(self, on_finish)
+        sub.start()
+        await sub.proven(_FINISH_PROVE_S)
+        return sub
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -1129,13 +1240,42 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
     ns = f"{job.name}\x00{job.tenant_id or ''}\x00{job.idempotency_key}"
     state = (
         f"ready\x000\x00\x000\x00\x00{job.run_at_ms}\x00\x00"
-        f"{job.priority}\x00{job.max_attempts}\x00{job.queue}\x00{ns}"
+        f"{job.priority}\x00{job.max_attempts}\x00{job.queue}\x00{ns}{_links(job)}"
     )
     data = (
         f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
         f"\x00{job.traceparent or ''}"
     )
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
+
+
+def _links(job: NewJob) -> str:
+    """The state row's flow fields after its namespace (`lua/includes/flows.lua`): none for a
+    job without a parent or a batch, so its row stays the 13 fields every other row has."""
+    if job.parent_id is None and job.batch_id is None:
+        return ""
+    return f"\x00\x00\x00{job.parent_id or ''}\x00{job.batch_id or ''}"
+
+
+def _flow_row(job: NewJob) -> str:
+    """A joining job's state row: always with the four flow fields (the script fills the join)."""
+    _, state, _, _ = _encode(job)
+    return state if _links(job) else state + "\x00\x00\x00\x00"
+
+
+def _join(text: str) -> JoinState | None:
+    """A state row's join field ("total pending failed policy"; "" for none)."""
+    if not text:
+        return None
+    total, pending, failed, policy = text.split(" ")
+    return JoinState(int(total), int(pending), int(failed), JoinPolicy(policy))
+
+
+def _join_meta(join: tuple[str, ...] | None) -> str:
+    """A nack item's join fields: the number of ids NUL each id, or "" for no join."""
+    if join is None:
+        return ""
+    return "\x00".join((str(len(join)), *join))
 
 
 def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
@@ -1179,6 +1319,7 @@ def _created_member(created_at_ms: int, job_id: str) -> str:
 
 def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
     s = state.split("\x00")
+    flow = len(s) > 13
     return JobSummary(
         id=job_id,
         name=s[10],
@@ -1193,6 +1334,8 @@ def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
         run_at_ms=_opt_int(s[5]),
         created_at_ms=created_at_ms,
         finished_at_ms=_opt_int(s[6]),
+        parent_id=(s[15] or None) if flow else None,
+        batch_id=(s[16] or None) if flow else None,
     )
 
 
@@ -1211,6 +1354,7 @@ def _record(
 ) -> JobRecord:
     s = state.split("\x00")
     d = data.split("\x00")
+    flow = len(s) > 13
     return JobRecord(
         id=job_id,
         run_id=d[0],
@@ -1235,6 +1379,9 @@ def _record(
         enqueued_by=d[2] or None,
         traceparent=(d[4] or None) if len(d) > 4 else None,
         wait=None if wait is None else _wait(wait),
+        parent_id=(s[15] or None) if flow else None,
+        batch_id=(s[16] or None) if flow else None,
+        join=_join(s[13]) if flow else None,
     )
 
 

@@ -20,7 +20,10 @@ class Keys:
         "event",
         "event_expiry",
         "event_name",
+        "finish",
         "hold_token",
+        "join_pending",
+        "join_waiters",
         "live",
         "pause_name",
         "pause_queue",
@@ -87,6 +90,13 @@ class Keys:
         #: hash task name -> its mark: watermark NUL fired NUL fired_job_id NUL fired_at
         #: (an empty field is None).
         self.task = f"{t}:task"
+        # The flow family (lua/includes/flows.lua finds these by exact name).
+        #: zset, every score 0, member dep NUL waiter: each dependency's parked waiters.
+        self.join_waiters = f"{t}:join:waiters"
+        #: zset, every score 0, member waiter NUL dep: what a waiter's join still counts.
+        self.join_pending = f"{t}:join:pending"
+        #: the pub/sub channel a finishing script publishes a WATCHED row's id on.
+        self.finish = f"{t}:finish"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

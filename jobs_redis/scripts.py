@@ -33,6 +33,8 @@ SCRIPT_NAMES: Final = (
     "job_purge",
     "job_remove",
     "job_requeue_many",
+    "job_watch",
+    "join_enqueue",
     "lease_abandon",
     "lease_holders",
     "lease_release",

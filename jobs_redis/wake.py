@@ -2,7 +2,9 @@
 
 An enqueue script publishes a queue's name at most once per queue per wake slot. This channel
 only shortens an idle worker's wait; the worker's poll stays the guarantee, so a dropped
-subscription merely turns `is_live()` false until a new probe crosses it.
+subscription merely turns `is_live()` false until a new probe crosses it. The flow family's
+finish channel (`{prefix}:finish`, a watched row's id per finish) rides the same machinery
+(`RedisWake.finishes`), with the same promise: a hint, the waiter's bounded poll the guarantee.
 """
 
 from __future__ import annotations
@@ -38,16 +40,33 @@ class RedisWake:
         self, driver: RedisDriver, queues: list[str], on_wake: Callable[[str], None]
     ) -> None:
         self._driver = driver
-        self._by_channel = {driver.keys.channel(q): q for q in queues}
+        #: channel -> what `on_wake` gets for a message on it (None: the message itself).
+        self._by_channel: dict[str, str | None] = {driver.keys.channel(q): q for q in queues}
         self._on_wake = on_wake
         self._live = False
         self._closed = False
+        #: Set once a probe first crossed (`proven`).
+        self._proven = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._probe_token = ""
         self._probe_channel = driver.keys.probe_channel(uuid.uuid4().hex)
 
+    @classmethod
+    def finishes(cls, driver: RedisDriver, on_finish: Callable[[str], None]) -> RedisWake:
+        """A subscription to the prefix's finish channel: `on_finish` gets each id published."""
+        sub = cls(driver, [], on_finish)
+        sub._by_channel = {driver.keys.finish: None}
+        return sub
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="jobs-redis-wake")
+
+    async def proven(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until the subscription is proven: a message published from
+        then on reaches it while the connection holds. Answers whether it was."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proven.wait(), timeout_s)
+        return self._proven.is_set()
 
     def is_live(self) -> bool:
         """True once a probe has crossed the channel and it has not dropped since."""
@@ -79,11 +98,11 @@ class RedisWake:
                         if channel == self._probe_channel:
                             if msg["data"] == self._probe_token:
                                 self._live = True
+                                self._proven.set()
                                 delay = RETRY_FLOOR_S
-                        else:
-                            queue = self._by_channel.get(channel)
-                            if queue is not None:
-                                self._deliver(queue)
+                        elif channel in self._by_channel:
+                            target = self._by_channel[channel]
+                            self._deliver(msg["data"] if target is None else target)
                     if (
                         not self._live
                         and probes < PROBES_PER_DIAL

@@ -41,6 +41,7 @@ from jobs_core.records import (
     Fence,
     JobFilter,
     JobListParams,
+    JoinEnqueue,
     LeaseRef,
     LeaseRenew,
     LeaseTake,
@@ -160,6 +161,11 @@ OPTIONAL_CALLS: list[tuple[Family, Callable[[JobDriver], Awaitable[object]]]] = 
     ("tasks", lambda d: d.task_arm(["t"], T0)),
     ("tasks", lambda d: d.task_fire(TaskFire("t", T0, T0 + 1, T0 + 1, new_job("f"), T0))),
     ("tasks", lambda d: d.task_marks(["t"])),
+    ("flows", lambda d: d.join_enqueue([JoinEnqueue(new_job("f"), ("a",))])),
+    ("flows", lambda d: d.job_watch(["a"])),
+    ("flows", lambda d: d.job_nack([Nack(FENCE, NackKind.PARK, T0, join=("a",))])),
+    ("flows", lambda d: d.job_enqueue(new_job("f", parent_id="a"))),
+    ("flows", lambda d: d.job_enqueue_many([new_job("f", batch_id="b")])),
 ]
 
 

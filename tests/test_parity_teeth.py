@@ -30,6 +30,7 @@ from jobs_core.driver import (
 from jobs_core.errors import CapabilityMissingError
 from jobs_core.records import (
     Ack,
+    CancelAnswer,
     ClaimParams,
     ClaimResult,
     CounterReadParams,
@@ -42,6 +43,10 @@ from jobs_core.records import (
     JobFilter,
     JobRecord,
     JobSlice,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
+    JoinState,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -1502,6 +1507,252 @@ class PurgeTiesByIdDescending(MemoryDriver):
             return len(gone)
 
 
+# -- the flow family (issue 26): one bug each in the finish rule ----------------------------------
+
+
+class ReleasesAtPendingOne(MemoryDriver):
+    """Releases a waiter once a single dependency is left pending, not none (an off-by-one)."""
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        moved = set(self._waiters.get(job_id, ()))
+        super()._finish_locked(job_id, completed, now_ms)
+        for waiter_id in moved:
+            w = self._rows[waiter_id].rec
+            if w.state is JobState.PARKED and w.join is not None and w.join.pending == 1:
+                at = w.created_at_ms if now_ms is None else now_ms
+                self._put(w, replace(w, state=JobState.READY, run_at_ms=at))
+
+
+class CountsFailureAsCompleted(MemoryDriver):
+    """Moves a waiter's `pending` on every finish but never its `failed`: a dependency that
+    died, was refused or cancelled counts as completed."""
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        super()._finish_locked(job_id, True, now_ms)
+
+
+class BuryMovesNoWaiter(MemoryDriver):
+    """A claim's bury finishes a lapsed final attempt without moving the rows waiting on it
+    (the bury's statement forgot the join)."""
+
+    _burying = False
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        self._burying = True
+        try:
+            return await super()._job_claim(params)
+        finally:
+            self._burying = False
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        if not self._burying:
+            super()._finish_locked(job_id, completed, now_ms)
+
+
+class ClaimTakesWhatItsBuryReleased(MemoryDriver):
+    """A claim buries first and then chooses its rows, so a waiter its bury released is among
+    its candidates (the contract leaves it to the next claim)."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        first = await super()._job_claim(replace(params, limit=0))
+        then = await super()._job_claim(replace(params, beat=None))
+        return ClaimResult(then.jobs, tuple(sorted(first.buried + then.buried, key=lambda b: b.id)))
+
+
+class BuryMovesTheWaiterItsClaimTook(MemoryDriver):
+    """A claim that takes a waiter at its run_at while its bury finishes one of that waiter's
+    dependencies counts the finish on the join it answers and stores (a finish trigger that
+    runs after the claim's statement and moves the rows the statement just claimed)."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        with self._lock:
+            waiting = {w: set(deps) for w, deps in self._waiting.items()}
+        got = await super()._job_claim(params)
+        dead = {b.id for b in got.buried}
+        jobs = []
+        for j in got.jobs:
+            moved = len(waiting.get(j.id, set()) & dead)
+            if j.join is not None and moved:
+                join = replace(j.join, pending=j.join.pending - moved, failed=j.join.failed + moved)
+                with self._lock:
+                    r = self._rows[j.id].rec
+                    self._put(r, replace(r, join=join))
+                j = replace(j, join=join)
+            jobs.append(j)
+        return ClaimResult(tuple(jobs), got.buried)
+
+
+class CancelMovesNoWaiter(MemoryDriver):
+    """A cancel finishes a live row without moving the rows waiting on it."""
+
+    _cancelling = False
+
+    async def _job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
+        self._cancelling = True
+        try:
+            return await super()._job_cancel_many(job_ids, now_ms)
+        finally:
+            self._cancelling = False
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        if not self._cancelling:
+            super()._finish_locked(job_id, completed, now_ms)
+
+
+class RemoveMovesNoWaiter(MemoryDriver):
+    """Removes a live row without counting it as a finish: its waiters wait on for it."""
+
+    _removing = False
+
+    async def _job_remove(self, job_ids: Sequence[str]) -> list[RemoveAnswer]:
+        self._removing = True
+        try:
+            return await super()._job_remove(job_ids)
+        finally:
+            self._removing = False
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        if not self._removing:
+            super()._finish_locked(job_id, completed, now_ms)
+
+
+class MovesWaiterThatLeft(MemoryDriver):
+    """Keeps a waiter's links when it leaves `parked` (claimed at its run_at, cancelled), so a
+    later finish of its old join still counts on the row (an edge table never cleaned)."""
+
+    def _put(self, old: JobRecord | None, new: JobRecord) -> None:
+        kept = set(self._waiting.get(new.id, ())) if new.state is not JobState.PARKED else set()
+        super()._put(old, new)
+        if kept:
+            self._waiting[new.id] = kept
+            for dep in kept:
+                self._waiters.setdefault(dep, set()).add(new.id)
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        for waiter_id in list(self._waiters.get(job_id, ())):
+            w = self._rows[waiter_id].rec
+            if w.state is not JobState.PARKED and w.join is not None:
+                self._waiters[job_id].discard(waiter_id)
+                self._waiting[waiter_id].discard(job_id)
+                moved = replace(
+                    w.join, pending=w.join.pending - 1, failed=w.join.failed + (not completed)
+                )
+                self._put(w, replace(w, join=moved))
+        super()._finish_locked(job_id, completed, now_ms)
+
+
+class CountsRefinishedDepTwice(MemoryDriver):
+    """Keeps a counted dependency linked to its waiter: finished, requeued and finished again,
+    it moves the join a second time."""
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        waiters = set(self._waiters.get(job_id, ()))
+        super()._finish_locked(job_id, completed, now_ms)
+        for waiter_id in waiters:
+            if waiter_id in self._waiting:  # still parked on its join
+                self._waiting[waiter_id].add(job_id)
+                self._waiters.setdefault(job_id, set()).add(waiter_id)
+
+
+class JoinEnqueueIgnoresFinished(MemoryDriver):
+    """`join_enqueue` counts every dependency as pending, the finished ones too: its row waits
+    for finishes that already happened."""
+
+    _enqueueing = False
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        self._enqueueing = True
+        try:
+            return await super()._join_enqueue(items)
+        finally:
+            self._enqueueing = False
+
+    def _join_locked(self, waiter_id: str, after: Sequence[str], policy: JoinPolicy) -> JoinState:
+        join = super()._join_locked(waiter_id, after, policy)
+        return replace(join, pending=join.total, failed=0) if self._enqueueing else join
+
+
+class MissingDependencyWritesRow(MemoryDriver):
+    """Answers an item naming an unknown dependency `missing`, but its row was inserted first
+    and stays (ready, as a plain enqueue)."""
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        out = await super()._join_enqueue(items)
+        for item, answer in zip(items, out, strict=True):
+            if answer.enqueued is None:
+                await super()._job_enqueue(item.job)
+        return out
+
+
+class ReleasedAtItsCreation(MemoryDriver):
+    """Releases a waiter due at its own `created_at_ms`, not at the finish's `now_ms` (the
+    release statement never got the finish's clock)."""
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        super()._finish_locked(job_id, completed, None)
+
+
+class ClaimForgetsJoin(MemoryDriver):
+    """Claims a released waiter without its join (the claim's answer reads no join column)."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        got = await super()._job_claim(params)
+        return replace(got, jobs=tuple(replace(j, join=None) for j in got.jobs))
+
+
+class ReparkAddsToOldJoin(MemoryDriver):
+    """Parking on a join again starts from the old join's `failed`, not afresh."""
+
+    def _nacked(self, n: Nack, r: JobRecord) -> JobRecord:
+        new = super()._nacked(n, r)
+        if n.join is not None and r.join is not None and new.join is not None:
+            new = replace(new, join=replace(new.join, failed=new.join.failed + r.join.failed))
+        return new
+
+
+class AckCallMovesAWaiterOnce(MemoryDriver):
+    """One ack call moves each waiter once, however many of its dependencies it acks (a
+    set-based update per statement): two dependencies acked together count as one."""
+
+    _moved: set[str] | None = None
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        self._moved = set()
+        try:
+            return await super()._job_ack(acks)
+        finally:
+            self._moved = None
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        if self._moved is not None:
+            for waiter_id in list(self._waiters.get(job_id, ())):
+                if waiter_id in self._moved:
+                    self._waiters[job_id].discard(waiter_id)
+                    self._waiting[waiter_id].discard(job_id)
+            self._moved |= self._waiters.get(job_id, set())
+        super()._finish_locked(job_id, completed, now_ms)
+
+
+class ParkCountsUnknownAsCompleted(MemoryDriver):
+    """A park's join counts an id naming no row as completed (it must count as failed)."""
+
+    def _nacked(self, n: Nack, r: JobRecord) -> JobRecord:
+        unknown = sum(1 for i in n.join or () if i not in self._rows)
+        new = super()._nacked(n, r)
+        if unknown and new.join is not None:
+            new = replace(new, join=replace(new.join, failed=new.join.failed - unknown))
+        return new
+
+
+class ListIgnoresBatch(MemoryDriver):
+    """Lists rows of every batch whatever the filter asks."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        return await super()._job_list(replace(f, batch_id=None), after, limit, scan)
+
+
 # -- legal drivers: what the contract leaves free, the suite must leave free ----------------------
 
 
@@ -1637,6 +1888,31 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (TaskPauseHoldsItsName, "tasks", ["task_pause_holds_no_job"]),
     (FireLandsAheadOfTheWatermark, "tasks", ["task_refused_fire_writes_nothing"]),
     (FiredJobIsTheRecord, "tasks", ["task_deduped_fire_moves_the_mark"]),
+    (ReleasesAtPendingOne, "flows", ["flows_released_at_its_last_dependency"]),
+    (CountsFailureAsCompleted, "flows", ["flows_each_finish_releases_its_waiter"]),
+    (BuryMovesNoWaiter, "flows", ["flows_each_finish_releases_its_waiter"]),
+    (CancelMovesNoWaiter, "flows", ["flows_each_finish_releases_its_waiter"]),
+    (
+        BuryMovesTheWaiterItsClaimTook,
+        "flows",
+        ["flows_a_claims_bury_releases_for_the_next_claim"],
+    ),
+    (
+        ClaimTakesWhatItsBuryReleased,
+        "flows",
+        ["flows_a_claims_bury_releases_for_the_next_claim"],
+    ),
+    (RemoveMovesNoWaiter, "flows", ["flows_remove_of_a_live_dependency_releases"]),
+    (MovesWaiterThatLeft, "flows", ["flows_a_waiter_that_left_parked_is_not_moved"]),
+    (CountsRefinishedDepTwice, "flows", ["flows_a_dependency_counts_once"]),
+    (JoinEnqueueIgnoresFinished, "flows", ["flows_join_enqueue_counts_its_dependencies"]),
+    (MissingDependencyWritesRow, "flows", ["flows_join_enqueue_missing_dependency_writes_nothing"]),
+    (ReleasedAtItsCreation, "flows", ["flows_released_at_its_last_dependency"]),
+    (ClaimForgetsJoin, "flows", ["flows_park_on_a_join"]),
+    (ReparkAddsToOldJoin, "flows", []),
+    (AckCallMovesAWaiterOnce, "flows", []),
+    (ParkCountsUnknownAsCompleted, "flows", ["flows_park_on_a_join"]),
+    (ListIgnoresBatch, "flows", ["flows_parent_and_batch_links"]),
 ]
 
 #: Drivers the contract allows, though they do what the model does not: each family walk and
@@ -1803,6 +2079,33 @@ REACH: dict[str, dict[str, int]] = {
         "purge cut between rows finished in one millisecond": 9,
         "purge cut where id order is not finish order": 7,
         "several rows buried, lease order not id order": 2,
+    },
+    "flows": {
+        "waiter released by ack": 15,
+        "waiter released by fail": 8,
+        "waiter released by refuse": 10,
+        "waiter released by bury": 8,
+        "claim whose bury releases a waiter of a queue it claims": 4,
+        "claim of a due waiter whose dependency it buries": 1,
+        "waiter released by cancel": 7,
+        "waiter moved by remove": 12,
+        "waiter moved by fail": 7,
+        "waiter moved by cancel": 6,
+        "one ack call finishing two dependencies of a waiter": 8,
+        "dependency finished again after a requeue, its waiter waiting": 7,
+        "waiter claimed at its run_at, a dependency pending": 8,
+        "claim of a waiter at its run_at, its join pending": 11,
+        "park on a join again: recounted": 5,
+        "waiter cancelled, a dependency pending": 3,
+        "claim of a waiter its join released": 63,
+        "join_enqueue refused: a dependency missing": 5,
+        "join_enqueue beside a finished dependency": 7,
+        "join_enqueue ready": 1,
+        "join_enqueue deduped": 4,
+        "park on a join naming no row": 15,
+        "park on a join, none pending": 5,
+        "list by batch page with a cursor": 2,
+        "list by parent page with a cursor": 3,
     },
 }
 

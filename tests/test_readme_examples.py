@@ -171,7 +171,22 @@ WEB_FASTAPI = "# examples/fastapi_app/app.py"
 WEB_FLASK = "# examples/flask_app/app.py"
 WEB_DJANGO = "# examples/django_app/views.py"
 DASHBOARD_MOUNT = "# myapp/web.py"
+#: "Moving from Celery". RESULT, CHAIN, GROUP and the album (in CELERY_JOBS, run by
+#: `test_celery_group_and_chord_inside_a_job`) use the flows runtime (`client.result`, `after=`,
+#: `client.batch`, `ctx.step.enqueue_many`/`gather`): their cases pass once it is merged.
+CELERY_JOBS = "# photos/jobs.py"
+CELERY_DELAY = "# .delay(), apply_async("
+CELERY_RESULT = "# AsyncResult(sent.id)"
+CELERY_CHAIN = "# chain(resize.s(12)"
+CELERY_GROUP = "# group([...]) with"
+CELERY_BEAT = "# photos/schedule.py"
 PYTHON_CASES = {
+    CELERY_JOBS,
+    CELERY_DELAY,
+    CELERY_RESULT,
+    CELERY_CHAIN,
+    CELERY_GROUP,
+    CELERY_BEAT,
     DASHBOARD_MOUNT,
     SIGNUP,
     WEB_FASTAPI,
@@ -507,6 +522,175 @@ def assert_sent(result_json: str | None) -> None:
     """The declaring block's body result, stored as JSON: `{"sent": true}` (a bool, not 1)."""
     result = json.loads(result_json or "null")
     assert result == {"sent": True} and result["sent"] is True, result_json
+
+
+PHOTOS_STUBS = {
+    "__init__.py": "",
+    "storage.py": (
+        "busy_now = [False]\n\n\n"
+        "def busy():\n    return busy_now[0]\n\n\n"
+        "def thumbnail(image_id):\n    return f'{image_id}-small.png'\n"
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """The README's `photos` package (Moving from Celery): its `jobs.py` the block, storage
+    stubbed; imported once (its `@job`s register in the default registry)."""
+    root = tmp_path_factory.mktemp("photos")
+    with app_package(root, "photos", PHOTOS_STUBS, python_block(CELERY_JOBS)) as package:
+        yield package
+
+
+@contextlib.asynccontextmanager
+async def photo_worker(photos: ModuleType) -> AsyncIterator[tuple[MemoryDriver, Worker]]:
+    """A memory store configured as the client, and a worker running the photos jobs."""
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    worker = Worker(driver, photos.jobs, poll_floor=0.01, poll_ceiling=0.05)
+    await worker.start()
+    try:
+        yield driver, worker
+    finally:
+        await worker.stop()
+
+
+async def row_of(driver: JobDriver, job_id: str) -> JobRecord:
+    return (await driver.job_get_many([job_id]))[job_id]
+
+
+async def test_celery_jobs_declare_retry_rate_limit_and_keys_as_commented(
+    photos: ModuleType, no_client: None
+) -> None:
+    resize, notify = photos.jobs.resize, photos.jobs.notify
+    assert resize.retry.attempts == 5 and resize.retry.base_ms == 2_000
+    assert [(r.limit, r.per_ms) for r in resize.rate_limits] == [(10, 1_000)]
+    # A key per input for resize (deduped while live); a fresh one at every enqueue of notify.
+    assert resize.key_for({"image_id": 1}) == resize.key_for({"image_id": 1})
+    assert notify.key_for({}) != notify.key_for({})
+    async with photo_worker(photos) as (driver, _):
+        photos.storage.busy_now[0] = True
+        try:
+            busy = await resize.enqueue({"image_id": 1})
+            again = await resize.enqueue({"image_id": 1})
+            assert again.deduped and again.id == busy.id
+
+            async def deferred() -> bool:
+                row = await row_of(driver, busy.id)
+                later = int(time.time() * 1000) + 20_000
+                return row.claims == 1 and row.run_at_ms is not None and row.run_at_ms > later
+
+            await until(deferred)
+            row = await row_of(driver, busy.id)
+            # Deferred 30 s with no attempt spent (self.retry(countdown=30), uncounted).
+            assert row.state is JobState.READY and row.attempt == 0
+        finally:
+            photos.storage.busy_now[0] = False
+        done = await resize.enqueue({"image_id": 2})
+        one = await notify.enqueue({"user": "ann"})
+        two = await notify.enqueue({"user": "ann"})
+        assert not two.deduped and two.id != one.id  # every enqueue its own job
+
+        async def finished() -> bool:
+            rows = await driver.job_get_many([done.id, one.id, two.id])
+            return all(r.state is JobState.COMPLETED for r in rows.values())
+
+        await until(finished)
+        assert json.loads((await row_of(driver, done.id)).result_json or "") == {
+            "thumb": "2-small.png"
+        }
+
+
+async def test_celery_delay_and_apply_async_options(photos: ModuleType, no_client: None) -> None:
+    driver = MemoryDriver()
+    jobs_core.configure(driver)
+    before = int(time.time() * 1000)
+    await run_block(python_block(CELERY_DELAY), {"resize": photos.jobs.resize})
+    page = await driver.job_list(JobListParams())
+    records = await driver.job_get_many([j.id for j in page.jobs])
+    rows = {json.loads(r.input_json)["image_id"]: r for r in records.values()}
+    assert sorted(rows) == [7, 8, 9, 10]
+    assert rows[7].run_at_ms is not None and rows[7].run_at_ms - before < 5_000
+    assert rows[8].run_at_ms is not None and 30_000 <= rows[8].run_at_ms - before < 35_000
+    assert rows[9].run_at_ms == int(dt.datetime(2030, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    assert rows[10].queue == "urgent" and rows[10].priority == 0
+
+
+async def test_celery_async_result_get_is_client_result(
+    photos: ModuleType, no_client: None
+) -> None:
+    async with photo_worker(photos) as (driver, _):
+        names = await run_block(
+            python_block(CELERY_RESULT),
+            {**vars(photos.jobs), "jobs_core": jobs_core, "driver": driver},
+        )
+    assert names["thumb"] == {"thumb": "11-small.png"}
+
+
+async def test_celery_chain_is_after(photos: ModuleType, no_client: None) -> None:
+    async with photo_worker(photos) as (driver, _):
+        names = await run_block(python_block(CELERY_CHAIN), {**vars(photos.jobs)})
+
+        async def finished() -> bool:
+            ids = [names[n].id for n in ("first", "then", "anyway")]
+            rows = await driver.job_get_many(ids)
+            return all(r.state is JobState.COMPLETED for r in rows.values())
+
+        await until(finished)
+        first, then = (
+            await row_of(driver, names["first"].id),
+            await row_of(driver, names["then"].id),
+        )
+        # `then` waited for `first`: its join counted one dependency, completed.
+        assert then.join is not None and then.join.total == 1 and then.join.failed == 0
+        assert first.finished_at_ms is not None and then.finished_at_ms is not None
+        assert then.finished_at_ms >= first.finished_at_ms
+
+
+async def test_celery_group_with_a_chord_callback_is_a_batch(
+    photos: ModuleType, no_client: None
+) -> None:
+    async with photo_worker(photos) as (driver, _):
+        client = jobs_core.Jobs(driver)
+        await run_block(python_block(CELERY_GROUP), {**vars(photos.jobs), "client": client})
+
+        async def called_back() -> bool:
+            page = await driver.job_list(JobListParams())
+            named = [j for j in page.jobs if j.name == "notify"]
+            return bool(named) and all(j.state is JobState.COMPLETED for j in named)
+
+        await until(called_back)
+        page = await driver.job_list(JobListParams())
+        resized = [j for j in page.jobs if j.name == "resize"]
+        assert len(resized) == 3 and all(j.state is JobState.COMPLETED for j in resized)
+        [callback] = [j for j in page.jobs if j.name == "notify"]
+        assert callback.finished_at_ms is not None
+        assert all(callback.finished_at_ms >= (j.finished_at_ms or 0) for j in resized)
+
+
+async def test_celery_group_and_chord_inside_a_job(photos: ModuleType, no_client: None) -> None:
+    async with photo_worker(photos) as (driver, _):
+        client = jobs_core.Jobs(driver)
+        album = await client.enqueue(photos.jobs.publish_album, {"album_id": 1, "images": [4, 5]})
+        assert await client.result(album.id, timeout=30) == {
+            "thumbs": ["4-small.png", "5-small.png"]
+        }
+        page = await driver.job_list(JobListParams())
+        children = [j for j in page.jobs if j.parent_id == album.id]
+        assert len(children) == 2 and all(j.state is JobState.COMPLETED for j in children)
+
+
+def test_celery_beat_is_a_task(photos: ModuleType) -> None:
+    names: dict[str, Any] = {}
+    asyncio.run(run_block(python_block(CELERY_BEAT), names))
+    nightly = names["nightly"]
+    assert nightly.job is photos.jobs.resize
+    at = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+    fire = nightly.schedule.next_after(int(at.timestamp() * 1000))
+    assert dt.datetime.fromtimestamp(fire / 1000, dt.UTC) == dt.datetime(
+        2030, 1, 2, 3, 0, tzinfo=dt.UTC
+    )
 
 
 def test_the_declaring_block_declares_what_its_comments_say(myapp: ModuleType) -> None:

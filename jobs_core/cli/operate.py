@@ -1,5 +1,5 @@
-"""The operator's verbs: `ujobs jobs list|show|cancel|requeue|promote|remove`, `ujobs queues`,
-`ujobs pause|resume`, `ujobs workers`, `ujobs stats`.
+"""The operator's verbs: `ujobs jobs list|show|cancel|requeue|promote|remove`, `ujobs batches
+show`, `ujobs queues`, `ujobs pause|resume`, `ujobs workers`, `ujobs stats`.
 
 Each reads the driver URL from `--driver` or `UJOBS_DRIVER`, prints a table for people or one
 JSON document with `--json`, and exits 2 with its typed refusal (`X_CODE: message`) when the
@@ -27,7 +27,9 @@ from jobs_core.cli.base import (
     main,
 )
 from jobs_core.cli.show import (
+    print_batch,
     print_bulk,
+    print_family,
     print_job,
     print_jobs,
     print_queues,
@@ -38,7 +40,8 @@ from jobs_core.cli.show import (
 from jobs_core.clock import SystemClock
 from jobs_core.driver import MAX_BULK_IDS, MAX_LIST_LIMIT
 from jobs_core.errors import CliUsageInvalidError, JobsError, OptionInvalidError
-from jobs_core.operator import Action, JobView, Operator, refusal_for
+from jobs_core.operator import Action, CancelReport, FamilyView, JobView, Operator, refusal_for
+from jobs_core.operator.service import Answer
 from jobs_core.records import JobFilter, Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
@@ -68,6 +71,12 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="One JSON do
 
 def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     states = [s.value for s in JobState]
+    fn = click.option(
+        "--batch", default=None, help="Only the members of this batch (needs flows)."
+    )(fn)
+    fn = click.option(
+        "--parent", default=None, help="Only the children of this job (needs flows)."
+    )(fn)
     fn = click.option("--tenant", default=None, help="Only this enqueuer's tenant.")(fn)
     fn = click.option("--name", default=None, help="Only this job name.")(fn)
     fn = click.option("--queue", default=None, help="Only this queue.")(fn)
@@ -82,9 +91,14 @@ def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _filter(
-    states: Sequence[str], queue: str | None, name: str | None, tenant: str | None
+    states: Sequence[str],
+    queue: str | None,
+    name: str | None,
+    tenant: str | None,
+    parent: str | None = None,
+    batch: str | None = None,
 ) -> JobFilter:
-    return JobFilter(frozenset(JobState(s) for s in states), queue, name, tenant)
+    return JobFilter(frozenset(JobState(s) for s in states), queue, name, tenant, parent, batch)
 
 
 def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[T]]) -> T:
@@ -121,14 +135,17 @@ def jobs_list(
     queue: str | None,
     name: str | None,
     tenant: str | None,
+    parent: str | None,
+    batch: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """Jobs newest first; prints the cursor of the next page when there is one."""
+    """Jobs newest first; prints the cursor of the next page when there is one. `--parent` and
+    `--batch` need a driver with flows (else X_DRIVER_CAPABILITY_MISSING)."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         _fail(OptionInvalidError(f"--limit must be 1 to {MAX_LIST_LIMIT}", detail="--limit"))
-    f = _filter(states, queue, name, tenant)
+    f = _filter(states, queue, name, tenant, parent, batch)
     now = SystemClock().now_ms()
     page = _run(url, None, lambda op: op.jobs(f, limit=limit, cursor=cursor))
     if as_json:
@@ -143,17 +160,25 @@ def jobs_list(
 @_app_option
 @_json_option
 def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> None:
-    """One job: every field, its input (sensitive fields redacted), result and last error."""
+    """One job: every field, its input (sensitive fields redacted), result and last error; with
+    flows, its parent, its children by state, the join it waits on and its batch."""
     now = SystemClock().now_ms()
 
-    async def read(op: Operator) -> tuple[JobView, bool]:
-        return await op.job(job_id), op.driver.capabilities().steps
+    async def read(op: Operator) -> tuple[JobView, bool, FamilyView | None]:
+        view = await op.job(job_id)
+        caps = op.driver.capabilities()
+        family = await op.family(view.record) if caps.flows and caps.operator else None
+        return view, caps.steps, family
 
-    view, has_steps = _run(url, app, read)
+    view, has_steps, family = _run(url, app, read)
     if as_json:
-        emit_json(view.to_json())
+        doc = view.to_json()
+        doc["family"] = None if family is None else family.to_json()
+        emit_json(doc)
     else:
         print_job(view, now, has_steps=has_steps)
+        if family is not None:
+            print_family(view, family)
 
 
 def _steer(verb: Action, verb_help: str) -> None:
@@ -166,18 +191,22 @@ def _steer(verb: Action, verb_help: str) -> None:
         queue: str | None,
         name: str | None,
         tenant: str | None,
+        parent: str | None,
+        batch: str | None,
         everything: bool,
         as_json: bool,
         fresh: bool = False,
+        keep_children: bool = False,
     ) -> None:
         action = Action.REQUEUE_FRESH if fresh else verb
-        f = _filter(states, queue, name, tenant)
+        f = _filter(states, queue, name, tenant, parent, batch)
         if everything:
             if job_ids or f == JobFilter():
                 _fail(
                     CliUsageInvalidError(
                         f"--all takes no ids and at least one filter (--state, --queue, --name,"
-                        f" --tenant): `ujobs jobs {verb.value} --all --state dead`"
+                        f" --tenant, --parent, --batch): `ujobs jobs {verb.value} --all --state"
+                        " dead`"
                     )
                 )
             report = _run(url, None, lambda op: op.act_all(action, f))
@@ -190,17 +219,35 @@ def _steer(verb: Action, verb_help: str) -> None:
             _fail(CliUsageInvalidError(f"name job ids, or --all with filters ({verb.value})"))
         if len(job_ids) > MAX_BULK_IDS:
             _fail(CliUsageInvalidError(f"at most {MAX_BULK_IDS} ids at once; use --all"))
-        answers = _run(url, None, lambda op: op.act(action, job_ids))
+        cascade: CancelReport | None = None
+        answers: Sequence[Answer]
+        if action is Action.CANCEL:
+            cascade = _run(url, None, lambda op: op.cancel(job_ids, keep_children=keep_children))
+            answers = cascade.answers
+        else:
+            answers = _run(url, None, lambda op: op.act(action, job_ids))
         pairs = list(zip(job_ids, answers, strict=True))
         if as_json:
             emit_json([{"id": i, "answer": a.value} for i, a in pairs])
         else:
             print_steered(action, pairs)
+            if cascade is not None and cascade.examined:
+                console.print(
+                    f"children: {cascade.cascaded} live descendants cancelled"
+                    f" ({cascade.examined} looked at)"
+                )
         refusals = [r for i, a in pairs if (r := refusal_for(action, i, a)) is not None]
         if refusals:
             _fail(refusals[0])
 
     command: Callable[..., Any] = steer
+    if verb is Action.CANCEL:
+        command = click.option(
+            "--keep-children",
+            is_flag=True,
+            help="Cancel only the named jobs, not their live children (by default each job"
+            " cancelled takes its live descendants with it, in writes after its own).",
+        )(command)
     if verb is Action.REQUEUE:
         command = click.option(
             "--fresh",
@@ -221,7 +268,12 @@ def _steer(verb: Action, verb_help: str) -> None:
     jobs.command(verb.value, help=verb_help)(command)
 
 
-_steer(Action.CANCEL, "Cancel live jobs (a running one's worker aborts its body).")
+_steer(
+    Action.CANCEL,
+    "Cancel live jobs (a running one's worker aborts its body), and, unless --keep-children,"
+    " the live children each one enqueued, recursively. The cascade follows the parent's"
+    " cancel (not atomic with it): a child enqueued meanwhile is swept by `--all --parent ID`.",
+)
 _steer(
     Action.REQUEUE,
     "Run finished jobs again, with fresh attempts, in the same run (recorded steps replay). A"
@@ -229,6 +281,24 @@ _steer(
 )
 _steer(Action.PROMOTE, "Make delayed jobs due now.")
 _steer(Action.REMOVE, "Delete jobs that are not running, with everything stored for them.")
+
+
+@main.group()
+def batches() -> None:
+    """See batches (`client.batch()`): their members' progress and their callbacks."""
+
+
+@batches.command("show")
+@click.argument("batch_id")
+@_driver_option
+@_json_option
+def batches_show(batch_id: str, url: str | None, as_json: bool) -> None:
+    """A batch's members by state and its callback jobs (needs a driver with flows)."""
+    view = _run(url, None, lambda op: op.batch(batch_id))
+    if as_json:
+        emit_json(view.to_json())
+    else:
+        print_batch(view, SystemClock().now_ms())
 
 
 @main.command()

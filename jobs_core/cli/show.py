@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,10 @@ from jobs_core.cli.base import console, literal
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator import (
     Action,
+    BatchView,
     BulkReport,
+    Census,
+    FamilyView,
     JobsPage,
     JobView,
     QueueView,
@@ -296,3 +300,47 @@ def print_stats(view: StatsView) -> None:
     if view.names:
         rows.append([Text("all", style="bold"), *(str(view.totals[c]) for c in columns)])
     print_table([Col("job", True), *(Col(c) for c in columns)], rows, title=title)
+
+
+def _census(c: Census) -> str:
+    parts = [f"{n} {s}" for s, n in c.counts.items() if n]
+    text = ", ".join(parts) or "none"
+    return text if c.complete else f"{text} (at least: counting stopped at its bound)"
+
+
+def print_family(view: JobView, family: FamilyView) -> None:
+    """A job's flow: its parent, its children by state (and the command listing them), the
+    join it waits on, and its batch's members by state."""
+    r = view.record
+    rows: list[list[Cell]] = [["parent", r.parent_id or "-"]]
+    rows.append(["children", _census(family.children)])
+    if family.children.total:
+        rows.append(["list them", literal(f"ujobs jobs list --parent {shlex.quote(r.id)}")])
+    j = r.join
+    if j is not None:
+        waiting = f"waiting on {j.pending} of {j.total}" if j.pending else f"all {j.total} done"
+        rows.append(["join", f"{waiting}, failed {j.failed}, policy {j.policy.value}"])
+    if family.batch_id is not None and family.batch is not None:
+        rows.append(["batch", family.batch_id])
+        rows.append(["batch members", _census(family.batch)])
+        rows.append(["see it", literal(f"ujobs batches show {shlex.quote(family.batch_id)}")])
+    _heading("flow")
+    print_table([Col("field", True), Col("value", True)], rows, header=False)
+
+
+def print_batch(view: BatchView, now_ms: int) -> None:
+    """A batch's members by state, whether all finished, and its callbacks."""
+    done = "all finished" if view.finished else "in progress"
+    rows: list[list[Cell]] = [
+        ["batch", view.batch_id],
+        ["members", f"{view.members.total} ({done})"],
+    ]
+    rows += [[s, str(n)] for s, n in view.members.counts.items() if n]
+    if not view.members.complete:
+        rows.append(["note", "counting stopped at its bound: the counts are a lower bound"])
+    for role, j in view.callbacks.items():
+        rows.append([role, Text.assemble(literal(j.id), " ", _state(j.state))])
+    if not view.callbacks:
+        rows.append(["callbacks", "none enqueued (yet)"])
+    rows.append(["list them", literal(f"ujobs jobs list --batch {shlex.quote(view.batch_id)}")])
+    print_table([Col("field", True), Col("value", True)], rows, header=False)

@@ -62,7 +62,7 @@ from jobs_core.errors import (
     RequeueDuplicateError,
 )
 from jobs_core.job import JobHandle
-from jobs_core.operator import Action, Operator, QueueView, Throughput
+from jobs_core.operator import Action, Operator, QueueView, Throughput, refusal_for
 from jobs_core.operator.times import age, local, relative, when
 from jobs_core.records import JobFilter, Pause
 from jobs_core.scheduler.task import TaskHandle
@@ -143,6 +143,13 @@ def job_path(job_id: str, verb: str = "") -> str:
     return f"/jobs/{quote(job_id, safe='')}{tail}"
 
 
+def batch_path(batch_id: str) -> str:
+    """The path of a batch's page, its id encoded as `job_path` encodes a job's."""
+    if batch_id in (".", ".."):
+        return f"/batches/?{urlencode({'id': batch_id})}"
+    return f"/batches/{quote(batch_id, safe='')}"
+
+
 def notice_of(cookie: str | None) -> dict[str, str] | None:
     """The notice a redirect left in `cookie`; None for none, and for one this dashboard did
     not write (an edited cookie shows nothing; it never fails the page)."""
@@ -207,6 +214,7 @@ def _environment() -> Environment:
         local=local,
         sparkline=sparkline,
         job_path=job_path,
+        batch_path=batch_path,
     )
     env.globals.update(relative=relative, when=when)
     return env
@@ -262,6 +270,7 @@ class Dashboard:
                 # decodes before routing); the verb is the last segment.
                 Route("/jobs/{job_id:path}", page(self.job_page), name="job"),
                 Route("/jobs/{job_id:path}/{verb}", act(self.job_action), methods=["POST"]),
+                Route("/batches/{batch_id:path}", page(self.batch_page), name="batch"),
                 Route("/workers", page(self.workers_page), name="workers"),
                 Route("/schedule", page(self.schedule_page), name="schedule"),
                 Route("/schedule/pause", act(self._pausing("task", True)), methods=["POST"]),
@@ -482,11 +491,21 @@ class Dashboard:
             queue=q.get("queue") or None,
             name=q.get("name") or None,
             tenant_id=q.get("tenant") or None,
+            # flows: a listing by either is refused (501) on a driver without the family.
+            parent_id=q.get("parent") or None,
+            batch_id=q.get("batch") or None,
         )
         page = await self.operator.jobs(
             f, limit=PAGE_ROWS, cursor=q.get("cursor") or None, max_calls=PAGE_CALLS
         )
-        filters = {"state": state, "queue": f.queue, "name": f.name, "tenant": f.tenant_id}
+        filters = {
+            "state": state,
+            "queue": f.queue,
+            "name": f.name,
+            "tenant": f.tenant_id,
+            "parent": f.parent_id,
+            "batch": f.batch_id,
+        }
         kept = {k: v for k, v in filters.items() if v}
         return "jobs.html", {
             "nav": "jobs",
@@ -507,13 +526,21 @@ class Dashboard:
         # Without the operator family every action would be refused: none is offered.
         steers = self.driver.capabilities().operator
         actions = [a for a, states in JOB_ACTIONS.items() if steers and state in states]
+        caps = self.driver.capabilities()
+        family = await self.operator.family(view.record) if caps.flows and steers else None
         return "job.html", {
             "nav": "jobs",
             "view": view,
+            "family": family,
             "actions": actions,
             "live": state in LIVE_STATES,
             "has_steps": self.driver.capabilities().steps,
         }
+
+    async def batch_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        batch_id = str(request.path_params.get("batch_id") or request.query_params.get("id", ""))
+        view = await self.operator.batch(batch_id)
+        return "batch.html", {"nav": "jobs", "batch": view}
 
     async def workers_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         return "workers.html", {"nav": "workers", "workers": await self.operator.workers()}
@@ -560,6 +587,18 @@ class Dashboard:
             action = Action(request.path_params["verb"])
         except ValueError:
             raise PageInvalidError("no such action", detail=request.path_params["verb"]) from None
+        if action is Action.CANCEL:
+            # The checkbox is sent only when ticked; unticked, the cascade runs (the CLI's
+            # default too), bounded per press as the bulk buttons are.
+            keep = form.get("keep_children") == "on"
+            report = await self.operator.cancel([job_id], keep_children=keep, max_rows=BULK_ROWS)
+            refusal = refusal_for(action, job_id, report.answers[0])
+            if refusal is not None:
+                raise refusal
+            text = f"cancelled: {job_id}"
+            if report.examined:
+                text += f" and {report.cascaded} live descendants"
+            return self._acted(request, job_path(job_id), text)
         answer = await self.operator.act_one(action, job_id)
         if action is Action.REMOVE:
             return self._acted(request, "/jobs", f"removed job {job_id}")

@@ -4,7 +4,11 @@ code (`Operator`), with inputs redacted (`jobs_core.redact`), metrics and a heal
 
 from jobs_core.operator.service import (
     Action,
+    BatchView,
     BulkReport,
+    CancelReport,
+    Census,
+    FamilyView,
     JobsPage,
     JobView,
     Operator,
@@ -13,12 +17,17 @@ from jobs_core.operator.service import (
     TaskView,
     Throughput,
     WorkerView,
+    batch_callback_ids,
     refusal_for,
 )
 
 __all__ = [
     "Action",
+    "BatchView",
     "BulkReport",
+    "CancelReport",
+    "Census",
+    "FamilyView",
     "JobView",
     "JobsPage",
     "Operator",
@@ -27,5 +36,6 @@ __all__ = [
     "TaskView",
     "Throughput",
     "WorkerView",
+    "batch_callback_ids",
     "refusal_for",
 ]

@@ -10,8 +10,9 @@ a filter's pages and act on each page in one call.
 Each view needs the driver families it reads (`Capabilities`), and is refused before any call
 when one is missing (`X_DRIVER_CAPABILITY_MISSING`, naming it): listing and steering need
 `operator`; `queues()` and `stats()` need `operator` and `counters`, `throughput()` counters;
-`workers()` the registry (`workers`); pausing `pauses`; `task_fires()` `tasks`. One job's view
-(`job()`) needs the core family alone. What a view merely reads beside its own family is
+`workers()` the registry (`workers`); pausing `pauses`; `task_fires()` `tasks`; a job's family
+(`family()`: its children and batch) and a batch's view (`batch()`) `operator` and `flows`. One
+job's view (`job()`) needs the core family alone. What a view merely reads beside its own family is
 absent where the driver has none: no pauses (nothing is paused), no steps, no marks, and
 without a registry only the caller's declarations redact (any other job's input shows
 `[redacted]` whole).
@@ -38,7 +39,7 @@ from jobs_core.errors import (
     RequeueDuplicateError,
     RequeueUnwoundError,
 )
-from jobs_core.ids import new_id
+from jobs_core.ids import derived_id, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import (
@@ -50,6 +51,7 @@ from jobs_core.records import (
     JobListParams,
     JobRecord,
     JobSummary,
+    JoinState,
     Pause,
     PromoteAnswer,
     RemoveAnswer,
@@ -61,11 +63,15 @@ from jobs_core.records import (
 from jobs_core.redact import RedactionPolicy
 from jobs_core.scheduler.task import TaskHandle
 from jobs_core.semantics import HOUR_MS, MINUTE_MS, fold_before, hour_of, minute_of
-from jobs_core.states import JobState
+from jobs_core.states import LIVE_STATES, JobState
 
 #: How many listing calls one page of the operator's may take to fill up (each examines at most
 #: the driver's scan budget): a rare filter over a big table answers short rather than slow.
 MAX_CALLS_PER_PAGE: Final = 25
+#: How many listing calls counting a job's children or a batch's members may take (each
+#: examines at most the driver's scan budget and answers at most `MAX_LIST_LIMIT` matches): a
+#: family past that is answered counted so far, `complete=False`, with the cursor to go on.
+MAX_CALLS_PER_COUNT: Final = 40
 #: The window `queues()` reports throughput over.
 THROUGHPUT_WINDOW_MS: Final = 5 * MINUTE_MS
 
@@ -196,7 +202,17 @@ class JobView:
             "declared": self.declared,
             "wait": self.wait_json(),
             "steps": [st.to_json() for st in self.steps],
+            "parent_id": r.parent_id,
+            "batch_id": r.batch_id,
+            "join": join_json(r.join),
         }
+
+
+def join_json(j: JoinState | None) -> dict[str, Any] | None:
+    """A row's join as JSON: `{"total", "pending", "failed", "policy"}`, or None."""
+    if j is None:
+        return None
+    return {"total": j.total, "pending": j.pending, "failed": j.failed, "policy": j.policy.value}
 
 
 def summary_json(j: JobSummary) -> dict[str, Any]:
@@ -214,6 +230,8 @@ def summary_json(j: JobSummary) -> dict[str, Any]:
         "run_at_ms": j.run_at_ms,
         "created_at_ms": j.created_at_ms,
         "finished_at_ms": j.finished_at_ms,
+        "parent_id": j.parent_id,
+        "batch_id": j.batch_id,
     }
 
 
@@ -454,6 +472,102 @@ class BulkReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Census:
+    """The rows one filter keeps (a job's children, a batch's members), counted by state.
+    `complete` is False when counting stopped at its bound (`MAX_CALLS_PER_COUNT` listing
+    calls): the counts are then a lower bound, and `cursor` lists on from where it stopped."""
+
+    counts: dict[str, int]
+    complete: bool
+    cursor: str | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def live(self) -> int:
+        return sum(n for s, n in self.counts.items() if JobState(s) in LIVE_STATES)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": self.counts,
+            "total": self.total,
+            "live": self.live,
+            "complete": self.complete,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyView:
+    """A job's place in a flow: its parent (the job whose body enqueued it), its children by
+    state, and its batch's members by state."""
+
+    job_id: str
+    parent_id: str | None
+    children: Census
+    batch_id: str | None
+    batch: Census | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parent_id": self.parent_id,
+            "children": self.children.to_json(),
+            "batch_id": self.batch_id,
+            "batch": None if self.batch is None else self.batch.to_json(),
+        }
+
+
+def batch_callback_ids(batch_id: str) -> tuple[str, str]:
+    """The ids a batch's callbacks are enqueued under (`on_complete`, `on_success`): the
+    runtime derives them from the batch id (`jobs_core.batch`), so a batch's page finds them
+    without a scan."""
+    return derived_id(batch_id, "on_complete"), derived_id(batch_id, "on_success")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """A batch's progress: its members by state (the callbacks not counted), and its callback
+    jobs that exist, by role (`on_complete`, `on_success`)."""
+
+    batch_id: str
+    members: Census
+    callbacks: dict[str, JobSummary]
+
+    @property
+    def finished(self) -> bool:
+        """Whether every member counted is finished (and the count is complete)."""
+        return self.members.complete and self.members.live == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "members": self.members.to_json(),
+            "finished": self.finished,
+            "callbacks": {role: summary_json(j) for role, j in self.callbacks.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReport:
+    """What a cancel did: each named job's answer, in order, and how many of their live
+    descendants the cascade cancelled (`cascaded`) out of those it looked at (`examined`)."""
+
+    answers: list[CancelAnswer]
+    cascaded: int = 0
+    examined: int = 0
+
+    def to_json(self, job_ids: Sequence[str]) -> dict[str, Any]:
+        return {
+            "answers": [
+                {"id": i, "answer": a.value} for i, a in zip(job_ids, self.answers, strict=True)
+            ],
+            "children_cancelled": self.cascaded,
+            "descendants_examined": self.examined,
+        }
+
+
 class Operator:
     """See and steer the jobs of one driver. `handles` are declarations the caller knows (an
     app module), added to the live workers' for redaction."""
@@ -541,6 +655,53 @@ class Operator:
             if r.wait is None
             else policy.value(r.name, r.wait.match_json, r.input_json),
         )
+
+    async def census(
+        self, f: JobFilter, *, exclude: frozenset[str] = frozenset(), max_calls: int = 0
+    ) -> Census:
+        """The rows `f` keeps, counted by state (ids in `exclude` not counted), in at most
+        `max_calls` listing calls (`MAX_CALLS_PER_COUNT` when 0)."""
+        self.driver.require("operator", what="counting jobs")
+        counts = dict.fromkeys((s.value for s in JobState), 0)
+        cursor: str | None = None
+        for _ in range(max_calls or MAX_CALLS_PER_COUNT):
+            page = await self.driver.job_list(JobListParams(f, MAX_LIST_LIMIT, cursor))
+            for j in page.jobs:
+                if j.id not in exclude:
+                    counts[j.state.value] += 1
+            cursor = page.next_cursor
+            if cursor is None:
+                return Census(counts, True)
+        return Census(counts, False, cursor)
+
+    async def family(self, record: JobRecord) -> FamilyView:
+        """`record`'s parent, its children by state and its batch's members by state: a
+        bounded count each (`Census`). Refused without `flows` (`X_DRIVER_CAPABILITY_MISSING`)."""
+        self.driver.require("operator", "flows", what="a job's children and batch")
+        children = await self.census(JobFilter(parent_id=record.id))
+        batch = None
+        if record.batch_id is not None:
+            batch = await self.census(
+                JobFilter(batch_id=record.batch_id),
+                exclude=frozenset(batch_callback_ids(record.batch_id)),
+            )
+        return FamilyView(record.id, record.parent_id, children, record.batch_id, batch)
+
+    async def batch(self, batch_id: str) -> BatchView:
+        """A batch's members by state and its callbacks; `X_JOB_NOT_FOUND` when no member nor
+        callback exists. Refused without `flows` (`X_DRIVER_CAPABILITY_MISSING`)."""
+        self.driver.require("operator", "flows", what="a batch's view")
+        ids = batch_callback_ids(batch_id)
+        members = await self.census(JobFilter(batch_id=batch_id), exclude=frozenset(ids))
+        rows = await self.driver.job_get_many(list(ids))
+        callbacks = {
+            role: JobSummary.of(rows[i])
+            for role, i in zip(("on_complete", "on_success"), ids, strict=True)
+            if i in rows
+        }
+        if members.total == 0 and not callbacks and members.complete:
+            raise JobNotFoundError(f"no job of batch {batch_id!r}", detail=batch_id)
+        return BatchView(batch_id, members, callbacks)
 
     async def queues(self) -> list[QueueView]:
         """Every queue holding rows or paused, with its counts, age, demand and throughput."""
@@ -674,6 +835,59 @@ class Operator:
             if cursor is None:
                 break
         return BulkReport(action, answers, examined)
+
+    async def cancel(
+        self,
+        job_ids: Sequence[str],
+        *,
+        keep_children: bool = False,
+        max_rows: int | None = None,
+    ) -> CancelReport:
+        """Cancel each job (one driver call, at most `MAX_BULK_IDS`), then, unless
+        `keep_children`, the LIVE descendants of each one this call cancelled: children listed
+        by the parent filter, their children in turn, and so on (a child already finished may
+        still have live children). At most `max_rows` descendants are looked at when given.
+
+        The cascade is NOT atomic with the parent's cancel: it is a walk of listing pages and
+        one cancel call a page, each its own write, after the parent's. Nothing in the store
+        links a parent's cancel to its children (a child is a row like any other, its parent
+        merely named on it), and a running parent learns of its cancel only at its next
+        heartbeat, so its body may enqueue a child after the walk listed its children: such a
+        straggler is not cancelled. `ujobs jobs cancel --all --parent ID` sweeps them. Without
+        `flows` no job has children: there is nothing to cascade."""
+        answers = [a for a in await self.act(Action.CANCEL, job_ids) if isinstance(a, CancelAnswer)]
+        cancelled = [
+            i for i, a in zip(job_ids, answers, strict=True) if a is CancelAnswer.CANCELLED
+        ]
+        if keep_children or not cancelled or not self.driver.capabilities().flows:
+            return CancelReport(answers)
+        cascaded = examined = 0
+        seen = set(cancelled)
+        todo = list(cancelled)
+        while todo and (max_rows is None or examined < max_rows):
+            parent = todo.pop()
+            cursor: str | None = None
+            while max_rows is None or examined < max_rows:
+                limit = MAX_LIST_LIMIT
+                if max_rows is not None:
+                    limit = min(limit, max_rows - examined)
+                page = await self.driver.job_list(
+                    JobListParams(JobFilter(parent_id=parent), limit, cursor)
+                )
+                examined += len(page.jobs)
+                fresh = [j for j in page.jobs if j.id not in seen]
+                seen.update(j.id for j in fresh)
+                # Every child is walked (a finished one may have live children); live ones
+                # are cancelled in one call a page.
+                todo += [j.id for j in fresh]
+                live = [j.id for j in fresh if j.state in LIVE_STATES]
+                if live:
+                    done = await self.driver.job_cancel_many(live, self.clock.now_ms())
+                    cascaded += sum(a is CancelAnswer.CANCELLED for a in done)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        return CancelReport(answers, cascaded, examined)
 
     async def pause(self, pause: Pause) -> bool:
         """Pause a queue, a job name or a task; True when it was not paused before."""

@@ -30,29 +30,55 @@ import datetime as dt
 import inspect
 import math
 import queue
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from jobs_core.clock import Clock
 from jobs_core.context import CancelSignal
-from jobs_core.driver import MAX_TIME_MS, JobDriver, check_step_put, check_wait, name_refusal
+from jobs_core.driver import (
+    ENQUEUE_CHUNK,
+    MAX_BULK_IDS,
+    MAX_ENQUEUE_BATCH,
+    MAX_JOIN_IDS,
+    MAX_TIME_MS,
+    JobDriver,
+    check_step_put,
+    check_wait,
+    name_refusal,
+)
 from jobs_core.errors import (
     AbortedError,
+    BatchTooLargeError,
     DeclarationInvalidError,
     DrainingError,
     JobsError,
     LeaseLostError,
     OptionInvalidError,
+    ResultFailedError,
     StepDuplicateError,
     StepNameInvalidError,
     StepOutputInvalidError,
     StepTimeoutError,
 )
+from jobs_core.ids import derived_id
 from jobs_core.jsonform import JsonValue, dumps, loads
-from jobs_core.records import ClaimedJob, EventWait, StepPut, StepRecord
+from jobs_core.records import (
+    ClaimedJob,
+    EnqueueResult,
+    EventWait,
+    JobRecord,
+    NewJob,
+    StepPut,
+    StepRecord,
+)
+from jobs_core.results import answer_of, finished
 from jobs_core.semantics import SAGA_STEP
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
+
+if TYPE_CHECKING:
+    from jobs_core.facade import Jobs
+    from jobs_core.job import JobHandle
 
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
 #: (the wake is the fast path; this is the guarantee).
@@ -156,6 +182,8 @@ class StepApi:
         self._tenant = tenant
         self._loaded: dict[str, StepRecord] | None = None
         self._used: set[str] = set()
+        #: The client a child is enqueued with (made on first use: its clock is the run's).
+        self._jobs: Jobs | None = None
         #: The completed steps of this run that declared a compensation, as met (replayed or run).
         self.compensable: list[Compensable] = []
 
@@ -377,6 +405,188 @@ class StepApi:
             wake = min(wake, until)
         raise StepSuspension(wake, wait)
 
+    # -- child jobs ---------------------------------------------------------------------------
+
+    def _child_options(
+        self, handle: JobHandle, job_id: str, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        for taken in ("id", "ids", "parent_id", "run_id"):
+            if taken in options:
+                raise DeclarationInvalidError("a child's ids are the step's own", detail=taken)
+        options["parent_id"] = self._job.id
+        # The run's tenant, as a plain enqueue inside the body takes it (`current_tenant()`):
+        # named here so a replay (or an unwinding one) enqueues for the very same tenant.
+        options.setdefault("tenant_id", self._tenant)
+        if "key" not in options and handle.key is None:
+            options["key"] = job_id  # a child needs no key of its own: its id dedupes it
+        return options
+
+    async def enqueue(self, name: str, handle: JobHandle, input: Any, **options: Any) -> str:
+        """Enqueue one child job for this run, exactly once, and answer its id.
+
+        The child's id is derived from (run id, `name`) (`jobs_core.ids.derived_id`), and the
+        id the store answered is recorded as step `name`: a replay answers the recorded id
+        without enqueueing, and a crash between the enqueue and its record enqueues the same
+        id again, which the store dedupes. The child carries this job as its parent
+        (`NewJob.parent_id`) and acts for this run's tenant unless `tenant_id=` says otherwise;
+        without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
+        (`after=` included). Needs the `flows` family."""
+        self._claim_name(name)
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            self._driver.require("flows", what="ctx.step.enqueue")
+            job_id = derived_id(self._job.run_id, name)
+            options = self._child_options(handle, job_id, options)
+            done = await self._client().enqueue(handle, input, id=job_id, **options)
+            record = await self.record(name, {"id": done.id})
+        return str(_field(record, "id"))
+
+    async def enqueue_many(
+        self, name: str, handle: JobHandle, inputs: Sequence[Any], **options: Any
+    ) -> list[str]:
+        """`enqueue` of one child per input, recorded as ONE step `name`: the ids are derived
+        from (run id, `name`, index), so a replay or a retry enqueues none twice. At most
+        `MAX_ENQUEUE_BATCH` inputs."""
+        self._claim_name(name)
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            raise DeclarationInvalidError("a list of inputs", detail="inputs")
+        if len(inputs) > MAX_ENQUEUE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
+        for one_only in ("after", "after_policy"):
+            if one_only in options:
+                raise DeclarationInvalidError(
+                    "children that wait for other jobs are enqueued one by one (enqueue)",
+                    detail=one_only,
+                )
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            self._driver.require("flows", what="ctx.step.enqueue_many")
+            from jobs_core.facade import build_record
+
+            ids = [derived_id(self._job.run_id, name, i) for i in range(len(inputs))]
+            records = [
+                build_record(
+                    handle,
+                    value,
+                    clock=self._clock,
+                    id=job_id,
+                    **self._child_options(handle, job_id, dict(options)),
+                )
+                for value, job_id in zip(inputs, ids, strict=True)
+            ]
+            answered: list[JsonValue] = []
+            for at in range(0, len(records), ENQUEUE_CHUNK):
+                answered.extend(
+                    d.id for d in await self._enqueue_chunk(records[at : at + ENQUEUE_CHUNK])
+                )
+            record = await self.record(name, {"ids": answered})
+        got = _field(record, "ids")
+        if not isinstance(got, list):
+            raise DeclarationInvalidError(f"{name!r} is recorded, but not as children", detail=name)
+        return [str(i) for i in got]
+
+    async def result(self, name: str, job_id: str) -> Any:
+        """The result of job `job_id` (a child, or any job), recorded as step `name`: while it
+        is live the run PARKS — no attempt spent, no slot held — and resumes once it finished.
+        `X_RESULT_FAILED` (`ResultFailedError`, terminal) when it ended dead, failed or
+        cancelled (or no longer exists: state "missing"), on the first run and every replay."""
+        self._claim_name(name)
+        (outcome,) = await self._gathered(name, (job_id,))
+        return _answer(outcome, return_errors=False)
+
+    async def gather(
+        self, name: str, job_ids: Sequence[str], *, return_errors: bool = False
+    ) -> list[Any]:
+        """The results of `job_ids`, in their order, recorded as ONE step `name`: while any of
+        them is live the run PARKS on all of them at once (no attempt, no slot) and the store
+        releases it when the last one finishes — one wake, however many children.
+
+        A job that did not complete raises `ResultFailedError` (the first in order; terminal)
+        unless `return_errors=True`: then its place holds a `ResultFailedError` (`job_id`,
+        `state`, `error`). Recorded as `{"results": [{"ok": <result>} | {"failed": {"job_id",
+        "state", "error"}}, ...]}`, so a replay answers, and raises, exactly the same."""
+        self._claim_name(name)
+        if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
+            raise DeclarationInvalidError("a list of job ids", detail="job_ids")
+        outcomes = await self._gathered(name, tuple(job_ids))
+        answers = [_answer(o, return_errors=return_errors) for o in outcomes]
+        return answers
+
+    async def _gathered(self, name: str, job_ids: tuple[str, ...]) -> list[JsonValue]:
+        """The recorded outcome of each of `job_ids` (see `gather`); parks while any is live."""
+        for job_id in job_ids:
+            if not isinstance(job_id, str):
+                raise DeclarationInvalidError("a job id is a string", detail="job_ids")
+        distinct = tuple(dict.fromkeys(job_ids))
+        if len(distinct) > MAX_JOIN_IDS:
+            raise BatchTooLargeError(detail=f"{len(distinct)} jobs > {MAX_JOIN_IDS}")
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            self._driver.require("flows", what="ctx.step.gather")
+            rows: dict[str, JobRecord] = {}
+            for at in range(0, len(distinct), MAX_BULK_IDS):
+                rows.update(await self._driver.job_get_many(distinct[at : at + MAX_BULK_IDS]))
+            live = tuple(i for i in distinct if i in rows and not finished(rows[i]))
+            if live:
+                # The store recounts the join as the park lands: a child that finished since
+                # the read above counts as finished, and none finishing meanwhile is missed.
+                raise StepSuspension(None, join=live)
+            outcomes = [_outcome(i, rows.get(i)) for i in job_ids]
+            self._refuse_if_stopped(name)
+            record = await self._store(name, _output_text(name, {"results": outcomes}))
+        got = _field(record, "results")
+        if not isinstance(got, list) or len(got) != len(job_ids):
+            raise DeclarationInvalidError(
+                f"{name!r} is recorded, but not as these jobs' results", detail=name
+            )
+        return got
+
+    async def _enqueue_chunk(self, chunk: list[NewJob]) -> list[EnqueueResult]:
+        return await self._client()._retrying(lambda: self._driver.job_enqueue_many(chunk))
+
+    def _client(self) -> Jobs:
+        from jobs_core.facade import Jobs
+
+        if self._jobs is None:
+            self._jobs = Jobs(self._driver, clock=self._clock)
+        return self._jobs
+
+
+def _outcome(job_id: str, row: JobRecord | None) -> JsonValue:
+    """A finished row's outcome as `gather` records it."""
+    if row is None:
+        return {"failed": {"job_id": job_id, "state": "missing", "error": None}}
+    try:
+        return {"ok": answer_of(row)}
+    except ResultFailedError as exc:
+        return {"failed": {"job_id": exc.job_id, "state": exc.state, "error": exc.error}}
+
+
+def _answer(outcome: JsonValue, *, return_errors: bool) -> Any:
+    """A recorded outcome as `gather` answers it: the result, or the failure (raised unless
+    `return_errors`)."""
+    if isinstance(outcome, dict) and "ok" in outcome:
+        return outcome["ok"]
+    failed = outcome.get("failed") if isinstance(outcome, dict) else None
+    if not isinstance(failed, dict):
+        raise DeclarationInvalidError("a recorded result is neither a value nor a failure")
+    job_id, state, error = failed.get("job_id"), failed.get("state"), failed.get("error")
+    exc = ResultFailedError(
+        f"job {job_id} ended {state}",
+        job_id=str(job_id),
+        state=str(state),
+        error=error if isinstance(error, str) else None,
+    )
+    if return_errors:
+        return exc
+    raise exc
+
 
 def _field(record: StepRecord, key: str) -> JsonValue:
     value = loads(record.output_json)
@@ -444,6 +654,22 @@ class SyncStepApi:
 
     def wait_for_event(self, name: str, event: str, **options: Any) -> Any:
         return self._wait(self._api.wait_for_event(name, event, **options))
+
+    def enqueue(self, name: str, handle: JobHandle, input: Any, **options: Any) -> str:
+        return str(self._wait(self._api.enqueue(name, handle, input, **options)))
+
+    def enqueue_many(
+        self, name: str, handle: JobHandle, inputs: Sequence[Any], **options: Any
+    ) -> list[str]:
+        return list(self._wait(self._api.enqueue_many(name, handle, inputs, **options)))
+
+    def result(self, name: str, job_id: str) -> Any:
+        return self._wait(self._api.result(name, job_id))
+
+    def gather(
+        self, name: str, job_ids: Sequence[str], *, return_errors: bool = False
+    ) -> list[Any]:
+        return list(self._wait(self._api.gather(name, job_ids, return_errors=return_errors)))
 
 
 def _answer_on(

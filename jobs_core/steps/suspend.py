@@ -7,15 +7,26 @@ from jobs_core.records import EventWait
 
 
 class StepSuspension(BaseException):
-    """The body asked to park: resume it at `run_at_ms`, or earlier when `wait`'s event comes.
+    """The body asked to park: resume it at `run_at_ms`, or earlier when `wait`'s event comes;
+    or, with a `join` (and `run_at_ms` None), once every job of `join` finished.
 
     A `BaseException`, so a body's `except Exception` cannot swallow it by mistake.
     """
 
-    def __init__(self, run_at_ms: int, wait: EventWait | None = None) -> None:
-        super().__init__(f"suspended until {run_at_ms}")
+    def __init__(
+        self,
+        run_at_ms: int | None,
+        wait: EventWait | None = None,
+        *,
+        join: tuple[str, ...] | None = None,
+    ) -> None:
+        if run_at_ms is None and join is None:
+            raise ValueError("a suspension without a time waits for jobs: give join=")
+        what = f"until {run_at_ms}" if join is None else f"for {len(join)} jobs"
+        super().__init__(f"suspended {what}")
         self.run_at_ms = run_at_ms
         self.wait = wait
+        self.join = join
 
 
 class UnwindReached(BaseException):

@@ -1087,6 +1087,11 @@ class ParityMachine(PairedMachine[JobDriver]):
                     self._note("reclaim into the last attempt")
             elif old.state == JobState.PARKED:
                 self._note("claim of a parked row")
+                joined = self.model.joins.get(j.id)
+                if joined is not None and joined[0] and joined[1] == old.claims:
+                    self._note("claim of a waiter at its run_at, its join pending")
+            if j.join is not None and old.state == JobState.READY and not j.join.pending:
+                self._note("claim of a waiter its join released")
             if old.state != JobState.RUNNING and old.run_at_ms == now:
                 self._note("claim at exactly run_at_ms")
         for b in got.buried:
@@ -1656,7 +1661,7 @@ class ParityMachine(PairedMachine[JobDriver]):
 #: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
 #: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
 FAMILIES: frozenset[str] = frozenset(
-    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention"}
+    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows"}
 )
 
 #: The job family's rules each other family's walk draws beside its own: what makes the rows,
@@ -1670,6 +1675,11 @@ BORROWS: dict[str, frozenset[str]] = {
     "leases": frozenset({"advance"}),
     "tasks": frozenset({"seed", "enqueue_many", "claim", "advance"}),
     "retention": frozenset({"seed", "work", "workers_die", "cancel", "advance"}),
+    # What finishes the rows a random join names (every finishing path but the operator's
+    # remove, which the family's own rules aim) and what claims a waiter at its run_at.
+    "flows": frozenset(
+        {"seed", "enqueue_many", "work", "claim", "workers_die", "cancel", "advance_to_due"}
+    ),
 }
 
 
@@ -1701,12 +1711,15 @@ def make_machine(
 def _every_rule() -> type[ParityMachine]:
     """One class with every family's rules and state checks (a walk switches some off)."""
     from jobs_core.testing.durable_rules import DurableRules
+    from jobs_core.testing.flow_rules import FlowRules
     from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
     from jobs_core.testing.task_rules import TaskRules
 
     return type(
-        "EveryFamily", (OperatorRules, DurableRules, LeaseRules, TaskRules, ParityMachine), {}
+        "EveryFamily",
+        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, ParityMachine),
+        {},
     )
 
 

@@ -24,6 +24,7 @@ from jobs_core.driver import (
     MAX_PURGE_LIMIT,
     MAX_TASK_BATCH,
     MAX_TIME_MS,
+    check_join_ids,
     check_new_job,
 )
 from jobs_core.errors import (
@@ -54,6 +55,10 @@ from jobs_core.records import (
     JobPage,
     JobRecord,
     JobSummary,
+    JoinEnqueue,
+    JoinEnqueueAnswer,
+    JoinPolicy,
+    JoinState,
     Lease,
     LeaseRef,
     LeaseRenew,
@@ -132,6 +137,19 @@ class ReferenceModel:
         self.lease_tokens = 0
         #: task name -> its mark (its watermark and its last fire), once armed.
         self.marks: dict[str, TaskMark] = {}
+        #: flows: waiter id -> (the ids of its join not finished yet, the claim count it parked
+        #: under). Like a wait, a join moves only while its row is parked under that very claim
+        #: (`pending_of`): any move out of `parked` leaves the entry stale, and parking on a
+        #: join again replaces it (recounted from the rows as they stand then).
+        self.joins: dict[str, tuple[frozenset[str], int]] = {}
+        #: flows: the rows `job_watch` marked, until removed or purged.
+        self.watched: set[str] = set()
+        #: flows: each watched row's id, once per finish, in finishing order (what
+        #: `finish_subscribe` listeners hear).
+        self.announced: list[str] = []
+        #: flows: every waiter move, in order — (waiter, dependency, the finishing path,
+        #: released) — for the walk's tally; the suite drains it (`moves.clear()`).
+        self.moves: list[tuple[str, str, str, bool]] = []
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -166,6 +184,108 @@ class ReferenceModel:
         key = (r.name, r.queue, minute, _MINUTE)
         row = self.counters.setdefault(key, dict.fromkeys(_COLUMNS, 0))
         row[column] += 1
+
+    # -- flows: the finish rule ---------------------------------------------------------------
+
+    def pending_of(self, waiter_id: str) -> frozenset[str] | None:
+        """The dependencies `waiter_id` still waits for: its last join's, while the row is
+        parked under the claim that parked it on that join; None otherwise (never joined,
+        released, claimed at its run_at, cancelled, removed, parked again without a join)."""
+        r = self.rows.get(waiter_id)
+        stored = self.joins.get(waiter_id)
+        if r is None or stored is None or r.state != JobState.PARKED or r.claims != stored[1]:
+            return None
+        return stored[0]
+
+    def waiters(self) -> dict[str, frozenset[str]]:
+        """Every row parked on a join now, by id, with the dependencies it still waits for."""
+        out = {}
+        for waiter_id in sorted(self.joins):
+            pending = self.pending_of(waiter_id)
+            if pending is not None:
+                out[waiter_id] = pending
+        return out
+
+    def _count_join(self, after: Sequence[str]) -> tuple[frozenset[str], int]:
+        """A join's dependencies not finished now, and how many of the finished ones did not
+        complete (an id naming no row counts as finished, not completed)."""
+        pending: set[str] = set()
+        failed = 0
+        for dep in after:
+            r = self.rows.get(dep)
+            if r is not None and r.state in _LIVE:
+                pending.add(dep)
+            elif r is None or r.state != JobState.COMPLETED:
+                failed += 1
+        return frozenset(pending), failed
+
+    def _finished(self, r: JobRecord, now_ms: int | None, how: str) -> None:
+        """`r` just finished (its row as the finishing write left it, or as it was when the
+        write deleted it): in the same write every row parked on a join that still waits for
+        it moves — one dependency fewer pending, one more failed unless `r` completed — and one
+        left with none pending is `ready` at the finish's `now_ms`. A watched row announces."""
+        completed = r.state == JobState.COMPLETED
+        for waiter_id, pending in self.waiters().items():
+            if r.id not in pending:
+                continue
+            w = self.rows[waiter_id]
+            assert w.join is not None, w
+            left = pending - {r.id}
+            # The stored count and the ids still pending are one fact, kept twice.
+            assert w.join.pending == len(pending), (w.join, pending)
+            join = replace(w.join, pending=len(left), failed=w.join.failed + (not completed))
+            self.joins[waiter_id] = (left, w.claims)
+            if left:
+                self.rows[waiter_id] = replace(w, join=join)
+            else:
+                # `_job_remove` takes no time, and the contract releases a waiter at "the
+                # finish's now_ms": the time a remove of the last dependency releases it at is
+                # not written. Read here as the reference driver reads it (due at once, at its
+                # own `created_at_ms`); the flow rules never remove a last dependency, so no
+                # walk of the family holds a driver to this reading.
+                at = w.created_at_ms if now_ms is None else now_ms
+                self.rows[waiter_id] = replace(w, join=join, state=JobState.READY, run_at_ms=at)
+            self.moves.append((waiter_id, r.id, how, not left))
+        if r.id in self.watched:
+            self.announced.append(r.id)
+
+    def join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        """All checks first; then each item in order: refused as `missing` (nothing written)
+        when an id of its `after` names no row, else enqueued as `job_enqueue` does, an inserted
+        row holding its join — `parked` (no run_at) while a dependency is not finished, else
+        `ready` at its own run_at."""
+        if len(items) > MAX_ENQUEUE_BATCH:
+            raise BatchTooLargeError(detail=f"{len(items)} > {MAX_ENQUEUE_BATCH}")
+        for item in items:
+            check_new_job(item.job)
+            check_join_ids(item.after, "after")
+            if not isinstance(item.policy, JoinPolicy):
+                raise RecordInvalidError(detail="policy")
+        out: list[JoinEnqueueAnswer] = []
+        for item in items:
+            missing = tuple(dep for dep in item.after if dep not in self.rows)
+            if missing:
+                out.append(JoinEnqueueAnswer(None, missing))
+                continue
+            answer = self._enqueue(item.job)
+            out.append(JoinEnqueueAnswer(answer))
+            if answer.deduped:
+                continue
+            pending, failed = self._count_join(item.after)
+            join = JoinState(len(item.after), len(pending), failed, item.policy)
+            r = self.rows[item.job.id]
+            if pending:
+                self.rows[r.id] = replace(r, join=join, state=JobState.PARKED, run_at_ms=None)
+                self.joins[r.id] = (pending, r.claims)
+            else:
+                self.rows[r.id] = replace(r, join=join)
+        return out
+
+    def job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """Mark the existing rows of `job_ids` watched; answer them as `job_get_many` does."""
+        _check_bulk(job_ids)
+        self.watched.update(i for i in job_ids if i in self.rows)
+        return self.job_get_many(job_ids)
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -211,12 +331,15 @@ class ReferenceModel:
             result_json=None,
             enqueued_by=job.enqueued_by,
             traceparent=job.traceparent,
+            parent_id=job.parent_id,
+            batch_id=job.batch_id,
         )
         return EnqueueResult(job.id, deduped=False)
 
     def job_claim(self, p: ClaimParams) -> ClaimResult:
-        """Beat, bury lapsed final attempts (pauses or not), then claim in priority order. A
-        lease lapsed once it ended by now and, when the claim bounds it, by `reclaim_until_ms`."""
+        """Beat, claim in priority order, and bury lapsed final attempts (pauses or not); the
+        waiters a bury releases wait for the next claim. A lease lapsed once it ended by now and,
+        when the claim bounds it, by `reclaim_until_ms`."""
         if not p.queues:
             raise ClaimQueuesEmptyError(detail="queues")
         now = p.now_ms
@@ -232,20 +355,6 @@ class ReferenceModel:
                 and end <= now
                 and (p.reclaim_until_ms is None or end <= p.reclaim_until_ms)
             )
-
-        buried: list[BuriedJob] = []
-        for r in self._by_id():
-            if r.queue in asked and lapsed(r) and r.attempt >= r.max_attempts:
-                state = JobState.FAILED if r.name in p.drop_exhausted else JobState.DEAD
-                self.rows[r.id] = replace(
-                    r,
-                    state=state,
-                    finished_at_ms=now,
-                    lease_until_ms=None,
-                    last_error=LEASE_LAPSED_ERROR,
-                )
-                buried.append(BuriedJob(r.id, r.name, r.queue, state))
-                self._bump(r, now, "dead_lettered" if state == JobState.DEAD else "dropped")
 
         def claimable(r: JobRecord) -> bool:
             if r.queue not in asked or self._paused(r):
@@ -289,8 +398,26 @@ class ReferenceModel:
                     created_at_ms=new.created_at_ms,
                     enqueued_by=new.enqueued_by,
                     traceparent=new.traceparent,
+                    join=new.join,
                 )
             )
+        # Buried after the claim took its rows: a waiter a bury releases is claimable from the
+        # next claim on.
+        buried: list[BuriedJob] = []
+        for r in self._by_id():
+            if r.queue in asked and lapsed(r) and r.attempt >= r.max_attempts:
+                state = JobState.FAILED if r.name in p.drop_exhausted else JobState.DEAD
+                self.rows[r.id] = replace(
+                    r,
+                    state=state,
+                    finished_at_ms=now,
+                    lease_until_ms=None,
+                    last_error=LEASE_LAPSED_ERROR,
+                )
+                buried.append(BuriedJob(r.id, r.name, r.queue, state))
+                self._bump(r, now, "dead_lettered" if state == JobState.DEAD else "dropped")
+                self._finished(self.rows[r.id], now, "bury")
+
         return ClaimResult(tuple(jobs), tuple(sorted(buried, key=lambda b: b.id)))
 
     def job_ack(self, acks: Sequence[Ack]) -> list[bool]:
@@ -313,12 +440,17 @@ class ReferenceModel:
                 progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
             )
             self._bump(r, a.now_ms, "completed")
+            self._finished(self.rows[r.id], a.now_ms, "ack")
             out.append(True)
         return out
 
     def job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
         """Give each held job back as its kind says, in order; False where the fence is gone."""
         for n in nacks:
+            if n.join is not None:
+                if n.kind != NackKind.PARK or n.wait is not None:
+                    raise RecordInvalidError("only a park without a wait joins", detail="join")
+                check_join_ids(n.join, "join")
             if n.kind == NackKind.RETRY and n.run_at_ms is None:
                 raise RecordInvalidError("a retry needs run_at_ms", detail="run_at_ms")
             _check_json(n.progress_json, "progress_json")
@@ -339,8 +471,19 @@ class ReferenceModel:
                     after = replace(after, state=JobState.READY, run_at_ms=n.now_ms)
                 else:
                     self.waits[r.id] = (n.wait, r.claims)
+            if n.join is not None:
+                # Counted as the rows stand before this write: the row itself is still running.
+                pending, failed = self._count_join(n.join)
+                join = JoinState(len(n.join), len(pending), failed, JoinPolicy.ALWAYS)
+                after = replace(after, join=join)
+                if pending:
+                    self.joins[r.id] = (pending, r.claims)
+                else:
+                    after = replace(after, state=JobState.READY, run_at_ms=n.now_ms)
             self.rows[r.id] = after
             self._bump(r, n.now_ms, _nack_column(n))
+            if n.kind in (NackKind.FAIL, NackKind.REFUSE):
+                self._finished(after, n.now_ms, n.kind.value)
             out.append(True)
         return out
 
@@ -432,6 +575,11 @@ class ReferenceModel:
             del self.events[e.id]
         return len(expired)
 
+    def _forget_flows(self, job_id: str) -> None:
+        """A deleted row takes its join and its watch with it."""
+        self.joins.pop(job_id, None)
+        self.watched.discard(job_id)
+
     def _forget_run(self, r: JobRecord) -> None:
         """A deleted row takes its steps with it."""
         for key in [k for k in self.steps if k[0] == r.run_id]:
@@ -474,6 +622,7 @@ class ReferenceModel:
             r, state=JobState.CANCELLED, finished_at_ms=now_ms, lease_until_ms=None
         )
         self._bump(r, now_ms, "cancelled")
+        self._finished(self.rows[job_id], now_ms, "cancel")
         return CancelAnswer.CANCELLED
 
     def job_cancel_many(self, job_ids: Sequence[str], now_ms: int) -> list[CancelAnswer]:
@@ -571,6 +720,10 @@ class ReferenceModel:
             else:
                 del self.rows[i]
                 self._forget_run(r)
+                if r.state in _LIVE:
+                    # A live row removed finishes without completing (its id is gone already).
+                    self._finished(r, None, "remove")
+                self._forget_flows(i)
                 out.append(RemoveAnswer.REMOVED)
         return out
 
@@ -578,7 +731,14 @@ class ReferenceModel:
         """Newest first by (created_at, id): after the cursor, examine up to `scan` rows and
         keep up to `limit` of those the filter keeps."""
         f = p.filter
-        for what, value in (("queue", f.queue), ("name", f.name), ("tenant_id", f.tenant_id)):
+        fields = (
+            ("queue", f.queue),
+            ("name", f.name),
+            ("tenant_id", f.tenant_id),
+            ("parent_id", f.parent_id),
+            ("batch_id", f.batch_id),
+        )
+        for what, value in fields:
             if value is not None and (not isinstance(value, str) or not value):
                 raise RecordInvalidError(detail=f"filter.{what}")
         if not _an_int_in(p.limit, 1, MAX_LIST_LIMIT):
@@ -600,6 +760,8 @@ class ReferenceModel:
                 and f.queue in (None, r.queue)
                 and f.name in (None, r.name)
                 and f.tenant_id in (None, r.tenant_id)
+                and f.parent_id in (None, r.parent_id)
+                and f.batch_id in (None, r.batch_id)
             ):
                 taken.append(JobSummary.of(r))
         if examined == len(order):
@@ -640,6 +802,7 @@ class ReferenceModel:
         for r in doomed:
             del self.rows[r.id]
             self._forget_run(r)
+            self._forget_flows(r.id)
         return len(doomed)
 
     def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:

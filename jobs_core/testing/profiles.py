@@ -77,6 +77,7 @@ FAMILY_SHARE: Final[dict[str, float]] = {
     "leases": 0.375,
     "tasks": 0.5,
     "retention": 0.375,
+    "flows": 0.5,
 }
 
 

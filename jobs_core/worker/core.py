@@ -354,6 +354,10 @@ class Worker:
             self._stop_task = asyncio.create_task(self._drain.teardown(deadline))
             self._drain_begun.set()
         await asyncio.shield(self._stop_task)
+        if self._client is not None:
+            # What the bodies' client opened (a `result` wait's finish subscription) ends with
+            # the worker; the driver is the caller's.
+            await self._client.close()
 
     def observe(self, observer: Observer) -> None:
         """Call `observer(job, outcome, body_ms)` after every settle of this worker that landed

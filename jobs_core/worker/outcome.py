@@ -93,8 +93,10 @@ class Outcomes:
         self.observers: list[Observer] = []
 
     async def suspend(self, held: Held, asked: StepSuspension) -> None:
-        """Park a run that asked to (a sleep, an event wait): no attempt spent, resumed at
-        `asked.run_at_ms` or when its event arrives; never an ending (no `on_settled`)."""
+        """Park a run that asked to (a sleep, an event wait, a gather of child jobs): no attempt
+        spent, no slot held, resumed at `asked.run_at_ms`, when its event arrives, or when the
+        store releases its join (the last of `asked.join` finished); never an ending (no
+        `on_settled`)."""
         job = held.job
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         held.settled = True
@@ -106,15 +108,20 @@ class Outcomes:
                 asked.run_at_ms,
                 progress_json=held.pending_progress(self._worker_id),
                 wait=asked.wait,
+                join=asked.join,
             )
         )
         self.tally(Outcome.SUSPENDED, landed, job)
         log.debug(
-            "jobs.run.suspended %s %s until %d%s",
+            "jobs.run.suspended %s %s until %s%s",
             job.name,
             job.id,
             asked.run_at_ms,
-            f" or event {asked.wait.event!r}" if asked.wait else "",
+            f" or event {asked.wait.event!r}"
+            if asked.wait
+            else f" {len(asked.join)} jobs finished"
+            if asked.join
+            else "",
             extra=job_fields(self._worker_id, job),
         )
 

@@ -13,10 +13,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from jobs_core import tracing
+from jobs_core.batch import batch_view
 from jobs_core.clock import Clock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    DependencyFailedError,
     InputInvalidError,
     JobCancelledError,
     JobsError,
@@ -29,7 +31,7 @@ from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.leases.admit import Gate, Handed, Refusal
-from jobs_core.records import Ack, Nack, NackKind
+from jobs_core.records import Ack, JoinPolicy, Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
 from jobs_core.tenant import acting_for
@@ -274,6 +276,17 @@ class Runner:
             undecodable = InputInvalidError(f"the stored input cannot be decoded: {brief(exc)}")
             await self._outcomes.settle_error(held, handle, typed(exc, undecodable))
             return
+        join = job.join
+        if join is not None and join.policy is JoinPolicy.SUCCESS and join.failed > 0:
+            # Released from an `after=` whose dependency did not complete: failed for good
+            # (terminal: the dependency is finished for good), its body never run.
+            unmet = DependencyFailedError(
+                f"{join.failed} of the {join.total} jobs it depends on did not complete",
+                detail=job.id,
+            )
+            await self._outcomes.settle_error(held, handle, unmet, input)
+            return
+        input = batch_view(input, join)
         try:
             tenant = handle.tenant_for(input)
         except Exception as exc:

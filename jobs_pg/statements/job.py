@@ -62,6 +62,17 @@ RECORD_COLUMNS: Final = (
     "traceparent",
 )
 
+#: A row's flows fields (`parent_id`, `batch_id`, its `join`), read after `WAIT_COLUMNS` by
+#: `JOB_GET_MANY` and after the claimed columns by `JOB_CLAIM`'s claimed rows.
+FLOW_COLUMNS: Final = (
+    "parent_id",
+    "batch_id",
+    "join_total",
+    "join_pending",
+    "join_failed",
+    "join_policy",
+)
+
 #: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
 #: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
 WAIT_COLUMNS: Final = (
@@ -89,7 +100,16 @@ _INSERT_COLUMNS: Final = (
     "created_at_ms",
     "enqueued_by",
     "traceparent",
+    "parent_id",
+    "batch_id",
 )
+
+#: `NEW_JOB_ARRAYS` and the flows links: the rows of a job batch (the outbox stages no links).
+_JOB_ARRAYS: Final[dict[str, sa.types.TypeEngine[Any]]] = {
+    **NEW_JOB_ARRAYS,
+    "parent_id": TEXT,
+    "batch_id": TEXT,
+}
 
 
 def _fenced(t: sa.FromClause) -> sa.ColumnElement[bool]:
@@ -185,6 +205,8 @@ _ENQ_VALUES: Final = {
     "created_at_ms": p("created_at_ms", BIGINT),
     "enqueued_by": p("enqueued_by", TEXT),
     "traceparent": p("traceparent", TEXT),
+    "parent_id": p("parent_id", TEXT),
+    "batch_id": p("batch_id", TEXT),
 }
 
 
@@ -274,12 +296,14 @@ SHARED_COLUMNS: Final = (
     "created_at_ms",
     "enqueued_by",
     "traceparent",
+    "parent_id",
+    "batch_id",
 )
-_rows_src = unnest("r", **NEW_JOB_ARRAYS)
+_rows_src = unnest("r", **_JOB_ARRAYS)
 _taken = jobs.alias("taken")
 _rows = sa.select(
     *(
-        sa.func.coalesce(c, p(f"{c.name}_all", NEW_JOB_ARRAYS[c.name])).label(c.name)
+        sa.func.coalesce(c, p(f"{c.name}_all", _JOB_ARRAYS[c.name])).label(c.name)
         if c.name in SHARED_COLUMNS
         else c
         for c in _rows_src.c
@@ -480,6 +504,7 @@ _claimed = (
         jobs.c.created_at_ms,
         jobs.c.enqueued_by,
         jobs.c.traceparent,
+        *(jobs.c[c] for c in FLOW_COLUMNS[2:]),
     )
     .cte("claimed")
 )
@@ -566,6 +591,7 @@ JOB_CLAIM: Final = sa.union_all(
         _claimed.c.created_at_ms,
         _claimed.c.enqueued_by,
         _claimed.c.traceparent,
+        *(_claimed.c[c] for c in FLOW_COLUMNS[2:]),
     ),
     sa.select(
         lit("b"),
@@ -585,6 +611,7 @@ JOB_CLAIM: Final = sa.union_all(
         _null(),
         _null(),
         _null(),
+        *(_null() for _ in FLOW_COLUMNS[2:]),
     ),
 ).add_cte(_beat, _buried_counted)
 
@@ -1070,6 +1097,8 @@ SUMMARY_COLUMNS: Final = (
     "run_at_ms",
     "created_at_ms",
     "finished_at_ms",
+    "parent_id",
+    "batch_id",
 )
 _after = sa.tuple_(p("after_created_at_ms", BIGINT), p("after_id", TEXT))
 
@@ -1104,6 +1133,8 @@ _hit = sa.and_(
     sa.or_(p("queue", TEXT).is_(None), _walk.c.queue == p("queue", TEXT)),
     sa.or_(p("name", TEXT).is_(None), _walk.c.name == p("name", TEXT)),
     sa.or_(p("tenant_id", TEXT).is_(None), _walk.c.tenant_id == p("tenant_id", TEXT)),
+    sa.or_(p("parent_id", TEXT).is_(None), _walk.c.parent_id == p("parent_id", TEXT)),
+    sa.or_(p("batch_id", TEXT).is_(None), _walk.c.batch_id == p("batch_id", TEXT)),
 )
 _walked = sa.select(
     *_walk.c,
@@ -1148,8 +1179,10 @@ JOB_LIST: Final = sa.union_all(
     sa.select(
         lit("t"),
         _last.c.id,
-        *(sa.null() for _ in SUMMARY_COLUMNS[1:-2]),
+        *(sa.null() for _ in SUMMARY_COLUMNS[1:-4]),
         _last.c.created_at_ms,
+        sa.null(),
+        sa.null(),
         sa.null(),
         _follows,
     ),
@@ -1159,9 +1192,9 @@ JOB_LIST: Final = sa.union_all(
 # One primary-key probe per id through `= ANY(array)`: the statement text does not change with
 # the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order,
 # then the three of its wait.
-JOB_GET_MANY: Final = sa.select(*(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS))).where(
-    jobs.c.id == sa.func.any(arr("ids", TEXT))
-)
+JOB_GET_MANY: Final = sa.select(
+    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS))
+).where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
 
 # -- JOB_PURGE ----------------------------------------------------------------------------------
 # ONE statement: per final state, its expired rows oldest first through `jobs_finished` (state

@@ -10,10 +10,13 @@
 --   q is "0" for a row the caller could not find, which no fence can hold).
 --   An absent result clears the stored one; an absent progress keeps it.
 --   (Two ARGV per item, not six: the client packs each argument, and that cost dominated.)
+-- join:waiters, join:pending anywhere before the finished and accounting keys
+--   (includes/flows.lua: the finish rule)
 -- Items apply in order, so a second ack of the same fence in one call misses.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held (nothing written).
 --!include row.lua
 --!include account.lua
+--!include flows.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
@@ -21,6 +24,7 @@ for i = 1, #ARGV / 2 do
   local id = ARGV[2 * i - 1]
   local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
+    local flags = flow_flags(t)
     t[1] = "completed"
     t[5] = ""
     t[7] = rest[1]
@@ -39,6 +43,7 @@ for i = 1, #ARGV / 2 do
     -- accounting
     count_settle(t, rest[1], "completed")
     count_rows(id, t[10], "completed", 1)
+    flow_finished(id, flags, true, rest[1])
     out[i] = "1"
   else
     out[i] = "0"

@@ -4,7 +4,8 @@
 --
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] finished:cancelled (zset id by finished_at_ms)
 -- KEYS[1 + 3q] lease:<queue q>, KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>
--- then wait, wait:index (includes/durable.lua: a cancelled parked row's wait goes)
+-- then wait, wait:index (includes/durable.lua: a cancelled parked row's wait goes), and
+--   join:waiters, join:pending (includes/flows.lua: a cancel finishes the row)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each cancel moves its
 --   `cancelled` counter and its queue's cancelled count
 -- ARGV: includes/bulk.lua (ARGV[1] now_ms)
@@ -15,6 +16,7 @@
 --!include durable.lua
 --!include account.lua
 --!include bulk.lua
+--!include flows.lua
 
 acc_open(#KEYS - 5)
 local now = ARGV[1]
@@ -22,6 +24,7 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
   if not is_live(t[1]) then
     return "f"
   end
+  local flags = flow_flags(t)
   t[1] = "cancelled"
   t[5] = ""
   t[7] = now
@@ -34,6 +37,7 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
   count_settle(t, now, "cancelled")
   count_rows(id, t[10], "cancelled", 1)
   drop_wait(id)
+  flow_finished(id, flags, false, now)
   return "c"
 end)
 acc_close()

@@ -1,5 +1,6 @@
 -- job_claim — bury lapsed final attempts, then claim up to `limit` due rows in
--- (priority, run_at, id) order across the asked queues, skipping paused queues and names.
+-- (priority, run_at, id) order across the asked queues, skipping paused queues and names; the
+-- waiters the buries release are ready for the next claim, not this one.
 --
 -- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] job:live   KEYS[4] job:error
 -- KEYS[5] pause:queue (set)   KEYS[6] pause:name (set)   KEYS[7] worker (hash)
@@ -17,14 +18,17 @@
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
 -- ARGV[10+m+d] lapsed by: a lease ending at or before it has lapsed (jobs_core.semantics.lapsed_by:
 --   now_ms, or the earlier reclaim_until_ms of a worker back from an outage)
--- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row NUL
--- data row, the jobs joined by NUL (19 fields each: the rows have fixed field counts), "" for
--- none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
+-- join:waiters, join:pending anywhere before the finished keys (includes/flows.lua: a bury
+--   finishes its row)
+-- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row (its
+-- 13 fields) NUL join ("" for none; includes/flows.lua) NUL data row, the jobs joined by NUL (20
+-- fields each: the rows have fixed field counts), "" for none. buried is flat, per row: id, name, queue, new state (unordered; the caller sorts by id).
 --!include row.lua
 --!include id_order.lua
 --!include match.lua
 --!include durable.lua
 --!include account.lua
+--!include flows.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 
@@ -70,6 +74,9 @@ local function less(a, b)
 end
 
 local buried = {}
+-- The bury's finishes move their waiters after the claim chose its rows (the contract: a
+-- waiter a claim's bury releases is claimable from the next claim on).
+local finished = {}
 local lapsed = {}
 for q = 1, m do
   local lease_key = KEYS[7 + 3 * q]
@@ -80,6 +87,7 @@ for q = 1, m do
       if drop[t[11]] then
         state = "failed"
       end
+      local flags = flow_flags(t)
       t[1] = state
       t[5] = ""
       t[7] = ARGV[1]
@@ -100,6 +108,7 @@ for q = 1, m do
       buried[b + 2] = t[11]
       buried[b + 3] = t[10]
       buried[b + 4] = state
+      finished[#finished + 1] = { id = id, flags = flags }
     elseif not qpaused[q] and t[6] ~= "" and not name_paused(t[11]) then
       lapsed[#lapsed + 1] = { score = tonumber(t[8]) * B + tonumber(t[6]), id = id, row = t, lq = q }
     end
@@ -209,8 +218,12 @@ for _, c in ipairs(chosen) do
   redis.call("ZADD", KEYS[7 + 3 * q], lease_end, c.id)
   local n = #claimed
   claimed[n + 1] = c.id
-  claimed[n + 2] = row
-  claimed[n + 3] = data_row(redis.call("HGET", KEYS[2], c.id))
+  claimed[n + 2] = #t > 13 and table.concat(t, Z, 1, 13) or row
+  claimed[n + 3] = t[14] or ""
+  claimed[n + 4] = data_row(redis.call("HGET", KEYS[2], c.id))
+end
+for _, f in ipairs(finished) do
+  flow_finished(f.id, f.flags, false, ARGV[1])
 end
 acc_close()
 return { table.concat(claimed, Z), buried }

@@ -8,10 +8,12 @@
 -- ARGV[1] n, the number of records
 -- ARGV[1 + i] record i, packed in one argument (packing seven arguments per record cost the
 --   client more than the whole script costs the server):
---   "<score> <q> <due> <id bytes> <state bytes> <namespace bytes> " id state_row data_row
+--   "<score> <q> <due> <id bytes> <state bytes> <namespace bytes> <tail bytes> " id state_row
+--   data_row
 --   score: the due score; q: the index of its queue below; due: "1" when due at creation (may
---   wake) else "0"; the byte lengths cut the id and the state row out, and the namespace is
---   the state row's tail.
+--   wake) else "0"; the byte lengths cut the id and the state row out, and the namespace ends
+--   the state row but for its last <tail bytes> (0, or a flow row's four more fields:
+--   includes/flows.lua).
 -- ARGV[2 + n + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
 -- Returns one string: per record, in order, "" when inserted or the id it dedupes to, joined
 -- by NUL (one bulk reply parses far faster than a thousand).
@@ -24,14 +26,14 @@ local n = tonumber(ARGV[1])
 local ids, nss, states, datas, scores, qs, dues = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local blob = ARGV[1 + i]
-  local score, q, due, li, ls, ln, p =
-    string.match(blob, "^(%d+) (%d+) (%d) (%d+) (%d+) (%d+) ()")
-  li, ls, ln = tonumber(li), tonumber(ls), tonumber(ln)
+  local score, q, due, li, ls, ln, lt, p =
+    string.match(blob, "^(%d+) (%d+) (%d) (%d+) (%d+) (%d+) (%d+) ()")
+  li, ls, ln, lt = tonumber(li), tonumber(ls), tonumber(ln), tonumber(lt)
   local s0 = p + li
   local state = string.sub(blob, s0, s0 + ls - 1)
   ids[i] = string.sub(blob, p, s0 - 1)
   states[i] = state
-  nss[i] = string.sub(state, ls - ln + 1)
+  nss[i] = string.sub(state, ls - ln - lt + 1, ls - lt)
   datas[i] = string.sub(blob, s0 + ls)
   scores[i] = score
   qs[i] = tonumber(q)

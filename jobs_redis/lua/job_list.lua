@@ -5,7 +5,10 @@
 --   byte by byte, IS (created_at_ms, id by code point) order)   KEYS[2] job:state
 -- ARGV[1] the member to start strictly below ("" for the newest)   ARGV[2] limit
 -- ARGV[3] scan (the most rows examined)   ARGV[4] the states kept, NUL-joined ("" for any)
--- ARGV[5] queue, ARGV[6] name, ARGV[7] tenant_id ("" for no filter: none of them is empty)
+-- ARGV[5] queue, ARGV[6] name, ARGV[7] tenant_id, ARGV[8] parent_id, ARGV[9] batch_id ("" for
+--   no filter: none of them is empty). The flow links are state-row fields 16 and 17
+--   (includes/flows.lua), so the walk filters on them as on the others, from the rows it reads
+--   anyway: no index of its own to keep.
 -- Walks from ARGV[1] downward, examining rows one by one until `limit` rows matched or `scan`
 -- rows were examined: O(log N + scan), whatever the filter.
 -- Returns {taken, last}: taken is flat, per matching row in walk order, its member and state
@@ -21,6 +24,7 @@ if ARGV[4] ~= "" then
   end
 end
 local queue, name, tenant = ARGV[5], ARGV[6], ARGV[7]
+local parent, batch_id = ARGV[8], ARGV[9]
 
 local max = "+"
 if ARGV[1] ~= "" then
@@ -52,6 +56,8 @@ while true do
         and (queue == "" or t[10] == queue)
         and (name == "" or t[11] == name)
         and (tenant == "" or t[12] == tenant)
+        and (parent == "" or t[16] == parent)
+        and (batch_id == "" or t[17] == batch_id)
       then
         n_taken = n_taken + 1
         taken[2 * n_taken - 1] = batch[i]

@@ -11,7 +11,10 @@
 --   the row is unknown) NUL progress_json ("" for none) NUL error ("" for none, else
 --   "=" .. text: an empty error text is a value) NUL, for a park with a wait, its event name
 --   ("" for none) NUL its since_ms NUL its match lines (jobs_redis.match) NUL its match_json
---   NUL its tenant ("" for none) NUL its until_ms ("" for none)
+--   NUL its tenant ("" for none) NUL its until_ms ("" for none) NUL, for a park with a join
+--   (flows), the number of its job ids ("" for none) NUL each id
+-- join:waiters, join:pending, job:data anywhere before the finished and accounting keys
+--   (includes/flows.lua: a park's join, and the finish rule of fail and refuse)
 -- event, event:name, wait, wait:index anywhere before the finished and accounting keys
 --   (includes/durable.lua: a park's wait is stored with the row, or met at once)
 -- Kinds: retry (ready at run_at, attempt spent, last_error = error), fail (dead or failed,
@@ -23,6 +26,7 @@
 --!include match.lua
 --!include durable.lua
 --!include account.lua
+--!include flows.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
@@ -47,6 +51,7 @@ for i = 1, n do
     t[5] = ""
     redis.call("ZREM", KEYS[4 + 3 * q], id)
     local set_error, finished, due = false, false, false
+    local flags = nil
     if kind == "retry" then
       t[1] = "ready"
       t[6] = run_at
@@ -58,12 +63,35 @@ for i = 1, n do
       end
       t[7] = now
       set_error, finished = true, true
+      flags = flow_flags(t)
     elseif kind == "park" then
       t[1] = "parked"
       t[6] = run_at
       t[4] = fmt(tonumber(t[4]) - 1)
+      if (t[14] or "") ~= "" then
+        flow_drop(id) -- parked again: its old join moves it no more
+      end
       local waits = rest[8] ~= ""
-      if waits and park_wait(id, rest[8], rest[9], rest[10], rest[11], rest[12], rest[13], now) then
+      if rest[14] ~= "" then
+        local deps = {}
+        for j = 1, tonumber(rest[14]) do
+          deps[j] = rest[14 + j]
+        end
+        flow_row(t)
+        local pending, failed, _, live = flow_count(id, t, deps)
+        t[14] = join_format(#deps, pending, failed, "always")
+        if pending == 0 then
+          t[1] = "ready"
+          t[6] = now
+          due = true
+        else
+          flow_edges(id, t, live)
+          if run_at ~= "" then
+            due = true
+            redis.call("ZADD", parked_key, score_of(t[8], run_at), id)
+          end
+        end
+      elseif waits and park_wait(id, rest[8], rest[9], rest[10], rest[11], rest[12], rest[13], now) then
         -- The event came before the wait was stored: the run goes on at once.
         t[1] = "ready"
         t[6] = now
@@ -85,6 +113,7 @@ for i = 1, n do
       t[7] = now
       t[4] = fmt(tonumber(t[4]) - 1)
       set_error, finished = true, true
+      flags = flow_flags(t)
     end
     redis.call("HSET", KEYS[1], id, join(t))
     if due then
@@ -112,6 +141,7 @@ for i = 1, n do
     count_settle(t, now, nack_outcome(kind, dead_letter))
     if finished then
       count_rows(id, t[10], t[1], 1)
+      flow_finished(id, flags, false, now)
     end
     out[i] = "1"
   else

@@ -6,7 +6,8 @@
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 --   (zsets id by finished_at_ms, kept by every script that finishes or revives a row)
 -- KEYS[10..13] wait, wait:index, step:out, step:index (includes/durable.lua: a purged row's wait
---   and its run's steps go with it)
+--   and its run's steps go with it); join:waiters, join:pending anywhere before the accounting
+--   keys (includes/flows.lua: a purged waiter's join edges go)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): a purged row leaves
 --   job:created and its queue's counts
 -- ARGV[1] limit
@@ -19,6 +20,7 @@
 --!include match.lua
 --!include durable.lua
 --!include account.lua
+--!include flows.lua
 
 acc_open(#KEYS - 5)
 
@@ -68,7 +70,11 @@ for i = 1, #doomed, 500 do
   local rows = redis.call("HMGET", KEYS[1], unpack(slice))
   local datas = redis.call("HMGET", ACC.data, unpack(slice))
   for j = 1, #slice do
-    count_gone(slice[j], split(rows[j]), datas[j])
+    local t = split(rows[j])
+    count_gone(slice[j], t, datas[j])
+    if (t[14] or "") ~= "" then
+      flow_drop(slice[j]) -- a finished waiter's edges its dependencies never finished
+    end
   end
 end
 acc_close()

@@ -7,7 +7,9 @@
 -- KEYS[6..9] finished:cancelled, finished:completed, finished:dead, finished:failed
 -- KEYS[8 + 2q] due:<queue q>, KEYS[9 + 2q] parked:<queue q>
 -- then wait, wait:index, step:out, step:index (includes/durable.lua: a removed row's wait and
---   its run's steps go with it)
+--   its run's steps go with it), join:waiters, join:pending (includes/flows.lua: its join
+--   edges go, and a removed live row is a finish that did not complete; its waiters released
+--   at their own created_at_ms, this call taking no clock)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua; its job:data is the row's
 --   data hash): a removed row leaves job:created and its queue's counts
 -- ARGV: includes/bulk.lua (ARGV[1] unused)
@@ -19,6 +21,7 @@
 --!include durable.lua
 --!include account.lua
 --!include bulk.lua
+--!include flows.lua
 
 acc_open(#KEYS - 5)
 local FINISHED = { cancelled = 6, completed = 7, dead = 8, failed = 9 }
@@ -26,7 +29,9 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
   if t[1] == "running" then
     return "r"
   end
+  local flags = nil
   if is_live(t[1]) then
+    flags = flow_flags(t)
     redis.call("HDEL", KEYS[5], ns_of(t))
     redis.call("ZREM", KEYS[8 + 2 * q], id)
     redis.call("ZREM", KEYS[9 + 2 * q], id)
@@ -38,6 +43,10 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
   for k = 1, 4 do
     redis.call("HDEL", KEYS[k], id)
   end
+  if (t[14] or "") ~= "" then
+    flow_drop(id)
+  end
+  flow_finished(id, flags, false, nil)
   redis.call("HDEL", ACC.data, id)
   return "x"
 end)

@@ -262,7 +262,7 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     # The parked payment shows the event it waits for.
     parked = _rows(store_url, JobState.PARKED)[0]
     page.goto(f"{base}/jobs/{parked.id}")
-    expect(page.locator("table.fields")).to_contain_text("payment.settled")
+    expect(page.locator("table.fields").first).to_contain_text("payment.settled")
     context.close()
     # The refused sign-in and the refused actions answered 401/403 on purpose; nothing else.
     unexpected = [e for e in console_errors if "401" not in e and "403" not in e]

@@ -50,6 +50,7 @@ TABLES = {
     "leases",
     "task_marks",
     "outbox",
+    "joins",
 }
 
 

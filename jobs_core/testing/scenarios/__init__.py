@@ -1,12 +1,13 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`); each scenario is `async def scenario_x(driver)` over a fresh, empty driver, and
-`SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as every
+`tasks`, `flows`); each scenario is `async def scenario_x(driver)` over a fresh, empty driver,
+and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as every
 call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
+from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
@@ -20,6 +21,7 @@ SCENARIOS: dict[str, Scenario] = {
     **DURABLE_SCENARIOS,
     **LEASE_SCENARIOS,
     **TASK_SCENARIOS,
+    **FLOW_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -5,7 +5,8 @@
 --   1 state  2 claims  3 claimed_by  4 attempt  5 lease_until_ms  6 run_at_ms  7 finished_at_ms
 --   8 priority  9 max_attempts  10 queue  11 name  12 tenant_id  13 idempotency_key
 -- An empty field means None (no stored value is empty: ids and names are non-empty, numbers are
--- digits). Fields 11..13 are the idempotency namespace, so the row's tail IS the job:live field.
+-- digits). Fields 11..13 are the idempotency namespace, so the row's tail IS the job:live field
+-- — for a row of 13 fields; a row of the flow family has four more (includes/flows.lua).
 -- The fence is a prefix test: "running" NUL claims NUL worker NUL.
 -- Numbers are formatted with %d before they are stored or sent: a Lua number (a double) would
 -- otherwise print as 4.398e+12 and lose digits.
@@ -51,8 +52,9 @@ local function data_row(raw)
   return raw
 end
 
+-- The row's 13 fields, or 17 for a row of the flow family (includes/flows.lua): whatever `t` holds.
 local function join(t)
-  return table.concat(t, Z, 1, 13)
+  return table.concat(t, Z)
 end
 
 local function ns_of(t)

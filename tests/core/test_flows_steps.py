@@ -1,0 +1,241 @@
+"""Child jobs from a durable body, on every store that declares flows: `ctx.step.enqueue` once
+per run (even across a crash between the enqueue and its record), `gather` parking the parent
+on its children and waking it once, 100 children, failures typed or returned, the sync twins,
+and a child acting for its parent's tenant."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
+from jobs_core.errors import ResultFailedError, TerminalError
+from jobs_core.facade import Jobs
+from jobs_core.ids import derived_id
+from jobs_core.records import JobFilter, JoinPolicy, JoinState, StepPut
+from jobs_core.states import JobState
+from tests.core.flows_support import FAST, ONCE, driver, ended, listed, row, working
+from tests.core.support import declare, until
+
+__all__ = ["driver"]  # the fixture, parametrized over the kinds that declare flows
+
+
+async def test_a_child_is_enqueued_once_across_a_crash_before_its_record(
+    driver: JobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first record of the child's step does not land (the claim looks lost): the attempt
+    fails AFTER the child was enqueued. The retry enqueues the same derived id again — deduped
+    — and records it; one child row exists, run once, linked to its parent."""
+    ran: Counter[str] = Counter()
+
+    async def child(input: Any, ctx: JobContext) -> int:
+        ran[ctx.job_id] += 1
+        return int(input["n"]) * 10
+
+    ch = declare(child, name="child")
+
+    async def parent(input: Any, ctx: JobContext) -> Any:
+        kid = await ctx.step.enqueue("kid", ch, {"n": 4})
+        return {"kid": kid, "result": await ctx.step.result("kid-result", kid)}
+
+    ph = declare(parent, name="parent", retry=FAST)
+    put = driver._step_put
+    refused: list[str] = []
+
+    async def first_record_lost(items: Any) -> list[bool]:
+        if not refused and any(i.name == "kid" for i in items):
+            refused.append("kid")
+            return [False] * len(items)  # the fence looks lost: the body fails its attempt
+        return await put(items)
+
+    monkeypatch.setattr(driver, "_step_put", first_record_lost)
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1})
+    await working(driver, [ph, ch], ended(driver, done.id))
+    parent_row = await row(driver, done.id)
+    assert refused == ["kid"]
+    assert parent_row.state is JobState.COMPLETED and parent_row.attempt == 2
+    kid_id = derived_id(parent_row.run_id, "kid")
+    assert await client.result(done.id) == {"kid": kid_id, "result": 40}
+    children = await listed(driver, JobFilter(parent_id=done.id))
+    assert [c.id for c in children] == [kid_id]
+    assert children[0].parent_id == done.id and ran == {kid_id: 1}
+    await client.close()
+
+
+async def test_gather_parks_once_and_wakes_once_when_the_last_child_finishes(
+    driver: JobDriver,
+) -> None:
+    gates = [asyncio.Event() for _ in range(3)]
+    starts: list[int] = []
+
+    async def child(input: Any, ctx: JobContext) -> int:
+        await gates[input["n"]].wait()
+        return int(input["n"])
+
+    ch = declare(child, name="gated")
+
+    async def parent(input: Any, ctx: JobContext) -> list[Any]:
+        starts.append(ctx.attempt)
+        ids = await ctx.step.enqueue_many("kids", ch, [{"n": n} for n in range(3)])
+        return await ctx.step.gather("all", ids)
+
+    ph = declare(parent, name="gatherer")
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1})
+    worker_task = asyncio.create_task(working(driver, [ph, ch], ended(driver, done.id), within=30))
+
+    async def parked() -> bool:
+        return (await row(driver, done.id)).state is JobState.PARKED
+
+    await until(parked, within=20)
+    parent_row = await row(driver, done.id)
+    kids = [derived_id(parent_row.run_id, "kids", n) for n in range(3)]
+    for n in range(3):
+        gates[n].set()
+        await until(ended(driver, kids[n]), within=20)
+        if n < 2:  # a child finishing while others run leaves the parent parked
+            assert (await row(driver, done.id)).state is JobState.PARKED
+    await worker_task
+    parent_row = await row(driver, done.id)
+    assert parent_row.state is JobState.COMPLETED
+    assert starts == [1, 1]  # parked once, woken once; the park spent no attempt
+    assert parent_row.join == JoinState(3, 0, 0, JoinPolicy.ALWAYS)
+    assert await client.result(done.id) == [0, 1, 2]
+    await client.close()
+
+
+async def test_a_hundred_children_gather_in_order(driver: JobDriver) -> None:
+    async def child(input: Any, ctx: JobContext) -> int:
+        return int(input["n"]) ** 2
+
+    ch = declare(child, name="square", idempotency_key=None)
+
+    async def parent(input: Any, ctx: JobContext) -> int:
+        ids = await ctx.step.enqueue_many("kids", ch, [{"n": n} for n in range(100)])
+        squares = await ctx.step.gather("squares", ids)
+        assert squares == [n * n for n in range(100)]
+        return sum(squares)
+
+    ph = declare(parent, name="summer")
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1})
+    await working(driver, [ph, ch], ended(driver, done.id), within=60, concurrency=20)
+    assert await client.result(done.id) == sum(n * n for n in range(100))
+    children = await listed(driver, JobFilter(parent_id=done.id))
+    assert len(children) == 100 and {c.state for c in children} == {JobState.COMPLETED}
+    await client.close()
+
+
+async def test_a_failed_child_raises_typed_unless_errors_are_returned(driver: JobDriver) -> None:
+    async def child(input: Any, ctx: JobContext) -> int:
+        if input["n"] == 1:
+            raise TerminalError("child one fails")
+        return int(input["n"])
+
+    # No key function: a child's key is its derived id, so two parents' children never dedupe.
+    ch = declare(child, name="flaky", retry=ONCE, idempotency_key=None)
+    seen: list[Any] = []
+
+    async def lenient(input: Any, ctx: JobContext) -> list[Any]:
+        ids = await ctx.step.enqueue_many("kids", ch, [{"n": n} for n in range(3)])
+        got = await ctx.step.gather("all", ids, return_errors=True)
+        seen.append(got)
+        return [g if not isinstance(g, ResultFailedError) else g.state for g in got]
+
+    async def strict(input: Any, ctx: JobContext) -> None:
+        ids = await ctx.step.enqueue_many("kids", ch, [{"n": n} for n in range(3)])
+        await ctx.step.gather("all", ids)
+
+    lh = declare(lenient, name="lenient")
+    sh = declare(strict, name="strict", retry=FAST)
+    client = Jobs(driver)
+    a = await client.enqueue(lh, {"n": 1})
+    b = await client.enqueue(sh, {"n": 1})
+    await working(driver, [lh, sh, ch], ended(driver, a.id, b.id), within=30)
+    assert await client.result(a.id) == [0, "dead", 2]
+    failure = seen[-1][1]
+    assert isinstance(failure, ResultFailedError) and failure.state == "dead"
+    assert failure.error is not None and "child one fails" in failure.error
+    strict_row = await row(driver, b.id)
+    # The failure is terminal: no retry of the parent could make its child complete.
+    assert strict_row.state is JobState.DEAD and strict_row.attempt == 1
+    assert strict_row.last_error is not None and "X_RESULT_FAILED" in strict_row.last_error
+    await client.close()
+
+
+async def test_def_bodies_enqueue_and_gather_through_sync_step(driver: JobDriver) -> None:
+    def child(input: Any, ctx: JobContext) -> str:
+        return f"hi {input['n']}"
+
+    ch = declare(child, name="greet")
+
+    def parent(input: Any, ctx: JobContext) -> Any:
+        one = ctx.sync_step.enqueue("one", ch, {"n": 1})
+        more = ctx.sync_step.enqueue_many("more", ch, [{"n": 2}, {"n": 3}])
+        return [ctx.sync_step.result("first", one), ctx.sync_step.gather("rest", more)]
+
+    ph = declare(parent, name="sync-parent")
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1})
+    await working(driver, [ph, ch], ended(driver, done.id), within=30)
+    assert await client.result(done.id) == ["hi 1", ["hi 2", "hi 3"]]
+    await client.close()
+
+
+async def test_a_child_acts_for_its_parents_tenant(driver: JobDriver) -> None:
+    async def child(input: Any, ctx: JobContext) -> None:
+        return None
+
+    ch = declare(child, name="tenantless-child")
+
+    async def parent(input: Any, ctx: JobContext) -> list[str]:
+        via_step = await ctx.step.enqueue("kid", ch, {"n": 1})
+        plain = await ch.enqueue({"n": 2}, key="plain")  # enqueue inside a body, for contrast
+        return [via_step, plain.id]
+
+    ph = declare(parent, name="org-parent", tenant=lambda i: i["org"])
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1, "org": "acme"})
+    await working(driver, [ph, ch], ended(driver, done.id))
+    answer = await client.result(done.id)
+    assert isinstance(answer, list)
+    ids = [str(i) for i in answer]
+    rows = await driver.job_get_many(ids)
+    assert [rows[i].tenant_id for i in ids] == ["acme", "acme"]
+    assert rows[ids[0]].parent_id == done.id and rows[ids[1]].parent_id is None
+    await client.close()
+
+
+async def test_an_unwinding_replay_answers_recorded_children_and_stops_at_the_rest() -> None:
+    """In unwind mode a recorded child step answers its id without enqueueing; the first
+    unrecorded one ends the replay (as a sleep's or a wait's does)."""
+    from jobs_core.clock import FakeClock
+    from jobs_core.context import CancelSignal
+    from jobs_core.records import ClaimParams
+    from jobs_core.steps.api import StepApi
+    from jobs_core.steps.suspend import UnwindReached
+    from jobs_memory import MemoryDriver
+
+    driver = MemoryDriver()
+    clock = FakeClock()
+    ch = declare(lambda i, c: None, name="c")
+    p = declare(lambda i, c: None, name="p")
+    done = await Jobs(driver, clock=clock).enqueue(p, {"n": 1})
+    claim = await driver.job_claim(ClaimParams((p.queue,), "w", 1, 60_000, clock.now_ms()))
+    job = claim.jobs[0]
+    recorded = derived_id(job.run_id, "kid")
+    await driver.step_put([StepPut(job.fence, "kid", f'{{"id": "{recorded}"}}', clock.now_ms())])
+    api = StepApi(driver, clock, job, CancelSignal()).unwinding()
+    assert await api.enqueue("kid", ch, {"n": 1}) == recorded
+    try:
+        await api.gather("never", [recorded])
+    except UnwindReached as reached:
+        assert reached.name == "never"
+    else:
+        raise AssertionError("the replay went past a step the run never recorded")
+    assert set((await driver.job_get_many([recorded, done.id])).keys()) == {done.id}

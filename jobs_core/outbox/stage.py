@@ -11,7 +11,7 @@ from typing import Any
 
 from jobs_core import tracing
 from jobs_core.clock import Clock
-from jobs_core.errors import DeclarationInvalidError
+from jobs_core.errors import DeclarationInvalidError, OptionInvalidError
 from jobs_core.facade import build_record
 from jobs_core.job import JobHandle
 from jobs_core.outbox.records import Staged
@@ -19,6 +19,9 @@ from jobs_core.records import NewJob
 
 #: `enqueue` options a stage does not take: the outbox allocates both ids.
 _REFUSED: tuple[str, ...] = ("id", "run_id")
+#: The flow links a staged row does not carry (the relay publishes with `enqueue_many`, and the
+#: outbox's table has no column for them): refused rather than dropped at publish.
+FLOW_OPTIONS: tuple[str, ...] = ("after", "after_policy", "parent_id", "batch_id")
 
 
 def staged_record(handle: JobHandle, input: Any, *, clock: Clock, **options: Any) -> NewJob:
@@ -27,6 +30,13 @@ def staged_record(handle: JobHandle, input: Any, *, clock: Clock, **options: Any
         if name in options:
             raise DeclarationInvalidError(
                 "the outbox allocates a staged job's ids; read them from the answer",
+                detail=name,
+            )
+    for name in FLOW_OPTIONS:
+        if name in options:
+            raise OptionInvalidError(
+                "the outbox stages plain jobs: dependencies, parents and batches are not staged;"
+                " enqueue such a job from the staged job's body",
                 detail=name,
             )
     with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:

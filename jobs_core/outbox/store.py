@@ -142,6 +142,11 @@ def check_staged(jobs: Sequence[NewJob]) -> None:
         raise BatchTooLargeError(detail=f"{len(jobs)} > {MAX_OUTBOX_BATCH}")
     for j in jobs:
         check_new_job(j)
+        if j.parent_id is not None or j.batch_id is not None:
+            raise RecordInvalidError(
+                "the outbox stages plain jobs: a staged record carries no parent or batch",
+                detail="parent_id" if j.parent_id is not None else "batch_id",
+            )
 
 
 def _check_ids(ids: Sequence[str]) -> None:

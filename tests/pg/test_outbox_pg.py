@@ -38,6 +38,7 @@ from jobs_core.errors import (
     InputInvalidError,
     JobsError,
     KeyRequiredError,
+    OptionInvalidError,
 )
 from jobs_core.job import JobRegistry, job
 from jobs_core.outbox import OutboxClaim, OutboxRelease, Staged
@@ -286,7 +287,14 @@ async def test_stage_records_is_one_statement_and_a_refusal_sends_nothing(
                 outbox.stage_records(conn, [*records(2), records(1, start=2, name="")[0]])
             with pytest.raises(KeyRequiredError):
                 outbox.stage(conn, WELCOME, {"nope": 1})
-        assert bad.value.code == "X_JOB_RECORD_INVALID"
+            # Flow links are refused, not dropped at publish.
+            for option, value in [("after", ["j1"]), ("parent_id", "p"), ("batch_id", "b")]:
+                with pytest.raises(OptionInvalidError) as flow:
+                    outbox.stage(conn, WELCOME, {"email": "a@b"}, **{option: value})
+                assert flow.value.detail == option
+            with pytest.raises(JobsError) as linked:
+                outbox.stage_records(conn, [replace(records(1)[0], batch_id="b")])
+        assert bad.value.code == linked.value.code == "X_JOB_RECORD_INVALID"
         assert sent == []  # refused before a single byte went out
         with protocol_trace(conn) as sent:
             assert outbox.stage_records(conn, records(3)) is None

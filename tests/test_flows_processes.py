@@ -8,12 +8,13 @@ Each body writes what it runs to a ledger file outside the store, so "ran once",
 twice" and "resumed, not redone" are read from what really ran, not from what the store says.
 
 The kills land at chosen moments, not at random: the first takes down the worker holding the
-parent's first attempt between its enqueue step and its gather (with children in flight on
-it), the second a worker running children while the parent is parked on its gather. One child
-and one batch member hold their slot until the test opens a gate after the second kill, so the
-parent's resume and the callback run after every kill: for code outside steps (and for any
-body) a kill landing inside it would rightly run it again, and "exactly once" would be the
-wrong claim there.
+parent's first attempt between its enqueue step and its gather (with the children it was
+running, when it runs any yet), the second the worker running the most children while the
+parent is parked on its gather. The last 100 children and one batch member hold their slot
+until the test opens a gate after the second kill: so children are surely running when it
+lands, and the parent's resume and the callback run after every kill. For code outside steps
+(and for any body) a kill landing inside it would rightly run it again, and "exactly once"
+would be the wrong claim there.
 """
 
 from __future__ import annotations

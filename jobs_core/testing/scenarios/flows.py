@@ -48,6 +48,7 @@ from jobs_core.testing.scenarios.support import (
     new_job,
     refused,
     row,
+    until_live,
 )
 
 SUCCESS = JoinPolicy.SUCCESS
@@ -535,13 +536,7 @@ async def scenario_flows_watched_rows_announced(driver: JobDriver) -> None:
     if sub is None:
         return  # unsupported: a waiter polls
     try:
-        # A hint from the moment the channel is live (a LISTEN session connects in the
-        # background), not before.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ANNOUNCE_WAIT_S
-        while not sub.is_live():
-            assert loop.time() < deadline, f"finish channel not live after {ANNOUNCE_WAIT_S} s"
-            await asyncio.sleep(0.02)
+        await until_live(sub, ANNOUNCE_WAIT_S, "finish")
         f = await running(driver, T0, "a", "b", "c", "quiet")
         assert await driver.job_ack([Ack(f["a"], T0 + 1)]) == [True]
         await _heard(seen, {"a"})

@@ -43,6 +43,7 @@ from jobs_core.testing.scenarios.support import (
     refused,
     row,
     same_json,
+    until_live,
 )
 
 # -- the scenarios ----------------------------------------------------------------------------
@@ -861,11 +862,8 @@ async def scenario_wake(driver: JobDriver) -> None:
         return
     assert sub is not None, "capabilities() declares wake, but wake_subscribe answered None"
     try:
+        await until_live(sub, WAKE_WAIT_S, "wake")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAKE_WAIT_S
-        while not sub.is_live():
-            assert loop.time() < deadline, f"the wake channel was not live after {WAKE_WAIT_S} s"
-            await asyncio.sleep(0.02)
         await driver.job_enqueue(new_job("w"))
         deadline = loop.time() + WAKE_WAIT_S
         while "q" not in woken:

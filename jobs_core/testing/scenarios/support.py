@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeAlias, TypeVar
 
-from jobs_core.driver import JobDriver
+from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import CapabilityMissingError, JobsError
 from jobs_core.records import BuriedJob, ClaimedJob, ClaimParams, JobRecord, NewJob
 from jobs_core.testing.compare import typed_json
@@ -117,3 +118,13 @@ async def claim_one(driver: JobDriver, now: int, *queues: str, **options: Any) -
 def same_json(text: str | None, expected: str) -> bool:
     """`text` means the same JSON as `expected`, types included (`1`, `1.0`, `true` differ)."""
     return text is not None and typed_json(text) == typed_json(expected)
+
+
+async def until_live(sub: WakeSubscription, within_s: float, what: str) -> None:
+    """Wait (bounded) for a subscription to go live: a channel is a hint from then on, not
+    before (a LISTEN session connects in the background)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not sub.is_live():
+        assert loop.time() < deadline, f"the {what} channel was not live after {within_s} s"
+        await asyncio.sleep(0.02)

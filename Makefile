@@ -1,4 +1,4 @@
-.PHONY: demo test test-lowest nightly bench-pg bench-redis chaos screenshots
+.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-flows chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -26,6 +26,13 @@ bench-pg:
 bench-redis:
 	scripts/setup_venv.sh dev
 	bench/run.sh redis $(ARGS)
+
+# Fan-out / fan-in (docs/flows.md): one parent gathering 1,000 and 10,000 no-op children, ours on
+# Postgres and Redis beside a Celery chord on the same Redis (Celery in bench/.venvs/celery);
+# about 10 minutes. ARGS=--dry-run tries it in half a minute.
+bench-flows:
+	scripts/setup_venv.sh dev
+	.venv/bin/python -m bench.flows $(ARGS)
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
 # servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay) on

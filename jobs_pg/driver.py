@@ -1011,7 +1011,7 @@ class PgDriver(JobDriver):
         waiters = [n.fence.job_id for n in parks]
         await self._on(conn, "JOIN_UNLINK", {"ids": waiters})
         counts = [_join_counts(n.join or (), states) for n in parks]
-        await self._on(
+        parked = await self._on(
             conn,
             "JOIN_PARK",
             {
@@ -1022,6 +1022,13 @@ class PgDriver(JobDriver):
                 "now_ms": [n.now_ms for n in parks],
             },
         )
+        if self._wake:
+            # A park whose rows all finished already (a gather of children done) is ready now:
+            # its queue is told at commit, as a release by the finish trigger tells it.
+            for queue in sorted({q for q, state in parked if state == "ready"}):
+                await self._on(
+                    conn, "WAKE_PROBE", {"channel": self.channel, "payload": "q:" + queue}
+                )
         edges = sorted((d, w) for w, (live, _) in zip(waiters, counts, strict=True) for d in live)
         if edges:
             await self._on(

@@ -113,7 +113,8 @@ JOIN_LINK: Final = sa.select(
 # -- JOIN_PARK ----------------------------------------------------------------------------------
 # A PARK nack's join, written on the rows the nack just parked (in the same transaction): the
 # counts, `join_claims` = the row's claims (so its edges count only while it stays parked on this
-# very join), and `ready` at `:now_ms` for a join with nothing pending.
+# very join), and `ready` at `:now_ms` for a join with nothing pending; answers each row's queue
+# and state (the caller wakes the queues of the rows made ready).
 _parks = unnest("j", id=TEXT, join_total=INT, join_pending=INT, join_failed=INT, now_ms=BIGINT)
 JOIN_PARK: Final = (
     sa.update(jobs)
@@ -132,7 +133,7 @@ JOIN_PARK: Final = (
             else_=_parks.c.now_ms,
         ),
     )
-    .returning(jobs.c.id)
+    .returning(jobs.c.queue, jobs.c.state)
 )
 
 # -- JOB_WATCH ----------------------------------------------------------------------------------

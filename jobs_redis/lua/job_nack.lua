@@ -81,9 +81,12 @@ for i = 1, n do
         local pending, failed, _, live = flow_count(id, t, deps)
         t[14] = join_format(#deps, pending, failed, "always")
         if pending == 0 then
+          -- Every dependency finished before the park (a gather of children already done):
+          -- ready now, and its queue is told so, as a release would tell it.
           t[1] = "ready"
           t[6] = now
           due = true
+          flow_wake(t[10])
         else
           flow_edges(id, t, live)
           if run_at ~= "" then

@@ -35,6 +35,7 @@ from jobs_core.records import (
     NackKind,
 )
 from jobs_core.states import JobState
+from jobs_core.testing.scenarios.support import until_live
 from jobs_pg import PgDriver
 from jobs_pg.driver import wake_channel
 from tests.core.support import T0, new_job
@@ -103,6 +104,47 @@ async def test_a_join_counts_each_finish_and_the_claim_answers_it(pg: PgDriver) 
     assert edges(pg.schema) == []
     [claimed] = (await claim_all(pg, 5, T0 + 9)).values()
     assert (claimed.id, claimed.join) == ("w", JoinState(2, 0, 1, JoinPolicy.SUCCESS))
+
+
+async def test_a_released_waiter_wakes_its_queue_at_the_finishing_commit(pg: PgDriver) -> None:
+    """The trigger NOTIFYs the released waiter's queue, as an enqueue does: an idle worker of
+    it claims the waiter now, not at its next poll; a finish that releases nothing is silent.
+    A PARK on finished rows (ready at once) wakes its queue too."""
+    woken: list[str] = []
+    sub = await pg.wake_subscribe(["wq", "q2"], woken.append)
+    try:
+        await until_live(sub, 10, "wake")
+        await pg.job_enqueue_many([new_job("a", "a"), new_job("b", "b")])
+        waiter = new_job("w", "w", queue="wq")
+        [ans] = await pg.join_enqueue([JoinEnqueue(waiter, ("a", "b"))])
+        assert ans.enqueued is not None
+        held = await claim_all(pg, 2)
+        assert await pg.job_ack([Ack(held["a"].fence, T0 + 5)]) == [True]
+        await asyncio.sleep(0.5)  # a wake for w's queue, were there one, would be here by now
+        assert "wq" not in woken
+        assert await pg.job_ack([Ack(held["b"].fence, T0 + 6)]) == [True]
+        for _ in range(500):
+            if "wq" in woken:
+                break
+            await asyncio.sleep(0.01)
+        assert woken.count("wq") == 1 and "q2" not in woken, woken
+        # A PARK on a join whose rows all finished already is ready now: its queue is told too.
+        await pg.job_enqueue(new_job("p", "p", queue="q2"))
+        for _ in range(500):  # the enqueue's own wake first
+            if "q2" in woken:
+                break
+            await asyncio.sleep(0.01)
+        woken.clear()
+        [p] = (await pg.job_claim(ClaimParams(("q2",), "w1", 1, LEASE, T0 + 7))).jobs
+        assert await pg.job_nack([Nack(p.fence, NackKind.PARK, T0 + 8, join=("a", "b"))]) == [True]
+        for _ in range(500):
+            if "q2" in woken:
+                break
+            await asyncio.sleep(0.01)
+        assert "q2" in woken, woken
+        assert (await pg.job_get_many(["p"]))["p"].state is JobState.READY
+    finally:
+        await sub.close()
 
 
 async def test_the_last_two_dependencies_finishing_at_once_release_exactly_once(
@@ -355,7 +397,8 @@ def test_the_trigger_announces_on_the_channel_the_driver_listens_to() -> None:
 
     script = import_module("jobs_pg.migrations.versions.0010_flows")
     for schema in ("ujobs", "s" * 80, "q'u\"o%te ☃"):
-        assert script._finish_channel(schema) == wake_channel(schema, "finish")
+        for family in ("finish", "wake"):
+            assert script._channel(schema, family) == wake_channel(schema, family)
 
 
 async def test_a_reused_id_does_not_inherit_the_edges_of_a_removed_waiter(pg: PgDriver) -> None:

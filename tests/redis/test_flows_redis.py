@@ -27,6 +27,7 @@ from jobs_core.records import (
     RequeueParams,
 )
 from jobs_core.states import JobState
+from jobs_core.testing.scenarios.support import until_live
 from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
 from tests.redis.conftest import Factory
@@ -210,6 +211,44 @@ async def test_a_watched_finish_reaches_the_finish_channel(make_waking_driver: F
             assert got == ["a"]  # "b" is not watched
         finally:
             await sub.close()
+
+
+async def test_a_released_waiter_and_a_park_on_finished_rows_wake_their_queue(
+    make_waking_driver: Factory,
+) -> None:
+    """A row made due by the flow rule wakes its queue (an idle worker claims it now, not at its
+    next poll): a waiter released by its last dependency's finish, and a PARK on a join whose
+    rows all finished already (a gather of children done before the parent parked)."""
+    async with make_waking_driver() as d:
+        woken: list[str] = []
+        sub = await d.wake_subscribe(["wq", "pq"], woken.append)
+        assert sub is not None
+        try:
+            await until_live(sub, 10, "wake")
+            await d.job_enqueue_many(
+                [_job("a", 1, "q", None, None), _job("p", 1, "pq", None, None)]
+            )
+            await d.join_enqueue([JoinEnqueue(_job("w", 1, "wq", None, None), ("a",))])
+            held = {
+                c.id: c for c in (await d.job_claim(ClaimParams(("q",), "w", 1, 60_000, 2))).jobs
+            }
+            assert await d.job_ack([Ack(held["a"].fence, 3)]) == [True]
+            await _heard(woken, "wq")
+            (p,) = (await d.job_claim(ClaimParams(("pq",), "w", 1, 60_000, 4))).jobs
+            woken.clear()
+            assert await d.job_nack([Nack(p.fence, NackKind.PARK, 5, join=("a",))]) == [True]
+            await _heard(woken, "pq")
+            assert (await d.job_get_many(["p"]))["p"].state is JobState.READY
+        finally:
+            await sub.close()
+
+
+async def _heard(woken: list[str], queue: str) -> None:
+    for _ in range(200):
+        if queue in woken:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no wake for {queue!r}: {woken!r}")
 
 
 async def test_a_row_outside_the_family_stays_as_it_was(make_driver: Factory) -> None:

@@ -30,12 +30,15 @@ depends_on: str | Sequence[str] | None = None
 # a row nobody waits for and nobody watches fires nothing.
 # Lock order: the dependency's row first (held by the finishing statement), then its waiters
 # sorted by id. Each edge is deleted as it is counted: a (waiter, dependency) pair counts once.
+# A waiter released is due at once: its queue's wake (`q:<queue>` on the schema's wake channel,
+# delivered at commit like an enqueue's) has an idle worker claim it now, not at its next poll.
 _FINISH_FN = """
 CREATE FUNCTION {s}.jobs_finish() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     v_id text;
     v_completed boolean;
     v_at bigint;
+    v_woken bigint;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         -- A live row removed: a finish that did not complete, with no clock of its own (a waiter
@@ -56,15 +59,19 @@ BEGIN
           AND w.state = 'parked' AND w.claims = w.join_claims
         ORDER BY w.id
         FOR UPDATE
+    ), moved AS (
+        UPDATE {s}.jobs w SET
+            join_pending = w.join_pending - 1,
+            join_failed = w.join_failed + CASE WHEN v_completed THEN 0 ELSE 1 END,
+            state = CASE WHEN w.join_pending <= 1 THEN 'ready' ELSE w.state END,
+            run_at_ms = CASE WHEN w.join_pending <= 1 THEN coalesce(v_at, w.created_at_ms)
+                        ELSE w.run_at_ms END
+        FROM moving m
+        WHERE w.id = m.id AND w.state = 'parked' AND w.claims = w.join_claims
+        RETURNING w.queue, w.join_pending
     )
-    UPDATE {s}.jobs w SET
-        join_pending = w.join_pending - 1,
-        join_failed = w.join_failed + CASE WHEN v_completed THEN 0 ELSE 1 END,
-        state = CASE WHEN w.join_pending <= 1 THEN 'ready' ELSE w.state END,
-        run_at_ms = CASE WHEN w.join_pending <= 1 THEN coalesce(v_at, w.created_at_ms)
-                    ELSE w.run_at_ms END
-    FROM moving m
-    WHERE w.id = m.id AND w.state = 'parked' AND w.claims = w.join_claims;
+    SELECT count(pg_notify('{wake}', 'q:' || r.queue)) INTO v_woken
+    FROM (SELECT DISTINCT queue FROM moved WHERE join_pending = 0) r;
     RETURN NULL;
 END
 $fn$
@@ -129,18 +136,20 @@ def _create(schema: str) -> None:
     )
     op.create_index("joins_waiter", "joins", ["waiter_id"], schema=schema)
     quoted = _quoted(schema)
-    channel = _finish_channel(schema).replace("'", "''")
-    op.execute(sa.text(_FINISH_FN.replace("{s}", quoted).replace("{channel}", channel)))
+    channel = _channel(schema, "finish").replace("'", "''")
+    wake = _channel(schema, "wake").replace("'", "''")
+    text = _FINISH_FN.replace("{s}", quoted).replace("{channel}", channel).replace("{wake}", wake)
+    op.execute(sa.text(text))
     for trigger in _TRIGGERS:
         op.execute(sa.text(trigger.replace("{s}", quoted)))
 
 
-def _finish_channel(schema: str) -> str:
-    """`jobs_pg.driver.wake_channel(schema, "finish")`, spelled out: a version script is frozen
+def _channel(schema: str, family: str) -> str:
+    """`jobs_pg.driver.wake_channel(schema, family)`, spelled out: a version script is frozen
     history and imports no driver code (a test pins the two equal)."""
-    channel = f"ujobs_finish.{schema}"
+    channel = f"ujobs_{family}.{schema}"
     if len(channel.encode()) > 63:
-        channel = "ujobs_finish." + hashlib.sha1(schema.encode()).hexdigest()[:32]
+        channel = f"ujobs_{family}." + hashlib.sha1(schema.encode()).hexdigest()[:32]
     return channel
 
 

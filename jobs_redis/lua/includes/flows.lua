@@ -78,6 +78,15 @@ end
 
 local FLOW_TOLD = {}
 
+-- A row of `queue` became due now: an idle worker of that queue claims it now (the poll stays
+-- the guarantee). Once per queue per script.
+local function flow_wake(queue)
+  if not FLOW_TOLD[queue] then
+    FLOW_TOLD[queue] = true
+    redis.call("PUBLISH", flow_keys().tag .. ":wake:" .. queue, queue)
+  end
+end
+
 -- Release waiter row `wt` (parked, its join's pending now 0): ready at `now`.
 local function flow_release(w, wt, now)
   local k = flow_keys()
@@ -88,11 +97,7 @@ local function flow_release(w, wt, now)
   wt[1] = "ready"
   wt[6] = now
   redis.call("ZADD", k.tag .. ":due:" .. queue, score_of(wt[8], now), w)
-  if not FLOW_TOLD[queue] then
-    -- An idle worker of that queue claims it now (the poll stays the guarantee).
-    FLOW_TOLD[queue] = true
-    redis.call("PUBLISH", k.tag .. ":wake:" .. queue, queue)
-  end
+  flow_wake(queue)
 end
 
 -- After row `id` finished (its new state already written, or the row deleted) with `flags`

@@ -378,13 +378,13 @@ def analyse(ev: Evidence) -> Findings:
     batches = [a for a in ev.answers if a.get("ev") == "batch"]
     closed = [b for b in batches if b["members_ok"] and b["callback"]]
     lines: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for d in sorted(ev.lines, key=lambda d: float(d["t"])):
-        if d["ev"] not in ("start", "end"):
-            lines[d["ev"]][d["job"]].append(d)
+    for line in sorted(ev.lines, key=lambda d: float(d["t"])):
+        if line["ev"] not in ("start", "end"):
+            lines[line["ev"]][line["job"]].append(line)
     children: dict[str, list[Row]] = defaultdict(list)
-    for row in rows.values():
-        if row.parent_id is not None:
-            children[row.parent_id].append(row)
+    for each in rows.values():
+        if each.parent_id is not None:
+            children[each.parent_id].append(each)
 
     # Every flow, and every part of one, must exist and be finished at the end.
     doomed_ids = {i for i, a in enq.items() if a["name"] == "chaos_doomed"}
@@ -397,12 +397,12 @@ def analyse(ev: Evidence) -> Findings:
     for b in closed:
         wanted[derived_id(b["batch_id"], "on_complete")] = "callback"
     for p in parents:
-        for row in children.get(p, []):
-            wanted[row.id] = "child"
-        for d in lines["fanned"].get(p, []):
-            wanted |= {c: "child" for c in d["ids"]}
-            if d.get("solo"):
-                wanted[d["solo"]] = "child"
+        for kid in children.get(p, []):
+            wanted[kid.id] = "child"
+        for line in lines["fanned"].get(p, []):
+            wanted |= {c: "child" for c in line["ids"]}
+            if line.get("solo"):
+                wanted[line["solo"]] = "child"
     missing = sorted(f"{i} ({kind})" for i, kind in wanted.items() if i not in rows)
     unfinished = sorted(
         f"{i} ({kind}, {rows[i].state})"
@@ -411,14 +411,14 @@ def analyse(ev: Evidence) -> Findings:
     )
     ended_wrong = []
     for i, kind in wanted.items():
-        row = rows.get(i)
-        if row is None or row.state in LIVE or kind == "chaos_dep":
+        one = rows.get(i)
+        if one is None or one.state in LIVE or kind == "chaos_dep":
             continue
-        doomed = i in doomed_ids or _input(row).get("x") == "doomed"
-        if doomed and row.state == "completed":
+        doomed = i in doomed_ids or _input(one).get("x") == "doomed"
+        if doomed and one.state == "completed":
             ended_wrong.append(f"{i} ({kind}): doomed, yet completed")
-        elif not doomed and row.state != "completed":
-            ended_wrong.append(f"{i} ({kind}): {row.state} {_code(row)}")
+        elif not doomed and one.state != "completed":
+            ended_wrong.append(f"{i} ({kind}): {one.state} {_code(one)}")
 
     # Parents: past their gather once (crashes aside), handed the true results, no child twice.
     doubled, wrong, twice = [], [], []
@@ -432,12 +432,12 @@ def analyse(ev: Evidence) -> Findings:
                 break
         else:
             if row is not None and row.state == "completed":
-                got = json.loads(row.result_json or "null")
+                result = json.loads(row.result_json or "null")
                 total = sum(v for v in want if isinstance(v, int))
                 if not gathered:
                     wrong.append(f"{p}: completed, yet no run of it passed its gather")
-                elif got != {"n": len(want), "sum": total}:
-                    wrong.append(f"{p}: result {got}, wanted n={len(want)} sum={total}")
+                elif result != {"n": len(want), "sum": total}:
+                    wrong.append(f"{p}: result {result}, wanted n={len(want)} sum={total}")
         passes = [runs[g["r"]] for g in gathered if g["r"] in runs]
         why = _doubled(cfg, passes, ends)
         if why is not None:
@@ -445,7 +445,7 @@ def analyse(ev: Evidence) -> Findings:
         asked = a["n"] + bool(a["solo"]) + bool(a["doomed"])
         made = children.get(p, [])
         keys = Counter((str(_input(c).get("p")), str(_input(c).get("x"))) for c in made)
-        fanned = {json.dumps(d["ids"]) for d in lines["fanned"].get(p, [])}
+        fanned = {json.dumps(line["ids"]) for line in lines["fanned"].get(p, [])}
         if len(made) > asked or any(n > 1 for n in keys.values()) or len(fanned) > 1:
             twice.append(f"{p}: {len(made)} child rows for {asked} asked, {len(fanned)} fan-outs")
 
@@ -489,9 +489,9 @@ def analyse(ev: Evidence) -> Findings:
     # Batches: one callback, with the counts the members' rows hold.
     fired_twice, never, counts = [], [], []
     cb_rows: Counter[str] = Counter()
-    for row in rows.values():
-        stored = _input(row)
-        if row.name == "chaos_callback" and stored.get("~batch"):
+    for each in rows.values():
+        stored = _input(each)
+        if each.name == "chaos_callback" and stored.get("~batch"):
             cb_rows[str(stored.get("batch_id"))] += 1
     for b in closed:
         cb = derived_id(b["batch_id"], "on_complete")
@@ -505,11 +505,11 @@ def analyse(ev: Evidence) -> Findings:
             fired_twice.append(f"{cb}: {why or ''} {cb_rows[b['batch_id']]} callback rows")
         members = b["members"] + b["doomed"]
         bad = sum(1 for m in members if m not in rows or rows[m].state != "completed")
-        want = {"total": len(members), "succeeded": len(members) - bad, "failed": bad}
+        true = {"total": len(members), "succeeded": len(members) - bad, "failed": bad}
         for x in fired:
-            got = {k: x[k] for k in want}
-            if got != want:
-                counts.append(f"{cb}: handed {got}, wanted {want}")
+            handed = {k: x[k] for k in true}
+            if handed != true:
+                counts.append(f"{cb}: handed {handed}, wanted {true}")
                 break
 
     # What happened, not defects: runs after a crash, and how long releases took.
@@ -524,16 +524,16 @@ def analyse(ev: Evidence) -> Findings:
     for p in parents:
         mine = by_job.get(p, [])
         finished = [c.finished_t for c in children.get(p, []) if c.finished_t is not None]
-        gathered = {g["r"] for g in lines["gathered"].get(p, [])}
+        passed = {g["r"] for g in lines["gathered"].get(p, [])}
         for n, r in enumerate(mine):
-            if r.r in gathered:
+            if r.r in passed:
                 if n and mine[n - 1].end_how == "parked" and finished:
                     release["parent"].append(r.start_t - max(finished))
                 break
-    for d, a in deps.items():
+    for dep_id, a in deps.items():
         ends_t = [rows[x].finished_t for x in a["after"] if x in rows]
-        if by_job.get(d) and ends_t and all(t is not None for t in ends_t):
-            release["dependent"].append(by_job[d][0].start_t - max(t or 0 for t in ends_t))
+        if by_job.get(dep_id) and ends_t and all(t is not None for t in ends_t):
+            release["dependent"].append(by_job[dep_id][0].start_t - max(t or 0 for t in ends_t))
     for b in closed:
         cb = derived_id(b["batch_id"], "on_complete")
         ends_t = [rows[m].finished_t for m in b["members"] + b["doomed"] if m in rows]
@@ -883,7 +883,7 @@ FAMILY = Family(
     analyse=analyse,
     clean=clean,
     cases={
-        "flows lost: missing": lambda ev: ev.rows.pop("C1"),
+        "flows lost: missing": lambda ev: ev.rows.__delitem__("C1"),
         "flows lost: never finished": lambda ev: ev.rows.update(
             D=replace_row(ev.rows["D"], state="parked")
         ),

@@ -28,6 +28,14 @@ def test_every_family_proves_every_figure_can_move() -> None:
         ("limits", "keyed limit exceeded"),
         ("sched", "occurrences never fired"),
         ("relay", "uncommitted stages that became jobs"),
+        ("flows", "flows lost: missing"),
+        ("flows", "flows lost: never finished"),
+        ("flows", "parents past their gather twice"),
+        ("flows", "parents handed a wrong or missing child result"),
+        ("flows", "children enqueued twice"),
+        ("flows", "dependents started early"),
+        ("flows", "dependents against their policy"),
+        ("flows", "batch callbacks with wrong counts"),
     ],
 )
 def test_a_broken_variant_fails_the_run_on_its_figure(family: str, figure: str) -> None:
@@ -69,3 +77,28 @@ def test_the_schedulers_must_fire_up_to_the_timelines_end() -> None:
     evidence.rows.clear()
     evidence.extra["mark"] = {"watermark": evidence.cfg.started_t, "fired": None}
     assert sched.analyse(evidence).figure("occurrences never fired").value == 5
+
+
+def test_the_flows_figures_excuse_a_crash_and_nothing_else() -> None:
+    """A parent (or a batch callback) past its gather again after its worker was killed -9
+    between its return and its settle is a replay, not a double; the same pass with no kill is
+    a double. A callback that never ran also fails the figures that say so."""
+    flows = families()["flows"]
+    assert flows.clean is not None
+    evidence = flows.clean()
+    flows.cases["parents replayed"](evidence)
+    found = flows.analyse(evidence)
+    assert found.figure("parents replayed").value == 1
+    assert not found.failed
+    evidence = flows.clean()
+    flows.cases["parents past their gather twice"](evidence)
+    assert flows.analyse(evidence).figure("parents past their gather twice").value == 1
+    evidence = flows.clean()
+    flows.cases["batch callbacks fired twice"](evidence)
+    assert [f.name for f in flows.analyse(evidence).failed] == ["batch callbacks fired twice"]
+    evidence = flows.clean()
+    flows.cases["batch callbacks never fired"](evidence)
+    assert {f.name for f in flows.analyse(evidence).failed} == {
+        "batch callbacks never fired",
+        "flows that ended wrong",
+    }

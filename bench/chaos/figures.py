@@ -55,6 +55,9 @@ class Row:
     created_t: float = 0.0
     finished_t: float | None = None
     claims: int = 0
+    #: flows: the row's parent and batch, as enqueued.
+    parent_id: str | None = None
+    batch_id: str | None = None
 
 
 @dataclass
@@ -219,6 +222,8 @@ def row_from_record(rec: Any) -> Row:
         float(rec.created_at_ms),
         None if rec.finished_at_ms is None else float(rec.finished_at_ms),
         rec.claims,
+        rec.parent_id,
+        rec.batch_id,
     )
 
 

@@ -1,5 +1,6 @@
 """The chaos run's workloads, one per family of the library: plain jobs, durable steps, sleeps and
-event waits, fleet-wide limits, the scheduler and the outbox's relay (docs/chaos.md).
+event waits, fleet-wide limits, the scheduler, the outbox's relay and
+workflows (docs/chaos.md).
 
 Each family names the processes the run starts, kills and drains (workers, schedulers or
 relays), the feed that gives them work, and its figures: pure functions of the evidence (the
@@ -132,7 +133,7 @@ TRAP_ENV = "CHAOS_TRAP"
 
 def families() -> dict[str, Family]:
     """Every family, in the order `make chaos` runs them."""
-    from bench.chaos.families import limits, plain, relay, sched, steps, waits
+    from bench.chaos.families import flows, limits, plain, relay, sched, steps, waits
 
     return {
         f.name: f
@@ -143,5 +144,6 @@ def families() -> dict[str, Family]:
             limits.FAMILY,
             sched.FAMILY,
             relay.FAMILY,
+            flows.FAMILY,
         )
     }

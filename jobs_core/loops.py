@@ -23,6 +23,8 @@ log = logging.getLogger("jobs.loops")
 
 #: Seconds `close_all` waits for a holder living on another running loop to close there.
 CLOSE_ELSEWHERE_S: Final = 10.0
+#: Seconds `cancel_and_wait` gives a cancelled task to end before cancelling it again.
+RECANCEL_S: Final = 0.1
 
 
 class LoopLocal(Generic[S]):
@@ -165,4 +167,21 @@ async def cancel_other_tasks(within_s: float | None = None) -> set[asyncio.Task[
     return pending
 
 
-__all__ = ["CLOSE_ELSEWHERE_S", "LoopLocal", "cancel_other_tasks"]
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait until it has ended, cancelling it again every `RECANCEL_S` while
+    it runs on; an error it ends with is moot (retrieved, not raised).
+
+    One cancel may be lost: on Python 3.11 `asyncio.wait_for` drops a cancel that lands in the
+    turn its inner future completes (CPython gh-86296, fixed in 3.12), and psycopg before 3.3.6
+    waits for its socket through `wait_for(event.wait(), 0.1)`. A task cancelled as a reply or
+    a notification arrives then runs on as if never cancelled, and a loop that ends only when
+    cancelled (a LISTEN session's) never ends: whoever awaits it waits forever. Only for tasks
+    whose unwinding awaits nothing a further cancel must not cut short."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=RECANCEL_S)
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = ["CLOSE_ELSEWHERE_S", "RECANCEL_S", "LoopLocal", "cancel_and_wait", "cancel_other_tasks"]

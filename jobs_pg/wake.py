@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from jobs_core.errors import JobsError
+from jobs_core.loops import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobs_pg.driver import PgDriver
@@ -87,9 +88,8 @@ class PgWakeSubscription:
         self._live = False
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Cancelled again while it runs on: psycopg may drop a cancel (`cancel_and_wait`).
+            await cancel_and_wait(task)
         self._driver.forget_subscription(self)
 
     async def drop_session(self) -> None:
@@ -137,12 +137,12 @@ class PgWakeSubscription:
         finally:
             self._live = False
             self._conn = None
-            if probe is not None:
-                probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await probe
             with contextlib.suppress(Exception):
                 await conn.close()
+            if probe is not None:
+                # Shielded: a close that cancels this session again (`close`) must not leave
+                # the probe running on a cancel it dropped.
+                await asyncio.shield(cancel_and_wait(probe))
 
     async def _probe(self, token: str) -> None:
         for delay in PROBE_DELAYS:

@@ -1,12 +1,13 @@
 """`LoopLocal`: one holder per event loop, closed with its loop (asyncio.run) or by close_all,
-on its own loop when that loop still runs elsewhere, abandoned when it is gone."""
+on its own loop when that loop still runs elsewhere, abandoned when it is gone; and
+`cancel_and_wait`, which ends a task that dropped a cancel."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from jobs_core.loops import LoopLocal
+from jobs_core.loops import RECANCEL_S, LoopLocal, cancel_and_wait
 
 
 class Holder:
@@ -69,3 +70,40 @@ def test_close_all_closes_each_holder_on_its_own_loop() -> None:
 
 async def _get(local: LoopLocal[Holder]) -> Holder:
     return local.get()
+
+
+async def test_cancel_and_wait_ends_a_task_that_dropped_its_first_cancel() -> None:
+    cancels_seen = 0
+
+    async def runs_on() -> None:
+        nonlocal cancels_seen
+        while True:  # a loop that ends only when cancelled, like a LISTEN session's
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancels_seen += 1
+                if cancels_seen > 1:
+                    raise
+                # Dropped, as Python 3.11's `asyncio.wait_for` (inside psycopg) may drop it.
+
+    task = asyncio.ensure_future(runs_on())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(10 * RECANCEL_S + 5):
+        await cancel_and_wait(task)
+    assert task.cancelled() and cancels_seen == 2
+
+
+async def test_cancel_and_wait_retrieves_what_the_task_ended_with() -> None:
+    async def fails_when_cancelled() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("moot") from None
+
+    task = asyncio.ensure_future(fails_when_cancelled())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)  # neither raised here nor logged as never retrieved
+    assert isinstance(task.exception(), RuntimeError)
+    done = asyncio.ensure_future(asyncio.sleep(0))
+    await done
+    await cancel_and_wait(done)  # a task already done: nothing to cancel

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
 
 from jobs_core.records import NewJob
 from jobs_pg import PgDriver
@@ -190,3 +194,34 @@ async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -
         assert woken == ["q", "q"]
     finally:
         await other.close()
+
+
+async def test_a_close_whose_cancel_the_listen_wait_dropped_still_ends_the_session(
+    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg before 3.3.6 waits on its socket through `asyncio.wait_for`, which on Python 3.11
+    drops a cancel landing as a notification arrives (CPython gh-86296): the LISTEN loop then
+    runs on, and a close awaiting it would wait forever (a worker's drain, a driver's close)."""
+    listen = psycopg.AsyncConnection.notifies
+    dropped: list[bool] = []
+
+    async def dropping_once(
+        conn: psycopg.AsyncConnection[Any], **kwargs: Any
+    ) -> AsyncIterator[psycopg.Notify]:
+        while True:
+            try:
+                async for note in listen(conn, **kwargs):
+                    yield note
+                return
+            except asyncio.CancelledError:
+                if dropped:
+                    raise
+                dropped.append(True)  # the cancel is gone: listen on, as psycopg would
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", dropping_once)
+    sub, _ = await _subscribe(pg, ["q"])
+    started = time.monotonic()
+    async with asyncio.timeout(10):
+        await sub.close()
+    assert time.monotonic() - started < 5  # not a wait for a cancel from elsewhere
+    assert dropped == [True] and not sub.is_live()

@@ -258,3 +258,49 @@ async def test_a_call_that_finds_the_store_back_ends_the_settle_backoff_at_once(
     watch.answered(23_600)  # a heartbeat or claim of this worker was answered
     assert await asyncio.wait_for(asyncio.shield(landed), 1) is True
     assert heard == [10_000, 23_600] and clock.now_ms() == 23_600
+
+
+class _Beats(Outages):
+    """`Outages` that notes the clock of every heartbeat the store answered."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.beats: list[int] = []
+
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        answers = await super()._job_heartbeat(beats)
+        self.beats.append(self.clock.now_ms())
+        return answers
+
+
+async def test_a_heartbeat_waiting_to_retry_goes_as_soon_as_a_claim_finds_the_store_back() -> None:
+    """The heartbeat failed in an outage and waits a second to retry; the store returns and an
+    enqueue's wake has the claim loop reach it first: the renewal goes then, no time passing."""
+    clock = FakeClock()
+    store = _Beats(clock)
+    release = asyncio.Event()
+
+    async def body(input: Any, ctx: JobContext) -> str:
+        await release.wait()
+        return "done"
+
+    h = declare(body)
+    jobs = Jobs(store, clock=clock)
+    await jobs.enqueue(h, {"n": 0})
+    worker = Worker(store, [h], clock=clock, lease=3.0, poll_floor=0.05, concurrency=2)
+    await worker.start()
+    await clock.advance(100, step_ms=10)
+    assert worker.stats.claimed == 1
+    store.down = True
+    # The heartbeat (every second) fails at about 1 s; its retry waits until about 2 s.
+    await clock.advance(1_300, step_ms=50)
+    assert store.beats == []
+    store.down = False
+    await jobs.enqueue(h, {"n": 1})
+    back_at = clock.now_ms()
+    await clock.advance(0)
+    assert store.beats == [back_at], store.beats
+    release.set()
+    await clock.advance(2_000, step_ms=50)
+    await worker.stop()

@@ -11,7 +11,8 @@ The CORE job family is what every driver implements (its `_` methods are abstrac
 of `Capabilities` (`capabilities()`): operator (cancel, requeue, promote, remove, listing,
 `queue_stats`), pauses (`pause_*`), workers (the registry, `worker_*`), counters
 (`counter_*`, moved by the settling writes), retention (`job_purge`), steps and events
-(`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), wake (`wake_subscribe`). A public
+(`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), flows (`join_enqueue`,
+`job_watch`), sweeps (`sweep_*`), wake (`wake_subscribe`). A public
 method of a family the driver does not declare refuses with `X_DRIVER_CAPABILITY_MISSING`
 naming the family, before anything else; so does whatever needs the family (`require`). A
 driver written for the core family keeps working, unchanged, as families are added.
@@ -38,6 +39,7 @@ from jobs_core.errors import (
 )
 from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
+    SWEEP_KINDS,
     Ack,
     CancelAnswer,
     ClaimParams,
@@ -75,6 +77,11 @@ from jobs_core.records import (
     RequeueParams,
     StepPut,
     StepRecord,
+    SweepAdvance,
+    SweepFinish,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
     TaskFire,
     TaskFireAnswer,
     TaskMark,
@@ -88,7 +95,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 2
+CONTRACT_VERSION: Final = 3
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -128,6 +135,14 @@ MAX_JOIN_IDS: Final = 10_000
 MAX_LEASE_BATCH: Final = 1_000
 #: The most tasks one `task_arm` / `task_marks` call names.
 MAX_TASK_BATCH: Final = 1_000
+#: A sweep's cursor (`SweepAdvance.cursor_json`): at most this many UTF-8 bytes of JSON text.
+MAX_SWEEP_CURSOR_BYTES: Final = 8_192
+#: A sweep's declaration checksum: at most this many bytes.
+MAX_SWEEP_CHECKSUM_BYTES: Final = 128
+#: The most entries one `sweep_list` call answers.
+MAX_SWEEP_LIST: Final = 1_000
+#: Row counts a sweep records stay below this (a Redis number is exact below 2**53).
+MAX_SWEEP_ROWS: Final = 2**53 - 1
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -145,6 +160,7 @@ Family: TypeAlias = Literal[
     "leases",
     "tasks",
     "flows",
+    "sweeps",
 ]
 
 
@@ -180,6 +196,9 @@ class Capabilities:
     #: and `batch_id`, the listing's filters on them): rows that wait for other rows to finish,
     #: released by the very write that finishes the last of them; watched rows announced.
     flows: bool = False
+    #: The sweep ledger (`sweep_start`, `sweep_advance`, `sweep_finish`, `sweep_list`): what
+    #: the factories (`backfill()`, `import_rows()`, `export_rows()`) swept, keyed by run.
+    sweeps: bool = False
 
     def declared(self) -> frozenset[str]:
         """Every family these capabilities declare, the core `jobs` family included."""
@@ -364,6 +383,63 @@ class JobDriver(abc.ABC):
         `on_finish`; None when unsupported (a waiter then polls). Delivery is a hint: a waiter
         reads the row again, and keeps a bounded poll as its guarantee."""
         return None
+
+    # -- sweeps ---------------------------------------------------------------------------------
+    # Optional: a driver offering the ledger says `sweeps=True` in `capabilities()`. Every
+    # write is fenced on the claim of the run it records (as `step_put` is): a run that lost its
+    # claim writes nothing.
+
+    async def sweep_advance(self, advance: SweepAdvance) -> bool:
+        """Record batch `advance.batch` of a running entry, once; answers whether it moved."""
+        self.require("sweeps", what="sweep_advance")
+        _check_fence(advance.fence)
+        _check_str(advance.run_id, "run_id")
+        _check_int(advance.batch, "batch", 1, MAX_SWEEP_ROWS)
+        _check_int(advance.rows, "rows", 0, MAX_SWEEP_ROWS)
+        _check_int(advance.errors, "errors", 0, MAX_SWEEP_ROWS)
+        _check_sweep_cursor(advance.cursor_json)
+        _check_time(advance.now_ms, "now_ms")
+        return await self._sweep_advance(advance)
+
+    async def sweep_finish(self, finish: SweepFinish) -> bool:
+        """End a running entry, `completed` or `failed` with its code; answers whether it did."""
+        self.require("sweeps", what="sweep_finish")
+        _check_fence(finish.fence)
+        _check_str(finish.run_id, "run_id")
+        if finish.status not in ("completed", "failed"):
+            raise RecordInvalidError("must be 'completed' or 'failed'", detail="status")
+        if finish.status == "completed" and finish.error is not None:
+            raise RecordInvalidError("a completed sweep carries no error", detail="error")
+        if finish.status == "failed":
+            _check_str(finish.error, "error")
+        _check_time(finish.now_ms, "now_ms")
+        return await self._sweep_finish(finish)
+
+    async def sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        """The ledger's entries (of declaration `name`, or all), newest first; at most `limit`."""
+        self.require("sweeps", what="sweep_list")
+        if name is not None:
+            _check_str(name, "name")
+        _check_int(limit, "limit", 1, MAX_SWEEP_LIST)
+        rows = await self._sweep_list(name, limit)
+        return sorted(rows, key=lambda r: (r.started_at_ms, r.run_id), reverse=True)[:limit]
+
+    async def sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        """Open or resume run `start.run_id`'s entry, unless a completed run of the same sweep
+        blocks it (see `_sweep_start`)."""
+        self.require("sweeps", what="sweep_start")
+        _check_fence(start.fence)
+        _check_str(start.run_id, "run_id")
+        _check_str(start.name, "name")
+        _check_str(start.scope, "scope")
+        _check_str(start.environment, "environment")
+        if start.kind not in SWEEP_KINDS:
+            raise RecordInvalidError(f"must be one of {', '.join(SWEEP_KINDS)}", detail="kind")
+        _check_str(start.checksum, "checksum", MAX_SWEEP_CHECKSUM_BYTES)
+        if start.expected is not None:
+            _check_int(start.expected, "expected", 0, MAX_SWEEP_ROWS)
+        _check_time(start.now_ms, "now_ms")
+        return await self._sweep_start(start)
 
     # -- jobs ---------------------------------------------------------------------------------
     # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
@@ -602,6 +678,14 @@ class JobDriver(abc.ABC):
         _check_time(now_ms, "now_ms")
         return sorted(await self._lease_holders(key, now_ms), key=lambda h: h.token)
 
+    async def lease_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` holdings (rate stamps included) no longer live at `now_ms`;
+        answers how many went. Live holdings are never touched."""
+        self.require("leases", what="lease_purge")
+        _check_time(now_ms, "now_ms")
+        _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
+        return await self._lease_purge(now_ms, limit)
+
     async def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding now (a rate stamp stays counted until it expires); answers, per
         item, whether it was live."""
@@ -769,6 +853,14 @@ class JobDriver(abc.ABC):
         self.require("workers", what="worker_forget")
         _check_str(worker_id, "worker_id")
         return await self._worker_forget(worker_id)
+
+    async def worker_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` registry rows expired at `now_ms` (a worker that died without
+        forgetting itself); answers how many went. Live rows are never touched."""
+        self.require("workers", what="worker_purge")
+        _check_time(now_ms, "now_ms")
+        _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
+        return await self._worker_purge(now_ms, limit)
 
     async def worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Registry rows not yet expired at `now_ms`, by worker id."""
@@ -989,6 +1081,11 @@ class JobDriver(abc.ABC):
         """Delete the worker's row; True when there was one, expired or not."""
         raise _unimplemented(self, "workers", "_worker_forget")
 
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` registry rows with `expires_at_ms <= now_ms`, soonest expired
+        first, ties by worker id; answers how many went."""
+        raise _unimplemented(self, "workers", "_worker_purge")
+
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Rows with `expires_at_ms > now_ms` (exclusive), in any order (the public one sorts)."""
         raise _unimplemented(self, "workers", "_worker_list")
@@ -1062,6 +1159,13 @@ class JobDriver(abc.ABC):
         """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
         method sorts by token). Reads only."""
         raise _unimplemented(self, "leases", "_lease_holders")
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        """Delete up to `limit` holdings with `expires_at_ms <= now_ms` (rate stamps among
+        them), soonest expired first, ties by key then token in code-point order; answers how
+        many went. A key left with no holding keeps nothing stored (its token counter aside:
+        tokens never repeat on a key)."""
+        raise _unimplemented(self, "leases", "_lease_purge")
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """For each item in order: True when `(key, token)` is a live holding. A live slot is
@@ -1144,6 +1248,45 @@ class JobDriver(abc.ABC):
         purged), then answer those rows as `_job_get_many` does; unknown ids absent."""
         raise _unimplemented(self, "flows", "_job_watch")
 
+    # The sweep ledger: one entry per run of a sweep, keyed by `run_id`. A write is applied only
+    # while its `fence` holds (as `_step_put`: the fence's row is `running` with those `claims`
+    # and that worker); a write whose fence does not hold changes nothing. Entries are never
+    # removed by the family's own calls.
+
+    async def _sweep_advance(self, advance: SweepAdvance) -> bool:
+        """Atomically, when the fence holds and run `advance.run_id`'s entry is `running` with
+        `batches == advance.batch - 1`: `batches = advance.batch`, `rows += advance.rows`,
+        `errors += advance.errors`, `cursor_json = advance.cursor_json`, `updated_at_ms =
+        now_ms`; True. Otherwise (no entry, not running, any other batch number: a replayed
+        or a skipped batch) nothing changes; False."""
+        raise _unimplemented(self, "sweeps", "_sweep_advance")
+
+    async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        """Atomically, when the fence holds and run `finish.run_id`'s entry is `running`:
+        `status = finish.status`, `error = finish.error`, `finished_at_ms = updated_at_ms =
+        now_ms`; True. Otherwise nothing changes; False."""
+        raise _unimplemented(self, "sweeps", "_sweep_finish")
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        """The entries (those of declaration `name` when given), newest `started_at_ms` first,
+        ties by `run_id` descending (code-point order); at most `limit`."""
+        raise _unimplemented(self, "sweeps", "_sweep_list")
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        """Atomically, in this order:
+        1. the fence does not hold: nothing is written; `SweepStartAnswer(None)`;
+        2. another run's entry with the same `name`, `scope`, `environment` and `checksum` is
+           `completed`: nothing is written; `SweepStartAnswer(None, blocked_by=that entry)`
+           (the one finished last when several are, ties by the greater `run_id`);
+        3. run `start.run_id` has an entry: `completed` stays as it is; `failed` or `running`
+           becomes `running` with `error` None, `finished_at_ms` None and `updated_at_ms =
+           now_ms` (its batches, rows, cursor, `started_at_ms`, `expected` and declaration
+           fields kept); answered as it is after;
+        4. else a new entry: `running`, `job_id` the fence's, 0 batches, rows and errors,
+           cursor None, `started_at_ms = updated_at_ms = now_ms`, the other fields from `start`.
+        """
+        raise _unimplemented(self, "sweeps", "_sweep_start")
+
 
 # -- the shared checks ----------------------------------------------------------------------------
 
@@ -1186,6 +1329,16 @@ def _check_time(value: object, what: str) -> None:
 def _check_optional_json(value: str | None, what: str) -> None:
     if value is not None:
         check_text(value, what)
+
+
+def _check_sweep_cursor(cursor_json: str | None) -> None:
+    if cursor_json is None:
+        return
+    check_text(cursor_json, "cursor_json")
+    if utf8_length(cursor_json) > MAX_SWEEP_CURSOR_BYTES:
+        raise RecordInvalidError(
+            f"must be at most {MAX_SWEEP_CURSOR_BYTES} bytes of UTF-8", detail="cursor_json"
+        )
 
 
 def _check_fence(fence: Fence) -> None:

@@ -731,3 +731,103 @@ class TaskFireAnswer:
     @property
     def fired(self) -> bool:
         return self.enqueued is not None
+
+
+# -- sweeps: the ledger of what factories (backfills, imports, exports) swept ---------------------
+
+#: A sweep's status in the ledger. `running` until its run records the end; `failed` when the
+#: run failed for good (a later attempt of the same run sets it `running` again).
+SweepStatus = Literal["running", "completed", "failed"]
+SWEEP_STATUSES: Final[tuple[SweepStatus, ...]] = ("running", "completed", "failed")
+#: What swept: the factory that wrote the entry.
+SweepKind = Literal["backfill", "import", "export"]
+SWEEP_KINDS: Final[tuple[SweepKind, ...]] = ("backfill", "import", "export")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRecord:
+    """One run of a sweep as the ledger holds it: what was SWEPT, keyed by the run.
+
+    `name` is the declaration's name and `scope` the tenant it acted for (`"none"` for a
+    cross-tenant sweep); `key` (`<name>:<scope>`) is what a completed entry blocks, together
+    with the `environment` and the declaration's `checksum` (a changed declaration is a new
+    sweep). `batches`/`rows`/`errors`/`cursor_json` move only with a batch the run records for
+    the first time, so a replayed batch changes nothing.
+    """
+
+    run_id: str
+    job_id: str
+    name: str
+    scope: str
+    environment: str
+    kind: SweepKind
+    checksum: str
+    status: SweepStatus
+    #: Batches (pages) recorded so far; the next batch to record is `batches + 1`.
+    batches: int
+    #: Rows processed by the recorded batches.
+    rows: int
+    #: Rows refused by the recorded batches (an import's report; 0 for a backfill).
+    errors: int
+    #: How many rows the declaration expects (`count=`), read when the sweep started; or None.
+    expected: int | None
+    #: Where the next batch starts, as JSON text (None before the first batch).
+    cursor_json: str | None
+    #: The `X_*` code of the failure that ended the run (`failed`), else None.
+    error: str | None
+    started_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.scope}"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStart:
+    """Open (or resume) the ledger entry of run `run_id` of a sweep, fenced on its claim."""
+
+    fence: Fence
+    run_id: str
+    name: str
+    scope: str
+    environment: str
+    kind: SweepKind
+    checksum: str
+    expected: int | None
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStartAnswer:
+    """What `sweep_start` found: the run's entry (None: the fence no longer holds, nothing was
+    written), or the completed entry of another run that blocks this one (nothing written)."""
+
+    record: SweepRecord | None
+    blocked_by: SweepRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAdvance:
+    """Record batch number `batch` (1-based) of run `run_id`: its rows, its refused rows and
+    the cursor the next batch starts at."""
+
+    fence: Fence
+    run_id: str
+    batch: int
+    rows: int
+    errors: int
+    cursor_json: str | None
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepFinish:
+    """End run `run_id`'s entry: `completed`, or `failed` with the `X_*` code that ended it."""
+
+    fence: Fence
+    run_id: str
+    status: Literal["completed", "failed"]
+    error: str | None
+    now_ms: int

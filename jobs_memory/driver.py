@@ -67,6 +67,11 @@ from jobs_core.records import (
     RequeueParams,
     StepPut,
     StepRecord,
+    SweepAdvance,
+    SweepFinish,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
     TaskFire,
     TaskFireAnswer,
     TaskMark,
@@ -140,6 +145,7 @@ class MemoryDriver(JobDriver):
         self._holdings: dict[str, dict[int, Lease]] = {}
         self._tokens = itertools.count(1)
         self._marks: dict[str, TaskMark] = {}
+        self._sweeps: dict[str, SweepRecord] = {}
         #: flows: parked waiter id -> the dependencies it still waits on; dependency id -> the
         #: parked waiters that still count it (both sides of one edge, dropped together).
         self._waiting: dict[str, set[str]] = {}
@@ -164,6 +170,7 @@ class MemoryDriver(JobDriver):
             leases=True,
             tasks=True,
             flows=True,
+            sweeps=True,
         )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
@@ -897,6 +904,21 @@ class MemoryDriver(JobDriver):
                 out.append(h is not None)
             return out
 
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            gone = sorted(
+                (h.expires_at_ms, h.key, h.token)
+                for held in self._holdings.values()
+                for h in held.values()
+                if h.expires_at_ms <= now_ms
+            )[:limit]
+            for _, key, token in gone:
+                held = self._holdings[key]
+                del held[token]
+                if not held:
+                    del self._holdings[key]
+            return len(gone)
+
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         with self._lock:
             return [h for h in self._holdings.get(key, {}).values() if h.expires_at_ms > now_ms]
@@ -931,6 +953,107 @@ class MemoryDriver(JobDriver):
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         with self._lock:
             return [w for w in self._workers.values() if w.expires_at_ms > now_ms]
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            gone = sorted(
+                (w.expires_at_ms, w.worker_id)
+                for w in self._workers.values()
+                if w.expires_at_ms <= now_ms
+            )[:limit]
+            for _, worker_id in gone:
+                del self._workers[worker_id]
+            return len(gone)
+
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        with self._lock:
+            if self._held(start.fence) is None:
+                return SweepStartAnswer(None)
+            done = [
+                e
+                for e in self._sweeps.values()
+                if e.run_id != start.run_id
+                and e.status == "completed"
+                and (e.name, e.scope, e.environment, e.checksum)
+                == (start.name, start.scope, start.environment, start.checksum)
+            ]
+            if done:
+                return SweepStartAnswer(
+                    None, blocked_by=max(done, key=lambda e: (e.finished_at_ms or 0, e.run_id))
+                )
+            held = self._sweeps.get(start.run_id)
+            if held is not None:
+                if held.status != "completed":
+                    held = self._sweeps[start.run_id] = replace(
+                        held,
+                        status="running",
+                        error=None,
+                        finished_at_ms=None,
+                        updated_at_ms=start.now_ms,
+                    )
+                return SweepStartAnswer(held)
+            entry = self._sweeps[start.run_id] = SweepRecord(
+                run_id=start.run_id,
+                job_id=start.fence.job_id,
+                name=start.name,
+                scope=start.scope,
+                environment=start.environment,
+                kind=start.kind,
+                checksum=start.checksum,
+                status="running",
+                batches=0,
+                rows=0,
+                errors=0,
+                expected=start.expected,
+                cursor_json=None,
+                error=None,
+                started_at_ms=start.now_ms,
+                updated_at_ms=start.now_ms,
+                finished_at_ms=None,
+            )
+            return SweepStartAnswer(entry)
+
+    async def _sweep_advance(self, advance: SweepAdvance) -> bool:
+        with self._lock:
+            held = self._sweeps.get(advance.run_id)
+            if (
+                self._held(advance.fence) is None
+                or held is None
+                or held.status != "running"
+                or held.batches != advance.batch - 1
+            ):
+                return False
+            self._sweeps[advance.run_id] = replace(
+                held,
+                batches=advance.batch,
+                rows=held.rows + advance.rows,
+                errors=held.errors + advance.errors,
+                cursor_json=advance.cursor_json,
+                updated_at_ms=advance.now_ms,
+            )
+            return True
+
+    async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        with self._lock:
+            held = self._sweeps.get(finish.run_id)
+            if self._held(finish.fence) is None or held is None or held.status != "running":
+                return False
+            self._sweeps[finish.run_id] = replace(
+                held,
+                status=finish.status,
+                error=finish.error,
+                finished_at_ms=finish.now_ms,
+                updated_at_ms=finish.now_ms,
+            )
+            return True
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        with self._lock:
+            entries = [e for e in self._sweeps.values() if name is None or e.name == name]
+        entries.sort(key=lambda e: (e.started_at_ms, e.run_id), reverse=True)
+        return entries[:limit]
 
 
 def _acked(a: Ack, r: JobRecord) -> JobRecord:

@@ -12,6 +12,13 @@ from typing import ClassVar, Final
 #: code -> one-line title. The single list of codes; a class below exists for each.
 CODES: Final[dict[str, str]] = {
     "X_ABORTED": "the run was cancelled or lost its claim; it records nothing more",
+    "X_BACKFILL_COMPLETED": "this sweep already completed here (same declaration and scope)",
+    "X_BACKFILL_DECLARATION_INVALID": "the backfill declaration is not valid",
+    "X_BACKFILL_ENVIRONMENT": "the sweep is not declared for this environment",
+    "X_BACKFILL_PAGE_INVALID": "the source answered a page or cursor the sweep cannot use",
+    "X_BACKFILL_REQUIRES_PENDING": "a sweep this one requires has not completed here",
+    "X_BACKFILL_SCOPE_INVALID": "the sweep would act outside the tenant it runs for",
+    "X_BACKFILL_STALLED": "the sweep ended with fewer rows than its declaration expects",
     "X_CLI_DRIVER_REQUIRED": "no driver was named, and the CLI does not pick one on its own",
     "X_CLI_EXTRA_MISSING": "the command needs an extra that is not installed",
     "X_CLI_MODULE_INVALID": "the jobs module could not be imported",
@@ -28,15 +35,25 @@ CODES: Final[dict[str, str]] = {
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
     "X_DRIVER_NOT_INSTALLED": "the driver for this URL needs an extra that is not installed",
-    "X_DRIVER_UNSUPPORTED": "the driver does not offer this capability",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
+    "X_DRIVER_UNSUPPORTED": "the driver does not offer this capability",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
+    "X_EXPORT_COMPLETED": "a completed run of the same export (declaration and input) blocks it",
+    "X_EXPORT_DECLARATION_INVALID": "the export declaration is not valid",
+    "X_EXPORT_SINK_INVALID": "the export's sink cannot be written",
+    "X_IMPORT_COMPLETED": "a completed run of the same import (declaration and input) blocks it",
+    "X_IMPORT_DECLARATION_INVALID": "the import declaration is not valid",
+    "X_IMPORT_RECORD_INVALID": "a record of the import could not be read or was refused",
+    "X_IMPORT_RECORD_TOO_LARGE": "a record of the import is longer than max_record_bytes",
+    "X_IMPORT_SOURCE_INVALID": "the import's source cannot be read",
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
     "X_JOB_CANCELLED": "the job was cancelled while it ran",
     "X_JOB_CLAIM_QUEUES_EMPTY": "a claim must name at least one queue",
     "X_JOB_CONCURRENCY_KEY_INVALID": "the concurrency key could not be derived from the input",
     "X_JOB_CONCURRENCY_UNENFORCEABLE": "a job declares a fleet-wide limit its driver cannot hold",
     "X_JOB_DECLARATION_INVALID": "the job declaration is not valid",
+    "X_JOB_DEPENDENCY_FAILED": "a job it depends on ended dead, failed or cancelled",
+    "X_JOB_DEPENDENCY_UNKNOWN": "a job it depends on does not exist",
     "X_JOB_DUPLICATE": "a different job is already registered under this name",
     "X_JOB_INPUT_INVALID": "the value has no JSON form",
     "X_JOB_KEY_REQUIRED": "an idempotency key is required and none was given",
@@ -59,11 +76,10 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
     "X_LOCK_LOST": "the lock was lost while held; what it guarded was cancelled",
     "X_LOCK_TIMEOUT": "the lock could not be taken in time",
+    "X_PURGE_DECLARATION_INVALID": "the purge declaration is not valid",
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
     "X_RESULT_FAILED": "the job finished without completing: dead, failed or cancelled",
     "X_RESULT_TIMEOUT": "the job did not finish before the wait for its result timed out",
-    "X_JOB_DEPENDENCY_FAILED": "a job it depends on ended dead, failed or cancelled",
-    "X_JOB_DEPENDENCY_UNKNOWN": "a job it depends on does not exist",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
     "X_STEP_NAME_INVALID": "a step name is not one the store can record",
@@ -537,6 +553,114 @@ class WorkerError(JobsError):
     code = "X_WORKER_ERROR"
 
 
+# -- the factories (`jobs_core.factories`) ----------------------------------------------------
+
+
+class BackfillCompletedError(JobsError):
+    """This sweep already completed here (same declaration and scope)."""
+
+    code = "X_BACKFILL_COMPLETED"
+    terminal = True
+
+
+class BackfillDeclarationInvalidError(JobsError):
+    """The backfill declaration is not valid."""
+
+    code = "X_BACKFILL_DECLARATION_INVALID"
+
+
+class BackfillEnvironmentError(JobsError):
+    """The sweep is not declared for this environment."""
+
+    code = "X_BACKFILL_ENVIRONMENT"
+    terminal = True
+
+
+class BackfillPageInvalidError(JobsError):
+    """The source answered a page or cursor the sweep cannot use."""
+
+    code = "X_BACKFILL_PAGE_INVALID"
+    terminal = True
+
+
+class BackfillRequiresPendingError(JobsError):
+    """A sweep this one requires has not completed here."""
+
+    code = "X_BACKFILL_REQUIRES_PENDING"
+    terminal = True
+
+
+class BackfillScopeInvalidError(JobsError):
+    """The sweep would act outside the tenant it runs for."""
+
+    code = "X_BACKFILL_SCOPE_INVALID"
+    terminal = True
+
+
+class BackfillStalledError(JobsError):
+    """The sweep ended with fewer rows than its declaration expects."""
+
+    code = "X_BACKFILL_STALLED"
+    terminal = True
+
+
+class ExportCompletedError(JobsError):
+    """A completed run of the same export (declaration and input) blocks it."""
+
+    code = "X_EXPORT_COMPLETED"
+    terminal = True
+
+
+class ExportDeclarationInvalidError(JobsError):
+    """The export declaration is not valid."""
+
+    code = "X_EXPORT_DECLARATION_INVALID"
+
+
+class ExportSinkInvalidError(JobsError):
+    """The export's sink cannot be written."""
+
+    code = "X_EXPORT_SINK_INVALID"
+
+
+class ImportCompletedError(JobsError):
+    """A completed run of the same import (declaration and input) blocks it."""
+
+    code = "X_IMPORT_COMPLETED"
+    terminal = True
+
+
+class ImportDeclarationInvalidError(JobsError):
+    """The import declaration is not valid."""
+
+    code = "X_IMPORT_DECLARATION_INVALID"
+
+
+class ImportRecordInvalidError(JobsError):
+    """A record of the import could not be read or was refused."""
+
+    code = "X_IMPORT_RECORD_INVALID"
+
+
+class ImportRecordTooLargeError(JobsError):
+    """A record of the import is longer than max_record_bytes."""
+
+    code = "X_IMPORT_RECORD_TOO_LARGE"
+    terminal = True
+
+
+class ImportSourceInvalidError(JobsError):
+    """The import's source cannot be read."""
+
+    code = "X_IMPORT_SOURCE_INVALID"
+
+
+class PurgeDeclarationInvalidError(JobsError):
+    """The purge declaration is not valid."""
+
+    code = "X_PURGE_DECLARATION_INVALID"
+
+
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
@@ -602,6 +726,22 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DashboardCsrfError,
         DashboardReadOnlyError,
         DashboardRequestInvalidError,
+        BackfillCompletedError,
+        BackfillDeclarationInvalidError,
+        BackfillEnvironmentError,
+        BackfillPageInvalidError,
+        BackfillRequiresPendingError,
+        BackfillScopeInvalidError,
+        BackfillStalledError,
+        ExportCompletedError,
+        ExportDeclarationInvalidError,
+        ExportSinkInvalidError,
+        ImportCompletedError,
+        ImportDeclarationInvalidError,
+        ImportRecordInvalidError,
+        ImportRecordTooLargeError,
+        ImportSourceInvalidError,
+        PurgeDeclarationInvalidError,
     )
 }
 

@@ -67,6 +67,7 @@ from jobs_core.records import (
     ClaimedJob,
     EnqueueResult,
     EventWait,
+    Fence,
     JobRecord,
     NewJob,
     StepPut,
@@ -186,6 +187,28 @@ class StepApi:
         self._jobs: Jobs | None = None
         #: The completed steps of this run that declared a compensation, as met (replayed or run).
         self.compensable: list[Compensable] = []
+
+    # -- what a factory built over steps reads ------------------------------------------------
+
+    @property
+    def driver(self) -> JobDriver:
+        """The store this run records in (a factory writes its own family there, fenced)."""
+        return self._driver
+
+    @property
+    def clock(self) -> Clock:
+        """The run's clock: every time a factory records comes from it."""
+        return self._clock
+
+    @property
+    def run_id(self) -> str:
+        """The run these steps belong to (the ledger of a sweep is keyed by it)."""
+        return self._job.run_id
+
+    @property
+    def fence(self) -> Fence:
+        """The claim this run holds; a write fenced on it lands only while the claim holds."""
+        return self._job.fence
 
     # -- the store ------------------------------------------------------------------------------
 

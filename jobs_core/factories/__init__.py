@@ -1,0 +1,6 @@
+"""Factories over `job()`: the sweeps teams otherwise write by hand, each a job underneath.
+
+Each factory answers a `JobHandle` (enqueued, claimed, retried, paused, limited and listed like
+any job); its durability is the steps' (`ctx.step`), and what it swept is recorded in the
+driver's sweep ledger (the `sweeps` family) by `jobs_core.factories.sweep`.
+"""

@@ -1,0 +1,137 @@
+"""The ledger side of one run of a sweep, written from inside its body; and what every sweep
+shares: the environment it runs in and its declaration's checksum.
+
+A sweep's entry is opened by the run (`SweepLedger.start`), moved once per batch the run
+records for the first time (`advance`, keyed by the batch number: a replayed batch moves
+nothing) and closed when the run ends (`finish`). Every write is fenced on the run's claim; one
+that does not land means the run lost its claim, and raises `X_JOB_LEASE_LOST` like a step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Final
+
+from jobs_core.driver import name_refusal
+from jobs_core.errors import JobsError, LeaseLostError, OptionInvalidError
+from jobs_core.jsonform import JsonValue, dumps
+from jobs_core.records import (
+    SweepAdvance,
+    SweepFinish,
+    SweepKind,
+    SweepRecord,
+    SweepStart,
+)
+from jobs_core.steps.api import StepApi
+
+#: The environment variable naming where this process runs (`production`, `staging`…).
+ENVIRONMENT_VAR: Final = "UJOBS_ENVIRONMENT"
+#: The environment of a process that names none.
+DEFAULT_ENVIRONMENT: Final = "default"
+#: The scope of a sweep declared `tenant="none"`: the only one that crosses tenants.
+CROSS_TENANT: Final = "none"
+
+
+def current_environment() -> str:
+    """Where this process runs: `$UJOBS_ENVIRONMENT`, else `default`. A value no store can hold
+    as a name is refused (`X_JOB_OPTION_INVALID`) rather than cut."""
+    value = os.environ.get(ENVIRONMENT_VAR) or DEFAULT_ENVIRONMENT
+    why = name_refusal(value)
+    if why is not None:
+        raise OptionInvalidError(f"${ENVIRONMENT_VAR} {why}", detail=ENVIRONMENT_VAR)
+    return value
+
+
+def checksum(declaration: JsonValue) -> str:
+    """The checksum of a sweep's declaration (its JSON form): a changed declaration is a new
+    sweep, so a completed entry of the old one no longer blocks it."""
+    return hashlib.sha256(dumps(declaration).encode()).hexdigest()[:32]
+
+
+def scope_of(tenant: str | None) -> str:
+    """The ledger scope of a run acting for `tenant` (None: a `tenant="none"` sweep)."""
+    return CROSS_TENANT if tenant is None else tenant
+
+
+@dataclass(frozen=True, slots=True)
+class SweepIdentity:
+    """What names one sweep in the ledger: a completed entry with all of these blocks a run."""
+
+    name: str
+    scope: str
+    environment: str
+    kind: SweepKind
+    checksum: str
+
+
+class SweepLedger:
+    """The ledger entry of the run `step` belongs to."""
+
+    def __init__(self, step: StepApi, identity: SweepIdentity) -> None:
+        self._step = step
+        self._identity = identity
+
+    async def start(self, *, expected: int | None, blocked: type[JobsError]) -> SweepRecord:
+        """Open or resume this run's entry; answers it (a `completed` one when this very run
+        already finished its sweep). A completed run of the same sweep raises `blocked`
+        naming it, writing nothing."""
+        i = self._identity
+        answer = await self._step.driver.sweep_start(
+            SweepStart(
+                fence=self._step.fence,
+                run_id=self._run_id,
+                name=i.name,
+                scope=i.scope,
+                environment=i.environment,
+                kind=i.kind,
+                checksum=i.checksum,
+                expected=expected,
+                now_ms=self._step.clock.now_ms(),
+            )
+        )
+        if answer.blocked_by is not None:
+            by = answer.blocked_by
+            raise blocked(
+                f"{i.name}:{i.scope} completed in {i.environment} (run {by.run_id}, job "
+                f"{by.job_id}); a changed declaration is a new sweep",
+                detail=f"{i.name}:{i.scope}",
+            )
+        if answer.record is None:
+            raise LeaseLostError(f"the claim was lost before {i.name!r} opened its ledger entry")
+        return answer.record
+
+    async def advance(
+        self, batch: int, *, rows: int, errors: int = 0, cursor: JsonValue = None
+    ) -> bool:
+        """Record batch `batch` (1-based) once; False when it moved nothing: a replay, or a run
+        that lost its claim (whose step record then fails to land, `X_JOB_LEASE_LOST`)."""
+        moved = await self._step.driver.sweep_advance(
+            SweepAdvance(
+                fence=self._step.fence,
+                run_id=self._run_id,
+                batch=batch,
+                rows=rows,
+                errors=errors,
+                cursor_json=None if cursor is None else dumps(cursor),
+                now_ms=self._step.clock.now_ms(),
+            )
+        )
+        return moved
+
+    async def finish(self, error: JobsError | None = None) -> bool:
+        """Close the entry: `completed`, or `failed` with `error`'s code."""
+        return await self._step.driver.sweep_finish(
+            SweepFinish(
+                fence=self._step.fence,
+                run_id=self._run_id,
+                status="completed" if error is None else "failed",
+                error=None if error is None else error.code,
+                now_ms=self._step.clock.now_ms(),
+            )
+        )
+
+    @property
+    def _run_id(self) -> str:
+        return self._step.run_id

@@ -86,6 +86,11 @@ from jobs_core.records import (
     RequeueParams,
     StepPut,
     StepRecord,
+    SweepAdvance,
+    SweepFinish,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
     TaskFire,
     TaskFireAnswer,
     TaskMark,
@@ -110,6 +115,7 @@ from jobs_pg.statements import lease as lease_stmts
 from jobs_pg.statements import pause as pause_stmts
 from jobs_pg.statements import queue as queue_stmts
 from jobs_pg.statements import step as step_stmts
+from jobs_pg.statements import sweep as sweep_stmts
 from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
 from jobs_pg.statements import worker as worker_stmts
@@ -131,6 +137,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(pause_stmts)),
     **compile_all(vars(queue_stmts)),
     **compile_all(vars(step_stmts)),
+    **compile_all(vars(sweep_stmts)),
     **compile_all(vars(task_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
@@ -167,6 +174,7 @@ _INDEX_FIELDS: Final = {
     "workers_pkey": "worker_id",
     "leases_pkey": "key, token",
     "task_marks_pkey": "name",
+    "sweeps_pkey": "run_id",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -356,6 +364,7 @@ class PgDriver(JobDriver):
             leases=True,
             tasks=True,
             flows=True,
+            sweeps=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1688,6 +1697,77 @@ class PgDriver(JobDriver):
         rows = await self._read("WORKER_LIST", {"now_ms": now_ms})
         return [WorkerInfo(w, info, beat, exp) for w, info, beat, exp in rows]
 
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        """One autocommit statement (`SWEEP_START`, see `statements.sweep`): the fence, the
+        sweep's entries locked, the blocker looked for and the run's entry written, together.
+        Run again only when the fence held and it answered nothing: the run's entry was written
+        by a concurrent start of the same run after its snapshot (a fresh one reads it)."""
+        f = start.fence
+        values = {
+            "job_id": f.job_id,
+            "claims": f.claims,
+            "worker_id": f.worker_id,
+            "run_id": start.run_id,
+            "name": start.name,
+            "scope": start.scope,
+            "environment": start.environment,
+            "kind": start.kind,
+            "checksum": start.checksum,
+            "expected": start.expected,
+            "now_ms": start.now_ms,
+        }
+        for _ in range(5):
+            rows = await self._rows("SWEEP_START", values)
+            if not rows[0][0]:
+                return SweepStartAnswer(None)
+            by_tag = {r[1]: _sweep_record(r[2:]) for r in rows if r[1] is not None}
+            if "b" in by_tag:
+                return SweepStartAnswer(None, blocked_by=by_tag["b"])
+            entry = by_tag.get("w") or by_tag.get("o")
+            if entry is not None:
+                return SweepStartAnswer(entry)
+        raise DriverError("a sweep start kept racing a start of its run", detail=start.run_id)
+
+    async def _sweep_advance(self, advance: SweepAdvance) -> bool:
+        f = advance.fence
+        rows = await self._rows(
+            "SWEEP_ADVANCE",
+            {
+                "job_id": f.job_id,
+                "claims": f.claims,
+                "worker_id": f.worker_id,
+                "run_id": advance.run_id,
+                "batch": advance.batch,
+                "rows": advance.rows,
+                "errors": advance.errors,
+                "cursor_json": advance.cursor_json,
+                "now_ms": advance.now_ms,
+            },
+        )
+        return int(rows[0][0]) == 1
+
+    async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        f = finish.fence
+        rows = await self._rows(
+            "SWEEP_FINISH",
+            {
+                "job_id": f.job_id,
+                "claims": f.claims,
+                "worker_id": f.worker_id,
+                "run_id": finish.run_id,
+                "status": finish.status,
+                "error": finish.error,
+                "now_ms": finish.now_ms,
+            },
+        )
+        return int(rows[0][0]) == 1
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        rows = await self._read("SWEEP_LIST", {"name": name, "limit": limit})
+        return [_sweep_record(r) for r in rows]
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -1939,6 +2019,11 @@ def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:
     """Per item of `n`, whether a statement answering the ordinals that held named it."""
     held = {int(r[0]) for r in rows}
     return [i in held for i in range(1, n + 1)]
+
+
+def _sweep_record(row: Sequence[Any]) -> SweepRecord:
+    """A ledger entry from its columns in `statements.sweep.RECORD_COLUMNS` order."""
+    return SweepRecord(*row)
 
 
 def _object(match_json: str) -> Mapping[str, object]:

@@ -13,7 +13,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
-from jobs_core.records import COUNTED_OUTCOMES
+from jobs_core.records import COUNTED_OUTCOMES, SWEEP_KINDS, SWEEP_STATUSES
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
 #: Every identifier-like column compares and sorts by code point (UTF-8 byte order): the claim
@@ -46,6 +46,8 @@ def _in_clause(states: frozenset[JobState] | tuple[JobState, ...]) -> str:
 LIVE_SQL: Final = _in_clause(LIVE_STATES)
 FINISHED_SQL: Final = _in_clause(FINISHED_STATES)
 ALL_STATES_SQL: Final = _in_clause(tuple(JobState))
+SWEEP_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in SWEEP_STATUSES)
+SWEEP_KINDS_SQL: Final = ", ".join(f"'{k}'" for k in SWEEP_KINDS)
 
 jobs: Final = sa.Table(
     "jobs",
@@ -323,6 +325,50 @@ task_marks: Final = sa.Table(
     sa.Column("fired_at_ms", sa.BigInteger, nullable=True),
 )
 
+
+# The sweep ledger (migration 0011): one row per run of a sweep (`backfill()`, `import_rows()`,
+# `export_rows()`), keyed by the run, written fenced on the run's claim (`statements/sweep.py`).
+# Counts are bigint: a sweep records up to 2**53 - 1 rows per batch, and sums stay exact.
+sweeps: Final = sa.Table(
+    "sweeps",
+    metadata,
+    sa.Column("run_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("job_id", sa.Text(collation=C), nullable=False),
+    sa.Column("name", sa.Text(collation=C), nullable=False),
+    sa.Column("scope", sa.Text(collation=C), nullable=False),
+    sa.Column("environment", sa.Text(collation=C), nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("checksum", sa.Text(collation=C), nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("batches", sa.BigInteger, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("errors", sa.BigInteger, nullable=False),
+    sa.Column("expected", sa.BigInteger, nullable=True),
+    # Text, as every JSON column here: the cursor comes back exactly as the sweep recorded it.
+    sa.Column("cursor_json", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("started_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("finished_at_ms", sa.BigInteger, nullable=True),
+    sa.CheckConstraint(f"status IN ({SWEEP_STATUSES_SQL})", name="status"),
+    sa.CheckConstraint(f"kind IN ({SWEEP_KINDS_SQL})", name="kind"),
+)
+
+# A sweep's entries, every run of one (name, scope, environment, checksum), in run_id order:
+# `sweep_start` locks them in that order (see `statements/sweep.py`) and finds among them the
+# completed entry that blocks a re-run. Not partial on `completed`: the start must also lock the
+# running entries a concurrent `sweep_finish` may be completing.
+sa.Index(
+    "sweeps_key",
+    sweeps.c.name,
+    sweeps.c.scope,
+    sweeps.c.environment,
+    sweeps.c.checksum,
+    sweeps.c.run_id,
+)
+# `sweep_list` newest first, read backwards: of every sweep, and of one declaration's name.
+sa.Index("sweeps_started", sweeps.c.started_at_ms, sweeps.c.run_id)
+sa.Index("sweeps_name_started", sweeps.c.name, sweeps.c.started_at_ms, sweeps.c.run_id)
 
 # The transactional outbox (migration 0008): jobs staged in the app's own transaction, waiting
 # for the relay to publish them to the job driver (which may be another database). A row is its

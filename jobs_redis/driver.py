@@ -44,6 +44,9 @@ slot and every script declares every key it touches in KEYS):
   `{p}:join:pending` (zsets of edges, lex-ranged per dependency / per waiter), and the pub/sub
   channel `{p}:finish` a watched row's id is published on. A finish releasing a waiter names
   that waiter's `due`/`parked` keys itself (same slot): its caller cannot know them.
+- `{p}:sweep` (hash run_id -> the ledger entry) and the zsets `{p}:sweep:started`,
+  `{p}:sweep:name`, `{p}:sweep:done`: the sweep family (`lua/includes/sweep.lua`); counts are
+  decimal text, never a Lua number, so they stay exact past 2**53.
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -64,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
@@ -107,6 +110,13 @@ from jobs_core.records import (
     RequeueParams,
     StepPut,
     StepRecord,
+    SweepAdvance,
+    SweepFinish,
+    SweepKind,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
+    SweepStatus,
     TaskFire,
     TaskFireAnswer,
     TaskMark,
@@ -298,6 +308,7 @@ class RedisDriver(JobDriver):
             leases=True,
             tasks=True,
             flows=True,
+            sweeps=True,
         )
 
     async def open(self) -> None:
@@ -1106,6 +1117,80 @@ class RedisDriver(JobDriver):
             out.append(WorkerInfo(got[i], info, int(last), int(expires)))
         return out
 
+    # -- sweeps ---------------------------------------------------------------------------------
+    # One script per call (`lua/sweep_*.lua`, keys in `lua/includes/sweep.lua`). Every count
+    # travels as a Python int's decimal text and is stored as text: exact past 2**53.
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        k = self.keys
+        f = start.fence
+        got = await self._run(
+            "sweep_start",
+            (k.state, k.sweep, k.sweep_started, k.sweep_name, k.sweep_done),
+            (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00",
+                start.run_id,
+                start.name,
+                start.scope,
+                start.environment,
+                start.kind,
+                start.checksum,
+                "" if start.expected is None else str(start.expected),
+                str(start.now_ms),
+            ),
+        )
+        if got[0] == 0:
+            return SweepStartAnswer(None)
+        entry = _sweep(got[1], got[2])
+        return SweepStartAnswer(entry) if got[0] == 1 else SweepStartAnswer(None, blocked_by=entry)
+
+    async def _sweep_advance(self, advance: SweepAdvance) -> bool:
+        k = self.keys
+        f = advance.fence
+        got = await self._run(
+            "sweep_advance",
+            (k.state, k.sweep),
+            (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00",
+                advance.run_id,
+                str(advance.batch - 1),
+                str(advance.batch),
+                str(advance.rows),
+                str(advance.errors),
+                advance.cursor_json or "",
+                str(advance.now_ms),
+            ),
+        )
+        return bool(got == 1)
+
+    async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        k = self.keys
+        f = finish.fence
+        got = await self._run(
+            "sweep_finish",
+            (k.state, k.sweep, k.sweep_done),
+            (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00",
+                finish.run_id,
+                finish.status,
+                finish.error or "",
+                str(finish.now_ms),
+            ),
+        )
+        return bool(got == 1)
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        k = self.keys
+        got = await self._run(
+            "sweep_list",
+            (k.sweep, k.sweep_started, k.sweep_name),
+            ("0" if name is None else "1", name or "", str(limit)),
+        )
+        return [_sweep(got[i], got[i + 1]) for i in range(0, len(got), 2)]
+
     # -- flows ----------------------------------------------------------------------------------
 
     async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
@@ -1336,6 +1421,47 @@ def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
         finished_at_ms=_opt_int(s[6]),
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
+    )
+
+
+def _sweep(run_id: str, raw: str) -> SweepRecord:
+    """A ledger entry from its `{p}:sweep` row (`lua/includes/sweep.lua` names the fields)."""
+    (
+        job_id,
+        name,
+        scope,
+        environment,
+        kind,
+        checksum,
+        status,
+        batches,
+        rows,
+        errors,
+        expected,
+        cursor_json,
+        error,
+        started,
+        updated,
+        finished,
+    ) = raw.split("\x00")
+    return SweepRecord(
+        run_id=run_id,
+        job_id=job_id,
+        name=name,
+        scope=scope,
+        environment=environment,
+        kind=cast(SweepKind, kind),
+        checksum=checksum,
+        status=cast(SweepStatus, status),
+        batches=int(batches),
+        rows=int(rows),
+        errors=int(errors),
+        expected=_opt_int(expected),
+        cursor_json=cursor_json or None,
+        error=error or None,
+        started_at_ms=int(started),
+        updated_at_ms=int(updated),
+        finished_at_ms=_opt_int(finished),
     )
 
 

@@ -36,6 +36,10 @@ class Keys:
         "state",
         "step_index",
         "step_out",
+        "sweep",
+        "sweep_done",
+        "sweep_name",
+        "sweep_started",
         "tag",
         "task",
         "wait",
@@ -97,6 +101,14 @@ class Keys:
         self.join_pending = f"{t}:join:pending"
         #: the pub/sub channel a finishing script publishes a WATCHED row's id on.
         self.finish = f"{t}:finish"
+        # The sweep ledger (lua/includes/sweep.lua describes each).
+        #: hash run_id -> the entry, 16 NUL-joined fields.
+        self.sweep = f"{t}:sweep"
+        #: zsets, every score 0: every entry by (started_at_ms, run_id); one name's entries by
+        #: the same; the completed entries of each sweep by (finished_at_ms, run_id).
+        self.sweep_started = f"{t}:sweep:started"
+        self.sweep_name = f"{t}:sweep:name"
+        self.sweep_done = f"{t}:sweep:done"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

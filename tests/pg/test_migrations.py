@@ -51,6 +51,7 @@ TABLES = {
     "task_marks",
     "outbox",
     "joins",
+    "sweeps",
 }
 
 

@@ -6,11 +6,15 @@ try to escape, pending and the projection, and hostile declarations and pages.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
@@ -30,7 +34,7 @@ from jobs_core.states import FINISHED_STATES, JobState
 from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
-from tests.core.support import until
+from tests.core.support import ROOT, until
 
 LEASE_MS = 1_000
 ONCE = Retry(attempts=1)
@@ -576,3 +580,64 @@ async def test_sync_and_async_functions_alike_and_a_sync_one_off_the_loop() -> N
     await Jobs(driver, clock=clock).enqueue(bf, {})
     assert (await attempt(driver, clock, bf))["rows"] == 4
     assert loop_thread == [False, False]
+
+
+# -- the guide ------------------------------------------------------------------------------------
+
+
+async def test_the_guides_example_sweeps_one_tenants_rows_on_a_real_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/factories.md's backfill() example, run as written on SQLite and the memory driver."""
+    section = (ROOT / "docs" / "factories.md").read_text(encoding="utf-8").split("## backfill()")[1]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found is not None
+    code, enqueue = found.group(1).rsplit("\nawait ", 1)
+    assert enqueue.startswith('fill_order_totals.enqueue({"org": "acme"})')
+    # The app's own engine and table, and registries of the test's own, stand in for its imports.
+    code = re.sub(
+        r"^from (myapp\.db|jobs_core\.factories\.backfill) import .*$", "", code, flags=re.M
+    )
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'shop.db'}")
+    orders = sa.Table(
+        "orders",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("org_id", sa.Text, nullable=False),
+        sa.Column("qty", sa.Integer, nullable=False),
+        sa.Column("price", sa.Integer, nullable=False),
+        sa.Column("total", sa.Integer),
+    )
+    orders.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            orders.insert(),
+            [
+                {"id": i, "org_id": "acme" if i % 2 else "globex", "qty": i, "price": 3}
+                for i in range(1, 41)
+            ],
+        )
+    scope = {
+        "engine": engine,
+        "orders": orders,
+        "backfill": functools.partial(
+            backfill, registry=JobRegistry(), backfills=BackfillRegistry()
+        ),
+    }
+    exec(compile(code, "docs/factories.md", "exec"), scope)
+    handle: Backfill = scope["fill_order_totals"]
+    monkeypatch.setenv("UJOBS_ENVIRONMENT", "staging")
+    driver = MemoryDriver()
+    done = await handle.enqueue({"org": "acme"}, client=Jobs(driver))
+    await worked(driver, [handle], done.id)
+    with engine.connect() as conn:
+        totals = dict(conn.execute(sa.select(orders.c.id, orders.c.total)).all())
+    engine.dispose()
+    assert totals == {i: (i * 3 if i % 2 else None) for i in range(1, 41)}
+    (entry,) = await entries(driver, "fill-order-totals")
+    assert (entry.status, entry.scope, entry.environment, entry.rows) == (
+        "completed",
+        "acme",
+        "staging",
+        20,
+    )

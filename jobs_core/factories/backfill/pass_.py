@@ -85,15 +85,11 @@ class Mark:
 
     @staticmethod
     def of(stored: JsonValue, name: str) -> Mark:
-        if (
-            isinstance(stored, dict)
-            and isinstance(stored.get("rows"), int)
-            and isinstance(stored.get("at"), int)
-            and isinstance(stored.get("done"), bool)
-        ):
-            rows, at, done = stored["rows"], stored["at"], stored["done"]
-            assert isinstance(rows, int) and isinstance(at, int) and isinstance(done, bool)
-            return Mark(stored.get("cursor"), rows, at, done)
+        """The mark step `name` stored; a record of another shape is refused."""
+        if isinstance(stored, dict):
+            rows, at, done = stored.get("rows"), stored.get("at"), stored.get("done")
+            if isinstance(rows, int) and isinstance(at, int) and isinstance(done, bool):
+                return Mark(stored.get("cursor"), rows, at, done)
         raise BackfillDeclarationInvalidError(
             f"step {name!r} is recorded, but not as a backfill's batch", detail=name
         )

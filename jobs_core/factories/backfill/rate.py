@@ -8,7 +8,6 @@ is left of the interval instead of bursting: the stored time survives the proces
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Final
 
@@ -44,17 +43,12 @@ async def wait_turn(
     clock: Clock, signal: CancelSignal, previous_ms: int | None, interval: int | None
 ) -> None:
     """Return once `interval` ms have passed since `previous_ms` (the last batch's stored
-    start) on `clock`; at once without either. A fired `signal` ends the wait with its reason."""
+    start) on `clock`; at once without either. A run whose signal fired waits no more: the
+    worker cancels its body's task, which ends the sleep, and a fired signal is raised here."""
+    signal.raise_if_cancelled()
     if interval is None or previous_ms is None:
         return
     left = previous_ms + interval - clock.now_ms()
-    if left <= 0:
-        return
-    sleep = asyncio.ensure_future(clock.sleep_ms(left))
-    stop = asyncio.ensure_future(signal.wait())
-    try:
-        await asyncio.wait([sleep, stop], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleep.cancel()
-        stop.cancel()
-    signal.raise_if_cancelled()
+    if left > 0:
+        await clock.sleep_ms(left)
+        signal.raise_if_cancelled()

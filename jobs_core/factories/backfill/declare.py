@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from jobs_core.context import JobContext
 from jobs_core.driver import MAX_SWEEP_ROWS, name_refusal
 from jobs_core.errors import (
     BackfillDeclarationInvalidError,
@@ -31,7 +32,7 @@ from jobs_core.factories.backfill.rate import interval_ms
 from jobs_core.factories.backfill.registry import BackfillRegistry, default_backfills
 from jobs_core.factories.backfill.source import Keyset, Pages, PagesFn, Source
 from jobs_core.factories.sweep import SweepIdentity, checksum, current_environment, scope_of
-from jobs_core.job import JobHandle, JobRegistry, SettledHook, TenantSpec, job
+from jobs_core.job import JobHandle, JobRegistry, SettledHook, TenantSpec, default_registry, job
 from jobs_core.jsonform import JsonValue
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.retry import Retry
@@ -207,7 +208,7 @@ def backfill(
         ),
     )
 
-    async def body(input: Any, ctx: Any) -> JsonValue:
+    async def body(input: Any, ctx: JobContext) -> JsonValue:
         from jobs_core.factories.backfill.pass_ import run_pass
 
         return await run_pass(spec, ctx)
@@ -244,7 +245,7 @@ def backfill(
         spec=spec,
     )
     # Both registries refuse a name taken before either holds this one.
-    jobs_registry = registry if registry is not None else _default_jobs()
+    jobs_registry = registry if registry is not None else default_registry
     sweeps = backfills if backfills is not None else default_backfills
     held = jobs_registry.get(name)
     if (held is not None and held is not made) or sweeps.get(name) is not None:
@@ -252,12 +253,6 @@ def backfill(
     jobs_registry.add(made)
     sweeps.add(made)
     return made
-
-
-def _default_jobs() -> JobRegistry:
-    from jobs_core.job import default_registry
-
-    return default_registry
 
 
 def _check_name(name: object) -> None:

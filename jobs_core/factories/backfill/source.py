@@ -178,7 +178,14 @@ class Keyset:
         self._engine = _engine(engine)
 
     def identity(self) -> JsonValue:
-        compiled = self._select.compile()
+        try:
+            # The dialect-free rendering: the same in every process whatever engine it reads on.
+            compiled = self._select.compile()
+        except Exception as exc:
+            raise BackfillDeclarationInvalidError(
+                f"the select cannot be rendered for the declaration's checksum: {exc}",
+                detail="source",
+            ) from exc
         params = {str(k): _plain(v) for k, v in sorted(compiled.params.items())}
         return {
             "sql": str(compiled),

@@ -12,6 +12,7 @@ from typing import ClassVar, Final
 #: code -> one-line title. The single list of codes; a class below exists for each.
 CODES: Final[dict[str, str]] = {
     "X_ABORTED": "the run was cancelled or lost its claim; it records nothing more",
+    "X_BACKFILL_BATCH_FAILED": "a batch failed: its source or its handle raised",
     "X_BACKFILL_COMPLETED": "this sweep already completed here (same declaration and scope)",
     "X_BACKFILL_DECLARATION_INVALID": "the backfill declaration is not valid",
     "X_BACKFILL_ENVIRONMENT": "the sweep is not declared for this environment",
@@ -556,6 +557,12 @@ class WorkerError(JobsError):
 # -- the factories (`jobs_core.factories`) ----------------------------------------------------
 
 
+class BackfillBatchFailedError(JobsError):
+    """A batch failed: its source or its handle raised."""
+
+    code = "X_BACKFILL_BATCH_FAILED"
+
+
 class BackfillCompletedError(JobsError):
     """This sweep already completed here (same declaration and scope)."""
 
@@ -726,6 +733,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DashboardCsrfError,
         DashboardReadOnlyError,
         DashboardRequestInvalidError,
+        BackfillBatchFailedError,
         BackfillCompletedError,
         BackfillDeclarationInvalidError,
         BackfillEnvironmentError,

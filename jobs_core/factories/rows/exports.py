@@ -12,7 +12,8 @@ try of it wrote). The run's ledger entry (kind `export`) moves once per page.
 
 The query is a SQLAlchemy `select` used as it is: no SQLAlchemy import here (the core stays
 free of backend libraries); the factory only calls the statement's own methods (`where`,
-`order_by`, `limit`) and the engine's `connect`, sync or async.
+`order_by`, `limit`) and the engine's `connect`, sync or async. (`backfill()` pages a select the
+same way in `jobs_core.factories.backfill.source.Keyset`; the two are to become one.)
 """
 
 from __future__ import annotations
@@ -94,17 +95,23 @@ class _Query:
         rows = await _execute(self.engine, self.statement(input, tenant, cursor))
         if not rows:
             return rows, cursor, True
-        last = rows[-1]
-        if self.key_name not in last:
+        if self.key_name not in rows[-1]:
             raise ExportPageInvalidError(
                 "the query does not select its key column", detail=self.key_name
             )
-        after = last[self.key_name]
-        if isinstance(after, bool) or not isinstance(after, int | str):
-            raise ExportPageInvalidError(
-                "the key column's values must be integers or strings", detail=self.key_name
-            )
-        return rows, after, len(rows) < self.page_rows
+        keys = [row.get(self.key_name) for row in rows]
+        for before, key in zip([cursor, *keys], keys, strict=False):
+            if isinstance(key, bool) or not isinstance(key, int | str):
+                raise ExportPageInvalidError(
+                    "the key column's values must be integers or strings, never NULL",
+                    detail=self.key_name,
+                )
+            if key == before:
+                # Keyset pages over a key two rows share would skip the second one.
+                raise ExportPageInvalidError(
+                    "two rows share a key: the key column is not unique", detail=self.key_name
+                )
+        return rows, keys[-1], len(rows) < self.page_rows
 
 
 def _is_select(value: object) -> bool:

@@ -25,7 +25,7 @@ from jobs_core.errors import (
 )
 from jobs_core.facade import Jobs
 from jobs_core.factories.rows import import_report, import_rows
-from jobs_core.factories.rows.formats import Layout, Page, Refusal, read_page
+from jobs_core.factories.rows.formats import Layout, Page, Refusal, read_page, split_fields
 from jobs_core.job import JobRegistry
 from jobs_core.records import SweepAdvance, SweepRecord
 from jobs_core.retry import Retry
@@ -124,6 +124,44 @@ def test_rows_written_by_the_standard_writers_are_read_back_exactly(
     data = head + lines.encode()
     got, refused, end = flat(pages_of(data, Layout("jsonl", 120), max(page_bytes, 120)))
     assert got == rows and refused == [] and end == len(data)
+
+
+def strict_fields(record: bytes) -> list[bytes] | None:
+    """RFC 4180's fields of one record, byte by byte: the reference `split_fields` must match."""
+    fields: list[bytes] = []
+    field = b""
+    state = "start"  # start | plain | quoted | closed (a quote inside a quoted field)
+    for b in record:
+        c = bytes([b])
+        if state == "quoted":
+            state, field = ("closed", field) if c == b'"' else ("quoted", field + c)
+        elif state == "closed":
+            if c == b'"':
+                state, field = "quoted", field + c
+            elif c == b",":
+                fields.append(field)
+                state, field = "start", b""
+            else:
+                return None
+        elif c == b",":
+            fields.append(field)
+            state, field = "start", b""
+        elif c == b'"':
+            if state != "start":
+                return None
+            state = "quoted"
+        else:
+            state, field = "plain", field + c
+    if state == "quoted":
+        return None
+    return [*fields, field]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b'"', b",", b"a", b'""', b"\n"]), max_size=14))
+def test_fields_are_split_as_rfc_4180_says(pieces: list[bytes]) -> None:
+    record = b"".join(pieces)
+    assert split_fields(record) == strict_fields(record)
 
 
 def test_a_page_boundary_inside_a_quoted_field_moves_to_the_record_start() -> None:

@@ -24,7 +24,7 @@ from jobs_core.jsonform import JsonValue
 from jobs_core.records import StepPut, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
-from jobs_core.tenant import current_tenant
+from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.testing import UJobs
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
@@ -292,8 +292,11 @@ async def test_a_run_writes_and_reads_only_its_tenants(ujobs: UJobs, tmp_path: P
     leak = await ujobs.client.enqueue(leaky, {"org": "acme", "prefix": "p"})
     link = await ujobs.client.enqueue(fine, {"org": "acme", "prefix": "link/p"})
     dots = await ujobs.client.enqueue(fine, {"org": "..", "prefix": "globex"})
+    with acting_for("acme"), pytest.raises(ExportScopeInvalidError):
+        await ujobs.client.enqueue(fine, {"org": "globex", "prefix": "p"})
+    forged = await ujobs.client.enqueue(fine, {"org": "globex", "prefix": "p"}, tenant_id="acme")
     outs = {o.job_id: o for o in await ujobs.drain([leaky, fine])}
-    for job_id in (leak.id, link.id, dots.id):
+    for job_id in (leak.id, link.id, dots.id, forged.id):
         error = outs[job_id].error
         assert outs[job_id].outcome is Outcome.DEAD_LETTERED and error is not None
         assert error.code == "X_EXPORT_SCOPE_INVALID", error

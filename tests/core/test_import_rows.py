@@ -20,6 +20,7 @@ from jobs_core.errors import (
     DriverUnavailableError,
     ImportDeclarationInvalidError,
     ImportRecordTooLargeError,
+    ImportScopeInvalidError,
     ImportSourceInvalidError,
     JobsError,
 )
@@ -30,7 +31,7 @@ from jobs_core.job import JobRegistry
 from jobs_core.records import SweepAdvance, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
-from jobs_core.tenant import current_tenant
+from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.testing import UJobs
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
@@ -445,8 +446,16 @@ async def test_a_run_reads_only_under_its_tenants_root(ujobs: UJobs, tmp_path: P
     mixed = await ujobs.client.enqueue(h, {"org": "acme", "source": "mixed.jsonl"})
     # A tenant that is not one path segment cannot name a directory under the root.
     dots = await ujobs.client.enqueue(h, {"org": "..", "source": "globex/a.jsonl"})
+    # One tenant's code cannot start another tenant's import, nor a cross-tenant one.
+    with acting_for("acme"), pytest.raises(ImportScopeInvalidError):
+        await ujobs.client.enqueue(h, {"org": "globex", "source": "a.jsonl"})
+    every = declare(tmp_path, name="every", tenant="none")
+    with acting_for("acme"), pytest.raises(ImportScopeInvalidError):
+        await ujobs.client.enqueue(every, {"source": "globex/a.jsonl"})
+    # A row whose enqueuer's tenant was given by hand is refused by the run itself.
+    forged = await ujobs.client.enqueue(h, {"org": "globex", "source": "a.jsonl"}, tenant_id="acme")
     outs = {o.job_id: o for o in await ujobs.drain([h])}
-    for job_id in [*ids, dots.id]:
+    for job_id in [*ids, dots.id, forged.id]:
         error = outs[job_id].error
         assert outs[job_id].outcome is Outcome.DEAD_LETTERED and error is not None
         assert error.code == "X_IMPORT_SCOPE_INVALID", error

@@ -29,12 +29,12 @@ from jobs_core.factories.sweep import (
     current_environment,
     scope_of,
 )
-from jobs_core.job import JobRegistry, KeySpec, SettledHook
+from jobs_core.job import JobRegistry, KeySpec, SettledHook, TenantSpec
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.records import SweepKind
 from jobs_core.retry import Retry
-from jobs_core.tenant import acting_for
+from jobs_core.tenant import acting_for, current_tenant
 
 
 class JobOptions(TypedDict, total=False):
@@ -60,13 +60,38 @@ def whole(value: object, option: str, low: int, high: int, error: type[JobsError
     return value
 
 
-def input_key(kind: str) -> Callable[[Any], str]:
-    """The default idempotency key: one live run per input (`<kind>:<digest of its JSON>`)."""
+def input_key(
+    kind: str,
+    tenant: TenantSpec,
+    validate: Callable[[Any], object],
+    scope: type[JobsError],
+) -> Callable[[Any], str]:
+    """The default idempotency key: one live run per input (`<kind>:<digest of its JSON>`).
+    At enqueue it refuses an input `validate` refuses, and (`scope`) one enqueued by a tenant's
+    code that would act for another tenant, or for every tenant (`tenant="none"`)."""
 
     def key(input: Any) -> str:
+        validate(input)
+        asking = current_tenant()
+        if asking is not None:
+            org = None if tenant == "none" else tenant(input)
+            if org != asking:
+                raise scope(
+                    f"tenant {asking!r} asked for a run acting for {org!r}", detail="tenant"
+                )
         return f"{kind}:{hashlib.sha256(dumps(input).encode()).hexdigest()[:32]}"
 
     return key
+
+
+def refuse_other_enqueuer(ctx: JobContext, scope: type[JobsError]) -> None:
+    """A run acts for the tenant that enqueued it, if one did: a run enqueued by one tenant's
+    code that would act for another (or for every tenant) is refused, before anything runs."""
+    asking = ctx.enqueued_tenant
+    if asking is not None and asking != ctx.tenant:
+        raise scope(
+            f"enqueued by tenant {asking!r}, the run would act for {ctx.tenant!r}", detail="tenant"
+        )
 
 
 async def open_ledger(

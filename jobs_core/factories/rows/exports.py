@@ -41,6 +41,7 @@ from jobs_core.factories.rows.common import (
     open_ledger,
     recorded,
     recorded_int,
+    refuse_other_enqueuer,
     whole,
 )
 from jobs_core.factories.rows.formats import EXTENSIONS, FORMATS, Format, encode_page, label
@@ -273,7 +274,9 @@ def export_rows(
     async def body(input: Any, ctx: JobContext) -> Any:
         return await _run(spec, input, ctx)
 
-    options.setdefault("idempotency_key", _keyed)
+    options.setdefault(
+        "idempotency_key", input_key("export", tenant, prefix_of, ExportScopeInvalidError)
+    )
     return job(body, name=name, tenant=tenant, **options)
 
 
@@ -297,17 +300,9 @@ def prefix_of(input: object) -> str:
     return check_prefix(prefix)
 
 
-_input_digest = input_key("export")
-
-
-def _keyed(input: Any) -> str:
-    """The default idempotency key, refusing at enqueue an input with no usable prefix."""
-    prefix_of(input)
-    return _input_digest(input)
-
-
 async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
     prefix = prefix_of(input)
+    refuse_other_enqueuer(ctx, ExportScopeInvalidError)
     ctx.step.driver.require("steps", "sweeps", what="export_rows")
     ledger, done = await open_ledger(
         ctx,

@@ -34,6 +34,7 @@ from jobs_core.factories.rows.common import (
     open_ledger,
     recorded,
     recorded_int,
+    refuse_other_enqueuer,
     whole,
 )
 from jobs_core.factories.rows.formats import FORMATS, Format, Layout, Page, Row, read_page
@@ -159,7 +160,9 @@ def import_rows(
     async def body(input: Any, ctx: JobContext) -> Any:
         return await _run(spec, input, ctx)
 
-    options.setdefault("idempotency_key", _keyed)
+    options.setdefault(
+        "idempotency_key", input_key("import", tenant, source_of, ImportScopeInvalidError)
+    )
     return job(body, name=name, tenant=tenant, **options)
 
 
@@ -173,17 +176,9 @@ def source_of(input: object) -> str:
     return source
 
 
-_input_digest = input_key("import")
-
-
-def _keyed(input: Any) -> str:
-    """The default idempotency key, refusing at enqueue an input that names no source."""
-    source_of(input)
-    return _input_digest(input)
-
-
 async def _run(spec: _Import, input: Any, ctx: JobContext) -> JsonValue:
     source_name = source_of(input)
+    refuse_other_enqueuer(ctx, ImportScopeInvalidError)
     ctx.step.driver.require("steps", "sweeps", what="import_rows")
     ledger, done = await open_ledger(
         ctx,

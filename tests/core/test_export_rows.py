@@ -272,6 +272,24 @@ async def test_a_query_is_paged_by_its_key_and_scoped_to_the_tenant(
     assert out.result == {"pages": 3, "rows": 8, "location": str(folder)}
     ledger = await entry(ujobs.driver, done.id)
     assert (ledger.batches, ledger.rows, json.loads(ledger.cursor_json or "0")) == (3, 8, 18)
+    # A select that leaves the tenant column out is scoped all the same.
+    narrow = declare(
+        tmp_path,
+        name="narrow",
+        sink=str(tmp_path / "out"),
+        query=sa.select(t.c.id, t.c.note),
+        key=t.c.id,
+        tenant_column=t.c.org,
+        engine=engine,
+        page_rows=100,
+        format="csv",
+    )
+    await ujobs.client.enqueue(narrow, {"org": "globex", "prefix": "q"})
+    (out,) = await ujobs.drain([narrow])
+    assert out.outcome is Outcome.COMPLETED, out.error
+    got = read_back(tmp_path / "out" / "globex" / "q" / "part-000000.csv", "csv")
+    assert [r["id"] for r in got] == [str(i) for i in range(20) if i % 2]
+    assert set(got[0]) == {"id", "note"}
     engine.dispose()
 
 

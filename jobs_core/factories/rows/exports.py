@@ -349,7 +349,9 @@ def _page_step(
     async def step() -> JsonValue:
         rows, after, last = await spec.source.page(input, tenant, cursor)
         if tenant is not None and spec.tenant_name is not None:
-            _check_tenant(rows, spec.tenant_name, tenant)
+            # A query's WHERE scopes it already: its rows are checked when they carry the
+            # column. A page function's rows must each carry the field.
+            _check_tenant(rows, spec.tenant_name, tenant, isinstance(spec.source, _Pages))
         try:
             cursor_text = dumps(after)
         except JobsError as exc:
@@ -369,9 +371,11 @@ def _page_step(
     return step
 
 
-def _check_tenant(rows: Sequence[Any], column: str, tenant: str) -> None:
+def _check_tenant(rows: Sequence[Any], column: str, tenant: str, required: bool) -> None:
     for i, row in enumerate(rows):
-        value = row.get(column) if isinstance(row, Mapping) else None
+        if not isinstance(row, Mapping) or (not required and column not in row):
+            continue
+        value = row.get(column)
         if value is None or str(value) != tenant:
             raise ExportScopeInvalidError(
                 f"row {i} of the page does not belong to the run's tenant", detail=label(column)

@@ -28,7 +28,7 @@ from jobs_core.facade import Jobs
 from jobs_core.factories.rows import import_report, import_rows
 from jobs_core.factories.rows.formats import Layout, Page, Refusal, read_page, split_fields
 from jobs_core.job import JobRegistry
-from jobs_core.records import SweepAdvance, SweepRecord
+from jobs_core.records import SweepAdvance, SweepFinish, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
@@ -402,6 +402,48 @@ async def test_a_page_recorded_but_not_ledgered_is_ledgered_once_on_replay(
     assert row.attempt == 2
     ledger = await entry(driver, row.run_id)
     assert (ledger.rows, ledger.batches, ledger.status) == (12, 6, "completed")
+
+
+class LosesTheEndsAnswer(MemoryDriver):
+    """The ledger's end lands, but its answer is lost once (the run crashed right after it)."""
+
+    lost = False
+
+    async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        landed = await super()._sweep_finish(finish)
+        if not self.lost:
+            self.lost = True
+            raise DriverUnavailableError("the answer was lost")
+        return landed
+
+
+async def test_a_run_that_completed_its_sweep_answers_from_the_ledger_on_replay(
+    tmp_path: Path,
+) -> None:
+    calls: list[int] = []
+    (tmp_path / "a.jsonl").write_bytes(jsonl(5))
+    h = declare(tmp_path, tenant="none", handle=lambda rows: calls.extend(r["n"] for r in rows))
+    driver = LosesTheEndsAnswer()
+    done = await Jobs(driver).enqueue(h, {"source": "a.jsonl"})
+    worker = Worker(driver, [h], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    await worker.start()
+    try:
+
+        async def finished() -> bool:
+            row = (await driver.job_get_many([done.id]))[done.id]
+            return row.state is JobState.COMPLETED
+
+        await until(finished, within=15)
+    finally:
+        await worker.stop()
+    row = (await driver.job_get_many([done.id]))[done.id]
+    assert driver.lost and row.attempt == 2 and calls == list(range(5))
+    assert json.loads(row.result_json or "null") == {
+        "pages": 1,
+        "rows": 5,
+        "errors": 0,
+        "bytes": 5 * REC,
+    }
 
 
 async def test_a_record_too_large_fails_the_import_for_good_at_its_checkpoint(

@@ -32,7 +32,7 @@ from jobs_core.factories.sweep import (
 from jobs_core.job import JobRegistry, KeySpec, SettledHook, TenantSpec
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
-from jobs_core.records import SweepKind
+from jobs_core.records import SweepKind, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.tenant import acting_for, current_tenant
 
@@ -102,10 +102,11 @@ async def open_ledger(
     declaration: JsonValue,
     input: JsonValue,
     blocked: type[JobsError],
-) -> tuple[SweepLedger, dict[str, Any] | None]:
+) -> tuple[SweepLedger, SweepRecord | None]:
     """Open (or resume) this run's ledger entry; its checksum covers the declaration AND the
     input, so a completed run of the same input blocks this one (`blocked`). Answers the
-    ledger and, when this very run completed its sweep already, that entry's totals."""
+    ledger and, when this very run completed its sweep already (a crash after the ledger's
+    end, before the job's), that entry: the run answers from it, touching nothing."""
     identity = SweepIdentity(
         name=name,
         scope=scope_of(ctx.tenant),
@@ -115,9 +116,7 @@ async def open_ledger(
     )
     ledger = SweepLedger(ctx.step, identity)
     entry = await ledger.start(expected=None, blocked=blocked)
-    if entry.status == "completed":
-        return ledger, {"pages": entry.batches, "rows": entry.rows, "errors": entry.errors}
-    return ledger, None
+    return ledger, entry if entry.status == "completed" else None
 
 
 async def close_failed(ledger: SweepLedger, ctx: JobContext, exc: Exception) -> None:

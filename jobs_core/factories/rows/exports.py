@@ -315,7 +315,7 @@ async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
     try:
         sink = open_sink(tenant_root(spec.sink, ctx.tenant, ExportScopeInvalidError))
         if done is not None:
-            return {"pages": done["pages"], "rows": done["rows"], "location": sink.where(prefix)}
+            return {"pages": done.batches, "rows": done.rows, "location": sink.where(prefix)}
         cursor: JsonValue = None
         pages = rows = 0
         while True:

@@ -40,7 +40,7 @@ from jobs_core.factories.rows.common import (
 from jobs_core.factories.rows.formats import FORMATS, Format, Layout, Page, Row, read_page
 from jobs_core.factories.rows.seams import RootSpec, check_root, open_source, tenant_root
 from jobs_core.job import JobHandle, TenantSpec, job
-from jobs_core.jsonform import JsonValue
+from jobs_core.jsonform import JsonValue, loads
 
 #: `page_bytes` when the declaration names none: 1 MiB.
 DEFAULT_PAGE_BYTES: Final = 1_048_576
@@ -189,7 +189,9 @@ async def _run(spec: _Import, input: Any, ctx: JobContext) -> JsonValue:
         blocked=ImportCompletedError,
     )
     if done is not None:
-        return done
+        last = loads(done.cursor_json) if done.cursor_json is not None else None
+        offset = recorded_int(last, "offset") if last is not None else 0
+        return {"pages": done.batches, "rows": done.rows, "errors": done.errors, "bytes": offset}
     try:
         source = open_source(
             tenant_root(spec.root, ctx.tenant, ImportScopeInvalidError), source_name

@@ -45,6 +45,8 @@ FORMATS: Final[tuple[Format, ...]] = ("jsonl", "csv")
 #: What each format's objects are named with (`part-000000.jsonl`).
 EXTENSIONS: Final[dict[Format, str]] = {"jsonl": "jsonl", "csv": "csv"}
 
+#: What a page reads first for its CSV header (more only when the header is longer).
+_HEADER_READ: Final = 4_096
 #: The UTF-8 byte order mark some tools open a file with.
 BOM: Final = b"\xef\xbb\xbf"
 QUOTE: Final = b'"'
@@ -184,13 +186,19 @@ def read_page(
 def read_header(read: Reader, layout: Layout) -> Header | None:
     """The CSV header: the file's first record (None for an empty file). One that cannot name
     the columns is `X_IMPORT_HEADER_INVALID`; one past `max_record_bytes` is too large."""
-    want = len(BOM) + layout.max_record_bytes + 3
-    head = read(0, want)
-    start = len(BOM) if head.startswith(BOM) else 0
-    buf = head[start:]
-    if not buf:
-        return None
-    records, open_end = _split(layout, buf, len(head) < want)
+    limit = len(BOM) + layout.max_record_bytes + 3  # a BOM, the record, a CRLF, a byte past
+    want = min(limit, _HEADER_READ)
+    while True:
+        # Every page reads the header: a short read first, a longer one only for a long header.
+        head = read(0, want)
+        start = len(BOM) if head.startswith(BOM) else 0
+        buf = head[start:]
+        if not buf:
+            return None
+        records, open_end = _split(layout, buf, len(head) < want)
+        if records or len(head) < want or want == limit:
+            break
+        want = min(limit, want * 4)
     if not records:
         raise _too_large(1, layout)
     record = records[0]

@@ -485,6 +485,9 @@ async def test_a_run_reads_only_under_its_tenants_root(ujobs: UJobs, tmp_path: P
         "sub/../../globex/a.jsonl",
     ]
     ids = [(await ujobs.client.enqueue(h, {"org": "acme", "source": s})).id for s in escapes]
+    # fsspec's local filesystem resolves as a directory does: its symlinks are followed too.
+    as_url = declare(tmp_path, name="as_url", root=f"file://{tmp_path}")
+    ids.append((await ujobs.client.enqueue(as_url, {"org": "acme", "source": "link.jsonl"})).id)
     mixed = await ujobs.client.enqueue(h, {"org": "acme", "source": "mixed.jsonl"})
     # A tenant that is not one path segment cannot name a directory under the root.
     dots = await ujobs.client.enqueue(h, {"org": "..", "source": "globex/a.jsonl"})
@@ -496,7 +499,7 @@ async def test_a_run_reads_only_under_its_tenants_root(ujobs: UJobs, tmp_path: P
         await ujobs.client.enqueue(every, {"source": "globex/a.jsonl"})
     # A row whose enqueuer's tenant was given by hand is refused by the run itself.
     forged = await ujobs.client.enqueue(h, {"org": "globex", "source": "a.jsonl"}, tenant_id="acme")
-    outs = {o.job_id: o for o in await ujobs.drain([h])}
+    outs = {o.job_id: o for o in await ujobs.drain([h, as_url])}
     for job_id in [*ids, dots.id, forged.id]:
         error = outs[job_id].error
         assert outs[job_id].outcome is Outcome.DEAD_LETTERED and error is not None

@@ -98,6 +98,13 @@ def _filesystem(url: str, error: type[JobsError]) -> tuple[Any, str]:
     return fs, str(path)
 
 
+def _local(fs: Any) -> bool:
+    """True for fsspec's local filesystem (`file://`): its paths are resolved as a directory's
+    are, symlinks followed."""
+    protocol = fs.protocol
+    return "file" in (protocol if isinstance(protocol, tuple | list) else (protocol,))
+
+
 def _inside(base: str, path: str) -> bool:
     return path.startswith(base.rstrip("/") + "/")
 
@@ -173,12 +180,16 @@ def open_source(root: str, name: object) -> Source:
     source = _check_name(name, "source", ImportSourceInvalidError)
     if is_url(root):
         fs, base = _filesystem(root, ImportSourceInvalidError)
+        if _local(fs) and not is_url(source):
+            return open_source(base, source)
         if is_url(source):
             other, path = _filesystem(source, ImportSourceInvalidError)
             if other.protocol != fs.protocol:
                 raise ImportScopeInvalidError(
                     "the source is on another filesystem than the root", detail=source
                 )
+            if _local(fs):
+                return open_source(base, path)
         else:
             path = posixpath.join(base, source)
         path = posixpath.normpath(path)
@@ -321,5 +332,5 @@ def open_sink(root: str) -> Sink:
     the extra without fsspec)."""
     if is_url(root):
         fs, path = _filesystem(root, ExportSinkInvalidError)
-        return FsspecDir(fs, path, root)
+        return LocalDir(path) if _local(fs) else FsspecDir(fs, path, root)
     return LocalDir(root)

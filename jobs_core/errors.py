@@ -41,11 +41,15 @@ CODES: Final[dict[str, str]] = {
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
     "X_EXPORT_COMPLETED": "a completed run of the same export (declaration and input) blocks it",
     "X_EXPORT_DECLARATION_INVALID": "the export declaration is not valid",
+    "X_EXPORT_PAGE_INVALID": "the query or pages answered a page or cursor the export cannot use",
+    "X_EXPORT_SCOPE_INVALID": "the export would read or write outside the tenant it runs for",
     "X_EXPORT_SINK_INVALID": "the export's sink cannot be written",
     "X_IMPORT_COMPLETED": "a completed run of the same import (declaration and input) blocks it",
     "X_IMPORT_DECLARATION_INVALID": "the import declaration is not valid",
+    "X_IMPORT_HEADER_INVALID": "the CSV header is unreadable, or has an empty or repeated name",
     "X_IMPORT_RECORD_INVALID": "a record of the import could not be read or was refused",
     "X_IMPORT_RECORD_TOO_LARGE": "a record of the import is longer than max_record_bytes",
+    "X_IMPORT_SCOPE_INVALID": "the import would read outside the tenant it runs for",
     "X_IMPORT_SOURCE_INVALID": "the import's source cannot be read",
     "X_JOB_BATCH_TOO_LARGE": "the batch holds more records than one call accepts",
     "X_JOB_CANCELLED": "the job was cancelled while it ran",
@@ -624,6 +628,20 @@ class ExportDeclarationInvalidError(JobsError):
     code = "X_EXPORT_DECLARATION_INVALID"
 
 
+class ExportPageInvalidError(JobsError):
+    """The query or pages answered a page or cursor the export cannot use."""
+
+    code = "X_EXPORT_PAGE_INVALID"
+    terminal = True
+
+
+class ExportScopeInvalidError(JobsError):
+    """The export would read or write outside the tenant it runs for."""
+
+    code = "X_EXPORT_SCOPE_INVALID"
+    terminal = True
+
+
 class ExportSinkInvalidError(JobsError):
     """The export's sink cannot be written."""
 
@@ -643,6 +661,13 @@ class ImportDeclarationInvalidError(JobsError):
     code = "X_IMPORT_DECLARATION_INVALID"
 
 
+class ImportHeaderInvalidError(JobsError):
+    """The CSV header is unreadable, or has an empty or repeated name."""
+
+    code = "X_IMPORT_HEADER_INVALID"
+    terminal = True
+
+
 class ImportRecordInvalidError(JobsError):
     """A record of the import could not be read or was refused."""
 
@@ -653,6 +678,13 @@ class ImportRecordTooLargeError(JobsError):
     """A record of the import is longer than max_record_bytes."""
 
     code = "X_IMPORT_RECORD_TOO_LARGE"
+    terminal = True
+
+
+class ImportScopeInvalidError(JobsError):
+    """The import would read outside the tenant it runs for."""
+
+    code = "X_IMPORT_SCOPE_INVALID"
     terminal = True
 
 
@@ -743,11 +775,15 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         BackfillStalledError,
         ExportCompletedError,
         ExportDeclarationInvalidError,
+        ExportPageInvalidError,
+        ExportScopeInvalidError,
         ExportSinkInvalidError,
         ImportCompletedError,
         ImportDeclarationInvalidError,
+        ImportHeaderInvalidError,
         ImportRecordInvalidError,
         ImportRecordTooLargeError,
+        ImportScopeInvalidError,
         ImportSourceInvalidError,
         PurgeDeclarationInvalidError,
     )

@@ -470,10 +470,10 @@ class SweepRules(ParityMachine):
         """A run of a sweep ends as `case` says — completed, failed, still running; or two runs
         of it, both started before either ended, complete in one millisecond, or the greater or
         the smaller run id finishing last —; `gap` ms on, a new run starts as the same sweep
-        with `change` changed (the twins' only by kind): only a completed run of the same name,
-        scope, environment and checksum blocks it — whatever its kind —, the one finished last,
-        ties by the greater run id; a failed or running one never does. With `then`, the new
-        run ends too."""
+        with `change` changed (any field after one completed run, else its kind alone): only a
+        completed run of the same name, scope, environment and checksum blocks it — whatever
+        its kind —, the one finished last, ties by the greater run id; a failed or running one
+        never does. With `then`, the new run ends too."""
         first = self._sweep_row(prefixes[0])
         if first is None:
             return
@@ -483,10 +483,12 @@ class SweepRules(ParityMachine):
             ident = replace(ident, checksum=f"b{self._serial}")
             if not self._opened_entry(self._ledger_start(first.fence, first.run_id, ident, None)):
                 return
+        if case != "completed":
+            # A run that blocks nothing, or two that do: met as the same sweep (by kind aside).
+            change = change if change in (None, "kind") else None
         if case in ("completed", "failed"):
             self._ledger_finish(first.fence, first.run_id, case, FAIL_CODES[0])
         elif case != "running":
-            change = change if change in (None, "kind") else None
             second = self._sweep_row(prefixes[1])
             if second is None or not self._opened_entry(
                 self._ledger_start(second.fence, second.run_id, ident, None)

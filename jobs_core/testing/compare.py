@@ -91,6 +91,7 @@ _JSON_FIELDS = frozenset(
         "output_json",
         "data_json",
         "match_json",
+        "cursor_json",
     }
 )
 

@@ -345,6 +345,10 @@ async def check_empty(driver: JobDriver) -> None:
         marks = await driver.task_marks(TASK_NAMES)
         if marks:
             found.append(f"task marks of {sorted(marks)}")
+    if caps.sweeps:
+        entries = await driver.sweep_list(None, 5)
+        if entries:
+            found.append(f"sweep entries of runs {[e.run_id for e in entries]}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1661,7 +1665,7 @@ class ParityMachine(PairedMachine[JobDriver]):
 #: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
 #: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
 FAMILIES: frozenset[str] = frozenset(
-    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows"}
+    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows", "sweeps"}
 )
 
 #: The job family's rules each other family's walk draws beside its own: what makes the rows,
@@ -1680,6 +1684,9 @@ BORROWS: dict[str, frozenset[str]] = {
     "flows": frozenset(
         {"seed", "enqueue_many", "work", "claim", "workers_die", "cancel", "advance_to_due"}
     ),
+    # What moves the fences a ledger write is fenced on: claims (reclaims of lapsed leases
+    # among them), settles, cancels, and the clock to a lease's end.
+    "sweeps": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
 }
 
 
@@ -1714,11 +1721,12 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.flow_rules import FlowRules
     from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
+    from jobs_core.testing.sweep_rules import SweepRules
     from jobs_core.testing.task_rules import TaskRules
 
     return type(
         "EveryFamily",
-        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, ParityMachine),
+        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, SweepRules, ParityMachine),
         {},
     )
 

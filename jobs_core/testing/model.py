@@ -22,6 +22,10 @@ from jobs_core.driver import (
     MAX_LIST_LIMIT,
     MAX_LIST_SCAN,
     MAX_PURGE_LIMIT,
+    MAX_SWEEP_CHECKSUM_BYTES,
+    MAX_SWEEP_CURSOR_BYTES,
+    MAX_SWEEP_LIST,
+    MAX_SWEEP_ROWS,
     MAX_TASK_BATCH,
     MAX_TIME_MS,
     check_join_ids,
@@ -38,6 +42,7 @@ from jobs_core.errors import (
 )
 from jobs_core.jsonform import check_text
 from jobs_core.records import (
+    SWEEP_KINDS,
     Ack,
     BuriedJob,
     CancelAnswer,
@@ -77,6 +82,11 @@ from jobs_core.records import (
     RequeueParams,
     StepPut,
     StepRecord,
+    SweepAdvance,
+    SweepFinish,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
     TaskFire,
     TaskFireAnswer,
     TaskMark,
@@ -147,6 +157,8 @@ class ReferenceModel:
         #: flows: each watched row's id, once per finish, in finishing order (what
         #: `finish_subscribe` listeners hear).
         self.announced: list[str] = []
+        #: sweeps: the ledger, one entry per run id (never removed by the family's calls).
+        self.sweeps: dict[str, SweepRecord] = {}
         #: flows: every waiter move, in order — (waiter, dependency, the finishing path,
         #: released) — for the walk's tally; the suite drains it (`moves.clear()`).
         self.moves: list[tuple[str, str, str, bool]] = []
@@ -1034,6 +1046,149 @@ class ReferenceModel:
         _check_task_names(names)
         return {n: self.marks[n] for n in names if n in self.marks}
 
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    def sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        """In the contract's order: off the fence, nothing; a completed entry of another run
+        of the same (name, scope, environment, checksum) blocks, the last finished (ties: the
+        greater run id); the run's own entry resumes (a completed one is answered as it is);
+        else a new running entry under the fence's job."""
+        _check_sweep_fence(start.fence)
+        _check_name_text(start.run_id, "run_id")
+        for what in ("name", "scope", "environment"):
+            _check_name_text(getattr(start, what), what)
+        if start.kind not in SWEEP_KINDS:
+            raise RecordInvalidError(detail="kind")
+        _check_name_text(start.checksum, "checksum", MAX_SWEEP_CHECKSUM_BYTES)
+        if start.expected is not None:
+            _check_range(start.expected, 0, MAX_SWEEP_ROWS, "expected")
+        _check_range(start.now_ms, 0, MAX_TIME_MS, "now_ms")
+        if self._held(start.fence) is None:
+            return SweepStartAnswer(None)
+        blocker = self._sweep_blocker(start)
+        if blocker is not None:
+            return SweepStartAnswer(None, blocked_by=blocker)
+        own = self.sweeps.get(start.run_id)
+        if own is not None and own.status == "completed":
+            return SweepStartAnswer(own)
+        if own is not None:
+            # A later attempt of the same run (or a second start of a running one): what was
+            # recorded stays, the end it was given goes.
+            resumed = replace(
+                own, status="running", error=None, finished_at_ms=None, updated_at_ms=start.now_ms
+            )
+            self.sweeps[start.run_id] = resumed
+            return SweepStartAnswer(resumed)
+        entry = SweepRecord(
+            run_id=start.run_id,
+            job_id=start.fence.job_id,
+            name=start.name,
+            scope=start.scope,
+            environment=start.environment,
+            kind=start.kind,
+            checksum=start.checksum,
+            status="running",
+            batches=0,
+            rows=0,
+            errors=0,
+            expected=start.expected,
+            cursor_json=None,
+            error=None,
+            started_at_ms=start.now_ms,
+            updated_at_ms=start.now_ms,
+            finished_at_ms=None,
+        )
+        self.sweeps[start.run_id] = entry
+        return SweepStartAnswer(entry)
+
+    def _sweep_blocker(self, start: SweepStart) -> SweepRecord | None:
+        """The completed entry of another run that blocks `start`, if any."""
+        best: SweepRecord | None = None
+        for e in self.sweeps.values():
+            if (
+                e.run_id == start.run_id
+                or e.status != "completed"
+                or e.name != start.name
+                or e.scope != start.scope
+                or e.environment != start.environment
+                or e.checksum != start.checksum
+            ):
+                continue
+            # A completed entry always carries its end.
+            assert e.finished_at_ms is not None, e
+            if best is None:
+                best = e
+                continue
+            assert best.finished_at_ms is not None
+            if e.finished_at_ms > best.finished_at_ms or (
+                e.finished_at_ms == best.finished_at_ms and e.run_id > best.run_id
+            ):
+                best = e
+        return best
+
+    def sweep_advance(self, advance: SweepAdvance) -> bool:
+        """Batch `batch` of a running entry is recorded when it is the next one (`batches + 1`)
+        and the fence holds; a replayed or a skipped batch moves nothing."""
+        _check_sweep_fence(advance.fence)
+        _check_name_text(advance.run_id, "run_id")
+        _check_range(advance.batch, 1, MAX_SWEEP_ROWS, "batch")
+        _check_range(advance.rows, 0, MAX_SWEEP_ROWS, "rows")
+        _check_range(advance.errors, 0, MAX_SWEEP_ROWS, "errors")
+        if advance.cursor_json is not None:
+            check_text(advance.cursor_json, "cursor_json")
+            if len(advance.cursor_json.encode("utf-8")) > MAX_SWEEP_CURSOR_BYTES:
+                raise RecordInvalidError(detail="cursor_json")
+        _check_range(advance.now_ms, 0, MAX_TIME_MS, "now_ms")
+        e = self.sweeps.get(advance.run_id)
+        if self._held(advance.fence) is None or e is None or e.status != "running":
+            return False
+        if advance.batch != e.batches + 1:
+            return False
+        self.sweeps[advance.run_id] = replace(
+            e,
+            batches=advance.batch,
+            rows=e.rows + advance.rows,
+            errors=e.errors + advance.errors,
+            cursor_json=advance.cursor_json,
+            updated_at_ms=advance.now_ms,
+        )
+        return True
+
+    def sweep_finish(self, finish: SweepFinish) -> bool:
+        """A running entry under a holding fence ends `completed`, or `failed` with its code."""
+        _check_sweep_fence(finish.fence)
+        _check_name_text(finish.run_id, "run_id")
+        if finish.status == "completed":
+            if finish.error is not None:
+                raise RecordInvalidError(detail="error")
+        elif finish.status == "failed":
+            _check_name_text(finish.error, "error")
+        else:
+            raise RecordInvalidError(detail="status")
+        _check_range(finish.now_ms, 0, MAX_TIME_MS, "now_ms")
+        e = self.sweeps.get(finish.run_id)
+        if self._held(finish.fence) is None or e is None or e.status != "running":
+            return False
+        self.sweeps[finish.run_id] = replace(
+            e,
+            status=finish.status,
+            error=finish.error,
+            finished_at_ms=finish.now_ms,
+            updated_at_ms=finish.now_ms,
+        )
+        return True
+
+    def sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        """The entries (of declaration `name`), newest start first, ties by the greater run id;
+        the first `limit`."""
+        if name is not None:
+            _check_name_text(name, "name")
+        _check_range(limit, 1, MAX_SWEEP_LIST, "limit")
+        mine = [e for e in self.sweeps.values() if name is None or e.name == name]
+        mine.sort(key=lambda e: e.run_id, reverse=True)
+        mine.sort(key=lambda e: e.started_at_ms, reverse=True)
+        return mine[:limit]
+
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
         self.workers[beat.worker_id] = WorkerInfo(
@@ -1065,6 +1220,13 @@ def _check_task_names(names: Sequence[str]) -> None:
         _check_name_text(n, "name")
     if len(names) != len(set(names)):
         raise RecordInvalidError(detail="names")
+
+
+def _check_sweep_fence(fence: Fence) -> None:
+    """A fence the ABC accepts: an id and a worker as names, a count of at least 1."""
+    _check_name_text(fence.job_id, "fence.job_id")
+    _check_name_text(fence.worker_id, "fence.worker_id")
+    _check_range(fence.claims, 1, 2**62, "fence.claims")
 
 
 def _check_lease_batch(n: int) -> None:

@@ -1,9 +1,9 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`); each scenario is `async def scenario_x(driver)` over a fresh, empty driver,
-and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as every
-call's `now_ms`.
+`tasks`, `flows`, `sweeps`); each scenario is `async def scenario_x(driver)` over a fresh, empty
+driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as
+every call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
@@ -12,6 +12,7 @@ from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
+from jobs_core.testing.scenarios.sweeps import SWEEP_SCENARIOS
 from jobs_core.testing.scenarios.tasks import TASK_SCENARIOS
 
 #: Every scenario by name (the function name without `scenario_`).
@@ -22,6 +23,7 @@ SCENARIOS: dict[str, Scenario] = {
     **LEASE_SCENARIOS,
     **TASK_SCENARIOS,
     **FLOW_SCENARIOS,
+    **SWEEP_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -1,0 +1,501 @@
+"""The sweep family's scenarios: the ledger a factory writes each run of a sweep into. A new
+entry and what it holds; a batch recorded once (a replayed or a skipped one moves nothing); every
+write fenced on the run's claim (a lapsed lease nobody reclaimed still holds); a failed run
+resumed by its next attempt, a completed one left as it is; a completed run of the same sweep
+blocking a new one (each identity field differing lets it through, the kind does not; a failed
+or running run never blocks), the last finished first; the listing's order, ties and limits;
+refused calls writing nothing.
+
+Each run is a row of its own queue, claimed by `w1` unless said; its run id is the row's.
+A driver that does not declare `sweeps` must refuse the calls with
+`X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Literal
+
+from jobs_core.driver import (
+    MAX_NAME_BYTES,
+    MAX_SWEEP_CHECKSUM_BYTES,
+    MAX_SWEEP_CURSOR_BYTES,
+    MAX_SWEEP_LIST,
+    MAX_SWEEP_ROWS,
+    JobDriver,
+)
+from jobs_core.records import (
+    Ack,
+    ClaimedJob,
+    EnqueueResult,
+    Fence,
+    Nack,
+    NackKind,
+    SweepAdvance,
+    SweepFinish,
+    SweepKind,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
+)
+from jobs_core.testing.compare import exactly_bytes
+from jobs_core.testing.scenarios.support import (
+    T0,
+    Scenario,
+    claim_one,
+    new_job,
+    refused,
+    same_json,
+)
+
+#: A sweep's identity in these scenarios unless said: (name, scope, environment, kind, checksum).
+USERS = ("users", "t1", "default", "backfill", "c1")
+LONG_CHECKSUM = exactly_bytes("c", "é", MAX_SWEEP_CHECKSUM_BYTES)
+LONG_SWEEP_NAME = exactly_bytes("n", "ü☃😀", MAX_NAME_BYTES)
+LONG_CURSOR = '"' + exactly_bytes("", "é☃😀", MAX_SWEEP_CURSOR_BYTES - 2) + '"'
+
+
+async def _unsupported(driver: JobDriver) -> bool:
+    if driver.capabilities().sweeps:
+        return False
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.sweep_list(None, 10))
+    start = _start(Fence("j", 1, "w1"), "r", T0)
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.sweep_start(start))
+    return True
+
+
+async def _run(driver: JobDriver, job_id: str, now: int = T0, worker: str = "w1") -> ClaimedJob:
+    """Row `job_id` in a queue of its own, three attempts, claimed at `now` by `worker`."""
+    job = new_job(job_id, queue=f"q-{job_id}", run_at_ms=now, created_at_ms=now)
+    assert await driver.job_enqueue(job) == EnqueueResult(job_id, deduped=False)
+    return await claim_one(driver, now, job.queue, worker=worker)
+
+
+def _start(
+    f: Fence,
+    run_id: str,
+    now: int,
+    identity: tuple[str, str, str, str, str] = USERS,
+    expected: int | None = None,
+) -> SweepStart:
+    name, scope, environment, kind, checksum = identity
+    sweep_kind: SweepKind = kind  # type: ignore[assignment]
+    return SweepStart(f, run_id, name, scope, environment, sweep_kind, checksum, expected, now)
+
+
+async def _open(
+    driver: JobDriver,
+    job: ClaimedJob,
+    now: int,
+    identity: tuple[str, str, str, str, str] = USERS,
+    expected: int | None = None,
+) -> SweepRecord:
+    """Start `job`'s run as `identity`, which must open (or resume) its entry; that entry."""
+    got = await driver.sweep_start(_start(job.fence, job.run_id, now, identity, expected))
+    assert got.blocked_by is None and got.record is not None, got
+    return got.record
+
+
+async def _advance(
+    driver: JobDriver,
+    f: Fence,
+    run_id: str,
+    batch: int,
+    now: int,
+    rows: int = 10,
+    errors: int = 0,
+    cursor: str | None = None,
+) -> bool:
+    return await driver.sweep_advance(SweepAdvance(f, run_id, batch, rows, errors, cursor, now))
+
+
+async def _finish(
+    driver: JobDriver, f: Fence, run_id: str, now: int, error: str | None = None
+) -> bool:
+    status: Literal["completed", "failed"] = "completed" if error is None else "failed"
+    return await driver.sweep_finish(SweepFinish(f, run_id, status, error, now))
+
+
+async def _ledger(driver: JobDriver) -> dict[str, SweepRecord]:
+    return {e.run_id: e for e in await driver.sweep_list(None, MAX_SWEEP_LIST)}
+
+
+async def _entry(driver: JobDriver, run_id: str) -> SweepRecord:
+    ledger = await _ledger(driver)
+    assert run_id in ledger, f"no entry for run {run_id!r}: {sorted(ledger)}"
+    return ledger[run_id]
+
+
+# -- a new entry ----------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_a_new_entry(driver: JobDriver) -> None:
+    """A start opens a `running` entry under the fence's job (even for a run id that is not
+    that row's), every declaration field as given (non-ASCII, at the byte limits), nothing
+    recorded yet, started and updated at now; the listing answers it as the start did."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    # Another row of the store, never claimed: its run id is named, its row is not the fence's.
+    assert await driver.job_enqueue(new_job("b", run_at_ms=T0 + 10**9)) == EnqueueResult(
+        "b", deduped=False
+    )
+    identity = (LONG_SWEEP_NAME, "☃ 'org'\n%", "prød", "import", LONG_CHECKSUM)
+    got = await driver.sweep_start(_start(job.fence, "run-b", T0 + 5, identity, MAX_SWEEP_ROWS))
+    want = SweepRecord(
+        run_id="run-b",
+        job_id="a",
+        name=LONG_SWEEP_NAME,
+        scope="☃ 'org'\n%",
+        environment="prød",
+        kind="import",
+        checksum=LONG_CHECKSUM,
+        status="running",
+        batches=0,
+        rows=0,
+        errors=0,
+        expected=MAX_SWEEP_ROWS,
+        cursor_json=None,
+        error=None,
+        started_at_ms=T0 + 5,
+        updated_at_ms=T0 + 5,
+        finished_at_ms=None,
+    )
+    assert got == SweepStartAnswer(want), got
+    mine = await _open(driver, job, T0 + 6, expected=0)
+    assert (mine.run_id, mine.job_id, mine.expected, mine.started_at_ms) == (
+        "run-a",
+        "a",
+        0,
+        T0 + 6,
+    ), mine
+    assert await driver.sweep_list(None, 10) == [mine, want]
+
+
+# -- batches --------------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_a_batch_is_recorded_once(driver: JobDriver) -> None:
+    """Batch `n` is recorded only as the next one (`batches + 1`): rows and refused rows add
+    up, the cursor is the batch's (its JSON types kept, at its byte limit, None for the last
+    batch); a replayed batch (the last one, an earlier one) or a skipped one moves nothing, not
+    even `updated_at_ms`; racing callers of one batch land it once."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    await _open(driver, job, T0)
+    assert await _advance(driver, f, run, 1, T0 + 1, rows=5, errors=1, cursor='{"id": 10.0}')
+    assert await _advance(driver, f, run, 2, T0 + 2, rows=2**40 + 1, cursor=LONG_CURSOR)
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.errors, e.updated_at_ms) == (2, 2**40 + 6, 1, T0 + 2), e
+    assert same_json(e.cursor_json, LONG_CURSOR), e.cursor_json
+    # Replays (a step that ran again after a crash) and a skip: nothing moves.
+    assert not await _advance(driver, f, run, 2, T0 + 3, rows=99, cursor='{"id": 99}')
+    assert not await _advance(driver, f, run, 1, T0 + 3, rows=99, cursor='{"id": 99}')
+    assert not await _advance(driver, f, run, 4, T0 + 3, rows=99, cursor='{"id": 99}')
+    assert await _entry(driver, run) == e
+    # The next batch, `{"id": 10}` (an integer, not `10.0`), then the last one: no cursor left.
+    assert await _advance(driver, f, run, 3, T0 + 4, rows=1, errors=2, cursor='{"id": 10}')
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.errors) == (3, 2**40 + 7, 3), e
+    assert same_json(e.cursor_json, '{"id": 10}'), e.cursor_json
+    assert await _advance(driver, f, run, 4, T0 + 5, rows=0, cursor=None)
+    e = await _entry(driver, run)
+    assert (e.batches, e.cursor_json, e.updated_at_ms) == (4, None, T0 + 5), e
+    assert e.started_at_ms == T0 and e.status == "running", e
+    # No entry for the run: nothing to advance.
+    assert not await _advance(driver, f, "run-nobody", 1, T0 + 6)
+    assert list(await _ledger(driver)) == [run]
+    # The same batch sent by eight callers at once: it lands once, its rows counted once.
+    landed = await asyncio.gather(
+        *(_advance(driver, f, run, 5, T0 + 7, rows=3, cursor=f'{{"n": {i}}}') for i in range(8))
+    )
+    assert sorted(landed) == [False] * 7 + [True], landed
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.updated_at_ms) == (5, 2**40 + 10, T0 + 7), e
+    assert same_json(e.cursor_json, f'{{"n": {landed.index(True)}}}'), e.cursor_json
+
+
+# -- fences ---------------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_writes_are_fenced_on_the_claim(driver: JobDriver) -> None:
+    """Every write needs the run's claim: a lease that lapsed with nobody claiming the row still
+    holds; once another worker reclaimed it, the old fence writes nothing (start, advance,
+    finish) while the new holder resumes the entry where it stood; a skewed fence (another
+    worker, a count off by one) and a settled row's fence write nothing either."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    await _open(driver, job, T0)
+    assert await _advance(driver, f, run, 1, T0 + 1)
+    # The lease ended at T0 + 1000 and nobody claimed the row: the fence still holds.
+    assert await _advance(driver, f, run, 2, T0 + 1000, cursor='"b2"')
+    for skewed in (replace(f, worker_id="w2"), replace(f, claims=f.claims + 1)):
+        assert not await _advance(driver, skewed, run, 3, T0 + 1000)
+        assert not await _finish(driver, skewed, run, T0 + 1000)
+        assert await driver.sweep_start(_start(skewed, run, T0 + 1000)) == SweepStartAnswer(None)
+    # Another worker reclaims the lapsed lease at its end.
+    again = await claim_one(driver, T0 + 1000, job.queue, worker="w2")
+    assert again.fence != f
+    before = await _entry(driver, run)
+    assert not await _advance(driver, f, run, 3, T0 + 1001)
+    assert not await _finish(driver, f, run, T0 + 1001)
+    assert not await _finish(driver, f, run, T0 + 1001, "X_BACKFILL_STALLED")
+    assert await driver.sweep_start(_start(f, run, T0 + 1001)) == SweepStartAnswer(None)
+    assert await driver.sweep_start(_start(f, "run-other", T0 + 1001)) == SweepStartAnswer(None)
+    assert await _ledger(driver) == {run: before}
+    # The new holder's start resumes the running entry, its batches kept.
+    resumed = await _open(driver, again, T0 + 1002)
+    assert resumed == replace(before, updated_at_ms=T0 + 1002), resumed
+    assert await _advance(driver, again.fence, run, 3, T0 + 1003)
+    # Settled: the row is no longer running, its fence is gone.
+    assert await driver.job_ack([Ack(again.fence, T0 + 1004)]) == [True]
+    assert not await _advance(driver, again.fence, run, 4, T0 + 1005)
+    assert not await _finish(driver, again.fence, run, T0 + 1005)
+    e = await _entry(driver, run)
+    assert (e.status, e.batches, e.updated_at_ms) == ("running", 3, T0 + 1003), e
+
+
+# -- a run's own entry ----------------------------------------------------------------------------
+
+
+async def scenario_sweeps_a_failed_run_resumes(driver: JobDriver) -> None:
+    """A run that failed records its code and end; it writes nothing more as failed; its next
+    attempt's start makes it `running` again — no error, no end, updated now — with everything
+    it recorded kept, and it goes on at the next batch."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    opened = await _open(driver, job, T0, expected=40)
+    assert await _advance(driver, f, run, 1, T0 + 1, rows=10, errors=1, cursor='{"id": 10}')
+    assert await _finish(driver, f, run, T0 + 2, "X_BACKFILL_STALLED")
+    failed = await _entry(driver, run)
+    assert (failed.status, failed.error, failed.finished_at_ms, failed.updated_at_ms) == (
+        "failed",
+        "X_BACKFILL_STALLED",
+        T0 + 2,
+        T0 + 2,
+    ), failed
+    assert (failed.batches, failed.rows, failed.errors, failed.expected) == (1, 10, 1, 40), failed
+    assert same_json(failed.cursor_json, '{"id": 10}'), failed
+    # Failed: no batch, no second end, though the fence still holds.
+    assert not await _advance(driver, f, run, 2, T0 + 3)
+    assert not await _finish(driver, f, run, T0 + 3)
+    assert await _entry(driver, run) == failed
+    # The attempt is retried: the same run, a new claim.
+    retry = Nack(f, NackKind.RETRY, T0 + 4, T0 + 4, "X_BACKFILL_STALLED")
+    assert await driver.job_nack([retry]) == [True]
+    again = await claim_one(driver, T0 + 5, job.queue, worker="w2")
+    resumed = await _open(driver, again, T0 + 6, expected=99)
+    assert resumed == replace(
+        failed, status="running", error=None, finished_at_ms=None, updated_at_ms=T0 + 6
+    ), resumed
+    assert resumed.started_at_ms == opened.started_at_ms == T0, resumed
+    assert await _advance(driver, again.fence, run, 2, T0 + 7, rows=5)
+    assert await _finish(driver, again.fence, run, T0 + 8)
+    done = await _entry(driver, run)
+    assert (done.status, done.error, done.batches, done.rows, done.finished_at_ms) == (
+        "completed",
+        None,
+        2,
+        15,
+        T0 + 8,
+    ), done
+
+
+async def scenario_sweeps_a_completed_run_stays_completed(driver: JobDriver) -> None:
+    """A completed entry takes no batch and no second end (completed or failed), and a later
+    attempt of the same run finds it as it is: its own entry never blocks it, nor reopens."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    await _open(driver, job, T0)
+    assert await _advance(driver, f, run, 1, T0 + 1, cursor='"next"')
+    assert await _finish(driver, f, run, T0 + 2)
+    done = await _entry(driver, run)
+    assert (done.status, done.error, done.finished_at_ms, done.updated_at_ms) == (
+        "completed",
+        None,
+        T0 + 2,
+        T0 + 2,
+    ), done
+    assert not await _advance(driver, f, run, 2, T0 + 3)
+    assert not await _finish(driver, f, run, T0 + 3)
+    assert not await _finish(driver, f, run, T0 + 3, "X_JOB_LEASE_LOST")
+    # The body failed after its ledger's end: the attempt is retried, the run is the same.
+    retry = Nack(f, NackKind.RETRY, T0 + 4, T0 + 4, "boom")
+    assert await driver.job_nack([retry]) == [True]
+    again = await claim_one(driver, T0 + 5, job.queue)
+    got = await driver.sweep_start(_start(again.fence, run, T0 + 6))
+    assert got == SweepStartAnswer(done), got
+    assert not await _advance(driver, again.fence, run, 2, T0 + 7)
+    assert not await _finish(driver, again.fence, run, T0 + 7, "X_BACKFILL_STALLED")
+    assert await _ledger(driver) == {run: done}
+
+
+# -- blocking -------------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_a_completed_run_blocks_the_same_sweep(driver: JobDriver) -> None:
+    """A completed run blocks a new run of the same name, scope, environment and checksum
+    (whatever its kind), writing nothing; a new run differing in any one of those opens; a
+    failed or a running run of a sweep never blocks it."""
+    if await _unsupported(driver):
+        return
+    done = await _run(driver, "done")
+    await _open(driver, done, T0)
+    assert await _finish(driver, done.fence, done.run_id, T0 + 1)
+    blocker = await _entry(driver, done.run_id)
+    for i, kind in enumerate(("backfill", "export")):
+        job = await _run(driver, f"blocked{i}", T0 + 2)
+        identity = (*USERS[:3], kind, USERS[4])
+        got = await driver.sweep_start(_start(job.fence, job.run_id, T0 + 2, identity))
+        assert got == SweepStartAnswer(None, blocked_by=blocker), (kind, got)
+    assert list(await _ledger(driver)) == [done.run_id]
+    others = {
+        "name": ("users2", *USERS[1:]),
+        "scope": (USERS[0], "none", *USERS[2:]),
+        "environment": (*USERS[:2], "staging", *USERS[3:]),
+        "checksum": (*USERS[:4], "c2"),
+    }
+    for field, identity in others.items():
+        job = await _run(driver, f"new-{field}", T0 + 3)
+        got = await driver.sweep_start(_start(job.fence, job.run_id, T0 + 3, identity))
+        assert got.blocked_by is None and got.record is not None, (field, got)
+    # A failed run and a running run of sweep `other`: neither blocks a new run of it.
+    other = ("other", "t1", "default", "backfill", "c1")
+    failed = await _run(driver, "failed", T0 + 4)
+    await _open(driver, failed, T0 + 4, other)
+    assert await _finish(driver, failed.fence, failed.run_id, T0 + 5, "X_BACKFILL_STALLED")
+    running = await _run(driver, "running", T0 + 5)
+    await _open(driver, running, T0 + 5, other)
+    fresh = await _run(driver, "fresh", T0 + 6)
+    await _open(driver, fresh, T0 + 6, other)
+
+
+async def scenario_sweeps_the_blocker_is_the_last_finished(driver: JobDriver) -> None:
+    """Of several completed runs of one sweep, the one finished last blocks a new run; two
+    finished in one millisecond: the greater run id (code-point order)."""
+    if await _unsupported(driver):
+        return
+    # Started before any of them completed, so none was blocked.
+    jobs = [await _run(driver, job_id) for job_id in ("é", "B", "a")]
+    for job in jobs:
+        await _open(driver, job, T0)
+    # "run-é" and "run-a" complete in one millisecond, "run-B" a millisecond before.
+    assert await _finish(driver, jobs[1].fence, jobs[1].run_id, T0 + 1)
+    assert await _finish(driver, jobs[2].fence, jobs[2].run_id, T0 + 2)
+    assert await _finish(driver, jobs[0].fence, jobs[0].run_id, T0 + 2)
+    ledger = await _ledger(driver)
+    late = await _run(driver, "late", T0 + 3)
+    got = await driver.sweep_start(_start(late.fence, late.run_id, T0 + 3))
+    assert got == SweepStartAnswer(None, blocked_by=ledger["run-é"]), got
+    # A run of the same sweep started before, completed last: it blocks, its run id the least.
+    first = await _run(driver, "0", T0 + 3)
+    await _open(driver, first, T0 + 3, (*USERS[:4], "c2"))
+    other = await _run(driver, "1", T0 + 3)
+    await _open(driver, other, T0 + 3, (*USERS[:4], "c2"))
+    assert await _finish(driver, other.fence, other.run_id, T0 + 4)
+    assert await _finish(driver, first.fence, first.run_id, T0 + 5)
+    last = await _entry(driver, "run-0")
+    again = await _run(driver, "again", T0 + 6)
+    got = await driver.sweep_start(_start(again.fence, again.run_id, T0 + 6, (*USERS[:4], "c2")))
+    assert got == SweepStartAnswer(None, blocked_by=last), got
+
+
+# -- the listing ----------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_listed_newest_first(driver: JobDriver) -> None:
+    """The ledger lists the newest start first, ties by the greater run id in code-point order
+    (no collation's), up to the limit — which may cut through a tie —, of one name when asked."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    runs = {"B-1": T0, "é-1": T0, "a-1": T0, "☃-2": T0 + 1, "_-2": T0 + 1, "%-0": T0 - 1}
+    named = {"☃-2": "q'uo%te\n☃", "a-1": "q'uo%te\n☃"}
+    for run_id, now in runs.items():
+        identity = (named.get(run_id, "users"), *USERS[1:])
+        got = await driver.sweep_start(_start(job.fence, run_id, now, identity))
+        assert got.record is not None, got
+    order = ["☃-2", "_-2", "é-1", "a-1", "B-1", "%-0"]
+    listed = await driver.sweep_list(None, MAX_SWEEP_LIST)
+    assert [e.run_id for e in listed] == order, listed
+    for limit in (1, 2, 3, 4):
+        first = [e.run_id for e in await driver.sweep_list(None, limit)]
+        assert first == order[:limit], (limit, first)
+    by_name = [e.run_id for e in await driver.sweep_list("q'uo%te\n☃", 10)]
+    assert by_name == ["☃-2", "a-1"], by_name
+    assert [e.run_id for e in await driver.sweep_list("users", 2)] == ["_-2", "é-1"]
+    assert await driver.sweep_list("nobody", 10) == []
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+async def scenario_sweeps_refusals_write_nothing(driver: JobDriver) -> None:
+    """Calls the ABC refuses (a bad kind, checksum, cursor, count, status, limit, fence) write
+    nothing, under a fence that holds."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    await _open(driver, job, T0)
+    assert await _advance(driver, f, run, 1, T0 + 1, cursor='"c"')
+    before = await _ledger(driver)
+    code = "X_JOB_RECORD_INVALID"
+    start = _start(f, "run-new", T0 + 2)
+    for bad in (
+        replace(start, kind="purge"),  # type: ignore[arg-type]
+        replace(start, checksum=LONG_CHECKSUM + "c"),
+        replace(start, run_id=""),
+        replace(start, scope="a\x00b"),
+        replace(start, expected=-1),
+        replace(start, fence=replace(f, claims=0)),
+    ):
+        await refused(code, driver.sweep_start(bad))
+    advance = SweepAdvance(f, run, 2, 1, 0, None, T0 + 2)
+    for bad_advance in (
+        replace(advance, batch=0),
+        replace(advance, rows=-1),
+        replace(advance, errors=MAX_SWEEP_ROWS + 1),
+        replace(advance, cursor_json=LONG_CURSOR[:-1] + 'x"'),
+        replace(advance, cursor_json="NaN"),
+        replace(advance, cursor_json='"a\\u0000b"'),
+    ):
+        await refused(code, driver.sweep_advance(bad_advance))
+    finish = SweepFinish(f, run, "completed", None, T0 + 2)
+    for bad_finish in (
+        replace(finish, error="X_BACKFILL_STALLED"),
+        replace(finish, status="failed"),
+        replace(finish, status="running"),  # type: ignore[arg-type]
+    ):
+        await refused(code, driver.sweep_finish(bad_finish))
+    await refused(code, driver.sweep_list(None, 0))
+    await refused(code, driver.sweep_list(None, MAX_SWEEP_LIST + 1))
+    await refused(code, driver.sweep_list("", 1))
+    assert await _ledger(driver) == before
+    # Still running and held: the same batch, well formed, lands.
+    assert await _advance(driver, f, run, 2, T0 + 3)
+
+
+SWEEP_SCENARIOS: dict[str, Scenario] = {
+    fn.__name__.removeprefix("scenario_"): fn
+    for fn in (
+        scenario_sweeps_a_batch_is_recorded_once,
+        scenario_sweeps_a_completed_run_blocks_the_same_sweep,
+        scenario_sweeps_a_completed_run_stays_completed,
+        scenario_sweeps_a_failed_run_resumes,
+        scenario_sweeps_a_new_entry,
+        scenario_sweeps_listed_newest_first,
+        scenario_sweeps_refusals_write_nothing,
+        scenario_sweeps_the_blocker_is_the_last_finished,
+        scenario_sweeps_writes_are_fenced_on_the_claim,
+    )
+}

@@ -1280,8 +1280,8 @@ class JobDriver(abc.ABC):
            (the one finished last when several are, ties by the greater `run_id`);
         3. run `start.run_id` has an entry: `completed` stays as it is; `failed` or `running`
            becomes `running` with `error` None, `finished_at_ms` None and `updated_at_ms =
-           now_ms` (its batches, rows, cursor, `started_at_ms`, `expected` and declaration
-           fields kept); answered as it is after;
+           now_ms` (its `job_id`, batches, rows, errors, cursor, `started_at_ms`, `expected`
+           and declaration fields kept); answered as it is after;
         4. else a new entry: `running`, `job_id` the fence's, 0 batches, rows and errors,
            cursor None, `started_at_ms = updated_at_ms = now_ms`, the other fields from `start`.
         """

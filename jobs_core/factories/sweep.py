@@ -57,7 +57,8 @@ def scope_of(tenant: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SweepIdentity:
-    """What names one sweep in the ledger: a completed entry with all of these blocks a run."""
+    """What names one sweep in the ledger: a completed entry with the same name, scope,
+    environment and checksum blocks a run (the kind is recorded, not compared)."""
 
     name: str
     scope: str

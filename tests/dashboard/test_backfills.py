@@ -180,6 +180,18 @@ async def test_the_list_shows_each_sweep_where_it_stands_and_what_is_pending(
     assert "hx-trigger" not in text  # nothing runs: the page does not refresh itself
 
 
+async def test_the_list_shows_a_sweeps_first_scopes_and_links_to_the_rest(
+    store: tuple[MemoryDriver, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs_core.dashboard import app as dashboard
+
+    monkeypatch.setattr(dashboard, "LIST_SCOPES", 1)
+    async with client(board(store[0])) as c:
+        text = (await c.get("/backfills", headers=BEARER)).text
+    assert len(rows_of(text, "per-org")) == 1  # its newest scope, globex
+    assert 'and 1 more scope: <a href="/backfills/per-org">see every run</a>' in text
+
+
 async def test_without_the_apps_declarations_it_shows_the_ledger_alone(
     store: tuple[MemoryDriver, Any],
 ) -> None:

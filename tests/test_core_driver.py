@@ -416,6 +416,12 @@ async def test_the_dashboard_refuses_each_page_and_action_of_a_missing_family() 
             page = await c.get(path, headers=token)
             assert page.status_code == 501, path
             assert "X_DRIVER_CAPABILITY_MISSING" in page.text and family in page.text, path
+        # The backfills list says there is no ledger; a sweep's page refuses, naming the family.
+        page = await c.get("/backfills", headers=token)
+        assert page.status_code == 200 and "keeps no sweep ledger" in page.text
+        page = await c.get("/backfills/nums", headers=token)
+        assert page.status_code == 501
+        assert "X_DRIVER_CAPABILITY_MISSING" in page.text and "(sweeps)" in page.text
         page = await c.get("/jobs/a", headers=token)
         assert page.status_code == 200
         assert "/jobs/a/cancel" not in page.text  # no action is offered: each would be refused
@@ -441,8 +447,12 @@ async def test_metrics_serve_the_demand_of_the_workers_queues_alone(
     with caplog.at_level(logging.WARNING, logger="jobs.metrics"):
         metrics = WorkerMetrics(worker, asyncio.get_running_loop())
     assert "jobs.metrics.partial: core-only" in caplog.text
+    # No sweep ledger: neither sweep gauge, said once.
+    assert caplog.text.count("does not declare the sweeps family") == 1
     # A scrape runs the store read on this loop and waits for it: from another thread.
     text = (await asyncio.to_thread(metrics.render)).decode()
     assert "ujobs_store_up 1.0" in text
     assert 'ujobs_queue_demand{queue="q"} 1.0' in text
     assert "ujobs_queue_dead_jobs{" not in text and "ujobs_queue_jobs{" not in text
+    assert "ujobs_sweep" not in text
+    assert caplog.text.count("does not declare the sweeps family") == 1

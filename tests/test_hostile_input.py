@@ -203,6 +203,10 @@ def calls(h: str, ids: dict[str, str]) -> list[Call]:
         Call("GET", f"/jobs/{p}"),
         Call("GET", "/workers"),
         Call("GET", "/schedule"),
+        Call("GET", "/backfills"),
+        Call("GET", f"/backfills/{p}"),
+        Call("GET", f"/backfills/?name={p}"),
+        Call("GET", f"/backfills/reindex-orders?run={p}"),
         Call("GET", "/login"),
         Call("GET", f"/jobs/{p}/x"),
         Call("GET", f"/{p}"),
@@ -279,7 +283,8 @@ def check_page(call: Call, response: Any) -> None:
 
 def test_every_dashboard_route_refuses_hostile_input_with_a_4xx(shop: Shop) -> None:
     access = Access(token=TOKEN)
-    app = dashboard_app(shop.driver, access=access, handles=[shopapp.charge, shopapp.ship])
+    handles = [shopapp.charge, shopapp.ship, shopapp.reindex]
+    app = dashboard_app(shop.driver, access=access, handles=handles)
     before = stored(shop)
     with TestClient(app, raise_server_exceptions=True) as client:
 

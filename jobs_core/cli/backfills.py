@@ -268,23 +268,12 @@ def _cursor(e: EntryView) -> str:
     return "-" if e.record.cursor_json is None else e.record.cursor_json
 
 
-def _newest_per_scope(sweep: SweepView) -> list[EntryView]:
-    seen: set[tuple[str, str]] = set()
-    out: list[EntryView] = []
-    for e in sweep.entries:
-        where = (e.record.scope, e.record.environment)
-        if where not in seen:
-            seen.add(where)
-            out.append(e)
-    return out
-
-
 def print_sweeps(view: BackfillsView, now_ms: int) -> None:
     """One row per sweep and scope and environment (its newest run), then this environment's
     pending sweeps."""
     rows: list[list[Cell]] = []
     for s in view.sweeps:
-        newest = _newest_per_scope(s)
+        newest = s.newest_per_scope()
         if not newest:
             rows.append([s.name, s.kind, "-", "-", Text("never ran", style="dim"), "-", "-", "-"])
         for e in newest:

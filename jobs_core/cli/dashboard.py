@@ -49,8 +49,8 @@ def _loopback(host: str) -> bool:
     envvar=APP_ENV,
     show_envvar=True,
     default=None,
-    help="A module whose jobs redact inputs (beside the live workers') and whose tasks fill "
-    "the schedule page.",
+    help="A module whose jobs redact inputs (beside the live workers'), whose tasks fill "
+    "the schedule page and whose backfills the backfills page declares (else: the ledger alone).",
 )
 @click.option(
     "--read-only",
@@ -58,7 +58,8 @@ def _loopback(host: str) -> bool:
     help="Refuse every action whatever the credentials (also env UJOBS_DASHBOARD_READ_ONLY=1).",
 )
 def dashboard(url: str | None, host: str, port: int, app: str | None, read_only: bool) -> None:
-    """Serve the dashboard: queues, jobs, workers and the schedule, and the operator's actions.
+    """Serve the dashboard: queues, jobs, workers, the schedule and the backfills, and the
+    operator's actions.
 
     Credentials come from the environment only (never the command line): UJOBS_DASHBOARD_TOKEN
     (a sign-in form and `Authorization: Bearer`), or UJOBS_DASHBOARD_USER and

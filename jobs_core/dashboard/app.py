@@ -2,13 +2,15 @@
 (`ujobs dashboard`) or mount in your own (`app.mount("/jobs", dashboard_app(driver))`).
 
 Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live parts (the
-queues, the workers, a job that is not finished) and the job list's filters. Every read and
-every action goes through `Operator`, so the dashboard works on any driver and shows inputs
-redacted as the CLI does. A page of a family the driver does not declare answers 501 with the
-`Operator`'s refusal (`X_DRIVER_CAPABILITY_MISSING`, naming the family); an action goes back
-with it as its notice. Actions are plain POST forms: they work without JavaScript, carry the
-CSRF token, and answer with a redirect to the page they came from and a one-line notice. Who
-may look and act: `jobs_core.dashboard.security`.
+queues, the workers, a job that is not finished, a sweep that runs) and the job list's filters.
+Every read and every action goes through `Operator`, so the dashboard works on any driver and
+shows inputs redacted as the CLI does; the backfills pages read the sweep ledger's one
+projection (`inspect_backfills`, as `ujobs backfills` does) and an import's error report. A
+page of a family the driver does not declare answers 501 with the `Operator`'s refusal
+(`X_DRIVER_CAPABILITY_MISSING`, naming the family) — but the schedule and backfills lists, which
+say so on the page — and an action goes back with it as its notice. Actions are plain POST
+forms: they work without JavaScript, carry the CSRF token, and answer with a redirect to the
+page they came from and a one-line notice. Who may look and act: `jobs_core.dashboard.security`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from jobs_core.dashboard.snapshot import Snapshot
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     BatchTooLargeError,
+    CapabilityMissingError,
     DashboardAuthRequiredError,
     DashboardCsrfError,
     DashboardReadOnlyError,
@@ -51,6 +54,7 @@ from jobs_core.errors import (
     DriverUnavailableError,
     DriverUnsupportedError,
     JobNotFoundError,
+    JobNotRegisteredError,
     JobsError,
     NotCancellableError,
     NotPromotableError,
@@ -61,6 +65,14 @@ from jobs_core.errors import (
     RecordInvalidError,
     RequeueDuplicateError,
 )
+from jobs_core.factories.backfill import (
+    Backfill,
+    EntryView,
+    Pending,
+    SweepView,
+    inspect_backfills,
+)
+from jobs_core.factories.rows.report import import_report
 from jobs_core.job import JobHandle
 from jobs_core.operator import Action, Operator, QueueView, Throughput, refusal_for
 from jobs_core.operator.times import age, local, relative, when
@@ -111,6 +123,7 @@ _STATUS: Final[dict[type[JobsError], int]] = {
     DashboardCsrfError: 403,
     DashboardReadOnlyError: 403,
     JobNotFoundError: 404,
+    JobNotRegisteredError: 404,
     NotCancellableError: 409,
     NotPromotableError: 409,
     NotRemovableError: 409,
@@ -126,6 +139,15 @@ _SURROGATES: Final = re.compile("[\ud800-\udfff]")
 _NOTICE_KINDS: Final = frozenset({"ok", "error"})
 #: The most a notice says.
 NOTICE_CHARS: Final = 300
+#: The runs of one sweep the backfills list shows (its newest per scope and environment); the
+#: sweep's own page shows every run the ledger answered.
+LIST_SCOPES: Final = 20
+#: The refused records of an import a sweep's page shows.
+REPORT_ROWS: Final = 100
+#: The most characters of a stored cursor a page shows (a cursor may hold 8 KiB): in a list,
+#: and on a sweep's page.
+CURSOR_CHARS: Final = 80
+CURSOR_CHARS_LONG: Final = 1_000
 
 
 def status_of(error: JobsError) -> int:
@@ -148,6 +170,46 @@ def batch_path(batch_id: str) -> str:
     if batch_id in (".", ".."):
         return f"/batches/?{urlencode({'id': batch_id})}"
     return f"/batches/{quote(batch_id, safe='')}"
+
+
+def sweep_path(name: str, run: str | None = None) -> str:
+    """The path of a sweep's page (showing run `run`'s error report, for an import), its name
+    encoded as `job_path` encodes a job's id: a ledger name may be any text an import's or an
+    export's job name holds."""
+    query = {} if run is None else {"run": run}
+    if name in (".", ".."):
+        return f"/backfills/?{urlencode({'name': name, **query})}"
+    path = f"/backfills/{quote(name, safe='')}"
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+#: What a page spells as its escape rather than shows in stored text: controls, lone
+#: surrogates, line and paragraph separators, and the bidi overrides and isolates that reorder
+#: what is shown (a name `\u202egnp.exe` reads as `exe.png`); newlines and tabs too, so a name
+#: stays one line. The CLI's `literal` spells the same.
+_UNSEEN: Final = re.compile(
+    "[\n\t\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def literal(text: object) -> str:
+    """`text` with every character `_UNSEEN` lists spelled as its escape (`\\u202e`)."""
+    return _UNSEEN.sub(_spelled, str(text))
+
+
+_SHORT: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _spelled(m: re.Match[str]) -> str:
+    c = m.group()
+    code = ord(c)
+    return _SHORT.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def clip(text: object, chars: int) -> str:
+    """`text` cut to `chars` characters, an ellipsis marking the cut."""
+    s = str(text)
+    return s if len(s) <= chars else s[: max(0, chars - 1)] + "\u2026"
 
 
 def notice_of(cookie: str | None) -> dict[str, str] | None:
@@ -215,9 +277,17 @@ def _environment() -> Environment:
         sparkline=sparkline,
         job_path=job_path,
         batch_path=batch_path,
+        sweep_path=sweep_path,
+        clip=clip,
+        literal=literal,
     )
     env.globals.update(relative=relative, when=when)
     return env
+
+
+def _moving(entry: EntryView) -> bool:
+    """A run whose entry may still move: running, its job live (an orphaned one never moves)."""
+    return entry.record.status == "running" and not entry.orphaned
 
 
 class _Refused(Exception):
@@ -254,6 +324,8 @@ class Dashboard:
         self.access = access
         self.operator = Operator(driver, clock=clock or SystemClock(), handles=handles)
         self.tasks = list(tasks)
+        #: The declared backfills among `handles`: what exists, beside what the ledger ran.
+        self.backfills = [h for h in handles if isinstance(h, Backfill)]
         self.env = _environment()
         self._close_driver = close_driver
         self._queues = Snapshot(self._read_queues, fresh_s=QUEUES_FRESH_S, stale_s=QUEUES_STALE_S)
@@ -273,6 +345,8 @@ class Dashboard:
                 Route("/batches/{batch_id:path}", page(self.batch_page), name="batch"),
                 Route("/workers", page(self.workers_page), name="workers"),
                 Route("/schedule", page(self.schedule_page), name="schedule"),
+                Route("/backfills", page(self.backfills_page), name="backfills"),
+                Route("/backfills/{name:path}", page(self.backfill_page), name="backfill"),
                 Route("/schedule/pause", act(self._pausing("task", True)), methods=["POST"]),
                 Route("/schedule/resume", act(self._pausing("task", False)), methods=["POST"]),
                 Route("/login", self.login_form, methods=["GET"]),
@@ -553,6 +627,72 @@ class Dashboard:
             "has_tasks": self.driver.capabilities().tasks,
         }
 
+    async def backfills_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        if not self.driver.capabilities().sweeps:
+            return "backfills.html", {"nav": "backfills", "has_sweeps": False}
+        view = await inspect_backfills(self.driver, self.backfills)
+        rows: list[tuple[SweepView, EntryView | None, int]] = []
+        for sweep in view.sweeps:
+            newest = sweep.newest_per_scope()
+            # Each sweep shows where it stands per scope, its first LIST_SCOPES; the rest are
+            # counted and left to its own page.
+            hidden = max(0, len(newest) - LIST_SCOPES)
+            if not newest:
+                rows.append((sweep, None, 0))
+            for at, entry in enumerate(newest[:LIST_SCOPES]):
+                last = at == min(len(newest), LIST_SCOPES) - 1
+                rows.append((sweep, entry, hidden if last else 0))
+        return "backfills.html", {
+            "nav": "backfills",
+            "has_sweeps": True,
+            "view": view,
+            "rows": rows,
+            "declared": bool(self.backfills),
+            "running": any(e is not None and _moving(e) for _, e, _ in rows),
+            "cursor_chars": CURSOR_CHARS,
+        }
+
+    async def backfill_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        name = str(request.path_params.get("name") or request.query_params.get("name", ""))
+        if not self.driver.capabilities().sweeps:
+            raise CapabilityMissingError(
+                f"{self.driver.describe()} keeps no sweep ledger", detail="sweeps"
+            )
+        view = await inspect_backfills(self.driver, self.backfills, name=name)
+        sweep = view.sweep(name)
+        if sweep is None:
+            raise JobNotRegisteredError(
+                "no sweep by this name: none declared here (--app) and none in the ledger",
+                detail=name,
+            )
+        imports = [e for e in sweep.entries if e.record.kind == "import"]
+        wanted = request.query_params.get("run")
+        shown = imports[0] if imports else None
+        if wanted is not None:
+            shown = next((e for e in imports if e.record.run_id == wanted), None)
+            if shown is None:
+                raise PageInvalidError("not a run of this import", detail="run")
+        report = None
+        has_steps = self.driver.capabilities().steps
+        if shown is not None and has_steps:
+            report = await import_report(self.driver, shown.record.run_id, REPORT_ROWS)
+        pending: dict[str, list[Pending]] = {}
+        for p in sweep.pending:
+            pending.setdefault(p.environment, []).append(p)
+        return "backfill.html", {
+            "nav": "backfills",
+            "view": view,
+            "sweep": sweep,
+            "pending": pending,
+            "here_path": sweep_path(name, wanted),
+            "report_of": shown,
+            "report": report,
+            "has_steps": has_steps,
+            "report_rows": REPORT_ROWS,
+            "running": any(_moving(e) for e in sweep.entries),
+            "cursor_chars": CURSOR_CHARS_LONG,
+        }
+
     # -- actions -------------------------------------------------------------------------------
 
     def recount(self) -> None:
@@ -671,7 +811,8 @@ def dashboard_app(
 ) -> Starlette:
     """The dashboard over `driver` as an ASGI app. `access` defaults to the environment's
     (`Access.from_env()`: with no credentials it is read-only); `handles` are job declarations
-    that redact inputs beside the live workers'; `tasks` fill the schedule page. The caller
+    that redact inputs beside the live workers' (the backfills among them are what the
+    backfills page says exists and is pending); `tasks` fill the schedule page. The caller
     owns the driver: the app never opens nor closes it."""
     return Dashboard(
         driver, access=access or Access.from_env(), handles=handles, tasks=tasks, clock=clock

@@ -12,7 +12,20 @@
   worker's own queues, and the worker says so once in its log (`jobs.metrics.partial`);
 - with `--with-relay`, from the outbox the same way: `ujobs_outbox_pending_rows` (committed
   stages not yet published, counted up to 1,000), `ujobs_outbox_oldest_seconds`,
-  `ujobs_outbox_failing_rows`, `ujobs_outbox_up`, and `ujobs_relay_published_total`.
+  `ujobs_outbox_failing_rows`, `ujobs_outbox_up`, and `ujobs_relay_published_total`;
+- from the sweep ledger, read through its one projection (`inspect_backfills`) the same way:
+  `ujobs_sweep_rows` (by sweep name and kind — backfill, import, export: the rows its runs
+  processed, summed over the newest 1,000 entries of each name) and `ujobs_sweeps_pending` (by
+  environment and name, for each backfill this worker runs that may run here: how many of its
+  scopes have not completed in this worker's `$UJOBS_ENVIRONMENT` at its current declaration;
+  0 when none). Rows are a gauge read from the ledger, not a counter this worker moves: a worker
+  sees only its own batches, counts a batch a crash replayed twice and starts again from 0 when
+  it restarts, while the ledger counts each batch once, whichever worker ran it. Every worker
+  of a fleet serves the same value (aggregate with `max`, never `sum`); it can fall when an
+  entry leaves the newest 1,000 of its name. Pending needs the declarations, which a worker has
+  (the backfills among its jobs); one that runs none serves no pending gauge. On a driver
+  without the `sweeps` family neither is served, and the worker says so once in its log
+  (`jobs.metrics.partial`).
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -37,6 +50,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from jobs_core.factories.backfill import Backfill, BackfillsView, inspect_backfills
+from jobs_core.factories.sweep import current_environment
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.records import ClaimedJob, QueueStats
@@ -142,6 +157,49 @@ class _StoreGauges(Collector):
         yield from (oldest, dead, wanted, jobs) if self._counts else (wanted,)
 
 
+class _SweepGauges(Collector):
+    """Rows processed per sweep and the sweeps pending here, read from the sweep ledger's one
+    projection on the worker's loop when scraped."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self._driver = worker.driver
+        #: What exists: the backfills this worker runs (pending is declared minus completed).
+        self._declared = [h for h in worker.handles if isinstance(h, Backfill)]
+        self._reads = _CachedRead(self._read, loop, "sweeps")
+
+    async def _read(self) -> BackfillsView:
+        here = current_environment()
+        return await inspect_backfills(self._driver, self._declared, environments=[here])
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._reads.current()
+        if view is None:
+            return
+        rows = GaugeMetricFamily(
+            "ujobs_sweep_rows",
+            "Rows the sweep's runs processed, as its ledger counts them (each batch once,"
+            " whichever worker ran it)",
+            labels=["name", "kind"],
+        )
+        for (name, kind), n in sorted(view.rows().items()):
+            rows.add_metric([name, kind], n)
+        yield rows
+        if not self._declared:
+            return
+        pending = GaugeMetricFamily(
+            "ujobs_sweeps_pending",
+            "Scopes of a declared backfill not completed in this environment at its current"
+            " declaration",
+            labels=["environment", "name"],
+        )
+        here = view.environment
+        items = view.pending.get(here, [])
+        for h in self._declared:
+            if h.spec.runs_in(here):
+                pending.add_metric([here, h.name], sum(1 for p in items if p.name == h.name))
+        yield pending
+
+
 class _OutboxGauges(Collector):
     """The relay's backlog (`ujobs worker --with-relay`), read from its outbox when scraped."""
 
@@ -218,6 +276,14 @@ class WorkerMetrics:
         in_flight = Gauge("ujobs_worker_in_flight", "Jobs held now", registry=self.registry)
         in_flight.set_function(lambda: worker.stats.in_flight)
         self.registry.register(_StoreGauges(worker, loop))
+        if worker.driver.capabilities().sweeps:
+            self.registry.register(_SweepGauges(worker, loop))
+        else:
+            log.warning(
+                "jobs.metrics.partial: %s does not declare the sweeps family;"
+                " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
+                worker.driver.describe(),
+            )
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
         worker.observe(self._observe)

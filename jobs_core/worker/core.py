@@ -80,6 +80,8 @@ class Worker:
     ) -> None:
         self.driver = driver
         handles = jobs_of(jobs)
+        #: The jobs this worker runs, as declared (its metrics read the backfills among them).
+        self.handles: tuple[JobHandle, ...] = tuple(handles)
         by_name = {h.name: h for h in handles}
         self.queues: tuple[str, ...] = tuple(
             dict.fromkeys(queues if queues is not None else [h.queue for h in handles])

@@ -15,6 +15,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobs_core.cli.base import _Formatter
 from jobs_core.clock import FakeClock
@@ -23,11 +24,13 @@ from jobs_core.facade import Jobs
 from jobs_core.operator import metrics
 from jobs_core.operator.metrics import serve
 from jobs_core.outbox import OutboxClaim, OutboxRelease, Relay
+from jobs_core.records import ClaimParams, SweepAdvance, SweepStart
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver, MemoryOutbox
-from tests.core.support import T0, declare, until
+from tests.core import backfill_app
+from tests.core.support import T0, counting, declare, until
 
 CARD = "5500005555555559"
 
@@ -197,6 +200,66 @@ async def test_a_relay_beside_the_worker_reports_its_backlog(
         assert _value(text, "ujobs_outbox_pending_rows") == 0
         assert _value(text, "ujobs_outbox_oldest_seconds") == 0
     finally:
+        server.close()
+
+
+async def test_the_sweep_gauges_read_the_ledger_once_per_period_and_escape_its_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker running two backfills, scraped over its metrics port: the rows its sweep
+    processed and what is pending here, from the ledger (a name another app wrote there too,
+    quotes and a newline in it); two scrapes within the cache period read the ledger once."""
+    monkeypatch.setattr(metrics, "STORE_CACHE_S", 0.5)
+    monkeypatch.delenv("UJOBS_ENVIRONMENT", raising=False)
+    driver = counting(MemoryDriver)()
+    jobs = Jobs(driver)
+    worker = fast(driver, [backfill_app.nums, backfill_app.per_org])
+    server = serve(worker, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.port}"
+
+    def ledger_reads() -> int:
+        return driver.calls.count("_sweep_list")
+
+    try:
+        await worker.start()
+        done = await backfill_app.nums.enqueue({}, client=jobs)
+
+        async def swept() -> bool:
+            return (await driver.job_get_many([done.id]))[done.id].state is JobState.COMPLETED
+
+        await until(swept)
+        text = (await asyncio.to_thread(_get, base + "/metrics"))[1]
+        assert _value(text, "ujobs_sweep_rows", kind="backfill", name="nums") == 30
+        assert _value(text, "ujobs_sweep_rows", kind="backfill", name="per-org") == 0
+        assert _value(text, "ujobs_sweeps_pending", environment="default", name="nums") == 0
+        # per-org requires nums and no tenant has started it: the sweep itself is pending.
+        assert _value(text, "ujobs_sweeps_pending", environment="default", name="per-org") == 1
+        reads = ledger_reads()
+        await asyncio.to_thread(_get, base + "/metrics")
+        assert ledger_reads() == reads  # within the period: answered from the last read
+
+        odd = 'exp"ort\n{x}\nend'
+        loader = declare(lambda i, c: None, name="load", queue="raw")
+        await jobs.enqueue(loader, {"n": 1})
+        now = jobs.clock.now_ms()
+        (held,) = (await driver.job_claim(ClaimParams(("raw",), "w", 1, 60_000, now))).jobs
+        start = SweepStart(
+            held.fence, held.run_id, odd, "none", "default", "export", "c", None, now
+        )
+        await driver.sweep_start(start)
+        await driver.sweep_advance(SweepAdvance(held.fence, held.run_id, 1, 12, 0, None, now))
+        await asyncio.sleep(0.5)
+        text = (await asyncio.to_thread(_get, base + "/metrics"))[1]
+        assert ledger_reads() > reads
+        rows = {
+            (s.labels["name"], s.labels["kind"]): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "ujobs_sweep_rows"
+            for s in family.samples
+        }
+        assert rows == {("nums", "backfill"): 30, ("per-org", "backfill"): 0, (odd, "export"): 12}
+    finally:
+        await worker.stop()
         server.close()
 
 

@@ -3,7 +3,8 @@ card), and the dashboard process reads its task for the schedule page.
 
 `ship` fails for good until its order's gate file exists in `$SHOP_GATES` (one attempt): dead
 first, then, once the gate is there, requeued from the dashboard and completed.
-`await_payment` parks on an event so a job page shows what a run waits for.
+`await_payment` parks on an event so a job page shows what a run waits for. `reindex` is a
+backfill over twelve orders, four a batch, for the backfills pages.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs_core import JobContext, Retry, job, task
+from jobs_core.factories.backfill import BackfillRegistry, backfill
 from jobs_core.job import JobRegistry
 from jobs_core.scheduler.task import TaskRegistry
 
@@ -63,4 +65,23 @@ nightly = task(
     job=charge,
     input={"n": 0, "card": "none"},
     registry=TaskRegistry(),
+)
+
+
+def _orders(cursor: Any, scope: str, limit: int) -> tuple[list[int], Any]:
+    start = 0 if cursor is None else int(cursor)
+    end = min(start + limit, 12)
+    return list(range(start, end)), (end if end < 12 else None)
+
+
+reindex = backfill(
+    name="reindex-orders",
+    tenant="none",
+    handle=lambda rows: None,
+    pages=_orders,
+    batch=4,
+    count=12,
+    queue="shipping",
+    registry=jobs,
+    backfills=BackfillRegistry(),
 )

@@ -122,6 +122,13 @@ def _rows(url: str, state: JobState | None = None) -> list[Any]:
     return list(_store(url, read))
 
 
+def _swept(url: str) -> bool:
+    async def read(driver: Any) -> bool:
+        return [e.status for e in await driver.sweep_list("reindex-orders", 10)] == ["completed"]
+
+    return bool(_store(url, read))
+
+
 def _until(check: Any, within: float, what: str) -> Any:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -263,6 +270,22 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     parked = _rows(store_url, JobState.PARKED)[0]
     page.goto(f"{base}/jobs/{parked.id}")
     expect(page.locator("table.fields").first).to_contain_text("payment.settled")
+
+    # A backfill the worker sweeps: the list shows it completed, its bar full, nothing pending;
+    # its page, the declaration (from --app) and its run.
+    _store(store_url, lambda d: shopapp.reindex.enqueue({}, client=Jobs(d)))
+    _until(lambda: _swept(store_url), 60, "the backfill completed")
+    page.click("nav a:text('Backfills')")
+    swept = page.locator("tr[data-sweep=reindex-orders]")
+    expect(swept.locator(".state")).to_have_text("completed")
+    expect(swept).to_contain_text("12 of 12 (100%)")
+    expect(swept.locator("progress")).to_have_attribute("value", "1.0")
+    expect(page.locator("main")).to_contain_text("Nothing pending in")
+    _shot(page, shots, "backfills")
+    swept.locator("a").first.click()
+    expect(page.locator("h1")).to_contain_text("reindex-orders")
+    expect(page.locator("table.fields")).to_contain_text(shopapp.reindex.spec.checksum)
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
     context.close()
     # The refused sign-in and the refused actions answered 401/403 on purpose; nothing else.
     unexpected = [e for e in console_errors if "401" not in e and "403" not in e]

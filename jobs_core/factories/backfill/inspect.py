@@ -114,6 +114,17 @@ class SweepView:
     def latest(self) -> EntryView | None:
         return self.entries[0] if self.entries else None
 
+    def newest_per_scope(self) -> list[EntryView]:
+        """Its newest entry per scope and environment, newest first: where each stands now."""
+        seen: set[tuple[str, str]] = set()
+        out: list[EntryView] = []
+        for e in self.entries:
+            where = (e.record.scope, e.record.environment)
+            if where not in seen:
+                seen.add(where)
+                out.append(e)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         spec = self.declared.spec if self.declared is not None else None
         return {
@@ -147,9 +158,17 @@ class BackfillsView:
     def sweep(self, name: str) -> SweepView | None:
         return next((s for s in self.sweeps if s.name == name), None)
 
-    def rows(self) -> dict[str, int]:
-        """Rows processed per sweep name, over the entries read (a metric's value)."""
-        return {s.name: sum(e.record.rows for e in s.entries) for s in self.sweeps}
+    def rows(self) -> dict[tuple[str, str], int]:
+        """Rows processed per sweep name and kind, over the entries read (a metric's value);
+        a declared sweep that never ran counts 0."""
+        out: dict[tuple[str, str], int] = {}
+        for s in self.sweeps:
+            if s.declared is not None:
+                out.setdefault((s.name, "backfill"), 0)
+            for e in s.entries:
+                key = (s.name, e.record.kind)
+                out[key] = out.get(key, 0) + e.record.rows
+        return out
 
     def pending_count(self, environment: str | None = None) -> int:
         """Sweeps (by scope) pending in `environment` (this one by default)."""

@@ -45,6 +45,7 @@ from jobs_core.factories.backfill import (
     backfills_of,
     inspect_backfills,
 )
+from jobs_core.factories.rows.report import import_report
 from jobs_core.operator.times import age, relative
 
 T = TypeVar("T")
@@ -211,28 +212,20 @@ def backfills_show(name: str, url: str | None, app: str | None, limit: int, as_j
         return sweep, report
 
     sweep, report = _run(url, read)
-    importing = sweep.kind == "import"
     if as_json:
         doc = sweep.to_json()
-        if importing:
+        if report is not None:
             doc["report"] = report
         emit_json(doc)
         return
     print_sweep(sweep, SystemClock().now_ms())
-    if importing:
+    if report is not None:
         print_report(report)
 
 
-async def _report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, Any]] | None:
-    """The import's error report, or None where no reader ships (`jobs_core.factories.rows`)."""
-    try:
-        from jobs_core.factories.rows.report import (  # type: ignore[import-not-found,unused-ignore]
-            import_report,
-        )
-    except ImportError:
-        return None
-    rows: list[dict[str, Any]] = await import_report(driver, run_id, limit)
-    return rows
+async def _report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, Any]]:
+    """The import's error report (line, field, code; never a value)."""
+    return await import_report(driver, run_id, limit)
 
 
 # -- printing -------------------------------------------------------------------------------------
@@ -385,12 +378,9 @@ def _by_env(items: Sequence[Pending]) -> dict[str, list[Pending]]:
     return out
 
 
-def print_report(report: list[dict[str, Any]] | None) -> None:
+def print_report(report: list[dict[str, Any]]) -> None:
     """An import's error report: the line, the field and the code of each refused record."""
     console.print(Text("error report", style="bold"))
-    if report is None:
-        console.print("no report reader: this install has no jobs_core.factories.rows")
-        return
     if not report:
         console.print("no record refused")
         return

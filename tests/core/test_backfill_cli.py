@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +29,6 @@ from tests.core.support import until
 
 APP = ["--app", "tests.core.backfill_app"]
 REFUSAL = re.compile(r"^X_[A-Z_]+: ", re.M)
-REPORT = "jobs_core.factories.rows.report"
 
 
 async def _worked(driver: MemoryDriver, job_id: str) -> None:
@@ -189,7 +186,7 @@ def test_pending_lists_declared_minus_completed_and_check_exits_1(ujobs: Any) ->
     assert REFUSAL.findall(refused.output) == ["X_CLI_USAGE_INVALID: "]
 
 
-def test_show_prints_an_imports_error_report_or_says_no_reader_ships(
+def test_show_prints_an_imports_error_report_through_the_rows_reader(
     ujobs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[tuple[str, int]] = []
@@ -201,9 +198,7 @@ def test_show_prints_an_imports_error_report_or_says_no_reader_ships(
             {"line": 9, "field": None, "code": "X_IMPORT_RECORD_TOO_LARGE"},
         ]
 
-    reader = types.ModuleType(REPORT)
-    reader.import_report = import_report  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, REPORT, reader)
+    monkeypatch.setattr(cli, "import_report", import_report)
     shown = ujobs("backfills", "show", "contacts-csv", "--limit", "5").output
     assert (
         "X_IMPORT_RECORD_INVALID" in shown
@@ -213,10 +208,6 @@ def test_show_prints_an_imports_error_report_or_says_no_reader_ships(
     doc = json.loads(ujobs("backfills", "show", "contacts-csv", "--json").output)
     assert doc["report"][0] == {"line": 3, "field": "email", "code": "X_IMPORT_RECORD_INVALID"}
     assert [limit for _, limit in asked] == [5, 20]
-    monkeypatch.setitem(sys.modules, REPORT, None)  # the reader's module is not there
-    bare = ujobs("backfills", "show", "contacts-csv").output
-    assert "no report reader" in bare
-    assert json.loads(ujobs("backfills", "show", "contacts-csv", "--json").output)["report"] is None
 
 
 @pytest.mark.parametrize("name", ["[bold]x[/bold]", "\x1b[2Jwipe", "<script>x</script>", "é" * 60])

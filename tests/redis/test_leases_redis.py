@@ -172,7 +172,7 @@ async def test_odd_keys_and_holders_round_trip(make_driver: Factory) -> None:
 
 
 async def test_a_full_batch_of_distinct_keys(make_driver: Factory) -> None:
-    """1,000 items naming 1,000 lease keys: one script call with 2,001 KEYS, answers in order."""
+    """1,000 items naming 1,000 lease keys: one script call with 2,002 KEYS, answers in order."""
     async with make_driver() as d:
         keys = [f"k{i}" for i in range(MAX_LEASE_BATCH)]
         got = await d.lease_take([LeaseTake(k, "h", 1, 1000) for k in keys], T0)

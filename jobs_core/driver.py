@@ -1083,7 +1083,9 @@ class JobDriver(abc.ABC):
 
     async def _worker_purge(self, now_ms: int, limit: int) -> int:
         """Delete up to `limit` registry rows with `expires_at_ms <= now_ms`, soonest expired
-        first, ties by worker id; answers how many went."""
+        first, ties by worker id (code-point order); answers how many went. An expired row stays
+        until a beat renews it, `_worker_forget` or this purge deletes it. Purgers running at
+        once delete each row once."""
         raise _unimplemented(self, "workers", "_worker_purge")
 
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
@@ -1164,13 +1166,15 @@ class JobDriver(abc.ABC):
         """Delete up to `limit` holdings with `expires_at_ms <= now_ms` (rate stamps among
         them), soonest expired first, ties by key then token in code-point order; answers how
         many went. A key left with no holding keeps nothing stored (its token counter aside:
-        tokens never repeat on a key)."""
+        tokens never repeat on a key). What is stored is exact: an expired holding stays until a
+        take of its key, a release or abandon naming it, or this purge deletes it (a renewal
+        never touches one). Purgers running at once delete each holding once."""
         raise _unimplemented(self, "leases", "_lease_purge")
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """For each item in order: True when `(key, token)` is a live holding. A live slot is
         deleted (its room is free at once); a live stamp is left as it is, to expire at its
-        time. An expired holding answers False (and may be deleted)."""
+        time. An expired holding answers False and is deleted (as `_lease_abandon` does)."""
         raise _unimplemented(self, "leases", "_lease_release")
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
@@ -1190,7 +1194,9 @@ class JobDriver(abc.ABC):
           with a new token and granted;
         - else None, nothing written.
 
-        Expired holdings never count (they may be deleted on the way). A new token is greater
+        Expired holdings never count: every holding of a key the call names that expired by
+        `now_ms` is deleted before its items are decided (whether they are granted or not), so
+        what `_lease_purge` finds left is the same on every store. A new token is greater
         than every token this store granted before for the same key (a store-wide counter
         does). Two callers racing for the last room of a key: exactly one is granted, and a
         take is never refused while the key has room.

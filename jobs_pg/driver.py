@@ -1592,6 +1592,10 @@ class PgDriver(JobDriver):
         rows = await self._read("LEASE_HOLDERS", {"key": key, "now_ms": now_ms})
         return [Lease(*r) for r in rows]
 
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        rows = await self._rows("LEASE_PURGE", {"now_ms": now_ms, "limit": limit})
+        return int(rows[0][0])
+
     # -- tasks ----------------------------------------------------------------------------------
 
     async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
@@ -1696,6 +1700,10 @@ class PgDriver(JobDriver):
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         rows = await self._read("WORKER_LIST", {"now_ms": now_ms})
         return [WorkerInfo(w, info, beat, exp) for w, info, beat, exp in rows]
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        rows = await self._rows("WORKER_PURGE", {"now_ms": now_ms, "limit": limit})
+        return int(rows[0][0])
 
     # -- sweeps ---------------------------------------------------------------------------------
 

@@ -296,7 +296,9 @@ sa.Index("events_expiry", events.c.expires_at_ms, events.c.id)
 # Lease holdings (migration 0006): one row per holding, named by `(key, token)` in every call
 # after its take. The key leads the primary key, so a key's holdings (what a take counts and
 # `lease_holders` reads) are one range of it, and a renew or release is one lookup in it.
-# Expired rows stay until a take of their key (or a release or abandon of them) deletes them.
+# Expired rows stay until a take of their key, a release or abandon of them, or `lease_purge`
+# deletes them; the purge reads them by expiry (`leases_expiry`, migration 0012: a renewal
+# moves the expiry, so it updates this index too).
 leases: Final = sa.Table(
     "leases",
     metadata,
@@ -306,6 +308,8 @@ leases: Final = sa.Table(
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
     sa.Column("stamp", sa.Boolean, nullable=False),
 )
+
+sa.Index("leases_expiry", leases.c.expires_at_ms, leases.c.key, leases.c.token)
 
 #: Lease tokens: one store-wide counter, so every later grant of a key carries a greater token
 #: (takes of one key run one after another; gaps are fine).

@@ -169,6 +169,8 @@ _STALE_TRIES: Final = 5
 _JOIN_CHUNK_IDS: Final = 20_000
 #: Seconds `finish_subscribe` waits for its channel to prove itself before it returns.
 _FINISH_PROVE_S: Final = 5.0
+#: Lease keys' holdings indexed per `migrate_leases` call.
+_HOLD_PAGE: Final = 500
 #: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
 _SCHEMA: Final = "2"
 #: The final states in the order the purge and requeue scripts take their `finished:*` keys.
@@ -326,7 +328,8 @@ class RedisDriver(JobDriver):
         Finished rows go into the finished index retention reads; every row goes into the
         listing index and is counted in its queue (the schema "2" mark is set once the scan is
         through: from then on no settle checks whether a row is counted). Rows that workers of
-        an OLDER version write while this runs may be missed: stop them first.
+        an OLDER version write while this runs may be missed: stop them first. Lease holdings
+        go into the expiry index `lease_purge` reads.
         """
         k = self.keys
         keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
@@ -345,9 +348,30 @@ class RedisDriver(JobDriver):
                 added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
             if done:
                 break
+        added += await self._index_holdings()
         if was == _SCHEMA:
             return f"schema {_SCHEMA} current ({added} index entries added)"
         return f"upgraded to schema {_SCHEMA}: {added} index entries added"
+
+    async def _index_holdings(self) -> int:
+        """Put every lease holding into `hold-expiry` (holdings stored before the index existed:
+        `lease_purge` reads only the index); answers how many were not in it. A SCAN of the
+        prefix's `hold:<key>` zsets, `migrate_leases.lua` per page of them."""
+        k = self.keys
+        client = self._loops.get().client
+        added = 0
+        page: list[str] = []
+        try:
+            async for hold in client.scan_iter(match=k.pattern("hold:"), count=1000):
+                page.append(hold)
+                if len(page) >= _HOLD_PAGE:
+                    added += int(await self._run("migrate_leases", (*page, k.hold_expiry), ()))
+                    page = []
+        except self._unavailable as exc:
+            raise DriverUnavailableError(detail=f"SCAN: {_why(exc, self.url)}") from exc
+        if page:
+            added += int(await self._run("migrate_leases", (*page, k.hold_expiry), ()))
+        return added
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -1009,7 +1033,8 @@ class RedisDriver(JobDriver):
             f"{index[t.key]}\x00{t.holder}\x00{t.limit}\x00{now_ms + t.ttl_ms}\x00{int(t.stamp)}"
             for t in takes
         )
-        got = await self._run("lease_take", (*keys, self.keys.hold_token), (now_ms, fields))
+        k = self.keys
+        got = await self._run("lease_take", (*keys, k.hold_expiry, k.hold_token), (now_ms, fields))
         return [
             Lease(t.key, t.holder, int(token), now_ms + t.ttl_ms, t.stamp) if token else None
             for t, token in zip(takes, got, strict=True)
@@ -1018,7 +1043,7 @@ class RedisDriver(JobDriver):
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         keys, index = self._holding_keys([r.key for r in renews])
         fields = "\x00".join(f"{index[r.key]}\x00{r.token}\x00{now_ms + r.ttl_ms}" for r in renews)
-        got = await self._run("lease_renew", keys, (now_ms, fields))
+        got = await self._run("lease_renew", (*keys, self.keys.hold_expiry), (now_ms, fields))
         return [c == "1" for c in got]
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
@@ -1030,7 +1055,7 @@ class RedisDriver(JobDriver):
     async def _end_holdings(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         keys, index = self._holding_keys([r.key for r in refs])
         fields = "\x00".join(f"{index[r.key]}\x00{r.token}" for r in refs)
-        got = await self._run(name, keys, (now_ms, fields))
+        got = await self._run(name, (*keys, self.keys.hold_expiry), (now_ms, fields))
         return [c == "1" for c in got]
 
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
@@ -1042,6 +1067,11 @@ class RedisDriver(JobDriver):
             holder, stamp = row.rsplit("\x00", 1)
             out.append(Lease(key, holder, int(token), int(expires), stamp == "1"))
         return out
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        """One `lease_purge` script: the expiry index's head, each holding's keys named from it
+        (see `lua/lease_purge.lua`)."""
+        return int(await self._run("lease_purge", (self.keys.hold_expiry,), (now_ms, limit)))
 
     # -- tasks ----------------------------------------------------------------------------------
 
@@ -1108,6 +1138,9 @@ class RedisDriver(JobDriver):
     async def _worker_forget(self, worker_id: str) -> bool:
         got = await self._run("worker_forget", (self.keys.worker,), (worker_id,))
         return bool(got == 1)
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        return int(await self._run("worker_purge", (self.keys.worker,), (now_ms, limit)))
 
     async def _worker_list(self, now_ms: int) -> list[WorkerInfo]:
         got = await self._run("worker_list", (self.keys.worker,), (now_ms,))

@@ -21,6 +21,7 @@ class Keys:
         "event_expiry",
         "event_name",
         "finish",
+        "hold_expiry",
         "hold_token",
         "join_pending",
         "join_waiters",
@@ -90,6 +91,9 @@ class Keys:
         # The lease family (lua/includes/lease.lua). Not under `lease:`, which is the queues'.
         #: string, the last lease token granted store-wide (INCR).
         self.hold_token = f"{t}:hold-token"
+        #: zset, every holding by expires_at_ms, member lease key NUL token (19 digits): what
+        #: `lease_purge` reads. `hold-` like `hold-token`: apart from every `hold:<key>`.
+        self.hold_expiry = f"{t}:hold-expiry"
         # The task family (lua/task_*.lua).
         #: hash task name -> its mark: watermark NUL fired NUL fired_job_id NUL fired_at
         #: (an empty field is None).
@@ -153,7 +157,8 @@ class Keys:
         """A private channel a wake subscription proves itself on."""
         return f"{self.tag}:probe:{token}"
 
-    def pattern(self) -> str:
-        """A SCAN MATCH pattern for every key of this prefix."""
+    def pattern(self, under: str = "") -> str:
+        """A SCAN MATCH pattern for every key of this prefix (whose name goes on with `under`,
+        a literal without wildcards: `hold:` finds every lease key's holdings)."""
         escaped = "".join("\\" + c if c in "*?[]^\\" else c for c in self.prefix)
-        return "{" + escaped + "}:*"
+        return "{" + escaped + "}:" + under + "*"

@@ -37,10 +37,13 @@ SCRIPT_NAMES: Final = (
     "join_enqueue",
     "lease_abandon",
     "lease_holders",
+    "lease_purge",
     "lease_release",
     "lease_renew",
     "lease_take",
     "migrate",
+    # The lease half of `migrate` (holdings stored before their expiry index).
+    "migrate_leases",
     "pause_add",
     "pause_list",
     "pause_remove",
@@ -58,6 +61,7 @@ SCRIPT_NAMES: Final = (
     "worker_beat",
     "worker_forget",
     "worker_list",
+    "worker_purge",
 )
 
 _INCLUDE: Final = "--!include "

@@ -1437,6 +1437,95 @@ class TakesOfOneCallIgnoreEachOther(MemoryDriver):
         return out
 
 
+class LeasePurgeTakesLive(MemoryDriver):
+    """Purges a holding a millisecond before its end (`<` for `<=`, the other way round)."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._lease_purge(now_ms + 1, limit)
+
+
+class LeasePurgeSparesItsEnd(MemoryDriver):
+    """Keeps a holding purged at exactly its end, as if it were still live."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._lease_purge(now_ms - 1, limit)
+
+
+class LeasePurgeIgnoresLimit(MemoryDriver):
+    """Purges every expired holding, whatever the limit."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._lease_purge(now_ms, MAX_PURGE_LIMIT)
+
+
+class LeasePurgeLatestFirst(MemoryDriver):
+    """Purges the holdings that expired last first."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            gone = sorted(
+                (
+                    (h.expires_at_ms, h.key, h.token)
+                    for held in self._holdings.values()
+                    for h in held.values()
+                    if h.expires_at_ms <= now_ms
+                ),
+                reverse=True,
+            )[:limit]
+            for _, key, token in gone:
+                del self._holdings[key][token]
+            return len(gone)
+
+
+class TakeKeepsExpired(MemoryDriver):
+    """A take leaves its key's expired holdings stored (the contract once said it may): a later
+    purge counts them."""
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        with self._lock:
+            kept = {
+                t.key: {
+                    k: h
+                    for k, h in self._holdings.get(t.key, {}).items()
+                    if h.expires_at_ms <= now_ms
+                }
+                for t in takes
+            }
+        got = await super()._lease_take(takes, now_ms)
+        with self._lock:
+            for key, expired in kept.items():
+                if expired:
+                    self._holdings.setdefault(key, {}).update(expired)
+        return got
+
+
+class WorkerPurgeTakesLive(MemoryDriver):
+    """Purges a registry row a millisecond before its expiry."""
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._worker_purge(now_ms + 1, limit)
+
+
+class WorkerPurgeIgnoresLimit(MemoryDriver):
+    """Purges every expired registry row, whatever the limit."""
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._worker_purge(now_ms, MAX_PURGE_LIMIT)
+
+
+class WorkerPurgeTiesByIdDescending(MemoryDriver):
+    """Purges rows that expired in the same millisecond in descending id order."""
+
+    async def _worker_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            expired = [w for w in self._workers.values() if w.expires_at_ms <= now_ms]
+            expired.sort(key=lambda w: w.worker_id, reverse=True)
+            expired.sort(key=lambda w: w.expires_at_ms)
+            for w in expired[:limit]:
+                del self._workers[w.worker_id]
+            return len(expired[:limit])
+
+
 class FireLandsAheadOfTheWatermark(MemoryDriver):
     """Lands a fire whose expected watermark is at or ahead of the stored one (`<=` for `==`)."""
 
@@ -2078,6 +2167,9 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (SettlesRefusedOnceLapsed, "jobs", ["lapsed_lease_reclaimed"]),
     (ClaimsOnlyPastRunAt, "jobs", ["claim_order"]),
     (WorkerListedAtItsExpiry, "jobs", ["worker_registry_ttl"]),
+    (WorkerPurgeTakesLive, "jobs", ["worker_purge_takes_the_expired_only"]),
+    (WorkerPurgeIgnoresLimit, "jobs", ["worker_purge_takes_the_expired_only"]),
+    (WorkerPurgeTiesByIdDescending, "jobs", ["worker_purge_takes_the_expired_only"]),
     (BuriesOneAttemptEarly, "jobs", ["bury_final_attempt"]),
     (PurgeIgnoresLimit, "retention", ["purge_retention"]),
     (PurgesEarly, "retention", ["purge_retention"]),
@@ -2151,6 +2243,11 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (HoldsAtItsEnd, "leases", ["lease_renew_never_revives"]),
     (ReleaseAtItsEndLands, "leases", ["lease_renew_never_revives"]),
     (TakesOfOneCallIgnoreEachOther, "leases", ["lease_batch_in_order"]),
+    (LeasePurgeTakesLive, "leases", ["lease_purge_takes_the_expired_only"]),
+    (LeasePurgeSparesItsEnd, "leases", ["lease_purge_takes_the_expired_only"]),
+    (LeasePurgeIgnoresLimit, "leases", ["lease_purge_takes_the_expired_only"]),
+    (LeasePurgeLatestFirst, "leases", ["lease_purge_takes_the_expired_only"]),
+    (TakeKeepsExpired, "leases", ["lease_purge_takes_the_expired_only"]),
     (UnfencedTaskFire, "tasks", ["task_fire_fenced_once", "task_leader_handover"]),
     (RefusedFireEnqueues, "tasks", ["task_refused_fire_writes_nothing"]),
     (ArmOverwritesWatermark, "tasks", ["task_arm_keeps_the_watermark"]),
@@ -2315,6 +2412,9 @@ REACH: dict[str, dict[str, int]] = {
         "reclaim at exactly reclaim_until_ms": 2,
         "bury at exactly reclaim_until_ms": 2,
         "lapsed lease held back by reclaim_until_ms": 3,
+        "registry purge at a row's exact expiry": 5,
+        "registry purge cut by its limit": 6,
+        "registry purge cut between rows ending in one millisecond": 5,
     },
     "operator": {
         "promote answered promoted": 1,
@@ -2365,6 +2465,10 @@ REACH: dict[str, dict[str, int]] = {
         "lease release at a holding's exact end": 1,
         "lease abandon at a holding's exact end": 1,
         "lease take at a holding's exact end": 1,
+        "lease purge at a holding's exact end": 5,
+        "lease purge cut by its limit": 3,
+        "lease purge by a caller behind": 4,
+        "lease purge of a rate stamp": 5,
     },
     "tasks": {
         "task fire landed": 18,

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from jobs_core.driver import MAX_PURGE_LIMIT
 from jobs_core.errors import JobsError
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_core.testing.compare import Check, ParityError
@@ -160,6 +161,37 @@ class LeaseRules(ParityMachine):
         else:
             self._end(then, [LeaseRef(h.key, h.token)], ttl)
 
+    @precondition(lambda self: self.capabilities.leases and bool(self.model.holdings))
+    @rule(
+        pick=st.integers(0, 7),
+        delta=st.sampled_from((-1, 0, 0, 1)),
+        limit=st.sampled_from((1, 1, 2, MAX_PURGE_LIMIT)),
+    )
+    def purge_leases(self, pick: int, delta: int, limit: int) -> None:
+        """Purge at a stored holding's end (or one ms either side; the clock moved there when it
+        is ahead, a past end read as a caller behind): the expired holdings go, soonest expired
+        first, at most `limit`; live ones stay. What is stored is what takes, releases and
+        abandons left, so a later purge's count shows which ones an earlier one took."""
+        self._begin("purge_leases", pick=pick, delta=delta, limit=limit)
+        stored = sorted(self.model.holdings, key=_purge_order)
+        h = stored[pick % len(stored)]
+        at = h.expires_at_ms + delta
+        if at < self.now:
+            self._note("lease purge by a caller behind")
+        self.now = max(self.now, at)
+        if at == h.expires_at_ms:
+            self._note("lease purge at a holding's exact end")
+        expired = [s for s in stored if s.expires_at_ms <= at]
+        if len(expired) > limit:
+            self._note("lease purge cut by its limit")
+        if any(s.stamp for s in expired):
+            self._note("lease purge of a rate stamp")
+        self._both(
+            "lease_purge",
+            lambda: self.model.lease_purge(at, limit),
+            lambda: self.driver.lease_purge(at, limit),
+        )
+
     # -- helpers --------------------------------------------------------------------------------
 
     def _refs(self, picks: Sequence[int]) -> list[LeaseRef]:
@@ -240,3 +272,8 @@ class LeaseRules(ParityMachine):
 
                 checks.append((f"lease_holders({key!r})", model_call, holders))
         return checks
+
+
+def _purge_order(h: Lease) -> tuple[int, str, int]:
+    """The order a purge takes expired holdings in (the contract's)."""
+    return (h.expires_at_ms, h.key, h.token)

@@ -40,6 +40,7 @@ from jobs_core.driver import (
     MAX_ENQUEUE_BATCH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
+    MAX_PURGE_LIMIT,
     MAX_TIME_MS,
     JobDriver,
 )
@@ -1556,7 +1557,7 @@ class ParityMachine(PairedMachine[JobDriver]):
         """Beat, forget, or list the registry (`ahead` ms from now); or step through a row's
         expiry (beating it first if it has none), listing a millisecond before it (listed), at
         it (not) and `delta` ms from it, then, with `forget`, forget that row — an expired row is
-        still there to forget until it is forgotten."""
+        still there to forget until it is forgotten or purged."""
         if op == "beat":
             beat = WorkerBeat(worker, info, ttl_ms, self.now)
             self._both(
@@ -1588,6 +1589,56 @@ class ParityMachine(PairedMachine[JobDriver]):
                 self._forget(w.worker_id)
         else:
             self._list_workers(self.now + ahead)
+
+    @precondition(lambda self: self.capabilities.workers)
+    @rule(
+        worker=st.sampled_from((*WORKERS, "w3")),
+        ttl_ms=st.sampled_from((1000, 5000)),
+        delta=st.sampled_from((-1, 0, 0, 1)),
+        forget=st.booleans(),
+    )
+    def purge_workers(self, worker: str, ttl_ms: int, delta: int, forget: bool) -> None:
+        """Purge the registry at `worker`'s row's expiry (beating it first if it has none;
+        `delta` ms from it, the clock moved there when it is ahead). With `forget`, a purge of
+        one row at most, `worker` and another beaten now to end in the same millisecond (which
+        one goes is the ids' order), then each row that had expired by then forgotten: which
+        ones went shows. Else a purge of every expired row."""
+        if forget:
+            twin = WORKERS[1] if worker == WORKERS[0] else WORKERS[0]
+            for w in (worker, twin):
+                self._beat(WorkerBeat(w, INFOS[0], ttl_ms, self.now))
+        elif worker not in self.model.workers:
+            self._beat(WorkerBeat(worker, INFOS[0], ttl_ms, self.now))
+        rows = self.model.workers
+        end = rows[worker].expires_at_ms
+        at = end + delta
+        self.now = max(self.now, at)
+        limit = 1 if forget else MAX_PURGE_LIMIT
+        expired = sorted(
+            (r for r in rows.values() if r.expires_at_ms <= at),
+            key=lambda r: (r.expires_at_ms, r.worker_id),
+        )
+        if at == end:
+            self._note("registry purge at a row's exact expiry")
+        if len(expired) > limit:
+            self._note("registry purge cut by its limit")
+            if expired[limit - 1].expires_at_ms == expired[limit].expires_at_ms:
+                self._note("registry purge cut between rows ending in one millisecond")
+        self._both(
+            "worker_purge",
+            lambda: self.model.worker_purge(at, limit),
+            lambda: self.driver.worker_purge(at, limit),
+        )
+        if forget:
+            for r in expired:
+                self._forget(r.worker_id)
+
+    def _beat(self, beat: WorkerBeat) -> None:
+        self._both(
+            "worker_beat",
+            lambda: self.model.worker_beat(beat),
+            lambda: self.driver.worker_beat(beat),
+        )
 
     def _forget(self, worker: str) -> None:
         self._both(

@@ -926,8 +926,9 @@ class ReferenceModel:
         return None
 
     def lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        """In order: a holder's own live holding is replaced; else a new holding while the key
-        has fewer than `limit` live ones; else None."""
+        """The named keys' expired holdings deleted; then in order: a holder's own live holding
+        is replaced; else a new holding while the key has fewer than `limit` live ones; else
+        None."""
         _check_lease_batch(len(takes))
         agreed: dict[str, int] = {}
         pairs: set[tuple[str, str]] = set()
@@ -940,6 +941,10 @@ class ReferenceModel:
                 raise RecordInvalidError(detail=t.key)
             pairs.add((t.key, t.holder))
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        # The named keys' expired holdings go first, granted or not: what a purge finds later
+        # depends on it.
+        named = {t.key for t in takes}
+        self.holdings = [h for h in self.holdings if h.key not in named or h.expires_at_ms > now_ms]
         out: list[Lease | None] = []
         for t in takes:
             live = [h for h in self.holdings if h.key == t.key and h.expires_at_ms > now_ms]
@@ -972,7 +977,8 @@ class ReferenceModel:
         return out
 
     def lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """A live slot goes now, a live stamp stays until it expires; True for each live one."""
+        """A live slot goes now, a live stamp stays until it expires, an expired holding goes;
+        True for each live one."""
         return self._end_holdings(refs, now_ms, stamps_stay=True)
 
     def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
@@ -989,10 +995,11 @@ class ReferenceModel:
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
         out: list[bool] = []
         for r in refs:
-            h = self._holding(r.key, r.token, now_ms)
-            if h is not None and not (stamps_stay and h.stamp):
-                self.holdings.remove(h)
-            out.append(h is not None)
+            stored = next((h for h in self.holdings if (h.key, h.token) == (r.key, r.token)), None)
+            live = stored is not None and stored.expires_at_ms > now_ms
+            if stored is not None and not (stamps_stay and live and stored.stamp):
+                self.holdings.remove(stored)
+            out.append(live)
         return out
 
     def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
@@ -1001,6 +1008,16 @@ class ReferenceModel:
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
         live = [h for h in self.holdings if h.key == key and h.expires_at_ms > now_ms]
         return sorted(live, key=lambda h: h.token)
+
+    def lease_purge(self, now_ms: int, limit: int) -> int:
+        """Delete the first `limit` stored holdings expired at `now_ms` (slots and stamps
+        alike) by (expiry, key, token); answers how many went. Live ones stay."""
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        _check_range(limit, 1, MAX_PURGE_LIMIT, "limit")
+        expired = [h for h in self.holdings if h.expires_at_ms <= now_ms]
+        doomed = sorted(expired, key=lambda h: (h.expires_at_ms, h.key, h.token))[:limit]
+        self.holdings = [h for h in self.holdings if h not in doomed]
+        return len(doomed)
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -1201,6 +1218,16 @@ class ReferenceModel:
     def worker_forget(self, worker_id: str) -> bool:
         """True when the worker had a row (expired or not)."""
         return self.workers.pop(worker_id, None) is not None
+
+    def worker_purge(self, now_ms: int, limit: int) -> int:
+        """Delete the first `limit` rows expired at `now_ms` by (expiry, worker id); answers
+        how many went. Live rows stay."""
+        _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        _check_range(limit, 1, MAX_PURGE_LIMIT, "limit")
+        expired = [w for w in self.workers.values() if w.expires_at_ms <= now_ms]
+        for w in sorted(expired, key=lambda w: (w.expires_at_ms, w.worker_id))[:limit]:
+            del self.workers[w.worker_id]
+        return min(len(expired), limit)
 
     def worker_list(self, now_ms: int) -> list[WorkerInfo]:
         """Rows still alive at `now_ms`, by worker id."""

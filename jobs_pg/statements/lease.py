@@ -14,7 +14,8 @@ Renewals, releases and abandons take no advisory lock: each is one statement tha
 rows it names in `(key, token)` order and decides from each row as it is under its lock. A take
 locks the rows it may write (expired ones and those of its own holders) in that same order,
 reads them as they are under the lock, and never waits on a row otherwise, so none of these
-statements waits on another in a cycle.
+statements waits on another in a cycle. The purge takes no advisory lock and never waits on a
+row (SKIP LOCKED): it joins no cycle either.
 """
 
 from __future__ import annotations
@@ -269,3 +270,29 @@ def _ended(name: str, *, stamps_stay: bool) -> sa.Select[Any]:
 
 LEASE_RELEASE: Final = _ended("release", stamps_stay=True)
 LEASE_ABANDON: Final = _ended("abandon", stamps_stay=False)
+
+# -- LEASE_PURGE --------------------------------------------------------------------------------
+# The first `:limit` holdings expired by `:now_ms`, in (expires_at, key, token) order through
+# `leases_expiry` (one index range, read until `:limit` rows are locked), deleted. SKIP LOCKED:
+# purgers side by side take disjoint rows, and a purge never waits on a take, renewal or release
+# (a row one of them holds is left for the next pass); the expiry is re-checked on the row as it
+# is under its lock. The rows it locks are expired ones, which a take of their key would delete
+# itself: such a take (or a release naming one) waits at most for this one bounded statement,
+# then finds the row gone. No advisory lock: a take's count never depends on an expired row.
+_purgeable = (
+    sa.select(leases.c.key, leases.c.token)
+    .where(leases.c.expires_at_ms <= _NOW)
+    .order_by(leases.c.expires_at_ms, leases.c.key, leases.c.token)
+    .limit(p("limit", INT))
+    .with_for_update(skip_locked=True, of=leases)
+    .cte("purgeable")
+)
+_purged = (
+    sa.delete(leases)
+    .where(
+        sa.tuple_(leases.c.key, leases.c.token).in_(sa.select(_purgeable.c.key, _purgeable.c.token))
+    )
+    .returning(leases.c.token)
+    .cte("purged")
+)
+LEASE_PURGE: Final = sa.select(sa.func.count().label("purged")).select_from(_purged)

@@ -1,6 +1,7 @@
 -- lease_release — end each holding now, in order (includes/lease.lua).
 --
--- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items
+-- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items;
+--   KEYS[#KEYS] hold-expiry
 -- ARGV[1] now_ms
 -- ARGV[2] the items, their fields joined by NUL: per item q, token
 -- A live slot is deleted, so its room is free to the next take at once. A live stamp stays as
@@ -11,6 +12,7 @@
 --!include lease.lua
 
 local now = ARGV[1]
+expiry_index = KEYS[#KEYS]
 local out = {}
 local f = split(ARGV[2])
 for i = 1, #f / 2 do

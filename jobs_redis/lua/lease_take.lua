@@ -1,7 +1,7 @@
 -- lease_take — grant each take while its lease key has room, in order (includes/lease.lua).
 --
 -- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the
---   items; KEYS[#KEYS] hold-token
+--   items; KEYS[#KEYS - 1] hold-expiry; KEYS[#KEYS] hold-token
 -- ARGV[1] now_ms
 -- ARGV[2] the items, their fields joined by NUL (one argument, not five per item: encoding
 --   arguments is most of a big call's cost): per item q, holder, limit, expires_at_ms
@@ -16,6 +16,7 @@
 
 local now = ARGV[1]
 local counter = KEYS[#KEYS]
+expiry_index = KEYS[#KEYS - 1]
 local pruned = {}
 local out = {}
 local f = split(ARGV[2])
@@ -39,6 +40,7 @@ for i = 1, #f / 5 do
     local field = fmt(token)
     redis.call("ZADD", hold, ends, field)
     redis.call("HSET", holder, field, who .. Z .. stamp, Z .. who, field)
+    index_holding(q, field, ends)
     out[i] = token
   else
     out[i] = 0

@@ -1,7 +1,7 @@
 """The lease family on real Postgres, where the parity suite cannot look: takers racing on four
 drivers (and so on many connections), a take waiting on its key's lock or on a row a renewal
-holds, tokens in item order over a full batch, and keys, holders and a schema name with quotes,
-`%`, newlines and non-ASCII text."""
+holds, tokens in item order over a full batch, keys, holders and a schema name with quotes,
+`%`, newlines and non-ASCII text, and a purge that never waits on a row another call holds."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_pg import PgDriver
 from jobs_pg.migrate import upgrade
 from tests.core.support import T0
-from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 from tests.pg.support import locker, named_drivers, sessions_waiting
 
 #: Long enough that nothing expires in a test that keeps `now_ms` at T0.
@@ -279,3 +279,39 @@ async def test_racing_takers_on_four_drivers_never_exceed_a_limit_nor_refuse_wit
     # The race was a race: every key was refused at times and full at times.
     assert {k for k, _ in refusals} == set(LIMITS)
     assert seen_most == Counter(LIMITS), seen_most
+
+
+async def test_a_purge_never_waits_on_a_row_a_take_or_renewal_holds(pg_schema: str) -> None:
+    """A session holds one expired holding's row (a renewal in flight, say): the purge passes it
+    over at once (SKIP LOCKED) and takes the next ones in expiry order; the held one goes in a
+    later pass. The purge reads `leases_expiry`, one index range, not the table."""
+    async with named_drivers(pg_schema, 1) as (d,):
+        got = await d.lease_take([LeaseTake(f"k{i}", "a", 1, 100 + i) for i in range(4)], T0)
+        assert None not in got
+        other = await locker()
+        try:
+            await other.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE key = 'k0' FOR UPDATE").format(_table(pg_schema))
+            )
+            started = time.monotonic()
+            assert await asyncio.wait_for(d.lease_purge(T0 + 200, 2), 5) == 2
+            assert time.monotonic() - started < 2
+        finally:
+            await other.rollback()
+            await other.close()
+        with admin() as conn:
+            left = conn.execute(
+                sql.SQL("SELECT key FROM {} ORDER BY key").format(_table(pg_schema))
+            ).fetchall()
+            assert left == [("k0",), ("k3",)], left
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
+            conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "EXPLAIN SELECT key, token FROM leases WHERE expires_at_ms <= 1"
+                    " ORDER BY expires_at_ms, key, token LIMIT 10 FOR UPDATE SKIP LOCKED"
+                )
+            )
+            assert "leases_expiry" in plan, plan
+        assert await d.lease_purge(T0 + 200, 10) == 2

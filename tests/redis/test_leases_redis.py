@@ -1,7 +1,7 @@
 """Redis specifics of the lease family, beyond the parity suite: takers racing on several driver
 instances (several connections), lease keys and holders of any text, a lease key named like a
-queue or like the family's own keys, full batches, expired holdings dropped by the next take,
-and one script call per lease call."""
+queue or like the family's own keys, full batches, expired holdings dropped by the next take or
+a purge (and indexed for it by an upgrade), and one script call per lease call."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ async def test_odd_keys_and_holders_round_trip(make_driver: Factory) -> None:
 
 
 async def test_a_full_batch_of_distinct_keys(make_driver: Factory) -> None:
-    """1,000 items naming 1,000 lease keys: one script call with 2,001 KEYS, answers in order."""
+    """1,000 items naming 1,000 lease keys: one script call with 2,002 KEYS, answers in order."""
     async with make_driver() as d:
         keys = [f"k{i}" for i in range(MAX_LEASE_BATCH)]
         got = await d.lease_take([LeaseTake(k, "h", 1, 1000) for k in keys], T0)
@@ -243,6 +243,7 @@ async def test_each_lease_call_is_one_script_call(make_driver: Factory) -> None:
             await d.lease_holders("a", now)
             await d.lease_release(refs[:1], now)
             await d.lease_abandon(refs[1:], now)
+            await d.lease_purge(now, 1000)
 
         await every_call(T0)  # loads the scripts a fresh server lacks
         sent = Sent(d.client)
@@ -253,6 +254,7 @@ async def test_each_lease_call_is_one_script_call(make_driver: Factory) -> None:
             "lease_holders",
             "lease_release",
             "lease_abandon",
+            "lease_purge",
         ]
 
 
@@ -268,10 +270,16 @@ async def test_random_lease_calls_answer_as_the_memory_driver(make_driver: Facto
         now = T0
         granted: list[Lease] = []
         for step in range(2_000):
-            op = rng.choice(("take", "take", "take", "renew", "release", "abandon", "clock"))
+            op = rng.choice(
+                ("take", "take", "take", "renew", "release", "abandon", "clock", "purge")
+            )
             if op == "clock":
                 ends = [g.expires_at_ms for g in granted[-8:]] or [now]
                 now = max(T0, rng.choice(ends) + rng.choice((-1, 0, 1, -500)))
+                continue
+            if op == "purge":
+                limit = rng.choice((1, 2, 1000))
+                assert await d.lease_purge(now, limit) == await memory.lease_purge(now, limit)
                 continue
             if op == "take":
                 pairs = {(rng.choice(keys), rng.choice(holders)) for _ in range(rng.randint(1, 4))}
@@ -297,3 +305,46 @@ async def test_random_lease_calls_answer_as_the_memory_driver(make_driver: Facto
             assert got == want, (step, op, now)
             for k in keys:
                 assert await d.lease_holders(k, now) == await memory.lease_holders(k, now), step
+
+
+async def test_a_purge_leaves_nothing_of_a_lease_key_it_empties(make_driver: Factory) -> None:
+    """Holdings expired on keys of any text (braces, glob characters, newlines) go with both of
+    their key's Redis keys and their index entries; a live holding stays, with its entry; the
+    token counter stays, so a later grant of a purged key is still greater."""
+    async with make_driver() as d:
+        client: Any = d.client
+        got = await d.lease_take([LeaseTake(k, "h", 2, 10, k == ODD[0]) for k in ODD], T0)
+        (live,) = await d.lease_take([LeaseTake(ODD[1], "other", 2, 1000)], T0)
+        assert None not in got and live is not None
+        assert await client.zcard(d.keys.hold_expiry) == len(ODD) + 1
+        assert await d.lease_purge(T0 + 10, 5) == 5
+        assert await d.lease_purge(T0 + 10, 1000) == len(ODD) - 5
+        left = {k async for k in client.scan_iter(match=d.keys.pattern())}
+        assert {k for k in left if k.startswith((d.keys.hold(""), d.keys.holder("")))} == {
+            d.keys.hold(ODD[1]),
+            d.keys.holder(ODD[1]),
+        }
+        assert await client.zrange(d.keys.hold_expiry, 0, -1) == [f"{ODD[1]}\x00{live.token:019d}"]
+        assert await d.lease_holders(ODD[1], T0 + 10) == [live]
+        (again,) = await d.lease_take([LeaseTake(ODD[0], "h", 2, 10)], T0 + 10)
+        assert again is not None and again.token > live.token
+
+
+async def test_upgrade_indexes_holdings_stored_before_the_index(make_driver: Factory) -> None:
+    """A store written before `hold-expiry` existed (here: the index deleted): the purge finds
+    nothing to take until `migrate()` (`ujobs db upgrade`) indexes every stored holding, live or
+    not, at its current end; then it takes the expired ones only. Running it again adds none."""
+    async with make_driver() as d:
+        client: Any = d.client
+        keys = ODD[:4]
+        await d.lease_take([LeaseTake(k, "h", 1, 10) for k in keys], T0)
+        (renewed,) = await d.lease_take([LeaseTake("lasting", "h", 1, 10)], T0)
+        assert renewed is not None
+        await client.delete(d.keys.hold_expiry)
+        assert await d.lease_purge(T0 + 10, 1000) == 0
+        said = await d.migrate()
+        assert f"{len(keys) + 1} index entries added" in said, said
+        assert "0 index entries added" in await d.migrate()
+        assert await d.lease_renew([LeaseRenew("lasting", renewed.token, 1000)], T0 + 5) == [True]
+        assert await d.lease_purge(T0 + 10, 1000) == len(keys)
+        assert [h.token for h in await d.lease_holders("lasting", T0 + 10)] == [renewed.token]

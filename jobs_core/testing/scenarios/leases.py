@@ -1,6 +1,6 @@
 """The lease family's scenarios: a key's limit under racing takers, a holder taking its own key
 again, renewals that must not revive an expired holding, slots freed by a release, stamps kept
-by one and removed by an abandon, and tokens that only grow.
+by one and removed by an abandon, tokens that only grow, and the purge of expired holdings.
 
 A driver that does not declare `leases` in `capabilities()` must refuse the calls with
 `X_DRIVER_CAPABILITY_MISSING`; these scenarios check that much and stop there.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from jobs_core.driver import JobDriver
+from jobs_core.driver import MAX_PURGE_LIMIT, JobDriver
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_core.testing.scenarios.support import T0, Scenario, exactly, refused
 
@@ -166,12 +166,58 @@ async def scenario_lease_racing_takers(driver: JobDriver) -> None:
     exactly(1, [a[0] for a in again if a[0] is not None], "grants of the freed room")
 
 
+async def scenario_lease_purge_takes_the_expired_only(driver: JobDriver) -> None:
+    """A purge deletes holdings expired by its now (slots and stamps, released stamps too),
+    soonest expired first and no more than its limit; live ones stay. What a take of the key,
+    a release or an abandon deleted already is not there to purge; tokens never repeat on a
+    purged key; purgers at once delete each holding once."""
+    if await _unsupported(driver):
+        return
+    slot = await _take(driver, "k1", "a", T0, ttl=1000)
+    tied = await _take(driver, "k3", "a", T0, ttl=1000)
+    stamp = await _take(driver, "rate", "r", T0, ttl=500, stamp=True)
+    live = await _take(driver, "k2", "b", T0, ttl=5000)
+    assert slot is not None and tied is not None and stamp is not None and live is not None
+    assert await driver.lease_release([LeaseRef("rate", stamp.token)], T0 + 1) == [True]
+    assert await driver.lease_purge(T0 + 499, 10) == 0, "nothing had expired by T0 + 499"
+    # The stamp ends first: a limit of one takes it alone, and nothing else ended by T0 + 999.
+    assert await driver.lease_purge(T0 + 1000, 1) == 1
+    assert await driver.lease_purge(T0 + 999, 10) == 0, "a purge took a holding out of order"
+    assert await driver.lease_purge(T0 + 1000, 10) == 2, "k1's and k3's holdings end at T0+1000"
+    assert await driver.lease_purge(T0 + 1000, 10) == 0
+    holders = await driver.lease_holders("k2", T0 + 1000)
+    assert [h.token for h in holders] == [live.token], holders
+    again = await _take(driver, "k1", "a", T0 + 1000)
+    assert again is not None and again.token > slot.token, (slot, again)
+    # A take of a key deletes its expired holdings, granted or not; a release or an abandon
+    # deletes the expired one it names: none of them is left to purge.
+    tokens = []
+    for key in ("x0", "x1", "x2", "x3"):
+        held = await _take(driver, key, "a", T0, ttl=100)
+        assert held is not None
+        tokens.append(held.token)
+    assert await _take(driver, "x0", "b", T0 + 200) is not None
+    assert await driver.lease_release([LeaseRef("x1", tokens[1])], T0 + 200) == [False]
+    assert await driver.lease_abandon([LeaseRef("x2", tokens[2])], T0 + 200) == [False]
+    # A renewal of an expired holding writes nothing, and deletes nothing either.
+    assert await driver.lease_renew([LeaseRenew("x3", tokens[3], 1000)], T0 + 200) == [False]
+    assert await driver.lease_purge(T0 + 200, 10) == 1, "x3's alone was left to purge"
+    # Purgers at once: each expired holding goes once.
+    for i in range(5):
+        assert await _take(driver, f"y{i}", "a", T0, ttl=300) is not None
+    counts = await asyncio.gather(*(driver.lease_purge(T0 + 300, 2) for _ in range(4)))
+    assert sum(counts) == 5 and all(n <= 2 for n in counts), counts
+    await refused("X_JOB_RECORD_INVALID", driver.lease_purge(T0, 0))
+    await refused("X_JOB_RECORD_INVALID", driver.lease_purge(T0, MAX_PURGE_LIMIT + 1))
+
+
 LEASE_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
         scenario_lease_batch_in_order,
         scenario_lease_holder_takes_again,
         scenario_lease_limit_holds_and_frees,
+        scenario_lease_purge_takes_the_expired_only,
         scenario_lease_racing_takers,
         scenario_lease_renew_never_revives,
         scenario_lease_stamps_stay_until_abandoned,

@@ -1,10 +1,12 @@
-"""The operator family's scenarios: listing pages, queue stats, bulk calls, counters."""
+"""The operator family's scenarios: listing pages, queue stats, bulk calls, counters, and the
+purge of the workers' registry."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
-from jobs_core.driver import MAX_TIME_MS, JobDriver
+from jobs_core.driver import MAX_PURGE_LIMIT, MAX_TIME_MS, JobDriver
 from jobs_core.records import (
     Ack,
     CancelAnswer,
@@ -21,6 +23,7 @@ from jobs_core.records import (
     RemoveAnswer,
     RequeueAnswer,
     RequeueParams,
+    WorkerBeat,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS
 from jobs_core.states import JobState
@@ -455,6 +458,35 @@ async def scenario_empty_store_answers(driver: JobDriver) -> None:
     assert await driver.job_promote(["x"], T0) == [PromoteAnswer.NOT_FOUND]
 
 
+async def scenario_worker_purge_takes_the_expired_only(driver: JobDriver) -> None:
+    """A registry purge deletes the rows expired by its now, soonest expired first, ties by
+    worker id, no more than its limit; live rows and rows a beat renewed stay; purgers at once
+    delete each row once."""
+    await driver.worker_beat(WorkerBeat("w-b", "{}", 1000, T0))
+    await driver.worker_beat(WorkerBeat("w-a", "{}", 1000, T0))
+    await driver.worker_beat(WorkerBeat("w-c", "{}", 500, T0))
+    await driver.worker_beat(WorkerBeat("w-live", "{}", 5000, T0))
+    await driver.worker_beat(WorkerBeat("w-back", "{}", 100, T0))
+    # w-back expired at T0 + 100 and beat again: alive until T0 + 1300.
+    await driver.worker_beat(WorkerBeat("w-back", "{}", 1000, T0 + 300))
+    assert await driver.worker_purge(T0 + 499, 10) == 0, "nothing had expired by T0 + 499"
+    assert await driver.worker_purge(T0 + 1000, 2) == 2
+    # w-c ended first, then w-a before w-b (the same end, ids in order).
+    assert await driver.worker_forget("w-c") is False
+    assert await driver.worker_forget("w-a") is False
+    assert await driver.worker_purge(T0 + 1000, 10) == 1, "w-b is the one left"
+    assert await driver.worker_forget("w-b") is False
+    listed = await driver.worker_list(T0 + 1000)
+    assert [w.worker_id for w in listed] == ["w-back", "w-live"], listed
+    for i in range(5):
+        await driver.worker_beat(WorkerBeat(f"gone-{i}", "{}", 100, T0 + 2000))
+    counts = await asyncio.gather(*(driver.worker_purge(T0 + 2100, 2) for _ in range(4)))
+    assert sum(counts) == 6 and all(n <= 2 for n in counts), counts  # w-back too
+    assert [w.worker_id for w in await driver.worker_list(T0 + 2100)] == ["w-live"]
+    await refused("X_JOB_RECORD_INVALID", driver.worker_purge(T0, 0))
+    await refused("X_JOB_RECORD_INVALID", driver.worker_purge(T0, MAX_PURGE_LIMIT + 1))
+
+
 #: The operator family's scenarios by name (the function name without `scenario_`).
 OPERATOR_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
@@ -470,5 +502,6 @@ OPERATOR_SCENARIOS: dict[str, Scenario] = {
         scenario_queue_stats,
         scenario_remove,
         scenario_traceparent_round_trip,
+        scenario_worker_purge_takes_the_expired_only,
     )
 }

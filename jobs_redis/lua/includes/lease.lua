@@ -8,16 +8,48 @@
 --                     holds NUL, so no such field is a token's digits)
 --   {p}:hold-token    string, the last token granted store-wide (INCR): a later grant of any
 --                     key carries a greater token
+--   {p}:hold-expiry   zset, every holding of every lease key by expires_at_ms, member
+--                     <lease key> NUL <token, 19 digits>: equal scores order by key bytes, then
+--                     token (what lease_purge reads; kept by every script that writes a holding)
 -- The caller names each distinct lease key of a call by q, its 1-based place among them, and
 -- hands its pair of keys as KEYS[2q - 1] (hold) and KEYS[2q] (holder): a lease key may hold any
--- bytes, so its keys are built in Python, never here.
+-- bytes, so its keys are built in Python (but lease_purge's: it cannot know them before it
+-- reads the index), never here. Each script sets `expiry_index` to the index's place in KEYS
+-- before it touches a holding.
 --
 -- A holding is live while expires_at_ms > the caller's now_ms. The two keys of a lease key
--- always agree, and a holder has at most one holding of a key (a take drops the expired ones,
--- then replaces the holder's own), so the NUL holder field always names that one.
--- Expired holdings stay until their key is next taken (or the token is named to a release or
--- an abandon): no PEXPIRE, since the server's clock is not the callers' and could drop a
--- holding a caller still counts live.
+-- and the index always agree, and a holder has at most one holding of a key (a take drops the
+-- expired ones, then replaces the holder's own), so the NUL holder field always names that one.
+-- Expired holdings stay until their key is next taken, the token is named to a release or an
+-- abandon, or lease_purge deletes them: no PEXPIRE, since the server's clock is not the
+-- callers' and could drop a holding a caller still counts live.
+
+local expiry_index
+local lease_of = {}
+
+-- The index member of holding `token` (a string of digits) of lease key `key`.
+local function expiry_member(key, token)
+  return key .. Z .. string.rep("0", 19 - #token) .. token
+end
+
+-- The lease key (text) of q: its hold key without the tag and ":hold:".
+local function lease_key(q)
+  local key = lease_of[q]
+  if key == nil then
+    key = string.match(KEYS[2 * tonumber(q) - 1], "^%{[^{}]*%}:hold:(.*)$")
+    lease_of[q] = key
+  end
+  return key
+end
+
+-- Delete holding `token` from a lease key's two keys (given by name).
+local function drop_named(hold, holder, token)
+  local row = redis.call("HGET", holder, token)
+  if row then
+    redis.call("HDEL", holder, token, Z .. string.sub(row, 1, #row - 2))
+  end
+  redis.call("ZREM", hold, token)
+end
 
 local function hold_key(q)
   return KEYS[2 * tonumber(q) - 1]
@@ -37,14 +69,15 @@ local function holding_live(q, token, now)
   return tonumber(ends) > tonumber(now)
 end
 
--- Delete the holding `token` of lease key q from both keys.
+-- Delete the holding `token` of lease key q from both keys and the index.
 local function drop_holding(q, token)
-  local holder = holder_key(q)
-  local row = redis.call("HGET", holder, token)
-  if row then
-    redis.call("HDEL", holder, token, Z .. string.sub(row, 1, #row - 2))
-  end
-  redis.call("ZREM", hold_key(q), token)
+  drop_named(hold_key(q), holder_key(q), token)
+  redis.call("ZREM", expiry_index, expiry_member(lease_key(q), token))
+end
+
+-- Store holding `token`'s end `ends` in the index (a new one, or a renewal's).
+local function index_holding(q, token, ends)
+  redis.call("ZADD", expiry_index, ends, expiry_member(lease_key(q), token))
 end
 
 -- Whether the stored holding `token` of lease key q is a rate stamp.

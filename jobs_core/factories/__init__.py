@@ -4,3 +4,9 @@ Each factory answers a `JobHandle` (enqueued, claimed, retried, paused, limited 
 any job); its durability is the steps' (`ctx.step`), and what it swept is recorded in the
 driver's sweep ledger (the `sweeps` family) by `jobs_core.factories.sweep`.
 """
+
+from jobs_core.factories.backfill import backfill
+from jobs_core.factories.purge import purge
+from jobs_core.factories.rows import export_rows, import_rows
+
+__all__ = ["backfill", "export_rows", "import_rows", "purge"]

@@ -17,12 +17,14 @@ import click
 from rich.text import Text
 
 from jobs_core.cli.base import (
-    DRIVER_ENV,
+    APP_ENV,
     _fail,
     _import_module,
     _required_driver,
     console,
+    driver_option,
     emit_json,
+    json_option,
     literal,
     main,
 )
@@ -50,19 +52,10 @@ from jobs_core.operator.times import age, relative
 
 T = TypeVar("T")
 
-#: The app module whose backfills are the registry (the operator's verbs' `--app`).
-APP_ENV = "UJOBS_APP"
 #: The most lines of an import's error report `show` prints by default, and at most.
 REPORT_LINES = 20
 MAX_REPORT_LINES = 1_000
 
-_driver_option = click.option(
-    "--driver",
-    "url",
-    envvar=DRIVER_ENV,
-    show_envvar=True,
-    help="Driver URL (else env UJOBS_DRIVER).",
-)
 _app_option = click.option(
     "--app",
     "app",
@@ -71,7 +64,6 @@ _app_option = click.option(
     default=None,
     help="The module declaring the backfills (what exists; without it, the ledger alone).",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 
 
 def _declared(app: str | None, *, required: bool) -> list[Backfill]:
@@ -114,9 +106,9 @@ def backfills() -> None:
 
 
 @backfills.command("list")
-@_driver_option
+@driver_option
 @_app_option
-@_json_option
+@json_option
 def backfills_list(url: str | None, app: str | None, as_json: bool) -> None:
     """Each sweep: its newest run per scope and environment — status, progress (rows of
     expected), rate, last cursor — and what is pending in this environment."""
@@ -132,7 +124,7 @@ def backfills_list(url: str | None, app: str | None, as_json: bool) -> None:
 
 
 @backfills.command("pending")
-@_driver_option
+@driver_option
 @_app_option
 @click.option(
     "--environment",
@@ -147,7 +139,7 @@ def backfills_list(url: str | None, app: str | None, as_json: bool) -> None:
     help="A tenant each per-tenant sweep must have completed for (repeat).",
 )
 @click.option("--check", is_flag=True, help="Exit 1 when anything is pending.")
-@_json_option
+@json_option
 def backfills_pending(
     url: str | None,
     app: str | None,
@@ -179,7 +171,7 @@ def backfills_pending(
 
 @backfills.command("show")
 @click.argument("name")
-@_driver_option
+@driver_option
 @_app_option
 @click.option(
     "--limit",
@@ -187,7 +179,7 @@ def backfills_pending(
     show_default=True,
     help=f"Lines of an import's error report (at most {MAX_REPORT_LINES}).",
 )
-@_json_option
+@json_option
 def backfills_show(name: str, url: str | None, app: str | None, limit: int, as_json: bool) -> None:
     """One sweep: its declaration, every run in the ledger (newest first), where it is pending;
     for an import, its error report."""

@@ -77,6 +77,19 @@ def _json_safe(text: str) -> str:
 
 #: Where the CLI reads the driver URL when `--driver` is not given (kept off `ps`).
 DRIVER_ENV = "UJOBS_DRIVER"
+#: Where the operator's verbs read the app module (its job and backfill declarations).
+APP_ENV = "UJOBS_APP"
+
+#: `--driver`, for every verb that reads or steers a store.
+driver_option = click.option(
+    "--driver",
+    "url",
+    envvar=DRIVER_ENV,
+    show_envvar=True,
+    help="Driver URL (else env UJOBS_DRIVER).",
+)
+#: `--json`, for every read.
+json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 _DRIVER_HELP = f"Driver URL (else env {DRIVER_ENV}, which keeps a password off the command line)."
 
 

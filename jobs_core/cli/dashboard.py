@@ -11,6 +11,7 @@ from rich.text import Text
 
 from jobs_core.cli.base import (
     _DRIVER_HELP,
+    APP_ENV,
     DRIVER_ENV,
     _fail,
     _import_module,
@@ -18,7 +19,6 @@ from jobs_core.cli.base import (
     literal,
     main,
 )
-from jobs_core.cli.operate import APP_ENV
 from jobs_core.errors import CliExtraMissingError, CliUsageInvalidError, JobsError
 from jobs_core.job import jobs_of
 from jobs_core.scheduler import tasks_of

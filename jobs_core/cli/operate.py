@@ -17,12 +17,14 @@ import click
 from rich.text import Text
 
 from jobs_core.cli.base import (
-    DRIVER_ENV,
+    APP_ENV,
     _fail,
     _jobs_in,
     _required_driver,
     console,
+    driver_option,
     emit_json,
+    json_option,
     literal,
     main,
 )
@@ -48,16 +50,7 @@ from jobs_core.urls import driver_from_url
 
 T = TypeVar("T")
 
-#: Where the operator's verbs read an app module whose job declarations redact inputs.
-APP_ENV = "UJOBS_APP"
 
-_driver_option = click.option(
-    "--driver",
-    "url",
-    envvar=DRIVER_ENV,
-    show_envvar=True,
-    help="Driver URL (else env UJOBS_DRIVER).",
-)
 _app_option = click.option(
     "--app",
     "app",
@@ -66,7 +59,6 @@ _app_option = click.option(
     default=None,
     help="A jobs module whose declarations redact inputs too (beside the live workers').",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 
 
 def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,11 +116,11 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@_driver_option
+@driver_option
 @_filter_options
 @click.option("--limit", default=50, show_default=True, help=f"Rows (at most {MAX_LIST_LIMIT}).")
 @click.option("--cursor", default=None, help="The next_cursor of the previous page.")
-@_json_option
+@json_option
 def jobs_list(
     url: str | None,
     states: tuple[str, ...],
@@ -156,9 +148,9 @@ def jobs_list(
 
 @jobs.command("show")
 @click.argument("job_id")
-@_driver_option
+@driver_option
 @_app_option
-@_json_option
+@json_option
 def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> None:
     """One job: every field, its input (sensitive fields redacted), result and last error; with
     flows, its parent, its children by state, the join it waits on and its batch."""
@@ -256,12 +248,12 @@ def _steer(verb: Action, verb_help: str) -> None:
             " way to run again a saga that failed for good, whose steps are undone.",
         )(command)
     for option in (
-        _json_option,
+        json_option,
         click.option(
             "--all", "everything", is_flag=True, help="Every row the filters keep (at least one)."
         ),
         _filter_options,
-        _driver_option,
+        driver_option,
         click.argument("job_ids", nargs=-1),
     ):
         command = option(command)
@@ -290,8 +282,8 @@ def batches() -> None:
 
 @batches.command("show")
 @click.argument("batch_id")
-@_driver_option
-@_json_option
+@driver_option
+@json_option
 def batches_show(batch_id: str, url: str | None, as_json: bool) -> None:
     """A batch's members by state and its callback jobs (needs a driver with flows)."""
     view = _run(url, None, lambda op: op.batch(batch_id))
@@ -302,8 +294,8 @@ def batches_show(batch_id: str, url: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@_driver_option
-@_json_option
+@driver_option
+@json_option
 def queues(url: str | None, as_json: bool) -> None:
     """Every queue: depth, running, dead, oldest ready age, demand, pause and throughput."""
     now = SystemClock().now_ms()
@@ -326,7 +318,7 @@ def _pause_target(queue: str | None, name: str | None, task: str | None) -> Paus
 @click.argument("queue", required=False)
 @click.option("--name", default=None, help="Pause one job name in every queue instead.")
 @click.option("--task", default=None, help="Pause a scheduled task instead (its watermark stays).")
-@_driver_option
+@driver_option
 def pause(queue: str | None, name: str | None, task: str | None, url: str | None) -> None:
     """Stop claiming a queue's jobs (or one job name's), or firing a task; running jobs finish."""
     target = _pause_target(queue, name, task)
@@ -339,7 +331,7 @@ def pause(queue: str | None, name: str | None, task: str | None, url: str | None
 @click.argument("queue", required=False)
 @click.option("--name", default=None, help="Resume one job name instead.")
 @click.option("--task", default=None, help="Resume a scheduled task (it catches up as declared).")
-@_driver_option
+@driver_option
 def resume(queue: str | None, name: str | None, task: str | None, url: str | None) -> None:
     """Claim a paused queue's (or job name's) jobs again, or fire a paused task again."""
     target = _pause_target(queue, name, task)
@@ -349,8 +341,8 @@ def resume(queue: str | None, name: str | None, task: str | None, url: str | Non
 
 
 @main.command()
-@_driver_option
-@_json_option
+@driver_option
+@json_option
 def workers(url: str | None, as_json: bool) -> None:
     """The live workers: host, pid, queues, concurrency, jobs, last beat."""
     now = SystemClock().now_ms()
@@ -362,11 +354,11 @@ def workers(url: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@_driver_option
+@driver_option
 @click.option(
     "--window", default=3600.0, show_default=True, help="Seconds of settles to count back."
 )
-@_json_option
+@json_option
 def stats(url: str | None, window: float, as_json: bool) -> None:
     """Jobs by state, and per job name what settled over the window (from the counters; a
     window starting inside an hour already folded counts that hour whole)."""

@@ -9,10 +9,13 @@ that does not land means the run lost its claim, and raises `X_JOB_LEASE_LOST` l
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from jobs_core.driver import name_refusal
 from jobs_core.errors import JobsError, LeaseLostError, OptionInvalidError
@@ -136,3 +139,17 @@ class SweepLedger:
     @property
     def _run_id(self) -> str:
         return self._step.run_id
+
+
+async def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`: awaited when it is a coroutine function, else on a thread (a sync handle or
+    query must not stall the heartbeat), in a copy of the caller's context (its tenant); an
+    awaitable a sync function answers is awaited here."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    ):
+        return await fn(*args)
+    answer = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer

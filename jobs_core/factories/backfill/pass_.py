@@ -42,8 +42,7 @@ from jobs_core.errors import (
     SlotLostError,
 )
 from jobs_core.factories.backfill.rate import wait_turn
-from jobs_core.factories.backfill.source import call
-from jobs_core.factories.sweep import SweepLedger, current_environment, scope_of
+from jobs_core.factories.sweep import SweepLedger, call, current_environment, scope_of
 from jobs_core.jsonform import JsonValue
 from jobs_core.tenant import acting_for
 

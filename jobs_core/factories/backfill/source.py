@@ -15,7 +15,6 @@ timestamps (compared as ISO text) are.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from jobs_core.errors import (
     BackfillPageInvalidError,
     JobsError,
 )
+from jobs_core.factories.sweep import call
 from jobs_core.jsonform import JsonValue, dumps, loads, utf8_length
 
 #: `pages=`: `(cursor, scope, limit) -> (rows, next cursor)`; a next cursor of None ends the
@@ -54,20 +54,6 @@ class Source(Protocol):
         """The batch after `cursor` (None: the first) for tenant `scope` (None: every
         tenant), at most `limit` rows."""
         ...
-
-
-async def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)`: awaited when it is a coroutine function, else on a thread (a sync handle or
-    query must not stall the heartbeat), in a copy of the caller's context (its tenant); an
-    awaitable a sync function answers is awaited here."""
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    ):
-        return await fn(*args)
-    answer = await asyncio.to_thread(fn, *args)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    return answer
 
 
 def cursor_form(value: Any, what: str) -> JsonValue:

@@ -4,10 +4,8 @@ how a run that fails for good closes it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypedDict
 
@@ -25,6 +23,7 @@ from jobs_core.errors import (
 from jobs_core.factories.sweep import (
     SweepIdentity,
     SweepLedger,
+    call,
     checksum,
     current_environment,
     scope_of,
@@ -136,16 +135,10 @@ async def close_failed(ledger: SweepLedger, ctx: JobContext, exc: Exception) -> 
 
 
 async def call_for(tenant: str | None, fn: Callable[..., Awaitable[Any] | Any], *args: Any) -> Any:
-    """`fn(*args)` acting for `tenant`: an async function on this loop, a plain one on a
-    thread (the context, so the tenant, copied), so a blocking handle never stalls the
-    worker's heartbeats."""
+    """`fn(*args)` acting for `tenant` (`jobs_core.factories.sweep.call`: a plain function on a
+    thread, so a blocking handle never stalls the worker's heartbeats)."""
     with acting_for(tenant):
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args)
-        result = await asyncio.to_thread(fn, *args)
-        if inspect.isawaitable(result):
-            return await result
-        return result
+        return await call(fn, *args)
 
 
 def recorded(value: JsonValue, key: str) -> JsonValue:

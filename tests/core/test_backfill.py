@@ -26,6 +26,7 @@ from jobs_core.factories.backfill import (
     backfill,
     inspect_backfills,
 )
+from jobs_core.factories.backfill.source import Keyset
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.records import ClaimParams, StepPut, SweepRecord
@@ -559,6 +560,44 @@ async def test_a_page_or_cursor_the_sweep_cannot_use_fails_it_before_handle_sees
     assert handled == [[0]]  # batch:0 only: the bad page never reached handle
     (entry,) = await entries(driver)
     assert (entry.status, entry.error, entry.batches) == ("failed", "X_BACKFILL_PAGE_INVALID", 1)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["key last, as a column", "key labelled, by its label", "whole table, key by name"],
+)
+async def test_a_keyset_reads_each_pages_keys_wherever_the_key_sits_in_the_select(
+    tmp_path: Path, shape: str
+) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'k.db'}")
+    items = sa.Table(
+        "items",
+        sa.MetaData(),
+        sa.Column("label", sa.Text, nullable=False),
+        sa.Column("id", sa.Integer, primary_key=True),
+    )
+    items.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(items.insert(), [{"id": i * 10, "label": f"x{i}"} for i in range(7)])
+    select: Any
+    if shape == "key last, as a column":
+        select, key = sa.select(items.c.label, items.c.id), items.c.id
+    elif shape == "key labelled, by its label":
+        select, key = sa.select(items.c.label, items.c.id.label("k")), "k"
+    else:
+        select, key = sa.select(items), "id"
+    source = Keyset(select, engine=engine, key=key, tenant_column=None)
+    cursors, labels, cursor = [], [], None
+    while True:
+        page = await source.page(cursor, None, 3)
+        labels += [row[0] for row in page.rows]
+        cursor = page.cursor
+        cursors.append(cursor)
+        if page.done:
+            break
+    engine.dispose()
+    assert labels == [f"x{i}" for i in range(7)]
+    assert cursors == [20, 50, 60]
 
 
 async def test_sync_and_async_functions_alike_and_a_sync_one_off_the_loop() -> None:

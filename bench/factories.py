@@ -26,10 +26,11 @@ Each measurement is timed from the call that enqueues the job (or the loop's sta
 end as the worker counts it (polled every 2 ms in process; or the loop's end); its rows are
 checked (every row, once; the same batches on both sides). The factory's store calls are
 timed as they go (the driver's methods wrapped on the instance): what each batch spends in its
-step record and its ledger advance, where the overhead goes. Before the pairs, one untimed pass of each bare loop warms the table
-and the file into the caches both sides read from. Then `--pairs` pairs of each kind, the order
-within a pair alternating (factory first in odd pairs, bare first in even ones) so that drift on
-a shared machine hits both sides alike; the overhead is the factory's time over the bare loop's
+step record and its ledger advance, where the overhead goes. Before the pairs, one untimed
+pass of each bare loop warms the table and the file into the caches both sides read from.
+Then `--pairs` pairs of each kind, the order within a pair alternating (factory first in odd
+pairs, bare first in even ones) so that drift on a shared machine hits both sides alike; the
+overhead is the factory's time over the bare loop's
 within each pair, minus one (target: at most 10 %), summarised by its median and range over the
 pairs. Each sample carries the one-minute load average when it started and the process's CPU
 seconds (every thread of it: the worker, its threads, the loop). Results: printed, and

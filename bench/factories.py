@@ -26,7 +26,9 @@ Each measurement is timed from the call that enqueues the job (or the loop's sta
 end as the worker counts it (polled every 2 ms in process; or the loop's end); its rows are
 checked (every row, once; the same batches on both sides). The factory's store calls are
 timed as they go (the driver's methods wrapped on the instance): what each batch spends in its
-step record and its ledger advance, where the overhead goes. Before the pairs, one untimed
+step record and its ledger advance, where the overhead goes. Before each pair the server's
+floor is probed: what one durable commit (a one-row UPDATE committed alone, as each checkpoint
+write is) and one bare round trip take, medians of 100. Before the pairs, one untimed
 pass of each bare loop warms the table and the file into the caches both sides read from.
 Then `--pairs` pairs of each kind, the order within a pair alternating (factory first in odd
 pairs, bare first in even ones) so that drift on a shared machine hits both sides alike; the
@@ -102,6 +104,7 @@ class Config:
     file_bytes: int  # the import's file, about (whole lines)
     page_bytes: int  # bytes per import page
     pairs: int  # factory/bare pairs of each kind
+    probes: int  # commits (and round trips) `commit_probe` times before each pair
 
 
 FULL = Config(
@@ -110,9 +113,10 @@ FULL = Config(
     file_bytes=100 * 1_000_000,
     page_bytes=DEFAULT_PAGE_BYTES,
     pairs=5,
+    probes=100,
 )
 #: Both kinds end to end in a few seconds (its numbers mean nothing): what the test runs.
-DRY = replace(FULL, rows=5_000, file_bytes=500_000, page_bytes=65_536, pairs=1)
+DRY = replace(FULL, rows=5_000, file_bytes=500_000, page_bytes=65_536, pairs=1, probes=10)
 
 
 class BenchError(Exception):
@@ -152,11 +156,20 @@ def _items_table(schema: str) -> sa.Table:
     )
 
 
-def _fill_table(pg_url: str, schema: str, rows: int) -> None:
-    """`schema.items` with `rows` rows (ids 1..rows), vacuumed and analysed."""
+def _make_schema(pg_url: str, schema: str, rows: int | None) -> None:
+    """`schema` with its `probe` table (one row, for `commit_probe`) and, given `rows`, its
+    `items` table of `rows` rows (ids 1..rows), vacuumed and analysed."""
     with psycopg.connect(libpq_url(pg_url), autocommit=True) as conn:
         name = sql.Identifier(schema)
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+        conn.execute(
+            sql.SQL("CREATE TABLE {}.probe (id integer PRIMARY KEY, n bigint NOT NULL)").format(
+                name
+            )
+        )
+        conn.execute(sql.SQL("INSERT INTO {}.probe VALUES (1, 0)").format(name))
+        if rows is None:
+            return
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {}.items (id bigint PRIMARY KEY, qty integer NOT NULL,"
@@ -211,8 +224,8 @@ async def places(pg_url: str, config: Config, kinds: tuple[str, ...]) -> AsyncIt
     directory = Path(tempfile.mkdtemp(prefix="bench-factories-"))
     engine = create_async_engine(sqlalchemy_url(pg_url))
     try:
-        if "backfill" in kinds:
-            await asyncio.to_thread(_fill_table, pg_url, data_schema, config.rows)
+        rows = config.rows if "backfill" in kinds else None
+        await asyncio.to_thread(_make_schema, pg_url, data_schema, rows)
         file_bytes = file_rows = 0
         if "import" in kinds:
             file_bytes, file_rows = await asyncio.to_thread(
@@ -310,6 +323,26 @@ def _ended(worker: Worker) -> bool:
     """Whether the worker's one run has ended, however (a retry ends the measurement too)."""
     s = worker.stats
     return s.completed + s.retried + s.dead_lettered + s.dropped + s.refused + s.lost > 0
+
+
+async def commit_probe(p: Places, times: int) -> dict[str, float]:
+    """What one durable commit costs on this server now — a one-row UPDATE committed alone, as
+    each of a batch's two checkpoint writes is — and a bare round trip (`SELECT 1`): medians
+    of `times` each, in ms. The floor of a checkpoint, whatever the factory's own code does."""
+    commits: list[float] = []
+    trips: list[float] = []
+    update = sql.SQL("UPDATE {}.probe SET n = n + 1 WHERE id = 1").format(
+        sql.Identifier(p.data_schema)
+    )
+    async with await psycopg.AsyncConnection.connect(libpq_url(p.pg_url), autocommit=True) as conn:
+        for _ in range(times):
+            began = time.perf_counter()
+            await conn.execute(update)
+            commits.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            await conn.execute("SELECT 1")
+            trips.append((time.perf_counter() - began) * 1000)
+    return {"commit_ms": statistics.median(commits), "round_trip_ms": statistics.median(trips)}
 
 
 def _select(items: sa.Table) -> sa.Select[Any]:
@@ -432,6 +465,8 @@ async def measure(p: Places, config: Config, kinds: tuple[str, ...]) -> list[dic
         await SIDES[kind][BARE](p, config, 0)
     samples: list[dict[str, Any]] = []
     for pair in range(1, config.pairs + 1):
+        probe = {"kind": "probe", "pair": pair, "load_1m": os.getloadavg()[0]}
+        samples.append({**probe, **await commit_probe(p, config.probes)})
         for kind in kinds:
             order = (FACTORY, BARE) if pair % 2 else (BARE, FACTORY)
             two = {}
@@ -464,6 +499,12 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     factory's seconds over the bare loop's within each pair, minus one — per pair, its median
     and range, and whether the median meets the target."""
     out: dict[str, Any] = {}
+    probes = [s for s in result["samples"] if s["kind"] == "probe"]
+    if probes:
+        out["probe"] = {
+            "commit_ms": _range([s["commit_ms"] for s in probes]),
+            "round_trip_ms": _range([s["round_trip_ms"] for s in probes]),
+        }
     for kind in result["kinds"]:
         mine = [s for s in result["samples"] if s["kind"] == kind]
         by_pair: dict[int, dict[str, dict[str, Any]]] = {}
@@ -539,7 +580,10 @@ def render(result: dict[str, Any]) -> str:
         f" {config['page_bytes'] / 1_048_576:g} MiB",
     }
     notes = []
-    for kind, s in result["summary"].items():
+    for kind in result["kinds"]:
+        s = result["summary"].get(kind)
+        if s is None:
+            continue
         o = s["overhead"]
         lines.append(
             f"| {what[kind]} | {s['rows']:,} | {s['batches']:,} | {s[FACTORY]['median']:,.0f} |"
@@ -556,6 +600,15 @@ def render(result: dict[str, Any]) -> str:
             + ", ".join(f"`{n}` {ms:.2f}" for n, ms in sorted(each, key=lambda x: -x[1]))
             + f"; the process's CPU seconds over the bare loop's:"
             f" {_pct(s['cpu_overhead']['median'])}"
+        )
+    probe = result["summary"].get("probe")
+    if probe is not None:
+        c, t = probe["commit_ms"], probe["round_trip_ms"]
+        notes.append(
+            f"The server's floor, probed before each pair: a durable commit (a one-row UPDATE"
+            f" committed alone, as each checkpoint write is) {c['median']:.2f} ms"
+            f" ({c['min']:.2f}–{c['max']:.2f}); a bare round trip (`SELECT 1`)"
+            f" {t['median']:.2f} ms ({t['min']:.2f}–{t['max']:.2f})."
         )
     return "\n".join([*lines, "", *notes])
 

@@ -25,7 +25,7 @@ def test_the_dry_run_measures_both_sweeps_on_both_sides_and_removes_its_data(
     (path,) = tmp_path.glob("factories-*-dry.json")
     result = json.loads(path.read_text())
 
-    samples = {(s["kind"], s["side"]): s for s in result["samples"]}
+    samples = {(s["kind"], s["side"]): s for s in result["samples"] if s["kind"] != "probe"}
     assert set(samples) == {(k, s) for k in ("backfill", "import") for s in ("factory", "bare")}
     # 5 full batches, then the empty one that finds the end: the same on both sides.
     assert {samples["backfill", side]["batches"] for side in ("factory", "bare")} == {6}
@@ -45,6 +45,10 @@ def test_the_dry_run_measures_both_sweeps_on_both_sides_and_removes_its_data(
         assert "store" not in samples[kind, "bare"]
         summary = result["summary"][kind]
         assert summary["pairs"] == 1 and len(summary["overhead"]["per_pair"]) == 1
+
+    # The server's floor, probed once a pair: a durable commit and a bare round trip.
+    (probe,) = [s for s in result["samples"] if s["kind"] == "probe"]
+    assert probe["commit_ms"] > 0 and probe["round_trip_ms"] > 0
 
     text = render(result)
     assert "| backfill, keyset, batch 1,000 | 5,000 | 6 |" in text

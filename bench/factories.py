@@ -23,8 +23,8 @@ store is another schema of its own on the same server, migrated by `jobs_pg`.
   `LocalFile` reader, page after page from each page's next offset) handed to the same no-op.
 
 Each measurement is timed from the call that enqueues the job (or the loop's start) to the job's
-end as the worker counts it (polled every 2 ms in process; or the loop's end); its rows are
-checked (every row, once; the same batches on both sides). The factory's store calls are
+settle landing (the worker's `on_settled` hook; or the loop's end); its rows are checked
+(every row, once; the same batches on both sides). The factory's store calls are
 timed as they go (the driver's methods wrapped on the instance): what each batch spends in its
 step record and its ledger advance, where the overhead goes. Before each pair the server's
 floor is probed: what one durable commit (a one-row UPDATE committed alone, as each checkpoint
@@ -87,8 +87,8 @@ PG_URL = os.environ.get("JOBS_BENCH_PG_URL", "postgresql+psycopg://postgres@127.
 KINDS = ("backfill", "import")
 FACTORY, BARE = "factory", "bare"
 SOURCE_FILE = "rows.jsonl"
-#: How often the run looks whether the worker finished the job (in process: no store read).
-POLL_SECONDS = 0.002
+#: How often the run looks whether the job ended without a settle (its claim lost).
+WATCH_SECONDS = 1.0
 #: How long a job may take before the run gives up on it.
 TIMEOUT_SECONDS = 1_800.0
 #: The overhead the issue asks for at most (factory time over bare time, minus one).
@@ -297,17 +297,27 @@ async def _on_worker(p: Places, handle: JobHandle, input: Any) -> dict[str, Any]
     """Enqueue one job of `handle` and let a worker run it: the seconds from the enqueue call
     to its end as the worker counts it, the job's result, and the store calls made meanwhile."""
     driver = p.driver
-    worker = Worker(driver, [handle])  # its defaults: what `ujobs worker` runs
+    settled = asyncio.Event()
+    # Its defaults (what `ujobs worker` runs) but the hook that says the job's settle landed:
+    # the run waits on it, not on a poll whose wake-ups would take the GIL from the import's
+    # parsing thread hundreds of times a second.
+    worker = Worker(driver, [handle], on_settled=lambda _: settled.set())
     await worker.start()
     try:
         await asyncio.sleep(0.2)  # the worker's start-up writes are not the job's
         p.store.counting = True
         began = time.perf_counter()
         done = await Jobs(driver).enqueue(handle, input)
-        while not _ended(worker):
-            if time.perf_counter() - began > TIMEOUT_SECONDS:
-                raise BenchError(f"{handle.name}: not finished after {TIMEOUT_SECONDS:.0f} s")
-            await asyncio.sleep(POLL_SECONDS)
+        while not settled.is_set():
+            try:
+                await asyncio.wait_for(settled.wait(), WATCH_SECONDS)
+            except TimeoutError:
+                if _ended(worker):  # a run that ended without a settle (its claim lost)
+                    break
+                if time.perf_counter() - began > TIMEOUT_SECONDS:
+                    raise BenchError(
+                        f"{handle.name}: not finished after {TIMEOUT_SECONDS:.0f} s"
+                    ) from None
         took = time.perf_counter() - began
         calls = p.store.take()
     finally:

@@ -1,4 +1,4 @@
-.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-flows chaos screenshots
+.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-flows bench-factories chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -33,6 +33,15 @@ bench-redis:
 bench-flows:
 	scripts/setup_venv.sh dev
 	.venv/bin/python -m bench.flows $(ARGS)
+
+# What a factory's durability costs (docs/factories.md, "Measured"): a backfill over 1,000,000
+# rows of a Postgres table (keyset, batch 1,000) and an import of a 100 MB JSONL file, each run
+# by a worker on Postgres, against a bare loop doing the same batches without steps or ledger;
+# 5 pairs, about 5 minutes. The server is $JOBS_BENCH_PG_URL (default: the test server);
+# ARGS=--dry-run tries it in seconds.
+bench-factories:
+	scripts/setup_venv.sh dev
+	.venv/bin/python -m bench.factories $(ARGS)
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
 # servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay,

@@ -26,6 +26,7 @@ from jobs_core.factories.backfill import (
     backfill,
     inspect_backfills,
 )
+from jobs_core.factories.backfill.source import Keyset
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.records import ClaimParams, StepPut, SweepRecord
@@ -559,6 +560,174 @@ async def test_a_page_or_cursor_the_sweep_cannot_use_fails_it_before_handle_sees
     assert handled == [[0]]  # batch:0 only: the bad page never reached handle
     (entry,) = await entries(driver)
     assert (entry.status, entry.error, entry.batches) == ("failed", "X_BACKFILL_PAGE_INVALID", 1)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["key last, as a column", "key labelled, by its label", "whole table, key by name"],
+)
+async def test_a_keyset_reads_each_pages_keys_wherever_the_key_sits_in_the_select(
+    tmp_path: Path, shape: str
+) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'k.db'}")
+    items = sa.Table(
+        "items",
+        sa.MetaData(),
+        sa.Column("label", sa.Text, nullable=False),
+        sa.Column("id", sa.Integer, primary_key=True),
+    )
+    items.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(items.insert(), [{"id": i * 10, "label": f"x{i}"} for i in range(7)])
+    select: Any
+    if shape == "key last, as a column":
+        select, key = sa.select(items.c.label, items.c.id), items.c.id
+    elif shape == "key labelled, by its label":
+        select, key = sa.select(items.c.label, items.c.id.label("k")), "k"
+    else:
+        select, key = sa.select(items), "id"
+    source = Keyset(select, engine=engine, key=key, tenant_column=None)
+    cursors, labels, cursor = [], [], None
+    while True:
+        page = await source.page(cursor, None, 3)
+        labels += [row[0] for row in page.rows]
+        cursor = page.cursor
+        cursors.append(cursor)
+        if page.done:
+            break
+    engine.dispose()
+    assert labels == [f"x{i}" for i in range(7)]
+    assert cursors == [20, 50, 60]
+
+
+def _labels(tmp_path: Path, labels: list[str]) -> tuple[sa.Engine, sa.Table]:
+    """A SQLite table of `labels` keyed 1, 2, … in order (the key is `label`'s order too)."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'labels.db'}")
+    items = sa.Table(
+        "items",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("label", sa.Text, nullable=False),
+    )
+    items.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(items.insert(), [{"id": i, "label": s} for i, s in enumerate(labels, 1)])
+    return engine, items
+
+
+async def test_a_keyset_reads_the_next_page_ahead_only_once_handle_returned(
+    tmp_path: Path,
+) -> None:
+    """The next page is read while a batch's checkpoint is written, after its `handle`: a row
+    `handle` writes ahead of the cursor is in the next page, as if read at its start."""
+    engine, items = _labels(tmp_path, ["a", "b", "c", "d"])
+    handled: list[list[str]] = []
+    reads_after: list[int] = []
+
+    def engine_for_a_read() -> sa.Engine:
+        reads_after.append(len(handled))  # called on the loop as each page's read starts
+        return engine
+
+    def handle(rows: list[Any]) -> None:
+        if len(handled) == 1:
+            with engine.begin() as conn:
+                conn.execute(items.insert(), [{"id": 3_000, "label": "written by batch 1"}])
+        handled.append([r.label for r in rows])
+
+    driver = MemoryDriver()
+    clock = FakeClock()
+    bf = declare(
+        source=sa.select(items.c.id, items.c.label),
+        engine=engine_for_a_read,
+        key="id",
+        handle=handle,
+        batch=2,
+    )
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    summary = await attempt(driver, clock, bf)
+    engine.dispose()
+    assert reads_after == [0, 1, 2]  # each page read once the batch before it was handled
+    assert handled == [["a", "b"], ["c", "d"], ["written by batch 1"]]
+    assert (summary["batches"], summary["rows"]) == (3, 5)
+
+
+async def test_a_page_read_ahead_fails_its_own_batch_after_the_one_before_is_recorded(
+    tmp_path: Path,
+) -> None:
+    engine, items = _labels(tmp_path, ["a", "b", "c", "c", "d"])
+    handled: list[list[str]] = []
+    driver = MemoryDriver()
+    clock = FakeClock()
+    bf = declare(
+        source=sa.select(items.c.label, items.c.id),
+        engine=engine,
+        key="label",  # not unique: the second page repeats "c"
+        handle=lambda rows: handled.append([r.label for r in rows]),
+        batch=2,
+        retry=ONCE,
+    )
+    done = await Jobs(driver, clock=clock).enqueue(bf, {})
+    with pytest.raises(JobsError) as refused:
+        await attempt(driver, clock, bf)
+    engine.dispose()
+    assert code_of(refused) == "X_BACKFILL_PAGE_INVALID"
+    assert handled == [["a", "b"]]
+    row = (await driver.job_get_many([done.id]))[done.id]
+    assert list(await steps(driver, row.run_id)) == ["batch:0"]
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.error, entry.batches, entry.rows) == (
+        "failed",
+        "X_BACKFILL_PAGE_INVALID",
+        1,
+        2,
+    )
+
+
+async def test_a_run_killed_while_a_page_is_read_ahead_drops_it_and_resumes_at_the_cursor(
+    tmp_path: Path,
+) -> None:
+    class CrashOnLedger(MemoryDriver):
+        """Killed as batch:1 moves the ledger, while batch:2's page is being read ahead."""
+
+        armed = True
+
+        async def _sweep_advance(self, advance: Any) -> bool:
+            if self.armed and advance.batch == 2:
+                self.armed = False
+                await asyncio.sleep(0)  # the read ahead under way
+                raise Crash
+            return await super()._sweep_advance(advance)
+
+    engine, items = _labels(tmp_path, list("abcdefg"))
+    handled: list[list[str]] = []
+    reads: list[int] = []
+
+    def engine_for_a_read() -> sa.Engine:
+        reads.append(1)  # called on the loop as each page's read starts
+        return engine
+
+    driver = CrashOnLedger()
+    clock = FakeClock()
+    bf = declare(
+        source=sa.select(items.c.id, items.c.label),
+        engine=engine_for_a_read,
+        key="id",
+        handle=lambda rows: handled.append([r.label for r in rows]),
+        batch=2,
+    )
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    with pytest.raises(Crash):
+        await attempt(driver, clock, bf)
+    # batch:0's page, then batch:1's and batch:2's read ahead: the last one dropped unused.
+    assert len(reads) == 3 and handled == [["a", "b"], ["c", "d"]]
+    summary = await attempt(driver, clock, bf)
+    engine.dispose()
+    assert len(reads) == 6  # batch:1 read afresh from its stored cursor, then 2 and 3 ahead
+    # batch:1 again (at least once), from its stored cursor; nothing skipped, counted once.
+    assert handled == [["a", "b"], ["c", "d"], ["c", "d"], ["e", "f"], ["g"]]
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 4, 7)
+    assert summary["rows"] == 7
 
 
 async def test_sync_and_async_functions_alike_and_a_sync_one_off_the_loop() -> None:

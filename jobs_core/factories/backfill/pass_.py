@@ -9,7 +9,9 @@ Then it opens (or resumes) its entry and runs one step per batch, named by posit
 cursor the previous step stored, hands the rows to `handle`, moves the ledger (keyed by the
 batch's number: a replayed batch moves nothing) and stores the next cursor, a running count and
 its start time — never the page. A crash anywhere in a batch runs that batch again, whole, on
-the next attempt: `handle` runs AT LEAST once per batch, and the ledger counts it once.
+the next attempt: `handle` runs AT LEAST once per batch, and the ledger counts it once. A
+`source=` select without `rate=` reads each next page while the batch before it writes its
+checkpoint, once that batch's `handle` returned (`_ReadAhead`).
 
 After the last batch the count is checked (`X_BACKFILL_STALLED`) and the entry completed. A
 failure that ends the run for good (terminal, or on its final attempt) finishes the entry
@@ -19,6 +21,7 @@ failure that ends the run for good (terminal, or on its final attempt) finishes 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from jobs_core.errors import (
     SlotLostError,
 )
 from jobs_core.factories.backfill.rate import wait_turn
+from jobs_core.factories.backfill.source import Keyset, Page
 from jobs_core.factories.sweep import SweepLedger, call, current_environment, scope_of
 from jobs_core.jsonform import JsonValue
 from jobs_core.tenant import acting_for
@@ -146,12 +150,16 @@ async def _batches(
     """Every batch in turn, each its own step; answers how many and the last one's mark."""
     mark = START
     n = 0
-    while not mark.done:
-        name = step_name(n)
-        run = functools.partial(_batch, spec, ctx, ledger, org, n, mark)
-        mark = Mark.of(await ctx.step.run(name, run), name)
-        n += 1
-        ctx.progress({"batches": n, "rows": mark.rows, "expected": expected})
+    ahead = _ReadAhead(spec, org)
+    try:
+        while not mark.done:
+            name = step_name(n)
+            run = functools.partial(_batch, spec, ctx, ledger, ahead, n, mark)
+            mark = Mark.of(await ctx.step.run(name, run), name)
+            n += 1
+            ctx.progress({"batches": n, "rows": mark.rows, "expected": expected})
+    finally:
+        ahead.drop()
     return n, mark
 
 
@@ -159,7 +167,7 @@ async def _batch(
     spec: BackfillSpec,
     ctx: JobContext,
     ledger: SweepLedger,
-    org: str | None,
+    ahead: _ReadAhead,
     n: int,
     previous: Mark,
 ) -> JsonValue:
@@ -167,13 +175,66 @@ async def _batch(
     clock = ctx.step.clock
     await wait_turn(clock, ctx.signal, previous.at_ms, spec.interval_ms)
     started = clock.now_ms()
-    page = await spec.source.page(previous.cursor, org, spec.batch)
+    page = await ahead.take(previous.cursor)
     await call(spec.handle, page.rows)
+    if not page.done:
+        ahead.start(page.cursor)
     # Keyed by the batch's number: on a replay of this step the entry already counts it, and
     # this moves nothing.
     await ledger.advance(n + 1, rows=len(page.rows), cursor=page.cursor)
     rows = min(previous.rows + len(page.rows), MAX_SWEEP_ROWS)
     return Mark(page.cursor, rows, started, page.done).to_json()
+
+
+class _ReadAhead:
+    """The next batch's page, read while this batch's checkpoint is written: its ledger
+    advance and its step record are two fenced round trips the next read would otherwise
+    wait behind (most of a no-op batch's cost, bench/factories.py).
+
+    Only a `source=` select is read ahead — a select has no effect to repeat — and only
+    without `rate=`, whose page is read when its turn comes, not an interval early. The read
+    starts once this batch's `handle` returned, so it sees what `handle` wrote, as a read at
+    the next batch's start would. Its page is used only by the batch that starts at its
+    cursor, and any failure of the read is raised there, in that batch's step; a read left
+    over when the run stops (a failure, a cancel, a lost claim) is dropped, and the next
+    attempt reads from the stored cursor as ever.
+    """
+
+    def __init__(self, spec: BackfillSpec, org: str | None) -> None:
+        self._source = spec.source
+        self._org = org
+        self._limit = spec.batch
+        self._on = isinstance(spec.source, Keyset) and spec.interval_ms is None
+        self._cursor: JsonValue = None
+        self._read: asyncio.Task[Page] | None = None
+
+    def start(self, cursor: JsonValue) -> None:
+        """Begin reading the page after `cursor` (when this sweep reads ahead)."""
+        if self._on:
+            self.drop()
+            self._cursor = cursor
+            self._read = asyncio.ensure_future(self._source.page(cursor, self._org, self._limit))
+
+    async def take(self, cursor: JsonValue) -> Page:
+        """The page after `cursor`: the one read ahead from it, else read now."""
+        read, self._read = self._read, None
+        if read is not None:
+            if self._cursor == cursor:
+                return await read
+            _drop(read)
+        return await self._source.page(cursor, self._org, self._limit)
+
+    def drop(self) -> None:
+        """Forget a read no batch took."""
+        read, self._read = self._read, None
+        if read is not None:
+            _drop(read)
+
+
+def _drop(read: asyncio.Task[Page]) -> None:
+    read.cancel()
+    # Its failure belongs to no batch: retrieved here, so it is not logged as never retrieved.
+    read.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 async def _expected(spec: BackfillSpec, scope: str) -> int | None:

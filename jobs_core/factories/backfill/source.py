@@ -158,6 +158,10 @@ class Keyset:
             )
         self._select: _Select = select
         self._key = _column(select, key, "key", selected=True)
+        # Each page's keys are read by the key's position in its rows: `row._mapping[key]`
+        # builds a mapping a row and costs more than the no-op batch's own read (1.7 ms a
+        # batch of 1,000, bench/factories.py).
+        self._key_at = _position(select, self._key)
         self._tenant = (
             None if tenant_column is None else _column(select, tenant_column, "tenant_column")
         )
@@ -198,7 +202,8 @@ class Keyset:
         rows = await self._fetch(stmt)
         if not rows:
             return Page([], cursor, True)
-        keys = [row._mapping[self._key] for row in rows]
+        at = self._key_at
+        keys = [row[at] for row in rows]
         for before, key in zip([None, *keys], keys, strict=False):
             if key is None:
                 raise BackfillPageInvalidError("a row's key is NULL: keyset pagination skips it")
@@ -278,6 +283,18 @@ def _column(select: Any, spec: object, option: str, *, selected: bool = False) -
             detail=option,
         )
     return spec
+
+
+def _position(select: Any, key: Any) -> int:
+    """Where `key`, one of the select's columns (itself, as `_column` answers it), sits in
+    every row the select returns."""
+    for at, column in enumerate(select.selected_columns):
+        if column is key:
+            return at
+    raise BackfillDeclarationInvalidError(
+        "the key must be among the select's columns (each page's last key is the cursor)",
+        detail="key",
+    )
 
 
 def _plain(value: object) -> JsonValue:

@@ -22,14 +22,12 @@ register_profiles()
 def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
     from jobs_core.urls import driver_from_url
-    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
     from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
     if request.param == "pg":
-        from jobs_pg.migrate import upgrade
-
         schema = fresh_schema()
-        upgrade(PG_URL, schema)
+        migrate(schema)
         try:
             yield f"{PG_URL}?schema={schema}"
         finally:

@@ -61,14 +61,13 @@ from jobs_core.testing import DriverSuite
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
 from jobs_pg import PgDriver, PgOutbox, stage
-from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.retention_support import finish
 from tests.core.support import advance_quietly, free_port, until
 from tests.examples.django_site import site_on
 from tests.examples.support import ANN, jobs_url, migrated_schema, on_schema, pending, signed_up
-from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
+from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema, migrate
 from tests.plugin_support import plugin_args
 from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
 
@@ -1236,7 +1235,7 @@ async def _row(schema: str, job_id: str) -> Any:
 def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) -> None:
     schema = fresh_schema()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
         # The README exports a URL for its own host `db`; `localize` makes it the test server's.
         export, assignment = localize(shell_command(EXPORT))
         variable, url = assignment.split("=", 1)
@@ -1294,7 +1293,7 @@ def test_the_scheduler_commands_on_postgres(tmp_path: Path) -> None:
         (tmp_path / "reports" / file).write_text(text, encoding="utf-8")
     schema = fresh_schema()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
 
         def leading() -> bool:
             marks, _, leads = asyncio.run(_scheduler_state(schema))
@@ -1346,7 +1345,7 @@ def test_the_outbox_block_stages_in_the_callers_transaction(
     import sqlalchemy as sa
 
     schema = fresh_schema()
-    upgrade(PG_URL, schema)
+    migrate(schema)
     monkeypatch.setenv("JOBS_PG_SCHEMA", schema)  # the block's `PgOutbox()` reads it
     (app_dir / "myapp" / "signup.py").write_text(python_block(SIGNUP).text, encoding="utf-8")
     engine = sa.create_engine(PG_URL, connect_args={"options": f"-c search_path={schema}"})
@@ -1400,7 +1399,7 @@ def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: Module
     --with-relay` publishes into its own Postgres and runs the job."""
     schema, prefix = fresh_schema(), fresh_prefix()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
         job_id = _stage_welcome(schema, myapp, 7)
 
         async def in_redis() -> bool:
@@ -1436,7 +1435,7 @@ def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: Modu
 
     schema = fresh_schema()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
         env = {"UJOBS_DRIVER": f"{PG_URL.split('?')[0]}?schema={schema}", "COLUMNS": "160"}
 
         async def seed() -> list[str]:
@@ -1493,7 +1492,7 @@ def test_ujobs_dashboard_serves_the_queues_to_its_token_and_stops_on_sigterm(
 
     schema = fresh_schema()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
         token = "a-token-of-twenty-chars"
         env = {
             **os.environ,

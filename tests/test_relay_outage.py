@@ -19,12 +19,11 @@ from jobs_core.outbox import Relay
 from jobs_core.records import JobListParams
 from jobs_memory import MemoryDriver
 from jobs_pg import PgOutbox
-from jobs_pg.migrate import upgrade
 from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
 from tests.core.support import declare, until
 from tests.outage import throwaway_pg, throwaway_redis
-from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
 from tests.pg.server import PgServer
 from tests.redis.conftest import RedisServer, fresh_prefix, purge
 
@@ -91,7 +90,7 @@ async def test_the_jobs_store_going_down_hands_rows_back_in_order_then_publishes
     redis_server: RedisServer,
 ) -> None:
     schema = fresh_schema()
-    upgrade(PG_URL, schema)
+    migrate(schema)
     driver = RedisDriver(redis_server.url, prefix=fresh_prefix(), connect_timeout=0.5)
     try:
         async with PgOutbox(PG_URL, schema=schema) as outbox, driver:

@@ -30,11 +30,10 @@ from jobs_core.outbox import OutboxRow, Staged
 from jobs_core.records import JobFilter, JobListParams, JobRecord
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from jobs_pg.migrate import upgrade
 from jobs_pg.outbox import PgOutbox
 from jobs_pg.urls import libpq_url
 from tests.core.support import ledger_process, reaping, ujobs
-from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
 
 APP = """
 import os
@@ -112,7 +111,7 @@ def app(tmp_path: Path) -> Path:
 def outbox_schema() -> Iterator[str]:
     """The app's database: a migrated schema of its own holding the outbox table."""
     schema = fresh_schema()
-    upgrade(PG_URL, schema)
+    migrate(schema)
     try:
         yield schema
     finally:
@@ -123,7 +122,7 @@ def outbox_schema() -> Iterator[str]:
 def pg_url() -> Iterator[str]:
     """A migrated Postgres schema for the jobs, by URL."""
     schema = fresh_schema()
-    upgrade(PG_URL, schema)
+    migrate(schema)
     try:
         yield schema_url(schema)
     finally:

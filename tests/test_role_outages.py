@@ -36,12 +36,11 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.records import JobFilter, JobListParams
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
-from jobs_pg.migrate import upgrade
 from jobs_pg.outbox import PgOutbox
 from jobs_pg.urls import libpq_url
 from tests.core.support import code_path, ujobs
 from tests.outage import throwaway_pg, throwaway_redis
-from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
 from tests.pg.server import PgServer
 from tests.redis.conftest import RedisServer
 
@@ -122,7 +121,7 @@ class Backend:
         if self.kind == "pg":
             return store
         schema = fresh_schema()
-        upgrade(PG_URL, schema)
+        migrate(schema)
         self.shared_schemas.append(schema)
         return f"{PG_URL}?schema={schema}"
 

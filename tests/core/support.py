@@ -227,8 +227,7 @@ async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobD
     from jobs_memory import MemoryDriver
     from jobs_pg import PgDriver
     from jobs_redis import RedisDriver
-    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
-    from tests.pg.conftest import upgrade as pg_upgrade
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
     from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
 
     def kind_of(cls: type[D]) -> type[D]:
@@ -239,7 +238,7 @@ async def fresh_store(kind: str, *, counted: bool = False) -> AsyncIterator[JobD
     elif kind == "pg":
         schema = fresh_schema()
         try:
-            await asyncio.to_thread(pg_upgrade, PG_URL, schema)
+            await asyncio.to_thread(migrate, schema)
             async with kind_of(PgDriver)(PG_URL, schema=schema, pool_size=4) as pg:
                 yield pg
         finally:

@@ -525,11 +525,10 @@ async def test_an_idle_minute_on_a_postgres_outbox_stays_within_budget(
     wake: bool, budget: int
 ) -> None:
     """The same budget on the real store, its LISTEN wake proven live before it counts."""
-    from jobs_pg.migrate import upgrade
-    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
 
     schema = fresh_schema()
-    await asyncio.to_thread(upgrade, PG_URL, schema)
+    await asyncio.to_thread(migrate, schema)
     clock = FakeClock(T0)
     outbox: Any = counting(PgOutbox, contract=OutboxStore)(PG_URL, schema=schema, wake=wake)
     driver: Any = counting(MemoryDriver)()

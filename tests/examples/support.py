@@ -19,9 +19,8 @@ from jobs_core.records import JobRecord
 from jobs_core.states import LIVE_STATES
 from jobs_core.worker import Worker
 from jobs_pg import PgDriver, PgOutbox
-from jobs_pg.migrate import upgrade
 from tests.core.support import until
-from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema, migrate
 
 #: The sign-up every test makes.
 ANN = {"email": "ann@example.com", "name": "Ann"}
@@ -33,7 +32,7 @@ def migrated_schema() -> Iterator[str]:
     after."""
     name = fresh_schema()
     try:
-        upgrade(PG_URL, name)
+        migrate(name)
         yield name
     finally:
         drop_schema(name)

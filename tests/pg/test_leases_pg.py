@@ -16,9 +16,8 @@ from psycopg import sql
 from jobs_core.driver import MAX_LEASE_BATCH
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_pg import PgDriver
-from jobs_pg.migrate import upgrade
 from tests.core.support import T0
-from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
+from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema, migrate
 from tests.pg.support import locker, named_drivers, sessions_waiting
 
 #: Long enough that nothing expires in a test that keeps `now_ms` at T0.
@@ -122,7 +121,7 @@ async def test_keys_holders_and_a_schema_with_quotes_percent_newlines_and_non_as
     key = "lock:ü'%\n\"x\\ %s %b %% $1 日本\t"
     holder = "h'%s\n\"☃\\ ; DROP TABLE leases; --"
     try:
-        await asyncio.to_thread(upgrade, PG_URL, schema)
+        await asyncio.to_thread(migrate, schema)
         async with PgDriver(PG_URL, schema=schema, pool_size=2) as d:
             (got,) = await d.lease_take([LeaseTake(key, holder, 1, 1000, stamp=True)], T0)
             assert got is not None and got == Lease(key, holder, got.token, T0 + 1000, True)

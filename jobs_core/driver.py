@@ -387,7 +387,7 @@ class JobDriver(abc.ABC):
     # -- sweeps ---------------------------------------------------------------------------------
     # Optional: a driver offering the ledger says `sweeps=True` in `capabilities()`. Every
     # write is fenced on the claim of the run it records (as `step_put` is): a run that lost its
-    # claim writes nothing.
+    # claim writes nothing, and neither does a claim of another run.
 
     async def sweep_advance(self, advance: SweepAdvance) -> bool:
         """Record batch `advance.batch` of a running entry, once; answers whether it moved."""
@@ -1255,20 +1255,23 @@ class JobDriver(abc.ABC):
         raise _unimplemented(self, "flows", "_job_watch")
 
     # The sweep ledger: one entry per run of a sweep, keyed by `run_id`. A write is applied only
-    # while its `fence` holds (as `_step_put`: the fence's row is `running` with those `claims`
-    # and that worker); a write whose fence does not hold changes nothing. Entries are never
-    # removed by the family's own calls.
+    # while its `fence` holds FOR ITS RUN: the fence's row is `running` with those `claims` and
+    # that worker (as `_step_put`'s) AND that row's current `run_id` is the write's `run_id`. So
+    # a run writes only its own entry: a held fence of a row in another run changes nothing —
+    # another job's, or the same job's once a fresh requeue gave it a new run id. (A row that
+    # shares the run id, as a saga's unwind job does, holds it for that run too.) Entries are
+    # never removed by the family's own calls.
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
-        """Atomically, when the fence holds and run `advance.run_id`'s entry is `running` with
-        `batches == advance.batch - 1`: `batches = advance.batch`, `rows += advance.rows`,
+        """Atomically, when the fence holds for run `advance.run_id` and its entry is `running`
+        with `batches == advance.batch - 1`: `batches = advance.batch`, `rows += advance.rows`,
         `errors += advance.errors`, `cursor_json = advance.cursor_json`, `updated_at_ms =
         now_ms`; True. Otherwise (no entry, not running, any other batch number: a replayed
         or a skipped batch) nothing changes; False."""
         raise _unimplemented(self, "sweeps", "_sweep_advance")
 
     async def _sweep_finish(self, finish: SweepFinish) -> bool:
-        """Atomically, when the fence holds and run `finish.run_id`'s entry is `running`:
+        """Atomically, when the fence holds for run `finish.run_id` and its entry is `running`:
         `status = finish.status`, `error = finish.error`, `finished_at_ms = updated_at_ms =
         now_ms`; True. Otherwise nothing changes; False."""
         raise _unimplemented(self, "sweeps", "_sweep_finish")
@@ -1280,7 +1283,8 @@ class JobDriver(abc.ABC):
 
     async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
         """Atomically, in this order:
-        1. the fence does not hold: nothing is written; `SweepStartAnswer(None)`;
+        1. the fence does not hold for run `start.run_id` (not held, or its row's current run
+           is another): nothing is written; `SweepStartAnswer(None)`;
         2. another run's entry with the same `name`, `scope`, `environment` and `checksum` is
            `completed`: nothing is written; `SweepStartAnswer(None, blocked_by=that entry)`
            (the one finished last when several are, ties by the greater `run_id`);
@@ -1288,8 +1292,9 @@ class JobDriver(abc.ABC):
            becomes `running` with `error` None, `finished_at_ms` None and `updated_at_ms =
            now_ms` (its `job_id`, batches, rows, errors, cursor, `started_at_ms`, `expected`
            and declaration fields kept); answered as it is after;
-        4. else a new entry: `running`, `job_id` the fence's, 0 batches, rows and errors,
-           cursor None, `started_at_ms = updated_at_ms = now_ms`, the other fields from `start`.
+        4. else a new entry: `running`, `job_id` the fence's (so a row of that run), 0 batches,
+           rows and errors, cursor None, `started_at_ms = updated_at_ms = now_ms`, the other
+           fields from `start`.
         """
         raise _unimplemented(self, "sweeps", "_sweep_start")
 

@@ -801,8 +801,9 @@ class SweepStart:
 
 @dataclass(frozen=True, slots=True)
 class SweepStartAnswer:
-    """What `sweep_start` found: the run's entry (None: the fence no longer holds, nothing was
-    written), or the completed entry of another run that blocks this one (nothing written)."""
+    """What `sweep_start` found: the run's entry (None: the fence does not hold for this run —
+    lost, or a claim of another run —, nothing was written), or the completed entry of another
+    run that blocks this one (nothing written)."""
 
     record: SweepRecord | None
     blocked_by: SweepRecord | None = None

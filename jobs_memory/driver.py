@@ -967,9 +967,15 @@ class MemoryDriver(JobDriver):
 
     # -- sweeps ---------------------------------------------------------------------------------
 
+    def _holds_run(self, fence: Fence, run_id: str) -> bool:
+        """A ledger write's fence: held, and its row is in run `run_id` now (a run writes only
+        its own entry)."""
+        r = self._held(fence)
+        return r is not None and r.run_id == run_id
+
     async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
         with self._lock:
-            if self._held(start.fence) is None:
+            if not self._holds_run(start.fence, start.run_id):
                 return SweepStartAnswer(None)
             done = [
                 e
@@ -1019,7 +1025,7 @@ class MemoryDriver(JobDriver):
         with self._lock:
             held = self._sweeps.get(advance.run_id)
             if (
-                self._held(advance.fence) is None
+                not self._holds_run(advance.fence, advance.run_id)
                 or held is None
                 or held.status != "running"
                 or held.batches != advance.batch - 1
@@ -1038,7 +1044,11 @@ class MemoryDriver(JobDriver):
     async def _sweep_finish(self, finish: SweepFinish) -> bool:
         with self._lock:
             held = self._sweeps.get(finish.run_id)
-            if self._held(finish.fence) is None or held is None or held.status != "running":
+            if (
+                not self._holds_run(finish.fence, finish.run_id)
+                or held is None
+                or held.status != "running"
+            ):
                 return False
             self._sweeps[finish.run_id] = replace(
                 held,

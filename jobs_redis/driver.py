@@ -1159,7 +1159,7 @@ class RedisDriver(JobDriver):
         f = start.fence
         got = await self._run(
             "sweep_start",
-            (k.state, k.sweep, k.sweep_started, k.sweep_name, k.sweep_done),
+            (k.state, k.data, k.sweep, k.sweep_started, k.sweep_name, k.sweep_done),
             (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00",
@@ -1183,7 +1183,7 @@ class RedisDriver(JobDriver):
         f = advance.fence
         got = await self._run(
             "sweep_advance",
-            (k.state, k.sweep),
+            (k.state, k.data, k.sweep),
             (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00",
@@ -1203,7 +1203,7 @@ class RedisDriver(JobDriver):
         f = finish.fence
         got = await self._run(
             "sweep_finish",
-            (k.state, k.sweep, k.sweep_done),
+            (k.state, k.data, k.sweep, k.sweep_done),
             (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00",

@@ -1972,8 +1972,8 @@ class SweepResumeStartsOver(MemoryDriver):
 
 
 class SweepEntryTakesTheRunsJob(MemoryDriver):
-    """A new entry takes the job id of the row holding its run id (when one does), not the
-    fence's."""
+    """A new entry takes the job id of the first row holding its run id, not the fence's: they
+    differ when two rows share a run (as a saga and its unwind job do)."""
 
     async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
         with self._lock:
@@ -2020,6 +2020,53 @@ class UnfencedSweepAdvance(_SweepUnfenced):
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
         return await self._unfenced(super()._sweep_advance(advance))
+
+
+class SweepFenceIgnoresRun(MemoryDriver):
+    """Lands a ledger write under any held fence, as `step_put`'s: a claim of another run (of
+    another row, or of the same row after a fresh requeue) writes this run's entry."""
+
+    def _holds_run(self, fence: Fence, run_id: str) -> bool:
+        return self._held(fence) is not None
+
+
+class SweepStartIgnoresRun(MemoryDriver):
+    """Checks the run on a batch and an end, not on a start: any held fence opens (or resumes)
+    an entry of any run."""
+
+    _starting = False
+
+    def _holds_run(self, fence: Fence, run_id: str) -> bool:
+        if self._starting:
+            return self._held(fence) is not None
+        return super()._holds_run(fence, run_id)
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        self._starting = True
+        try:
+            return await super()._sweep_start(start)
+        finally:
+            self._starting = False
+
+
+class SweepRunIsTheEntrysJob(MemoryDriver):
+    """Takes an entry's job for its run: the job it was opened under writes it, even in a
+    fresh run after a requeue; a twin row of the run (an unwind job) does not."""
+
+    def _holds_run(self, fence: Fence, run_id: str) -> bool:
+        held, e = self._held(fence), self._sweeps.get(run_id)
+        if held is None or e is None:
+            return super()._holds_run(fence, run_id)
+        return e.job_id == fence.job_id
+
+
+class SweepRunComparedByPrefix(MemoryDriver):
+    """Compares the row's run id by its first bytes, as a Lua `string.sub` without the NUL after
+    the id would: a row in run `run-a·2` writes run `run-a`'s entry."""
+
+    def _holds_run(self, fence: Fence, run_id: str) -> bool:
+        held = self._held(fence)
+        return held is not None and held.run_id.startswith(run_id)
 
 
 def _advanced(e: SweepRecord, a: SweepAdvance) -> SweepRecord:
@@ -2293,6 +2340,10 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (SweepEntryTakesTheRunsJob, "sweeps", ["sweeps_a_new_entry"]),
     (UnfencedSweepStart, "sweeps", ["sweeps_writes_are_fenced_on_the_claim"]),
     (UnfencedSweepAdvance, "sweeps", ["sweeps_writes_are_fenced_on_the_claim"]),
+    (SweepFenceIgnoresRun, "sweeps", ["sweeps_a_run_writes_only_its_own_entry"]),
+    (SweepStartIgnoresRun, "sweeps", ["sweeps_a_run_writes_only_its_own_entry"]),
+    (SweepRunIsTheEntrysJob, "sweeps", ["sweeps_a_run_writes_only_its_own_entry"]),
+    (SweepRunComparedByPrefix, "sweeps", ["sweeps_a_run_writes_only_its_own_entry"]),
     (SweepAdvanceCountsReplay, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
     (SweepAdvanceTakesSkips, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
     (SweepAdvanceKeepsCursorOnNull, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
@@ -2518,37 +2569,48 @@ REACH: dict[str, dict[str, int]] = {
         "list by parent page with a cursor": 3,
     },
     "sweeps": {
-        "sweep advance landed": 25,
-        "sweep advance of a replayed batch": 4,
-        "sweep advance of a skipped batch": 4,
-        "sweep advance of the next batch off the fence": 6,
-        "sweep advance of a completed entry": 2,
-        "sweep advance of a failed entry": 2,
         "sweep advance clearing the cursor": 1,
-        "sweep advance of a cursor at the byte limit": 5,
-        "sweep advance under a lapsed lease nobody claimed": 3,
-        "sweep finish landed failed": 6,
-        "sweep finish of a completed entry": 1,
-        "sweep finish of a failed entry": 2,
-        "sweep finish off the fence": 4,
+        "sweep advance landed": 54,
+        "sweep advance landed under another row of its run": 2,
+        "sweep advance of a completed entry": 4,
+        "sweep advance of a cursor at the byte limit": 7,
+        "sweep advance of a failed entry": 3,
+        "sweep advance of a replayed batch": 3,
+        "sweep advance of a skipped batch": 1,
+        "sweep advance of the next batch off the fence": 3,
+        "sweep advance of the next batch under a held fence of another run": 6,
+        "sweep advance under a lapsed lease nobody claimed": 2,
+        "sweep entry opened by a twin row of its run": 4,
+        "sweep finish landed failed": 10,
+        "sweep finish of a completed entry": 2,
+        "sweep finish of a failed entry": 3,
+        "sweep finish off the fence": 2,
+        "sweep finish under a held fence of another run": 5,
         "sweep finish under a lapsed lease nobody claimed": 2,
-        "sweep list by name": 11,
-        "sweep list cut through entries started in one millisecond": 9,
+        "sweep list by name": 5,
+        "sweep list cut through entries started in one millisecond": 8,
         "sweep start blocked by a completed run": 9,
         "sweep start blocked by the last finished, not the greatest run id": 1,
         "sweep start blocked though its kind differs": 1,
         "sweep start blocked: two runs completed in one millisecond": 2,
-        "sweep start for another row's run": 5,
-        "sweep start not blocked: a failed run of the same sweep": 2,
-        "sweep start not blocked: a running run of the same sweep": 26,
-        "sweep start not blocked: its checksum differs": 4,
-        "sweep start not blocked: its environment differs": 2,
-        "sweep start not blocked: its name differs": 2,
-        "sweep start not blocked: its scope differs": 3,
+        "sweep start for another row's run": 3,
+        "sweep start not blocked: a failed run of the same sweep": 3,
+        "sweep start not blocked: a running run of the same sweep": 25,
+        "sweep start not blocked: its checksum differs": 8,
+        "sweep start not blocked: its environment differs": 4,
+        "sweep start not blocked: its name differs": 4,
+        "sweep start not blocked: its scope differs": 5,
+        "sweep start of a row's fresh run after a requeue": 2,
         "sweep start of its own completed entry": 1,
         "sweep start of its own failed entry": 1,
-        "sweep start of its own running entry": 4,
-        "sweep start off the fence": 3,
+        "sweep start of its own running entry": 2,
+        "sweep start off the fence": 7,
+        "sweep start under a held fence of another run": 11,
+        "sweep writes of a row's old run after a fresh requeue": 2,
+        "sweep writes of a run after a plain requeue": 1,
+        "sweep writes of a run its row's fresh run id extends": 2,
+        "sweep writes of a run under another row's held fence": 3,
+        "sweep writes of a run under its twin row's fence": 1,
     },
 }
 

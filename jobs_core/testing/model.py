@@ -1065,11 +1065,21 @@ class ReferenceModel:
 
     # -- sweeps ---------------------------------------------------------------------------------
 
+    def _ledger_writer(self, fence: Fence, run_id: str) -> JobRecord | None:
+        """The row a ledger write of run `run_id` lands under: the one `fence` holds, while that
+        row is in run `run_id` (a fresh requeue moves a row to another run; two rows may share
+        one, as a saga and its unwind job do). None: the write lands nowhere."""
+        held = self._held(fence)
+        if held is None or held.run_id != run_id:
+            return None
+        return held
+
     def sweep_start(self, start: SweepStart) -> SweepStartAnswer:
-        """In the contract's order: off the fence, nothing; a completed entry of another run
-        of the same (name, scope, environment, checksum) blocks, the last finished (ties: the
-        greater run id); the run's own entry resumes (a completed one is answered as it is);
-        else a new running entry under the fence's job."""
+        """In the contract's order: off the fence (or a fence of a row in another run),
+        nothing; a completed entry of another run of the same (name, scope, environment,
+        checksum) blocks, the last finished (ties: the greater run id); the run's own entry
+        resumes (a completed one is answered as it is); else a new running entry under the
+        fence's job (a row of the run)."""
         _check_sweep_fence(start.fence)
         _check_name_text(start.run_id, "run_id")
         for what in ("name", "scope", "environment"):
@@ -1080,7 +1090,8 @@ class ReferenceModel:
         if start.expected is not None:
             _check_range(start.expected, 0, MAX_SWEEP_ROWS, "expected")
         _check_range(start.now_ms, 0, MAX_TIME_MS, "now_ms")
-        if self._held(start.fence) is None:
+        writer = self._ledger_writer(start.fence, start.run_id)
+        if writer is None:
             return SweepStartAnswer(None)
         blocker = self._sweep_blocker(start)
         if blocker is not None:
@@ -1098,7 +1109,7 @@ class ReferenceModel:
             return SweepStartAnswer(resumed)
         entry = SweepRecord(
             run_id=start.run_id,
-            job_id=start.fence.job_id,
+            job_id=writer.id,
             name=start.name,
             scope=start.scope,
             environment=start.environment,
@@ -1145,7 +1156,7 @@ class ReferenceModel:
 
     def sweep_advance(self, advance: SweepAdvance) -> bool:
         """Batch `batch` of a running entry is recorded when it is the next one (`batches + 1`)
-        and the fence holds; a replayed or a skipped batch moves nothing."""
+        and the fence holds for its run; a replayed or a skipped batch moves nothing."""
         _check_sweep_fence(advance.fence)
         _check_name_text(advance.run_id, "run_id")
         _check_range(advance.batch, 1, MAX_SWEEP_ROWS, "batch")
@@ -1157,7 +1168,9 @@ class ReferenceModel:
                 raise RecordInvalidError(detail="cursor_json")
         _check_range(advance.now_ms, 0, MAX_TIME_MS, "now_ms")
         e = self.sweeps.get(advance.run_id)
-        if self._held(advance.fence) is None or e is None or e.status != "running":
+        if e is None or e.status != "running":
+            return False
+        if self._ledger_writer(advance.fence, advance.run_id) is None:
             return False
         if advance.batch != e.batches + 1:
             return False
@@ -1172,7 +1185,8 @@ class ReferenceModel:
         return True
 
     def sweep_finish(self, finish: SweepFinish) -> bool:
-        """A running entry under a holding fence ends `completed`, or `failed` with its code."""
+        """A running entry, under a fence held by a row of its run, ends `completed`, or
+        `failed` with its code."""
         _check_sweep_fence(finish.fence)
         _check_name_text(finish.run_id, "run_id")
         if finish.status == "completed":
@@ -1184,7 +1198,8 @@ class ReferenceModel:
             raise RecordInvalidError(detail="status")
         _check_range(finish.now_ms, 0, MAX_TIME_MS, "now_ms")
         e = self.sweeps.get(finish.run_id)
-        if self._held(finish.fence) is None or e is None or e.status != "running":
+        writer = self._ledger_writer(finish.fence, finish.run_id)
+        if writer is None or e is None or e.status != "running":
             return False
         self.sweeps[finish.run_id] = replace(
             e,

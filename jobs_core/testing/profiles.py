@@ -78,7 +78,7 @@ FAMILY_SHARE: Final[dict[str, float]] = {
     "tasks": 0.5,
     "retention": 0.375,
     "flows": 0.5,
-    "sweeps": 0.375,
+    "sweeps": 0.325,
 }
 
 

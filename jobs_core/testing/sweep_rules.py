@@ -8,12 +8,15 @@ The edges are aimed at, each rule making the rows it needs (a row in a queue of 
 claims exactly that row): a run's life from its start to its end — batches recorded once, a
 replayed batch, a skipped one, a write after the run's claim was lost (reclaimed, acked,
 cancelled) or only lapsed (it still holds), a failed run resumed by a later attempt, a completed
-one its own later attempt finds as it is —; a completed run of the same sweep blocking a new
-one, each identity field that differs letting it through (the kind does not), a failed or
-running run never blocking, two completed runs finished in one millisecond (the greater run id
-blocks) or in an order that is not their run ids'; listings whose limit cuts through entries
-started in one millisecond. Run ids, names, scopes, environments and cursors hold quotes,
-newlines and non-ASCII text, some at their byte limits.
+one its own later attempt finds as it is —; a run writing only its own entry (a held fence of
+another row's run writes nothing, a row sharing the run does; after a fresh requeue the row's
+new claim leaves its old run's entry alone and opens its new run's, after a plain one it
+resumes); a completed run of the same sweep blocking a new one, each identity field that
+differs letting it through (the kind does not), a failed or running run never blocking, two
+completed runs finished in one millisecond (the greater run id blocks) or in an order that is
+not their run ids'; listings whose limit cuts through entries started in one millisecond. Run
+ids, names, scopes, environments and cursors hold quotes, newlines and non-ASCII text, some at
+their byte limits.
 """
 
 from __future__ import annotations
@@ -114,6 +117,18 @@ BLOCKER_CASES = (
     "greater run last",
     "running",
     "completed",
+    "same ms",
+)
+#: Whose fence writes run R's entry besides R's row (`sweep_other_run`): another row's (in a
+#: run of its own), a twin row of R (as a saga's unwind job is), or R's row's own after its job
+#: was requeued fresh or plainly.
+OTHER_RUN_CASES = (
+    "another row",
+    "another row",
+    "twin",
+    "requeued fresh",
+    "requeued fresh",
+    "requeued",
 )
 #: Calls the ABC refuses before any write.
 SWEEP_REFUSALS = (
@@ -198,7 +213,7 @@ class SweepRules(ParityMachine):
         op=st.sampled_from(("start", "start", "advance", "advance", "finish", "list", "refused")),
         pick=recent,
         who=aimed_fences,
-        run=st.sampled_from(("own", "own", "entry", "other row", "other row", "fresh")),
+        run=st.sampled_from(("own", "own", "own", "entry", "other row", "fresh")),
         like=st.sampled_from((None, None, *CHANGES)),
         ident=identities,
         prefix=st.sampled_from(ID_PREFIXES),
@@ -513,7 +528,7 @@ class SweepRules(ParityMachine):
         prefixes=st.lists(st.sampled_from(ID_PREFIXES), min_size=3, max_size=3),
         by_name=st.booleans(),
         limit=st.sampled_from((1, 1, 2, 3)),
-        pick=recent,
+        twin=st.sampled_from((False, False, True)),
     )
     def sweep_list_ties(
         self,
@@ -522,33 +537,156 @@ class SweepRules(ParityMachine):
         prefixes: list[str],
         by_name: bool,
         limit: int,
-        pick: int,
+        twin: bool,
     ) -> None:
-        """Open `ties` entries in this very millisecond under one running row's fence (fresh
-        run ids of code points whose order no collation keeps; the first, now and then, the run
-        id of another row, which names no job of the entry), then list the ledger (or one
-        name's entries) with a limit that cuts through them: ties by the greater run id."""
-        rows = self._held_rows()
-        if not rows:
-            return
-        r = rows[-1 - pick % len(rows)]
-        assert r.claimed_by is not None
-        f = Fence(r.id, r.claims, r.claimed_by)
+        """Open `ties` entries in this very millisecond, each the run of a row of its own (run
+        ids of code points whose order no collation keeps; with `twin`, the first opened by a
+        second row of its run, enqueued after it, as a saga's unwind job holds the saga's run:
+        the entry's job is that twin's, the fence's), then list the ledger (or one name's
+        entries) with a limit that cuts through them: ties by the greater run id."""
         # A sweep of its own, so that no completed run blocks these entries.
         self._serial += 1
         ident = replace(ident, checksum=f"tie{self._serial}")
-        others = [
-            o.run_id
-            for o in self.model.rows.values()
-            if o.id != r.id and o.run_id not in self.model.sweeps
-        ]
-        for i, prefix in enumerate(prefixes[:ties]):
-            if i == 0 and others and pick % 2:
-                self._note("sweep start for another row's run")
-                self._ledger_start(f, others[-1 - pick % len(others)], ident, None)
-            else:
-                self._ledger_start(f, self._fresh_sweep_run(prefix), ident, None)
+        jobs = [self._sweep_job(prefix) for prefix in prefixes[:ties]]
+        if twin and jobs:
+            jobs.append(self._sweep_job(prefixes[-1], run_id=jobs[0].run_id))
+        claimed = self._claimed_together(jobs)
+        # By run: the twin, enqueued last, is the one whose fence opens its run.
+        fences = {j.run_id: claimed[j.id].fence for j in jobs if j.id in claimed}
+        for job in jobs[:ties]:
+            if job.run_id in fences:
+                got = self._ledger_start(fences[job.run_id], job.run_id, ident, None)
+                if self._opened_entry(got) and fences[job.run_id].job_id != job.id:
+                    self._note("sweep entry opened by a twin row of its run")
         self._ledger_list(ident.name if by_name else None, limit)
+
+    @precondition(lambda self: self.capabilities.sweeps)
+    @rule(
+        ident=identities,
+        prefixes=st.tuples(*[st.sampled_from(ID_PREFIXES)] * 2),
+        case=st.sampled_from(OTHER_RUN_CASES),
+        batches=st.integers(0, 2),
+        flip=st.booleans(),
+        cursor=st.sampled_from(CURSORS),
+    )
+    def sweep_other_run(
+        self,
+        ident: Identity,
+        prefixes: tuple[str, str],
+        case: str,
+        batches: int,
+        flip: bool,
+        cursor: str | None,
+    ) -> None:
+        """A run writes only its own entry. Run R's row opens R's entry (for "twin", a second
+        row of R enqueued after it does when `flip`: the entry's job is then the twin's) and
+        records `batches` batches; then, by `case`: another row's held fence (one some rule
+        holds, else one made for it) tries every write of R and a start of a run no row holds,
+        and nothing lands, while R's row records on; the twin records a batch and ends R
+        (`failed` when `flip`); the job — R's entry ended when `flip` (`completed` after an odd
+        number of batches: a fresh run of the sweep is then blocked by it), else left running —
+        is acked, requeued fresh (to a run id that extends R's when it fits: a compare of the
+        first bytes takes it for R) or plainly, and claimed again: after a fresh requeue its new
+        fence writes nothing of R and opens the new run's entry, after a plain one it resumes
+        R's."""
+        jobs = [self._sweep_job(prefixes[0])]
+        if case == "twin":
+            jobs.append(self._sweep_job(prefixes[1], run_id=jobs[0].run_id))
+        claimed = self._claimed_together(jobs)
+        if len(claimed) != len(jobs):
+            return
+        job, twin = claimed[jobs[0].id], claimed.get(jobs[-1].id) if case == "twin" else None
+        f, run = job.fence, job.run_id
+        opener = twin.fence if twin is not None and flip else f
+        if not self._opened_entry(self._ledger_start(opener, run, ident, None)):
+            # A completed run of that sweep blocks it: a changed declaration is a new sweep.
+            self._serial += 1
+            ident = replace(ident, checksum=f"o{self._serial}")
+            if not self._opened_entry(self._ledger_start(opener, run, ident, None)):
+                return
+        if opener != f:
+            self._note("sweep entry opened by a twin row of its run")
+        for b in range(1, batches + 1):
+            self._ledger_advance(f, run, b, 1, 0, cursor)
+        if twin is not None:
+            self._note("sweep writes of a run under its twin row's fence")
+            self._ledger_advance(twin.fence, run, self._next_batch(run), 1, 0, cursor)
+            self._ledger_finish(twin.fence, run, "failed" if flip else "completed")
+        elif case == "another row":
+            self._other_rows_writes(job, ident, cursor)
+        elif self.capabilities.operator:
+            ended = ("failed", "completed")[batches % 2] if flip else None
+            self._requeued(job, ident, case, ended, cursor)
+
+    def _other_rows_writes(self, job: ClaimedJob, ident: Identity, cursor: str | None) -> None:
+        """Another row's held fence (a row some other rule holds, in a run of its own, else one
+        made for it) writes nothing of `job`'s run, nor opens a run no row holds; `job`'s own
+        fence records on."""
+        run = job.run_id
+        others = [
+            Fence(r.id, r.claims, r.claimed_by)
+            for r in self._running()
+            if r.claimed_by is not None and r.run_id != run
+        ]
+        if not others:
+            made = self._sweep_row(ID_PREFIXES[0])
+            if made is None:
+                return
+            others.append(made.fence)
+        other = others[-1]
+        self._note("sweep writes of a run under another row's held fence")
+        self._note("sweep start for another row's run")
+        self._writes_of(other, run, ident, cursor)
+        self._ledger_start(other, self._fresh_sweep_run("nobody-"), ident, None)
+        self._ledger_advance(job.fence, run, self._next_batch(run), 1, 0, cursor)
+
+    def _requeued(
+        self, job: ClaimedJob, ident: Identity, case: str, ended: str | None, cursor: str | None
+    ) -> None:
+        """`job`'s entry `ended` (or left running), the job acked, requeued as `case` says (in
+        its run, or in a fresh one whose id extends the old one's) and claimed again by the
+        other worker: the new claim writes the old run's entry after a plain requeue; after a
+        fresh one it writes nothing of it and opens its new run's."""
+        f, run = job.fence, job.run_id
+        if ended is not None:
+            self._ledger_finish(f, run, ended, FAIL_CODES[1])
+        self._ack([Ack(f, self.now, None)])
+        # Settled: the run's own fence holds no more.
+        self._ledger_start(f, run, ident, None)
+        fresh = None if case == "requeued" else self._fresh_sweep_run("fresh-")
+        extended = f"{run}·{fresh}"
+        if fresh is not None and utf8_length(extended) <= MAX_NAME_BYTES:
+            # The old run id a prefix of the new one (a fresh id of its own when it would not
+            # fit): only a compare of the whole id tells them apart.
+            fresh = extended
+        got = self._both(
+            "job_requeue",
+            functools.partial(self.model.job_requeue, job.id, self.now, fresh_run_id=fresh),
+            functools.partial(self.driver.job_requeue, job.id, self.now, fresh_run_id=fresh),
+        )
+        if isinstance(got, JobsError):
+            return
+        again = self._claim_alone(job.queue, _other(f.worker_id))
+        if again is None:
+            return
+        if fresh is None:
+            self._note("sweep writes of a run after a plain requeue")
+            self._ledger_start(again.fence, run, ident, None)
+            self._ledger_advance(again.fence, run, self._next_batch(run), 1, 0, cursor)
+            return
+        self._note("sweep writes of a row's old run after a fresh requeue")
+        if fresh.startswith(run):
+            self._note("sweep writes of a run its row's fresh run id extends")
+        self._writes_of(again.fence, run, ident, cursor)
+        if self._opened_entry(self._ledger_start(again.fence, fresh, ident, None)):
+            self._note("sweep start of a row's fresh run after a requeue")
+            self._ledger_advance(again.fence, fresh, 1, 1, 0, cursor)
+
+    def _writes_of(self, f: Fence, run_id: str, ident: Identity, cursor: str | None) -> None:
+        """Every write of run `run_id`'s entry under `f`: a start, the next batch, an end."""
+        self._ledger_start(f, run_id, ident, None)
+        self._ledger_advance(f, run_id, self._next_batch(run_id), 1, 0, cursor)
+        self._ledger_finish(f, run_id, "completed")
 
     # -- calls on both, and what they reached -----------------------------------------------------
 
@@ -581,7 +719,10 @@ class SweepRules(ParityMachine):
                 self._note("sweep start blocked though its kind differs")
             self._note_blocker(start, got.blocked_by)
         elif got.record is None:
-            self._note("sweep start off the fence")
+            if self.model._held(f) is None:
+                self._note("sweep start off the fence")
+            else:
+                self._note("sweep start under a held fence of another run")
         else:
             if before is not None:
                 self._note(f"sweep start of its own {before.status} entry")
@@ -653,6 +794,9 @@ class SweepRules(ParityMachine):
             self._note("sweep advance off the fence")
             if batch == before.batches + 1:
                 self._note("sweep advance of the next batch off the fence")
+        elif held.run_id != run_id:
+            if batch == before.batches + 1:
+                self._note("sweep advance of the next batch under a held fence of another run")
         elif batch <= before.batches:
             self._note("sweep advance of a replayed batch")
         elif batch > before.batches + 1:
@@ -660,6 +804,8 @@ class SweepRules(ParityMachine):
         elif got:
             self._note("sweep advance landed")
             self._note_lapsed(held, "advance")
+            if held.id != before.job_id:
+                self._note("sweep advance landed under another row of its run")
             if cursor is None and before.cursor_json is not None:
                 self._note("sweep advance clearing the cursor")
             if cursor is not None and utf8_length(cursor) == MAX_SWEEP_CURSOR_BYTES:
@@ -689,6 +835,8 @@ class SweepRules(ParityMachine):
             self._note(f"sweep finish of a {before.status} entry")
         elif held is None:
             self._note("sweep finish off the fence")
+        elif held.run_id != run_id:
+            self._note("sweep finish under a held fence of another run")
         elif got:
             self._note(f"sweep finish landed {status}")
             self._note_lapsed(held, "finish")
@@ -801,15 +949,16 @@ class SweepRules(ParityMachine):
         self._serial += 1
         return f"{prefix}{self._serial:04d}"
 
-    def _sweep_row(self, prefix: str) -> ClaimedJob | None:
-        """A fresh row in a queue of its own (only these rules claim it), three attempts,
-        claimed now by the first worker: the run a sweep is written under."""
+    def _sweep_job(self, prefix: str, run_id: str | None = None) -> NewJob:
+        """A fresh row in a queue of its own (only these rules claim it), three attempts: the
+        run a sweep is written under (`run_id`, another row's for a twin, else its own)."""
         job_id = self._fresh_id(prefix)
-        run_id = f"run-{job_id}"
+        if run_id is None:
+            run_id = f"run-{job_id}"
         if utf8_length(run_id) > MAX_NAME_BYTES:
             # An id at the byte limit: its run id is as long (reversed, so still unique).
             run_id = job_id[::-1]
-        job = NewJob(
+        return NewJob(
             id=job_id,
             run_id=run_id,
             name=NAMES[0],
@@ -822,12 +971,31 @@ class SweepRules(ParityMachine):
             max_attempts=3,
             created_at_ms=self.now,
         )
+
+    def _sweep_row(self, prefix: str) -> ClaimedJob | None:
+        """A `_sweep_job` row of a run of its own, claimed now by the first worker."""
+        job = self._sweep_job(prefix)
         self._both(
             "job_enqueue(a sweep's row)",
             functools.partial(self.model.job_enqueue, job),
             functools.partial(self.driver.job_enqueue, job),
         )
         return self._claim_alone(job.queue, WORKERS[0])
+
+    def _claimed_together(self, jobs: list[NewJob]) -> dict[str, ClaimedJob]:
+        """`jobs` (`_sweep_job` rows) moved to one queue of their own, enqueued in one call and
+        claimed in one pass by the first worker; the claimed by id."""
+        if not jobs:
+            return {}
+        queue = jobs[-1].queue
+        jobs = [replace(j, queue=queue) for j in jobs]
+        self._both(
+            "job_enqueue_many(a sweep's rows)",
+            functools.partial(self.model.job_enqueue_many, jobs),
+            functools.partial(self.driver.job_enqueue_many, jobs),
+        )
+        got = self._claim(ClaimParams((queue,), WORKERS[0], len(jobs), 1000, self.now))
+        return {j.id: j for j in got.jobs} if isinstance(got, ClaimResult) else {}
 
     def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
         got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))

@@ -1,11 +1,13 @@
 """The `sweep_*` statements: the ledger of what factories swept, one entry per run.
 
 Each is ONE autocommit statement, so its fence and its write are one transaction. The fence is
-`STEP_PUT`'s: the fence's job row is read `FOR SHARE` while `running` with those `claims` and
-that worker. A concurrent ack, nack, cancel or re-claim of that row then waits for this
-statement, or this one waits for it and re-checks the fence on the row it left (READ
-COMMITTED's re-check of a locked row) and finds it broken: a run that lost its claim records
-nothing. Lock order, every statement: the job row first, then ledger rows (in run_id order).
+`STEP_PUT`'s, narrowed to the run: the fence's job row is read `FOR SHARE` while `running` with
+those `claims` and that worker AND in run `:run_id` (a run writes only its own entry). A
+concurrent ack, nack, cancel or re-claim of that row then waits for this statement, or this one
+waits for it and re-checks the fence on the row it left (READ COMMITTED's re-check of a locked
+row) and finds it broken: a run that lost its claim records nothing. (A row's run id moves only
+by a requeue, which takes no running row.) Lock order, every statement: the job row first, then
+ledger rows (in run_id order).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ _record = [sweeps.c[c] for c in RECORD_COLUMNS]
 
 
 def _held(name: str) -> sa.CTE:
-    """The fence's job row, locked FOR SHARE while the fence holds (`:job_id`, `:claims`,
-    `:worker_id`); no row when it does not."""
+    """The fence's job row, locked FOR SHARE while the fence holds for the run (`:job_id`,
+    `:claims`, `:worker_id`, and the row's run is `:run_id`); no row when it does not."""
     return (
         sa.select(jobs.c.id)
         .where(
@@ -51,6 +53,7 @@ def _held(name: str) -> sa.CTE:
             jobs.c.state == lit("running"),
             jobs.c.claims == p("claims", BIGINT),
             jobs.c.claimed_by == p("worker_id", TEXT),
+            jobs.c.run_id == p("run_id", TEXT),
         )
         .with_for_update(of=jobs, read=True)
         .cte(name)

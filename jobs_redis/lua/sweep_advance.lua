@@ -1,21 +1,22 @@
 -- sweep_advance — record batch ARGV[5] of run ARGV[3]'s running entry, once, fenced on the
 -- run's claim.
 --
--- KEYS[1] job:state   KEYS[2] sweep   (includes/sweep.lua)
+-- KEYS[1] job:state   KEYS[2] job:data   KEYS[3] sweep   (includes/sweep.lua)
 -- ARGV[1] the fence's job id   ARGV[2] claims NUL worker NUL (the fence)   ARGV[3] run_id
 -- ARGV[4] batch - 1 and ARGV[5] batch, as decimal text   ARGV[6] rows   ARGV[7] errors
 -- ARGV[8] cursor_json ("" for None)   ARGV[9] now_ms
--- Moves only while the fence holds and the entry is `running` with batches equal to ARGV[4]
--- byte for byte (both a Python int's decimal text): a replayed or skipped batch moves nothing.
+-- Moves only while the fence holds for run ARGV[3] (`held_for_run`) and the entry is `running`
+-- with batches equal to ARGV[4] byte for byte (both a Python int's decimal text): a replayed or
+-- skipped batch moves nothing.
 -- rows and errors are added as decimal text (exact past 2^53).
 -- Returns 1 when it moved, else 0.
 --!include row.lua
 --!include sweep.lua
 
-if not held_item(KEYS[1], ARGV[1], ARGV[2]) then
+if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
-local raw = redis.call("HGET", KEYS[2], ARGV[3])
+local raw = redis.call("HGET", KEYS[3], ARGV[3])
 if not raw then
   return 0
 end
@@ -26,5 +27,5 @@ end
 e[S_BATCHES], e[S_CURSOR], e[S_UPDATED] = ARGV[5], ARGV[8], ARGV[9]
 e[S_ROWS] = dec_add(e[S_ROWS], ARGV[6])
 e[S_ERRORS] = dec_add(e[S_ERRORS], ARGV[7])
-redis.call("HSET", KEYS[2], ARGV[3], join(e))
+redis.call("HSET", KEYS[3], ARGV[3], join(e))
 return 1

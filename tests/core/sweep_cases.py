@@ -2,9 +2,10 @@
 (tests/pg/test_sweeps_pg.py) and Redis (tests/redis/test_sweeps_redis.py) run these same cases.
 
 Each case takes an open driver with an empty store (the concurrent one, several drivers on one
-store) and pins what `jobs_core.driver`'s `_sweep_*` docstrings promise: fenced writes, a batch
-recorded once, only a completed run of the same sweep blocking, the listing's order, and hostile
-values (multi-byte names at the byte limit, markup, quotes, counts past 2**53) read back exactly.
+store) and pins what `jobs_core.driver`'s `_sweep_*` docstrings promise: writes fenced on the
+run's claim (a run writes only its own entry), a batch recorded once, only a completed run of
+the same sweep blocking, the listing's order, and hostile values (multi-byte names at the byte
+limit, markup, quotes, counts past 2**53) read back exactly.
 """
 
 from __future__ import annotations
@@ -212,6 +213,44 @@ async def a_lost_fence_writes_nothing(driver: JobDriver) -> None:
     assert not await driver.sweep_finish(SweepFinish(f2, "run-f", "completed", None, lapsed + 3))
     assert await driver.sweep_start(starting(f2, "run-f", lapsed + 3)) == SweepStartAnswer(None)
     assert await driver.sweep_list(None, 10) == [resumed]
+
+
+async def a_held_fence_of_another_run_writes_nothing(driver: JobDriver) -> None:
+    """A fence that holds, but whose row is in another run, writes nothing of this run: another
+    job's (no start, batch or end; no entry for a run no row holds), and this job's own once a
+    fresh requeue put it in a new run. A second row of the same run (as a saga's unwind job is)
+    writes it, the entry's job kept."""
+    f = await held(driver, "run-a")
+    other = await held(driver, "run-b")
+    entry = fresh(starting(f, "run-a", T0 + 1))
+    assert await driver.sweep_start(starting(f, "run-a", T0 + 1)) == SweepStartAnswer(entry)
+    assert await driver.sweep_advance(SweepAdvance(f, "run-a", 1, 5, 0, '"a1"', T0 + 2))
+    entry = replace(entry, batches=1, rows=5, cursor_json='"a1"', updated_at_ms=T0 + 2)
+    assert await driver.sweep_start(starting(other, "run-a", T0 + 3)) == SweepStartAnswer(None)
+    assert not await driver.sweep_advance(SweepAdvance(other, "run-a", 2, 5, 0, None, T0 + 3))
+    assert not await driver.sweep_finish(SweepFinish(other, "run-a", "completed", None, T0 + 3))
+    assert await driver.sweep_start(starting(other, "run-z", T0 + 3)) == SweepStartAnswer(None)
+    assert await driver.sweep_list(None, 10) == [entry]
+
+    twin = await held(driver, "run-a", worker="w-twin")
+    assert twin.job_id != f.job_id
+    assert await driver.sweep_advance(SweepAdvance(twin, "run-a", 2, 1, 0, None, T0 + 4))
+    entry = replace(entry, batches=2, rows=6, cursor_json=None, updated_at_ms=T0 + 4)
+    assert await driver.sweep_list(None, 10) == [entry]
+
+    # The job ends and is requeued fresh: its next claim is in run `run-a·2`.
+    assert await driver.job_ack([Ack(f, T0 + 5)]) == [True]
+    await driver.job_requeue(f.job_id, T0 + 6, fresh_run_id="run-a·2")
+    got = await driver.job_claim(ClaimParams((f"q-{f.job_id}",), "w", 1, LEASE_MS, T0 + 7))
+    assert [(j.id, j.run_id) for j in got.jobs] == [(f.job_id, "run-a·2")]
+    f2 = got.jobs[0].fence
+    assert await driver.sweep_start(starting(f2, "run-a", T0 + 8)) == SweepStartAnswer(None)
+    assert not await driver.sweep_advance(SweepAdvance(f2, "run-a", 3, 5, 0, None, T0 + 8))
+    assert not await driver.sweep_finish(SweepFinish(f2, "run-a", "failed", "X_A", T0 + 8))
+    assert await driver.sweep_list(None, 10) == [entry]
+    mine = fresh(starting(f2, "run-a·2", T0 + 9))
+    assert await driver.sweep_start(starting(f2, "run-a·2", T0 + 9)) == SweepStartAnswer(mine)
+    assert mine.job_id == f.job_id
 
 
 async def only_a_completed_run_of_the_same_sweep_blocks(driver: JobDriver) -> None:

@@ -15,6 +15,10 @@ async def test_a_lost_fence_writes_nothing() -> None:
     await cases.a_lost_fence_writes_nothing(MemoryDriver())
 
 
+async def test_a_held_fence_of_another_run_writes_nothing() -> None:
+    await cases.a_held_fence_of_another_run_writes_nothing(MemoryDriver())
+
+
 async def test_only_a_completed_run_of_the_same_sweep_blocks() -> None:
     await cases.only_a_completed_run_of_the_same_sweep_blocks(MemoryDriver())
 

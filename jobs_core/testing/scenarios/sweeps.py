@@ -1,10 +1,11 @@
 """The sweep family's scenarios: the ledger a factory writes each run of a sweep into. A new
 entry and what it holds; a batch recorded once (a replayed or a skipped one moves nothing); every
-write fenced on the run's claim (a lapsed lease nobody reclaimed still holds); a failed run
-resumed by its next attempt, a completed one left as it is; a completed run of the same sweep
-blocking a new one (each identity field differing lets it through, the kind does not; a failed
-or running run never blocks), the last finished first; the listing's order, ties and limits;
-refused calls writing nothing.
+write fenced on the run's claim (a lapsed lease nobody reclaimed still holds), a run writing
+only its own entry (not under another run's held fence, nor its row's after a fresh requeue); a
+failed run resumed by its next attempt, a completed one left as it is; a completed run of the
+same sweep blocking a new one (each identity field differing lets it through, the kind does not;
+a failed or running run never blocks), the last finished first; the listing's order, ties and
+limits; refused calls writing nothing.
 
 Each run is a row of its own queue, claimed by `w1` unless said; its run id is the row's.
 A driver that does not declare `sweeps` must refuse the calls with
@@ -65,9 +66,18 @@ async def _unsupported(driver: JobDriver) -> bool:
     return True
 
 
-async def _run(driver: JobDriver, job_id: str, now: int = T0, worker: str = "w1") -> ClaimedJob:
-    """Row `job_id` in a queue of its own, three attempts, claimed at `now` by `worker`."""
-    job = new_job(job_id, queue=f"q-{job_id}", run_at_ms=now, created_at_ms=now)
+async def _run(
+    driver: JobDriver, job_id: str, now: int = T0, worker: str = "w1", run_id: str | None = None
+) -> ClaimedJob:
+    """Row `job_id` (of run `run_id`, else `run-<job_id>`) in a queue of its own, three
+    attempts, claimed at `now` by `worker`."""
+    job = new_job(
+        job_id,
+        run_id=run_id or f"run-{job_id}",
+        queue=f"q-{job_id}",
+        run_at_ms=now,
+        created_at_ms=now,
+    )
     assert await driver.job_enqueue(job) == EnqueueResult(job_id, deduped=False)
     return await claim_one(driver, now, job.queue, worker=worker)
 
@@ -131,20 +141,19 @@ async def _entry(driver: JobDriver, run_id: str) -> SweepRecord:
 
 
 async def scenario_sweeps_a_new_entry(driver: JobDriver) -> None:
-    """A start opens a `running` entry under the fence's job (even for a run id that is not
-    that row's), every declaration field as given (non-ASCII, at the byte limits), nothing
-    recorded yet, started and updated at now; the listing answers it as the start did."""
+    """A start opens a `running` entry under the fence's job, every declaration field as given
+    (non-ASCII, at the byte limits), nothing recorded yet, started and updated at now; the
+    listing answers it as the start did. Another row of the same run (as a saga's unwind job
+    is), enqueued first and never claimed, is not the entry's job: the fence's row is."""
     if await _unsupported(driver):
         return
+    twin = new_job("b", run_id="run-a", queue="q-b", run_at_ms=T0 + 10**9)
+    assert await driver.job_enqueue(twin) == EnqueueResult("b", deduped=False)
     job = await _run(driver, "a")
-    # Another row of the store, never claimed: its run id is named, its row is not the fence's.
-    assert await driver.job_enqueue(new_job("b", run_at_ms=T0 + 10**9)) == EnqueueResult(
-        "b", deduped=False
-    )
     identity = (LONG_SWEEP_NAME, "☃ 'org'\n%", "prød", "import", LONG_CHECKSUM)
-    got = await driver.sweep_start(_start(job.fence, "run-b", T0 + 5, identity, MAX_SWEEP_ROWS))
+    got = await driver.sweep_start(_start(job.fence, "run-a", T0 + 5, identity, MAX_SWEEP_ROWS))
     want = SweepRecord(
-        run_id="run-b",
+        run_id="run-a",
         job_id="a",
         name=LONG_SWEEP_NAME,
         scope="☃ 'org'\n%",
@@ -163,10 +172,10 @@ async def scenario_sweeps_a_new_entry(driver: JobDriver) -> None:
         finished_at_ms=None,
     )
     assert got == SweepStartAnswer(want), got
-    mine = await _open(driver, job, T0 + 6, expected=0)
+    mine = await _open(driver, await _run(driver, "c"), T0 + 6, expected=0)
     assert (mine.run_id, mine.job_id, mine.expected, mine.started_at_ms) == (
-        "run-a",
-        "a",
+        "run-c",
+        "c",
         0,
         T0 + 6,
     ), mine
@@ -258,6 +267,68 @@ async def scenario_sweeps_writes_are_fenced_on_the_claim(driver: JobDriver) -> N
     assert not await _finish(driver, again.fence, run, T0 + 1005)
     e = await _entry(driver, run)
     assert (e.status, e.batches, e.updated_at_ms) == ("running", 3, T0 + 1003), e
+
+
+async def scenario_sweeps_a_run_writes_only_its_own_entry(driver: JobDriver) -> None:
+    """A write lands only under a fence whose row is in the write's run now. Another row's held
+    fence writes nothing of run `run-a` (no start, no batch, no end) and opens no entry for a
+    run no row holds; a row that shares the run (as a saga's unwind job does) writes its entry.
+    After a fresh requeue to a run id that extends the old one, the row's new claim writes
+    nothing of its old run and opens its new run's entry, under the same job; after a plain
+    requeue, the next claim resumes the same run's entry."""
+    if await _unsupported(driver):
+        return
+    a = await _run(driver, "a")
+    b = await _run(driver, "b")
+    await _open(driver, a, T0)
+    assert await _advance(driver, a.fence, "run-a", 1, T0 + 1, cursor='"a1"')
+    before = await _ledger(driver)
+    # b's fence holds, but b is in run-b.
+    assert await driver.sweep_start(_start(b.fence, "run-a", T0 + 2)) == SweepStartAnswer(None)
+    assert not await _advance(driver, b.fence, "run-a", 2, T0 + 2)
+    assert not await _finish(driver, b.fence, "run-a", T0 + 2)
+    assert not await _finish(driver, b.fence, "run-a", T0 + 2, "X_BACKFILL_STALLED")
+    assert await driver.sweep_start(_start(b.fence, "run-z", T0 + 2)) == SweepStartAnswer(None)
+    assert await _ledger(driver) == before
+    # A twin row of run-a, claimed by another worker: it holds run-a too.
+    twin = new_job("twin", run_id="run-a", queue="q-twin")
+    assert await driver.job_enqueue(twin) == EnqueueResult("twin", deduped=False)
+    u = await claim_one(driver, T0 + 3, "q-twin", worker="w2")
+    assert await _advance(driver, u.fence, "run-a", 2, T0 + 3, rows=4, cursor='"u2"')
+    e = await _entry(driver, "run-a")
+    assert (e.job_id, e.batches, e.rows, e.updated_at_ms) == ("a", 2, 14, T0 + 3), e
+    assert await _finish(driver, a.fence, "run-a", T0 + 4, "X_BACKFILL_STALLED")
+    if not driver.capabilities().operator:
+        return
+    failed = await _entry(driver, "run-a")
+    assert await driver.job_ack([Ack(a.fence, T0 + 4)]) == [True]
+    await driver.job_requeue("a", T0 + 5, fresh_run_id="run-a·2")
+    again = await claim_one(driver, T0 + 6, a.queue)
+    assert again.run_id == "run-a·2", again
+    # The old run's failed entry: its row's new claim neither resumes nor moves it.
+    assert await driver.sweep_start(_start(again.fence, "run-a", T0 + 7)) == SweepStartAnswer(None)
+    assert not await _advance(driver, again.fence, "run-a", 3, T0 + 7)
+    assert not await _finish(driver, again.fence, "run-a", T0 + 7)
+    assert await _entry(driver, "run-a") == failed
+    # The new run opens its own entry, under the same job.
+    fresh = await _open(driver, again, T0 + 8)
+    assert (fresh.run_id, fresh.job_id, fresh.batches, fresh.started_at_ms) == (
+        "run-a·2",
+        "a",
+        0,
+        T0 + 8,
+    ), fresh
+    # A plain requeue keeps the run: the next claim resumes its entry and records on.
+    assert await driver.job_ack([Ack(again.fence, T0 + 9)]) == [True]
+    await driver.job_requeue("a", T0 + 10)
+    third = await claim_one(driver, T0 + 11, a.queue)
+    resumed = await _open(driver, third, T0 + 12)
+    assert resumed == replace(fresh, updated_at_ms=T0 + 12), resumed
+    assert await _advance(driver, third.fence, "run-a·2", 1, T0 + 13)
+    assert await _ledger(driver) == {
+        "run-a": failed,
+        "run-a·2": replace(resumed, batches=1, rows=10, updated_at_ms=T0 + 13),
+    }
 
 
 # -- a run's own entry ----------------------------------------------------------------------------
@@ -417,13 +488,12 @@ async def scenario_sweeps_listed_newest_first(driver: JobDriver) -> None:
     (no collation's), up to the limit — which may cut through a tie —, of one name when asked."""
     if await _unsupported(driver):
         return
-    job = await _run(driver, "a")
     runs = {"B-1": T0, "é-1": T0, "a-1": T0, "☃-2": T0 + 1, "_-2": T0 + 1, "%-0": T0 - 1}
     named = {"☃-2": "q'uo%te\n☃", "a-1": "q'uo%te\n☃"}
-    for run_id, now in runs.items():
+    for i, (run_id, now) in enumerate(runs.items()):
+        job = await _run(driver, f"j{i}", now, run_id=run_id)
         identity = (named.get(run_id, "users"), *USERS[1:])
-        got = await driver.sweep_start(_start(job.fence, run_id, now, identity))
-        assert got.record is not None, got
+        await _open(driver, job, now, identity)
     order = ["☃-2", "_-2", "é-1", "a-1", "B-1", "%-0"]
     listed = await driver.sweep_list(None, MAX_SWEEP_LIST)
     assert [e.run_id for e in listed] == order, listed
@@ -493,6 +563,7 @@ SWEEP_SCENARIOS: dict[str, Scenario] = {
         scenario_sweeps_a_completed_run_stays_completed,
         scenario_sweeps_a_failed_run_resumes,
         scenario_sweeps_a_new_entry,
+        scenario_sweeps_a_run_writes_only_its_own_entry,
         scenario_sweeps_listed_newest_first,
         scenario_sweeps_refusals_write_nothing,
         scenario_sweeps_the_blocker_is_the_last_finished,

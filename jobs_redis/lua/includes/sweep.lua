@@ -50,6 +50,16 @@ local function head_range(head)
   return "[" .. head .. Z, "(" .. head .. "\1"
 end
 
+-- A ledger write's fence: the job row is held by that claim (`held_item`, row.lua) AND is in run
+-- `run_id` now — job:data's first field, `run_id NUL ...` — so a run writes only its own entry.
+local function held_for_run(state_key, data_key, id, meta, run_id)
+  if not held_item(state_key, id, meta) then
+    return false
+  end
+  local data = redis.call("HGET", data_key, id)
+  return string.sub(data, 1, #run_id + 1) == run_id .. Z
+end
+
 -- The sweep:done head of a sweep: what a completed entry of another run must share to block.
 local function sweep_head(name, scope, environment, checksum)
   return name .. Z .. scope .. Z .. environment .. Z .. checksum

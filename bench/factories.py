@@ -657,8 +657,9 @@ async def run(config: Config, kinds: tuple[str, ...], pg_url: str) -> dict[str, 
         about["setup_s"] = time.perf_counter() - began
         samples = await measure(p, config, kinds)
         file_bytes, file_rows = p.file_bytes, p.file_rows
-        # Where the data was, for the record: every one of them is gone once this block ends.
-        made = {"schemas": [p.data_schema, p.jobs_schema], "directory": str(p.directory)}
+        # Where the data was, for the record: every one of them is gone once this block ends. The
+        # directory by its name in the system's temporary directory, never a machine's path.
+        made = {"schemas": [p.data_schema, p.jobs_schema], "directory": p.directory.name}
     about["load_after"] = os.getloadavg()
     about["commit_after"] = _git("describe", "--always", "--dirty")
     result: dict[str, Any] = {

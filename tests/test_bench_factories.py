@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -54,7 +55,7 @@ def test_the_dry_run_measures_both_sweeps_on_both_sides_and_removes_its_data(
     assert "| backfill, keyset, batch 1,000 | 5,000 | 6 |" in text
     assert f"| import, JSONL 0.5 MB, page 0.0625 MiB | {result['file_rows']:,} |" in text
 
-    assert not Path(result["made"]["directory"]).exists()
+    assert not (Path(tempfile.gettempdir()) / result["made"]["directory"]).exists()
     with psycopg.connect(libpq_url(PG_URL)) as conn:
         left = conn.execute(
             "SELECT schema_name FROM information_schema.schemata WHERE schema_name = ANY(%s)",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from jobs_core.factories.rows import export_rows
 from jobs_core.factories.rows.formats import Layout, read_page
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import JsonValue
-from jobs_core.records import StepPut, SweepRecord
+from jobs_core.records import SweepCheckpoint, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
@@ -163,11 +162,11 @@ class LosesOneRecord(MemoryDriver):
         self.name = name
         self.lost = 0
 
-    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
-        if not self.lost and any(p.name == self.name for p in puts):
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        if not self.lost and checkpoint.step.name == self.name:
             self.lost += 1
-            return [p.name != self.name for p in puts]
-        return await super()._step_put(puts)
+            return False
+        return await super()._sweep_checkpoint(checkpoint)
 
 
 async def work(driver: MemoryDriver, h: Any, input: Any) -> str:

@@ -39,6 +39,7 @@ from jobs_core.factories.rows.common import (
     close_failed,
     input_key,
     open_ledger,
+    page_step,
     recorded,
     recorded_int,
     refuse_other_enqueuer,
@@ -320,14 +321,16 @@ async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
         pages = rows = 0
         while True:
             name = f"{prefix}/part-{pages:06d}.{EXTENSIONS[spec.format]}"
-            out = await ctx.step.run(
-                f"page:{pages}", _page_step(spec, sink, name, input, ctx.tenant, cursor)
+            out = await page_step(
+                ctx,
+                ledger,
+                pages,
+                _page_step(spec, sink, name, input, ctx.tenant, cursor),
+                _page_counts,
             )
-            count = recorded_int(out, "rows")
             pages += 1
-            rows += count
+            rows += recorded_int(out, "rows")
             cursor = recorded(out, "cursor")
-            await ledger.advance(pages, rows=count, cursor=cursor)
             if recorded(out, "done") is True:
                 break
         await ledger.finish()
@@ -336,6 +339,11 @@ async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
             await close_failed(ledger, ctx, exc)
         raise
     return {"pages": pages, "rows": rows, "location": sink.where(prefix)}
+
+
+def _page_counts(output: JsonValue) -> tuple[int, int, JsonValue]:
+    """A page's advance, read off its step's output: its rows and the cursor after it."""
+    return recorded_int(output, "rows"), 0, recorded(output, "cursor")
 
 
 def _page_step(

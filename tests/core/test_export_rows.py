@@ -90,6 +90,11 @@ async def entry(driver: MemoryDriver, job_id: str) -> SweepRecord:
         ({"pages": lambda i, c: ([], None), "page_rows": 0}, "page_rows"),
         ({"pages": lambda i, c: ([], None), "format": "xml"}, "format"),
         ({"pages": lambda i, c: ([], None), "columns": ["a", "a"]}, "columns"),
+        ({"pages": lambda i, c: ([], None), "spreadsheet_safe": True}, "spreadsheet_safe"),
+        (
+            {"pages": lambda i, c: ([], None), "format": "csv", "spreadsheet_safe": 1},
+            "spreadsheet_safe",
+        ),
         ({"pages": lambda i, c: ([], None), "sink": 7}, "sink"),
         ({"pages": lambda i, c: ([], None), "key": "id"}, "key"),
         (
@@ -114,6 +119,25 @@ def test_a_bad_declaration_is_refused_naming_its_option(
     with pytest.raises(ExportDeclarationInvalidError) as caught:
         declare(tmp_path, **options)
     assert caught.value.detail == detail
+
+
+async def test_a_spreadsheet_safe_csv_shows_formulas_as_text(ujobs: UJobs, tmp_path: Path) -> None:
+    cells = ['=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx", "a=b", "", "ok"]
+    rows = [{"id": i, "org": "acme", "note": c, "n": -i} for i, c in enumerate(cells)]
+    plain = declare(tmp_path, name="plain", pages=paged(rows, 100), format="csv")
+    safe = declare(
+        tmp_path, name="safe", pages=paged(rows, 100), format="csv", spreadsheet_safe=True
+    )
+    await ujobs.client.enqueue(plain, {"org": "acme", "prefix": "plain"})
+    await ujobs.client.enqueue(safe, {"org": "acme", "prefix": "safe"})
+    outs = await ujobs.drain([plain, safe])
+    assert [o.outcome for o in outs] == [Outcome.COMPLETED] * 2, [o.error for o in outs]
+    got = read_back(tmp_path / "acme" / "plain" / "part-000000.csv", "csv")
+    assert [r["note"] for r in got] == cells  # by default, what is written reads back as is
+    got = read_back(tmp_path / "acme" / "safe" / "part-000000.csv", "csv")
+    assert [r["note"] for r in got] == ["'" + c for c in cells[:6]] + cells[6:]
+    # Numbers stay numbers, a negative one included: only text can be a formula.
+    assert [r["n"] for r in got] == [str(-i) for i in range(len(cells))]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])

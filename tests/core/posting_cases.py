@@ -48,9 +48,9 @@ async def held(
     return got.jobs[0].fence
 
 
-def pair(amount: int, debit: str = "cash", credit: str = "revenue", cur: str = "EUR") -> tuple[
-    PostingLine, PostingLine
-]:
+def pair(
+    amount: int, debit: str = "cash", credit: str = "revenue", cur: str = "EUR"
+) -> tuple[PostingLine, PostingLine]:
     return (PostingLine(debit, cur, amount), PostingLine(credit, cur, -amount))
 
 
@@ -160,7 +160,7 @@ async def balances_are_exact_past_any_machine_number(driver: JobDriver) -> None:
 
 #: Line sets every driver refuses, each with the code it is refused with.
 HOSTILE: list[tuple[str, Any, str]] = [
-    ("unbalanced", pair(5)[:1] + (PostingLine("revenue", "EUR", -4),), "X_LEDGER_UNBALANCED"),
+    ("unbalanced", (*pair(5)[:1], PostingLine("revenue", "EUR", -4)), "X_LEDGER_UNBALANCED"),
     (
         "balanced across currencies only",
         (PostingLine("cash", "EUR", 5), PostingLine("revenue", "USD", -5)),
@@ -170,7 +170,9 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("no line", (), "X_LEDGER_LINES_INVALID"),
     (
         "too many lines",
-        tuple(PostingLine(f"a{i}", "EUR", 1 if i % 2 else -1) for i in range(MAX_POSTING_LINES + 2)),
+        tuple(
+            PostingLine(f"a{i}", "EUR", 1 if i % 2 else -1) for i in range(MAX_POSTING_LINES + 2)
+        ),
         "X_LEDGER_LINES_INVALID",
     ),
     ("a line twice", pair(5) + pair(5), "X_LEDGER_LINES_INVALID"),
@@ -228,7 +230,7 @@ async def concurrent_puts_post_a_key_once(drivers: Sequence[JobDriver], per: int
     """Puts of one key under one held fence at once, from several connections: one applies,
     every other answers already_applied (or conflict, for other lines), balances moved once."""
     f = await held(drivers[0], "race", tenant="acme")
-    lines = pair(10) + (PostingLine("bank", "EUR", 3), PostingLine("fees", "EUR", -3))
+    lines = (*pair(10), PostingLine("bank", "EUR", 3), PostingLine("fees", "EUR", -3))
     asked = [
         (d, tuple(sorted(lines if i % 3 else pair(11), key=lambda x: x.account)), i)
         for i in range(per)

@@ -164,7 +164,6 @@ class PostingRules(ParityMachine):
             others = [o.idempotency_key for o in self.model.rows.values() if o.id != r.id]
             others = [k for k in others if k != r.idempotency_key]
             if others:
-                self._note("posting put under a held fence for another row's key")
                 return f, others[-1 - pick % len(others)]
         if how == "skewed":
             f = [

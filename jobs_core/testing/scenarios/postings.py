@@ -80,9 +80,12 @@ async def scenario_postings_a_posting_lands_once(driver: JobDriver) -> None:
     assert await _put(driver, job.fence, "t1", "charge:1", lines[::-1], T0 + 6) == (
         PostingPutAnswer("already_applied", want)
     )
-    assert await _put(driver, job.fence, "t1", "charge:1", _pair(1251), T0 + 7) == (
-        PostingPutAnswer("conflict", want)
-    )
+    # Other lines: other accounts, or the same accounts and currencies with other amounts.
+    same_accounts = (*_pair(1251), PostingLine("fees", "USD", -7), PostingLine("bank", "USD", 7))
+    for other in (_pair(1250), same_accounts):
+        assert await _put(driver, job.fence, "t1", "charge:1", other, T0 + 7) == (
+            PostingPutAnswer("conflict", want)
+        )
     assert await driver.posting_get("t1", "charge:1") == want
     assert await driver.posting_balances("t1", ACCOUNTS) == [
         BalanceRow("bank", "USD", 7, 0),

@@ -148,8 +148,8 @@ async def balances_are_exact_past_any_machine_number(driver: JobDriver) -> None:
     f = await held(driver, "odd")
     odd = 2**53 + 1
     await driver.posting_put(PostingPut(f, None, "odd", pair(odd, "bank", "fees"), T0))
-    got = await driver.posting_get(None, "odd")
-    assert got is not None and {x.amount for x in got.lines} == {odd, -odd}
+    stored = await driver.posting_get(None, "odd")
+    assert stored is not None and {x.amount for x in stored.lines} == {odd, -odd}
     assert await balances(driver, None) == {
         ("bank", "EUR"): odd,
         ("fees", "EUR"): -odd,

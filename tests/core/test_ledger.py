@@ -245,7 +245,7 @@ async def test_the_cross_tenant_ledger_is_apart_and_refused_to_a_tenant(driver: 
         await jobs.enqueue(house, body)
     assert caught.value.code == "X_LEDGER_SCOPE_INVALID"
     await jobs.enqueue(house, body)
-    result = await run(driver, house, await claimed(driver, house), body)  # type: ignore[arg-type]
+    result = await run(driver, house, await claimed(driver, house), body)
     assert result["status"] == "applied"
     # The same key in acme's ledger is another posting.
     await jobs.enqueue(org, charge_input())
@@ -260,12 +260,13 @@ async def test_the_cross_tenant_ledger_is_apart_and_refused_to_a_tenant(driver: 
 
 
 def test_declaration_refusals() -> None:
-    for options, what in (
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
         ({"tenant": "every"}, "tenant"),
         ({"tenant": "none", "lines": "input"}, "lines"),
         ({"tenant": "none", "idempotency_key": "k"}, "idempotency_key"),
         ({"tenant": "none", "queue": ""}, "queue"),
-    ):
+    )
+    for options, what in cases:
         with pytest.raises(JobsError) as caught:
             ledger(name="l", registry=JobRegistry(), **options)
         assert caught.value.code == "X_LEDGER_DECLARATION_INVALID", options
@@ -295,12 +296,12 @@ async def test_the_worker_runs_it_end_to_end() -> None:
         handle = charges()
         await handle.enqueue(charge_input())
         (first,) = await ujobs.drain([handle])
-        assert first.outcome is Outcome.COMPLETED and first.result is not None
-        assert first.result["status"] == "applied"  # type: ignore[index]
+        assert first.outcome is Outcome.COMPLETED and isinstance(first.result, dict)
+        assert first.result["status"] == "applied"
         await handle.enqueue(charge_input())
         (again,) = await ujobs.drain([handle])
-        assert again.outcome is Outcome.COMPLETED
-        assert again.result["status"] == "already_applied"  # type: ignore[index]
+        assert again.outcome is Outcome.COMPLETED and isinstance(again.result, dict)
+        assert again.result["status"] == "already_applied"
         await handle.enqueue(charge_input(cents=1))
         (conflict,) = await ujobs.drain([handle])
         assert conflict.attempt == 1 and conflict.error is not None

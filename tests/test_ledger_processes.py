@@ -192,7 +192,10 @@ async def test_postings_killed_around_their_write_land_once(
     print(f"\n{store_url.split(':')[0]}: {KEYS} postings, 2 kills, done in {took:.1f}s")
 
     done = await rows()
-    results = {key: loads(done[i].result_json or "null") for key, i in ids.items()}
+    results: dict[str, dict[str, Any]] = {
+        key: loads(done[i].result_json or "null")  # type: ignore[misc]
+        for key, i in ids.items()
+    }
     # Each key posted exactly once, with its own lines, in its own tenant's ledger only.
     for p in inputs:
         key, org, cents = p["key"], p["org"], p["cents"]

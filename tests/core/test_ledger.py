@@ -6,6 +6,7 @@ holds on every path, and the real worker runs it end to end."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from jobs_core.testing.scenarios.support import new_job
 from tests.core.support import fresh_store
 
 T0 = 1_800_000_000_000
+#: docs/factories.md, whose `ledger()` example runs here as written.
+GUIDE = (Path(__file__).resolve().parents[2] / "docs" / "factories.md").read_text(encoding="utf-8")
 
 
 def charge_input(org: str = "acme", invoice: str = "inv-1", cents: int = 1250) -> dict[str, Any]:
@@ -317,3 +320,29 @@ def test_lines_take_mappings_triples_and_records_alike() -> None:
         [PostingLine("customer:c9", "EUR", 1250), PostingLine("revenue", "EUR", -1250)]
     )
     assert as_maps == as_triples == as_records
+
+
+async def test_the_guide_example_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/factories.md's `ledger()` example, run as written, a drain where it says a worker
+    runs the job: the balances it asserts, and the second enqueue answered already_applied."""
+    import re
+    import sys
+
+    # `jobs_core.factories.ledger` names the function there; the module is this one.
+    module = sys.modules["jobs_core.factories.ledger"]
+
+    guide = GUIDE
+    section = guide[guide.index("## ledger()") :]
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert block is not None
+    code = block.group(1).replace("# ... a worker runs it:", "await ujobs.drain([charge])  #")
+    code += "\nagain = await ujobs.drain([charge])\n"
+    monkeypatch.setattr(module, "default_registry", JobRegistry())
+    with ujobs_for("memory") as ujobs:
+        scope: dict[str, Any] = {"ujobs": ujobs}
+        body = "async def example():\n" + "".join(f"    {line}\n" for line in code.splitlines())
+        body += "    return again\n"
+        exec(compile(body, "docs/factories.md", "exec"), scope)
+        (again,) = await scope["example"]()
+        assert again.outcome is Outcome.COMPLETED and isinstance(again.result, dict)
+        assert again.result["status"] == "already_applied"

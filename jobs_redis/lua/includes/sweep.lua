@@ -1,5 +1,6 @@
 -- includes/sweep.lua — the sweep ledger's codec and indexes (inlined after row.lua and
--- decimal.lua, never run alone). Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys):
+-- decimal.lua, never run alone). Keys (hash tag `{p}` shared with every other key;
+-- jobs_redis.keys.Keys):
 --   {p}:sweep          hash run_id -> the entry: 16 NUL-joined fields, named below (an empty
 --                      field is None: no stored value is empty — names and ids are non-empty,
 --                      numbers are digits, "" is not JSON text)

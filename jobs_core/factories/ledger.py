@@ -28,7 +28,7 @@ at most `MAX_POSTING_AMOUNT` (10**18 - 1) in magnitude; a float (even `12.0`), a
 or a `Decimal` is refused, never rounded. Each currency's lines sum to zero (`X_LEDGER_UNBALANCED`
 otherwise). Accounts and currencies are plain codes (`ACCOUNT_PATTERN`, `CURRENCY_PATTERN`): no
 space, markup, NUL or lone surrogate. Every refusal is a terminal `X_LEDGER_*` error raised
-before anything is written — at enqueue when the lines come from the input, and again in the run.
+before anything is written — at every enqueue (`Ledger.key_for`), and again in the run.
 
 The key is the posting's identity in its tenant's ledger: a key posted with other lines is
 `X_LEDGER_POSTING_CONFLICT` (terminal; the stored posting never changes). Keys are shared by
@@ -137,6 +137,14 @@ class Ledger(JobHandle):
     def __repr__(self) -> str:
         return f"<ledger {self.name!r} queue={self.queue!r}>"
 
+    def key_for(self, input: Any, given: str | None = None) -> str:
+        """The posting's key (as `JobHandle.key_for`), once the lines and the scope are checked:
+        every enqueue asks for it first, so a posting that would be refused is never enqueued,
+        nor one a tenant's code asks to land in another tenant's ledger, `key=` given or not."""
+        posting_lines(self.spec.lines(input))
+        _refuse_other(current_tenant(), None if self.spec.cross_tenant else self.tenant_for(input))
+        return super().key_for(input, given)
+
     def _ledger_of(self, tenant: str | None) -> str | None:
         """The ledger a read names: the cross-tenant one for `tenant="none"`, else `tenant`
         (default: the current run's); refused across tenants."""
@@ -215,14 +223,7 @@ def ledger(
     cross = tenant == "none"
     spec = LedgerSpec(name=name, cross_tenant=cross, lines=lines or _input_lines)
 
-    def org_of(input: Any) -> str | None:
-        return None if cross or not callable(tenant) else tenant(input)
-
     def key_of(input: Any) -> str:
-        # At enqueue: a posting that would be refused is never enqueued, nor one a tenant's code
-        # asks to land in another tenant's ledger.
-        posting_lines(spec.lines(input))
-        _refuse_other(current_tenant(), org_of(input))
         if idempotency_key is None:
             return ""  # no key of the declaration: the enqueue's key= (required) is used
         return idempotency_key(input)

@@ -180,9 +180,10 @@ async def test_other_lines_under_a_posted_key_are_a_terminal_conflict(driver: Jo
 async def test_refused_lines_are_never_enqueued(lines: Any, code: str) -> None:
     with ujobs_for("memory") as ujobs:
         handle = charges()
-        with pytest.raises(JobsError) as caught:
-            await ujobs.client.enqueue(handle, {**charge_input(), "lines": lines})
-        assert caught.value.code == code
+        for given in (None, "charge:given"):
+            with pytest.raises(JobsError) as caught:
+                await ujobs.client.enqueue(handle, {**charge_input(), "lines": lines}, key=given)
+            assert caught.value.code == code
         assert (await ujobs.driver.queue_demand([handle.queue], T0 * 2))[handle.queue] == 0
 
 

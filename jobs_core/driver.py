@@ -12,7 +12,7 @@ of `Capabilities` (`capabilities()`): operator (cancel, requeue, promote, remove
 `queue_stats`), pauses (`pause_*`), workers (the registry, `worker_*`), counters
 (`counter_*`, moved by the settling writes), retention (`job_purge`), steps and events
 (`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), flows (`join_enqueue`,
-`job_watch`), sweeps (`sweep_*`), wake (`wake_subscribe`). A public
+`job_watch`), sweeps (`sweep_*`), postings (`posting_*`), wake (`wake_subscribe`). A public
 method of a family the driver does not declare refuses with `X_DRIVER_CAPABILITY_MISSING`
 naming the family, before anything else; so does whatever needs the family (`require`). A
 driver written for the core family keeps working, unchanged, as families are added.
@@ -32,6 +32,11 @@ from jobs_core.errors import (
     CapabilityMissingError,
     ClaimQueuesEmptyError,
     JobNotFoundError,
+    LedgerAccountInvalidError,
+    LedgerAmountInvalidError,
+    LedgerCurrencyInvalidError,
+    LedgerLinesInvalidError,
+    LedgerUnbalancedError,
     NotRequeueableError,
     RecordInvalidError,
     RequeueDuplicateError,
@@ -41,6 +46,7 @@ from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
     SWEEP_KINDS,
     Ack,
+    BalanceRow,
     CancelAnswer,
     ClaimParams,
     ClaimResult,
@@ -68,6 +74,10 @@ from jobs_core.records import (
     NackKind,
     NewJob,
     Pause,
+    PostingLine,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     Progress,
     PromoteAnswer,
     PurgeParams,
@@ -144,6 +154,21 @@ MAX_SWEEP_CHECKSUM_BYTES: Final = 128
 MAX_SWEEP_LIST: Final = 1_000
 #: Row counts a sweep records stay below this (a Redis number is exact below 2**53).
 MAX_SWEEP_ROWS: Final = 2**53 - 1
+# -- postings --
+#: The most lines one posting holds.
+MAX_POSTING_LINES: Final = 100
+#: An amount's magnitude, in minor units, stays at or below this: it fits a Postgres bigint and
+#: travels to Redis as decimal text, so no store rounds it. Balances are kept exact at any size
+#: (Postgres numeric, Redis decimal text), never as floats.
+MAX_POSTING_AMOUNT: Final = 10**18 - 1
+#: The most accounts one `posting_balances` call names.
+MAX_BALANCE_ACCOUNTS: Final = 1_000
+#: An account: ASCII letters, digits and `_ . : / -`, starting with a letter or digit, at most
+#: 200 characters — no space, markup, quote, control character or anything a terminal acts on.
+ACCOUNT_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
+#: A currency: an ISO 4217 code (`EUR`) or a longer code of your own (`USDC`, `POINTS`): 3 to
+#: 12 capital letters and digits, starting with a letter.
+CURRENCY_PATTERN: Final = re.compile(r"[A-Z][A-Z0-9]{2,11}")
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -162,6 +187,7 @@ Family: TypeAlias = Literal[
     "tasks",
     "flows",
     "sweeps",
+    "postings",
 ]
 
 
@@ -201,6 +227,10 @@ class Capabilities:
     #: `sweep_list`; `sweep_checkpoint` also needs `steps`): what
     #: the factories (`backfill()`, `import_rows()`, `export_rows()`) swept, keyed by run.
     sweeps: bool = False
+    # -- postings --
+    #: The posting ledger (`posting_put`, `posting_get`, `posting_balances`): `ledger()`'s
+    #: balanced postings, one per (tenant, key), written fenced on the posting job's claim.
+    postings: bool = False
 
     def declared(self) -> frozenset[str]:
         """Every family these capabilities declare, the core `jobs` family included."""
@@ -458,6 +488,47 @@ class JobDriver(abc.ABC):
             _check_int(start.expected, "expected", 0, MAX_SWEEP_ROWS)
         _check_time(start.now_ms, "now_ms")
         return await self._sweep_start(start)
+
+    # -- postings -------------------------------------------------------------------------------
+    # Optional: a driver offering the posting ledger says `postings=True` in `capabilities()`.
+    # A posting is written fenced on the claim of the job whose idempotency key is its key, so
+    # it lands only while that run holds its claim, and at most once per (tenant, key).
+
+    async def posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        """The totals of `accounts` in `tenant_id`'s ledger (None: the cross-tenant one), one row
+        per account and currency it holds, by (account, currency); an account never posted to
+        answers no row."""
+        self.require("postings", what="posting_balances")
+        if tenant_id is not None:
+            _check_str(tenant_id, "tenant_id")
+        check_accounts(accounts)
+        rows = await self._posting_balances(tenant_id, accounts)
+        return sorted(rows, key=lambda r: (r.account, r.currency))
+
+    async def posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        """The posting stored under `key` in `tenant_id`'s ledger, or None."""
+        self.require("postings", what="posting_get")
+        if tenant_id is not None:
+            _check_str(tenant_id, "tenant_id")
+        _check_str(key, "key", MAX_KEY_BYTES)
+        return await self._posting_get(tenant_id, key)
+
+    async def posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        """Post `put.lines` under `put.key` once, fenced (see `_posting_put`). Lines that are
+        not balanced per currency, or hold a refused account, currency or amount, are refused
+        with their `X_LEDGER_*` code before anything is read or written."""
+        self.require("postings", what="posting_put")
+        _check_fence(put.fence)
+        if put.tenant_id is not None:
+            _check_str(put.tenant_id, "tenant_id")
+        _check_str(put.key, "key", MAX_KEY_BYTES)
+        lines = check_posting_lines(put.lines)
+        _check_time(put.now_ms, "now_ms")
+        return await self._posting_put(
+            PostingPut(put.fence, put.tenant_id, put.key, lines, put.now_ms)
+        )
 
     # -- jobs ---------------------------------------------------------------------------------
     # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
@@ -1333,6 +1404,38 @@ class JobDriver(abc.ABC):
         """
         raise _unimplemented(self, "sweeps", "_sweep_start")
 
+    # -- postings --
+    # The posting ledger: one posting per (tenant, key) — tenant None is the cross-tenant ledger,
+    # apart from every org's — and per (tenant, account, currency) the sums of its debits and of
+    # its credits. Postings are never changed or removed by the family's own calls.
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        """For each of `accounts` (distinct) in `tenant_id`'s ledger, a row per currency it was
+        ever posted in: `debits` the sum of its positive amounts, `credits` the sum of its
+        negative amounts' magnitudes, both exact whatever their size (any order)."""
+        raise _unimplemented(self, "postings", "_posting_balances")
+
+    async def _posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        """The posting stored under (`tenant_id`, `key`), its lines by (account, currency)."""
+        raise _unimplemented(self, "postings", "_posting_get")
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        """Atomically, in this order (the lines arrive checked and sorted by account, currency):
+        1. the fence does not hold — the fence's row is not `running` with those `claims` and
+           that worker, OR that row's `idempotency_key` is not `put.key` (a run posts only
+           under its own job's key) —: nothing is read or written; `("fence_lost", None)`;
+        2. (`put.tenant_id`, `put.key`) holds a posting: nothing is written; `already_applied`
+           when its lines equal `put.lines` (each account, currency and amount), else
+           `conflict`; with that stored posting;
+        3. else store `PostingRecord(put.tenant_id, put.key, fence.job_id, put.lines, now_ms)`
+           and, for each line, add `amount` to the debits (positive) or `-amount` to the credits
+           (negative) of (`put.tenant_id`, account, currency), a new row starting at 0 and 0;
+           `("applied", that record)`.
+        Two puts of one key at once: one applies, the other answers as 2 does after it."""
+        raise _unimplemented(self, "postings", "_posting_put")
+
 
 # -- the shared checks ----------------------------------------------------------------------------
 
@@ -1615,3 +1718,91 @@ def check_nack(nack: Nack) -> None:
         if why is not None:
             raise RecordInvalidError(f"holds {why}", detail="error")
     _check_optional_json(nack.progress_json, "progress_json")
+
+
+# -- postings --
+
+
+def check_accounts(accounts: Sequence[str]) -> None:
+    """Refuse a list of accounts `posting_balances` would refuse: a string, empty, past
+    `MAX_BALANCE_ACCOUNTS`, an account named twice (`X_JOB_RECORD_INVALID`) or an account no
+    ledger holds (`X_LEDGER_ACCOUNT_INVALID`)."""
+    if isinstance(accounts, str) or not isinstance(accounts, Sequence) or not accounts:
+        raise RecordInvalidError("must be a non-empty list of accounts", detail="accounts")
+    if len(accounts) > MAX_BALANCE_ACCOUNTS:
+        raise BatchTooLargeError(detail=f"{len(accounts)} accounts > {MAX_BALANCE_ACCOUNTS}")
+    for a in accounts:
+        check_account(a)
+    if len(set(accounts)) != len(accounts):
+        raise RecordInvalidError("an account is named twice", detail="accounts")
+
+
+def check_account(account: object) -> str:
+    """`account` when a ledger may hold it (`ACCOUNT_PATTERN`), else `X_LEDGER_ACCOUNT_INVALID`
+    naming it as code would spell it (a NUL or a lone surrogate stays printable)."""
+    if not isinstance(account, str) or ACCOUNT_PATTERN.fullmatch(account) is None:
+        raise LedgerAccountInvalidError(
+            "an account is 1 to 200 ASCII letters, digits, '_', '.', ':', '/' or '-', starting"
+            " with a letter or digit",
+            detail=repr(account)[:120],
+        )
+    return account
+
+
+def check_currency(currency: object) -> str:
+    """`currency` when a ledger may hold it (`CURRENCY_PATTERN`), else
+    `X_LEDGER_CURRENCY_INVALID`."""
+    if not isinstance(currency, str) or CURRENCY_PATTERN.fullmatch(currency) is None:
+        raise LedgerCurrencyInvalidError(
+            "a currency is 3 to 12 capital letters or digits, starting with a letter (EUR)",
+            detail=repr(currency)[:120],
+        )
+    return currency
+
+
+def check_amount(amount: object, where: str) -> int:
+    """`amount` when it is a whole, non-zero number of minor units of magnitude at most
+    `MAX_POSTING_AMOUNT`, else `X_LEDGER_AMOUNT_INVALID` (a float, even 1.0, a bool, a
+    `Decimal` or a string is refused: an amount is never rounded or parsed)."""
+    if type(amount) is not int or amount == 0 or abs(amount) > MAX_POSTING_AMOUNT:
+        raise LedgerAmountInvalidError(
+            f"an amount is a non-zero integer of minor units, at most {MAX_POSTING_AMOUNT} in"
+            f" magnitude, not {repr(amount)[:40]}",
+            detail=where,
+        )
+    return amount
+
+
+def check_posting_lines(lines: object) -> tuple[PostingLine, ...]:
+    """`lines` sorted by (account, currency) when they make a posting, else the `X_LEDGER_*`
+    refusal: not a list or tuple of `PostingLine`, fewer than 2 or more than
+    `MAX_POSTING_LINES`, an (account, currency) twice (`X_LEDGER_LINES_INVALID`); a refused
+    account, currency or amount; amounts not summing to zero in each currency
+    (`X_LEDGER_UNBALANCED`, naming the first such currency)."""
+    if not isinstance(lines, list | tuple):
+        raise LedgerLinesInvalidError("a posting's lines are a list", detail="lines")
+    if not 2 <= len(lines) <= MAX_POSTING_LINES:
+        raise LedgerLinesInvalidError(
+            f"a posting has 2 to {MAX_POSTING_LINES} lines, not {len(lines)}", detail="lines"
+        )
+    seen: set[tuple[str, str]] = set()
+    sums: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        if not isinstance(line, PostingLine):
+            raise LedgerLinesInvalidError("a line is a PostingLine", detail=f"lines[{i}]")
+        check_account(line.account)
+        check_currency(line.currency)
+        check_amount(line.amount, f"lines[{i}].amount")
+        pair = (line.account, line.currency)
+        if pair in seen:
+            raise LedgerLinesInvalidError(
+                "one line per account and currency", detail=f"{line.account} {line.currency}"
+            )
+        seen.add(pair)
+        sums[line.currency] = sums.get(line.currency, 0) + line.amount
+    for currency in sorted(sums):
+        if sums[currency] != 0:
+            raise LedgerUnbalancedError(
+                f"the {currency} lines sum to {sums[currency]}, not 0", detail=currency
+            )
+    return tuple(sorted(lines, key=lambda line: (line.account, line.currency)))

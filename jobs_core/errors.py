@@ -79,6 +79,14 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
+    "X_LEDGER_ACCOUNT_INVALID": "an account name is not one a ledger can hold",
+    "X_LEDGER_AMOUNT_INVALID": "an amount is not a whole number of minor units within the bound",
+    "X_LEDGER_CURRENCY_INVALID": "a currency code is not one a ledger can hold",
+    "X_LEDGER_DECLARATION_INVALID": "the ledger declaration is not valid",
+    "X_LEDGER_LINES_INVALID": "a posting's lines are malformed, too few, too many or repeated",
+    "X_LEDGER_POSTING_CONFLICT": "this key was already posted with other lines",
+    "X_LEDGER_SCOPE_INVALID": "the posting would land in another tenant's ledger",
+    "X_LEDGER_UNBALANCED": "a posting's lines do not sum to zero in every currency",
     "X_LOCK_LOST": "the lock was lost while held; what it guarded was cancelled",
     "X_LOCK_TIMEOUT": "the lock could not be taken in time",
     "X_PURGE_DECLARATION_INVALID": "the purge declaration is not valid",
@@ -700,6 +708,66 @@ class PurgeDeclarationInvalidError(JobsError):
     code = "X_PURGE_DECLARATION_INVALID"
 
 
+# -- ledger (`jobs_core.factories.ledger`) ------------------------------------------------
+# Every refusal of a posting is terminal: the same lines would be refused again, and a posting
+# key already holding other lines never changes.
+
+
+class LedgerAccountInvalidError(JobsError):
+    """An account name is not one a ledger can hold."""
+
+    code = "X_LEDGER_ACCOUNT_INVALID"
+    terminal = True
+
+
+class LedgerAmountInvalidError(JobsError):
+    """An amount is not a whole number of minor units within the bound."""
+
+    code = "X_LEDGER_AMOUNT_INVALID"
+    terminal = True
+
+
+class LedgerCurrencyInvalidError(JobsError):
+    """A currency code is not one a ledger can hold."""
+
+    code = "X_LEDGER_CURRENCY_INVALID"
+    terminal = True
+
+
+class LedgerDeclarationInvalidError(JobsError):
+    """The ledger declaration is not valid."""
+
+    code = "X_LEDGER_DECLARATION_INVALID"
+
+
+class LedgerLinesInvalidError(JobsError):
+    """A posting's lines are malformed, too few, too many or repeated."""
+
+    code = "X_LEDGER_LINES_INVALID"
+    terminal = True
+
+
+class LedgerPostingConflictError(JobsError):
+    """This key was already posted with other lines."""
+
+    code = "X_LEDGER_POSTING_CONFLICT"
+    terminal = True
+
+
+class LedgerScopeInvalidError(JobsError):
+    """The posting would land in another tenant's ledger."""
+
+    code = "X_LEDGER_SCOPE_INVALID"
+    terminal = True
+
+
+class LedgerUnbalancedError(JobsError):
+    """A posting's lines do not sum to zero in every currency."""
+
+    code = "X_LEDGER_UNBALANCED"
+    terminal = True
+
+
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
@@ -786,6 +854,14 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         ImportScopeInvalidError,
         ImportSourceInvalidError,
         PurgeDeclarationInvalidError,
+        LedgerAccountInvalidError,
+        LedgerAmountInvalidError,
+        LedgerCurrencyInvalidError,
+        LedgerDeclarationInvalidError,
+        LedgerLinesInvalidError,
+        LedgerPostingConflictError,
+        LedgerScopeInvalidError,
+        LedgerUnbalancedError,
     )
 }
 

@@ -841,3 +841,79 @@ class SweepFinish:
     status: Literal["completed", "failed"]
     error: str | None
     now_ms: int
+
+
+# -- postings: the ledger factory's balanced postings (`ledger()`) -------------------------------
+
+#: What a `posting_put` did: wrote the posting and moved the balances; found the key posted with
+#: the same lines (nothing written); found it posted with other lines (nothing written); or
+#: found the fence not held for the key (nothing read, nothing written).
+PostingStatus = Literal["applied", "already_applied", "conflict", "fence_lost"]
+POSTING_STATUSES: Final[tuple[PostingStatus, ...]] = (
+    "applied",
+    "already_applied",
+    "conflict",
+    "fence_lost",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PostingLine:
+    """One line of a posting: `amount` minor units (cents, satoshis…) of `currency` on
+    `account`, a debit when positive, a credit when negative; never zero."""
+
+    account: str
+    currency: str
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class PostingPut:
+    """Post `lines` under `key` in `tenant_id`'s ledger (None: the cross-tenant ledger of a
+    `tenant="none"` factory), fenced on the claim of the job whose idempotency key is `key`.
+    The ABC hands the lines sorted by (account, currency)."""
+
+    fence: Fence
+    tenant_id: str | None
+    key: str
+    lines: tuple[PostingLine, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PostingRecord:
+    """A stored posting: one per (tenant, key), never changed once written."""
+
+    tenant_id: str | None
+    key: str
+    #: The job whose fence it was posted under.
+    job_id: str
+    #: Sorted by (account, currency), code-point order.
+    lines: tuple[PostingLine, ...]
+    posted_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PostingPutAnswer:
+    """What a `posting_put` did, and the posting stored under the key after it (None when the
+    fence did not hold: nothing was read)."""
+
+    status: PostingStatus
+    posting: PostingRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceRow:
+    """One account's totals in one currency, over every posting of a tenant's ledger: the
+    debits (positive amounts) and credits (negative amounts, as a positive sum) apart, each
+    exact at any size."""
+
+    account: str
+    currency: str
+    debits: int
+    credits: int
+
+    @property
+    def balance(self) -> int:
+        """Debits minus credits, in minor units."""
+        return self.debits - self.credits

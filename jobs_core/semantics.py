@@ -6,12 +6,20 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from jobs_core.errors import PageInvalidError
 from jobs_core.jsonform import unstorable
-from jobs_core.records import ClaimParams, EventRecord, EventWait, JobFilter, ListKey, NackKind
+from jobs_core.records import (
+    ClaimParams,
+    EventRecord,
+    EventWait,
+    JobFilter,
+    ListKey,
+    NackKind,
+    PostingLine,
+)
 from jobs_core.states import JobState, Outcome
 
 #: The `last_error` a claim writes on a row it buries (lease lapsed on the final attempt).
@@ -182,3 +190,19 @@ def event_matches(match: Mapping[str, object], data: object) -> bool:
     return isinstance(data, dict) and all(
         k in data and json_equal(v, data[k]) for k, v in match.items()
     )
+
+
+# -- postings --
+
+
+def posting_lines_text(lines: Sequence[PostingLine]) -> str:
+    """A posting's lines as a store keeps them: compact JSON `[[account, currency, amount], …]`
+    in the order given (the ABC's: by account, currency). Accounts and currencies are plain
+    ASCII codes, so equal lines always spell the same text: a repeat is told from a conflict by
+    comparing it."""
+    return json.dumps([[x.account, x.currency, x.amount] for x in lines], separators=(",", ":"))
+
+
+def posting_lines_of(text: str) -> tuple[PostingLine, ...]:
+    """The lines `posting_lines_text` spelled (amounts back as exact ints)."""
+    return tuple(PostingLine(a, c, int(n)) for a, c, n in json.loads(text))

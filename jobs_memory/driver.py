@@ -29,6 +29,7 @@ from jobs_core.jsonform import loads
 from jobs_core.records import (
     COUNTED_OUTCOMES,
     Ack,
+    BalanceRow,
     BuriedJob,
     CancelAnswer,
     ClaimedJob,
@@ -58,6 +59,9 @@ from jobs_core.records import (
     NackKind,
     NewJob,
     Pause,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     Progress,
     PromoteAnswer,
     PurgeParams,
@@ -147,6 +151,11 @@ class MemoryDriver(JobDriver):
         self._tokens = itertools.count(1)
         self._marks: dict[str, TaskMark] = {}
         self._sweeps: dict[str, SweepRecord] = {}
+        # -- postings --
+        #: (tenant or None, key) -> its posting; (tenant or None, account, currency) -> [debits,
+        #: credits], Python ints: exact at any size.
+        self._postings: dict[tuple[str | None, str], PostingRecord] = {}
+        self._balances: dict[tuple[str | None, str, str], list[int]] = {}
         #: flows: parked waiter id -> the dependencies it still waits on; dependency id -> the
         #: parked waiters that still count it (both sides of one edge, dropped together).
         self._waiting: dict[str, set[str]] = {}
@@ -172,6 +181,7 @@ class MemoryDriver(JobDriver):
             tasks=True,
             flows=True,
             sweeps=True,
+            postings=True,
         )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
@@ -1078,6 +1088,44 @@ class MemoryDriver(JobDriver):
             entries = [e for e in self._sweeps.values() if name is None or e.name == name]
         entries.sort(key=lambda e: (e.started_at_ms, e.run_id), reverse=True)
         return entries[:limit]
+
+    # -- postings -------------------------------------------------------------------------------
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        with self._lock:
+            r = self._held(put.fence)
+            if r is None or r.idempotency_key != put.key:
+                return PostingPutAnswer("fence_lost", None)
+            stored = self._postings.get((put.tenant_id, put.key))
+            if stored is not None:
+                same = stored.lines == put.lines
+                return PostingPutAnswer("already_applied" if same else "conflict", stored)
+            record = PostingRecord(put.tenant_id, put.key, put.fence.job_id, put.lines, put.now_ms)
+            self._postings[(put.tenant_id, put.key)] = record
+            for line in put.lines:
+                sums = self._balances.setdefault(
+                    (put.tenant_id, line.account, line.currency), [0, 0]
+                )
+                if line.amount > 0:
+                    sums[0] += line.amount
+                else:
+                    sums[1] -= line.amount
+            return PostingPutAnswer("applied", record)
+
+    async def _posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        with self._lock:
+            return self._postings.get((tenant_id, key))
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        wanted = set(accounts)
+        with self._lock:
+            return [
+                BalanceRow(account, currency, sums[0], sums[1])
+                for (tenant, account, currency), sums in self._balances.items()
+                if tenant == tenant_id and account in wanted
+            ]
 
 
 def _acked(a: Ack, r: JobRecord) -> JobRecord:

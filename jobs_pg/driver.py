@@ -50,6 +50,7 @@ from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
+    BalanceRow,
     BuriedJob,
     CancelAnswer,
     ClaimedJob,
@@ -77,6 +78,9 @@ from jobs_core.records import (
     Nack,
     NewJob,
     Pause,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     Progress,
     PromoteAnswer,
     PurgeParams,
@@ -104,6 +108,8 @@ from jobs_core.semantics import (
     event_matches,
     fold_before,
     lapsed_by,
+    posting_lines_of,
+    posting_lines_text,
 )
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
@@ -114,6 +120,7 @@ from jobs_pg.statements import job as job_stmts
 from jobs_pg.statements import join as join_stmts
 from jobs_pg.statements import lease as lease_stmts
 from jobs_pg.statements import pause as pause_stmts
+from jobs_pg.statements import posting as posting_stmts
 from jobs_pg.statements import queue as queue_stmts
 from jobs_pg.statements import step as step_stmts
 from jobs_pg.statements import sweep as sweep_stmts
@@ -136,6 +143,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(join_stmts)),
     **compile_all(vars(lease_stmts)),
     **compile_all(vars(pause_stmts)),
+    **compile_all(vars(posting_stmts)),
     **compile_all(vars(queue_stmts)),
     **compile_all(vars(step_stmts)),
     **compile_all(vars(sweep_stmts)),
@@ -176,6 +184,8 @@ _INDEX_FIELDS: Final = {
     "leases_pkey": "key, token",
     "task_marks_pkey": "name",
     "sweeps_pkey": "run_id",
+    "postings_pkey": "tenant_id, key",
+    "posting_balances_pkey": "tenant_id, account, currency",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -366,6 +376,7 @@ class PgDriver(JobDriver):
             tasks=True,
             flows=True,
             sweeps=True,
+            postings=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1775,6 +1786,61 @@ class PgDriver(JobDriver):
     async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
         rows = await self._read("SWEEP_LIST", {"name": name, "limit": limit})
         return [_sweep_record(r) for r in rows]
+
+    # -- postings -------------------------------------------------------------------------------
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        """One autocommit statement (`POSTING_PUT`, see `statements.posting`): the fence, the
+        posting's insert and its balance moves, together. Run again only when the fence held,
+        nothing was inserted and no posting was seen: a transaction that committed the key after
+        this statement's snapshot began (a fresh one reads it)."""
+        f = put.fence
+        lines_json = posting_lines_text(put.lines)
+        values = {
+            "job_id": f.job_id,
+            "claims": f.claims,
+            "worker_id": f.worker_id,
+            "tenant_id": put.tenant_id or "",
+            "key": put.key,
+            "lines_json": lines_json,
+            "now_ms": put.now_ms,
+            "account": [line.account for line in put.lines],
+            "currency": [line.currency for line in put.lines],
+            "amount": [line.amount for line in put.lines],
+        }
+        for _ in range(5):
+            rows = await self._rows("POSTING_PUT", values)
+            held, written, _moved, job_id, stored_json, posted_at_ms = rows[0]
+            if not held:
+                return PostingPutAnswer("fence_lost", None)
+            if written:
+                record = PostingRecord(put.tenant_id, put.key, f.job_id, put.lines, put.now_ms)
+                return PostingPutAnswer("applied", record)
+            if job_id is not None:
+                stored = PostingRecord(
+                    put.tenant_id, put.key, job_id, posting_lines_of(stored_json), int(posted_at_ms)
+                )
+                if stored_json == lines_json:
+                    return PostingPutAnswer("already_applied", stored)
+                return PostingPutAnswer("conflict", stored)
+        raise DriverError("a posting kept racing a posting of its key", detail=put.key)
+
+    async def _posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        rows = await self._read("POSTING_GET", {"tenant_id": tenant_id or "", "key": key})
+        if not rows:
+            return None
+        job_id, lines_json, posted_at_ms = rows[0]
+        return PostingRecord(
+            tenant_id, key, job_id, posting_lines_of(lines_json), int(posted_at_ms)
+        )
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        rows = await self._read(
+            "POSTING_BALANCES", {"tenant_id": tenant_id or "", "account": list(accounts)}
+        )
+        return [BalanceRow(a, c, int(d), int(cr)) for a, c, d, cr in rows]
 
     # -- wake -----------------------------------------------------------------------------------
 

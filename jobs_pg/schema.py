@@ -411,6 +411,32 @@ outbox: Final = sa.Table(
 sa.Index("outbox_order", outbox.c.created_at_ms, outbox.c.id)
 
 
+# -- postings --
+# The posting ledger (migration 0013): `ledger()`'s postings, one per (tenant, key) — tenant ''
+# is the cross-tenant ledger (an org id is never empty) — and per (tenant, account, currency)
+# the sums of its debits and of its credits. `lines_json` is the posting's lines as the driver
+# spells them (`[[account, currency, amount], …]` by account and currency, compact): a repeat is
+# told from a conflict by comparing that text. Sums are numeric: exact past any bigint.
+postings: Final = sa.Table(
+    "postings",
+    metadata,
+    sa.Column("tenant_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("key", sa.Text(collation=C), primary_key=True),
+    sa.Column("job_id", sa.Text(collation=C), nullable=False),
+    sa.Column("lines_json", sa.Text, nullable=False),
+    sa.Column("posted_at_ms", sa.BigInteger, nullable=False),
+)
+posting_balances: Final = sa.Table(
+    "posting_balances",
+    metadata,
+    sa.Column("tenant_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("account", sa.Text(collation=C), primary_key=True),
+    sa.Column("currency", sa.Text(collation=C), primary_key=True),
+    sa.Column("debits", sa.Numeric, nullable=False),
+    sa.Column("credits", sa.Numeric, nullable=False),
+)
+
+
 def metadata_in(schema: str) -> sa.MetaData:
     """The declared tables, indexes and sequence, placed in `schema` (what the migrations must
     create)."""

@@ -44,6 +44,9 @@ slot and every script declares every key it touches in KEYS):
   `{p}:join:pending` (zsets of edges, lex-ranged per dependency / per waiter), and the pub/sub
   channel `{p}:finish` a watched row's id is published on. A finish releasing a waiter names
   that waiter's `due`/`parked` keys itself (same slot): its caller cannot know them.
+- `{p}:posting` (hash `tenant NUL key` -> a posting) and `{p}:balance` (hash `tenant NUL
+  account` -> its sums per currency, decimal text): the posting family
+  (`lua/includes/posting.lua`).
 - `{p}:sweep` (hash run_id -> the ledger entry) and the zsets `{p}:sweep:started`,
   `{p}:sweep:name`, `{p}:sweep:done`: the sweep family (`lua/includes/sweep.lua`); counts are
   decimal text, never a Lua number, so they stay exact past 2**53.
@@ -74,6 +77,7 @@ from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidE
 from jobs_core.loops import LoopLocal
 from jobs_core.records import (
     Ack,
+    BalanceRow,
     BuriedJob,
     CancelAnswer,
     ClaimedJob,
@@ -101,6 +105,9 @@ from jobs_core.records import (
     Nack,
     NewJob,
     Pause,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     Progress,
     PromoteAnswer,
     PurgeParams,
@@ -132,6 +139,8 @@ from jobs_core.semantics import (
     drop_before,
     fold_before,
     lapsed_by,
+    posting_lines_of,
+    posting_lines_text,
 )
 from jobs_core.states import JobState
 from jobs_core.urls import encode_userinfo, mask_text, mask_url
@@ -312,6 +321,7 @@ class RedisDriver(JobDriver):
             tasks=True,
             flows=True,
             sweeps=True,
+            postings=True,
         )
 
     async def open(self) -> None:
@@ -1220,6 +1230,53 @@ class RedisDriver(JobDriver):
         )
         return [_sweep(got[i], got[i + 1]) for i in range(0, len(got), 2)]
 
+    # -- postings -------------------------------------------------------------------------------
+    # One script per call (`lua/posting_*.lua`, keys in `lua/includes/posting.lua`). Amounts
+    # travel as a Python int's decimal text and balances are stored as text: exact at any size.
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        k = self.keys
+        f = put.fence
+        lines_json = posting_lines_text(put.lines)
+        args: list[object] = [
+            f.job_id,
+            f"{f.claims}\x00{f.worker_id}\x00",
+            put.tenant_id or "",
+            put.key,
+            lines_json,
+            str(put.now_ms),
+        ]
+        for line in put.lines:
+            args += [line.account, line.currency, str(line.amount)]
+        got = await self._run("posting_put", (k.state, k.posting, k.balance), args)
+        if got[0] == "fence_lost":
+            return PostingPutAnswer("fence_lost", None)
+        if got[0] == "applied":
+            return PostingPutAnswer(
+                "applied", PostingRecord(put.tenant_id, put.key, f.job_id, put.lines, put.now_ms)
+            )
+        stored = _posting(put.tenant_id, put.key, got[1])
+        if got[0] == "already_applied":
+            return PostingPutAnswer("already_applied", stored)
+        return PostingPutAnswer("conflict", stored)
+
+    async def _posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        got = await self._run("posting_get", (self.keys.posting,), (tenant_id or "", key))
+        return None if got is None else _posting(tenant_id, key, got)
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        got = await self._run(
+            "posting_balances", (self.keys.balance,), (tenant_id or "", *accounts)
+        )
+        out: list[BalanceRow] = []
+        for i in range(0, len(got), 2):
+            fields = got[i + 1].split("\x00")
+            for j in range(0, len(fields), 3):
+                out.append(BalanceRow(got[i], fields[j], int(fields[j + 1]), int(fields[j + 2])))
+        return out
+
     # -- flows ----------------------------------------------------------------------------------
 
     async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
@@ -1579,3 +1636,9 @@ def _advance_args(advance: SweepAdvance) -> tuple[str, ...]:
         advance.cursor_json or "",
         str(advance.now_ms),
     )
+
+
+def _posting(tenant_id: str | None, key: str, raw: str) -> PostingRecord:
+    """A posting from its `{p}:posting` value (`lua/includes/posting.lua`)."""
+    job_id, posted_at_ms, lines_json = raw.split("\x00", 2)
+    return PostingRecord(tenant_id, key, job_id, posting_lines_of(lines_json), int(posted_at_ms))

@@ -11,6 +11,7 @@ class Keys:
     """The names of one prefix's keys and wake channels."""
 
     __slots__ = (
+        "balance",
         "counter_hours",
         "counter_minutes",
         "counters",
@@ -29,6 +30,7 @@ class Keys:
         "pause_name",
         "pause_queue",
         "pause_task",
+        "posting",
         "prefix",
         "progress",
         "queue_count",
@@ -113,6 +115,10 @@ class Keys:
         self.sweep_started = f"{t}:sweep:started"
         self.sweep_name = f"{t}:sweep:name"
         self.sweep_done = f"{t}:sweep:done"
+        # -- postings -- (lua/includes/posting.lua describes each)
+        #: hash `tenant NUL key` -> the posting; hash `tenant NUL account` -> its sums.
+        self.posting = f"{t}:posting"
+        self.balance = f"{t}:balance"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -32,6 +32,7 @@ from jobs_core.driver import (
 from jobs_core.errors import CapabilityMissingError
 from jobs_core.records import (
     Ack,
+    BalanceRow,
     CancelAnswer,
     ClaimParams,
     ClaimResult,
@@ -58,6 +59,9 @@ from jobs_core.records import (
     NackKind,
     NewJob,
     Pause,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     PromoteAnswer,
     PurgeParams,
     QueueStats,
@@ -2220,6 +2224,180 @@ class SweepListTiesAscending(MemoryDriver):
         return every[:limit]
 
 
+# -- the posting family (issue 28): one bug each in the posting ledger -----------------------------
+
+
+class PostingAppliedTwice(MemoryDriver):
+    """A repeat of a posted key answers already applied, but moves the balances again (the
+    balance update is not tied to the insert)."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "already_applied":
+            with self._lock:
+                for line in put.lines:
+                    sums = self._balances[(put.tenant_id, line.account, line.currency)]
+                    sums[0 if line.amount > 0 else 1] += abs(line.amount)
+        return got
+
+
+class PostingConflictByAccountsOnly(MemoryDriver):
+    """Tells a repeat from a conflict by the lines' accounts and currencies, not their amounts:
+    other amounts under a posted key answer already applied."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "conflict" and got.posting is not None:
+            mine = [(x.account, x.currency) for x in put.lines]
+            if mine == [(x.account, x.currency) for x in got.posting.lines]:
+                return PostingPutAnswer("already_applied", got.posting)
+        return got
+
+
+class PostingConflictOverwrites(MemoryDriver):
+    """A conflict answers conflict, but the other lines replace the stored ones (an upsert)."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "conflict" and got.posting is not None:
+            with self._lock:
+                self._postings[(put.tenant_id, put.key)] = replace(got.posting, lines=put.lines)
+        return got
+
+
+def _post_anyway(driver: MemoryDriver, put: PostingPut) -> PostingPutAnswer:
+    """What the memory driver does past its fence check, for a fence it would refuse."""
+    with driver._lock:
+        stored = driver._postings.get((put.tenant_id, put.key))
+        if stored is not None:
+            same = stored.lines == put.lines
+            return PostingPutAnswer("already_applied" if same else "conflict", stored)
+        record = PostingRecord(put.tenant_id, put.key, put.fence.job_id, put.lines, put.now_ms)
+        driver._postings[(put.tenant_id, put.key)] = record
+        for line in put.lines:
+            sums = driver._balances.setdefault((put.tenant_id, line.account, line.currency), [0, 0])
+            sums[0 if line.amount > 0 else 1] += abs(line.amount)
+        return PostingPutAnswer("applied", record)
+
+
+class UnfencedPostingPut(MemoryDriver):
+    """Posts under whatever claim it is handed, for the row's own key: a run that lost its
+    claim (reclaimed, acked, retried) still posts."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        row = self._rows.get(put.fence.job_id)
+        if got.status == "fence_lost" and row is not None and row.rec.idempotency_key == put.key:
+            return _post_anyway(self, put)
+        return got
+
+
+class PostingFenceIgnoresKey(MemoryDriver):
+    """The fence is checked, not the key: a run posts under another job's key."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "fence_lost" and self._held(put.fence) is not None:
+            return _post_anyway(self, put)
+        return got
+
+
+class PostingBalancesMovedOffTheFence(MemoryDriver):
+    """A put whose fence does not hold answers fence_lost, yet its lines reach the balances."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "fence_lost":
+            with self._lock:
+                for line in put.lines:
+                    sums = self._balances.setdefault(
+                        (put.tenant_id, line.account, line.currency), [0, 0]
+                    )
+                    sums[0 if line.amount > 0 else 1] += abs(line.amount)
+        return got
+
+
+class PostingKeyIgnoresTenant(MemoryDriver):
+    """One posting per key across every ledger: a key posted in one tenant's ledger answers
+    in every other's (the tenant left out of the unique key)."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        with self._lock:
+            other = next(
+                (p for (t, k), p in self._postings.items() if k == put.key and t != put.tenant_id),
+                None,
+            )
+            r = self._held(put.fence)
+        if other is not None and r is not None and r.idempotency_key == put.key:
+            same = other.lines == put.lines
+            return PostingPutAnswer("already_applied" if same else "conflict", other)
+        return await super()._posting_put(put)
+
+
+class BalancesIgnoreTenant(MemoryDriver):
+    """Balances are read across every ledger: a tenant sees another tenant's sums."""
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        wanted = set(accounts)
+        sums: dict[tuple[str, str], list[int]] = {}
+        with self._lock:
+            for (_t, account, currency), (d, c) in self._balances.items():
+                if account in wanted:
+                    into = sums.setdefault((account, currency), [0, 0])
+                    into[0] += d
+                    into[1] += c
+        return [BalanceRow(a, cur, d, c) for (a, cur), (d, c) in sums.items()]
+
+
+class PostingAmountsAsDoubles(MemoryDriver):
+    """Adds amounts as floats (a Lua number, a JSON double): sums past 2**53 are rounded."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        with self._lock:
+            before = {k: list(v) for k, v in self._balances.items()}
+        got = await super()._posting_put(put)
+        if got.status == "applied":
+            with self._lock:
+                for line in put.lines:
+                    k = (put.tenant_id, line.account, line.currency)
+                    d, c = before.get(k, [0, 0])
+                    if line.amount > 0:
+                        self._balances[k][0] = int(float(d) + float(line.amount))
+                    else:
+                        self._balances[k][1] = int(float(c) + float(-line.amount))
+        return got
+
+
+class BalancesMixCurrencies(MemoryDriver):
+    """Sums an account's lines in every currency together, under its first currency."""
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        rows = await super()._posting_balances(tenant_id, accounts)
+        out: dict[str, BalanceRow] = {}
+        for r in sorted(rows, key=lambda r: (r.account, r.currency)):
+            held = out.get(r.account)
+            out[r.account] = (
+                r
+                if held is None
+                else replace(held, debits=held.debits + r.debits, credits=held.credits + r.credits)
+            )
+        return list(out.values())
+
+
+class PostingAnswersTheLatestJob(MemoryDriver):
+    """A repeat answers the posting as if the job repeating it had posted it."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        got = await super()._posting_put(put)
+        if got.status == "already_applied" and got.posting is not None:
+            return replace(got, posting=replace(got.posting, job_id=put.fence.job_id))
+        return got
+
+
 # -- legal drivers: what the contract leaves free, the suite must leave free ----------------------
 
 
@@ -2431,6 +2609,17 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (CheckpointFencedLikeAStep, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
     (CheckpointReplacesStep, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
     (CheckpointCountsEveryLanding, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (PostingAppliedTwice, "postings", ["postings_a_posting_lands_once"]),
+    (PostingConflictByAccountsOnly, "postings", ["postings_a_posting_lands_once"]),
+    (PostingConflictOverwrites, "postings", ["postings_a_posting_lands_once"]),
+    (UnfencedPostingPut, "postings", ["postings_fenced_on_the_claim"]),
+    (PostingFenceIgnoresKey, "postings", ["postings_a_run_posts_only_its_own_key"]),
+    (PostingBalancesMovedOffTheFence, "postings", ["postings_fenced_on_the_claim"]),
+    (PostingKeyIgnoresTenant, "postings", ["postings_ledgers_are_apart"]),
+    (BalancesIgnoreTenant, "postings", ["postings_ledgers_are_apart"]),
+    (PostingAmountsAsDoubles, "postings", ["postings_balances_are_exact"]),
+    (BalancesMixCurrencies, "postings", ["postings_balances_are_exact"]),
+    (PostingAnswersTheLatestJob, "postings", ["postings_a_second_job_of_a_key_finds_the_first"]),
 ]
 
 
@@ -2709,6 +2898,17 @@ REACH: dict[str, dict[str, int]] = {
         "sweep writes of a run its row's fresh run id extends": 2,
         "sweep writes of a run under another row's held fence": 3,
         "sweep writes of a run under its twin row's fence": 1,
+    },
+    "postings": {
+        "posting put applied": 28,
+        "posting put already_applied": 17,
+        "posting put conflict": 13,
+        "posting put fence_lost": 10,
+        "posting already applied by another job": 10,
+        "posting already applied, lines in another order": 9,
+        "posting applied beside the same key in another ledger": 12,
+        "posting put under a held fence of a row with another key": 1,
+        "posting put under a lapsed lease nobody claimed": 3,
     },
 }
 

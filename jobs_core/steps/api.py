@@ -209,6 +209,11 @@ class StepApi:
         return self._job.run_id
 
     @property
+    def job_key(self) -> str:
+        """The idempotency key of the job this run belongs to (`ledger()` posts under it)."""
+        return self._job.idempotency_key
+
+    @property
     def fence(self) -> Fence:
         """The claim this run holds; a write fenced on it lands only while the claim holds."""
         return self._job.fence

@@ -350,6 +350,12 @@ async def check_empty(driver: JobDriver) -> None:
         entries = await driver.sweep_list(None, 5)
         if entries:
             found.append(f"sweep entries of runs {[e.run_id for e in entries]}")
+    if caps.postings:
+        from jobs_core.testing.posting_rules import ACCOUNTS, TENANTS
+
+        for tenant in TENANTS:
+            if await driver.posting_balances(tenant, list(ACCOUNTS)):
+                found.append(f"posting balances of tenant {tenant!r}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1716,7 +1722,18 @@ class ParityMachine(PairedMachine[JobDriver]):
 #: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
 #: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
 FAMILIES: frozenset[str] = frozenset(
-    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows", "sweeps"}
+    {
+        "jobs",
+        "operator",
+        "counters",
+        "durable",
+        "leases",
+        "tasks",
+        "retention",
+        "flows",
+        "sweeps",
+        "postings",
+    }
 )
 
 #: The job family's rules each other family's walk draws beside its own: what makes the rows,
@@ -1738,6 +1755,8 @@ BORROWS: dict[str, frozenset[str]] = {
     # What moves the fences a ledger write is fenced on: claims (reclaims of lapsed leases
     # among them), settles, cancels, and the clock to a lease's end.
     "sweeps": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
+    # The same for a posting: what moves the fences it is written under.
+    "postings": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
 }
 
 
@@ -1772,12 +1791,22 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.flow_rules import FlowRules
     from jobs_core.testing.lease_rules import LeaseRules
     from jobs_core.testing.operator_rules import OperatorRules
+    from jobs_core.testing.posting_rules import PostingRules
     from jobs_core.testing.sweep_rules import SweepRules
     from jobs_core.testing.task_rules import TaskRules
 
     return type(
         "EveryFamily",
-        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, SweepRules, ParityMachine),
+        (
+            OperatorRules,
+            DurableRules,
+            LeaseRules,
+            TaskRules,
+            FlowRules,
+            SweepRules,
+            PostingRules,
+            ParityMachine,
+        ),
         {},
     )
 

@@ -9,10 +9,12 @@ machine calls it beside the driver under test. Argument checks are the ABC's own
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from jobs_core.driver import (
+    MAX_BALANCE_ACCOUNTS,
     MAX_BULK_IDS,
     MAX_ENQUEUE_BATCH,
     MAX_LEASE_BATCH,
@@ -21,6 +23,8 @@ from jobs_core.driver import (
     MAX_LEASE_MS,
     MAX_LIST_LIMIT,
     MAX_LIST_SCAN,
+    MAX_POSTING_AMOUNT,
+    MAX_POSTING_LINES,
     MAX_PURGE_LIMIT,
     MAX_SWEEP_CHECKSUM_BYTES,
     MAX_SWEEP_CURSOR_BYTES,
@@ -35,6 +39,11 @@ from jobs_core.errors import (
     BatchTooLargeError,
     ClaimQueuesEmptyError,
     JobNotFoundError,
+    LedgerAccountInvalidError,
+    LedgerAmountInvalidError,
+    LedgerCurrencyInvalidError,
+    LedgerLinesInvalidError,
+    LedgerUnbalancedError,
     NotRequeueableError,
     RecordInvalidError,
     RequeueDuplicateError,
@@ -44,6 +53,7 @@ from jobs_core.jsonform import check_text
 from jobs_core.records import (
     SWEEP_KINDS,
     Ack,
+    BalanceRow,
     BuriedJob,
     CancelAnswer,
     ClaimedJob,
@@ -73,6 +83,10 @@ from jobs_core.records import (
     NackKind,
     NewJob,
     Pause,
+    PostingLine,
+    PostingPut,
+    PostingPutAnswer,
+    PostingRecord,
     Progress,
     PromoteAnswer,
     PurgeParams,
@@ -160,6 +174,10 @@ class ReferenceModel:
         self.announced: list[str] = []
         #: sweeps: the ledger, one entry per run id (never removed by the family's calls).
         self.sweeps: dict[str, SweepRecord] = {}
+        # -- postings --
+        #: (tenant, key) -> the posting; (tenant, account, currency) -> (debits, credits).
+        self.postings: dict[tuple[str | None, str], PostingRecord] = {}
+        self.balances: dict[tuple[str | None, str, str], tuple[int, int]] = {}
         #: flows: every waiter move, in order — (waiter, dependency, the finishing path,
         #: released) — for the walk's tally; the suite drains it (`moves.clear()`).
         self.moves: list[tuple[str, str, str, bool]] = []
@@ -1229,6 +1247,71 @@ class ReferenceModel:
         mine.sort(key=lambda e: e.started_at_ms, reverse=True)
         return mine[:limit]
 
+    # -- postings -------------------------------------------------------------------------------
+
+    def posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        """Off the fence — not held, or held by a row whose idempotency key is not the posting's
+        key —: nothing. A key posted before: `already_applied` with the same lines (as a set of
+        (account, currency, amount)), else `conflict`; nothing written. Else the posting, its
+        lines by (account, currency), and every line's amount on its account's debits (> 0) or
+        credits (< 0) in that currency."""
+        _check_sweep_fence(put.fence)
+        if put.tenant_id is not None:
+            _check_name_text(put.tenant_id, "tenant_id")
+        _check_name_text(put.key, "key", 1024)
+        lines = _posting_lines(put.lines)
+        _check_range(put.now_ms, 0, MAX_TIME_MS, "now_ms")
+        row = self._held(put.fence)
+        if row is None or row.idempotency_key != put.key:
+            return PostingPutAnswer("fence_lost", None)
+        stored = self.postings.get((put.tenant_id, put.key))
+        if stored is not None:
+            same = set(stored.lines) == set(lines)
+            return PostingPutAnswer("already_applied" if same else "conflict", stored)
+        posting = PostingRecord(
+            tenant_id=put.tenant_id,
+            key=put.key,
+            job_id=row.id,
+            lines=tuple(sorted(lines, key=lambda x: (x.account, x.currency))),
+            posted_at_ms=put.now_ms,
+        )
+        self.postings[(put.tenant_id, put.key)] = posting
+        for x in lines:
+            debits, credits = self.balances.get((put.tenant_id, x.account, x.currency), (0, 0))
+            if x.amount > 0:
+                debits += x.amount
+            else:
+                credits += abs(x.amount)
+            self.balances[(put.tenant_id, x.account, x.currency)] = (debits, credits)
+        return PostingPutAnswer("applied", posting)
+
+    def posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        if tenant_id is not None:
+            _check_name_text(tenant_id, "tenant_id")
+        _check_name_text(key, "key", 1024)
+        return self.postings.get((tenant_id, key))
+
+    def posting_balances(self, tenant_id: str | None, accounts: Sequence[str]) -> list[BalanceRow]:
+        """Every (account, currency) of `accounts` that a posting of the tenant touched, by
+        account then currency."""
+        if tenant_id is not None:
+            _check_name_text(tenant_id, "tenant_id")
+        if isinstance(accounts, str) or not isinstance(accounts, Sequence) or not accounts:
+            raise RecordInvalidError(detail="accounts")
+        if len(accounts) > MAX_BALANCE_ACCOUNTS:
+            raise BatchTooLargeError(detail=str(len(accounts)))
+        for a in accounts:
+            _check_account(a)
+        if len(set(accounts)) != len(accounts):
+            raise RecordInvalidError(detail="accounts")
+        return [
+            BalanceRow(account, currency, debits, credits)
+            for (tenant, account, currency), (debits, credits) in sorted(
+                self.balances.items(), key=lambda kv: (kv[0][1], kv[0][2])
+            )
+            if tenant == tenant_id and account in accounts
+        ]
+
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
         self.workers[beat.worker_id] = WorkerInfo(
@@ -1420,3 +1503,38 @@ def _after_nack(r: JobRecord, n: Nack) -> JobRecord:
             attempt=given_back,
         )
     raise AssertionError(f"unknown nack kind {n.kind!r}")
+
+
+# -- postings --
+#: An account and a currency as the contract spells them (restated, not imported).
+_ACCOUNT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
+_CURRENCY = re.compile(r"[A-Z][A-Z0-9]{2,11}")
+
+
+def _check_account(account: object) -> None:
+    if not isinstance(account, str) or not _ACCOUNT.fullmatch(account):
+        raise LedgerAccountInvalidError(detail=repr(account))
+
+
+def _posting_lines(lines: object) -> list[PostingLine]:
+    """The lines of a posting the contract takes, in the order its refusals are checked: the
+    list and its size; per line its type, account, currency, amount, and no (account,
+    currency) twice; then each currency summing to zero."""
+    if not isinstance(lines, list | tuple) or not 2 <= len(lines) <= MAX_POSTING_LINES:
+        raise LedgerLinesInvalidError(detail="lines")
+    seen: set[tuple[str, str]] = set()
+    for x in lines:
+        if not isinstance(x, PostingLine):
+            raise LedgerLinesInvalidError(detail="lines")
+        _check_account(x.account)
+        if not isinstance(x.currency, str) or not _CURRENCY.fullmatch(x.currency):
+            raise LedgerCurrencyInvalidError(detail=repr(x.currency))
+        if type(x.amount) is not int or x.amount == 0 or abs(x.amount) > MAX_POSTING_AMOUNT:
+            raise LedgerAmountInvalidError(detail=repr(x.amount))
+        if (x.account, x.currency) in seen:
+            raise LedgerLinesInvalidError(detail="lines")
+        seen.add((x.account, x.currency))
+    for currency in {x.currency for x in lines}:
+        if sum(x.amount for x in lines if x.currency == currency) != 0:
+            raise LedgerUnbalancedError(detail=currency)
+    return list(lines)

@@ -11,6 +11,7 @@
 -- rows and errors are added as decimal text (exact past 2^53).
 -- Returns 1 when it moved, else 0.
 --!include row.lua
+--!include decimal.lua
 --!include sweep.lua
 
 if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then

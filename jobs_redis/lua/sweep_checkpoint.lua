@@ -12,6 +12,7 @@
 -- sweep_advance moves it (a replayed or skipped batch moves nothing).
 -- Returns 1 when the fence held, else 0 (nothing written).
 --!include row.lua
+--!include decimal.lua
 --!include sweep.lua
 
 if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then

@@ -10,6 +10,7 @@
 -- sweep's sweep:done range (what blocks a re-run).
 -- Returns 1 when it applied, else 0.
 --!include row.lua
+--!include decimal.lua
 --!include sweep.lua
 
 if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then

@@ -6,6 +6,7 @@
 -- (code-point order for UTF-8), reading `limit` members and no others. Reads only.
 -- Returns {run_id, entry, run_id, entry, ...}.
 --!include row.lua
+--!include decimal.lua
 --!include sweep.lua
 
 local members, skip

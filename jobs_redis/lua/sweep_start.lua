@@ -15,6 +15,7 @@
 -- Returns {0} (the fence failed), {2, run_id, entry} (blocked by that entry) or
 -- {1, run_id, entry} (the run's entry as it is after).
 --!include row.lua
+--!include decimal.lua
 --!include sweep.lua
 
 if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then

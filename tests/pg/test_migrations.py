@@ -52,6 +52,8 @@ TABLES = {
     "outbox",
     "joins",
     "sweeps",
+    "postings",
+    "posting_balances",
 }
 
 

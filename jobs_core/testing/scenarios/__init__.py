@@ -1,9 +1,9 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`); each scenario is `async def scenario_x(driver)` over a fresh, empty
-driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as
-every call's `now_ms`.
+`tasks`, `flows`, `sweeps`, `postings`); each scenario is `async def scenario_x(driver)` over a
+fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`,
+handed in as every call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
@@ -11,6 +11,7 @@ from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
+from jobs_core.testing.scenarios.postings import POSTING_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
 from jobs_core.testing.scenarios.sweeps import SWEEP_SCENARIOS
 from jobs_core.testing.scenarios.tasks import TASK_SCENARIOS
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, Scenario] = {
     **TASK_SCENARIOS,
     **FLOW_SCENARIOS,
     **SWEEP_SCENARIOS,
+    **POSTING_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -1,5 +1,6 @@
--- includes/sweep.lua — the sweep ledger's codec and indexes (inlined after row.lua, never run
--- alone). Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys):
+-- includes/sweep.lua — the sweep ledger's codec and indexes (inlined after row.lua and
+-- decimal.lua, never run alone). Keys (hash tag `{p}` shared with every other key;
+-- jobs_redis.keys.Keys):
 --   {p}:sweep          hash run_id -> the entry: 16 NUL-joined fields, named below (an empty
 --                      field is None: no stored value is empty — names and ids are non-empty,
 --                      numbers are digits, "" is not JSON text)
@@ -12,7 +13,8 @@
 --                      NUL finished_at_ms (13) NUL run_id`: the completed entries, one lex range
 --                      per sweep, its last member the one finished last (ties: greater run_id)
 -- Counts (batches, rows, errors, expected) are stored and moved as decimal TEXT, never as Lua
--- numbers: a double is exact only below 2^53, and a sweep's sums may pass it.
+-- numbers: a double is exact only below 2^53, and a sweep's sums may pass it (`dec_add`,
+-- includes/decimal.lua).
 
 local S_JOB, S_NAME, S_SCOPE, S_ENV, S_KIND, S_CHECKSUM, S_STATUS = 1, 2, 3, 4, 5, 6, 7
 local S_BATCHES, S_ROWS, S_ERRORS, S_EXPECTED, S_CURSOR, S_ERROR = 8, 9, 10, 11, 12, 13
@@ -21,28 +23,6 @@ local S_STARTED, S_UPDATED, S_FINISHED = 14, 15, 16
 -- A time (decimal text below 2^42) as 13 digits, so lex order is time order. Text only.
 local function ms13(ms)
   return string.rep("0", 13 - #ms) .. ms
-end
-
--- The sum of two non-negative decimal texts, digit by digit: exact at any size.
-local function dec_add(a, b)
-  local out, carry = {}, 0
-  local i, j = #a, #b
-  while i > 0 or j > 0 or carry > 0 do
-    local d = carry
-    if i > 0 then
-      d = d + string.byte(a, i) - 48
-    end
-    if j > 0 then
-      d = d + string.byte(b, j) - 48
-    end
-    carry = 0
-    if d >= 10 then
-      d, carry = d - 10, 1
-    end
-    out[#out + 1] = string.char(48 + d)
-    i, j = i - 1, j - 1
-  end
-  return string.reverse(table.concat(out))
 end
 
 -- The lex range of the members of zset entries that start with `head` (which holds no NUL).

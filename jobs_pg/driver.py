@@ -37,6 +37,7 @@ from jobs_core.driver import (
     Capabilities,
     JobDriver,
     WakeSubscription,
+    check_consumer_put,
 )
 from jobs_core.errors import (
     DriverCancelledError,
@@ -55,6 +56,8 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -107,6 +110,7 @@ from jobs_core.semantics import (
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, compile_all
+from jobs_pg.statements import consumer as consumer_stmts
 from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import event as event_stmts
 from jobs_pg.statements import job as job_stmts
@@ -141,6 +145,8 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(task_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
+    # -- consumers --
+    **compile_all(vars(consumer_stmts)),
 }
 
 _STATES: Final = {s.value: s for s in JobState}
@@ -175,6 +181,7 @@ _INDEX_FIELDS: Final = {
     "leases_pkey": "key, token",
     "task_marks_pkey": "name",
     "sweeps_pkey": "run_id",
+    "consumers_pkey": "name, tenant_id",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -365,6 +372,7 @@ class PgDriver(JobDriver):
             tasks=True,
             flows=True,
             sweeps=True,
+            consumers=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1776,6 +1784,56 @@ class PgDriver(JobDriver):
         rows = await self._read("SWEEP_LIST", {"name": name, "limit": limit})
         return [_sweep_record(r) for r in rows]
 
+    # -- consumers ------------------------------------------------------------------------------
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        rows = await self._read("CONSUMER_CURSOR_GET", {"name": name, "tenant": tenant_id or ""})
+        return _consumer(rows[0]) if rows else None
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        rows = await self._rows("CONSUMER_CURSOR_PUT", consumer_put_values(put))
+        return int(rows[0][0]) == 1
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        rows = await self._read("CONSUMER_LIST", {"name": name, "limit": limit})
+        return [_consumer(r) for r in rows]
+
+    def consumer_cursor_put_sync(self, conn: Any, put: ConsumerPut) -> bool:
+        """`consumer_cursor_put` inside the CALLER's open transaction on `conn` (a SQLAlchemy
+        `Connection` or `Session`, a psycopg connection): the same statement, so it lands or
+        not with the caller's commit, and a rollback takes it back with the caller's writes.
+        Refused as the driver's put is, before anything is sent; never commits."""
+        from jobs_pg.outbox import in_transaction_sync
+
+        self.require("consumers", what="consumer_cursor_put_sync")
+        check_consumer_put(put)
+        stmt = self._q["CONSUMER_CURSOR_PUT"]
+        raw = in_transaction_sync(conn)
+        try:
+            with psycopg.Cursor(raw) as cur:
+                cur.execute(stmt.text, stmt.args(consumer_put_values(put)))
+                row = cur.fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc, self.schema, stmt.name) from exc
+        return row is not None and int(row[0]) == 1
+
+    async def consumer_cursor_put_async(self, conn: Any, put: ConsumerPut) -> bool:
+        """`consumer_cursor_put_sync` on an async connection (a SQLAlchemy `AsyncConnection` or
+        `AsyncSession`, a psycopg `AsyncConnection`), in the caller's open transaction."""
+        from jobs_pg.outbox import in_transaction_async
+
+        self.require("consumers", what="consumer_cursor_put_async")
+        check_consumer_put(put)
+        stmt = self._q["CONSUMER_CURSOR_PUT"]
+        raw = await in_transaction_async(conn)
+        try:
+            async with psycopg.AsyncCursor(raw) as cur:
+                await cur.execute(stmt.text, stmt.args(consumer_put_values(put)))
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc, self.schema, stmt.name) from exc
+        return row is not None and int(row[0]) == 1
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -2027,6 +2085,41 @@ def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:
     """Per item of `n`, whether a statement answering the ordinals that held named it."""
     held = {int(r[0]) for r in rows}
     return [i in held for i in range(1, n + 1)]
+
+
+def consumer_put_values(put: ConsumerPut) -> dict[str, Any]:
+    """`CONSUMER_CURSOR_PUT`'s parameters (the tenant of a cross-tenant consumer is '')."""
+    f = put.fence
+    return {
+        "job_id": f.job_id,
+        "claims": f.claims,
+        "worker_id": f.worker_id,
+        "name": put.name,
+        "tenant": put.tenant_id or "",
+        "source": put.source,
+        "expect_json": put.expect_json,
+        "cursor_json": put.cursor_json,
+        "records": put.records,
+        "lag": put.lag,
+        "now_ms": put.now_ms,
+    }
+
+
+def _consumer(row: Sequence[Any]) -> ConsumerCursor:
+    """An entry from its columns in `statements.consumer.RECORD_COLUMNS` order."""
+    name, tenant, source, cursor_json, turns, records, lag, holder, job_id, updated = row
+    return ConsumerCursor(
+        name=name,
+        tenant_id=tenant or None,
+        source=source,
+        cursor_json=cursor_json,
+        turns=int(turns),
+        records=int(records),
+        lag=None if lag is None else int(lag),
+        holder=holder,
+        job_id=job_id,
+        updated_at_ms=int(updated),
+    )
 
 
 def _sweep_record(row: Sequence[Any]) -> SweepRecord:

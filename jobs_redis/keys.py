@@ -11,6 +11,8 @@ class Keys:
     """The names of one prefix's keys and wake channels."""
 
     __slots__ = (
+        "consumer",
+        "consumer_names",
         "counter_hours",
         "counter_minutes",
         "counters",
@@ -113,6 +115,11 @@ class Keys:
         self.sweep_started = f"{t}:sweep:started"
         self.sweep_name = f"{t}:sweep:name"
         self.sweep_done = f"{t}:sweep:done"
+        # -- consumers -- (lua/includes/consumer.lua describes each)
+        #: hash `name NUL tenant` -> the entry, 8 NUL-joined fields.
+        self.consumer = f"{t}:consumer"
+        #: zset, every score 0, the same members: the listing's order.
+        self.consumer_names = f"{t}:consumer:names"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -350,6 +350,10 @@ async def check_empty(driver: JobDriver) -> None:
         entries = await driver.sweep_list(None, 5)
         if entries:
             found.append(f"sweep entries of runs {[e.run_id for e in entries]}")
+    if caps.consumers:
+        cursors = await driver.consumer_list(None, 5)
+        if cursors:
+            found.append(f"consumer cursors of {[e.name for e in cursors]}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1716,7 +1720,19 @@ class ParityMachine(PairedMachine[JobDriver]):
 #: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
 #: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
 FAMILIES: frozenset[str] = frozenset(
-    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows", "sweeps"}
+    {
+        "jobs",
+        "operator",
+        "counters",
+        "durable",
+        "leases",
+        "tasks",
+        "retention",
+        "flows",
+        "sweeps",
+        # -- consumers --
+        "consumers",
+    }
 )
 
 #: The job family's rules each other family's walk draws beside its own: what makes the rows,
@@ -1738,6 +1754,8 @@ BORROWS: dict[str, frozenset[str]] = {
     # What moves the fences a ledger write is fenced on: claims (reclaims of lapsed leases
     # among them), settles, cancels, and the clock to a lease's end.
     "sweeps": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
+    # -- consumers -- what moves the fences a cursor put is fenced on.
+    "consumers": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
 }
 
 
@@ -1768,6 +1786,7 @@ def make_machine(
 @functools.cache
 def _every_rule() -> type[ParityMachine]:
     """One class with every family's rules and state checks (a walk switches some off)."""
+    from jobs_core.testing.consumer_rules import ConsumerRules
     from jobs_core.testing.durable_rules import DurableRules
     from jobs_core.testing.flow_rules import FlowRules
     from jobs_core.testing.lease_rules import LeaseRules
@@ -1777,7 +1796,16 @@ def _every_rule() -> type[ParityMachine]:
 
     return type(
         "EveryFamily",
-        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, SweepRules, ParityMachine),
+        (
+            OperatorRules,
+            DurableRules,
+            LeaseRules,
+            TaskRules,
+            FlowRules,
+            SweepRules,
+            ConsumerRules,
+            ParityMachine,
+        ),
         {},
     )
 

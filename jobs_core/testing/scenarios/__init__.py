@@ -2,8 +2,8 @@
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
 `tasks`, `flows`, `sweeps`, `consumers`); each scenario is `async def scenario_x(driver)` over
-a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as
-every call's `now_ms`.
+a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from
+`T0`, handed in as every call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.consumers import CONSUMER_SCENARIOS

@@ -49,7 +49,8 @@ from jobs_core.testing.machine import (
 )
 
 #: Consumers' names: one with quotes, a newline and non-ASCII text, one at the byte limit.
-CONSUMER_NAMES = ("orders", "q'uo%te\n☃", LONG_NAME)
+#: Two names where one begins the other (a listing of one must not take the other's entries).
+CONSUMER_NAMES = ("orders", "q'uo%te\n☃", "orders-eu", LONG_NAME)
 #: The tenants a consumer acts for: None is the cross-tenant one (stored apart from any tenant).
 CONSUMER_TENANTS: tuple[str | None, ...] = (None, "t1", "☃ org")
 SOURCES = ("table:orders", "stream:events", "function:fetch", "<b>markup</b>")

@@ -88,6 +88,15 @@ async def scenario_consumers_turns_move_the_cursor(driver: JobDriver) -> None:
     assert await driver.consumer_cursor_put(
         _put(f, '{"id":10}', LONG_CURSOR, T0 + 2, records=MAX_CONSUMER_BATCH, lag=None)
     )
+    second = await driver.consumer_cursor_get("orders", "t1")
+    assert second == replace(
+        first,
+        cursor_json=LONG_CURSOR,
+        turns=2,
+        records=2 + MAX_CONSUMER_BATCH,
+        lag=None,
+        updated_at_ms=T0 + 2,
+    )
     assert await driver.consumer_cursor_put(_put(f, LONG_CURSOR, LONG_CURSOR, T0 + 3, records=0))
     assert await driver.consumer_cursor_get("orders", "t1") == replace(
         first,
@@ -149,6 +158,7 @@ async def scenario_consumers_tenants_and_names_apart(driver: JobDriver) -> None:
     for tenant, cursor in ((None, "1"), ("t1", "2"), ("☃ org", "3")):
         assert await driver.consumer_cursor_put(_put(f, None, cursor, T0, tenant=tenant))
     assert await driver.consumer_cursor_put(_put(f, None, "4", T0, name="ledger\n'q"))
+    assert await driver.consumer_cursor_put(_put(f, None, "5", T0, name="orders-eu"))
     # Another tenant's cursor is not this one's start.
     assert not await driver.consumer_cursor_put(_put(f, "1", "9", T0 + 1, tenant="t1"))
     assert not await driver.consumer_cursor_put(_put(f, "2", "9", T0 + 1, name="ledger\n'q"))
@@ -158,7 +168,9 @@ async def scenario_consumers_tenants_and_names_apart(driver: JobDriver) -> None:
         ("orders", None, "1"),
         ("orders", "t1", "2"),
         ("orders", "☃ org", "3"),
+        ("orders-eu", "t1", "5"),
     ]
+    assert [e.name for e in await driver.consumer_list("orders", 10)] == ["orders"] * 3
     assert [e.tenant_id for e in await driver.consumer_list("orders", 2)] == [None, "t1"]
     assert await driver.consumer_cursor_get("orders", "t2") is None
     none = await driver.consumer_cursor_get("orders", None)

@@ -6,7 +6,8 @@ driver's sweep ledger (the `sweeps` family) by `jobs_core.factories.sweep`.
 """
 
 from jobs_core.factories.backfill import backfill
+from jobs_core.factories.consumers import consumer
 from jobs_core.factories.purge import purge
 from jobs_core.factories.rows import export_rows, import_rows
 
-__all__ = ["backfill", "export_rows", "import_rows", "purge"]
+__all__ = ["backfill", "consumer", "export_rows", "import_rows", "purge"]

@@ -164,7 +164,11 @@ class ConsumerRules(ParityMachine):
         if how == "none":
             return None
         if how == "stale":
-            past = [c for c in self._history.get((name, tenant), []) if held is None or c != held]
+            past = [
+                c
+                for c in self._history.get((name, tenant), [])
+                if held is None or c != held.cursor_json
+            ]
             if past:
                 return past[-1 - pick % len(past)]
         if how == "another's":

@@ -306,3 +306,58 @@ async def test_stream_source_takes_pending_entries_back() -> None:
         finally:
             await client.delete(key)
             await client.aclose()
+
+
+# -- the operator's view: `ujobs consumers list` and the lag gauge --------------------------------
+
+
+async def test_the_lag_gauge_reads_the_stored_cursors() -> None:
+    import asyncio
+
+    from jobs_core.operator.metrics import serve
+    from jobs_core.worker import Worker
+    from jobs_memory import MemoryDriver
+    from tests.core.test_observability import _get, _value
+
+    driver = MemoryDriver()
+    odd = 'fe"ed\n{x}'
+    c = declare(odd, source=function(numbers(7, []), lag=lambda cursor: 40), handle=print)
+    await run_once(driver, c)
+    worker = Worker(driver, [c.job], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    server = serve(worker, "127.0.0.1", 0)
+    try:
+        await worker.start()
+        text = (await asyncio.to_thread(_get, f"http://127.0.0.1:{server.port}/metrics"))[1]
+        assert _value(text, "ujobs_consumer_lag", consumer='fe\\"ed\\n{x}', tenant="none") == 40
+    finally:
+        await worker.stop()
+        server.close()
+
+
+def test_cli_lists_each_consumer_and_tenant() -> None:
+    import asyncio
+    import json
+
+    from tests.core.support import ujobs
+    from tests.pg.conftest import PG_URL
+
+    async def stored() -> str:
+        async with fresh_store("pg") as driver:
+            name = "feed<b>\u202e"
+            for tenant in ("t1", "none"):
+                c = declare(name, source=function(numbers(3, [])), handle=print, tenant=tenant)
+                await run_once(driver, c)
+            url = f"{PG_URL}?schema={driver.schema}"  # type: ignore[attr-defined]
+            shown = await asyncio.to_thread(ujobs, "consumers", "list", "--driver", url, "--json")
+            assert shown.returncode == 0, shown.stderr
+            rows = json.loads(shown.stdout)
+            assert [(r["name"], r["tenant"], r["cursor"], r["records"]) for r in rows] == [
+                (name, None, 3, 3),
+                (name, "t1", 3, 3),
+            ]
+            table_ = await asyncio.to_thread(ujobs, "consumers", "list", "--driver", url)
+            assert table_.returncode == 0, table_.stderr
+            assert "\u202e" not in table_.stdout and "t1" in table_.stdout
+            return table_.stdout
+
+    asyncio.run(stored())

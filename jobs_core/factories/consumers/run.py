@@ -9,6 +9,7 @@ turn (`sources.TurnPlan`), and sleeps `idle` when there was nothing new. The run
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import Iterator
@@ -108,7 +109,7 @@ class Plan:
                         turns += 1
                         records += done.records
                     else:
-                        await clock.sleep_ms(min(self.idle_ms, max(1, end - clock.now_ms())))
+                        await _idle(ctx, min(self.idle_ms, max(1, end - clock.now_ms())))
         finally:
             await driver.lease_release([LeaseRef(key, got.token)], clock.now_ms())
         return {"turns": turns, "records": records, "cursor": cursor}
@@ -129,3 +130,16 @@ class Plan:
             signal=ctx.signal,
         )
         return await self.source.turn(plan)
+
+
+async def _idle(ctx: JobContext, ms: int) -> None:
+    """Wait `ms` between turns that found nothing, ended at once by the run's signal (a drain,
+    a lost claim): a run waiting for records never holds a worker's shutdown."""
+    sleep = asyncio.ensure_future(ctx.step.clock.sleep_ms(ms))
+    fired = asyncio.ensure_future(ctx.signal.wait())
+    try:
+        await asyncio.wait({sleep, fired}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for f in (sleep, fired):
+            f.cancel()
+    ctx.signal.raise_if_cancelled()

@@ -52,6 +52,7 @@ TABLES = {
     "outbox",
     "joins",
     "sweeps",
+    "consumers",
 }
 
 

@@ -361,3 +361,50 @@ def test_cli_lists_each_consumer_and_tenant() -> None:
             return table_.stdout
 
     asyncio.run(stored())
+
+
+# -- the store: racing turns, and the put inside a caller's transaction ---------------------------
+
+
+async def test_turns_racing_from_one_cursor_land_one(store: JobDriver) -> None:
+    import asyncio
+
+    from jobs_core.records import ConsumerPut
+
+    c = declare(source=function(numbers(1, [])), handle=print)
+    job = await claimed(store, c)
+    now = SystemClock().now_ms()
+
+    def put(expect: str | None, cursor: str) -> ConsumerPut:
+        return ConsumerPut(job.fence, "race", None, "function:x", expect, cursor, 1, None, now)
+
+    for expect, to in ((None, "b"), ('"b0"', "c")):
+        if expect is not None:
+            entry = await store.consumer_cursor_get("race", None)
+            assert entry is not None
+            expect = entry.cursor_json
+        puts = (store.consumer_cursor_put(put(expect, f'"{to}{i}"')) for i in range(8))
+        got = await asyncio.gather(*puts)
+        assert got.count(True) == 1, got
+        entry = await store.consumer_cursor_get("race", None)
+        assert entry is not None and entry.cursor_json == f'"{to}{got.index(True)}"'
+        assert entry.turns == (1 if expect is None else 2)
+
+
+async def test_the_in_transaction_put_refuses_before_sending(
+    pg_tables: tuple[JobDriver, Any, sa.Table, sa.Table],
+) -> None:
+    from jobs_core.records import ConsumerPut, Fence
+
+    driver, engine, _events, _seen = pg_tables
+    pg: Any = driver
+    put = ConsumerPut(Fence("j", 1, "w"), "a\x00b", None, "table:x", None, "1", 1, None, 1)
+    async with engine.connect() as conn:
+        with pytest.raises(JobsError) as caught:
+            await pg.consumer_cursor_put_async(conn, put)
+        assert caught.value.code == "X_JOB_RECORD_INVALID"
+        assert not conn.in_transaction()  # refused before anything was sent
+    with pytest.raises(JobsError) as caught:
+        async with engine.connect() as conn:
+            pg.consumer_cursor_put_sync(conn, put)
+    assert caught.value.code == "X_JOB_RECORD_INVALID"

@@ -408,3 +408,33 @@ async def test_the_in_transaction_put_refuses_before_sending(
         async with engine.connect() as conn:
             pg.consumer_cursor_put_sync(conn, put)
     assert caught.value.code == "X_JOB_RECORD_INVALID"
+
+
+async def test_table_source_on_a_sync_engine(
+    pg_tables: tuple[JobDriver, Any, sa.Table, sa.Table],
+) -> None:
+    from tests.pg.conftest import PG_URL
+
+    driver, _engine, events, seen = pg_tables
+    engine = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
+
+    def handle(rows: list[Any], turn: Turn) -> None:
+        turn.conn.execute(seen.insert(), [{"id": r.id} for r in rows])
+
+    c = declare(source=table(sa.select(events), engine=engine, key="id"), handle=handle, batch=7)
+    got = await run_once(driver, c)
+    assert got["records"] == 30 and got["cursor"] == 30
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(seen)).scalar() == 30
+    engine.dispose()
+
+
+async def test_a_function_cursor_that_does_not_move_is_refused(store: JobDriver) -> None:
+    seen: list[int] = []
+    c = declare(source=function(lambda cursor, limit: ([1], 5)), handle=lambda r, t: seen.extend(r))
+    with pytest.raises(JobsError) as caught:
+        await run_once(store, c)
+    assert caught.value.code == "X_CONSUMER_SOURCE_INVALID"
+    assert seen == [1]  # the first batch (from none to 5) landed; the second would not move
+    entry = await store.consumer_cursor_get("feed", None)
+    assert entry is not None and entry.turns == 1

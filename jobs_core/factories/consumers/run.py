@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from jobs_core.context import JobContext
+from jobs_core.driver import name_refusal
 from jobs_core.errors import ConsumerSelfEnqueueError
 from jobs_core.factories.consumers.sources import Handler, Source, TurnPlan
 from jobs_core.jsonform import JsonValue, loads
@@ -49,6 +51,15 @@ def refuse_inside(job_name: str) -> None:
         )
 
 
+def holder_of(job_id: str, claims: int) -> str:
+    """The lease holder of one run: its job and claim (unique per run, so two runs on one
+    worker never share a holding), hashed when that would pass a name's byte bound."""
+    plain = f"{job_id}:{claims}"
+    if name_refusal(plain) is None:
+        return plain
+    return "run:" + hashlib.sha256(plain.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
 @contextmanager
 def _inside(job_name: str) -> Iterator[None]:
     token = _INSIDE.set(_INSIDE.get() | {job_name})
@@ -77,7 +88,7 @@ class Plan:
         driver.require("consumers", "leases", what=f"consumer {self.name!r}")
         tenant = ctx.tenant
         key = lease_key(self.name, tenant)
-        holder = f"{ctx.job_id}:{step.fence.claims}"
+        holder = holder_of(ctx.job_id, step.fence.claims)
         got = (await driver.lease_take([LeaseTake(key, holder, 1, self.lease_ms)], clock.now_ms()))[
             0
         ]

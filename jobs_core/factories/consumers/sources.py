@@ -339,8 +339,12 @@ class StreamSource:
                 # The client's own ResponseError (jobs_core imports no redis): the group exists.
                 if "BUSYGROUP" not in str(exc):
                     raise
+            # At most one batch is pending (each turn acknowledges its batch before the next
+            # read), so one page of `batch` entries takes it all back.
             entries = await self._pending(plan, group, member)
             if not entries:
+                if len(self._drained) > 1_000:
+                    self._drained.clear()
                 self._drained.add(plan.fence)
         if not entries:
             got = await c.xreadgroup(group, member, {self._key: ">"}, count=plan.batch)
@@ -425,6 +429,11 @@ class FunctionSource:
                 f"{len(records)} records, more than the batch of {plan.batch}"
             )
         text = cursor_text(after, "the next cursor")
+        if plan.stored is not None and text == plan.stored.cursor_json:
+            raise ConsumerSourceInvalidError(
+                "the next cursor is the one this batch was read after: the consumer would"
+                " read the same records forever"
+            )
         await call(plan.handler, list(records), plan.turn())
         lag = None if self._lag_fn is None else _lag(await call(self._lag_fn, loads(text)))
         if not await plan.driver.consumer_cursor_put(plan.put(text, len(records), lag)):

@@ -438,3 +438,39 @@ async def test_a_function_cursor_that_does_not_move_is_refused(store: JobDriver)
     assert seen == [1]  # the first batch (from none to 5) landed; the second would not move
     entry = await store.consumer_cursor_get("feed", None)
     assert entry is not None and entry.turns == 1
+
+
+def test_the_supervisor_fires_the_consumers_job() -> None:
+    from jobs_core.scheduler.task import Occurrence
+
+    jobs, tasks = JobRegistry(), TaskRegistry()
+    c = consumer(
+        "feed",
+        source=function(numbers(1, [])),
+        handle=print,
+        tenant="t1",
+        every="*/5 * * * *",
+        tz="Europe/Paris",
+        registry=jobs,
+        task_registry=tasks,
+    )
+    assert (c.job.name, c.supervisor.name) == ("consumer:feed", "consumer:feed:supervisor")
+    assert c.supervisor.job is c.job and (c.supervisor.cron, c.supervisor.tz) == (
+        "*/5 * * * *",
+        "Europe/Paris",
+    )
+    assert jobs.get("consumer:feed") is c.job and tasks.get(c.supervisor.name) is c.supervisor
+    # Each occurrence is its own fire; the job acts for the consumer's tenant.
+    occurrence = Occurrence(c.supervisor.name, 1_000, 1_000, 1_000, "Europe/Paris")
+    assert c.supervisor.fire_key(1_000, c.supervisor.input_for(occurrence)) == "task:1000:feed"
+    assert c.job.tenant_for(None) == "t1"
+    with pytest.raises(JobsError) as caught:
+        consumer(
+            "feed",
+            source=function(numbers(1, [])),
+            handle=print,
+            tenant="t1",
+            registry=jobs,
+            task_registry=tasks,
+        )
+    assert caught.value.code == "X_JOB_DUPLICATE"

@@ -3,7 +3,7 @@ and its cursor committed together (`sources`), one run per consumer across the f
 the cursor per tenant in the driver's `consumers` family.
 """
 
-from jobs_core.factories.consumers.declare import Consumer, consumer, registered_consumers
+from jobs_core.factories.consumers.declare import Consumer, consumer
 from jobs_core.factories.consumers.sources import (
     FunctionSource,
     StreamSource,
@@ -22,7 +22,6 @@ __all__ = [
     "Turn",
     "consumer",
     "function",
-    "registered_consumers",
     "stream",
     "table",
 ]

@@ -27,9 +27,6 @@ from jobs_core.scheduler.task import TaskHandle, TaskRegistry, task
 #: The prefix of a consumer's job name (`consumer:<name>`) and its task's suffix.
 JOB_PREFIX: Final = "consumer:"
 SUPERVISOR_SUFFIX: Final = ":supervisor"
-#: Every consumer declared in this process, by name (what `ujobs consumers` and the metrics
-#: label by; the store's entries are the truth).
-registered_consumers: dict[str, Consumer] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,9 +133,7 @@ def consumer(
     supervisor = task(
         job_name + SUPERVISOR_SUFFIX, cron=every, tz=tz, job=handle_, registry=task_registry
     )
-    declared = Consumer(name, org, source, handle_, supervisor)
-    registered_consumers[name] = declared
-    return declared
+    return Consumer(name, org, source, handle_, supervisor)
 
 
 def _constant(org: str) -> Callable[[Any], str]:

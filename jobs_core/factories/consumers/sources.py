@@ -348,9 +348,10 @@ class StreamSource:
                 self._drained.add(plan.fence)
         if not entries:
             got = await c.xreadgroup(group, member, {self._key: ">"}, count=plan.batch)
-            entries = list(got[0][1]) if got else []
-            if isinstance(got, dict):
+            if isinstance(got, dict):  # RESP3: {key: [entries]}
                 entries = [e for batch in got.values() for e in batch[0]]
+            else:  # RESP2: [[key, entries]]
+                entries = list(got[0][1]) if got else []
         if not entries:
             return Done(0, plan.stored)
         ids = [_text(i) for i, _ in entries]

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from jobs_core.context import JobContext
 from jobs_core.driver import name_refusal
-from jobs_core.errors import ConsumerSelfEnqueueError
+from jobs_core.errors import ConsumerSelfEnqueueError, JobsError
 from jobs_core.factories.consumers.sources import Handler, Source, TurnPlan
 from jobs_core.jsonform import JsonValue, loads
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
@@ -122,7 +122,11 @@ class Plan:
                     else:
                         await _idle(ctx, min(self.idle_ms, max(1, end - clock.now_ms())))
         finally:
-            await driver.lease_release([LeaseRef(key, got.token)], clock.now_ms())
+            try:
+                await driver.lease_release([LeaseRef(key, got.token)], clock.now_ms())
+            except JobsError:
+                # Never in place of the run's own outcome: the lease runs out on its own.
+                log.warning("jobs.consumer.release_failed %s", self.name, exc_info=True)
         return {"turns": turns, "records": records, "cursor": cursor}
 
     async def _turn(self, ctx: JobContext, tenant: str | None) -> Any:

@@ -50,6 +50,8 @@ from jobs_core.records import (
     CancelAnswer,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -169,6 +171,13 @@ ACCOUNT_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 #: A currency: an ISO 4217 code (`EUR`) or a longer code of your own (`USDC`, `POINTS`): 3 to
 #: 12 capital letters and digits, starting with a letter.
 CURRENCY_PATTERN: Final = re.compile(r"[A-Z][A-Z0-9]{2,11}")
+# -- consumers --
+#: A consumer's cursor (`ConsumerPut.cursor_json`, `expect_json`): at most this many UTF-8 bytes.
+MAX_CONSUMER_CURSOR_BYTES: Final = 8_192
+#: The most records one consumer turn hands its handler (`ConsumerPut.records`).
+MAX_CONSUMER_BATCH: Final = 10_000
+#: The most entries one `consumer_list` call answers.
+MAX_CONSUMER_LIST: Final = 1_000
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -188,6 +197,7 @@ Family: TypeAlias = Literal[
     "flows",
     "sweeps",
     "postings",
+    "consumers",
 ]
 
 
@@ -231,6 +241,10 @@ class Capabilities:
     #: The posting ledger (`posting_put`, `posting_get`, `posting_balances`): `ledger()`'s
     #: balanced postings, one per (tenant, key), written fenced on the posting job's claim.
     postings: bool = False
+    # -- consumers --
+    #: Consumer cursors (`consumer_cursor_get`, `consumer_cursor_put`, `consumer_list`): where
+    #: each `consumer()` stands in its source, moved by its turns, fenced on the turn's claim.
+    consumers: bool = False
 
     def declared(self) -> frozenset[str]:
         """Every family these capabilities declare, the core `jobs` family included."""
@@ -965,6 +979,36 @@ class JobDriver(abc.ABC):
         """Start delivering a queue name to `on_wake` when work arrives; None when unsupported."""
         return None
 
+    # -- consumers ------------------------------------------------------------------------------
+    # Optional: a driver offering them says `consumers=True` in `capabilities()`. One entry per
+    # (consumer name, tenant); a put lands only while its fence holds AND the stored cursor is
+    # the one the turn started from, so a stale turn never moves a cursor back.
+
+    async def consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        """Consumer `name`'s entry for `tenant_id` (None: the cross-tenant one), or None."""
+        self.require("consumers", what="consumer_cursor_get")
+        _check_str(name, "name")
+        if tenant_id is not None:
+            _check_str(tenant_id, "tenant_id")
+        return await self._consumer_cursor_get(name, tenant_id)
+
+    async def consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        """Move the cursor from `put.expect_json` to `put.cursor_json`, fenced; answers whether
+        it landed (see `_consumer_cursor_put`)."""
+        self.require("consumers", what="consumer_cursor_put")
+        check_consumer_put(put)
+        return await self._consumer_cursor_put(put)
+
+    async def consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        """The entries (of consumer `name`, or all) by (name, tenant — the cross-tenant one
+        first); at most `limit`."""
+        self.require("consumers", what="consumer_list")
+        if name is not None:
+            _check_str(name, "name")
+        _check_int(limit, "limit", 1, MAX_CONSUMER_LIST)
+        rows = await self._consumer_list(name, limit)
+        return sorted(rows, key=consumer_order)[:limit]
+
     # -- what each backend implements: the core job family ---------------------------------------
 
     @abc.abstractmethod
@@ -1436,6 +1480,29 @@ class JobDriver(abc.ABC):
         Two puts of one key at once: one applies, the other answers as 2 does after it."""
         raise _unimplemented(self, "postings", "_posting_put")
 
+    # -- consumers --
+    # One entry per (name, tenant_id), never removed by the family's calls. A put is applied only
+    # while its `fence` holds (the fence's row `running` with those `claims` and that worker, as
+    # `_step_put`'s) AND the stored cursor is `expect_json` byte for byte (None: no entry).
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        """The entry of (`name`, `tenant_id`), or None; another tenant's is never answered."""
+        raise _unimplemented(self, "consumers", "_consumer_cursor_get")
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        """Atomically, when the fence holds and the entry of (`put.name`, `put.tenant_id`) has
+        `cursor_json == put.expect_json` as text (`expect_json` None: there is no entry): the
+        entry becomes `source`, `cursor_json` the put's, `turns + 1` (1 for a new entry),
+        `records + put.records` (the put's for a new one), `lag = put.lag` (None too),
+        `holder = fence.worker_id`, `job_id = fence.job_id`, `updated_at_ms = now_ms`; True.
+        Otherwise (a lost fence, a stale or a skipped cursor) nothing changes; False."""
+        raise _unimplemented(self, "consumers", "_consumer_cursor_put")
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        """The entries (those of consumer `name` when given) by (name, tenant_id, None first;
+        code-point order); at most `limit`."""
+        raise _unimplemented(self, "consumers", "_consumer_list")
+
 
 # -- the shared checks ----------------------------------------------------------------------------
 
@@ -1488,6 +1555,45 @@ def _check_sweep_cursor(cursor_json: str | None) -> None:
         raise RecordInvalidError(
             f"must be at most {MAX_SWEEP_CURSOR_BYTES} bytes of UTF-8", detail="cursor_json"
         )
+
+
+# -- consumers --
+
+
+def consumer_order(entry: ConsumerCursor) -> tuple[str, str]:
+    """The listing order of consumer entries: by name, then tenant (the cross-tenant one first:
+    tenants are never empty)."""
+    return (entry.name, entry.tenant_id or "")
+
+
+def check_consumer_put(put: ConsumerPut) -> None:
+    """Every refusal of a cursor put (`X_JOB_RECORD_INVALID`), before anything is written; the
+    Postgres driver's in-transaction put makes the same checks."""
+    if not isinstance(put, ConsumerPut):
+        raise RecordInvalidError("must be a ConsumerPut", detail="put")
+    _check_fence(put.fence)
+    _check_str(put.name, "name")
+    if put.tenant_id is not None:
+        _check_str(put.tenant_id, "tenant_id")
+    _check_str(put.source, "source")
+    _check_consumer_cursor(put.cursor_json, "cursor_json")
+    if put.expect_json is not None:
+        _check_consumer_cursor(put.expect_json, "expect_json")
+    _check_int(put.records, "records", 0, MAX_CONSUMER_BATCH)
+    if put.lag is not None:
+        _check_int(put.lag, "lag", 0, MAX_SWEEP_ROWS)
+    _check_time(put.now_ms, "now_ms")
+
+
+def _check_consumer_cursor(text: object, what: str) -> None:
+    if not isinstance(text, str) or not text:
+        raise RecordInvalidError("must be JSON text", detail=what)
+    # The size first: a huge text is refused without being parsed.
+    if utf8_length(text) > MAX_CONSUMER_CURSOR_BYTES:
+        raise RecordInvalidError(
+            f"must be at most {MAX_CONSUMER_CURSOR_BYTES} bytes of UTF-8", detail=what
+        )
+    check_text(text, what)
 
 
 def _check_fence(fence: Fence) -> None:

@@ -25,6 +25,10 @@ CODES: Final[dict[str, str]] = {
     "X_CLI_MODULE_INVALID": "the jobs module could not be imported",
     "X_CLI_NO_JOBS": "the module exports no jobs",
     "X_CLI_USAGE_INVALID": "the command line is not valid",
+    "X_CONSUMER_CURSOR_MOVED": "another turn moved the consumer's cursor first; this run ends",
+    "X_CONSUMER_DECLARATION_INVALID": "the consumer declaration is not valid",
+    "X_CONSUMER_SELF_ENQUEUE": "a consumer never enqueues itself: its supervisor task does",
+    "X_CONSUMER_SOURCE_INVALID": "the consumer's source answered records or a cursor it cannot use",
     "X_DASHBOARD_AUTH_REQUIRED": "the dashboard needs its token or user and password for this",
     "X_DASHBOARD_CSRF_INVALID": "the action did not carry this dashboard's token against forgery",
     "X_DASHBOARD_READ_ONLY": "the dashboard is read-only: it acts only with credentials set",
@@ -765,6 +769,33 @@ class LedgerUnbalancedError(JobsError):
     """A posting's lines do not sum to zero in every currency."""
 
     code = "X_LEDGER_UNBALANCED"
+
+
+# -- consumers ------------------------------------------------------------------------------
+
+
+class ConsumerCursorMovedError(JobsError):
+    """Another turn moved the consumer's cursor first; this run ends."""
+
+    code = "X_CONSUMER_CURSOR_MOVED"
+
+
+class ConsumerDeclarationInvalidError(JobsError):
+    """The consumer declaration is not valid."""
+
+    code = "X_CONSUMER_DECLARATION_INVALID"
+
+
+class ConsumerSelfEnqueueError(JobsError):
+    """A consumer never enqueues itself: its supervisor task does."""
+
+    code = "X_CONSUMER_SELF_ENQUEUE"
+
+
+class ConsumerSourceInvalidError(JobsError):
+    """The consumer's source answered records or a cursor it cannot use."""
+
+    code = "X_CONSUMER_SOURCE_INVALID"
     terminal = True
 
 
@@ -862,6 +893,11 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         LedgerPostingConflictError,
         LedgerScopeInvalidError,
         LedgerUnbalancedError,
+        # -- consumers --
+        ConsumerCursorMovedError,
+        ConsumerDeclarationInvalidError,
+        ConsumerSelfEnqueueError,
+        ConsumerSourceInvalidError,
     )
 }
 

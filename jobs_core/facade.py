@@ -425,6 +425,8 @@ class _Batch:
         parent_id: str | None = None,
         batch_id: str | None = None,
     ) -> None:
+        if handle.enqueue_guard is not None:
+            handle.enqueue_guard()
         now = clock.now_ms()
         if run_at is not None or delay is not None:
             run_at_ms, delay_ms = _time_options(run_at_ms, delay_ms, run_at, delay)

@@ -65,6 +65,9 @@ class JobHandle:
     concurrency: Concurrency | None = None
     #: This job's own rate limits (starts per interval), beside any the worker declares.
     rate_limits: tuple[RateLimit, ...] = ()
+    #: Called before every record of this job is made (an enqueue, a stage, a fire); raises to
+    #: refuse it (`consumer()`: a consumer's run never enqueues its own job).
+    enqueue_guard: Callable[[], None] | None = None
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:

@@ -917,3 +917,45 @@ class BalanceRow:
     def balance(self) -> int:
         """Debits minus credits, in minor units."""
         return self.debits - self.credits
+
+
+# -- consumers: where each consumer of a source stands, for one tenant ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerCursor:
+    """The stored position of consumer `name` acting for `tenant_id` (None: a `tenant="none"`
+    consumer): the cursor its next turn reads after, and what its last landed turn said."""
+
+    name: str
+    tenant_id: str | None
+    #: What the consumer reads (`table:<table>`, `stream:<key>`, `function:<name>`).
+    source: str
+    #: The cursor as JSON text, exactly as the turn that stored it wrote it.
+    cursor_json: str
+    #: Turns that landed (each landed `consumer_cursor_put` counts one).
+    turns: int
+    #: Records handled by the turns that landed, summed.
+    records: int
+    #: Records left past the cursor when the last turn measured them (None: unknown).
+    lag: int | None
+    #: The worker whose turn landed last, and its job.
+    holder: str
+    job_id: str
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPut:
+    """Move consumer `name`'s cursor (for `tenant_id`) from `expect_json` (None: nothing stored
+    yet) to `cursor_json`, fenced on the turn's claim; `records` handled, `lag` left."""
+
+    fence: Fence
+    name: str
+    tenant_id: str | None
+    source: str
+    expect_json: str | None
+    cursor_json: str
+    records: int
+    lag: int | None
+    now_ms: int

@@ -35,6 +35,8 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -156,6 +158,8 @@ class MemoryDriver(JobDriver):
         #: credits], Python ints: exact at any size.
         self._postings: dict[tuple[str | None, str], PostingRecord] = {}
         self._balances: dict[tuple[str | None, str, str], list[int]] = {}
+        #: (consumer name, tenant or "") -> its cursor entry.
+        self._consumers: dict[tuple[str, str], ConsumerCursor] = {}
         #: flows: parked waiter id -> the dependencies it still waits on; dependency id -> the
         #: parked waiters that still count it (both sides of one edge, dropped together).
         self._waiting: dict[str, set[str]] = {}
@@ -182,6 +186,7 @@ class MemoryDriver(JobDriver):
             flows=True,
             sweeps=True,
             postings=True,
+            consumers=True,
         )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
@@ -1126,6 +1131,39 @@ class MemoryDriver(JobDriver):
                 for (tenant, account, currency), sums in self._balances.items()
                 if tenant == tenant_id and account in wanted
             ]
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        with self._lock:
+            return self._consumers.get((name, tenant_id or ""))
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        key = (put.name, put.tenant_id or "")
+        with self._lock:
+            held = self._consumers.get(key)
+            stored = None if held is None else held.cursor_json
+            if self._held(put.fence) is None or stored != put.expect_json:
+                return False
+            self._consumers[key] = ConsumerCursor(
+                name=put.name,
+                tenant_id=put.tenant_id,
+                source=put.source,
+                cursor_json=put.cursor_json,
+                turns=1 if held is None else held.turns + 1,
+                records=put.records if held is None else held.records + put.records,
+                lag=put.lag,
+                holder=put.fence.worker_id,
+                job_id=put.fence.job_id,
+                updated_at_ms=put.now_ms,
+            )
+            return True
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        with self._lock:
+            entries = [e for e in self._consumers.values() if name is None or e.name == name]
+        entries.sort(key=lambda e: (e.name, e.tenant_id or ""))
+        return entries[:limit]
 
 
 def _acked(a: Ack, r: JobRecord) -> JobRecord:

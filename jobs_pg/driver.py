@@ -37,6 +37,7 @@ from jobs_core.driver import (
     Capabilities,
     JobDriver,
     WakeSubscription,
+    check_consumer_put,
 )
 from jobs_core.errors import (
     DriverCancelledError,
@@ -56,6 +57,8 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -114,6 +117,7 @@ from jobs_core.semantics import (
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, compile_all
+from jobs_pg.statements import consumer as consumer_stmts
 from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import event as event_stmts
 from jobs_pg.statements import job as job_stmts
@@ -150,6 +154,8 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(task_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
+    # -- consumers --
+    **compile_all(vars(consumer_stmts)),
 }
 
 _STATES: Final = {s.value: s for s in JobState}
@@ -186,6 +192,7 @@ _INDEX_FIELDS: Final = {
     "sweeps_pkey": "run_id",
     "postings_pkey": "tenant_id, key",
     "posting_balances_pkey": "tenant_id, account, currency",
+    "consumers_pkey": "name, tenant_id",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -377,6 +384,7 @@ class PgDriver(JobDriver):
             flows=True,
             sweeps=True,
             postings=True,
+            consumers=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1842,6 +1850,56 @@ class PgDriver(JobDriver):
         )
         return [BalanceRow(a, c, int(d), int(cr)) for a, c, d, cr in rows]
 
+    # -- consumers ------------------------------------------------------------------------------
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        rows = await self._read("CONSUMER_CURSOR_GET", {"name": name, "tenant": tenant_id or ""})
+        return _consumer(rows[0]) if rows else None
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        rows = await self._rows("CONSUMER_CURSOR_PUT", consumer_put_values(put))
+        return int(rows[0][0]) == 1
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        rows = await self._read("CONSUMER_LIST", {"name": name, "limit": limit})
+        return [_consumer(r) for r in rows]
+
+    def consumer_cursor_put_sync(self, conn: Any, put: ConsumerPut) -> bool:
+        """`consumer_cursor_put` inside the CALLER's open transaction on `conn` (a SQLAlchemy
+        `Connection` or `Session`, a psycopg connection): the same statement, so it lands or
+        not with the caller's commit, and a rollback takes it back with the caller's writes.
+        Refused as the driver's put is, before anything is sent; never commits."""
+        from jobs_pg.outbox import in_transaction_sync
+
+        self.require("consumers", what="consumer_cursor_put_sync")
+        check_consumer_put(put)
+        stmt = self._q["CONSUMER_CURSOR_PUT"]
+        raw = in_transaction_sync(conn)
+        try:
+            with psycopg.Cursor(raw) as cur:
+                cur.execute(stmt.text, stmt.args(consumer_put_values(put)))
+                row = cur.fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc, self.schema, stmt.name) from exc
+        return row is not None and int(row[0]) == 1
+
+    async def consumer_cursor_put_async(self, conn: Any, put: ConsumerPut) -> bool:
+        """`consumer_cursor_put_sync` on an async connection (a SQLAlchemy `AsyncConnection` or
+        `AsyncSession`, a psycopg `AsyncConnection`), in the caller's open transaction."""
+        from jobs_pg.outbox import in_transaction_async
+
+        self.require("consumers", what="consumer_cursor_put_async")
+        check_consumer_put(put)
+        stmt = self._q["CONSUMER_CURSOR_PUT"]
+        raw = await in_transaction_async(conn)
+        try:
+            async with psycopg.AsyncCursor(raw) as cur:
+                await cur.execute(stmt.text, stmt.args(consumer_put_values(put)))
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc, self.schema, stmt.name) from exc
+        return row is not None and int(row[0]) == 1
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -2093,6 +2151,41 @@ def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:
     """Per item of `n`, whether a statement answering the ordinals that held named it."""
     held = {int(r[0]) for r in rows}
     return [i in held for i in range(1, n + 1)]
+
+
+def consumer_put_values(put: ConsumerPut) -> dict[str, Any]:
+    """`CONSUMER_CURSOR_PUT`'s parameters (the tenant of a cross-tenant consumer is '')."""
+    f = put.fence
+    return {
+        "job_id": f.job_id,
+        "claims": f.claims,
+        "worker_id": f.worker_id,
+        "name": put.name,
+        "tenant": put.tenant_id or "",
+        "source": put.source,
+        "expect_json": put.expect_json,
+        "cursor_json": put.cursor_json,
+        "records": put.records,
+        "lag": put.lag,
+        "now_ms": put.now_ms,
+    }
+
+
+def _consumer(row: Sequence[Any]) -> ConsumerCursor:
+    """An entry from its columns in `statements.consumer.RECORD_COLUMNS` order."""
+    name, tenant, source, cursor_json, turns, records, lag, holder, job_id, updated = row
+    return ConsumerCursor(
+        name=name,
+        tenant_id=tenant or None,
+        source=source,
+        cursor_json=cursor_json,
+        turns=int(turns),
+        records=int(records),
+        lag=None if lag is None else int(lag),
+        holder=holder,
+        job_id=job_id,
+        updated_at_ms=int(updated),
+    )
 
 
 def _sweep_record(row: Sequence[Any]) -> SweepRecord:

@@ -395,6 +395,24 @@ def _usable(raw: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None
         )
 
 
+# -- consumers --
+
+
+def in_transaction_sync(conn: object) -> psycopg.Connection[Any]:
+    """The psycopg connection under a sync `conn` (as `stage` takes it), in an open transaction
+    that can carry a write to the caller's commit; refused (typed) otherwise, nothing sent."""
+    if _is_async(conn):
+        raise DriverUnsupportedError("an async connection: use the async put", detail="conn")
+    return _sync_psycopg(conn)
+
+
+async def in_transaction_async(conn: object) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection under an async `conn`, as `in_transaction_sync`."""
+    if not _is_async(conn):
+        raise DriverUnsupportedError("a sync connection: use the sync put", detail="conn")
+    return await _async_psycopg(conn)
+
+
 async def _then(pending: Awaitable[None], answer: T) -> T:
     await pending
     return answer

@@ -437,6 +437,28 @@ posting_balances: Final = sa.Table(
 )
 
 
+# -- consumers --
+# Consumer cursors (migration 0015): one row per (consumer name, tenant; '' for a
+# `tenant="none"` consumer, as the live key spells no tenant), moved by a put fenced on the
+# turn's claim and compared-and-set on the cursor it started from (`statements/consumer.py`).
+# The primary key is the listing's order, and every put's one lookup.
+consumers: Final = sa.Table(
+    "consumers",
+    metadata,
+    sa.Column("name", sa.Text(collation=C), primary_key=True),
+    sa.Column("tenant", sa.Text(collation=C), primary_key=True),
+    sa.Column("source", sa.Text, nullable=False),
+    # Text, compared byte for byte: the cursor is set only from the one its turn read.
+    sa.Column("cursor_json", sa.Text, nullable=False),
+    sa.Column("turns", sa.BigInteger, nullable=False),
+    sa.Column("records", sa.BigInteger, nullable=False),
+    sa.Column("lag", sa.BigInteger, nullable=True),
+    sa.Column("holder", sa.Text(collation=C), nullable=False),
+    sa.Column("job_id", sa.Text(collation=C), nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+)
+
+
 def metadata_in(schema: str) -> sa.MetaData:
     """The declared tables, indexes and sequence, placed in `schema` (what the migrations must
     create)."""

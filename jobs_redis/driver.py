@@ -50,6 +50,8 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:sweep` (hash run_id -> the ledger entry) and the zsets `{p}:sweep:started`,
   `{p}:sweep:name`, `{p}:sweep:done`: the sweep family (`lua/includes/sweep.lua`); counts are
   decimal text, never a Lua number, so they stay exact past 2**53.
+- `{p}:consumer` (hash `name NUL tenant` -> the entry) and `{p}:consumer:names` (zset, the
+  listing order): the consumer cursors (`lua/includes/consumer.lua`).
 
 Why job rows live in a few fixed hashes rather than a key per job: the claim picks rows the
 caller cannot name in advance, and a cluster-safe script may only touch keys it was handed. With
@@ -83,6 +85,8 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -322,6 +326,7 @@ class RedisDriver(JobDriver):
             flows=True,
             sweeps=True,
             postings=True,
+            consumers=True,
         )
 
     async def open(self) -> None:
@@ -1277,6 +1282,46 @@ class RedisDriver(JobDriver):
                 out.append(BalanceRow(got[i], fields[j], int(fields[j + 1]), int(fields[j + 2])))
         return out
 
+    # -- consumers ------------------------------------------------------------------------------
+    # One script per call (`lua/consumer_*.lua`, keys in `lua/includes/consumer.lua`); counts
+    # travel and are stored as decimal text.
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        member = f"{name}\x00{tenant_id or ''}"
+        got = await self._run("consumer_cursor_get", (self.keys.consumer,), (member,))
+        return None if got is None else _consumer(member, got)
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        k = self.keys
+        f = put.fence
+        got = await self._run(
+            "consumer_cursor_put",
+            (k.state, k.consumer, k.consumer_names),
+            (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00",
+                f"{put.name}\x00{put.tenant_id or ''}",
+                "0" if put.expect_json is None else "1",
+                put.expect_json or "",
+                put.source,
+                put.cursor_json,
+                str(put.records),
+                "" if put.lag is None else str(put.lag),
+                f.worker_id,
+                str(put.now_ms),
+            ),
+        )
+        return bool(got == 1)
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        k = self.keys
+        got = await self._run(
+            "consumer_list",
+            (k.consumer, k.consumer_names),
+            ("0" if name is None else "1", name or "", str(limit)),
+        )
+        return [_consumer(got[i], got[i + 1]) for i in range(0, len(got), 2)]
+
     # -- flows ----------------------------------------------------------------------------------
 
     async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
@@ -1507,6 +1552,24 @@ def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
         finished_at_ms=_opt_int(s[6]),
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
+    )
+
+
+def _consumer(member: str, raw: str) -> ConsumerCursor:
+    """An entry from its `{p}:consumer` field and row (`lua/includes/consumer.lua`)."""
+    name, tenant = member.split("\x00")
+    source, cursor_json, turns, records, lag, holder, job_id, updated = raw.split("\x00")
+    return ConsumerCursor(
+        name=name,
+        tenant_id=tenant or None,
+        source=source,
+        cursor_json=cursor_json,
+        turns=int(turns),
+        records=int(records),
+        lag=_opt_int(lag),
+        holder=holder,
+        job_id=job_id,
+        updated_at_ms=int(updated),
     )
 
 

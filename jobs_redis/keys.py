@@ -12,6 +12,8 @@ class Keys:
 
     __slots__ = (
         "balance",
+        "consumer",
+        "consumer_names",
         "counter_hours",
         "counter_minutes",
         "counters",
@@ -119,6 +121,11 @@ class Keys:
         #: hash `tenant NUL key` -> the posting; hash `tenant NUL account` -> its sums.
         self.posting = f"{t}:posting"
         self.balance = f"{t}:balance"
+        # -- consumers -- (lua/includes/consumer.lua describes each)
+        #: hash `name NUL tenant` -> the entry, 8 NUL-joined fields.
+        self.consumer = f"{t}:consumer"
+        #: zset, every score 0, the same members: the listing's order.
+        self.consumer_names = f"{t}:consumer:names"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

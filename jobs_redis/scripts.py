@@ -66,6 +66,10 @@ SCRIPT_NAMES: Final = (
     "worker_forget",
     "worker_list",
     "worker_purge",
+    # -- consumers --
+    "consumer_cursor_get",
+    "consumer_cursor_put",
+    "consumer_list",
 )
 
 _INCLUDE: Final = "--!include "

@@ -36,6 +36,8 @@ from jobs_core.records import (
     CancelAnswer,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -2429,6 +2431,97 @@ class SweepCursorRespelled(MemoryDriver):
         return await super()._sweep_advance(advance)
 
 
+# -- consumers --
+
+
+class ConsumerPutMovesBack(MemoryDriver):
+    """A put under a held fence lands whatever cursor it started from (no compare-and-set): a
+    stale turn moves the cursor back."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        with self._lock:
+            held = self._consumers.get((put.name, put.tenant_id or ""))
+            stored = None if held is None else held.cursor_json
+        return await super()._consumer_cursor_put(replace(put, expect_json=stored))
+
+
+class UnfencedConsumerPut(MemoryDriver):
+    """A put lands from the stored cursor whether or not its claim still holds (the fence is
+    not read): a run that lost its claim moves the cursor."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        with self._lock:
+            key = (put.name, put.tenant_id or "")
+            held = self._consumers.get(key)
+            if (None if held is None else held.cursor_json) != put.expect_json:
+                return False
+            self._consumers[key] = ConsumerCursor(
+                put.name,
+                put.tenant_id,
+                put.source,
+                put.cursor_json,
+                1 if held is None else held.turns + 1,
+                put.records if held is None else held.records + put.records,
+                put.lag,
+                put.fence.worker_id,
+                put.fence.job_id,
+                put.now_ms,
+            )
+            return True
+
+
+class ConsumerKeyIgnoresTenant(MemoryDriver):
+    """Entries are keyed by the consumer's name alone: one tenant's turn reads and moves
+    another tenant's cursor."""
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        got = await super()._consumer_cursor_get(name, "*")
+        return None if got is None else replace(got, tenant_id=tenant_id)
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        landed = await super()._consumer_cursor_put(replace(put, tenant_id="*"))
+        if landed:
+            with self._lock:
+                e = self._consumers[(put.name, "*")]
+                self._consumers[(put.name, "*")] = replace(e, tenant_id=put.tenant_id)
+        return landed
+
+
+class ConsumerListByNamePrefix(MemoryDriver):
+    """A listing of one name takes every name that begins with it (a range with no end)."""
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        every = await super()._consumer_list(None, 10_000)
+        return [e for e in every if name is None or e.name.startswith(name)][:limit]
+
+
+class ConsumerCursorCut(MemoryDriver):
+    """A cursor is stored cut at 255 characters (a varchar column)."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        return await super()._consumer_cursor_put(replace(put, cursor_json=put.cursor_json[:255]))
+
+
+class ConsumerLagBeforeTurn(MemoryDriver):
+    """The lag stored is what was left before the turn's records were handled (lag + records)."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        lag = None if put.lag is None else put.lag + put.records
+        return await super()._consumer_cursor_put(replace(put, lag=lag))
+
+
+class ConsumerLagKeptOnNone(MemoryDriver):
+    """A turn that could not measure its lag leaves the last measured one in place."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        if put.lag is None:
+            with self._lock:
+                held = self._consumers.get((put.name, put.tenant_id or ""))
+            if held is not None and held.lag is not None:
+                put = replace(put, lag=held.lag)
+        return await super()._consumer_cursor_put(put)
+
+
 #: Each broken driver, the family walk that must catch it, and the fixed scenarios that must
 #: catch it too.
 BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
@@ -2620,6 +2713,14 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (PostingAmountsAsDoubles, "postings", ["postings_balances_are_exact"]),
     (BalancesMixCurrencies, "postings", ["postings_balances_are_exact"]),
     (PostingAnswersTheLatestJob, "postings", ["postings_a_second_job_of_a_key_finds_the_first"]),
+    # -- consumers --
+    (ConsumerPutMovesBack, "consumers", ["consumers_a_stale_turn_never_moves_the_cursor_back"]),
+    (UnfencedConsumerPut, "consumers", ["consumers_puts_are_fenced_on_the_claim"]),
+    (ConsumerKeyIgnoresTenant, "consumers", ["consumers_tenants_and_names_apart"]),
+    (ConsumerListByNamePrefix, "consumers", ["consumers_tenants_and_names_apart"]),
+    (ConsumerCursorCut, "consumers", ["consumers_turns_move_the_cursor"]),
+    (ConsumerLagBeforeTurn, "consumers", ["consumers_turns_move_the_cursor"]),
+    (ConsumerLagKeptOnNone, "consumers", ["consumers_turns_move_the_cursor"]),
 ]
 
 
@@ -2843,6 +2944,19 @@ REACH: dict[str, dict[str, int]] = {
         "park on a join, none pending": 5,
         "list by batch page with a cursor": 2,
         "list by parent page with a cursor": 3,
+    },
+    # -- consumers --
+    "consumers": {
+        "consumer cursor at the byte limit": 8,
+        "consumer idle turn (same cursor)": 9,
+        "consumer lag dropped to unknown": 2,
+        "consumer put beside the same name for another tenant": 40,
+        "consumer put from an older cursor (moved back refused)": 5,
+        "consumer put from none while one is stored": 3,
+        "consumer put from the stored cursor off the fence": 14,
+        "consumer put landed": 53,
+        "consumer put landed (first)": 20,
+        "consumer put under a lapsed lease nobody claimed": 5,
     },
     "sweeps": {
         "sweep advance clearing the cursor": 1,

@@ -7,8 +7,9 @@ balanced postings, once per key, into the driver's posting ledger (the `postings
 """
 
 from jobs_core.factories.backfill import backfill
+from jobs_core.factories.consumers import consumer
 from jobs_core.factories.ledger import ledger
 from jobs_core.factories.purge import purge
 from jobs_core.factories.rows import export_rows, import_rows
 
-__all__ = ["backfill", "export_rows", "import_rows", "ledger", "purge"]
+__all__ = ["backfill", "consumer", "export_rows", "import_rows", "ledger", "purge"]

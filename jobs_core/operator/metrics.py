@@ -25,7 +25,10 @@
   entry leaves the newest 1,000 of its name. Pending needs the declarations, which a worker has
   (the backfills among its jobs); one that runs none serves no pending gauge. On a driver
   without the `sweeps` family neither is served, and the worker says so once in its log
-  (`jobs.metrics.partial`).
+  (`jobs.metrics.partial`);
+- from the consumers' cursors (a driver with the `consumers` family), the same way:
+  `ujobs_consumer_lag` (by consumer and tenant: the records its last turn found left past
+  its cursor; a consumer whose source cannot tell is not served).
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -51,6 +54,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from jobs_core.factories.backfill import Backfill, BackfillsView, inspect_backfills
+from jobs_core.factories.consumers.inspect import ConsumerView, inspect_consumers
 from jobs_core.factories.sweep import current_environment
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
@@ -200,6 +204,35 @@ class _SweepGauges(Collector):
         yield pending
 
 
+# -- consumers --
+
+
+class _ConsumerGauges(Collector):
+    """Each consumer's lag per tenant, as its last turn measured it, read through the consumers'
+    one projection on the worker's loop when scraped."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self._driver = worker.driver
+        self._reads = _CachedRead(self._read, loop, "consumers")
+
+    async def _read(self) -> list[ConsumerView]:
+        return await inspect_consumers(self._driver, now_ms=int(time.time() * 1000))
+
+    def collect(self) -> Iterator[Metric]:
+        views = self._reads.current()
+        if views is None:
+            return
+        lag = GaugeMetricFamily(
+            "ujobs_consumer_lag",
+            "Records left past the consumer's cursor when its last turn measured them",
+            labels=["consumer", "tenant"],
+        )
+        for v in views:
+            if v.lag is not None:
+                lag.add_metric([v.name, v.tenant or "none"], v.lag)
+        yield lag
+
+
 class _OutboxGauges(Collector):
     """The relay's backlog (`ujobs worker --with-relay`), read from its outbox when scraped."""
 
@@ -284,6 +317,9 @@ class WorkerMetrics:
                 " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
                 worker.driver.describe(),
             )
+        # -- consumers --
+        if worker.driver.capabilities().consumers:
+            self.registry.register(_ConsumerGauges(worker, loop))
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
         worker.observe(self._observe)

@@ -356,6 +356,10 @@ async def check_empty(driver: JobDriver) -> None:
         for tenant in TENANTS:
             if await driver.posting_balances(tenant, list(ACCOUNTS)):
                 found.append(f"posting balances of tenant {tenant!r}")
+    if caps.consumers:
+        cursors = await driver.consumer_list(None, 5)
+        if cursors:
+            found.append(f"consumer cursors of {[e.name for e in cursors]}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1733,6 +1737,8 @@ FAMILIES: frozenset[str] = frozenset(
         "flows",
         "sweeps",
         "postings",
+        # -- consumers --
+        "consumers",
     }
 )
 
@@ -1757,6 +1763,8 @@ BORROWS: dict[str, frozenset[str]] = {
     "sweeps": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
     # The same for a posting: what moves the fences it is written under.
     "postings": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
+    # -- consumers -- what moves the fences a cursor put is fenced on.
+    "consumers": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
 }
 
 
@@ -1787,6 +1795,7 @@ def make_machine(
 @functools.cache
 def _every_rule() -> type[ParityMachine]:
     """One class with every family's rules and state checks (a walk switches some off)."""
+    from jobs_core.testing.consumer_rules import ConsumerRules
     from jobs_core.testing.durable_rules import DurableRules
     from jobs_core.testing.flow_rules import FlowRules
     from jobs_core.testing.lease_rules import LeaseRules
@@ -1805,6 +1814,7 @@ def _every_rule() -> type[ParityMachine]:
             FlowRules,
             SweepRules,
             PostingRules,
+            ConsumerRules,
             ParityMachine,
         ),
         {},

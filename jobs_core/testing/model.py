@@ -16,6 +16,9 @@ from dataclasses import replace
 from jobs_core.driver import (
     MAX_BALANCE_ACCOUNTS,
     MAX_BULK_IDS,
+    MAX_CONSUMER_BATCH,
+    MAX_CONSUMER_CURSOR_BYTES,
+    MAX_CONSUMER_LIST,
     MAX_ENQUEUE_BATCH,
     MAX_LEASE_BATCH,
     MAX_LEASE_KEY_BYTES,
@@ -59,6 +62,8 @@ from jobs_core.records import (
     ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -178,6 +183,8 @@ class ReferenceModel:
         #: (tenant, key) -> the posting; (tenant, account, currency) -> (debits, credits).
         self.postings: dict[tuple[str | None, str], PostingRecord] = {}
         self.balances: dict[tuple[str | None, str, str], tuple[int, int]] = {}
+        #: consumers: each consumer's entry by (name, tenant), None the cross-tenant one.
+        self.consumers: dict[tuple[str, str | None], ConsumerCursor] = {}
         #: flows: every waiter move, in order — (waiter, dependency, the finishing path,
         #: released) — for the walk's tally; the suite drains it (`moves.clear()`).
         self.moves: list[tuple[str, str, str, bool]] = []
@@ -1341,6 +1348,69 @@ class ReferenceModel:
             (w for w in self.workers.values() if w.expires_at_ms > now_ms),
             key=lambda w: w.worker_id,
         )
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        """The entry of exactly this name and tenant."""
+        _check_name_text(name, "name")
+        if tenant_id is not None:
+            _check_name_text(tenant_id, "tenant_id")
+        return self.consumers.get((name, tenant_id))
+
+    def consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        """Lands when the fence's row runs under that very claim and the stored cursor is the
+        one the turn names as its start, text for text (none stored: `expect_json` None)."""
+        _check_sweep_fence(put.fence)
+        _check_name_text(put.name, "name")
+        if put.tenant_id is not None:
+            _check_name_text(put.tenant_id, "tenant_id")
+        _check_name_text(put.source, "source")
+        _check_consumer_json(put.cursor_json, "cursor_json")
+        if put.expect_json is not None:
+            _check_consumer_json(put.expect_json, "expect_json")
+        _check_range(put.records, 0, MAX_CONSUMER_BATCH, "records")
+        if put.lag is not None:
+            _check_range(put.lag, 0, MAX_SWEEP_ROWS, "lag")
+        _check_range(put.now_ms, 0, MAX_TIME_MS, "now_ms")
+        key = (put.name, put.tenant_id)
+        before = self.consumers.get(key)
+        if self._held(put.fence) is None:
+            return False
+        if (before.cursor_json if before is not None else None) != put.expect_json:
+            return False
+        self.consumers[key] = ConsumerCursor(
+            name=put.name,
+            tenant_id=put.tenant_id,
+            source=put.source,
+            cursor_json=put.cursor_json,
+            turns=(before.turns if before is not None else 0) + 1,
+            records=(before.records if before is not None else 0) + put.records,
+            lag=put.lag,
+            holder=put.fence.worker_id,
+            job_id=put.fence.job_id,
+            updated_at_ms=put.now_ms,
+        )
+        return True
+
+    def consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        """Every entry (of `name`), by name then tenant with the cross-tenant one first (in code
+        points); the first `limit`."""
+        if name is not None:
+            _check_name_text(name, "name")
+        _check_range(limit, 1, MAX_CONSUMER_LIST, "limit")
+        mine = [e for (n, _), e in self.consumers.items() if name is None or n == name]
+        mine.sort(key=lambda e: (e.name, "" if e.tenant_id is None else e.tenant_id))
+        return mine[:limit]
+
+
+def _check_consumer_json(text: object, what: str) -> None:
+    """JSON text the ABC takes as a consumer's cursor: within its byte bound, storable."""
+    if not isinstance(text, str) or len(text.encode("utf-8", "surrogatepass")) > (
+        MAX_CONSUMER_CURSOR_BYTES
+    ):
+        raise RecordInvalidError(detail=what)
+    check_text(text, what)
 
 
 def _check_task_names(names: Sequence[str]) -> None:

@@ -80,6 +80,8 @@ FAMILY_SHARE: Final[dict[str, float]] = {
     "flows": 0.5,
     "sweeps": 0.325,
     "postings": 0.325,
+    # -- consumers --
+    "consumers": 0.25,
 }
 
 

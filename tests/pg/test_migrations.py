@@ -54,6 +54,7 @@ TABLES = {
     "sweeps",
     "postings",
     "posting_balances",
+    "consumers",
 }
 
 

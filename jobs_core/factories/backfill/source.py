@@ -167,6 +167,11 @@ class Keyset:
         )
         self._engine = _engine(engine)
 
+    @property
+    def key_position(self) -> int:
+        """Where the key sits in every row the select returns."""
+        return self._key_at
+
     def identity(self) -> JsonValue:
         try:
             # The dialect-free rendering: the same in every process whatever engine it reads on.

@@ -1,11 +1,12 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`, `postings`); each scenario is `async def scenario_x(driver)` over a
-fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`,
-handed in as every call's `now_ms`.
+`tasks`, `flows`, `sweeps`, `postings`, `consumers`); each scenario is `async def
+scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are
+fixed offsets from `T0`, handed in as every call's `now_ms`.
 """
 
+from jobs_core.testing.scenarios.consumers import CONSUMER_SCENARIOS
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
 from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
@@ -26,6 +27,8 @@ SCENARIOS: dict[str, Scenario] = {
     **FLOW_SCENARIOS,
     **SWEEP_SCENARIOS,
     **POSTING_SCENARIOS,
+    # -- consumers --
+    **CONSUMER_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

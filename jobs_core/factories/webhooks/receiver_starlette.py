@@ -1,0 +1,53 @@
+"""The receiver on Starlette and FastAPI: the request's body streamed under `max_bytes`, the
+answer a small JSON response. `WebhookReceiver.route(path)` / `.endpoint()` build on this."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from jobs_core.errors import WebhookBodyTooLargeError, WebhookRequestInvalidError
+
+if TYPE_CHECKING:
+    from jobs_core.facade import Jobs
+    from jobs_core.factories.webhooks.receiver import Answer, WebhookReceiver
+
+
+def endpoint(
+    receiver: WebhookReceiver, client: Jobs | Callable[[], Jobs] | None
+) -> Callable[[Request], Awaitable[Response]]:
+    """`async (request) -> Response` enqueuing on `client` (resolved per request, so a client
+    made in the app's lifespan is found)."""
+    from jobs_core.factories.webhooks.receiver import resolve_client
+
+    async def receive(request: Request) -> Response:
+        return await answer(receiver, request, resolve_client(client))
+
+    receive.__name__ = f"webhook_{receiver.name}"
+    return receive
+
+
+async def answer(receiver: WebhookReceiver, request: Request, client: Jobs) -> Response:
+    """One request answered: prechecked, read under `max_bytes`, then `receiver.receive`."""
+    from jobs_core.factories.webhooks.receiver import Answer
+
+    headers = request.headers
+    refused = receiver.precheck(
+        request.method, headers.get("content-length"), headers.get("content-type")
+    )
+    if refused is not None:
+        return respond(refused)
+    try:
+        body = await receiver.read(request.stream())
+    except WebhookBodyTooLargeError as exc:
+        return respond(Answer.refusal(413, exc))
+    except ClientDisconnect:
+        return respond(Answer.refusal(400, WebhookRequestInvalidError()))
+    return respond(await receiver.receive(body, dict(headers.items()), client))
+
+
+def respond(answer: Answer) -> Response:
+    return Response(answer.content(), status_code=answer.status, media_type="application/json")

@@ -17,9 +17,17 @@ from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 
 from jobs_core.facade import Jobs
-from jobs_core.factories.webhooks import ReceivedEvent, WebhookReceiver, stripe_verifier
+from jobs_core.factories.webhooks import (
+    ReceivedEvent,
+    WebhookReceiver,
+    standard_webhooks_verifier,
+    stripe_verifier,
+    webhook_receiver,
+)
+from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.redact import REDACTED, mask
+from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
@@ -28,6 +36,7 @@ from tests.outage import throwaway_redis
 from tests.webhooks.support import (
     MARKER,
     ORG,
+    SECRET,
     STRIPE_SECRET,
     Seen,
     all_ids,
@@ -332,3 +341,55 @@ def test_a_rotated_out_secret_still_verifies() -> None:
             "/hooks/acme", content=body, headers=sign(body, "msg_1", secret=OLD_SECRET)
         )
         assert answer.status_code == 200, answer.text
+
+
+def test_a_verified_body_whose_stored_form_outgrows_the_bound_is_refused_not_stored() -> None:
+    # `1e15` is stored as `1000000000000000.0`: within max_bytes as sent, past the bound as kept.
+    hook = receiver(max_bytes=400_000)
+    app = app_for(hook, "memory://")
+    body = b"[" + b",".join([b"1e15"] * 70_000) + b"]"
+    with TestClient(app) as client:
+        answer = client.post("/hooks/acme", content=body, headers=sign(body, "msg_1"))
+        assert answer.status_code == 422, answer.text
+        refused(answer.json(), answer.text, "X_WEBHOOK_BODY_INVALID")
+        assert stored(client, app)() == []
+
+
+def test_a_failing_run_stores_its_error_with_the_payload_scrubbed_out() -> None:
+    async def fails(event: ReceivedEvent, ctx: Any) -> None:
+        assert isinstance(event.payload, dict)
+        raise RuntimeError(f"declined card {event.payload['card']}")
+
+    hook = webhook_receiver(
+        name="acme.declines",
+        verify=standard_webhooks_verifier(SECRET),
+        tenant=ORG,
+        handle=fails,
+        retry=Retry(attempts=1),
+        registry=JobRegistry(),
+    )
+    app = app_for(hook, "memory://")
+    body = event_body()
+    with TestClient(app) as client:
+        job_id = client.post("/hooks/acme", content=body, headers=sign(body, "msg_1")).json()[
+            "job_id"
+        ]
+        driver = app.state.jobs.driver
+        worker = Worker(driver, [hook], poll_floor=0.01)
+
+        async def run() -> None:
+            await worker.start()
+            try:
+
+                async def finished() -> bool:
+                    return (await driver.job_get_many([job_id]))[job_id].state is JobState.DEAD
+
+                await until(finished)
+            finally:
+                await worker.stop()
+
+        assert client.portal is not None
+        client.portal.call(run)
+        done = row(client, app, job_id)
+    assert done.last_error is not None and "declined card" in done.last_error
+    assert MARKER not in done.last_error

@@ -118,25 +118,28 @@ def serve(
 ) -> tuple[subprocess.Popen[str], str]:
     """A uvicorn serving the app on `store`, answering; its process and base URL."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "receiver_app:app", "--port", str(port),
-         "--host", "127.0.0.1", "--log-level", "warning"],
-        cwd=app_dir,
-        env={**os.environ, "PYTHONPATH": code_path(app_dir), "STORE": store, "SECRET": SECRET,
-             **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
+    log = app_dir / f"uvicorn-{port}.log"
+    with log.open("w") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "receiver_app:app", "--port", str(port),
+             "--host", "127.0.0.1", "--log-level", "warning"],
+            cwd=app_dir,
+            env={**os.environ, "PYTHONPATH": code_path(app_dir), "STORE": store, "SECRET": SECRET,
+                 **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
     procs.append(proc)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:
         try:
-            httpx.get(base + "/hooks/acme", timeout=1)  # 405: the app answers
+            up = httpx.get(base + "/hooks/acme", timeout=1)
+            assert up.json()["code"] == "X_WEBHOOK_REQUEST_INVALID"  # a 405: the app answers
             return proc, base
         except httpx.TransportError:
-            assert proc.poll() is None, proc.communicate()[0]
+            assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "uvicorn did not answer"
             time.sleep(0.1)
 

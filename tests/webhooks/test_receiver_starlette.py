@@ -154,8 +154,10 @@ def test_every_hostile_delivery_is_a_small_refusal_and_stores_nothing(url: str) 
             answer = client.post("/hooks/acme", content=body, headers=headers)
             assert answer.status_code == status, (case, answer.text)
             refused(answer.json(), answer.text, code)
-        wrong = client.get("/hooks/acme")
-        assert wrong.status_code == 405
+        for method in ("GET", "PUT", "DELETE"):
+            wrong = client.request(method, "/hooks/acme")
+            assert wrong.status_code == 405, method
+            refused(wrong.json(), wrong.text, "X_WEBHOOK_REQUEST_INVALID")
         assert stored(client, app)() == []
 
 

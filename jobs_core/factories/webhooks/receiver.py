@@ -43,6 +43,7 @@ per event like any job, acting for the tenant derived again from the stored even
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import re
@@ -97,6 +98,8 @@ JSON_TYPES: Final = ("application/json",)
 #: The input's fields: the payload is always among the job's sensitive fields.
 EVENT_ID: Final = "event_id"
 PAYLOAD: Final = "payload"
+#: The methods the Starlette route takes in, so that all but POST get the receiver's own 405.
+_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 #: The most characters of a Content-Length header read as a number.
 _LENGTH_DIGITS: Final = 19
 
@@ -270,11 +273,12 @@ class WebhookReceiver(JobHandle):
     def route(
         self, path: str, *, client: Jobs | Callable[[], Jobs] | None = None, name: str | None = None
     ) -> Route:
-        """A Starlette `Route` (POST) at `path`: `Starlette(routes=[...])`, or
-        `app.router.routes.append(...)` on FastAPI."""
+        """A Starlette `Route` at `path` (POST; any other method answered 405 in the same JSON
+        as every refusal): `Starlette(routes=[...])`, or `app.router.routes.append(...)` on
+        FastAPI."""
         from starlette.routing import Route
 
-        return Route(path, self.endpoint(client), methods=["POST"], name=name)
+        return Route(path, self.endpoint(client), methods=list(_METHODS), name=name)
 
     async def answer(self, request: Request, client: Jobs) -> Response:
         """One Starlette request answered (what `endpoint` runs)."""
@@ -391,6 +395,11 @@ def _tenant(tenant: object) -> str | Callable[[ReceivedEvent], str | None] | Non
     if tenant == "none":
         return None
     if callable(tenant):
+        if inspect.iscoroutinefunction(tenant):
+            raise WebhookReceiverDeclarationInvalidError(
+                "the tenant function is a plain function (the worker calls it too)",
+                detail="tenant",
+            )
         return tenant
     if name_refusal(tenant) is not None:
         raise WebhookReceiverDeclarationInvalidError(

@@ -168,8 +168,9 @@ def stripe_verifier(
         raise WebhookReceiverDeclarationInvalidError(
             "needs the stripe package: pip install 'ultimat3-jobs[webhooks]'", detail="verify"
         ) from exc
-    secrets = [s for s in _secrets(secret, "secret") if isinstance(s, str)]
-    if len(secrets) != len(_secrets(secret, "secret")):
+    given = _secrets(secret, "secret")
+    secrets = [s for s in given if isinstance(s, str)]
+    if len(secrets) != len(given):
         raise WebhookReceiverDeclarationInvalidError("a Stripe secret is text", detail="secret")
     if isinstance(tolerance_s, bool) or not isinstance(tolerance_s, int) or tolerance_s < 1:
         raise WebhookReceiverDeclarationInvalidError(

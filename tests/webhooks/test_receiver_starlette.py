@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 
+from jobs_core import facade
 from jobs_core.facade import Jobs
 from jobs_core.factories.webhooks import (
     ReceivedEvent,
@@ -395,3 +396,13 @@ def test_a_failing_run_stores_its_error_with_the_payload_scrubbed_out() -> None:
         done = row(client, app, job_id)
     assert done.last_error is not None and "declined card" in done.last_error
     assert MARKER not in done.last_error
+
+
+def test_no_jobs_client_to_enqueue_on_answers_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(facade, "_default", None)
+    app = Starlette(routes=[receiver().route("/hooks/acme")])
+    body = event_body()
+    with TestClient(app) as client:
+        answer = client.post("/hooks/acme", content=body, headers=sign(body, "msg_1"))
+    assert answer.status_code == 503, answer.text
+    refused(answer.json(), answer.text, "X_DRIVER_UNAVAILABLE")

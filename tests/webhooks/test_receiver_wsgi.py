@@ -17,6 +17,7 @@ from django.test import Client, override_settings
 from django.urls import path
 from flask import Flask
 
+from jobs_core import facade
 from jobs_core.errors import WebhookBodyTooLargeError
 from jobs_core.facade import Jobs
 from jobs_core.factories.webhooks import WebhookReceiver, receiver_django, receiver_flask
@@ -40,7 +41,7 @@ Post = Callable[[bytes, dict[str, str]], tuple[int, Any, str]]
 
 
 @contextmanager
-def flask_site(hook: WebhookReceiver, jobs: Jobs) -> Iterator[Post]:
+def flask_site(hook: WebhookReceiver, jobs: Jobs | None) -> Iterator[Post]:
     app = Flask(__name__)
     app.add_url_rule("/hooks/acme", view_func=receiver_flask.view(hook, jobs), methods=["POST"])
     client = app.test_client()
@@ -60,7 +61,7 @@ def urlconf(view: Any) -> ModuleType:
 
 
 @contextmanager
-def django_site(hook: WebhookReceiver, jobs: Jobs) -> Iterator[Post]:
+def django_site(hook: WebhookReceiver, jobs: Jobs | None) -> Iterator[Post]:
     django_set_up()
     urls = urlconf(receiver_django.view(hook, jobs))
     client = Client()
@@ -150,3 +151,16 @@ def test_a_wsgi_body_is_read_no_further_than_max_bytes_and_one_byte() -> None:
         hook.read_sync(stream.read, chunk=1000)
     assert stream.tell() == MAX_BYTES + 1
     assert hook.read_sync(io.BytesIO(b"y" * MAX_BYTES).read) == b"y" * MAX_BYTES
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_no_jobs_client_to_enqueue_on_answers_503(
+    site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(facade, "_default", None)
+    hook = receiver()
+    body = event_body()
+    with SITES[site](hook, None) as post:
+        status, answer, text = post(body, sign(body, "msg_1"))
+    assert status == 503, text
+    refused(answer, text, "X_DRIVER_UNAVAILABLE")

@@ -223,6 +223,18 @@ class WebhookReceiver(JobHandle):
             return Answer.refusal(422, exc)
         return await self._enqueue(event, org, client)
 
+    def receive_sync(
+        self, body: bytes, headers: Mapping[str, str], client: Jobs | Callable[[], Jobs] | None
+    ) -> Answer:
+        """`receive` from a sync view (Flask, Django): run on the client's own loop, as
+        `enqueue_sync` runs. A client that cannot be had answers 503 (the sender retries)."""
+        try:
+            jobs = resolve_client(client)
+        except Exception as exc:
+            log.warning("jobs.webhook.no_client: %s: %s", self.name, _kind(exc))
+            return Answer.refusal(503, DriverUnavailableError())
+        return jobs._run_sync(self.receive(body, headers, jobs))
+
     def tenant_of(self, event: ReceivedEvent) -> str | None:
         """The org `event` is run for (None: `"none"`); `WebhookTenantInvalidError` when the
         declaration's function raises or answers no org a store can hold."""

@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from jobs_core.errors import WebhookBodyTooLargeError
-from jobs_core.factories.webhooks.receiver import Answer, resolve_client
+from jobs_core.factories.webhooks.receiver import Answer
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
@@ -37,9 +37,7 @@ def view(
             body = receiver.read_sync(request.read)
         except WebhookBodyTooLargeError as exc:
             return respond(Answer.refusal(413, exc))
-        jobs = resolve_client(client)
-        answer = jobs._run_sync(receiver.receive(body, dict(request.headers.items()), jobs))
-        return respond(answer)
+        return respond(receiver.receive_sync(body, dict(request.headers.items()), client))
 
     receive.__name__ = f"webhook_{receiver.name}"
     exempt: Callable[[Any], Any] = csrf_exempt(receive)

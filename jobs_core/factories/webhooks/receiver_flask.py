@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from flask import Response, request
 
 from jobs_core.errors import WebhookBodyTooLargeError
-from jobs_core.factories.webhooks.receiver import Answer, resolve_client
+from jobs_core.factories.webhooks.receiver import Answer
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
@@ -35,9 +35,7 @@ def view(
             body = receiver.read_sync(request.stream.read)
         except WebhookBodyTooLargeError as exc:
             return respond(Answer.refusal(413, exc))
-        jobs = resolve_client(client)
-        answer = jobs._run_sync(receiver.receive(body, dict(request.headers.items()), jobs))
-        return respond(answer)
+        return respond(receiver.receive_sync(body, dict(request.headers.items()), client))
 
     receive.__name__ = f"webhook_{receiver.name}"
     return receive

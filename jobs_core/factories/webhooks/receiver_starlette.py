@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from jobs_core.errors import WebhookBodyTooLargeError, WebhookRequestInvalidError
+from jobs_core.errors import (
+    DriverUnavailableError,
+    WebhookBodyTooLargeError,
+    WebhookRequestInvalidError,
+)
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
@@ -21,10 +25,15 @@ def endpoint(
 ) -> Callable[[Request], Awaitable[Response]]:
     """`async (request) -> Response` enqueuing on `client` (resolved per request, so a client
     made in the app's lifespan is found)."""
-    from jobs_core.factories.webhooks.receiver import resolve_client
+    from jobs_core.factories.webhooks.receiver import Answer, log, resolve_client
 
     async def receive(request: Request) -> Response:
-        return await answer(receiver, request, resolve_client(client))
+        try:
+            jobs = resolve_client(client)
+        except Exception as exc:  # not stored: the sender must retry until the app is fixed
+            log.warning("jobs.webhook.no_client: %s: %s", receiver.name, type(exc).__name__)
+            return respond(Answer.refusal(503, DriverUnavailableError()))
+        return await answer(receiver, request, jobs)
 
     receive.__name__ = f"webhook_{receiver.name}"
     return receive

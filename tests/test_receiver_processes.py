@@ -44,7 +44,11 @@ from pathlib import Path
 from starlette.applications import Starlette
 
 from jobs_core.facade import Jobs
-from jobs_core.factories.webhooks import standard_webhooks_verifier, webhook_receiver
+from jobs_core.factories.webhooks import (
+    receiver_starlette,
+    standard_webhooks_verifier,
+    webhook_receiver,
+)
 from jobs_core.urls import driver_from_url
 
 #: Test-only: where the first enqueue's job id is written before this process kills itself.
@@ -81,7 +85,9 @@ async def lifespan(app):
 
 
 app = Starlette(lifespan=lifespan)
-app.router.routes.append(orders.route("/hooks/acme", client=lambda: app.state.jobs))
+app.router.routes.append(
+    receiver_starlette.route(orders, "/hooks/acme", client=lambda: app.state.jobs)
+)
 """
 
 

@@ -25,6 +25,7 @@ from jobs_core.factories.webhooks import (
     stripe_verifier,
     webhook_receiver,
 )
+from jobs_core.factories.webhooks.receiver_starlette import route
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.redact import REDACTED, mask
@@ -68,7 +69,7 @@ def app_for(hook: WebhookReceiver, url: str, *, fastapi: bool = True) -> Starlet
             yield
 
     app: Starlette = FastAPI(lifespan=lifespan) if fastapi else Starlette(lifespan=lifespan)
-    app.router.routes.append(hook.route("/hooks/acme", client=lambda: app.state.jobs))
+    app.router.routes.append(route(hook, "/hooks/acme", client=lambda: app.state.jobs))
     return app
 
 
@@ -400,7 +401,7 @@ def test_a_failing_run_stores_its_error_with_the_payload_scrubbed_out() -> None:
 
 def test_no_jobs_client_to_enqueue_on_answers_503(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(facade, "_default", None)
-    app = Starlette(routes=[receiver().route("/hooks/acme")])
+    app = Starlette(routes=[route(receiver(), "/hooks/acme")])
     body = event_body()
     with TestClient(app) as client:
         answer = client.post("/hooks/acme", content=body, headers=sign(body, "msg_1"))

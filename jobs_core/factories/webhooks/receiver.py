@@ -11,7 +11,7 @@
         tenant="org_acme",                         # or a function of the verified event
         handle=on_event,
     )
-    app.router.routes.append(orders.route("/webhooks/acme"))   # Starlette / FastAPI
+    app.router.routes.append(receiver_starlette.route(orders, "/webhooks/acme"))  # FastAPI
 
 What one request does, in this order, answering small JSON (`{"code", "title"}` on a refusal,
 never a byte of the request's body):
@@ -78,10 +78,6 @@ from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.retry import Retry
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
     from jobs_core.facade import Jobs
 
 log = logging.getLogger("jobs.webhooks")
@@ -99,7 +95,7 @@ JSON_TYPES: Final = ("application/json",)
 EVENT_ID: Final = "event_id"
 PAYLOAD: Final = "payload"
 #: The methods the Starlette route takes in, so that all but POST get the receiver's own 405.
-_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 #: The most characters of a Content-Length header read as a number.
 _LENGTH_DIGITS: Final = 19
 
@@ -274,30 +270,6 @@ class WebhookReceiver(JobHandle):
             return Answer.refusal(503, DriverUnavailableError())
         return Answer(200, {"job_id": done.id, "deduped": done.deduped})
 
-    # -- Starlette / FastAPI -------------------------------------------------------------------
-
-    def endpoint(self, client: Jobs | Callable[[], Jobs] | None = None) -> Callable[..., Any]:
-        """A Starlette endpoint (`async (request) -> Response`) for this receiver."""
-        from jobs_core.factories.webhooks.receiver_starlette import endpoint
-
-        return endpoint(self, client)
-
-    def route(
-        self, path: str, *, client: Jobs | Callable[[], Jobs] | None = None, name: str | None = None
-    ) -> Route:
-        """A Starlette `Route` at `path` (POST; any other method answered 405 in the same JSON
-        as every refusal): `Starlette(routes=[...])`, or `app.router.routes.append(...)` on
-        FastAPI."""
-        from starlette.routing import Route
-
-        return Route(path, self.endpoint(client), methods=list(_METHODS), name=name)
-
-    async def answer(self, request: Request, client: Jobs) -> Response:
-        """One Starlette request answered (what `endpoint` runs)."""
-        from jobs_core.factories.webhooks.receiver_starlette import answer
-
-        return await answer(self, request, client)
-
 
 def event_of(input: Any) -> ReceivedEvent:
     """The event a stored input holds (what the job body is handed)."""
@@ -343,7 +315,8 @@ def webhook_receiver(
     registry: JobRegistry | None = None,
 ) -> WebhookReceiver:
     """Declare a webhook receiver: a job named `name` run once per verified event, and the
-    route (`.route(path)`, `receiver_flask.view`, `receiver_django.view`) that enqueues it.
+    route that enqueues it (`receiver_starlette.route`, `receiver_flask.view`,
+    `receiver_django.view`: the framework's adapter, imported by the app that mounts it).
 
     `verify(body, headers)`: `standard_webhooks_verifier`, `stripe_verifier` or your own (see
     `jobs_core.factories.webhooks.verify`). `tenant`: a fixed org for every event of this route,

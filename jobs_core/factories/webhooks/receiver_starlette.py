@@ -1,5 +1,7 @@
-"""The receiver on Starlette and FastAPI: the request's body streamed under `max_bytes`, the
-answer a small JSON response. `WebhookReceiver.route(path)` / `.endpoint()` build on this."""
+"""The receiver on Starlette and FastAPI: `app.router.routes.append(route(receiver, path))` (or
+`Starlette(routes=[route(receiver, path)])`). The request's body is streamed under `max_bytes`;
+the answer is a small JSON response. The one module of the receiver that imports Starlette: an
+app imports it to mount the route, as it imports the dashboard."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from jobs_core.errors import (
     DriverUnavailableError,
@@ -20,8 +23,23 @@ if TYPE_CHECKING:
     from jobs_core.factories.webhooks.receiver import Answer, WebhookReceiver
 
 
+def route(
+    receiver: WebhookReceiver,
+    path: str,
+    *,
+    client: Jobs | Callable[[], Jobs] | None = None,
+    name: str | None = None,
+) -> Route:
+    """A `Route` at `path` answering `receiver`'s deliveries (POST; every other method is
+    answered 405 in the same JSON as every refusal), enqueuing on `client` (a `Jobs`, or a
+    function answering one, resolved per request; default: the configured one)."""
+    from jobs_core.factories.webhooks.receiver import METHODS
+
+    return Route(path, endpoint(receiver, client), methods=list(METHODS), name=name)
+
+
 def endpoint(
-    receiver: WebhookReceiver, client: Jobs | Callable[[], Jobs] | None
+    receiver: WebhookReceiver, client: Jobs | Callable[[], Jobs] | None = None
 ) -> Callable[[Request], Awaitable[Response]]:
     """`async (request) -> Response` enqueuing on `client` (resolved per request, so a client
     made in the app's lifespan is found)."""

@@ -5,6 +5,7 @@ answers 503."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from jobs_core import facade
@@ -33,6 +36,7 @@ from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
 from tests.core.support import until
 from tests.outage import throwaway_redis
 from tests.webhooks.support import (
@@ -407,3 +411,43 @@ def test_no_jobs_client_to_enqueue_on_answers_503(monkeypatch: pytest.MonkeyPatc
         answer = client.post("/hooks/acme", content=body, headers=sign(body, "msg_1"))
     assert answer.status_code == 503, answer.text
     refused(answer.json(), answer.text, "X_DRIVER_UNAVAILABLE")
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    body=st.binary(max_size=200)
+    | JSONISH.map(lambda v: json.dumps(v).encode())
+    | st.text().map(lambda t: json.dumps({"t": t}).encode("utf-8", "surrogatepass")),
+    msg_id=st.text(max_size=40),
+    signature=st.none() | st.text(max_size=60),
+)
+def test_any_delivery_is_answered_never_raised_and_stored_only_when_whole(
+    body: bytes, msg_id: str, signature: str | None
+) -> None:
+    """Whatever a sender holding the secret signs (or anyone forges): an answer, never an error;
+    a 200 only for a body that reads back as the stored payload, under a well-formed id."""
+    hook = receiver()
+    loop = asyncio.new_event_loop()
+    try:
+        jobs = Jobs(MemoryDriver(), enqueue_retry_s=0)
+        headers = sign(body, msg_id) if signature is None else {
+            "webhook-id": msg_id, "webhook-timestamp": "1", "webhook-signature": signature,
+        }  # fmt: skip
+        answer = loop.run_until_complete(hook.receive(body, headers, jobs))
+        if answer.status == 200:
+            job = loop.run_until_complete(jobs.driver.job_get_many([answer.body["job_id"]]))
+            stored = json.loads(job[str(answer.body["job_id"])].input_json)
+            assert stored == {"event_id": msg_id, "payload": json.loads(body)}
+        else:
+            assert answer.status in {400, 401, 422}, answer
+            assert set(answer.body) == {"code", "title"}
+            assert loop.run_until_complete(all_ids(jobs.driver)) == []
+    finally:
+        loop.close()

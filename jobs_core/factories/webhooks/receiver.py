@@ -1,6 +1,8 @@
 """`webhook_receiver()`: an inbound webhook route that stores the event as a job before it acks.
 
-    from jobs_core.factories.webhooks import standard_webhooks_verifier, webhook_receiver
+    from jobs_core.factories.webhooks import (
+        receiver_starlette, standard_webhooks_verifier, webhook_receiver,
+    )
 
     async def on_event(event, ctx):               # a ReceivedEvent: .id, .payload
         ...

@@ -106,6 +106,15 @@ CODES: Final[dict[str, str]] = {
     "X_TASK_DECLARATION_INVALID": "the task declaration is not valid",
     "X_TASK_TZ_INVALID": "the task's time zone is missing or unknown",
     "X_WORKER_ERROR": "the worker failed around the body, not in it",
+    # -- webhook receiver --
+    "X_WEBHOOK_BODY_INVALID": "the verified body is not JSON that every store can hold",
+    "X_WEBHOOK_BODY_TOO_LARGE": "the request body is longer than the receiver's max_bytes",
+    "X_WEBHOOK_CONTENT_TYPE_INVALID": "the request's content type is not one the receiver reads",
+    "X_WEBHOOK_EVENT_ID_INVALID": "the verified event id is missing or not of the pattern",
+    "X_WEBHOOK_RECEIVER_DECLARATION_INVALID": "the webhook receiver declaration is not valid",
+    "X_WEBHOOK_REQUEST_INVALID": "the request is not one the receiver reads (method or length)",
+    "X_WEBHOOK_SIGNATURE_INVALID": "the delivery's signature did not verify",
+    "X_WEBHOOK_TENANT_INVALID": "no tenant the route may act for could be derived from the event",
 }
 
 
@@ -769,6 +778,7 @@ class LedgerUnbalancedError(JobsError):
     """A posting's lines do not sum to zero in every currency."""
 
     code = "X_LEDGER_UNBALANCED"
+    terminal = True
 
 
 # -- consumers ------------------------------------------------------------------------------
@@ -797,6 +807,57 @@ class ConsumerSourceInvalidError(JobsError):
 
     code = "X_CONSUMER_SOURCE_INVALID"
     terminal = True
+
+
+# -- webhook receiver (`jobs_core.factories.webhooks`) --------------------------------------
+
+
+class WebhookBodyInvalidError(JobsError):
+    """The verified body is not JSON that every store can hold."""
+
+    code = "X_WEBHOOK_BODY_INVALID"
+
+
+class WebhookBodyTooLargeError(JobsError):
+    """The request body is longer than the receiver's max_bytes."""
+
+    code = "X_WEBHOOK_BODY_TOO_LARGE"
+
+
+class WebhookContentTypeError(JobsError):
+    """The request's content type is not one the receiver reads."""
+
+    code = "X_WEBHOOK_CONTENT_TYPE_INVALID"
+
+
+class WebhookEventIdInvalidError(JobsError):
+    """The verified event id is missing or not of the pattern."""
+
+    code = "X_WEBHOOK_EVENT_ID_INVALID"
+
+
+class WebhookReceiverDeclarationInvalidError(JobsError):
+    """The webhook receiver declaration is not valid."""
+
+    code = "X_WEBHOOK_RECEIVER_DECLARATION_INVALID"
+
+
+class WebhookRequestInvalidError(JobsError):
+    """The request is not one the receiver reads (method or length)."""
+
+    code = "X_WEBHOOK_REQUEST_INVALID"
+
+
+class WebhookSignatureInvalidError(JobsError):
+    """The delivery's signature did not verify."""
+
+    code = "X_WEBHOOK_SIGNATURE_INVALID"
+
+
+class WebhookTenantInvalidError(JobsError):
+    """No tenant the route may act for could be derived from the event."""
+
+    code = "X_WEBHOOK_TENANT_INVALID"
 
 
 _CLASSES: Final[dict[str, type[JobsError]]] = {
@@ -898,6 +959,15 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         ConsumerDeclarationInvalidError,
         ConsumerSelfEnqueueError,
         ConsumerSourceInvalidError,
+        # -- webhook receiver --
+        WebhookBodyInvalidError,
+        WebhookBodyTooLargeError,
+        WebhookContentTypeError,
+        WebhookEventIdInvalidError,
+        WebhookReceiverDeclarationInvalidError,
+        WebhookRequestInvalidError,
+        WebhookSignatureInvalidError,
+        WebhookTenantInvalidError,
     )
 }
 

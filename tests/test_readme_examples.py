@@ -170,6 +170,7 @@ WEB_FASTAPI = "# examples/fastapi_app/app.py"
 WEB_FLASK = "# examples/flask_app/app.py"
 WEB_DJANGO = "# examples/django_app/views.py"
 DASHBOARD_MOUNT = "# myapp/web.py"
+WEBHOOKS = "# myapp/webhooks.py"
 #: "Moving from Celery". RESULT, CHAIN, GROUP and the album (in CELERY_JOBS, run by
 #: `test_celery_group_and_chord_inside_a_job`) use the flows runtime (`client.result`, `after=`,
 #: `client.batch`, `ctx.step.enqueue_many`/`gather`): their cases pass once it is merged.
@@ -180,6 +181,7 @@ CELERY_CHAIN = "# chain(resize.s(12)"
 CELERY_GROUP = "# group([...]) with"
 CELERY_BEAT = "# photos/schedule.py"
 PYTHON_CASES = {
+    WEBHOOKS,
     CELERY_JOBS,
     CELERY_DELAY,
     CELERY_RESULT,
@@ -505,6 +507,34 @@ async def test_the_dashboard_mounts_in_a_fastapi_app_and_needs_its_token(
         assert signed_out.headers["location"].startswith("/jobs/login?next=")
         page = await c.get("/jobs/jobs?state=dead", headers={"authorization": f"Bearer {token}"})
         assert page.status_code == 200 and all(f'href="/jobs/jobs/{i}"' in page.text for i in ids)
+
+
+def test_the_webhook_receiver_block_stores_a_verified_event_before_its_200(
+    no_client: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from jobs_core.factories.webhooks import receiver as receiver_module
+    from jobs_core.job import JobRegistry
+    from tests.webhooks.support import SECRET, event_body, sign
+
+    monkeypatch.setenv("ACME_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setattr(receiver_module, "default_registry", JobRegistry())
+    jobs_core.configure(MemoryDriver())
+    names = asyncio.run(run_block(python_block(WEBHOOKS), {}))
+    orders, body = names["orders"], event_body()
+    with TestClient(names["app"]) as client:
+        first = client.post("/webhooks/acme", content=body, headers=sign(body, "msg_1"))
+        again = client.post("/webhooks/acme", content=body, headers=sign(body, "msg_1"))
+        forged = client.post(
+            "/webhooks/acme",
+            content=body,
+            headers={"webhook-id": "msg_2", "content-type": "application/json"},
+        )
+    assert first.status_code == 200 and first.json()["deduped"] is False, first.text
+    assert again.json() == {"job_id": first.json()["job_id"], "deduped": True}
+    assert forged.status_code == 401
+    assert first.json()["job_id"] == orders.job_id_for("msg_1", "org_acme")
 
 
 async def test_the_operator_in_code_lists_and_requeues_the_dead(myapp: ModuleType) -> None:

@@ -1,0 +1,210 @@
+"""What the receiver's tests share: signed deliveries (Standard Webhooks and Stripe), a store on
+each backend, the receivers they declare, and the hostile deliveries every framework must
+answer with a small JSON refusal, nothing stored."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from standardwebhooks.webhooks import Webhook
+
+from jobs_core.context import JobContext
+from jobs_core.driver import JobDriver
+from jobs_core.factories.webhooks import (
+    ReceivedEvent,
+    WebhookReceiver,
+    standard_webhooks_verifier,
+    webhook_receiver,
+)
+from jobs_core.job import JobRegistry
+from jobs_core.records import JobListParams
+from jobs_core.urls import driver_from_url
+
+SECRET = "whsec_" + base64.b64encode(b"receiver-tests-secret-32-bytes!!").decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"the-secret-being-rotated-out....").decode()
+STRIPE_SECRET = "whsec_stripe_test_secret"
+#: A text every test body holds: no answer may ever show it.
+MARKER = "SECRET-CARD-4242"
+ORG = "org_acme"
+MAX_BYTES = 8_192
+
+
+def sign(
+    body: bytes, msg_id: str, *, secret: str = SECRET, at: dt.datetime | None = None
+) -> dict[str, str]:
+    """The Standard Webhooks headers of a delivery of `body` as event `msg_id`."""
+    when = at or dt.datetime.now(dt.UTC)
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, when, body),
+    }
+
+
+def stripe_sign(
+    body: bytes, *, at: int | None = None, secret: str = STRIPE_SECRET
+) -> dict[str, str]:
+    """Stripe's `Stripe-Signature` for `body`, computed here as Stripe documents it (HMAC-SHA256
+    of `t.body`, hex), not by the package the verifier uses."""
+    t = int(time.time()) if at is None else at
+    mac = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return {"content-type": "application/json", "stripe-signature": f"t={t},v1={mac}"}
+
+
+def event_body(n: int = 1, **extra: Any) -> bytes:
+    return json.dumps({"type": "order.paid", "n": n, "card": MARKER, **extra}).encode()
+
+
+@dataclass
+class Seen:
+    """What the job bodies were handed."""
+
+    events: list[tuple[ReceivedEvent, str | None]] = field(default_factory=list)
+
+
+def receiver(
+    name: str = "acme.orders", seen: Seen | None = None, **options: Any
+) -> WebhookReceiver:
+    """A Standard Webhooks receiver for `ORG`, on a registry of its own."""
+    noted = seen if seen is not None else Seen()
+
+    async def on_event(event: ReceivedEvent, ctx: JobContext) -> str:
+        noted.events.append((event, ctx.tenant))
+        return event.id
+
+    options.setdefault("verify", standard_webhooks_verifier([SECRET, OLD_SECRET]))
+    options.setdefault("tenant", ORG)
+    options.setdefault("max_bytes", MAX_BYTES)
+    return webhook_receiver(name=name, handle=on_event, registry=JobRegistry(), **options)
+
+
+@contextlib.contextmanager
+def store(kind: str) -> Iterator[str]:
+    """A fresh store's URL: memory, a migrated Postgres schema, or a Redis key prefix."""
+    if kind == "memory":
+        yield "memory://"
+        return
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
+    from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+
+    if kind == "pg":
+        schema = fresh_schema()
+        migrate(schema)
+        try:
+            yield f"{PG_URL}?schema={schema}"
+        finally:
+            drop_schema(schema)
+        return
+    url = f"{REDIS_URL}?prefix={fresh_prefix()}"
+    try:
+        yield url
+    finally:
+
+        async def drop() -> None:
+            driver: Any = driver_from_url(url)
+            async with driver:
+                await purge(driver)
+
+        asyncio.run(drop())
+
+
+async def all_ids(driver: JobDriver) -> list[str]:
+    """Every job row's id in the store."""
+    return [j.id for j in (await driver.job_list(JobListParams(limit=500))).jobs]
+
+
+def deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+#: Hostile deliveries, each signed as a sender holding the secret would (so only the receiver's
+#: own checks stand in the way): (case, body, headers, status, code).
+def hostile() -> list[tuple[str, bytes, dict[str, str], int, str]]:
+    good = event_body()
+    cases: list[tuple[str, bytes, dict[str, str], int, str]] = [
+        (
+            "wrong-secret",
+            good,
+            sign(
+                good,
+                "msg_1",
+                secret="whsec_" + base64.b64encode(b"another-secret-entirely-32bytes!").decode(),
+            ),
+            401,
+            "X_WEBHOOK_SIGNATURE_INVALID",
+        ),
+        ("tampered", good + b" ", sign(good, "msg_1"), 401, "X_WEBHOOK_SIGNATURE_INVALID"),
+        (
+            "no-signature",
+            good,
+            {"content-type": "application/json"},
+            401,
+            "X_WEBHOOK_SIGNATURE_INVALID",
+        ),
+        (
+            "stale",
+            good,
+            sign(good, "msg_1", at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)),
+            401,
+            "X_WEBHOOK_SIGNATURE_INVALID",
+        ),
+        (
+            "huge-header",
+            good,
+            {**sign(good, "msg_1"), "webhook-signature": "v1," + "A" * 100_000},
+            401,
+            "X_WEBHOOK_SIGNATURE_INVALID",
+        ),
+        (
+            "nan-timestamp",
+            good,
+            {**sign(good, "msg_1"), "webhook-timestamp": "nan"},
+            401,
+            "X_WEBHOOK_SIGNATURE_INVALID",
+        ),
+        (
+            "wrong-type",
+            good,
+            {**sign(good, "msg_1"), "content-type": "text/plain"},
+            415,
+            "X_WEBHOOK_CONTENT_TYPE_INVALID",
+        ),
+        (
+            "too-large",
+            b"[" + b"1," * MAX_BYTES + b"1]",
+            {"content-type": "application/json"},
+            413,
+            "X_WEBHOOK_BODY_TOO_LARGE",
+        ),
+        ("bad-id", good, sign(good, "../etc/passwd"), 422, "X_WEBHOOK_EVENT_ID_INVALID"),
+        ("id-newline", good, sign(good, "msg_1\n"), 422, "X_WEBHOOK_EVENT_ID_INVALID"),
+    ]
+    for case, body in [
+        ("lone-surrogate", b'{"card": "' + MARKER.encode() + b'", "x": "\\ud800"}'),
+        ("nul", b'{"card": "' + MARKER.encode() + b'", "x": "\\u0000"}'),
+        ("deep", deep(200)),
+        ("not-utf8", b'{"card": "\xff\xfe"}'),
+        ("nan", b'{"n": NaN}'),
+        ("infinite", b'{"n": 1e400}'),
+        ("huge-int", b'{"n": ' + b"9" * 5000 + b"}"),
+        ("not-json", b"card=" + MARKER.encode()),
+    ]:
+        cases.append((case, body, sign(body, "msg_2"), 400, "X_WEBHOOK_BODY_INVALID"))
+    return cases
+
+
+def refused(answer_json: Any, answer_text: str, code: str) -> None:
+    """A refusal's body is its code and title, and nothing the request sent."""
+    assert set(answer_json) == {"code", "title"} and answer_json["code"] == code, answer_json
+    assert MARKER not in answer_text and "ud800" not in answer_text

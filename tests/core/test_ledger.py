@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobs_core import FakeClock, JobContext, Jobs
+from jobs_core import FakeClock, JobContext, Jobs, errors
 from jobs_core.driver import MAX_POSTING_AMOUNT, JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.factories import ledger
@@ -347,3 +347,20 @@ async def test_the_guide_example_runs_as_written(monkeypatch: pytest.MonkeyPatch
         (again,) = await scope["example"]()
         assert again.outcome is Outcome.COMPLETED and isinstance(again.result, dict)
         assert again.result["status"] == "already_applied"
+
+
+def test_every_refusal_of_a_posting_is_terminal() -> None:
+    """The same lines would be refused again: no posting refusal is retried (the declaration's
+    own refusal is raised at import time, before any job exists)."""
+    codes = {c: errors.error_class(c) for c in errors.CODES if c.startswith("X_LEDGER_")}
+    assert set(codes) == {
+        "X_LEDGER_ACCOUNT_INVALID",
+        "X_LEDGER_AMOUNT_INVALID",
+        "X_LEDGER_CURRENCY_INVALID",
+        "X_LEDGER_DECLARATION_INVALID",
+        "X_LEDGER_LINES_INVALID",
+        "X_LEDGER_POSTING_CONFLICT",
+        "X_LEDGER_SCOPE_INVALID",
+        "X_LEDGER_UNBALANCED",
+    }
+    assert [c for c, cls in codes.items() if not cls.terminal] == ["X_LEDGER_DECLARATION_INVALID"]

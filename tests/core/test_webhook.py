@@ -1,0 +1,329 @@
+"""`webhook()` (jobs_core/factories/webhooks/) against a real HTTP server on a spare loopback
+port, on each driver: signed deliveries a receiver verifies with `standardwebhooks`, an endpoint
+that fails, recovers and is disabled after N failures in a row (its next job not sent until
+re-enabled), 429/4xx/redirect/network outcomes, every attempt recorded before the raise, SSRF
+refusals at registration and at send time, hostile inputs refused before anything is written,
+and the org tenant read off the input."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from jobs_core import Jobs
+from jobs_core.context import JobContext
+from jobs_core.driver import MAX_WEBHOOK_EXCERPT_BYTES, JobDriver
+from jobs_core.errors import JobsError, RateLimitedError
+from jobs_core.factories import (
+    enable_endpoint,
+    register_endpoint,
+    webhook,
+    webhook_event,
+)
+from jobs_core.job import JobHandle, JobRegistry
+from jobs_core.records import (
+    ClaimParams,
+    WebhookAttempt,
+    WebhookAttemptListParams,
+    WebhookEndpoint,
+    WebhookEndpointPut,
+)
+from jobs_core.retry import Retry
+from jobs_core.tenant import acting_for
+from tests.core.support import fresh_store
+
+OLD = "whsec_" + base64.b64encode(b"old-secret-0123456789abcdef").decode()
+NEW = "whsec_" + base64.b64encode(b"new-secret-0123456789abcdef").decode()
+LOOPBACK = ["127.0.0.1/32"]
+
+
+@dataclass
+class Endpoint:
+    """A local HTTP server that answers each POST with the next of `script` (then the last)."""
+
+    script: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
+    got: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    port: int = 0
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer(self, *statuses: int | tuple[int, dict[str, str], bytes]) -> None:
+        self.script = [s if isinstance(s, tuple) else (s, {}, b"ok") for s in statuses]
+
+
+@pytest.fixture
+def http() -> Iterator[Endpoint]:
+    ep = Endpoint()
+    ep.answer(200)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            n = int(self.headers.get("content-length", "0"))
+            ep.got.append(({k.lower(): v for k, v in self.headers.items()}, self.rfile.read(n)))
+            status, headers, body = ep.script.pop(0) if len(ep.script) > 1 else ep.script[0]
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ep.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield ep
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(params=["memory", "pg", "redis"])
+async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
+    async with fresh_store(request.param) as store:
+        yield store
+
+
+def sender(**options: Any) -> JobHandle:
+    options.setdefault("secrets", [OLD, NEW])
+    options.setdefault("allow_networks", LOOPBACK)
+    options.setdefault("retry", Retry(attempts=50, base_ms=1))
+    return webhook(registry=JobRegistry(), **options)
+
+
+async def send(
+    driver: JobDriver, handle: JobHandle, event: dict[str, Any], tenant: str | None = "acme"
+) -> Any:
+    """Enqueue `event` as `tenant`, claim it, and run its body once: its answer, or the error
+    it raised (every attempt is recorded before that)."""
+    with acting_for(tenant):
+        await Jobs(driver).enqueue(handle, event)
+    (claimed,) = (await driver.job_claim(ClaimParams((handle.queue,), "w1", 1, 60_000, now()))).jobs
+    ctx = JobContext.for_test(claimed, driver, tenant=handle.tenant_for(claimed_input(event)))
+    try:
+        return await handle.fn(claimed_input(event), ctx)
+    except JobsError as exc:
+        return exc
+
+
+def claimed_input(event: dict[str, Any]) -> dict[str, Any]:
+    return event
+
+
+def now() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000 + 10
+
+
+async def attempts(driver: JobDriver, endpoint: str, tenant: str | None = "acme") -> list[WebhookAttempt]:
+    return await driver.webhook_attempt_list(WebhookAttemptListParams(tenant, endpoint, 100))
+
+
+async def endpoint_of(driver: JobDriver, endpoint: str, tenant: str | None = "acme") -> WebhookEndpoint:
+    got = await driver.webhook_endpoint_get(tenant, endpoint)
+    assert got is not None
+    return got
+
+
+def event(n: int, endpoint: str = "orders", org: str | None = "acme", **data: Any) -> dict[str, Any]:
+    return webhook_event(endpoint, "order.paid", {"n": n, **data}, id=f"msg_{n}", org_id=org)
+
+
+async def test_a_delivery_is_signed_with_every_active_secret(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    got = await send(driver, sender(), event(1, note="<b>markup</b> ☃"))
+    assert got["status"] == 200 and got["event_id"] == "msg_1", got
+    ((headers, body),) = http.got
+    assert headers["webhook-id"] == "msg_1"
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (OLD, NEW):  # a receiver holding either secret verifies during rotation
+        payload = Webhook(secret).verify(body, headers)
+        assert payload["type"] == "order.paid" and payload["data"]["note"] == "<b>markup</b> ☃"
+    with pytest.raises(Exception, match="No matching signature"):
+        Webhook("whsec_" + base64.b64encode(b"another").decode()).verify(body, headers)
+    (a,) = await attempts(driver, "orders")
+    assert (a.outcome, a.status_code, a.event_id, a.error, a.excerpt) == (
+        "delivered",
+        200,
+        "msg_1",
+        None,
+        "ok",
+    )
+    assert (await endpoint_of(driver, "orders")).failures == 0
+
+
+async def test_an_endpoint_fails_recovers_and_is_disabled_after_n_failures(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    handle = sender(disable_after=3)
+    http.answer(500, 503, 200, 500, 502, 500, 200)
+    first = await send(driver, handle, event(1))
+    assert getattr(first, "code", None) == "X_WEBHOOK_DELIVERY_FAILED" and not first.terminal
+    assert (await endpoint_of(driver, "orders")).failures == 1
+    assert (await send(driver, handle, event(2))).code == "X_WEBHOOK_DELIVERY_FAILED"
+    assert (await endpoint_of(driver, "orders")).failures == 2
+    # Recovered: the streak is cleared, so two more failures do not disable it.
+    assert (await send(driver, handle, event(3)))["status"] == 200
+    assert (await endpoint_of(driver, "orders")).failures == 0
+    assert (await send(driver, handle, event(4))).code == "X_WEBHOOK_DELIVERY_FAILED"
+    assert (await send(driver, handle, event(5))).code == "X_WEBHOOK_DELIVERY_FAILED"
+    ep = await endpoint_of(driver, "orders")
+    assert (ep.enabled, ep.failures) == (True, 2)
+    third = await send(driver, handle, event(6))
+    assert third.code == "X_WEBHOOK_ENDPOINT_DISABLED" and third.terminal, third
+    ep = await endpoint_of(driver, "orders")
+    assert (ep.enabled, ep.failures) == (False, 3) and ep.disabled_at_ms is not None
+    sent = len(http.got)
+    # Disabled: the next job is not sent, and says so.
+    skipped = await send(driver, handle, event(7))
+    assert skipped.code == "X_WEBHOOK_ENDPOINT_DISABLED" and "enable" in str(skipped)
+    assert len(http.got) == sent
+    assert [a.status_code for a in await attempts(driver, "orders")] == [500, 502, 500, 200, 503, 500]
+    # The operator re-enables it: the streak cleared, the next job sent.
+    back = await enable_endpoint(driver, "orders", tenant_id="acme")
+    assert (back.enabled, back.failures, back.disabled_at_ms) == (True, 0, None)
+    assert (await send(driver, handle, event(8)))["status"] == 200
+    assert len(http.got) == sent + 1
+
+
+async def test_rate_limits_rejections_redirects_and_network_errors(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    handle = sender(max_retry_after=60)
+    long_body = ("é" * 5000).encode()
+    http.answer(
+        (429, {"retry-after": "7"}, b"slow down"),
+        (429, {"retry-after": "999999"}, b""),
+        (404, {}, long_body),
+        (302, {"location": "http://127.0.0.1:1/elsewhere"}, b""),
+    )
+    limited = await send(driver, handle, event(1))
+    assert isinstance(limited, RateLimitedError) and limited.retry_after_ms == 7000
+    capped = await send(driver, handle, event(2))
+    assert isinstance(capped, RateLimitedError) and capped.retry_after_ms == 60_000
+    rejected = await send(driver, handle, event(3))
+    assert rejected.code == "X_WEBHOOK_REJECTED" and rejected.terminal
+    redirect = await send(driver, handle, event(4))
+    assert redirect.code == "X_WEBHOOK_REJECTED" and "302" in str(redirect)
+    got = {a.event_id: a for a in await attempts(driver, "orders")}
+    assert len(got["msg_3"].excerpt.encode()) <= MAX_WEBHOOK_EXCERPT_BYTES
+    assert got["msg_3"].excerpt.startswith("éé") and got["msg_3"].error == "X_WEBHOOK_REJECTED"
+    # A port nobody listens on: no status, retried, recorded.
+    await driver.webhook_endpoint_put(
+        WebhookEndpointPut("acme", "dead", "http://127.0.0.1:1/x", now())
+    )
+    down = await send(driver, handle, event(5, endpoint="dead"))
+    assert down.code == "X_WEBHOOK_DELIVERY_FAILED" and not down.terminal
+    (a,) = await attempts(driver, "dead")
+    assert a.status_code is None and a.outcome == "failed" and a.excerpt
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1/x", "loopback"),
+        ("http://[::1]/x", "loopback"),
+        ("http://[::ffff:127.0.0.1]/x", "loopback"),
+        ("http://10.1.2.3/x", "private"),
+        ("http://192.168.0.1/x", "private"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://0.0.0.0/x", "unspecified"),
+        ("http://224.0.0.1/x", "multicast"),
+        ("http://localhost/x", "loopback"),
+        ("ftp://example.com/x", "scheme"),
+        ("file:///etc/passwd", "scheme"),
+        ("http://user:pw@example.com/x", "credentials"),
+        ("http://exa<script>mple.com/", "markup"),
+        ('http://example.com/"onload', "quotes"),
+        ("http://example.com/\x00", "NUL"),
+        ("http://example.com/\ud800", "surrogate"),
+        ("http://example.com/a b", "space"),
+        ("http://example.com/\r\nX-Evil: 1", "header"),
+        ("", "empty"),
+    ],
+)
+async def test_ssrf_and_hostile_urls_are_refused_before_anything_is_written(
+    url: str, why: str
+) -> None:
+    async with fresh_store("memory") as driver:
+        with pytest.raises(JobsError) as caught:
+            await register_endpoint(driver, "orders", url, tenant_id="acme")
+        assert caught.value.code == "X_WEBHOOK_URL_REFUSED", (why, caught.value)
+        assert await driver.webhook_endpoint_list(10) == []
+
+
+async def test_a_url_that_turned_private_is_refused_at_send_time(driver: JobDriver, http: Endpoint) -> None:
+    # Stored without the check (as if its name resolved elsewhere at registration).
+    await driver.webhook_endpoint_put(WebhookEndpointPut("acme", "orders", http.url(), now()))
+    got = await send(driver, sender(allow_networks=()), event(1))
+    assert got.code == "X_WEBHOOK_URL_REFUSED" and got.terminal, got
+    assert http.got == []
+    (a,) = await attempts(driver, "orders")
+    assert (a.outcome, a.status_code, a.error) == ("failed", None, "X_WEBHOOK_URL_REFUSED")
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"endpoint": "<script>"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"endpoint": "a\x00b"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"id": "msg_\ud800"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"id": "<img src=x>"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"id": "a\r\nwebhook-signature: v1,x"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"type": "a b"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"timestamp": "yesterday"}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"extra": 1}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"data": "\ud83d"}, "X_JOB_INPUT_INVALID"),
+        ({"data": "nul \x00"}, "X_JOB_INPUT_INVALID"),
+        ({"data": "x" * 300_000}, "X_WEBHOOK_EVENT_INVALID"),
+        ({"org_id": None}, "X_JOB_TENANT_MISMATCH"),
+        ({"org_id": "other"}, "X_JOB_TENANT_MISMATCH"),
+    ],
+)
+async def test_hostile_events_are_refused_at_enqueue(change: dict[str, Any], code: str) -> None:
+    async with fresh_store("memory") as driver:
+        handle = sender()
+        bad = {**event(1), **change}
+        if change.get("org_id", "") is None:
+            del bad["org_id"]
+        with acting_for("acme"), pytest.raises(JobsError) as caught:
+            await Jobs(driver).enqueue(handle, bad)
+        assert caught.value.code == code, caught.value
+        assert await driver.queue_demand([handle.queue], now() + 10**9) == {handle.queue: 0}
+
+
+async def test_the_org_comes_off_the_input_and_tenants_stay_apart(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    # Another tenant's endpoint of the same id is not this one: no such endpoint for "other".
+    got = await send(driver, sender(), event(1, org="other"), tenant="other")
+    assert got.code == "X_WEBHOOK_ENDPOINT_UNKNOWN" and got.terminal
+    assert http.got == []
+    # A row enqueued by one tenant for another's org (written past the enqueue's check) fails.
+    handle = sender()
+    await Jobs(driver).enqueue(handle, event(2), tenant_id="acme")
+    (claimed,) = (await driver.job_claim(ClaimParams((handle.queue,), "w1", 1, 60_000, now()))).jobs
+    forged = event(2, org="evil")
+    ctx = JobContext.for_test(claimed, driver, tenant="evil")
+    with pytest.raises(JobsError) as caught:
+        await handle.fn(forged, ctx)
+    assert caught.value.code == "X_JOB_TENANT_MISMATCH" and caught.value.terminal
+    assert http.got == [] and await attempts(driver, "orders") == []

@@ -52,9 +52,9 @@ from jobs_core.records import (
     Ack,
     BuriedJob,
     CancelAnswer,
-    ClaimedJob,
     ClaimParams,
     ClaimResult,
+    ClaimedJob,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -94,6 +94,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -118,6 +125,7 @@ from jobs_pg.statements import step as step_stmts
 from jobs_pg.statements import sweep as sweep_stmts
 from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
+from jobs_pg.statements import webhook as webhook_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.statements.job import SHARED_COLUMNS
 from jobs_pg.urls import libpq_url, mask
@@ -141,6 +149,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(task_stmts)),
     **compile_all(vars(worker_stmts)),
     **compile_all(vars(wake_stmts)),
+    **compile_all(vars(webhook_stmts)),
 }
 
 _STATES: Final = {s.value: s for s in JobState}
@@ -175,6 +184,8 @@ _INDEX_FIELDS: Final = {
     "leases_pkey": "key, token",
     "task_marks_pkey": "name",
     "sweeps_pkey": "run_id",
+    "webhook_endpoints_pkey": "tenant_id, endpoint",
+    "webhook_attempts_pkey": "fence",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -365,6 +376,7 @@ class PgDriver(JobDriver):
             tasks=True,
             flows=True,
             sweeps=True,
+            webhooks=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1776,6 +1788,89 @@ class PgDriver(JobDriver):
         rows = await self._read("SWEEP_LIST", {"name": name, "limit": limit})
         return [_sweep_record(r) for r in rows]
 
+    # -- webhooks -------------------------------------------------------------------------------
+    # One statement per call (`statements/webhook.py`); a tenant travels as '' for None.
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        rows = await self._rows(
+            "WEBHOOK_ENDPOINT_PUT",
+            {
+                "tenant_id": put.tenant_id or "",
+                "endpoint": put.endpoint,
+                "url": put.url,
+                "now_ms": put.now_ms,
+            },
+        )
+        return _webhook_endpoint(rows[0])
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        rows = await self._read(
+            "WEBHOOK_ENDPOINT_GET", {"tenant_id": tenant_id or "", "endpoint": endpoint}
+        )
+        return _webhook_endpoint(rows[0]) if rows else None
+
+    async def _webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        rows = await self._read("WEBHOOK_ENDPOINT_LIST", {"limit": limit})
+        return [_webhook_endpoint(r) for r in rows]
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        rows = await self._rows(
+            "WEBHOOK_ENDPOINT_ENABLE",
+            {
+                "tenant_id": enable.tenant_id or "",
+                "endpoint": enable.endpoint,
+                "now_ms": enable.now_ms,
+            },
+        )
+        return _webhook_endpoint(rows[0]) if rows else None
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        """One statement (`WEBHOOK_ATTEMPT_PUT`): the fence, the endpoint locked, the attempt
+        recorded and the streak moved together; it answers the endpoint as moved, or as found
+        when the claim's attempt was recorded before (a retried call), or nothing."""
+        f = put.fence
+        rows = await self._rows(
+            "WEBHOOK_ATTEMPT_PUT",
+            {
+                "job_id": f.job_id,
+                "claims": f.claims,
+                "worker_id": f.worker_id,
+                "tenant_id": put.tenant_id or "",
+                "endpoint": put.endpoint,
+                "event_id": put.event_id,
+                "outcome": put.outcome,
+                "status_code": put.status_code,
+                "latency_ms": put.latency_ms,
+                "excerpt": put.excerpt,
+                "error": put.error,
+                "disable_after": put.disable_after,
+                "now_ms": put.now_ms,
+            },
+        )
+        by_tag = {r[0]: _webhook_endpoint(r[1:]) for r in rows}
+        after = by_tag.get("m") or by_tag.get("f")
+        return WebhookAttemptAnswer(after is not None, after)
+
+    async def _webhook_attempt_list(
+        self, params: WebhookAttemptListParams
+    ) -> list[WebhookAttempt]:
+        rows = await self._read(
+            "WEBHOOK_ATTEMPT_LIST",
+            {
+                "tenant_id": params.tenant_id or "",
+                "endpoint": params.endpoint,
+                "limit": params.limit,
+            },
+        )
+        return [
+            WebhookAttempt(r[0] or None, *r[1:])  # type: ignore[arg-type]
+            for r in rows
+        ]
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -2027,6 +2122,12 @@ def _answered(rows: Sequence[tuple[Any, ...]], n: int) -> list[bool]:
     """Per item of `n`, whether a statement answering the ordinals that held named it."""
     held = {int(r[0]) for r in rows}
     return [i in held for i in range(1, n + 1)]
+
+
+def _webhook_endpoint(row: Sequence[Any]) -> WebhookEndpoint:
+    """An endpoint from its columns in `statements.webhook.ENDPOINT_COLUMNS` order."""
+    tenant, *rest = row
+    return WebhookEndpoint(tenant or None, *rest)
 
 
 def _sweep_record(row: Sequence[Any]) -> SweepRecord:

@@ -52,6 +52,9 @@ TABLES = {
     "outbox",
     "joins",
     "sweeps",
+    # -- webhooks --
+    "webhook_endpoints",
+    "webhook_attempts",
 }
 
 

@@ -46,6 +46,10 @@ class Keys:
         "wait",
         "wait_index",
         "wake",
+        "webhook_attempt",
+        "webhook_attempts",
+        "webhook_endpoint",
+        "webhook_endpoints",
         "worker",
     )
 
@@ -113,6 +117,13 @@ class Keys:
         self.sweep_started = f"{t}:sweep:started"
         self.sweep_name = f"{t}:sweep:name"
         self.sweep_done = f"{t}:sweep:done"
+        # -- webhooks -- (lua/includes/webhook.lua describes each)
+        #: hash `tenant NUL endpoint` -> the endpoint; zset of those fields, the listing's order.
+        self.webhook_endpoint = f"{t}:webhook:endpoint"
+        self.webhook_endpoints = f"{t}:webhook:endpoints"
+        #: hash `job_id NUL claims` -> the attempt; zset of each endpoint's attempts by time.
+        self.webhook_attempt = f"{t}:webhook:attempt"
+        self.webhook_attempts = f"{t}:webhook:attempts"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

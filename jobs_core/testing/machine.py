@@ -350,6 +350,10 @@ async def check_empty(driver: JobDriver) -> None:
         entries = await driver.sweep_list(None, 5)
         if entries:
             found.append(f"sweep entries of runs {[e.run_id for e in entries]}")
+    if caps.webhooks:
+        endpoints = await driver.webhook_endpoint_list(5)
+        if endpoints:
+            found.append(f"webhook endpoints {[e.endpoint for e in endpoints]}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1716,7 +1720,19 @@ class ParityMachine(PairedMachine[JobDriver]):
 #: Every family a walk may cover. `make_machine(factory, {family})` walks one: its own rules
 #: and the job rules it borrows (`BORROWS`); the job family's walk draws every job rule.
 FAMILIES: frozenset[str] = frozenset(
-    {"jobs", "operator", "counters", "durable", "leases", "tasks", "retention", "flows", "sweeps"}
+    {
+        "jobs",
+        "operator",
+        "counters",
+        "durable",
+        "leases",
+        "tasks",
+        "retention",
+        "flows",
+        "sweeps",
+        # -- webhooks --
+        "webhooks",
+    }
 )
 
 #: The job family's rules each other family's walk draws beside its own: what makes the rows,
@@ -1738,6 +1754,9 @@ BORROWS: dict[str, frozenset[str]] = {
     # What moves the fences a ledger write is fenced on: claims (reclaims of lapsed leases
     # among them), settles, cancels, and the clock to a lease's end.
     "sweeps": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
+    # -- webhooks -- what moves the fences an attempt is written under (claims, settles,
+    # cancels, the clock to a lease's end); the family's own rules make their rows.
+    "webhooks": frozenset({"seed", "work", "claim", "cancel", "advance_to_lease_end"}),
 }
 
 
@@ -1774,10 +1793,20 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.operator_rules import OperatorRules
     from jobs_core.testing.sweep_rules import SweepRules
     from jobs_core.testing.task_rules import TaskRules
+    from jobs_core.testing.webhook_rules import WebhookRules
 
     return type(
         "EveryFamily",
-        (OperatorRules, DurableRules, LeaseRules, TaskRules, FlowRules, SweepRules, ParityMachine),
+        (
+            OperatorRules,
+            DurableRules,
+            LeaseRules,
+            TaskRules,
+            FlowRules,
+            SweepRules,
+            WebhookRules,
+            ParityMachine,
+        ),
         {},
     )
 

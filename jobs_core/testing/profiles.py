@@ -79,6 +79,7 @@ FAMILY_SHARE: Final[dict[str, float]] = {
     "retention": 0.375,
     "flows": 0.5,
     "sweeps": 0.325,
+    "webhooks": 0.25,
 }
 
 

@@ -1,7 +1,7 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`); each scenario is `async def scenario_x(driver)` over a fresh, empty
+`tasks`, `flows`, `sweeps`, `webhooks`); each scenario is `async def scenario_x(driver)` over a fresh, empty
 driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as
 every call's `now_ms`.
 """
@@ -14,6 +14,7 @@ from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
 from jobs_core.testing.scenarios.sweeps import SWEEP_SCENARIOS
 from jobs_core.testing.scenarios.tasks import TASK_SCENARIOS
+from jobs_core.testing.scenarios.webhooks import WEBHOOK_SCENARIOS
 
 #: Every scenario by name (the function name without `scenario_`).
 SCENARIOS: dict[str, Scenario] = {
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, Scenario] = {
     **TASK_SCENARIOS,
     **FLOW_SCENARIOS,
     **SWEEP_SCENARIOS,
+    **WEBHOOK_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -486,7 +486,9 @@ class JobDriver(abc.ABC):
         check_webhook_attempt(put)
         return await self._webhook_attempt_put(put)
 
-    async def webhook_endpoint_enable(self, enable: WebhookEndpointEnable) -> WebhookEndpoint | None:
+    async def webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
         """Enable an endpoint and clear its failure streak; answers it after (None: unknown)."""
         self.require("webhooks", what="webhook_endpoint_enable")
         _check_tenant(enable.tenant_id)
@@ -1384,9 +1386,7 @@ class JobDriver(abc.ABC):
     # key, apart from every named one — and attempts keyed by (job_id, claims), the claim that
     # made each (one attempt per claim). Nothing in the family removes either.
 
-    async def _webhook_attempt_list(
-        self, params: WebhookAttemptListParams
-    ) -> list[WebhookAttempt]:
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         """The attempts recorded for endpoint (`params.tenant_id`, `params.endpoint`), newest
         `at_ms` first, ties by job id then claims descending (code-point order); at most
         `params.limit` (the ABC sorts: only which it picks under the limit shows)."""

@@ -1153,9 +1153,7 @@ class MemoryDriver(JobDriver):
             self._endpoints[key] = ep
             return WebhookAttemptAnswer(True, ep)
 
-    async def _webhook_attempt_list(
-        self, params: WebhookAttemptListParams
-    ) -> list[WebhookAttempt]:
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         tenant = params.tenant_id or ""
         with self._lock:
             mine = [

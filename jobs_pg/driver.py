@@ -52,9 +52,9 @@ from jobs_core.records import (
     Ack,
     BuriedJob,
     CancelAnswer,
+    ClaimedJob,
     ClaimParams,
     ClaimResult,
-    ClaimedJob,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -1855,9 +1855,7 @@ class PgDriver(JobDriver):
         after = by_tag.get("m") or by_tag.get("f")
         return WebhookAttemptAnswer(after is not None, after)
 
-    async def _webhook_attempt_list(
-        self, params: WebhookAttemptListParams
-    ) -> list[WebhookAttempt]:
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         rows = await self._read(
             "WEBHOOK_ATTEMPT_LIST",
             {
@@ -1866,10 +1864,7 @@ class PgDriver(JobDriver):
                 "limit": params.limit,
             },
         )
-        return [
-            WebhookAttempt(r[0] or None, *r[1:])  # type: ignore[arg-type]
-            for r in rows
-        ]
+        return [WebhookAttempt(r[0] or None, *r[1:]) for r in rows]
 
     # -- wake -----------------------------------------------------------------------------------
 

@@ -76,9 +76,9 @@ from jobs_core.records import (
     Ack,
     BuriedJob,
     CancelAnswer,
+    ClaimedJob,
     ClaimParams,
     ClaimResult,
-    ClaimedJob,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -1372,9 +1372,7 @@ class RedisDriver(JobDriver):
             return WebhookAttemptAnswer(False, None)
         return WebhookAttemptAnswer(True, _webhook_endpoint(put.tenant_id, put.endpoint, got[1]))
 
-    async def _webhook_attempt_list(
-        self, params: WebhookAttemptListParams
-    ) -> list[WebhookAttempt]:
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         k = self.keys
         got = await self._run(
             "webhook_attempt_list",

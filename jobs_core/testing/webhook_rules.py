@@ -35,6 +35,7 @@ from jobs_core.records import (
     WebhookAttemptAnswer,
     WebhookAttemptListParams,
     WebhookAttemptPut,
+    WebhookEndpoint,
     WebhookEndpointEnable,
     WebhookEndpointPut,
     WebhookOutcome,
@@ -347,7 +348,17 @@ class WebhookRules(ParityMachine):
             else Fence("no-such-job", 1, WORKERS[0])
         )
         good = WebhookAttemptPut(
-            f, "t1", "orders", "msg", "failed", 500, 1, "x", "X_WEBHOOK_DELIVERY_FAILED", 3, self.now
+            f,
+            "t1",
+            "orders",
+            "msg",
+            "failed",
+            500,
+            1,
+            "x",
+            "X_WEBHOOK_DELIVERY_FAILED",
+            3,
+            self.now,
         )
         calls: dict[str, object] = {
             "excerpt too long": replace(good, excerpt=LONG_EXCERPT + "x"),
@@ -385,7 +396,7 @@ class WebhookRules(ParityMachine):
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _known(self, tenant: str | None, endpoint: str) -> object:
+    def _known(self, tenant: str | None, endpoint: str) -> WebhookEndpoint | None:
         for e in self.model.endpoints:
             if e.tenant_id == tenant and e.endpoint == endpoint:
                 return e

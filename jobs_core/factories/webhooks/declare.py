@@ -307,9 +307,7 @@ async def _deliver(plan: _Plan, input: Any, ctx: JobContext) -> dict[str, JsonVa
         code = refused.code
     elif answer.status_code is not None and 200 <= answer.status_code < 300:
         outcome = "delivered"
-    elif answer.status_code is not None and _retried(answer.status_code):
-        code = WebhookDeliveryFailedError.code
-    elif answer.status_code is None:
+    elif answer.status_code is None or _retried(answer.status_code):
         code = WebhookDeliveryFailedError.code
     else:
         code = WebhookRejectedError.code
@@ -372,9 +370,7 @@ async def _attempt(
             why = f"{type(exc).__name__}: {exc}"
             return Answer(None, latency, excerpt_of(why), error=why), None
         sent = headers(event.id, clock.now_ms(), event.body, signed_by)
-        answer = await post(
-            target, event.body, sent, connect_s=plan.connect_s, read_s=plan.read_s
-        )
+        answer = await post(target, event.body, sent, connect_s=plan.connect_s, read_s=plan.read_s)
         latency += answer.latency_ms
         status = answer.status_code
         if status is not None and not 100 <= status <= 599:
@@ -421,7 +417,7 @@ async def _secrets_of(plan: _Plan, tenant: str | None, endpoint: str) -> Sequenc
     got = plan.secrets(tenant, endpoint)
     if inspect.isawaitable(got):
         got = await got
-    return got  # type: ignore[return-value]
+    return got
 
 
 def _disabled(ep: WebhookEndpoint) -> WebhookEndpointDisabledError:

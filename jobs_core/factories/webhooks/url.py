@@ -123,9 +123,9 @@ async def resolve(url: str, allowed: Sequence[IpNetwork], timeout_s: float) -> T
     host = parts.hostname
     assert host is not None
     port = parts.port or _SCHEMES[parts.scheme]
-    try:
-        addresses: list[IpAddress] = [ipaddress.ip_address(host)]
-    except ValueError:
+    literal = _literal(host)
+    addresses: list[IpAddress] = [] if literal is None else [literal]
+    if literal is None:
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(
@@ -133,7 +133,6 @@ async def resolve(url: str, allowed: Sequence[IpNetwork], timeout_s: float) -> T
             )
         except TimeoutError as exc:
             raise OSError(f"resolving {host} timed out") from exc
-        addresses = []
         for *_, sockaddr in infos:
             a = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
             if a not in addresses:
@@ -145,3 +144,11 @@ async def resolve(url: str, allowed: Sequence[IpNetwork], timeout_s: float) -> T
         if why is not None:
             raise WebhookUrlRefusedError(f"{host} resolves to {why} ({a})", detail="url")
     return Target(url, parts.scheme, host, port, tuple(addresses))
+
+
+def _literal(host: str) -> IpAddress | None:
+    """`host` as an address when it is one (an IPv6 one without its brackets), else None."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None

@@ -1,9 +1,9 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`, `webhooks`); each scenario is `async def scenario_x(driver)` over a fresh, empty
-driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`, handed in as
-every call's `now_ms`.
+`tasks`, `flows`, `sweeps`, `webhooks`); each scenario is `async def scenario_x(driver)` over a
+fresh, empty driver, and `SCENARIOS` lists them all by name. Times are fixed offsets from `T0`,
+handed in as every call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS

@@ -91,7 +91,9 @@ async def _put(
     return await driver.webhook_endpoint_put(WebhookEndpointPut(tenant, endpoint, URL, now))
 
 
-async def _get(driver: JobDriver, tenant: str | None = "t1", endpoint: str = "orders") -> WebhookEndpoint:
+async def _get(
+    driver: JobDriver, tenant: str | None = "t1", endpoint: str = "orders"
+) -> WebhookEndpoint:
     got = await driver.webhook_endpoint_get(tenant, endpoint)
     assert got is not None, f"no endpoint {tenant!r}/{endpoint!r}"
     return got
@@ -105,7 +107,9 @@ async def _attempts(
     )
 
 
-async def _fail(driver: JobDriver, job_id: str, now: int, **options: object) -> WebhookAttemptAnswer:
+async def _fail(
+    driver: JobDriver, job_id: str, now: int, **options: object
+) -> WebhookAttemptAnswer:
     """One failed attempt under a fresh claim of a fresh row."""
     job = await _held(driver, job_id, now)
     return await driver.webhook_attempt_put(_attempt(job.fence, now=now, **options))  # type: ignore[arg-type]
@@ -294,7 +298,17 @@ async def scenario_webhooks_attempts_listed_newest_first(driver: JobDriver) -> N
     assert [a.job_id for a in got] == ["b", "ab", "a", "z"], got
     assert got[0].excerpt == LONG_EXCERPT and got[1].status_code is None and got[1].excerpt == ""
     want = WebhookAttempt(
-        "t1", "orders", "a", 1, "msg-a", "failed", 500, 12, "oops", "X_WEBHOOK_DELIVERY_FAILED", T0 + 5
+        "t1",
+        "orders",
+        "a",
+        1,
+        "msg-a",
+        "failed",
+        500,
+        12,
+        "oops",
+        "X_WEBHOOK_DELIVERY_FAILED",
+        T0 + 5,
     )
     assert got[2] == want, got[2]
     cut = await driver.webhook_attempt_list(WebhookAttemptListParams("t1", "orders", 2))
@@ -326,7 +340,9 @@ async def scenario_webhooks_refusals_write_nothing(driver: JobDriver) -> None:
         replace(good, fence=replace(job.fence, claims=0)),
     ):
         await refused(code, driver.webhook_attempt_put(bad))
-    await refused(code, driver.webhook_endpoint_put(WebhookEndpointPut("t1", "x", LONG_URL + "x", T0)))
+    await refused(
+        code, driver.webhook_endpoint_put(WebhookEndpointPut("t1", "x", LONG_URL + "x", T0))
+    )
     await refused(code, driver.webhook_endpoint_put(WebhookEndpointPut("t1", "x", "", T0)))
     await refused(code, driver.webhook_endpoint_put(WebhookEndpointPut("t\x00", "x", URL, T0)))
     await refused(code, driver.webhook_endpoint_enable(WebhookEndpointEnable("t1", "", T0)))

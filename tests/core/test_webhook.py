@@ -7,8 +7,10 @@ and the org tenant read off the input."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +39,7 @@ from jobs_core.records import (
 )
 from jobs_core.retry import Retry
 from jobs_core.tenant import acting_for
-from tests.core.support import fresh_store
+from tests.core.support import fresh_store, until
 
 OLD = "whsec_" + base64.b64encode(b"old-secret-0123456789abcdef").decode()
 NEW = "whsec_" + base64.b64encode(b"new-secret-0123456789abcdef").decode()
@@ -69,6 +71,8 @@ def http() -> Iterator[Endpoint]:
             n = int(self.headers.get("content-length", "0"))
             ep.got.append(({k.lower(): v for k, v in self.headers.items()}, self.rfile.read(n)))
             status, headers, body = ep.script.pop(0) if len(ep.script) > 1 else ep.script[0]
+            if self.path == "/slow":
+                time.sleep(3)
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
@@ -123,8 +127,6 @@ def claimed_input(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def now() -> int:
-    import time
-
     return time.time_ns() // 1_000_000 + 10
 
 
@@ -342,3 +344,150 @@ async def test_the_org_comes_off_the_input_and_tenants_stay_apart(
         await handle.fn(forged, ctx)
     assert caught.value.code == "X_JOB_TENANT_MISMATCH" and caught.value.terminal
     assert http.got == [] and await attempts(driver, "orders") == []
+
+
+@pytest.mark.parametrize("kind", ["pg", "redis"])
+async def test_a_worker_delivers_retries_and_stops_at_a_disabled_endpoint(
+    kind: str, http: Endpoint
+) -> None:
+    """The real worker on Postgres and Redis: the endpoint fails twice and recovers (the job
+    completes on its third attempt), then fails until its fourth failure in a row disables it
+    (the job that made it dead, terminal); the next job is not sent; once re-enabled and
+    requeued, it is delivered. Every attempt is in the ledger, with its status."""
+    from jobs_core.worker import Worker
+
+    async with fresh_store(kind) as driver:
+        await register_endpoint(
+            driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender(disable_after=4, retry=Retry(attempts=3, base_ms=1, jitter="none"))
+        http.answer(500, 500, 200, 500)
+        jobs = Jobs(driver)
+        worker = Worker(driver, [handle], poll_floor=0.001, poll_ceiling=0.01, retention=None)
+        await worker.start()
+
+        async def run(n: int) -> Any:
+            with acting_for("acme"):
+                job_id = (await jobs.enqueue(handle, event(n))).id
+
+            async def settled() -> bool:
+                row = (await driver.job_get_many([job_id]))[job_id]
+                return row.finished_at_ms is not None
+
+            await until(settled, within=20)
+            return (await driver.job_get_many([job_id]))[job_id]
+
+        try:
+            first = await run(1)
+            assert (first.state.value, first.attempt) == ("completed", 3), first
+            second = await run(2)
+            assert second.state.value == "dead" and second.attempt == 3, second
+            assert (await endpoint_of(driver, "orders")).failures == 3
+            third = await run(3)
+            assert third.state.value == "dead" and third.attempt == 1, third
+            assert "X_WEBHOOK_ENDPOINT_DISABLED" in (third.last_error or "")
+            sent = len(http.got)
+            fourth = await run(4)
+            assert fourth.state.value == "dead" and "X_WEBHOOK_ENDPOINT_DISABLED" in (
+                fourth.last_error or ""
+            )
+            assert len(http.got) == sent == 7
+            http.answer(200)
+            await enable_endpoint(driver, "orders", tenant_id="acme")
+            await driver.job_requeue(fourth.id, now())
+
+            async def delivered() -> bool:
+                row = (await driver.job_get_many([fourth.id]))[fourth.id]
+                return row.state.value == "completed"
+
+            await until(delivered, within=20)
+        finally:
+            await worker.stop()
+        statuses = [a.status_code for a in await attempts(driver, "orders")]
+        assert statuses == [200, 500, 500, 500, 500, 200, 500, 500], statuses
+        for headers, body in http.got:
+            Webhook(NEW).verify(body, headers)
+
+
+async def test_a_crash_between_the_post_and_its_record_resends_the_same_event(
+    http: Endpoint,
+) -> None:
+    """The store fails as the attempt is recorded (as a crash there would leave it): nothing is
+    recorded, the run fails and is retried, and the retry sends the SAME `webhook-id`, so the
+    receiver dedupes the delivery it already has."""
+    from jobs_core.errors import DriverUnavailableError
+    from jobs_memory import MemoryDriver
+
+    class DownAtTheRecord(MemoryDriver):
+        failed = False
+
+        async def _webhook_attempt_put(self, put: Any) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise DriverUnavailableError(detail="the store went away")
+            return await super()._webhook_attempt_put(put)
+
+    driver = DownAtTheRecord()
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    handle = sender()
+    got = await send(driver, handle, event(1))
+    assert got.code == "X_DRIVER_UNAVAILABLE" and await attempts(driver, "orders") == []
+    (claimed,) = (
+        await driver.job_claim(ClaimParams((handle.queue,), "w1", 1, 60_000, now() + 10**6))
+    ).jobs
+    ctx = JobContext.for_test(claimed, driver, tenant="acme")
+    assert (await handle.fn(event(1), ctx))["status"] == 200
+    ids = [h["webhook-id"] for h, _ in http.got]
+    assert ids == ["msg_1", "msg_1"]
+    (a,) = await attempts(driver, "orders")
+    assert a.claims == 2
+
+
+async def test_a_lost_claim_records_nothing(http: Endpoint) -> None:
+    """The claim is taken over while the request is out: the attempt happened, but the write
+    of a lost claim lands nowhere — not the attempt, not the streak — and the run says so."""
+    async with fresh_store("memory") as driver:
+        await register_endpoint(
+            driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender()
+        http.answer(500)
+        with acting_for("acme"):
+            await Jobs(driver).enqueue(handle, event(1))
+        t = now()
+        (claimed,) = (await driver.job_claim(ClaimParams((handle.queue,), "w1", 1, 1000, t))).jobs
+        (other,) = (
+            await driver.job_claim(ClaimParams((handle.queue,), "w2", 1, 1000, t + 5000))
+        ).jobs
+        assert other.id == claimed.id
+        ctx = JobContext.for_test(claimed, driver, tenant="acme")
+        with pytest.raises(JobsError) as caught:
+            await handle.fn(event(1), ctx)
+        assert caught.value.code == "X_JOB_LEASE_LOST"
+        assert len(http.got) == 1 and await attempts(driver, "orders") == []
+        assert (await endpoint_of(driver, "orders")).failures == 0
+
+
+async def test_a_cancelled_attempt_is_not_recorded(http: Endpoint) -> None:
+    async with fresh_store("memory") as driver:
+        await register_endpoint(
+            driver, "orders", http.url("/slow"), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender()
+        with acting_for("acme"):
+            await Jobs(driver).enqueue(handle, event(1))
+        (claimed,) = (
+            await driver.job_claim(ClaimParams((handle.queue,), "w1", 1, 60_000, now()))
+        ).jobs
+        ctx = JobContext.for_test(claimed, driver, tenant="acme")
+        task = asyncio.ensure_future(handle.fn(event(1), ctx))
+
+        async def sent() -> bool:
+            return len(http.got) == 1
+
+        await until(sent, within=5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await attempts(driver, "orders") == []
+        assert (await endpoint_of(driver, "orders")).failures == 0

@@ -491,3 +491,24 @@ async def test_a_cancelled_attempt_is_not_recorded(http: Endpoint) -> None:
             await task
         assert await attempts(driver, "orders") == []
         assert (await endpoint_of(driver, "orders")).failures == 0
+
+
+def test_a_pinned_request_keeps_the_endpoints_name() -> None:
+    """The connection goes to the checked address; `Host` and the TLS server name stay the
+    endpoint's (an IPv6 literal bracketed, a port kept unless it is the scheme's)."""
+    import ipaddress
+
+    from jobs_core.factories.webhooks.send import pinned
+    from jobs_core.factories.webhooks.url import Target
+
+    def target(url: str, host: str, port: int, address: str) -> Target:
+        scheme = url.split(":", 1)[0]
+        return Target(url, scheme, host, port, (ipaddress.ip_address(address),))
+
+    url, headers, ext = pinned(
+        target("https://hooks.example.com/in?a=1", "hooks.example.com", 443, "93.184.216.34")
+    )
+    assert str(url) == "https://93.184.216.34/in?a=1"
+    assert headers == {"host": "hooks.example.com"} and ext == {"sni_hostname": "hooks.example.com"}
+    url, headers, ext = pinned(target("http://[::1]:8080/x", "::1", 8080, "::1"))
+    assert str(url) == "http://[::1]:8080/x" and headers == {"host": "[::1]:8080"} and ext == {}

@@ -56,9 +56,8 @@ def pinned(target: Target) -> tuple[httpx.URL, dict[str, str], dict[str, object]
     server name extension (https) that keep the endpoint's name on the wire."""
     url = httpx.URL(target.url)
     default = 443 if target.scheme == "https" else 80
-    host_header = target.host if target.port == default else f"{target.host}:{target.port}"
-    if ":" in target.host and not target.host.startswith("["):
-        host_header = f"[{target.host}]" if target.port == default else host_header
+    name = f"[{target.host}]" if ":" in target.host else target.host
+    host_header = name if target.port == default else f"{name}:{target.port}"
     extensions: dict[str, object] = {}
     if target.scheme == "https":
         extensions["sni_hostname"] = target.host

@@ -512,3 +512,64 @@ def test_a_pinned_request_keeps_the_endpoints_name() -> None:
     assert headers == {"host": "hooks.example.com"} and ext == {"sni_hostname": "hooks.example.com"}
     url, headers, ext = pinned(target("http://[::1]:8080/x", "::1", 8080, "::1"))
     assert str(url) == "http://[::1]:8080/x" and headers == {"host": "[::1]:8080"} and ext == {}
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"secrets": []}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"secrets": "whsec_abc"}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"secrets": ["not base64 !!"]}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"tenant": "org-x"}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"allow_networks": ["10.0.0.0/33"]}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"allow_networks": "127.0.0.1/32"}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"allow_redirects": "yes"}, "X_WEBHOOK_DECLARATION_INVALID"),
+        ({"disable_after": 0}, "X_JOB_OPTION_INVALID"),
+        ({"connect_timeout": float("nan")}, "X_JOB_OPTION_INVALID"),
+        ({"read_timeout": 0}, "X_JOB_OPTION_INVALID"),
+        ({"max_retry_after": -1}, "X_JOB_OPTION_INVALID"),
+    ],
+)
+def test_the_declaration_is_refused_before_anything_is_registered(
+    options: dict[str, Any], code: str
+) -> None:
+    registry = JobRegistry()
+    with pytest.raises(JobsError) as caught:
+        webhook(registry=registry, **{"secrets": [OLD], **options})
+    assert caught.value.code == code and registry.names() == []
+    # A secret is never echoed in a refusal.
+    assert "not base64" not in str(caught.value)
+
+
+async def test_a_sender_of_no_tenant_sends_to_the_endpoints_of_no_tenant(http: Endpoint) -> None:
+    async with fresh_store("memory") as driver:
+        await register_endpoint(driver, "ops", http.url(), allow_networks=LOOPBACK)
+        await register_endpoint(
+            driver, "ops", "http://127.0.0.1:1/x", tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender(tenant="none")
+        got = await send(driver, handle, event(1, endpoint="ops", org=None), tenant=None)
+        assert got["status"] == 200
+        assert [a.event_id for a in await attempts(driver, "ops", None)] == ["msg_1"]
+        assert await attempts(driver, "ops", "acme") == []
+        with pytest.raises(JobsError) as caught:
+            await Jobs(driver).enqueue(handle, event(2, endpoint="ops"))
+        assert caught.value.code == "X_JOB_TENANT_MISMATCH"
+
+
+async def test_allowed_redirects_are_checked_hop_by_hop(http: Endpoint) -> None:
+    async with fresh_store("memory") as driver:
+        await register_endpoint(
+            driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender(allow_redirects=True)
+        http.answer((307, {"location": "/moved"}, b""), 200)
+        assert (await send(driver, handle, event(1)))["status"] == 200
+        assert len(http.got) == 2
+        # A hop into a network the declaration does not allow is refused, terminal, recorded.
+        http.answer((302, {"location": "http://10.0.0.1/x"}, b""))
+        got = await send(driver, handle, event(2))
+        assert got.code == "X_WEBHOOK_URL_REFUSED" and got.terminal
+        assert len(http.got) == 3
+        refused = [a for a in await attempts(driver, "orders") if a.event_id == "msg_2"]
+        assert [(a.outcome, a.error) for a in refused] == [("failed", "X_WEBHOOK_URL_REFUSED")]

@@ -573,3 +573,38 @@ async def test_allowed_redirects_are_checked_hop_by_hop(http: Endpoint) -> None:
         assert len(http.got) == 3
         refused = [a for a in await attempts(driver, "orders") if a.event_id == "msg_2"]
         assert [(a.outcome, a.error) for a in refused] == [("failed", "X_WEBHOOK_URL_REFUSED")]
+
+
+async def test_a_read_timeout_is_a_failed_attempt_retried(http: Endpoint) -> None:
+    async with fresh_store("memory") as driver:
+        await register_endpoint(
+            driver, "orders", http.url("/slow"), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        got = await send(driver, sender(read_timeout=0.3), event(1))
+        assert got.code == "X_WEBHOOK_DELIVERY_FAILED" and not got.terminal, got
+        (a,) = await attempts(driver, "orders")
+        assert a.status_code is None and "Timeout" in a.excerpt and 250 <= a.latency_ms < 3000
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "tenant", "code"),
+    [
+        ("<script>", "acme", "X_WEBHOOK_EVENT_INVALID"),
+        ("a b", "acme", "X_WEBHOOK_EVENT_INVALID"),
+        ("ok\x00", "acme", "X_WEBHOOK_EVENT_INVALID"),
+        ("x" * 129, "acme", "X_WEBHOOK_EVENT_INVALID"),
+        ("orders", "a\x00b", "X_JOB_RECORD_INVALID"),
+        ("orders", "\ud800", "X_JOB_RECORD_INVALID"),
+        ("orders", "", "X_JOB_RECORD_INVALID"),
+    ],
+)
+async def test_hostile_endpoints_and_tenants_are_refused_before_anything_is_written(
+    endpoint: str, tenant: str, code: str
+) -> None:
+    async with fresh_store("memory") as driver:
+        with pytest.raises(JobsError) as caught:
+            await register_endpoint(
+                driver, endpoint, "http://127.0.0.1/x", tenant_id=tenant, allow_networks=LOOPBACK
+            )
+        assert caught.value.code == code, caught.value
+        assert await driver.webhook_endpoint_list(10) == []

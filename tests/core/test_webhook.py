@@ -608,3 +608,39 @@ async def test_hostile_endpoints_and_tenants_are_refused_before_anything_is_writ
             )
         assert caught.value.code == code, caught.value
         assert await driver.webhook_endpoint_list(10) == []
+
+
+async def test_racing_attempts_each_move_the_streak_once(driver: JobDriver) -> None:
+    """Twenty attempts of one endpoint at once, each under its own claim, and each claim's
+    write sent twice: the streak is twenty, and the endpoint disabled exactly once."""
+    from jobs_core.records import WebhookAttemptPut
+    from jobs_core.testing.scenarios.support import new_job
+
+    await driver.webhook_endpoint_put(WebhookEndpointPut("acme", "orders", "http://h/x", 1))
+    for i in range(20):
+        await driver.job_enqueue(new_job(f"r{i}", queue="race", run_at_ms=1))
+    held = (await driver.job_claim(ClaimParams(("race",), "w1", 20, 60_000, 2))).jobs
+    assert len(held) == 20
+    puts = [
+        WebhookAttemptPut(
+            h.fence,
+            "acme",
+            "orders",
+            f"m{i}",
+            "failed",
+            503,
+            1,
+            "",
+            "X_WEBHOOK_DELIVERY_FAILED",
+            20,
+            3 + i,
+        )
+        for i, h in enumerate(held)
+    ]
+    answers = await asyncio.gather(*(driver.webhook_attempt_put(p) for p in puts + puts))
+    assert all(a.recorded for a in answers)
+    ep = await endpoint_of(driver, "orders")
+    assert (ep.failures, ep.enabled) == (20, False), ep
+    assert len(await attempts(driver, "orders")) == 20
+    disabled = {a.endpoint.disabled_at_ms for a in answers if a.endpoint and not a.endpoint.enabled}
+    assert disabled == {ep.disabled_at_ms}

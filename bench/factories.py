@@ -13,7 +13,8 @@ store is another schema of its own on the same server, migrated by `jobs_pg`.
 
 - backfill, factory: `backfill(tenant="none", source=select(items), key="id", batch=1,000)`
   with a no-op async `handle`, enqueued and run to its end by an in-process `Worker` (its
-  defaults) on the Postgres driver: one step per batch, the ledger moved in each;
+  defaults) on the Postgres driver: one step per batch, recorded with the ledger's advance in
+  one write (`sweep_checkpoint`);
 - backfill, bare: the same keyset selects (`WHERE id > :last ORDER BY id LIMIT 1,000`, a
   connection of the same async engine per batch, as the factory reads) handed to the same
   no-op, in a plain loop: no step, no ledger, no worker;
@@ -26,10 +27,11 @@ Each measurement is timed from the call that enqueues the job (or the loop's sta
 settle landing (the worker's `on_settled` hook; or the loop's end); its rows are checked
 (every row, once; the same batches on both sides). The factory's store calls are
 timed as they go (the driver's methods wrapped on the instance): what each batch spends in its
-step record and its ledger advance, where the overhead goes. Before each pair the server's
-floor is probed: what one durable commit (a one-row UPDATE committed alone, as each checkpoint
-write is) and one bare round trip take, medians of 100. Before the pairs, one untimed
-pass of each bare loop warms the table and the file into the caches both sides read from.
+checkpoint (its step record and its ledger advance, one write), where the overhead goes. Before
+each pair the server's floor is probed: what one durable commit (a one-row UPDATE committed
+alone, as each checkpoint write is) and one bare round trip take, medians of 100. Before the
+pairs, one untimed pass of each bare loop warms the table and the file into the caches both
+sides read from.
 Then `--pairs` pairs of each kind, the order within a pair alternating (factory first in odd
 pairs, bare first in even ones) so that drift on a shared machine hits both sides alike; the
 overhead is the factory's time over the bare loop's

@@ -79,6 +79,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepRecord,
     SweepStart,
@@ -103,7 +104,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 3
+CONTRACT_VERSION: Final = 4
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -216,7 +217,8 @@ class Capabilities:
     #: and `batch_id`, the listing's filters on them): rows that wait for other rows to finish,
     #: released by the very write that finishes the last of them; watched rows announced.
     flows: bool = False
-    #: The sweep ledger (`sweep_start`, `sweep_advance`, `sweep_finish`, `sweep_list`): what
+    #: The sweep ledger (`sweep_start`, `sweep_advance`, `sweep_checkpoint`, `sweep_finish`,
+    #: `sweep_list`; `sweep_checkpoint` also needs `steps`): what
     #: the factories (`backfill()`, `import_rows()`, `export_rows()`) swept, keyed by run.
     sweeps: bool = False
     #: The webhook ledger (`webhook_endpoint_*`, `webhook_attempt_*`): the endpoints `webhook()`
@@ -423,6 +425,22 @@ class JobDriver(abc.ABC):
         _check_sweep_cursor(advance.cursor_json)
         _check_time(advance.now_ms, "now_ms")
         return await self._sweep_advance(advance)
+
+    async def sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        """Record a batch's step and its advance together, fenced once (see `_sweep_checkpoint`);
+        answers whether the fence held for the run (the step then recorded)."""
+        self.require("steps", "sweeps", what="sweep_checkpoint")
+        step, advance = checkpoint.step, checkpoint.advance
+        check_step_put(step)
+        if step.fence != advance.fence:
+            raise RecordInvalidError("the step and the advance share one fence", detail="fence")
+        _check_str(advance.run_id, "run_id")
+        _check_int(advance.batch, "batch", 1, MAX_SWEEP_ROWS)
+        _check_int(advance.rows, "rows", 0, MAX_SWEEP_ROWS)
+        _check_int(advance.errors, "errors", 0, MAX_SWEEP_ROWS)
+        _check_sweep_cursor(advance.cursor_json)
+        _check_time(advance.now_ms, "now_ms")
+        return await self._sweep_checkpoint(checkpoint)
 
     async def sweep_finish(self, finish: SweepFinish) -> bool:
         """End a running entry, `completed` or `failed` with its code; answers whether it did."""
@@ -1352,6 +1370,23 @@ class JobDriver(abc.ABC):
         now_ms`; True. Otherwise (no entry, not running, any other batch number: a replayed
         or a skipped batch) nothing changes; False."""
         raise _unimplemented(self, "sweeps", "_sweep_advance")
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        """Atomically, when the fence holds for run `advance.run_id` (as `_sweep_advance`'s):
+        record the step under that run as `_step_put` does (the first record of a name stays)
+        AND apply the advance by `_sweep_advance`'s rule (it moves only a running entry at
+        `batch - 1`); True. Otherwise nothing is written; False.
+
+        This default writes in three calls — never a step recorded without its advance applied
+        first — and is correct for any driver of both families: while a fence holds, its row's
+        run cannot change (only a requeue moves it, and a requeue takes no running row). A
+        driver overrides it to spend one durable commit where this spends two."""
+        step, advance = checkpoint.step, checkpoint.advance
+        row = (await self._job_get_many([step.fence.job_id])).get(step.fence.job_id)
+        if row is None or row.run_id != advance.run_id:
+            return False
+        await self._sweep_advance(advance)
+        return (await self._step_put([step]))[0]
 
     async def _sweep_finish(self, finish: SweepFinish) -> bool:
         """Atomically, when the fence holds for run `finish.run_id` and its entry is `running`:

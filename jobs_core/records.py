@@ -824,6 +824,15 @@ class SweepAdvance:
 
 
 @dataclass(frozen=True, slots=True)
+class SweepCheckpoint:
+    """A batch's step record and its ledger advance, written as ONE fenced write: a batch is
+    never recorded as done without being counted, and it costs one durable commit, not two."""
+
+    step: StepPut
+    advance: SweepAdvance
+
+
+@dataclass(frozen=True, slots=True)
 class SweepFinish:
     """End run `run_id`'s entry: `completed`, or `failed` with the `X_*` code that ended it."""
 

@@ -68,6 +68,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepRecord,
     SweepStart,
@@ -1034,23 +1035,36 @@ class MemoryDriver(JobDriver):
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
         with self._lock:
-            held = self._sweeps.get(advance.run_id)
-            if (
-                not self._holds_run(advance.fence, advance.run_id)
-                or held is None
-                or held.status != "running"
-                or held.batches != advance.batch - 1
-            ):
+            return self._holds_run(advance.fence, advance.run_id) and self._advance(advance)
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        step, advance = checkpoint.step, checkpoint.advance
+        with self._lock:
+            if not self._holds_run(step.fence, advance.run_id):
                 return False
-            self._sweeps[advance.run_id] = replace(
-                held,
-                batches=advance.batch,
-                rows=held.rows + advance.rows,
-                errors=held.errors + advance.errors,
-                cursor_json=advance.cursor_json,
-                updated_at_ms=advance.now_ms,
-            )
+            steps = self._steps.setdefault(advance.run_id, {})
+            if step.name not in steps:
+                steps[step.name] = StepRecord(
+                    advance.run_id, step.name, step.output_json, step.now_ms
+                )
+            self._advance(advance)
             return True
+
+    def _advance(self, advance: SweepAdvance) -> bool:
+        """Move the run's running entry by batch `advance.batch` when it is the next one; the
+        caller holds the lock and has checked the fence."""
+        held = self._sweeps.get(advance.run_id)
+        if held is None or held.status != "running" or held.batches != advance.batch - 1:
+            return False
+        self._sweeps[advance.run_id] = replace(
+            held,
+            batches=advance.batch,
+            rows=held.rows + advance.rows,
+            errors=held.errors + advance.errors,
+            cursor_json=advance.cursor_json,
+            updated_at_ms=advance.now_ms,
+        )
+        return True
 
     async def _sweep_finish(self, finish: SweepFinish) -> bool:
         with self._lock:

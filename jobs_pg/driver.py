@@ -87,6 +87,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepRecord,
     SweepStart,
@@ -1751,19 +1752,18 @@ class PgDriver(JobDriver):
         raise DriverError("a sweep start kept racing a start of its run", detail=start.run_id)
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
-        f = advance.fence
+        rows = await self._rows("SWEEP_ADVANCE", _advance_values(advance))
+        return int(rows[0][0]) == 1
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        step = checkpoint.step
         rows = await self._rows(
-            "SWEEP_ADVANCE",
+            "SWEEP_CHECKPOINT",
             {
-                "job_id": f.job_id,
-                "claims": f.claims,
-                "worker_id": f.worker_id,
-                "run_id": advance.run_id,
-                "batch": advance.batch,
-                "rows": advance.rows,
-                "errors": advance.errors,
-                "cursor_json": advance.cursor_json,
-                "now_ms": advance.now_ms,
+                **_advance_values(checkpoint.advance),
+                "step_name": step.name,
+                "output_json": step.output_json,
+                "step_now_ms": step.now_ms,
             },
         )
         return int(rows[0][0]) == 1
@@ -2232,3 +2232,19 @@ def _reason(exc: BaseException) -> str:
 
 
 __all__ = ["STATEMENTS", "PgDriver", "classify", "translate", "unique_runs", "wake_channel"]
+
+
+def _advance_values(advance: SweepAdvance) -> dict[str, Any]:
+    """SWEEP_ADVANCE's parameters (and SWEEP_CHECKPOINT's advance)."""
+    f = advance.fence
+    return {
+        "job_id": f.job_id,
+        "claims": f.claims,
+        "worker_id": f.worker_id,
+        "run_id": advance.run_id,
+        "batch": advance.batch,
+        "rows": advance.rows,
+        "errors": advance.errors,
+        "cursor_json": advance.cursor_json,
+        "now_ms": advance.now_ms,
+    }

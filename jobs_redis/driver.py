@@ -111,6 +111,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepKind,
     SweepRecord,
@@ -1188,21 +1189,16 @@ class RedisDriver(JobDriver):
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
         k = self.keys
-        f = advance.fence
+        got = await self._run("sweep_advance", (k.state, k.data, k.sweep), _advance_args(advance))
+        return bool(got == 1)
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        k = self.keys
+        step = checkpoint.step
         got = await self._run(
-            "sweep_advance",
-            (k.state, k.data, k.sweep),
-            (
-                f.job_id,
-                f"{f.claims}\x00{f.worker_id}\x00",
-                advance.run_id,
-                str(advance.batch - 1),
-                str(advance.batch),
-                str(advance.rows),
-                str(advance.errors),
-                advance.cursor_json or "",
-                str(advance.now_ms),
-            ),
+            "sweep_checkpoint",
+            (k.state, k.data, k.sweep, k.step_out, k.step_index),
+            (*_advance_args(checkpoint.advance), step.name, str(step.now_ms), step.output_json),
         )
         return bool(got == 1)
 
@@ -1685,3 +1681,20 @@ def _wait(stored: str) -> EventWait:
 def _why(exc: BaseException, url: str) -> str:
     """The error's text, with every password of the URL (and any URL in the text) masked."""
     return mask_text(f"{type(exc).__name__}: {exc}", url)
+
+
+def _advance_args(advance: SweepAdvance) -> tuple[str, ...]:
+    """`sweep_advance`'s ARGV (and the head of `sweep_checkpoint`'s): the fence, the run, the
+    batch before and the batch as decimal text, the counts, the cursor, the time."""
+    f = advance.fence
+    return (
+        f.job_id,
+        f"{f.claims}\x00{f.worker_id}\x00",
+        advance.run_id,
+        str(advance.batch - 1),
+        str(advance.batch),
+        str(advance.rows),
+        str(advance.errors),
+        advance.cursor_json or "",
+        str(advance.now_ms),
+    )

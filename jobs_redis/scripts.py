@@ -52,6 +52,7 @@ SCRIPT_NAMES: Final = (
     "step_list",
     "step_put",
     "sweep_advance",
+    "sweep_checkpoint",
     "sweep_finish",
     "sweep_list",
     "sweep_start",

@@ -67,6 +67,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepRecord,
     SweepStart,
@@ -2028,6 +2029,77 @@ class UnfencedSweepAdvance(_SweepUnfenced):
         return await self._unfenced(super()._sweep_advance(advance))
 
 
+class CheckpointSkipsAdvance(MemoryDriver):
+    """Records a batch's step and never counts it: a recorded batch is never run again, so the
+    ledger misses its rows for good."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        return (await self._step_put([checkpoint.step]))[0] and self._holds_run(
+            checkpoint.step.fence, checkpoint.advance.run_id
+        )
+
+
+class CheckpointSkipsStep(MemoryDriver):
+    """Counts the batch and records no step: the batch runs again on a replay."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        return await self._sweep_advance(checkpoint.advance) or self._holds_run(
+            checkpoint.step.fence, checkpoint.advance.run_id
+        )
+
+
+class UnfencedCheckpoint(_SweepUnfenced):
+    """Records a batch's step and counts it under a lost fence."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        return await self._unfenced(super()._sweep_checkpoint(checkpoint))
+
+
+class CheckpointFencedLikeAStep(MemoryDriver):
+    """Fences a checkpoint as `step_put` is fenced — any held claim of the row, whatever run the
+    row is in now — so a row's new run records its old run's batches."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        with self._lock:
+            row = self._held(checkpoint.step.fence)
+            if row is not None and row.run_id != checkpoint.advance.run_id:
+                steps = self._steps.setdefault(checkpoint.advance.run_id, {})
+                step = checkpoint.step
+                steps.setdefault(
+                    step.name,
+                    StepRecord(checkpoint.advance.run_id, step.name, step.output_json, step.now_ms),
+                )
+                return True
+        return await super()._sweep_checkpoint(checkpoint)
+
+
+class CheckpointReplacesStep(MemoryDriver):
+    """A replayed checkpoint replaces the step's first record (a resumed run would read the
+    second try's cursor)."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        with self._lock:
+            if self._holds_run(checkpoint.step.fence, checkpoint.advance.run_id):
+                self._steps.get(checkpoint.advance.run_id, {}).pop(checkpoint.step.name, None)
+        return await super()._sweep_checkpoint(checkpoint)
+
+
+class CheckpointCountsEveryLanding(MemoryDriver):
+    """Counts the batch whenever the checkpoint lands, a replay included (the step's own
+    `ON CONFLICT` taken for the batch's)."""
+
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        a = checkpoint.advance
+        with self._lock:
+            e = self._sweeps.get(a.run_id)
+            replayed = e is not None and e.status == "running" and e.batches >= a.batch
+            if e is not None and replayed and self._holds_run(a.fence, a.run_id):
+                self._sweeps[a.run_id] = replace(
+                    e, rows=e.rows + a.rows, errors=e.errors + a.errors
+                )
+        return await super()._sweep_checkpoint(checkpoint)
+
+
 class SweepFenceIgnoresRun(MemoryDriver):
     """Lands a ledger write under any held fence, as `step_put`'s: a claim of another run (of
     another row, or of the same row after a fresh requeue) writes this run's entry."""
@@ -2513,6 +2585,12 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
         ["sweeps_a_completed_run_stays_completed", "sweeps_a_failed_run_resumes"],
     ),
     (SweepListTiesAscending, "sweeps", ["sweeps_listed_newest_first"]),
+    (CheckpointSkipsAdvance, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (CheckpointSkipsStep, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (UnfencedCheckpoint, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (CheckpointFencedLikeAStep, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (CheckpointReplacesStep, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
+    (CheckpointCountsEveryLanding, "sweeps", ["sweeps_a_checkpoint_records_and_counts_together"]),
     # -- webhooks --
     (WebhookStreakKeptOnDelivery, "webhooks", ["webhooks_a_delivery_clears_the_streak"]),
     (WebhookDisabledOneEarly, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
@@ -2526,11 +2604,20 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (WebhookPutResetsStreak, "webhooks", ["webhooks_endpoints_put_and_listed"]),
 ]
 
+
+class CheckpointInThreeCalls(MemoryDriver):
+    """Checkpoints with the ABC's default: a read of the row, the advance, then the step, each
+    its own call (what a third party's driver of both families gets without writing one)."""
+
+    _sweep_checkpoint = JobDriver._sweep_checkpoint
+
+
 #: Drivers the contract allows, though they do what the model does not, with the family walks
 #: their freedom could trip: those walks and every scenario must pass them.
 LEGAL: list[tuple[type[MemoryDriver], frozenset[str]]] = [
     (TokensPerKey, FAMILIES),
     (SweepCursorRespelled, frozenset({"sweeps"})),
+    (CheckpointInThreeCalls, frozenset({"sweeps"})),
 ]
 
 #: Each family walk's `ci` settings.
@@ -2742,6 +2829,17 @@ REACH: dict[str, dict[str, int]] = {
     },
     "sweeps": {
         "sweep advance clearing the cursor": 1,
+        "sweep checkpoint clearing the cursor": 1,
+        "sweep checkpoint landed": 23,
+        "sweep checkpoint of a completed entry": 2,
+        "sweep checkpoint of a cursor at the byte limit": 3,
+        "sweep checkpoint of a failed entry": 2,
+        "sweep checkpoint of a recorded step, its first record kept": 7,
+        "sweep checkpoint of a replayed batch": 4,
+        "sweep checkpoint of a skipped batch": 1,
+        "sweep checkpoint of the next batch off the fence": 4,
+        "sweep checkpoint off the fence": 4,
+        "sweep checkpoint under a lapsed lease nobody claimed": 2,
         "sweep advance landed": 54,
         "sweep advance landed under another row of its run": 2,
         "sweep advance of a completed entry": 4,

@@ -19,15 +19,17 @@ from typing import Any, Final
 
 from jobs_core.driver import name_refusal
 from jobs_core.errors import JobsError, LeaseLostError, OptionInvalidError
-from jobs_core.jsonform import JsonValue, dumps
+from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import (
+    StepPut,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepKind,
     SweepRecord,
     SweepStart,
 )
-from jobs_core.steps.api import StepApi
+from jobs_core.steps.api import RecordWrite, StepApi
 
 #: The environment variable naming where this process runs (`production`, `staging`…).
 ENVIRONMENT_VAR: Final = "UJOBS_ENVIRONMENT"
@@ -35,6 +37,10 @@ ENVIRONMENT_VAR: Final = "UJOBS_ENVIRONMENT"
 DEFAULT_ENVIRONMENT: Final = "default"
 #: The scope of a sweep declared `tenant="none"`: the only one that crosses tenants.
 CROSS_TENANT: Final = "none"
+
+
+#: What a batch's step output says of it: its rows, its refused rows, the next batch's cursor.
+Counts = Callable[[JsonValue], tuple[int, int, JsonValue]]
 
 
 def current_environment() -> str:
@@ -123,6 +129,26 @@ class SweepLedger:
             )
         )
         return moved
+
+    def checkpoint(self, batch: int, counts: Counts) -> RecordWrite:
+        """The write that stores batch `batch`'s step record together with its advance, whose
+        rows, refused rows and next cursor `counts` reads off the step's output: one fenced
+        commit, so a batch is never recorded without being counted (`StepApi.run_written`)."""
+
+        async def write(step: StepPut) -> bool:
+            rows, errors, cursor = counts(loads(step.output_json))
+            advance = SweepAdvance(
+                fence=step.fence,
+                run_id=self._run_id,
+                batch=batch,
+                rows=rows,
+                errors=errors,
+                cursor_json=None if cursor is None else dumps(cursor),
+                now_ms=step.now_ms,
+            )
+            return await self._step.driver.sweep_checkpoint(SweepCheckpoint(step, advance))
+
+        return write
 
     async def finish(self, error: JobsError | None = None) -> bool:
         """Close the entry: `completed`, or `failed` with `error`'s code."""

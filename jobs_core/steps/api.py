@@ -96,6 +96,9 @@ UNDO: Final = f"{RESERVED}undo:"
 
 StepFn = Callable[[], Awaitable[Any]] | Callable[[], Any]
 Compensation = Callable[[JsonValue], Awaitable[Any]] | Callable[[JsonValue], Any]
+#: How a factory stores a step's record with its own family's write (`StepApi.run_written`):
+#: answers whether the fence held.
+RecordWrite = Callable[[StepPut], Awaitable[bool]]
 
 
 @dataclass(slots=True)
@@ -249,13 +252,14 @@ class StepApi:
         if reason is not None and not isinstance(reason, DrainingError):
             raise AbortedError(f"the run stopped ({reason.code}); {name!r} is not recorded")
 
-    async def _store(self, name: str, text: str) -> StepRecord:
-        """Store one record of this run, fenced on its claim; answers the record that stays."""
+    async def _store(self, name: str, text: str, write: RecordWrite | None = None) -> StepRecord:
+        """Store one record of this run, fenced on its claim (by `write` when given); answers
+        the record that stays."""
         now = self._clock.now_ms()
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
         check_step_put(item)
-        landed = await asyncio.shield(self._put(item))
+        landed = await asyncio.shield((write or self._put)(item))
         if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)
@@ -293,18 +297,7 @@ class StepApi:
             raise DeclarationInvalidError("a step runs a function", detail="fn")
         if compensate is not None and not callable(compensate):
             raise DeclarationInvalidError("a compensation is a function", detail="compensate")
-        record = (await self.records()).get(name)
-        if record is None:
-            if self._mode == "unwind":
-                raise UnwindReached(name)
-            if compensate is not None and SAGA not in await self.records():
-                # Marks the run as one with something to undo BEFORE the side effect: a worker
-                # burying it after a crash on its final attempt reads this, not the body, to
-                # queue the undoing.
-                await self.record(SAGA, {"first": name})
-            value = await self._call(name, fn)
-            self._refuse_if_stopped(name)
-            record = await self._store(name, _output_text(name, value))
+        record = await self._recorded(name, fn, marks_saga=compensate is not None)
         output = loads(record.output_json)
         if compensate is not None:
             self.compensable.append(Compensable(name, output, compensate))
@@ -312,6 +305,33 @@ class StepApi:
                 # A step recorded by a version that marked after the step.
                 await self.record(SAGA, {"first": name})
         return output
+
+    async def run_written(self, name: str, fn: StepFn, write: RecordWrite) -> Any:
+        """`run`, but a first run's record is stored by `write(record)` instead of a plain
+        `step_put`: a factory's own fenced write that lands the record together with what its
+        family keeps of the step, in one commit; `write` answers whether the fence held."""
+        self._claim_name(name)
+        if not callable(fn):
+            raise DeclarationInvalidError("a step runs a function", detail="fn")
+        return loads((await self._recorded(name, fn, write=write)).output_json)
+
+    async def _recorded(
+        self, name: str, fn: StepFn, *, marks_saga: bool = False, write: RecordWrite | None = None
+    ) -> StepRecord:
+        """Step `name`'s record: the stored one, else `fn`'s output once stored."""
+        record = (await self.records()).get(name)
+        if record is None:
+            if self._mode == "unwind":
+                raise UnwindReached(name)
+            if marks_saga and SAGA not in await self.records():
+                # Marks the run as one with something to undo BEFORE the side effect: a worker
+                # burying it after a crash on its final attempt reads this, not the body, to
+                # queue the undoing.
+                await self.record(SAGA, {"first": name})
+            value = await self._call(name, fn)
+            self._refuse_if_stopped(name)
+            record = await self._store(name, _output_text(name, value), write)
+        return record
 
     async def _call(self, name: str, fn: StepFn) -> Any:
         if self._signal.cancelled:

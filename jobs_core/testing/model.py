@@ -88,6 +88,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepRecord,
     SweepStart,
@@ -1173,15 +1174,7 @@ class ReferenceModel:
         """Batch `batch` of a running entry is recorded when it is the next one (`batches + 1`)
         and the fence holds for its run; a replayed or a skipped batch moves nothing."""
         _check_sweep_fence(advance.fence)
-        _check_name_text(advance.run_id, "run_id")
-        _check_range(advance.batch, 1, MAX_SWEEP_ROWS, "batch")
-        _check_range(advance.rows, 0, MAX_SWEEP_ROWS, "rows")
-        _check_range(advance.errors, 0, MAX_SWEEP_ROWS, "errors")
-        if advance.cursor_json is not None:
-            check_text(advance.cursor_json, "cursor_json")
-            if len(advance.cursor_json.encode("utf-8")) > MAX_SWEEP_CURSOR_BYTES:
-                raise RecordInvalidError(detail="cursor_json")
-        _check_range(advance.now_ms, 0, MAX_TIME_MS, "now_ms")
+        _check_advance(advance)
         e = self.sweeps.get(advance.run_id)
         if e is None or e.status != "running":
             return False
@@ -1189,14 +1182,29 @@ class ReferenceModel:
             return False
         if advance.batch != e.batches + 1:
             return False
-        self.sweeps[advance.run_id] = replace(
-            e,
-            batches=advance.batch,
-            rows=e.rows + advance.rows,
-            errors=e.errors + advance.errors,
-            cursor_json=advance.cursor_json,
-            updated_at_ms=advance.now_ms,
-        )
+        self.sweeps[advance.run_id] = _advanced(e, advance)
+        return True
+
+    def sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        """A batch's step and its advance, one write under one fence: when the fence holds for
+        the advance's run, the step is recorded under that run (its first record stays) and the
+        entry moves by the advance's rule; otherwise nothing is written."""
+        step, advance = checkpoint.step, checkpoint.advance
+        _check_sweep_fence(step.fence)
+        _check_name_text(step.name, "name")
+        check_text(step.output_json, "output_json")
+        _check_range(step.now_ms, 0, MAX_TIME_MS, "now_ms")
+        if step.fence != advance.fence:
+            raise RecordInvalidError(detail="fence")
+        _check_advance(advance)
+        if self._ledger_writer(advance.fence, advance.run_id) is None:
+            return False
+        key = (advance.run_id, step.name)
+        if key not in self.steps:
+            self.steps[key] = StepRecord(advance.run_id, step.name, step.output_json, step.now_ms)
+        e = self.sweeps.get(advance.run_id)
+        if e is not None and e.status == "running" and advance.batch == e.batches + 1:
+            self.sweeps[advance.run_id] = _advanced(e, advance)
         return True
 
     def sweep_finish(self, finish: SweepFinish) -> bool:
@@ -1416,6 +1424,32 @@ def _check_task_names(names: Sequence[str]) -> None:
         _check_name_text(n, "name")
     if len(names) != len(set(names)):
         raise RecordInvalidError(detail="names")
+
+
+def _check_advance(advance: SweepAdvance) -> None:
+    """An advance the ABC accepts, its fence aside: a run id, counts in range, a cursor of JSON
+    text within its limit, a time."""
+    _check_name_text(advance.run_id, "run_id")
+    _check_range(advance.batch, 1, MAX_SWEEP_ROWS, "batch")
+    _check_range(advance.rows, 0, MAX_SWEEP_ROWS, "rows")
+    _check_range(advance.errors, 0, MAX_SWEEP_ROWS, "errors")
+    if advance.cursor_json is not None:
+        check_text(advance.cursor_json, "cursor_json")
+        if len(advance.cursor_json.encode("utf-8")) > MAX_SWEEP_CURSOR_BYTES:
+            raise RecordInvalidError(detail="cursor_json")
+    _check_range(advance.now_ms, 0, MAX_TIME_MS, "now_ms")
+
+
+def _advanced(e: SweepRecord, advance: SweepAdvance) -> SweepRecord:
+    """Entry `e` with batch `advance.batch` recorded: its counts added, its cursor replaced."""
+    return replace(
+        e,
+        batches=advance.batch,
+        rows=e.rows + advance.rows,
+        errors=e.errors + advance.errors,
+        cursor_json=advance.cursor_json,
+        updated_at_ms=advance.now_ms,
+    )
 
 
 def _check_sweep_fence(fence: Fence) -> None:

@@ -1,8 +1,8 @@
 """The sweep family's rules: the ledger factories write their runs into (`sweep_start`,
-`sweep_advance`, `sweep_finish`, `sweep_list`), interleaved with the job writes that move the
-fences it is written under (claims, reclaims of lapsed leases, acks, retries, cancels,
-heartbeats). The whole ledger is compared after each step. Only runs when the driver declares
-`sweeps` in `capabilities()`.
+`sweep_advance`, `sweep_checkpoint`, `sweep_finish`, `sweep_list`), interleaved with the job
+writes that move the fences it is written under (claims, reclaims of lapsed leases, acks,
+retries, cancels, heartbeats). The whole ledger is compared after each step. Only runs when the
+driver declares `sweeps` in `capabilities()`.
 
 The edges are aimed at, each rule making the rows it needs (a row in a queue of its own, so it
 claims exactly that row): a run's life from its start to its end — batches recorded once, a
@@ -14,14 +14,19 @@ new claim leaves its old run's entry alone and opens its new run's, after a plai
 resumes); a completed run of the same sweep blocking a new one, each identity field that
 differs letting it through (the kind does not), a failed or running run never blocking, two
 completed runs finished in one millisecond (the greater run id blocks) or in an order that is
-not their run ids'; listings whose limit cuts through entries started in one millisecond. Run
+not their run ids'; listings whose limit cuts through entries started in one millisecond. A
+batch is recorded by an advance alone or, where the driver keeps steps too, by a checkpoint (its
+step and its advance in one write, as the factories record a batch): the run's steps are then
+compared as well, a replayed batch's first record kept. Run
 ids, names, scopes, environments and cursors hold quotes, newlines and non-ASCII text, some at
 their byte limits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,7 +54,9 @@ from jobs_core.records import (
     Nack,
     NackKind,
     NewJob,
+    StepPut,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepKind,
     SweepRecord,
@@ -143,6 +150,9 @@ SWEEP_REFUSALS = (
     "cursor too long",
     "cursor not JSON",
     "cursor with a NUL",
+    "checkpoint of two fences",
+    "checkpoint of an empty step name",
+    "checkpoint of a step output not JSON",
     "completed with an error",
     "failed without an error",
     "unknown status",
@@ -205,12 +215,16 @@ class SweepRules(ParityMachine):
     """The sweep family, over the job family's rows and fences."""
 
     FAMILY = "sweeps"
+    #: Batches are recorded by `sweep_checkpoint` (with a step) rather than `sweep_advance`.
+    _checkpointing = False
 
     # -- random calls -------------------------------------------------------------------------
 
     @precondition(lambda self: self.capabilities.sweeps)
     @rule(
-        op=st.sampled_from(("start", "start", "advance", "advance", "finish", "list", "refused")),
+        op=st.sampled_from(
+            ("start", "start", "advance", "checkpoint", "finish", "list", "refused")
+        ),
         pick=recent,
         who=aimed_fences,
         run=st.sampled_from(("own", "own", "own", "entry", "other row", "fresh")),
@@ -264,15 +278,16 @@ class SweepRules(ParityMachine):
             if like is not None or run == "entry":
                 ident = self._identity_like(pick, like) or ident
             self._ledger_start(f, run_id, ident, expected)
-        elif op in ("advance", "finish"):
+        elif op in ("advance", "checkpoint", "finish"):
             e = self._ledger_entry(which, pick)
             if e is None:
                 return
             f = self._write_fence(e, fence, pick)
-            if op == "advance":
-                self._ledger_advance(
-                    f, e.run_id, self._batch_number(e, batch), rows, rows // 2, cursor
-                )
+            if op != "finish":
+                with self._recording(op):
+                    self._ledger_advance(
+                        f, e.run_id, self._batch_number(e, batch), rows, rows // 2, cursor
+                    )
             else:
                 self._ledger_finish(f, e.run_id, status, code)
         elif op == "list":
@@ -363,6 +378,7 @@ class SweepRules(ParityMachine):
         cursors=st.lists(st.sampled_from(CURSORS), min_size=4, max_size=4),
         rows=st.sampled_from(ROWS),
         expected=st.sampled_from(EXPECTED),
+        via=st.sampled_from(("checkpoint", "checkpoint", "advance")),
     )
     def sweep_run(
         self,
@@ -375,6 +391,7 @@ class SweepRules(ParityMachine):
         cursors: list[str | None],
         rows: int,
         expected: int | None,
+        via: str,
     ) -> None:
         """One run of a sweep, as a factory writes it: started under its claim, `batches`
         batches recorded (with `twist`, the last one replayed with other counts, a batch
@@ -383,7 +400,23 @@ class SweepRules(ParityMachine):
         completed, then retried (its own later attempt finds it completed, and can write
         nothing); its lease lapsed (`delta` ms past its end) and reclaimed by another worker
         (the old fence writes nothing, the new holder resumes); lapsed with nobody claiming (it
-        still holds); its row acked or cancelled first; a heartbeat between batches."""
+        still holds); its row acked or cancelled first; a heartbeat between batches. Its batches
+        recorded `via` checkpoints (a step each) or advances alone."""
+        with self._recording(via):
+            self._sweep_run(ident, prefix, batches, twist, end, delta, cursors, rows, expected)
+
+    def _sweep_run(
+        self,
+        ident: Identity,
+        prefix: str,
+        batches: int,
+        twist: str | None,
+        end: str,
+        delta: int,
+        cursors: list[str | None],
+        rows: int,
+        expected: int | None,
+    ) -> None:
         job = self._sweep_row(prefix)
         if job is None:
             return
@@ -773,43 +806,70 @@ class SweepRules(ParityMachine):
         if start.run_id in self.model.sweeps:
             self._note("sweep start blocked beside its own entry")
 
+    @contextlib.contextmanager
+    def _recording(self, via: str) -> Iterator[None]:
+        """Batches recorded inside are recorded `via` checkpoints (where the driver keeps steps)
+        or advances alone."""
+        self._checkpointing = via == "checkpoint" and self.capabilities.steps
+        try:
+            yield
+        finally:
+            self._checkpointing = False
+
     def _ledger_advance(
         self, f: Fence, run_id: str, batch: int, rows: int, errors: int, cursor: str | None
     ) -> object:
+        """Record batch `batch` of run `run_id`: an advance alone, or a checkpoint (the batch's
+        step `batch:<n>` with it, its output telling the counts: a replay with other counts
+        must keep the first record)."""
         advance = SweepAdvance(f, run_id, batch, rows, errors, cursor, self.now)
         before = self.model.sweeps.get(run_id)
-        got = self._both(
-            "sweep_advance",
-            functools.partial(self.model.sweep_advance, advance),
-            functools.partial(self.driver.sweep_advance, advance),
-        )
+        how = "checkpoint" if self._checkpointing else "advance"
+        step = StepPut(f, f"batch:{batch}", f'{{"rows": {rows}, "errors": {errors}}}', self.now)
+        recorded = self.model.steps.get((run_id, step.name))
+        if self._checkpointing:
+            self.step_runs.add(run_id)
+            checkpoint = SweepCheckpoint(step, advance)
+            got = self._both(
+                "sweep_checkpoint",
+                functools.partial(self.model.sweep_checkpoint, checkpoint),
+                functools.partial(self.driver.sweep_checkpoint, checkpoint),
+            )
+        else:
+            got = self._both(
+                "sweep_advance",
+                functools.partial(self.model.sweep_advance, advance),
+                functools.partial(self.driver.sweep_advance, advance),
+            )
+        if got is True and self._checkpointing and recorded is not None:
+            self._note("sweep checkpoint of a recorded step, its first record kept")
         if not isinstance(got, bool) or before is None:
             if before is None:
-                self._note("sweep advance of no entry")
+                self._note(f"sweep {how} of no entry")
             return got
         held = self.model._held(f)
         if before.status != "running":
-            self._note(f"sweep advance of a {before.status} entry")
+            self._note(f"sweep {how} of a {before.status} entry")
         elif held is None:
-            self._note("sweep advance off the fence")
+            self._note(f"sweep {how} off the fence")
             if batch == before.batches + 1:
-                self._note("sweep advance of the next batch off the fence")
+                self._note(f"sweep {how} of the next batch off the fence")
         elif held.run_id != run_id:
             if batch == before.batches + 1:
-                self._note("sweep advance of the next batch under a held fence of another run")
+                self._note(f"sweep {how} of the next batch under a held fence of another run")
         elif batch <= before.batches:
-            self._note("sweep advance of a replayed batch")
+            self._note(f"sweep {how} of a replayed batch")
         elif batch > before.batches + 1:
-            self._note("sweep advance of a skipped batch")
+            self._note(f"sweep {how} of a skipped batch")
         elif got:
-            self._note("sweep advance landed")
-            self._note_lapsed(held, "advance")
+            self._note(f"sweep {how} landed")
+            self._note_lapsed(held, how)
             if held.id != before.job_id:
-                self._note("sweep advance landed under another row of its run")
+                self._note(f"sweep {how} landed under another row of its run")
             if cursor is None and before.cursor_json is not None:
-                self._note("sweep advance clearing the cursor")
+                self._note(f"sweep {how} clearing the cursor")
             if cursor is not None and utf8_length(cursor) == MAX_SWEEP_CURSOR_BYTES:
-                self._note("sweep advance of a cursor at the byte limit")
+                self._note(f"sweep {how} of a cursor at the byte limit")
         return got
 
     def _ledger_finish(
@@ -875,7 +935,11 @@ class SweepRules(ParityMachine):
         start = SweepStart(f, run_id, "users", "none", "default", "backfill", "c1", None, self.now)
         advance = SweepAdvance(f, run_id, 1, 1, 0, None, self.now)
         finish = SweepFinish(f, run_id, "completed", None, self.now)
-        calls: dict[str, SweepStart | SweepAdvance | SweepFinish | tuple[str | None, int]] = {
+        checkpoint = SweepCheckpoint(StepPut(f, "batch:1", "1", self.now), advance)
+        calls: dict[
+            str,
+            SweepStart | SweepAdvance | SweepCheckpoint | SweepFinish | tuple[str | None, int],
+        ] = {
             "unknown kind": replace(start, kind="purge"),  # type: ignore[arg-type]
             "checksum too long": replace(start, checksum=CHECKSUMS[2] + "c"),
             "empty run id": replace(start, run_id=""),
@@ -887,6 +951,15 @@ class SweepRules(ParityMachine):
             "cursor too long": replace(advance, cursor_json=LONG_CURSOR[:-1] + 'x"'),
             "cursor not JSON": replace(advance, cursor_json="NaN"),
             "cursor with a NUL": replace(advance, cursor_json='"a\\u0000b"'),
+            "checkpoint of two fences": replace(
+                checkpoint, advance=replace(advance, fence=replace(f, claims=f.claims + 1))
+            ),
+            "checkpoint of an empty step name": replace(
+                checkpoint, step=replace(checkpoint.step, name="")
+            ),
+            "checkpoint of a step output not JSON": replace(
+                checkpoint, step=replace(checkpoint.step, output_json="{")
+            ),
             "completed with an error": replace(finish, error="X_BACKFILL_STALLED"),
             "failed without an error": replace(finish, status="failed"),
             "unknown status": replace(finish, status="running"),  # type: ignore[arg-type]
@@ -907,6 +980,14 @@ class SweepRules(ParityMachine):
                 "sweep_advance(refused)",
                 functools.partial(self.model.sweep_advance, call),
                 functools.partial(self.driver.sweep_advance, call),
+            )
+        elif isinstance(call, SweepCheckpoint):
+            if not self.capabilities.steps:
+                return
+            got = self._both(
+                "sweep_checkpoint(refused)",
+                functools.partial(self.model.sweep_checkpoint, call),
+                functools.partial(self.driver.sweep_checkpoint, call),
             )
         elif isinstance(call, SweepFinish):
             got = self._both(
@@ -1013,4 +1094,14 @@ class SweepRules(ParityMachine):
                     functools.partial(self.driver.sweep_list, None, MAX_SWEEP_LIST),
                 )
             )
+            # The steps of every run a checkpoint named, landed or not (a checkpoint off its
+            # fence must leave them as they were).
+            for run in sorted(self.step_runs):
+                checks.append(
+                    (
+                        f"step_list({run!r})",
+                        functools.partial(self.model.step_list, run),
+                        functools.partial(self.driver.step_list, run),
+                    )
+                )
         return checks

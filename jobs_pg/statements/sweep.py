@@ -17,7 +17,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from jobs_pg.schema import jobs, lit, sweeps
+from jobs_pg.schema import jobs, lit, steps, sweeps
 from jobs_pg.statements._build import BIGINT, INT, TEXT, p
 
 #: An entry's columns, in `SweepRecord` field order.
@@ -153,26 +153,61 @@ SWEEP_START: Final = sa.select(
 # One UPDATE of the run's entry, fenced, moving only from `batches = :batch - 1`. Two advances
 # of one batch at once: the second waits for the first's row lock, re-checks its WHERE on the
 # row the first left (`batches` moved on) and writes nothing. Answers 1 when it moved, else 0.
-_advance_held = _held("advance_held")
-_advanced = (
-    sa.update(sweeps)
-    .where(
-        sweeps.c.run_id == p("run_id", TEXT),
-        sweeps.c.status == lit("running"),
-        sweeps.c.batches == p("batch", BIGINT) - 1,
-        _holds(_advance_held),
+
+
+def _moved(held: sa.CTE, name: str) -> sa.CTE:
+    """The run's running entry moved by batch `:batch` (from `:batch - 1`) while `held` holds."""
+    return (
+        sa.update(sweeps)
+        .where(
+            sweeps.c.run_id == p("run_id", TEXT),
+            sweeps.c.status == lit("running"),
+            sweeps.c.batches == p("batch", BIGINT) - 1,
+            _holds(held),
+        )
+        .values(
+            batches=p("batch", BIGINT),
+            rows=sweeps.c.rows + p("rows", BIGINT),
+            errors=sweeps.c.errors + p("errors", BIGINT),
+            cursor_json=p("cursor_json", TEXT),
+            updated_at_ms=p("now_ms", BIGINT),
+        )
+        .returning(sweeps.c.run_id)
+        .cte(name)
     )
-    .values(
-        batches=p("batch", BIGINT),
-        rows=sweeps.c.rows + p("rows", BIGINT),
-        errors=sweeps.c.errors + p("errors", BIGINT),
-        cursor_json=p("cursor_json", TEXT),
-        updated_at_ms=p("now_ms", BIGINT),
-    )
-    .returning(sweeps.c.run_id)
-    .cte("advanced")
+
+
+SWEEP_ADVANCE: Final = sa.select(sa.func.count().label("moved")).select_from(
+    _moved(_held("advance_held"), "advanced")
 )
-SWEEP_ADVANCE: Final = sa.select(sa.func.count().label("moved")).select_from(_advanced)
+
+# -- SWEEP_CHECKPOINT ---------------------------------------------------------------------------
+# A batch's step record and its advance in ONE statement under ONE fence (`held`, the job row
+# FOR SHARE, as above): the step inserted under the run (a step recorded already keeps its first
+# record, as STEP_PUT) and the entry moved as SWEEP_ADVANCE moves it. Both data-modifying CTEs
+# run in the statement's one snapshot and commit together: a batch is never recorded without
+# being counted, for one durable commit. Answers 1 when the fence held, else 0 (no write).
+_checkpoint_held = _held("checkpoint_held")
+_checkpoint_step = (
+    pg_insert(steps)
+    .from_select(
+        ["run_id", "name", "output_json", "recorded_at_ms"],
+        sa.select(
+            p("run_id", TEXT),
+            p("step_name", TEXT),
+            p("output_json", TEXT),
+            p("step_now_ms", BIGINT),
+        ).select_from(_checkpoint_held),
+    )
+    .on_conflict_do_nothing(index_elements=[steps.c.run_id, steps.c.name])
+    .cte("checkpoint_step")
+)
+SWEEP_CHECKPOINT: Final = (
+    sa.select(sa.func.count().label("held"))
+    .select_from(_checkpoint_held)
+    .add_cte(_checkpoint_step)
+    .add_cte(_moved(_checkpoint_held, "checkpoint_moved"))
+)
 
 # -- SWEEP_FINISH -------------------------------------------------------------------------------
 # One UPDATE of the run's entry while it is `running`, fenced. A finish racing another finish or

@@ -16,16 +16,4 @@
 if not held_for_run(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
-local raw = redis.call("HGET", KEYS[3], ARGV[3])
-if not raw then
-  return 0
-end
-local e = split(raw)
-if e[S_STATUS] ~= "running" or e[S_BATCHES] ~= ARGV[4] then
-  return 0
-end
-e[S_BATCHES], e[S_CURSOR], e[S_UPDATED] = ARGV[5], ARGV[8], ARGV[9]
-e[S_ROWS] = dec_add(e[S_ROWS], ARGV[6])
-e[S_ERRORS] = dec_add(e[S_ERRORS], ARGV[7])
-redis.call("HSET", KEYS[3], ARGV[3], join(e))
-return 1
+return sweep_move(KEYS[3], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])

@@ -29,7 +29,7 @@ from jobs_core.factories.backfill import (
 from jobs_core.factories.backfill.source import Keyset
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
-from jobs_core.records import ClaimParams, StepPut, SweepRecord
+from jobs_core.records import ClaimParams, SweepCheckpoint, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import FINISHED_STATES, JobState
 from jobs_core.tenant import acting_for, current_tenant
@@ -159,18 +159,22 @@ async def test_each_batch_is_a_positional_step_holding_the_cursor_and_a_count_ne
 
 
 async def test_a_crash_mid_batch_replays_that_batch_whole_and_the_ledger_counts_it_once() -> None:
-    class CrashAfterLedger(MemoryDriver):
-        """Killed after batch:2 moved the ledger, before its step landed."""
+    class CrashAroundCheckpoint(MemoryDriver):
+        """Killed as batch:2's checkpoint is written: first before it lands, then right after
+        it landed (its answer never read)."""
 
-        armed = True
+        def __init__(self) -> None:
+            super().__init__()
+            self.crashes = ["before", "after"]
 
-        async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
-            if self.armed and any(p.name == "batch:2" for p in puts):
-                self.armed = False
+        async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+            if checkpoint.step.name == "batch:2" and self.crashes:
+                if self.crashes.pop(0) == "after":
+                    await super()._sweep_checkpoint(checkpoint)
                 raise Crash
-            return await super()._step_put(puts)
+            return await super()._sweep_checkpoint(checkpoint)
 
-    driver = CrashAfterLedger()
+    driver = CrashAroundCheckpoint()
     clock = FakeClock()
     cursors: list[Any] = []
     handled: list[list[int]] = []
@@ -180,20 +184,31 @@ async def test_a_crash_mid_batch_replays_that_batch_whole_and_the_ledger_counts_
         if rows[0] == 4 and sum(1 for h in handled if h[0] == 4) == 1:
             raise Crash  # killed inside handle, before the ledger moved
 
-    bf = declare(handle=handle, pages=numbers(10, cursors), batch=2, count=10)
+    bf = declare(
+        handle=handle,
+        pages=numbers(10, cursors),
+        batch=2,
+        count=10,
+        retry=Retry(attempts=4, base_ms=1, cap_ms=1),
+    )
     await Jobs(driver, clock=clock).enqueue(bf, {})
     with pytest.raises(Crash):
         await attempt(driver, clock, bf)  # batch:2's handle is killed
     (entry,) = await entries(driver)
     assert (entry.status, entry.batches, entry.rows, entry.cursor_json) == ("running", 2, 4, "4")
     with pytest.raises(Crash):
-        await attempt(driver, clock, bf)  # batch:2 handled and counted, its step never lands
+        await attempt(driver, clock, bf)  # batch:2 handled, its checkpoint never lands
+    (entry,) = await entries(driver)
+    assert (entry.batches, entry.rows) == (2, 4)
+    assert "batch:2" not in {s.name for s in await driver.step_list(entry.run_id)}
+    with pytest.raises(Crash):
+        await attempt(driver, clock, bf)  # batch:2 handled, recorded and counted in one write
     (entry,) = await entries(driver)
     assert (entry.batches, entry.rows) == (3, 6)
     summary = await attempt(driver, clock, bf)
     assert summary["rows"] == 10 and summary["batches"] == 5
     # Batches 0 and 1 were never read again; batch 2 (cursor 4) was read and handled three
-    # times — at least once — and counted once.
+    # times — at least once —, then replayed from its record, and counted once.
     assert cursors == [None, 2, 4, 4, 4, 6, 8]
     assert [h[0] for h in handled] == [0, 2, 4, 4, 4, 6, 8]
     (entry,) = await entries(driver)
@@ -686,17 +701,17 @@ async def test_a_page_read_ahead_fails_its_own_batch_after_the_one_before_is_rec
 async def test_a_run_killed_while_a_page_is_read_ahead_drops_it_and_resumes_at_the_cursor(
     tmp_path: Path,
 ) -> None:
-    class CrashOnLedger(MemoryDriver):
-        """Killed as batch:1 moves the ledger, while batch:2's page is being read ahead."""
+    class CrashOnCheckpoint(MemoryDriver):
+        """Killed as batch:1's checkpoint is written, while batch:2's page is read ahead."""
 
         armed = True
 
-        async def _sweep_advance(self, advance: Any) -> bool:
-            if self.armed and advance.batch == 2:
+        async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+            if self.armed and checkpoint.advance.batch == 2:
                 self.armed = False
                 await asyncio.sleep(0)  # the read ahead under way
                 raise Crash
-            return await super()._sweep_advance(advance)
+            return await super()._sweep_checkpoint(checkpoint)
 
     engine, items = _labels(tmp_path, list("abcdefg"))
     handled: list[list[str]] = []
@@ -706,7 +721,7 @@ async def test_a_run_killed_while_a_page_is_read_ahead_drops_it_and_resumes_at_t
         reads.append(1)  # called on the loop as each page's read starts
         return engine
 
-    driver = CrashOnLedger()
+    driver = CrashOnCheckpoint()
     clock = FakeClock()
     bf = declare(
         source=sa.select(items.c.id, items.c.label),

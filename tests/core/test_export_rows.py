@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from jobs_core.factories.rows import export_rows
 from jobs_core.factories.rows.formats import Layout, read_page
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import JsonValue
-from jobs_core.records import StepPut, SweepRecord
+from jobs_core.records import SweepCheckpoint, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
@@ -91,6 +90,11 @@ async def entry(driver: MemoryDriver, job_id: str) -> SweepRecord:
         ({"pages": lambda i, c: ([], None), "page_rows": 0}, "page_rows"),
         ({"pages": lambda i, c: ([], None), "format": "xml"}, "format"),
         ({"pages": lambda i, c: ([], None), "columns": ["a", "a"]}, "columns"),
+        ({"pages": lambda i, c: ([], None), "spreadsheet_safe": True}, "spreadsheet_safe"),
+        (
+            {"pages": lambda i, c: ([], None), "format": "csv", "spreadsheet_safe": 1},
+            "spreadsheet_safe",
+        ),
         ({"pages": lambda i, c: ([], None), "sink": 7}, "sink"),
         ({"pages": lambda i, c: ([], None), "key": "id"}, "key"),
         (
@@ -115,6 +119,25 @@ def test_a_bad_declaration_is_refused_naming_its_option(
     with pytest.raises(ExportDeclarationInvalidError) as caught:
         declare(tmp_path, **options)
     assert caught.value.detail == detail
+
+
+async def test_a_spreadsheet_safe_csv_shows_formulas_as_text(ujobs: UJobs, tmp_path: Path) -> None:
+    cells = ['=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx", "a=b", "", "ok"]
+    rows = [{"id": i, "org": "acme", "note": c, "n": -i} for i, c in enumerate(cells)]
+    plain = declare(tmp_path, name="plain", pages=paged(rows, 100), format="csv")
+    safe = declare(
+        tmp_path, name="safe", pages=paged(rows, 100), format="csv", spreadsheet_safe=True
+    )
+    await ujobs.client.enqueue(plain, {"org": "acme", "prefix": "plain"})
+    await ujobs.client.enqueue(safe, {"org": "acme", "prefix": "safe"})
+    outs = await ujobs.drain([plain, safe])
+    assert [o.outcome for o in outs] == [Outcome.COMPLETED] * 2, [o.error for o in outs]
+    got = read_back(tmp_path / "acme" / "plain" / "part-000000.csv", "csv")
+    assert [r["note"] for r in got] == cells  # by default, what is written reads back as is
+    got = read_back(tmp_path / "acme" / "safe" / "part-000000.csv", "csv")
+    assert [r["note"] for r in got] == ["'" + c for c in cells[:6]] + cells[6:]
+    # Numbers stay numbers, a negative one included: only text can be a formula.
+    assert [r["n"] for r in got] == [str(-i) for i in range(len(cells))]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -163,11 +186,11 @@ class LosesOneRecord(MemoryDriver):
         self.name = name
         self.lost = 0
 
-    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
-        if not self.lost and any(p.name == self.name for p in puts):
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        if not self.lost and checkpoint.step.name == self.name:
             self.lost += 1
-            return [p.name != self.name for p in puts]
-        return await super()._step_put(puts)
+            return False
+        return await super()._sweep_checkpoint(checkpoint)
 
 
 async def work(driver: MemoryDriver, h: Any, input: Any) -> str:

@@ -28,7 +28,7 @@ from jobs_core.facade import Jobs
 from jobs_core.factories.rows import import_report, import_rows
 from jobs_core.factories.rows.formats import Layout, Page, Refusal, read_page, split_fields
 from jobs_core.job import JobRegistry
-from jobs_core.records import SweepAdvance, SweepFinish, SweepRecord
+from jobs_core.records import SweepCheckpoint, SweepFinish, SweepRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
@@ -356,23 +356,25 @@ async def test_a_crash_mid_import_resumes_at_the_last_checkpoint(
     assert outs[-1].result == {"pages": 15, "rows": 30, "errors": 0, "bytes": 30 * REC}
 
 
-class LosesOneAdvance(MemoryDriver):
-    """The store goes away once, right after page `batch`'s step record landed and before the
-    ledger moved for it (what a crash between the two leaves behind)."""
+class RecordsLikeTheLastVersion(MemoryDriver):
+    """Page `batch`'s checkpoint lands once as the previous version wrote a page — its step
+    record alone, the count a write of its own after it — and the store goes away before the
+    count (what a crash between that version's two writes left behind)."""
 
     def __init__(self, batch: int) -> None:
         super().__init__()
         self.batch = batch
         self.lost = False
 
-    async def _sweep_advance(self, advance: SweepAdvance) -> bool:
-        if advance.batch == self.batch and not self.lost:
+    async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
+        if checkpoint.advance.batch == self.batch and not self.lost:
             self.lost = True
+            await self._step_put([checkpoint.step])
             raise DriverUnavailableError("the store went away")
-        return await super()._sweep_advance(advance)
+        return await super()._sweep_checkpoint(checkpoint)
 
 
-async def test_a_page_recorded_but_not_ledgered_is_ledgered_once_on_replay(
+async def test_a_page_an_earlier_version_recorded_but_never_counted_is_counted_once_on_replay(
     tmp_path: Path,
 ) -> None:
     calls: list[int] = []
@@ -384,7 +386,7 @@ async def test_a_page_recorded_but_not_ledgered_is_ledgered_once_on_replay(
         page_bytes=REC * 2,
         max_record_bytes=100,
     )
-    driver = LosesOneAdvance(batch=3)
+    driver = RecordsLikeTheLastVersion(batch=3)
     done = await Jobs(driver).enqueue(h, {"source": "a.jsonl"})
     worker = Worker(driver, [h], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
     await worker.start()

@@ -6,12 +6,14 @@ run enqueued by one tenant that would act for another (`X_BACKFILL_SCOPE_INVALID
 a completed run of the same declaration, scope and environment blocks (`X_BACKFILL_COMPLETED`).
 Then it opens (or resumes) its entry and runs one step per batch, named by position
 (`batch:0`, `batch:1`, …). A batch's step waits for its turn (`rate=`), reads its page from the
-cursor the previous step stored, hands the rows to `handle`, moves the ledger (keyed by the
-batch's number: a replayed batch moves nothing) and stores the next cursor, a running count and
-its start time — never the page. A crash anywhere in a batch runs that batch again, whole, on
-the next attempt: `handle` runs AT LEAST once per batch, and the ledger counts it once. A
-`source=` select without `rate=` reads each next page while the batch before it writes its
-checkpoint, once that batch's `handle` returned (`_ReadAhead`).
+cursor the previous step stored and hands the rows to `handle`; its record — the next cursor, a
+running count and its start time, never the page — is stored by ONE fenced write together with
+the ledger's advance (`sweep_checkpoint`, keyed by the batch's number): a batch is never recorded
+without being counted, and a replayed batch, its step already recorded, writes nothing. A crash
+anywhere in a batch runs that batch again, whole, on the next attempt: `handle` runs AT LEAST
+once per batch, and the ledger counts it once. A `source=` select without `rate=` reads each
+next page while the batch before it writes its checkpoint, once that batch's `handle` returned
+(`_ReadAhead`).
 
 After the last batch the count is checked (`X_BACKFILL_STALLED`) and the entry completed. A
 failure that ends the run for good (terminal, or on its final attempt) finishes the entry
@@ -154,8 +156,9 @@ async def _batches(
     try:
         while not mark.done:
             name = step_name(n)
-            run = functools.partial(_batch, spec, ctx, ledger, ahead, n, mark)
-            mark = Mark.of(await ctx.step.run(name, run), name)
+            run = functools.partial(_batch, spec, ctx, ahead, mark)
+            write = ledger.checkpoint(n + 1, functools.partial(_counts, mark, name))
+            mark = Mark.of(await ctx.step.run_written(name, run, write), name)
             n += 1
             ctx.progress({"batches": n, "rows": mark.rows, "expected": expected})
     finally:
@@ -164,14 +167,10 @@ async def _batches(
 
 
 async def _batch(
-    spec: BackfillSpec,
-    ctx: JobContext,
-    ledger: SweepLedger,
-    ahead: _ReadAhead,
-    n: int,
-    previous: Mark,
+    spec: BackfillSpec, ctx: JobContext, ahead: _ReadAhead, previous: Mark
 ) -> JsonValue:
-    """Batch `n`, from `previous`'s cursor: its turn, its page, `handle`, the ledger."""
+    """The batch after `previous`: its turn, its page, `handle`; answers its mark (stored with
+    the ledger's advance by the step's one write)."""
     clock = ctx.step.clock
     await wait_turn(clock, ctx.signal, previous.at_ms, spec.interval_ms)
     started = clock.now_ms()
@@ -179,17 +178,21 @@ async def _batch(
     await call(spec.handle, page.rows)
     if not page.done:
         ahead.start(page.cursor)
-    # Keyed by the batch's number: on a replay of this step the entry already counts it, and
-    # this moves nothing.
-    await ledger.advance(n + 1, rows=len(page.rows), cursor=page.cursor)
     rows = min(previous.rows + len(page.rows), MAX_SWEEP_ROWS)
     return Mark(page.cursor, rows, started, page.done).to_json()
 
 
+def _counts(previous: Mark, name: str, output: JsonValue) -> tuple[int, int, JsonValue]:
+    """The ledger's advance for the batch that stored `output` after `previous`: its rows (the
+    running count's step) and the cursor the next batch starts at."""
+    mark = Mark.of(output, name)
+    return mark.rows - previous.rows, 0, mark.cursor
+
+
 class _ReadAhead:
-    """The next batch's page, read while this batch's checkpoint is written: its ledger
-    advance and its step record are two fenced round trips the next read would otherwise
-    wait behind (most of a no-op batch's cost, bench/factories.py).
+    """The next batch's page, read while this batch's checkpoint is written: a fenced durable
+    commit the next read would otherwise wait behind (much of a no-op batch's cost,
+    bench/factories.py).
 
     Only a `source=` select is read ahead — a select has no effect to repeat — and only
     without `rate=`, whose page is read when its turn comes, not an interval early. The read

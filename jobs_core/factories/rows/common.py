@@ -21,6 +21,7 @@ from jobs_core.errors import (
     TerminalError,
 )
 from jobs_core.factories.sweep import (
+    Counts,
     SweepIdentity,
     SweepLedger,
     call,
@@ -33,6 +34,7 @@ from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.records import SweepKind, SweepRecord
 from jobs_core.retry import Retry
+from jobs_core.steps.api import StepFn
 from jobs_core.tenant import acting_for, current_tenant
 
 
@@ -116,6 +118,22 @@ async def open_ledger(
     ledger = SweepLedger(ctx.step, identity)
     entry = await ledger.start(expected=None, blocked=blocked)
     return ledger, entry if entry.status == "completed" else None
+
+
+async def page_step(
+    ctx: JobContext, ledger: SweepLedger, page: int, fn: StepFn, counts: Counts
+) -> JsonValue:
+    """Page `page`'s step (`page:<n>`, from 0): a first run's record stored together with the
+    ledger's advance (`counts` reads it off the output) in one fenced write. A page replayed
+    from a record of an earlier version, which counted pages in a write of its own after the
+    step, is counted now if that write never landed (a counted page moves nothing)."""
+    name = f"page:{page}"
+    replayed = name in await ctx.step.records()
+    out: JsonValue = await ctx.step.run_written(name, fn, ledger.checkpoint(page + 1, counts))
+    if replayed:
+        rows, errors, cursor = counts(out)
+        await ledger.advance(page + 1, rows=rows, errors=errors, cursor=cursor)
+    return out
 
 
 async def close_failed(ledger: SweepLedger, ctx: JobContext, exc: Exception) -> None:

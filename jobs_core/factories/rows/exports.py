@@ -39,6 +39,7 @@ from jobs_core.factories.rows.common import (
     close_failed,
     input_key,
     open_ledger,
+    page_step,
     recorded,
     recorded_int,
     refuse_other_enqueuer,
@@ -167,6 +168,7 @@ class _Export:
     #: A column every row's tenant is checked on (the column's name), or None.
     tenant_name: str | None
     columns: tuple[str, ...] | None
+    spreadsheet_safe: bool
     declared: JsonValue
 
 
@@ -183,6 +185,7 @@ def export_rows(
     pages: PagesFn | None = None,
     page_rows: int = DEFAULT_PAGE_ROWS,
     columns: Sequence[str] | None = None,
+    spreadsheet_safe: bool = False,
     **options: Unpack[JobOptions],
 ) -> JobHandle:
     """Declare an export: a job whose input names a prefix (`{"prefix": "daily/2027-01-02"}`)
@@ -198,7 +201,10 @@ def export_rows(
 
     `sink`: a directory or URL (a tenant's run writes under `<sink>/<tenant>`), or a function
     of the tenant answering one. `format`: `"jsonl"` or `"csv"` (a header row of `columns`,
-    else of the first row's keys; CRLF endings). `options` are `job()`'s; the idempotency key
+    else of the first row's keys; CRLF endings). `spreadsheet_safe=True` (CSV only) writes a text
+    cell starting with `=`, `+`, `-`, `@`, a tab or a CR with a leading `'`, so a spreadsheet
+    shows it rather than runs it (CSV injection); off by default, since such a file no longer
+    reads back as written. `options` are `job()`'s; the idempotency key
     defaults to one live run per input. The run answers `{"pages", "rows", "location"}`. A
     completed run of the same declaration and input blocks another (`X_EXPORT_COMPLETED`).
     Needs a driver with the `steps` and `sweeps` families.
@@ -206,6 +212,8 @@ def export_rows(
     bad = ExportDeclarationInvalidError
     if format not in FORMATS:
         raise bad(f"must be one of {', '.join(FORMATS)}", detail="format")
+    if not isinstance(spreadsheet_safe, bool) or (spreadsheet_safe and format != "csv"):
+        raise bad("True or False, and True only for format='csv'", detail="spreadsheet_safe")
     check_root(sink, "sink", bad)
     per_page = whole(page_rows, "page_rows", 1, MAX_PAGE_ROWS, bad)
     if columns is not None:
@@ -262,9 +270,12 @@ def export_rows(
         source=source,
         tenant_name=tenant_name,
         columns=columns,
+        spreadsheet_safe=spreadsheet_safe,
         declared={
             "kind": "export",
             "format": format,
+            # Named only when set: a declaration of the version before it keeps its checksum.
+            **({"spreadsheet_safe": True} if spreadsheet_safe else {}),
             "columns": list(columns) if columns is not None else None,
             "tenant_column": tenant_name,
             **declared,
@@ -320,14 +331,16 @@ async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
         pages = rows = 0
         while True:
             name = f"{prefix}/part-{pages:06d}.{EXTENSIONS[spec.format]}"
-            out = await ctx.step.run(
-                f"page:{pages}", _page_step(spec, sink, name, input, ctx.tenant, cursor)
+            out = await page_step(
+                ctx,
+                ledger,
+                pages,
+                _page_step(spec, sink, name, input, ctx.tenant, cursor),
+                _page_counts,
             )
-            count = recorded_int(out, "rows")
             pages += 1
-            rows += count
+            rows += recorded_int(out, "rows")
             cursor = recorded(out, "cursor")
-            await ledger.advance(pages, rows=count, cursor=cursor)
             if recorded(out, "done") is True:
                 break
         await ledger.finish()
@@ -336,6 +349,11 @@ async def _run(spec: _Export, input: Any, ctx: JobContext) -> JsonValue:
             await close_failed(ledger, ctx, exc)
         raise
     return {"pages": pages, "rows": rows, "location": sink.where(prefix)}
+
+
+def _page_counts(output: JsonValue) -> tuple[int, int, JsonValue]:
+    """A page's advance, read off its step's output: its rows and the cursor after it."""
+    return recorded_int(output, "rows"), 0, recorded(output, "cursor")
 
 
 def _page_step(
@@ -363,7 +381,7 @@ def _page_step(
                 f"the next cursor is longer than {MAX_SWEEP_CURSOR_BYTES} bytes of JSON"
             )
         if rows:
-            await asyncio.to_thread(_write, sink, name, rows, spec.format, spec.columns)
+            await asyncio.to_thread(_write, sink, name, rows, spec)
         else:
             await asyncio.to_thread(sink.remove, name)
         return {"cursor": after, "rows": len(rows), "done": last, "object": name if rows else None}
@@ -382,7 +400,5 @@ def _check_tenant(rows: Sequence[Any], column: str, tenant: str, required: bool)
             )
 
 
-def _write(
-    sink: Sink, name: str, rows: Sequence[Any], format: Format, columns: Sequence[str] | None
-) -> None:
-    sink.put(name, encode_page(rows, format, columns))
+def _write(sink: Sink, name: str, rows: Sequence[Any], spec: _Export) -> None:
+    sink.put(name, encode_page(rows, spec.format, spec.columns, spec.spreadsheet_safe))

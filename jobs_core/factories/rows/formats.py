@@ -435,20 +435,30 @@ def _scoped(row: Row, line: int, layout: Layout, tenant: str | None) -> Row | Re
 # -- writing (export) -----------------------------------------------------------------------------
 
 
+#: What a spreadsheet reads a text cell starting with as a formula (OWASP's CSV injection list).
+FORMULA_STARTS: Final = ("=", "+", "-", "@", "\t", "\r")
+
+
 def encode_page(
-    rows: Sequence[Mapping[str, Any]], format: Format, columns: Sequence[str] | None
+    rows: Sequence[Mapping[str, Any]],
+    format: Format,
+    columns: Sequence[str] | None,
+    spreadsheet_safe: bool = False,
 ) -> bytes:
     """A page of rows as one object's bytes: JSON Lines, or CSV with a header row (CRLF line
     endings, RFC 4180 quoting). A row holding a value with no JSON form, a NUL or a lone
     surrogate is `X_EXPORT_PAGE_INVALID` naming its index and column, never the value: what
-    an export writes, an import reads back."""
+    an export writes, an import reads back. `spreadsheet_safe` (CSV only): a text cell (header
+    included) a spreadsheet would run as a formula gets a leading `'`, so it shows as text —
+    and no longer reads back byte for byte."""
     plain = [_plain_row(i, row) for i, row in enumerate(rows)]
     if format == "jsonl":
         return "".join(dumps(row) + "\n" for row in plain).encode("utf-8")
     names = list(columns) if columns is not None else list(plain[0]) if plain else []
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(names)
+    cell = _safe_cell if spreadsheet_safe else _cell
+    writer.writerow([cell(name) for name in names])
     known = set(names)
     for i, row in enumerate(plain):
         extra = [k for k in row if k not in known]
@@ -456,7 +466,7 @@ def encode_page(
             raise ExportPageInvalidError(
                 f"row {i} holds a column the header does not name", detail=label(extra[0])
             )
-        writer.writerow([_cell(row.get(name)) for name in names])
+        writer.writerow([cell(row.get(name)) for name in names])
     return out.getvalue().encode("utf-8")
 
 
@@ -471,6 +481,12 @@ def _plain_row(index: int, row: object) -> Row:
         ) from None
     assert isinstance(value, dict)
     return value
+
+
+def _safe_cell(value: JsonValue) -> str:
+    text = _cell(value)
+    # Only text is at risk: a number is written as digits (a negative one is data, not a formula).
+    return "'" + text if isinstance(value, str) and text.startswith(FORMULA_STARTS) else text
 
 
 def _cell(value: JsonValue) -> str:

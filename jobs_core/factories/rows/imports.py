@@ -32,6 +32,7 @@ from jobs_core.factories.rows.common import (
     close_failed,
     input_key,
     open_ledger,
+    page_step,
     recorded,
     recorded_int,
     refuse_other_enqueuer,
@@ -199,20 +200,17 @@ async def _run(spec: _Import, input: Any, ctx: JobContext) -> JsonValue:
         offset, line = 0, 1
         pages = rows = errors = 0
         while True:
-            out = await ctx.step.run(
-                f"page:{pages}", _page_step(spec, source.read, offset, line, ctx.tenant)
+            out = await page_step(
+                ctx,
+                ledger,
+                pages,
+                _page_step(spec, source.read, offset, line, ctx.tenant),
+                _page_counts,
             )
             page = _PageRecord.of(out)
             pages += 1
             rows += page.rows
             errors += page.errors
-            # A replayed page moves nothing: the ledger takes each page number once.
-            await ledger.advance(
-                pages,
-                rows=page.rows,
-                errors=page.errors,
-                cursor={"offset": page.next_offset, "line": page.next_line},
-            )
             offset, line = page.next_offset, page.next_line
             if page.done:
                 break
@@ -246,6 +244,12 @@ def _page_step(
         }
 
     return step
+
+
+def _page_counts(output: JsonValue) -> tuple[int, int, JsonValue]:
+    """A page's advance, read off its step's output: rows, refused rows, where the next starts."""
+    page = _PageRecord.of(output)
+    return page.rows, page.errors, {"offset": page.next_offset, "line": page.next_line}
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ only its own entry (not under another run's held fence, nor its row's after a fr
 failed run resumed by its next attempt, a completed one left as it is; a completed run of the
 same sweep blocking a new one (each identity field differing lets it through, the kind does not;
 a failed or running run never blocks), the last finished first; the listing's order, ties and
-limits; refused calls writing nothing.
+limits; refused calls writing nothing; a batch's checkpoint (its step and its advance, one
+write) recording both or neither.
 
 Each run is a row of its own queue, claimed by `w1` unless said; its run id is the row's.
 A driver that does not declare `sweeps` must refuse the calls with
@@ -33,7 +34,9 @@ from jobs_core.records import (
     Fence,
     Nack,
     NackKind,
+    StepPut,
     SweepAdvance,
+    SweepCheckpoint,
     SweepFinish,
     SweepKind,
     SweepRecord,
@@ -225,6 +228,82 @@ async def scenario_sweeps_a_batch_is_recorded_once(driver: JobDriver) -> None:
     e = await _entry(driver, run)
     assert (e.batches, e.rows, e.updated_at_ms) == (5, 2**40 + 10, T0 + 7), e
     assert same_json(e.cursor_json, f'{{"n": {landed.index(True)}}}'), e.cursor_json
+
+
+async def _checkpoint(
+    driver: JobDriver,
+    f: Fence,
+    run_id: str,
+    batch: int,
+    now: int,
+    output: str = '{"rows": 10}',
+    rows: int = 10,
+    cursor: str | None = None,
+) -> bool:
+    """Batch `batch`'s checkpoint: its step `batch:<n>` holding `output`, and its advance."""
+    step = StepPut(f, f"batch:{batch}", output, now)
+    advance = SweepAdvance(f, run_id, batch, rows, 0, cursor, now)
+    return await driver.sweep_checkpoint(SweepCheckpoint(step, advance))
+
+
+async def _steps(driver: JobDriver, run_id: str) -> dict[str, tuple[str, int]]:
+    return {s.name: (s.output_json, s.recorded_at_ms) for s in await driver.step_list(run_id)}
+
+
+async def scenario_sweeps_a_checkpoint_records_and_counts_together(driver: JobDriver) -> None:
+    """A checkpoint records the batch's step under the run AND moves the entry, as one write:
+    both land under a held fence; a replay keeps the step's first record and moves nothing; a
+    checkpoint of an ended entry still records its step; off the fence (reclaimed, settled,
+    skewed) or under a held fence of another run, nothing at all is written; two fences in one
+    checkpoint are refused. A driver without steps refuses it."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    if not driver.capabilities().steps:
+        await refused("X_DRIVER_CAPABILITY_MISSING", _checkpoint(driver, f, run, 1, T0))
+        return
+    await _open(driver, job, T0)
+    assert await _checkpoint(driver, f, run, 1, T0 + 1, '{"n": 1}', rows=4, cursor='"c1"')
+    assert await _checkpoint(driver, f, run, 2, T0 + 2, '{"n": 2}', rows=2**40, cursor='"c2"')
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.updated_at_ms) == (2, 2**40 + 4, T0 + 2), e
+    assert same_json(e.cursor_json, '"c2"'), e.cursor_json
+    steps = await _steps(driver, run)
+    assert steps == {"batch:1": ('{"n": 1}', T0 + 1), "batch:2": ('{"n": 2}', T0 + 2)}, steps
+    # A replay of batch 2 (its step ran again) with another output: the fence holds, so it
+    # answers True, but the first record stays and the entry does not move.
+    assert await _checkpoint(driver, f, run, 2, T0 + 3, '{"n": 22}', rows=99, cursor='"x"')
+    assert await _steps(driver, run) == steps
+    assert await _entry(driver, run) == e
+    # A skewed fence, and a row of another run holding its own fence: nothing written.
+    other = await _run(driver, "b")
+    for fence, run_id in ((replace(f, claims=f.claims + 1), run), (other.fence, run)):
+        assert not await _checkpoint(driver, fence, run_id, 3, T0 + 4, '{"n": 3}')
+    assert await _steps(driver, run) == steps and await _entry(driver, run) == e
+    assert await _steps(driver, other.run_id) == {}
+    # Two fences in one checkpoint: refused, nothing written.
+    two = SweepCheckpoint(
+        StepPut(f, "batch:3", "{}", T0 + 4),
+        SweepAdvance(replace(f, worker_id="w2"), run, 3, 1, 0, None, T0 + 4),
+    )
+    await refused("X_JOB_RECORD_INVALID", driver.sweep_checkpoint(two))
+    # Ended, its fence still held: the step is recorded, the entry keeps its end.
+    assert await _finish(driver, f, run, T0 + 5)
+    assert await _checkpoint(driver, f, run, 3, T0 + 6, '{"n": 3}')
+    assert (await _steps(driver, run))["batch:3"] == ('{"n": 3}', T0 + 6)
+    done = await _entry(driver, run)
+    assert (done.status, done.batches) == ("completed", 2), done
+    # Reclaimed after its lease lapsed: the old fence writes nothing; the new holder does.
+    again = await claim_one(driver, T0 + 1000, job.queue, worker="w2")
+    assert not await _checkpoint(driver, f, run, 4, T0 + 1001, '{"n": 4}')
+    assert "batch:4" not in await _steps(driver, run)
+    assert await _checkpoint(driver, again.fence, run, 4, T0 + 1002, '{"n": 4}')
+    assert (await _steps(driver, run))["batch:4"] == ('{"n": 4}', T0 + 1002)
+    # Settled: nothing more.
+    assert await driver.job_ack([Ack(again.fence, T0 + 1003)]) == [True]
+    assert not await _checkpoint(driver, again.fence, run, 5, T0 + 1004, '{"n": 5}')
+    assert "batch:5" not in await _steps(driver, run)
 
 
 # -- fences ---------------------------------------------------------------------------------------
@@ -559,6 +638,7 @@ SWEEP_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
         scenario_sweeps_a_batch_is_recorded_once,
+        scenario_sweeps_a_checkpoint_records_and_counts_together,
         scenario_sweeps_a_completed_run_blocks_the_same_sweep,
         scenario_sweeps_a_completed_run_stays_completed,
         scenario_sweeps_a_failed_run_resumes,

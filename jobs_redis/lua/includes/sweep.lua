@@ -60,6 +60,26 @@ local function held_for_run(state_key, data_key, id, meta, run_id)
   return string.sub(data, 1, #run_id + 1) == run_id .. Z
 end
 
+-- Move run_id's entry by one batch: only a `running` entry whose batches are `prev` byte for
+-- byte (both a Python int's decimal text), so a replayed or skipped batch moves nothing. rows
+-- and errors are added as decimal text (exact past 2^53). The caller checked the fence.
+-- Returns 1 when it moved, else 0.
+local function sweep_move(sweep_key, run_id, prev, batch, rows, errors, cursor, now)
+  local raw = redis.call("HGET", sweep_key, run_id)
+  if not raw then
+    return 0
+  end
+  local e = split(raw)
+  if e[S_STATUS] ~= "running" or e[S_BATCHES] ~= prev then
+    return 0
+  end
+  e[S_BATCHES], e[S_CURSOR], e[S_UPDATED] = batch, cursor, now
+  e[S_ROWS] = dec_add(e[S_ROWS], rows)
+  e[S_ERRORS] = dec_add(e[S_ERRORS], errors)
+  redis.call("HSET", sweep_key, run_id, join(e))
+  return 1
+end
+
 -- The sweep:done head of a sweep: what a completed entry of another run must share to block.
 local function sweep_head(name, scope, environment, checksum)
   return name .. Z .. scope .. Z .. environment .. Z .. checksum

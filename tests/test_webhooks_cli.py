@@ -56,28 +56,28 @@ def _ujobs(url: str, *args: str, code: int = 0) -> Result:
 
 def test_list_show_and_enable(store_url: str) -> None:
     asyncio.run(_fill(store_url))
-    doc = json.loads(_ujobs(store_url, "list", "--json").output)
+    doc = json.loads(_ujobs(store_url, "list", "--json").stdout)
     assert [(e["tenant_id"], e["endpoint"], e["enabled"], e["failures"]) for e in doc] == [
         (None, "ops", True, 0),
         ("acme", "orders", False, 1),
     ]
-    text = _ujobs(store_url, "list").output
+    text = _ujobs(store_url, "list").stdout
     assert "disabled" in text and HOSTILE_URL in text
-    shown = _ujobs(store_url, "show", "orders", "--tenant", "acme").output
+    shown = _ujobs(store_url, "show", "orders", "--tenant", "acme").stdout
     # Stored text printed as itself: the markup shown, the escape spelled out.
     assert "[bold]no[/bold]" in shown and "\\x1b[31mred" in shown and "\x1b" not in shown
     assert "503" in shown and "X_WEBHOOK_DELIVERY_FAILED" in shown
-    detail = json.loads(_ujobs(store_url, "show", "orders", "--tenant", "acme", "--json").output)
+    detail = json.loads(_ujobs(store_url, "show", "orders", "--tenant", "acme", "--json").stdout)
     (attempt,) = detail["attempts"]
     assert (attempt["excerpt"], attempt["status_code"]) == (HOSTILE_EXCERPT, 503)
-    enabled = json.loads(_ujobs(store_url, "enable", "orders", "--tenant", "acme", "--json").output)
+    enabled = json.loads(_ujobs(store_url, "enable", "orders", "--tenant", "acme", "--json").stdout)
     assert (enabled["enabled"], enabled["failures"], enabled["disabled_at_ms"]) == (True, 0, None)
     # The endpoint of no tenant is not acme's: naming the wrong tenant finds nothing.
-    missing = _ujobs(store_url, "enable", "orders", code=2).output
+    missing = _ujobs(store_url, "enable", "orders", code=2).stdout
     assert missing.startswith("X_WEBHOOK_ENDPOINT_UNKNOWN: ")
-    assert _ujobs(store_url, "show", "nope", "--tenant", "acme", code=2).output.startswith(
+    assert _ujobs(store_url, "show", "nope", "--tenant", "acme", code=2).stdout.startswith(
         "X_WEBHOOK_ENDPOINT_UNKNOWN: "
     )
-    assert _ujobs(store_url, "list", "--limit", "0", code=2).output.startswith(
+    assert _ujobs(store_url, "list", "--limit", "0", code=2).stdout.startswith(
         "X_JOB_OPTION_INVALID: "
     )

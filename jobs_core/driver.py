@@ -12,7 +12,8 @@ of `Capabilities` (`capabilities()`): operator (cancel, requeue, promote, remove
 `queue_stats`), pauses (`pause_*`), workers (the registry, `worker_*`), counters
 (`counter_*`, moved by the settling writes), retention (`job_purge`), steps and events
 (`step_*`, `event_*`), leases (`lease_*`), tasks (`task_*`), flows (`join_enqueue`,
-`job_watch`), sweeps (`sweep_*`), postings (`posting_*`), wake (`wake_subscribe`). A public
+`job_watch`), sweeps (`sweep_*`), postings (`posting_*`), consumers (`consumer_*`), webhooks
+(`webhook_*`), wake (`wake_subscribe`). A public
 method of a family the driver does not declare refuses with `X_DRIVER_CAPABILITY_MISSING`
 naming the family, before anything else; so does whatever needs the family (`require`). A
 driver written for the core family keeps working, unchanged, as families are added.
@@ -45,6 +46,7 @@ from jobs_core.errors import (
 from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
     SWEEP_KINDS,
+    WEBHOOK_OUTCOMES,
     Ack,
     BalanceRow,
     CancelAnswer,
@@ -98,6 +100,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -178,6 +187,17 @@ MAX_CONSUMER_CURSOR_BYTES: Final = 8_192
 MAX_CONSUMER_BATCH: Final = 10_000
 #: The most entries one `consumer_list` call answers.
 MAX_CONSUMER_LIST: Final = 1_000
+# -- webhooks --
+#: A webhook endpoint's URL: at most this many UTF-8 bytes.
+MAX_WEBHOOK_URL_BYTES: Final = 2_048
+#: A webhook attempt's response excerpt: at most this many UTF-8 bytes.
+MAX_WEBHOOK_EXCERPT_BYTES: Final = 1_024
+#: The longest failure streak an endpoint may be given before it is disabled.
+MAX_WEBHOOK_DISABLE_AFTER: Final = 10_000
+#: The longest attempt a webhook records (a day, in ms).
+MAX_WEBHOOK_LATENCY_MS: Final = 86_400_000
+#: The most endpoints or attempts one `webhook_*_list` call answers.
+MAX_WEBHOOK_LIST: Final = 1_000
 #: A W3C trace context header: version 00, a trace id, a parent span id, flags.
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -198,6 +218,7 @@ Family: TypeAlias = Literal[
     "sweeps",
     "postings",
     "consumers",
+    "webhooks",
 ]
 
 
@@ -245,6 +266,9 @@ class Capabilities:
     #: Consumer cursors (`consumer_cursor_get`, `consumer_cursor_put`, `consumer_list`): where
     #: each `consumer()` stands in its source, moved by its turns, fenced on the turn's claim.
     consumers: bool = False
+    #: The webhook ledger (`webhook_endpoint_*`, `webhook_attempt_*`): the endpoints `webhook()`
+    #: sends to, their failure streaks, and every attempt, recorded fenced on its claim.
+    webhooks: bool = False
 
     def declared(self) -> frozenset[str]:
         """Every family these capabilities declare, the core `jobs` family included."""
@@ -543,6 +567,66 @@ class JobDriver(abc.ABC):
         return await self._posting_put(
             PostingPut(put.fence, put.tenant_id, put.key, lines, put.now_ms)
         )
+
+    # -- webhooks -------------------------------------------------------------------------------
+    # Optional: a driver offering the endpoint ledger says `webhooks=True` in `capabilities()`.
+    # Endpoints are keyed by (tenant, endpoint): one tenant never reads or moves another's.
+
+    async def webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        """One endpoint's recorded attempts, newest first (`at_ms`, then job id and claims
+        descending); at most `params.limit`."""
+        self.require("webhooks", what="webhook_attempt_list")
+        _check_tenant(params.tenant_id)
+        _check_str(params.endpoint, "endpoint")
+        _check_int(params.limit, "limit", 1, MAX_WEBHOOK_LIST)
+        rows = await self._webhook_attempt_list(params)
+        rows.sort(key=lambda a: (a.at_ms, a.job_id, a.claims), reverse=True)
+        return rows[: params.limit]
+
+    async def webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        """Record one attempt under its claim and move its endpoint's failure streak, in one
+        fenced write (see `_webhook_attempt_put`)."""
+        self.require("webhooks", what="webhook_attempt_put")
+        check_webhook_attempt(put)
+        return await self._webhook_attempt_put(put)
+
+    async def webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        """Enable an endpoint and clear its failure streak; answers it after (None: unknown)."""
+        self.require("webhooks", what="webhook_endpoint_enable")
+        _check_tenant(enable.tenant_id)
+        _check_str(enable.endpoint, "endpoint")
+        _check_time(enable.now_ms, "now_ms")
+        return await self._webhook_endpoint_enable(enable)
+
+    async def webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        """Endpoint `endpoint` of `tenant_id` (None: of no tenant), or None."""
+        self.require("webhooks", what="webhook_endpoint_get")
+        _check_tenant(tenant_id)
+        _check_str(endpoint, "endpoint")
+        return await self._webhook_endpoint_get(tenant_id, endpoint)
+
+    async def webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        """Every tenant's endpoints by (tenant, endpoint) in code-point order, no tenant first;
+        at most `limit`."""
+        self.require("webhooks", what="webhook_endpoint_list")
+        _check_int(limit, "limit", 1, MAX_WEBHOOK_LIST)
+        rows = await self._webhook_endpoint_list(limit)
+        rows.sort(key=lambda e: (e.tenant_id or "", e.endpoint))
+        return rows[:limit]
+
+    async def webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        """Register the endpoint at `put.url` (enabled, no failures), or move a registered one
+        there, its state kept; answers it after."""
+        self.require("webhooks", what="webhook_endpoint_put")
+        _check_tenant(put.tenant_id)
+        _check_str(put.endpoint, "endpoint")
+        _check_str(put.url, "url", MAX_WEBHOOK_URL_BYTES)
+        _check_time(put.now_ms, "now_ms")
+        return await self._webhook_endpoint_put(put)
 
     # -- jobs ---------------------------------------------------------------------------------
     # The core family, but for the operator's calls (`job_cancel*`, `job_list`, `job_promote`,
@@ -1503,6 +1587,58 @@ class JobDriver(abc.ABC):
         code-point order); at most `limit`."""
         raise _unimplemented(self, "consumers", "_consumer_list")
 
+    # -- webhooks --
+    # The webhook ledger: endpoints keyed by (tenant_id, endpoint) — a None tenant is its own
+    # key, apart from every named one — and attempts keyed by (job_id, claims), the claim that
+    # made each (one attempt per claim). Nothing in the family removes either.
+
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        """The attempts recorded for endpoint (`params.tenant_id`, `params.endpoint`), newest
+        `at_ms` first, ties by job id then claims descending (code-point order); at most
+        `params.limit` (the ABC sorts: only which it picks under the limit shows)."""
+        raise _unimplemented(self, "webhooks", "_webhook_attempt_list")
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        """Atomically, in this order:
+        1. the fence does not hold (as `_step_put`'s: the row `running` with those `claims` and
+           that worker; a lapsed lease nobody reclaimed still holds), or endpoint
+           (`tenant_id`, `endpoint`) does not exist: nothing is written;
+           `WebhookAttemptAnswer(False, None)`;
+        2. an attempt of (`fence.job_id`, `fence.claims`) is recorded already (a retried call):
+           nothing is written; `WebhookAttemptAnswer(True, the endpoint as it is)`;
+        3. else the attempt is recorded (`job_id`, `claims` the fence's, `at_ms = now_ms`, the
+           rest from `put`) and the endpoint moves: `delivered` sets `failures = 0`; `failed`
+           adds one, and when the endpoint is enabled and `failures` reaches `disable_after`
+           it is disabled (`enabled` False, `disabled_at_ms = now_ms`); a disabled endpoint
+           stays disabled either way. `updated_at_ms = now_ms`. Answers
+           `WebhookAttemptAnswer(True, the endpoint after)`.
+        """
+        raise _unimplemented(self, "webhooks", "_webhook_attempt_put")
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        """Atomically: the endpoint, when it exists, becomes `enabled` with `failures = 0`,
+        `disabled_at_ms` None and `updated_at_ms = now_ms`; answers it after, else None."""
+        raise _unimplemented(self, "webhooks", "_webhook_endpoint_enable")
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        """The endpoint stored under (`tenant_id`, `endpoint`), or None."""
+        raise _unimplemented(self, "webhooks", "_webhook_endpoint_get")
+
+    async def _webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        """The first `limit` endpoints by (tenant_id with None as '', endpoint), code-point
+        order."""
+        raise _unimplemented(self, "webhooks", "_webhook_endpoint_list")
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        """Atomically: a new endpoint is stored enabled, `failures` 0, `disabled_at_ms` None,
+        `created_at_ms = updated_at_ms = now_ms`; an existing one takes `url` and
+        `updated_at_ms = now_ms`, everything else kept. Answers it after."""
+        raise _unimplemented(self, "webhooks", "_webhook_endpoint_put")
+
 
 # -- the shared checks ----------------------------------------------------------------------------
 
@@ -1655,6 +1791,50 @@ def _check_pause(pause: Pause) -> None:
     if pause.kind not in ("queue", "name", "task"):
         raise RecordInvalidError("a pause is by 'queue', 'name' or 'task'", detail="kind")
     _check_str(pause.value, "value")
+
+
+# -- webhooks --
+
+
+def _check_tenant(tenant_id: str | None) -> None:
+    if tenant_id is not None:
+        _check_str(tenant_id, "tenant_id")
+
+
+def check_webhook_excerpt(excerpt: object) -> None:
+    """Refuse an excerpt no store can hold or past `MAX_WEBHOOK_EXCERPT_BYTES` (empty is fine)."""
+    if not isinstance(excerpt, str):
+        raise RecordInvalidError("must be a string", detail="excerpt")
+    why = unstorable(excerpt)
+    if why is not None:
+        raise RecordInvalidError(f"holds {why}", detail="excerpt")
+    if len(excerpt) * 4 > MAX_WEBHOOK_EXCERPT_BYTES and utf8_length(excerpt) > (
+        MAX_WEBHOOK_EXCERPT_BYTES
+    ):
+        raise RecordInvalidError(
+            f"longer than {MAX_WEBHOOK_EXCERPT_BYTES} UTF-8 bytes", detail="excerpt"
+        )
+
+
+def check_webhook_attempt(put: WebhookAttemptPut) -> None:
+    """Every refusal of `webhook_attempt_put`, before anything is written."""
+    _check_fence(put.fence)
+    _check_tenant(put.tenant_id)
+    _check_str(put.endpoint, "endpoint")
+    _check_str(put.event_id, "event_id")
+    if put.outcome not in WEBHOOK_OUTCOMES:
+        raise RecordInvalidError("must be 'delivered' or 'failed'", detail="outcome")
+    if put.outcome == "delivered":
+        if put.error is not None:
+            raise RecordInvalidError("a delivered attempt carries no error", detail="error")
+    else:
+        _check_str(put.error, "error")
+    if put.status_code is not None:
+        _check_int(put.status_code, "status_code", 100, 599)
+    _check_int(put.latency_ms, "latency_ms", 0, MAX_WEBHOOK_LATENCY_MS)
+    check_webhook_excerpt(put.excerpt)
+    _check_int(put.disable_after, "disable_after", 1, MAX_WEBHOOK_DISABLE_AFTER)
+    _check_time(put.now_ms, "now_ms")
 
 
 #: Strings this short are within their byte bound whatever they hold (4 UTF-8 bytes a character).

@@ -115,6 +115,15 @@ CODES: Final[dict[str, str]] = {
     "X_WEBHOOK_REQUEST_INVALID": "the request is not one the receiver reads (method or length)",
     "X_WEBHOOK_SIGNATURE_INVALID": "the delivery's signature did not verify",
     "X_WEBHOOK_TENANT_INVALID": "no tenant the route may act for could be derived from the event",
+    # -- webhooks --
+    "X_JOB_TENANT_MISMATCH": "the input names no org, or not the one the run acts for",
+    "X_WEBHOOK_DECLARATION_INVALID": "the webhook declaration is not valid",
+    "X_WEBHOOK_DELIVERY_FAILED": "the endpoint did not answer 2xx; the delivery is retried",
+    "X_WEBHOOK_ENDPOINT_DISABLED": "the endpoint is disabled after failing in a row",
+    "X_WEBHOOK_ENDPOINT_UNKNOWN": "no such webhook endpoint for this tenant",
+    "X_WEBHOOK_EVENT_INVALID": "the webhook event is not one that can be sent",
+    "X_WEBHOOK_REJECTED": "the endpoint refused the delivery with a 4xx or a redirect",
+    "X_WEBHOOK_URL_REFUSED": "the endpoint URL is not one a webhook may be sent to",
 }
 
 
@@ -860,6 +869,65 @@ class WebhookTenantInvalidError(JobsError):
     code = "X_WEBHOOK_TENANT_INVALID"
 
 
+# -- webhooks --
+
+
+class TenantMismatchError(JobsError):
+    """The input names no org, or not the one the run acts for."""
+
+    code = "X_JOB_TENANT_MISMATCH"
+    terminal = True
+
+
+class WebhookDeclarationInvalidError(JobsError):
+    """The webhook declaration is not valid."""
+
+    code = "X_WEBHOOK_DECLARATION_INVALID"
+    # Raised in a body only when the declaration's secrets answered none it can sign with.
+    terminal = True
+
+
+class WebhookDeliveryFailedError(JobsError):
+    """The endpoint did not answer 2xx; the delivery is retried."""
+
+    code = "X_WEBHOOK_DELIVERY_FAILED"
+
+
+class WebhookEndpointDisabledError(JobsError):
+    """The endpoint is disabled after failing in a row."""
+
+    code = "X_WEBHOOK_ENDPOINT_DISABLED"
+    terminal = True
+
+
+class WebhookEndpointUnknownError(JobsError):
+    """No such webhook endpoint for this tenant."""
+
+    code = "X_WEBHOOK_ENDPOINT_UNKNOWN"
+    terminal = True
+
+
+class WebhookEventInvalidError(JobsError):
+    """The webhook event is not one that can be sent."""
+
+    code = "X_WEBHOOK_EVENT_INVALID"
+    terminal = True
+
+
+class WebhookRejectedError(JobsError):
+    """The endpoint refused the delivery with a 4xx or a redirect."""
+
+    code = "X_WEBHOOK_REJECTED"
+    terminal = True
+
+
+class WebhookUrlRefusedError(JobsError):
+    """The endpoint URL is not one a webhook may be sent to."""
+
+    code = "X_WEBHOOK_URL_REFUSED"
+    terminal = True
+
+
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
@@ -968,6 +1036,15 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         WebhookRequestInvalidError,
         WebhookSignatureInvalidError,
         WebhookTenantInvalidError,
+        # -- webhooks --
+        TenantMismatchError,
+        WebhookDeclarationInvalidError,
+        WebhookDeliveryFailedError,
+        WebhookEndpointDisabledError,
+        WebhookEndpointUnknownError,
+        WebhookEventInvalidError,
+        WebhookRejectedError,
+        WebhookUrlRefusedError,
     )
 }
 

@@ -945,6 +945,34 @@ class ConsumerCursor:
     updated_at_ms: int
 
 
+# -- webhooks: the endpoint ledger `webhook()` sends through, and its attempts --------------------
+
+#: How one delivery attempt ended: the endpoint answered 2xx (`delivered`), or anything else —
+#: another status, no answer, a refused redirect (`failed`).
+WebhookOutcome = Literal["delivered", "failed"]
+WEBHOOK_OUTCOMES: Final[tuple[WebhookOutcome, ...]] = ("delivered", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpoint:
+    """One endpoint of one tenant, as the ledger holds it: where its events go and whether they
+    still may. `failures` is the streak of failed attempts since the last delivered one (or the
+    operator's enable); an attempt that brings it to its job's `disable_after` disables the
+    endpoint, and only `webhook_endpoint_enable` opens it again."""
+
+    #: The tenant the endpoint belongs to, or None (a `tenant="none"` sender's).
+    tenant_id: str | None
+    endpoint: str
+    url: str
+    enabled: bool
+    failures: int
+    #: When an attempt disabled it (None while enabled).
+    disabled_at_ms: int | None
+    created_at_ms: int
+    #: The last put, enable or recorded attempt.
+    updated_at_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerPut:
     """Move consumer `name`'s cursor (for `tenant_id`) from `expect_json` (None: nothing stored
@@ -959,3 +987,81 @@ class ConsumerPut:
     records: int
     lag: int | None
     now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpointPut:
+    """Register endpoint `endpoint` of `tenant_id` at `url`, or move it there (its state kept)."""
+
+    tenant_id: str | None
+    endpoint: str
+    url: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpointEnable:
+    """The operator's re-enable: the endpoint enabled, its failure streak cleared."""
+
+    tenant_id: str | None
+    endpoint: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttempt:
+    """One delivery attempt as recorded: made by claim `claims` of job `job_id` (the pair is
+    its key: one attempt per claim), to `endpoint` of `tenant_id`."""
+
+    tenant_id: str | None
+    endpoint: str
+    job_id: str
+    claims: int
+    #: The Standard Webhooks message id (`webhook-id`), the same on every attempt of an event.
+    event_id: str
+    outcome: WebhookOutcome
+    #: The HTTP status answered, or None: no answer (a network error, a timeout).
+    status_code: int | None
+    latency_ms: int
+    #: The start of the response body (or of the error), sanitized and bounded; may be empty.
+    excerpt: str
+    #: The `X_*` code of a failed attempt, None for a delivered one.
+    error: str | None
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttemptPut:
+    """Record one attempt, fenced on the claim that made it, and move its endpoint's streak
+    in the same write (`disable_after` failures in a row disable it)."""
+
+    fence: Fence
+    tenant_id: str | None
+    endpoint: str
+    event_id: str
+    outcome: WebhookOutcome
+    status_code: int | None
+    latency_ms: int
+    excerpt: str
+    error: str | None
+    disable_after: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttemptAnswer:
+    """What `webhook_attempt_put` did: `recorded` (this claim's attempt is in the ledger, now
+    or from before), and the endpoint as the write left it (None: the fence did not hold or
+    there is no such endpoint, and nothing was written)."""
+
+    recorded: bool
+    endpoint: WebhookEndpoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttemptListParams:
+    """The attempts recorded for one endpoint, newest first, at most `limit`."""
+
+    tenant_id: str | None
+    endpoint: str
+    limit: int

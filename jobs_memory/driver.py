@@ -82,6 +82,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -160,6 +167,9 @@ class MemoryDriver(JobDriver):
         self._balances: dict[tuple[str | None, str, str], list[int]] = {}
         #: (consumer name, tenant or "") -> its cursor entry.
         self._consumers: dict[tuple[str, str], ConsumerCursor] = {}
+        #: webhooks: (tenant or '', endpoint) -> endpoint; (job id, claims) -> attempt.
+        self._endpoints: dict[tuple[str, str], WebhookEndpoint] = {}
+        self._attempts: dict[tuple[str, int], WebhookAttempt] = {}
         #: flows: parked waiter id -> the dependencies it still waits on; dependency id -> the
         #: parked waiters that still count it (both sides of one edge, dropped together).
         self._waiting: dict[str, set[str]] = {}
@@ -187,6 +197,7 @@ class MemoryDriver(JobDriver):
             sweeps=True,
             postings=True,
             consumers=True,
+            webhooks=True,
         )
 
     # -- the one place a row changes; it keeps every index true -------------------------------
@@ -1164,6 +1175,94 @@ class MemoryDriver(JobDriver):
             entries = [e for e in self._consumers.values() if name is None or e.name == name]
         entries.sort(key=lambda e: (e.name, e.tenant_id or ""))
         return entries[:limit]
+
+    # -- webhooks -------------------------------------------------------------------------------
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        key = (put.tenant_id or "", put.endpoint)
+        with self._lock:
+            held = self._endpoints.get(key)
+            if held is None:
+                ep = WebhookEndpoint(
+                    tenant_id=put.tenant_id,
+                    endpoint=put.endpoint,
+                    url=put.url,
+                    enabled=True,
+                    failures=0,
+                    disabled_at_ms=None,
+                    created_at_ms=put.now_ms,
+                    updated_at_ms=put.now_ms,
+                )
+            else:
+                ep = replace(held, url=put.url, updated_at_ms=put.now_ms)
+            self._endpoints[key] = ep
+            return ep
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        with self._lock:
+            return self._endpoints.get((tenant_id or "", endpoint))
+
+    async def _webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        with self._lock:
+            return [self._endpoints[k] for k in sorted(self._endpoints)[:limit]]
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        key = (enable.tenant_id or "", enable.endpoint)
+        with self._lock:
+            held = self._endpoints.get(key)
+            if held is None:
+                return None
+            ep = self._endpoints[key] = replace(
+                held, enabled=True, failures=0, disabled_at_ms=None, updated_at_ms=enable.now_ms
+            )
+            return ep
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        key = (put.tenant_id or "", put.endpoint)
+        f = put.fence
+        with self._lock:
+            held = self._endpoints.get(key)
+            if held is None or self._held(f) is None:
+                return WebhookAttemptAnswer(False, None)
+            if (f.job_id, f.claims) in self._attempts:
+                return WebhookAttemptAnswer(True, held)
+            self._attempts[(f.job_id, f.claims)] = WebhookAttempt(
+                tenant_id=put.tenant_id,
+                endpoint=put.endpoint,
+                job_id=f.job_id,
+                claims=f.claims,
+                event_id=put.event_id,
+                outcome=put.outcome,
+                status_code=put.status_code,
+                latency_ms=put.latency_ms,
+                excerpt=put.excerpt,
+                error=put.error,
+                at_ms=put.now_ms,
+            )
+            if put.outcome == "delivered":
+                ep = replace(held, failures=0, updated_at_ms=put.now_ms)
+            else:
+                failures = held.failures + 1
+                ep = replace(held, failures=failures, updated_at_ms=put.now_ms)
+                if held.enabled and failures >= put.disable_after:
+                    ep = replace(ep, enabled=False, disabled_at_ms=put.now_ms)
+            self._endpoints[key] = ep
+            return WebhookAttemptAnswer(True, ep)
+
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        tenant = params.tenant_id or ""
+        with self._lock:
+            mine = [
+                a
+                for a in self._attempts.values()
+                if (a.tenant_id or "", a.endpoint) == (tenant, params.endpoint)
+            ]
+        mine.sort(key=lambda a: (a.at_ms, a.job_id, a.claims), reverse=True)
+        return mine[: params.limit]
 
 
 def _acked(a: Ack, r: JobRecord) -> JobRecord:

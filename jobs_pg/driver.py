@@ -102,6 +102,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -130,6 +137,7 @@ from jobs_pg.statements import step as step_stmts
 from jobs_pg.statements import sweep as sweep_stmts
 from jobs_pg.statements import task as task_stmts
 from jobs_pg.statements import wake as wake_stmts
+from jobs_pg.statements import webhook as webhook_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.statements.job import SHARED_COLUMNS
 from jobs_pg.urls import libpq_url, mask
@@ -156,6 +164,7 @@ STATEMENTS: Final[dict[str, Sql]] = {
     **compile_all(vars(wake_stmts)),
     # -- consumers --
     **compile_all(vars(consumer_stmts)),
+    **compile_all(vars(webhook_stmts)),
 }
 
 _STATES: Final = {s.value: s for s in JobState}
@@ -193,6 +202,8 @@ _INDEX_FIELDS: Final = {
     "postings_pkey": "tenant_id, key",
     "posting_balances_pkey": "tenant_id, account, currency",
     "consumers_pkey": "name, tenant_id",
+    "webhook_endpoints_pkey": "tenant_id, endpoint",
+    "webhook_attempts_pkey": "fence",
 }
 
 #: Events read per `EVENT_FIND` page while looking for the first one a wait matches.
@@ -385,6 +396,7 @@ class PgDriver(JobDriver):
             sweeps=True,
             postings=True,
             consumers=True,
+            webhooks=True,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -1900,6 +1912,84 @@ class PgDriver(JobDriver):
             raise translate(exc, self.schema, stmt.name) from exc
         return row is not None and int(row[0]) == 1
 
+    # -- webhooks -------------------------------------------------------------------------------
+    # One statement per call (`statements/webhook.py`); a tenant travels as '' for None.
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        rows = await self._rows(
+            "WEBHOOK_ENDPOINT_PUT",
+            {
+                "tenant_id": put.tenant_id or "",
+                "endpoint": put.endpoint,
+                "url": put.url,
+                "now_ms": put.now_ms,
+            },
+        )
+        return _webhook_endpoint(rows[0])
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        rows = await self._read(
+            "WEBHOOK_ENDPOINT_GET", {"tenant_id": tenant_id or "", "endpoint": endpoint}
+        )
+        return _webhook_endpoint(rows[0]) if rows else None
+
+    async def _webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        rows = await self._read("WEBHOOK_ENDPOINT_LIST", {"limit": limit})
+        return [_webhook_endpoint(r) for r in rows]
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        rows = await self._rows(
+            "WEBHOOK_ENDPOINT_ENABLE",
+            {
+                "tenant_id": enable.tenant_id or "",
+                "endpoint": enable.endpoint,
+                "now_ms": enable.now_ms,
+            },
+        )
+        return _webhook_endpoint(rows[0]) if rows else None
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        """One statement (`WEBHOOK_ATTEMPT_PUT`): the fence, the endpoint locked, the attempt
+        recorded and the streak moved together; it answers the endpoint as moved, or as found
+        when the claim's attempt was recorded before (a retried call), or nothing."""
+        f = put.fence
+        rows = await self._rows(
+            "WEBHOOK_ATTEMPT_PUT",
+            {
+                "job_id": f.job_id,
+                "claims": f.claims,
+                "worker_id": f.worker_id,
+                "tenant_id": put.tenant_id or "",
+                "endpoint": put.endpoint,
+                "event_id": put.event_id,
+                "outcome": put.outcome,
+                "status_code": put.status_code,
+                "latency_ms": put.latency_ms,
+                "excerpt": put.excerpt,
+                "error": put.error,
+                "disable_after": put.disable_after,
+                "now_ms": put.now_ms,
+            },
+        )
+        by_tag = {r[0]: _webhook_endpoint(r[1:]) for r in rows}
+        after = by_tag.get("m") or by_tag.get("f")
+        return WebhookAttemptAnswer(after is not None, after)
+
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        rows = await self._read(
+            "WEBHOOK_ATTEMPT_LIST",
+            {
+                "tenant_id": params.tenant_id or "",
+                "endpoint": params.endpoint,
+                "limit": params.limit,
+            },
+        )
+        return [WebhookAttempt(r[0] or None, *r[1:]) for r in rows]
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -2186,6 +2276,12 @@ def _consumer(row: Sequence[Any]) -> ConsumerCursor:
         job_id=job_id,
         updated_at_ms=int(updated),
     )
+
+
+def _webhook_endpoint(row: Sequence[Any]) -> WebhookEndpoint:
+    """An endpoint from its columns in `statements.webhook.ENDPOINT_COLUMNS` order."""
+    tenant, *rest = row
+    return WebhookEndpoint(tenant or None, *rest)
 
 
 def _sweep_record(row: Sequence[Any]) -> SweepRecord:

@@ -410,6 +410,49 @@ outbox: Final = sa.Table(
 # they read entries in the order they answer them, whatever the table's size.
 sa.Index("outbox_order", outbox.c.created_at_ms, outbox.c.id)
 
+# -- webhooks --
+# The webhook ledger (migration 0014): the endpoints `webhook()` sends to, one row per (tenant,
+# endpoint) — no tenant spelled '' (a tenant is never empty) — and every attempt, one row per
+# claim that made it (`statements/webhook.py`). An attempt's write moves its endpoint's streak in
+# the same statement.
+webhook_endpoints: Final = sa.Table(
+    "webhook_endpoints",
+    metadata,
+    sa.Column("tenant_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("endpoint", sa.Text(collation=C), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("failures", sa.Integer, nullable=False),
+    sa.Column("disabled_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+)
+webhook_attempts: Final = sa.Table(
+    "webhook_attempts",
+    metadata,
+    sa.Column("job_id", sa.Text(collation=C), primary_key=True),
+    sa.Column("claims", sa.BigInteger, primary_key=True),
+    sa.Column("tenant_id", sa.Text(collation=C), nullable=False),
+    sa.Column("endpoint", sa.Text(collation=C), nullable=False),
+    sa.Column("event_id", sa.Text(collation=C), nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=True),
+    sa.Column("latency_ms", sa.BigInteger, nullable=False),
+    sa.Column("excerpt", sa.Text, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("at_ms", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("outcome IN ('delivered', 'failed')", name="outcome"),
+)
+# `webhook_attempt_list`: one endpoint's attempts newest first, read backwards along it.
+sa.Index(
+    "webhook_attempts_endpoint",
+    webhook_attempts.c.tenant_id,
+    webhook_attempts.c.endpoint,
+    webhook_attempts.c.at_ms,
+    webhook_attempts.c.job_id,
+    webhook_attempts.c.claims,
+)
+
 
 # -- postings --
 # The posting ledger (migration 0013): `ledger()`'s postings, one per (tenant, key) — tenant ''

@@ -132,6 +132,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -327,6 +334,7 @@ class RedisDriver(JobDriver):
             sweeps=True,
             postings=True,
             consumers=True,
+            webhooks=True,
         )
 
     async def open(self) -> None:
@@ -1394,6 +1402,83 @@ class RedisDriver(JobDriver):
         await sub.proven(_FINISH_PROVE_S)
         return sub
 
+    # -- webhooks -------------------------------------------------------------------------------
+    # One script per call (`lua/webhook_*.lua`, keys in `lua/includes/webhook.lua`); a tenant
+    # travels as "" for None.
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        k = self.keys
+        got = await self._run(
+            "webhook_endpoint_put",
+            (k.webhook_endpoint, k.webhook_endpoints),
+            (put.tenant_id or "", put.endpoint, put.url, str(put.now_ms)),
+        )
+        return _webhook_endpoint(put.tenant_id, put.endpoint, got)
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        got = await self._run(
+            "webhook_endpoint_get", (self.keys.webhook_endpoint,), (tenant_id or "", endpoint)
+        )
+        return None if got is None else _webhook_endpoint(tenant_id, endpoint, got)
+
+    async def _webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        k = self.keys
+        got = await self._run(
+            "webhook_endpoint_list", (k.webhook_endpoint, k.webhook_endpoints), (str(limit),)
+        )
+        out = []
+        for i in range(0, len(got), 2):
+            tenant, endpoint = got[i].split("\x00")
+            out.append(_webhook_endpoint(tenant or None, endpoint, got[i + 1]))
+        return out
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        got = await self._run(
+            "webhook_endpoint_enable",
+            (self.keys.webhook_endpoint,),
+            (enable.tenant_id or "", enable.endpoint, str(enable.now_ms)),
+        )
+        return None if got is None else _webhook_endpoint(enable.tenant_id, enable.endpoint, got)
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        k = self.keys
+        f = put.fence
+        got = await self._run(
+            "webhook_attempt_put",
+            (k.state, k.webhook_endpoint, k.webhook_attempt, k.webhook_attempts),
+            (
+                f.job_id,
+                f"{f.claims}\x00{f.worker_id}\x00",
+                f"{f.claims:019d}",
+                put.tenant_id or "",
+                put.endpoint,
+                put.event_id,
+                put.outcome,
+                "" if put.status_code is None else str(put.status_code),
+                str(put.latency_ms),
+                put.excerpt,
+                put.error or "",
+                str(put.disable_after),
+                str(put.now_ms),
+            ),
+        )
+        if got[0] == 0:
+            return WebhookAttemptAnswer(False, None)
+        return WebhookAttemptAnswer(True, _webhook_endpoint(put.tenant_id, put.endpoint, got[1]))
+
+    async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        k = self.keys
+        got = await self._run(
+            "webhook_attempt_list",
+            (k.webhook_attempt, k.webhook_attempts),
+            (params.tenant_id or "", params.endpoint, str(params.limit)),
+        )
+        return [_webhook_attempt(got[i], got[i + 1]) for i in range(0, len(got), 2)]
+
     # -- wake -----------------------------------------------------------------------------------
 
     async def wake_subscribe(
@@ -1570,6 +1655,40 @@ def _consumer(member: str, raw: str) -> ConsumerCursor:
         holder=holder,
         job_id=job_id,
         updated_at_ms=int(updated),
+    )
+
+
+def _webhook_endpoint(tenant_id: str | None, endpoint: str, raw: str) -> WebhookEndpoint:
+    """An endpoint from its `{p}:webhook:endpoint` row (`lua/includes/webhook.lua`)."""
+    url, enabled, failures, disabled, created, updated = raw.split("\x00")
+    return WebhookEndpoint(
+        tenant_id=tenant_id or None,
+        endpoint=endpoint,
+        url=url,
+        enabled=enabled == "1",
+        failures=int(failures),
+        disabled_at_ms=int(disabled) if disabled else None,
+        created_at_ms=int(created),
+        updated_at_ms=int(updated),
+    )
+
+
+def _webhook_attempt(key: str, raw: str) -> WebhookAttempt:
+    """An attempt from its `{p}:webhook:attempt` field and row (`lua/includes/webhook.lua`)."""
+    job_id, claims = key.split("\x00")
+    tenant, endpoint, event_id, outcome, status, latency, excerpt, error, at = raw.split("\x00")
+    return WebhookAttempt(
+        tenant_id=tenant or None,
+        endpoint=endpoint,
+        job_id=job_id,
+        claims=int(claims),
+        event_id=event_id,
+        outcome="delivered" if outcome == "delivered" else "failed",
+        status_code=int(status) if status else None,
+        latency_ms=int(latency),
+        excerpt=excerpt,
+        error=error or None,
+        at_ms=int(at),
     )
 
 

@@ -50,6 +50,10 @@ class Keys:
         "wait",
         "wait_index",
         "wake",
+        "webhook_attempt",
+        "webhook_attempts",
+        "webhook_endpoint",
+        "webhook_endpoints",
         "worker",
     )
 
@@ -126,6 +130,13 @@ class Keys:
         self.consumer = f"{t}:consumer"
         #: zset, every score 0, the same members: the listing's order.
         self.consumer_names = f"{t}:consumer:names"
+        # -- webhooks -- (lua/includes/webhook.lua describes each)
+        #: hash `tenant NUL endpoint` -> the endpoint; zset of those fields, the listing's order.
+        self.webhook_endpoint = f"{t}:webhook:endpoint"
+        self.webhook_endpoints = f"{t}:webhook:endpoints"
+        #: hash `job_id NUL claims` -> the attempt; zset of each endpoint's attempts by time.
+        self.webhook_attempt = f"{t}:webhook:attempt"
+        self.webhook_attempts = f"{t}:webhook:attempts"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

@@ -62,6 +62,13 @@ SCRIPT_NAMES: Final = (
     "task_arm",
     "task_fire",
     "task_marks",
+    # -- webhooks --
+    "webhook_attempt_list",
+    "webhook_attempt_put",
+    "webhook_endpoint_enable",
+    "webhook_endpoint_get",
+    "webhook_endpoint_list",
+    "webhook_endpoint_put",
     "worker_beat",
     "worker_forget",
     "worker_list",

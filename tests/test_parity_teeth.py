@@ -81,6 +81,12 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerInfo,
 )
 from jobs_core.semantics import (
@@ -2524,6 +2530,160 @@ class ConsumerLagKeptOnNone(MemoryDriver):
 
 #: Each broken driver, the family walk that must catch it, and the fixed scenarios that must
 #: catch it too.
+# -- webhooks --
+
+
+class _WebhookLedger(MemoryDriver):
+    """The memory driver's attempt write, spelled with the seams a broken ledger bends: which
+    endpoint an attempt names, whether its claim holds, whether it was recorded before, what
+    is kept and how the streak moves."""
+
+    def _wh_endpoint_key(self, put: WebhookAttemptPut) -> tuple[str, str] | None:
+        key = (put.tenant_id or "", put.endpoint)
+        return key if key in self._endpoints else None
+
+    def _wh_holds(self, fence: Fence) -> bool:
+        return self._held(fence) is not None
+
+    def _wh_recorded_before(self, fence: Fence) -> bool:
+        return (fence.job_id, fence.claims) in self._attempts
+
+    def _wh_kept(self, put: WebhookAttemptPut) -> WebhookAttempt:
+        f = put.fence
+        return WebhookAttempt(
+            put.tenant_id,
+            put.endpoint,
+            f.job_id,
+            f.claims,
+            put.event_id,
+            put.outcome,
+            put.status_code,
+            put.latency_ms,
+            put.excerpt,
+            put.error,
+            put.now_ms,
+        )
+
+    def _wh_moved(self, held: WebhookEndpoint, put: WebhookAttemptPut) -> WebhookEndpoint:
+        if put.outcome == "delivered":
+            return replace(held, failures=0, updated_at_ms=put.now_ms)
+        failures = held.failures + 1
+        ep = replace(held, failures=failures, updated_at_ms=put.now_ms)
+        if held.enabled and failures >= put.disable_after:
+            ep = replace(ep, enabled=False, disabled_at_ms=put.now_ms)
+        return ep
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        with self._lock:
+            key = self._wh_endpoint_key(put)
+            if key is None or not self._wh_holds(put.fence):
+                return WebhookAttemptAnswer(False, None)
+            held = self._endpoints[key]
+            if self._wh_recorded_before(put.fence):
+                return WebhookAttemptAnswer(True, held)
+            self._attempts[(put.fence.job_id, put.fence.claims)] = self._wh_kept(put)
+            ep = self._endpoints[key] = self._wh_moved(held, put)
+            return WebhookAttemptAnswer(True, ep)
+
+
+class WebhookStreakKeptOnDelivery(_WebhookLedger):
+    """A delivery leaves the failure streak as it was (only the enable clears it)."""
+
+    def _wh_moved(self, held: WebhookEndpoint, put: WebhookAttemptPut) -> WebhookEndpoint:
+        if put.outcome == "delivered":
+            return replace(held, updated_at_ms=put.now_ms)
+        return super()._wh_moved(held, put)
+
+
+class WebhookDisabledOneEarly(_WebhookLedger):
+    """Disables at `disable_after - 1` failures in a row (the limit read as 'after N-1')."""
+
+    def _wh_moved(self, held: WebhookEndpoint, put: WebhookAttemptPut) -> WebhookEndpoint:
+        ep = super()._wh_moved(held, put)
+        limit = max(1, put.disable_after - 1)
+        if put.outcome == "failed" and held.enabled and ep.failures >= limit:
+            ep = replace(ep, enabled=False, disabled_at_ms=put.now_ms)
+        return ep
+
+
+class WebhookDisabledOneLate(_WebhookLedger):
+    """Disables past `disable_after` failures, not at it (a `>` for a `>=`)."""
+
+    def _wh_moved(self, held: WebhookEndpoint, put: WebhookAttemptPut) -> WebhookEndpoint:
+        ep = super()._wh_moved(held, put)
+        if ep.failures == put.disable_after and held.enabled:
+            ep = replace(ep, enabled=True, disabled_at_ms=None)
+        return ep
+
+
+class WebhookDeliveryEnables(_WebhookLedger):
+    """A delivery to a disabled endpoint enables it again (no operator asked)."""
+
+    def _wh_moved(self, held: WebhookEndpoint, put: WebhookAttemptPut) -> WebhookEndpoint:
+        ep = super()._wh_moved(held, put)
+        if put.outcome == "delivered":
+            ep = replace(ep, enabled=True, disabled_at_ms=None)
+        return ep
+
+
+class UnfencedWebhookAttempt(_WebhookLedger):
+    """Records an attempt (and moves the streak) under a lost claim."""
+
+    def _wh_holds(self, fence: Fence) -> bool:
+        return fence.job_id in self._rows
+
+
+class WebhookAttemptTwice(_WebhookLedger):
+    """A retried write of one claim's attempt moves the streak again (a double apply)."""
+
+    def _wh_recorded_before(self, fence: Fence) -> bool:
+        return False
+
+
+class WebhookEndpointIgnoresTenant(_WebhookLedger):
+    """An attempt names its endpoint by id alone: it moves whichever tenant's came first."""
+
+    def _wh_endpoint_key(self, put: WebhookAttemptPut) -> tuple[str, str] | None:
+        for key in self._endpoints:
+            if key[1] == put.endpoint:
+                return key
+        return None
+
+
+class WebhookExcerptCut(_WebhookLedger):
+    """Keeps the first 255 characters of an excerpt (a varchar(255) column)."""
+
+    def _wh_kept(self, put: WebhookAttemptPut) -> WebhookAttempt:
+        return replace(super()._wh_kept(put), excerpt=put.excerpt[:255])
+
+
+class WebhookEnableKeepsStreak(MemoryDriver):
+    """The operator's enable opens the endpoint but keeps its streak: the next failure
+    disables it again at once."""
+
+    async def _webhook_endpoint_enable(
+        self, enable: WebhookEndpointEnable
+    ) -> WebhookEndpoint | None:
+        key = (enable.tenant_id or "", enable.endpoint)
+        with self._lock:
+            held = self._endpoints.get(key)
+            if held is None:
+                return None
+            ep = self._endpoints[key] = replace(
+                held, enabled=True, disabled_at_ms=None, updated_at_ms=enable.now_ms
+            )
+            return ep
+
+
+class WebhookPutResetsStreak(MemoryDriver):
+    """Moving an endpoint's URL starts it over: enabled, no streak, created again."""
+
+    async def _webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        with self._lock:
+            self._endpoints.pop((put.tenant_id or "", put.endpoint), None)
+        return await super()._webhook_endpoint_put(put)
+
+
 BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (UnfencedAck, "jobs", ["lapsed_lease_reclaimed", "requeue_refusals"]),
     (ClaimIgnoresPauses, "jobs", ["pause_by_queue_and_name", "bury_final_attempt"]),
@@ -2721,6 +2881,17 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (ConsumerCursorCut, "consumers", ["consumers_turns_move_the_cursor"]),
     (ConsumerLagBeforeTurn, "consumers", ["consumers_turns_move_the_cursor"]),
     (ConsumerLagKeptOnNone, "consumers", ["consumers_turns_move_the_cursor"]),
+    # -- webhooks --
+    (WebhookStreakKeptOnDelivery, "webhooks", ["webhooks_a_delivery_clears_the_streak"]),
+    (WebhookDisabledOneEarly, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
+    (WebhookDisabledOneLate, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
+    (WebhookDeliveryEnables, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
+    (UnfencedWebhookAttempt, "webhooks", ["webhooks_attempts_are_fenced_on_the_claim"]),
+    (WebhookAttemptTwice, "webhooks", ["webhooks_one_attempt_per_claim"]),
+    (WebhookEndpointIgnoresTenant, "webhooks", ["webhooks_tenants_stay_apart"]),
+    (WebhookExcerptCut, "webhooks", ["webhooks_attempts_listed_newest_first"]),
+    (WebhookEnableKeepsStreak, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
+    (WebhookPutResetsStreak, "webhooks", ["webhooks_endpoints_put_and_listed"]),
 ]
 
 
@@ -2802,6 +2973,7 @@ def test_every_broken_driver_is_listed_once() -> None:
         _SomeFinishesMoveNoWaiter,
         _SweepBlocker,
         _SweepUnfenced,
+        _WebhookLedger,
         *(d for d, _ in LEGAL),
     }
     assert len(listed) == len(set(listed)), "a broken driver is listed twice"
@@ -3023,6 +3195,22 @@ REACH: dict[str, dict[str, int]] = {
         "posting applied beside the same key in another ledger": 12,
         "posting put under a held fence of a row with another key": 1,
         "posting put under a lapsed lease nobody claimed": 3,
+    },
+    # -- webhooks --
+    "webhooks": {
+        "webhook attempt beside another tenant's endpoint of the same id": 16,
+        "webhook attempt of a claim recorded before": 5,
+        "webhook attempt of no endpoint": 2,
+        "webhook attempt off the fence": 8,
+        "webhook attempt under a claim taken again": 2,
+        "webhook attempt under a lapsed lease nobody claimed": 4,
+        "webhook attempt with an excerpt at the byte limit": 8,
+        "webhook delivery clearing a streak": 3,
+        "webhook delivery on a disabled endpoint": 12,
+        "webhook enable of a disabled endpoint": 9,
+        "webhook endpoint disabled at its limit": 20,
+        "webhook failure on a disabled endpoint": 30,
+        "webhook failure one short of the limit": 12,
     },
 }
 

@@ -360,6 +360,10 @@ async def check_empty(driver: JobDriver) -> None:
         cursors = await driver.consumer_list(None, 5)
         if cursors:
             found.append(f"consumer cursors of {[e.name for e in cursors]}")
+    if caps.webhooks:
+        endpoints = await driver.webhook_endpoint_list(5)
+        if endpoints:
+            found.append(f"webhook endpoints {[e.endpoint for e in endpoints]}")
     if found:
         raise DriverNotEmptyError(
             "the driver was not empty: "
@@ -1739,6 +1743,8 @@ FAMILIES: frozenset[str] = frozenset(
         "postings",
         # -- consumers --
         "consumers",
+        # -- webhooks --
+        "webhooks",
     }
 )
 
@@ -1765,6 +1771,9 @@ BORROWS: dict[str, frozenset[str]] = {
     "postings": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
     # -- consumers -- what moves the fences a cursor put is fenced on.
     "consumers": frozenset({"seed", "work", "claim", "cancel", "advance", "advance_to_lease_end"}),
+    # -- webhooks -- what moves the fences an attempt is written under (claims, settles,
+    # cancels, the clock to a lease's end); the family's own rules make their rows.
+    "webhooks": frozenset({"seed", "work", "claim", "cancel", "advance_to_lease_end"}),
 }
 
 
@@ -1803,6 +1812,7 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.posting_rules import PostingRules
     from jobs_core.testing.sweep_rules import SweepRules
     from jobs_core.testing.task_rules import TaskRules
+    from jobs_core.testing.webhook_rules import WebhookRules
 
     return type(
         "EveryFamily",
@@ -1815,6 +1825,7 @@ def _every_rule() -> type[ParityMachine]:
             SweepRules,
             PostingRules,
             ConsumerRules,
+            WebhookRules,
             ParityMachine,
         ),
         {},

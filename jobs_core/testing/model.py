@@ -35,6 +35,11 @@ from jobs_core.driver import (
     MAX_SWEEP_ROWS,
     MAX_TASK_BATCH,
     MAX_TIME_MS,
+    MAX_WEBHOOK_DISABLE_AFTER,
+    MAX_WEBHOOK_EXCERPT_BYTES,
+    MAX_WEBHOOK_LATENCY_MS,
+    MAX_WEBHOOK_LIST,
+    MAX_WEBHOOK_URL_BYTES,
     check_join_ids,
     check_new_job,
 )
@@ -110,6 +115,13 @@ from jobs_core.records import (
     TaskFire,
     TaskFireAnswer,
     TaskMark,
+    WebhookAttempt,
+    WebhookAttemptAnswer,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+    WebhookEndpointPut,
     WorkerBeat,
     WorkerInfo,
 )
@@ -185,6 +197,9 @@ class ReferenceModel:
         self.balances: dict[tuple[str | None, str, str], tuple[int, int]] = {}
         #: consumers: each consumer's entry by (name, tenant), None the cross-tenant one.
         self.consumers: dict[tuple[str, str | None], ConsumerCursor] = {}
+        #: webhooks: every endpoint ever put, and every attempt recorded, in the order written.
+        self.endpoints: list[WebhookEndpoint] = []
+        self.attempts: list[WebhookAttempt] = []
         #: flows: every waiter move, in order — (waiter, dependency, the finishing path,
         #: released) — for the walk's tally; the suite drains it (`moves.clear()`).
         self.moves: list[tuple[str, str, str, bool]] = []
@@ -1319,6 +1334,145 @@ class ReferenceModel:
             if tenant == tenant_id and account in accounts
         ]
 
+    # -- webhooks -------------------------------------------------------------------------------
+
+    def _endpoint_at(self, tenant_id: str | None, endpoint: str) -> int | None:
+        """Where endpoint (tenant, endpoint) sits in `endpoints`: a None tenant is a key of its
+        own, apart from every named tenant."""
+        for i, e in enumerate(self.endpoints):
+            if e.tenant_id == tenant_id and e.endpoint == endpoint:
+                return i
+        return None
+
+    def webhook_endpoint_put(self, put: WebhookEndpointPut) -> WebhookEndpoint:
+        """A new endpoint enabled with no failures; a known one moved to the URL, its state
+        (enabled, failures, disabled_at, created_at) kept."""
+        _check_tenant_text(put.tenant_id)
+        _check_name_text(put.endpoint, "endpoint")
+        _check_name_text(put.url, "url", MAX_WEBHOOK_URL_BYTES)
+        _check_range(put.now_ms, 0, MAX_TIME_MS, "now_ms")
+        at = self._endpoint_at(put.tenant_id, put.endpoint)
+        if at is None:
+            e = WebhookEndpoint(
+                put.tenant_id, put.endpoint, put.url, True, 0, None, put.now_ms, put.now_ms
+            )
+            self.endpoints.append(e)
+            return e
+        e = replace(self.endpoints[at], url=put.url, updated_at_ms=put.now_ms)
+        self.endpoints[at] = e
+        return e
+
+    def webhook_endpoint_get(self, tenant_id: str | None, endpoint: str) -> WebhookEndpoint | None:
+        _check_tenant_text(tenant_id)
+        _check_name_text(endpoint, "endpoint")
+        at = self._endpoint_at(tenant_id, endpoint)
+        return None if at is None else self.endpoints[at]
+
+    def webhook_endpoint_list(self, limit: int) -> list[WebhookEndpoint]:
+        """By tenant (no tenant as the empty text, so first), then endpoint, in code points."""
+        _check_range(limit, 1, MAX_WEBHOOK_LIST, "limit")
+        ordered = sorted(
+            self.endpoints,
+            key=lambda e: ("" if e.tenant_id is None else e.tenant_id, e.endpoint),
+        )
+        return ordered[:limit]
+
+    def webhook_endpoint_enable(self, enable: WebhookEndpointEnable) -> WebhookEndpoint | None:
+        """The operator's re-enable: enabled, no failures, no disabled time."""
+        _check_tenant_text(enable.tenant_id)
+        _check_name_text(enable.endpoint, "endpoint")
+        _check_range(enable.now_ms, 0, MAX_TIME_MS, "now_ms")
+        at = self._endpoint_at(enable.tenant_id, enable.endpoint)
+        if at is None:
+            return None
+        e = replace(
+            self.endpoints[at],
+            enabled=True,
+            failures=0,
+            disabled_at_ms=None,
+            updated_at_ms=enable.now_ms,
+        )
+        self.endpoints[at] = e
+        return e
+
+    def webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        """Off the claim or without the endpoint: nothing. A claim's second attempt: nothing,
+        the endpoint answered as it is. Else the attempt is kept and the streak moves: cleared
+        on a delivery, one longer on a failure — and the failure that makes it `disable_after`
+        long turns an enabled endpoint off."""
+        _check_sweep_fence(put.fence)
+        _check_tenant_text(put.tenant_id)
+        _check_name_text(put.endpoint, "endpoint")
+        _check_name_text(put.event_id, "event_id")
+        if put.outcome == "delivered":
+            if put.error is not None:
+                raise RecordInvalidError(detail="error")
+        elif put.outcome == "failed":
+            _check_name_text(put.error, "error")
+        else:
+            raise RecordInvalidError(detail="outcome")
+        if put.status_code is not None:
+            _check_range(put.status_code, 100, 599, "status_code")
+        _check_range(put.latency_ms, 0, MAX_WEBHOOK_LATENCY_MS, "latency_ms")
+        if (
+            not isinstance(put.excerpt, str)
+            or "\x00" in put.excerpt
+            or any("\ud800" <= c <= "\udfff" for c in put.excerpt)
+            or len(put.excerpt.encode("utf-8")) > MAX_WEBHOOK_EXCERPT_BYTES
+        ):
+            raise RecordInvalidError(detail="excerpt")
+        _check_range(put.disable_after, 1, MAX_WEBHOOK_DISABLE_AFTER, "disable_after")
+        _check_range(put.now_ms, 0, MAX_TIME_MS, "now_ms")
+        at = self._endpoint_at(put.tenant_id, put.endpoint)
+        if self._held(put.fence) is None or at is None:
+            return WebhookAttemptAnswer(False, None)
+        e = self.endpoints[at]
+        f = put.fence
+        if any(a.job_id == f.job_id and a.claims == f.claims for a in self.attempts):
+            return WebhookAttemptAnswer(True, e)
+        self.attempts.append(
+            WebhookAttempt(
+                put.tenant_id,
+                put.endpoint,
+                f.job_id,
+                f.claims,
+                put.event_id,
+                put.outcome,
+                put.status_code,
+                put.latency_ms,
+                put.excerpt,
+                put.error,
+                put.now_ms,
+            )
+        )
+        if put.outcome == "delivered":
+            e = replace(e, failures=0, updated_at_ms=put.now_ms)
+        else:
+            streak = e.failures + 1
+            off = e.enabled and streak >= put.disable_after
+            e = replace(
+                e,
+                failures=streak,
+                enabled=e.enabled and not off,
+                disabled_at_ms=put.now_ms if off else e.disabled_at_ms,
+                updated_at_ms=put.now_ms,
+            )
+        self.endpoints[at] = e
+        return WebhookAttemptAnswer(True, e)
+
+    def webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
+        """One endpoint's attempts, newest first; ties by the greater job id, then claims."""
+        _check_tenant_text(params.tenant_id)
+        _check_name_text(params.endpoint, "endpoint")
+        _check_range(params.limit, 1, MAX_WEBHOOK_LIST, "limit")
+        mine = [
+            a
+            for a in self.attempts
+            if a.tenant_id == params.tenant_id and a.endpoint == params.endpoint
+        ]
+        mine.sort(key=lambda a: (a.at_ms, a.job_id, a.claims), reverse=True)
+        return mine[: params.limit]
+
     def worker_beat(self, beat: WorkerBeat) -> None:
         """Insert or replace the worker's row, alive until `now + ttl`."""
         self.workers[beat.worker_id] = WorkerInfo(
@@ -1456,6 +1610,11 @@ def _check_sweep_fence(fence: Fence) -> None:
     _check_name_text(fence.job_id, "fence.job_id")
     _check_name_text(fence.worker_id, "fence.worker_id")
     _check_range(fence.claims, 1, 2**62, "fence.claims")
+
+
+def _check_tenant_text(tenant_id: object) -> None:
+    if tenant_id is not None:
+        _check_name_text(tenant_id, "tenant_id")
 
 
 def _check_lease_batch(n: int) -> None:

@@ -82,6 +82,7 @@ FAMILY_SHARE: Final[dict[str, float]] = {
     "postings": 0.325,
     # -- consumers --
     "consumers": 0.25,
+    "webhooks": 0.25,
 }
 
 

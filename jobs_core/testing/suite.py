@@ -13,8 +13,9 @@ loop per machine or scenario), so the suite needs no pytest-asyncio.
 
 Each family is walked apart (`test_state_machine[jobs]`, `[operator]`, `[counters]`,
 `[durable]`, `[leases]`, `[tasks]`, `[retention]`, `[flows]`, `[sweeps]`, `[postings]`,
-`[consumers]`): its own rules and the job rules it needs, under the profile `HYPOTHESIS_PROFILE`
-names (`jobs_core.testing.profiles`: `default`, `ci`, `nightly`, `debug`) scaled to the family. Each
+`[consumers]`, `[webhooks]`): its own rules and the job rules it needs, under the profile
+`HYPOTHESIS_PROFILE` names (`jobs_core.testing.profiles`: `default`, `ci`, `nightly`, `debug`)
+scaled to the family. Each
 run prints the contract version it checks (`jobs_core.driver.CONTRACT_VERSION`), the families
 the driver declares, and its seed; a failing one is replayed with
 `pytest --hypothesis-seed=<seed>` under the same profile.

@@ -55,6 +55,9 @@ TABLES = {
     "postings",
     "posting_balances",
     "consumers",
+    # -- webhooks --
+    "webhook_endpoints",
+    "webhook_attempts",
 }
 
 

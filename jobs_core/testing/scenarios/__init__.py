@@ -1,7 +1,7 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`, `postings`, `consumers`); each scenario is `async def
+`tasks`, `flows`, `sweeps`, `postings`, `consumers`, `webhooks`); each scenario is `async def
 scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are
 fixed offsets from `T0`, handed in as every call's `now_ms`.
 """
@@ -16,6 +16,7 @@ from jobs_core.testing.scenarios.postings import POSTING_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
 from jobs_core.testing.scenarios.sweeps import SWEEP_SCENARIOS
 from jobs_core.testing.scenarios.tasks import TASK_SCENARIOS
+from jobs_core.testing.scenarios.webhooks import WEBHOOK_SCENARIOS
 
 #: Every scenario by name (the function name without `scenario_`).
 SCENARIOS: dict[str, Scenario] = {
@@ -29,6 +30,7 @@ SCENARIOS: dict[str, Scenario] = {
     **POSTING_SCENARIOS,
     # -- consumers --
     **CONSUMER_SCENARIOS,
+    **WEBHOOK_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

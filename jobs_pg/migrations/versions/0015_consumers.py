@@ -15,7 +15,7 @@ from alembic import op
 from jobs_pg.migrations.environment import run_step
 
 revision: str = "0015_consumers"
-down_revision: str | None = "0013_postings"
+down_revision: str | None = "0014_webhooks"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -82,6 +82,7 @@ from jobs_core.operator.times import age, local, relative, when
 from jobs_core.records import (
     JobFilter,
     Pause,
+    WebhookAttempt,
     WebhookAttemptListParams,
     WebhookEndpoint,
     WebhookEndpointEnable,
@@ -158,9 +159,11 @@ REPORT_ROWS: Final = 100
 #: and on a sweep's page.
 CURSOR_CHARS: Final = 80
 CURSOR_CHARS_LONG: Final = 1_000
-#: The endpoints the webhooks page lists, and the attempts it shows of each (its own page shows
-#: `ENDPOINT_ATTEMPTS`).
+#: The endpoints the webhooks page lists, and the attempts it shows of each of the first
+#: `ATTEMPT_ROWS` (one read per endpoint: the page stays a bounded number of calls; its own page
+#: shows `ENDPOINT_ATTEMPTS`).
 WEBHOOK_ROWS: Final = 1_000
+ATTEMPT_ROWS: Final = 100
 LIST_ATTEMPTS: Final = 3
 ENDPOINT_ATTEMPTS: Final = 50
 #: The consumers page lists at most this many (name, tenant) cursors.
@@ -746,11 +749,13 @@ class Dashboard:
         if not self.driver.capabilities().webhooks:
             return "webhooks.html", {"nav": "webhooks", "has_webhooks": False}
         endpoints = await self.driver.webhook_endpoint_list(WEBHOOK_ROWS)
-        rows = []
-        for ep in endpoints:
-            tried = await self.driver.webhook_attempt_list(
-                WebhookAttemptListParams(ep.tenant_id, ep.endpoint, LIST_ATTEMPTS)
-            )
+        rows: list[tuple[WebhookEndpoint, list[WebhookAttempt] | None, list[Sender]]] = []
+        for at, ep in enumerate(endpoints):
+            tried = None
+            if at < ATTEMPT_ROWS:
+                tried = await self.driver.webhook_attempt_list(
+                    WebhookAttemptListParams(ep.tenant_id, ep.endpoint, LIST_ATTEMPTS)
+                )
             rows.append((ep, tried, self._senders(ep.tenant_id)))
         return "webhooks.html", {
             "nav": "webhooks",
@@ -761,6 +766,7 @@ class Dashboard:
             "can_act": self.access.can_act,
             "excerpt_chars": EXCERPT_CHARS,
             "list_attempts": LIST_ATTEMPTS,
+            "attempt_rows": ATTEMPT_ROWS,
         }
 
     async def _endpoint(self, request: Request) -> WebhookEndpoint:

@@ -5,12 +5,15 @@ Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live
 queues, the workers, a job that is not finished, a sweep that runs) and the job list's filters.
 Every read and every action goes through `Operator`, so the dashboard works on any driver and
 shows inputs redacted as the CLI does; the backfills pages read the sweep ledger's one
-projection (`inspect_backfills`, as `ujobs backfills` does) and an import's error report. A
-page of a family the driver does not declare answers 501 with the `Operator`'s refusal
-(`X_DRIVER_CAPABILITY_MISSING`, naming the family) — but the schedule and backfills lists, which
-say so on the page — and an action goes back with it as its notice. Actions are plain POST
-forms: they work without JavaScript, carry the CSRF token, and answer with a redirect to the
-page they came from and a one-line notice. Who may look and act: `jobs_core.dashboard.security`.
+projection (`inspect_backfills`, as `ujobs backfills` does) and an import's error report; the
+webhooks pages read the endpoint ledger (as `ujobs webhooks` does, with the `disable_after` of
+the declared `webhook()` senders) and the consumers page `inspect_consumers`. A page of a
+family the driver does not declare answers 501 with the `Operator`'s refusal
+(`X_DRIVER_CAPABILITY_MISSING`, naming the family) — but the schedule, backfills, webhooks and
+consumers lists, which say so on the page — and an action goes back with it as its notice.
+Actions are plain POST forms: they work without JavaScript, carry the CSRF token, and answer
+with a redirect to the page they came from and a one-line notice. Who may look and act:
+`jobs_core.dashboard.security`.
 """
 
 from __future__ import annotations

@@ -700,3 +700,16 @@ async def test_the_attempts_counter_moves_on_recorded_attempts_only(http: Endpoi
         finally:
             await worker.stop()
             server.close()
+
+
+def test_a_declared_sender_is_known_by_its_handle_for_the_dashboard() -> None:
+    from jobs_core.factories.webhook_tally import Sender, senders_of
+    from jobs_core.job import job
+
+    org = sender(name="hooks-org", disable_after=7)
+    none = sender(name="hooks-none", tenant="none")
+    plain = job(lambda input, ctx: None, name="plain", tenant="none", registry=JobRegistry())
+    assert senders_of([plain, none, org]) == [
+        Sender("hooks-none", "none", 20),
+        Sender("hooks-org", "org", 7),
+    ]

@@ -1089,6 +1089,23 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._claim_events(params, before, got)
         return got
 
+    def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
+        """The one row `worker` claims from `queue` now (a 1 s lease), or None."""
+        got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))
+        if isinstance(got, ClaimResult) and got.jobs:
+            return got.jobs[0]
+        return None
+
+    def _own_row(self, job: NewJob, what: str) -> ClaimedJob | None:
+        """`job`, in a queue of its own, enqueued on both and claimed now by the first worker:
+        the row a family's edge rule writes under (`what` names it in a divergence)."""
+        self._both(
+            f"job_enqueue({what})",
+            functools.partial(self.model.job_enqueue, job),
+            functools.partial(self.driver.job_enqueue, job),
+        )
+        return self._claim_alone(job.queue, WORKERS[0])
+
     def _claim_events(self, params: ClaimParams, before: dict[str, Any], got: ClaimResult) -> None:
         now = params.now_ms
         bound = params.reclaim_until_ms

@@ -52,6 +52,24 @@ async def purge(driver: RedisDriver) -> None:
         await client.delete(*found)
 
 
+@contextlib.asynccontextmanager
+async def several_drivers(n: int) -> AsyncIterator[list[RedisDriver]]:
+    """`n` open drivers on one fresh prefix, each with connections of its own (racing writers
+    from several processes, as far as the server can tell); the prefix purged after."""
+    prefix = fresh_prefix()
+    async with contextlib.AsyncExitStack() as stack:
+        drivers = [
+            RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
+            for _ in range(n)
+        ]
+        for d in drivers:
+            await stack.enter_async_context(d)
+        try:
+            yield drivers
+        finally:
+            await purge(drivers[0])
+
+
 def _free(port: int) -> bool:
     with socket.socket() as s:
         try:

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeAlias, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -1831,22 +1831,36 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.task_rules import TaskRules
     from jobs_core.testing.webhook_rules import WebhookRules
 
-    return type(
-        "EveryFamily",
-        (
-            OperatorRules,
-            DurableRules,
-            LeaseRules,
-            TaskRules,
-            FlowRules,
-            SweepRules,
-            PostingRules,
-            ConsumerRules,
-            WebhookRules,
-            ParityMachine,
-        ),
-        {},
+    families = (
+        OperatorRules,
+        DurableRules,
+        LeaseRules,
+        TaskRules,
+        FlowRules,
+        SweepRules,
+        PostingRules,
+        ConsumerRules,
+        WebhookRules,
     )
+    _one_owner_each(families)
+    return type("EveryFamily", (*families, ParityMachine), {})
+
+
+#: What every family's class defines and chains with `super()`: shared on purpose.
+_COOPERATIVE: Final = frozenset({"FAMILY", "_family_checks"})
+
+
+def _one_owner_each(families: tuple[type[ParityMachine], ...]) -> None:
+    """Refuse two family classes defining one name: the class that walks every family would
+    run one family's method for both (the first in its MRO), silently."""
+    owner: dict[str, str] = {}
+    for klass in families:
+        for name in vars(klass):
+            if name.startswith("__") or name in _COOPERATIVE:
+                continue
+            if name in owner:
+                raise TypeError(f"{owner[name]} and {klass.__name__} both define {name!r}")
+            owner[name] = klass.__name__
 
 
 def _rule_names(machine: type[ParityMachine]) -> list[str]:

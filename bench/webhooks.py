@@ -96,7 +96,15 @@ class Config:
 
 FULL = Config(jobs=2_000, trickle=100, requests=5_000, concurrency=16)
 #: Every measurement end to end in seconds (its numbers mean nothing): what the test runs.
-DRY = replace(FULL, jobs=20, trickle=3, requests=40, concurrency=4)
+DRY = replace(FULL, jobs=10, trickle=3, requests=20, concurrency=4)
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where the stores are made: a Postgres server (a schema each) and a Redis (a prefix each)."""
+
+    pg: str = PG_URL
+    redis: str = REDIS_URL
 
 
 class BenchError(Exception):
@@ -236,27 +244,27 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 
 @asynccontextmanager
-async def store(kind: str) -> AsyncIterator[tuple[str, str]]:
+async def store(kind: str, servers: Servers) -> AsyncIterator[tuple[str, str]]:
     """A fresh store of `kind`: its URL and its name (schema or prefix), removed on the way out."""
     tag = uuid.uuid4().hex[:8]
     if kind == "pg":
         schema = f"bench_webhooks_{tag}"
-        await asyncio.to_thread(upgrade, PG_URL, schema)
+        await asyncio.to_thread(upgrade, servers.pg, schema)
         try:
-            yield f"{PG_URL}?schema={schema}", schema
+            yield f"{servers.pg}?schema={schema}", schema
         finally:
-            await asyncio.to_thread(_drop_schema, schema)
+            await asyncio.to_thread(_drop_schema, servers.pg, schema)
         return
     prefix = f"bench-webhooks-{tag}"
-    url = f"{REDIS_URL}?prefix={prefix}"
+    url = f"{servers.redis}?prefix={prefix}"
     try:
         yield url, prefix
     finally:
         await _purge(url)
 
 
-def _drop_schema(schema: str) -> None:
-    with psycopg.connect(libpq_url(PG_URL), autocommit=True) as conn:
+def _drop_schema(pg_url: str, schema: str) -> None:
+    with psycopg.connect(libpq_url(pg_url), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
@@ -270,12 +278,12 @@ async def _purge(url: str) -> None:
             await client.delete(*found)
 
 
-async def left_behind(kind: str, name: str) -> int:
+async def left_behind(kind: str, name: str, servers: Servers) -> int:
     """What a removed store left: schemas of that name, or keys of that prefix."""
     if kind == "pg":
 
         def count() -> int:
-            with psycopg.connect(libpq_url(PG_URL)) as conn:
+            with psycopg.connect(libpq_url(servers.pg)) as conn:
                 row = conn.execute(
                     "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
                     (name,),
@@ -284,7 +292,7 @@ async def left_behind(kind: str, name: str) -> int:
             return int(row[0])
 
         return await asyncio.to_thread(count)
-    driver: Any = driver_from_url(f"{REDIS_URL}?prefix={name}")
+    driver: Any = driver_from_url(f"{servers.redis}?prefix={name}")
     async with driver:
         return len([k async for k in driver.client.scan_iter(match=driver.keys.pattern())])
 
@@ -315,7 +323,7 @@ def _pcts(values: list[float]) -> dict[str, float]:
 # -- send -------------------------------------------------------------------------------------
 
 
-async def measure_send(kind: str, config: Config) -> dict[str, Any]:
+async def measure_send(kind: str, config: Config, servers: Servers) -> dict[str, Any]:
     """`config.jobs` webhook() jobs drained by one worker into the no-op endpoint, then the
     trickle: the sample (rate, latencies, CPU), every event checked delivered exactly once."""
     sink = await asyncio.to_thread(_start_sink)
@@ -323,10 +331,14 @@ async def measure_send(kind: str, config: Config) -> dict[str, Any]:
         assert sink.stdout is not None
         port = int(await asyncio.wait_for(asyncio.to_thread(sink.stdout.readline), 20))
         url = f"http://127.0.0.1:{port}/in"
-        async with store(kind) as (store_url, name):
+        async with store(kind, servers) as (store_url, name):
             sample = await _send(store_url, url, port, config)
             sample["sink_cpu_s"] = _cpu_seconds(sink.pid)
-        sample["store"] = {"kind": kind, "name": name, "left": await left_behind(kind, name)}
+        sample["store"] = {
+            "kind": kind,
+            "name": name,
+            "left": await left_behind(kind, name, servers),
+        }
         return sample
     finally:
         _stop(sink)
@@ -395,23 +407,9 @@ async def _send(store_url: str, url: str, port: int, config: Config) -> dict[str
         async with httpx.AsyncClient() as client:
             seen = (await client.get(f"http://127.0.0.1:{port}/seen", timeout=30)).json()
         completed = await job_ids(driver, handle.name, JobState.COMPLETED)
-    got: dict[str, int] = {}
-    at: dict[str, float] = {}
-    for event_id, when in seen:
-        got[event_id] = got.get(event_id, 0) + 1
-        at.setdefault(event_id, when)
     wanted = [*ids, *trickle]
-    missing = [e for e in wanted if e not in got]
-    doubled = [e for e, n in got.items() if n != 1]
-    strangers = sorted(set(got) - set(wanted))
     failed = [s.job_id for s in settled if s.outcome != "completed"]
-    exactly_once = not (missing or doubled or strangers or failed) and len(completed) == len(wanted)
-    if not exactly_once:
-        raise BenchError(
-            f"send: {len(missing)} events missing, {len(doubled)} doubled, {len(strangers)}"
-            f" unknown, {len(failed)} jobs not completed, {len(completed)} of {len(wanted)}"
-            " completed rows"
-        )
+    at = check_sent(wanted, seen, failed, completed)
     latency = [(at[e] - enqueued_at[e]) * 1000 for e in trickle]
     return {
         "jobs": config.jobs,
@@ -422,24 +420,50 @@ async def _send(store_url: str, url: str, port: int, config: Config) -> dict[str
         "worker_cpu_s": cpu_s,
         "trickle": config.trickle,
         "latency_ms": _pcts(latency),
-        "delivered": len(got),
-        "exactly_once": exactly_once,
+        "delivered": len(at),
+        "exactly_once": True,
         "load_1m": {"before": load_before, "after": load_after},
     }
+
+
+def check_sent(
+    wanted: list[str], seen: list[list[Any]], failed: list[str], completed: list[str]
+) -> dict[str, float]:
+    """When each wanted event reached the endpoint; `BenchError` unless every one of them got
+    there exactly once, nothing else did, and every job completed."""
+    got: dict[str, int] = {}
+    at: dict[str, float] = {}
+    for event_id, when in seen:
+        got[event_id] = got.get(event_id, 0) + 1
+        at.setdefault(event_id, when)
+    missing = [e for e in wanted if e not in got]
+    doubled = [e for e, n in got.items() if n != 1]
+    strangers = set(got) - set(wanted)
+    if missing or doubled or strangers or failed or len(completed) != len(wanted):
+        raise BenchError(
+            f"send: {len(missing)} events missing, {len(doubled)} doubled, {len(strangers)}"
+            f" unknown, {len(failed)} jobs not completed, {len(completed)} of {len(wanted)}"
+            " completed rows"
+        )
+    return at
 
 
 # -- receive ----------------------------------------------------------------------------------
 
 
-async def measure_receive(kind: str, config: Config) -> dict[str, Any]:
+async def measure_receive(kind: str, config: Config, servers: Servers) -> dict[str, Any]:
     """The receiver under uvicorn, driven by the load generator: the sample, every event
     checked stored exactly once."""
     with tempfile.TemporaryDirectory(prefix="bench-webhooks-") as tmp:
         app_dir = Path(tmp)
         (app_dir / "bench_receiver_app.py").write_text(APP)
-        async with store(kind) as (store_url, name):
+        async with store(kind, servers) as (store_url, name):
             sample = await _receive(app_dir, store_url, config)
-        sample["store"] = {"kind": kind, "name": name, "left": await left_behind(kind, name)}
+        sample["store"] = {
+            "kind": kind,
+            "name": name,
+            "left": await left_behind(kind, name, servers),
+        }
         return sample
 
 
@@ -502,13 +526,7 @@ async def _receive(app_dir: Path, store_url: str, config: Config) -> dict[str, A
     driver = driver_from_url(store_url)
     async with driver:
         rows = await job_ids(driver, RECEIVER)
-    stored_once = len(rows) == len(set(rows)) == len(wanted) and set(rows) == wanted
-    answered = load["statuses"] == {"200": config.requests} and load["deduped"] == 0
-    if not (stored_once and answered):
-        raise BenchError(
-            f"receive: answers {load['statuses']} ({load['deduped']} deduped), {len(rows)} rows"
-            f" stored ({len(set(rows) & wanted)} of the {len(wanted)} events)"
-        )
+    check_stored(wanted, rows, load, config.requests)
     return {
         "requests": config.requests,
         "concurrency": config.concurrency,
@@ -519,9 +537,21 @@ async def _receive(app_dir: Path, store_url: str, config: Config) -> dict[str, A
         "server_cpu_s": server_cpu_s,
         "generator_cpu_s": load["cpu_s"],
         "stored": len(rows),
-        "exactly_once": stored_once,
+        "exactly_once": True,
         "load_1m": {"before": load_before, "after": load_after},
     }
+
+
+def check_stored(wanted: set[str], rows: list[str], load: dict[str, Any], requests: int) -> None:
+    """`BenchError` unless every request was answered 200 (none deduped) and the store holds
+    each event's job exactly once and no other."""
+    stored_once = len(rows) == len(set(rows)) == len(wanted) and set(rows) == wanted
+    answered = load["statuses"] == {"200": requests} and load["deduped"] == 0
+    if not (stored_once and answered):
+        raise BenchError(
+            f"receive: answers {load['statuses']} ({load['deduped']} deduped), {len(rows)} rows"
+            f" stored ({len(set(rows) & wanted)} of the {len(wanted)} events)"
+        )
 
 
 async def generate(base: str, requests: int, concurrency: int, tag: str) -> dict[str, Any]:
@@ -591,30 +621,32 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
-def _versions() -> dict[str, str]:
+def _versions(pg_url: str) -> dict[str, str]:
     names = ("ultimat3-jobs", "httpx", "uvicorn", "starlette", "standardwebhooks")
     got = {name: metadata.version(name) for name in names}
-    with psycopg.connect(libpq_url(PG_URL)) as conn:
+    with psycopg.connect(libpq_url(pg_url)) as conn:
         row = conn.execute("SELECT current_setting('server_version')").fetchone()
     assert row is not None
     got["postgres"] = str(row[0])
     return got
 
 
-async def _redis_version() -> str:
-    driver: Any = driver_from_url(f"{REDIS_URL}?prefix=bench-webhooks-version")
+async def _redis_version(redis_url: str) -> str:
+    driver: Any = driver_from_url(f"{redis_url}?prefix=bench-webhooks-version")
     async with driver:
         info = await driver.client.info("server")
     return str(info["redis_version"])
 
 
-async def run(config: Config, kinds: tuple[str, ...], stores: tuple[str, ...]) -> dict[str, Any]:
+async def run(
+    config: Config, kinds: tuple[str, ...], stores: tuple[str, ...], servers: Servers
+) -> dict[str, Any]:
     """Every measurement asked for, each on a fresh store: the result (not yet saved)."""
     about: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "nproc": os.cpu_count(),
         "python": platform.python_version(),
-        "versions": {**_versions(), "redis": await _redis_version()},
+        "versions": {**_versions(servers.pg), "redis": await _redis_version(servers.redis)},
         "commit": _git("describe", "--always", "--dirty"),
         "load_before": os.getloadavg(),
     }
@@ -623,7 +655,9 @@ async def run(config: Config, kinds: tuple[str, ...], stores: tuple[str, ...]) -
         for where in stores:
             print(f"bench: {kind} on {where} (load {os.getloadavg()[0]:.2f})", flush=True)
             measure = measure_send if kind == "send" else measure_receive
-            samples.append({"kind": kind, "backend": where, **await measure(where, config)})
+            samples.append(
+                {"kind": kind, "backend": where, **await measure(where, config, servers)}
+            )
     about["load_after"] = os.getloadavg()
     return {"config": asdict(config), "kinds": list(kinds), "stores": list(stores),
             "machine": about, "samples": samples}  # fmt: skip
@@ -684,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, help=f"default {FULL.concurrency}")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(KINDS)}")
     parser.add_argument("--stores", help=f"comma-separated subset of {','.join(STORES)}")
+    parser.add_argument("--pg-url", default=PG_URL, help="the server (default %(default)s)")
+    parser.add_argument("--redis-url", default=REDIS_URL, help="the server (default %(default)s)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args(args_in)
     config = DRY if args.dry_run else FULL
@@ -703,9 +739,17 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     if load >= BUSY_LOAD:
         print(f"bench: load average {load:.2f}: other work shares the cores; numbers wander")
-    result = asyncio.run(run(config, kinds, stores))
+    result = asyncio.run(run(config, kinds, stores, Servers(args.pg_url, args.redis_url)))
     result["dry_run"] = args.dry_run
-    result["command"] = " ".join(["python -m bench.webhooks", *args_in])
+    # What was asked, never where it went or the servers' URLs (a path, a password).
+    asked = [
+        f"--{name.replace('_', '-')} {value}"
+        for name, value in vars(args).items()
+        if name in ("jobs", "requests", "concurrency", "only", "stores") and value is not None
+    ]
+    result["command"] = " ".join(
+        ["python -m bench.webhooks", *(["--dry-run"] if args.dry_run else []), *asked]
+    )
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"webhooks-{stamp}{'-dry' if args.dry_run else ''}.json"

@@ -3325,3 +3325,23 @@ def test_a_failing_ci_run_prints_a_seed_that_replays_it(
         assert "--hypothesis-seed=20261202" in "".join(caught.value.__notes__)
     assert messages[0] == messages[1]
     assert "seed 20261202" in capsys.readouterr().out
+
+
+def test_two_families_defining_one_helper_are_refused() -> None:
+    """The machine that walks every family would silently run one family's helper for both."""
+    from jobs_core.testing.machine import ParityMachine, _every_rule, _one_owner_each
+
+    _every_rule()  # today's families: each name has one owner
+
+    class First(ParityMachine):
+        FAMILY = "jobs"
+
+        def _refused(self) -> None: ...
+
+    class Second(ParityMachine):
+        FAMILY = "jobs"
+
+        def _refused(self) -> None: ...
+
+    with pytest.raises(TypeError, match="First and Second both define '_refused'"):
+        _one_owner_each((First, Second))

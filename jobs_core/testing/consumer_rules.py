@@ -30,8 +30,6 @@ from jobs_core.driver import (
 from jobs_core.errors import JobsError
 from jobs_core.records import (
     ClaimedJob,
-    ClaimParams,
-    ClaimResult,
     ConsumerCursor,
     ConsumerPut,
     Fence,
@@ -431,18 +429,7 @@ class ConsumerRules(ParityMachine):
             max_attempts=3,
             created_at_ms=self.now,
         )
-        self._both(
-            "job_enqueue(a consumer's row)",
-            functools.partial(self.model.job_enqueue, job),
-            functools.partial(self.driver.job_enqueue, job),
-        )
-        return self._claim_alone(job.queue, WORKERS[0])
-
-    def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
-        got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))
-        if isinstance(got, ClaimResult) and got.jobs:
-            return got.jobs[0]
-        return None
+        return self._own_row(job, "a consumer's row")
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeAlias, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -1089,6 +1089,23 @@ class ParityMachine(PairedMachine[JobDriver]):
             self._claim_events(params, before, got)
         return got
 
+    def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
+        """The one row `worker` claims from `queue` now (a 1 s lease), or None."""
+        got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))
+        if isinstance(got, ClaimResult) and got.jobs:
+            return got.jobs[0]
+        return None
+
+    def _own_row(self, job: NewJob, what: str) -> ClaimedJob | None:
+        """`job`, in a queue of its own, enqueued on both and claimed now by the first worker:
+        the row a family's edge rule writes under (`what` names it in a divergence)."""
+        self._both(
+            f"job_enqueue({what})",
+            functools.partial(self.model.job_enqueue, job),
+            functools.partial(self.driver.job_enqueue, job),
+        )
+        return self._claim_alone(job.queue, WORKERS[0])
+
     def _claim_events(self, params: ClaimParams, before: dict[str, Any], got: ClaimResult) -> None:
         now = params.now_ms
         bound = params.reclaim_until_ms
@@ -1814,22 +1831,36 @@ def _every_rule() -> type[ParityMachine]:
     from jobs_core.testing.task_rules import TaskRules
     from jobs_core.testing.webhook_rules import WebhookRules
 
-    return type(
-        "EveryFamily",
-        (
-            OperatorRules,
-            DurableRules,
-            LeaseRules,
-            TaskRules,
-            FlowRules,
-            SweepRules,
-            PostingRules,
-            ConsumerRules,
-            WebhookRules,
-            ParityMachine,
-        ),
-        {},
+    families = (
+        OperatorRules,
+        DurableRules,
+        LeaseRules,
+        TaskRules,
+        FlowRules,
+        SweepRules,
+        PostingRules,
+        ConsumerRules,
+        WebhookRules,
     )
+    _one_owner_each(families)
+    return type("EveryFamily", (*families, ParityMachine), {})
+
+
+#: What every family's class defines and chains with `super()`: shared on purpose.
+_COOPERATIVE: Final = frozenset({"FAMILY", "_family_checks"})
+
+
+def _one_owner_each(families: tuple[type[ParityMachine], ...]) -> None:
+    """Refuse two family classes defining one name: the class that walks every family would
+    run one family's method for both (the first in its MRO), silently."""
+    owner: dict[str, str] = {}
+    for klass in families:
+        for name in vars(klass):
+            if name.startswith("__") or name in _COOPERATIVE:
+                continue
+            if name in owner:
+                raise TypeError(f"{owner[name]} and {klass.__name__} both define {name!r}")
+            owner[name] = klass.__name__
 
 
 def _rule_names(machine: type[ParityMachine]) -> list[str]:

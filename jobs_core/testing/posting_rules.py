@@ -28,8 +28,6 @@ from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
     ClaimedJob,
-    ClaimParams,
-    ClaimResult,
     Fence,
     Nack,
     NackKind,
@@ -151,7 +149,7 @@ class PostingRules(ParityMachine):
         elif op == "balances":
             self._balances(tenant, list(ACCOUNTS[: 1 + pick % len(ACCOUNTS)]))
         else:
-            self._refused(refusal, pick)
+            self._posting_refused(refusal, pick)
 
     def _put_fence(self, how: str, pick: int) -> tuple[Fence, str] | None:
         rows = [r for r in self._held_rows() if r.claimed_by is not None]
@@ -308,7 +306,7 @@ class PostingRules(ParityMachine):
             self._note("posting balance past 2**63")
         return got
 
-    def _refused(self, kind: str, pick: int) -> None:
+    def _posting_refused(self, kind: str, pick: int) -> None:
         """A call the ABC refuses: nothing is written (the state check sees)."""
         rows = [r for r in self._held_rows() if r.claimed_by is not None]
         f = (
@@ -388,18 +386,7 @@ class PostingRules(ParityMachine):
             max_attempts=3,
             created_at_ms=self.now,
         )
-        self._both(
-            "job_enqueue(a ledger's row)",
-            functools.partial(self.model.job_enqueue, job),
-            functools.partial(self.driver.job_enqueue, job),
-        )
-        return self._claim_alone(job.queue, WORKERS[0])
-
-    def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
-        got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))
-        if isinstance(got, ClaimResult) and got.jobs:
-            return got.jobs[0]
-        return None
+        return self._own_row(job, "a ledger's row")
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

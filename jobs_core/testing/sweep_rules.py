@@ -1056,12 +1056,7 @@ class SweepRules(ParityMachine):
     def _sweep_row(self, prefix: str) -> ClaimedJob | None:
         """A `_sweep_job` row of a run of its own, claimed now by the first worker."""
         job = self._sweep_job(prefix)
-        self._both(
-            "job_enqueue(a sweep's row)",
-            functools.partial(self.model.job_enqueue, job),
-            functools.partial(self.driver.job_enqueue, job),
-        )
-        return self._claim_alone(job.queue, WORKERS[0])
+        return self._own_row(job, "a sweep's row")
 
     def _claimed_together(self, jobs: list[NewJob]) -> dict[str, ClaimedJob]:
         """`jobs` (`_sweep_job` rows) moved to one queue of their own, enqueued in one call and
@@ -1077,12 +1072,6 @@ class SweepRules(ParityMachine):
         )
         got = self._claim(ClaimParams((queue,), WORKERS[0], len(jobs), 1000, self.now))
         return {j.id: j for j in got.jobs} if isinstance(got, ClaimResult) else {}
-
-    def _claim_alone(self, queue: str, worker: str) -> ClaimedJob | None:
-        got = self._claim(ClaimParams((queue,), worker, 1, 1000, self.now))
-        if isinstance(got, ClaimResult) and got.jobs:
-            return got.jobs[0]
-        return None
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

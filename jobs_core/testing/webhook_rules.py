@@ -110,7 +110,7 @@ class WebhookRules(ParityMachine):
         """One ledger call: a put, an attempt under a held fence or a near miss of it (of a
         known endpoint mostly), an enable, a read, a listing; or a refused call."""
         if refusal is not None:
-            self._refused(refusal, pick)
+            self._webhook_refused(refusal, pick)
         elif op == "put":
             self._endpoint_put(tenant, endpoint, url)
         elif op == "attempt":
@@ -339,7 +339,7 @@ class WebhookRules(ParityMachine):
         if job is not None:
             self._attempt(job.fence, tenant, endpoint, outcome, disable_after, excerpt=excerpt)
 
-    def _refused(self, kind: str, pick: int) -> None:
+    def _webhook_refused(self, kind: str, pick: int) -> None:
         """A call the ABC refuses: nothing is written (the state check sees)."""
         rows = self._held_rows()
         f = (
@@ -418,15 +418,7 @@ class WebhookRules(ParityMachine):
             max_attempts=3,
             created_at_ms=self.now,
         )
-        self._both(
-            "job_enqueue(a webhook's row)",
-            functools.partial(self.model.job_enqueue, job),
-            functools.partial(self.driver.job_enqueue, job),
-        )
-        got = self._claim(ClaimParams((job.queue,), WORKERS[0], 1, 1000, self.now))
-        if isinstance(got, ClaimResult) and got.jobs:
-            return got.jobs[0]
-        return None
+        return self._own_row(job, "a webhook's row")
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

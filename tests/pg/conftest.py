@@ -145,6 +145,29 @@ async def pg(pg_schema: str) -> AsyncIterator[PgDriver]:
         yield driver
 
 
+@pytest.fixture(scope="module")
+def module_schema() -> Iterator[str]:
+    """One migrated schema for a whole module (a migration costs more than some modules' cases):
+    the module's tests share it through `pg_shared`, which empties it after each."""
+    schema = fresh_schema()
+    try:
+        migrate(schema)
+        yield schema
+    finally:
+        drop_schema(schema)
+
+
+@pytest.fixture
+async def pg_shared(module_schema: str) -> AsyncIterator[PgDriver]:
+    """A driver on the module's schema, every table emptied after the test."""
+    driver = PgDriver(PG_URL, schema=module_schema, pool_size=4)
+    try:
+        async with driver:
+            yield driver
+    finally:
+        await asyncio.to_thread(empty_schema, module_schema)
+
+
 @pytest.fixture
 async def proxy() -> AsyncIterator[Proxy]:
     """A cuttable proxy in front of the test server (`proxy.url(PG_URL)` reaches it)."""

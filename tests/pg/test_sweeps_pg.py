@@ -4,7 +4,6 @@ advances on several connections, and a start that waits for a finish in flight."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import pytest
@@ -12,32 +11,15 @@ from psycopg import sql
 
 from jobs_core.records import SweepFinish, SweepStartAnswer
 from jobs_pg import PgDriver
-from jobs_pg.migrate import upgrade
 from tests.core import sweep_cases as cases
 from tests.core.support import T0, until
-from tests.pg.conftest import PG_URL, admin, drop_schema, empty_schema, fresh_schema
-
-
-@pytest.fixture(scope="module")
-def ledger_schema() -> Iterator[str]:
-    """One migrated schema for the module (a migration costs more than these cases)."""
-    schema = fresh_schema()
-    try:
-        upgrade(PG_URL, schema)
-        yield schema
-    finally:
-        drop_schema(schema)
+from tests.pg.conftest import PG_URL, admin
 
 
 @pytest.fixture
-async def pg(ledger_schema: str) -> AsyncIterator[PgDriver]:
-    """A driver on the module's schema, every table emptied after the test."""
-    driver = PgDriver(PG_URL, schema=ledger_schema, pool_size=4)
-    try:
-        async with driver:
-            yield driver
-    finally:
-        await asyncio.to_thread(empty_schema, ledger_schema)
+def pg(pg_shared: PgDriver) -> PgDriver:
+    """These cases share one migrated schema (`tests/pg/conftest.py`'s `pg_shared`)."""
+    return pg_shared
 
 
 async def test_a_run_records_each_batch_once(pg: PgDriver) -> None:

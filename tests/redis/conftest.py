@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from jobs_core.driver import JobDriver
+from jobs_core.testing.profiles import selected_profile
 from jobs_redis import RedisDriver
 
 REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -50,6 +51,24 @@ async def purge(driver: RedisDriver) -> None:
     found = [k async for k in client.scan_iter(match=driver.keys.pattern(), count=1000)]
     if found:
         await client.delete(*found)
+
+
+@contextlib.asynccontextmanager
+async def several_drivers(n: int) -> AsyncIterator[list[RedisDriver]]:
+    """`n` open drivers on one fresh prefix, each with connections of its own (racing writers
+    from several processes, as far as the server can tell); the prefix purged after."""
+    prefix = fresh_prefix()
+    async with contextlib.AsyncExitStack() as stack:
+        drivers = [
+            RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
+            for _ in range(n)
+        ]
+        for d in drivers:
+            await stack.enter_async_context(d)
+        try:
+            yield drivers
+        finally:
+            await purge(drivers[0])
 
 
 def _free(port: int) -> bool:
@@ -219,3 +238,30 @@ def make_waking_driver(request: pytest.FixtureRequest) -> Factory:
 async def driver(make_driver: Factory) -> AsyncIterator[JobDriver]:
     async with make_driver() as d:
         yield d
+
+
+#: The family walks run on fakeredis under the quick `ci` profile: the job family and steps and
+#: events, whose scripts (the claim, the settles, waits) lean on fakeredis's Lua emulation the
+#: most. Every family's walk runs on the real server and on the cluster in every run, every
+#: family's scenarios on all three, and every walk on fakeredis too under any other profile
+#: (`HYPOTHESIS_PROFILE=nightly`): a fakeredis walk costs about twice a real one, over the same
+#: scripts.
+CI_FAKE_WALKS = frozenset({"jobs", "durable"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `ci`, leave out the other families' fakeredis walks (see CI_FAKE_WALKS)."""
+    if selected_profile() != "ci":
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        test, _, ident = item.nodeid.partition("::TestRedisParity::test_state_machine[")
+        backend, _, family = ident.rstrip("]").partition("-")
+        if test.endswith("test_parity.py") and backend == "fake" and family not in CI_FAKE_WALKS:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

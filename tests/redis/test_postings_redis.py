@@ -4,12 +4,9 @@ connections."""
 
 from __future__ import annotations
 
-import contextlib
-
 from jobs_core.driver import JobDriver
-from jobs_redis import RedisDriver
 from tests.core import posting_cases as cases
-from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
+from tests.redis.conftest import several_drivers
 
 
 async def test_a_posting_lands_once(driver: JobDriver) -> None:
@@ -33,15 +30,5 @@ async def test_hostile_values_write_nothing(driver: JobDriver) -> None:
 
 
 async def test_concurrent_puts_on_several_connections_post_a_key_once() -> None:
-    prefix = fresh_prefix()
-    async with contextlib.AsyncExitStack() as stack:
-        drivers = [
-            RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
-            for _ in range(3)
-        ]
-        for d in drivers:
-            await stack.enter_async_context(d)
-        try:
-            await cases.concurrent_puts_post_a_key_once(drivers, per=4)
-        finally:
-            await purge(drivers[0])
+    async with several_drivers(3) as drivers:
+        await cases.concurrent_puts_post_a_key_once(drivers, per=4)

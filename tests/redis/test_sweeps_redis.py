@@ -3,12 +3,9 @@ driver runs (tests/core/sweep_cases.py), and racing advances on several connecti
 
 from __future__ import annotations
 
-import contextlib
-
 from jobs_core.driver import JobDriver
-from jobs_redis import RedisDriver
 from tests.core import sweep_cases as cases
-from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
+from tests.redis.conftest import several_drivers
 
 
 async def test_a_run_records_each_batch_once(driver: JobDriver) -> None:
@@ -36,15 +33,5 @@ async def test_the_listing_is_newest_first_then_run_id_descending(driver: JobDri
 
 
 async def test_concurrent_advances_on_several_connections_move_a_batch_once() -> None:
-    prefix = fresh_prefix()
-    async with contextlib.AsyncExitStack() as stack:
-        drivers = [
-            RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
-            for _ in range(3)
-        ]
-        for d in drivers:
-            await stack.enter_async_context(d)
-        try:
-            await cases.concurrent_advances_move_a_batch_once(drivers, per=3)
-        finally:
-            await purge(drivers[0])
+    async with several_drivers(3) as drivers:
+        await cases.concurrent_advances_move_a_batch_once(drivers, per=3)

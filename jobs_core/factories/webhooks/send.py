@@ -11,11 +11,14 @@ kept is sanitized (every store can hold it) and cut to `MAX_WEBHOOK_EXCERPT_BYTE
 
 from __future__ import annotations
 
+import functools
 import re
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Final
 
+import certifi
 import httpx
 
 from jobs_core.driver import MAX_WEBHOOK_EXCERPT_BYTES
@@ -85,7 +88,9 @@ async def post(
     started = time.monotonic()
     try:
         async with (
-            httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            httpx.AsyncClient(
+                timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls()
+            ) as client,
             client.stream(
                 "POST", url, content=body, headers=sent, extensions=extensions
             ) as response,
@@ -105,6 +110,14 @@ async def post(
     except (httpx.TransportError, OSError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return Answer(None, _since(started), excerpt_of(why), error=why)
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The one TLS context this process's sends share, verifying against certifi's CA store as
+    httpx's default does: building one loads that store, about 18 ms of CPU, which a client per
+    POST paid on every send (even plain http; bench/webhooks.py)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _since(started: float) -> int:

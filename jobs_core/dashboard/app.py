@@ -5,12 +5,15 @@ Server-rendered (Starlette and Jinja2); htmx, shipped inside, refreshes the live
 queues, the workers, a job that is not finished, a sweep that runs) and the job list's filters.
 Every read and every action goes through `Operator`, so the dashboard works on any driver and
 shows inputs redacted as the CLI does; the backfills pages read the sweep ledger's one
-projection (`inspect_backfills`, as `ujobs backfills` does) and an import's error report. A
-page of a family the driver does not declare answers 501 with the `Operator`'s refusal
-(`X_DRIVER_CAPABILITY_MISSING`, naming the family) — but the schedule and backfills lists, which
-say so on the page — and an action goes back with it as its notice. Actions are plain POST
-forms: they work without JavaScript, carry the CSRF token, and answer with a redirect to the
-page they came from and a one-line notice. Who may look and act: `jobs_core.dashboard.security`.
+projection (`inspect_backfills`, as `ujobs backfills` does) and an import's error report; the
+webhooks pages read the endpoint ledger (as `ujobs webhooks` does, with the `disable_after` of
+the declared `webhook()` senders) and the consumers page `inspect_consumers`. A page of a
+family the driver does not declare answers 501 with the `Operator`'s refusal
+(`X_DRIVER_CAPABILITY_MISSING`, naming the family) — but the schedule, backfills, webhooks and
+consumers lists, which say so on the page — and an action goes back with it as its notice.
+Actions are plain POST forms: they work without JavaScript, carry the CSRF token, and answer
+with a redirect to the page they came from and a one-line notice. Who may look and act:
+`jobs_core.dashboard.security`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from jobs_core.errors import (
     PageInvalidError,
     RecordInvalidError,
     RequeueDuplicateError,
+    WebhookEndpointUnknownError,
 )
 from jobs_core.factories.backfill import (
     Backfill,
@@ -72,11 +76,20 @@ from jobs_core.factories.backfill import (
     SweepView,
     inspect_backfills,
 )
+from jobs_core.factories.consumers.inspect import inspect_consumers
 from jobs_core.factories.rows.report import import_report
+from jobs_core.factories.webhook_tally import Sender, senders_of
 from jobs_core.job import JobHandle
 from jobs_core.operator import Action, Operator, QueueView, Throughput, refusal_for
 from jobs_core.operator.times import age, local, relative, when
-from jobs_core.records import JobFilter, Pause
+from jobs_core.records import (
+    JobFilter,
+    Pause,
+    WebhookAttempt,
+    WebhookAttemptListParams,
+    WebhookEndpoint,
+    WebhookEndpointEnable,
+)
 from jobs_core.scheduler.task import TaskHandle
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
@@ -123,6 +136,7 @@ _STATUS: Final[dict[type[JobsError], int]] = {
     DashboardCsrfError: 403,
     DashboardReadOnlyError: 403,
     JobNotFoundError: 404,
+    WebhookEndpointUnknownError: 404,
     JobNotRegisteredError: 404,
     NotCancellableError: 409,
     NotPromotableError: 409,
@@ -148,6 +162,18 @@ REPORT_ROWS: Final = 100
 #: and on a sweep's page.
 CURSOR_CHARS: Final = 80
 CURSOR_CHARS_LONG: Final = 1_000
+#: The endpoints the webhooks page lists, and the attempts it shows of each of the first
+#: `ATTEMPT_ROWS` (one read per endpoint: the page stays a bounded number of calls; its own page
+#: shows `ENDPOINT_ATTEMPTS`).
+WEBHOOK_ROWS: Final = 1_000
+ATTEMPT_ROWS: Final = 100
+LIST_ATTEMPTS: Final = 3
+ENDPOINT_ATTEMPTS: Final = 50
+#: The consumers page lists at most this many (name, tenant) cursors.
+CONSUMER_ROWS: Final = 1_000
+#: The most characters of an attempt's excerpt a list shows (its page shows it whole: at most
+#: 1 KiB).
+EXCERPT_CHARS: Final = 120
 
 
 def status_of(error: JobsError) -> int:
@@ -170,6 +196,14 @@ def batch_path(batch_id: str) -> str:
     if batch_id in (".", ".."):
         return f"/batches/?{urlencode({'id': batch_id})}"
     return f"/batches/{quote(batch_id, safe='')}"
+
+
+def endpoint_path(tenant: str | None, endpoint: str, verb: str = "") -> str:
+    """The path of a webhook endpoint's page (or of `verb` on it): the id as one
+    percent-encoded segment, the tenant (none: the endpoint of no tenant) in the query."""
+    tail = f"/{verb}" if verb else ""
+    path = f"/webhooks/{quote(endpoint, safe='')}{tail}"
+    return path if tenant is None else f"{path}?{urlencode({'tenant': tenant})}"
 
 
 def sweep_path(name: str, run: str | None = None) -> str:
@@ -281,7 +315,7 @@ def _environment() -> Environment:
         clip=clip,
         literal=literal,
     )
-    env.globals.update(relative=relative, when=when)
+    env.globals.update(relative=relative, when=when, endpoint_path=endpoint_path)
     return env
 
 
@@ -326,6 +360,8 @@ class Dashboard:
         self.tasks = list(tasks)
         #: The declared backfills among `handles`: what exists, beside what the ledger ran.
         self.backfills = [h for h in handles if isinstance(h, Backfill)]
+        #: The declared `webhook()` senders among `handles`: their `disable_after`.
+        self.senders = senders_of(handles)
         self.env = _environment()
         self._close_driver = close_driver
         self._queues = Snapshot(self._read_queues, fresh_s=QUEUES_FRESH_S, stale_s=QUEUES_STALE_S)
@@ -347,6 +383,11 @@ class Dashboard:
                 Route("/schedule", page(self.schedule_page), name="schedule"),
                 Route("/backfills", page(self.backfills_page), name="backfills"),
                 Route("/backfills/{name:path}", page(self.backfill_page), name="backfill"),
+                # -- webhooks and consumers --
+                Route("/webhooks", page(self.webhooks_page), name="webhooks"),
+                Route("/webhooks/{endpoint}", page(self.webhook_page), name="webhook"),
+                Route("/webhooks/{endpoint}/enable", act(self.webhook_enable), methods=["POST"]),
+                Route("/consumers", page(self.consumers_page), name="consumers"),
                 Route("/schedule/pause", act(self._pausing("task", True)), methods=["POST"]),
                 Route("/schedule/resume", act(self._pausing("task", False)), methods=["POST"]),
                 Route("/login", self.login_form, methods=["GET"]),
@@ -693,6 +734,81 @@ class Dashboard:
             "cursor_chars": CURSOR_CHARS_LONG,
         }
 
+    # -- webhooks --
+
+    def _senders(self, tenant: str | None) -> list[Sender]:
+        """The declared senders that may send to an endpoint of `tenant` (an org sender to an
+        org's, a `tenant="none"` one to the endpoints of no tenant)."""
+        kind = "none" if tenant is None else "org"
+        return [s for s in self.senders if s.tenant == kind]
+
+    def _require_webhooks(self) -> None:
+        if not self.driver.capabilities().webhooks:
+            raise CapabilityMissingError(
+                f"{self.driver.describe()} keeps no webhook endpoint ledger", detail="webhooks"
+            )
+
+    async def webhooks_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        if not self.driver.capabilities().webhooks:
+            return "webhooks.html", {"nav": "webhooks", "has_webhooks": False}
+        endpoints = await self.driver.webhook_endpoint_list(WEBHOOK_ROWS)
+        rows: list[tuple[WebhookEndpoint, list[WebhookAttempt] | None, list[Sender]]] = []
+        for at, ep in enumerate(endpoints):
+            tried = None
+            if at < ATTEMPT_ROWS:
+                tried = await self.driver.webhook_attempt_list(
+                    WebhookAttemptListParams(ep.tenant_id, ep.endpoint, LIST_ATTEMPTS)
+                )
+            rows.append((ep, tried, self._senders(ep.tenant_id)))
+        return "webhooks.html", {
+            "nav": "webhooks",
+            "has_webhooks": True,
+            "rows": rows,
+            "full": len(endpoints) >= WEBHOOK_ROWS,
+            "declared": bool(self.senders),
+            "can_act": self.access.can_act,
+            "excerpt_chars": EXCERPT_CHARS,
+            "list_attempts": LIST_ATTEMPTS,
+            "attempt_rows": ATTEMPT_ROWS,
+        }
+
+    async def _endpoint(self, request: Request) -> WebhookEndpoint:
+        self._require_webhooks()
+        tenant = request.query_params.get("tenant") or None
+        endpoint = str(request.path_params["endpoint"])
+        ep = await self.driver.webhook_endpoint_get(tenant, endpoint)
+        if ep is None:
+            raise WebhookEndpointUnknownError(detail=endpoint)
+        return ep
+
+    async def webhook_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        ep = await self._endpoint(request)
+        tried = await self.driver.webhook_attempt_list(
+            WebhookAttemptListParams(ep.tenant_id, ep.endpoint, ENDPOINT_ATTEMPTS)
+        )
+        return "webhook.html", {
+            "nav": "webhooks",
+            "ep": ep,
+            "attempts": tried,
+            "senders": self._senders(ep.tenant_id),
+            "declared": bool(self.senders),
+            "can_act": self.access.can_act,
+            "shown": ENDPOINT_ATTEMPTS,
+        }
+
+    async def consumers_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        if not self.driver.capabilities().consumers:
+            return "consumers.html", {"nav": "consumers", "has_consumers": False}
+        now = self.operator.clock.now_ms()
+        views = await inspect_consumers(self.driver, limit=CONSUMER_ROWS, now_ms=now)
+        return "consumers.html", {
+            "nav": "consumers",
+            "has_consumers": True,
+            "consumers": views,
+            "full": len(views) >= CONSUMER_ROWS,
+            "cursor_chars": CURSOR_CHARS,
+        }
+
     # -- actions -------------------------------------------------------------------------------
 
     def recount(self) -> None:
@@ -760,6 +876,23 @@ class Dashboard:
         return self._acted(
             request, form.get("back") or "/jobs?state=dead", f"requeue dead jobs: {parts}"
         )
+
+    # -- webhooks --
+
+    async def webhook_enable(self, request: Request, form: dict[str, str]) -> Response:
+        """Re-enable an endpoint its failures disabled, its streak cleared (`ujobs webhooks
+        enable`); the endpoint's tenant is the form's `tenant` (none: the endpoint of none)."""
+        self._require_webhooks()
+        tenant = form.get("tenant") or None
+        endpoint = str(request.path_params["endpoint"])
+        now = self.operator.clock.now_ms()
+        got = await self.driver.webhook_endpoint_enable(
+            WebhookEndpointEnable(tenant, endpoint, now)
+        )
+        if got is None:
+            raise WebhookEndpointUnknownError(detail=endpoint)
+        where = endpoint if tenant is None else f"{tenant}/{endpoint}"
+        return self._acted(request, endpoint_path(tenant, endpoint), f"enabled {where}")
 
     # -- signing in ----------------------------------------------------------------------------
 

@@ -28,7 +28,13 @@
   (`jobs.metrics.partial`);
 - from the consumers' cursors (a driver with the `consumers` family), the same way:
   `ujobs_consumer_lag` (by consumer and tenant: the records its last turn found left past
-  its cursor; a consumer whose source cannot tell is not served).
+  its cursor; a consumer whose source cannot tell is not served);
+- from this process's `webhook()` senders (a driver with the `webhooks` family):
+  `ujobs_webhook_attempts_total` (by `outcome`, delivered or failed: attempts whose record
+  landed in the endpoint ledger; an attempt whose fence did not hold counts nothing). Labelled
+  by outcome only: endpoints are per tenant and unbounded, and `ujobs webhooks show` or the
+  dashboard's `/webhooks` page tell them apart. The count is the process's, shared by every
+  worker in it.
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -56,6 +62,7 @@ from prometheus_client.registry import Collector
 from jobs_core.factories.backfill import Backfill, BackfillsView, inspect_backfills
 from jobs_core.factories.consumers.inspect import ConsumerView, inspect_consumers
 from jobs_core.factories.sweep import current_environment
+from jobs_core.factories.webhook_tally import ATTEMPTS
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.records import ClaimedJob, QueueStats
@@ -273,6 +280,22 @@ class _OutboxGauges(Collector):
         yield from (waiting, oldest, failing)
 
 
+# -- webhooks --
+class _WebhookAttempts(Collector):
+    """`ujobs_webhook_attempts_total{outcome}`: the attempts `webhook()` recorded in this
+    process (`jobs_core.factories.webhook_tally.ATTEMPTS`), read when scraped."""
+
+    def collect(self) -> Iterator[Metric]:
+        attempts = CounterMetricFamily(
+            "ujobs_webhook_attempts",
+            "Webhook delivery attempts this process recorded, by outcome",
+            labels=["outcome"],
+        )
+        for outcome, n in ATTEMPTS.counts().items():
+            attempts.add_metric([outcome], n)
+        yield attempts
+
+
 class WorkerMetrics:
     """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
 
@@ -320,6 +343,9 @@ class WorkerMetrics:
         # -- consumers --
         if worker.driver.capabilities().consumers:
             self.registry.register(_ConsumerGauges(worker, loop))
+        # -- webhooks --
+        if worker.driver.capabilities().webhooks:
+            self.registry.register(_WebhookAttempts())
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
         worker.observe(self._observe)

@@ -644,3 +644,72 @@ async def test_racing_attempts_each_move_the_streak_once(driver: JobDriver) -> N
     assert len(await attempts(driver, "orders")) == 20
     disabled = {a.endpoint.disabled_at_ms for a in answers if a.endpoint and not a.endpoint.enabled}
     assert disabled == {ep.disabled_at_ms}
+
+
+# -- the metric: ujobs_webhook_attempts_total ------------------------------------------------------
+
+
+async def test_the_attempts_counter_moves_on_recorded_attempts_only(http: Endpoint) -> None:
+    """Delivered and failed attempts each count once under their outcome; an attempt whose
+    claim was lost (its record refused by the fence) counts nothing. Served by a worker's
+    `/metrics` on a driver with the webhooks family."""
+    from dataclasses import replace
+
+    from jobs_core.operator.metrics import serve
+    from jobs_core.worker import Worker
+    from tests.core.test_observability import _get, _value
+
+    async def scraped(port: int) -> dict[str, float]:
+        text = (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics"))[1]
+        return {
+            o: _value(text, "ujobs_webhook_attempts_total", outcome=o)
+            for o in ("delivered", "failed")
+        }
+
+    async with fresh_store("memory") as driver:
+        await register_endpoint(
+            driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK
+        )
+        handle = sender()
+        worker = Worker(driver, [handle], poll_floor=0.001, poll_ceiling=0.01, queues=["idle"])
+        server = serve(worker, "127.0.0.1", 0)
+        try:
+            await worker.start()
+            before = await scraped(server.port)
+            http.answer(200, 500, 200)
+            assert (await send(driver, handle, event(1)))["status"] == 200
+            assert (await send(driver, handle, event(2))).code == "X_WEBHOOK_DELIVERY_FAILED"
+            assert await scraped(server.port) == {
+                "delivered": before["delivered"] + 1,
+                "failed": before["failed"] + 1,
+            }
+            # A run whose claim another worker took: the POST went out, the record did not land.
+            with acting_for("acme"):
+                await Jobs(driver).enqueue(handle, event(3))
+            claim = ClaimParams((handle.queue,), "w1", 1, 60_000, now())
+            (claimed,) = (await driver.job_claim(claim)).jobs
+            lost = replace(claimed, worker_id="someone-else")
+            ctx = JobContext.for_test(lost, driver, tenant="acme")
+            with pytest.raises(JobsError, match="X_JOB_LEASE_LOST"):
+                await handle.fn(event(3), ctx)
+            assert len(http.got) == 3
+            assert await scraped(server.port) == {
+                "delivered": before["delivered"] + 1,
+                "failed": before["failed"] + 1,
+            }
+        finally:
+            await worker.stop()
+            server.close()
+
+
+def test_a_declared_sender_is_known_by_its_handle_for_the_dashboard() -> None:
+    from jobs_core.factories.webhook_tally import Sender, senders_of
+    from jobs_core.job import job
+
+    org = sender(name="hooks-org", disable_after=7)
+    none = sender(name="hooks-none", tenant="none")
+    plain = job(lambda input, ctx: None, name="plain", tenant="none", registry=JobRegistry())
+    assert senders_of([plain, none, org]) == [
+        Sender("hooks-none", "none", 20),
+        Sender("hooks-org", "org", 7),
+    ]

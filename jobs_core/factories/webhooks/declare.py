@@ -48,6 +48,7 @@ from jobs_core.errors import (
     WebhookRejectedError,
     WebhookUrlRefusedError,
 )
+from jobs_core.factories.webhook_tally import ATTEMPTS, Sender, note_sender
 from jobs_core.factories.webhooks.endpoints import check_endpoint_id
 from jobs_core.factories.webhooks.send import Answer, excerpt_of, post
 from jobs_core.factories.webhooks.sign import headers, signers
@@ -206,6 +207,7 @@ def webhook(
     async def body(input: Any, ctx: JobContext) -> dict[str, JsonValue]:
         return await _deliver(plan, input, ctx)
 
+    note_sender(body, Sender(name, tenant, plan.disable_after))
     return job(
         body,
         tenant="none" if tenant == "none" else org_of,
@@ -328,6 +330,7 @@ async def _deliver(plan: _Plan, input: Any, ctx: JobContext) -> dict[str, JsonVa
     )
     if not recorded.recorded or recorded.endpoint is None:
         raise LeaseLostError("the attempt was made but its claim was lost", detail=ctx.job_id)
+    ATTEMPTS.add(outcome)
     status = answer.status_code
     if outcome == "delivered":
         return {

@@ -7,12 +7,13 @@ the decorated function is exported under. A second, different handle on a name i
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from jobs_core.context import JobContext
 from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, name_refusal
@@ -337,3 +338,24 @@ def _refuse_duplicates(handles: Sequence[JobHandle]) -> None:
         held = by_name.setdefault(h.name, h)
         if held is not h:
             raise JobDuplicateError(detail=h.name)
+
+
+_Handle = TypeVar("_Handle", bound=JobHandle)
+
+
+def factory_handle(
+    cls: type[_Handle], error: type[JobsError], make: Callable[[], JobHandle], **fields: Any
+) -> _Handle:
+    """A factory's handle: what `make()` (a `job()` call on a registry of its own) answers, as
+    a `cls` — a `JobHandle` subclass carrying `fields` besides. A refusal of `job()` is raised
+    as the factory's own `error`, naming the same option; a taken name stays `X_JOB_DUPLICATE`."""
+    try:
+        base = make()
+    except JobDuplicateError:
+        raise
+    except JobsError as exc:
+        refused = error(f"{exc.code}: {exc.message}")
+        refused.detail = exc.detail
+        raise refused from exc
+    kept = {f.name: getattr(base, f.name) for f in dataclasses.fields(JobHandle) if f.init}
+    return cls(**kept, **fields)

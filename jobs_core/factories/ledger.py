@@ -43,7 +43,7 @@ for `"none"`) is refused at enqueue and in the run (`X_LEDGER_SCOPE_INVALID`); r
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -52,7 +52,6 @@ from jobs_core.context import JobContext
 from jobs_core.driver import check_amount, check_posting_lines
 from jobs_core.errors import (
     JobDuplicateError,
-    JobsError,
     LeaseLostError,
     LedgerDeclarationInvalidError,
     LedgerLinesInvalidError,
@@ -67,6 +66,7 @@ from jobs_core.job import (
     SettledHook,
     TenantSpec,
     default_registry,
+    factory_handle,
     job,
 )
 from jobs_core.jsonform import JsonValue
@@ -231,8 +231,11 @@ def ledger(
     async def body(input: Any, ctx: JobContext) -> JsonValue:
         return await _post(spec, input, ctx)
 
-    try:
-        base = job(
+    made = factory_handle(
+        Ledger,
+        LedgerDeclarationInvalidError,
+        functools.partial(
+            job,
             body,
             tenant=tenant,
             name=name,
@@ -244,15 +247,7 @@ def ledger(
             sensitive=sensitive,
             on_settled=on_settled,
             registry=JobRegistry(),  # checked there, registered below as the Ledger it is
-        )
-    except JobDuplicateError:
-        raise
-    except JobsError as exc:
-        refused = LedgerDeclarationInvalidError(f"{exc.code}: {exc.message}")
-        refused.detail = exc.detail
-        raise refused from exc
-    made = Ledger(
-        **{f.name: getattr(base, f.name) for f in dataclasses.fields(JobHandle) if f.init},
+        ),
         spec=spec,
     )
     jobs_registry = registry if registry is not None else default_registry

@@ -14,7 +14,7 @@ SQLAlchemy renders it; an upgrade that renders a select differently makes it a n
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,14 +25,21 @@ from jobs_core.driver import MAX_SWEEP_ROWS, name_refusal
 from jobs_core.errors import (
     BackfillDeclarationInvalidError,
     JobDuplicateError,
-    JobsError,
 )
 from jobs_core.facade import default_client
 from jobs_core.factories.backfill.rate import interval_ms
 from jobs_core.factories.backfill.registry import BackfillRegistry, default_backfills
 from jobs_core.factories.backfill.source import Keyset, Pages, PagesFn, Source
 from jobs_core.factories.sweep import SweepIdentity, checksum, current_environment, scope_of
-from jobs_core.job import JobHandle, JobRegistry, SettledHook, TenantSpec, default_registry, job
+from jobs_core.job import (
+    JobHandle,
+    JobRegistry,
+    SettledHook,
+    TenantSpec,
+    default_registry,
+    factory_handle,
+    job,
+)
 from jobs_core.jsonform import JsonValue
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.retry import Retry
@@ -217,8 +224,11 @@ def backfill(
         org = None if cross or not callable(tenant) else tenant(input)
         return spec.key_for(scope_of(org), current_environment())
 
-    try:
-        base = job(
+    made = factory_handle(
+        Backfill,
+        BackfillDeclarationInvalidError,
+        functools.partial(
+            job,
             body,
             tenant=tenant,
             name=name,
@@ -233,15 +243,7 @@ def backfill(
             concurrency=concurrency,
             rate_limit=rate_limit,
             registry=JobRegistry(),  # checked there, registered below as the Backfill it is
-        )
-    except JobDuplicateError:
-        raise
-    except JobsError as exc:
-        refused = BackfillDeclarationInvalidError(f"{exc.code}: {exc.message}")
-        refused.detail = exc.detail
-        raise refused from exc
-    made = Backfill(
-        **{f.name: getattr(base, f.name) for f in dataclasses.fields(JobHandle) if f.init},
+        ),
         spec=spec,
     )
     # Both registries refuse a name taken before either holds this one.

@@ -44,7 +44,7 @@ per event like any job, acting for the tenant derived again from the stored even
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -59,7 +59,6 @@ from jobs_core.errors import (
     DriverLimitError,
     DriverUnavailableError,
     InputInvalidError,
-    JobDuplicateError,
     JobsError,
     RecordInvalidError,
     WebhookBodyInvalidError,
@@ -74,7 +73,15 @@ from jobs_core.errors import (
 from jobs_core.factories.sweep import call
 from jobs_core.factories.webhooks.verify import ReceivedEvent, Verifier
 from jobs_core.ids import derived_id
-from jobs_core.job import JobHandle, JobRegistry, SettledHook, TenantSpec, default_registry, job
+from jobs_core.job import (
+    JobHandle,
+    JobRegistry,
+    SettledHook,
+    TenantSpec,
+    default_registry,
+    factory_handle,
+    job,
+)
 from jobs_core.jsonform import MAX_JSON_BYTES, JsonValue
 from jobs_core.leases.limits import ConcurrencySpec, RateLimit
 from jobs_core.retry import Retry
@@ -347,8 +354,11 @@ def webhook_receiver(
     async def body(input: Any, ctx: JobContext) -> Any:
         return await call(spec.handle, event_of(input), ctx)
 
-    try:
-        base = job(
+    made = factory_handle(
+        WebhookReceiver,
+        WebhookReceiverDeclarationInvalidError,
+        functools.partial(
+            job,
             body,
             tenant=_job_tenant(spec.tenant),
             name=name,
@@ -363,15 +373,7 @@ def webhook_receiver(
             concurrency=concurrency,
             rate_limit=rate_limit,
             registry=JobRegistry(),  # checked there, registered below as the receiver it is
-        )
-    except JobDuplicateError:
-        raise
-    except JobsError as exc:
-        refused = WebhookReceiverDeclarationInvalidError(f"{exc.code}: {exc.message}")
-        refused.detail = exc.detail
-        raise refused from exc
-    made = WebhookReceiver(
-        **{f.name: getattr(base, f.name) for f in dataclasses.fields(JobHandle) if f.init},
+        ),
         spec=spec,
     )
     (registry if registry is not None else default_registry).add(made)

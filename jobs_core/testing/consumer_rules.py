@@ -33,13 +33,11 @@ from jobs_core.records import (
     ConsumerCursor,
     ConsumerPut,
     Fence,
-    NewJob,
 )
 from jobs_core.testing.compare import Check, exactly_bytes
 from jobs_core.testing.machine import (
     ID_PREFIXES,
     LONG_NAME,
-    NAMES,
     WORKERS,
     ParityMachine,
     aimed_fences,
@@ -416,19 +414,7 @@ class ConsumerRules(ParityMachine):
         """A fresh row in a queue of its own (only these rules claim it), claimed now by the
         first worker: the run a consumer's turns are written under."""
         job_id = self._fresh_id(prefix)
-        job = NewJob(
-            id=job_id,
-            run_id=f"run-{self._serial}",
-            name=NAMES[0],
-            queue=f"consumer-{self._serial}",
-            tenant_id=None,
-            idempotency_key=job_id,
-            input_json="{}",
-            priority=0,
-            run_at_ms=self.now,
-            max_attempts=3,
-            created_at_ms=self.now,
-        )
+        job = self._plain_job(job_id, f"consumer-{self._serial}", run_id=f"run-{self._serial}")
         return self._own_row(job, "a consumer's row")
 
     def _family_checks(self) -> list[Check]:

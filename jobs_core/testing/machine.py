@@ -1096,6 +1096,31 @@ class ParityMachine(PairedMachine[JobDriver]):
             return got.jobs[0]
         return None
 
+    def _plain_job(
+        self,
+        job_id: str,
+        queue: str,
+        *,
+        run_id: str | None = None,
+        name: str = NAMES[0],
+        key: str | None = None,
+    ) -> NewJob:
+        """A row a family's edge rule writes under: no tenant, due now, three attempts, `{}`
+        input; its run `run-<id>` and its key its id unless given."""
+        return NewJob(
+            id=job_id,
+            run_id=run_id if run_id is not None else f"run-{job_id}",
+            name=name,
+            queue=queue,
+            tenant_id=None,
+            idempotency_key=key if key is not None else job_id,
+            input_json="{}",
+            priority=0,
+            run_at_ms=self.now,
+            max_attempts=3,
+            created_at_ms=self.now,
+        )
+
     def _own_row(self, job: NewJob, what: str) -> ClaimedJob | None:
         """`job`, in a queue of its own, enqueued on both and claimed now by the first worker:
         the row a family's edge rule writes under (`what` names it in a divergence)."""

@@ -31,7 +31,6 @@ from jobs_core.records import (
     Fence,
     Nack,
     NackKind,
-    NewJob,
     PostingLine,
     PostingPut,
     PostingPutAnswer,
@@ -373,19 +372,7 @@ class PostingRules(ParityMachine):
         """A fresh row holding `key` (a name of its own, so it never dedupes against another
         row of the key), in a queue of its own, claimed now by the first worker."""
         job_id = self._fresh_id("p")
-        job = NewJob(
-            id=job_id,
-            run_id=f"run-{job_id}",
-            name=f"ledger-{job_id}",
-            queue=f"posting-{job_id}",
-            tenant_id=None,
-            idempotency_key=key,
-            input_json="{}",
-            priority=0,
-            run_at_ms=self.now,
-            max_attempts=3,
-            created_at_ms=self.now,
-        )
+        job = self._plain_job(job_id, f"posting-{job_id}", name=f"ledger-{job_id}", key=key)
         return self._own_row(job, "a ledger's row")
 
     def _family_checks(self) -> list[Check]:

@@ -68,7 +68,6 @@ from jobs_core.testing.compare import Check, exactly_bytes
 from jobs_core.testing.machine import (
     ID_PREFIXES,
     LONG_NAME,
-    NAMES,
     WORKERS,
     ParityMachine,
     aimed_fences,
@@ -1039,19 +1038,7 @@ class SweepRules(ParityMachine):
         if utf8_length(run_id) > MAX_NAME_BYTES:
             # An id at the byte limit: its run id is as long (reversed, so still unique).
             run_id = job_id[::-1]
-        return NewJob(
-            id=job_id,
-            run_id=run_id,
-            name=NAMES[0],
-            queue=f"sweep-{self._serial}",
-            tenant_id=None,
-            idempotency_key=job_id,
-            input_json="{}",
-            priority=0,
-            run_at_ms=self.now,
-            max_attempts=3,
-            created_at_ms=self.now,
-        )
+        return self._plain_job(job_id, f"sweep-{self._serial}", run_id=run_id)
 
     def _sweep_row(self, prefix: str) -> ClaimedJob | None:
         """A `_sweep_job` row of a run of its own, claimed now by the first worker."""

@@ -31,7 +31,6 @@ from jobs_core.records import (
     ClaimParams,
     ClaimResult,
     Fence,
-    NewJob,
     WebhookAttemptAnswer,
     WebhookAttemptListParams,
     WebhookAttemptPut,
@@ -41,7 +40,7 @@ from jobs_core.records import (
     WebhookOutcome,
 )
 from jobs_core.testing.compare import Check, exactly_bytes
-from jobs_core.testing.machine import LONG_NAME, NAMES, WORKERS, ParityMachine, aimed_fences, recent
+from jobs_core.testing.machine import LONG_NAME, WORKERS, ParityMachine, aimed_fences, recent
 
 #: No tenant is a key of its own; one with markup and non-ASCII text; one at the byte limit.
 TENANTS = (None, "t1", "t'<b>\n☃", LONG_NAME)
@@ -405,20 +404,7 @@ class WebhookRules(ParityMachine):
     def _webhook_row(self) -> ClaimedJob | None:
         """A fresh row in a queue of its own, claimed now by the first worker."""
         job_id = self._fresh_id("wh-")
-        job = NewJob(
-            id=job_id,
-            run_id=f"run-{job_id}",
-            name=NAMES[0],
-            queue=f"webhook-{self._serial}",
-            tenant_id=None,
-            idempotency_key=job_id,
-            input_json="{}",
-            priority=0,
-            run_at_ms=self.now,
-            max_attempts=3,
-            created_at_ms=self.now,
-        )
-        return self._own_row(job, "a webhook's row")
+        return self._own_row(self._plain_job(job_id, f"webhook-{self._serial}"), "a webhook's row")
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()

@@ -348,12 +348,7 @@ class ConsumerRules(ParityMachine):
 
     def _consumer_refused(self, kind: str, pick: int) -> None:
         """A call the ABC refuses: nothing is written (the state check sees)."""
-        rows = self._held_rows()
-        f = (
-            Fence(rows[0].id, rows[0].claims, rows[0].claimed_by or WORKERS[0])
-            if rows
-            else Fence("no-such-job", 1, WORKERS[0])
-        )
+        f = self._refusal_fence()
         put = ConsumerPut(f, "orders", None, "table:orders", None, "1", 1, None, self.now)
         calls: dict[str, ConsumerPut | tuple[str, str | None] | tuple[None, int]] = {
             "empty name": replace(put, name=""),

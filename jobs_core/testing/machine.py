@@ -1096,6 +1096,14 @@ class ParityMachine(PairedMachine[JobDriver]):
             return got.jobs[0]
         return None
 
+    def _refusal_fence(self) -> Fence:
+        """The fence a refused call is sent under: a running row's, else one of no row (the
+        refusal must come first either way)."""
+        rows = self._held_rows()
+        if rows:
+            return Fence(rows[0].id, rows[0].claims, rows[0].claimed_by or WORKERS[0])
+        return Fence("no-such-job", 1, WORKERS[0])
+
     def _plain_job(
         self,
         job_id: str,

@@ -924,12 +924,7 @@ class SweepRules(ParityMachine):
 
     def _ledger_refused(self, kind: str, pick: int) -> None:
         """A call the ABC refuses: nothing is written (the state check sees)."""
-        rows = self._held_rows()
-        f = (
-            Fence(rows[0].id, rows[0].claims, rows[0].claimed_by or WORKERS[0])
-            if rows
-            else Fence("no-such-job", 1, WORKERS[0])
-        )
+        f = self._refusal_fence()
         run_id = self.model.rows[f.job_id].run_id if f.job_id in self.model.rows else "run-x"
         start = SweepStart(f, run_id, "users", "none", "default", "backfill", "c1", None, self.now)
         advance = SweepAdvance(f, run_id, 1, 1, 0, None, self.now)

@@ -340,12 +340,7 @@ class WebhookRules(ParityMachine):
 
     def _webhook_refused(self, kind: str, pick: int) -> None:
         """A call the ABC refuses: nothing is written (the state check sees)."""
-        rows = self._held_rows()
-        f = (
-            Fence(rows[0].id, rows[0].claims, rows[0].claimed_by or WORKERS[0])
-            if rows
-            else Fence("no-such-job", 1, WORKERS[0])
-        )
+        f = self._refusal_fence()
         good = WebhookAttemptPut(
             f,
             "t1",

@@ -8,6 +8,7 @@ profiles live in the package, so a third-party driver's tests get the very same 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,14 +19,18 @@ from jobs_core.testing.profiles import register_profiles
 register_profiles()
 
 
-@pytest.fixture(params=["pg", "redis"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
+@contextlib.contextmanager
+def fresh_store_url(kind: str) -> Iterator[str]:
+    """A fresh store's URL: `memory://`, a migrated Postgres schema, or a Redis key prefix;
+    dropped (purged) after."""
     from jobs_core.urls import driver_from_url
     from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
     from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
-    if request.param == "pg":
+    if kind == "memory":
+        yield "memory://"
+        return
+    if kind == "pg":
         schema = fresh_schema()
         migrate(schema)
         try:
@@ -44,3 +49,10 @@ def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
                 await purge(driver)
 
         asyncio.run(drop())
+
+
+@pytest.fixture(params=["pg", "redis"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
+    with fresh_store_url(request.param) as url:
+        yield url

@@ -4,7 +4,6 @@ answer with a small JSON refusal, nothing stored."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -12,7 +11,6 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +26,7 @@ from jobs_core.factories.webhooks import (
 )
 from jobs_core.job import JobRegistry
 from jobs_core.records import JobListParams
-from jobs_core.urls import driver_from_url
+from tests.conftest import fresh_store_url
 
 SECRET = "whsec_" + base64.b64encode(b"receiver-tests-secret-32-bytes!!").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"the-secret-being-rotated-out....").decode()
@@ -89,34 +87,9 @@ def receiver(
     return webhook_receiver(name=name, handle=on_event, registry=JobRegistry(), **options)
 
 
-@contextlib.contextmanager
-def store(kind: str) -> Iterator[str]:
+def store(kind: str) -> contextlib.AbstractContextManager[str]:
     """A fresh store's URL: memory, a migrated Postgres schema, or a Redis key prefix."""
-    if kind == "memory":
-        yield "memory://"
-        return
-    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
-    from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
-
-    if kind == "pg":
-        schema = fresh_schema()
-        migrate(schema)
-        try:
-            yield f"{PG_URL}?schema={schema}"
-        finally:
-            drop_schema(schema)
-        return
-    url = f"{REDIS_URL}?prefix={fresh_prefix()}"
-    try:
-        yield url
-    finally:
-
-        async def drop() -> None:
-            driver: Any = driver_from_url(url)
-            async with driver:
-                await purge(driver)
-
-        asyncio.run(drop())
+    return fresh_store_url(kind)
 
 
 async def all_ids(driver: JobDriver) -> list[str]:

@@ -51,6 +51,7 @@ from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
+from jobs_core.worker.supervisor import ChildHooks, max_jobs_from, processes_from, watch_parent
 
 
 @main.command()
@@ -110,6 +111,20 @@ from jobs_core.worker import Worker, WorkerStats
 )
 @click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--quiet", is_flag=True, help="No live counts.")
+@click.option(
+    "--processes",
+    default="1",
+    show_default=True,
+    help="Worker processes under one supervisor, which restarts any that dies and forwards "
+    "SIGTERM/Ctrl-C to drain them all; 'auto': one per CPU.",
+)
+@click.option(
+    "--max-jobs-per-process",
+    type=int,
+    default=None,
+    help="Recycle a worker process after this many jobs: drained, then replaced.",
+)
+@click.option("--supervised-by", type=int, default=None, hidden=True)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -129,10 +144,22 @@ def worker(
     with_relay: bool,
     outbox_url: str | None,
     quiet: bool,
+    processes: str,
+    max_jobs_per_process: int | None,
+    supervised_by: int | None,
 ) -> None:
-    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
+    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
+
+    With --processes N (or --max-jobs-per-process), this process supervises N such workers
+    (see jobs_core/worker/supervisor.py); /metrics then serves the whole group on one port.
+    """
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
+    child = None
+    if supervised_by is not None:
+        watch_parent(supervised_by)
+        child = ChildHooks(supervised_by, max_jobs_per_process)
     try:
+        group = processes_from(processes), max_jobs_from(max_jobs_per_process)
         url = _required_driver(url, "worker")
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
@@ -166,6 +193,10 @@ def worker(
         )
     except JobsError as exc:
         _fail(exc)
+    if child is None and group != (1, None):
+        from jobs_core.cli.group import run_group
+
+        raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
     _print_plan(w, handles, driver)
     if sched is not None:
         from jobs_core.cli.schedule import print_tasks, unread
@@ -175,7 +206,7 @@ def worker(
     if relay is not None:
         print_relay(relay)
     try:
-        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
+        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay, child))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
@@ -307,9 +338,12 @@ async def _run_worker(
     metrics_port: int | None = None,
     sched: Scheduler | None = None,
     relay: Relay | None = None,
+    child: ChildHooks | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
+    if child is not None:
+        child.attach(w)
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 

@@ -69,9 +69,7 @@ def run_group(
     path = metrics_dir() if metrics_port is not None else None
     if path is not None:
         env[MULTIPROC_ENV] = path
-    sup = Supervisor(
-        child_argv(ctx), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path
-    )
+    sup = Supervisor(child_argv(ctx), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path)
     recycle = ctx.params.get("max_jobs_per_process")
     console.print(
         Text.assemble(

@@ -54,6 +54,7 @@ from jobs_core.states import Outcome
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+    from jobs_core.operator.metrics import WorkerMetrics
     from jobs_core.worker import Worker
 
 log = logging.getLogger("jobs")
@@ -161,11 +162,14 @@ class Supervisor:
     _unclean: list[int] = field(default_factory=list)
 
     @property
+    def stopping(self) -> bool:
+        """A stop began (a signal, or giving up): no child starts any more."""
+        return self._stopping
+
+    @property
     def alive(self) -> list[int]:
         """Pids of the children running now."""
-        return [
-            s.proc.pid for s in self._slots if s.proc is not None and s.proc.returncode is None
-        ]
+        return [s.proc.pid for s in self._slots if s.proc is not None and s.proc.returncode is None]
 
     async def run(self) -> int:
         """Run the group until SIGTERM/SIGINT (then drain) or a crash loop; the exit status:
@@ -174,13 +178,17 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._slots = [_Slot(i) for i in range(self.processes)]
-        tasks = [asyncio.create_task(self._keep(s), name=f"ujobs-slot-{s.index}") for s in self._slots]
+        tasks = [
+            asyncio.create_task(self._keep(s), name=f"ujobs-slot-{s.index}") for s in self._slots
+        ]
         await self._stop.wait()
         budget = self.drain_timeout_s + EXIT_GRACE_S
         _, late = await asyncio.wait(tasks, timeout=budget)
         if late:
             for pid in self.alive:
-                log.error("jobs.supervisor.killed pid=%d: still running %g s after the stop", pid, budget)
+                log.error(
+                    "jobs.supervisor.killed pid=%d: still running %g s after the stop", pid, budget
+                )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 self._unclean.append(pid)
@@ -216,7 +224,7 @@ class Supervisor:
     async def _keep(self, slot: _Slot) -> None:
         while not self._stopping:
             proc = await self._spawn(slot)
-            if self._stopping:  # the stop came while this child was starting
+            if self.stopping:  # the stop came while this child was starting
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
             try:
@@ -227,7 +235,7 @@ class Supervisor:
             rc = await proc.wait()
             lived = time.monotonic() - slot.started_at
             self._dead(proc.pid)
-            if self._stopping:
+            if self.stopping:
                 # A child stopped before its signal handlers were in place dies of the SIGTERM:
                 # it had claimed nothing yet.
                 if rc not in (0, -signal.SIGTERM):
@@ -276,7 +284,7 @@ class Supervisor:
         if self.metrics_dir is not None:
             from prometheus_client import multiprocess
 
-            multiprocess.mark_process_dead(pid, self.metrics_dir)
+            multiprocess.mark_process_dead(pid, self.metrics_dir)  # type: ignore[no-untyped-call]
 
 
 # -- the child's side --
@@ -327,16 +335,15 @@ class ChildHooks:
             # The drain a deploy gets: held jobs handed back, running bodies finish, exit 0.
             os.kill(os.getpid(), signal.SIGTERM)
 
-    async def _live_gauges(self, w: Worker, metrics: object) -> None:
-        running, in_flight = getattr(metrics, "running"), getattr(metrics, "in_flight")
+    async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
         while True:
-            running.set(w.stats.running)
-            in_flight.set(w.stats.in_flight)
+            metrics.running.set(w.stats.running)
+            metrics.in_flight.set(w.stats.in_flight)
             await asyncio.sleep(0.5)
 
     async def _parent_gone(self, w: Worker) -> None:
         # Where PR_SET_PDEATHSIG is missing; on Linux the kernel's SIGTERM comes first.
-        while os.getppid() == self.parent_pid:
+        while os.getppid() == self.parent_pid:  # noqa: ASYNC110 - no event tells of a new parent
             await asyncio.sleep(1.0)
         if not w.draining:
             log.warning("jobs.worker.orphaned %s: the supervisor died; draining", w.worker_id)
@@ -361,7 +368,7 @@ class GroupMetrics:
         assert supervisor.metrics_dir is not None
         self.supervisor = supervisor
         self.registry = CollectorRegistry()
-        MultiProcessCollector(self.registry, path=supervisor.metrics_dir)
+        MultiProcessCollector(self.registry, path=supervisor.metrics_dir)  # type: ignore[no-untyped-call]
         collectors: Iterator[Collector] = store_collectors(reader, loop)
         for c in collectors:
             self.registry.register(c)
@@ -374,7 +381,7 @@ class GroupMetrics:
     def health(self) -> tuple[int, bytes]:
         s = self.supervisor
         alive = s.alive
-        ok = len(alive) == s.processes and not s._stopping
+        ok = len(alive) == s.processes and not s.stopping
         doc = {
             "status": "ok" if ok else "unhealthy",
             "processes": s.processes,
@@ -382,7 +389,7 @@ class GroupMetrics:
             "pids": alive,
             "restarts": s.restarts,
             "recycled": s.recycled,
-            "draining": s._stopping,
+            "draining": s.stopping,
         }
         return (200 if ok else 503), json.dumps(doc).encode()
 

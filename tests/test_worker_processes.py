@@ -217,6 +217,13 @@ def test_bad_process_counts_are_refused_before_anything_starts(value: str, messa
     assert "X_JOB_OPTION_INVALID" in result.output and message in result.output
 
 
+def test_processes_on_the_memory_store_are_refused() -> None:
+    args = ["worker", "jobs_core.demo", "--driver", "memory://", "--processes", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "X_CLI_USAGE_INVALID" in result.output and "share" in result.output
+
+
 def test_a_recycle_count_below_one_is_refused() -> None:
     args = ["worker", "jobs_core.demo", "--driver", "memory://", "--max-jobs-per-process", "0"]
     result = CliRunner().invoke(main, args)

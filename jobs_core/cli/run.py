@@ -51,7 +51,13 @@ from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
-from jobs_core.worker.supervisor import ChildHooks, max_jobs_from, processes_from, watch_parent
+from jobs_core.worker.supervisor import (
+    ChildHooks,
+    max_jobs_from,
+    processes_from,
+    shared_store,
+    watch_parent,
+)
 
 
 @main.command()
@@ -167,6 +173,8 @@ def worker(
         _seconds(drain_timeout, "--drain-timeout")
         retention = retention_from(keeps)
         driver = driver_from_url(url)
+        if supervised_by is None and group != (1, None):
+            shared_store(driver)
         handles = _jobs_in(module)
         w = Worker(
             driver,

@@ -18,6 +18,8 @@ The supervisor
   died within 10 s of their start while no child lived past those 10 s (a module that crashes
   on import in a child, a bad environment) — a store that is down is no reason: a worker waits
   for its store without exiting;
+- after a stop, exits 0 when every child drained and exited 0, else 1 (a child that failed its
+  drain, or one still running `EXIT_GRACE_S` past the drain deadline, then killed);
 - with `--metrics-port`, serves the whole group on that one port: the children write their
   counters, histogram and live gauges through prometheus-client's multiprocess mode into a
   directory the supervisor owns (removed at exit; a dead child's live gauges are dropped with
@@ -48,12 +50,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
 
-from jobs_core.errors import OptionInvalidError
+from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
 from jobs_core.states import Outcome
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+    from jobs_core.driver import JobDriver
     from jobs_core.operator.metrics import WorkerMetrics
     from jobs_core.worker import Worker
 
@@ -96,6 +99,17 @@ def max_jobs_from(n: int | None) -> int | None:
             detail="--max-jobs-per-process",
         )
     return n
+
+
+def shared_store(driver: JobDriver) -> None:
+    """Refuse (`X_CLI_USAGE_INVALID`) a store that worker processes cannot share: the memory
+    driver lives inside one process, so each worker would have a store of its own."""
+    if type(driver).__module__.split(".")[0] == "jobs_memory":
+        raise CliUsageInvalidError(
+            "--processes and --max-jobs-per-process need a store the processes share"
+            " (Postgres, Redis); the memory driver lives inside one process",
+            detail="--processes",
+        )
 
 
 def available_cpus() -> int:

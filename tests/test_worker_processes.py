@@ -180,7 +180,8 @@ async def test_a_killed_supervisor_leaves_no_child_running(store_url: str, tmp_p
     async with opened(store_url) as driver:
         _, gated = _handles()
         held = [r.id for r in await Jobs(driver).enqueue_many(gated, [{"n": i} for i in range(2)])]
-        async with group(store_url, tmp_path, "--processes", "2") as (proc, lines):
+        args = ("--processes", "2", "--drain-timeout", "1")
+        async with group(store_url, tmp_path, *args) as (proc, lines):
             await until(lambda: rows_in(driver, held, JobState.RUNNING), 30, "held")
             children = _pids(lines, "child_started")
             proc.kill()

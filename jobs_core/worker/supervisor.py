@@ -237,28 +237,33 @@ class Supervisor:
 
     async def _keep(self, slot: _Slot) -> None:
         while not self._stopping:
-            proc = await self._spawn(slot)
-            if self.stopping:  # the stop came while this child was starting
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
+            rc: int | str
             try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), self.policy.start_window_s)
-            except TimeoutError:
-                slot.failures = 0
-                self.policy.survived()
-            rc = await proc.wait()
-            lived = time.monotonic() - slot.started_at
-            self._dead(proc.pid)
-            if self.stopping:
-                # A child stopped before its signal handlers were in place dies of the SIGTERM:
-                # it had claimed nothing yet.
-                if rc not in (0, -signal.SIGTERM):
-                    self._unclean.append(proc.pid)
-                return
-            if rc == 0:  # it ended on its own: recycled after its share of jobs
-                self.recycled += 1
-                log.info("jobs.supervisor.recycled slot=%d pid=%d", slot.index, proc.pid)
-                continue
+                proc = await self._spawn(slot)
+            except OSError as exc:  # no process could start: the OS refused a fork or an exec
+                pid, rc, lived = 0, f"none: {exc}", 0.0
+            else:
+                if self.stopping:  # the stop came while this child was starting
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), self.policy.start_window_s)
+                except TimeoutError:
+                    slot.failures = 0
+                    self.policy.survived()
+                pid, rc = proc.pid, await proc.wait()
+                lived = time.monotonic() - slot.started_at
+                self._dead(pid)
+                if self.stopping:
+                    # A child stopped before its signal handlers were in place dies of the
+                    # SIGTERM: it had claimed nothing yet.
+                    if rc not in (0, -signal.SIGTERM):
+                        self._unclean.append(pid)
+                    return
+                if rc == 0:  # it ended on its own: recycled after its share of jobs
+                    self.recycled += 1
+                    log.info("jobs.supervisor.recycled slot=%d pid=%d", slot.index, pid)
+                    continue
             slot.failures += 1
             delay = self.policy.died(slot.failures, lived)
             if delay is None:
@@ -267,7 +272,7 @@ class Supervisor:
                     " start (the last: pid=%d exit=%s); draining the others",
                     self.policy.early_deaths,
                     self.policy.start_window_s,
-                    proc.pid,
+                    pid,
                     rc,
                 )
                 self.gave_up = True
@@ -276,7 +281,7 @@ class Supervisor:
             log.warning(
                 "jobs.supervisor.child_died slot=%d pid=%d exit=%s after %.1f s; restart in %g s",
                 slot.index,
-                proc.pid,
+                pid,
                 rc,
                 lived,
                 delay,

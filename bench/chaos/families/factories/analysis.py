@@ -149,13 +149,15 @@ def posting_figures(ev: Evidence) -> list[Figure]:
 
 
 def _cause(ev: Evidence, ends: Ends, batch: dict[str, Any], until: float) -> str:
-    """What cut a batch whose cursor never committed: `kill` (its process killed -9 after it),
-    `other` (its process drained or exited, or the store was down before the re-read), or
-    `none`."""
+    """What cut a batch whose cursor never committed, before its records were read again at
+    `until`: `kill` (its process killed -9 after it), `other` (its process drained or exited,
+    or the store was down), or `none`."""
     pid, t = batch["pid"], float(batch["t"])
-    if ends.killed.get(pid, -1.0) >= t:
+    if t <= ends.killed.get(pid, until + 1) <= until:
         return "kill"
-    if ends.termed.get(pid, -1.0) >= t or (pid in ends.on_own and ends.exited.get(pid, 0) >= t):
+    if t <= ends.termed.get(pid, until + 1) <= until or (
+        pid in ends.on_own and t <= ends.exited.get(pid, until + 1) <= until
+    ):
         return "other"
     return "other" if in_outage(ev.cfg, t, until) else "none"
 
@@ -273,9 +275,10 @@ def _repeat_cause(
         (p for p in puts if first <= float(p["t"]) < again and p["outcome"] == "delivered"), None
     )
     if sender is not None:
-        if ends.killed.get(sender["pid"], -1.0) >= float(sender["t"]):
+        # Its repeat comes after the kill (the lease has to run out first).
+        if float(sender["t"]) <= ends.killed.get(sender["pid"], again + 1) <= again:
             return "kill"
-        if ends.termed.get(sender["pid"], -1.0) >= first:
+        if first <= ends.termed.get(sender["pid"], again + 1) <= again:
             return "other"
     elif any(first <= k <= first + SENDER_DEATH_MS for k in ends.killed.values()):
         return "kill"

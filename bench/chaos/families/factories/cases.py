@@ -130,7 +130,19 @@ def _off_balance(ev: Evidence) -> None:
 
 
 def _unbalanced(ev: Evidence) -> None:
-    ev.extra["balances"][0][2] += 5
+    """k1 enqueued and stored with lines that do not sum to zero (a refusal that failed)."""
+    lines = [["cash", "EUR", 505], ["revenue", "EUR", -500]]
+    for a in ev.answers:
+        if a.get("key") == "k1":
+            a["input"] = {"key": "k1", "lines": lines}
+    ev.extra["postings"]["k1"] = lines
+    ev.extra["balances"] = _balances(lines, K2)
+
+
+def _lost_record(ev: Evidence) -> None:
+    """On a stream (no writes of the turn's own): record 5 produced, never handed over."""
+    ev.extra["done"] = None
+    ev.extra["produced"].append("5")
 
 
 def _consumed_again(ev: Evidence, killed: bool = False, outage: bool = False) -> None:
@@ -156,7 +168,7 @@ def _delivered_again(ev: Evidence, killed: bool = False, outage: bool = False) -
 def _lost_event(ev: Evidence) -> None:
     event = {"endpoint": "ep1", "type": "chaos.test", "id": "evt_1", "data": {"n": 1}}
     ev.answers.append(_enq("h2", "chaos_fac_hook", event, T, event="evt_1"))
-    ev.rows["h2"] = _row("h2", "chaos_fac_hook", event)
+    ev.rows["h2"] = _row("h2", "chaos_fac_hook", event, state="dead")
 
 
 def _skipped_row(ev: Evidence) -> None:
@@ -191,7 +203,7 @@ CASES: dict[str, Callable[[Evidence], None]] = {
     "postings applied twice": _doubled_posting,
     "balances off the distinct postings": _off_balance,
     "currencies not summing to zero": _unbalanced,
-    "consumer records never handled": lambda ev: ev.extra["produced"].append("5"),
+    "consumer records never handled": _lost_record,
     "consumer records handled at or before their batch's cursor": lambda ev: ev.lines.append(
         {"ev": "consumed", "ids": [5], "cursor": 5, "pid": 100, "t": T + 20}
     ),

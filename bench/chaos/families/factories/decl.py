@@ -45,7 +45,7 @@ IMPORT_PAGE_BYTES: Final = 700
 IMPORT_RECORD_BYTES: Final = 256
 #: How long a sweep's handler and a consumer's handler take: the kills land inside sweeps.
 SWEEP_PAUSE_S: Final = 0.2
-CONSUMER_PAUSE_S: Final = 0.05
+CONSUMER_PAUSE_S: Final = 0.3
 CONSUMER: Final = "chaos_fac_consumer"
 CONSUMER_BATCH: Final = 10
 #: The Redis Stream (redis-aof) and the Postgres tables (pg) the workload uses.

@@ -66,29 +66,35 @@ def posting_lines(f: Feeder) -> list[list[Any]]:
     return lines
 
 
-async def enqueue(f: Feeder, handle: JobHandle, inp: Any, **fields: Any) -> str | None:
-    """Enqueue one input under an id of its own, retried under it; one answer line naming the
-    job that holds it (the live one when deduped)."""
-    job_id = new_id()
+async def enqueue(f: Feeder, handle: JobHandle, inp: Any, **fields: Any) -> None:
+    """`enqueue_many` of one input."""
+    await enqueue_many(f, handle, [inp], [fields])
+
+
+async def enqueue_many(
+    f: Feeder, handle: JobHandle, inputs: list[Any], fields: list[dict[str, Any]]
+) -> None:
+    """Enqueue `inputs` in one call under ids of their own, retried under them; one answer
+    line each, naming the job that holds it (the live one when deduped) and its `fields`."""
+    ids = [new_id() for _ in inputs]
     got, tries, errors, refused = await persist(
-        lambda: f.client.enqueue_many(handle, [inp], ids=[job_id])
+        lambda: f.client.enqueue_many(handle, inputs, ids=ids)
     )
-    answered = None if got is None else got[0].id  # a deduped enqueue names the live job
-    f.record(
-        {
-            "ev": "enqueued",
-            "id": answered,
-            "asked": job_id,
-            "name": handle.name,
-            "input": inp,
-            "deduped": got[0].deduped if got is not None else None,
-            "tries": tries,
-            "errors": errors,
-            "refused": refused,
-            **fields,
-        }
-    )
-    return answered
+    for n, inp in enumerate(inputs):
+        f.record(
+            {
+                "ev": "enqueued",
+                "id": None if got is None else got[n].id,
+                "asked": ids[n],
+                "name": handle.name,
+                "input": inp,
+                "deduped": None if got is None else got[n].deduped,
+                "tries": tries,
+                "errors": errors,
+                "refused": refused,
+                **fields[n],
+            }
+        )
 
 
 class Source:
@@ -211,20 +217,22 @@ async def _timeline(f: Feeder, decls: Decls, src: Source) -> None:
                 repeats.append((f.elapsed() + f.rng.uniform(0.0, 5.0), inp))
         due = [inp for at, inp in repeats if at <= f.elapsed()]
         repeats = [(at, inp) for at, inp in repeats if at > f.elapsed()]
-        for inp in batch:
-            await enqueue(f, decls.postings, inp, key=inp["key"], repeat=False)
+        if batch:
+            keys = [{"key": inp["key"], "repeat": False} for inp in batch]
+            await enqueue_many(f, decls.postings, batch, keys)
         for inp in due:
             await enqueue(f, decls.postings, inp, key=inp["key"], repeat=True)
         while produced < want:
             got, tries, _, _ = await persist(lambda n=produced: src.produce(n))  # type: ignore[misc]
             f.record({"ev": "produced", "n": produced, "id": None, "record": got, "tries": tries})
             produced += 1
-        while events < want // 2:
-            event = webhook_event(
-                ENDPOINTS[events % len(ENDPOINTS)], "chaos.test", {"n": events}, id=f"evt_{events}"
-            )
-            await enqueue(f, decls.hook, event, event=event["id"])
-            events += 1
+        sends = [
+            webhook_event(ENDPOINTS[n % len(ENDPOINTS)], "chaos.test", {"n": n}, id=f"evt_{n}")
+            for n in range(events, want // 2)
+        ]
+        if sends:
+            await enqueue_many(f, decls.hook, sends, [{"event": e["id"]} for e in sends])
+            events += len(sends)
         while sweeps < len(SWEEP_AT) and share >= SWEEP_AT[sweeps]:
             await enqueue(f, decls.backfills[sweeps], None, sweep=decls.backfills[sweeps].name)
             imp = decls.imports[sweeps]

@@ -26,7 +26,11 @@ def hooked_driver(url: str) -> JobDriver:
         fence = params.fence
         fields = {"event": params.event_id, "job": fence.job_id, "claims": fence.claims}
         note("put", **fields, outcome=params.outcome)
-        answer = await put(params)
+        try:
+            answer = await put(params)
+        except Exception as exc:
+            note("put_error", **fields, error=getattr(exc, "code", type(exc).__name__))
+            raise
         note("put_done", **fields, recorded=answer.recorded)
         return answer
 

@@ -115,7 +115,8 @@ def test_the_flows_figures_excuse_a_crash_and_nothing_else() -> None:
 
 
 def test_the_factories_figures_excuse_a_kill_and_catch_a_double() -> None:
-    """A posting applied by two jobs fails on its answers and on the balances; a record handed
+    """A posting applied by two jobs fails on its answers and on the balances; two turns of the
+    consumer at once fail; a record handed
     over again after the kill -9 of its first batch's worker (or an outage) is the documented
     at-least-once, and so is a second 2xx whose sender was killed before its settle; the same
     repeats with no fault fail the run."""
@@ -127,6 +128,9 @@ def test_the_factories_figures_excuse_a_kill_and_catch_a_double() -> None:
         "postings applied twice",
         "balances off the distinct postings",
     }
+    evidence = fac.clean()
+    fac.cases["consumer turns run beside another"](evidence)
+    assert "consumer turns run beside another" in {f.name for f in fac.analyse(evidence).failed}
     for figure, allowed in (
         ("consumer records handled twice outside a batch a fault cut", ()),
         (

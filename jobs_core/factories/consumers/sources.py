@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from jobs_core.clock import Clock
 from jobs_core.context import CancelSignal
@@ -48,6 +48,8 @@ from jobs_core.factories.backfill.source import Keyset
 from jobs_core.factories.sweep import call
 from jobs_core.jsonform import JsonValue, dumps, loads, utf8_length
 from jobs_core.records import ConsumerCursor, ConsumerPut, Fence
+
+T = TypeVar("T")
 
 #: A table's lag is counted up to this many rows (a count past it answers it).
 MAX_LAG_COUNT: Final = 1_000_000
@@ -231,7 +233,7 @@ class TableSource:
         if self._async:
             landed = await self._turn_async(plan, stmt)
         else:
-            landed = await asyncio.to_thread(self._turn_sync, plan, stmt)
+            landed = await _to_the_end(asyncio.to_thread(self._turn_sync, plan, stmt))
         if landed is None:
             return Done(0, plan.stored)
         if not landed:
@@ -281,6 +283,20 @@ class TableSource:
                 tx.rollback()
                 return False
         return len(rows)
+
+
+async def _to_the_end(turn: Awaitable[T]) -> T:
+    """`turn` awaited; when the run is cancelled meanwhile (a drain's deadline, a lost claim),
+    still awaited to its end before the cancellation goes on. A thread cannot be stopped: its
+    turn (the handler, the transaction, the fenced cursor write) runs on regardless, and the run
+    must not unwind — and let go of its lease — while it does, or another run's turn would read
+    the same batch beside it. A second cancellation (a forced exit) is not held."""
+    running = asyncio.ensure_future(turn)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait({running})
+        raise
 
 
 # -- a Redis Stream, acknowledged after the cursor ------------------------------------------------

@@ -155,7 +155,9 @@ def _cause(ev: Evidence, ends: Ends, batch: dict[str, Any], until: float) -> str
     pid, t = batch["pid"], float(batch["t"])
     if t <= ends.killed.get(pid, until + 1) <= until:
         return "kill"
-    if t <= ends.termed.get(pid, until + 1) <= until or (
+    # Alive at `t`, so a SIGTERM before the re-read means a drain cut it (its deadline cancels
+    # the run), even one sent before the batch began.
+    if ends.termed.get(pid, until + 1) <= until or (
         pid in ends.on_own and t <= ends.exited.get(pid, until + 1) <= until
     ):
         return "other"
@@ -191,6 +193,7 @@ def consumer_figures(ev: Evidence) -> list[Figure]:
             if why == "none":
                 unexcused.append(f"{rec}: batch {first} (pid {batches[first]['pid']}) then {again}")
     never = sorted(produced - handled.keys(), key=order)
+    beside = _overlaps(batches, ev.of("handled"))
     figures = [
         Figure("consumer: records produced", len(produced), False, f"{len(batches)} batches"),
         Figure(
@@ -215,6 +218,14 @@ def consumer_figures(ev: Evidence) -> list[Figure]:
             behind[:3],
         ),
         Figure(
+            "consumer turns run beside another",
+            len(beside),
+            True,
+            "a batch handed over while another batch's handler still ran: one run at a time"
+            " (the lease)",
+            beside[:3],
+        ),
+        Figure(
             "consumer records handled twice outside a batch a fault cut",
             len(unexcused),
             True,
@@ -235,6 +246,24 @@ def consumer_figures(ev: Evidence) -> list[Figure]:
         ),
     ]
     return figures + _exactly_once(ev, produced)
+
+
+def _overlaps(batches: list[dict[str, Any]], ends: list[dict[str, Any]]) -> list[str]:
+    """Batches that began while an earlier one's handler ran (its end line came after): a
+    handler cut by a kill or a cancellation writes no end line, and counts for nothing."""
+    end_of: dict[tuple[int, str], float] = {}
+    for d in ends:
+        end_of.setdefault((d["pid"], str(d["ids"][0])), float(d["t"]))
+    found = []
+    for n, b in enumerate(batches):
+        end = end_of.get((b["pid"], str(b["ids"][0])))
+        if end is None:
+            continue
+        for later in batches[n + 1 :]:
+            if float(later["t"]) >= end:
+                break
+            found.append(f"{later['ids'][0]} (pid {later['pid']}) beside {b['ids'][0]}")
+    return found
 
 
 def _exactly_once(ev: Evidence, produced: set[str]) -> list[Figure]:
@@ -278,7 +307,7 @@ def _repeat_cause(
         # Its repeat comes after the kill (the lease has to run out first).
         if float(sender["t"]) <= ends.killed.get(sender["pid"], again + 1) <= again:
             return "kill"
-        if first <= ends.termed.get(sender["pid"], again + 1) <= again:
+        if ends.termed.get(sender["pid"], again + 1) <= again:
             return "other"
     elif any(first <= k <= first + SENDER_DEATH_MS for k in ends.killed.values()):
         return "kill"

@@ -73,7 +73,9 @@ def clean() -> Evidence:
     at = {"pid": 100}
     lines: list[dict[str, Any]] = [
         {"ev": "consumed", "ids": [1, 2], "cursor": None, **at, "t": T + 1},
+        {"ev": "handled", "ids": [1], **at, "t": T + 1.5},
         {"ev": "consumed", "ids": [3, 4], "cursor": 2, **at, "t": T + 2},
+        {"ev": "handled", "ids": [3], **at, "t": T + 2.5},
         {"ev": "delivery", "event": "evt_0", "status": 500, "pid": 50, "t": T + 3},
         {
             "ev": "put",
@@ -155,6 +157,13 @@ def _consumed_again(ev: Evidence, killed: bool = False, outage: bool = False) ->
         ev.cfg = replace(ev.cfg, outages=((T + 10, T + 15),))
 
 
+def _beside(ev: Evidence) -> None:
+    """A second worker handed batch 3-4 over while the first's handler of it still ran (a
+    lease let go too early); the first's turn then committed."""
+    ev.lines.append({"ev": "consumed", "ids": [3, 4], "cursor": 2, "pid": 200, "t": T + 2.2})
+    ev.lives.append(Life(1, 200, T))
+
+
 def _delivered_again(ev: Evidence, killed: bool = False, outage: bool = False) -> None:
     """evt_0 answered 2xx a second time: after no fault, after its sender's kill -9, or in an
     outage between."""
@@ -208,6 +217,7 @@ CASES: dict[str, Callable[[Evidence], None]] = {
         {"ev": "consumed", "ids": [5], "cursor": 5, "pid": 100, "t": T + 20}
     ),
     "consumer cursor behind a committed batch": _set("cursor", 1),
+    "consumer turns run beside another": _beside,
     "consumer records handled twice outside a batch a fault cut": _consumed_again,
     "consumer records handled twice in a batch a kill -9 cut": lambda ev: _consumed_again(
         ev, killed=True

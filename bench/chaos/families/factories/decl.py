@@ -104,7 +104,8 @@ class Decls:
 
 def _consumed_sync(rows: list[Any], turn: Turn) -> None:
     """A table turn: what it was handed, then one row per record in the turn's transaction
-    (committed with the cursor: exactly once), then a pause for a kill to land in."""
+    (committed with the cursor: exactly once), then a pause for a kill to land in, then the
+    handler's end (`handled`, naming the batch by its first record)."""
     import sqlalchemy as sa
 
     ids = [int(r[0]) for r in rows]
@@ -112,12 +113,15 @@ def _consumed_sync(rows: list[Any], turn: Turn) -> None:
     done = sa.table(DONE_TABLE, sa.column("src"), schema=NAMESPACE)
     turn.conn.execute(sa.insert(done), [{"src": i} for i in ids])
     time.sleep(CONSUMER_PAUSE_S)
+    note("handled", ids=ids[:1])
 
 
 async def _consumed_async(records: list[Any], turn: Turn) -> None:
-    """A stream turn: what it was handed (entry ids), then a pause for a kill to land in."""
+    """A stream turn: what it was handed (entry ids), then a pause for a kill to land in, then
+    the handler's end."""
     note("consumed", ids=[str(i) for i, _ in records], cursor=turn.cursor)
     await asyncio.sleep(CONSUMER_PAUSE_S)
+    note("handled", ids=[str(records[0][0])])
 
 
 def _swept(name: str, key: Callable[[Any], JsonValue], rows: list[Any]) -> None:

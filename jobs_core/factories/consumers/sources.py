@@ -7,7 +7,10 @@
   the jobs store's schema, fenced on the run's claim) is written last in it. A put that does not
   land (a lost claim, another turn first) rolls the whole turn back. So the batch and its cursor
   commit together, and a crash before the commit re-reads the batch with nothing of it kept:
-  the handler's writes in that transaction take effect exactly once.
+  the handler's writes in that transaction take effect exactly once. A sync engine's turn runs
+  in a thread, which cannot be stopped: a run cancelled meanwhile (a drain's deadline) waits for
+  the turn to end before it unwinds and lets go of its lease, so no other run's turn reads the
+  batch beside it.
 - `stream(client, key, group=)`: a Redis Stream read by a consumer group (XREADGROUP). The
   cursor is the group's acknowledgement: after the handler, the fenced cursor write (the last
   entry's id), then XACK. On a run's first turn the group's pending entries (delivered, never

@@ -478,7 +478,7 @@ class BodyProcesses:
         self._closed = True
         for turn in self._waiting:
             if not turn.done():
-                turn.cancel()
+                turn.set_exception(ProcessDiedError("the worker's processes are closed"))
         self._waiting.clear()
         idle = set(self._idle)
         for child in self._children:

@@ -27,6 +27,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 import weakref
 from collections import deque
@@ -501,11 +502,14 @@ class BodyProcesses:
 
 
 def _reap_all(children: list[_Child], ending: list[Future[Any]], grace_s: float) -> None:
+    """Give `children` `grace_s` in all to exit, kill those left, and reap every one; wait for
+    the threads still reaping lost children."""
     for fut in ending:
         with contextlib.suppress(Exception):
             fut.result(timeout=grace_s + 5.0)
+    give_up = time.monotonic() + grace_s
     for child in children:
-        child.proc.join(grace_s)
+        child.proc.join(max(0.0, give_up - time.monotonic()))
     for child in children:
         if child.proc.exitcode is None:
             child.kill()

@@ -46,6 +46,10 @@ from jobs_core.threads import BodyThreads
 
 #: How long `close` lets idle children exit on their own before it kills them.
 CLOSE_GRACE_S: Final = 0.5
+#: How long a child may take to start (a fresh interpreter importing the job modules) before it
+#: is killed and the body waiting for it fails (a module that hangs on import must not hold a
+#: job, leased, forever).
+START_TIMEOUT_S: Final = 60.0
 _READY: Final = b"ready"
 _STOP: Final = b""
 
@@ -229,8 +233,17 @@ def _raised(exc: BaseException) -> bytes:
             pickle.loads(blob)  # the worker imports what this process does: it loads there too
         except Exception:
             blob = None
-    text = "".join(traceback.format_exception(exc))
-    return pickle.dumps(("raised", blob, type(exc).__qualname__, str(exc), text))
+    name = type(exc).__qualname__
+    # An exception whose own str() raises must still be told, not kill this process.
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:
+        text = f"{name}: {message} (its traceback could not be formatted)\n"
+    return pickle.dumps(("raised", blob, name, message, text))
 
 
 class _ExceptionPickler(pickle.Pickler):
@@ -288,6 +301,11 @@ def _outcome(reply: bytes) -> Encoded:
     if blob is not None:
         with contextlib.suppress(Exception):
             exc = pickle.loads(blob)
+    if isinstance(exc, Exception):
+        try:
+            str(exc)  # what the worker stores and logs of it: it must be readable here too
+        except Exception:
+            exc = None
     if not isinstance(exc, Exception):
         exc = RemoteBodyError(f"{type_name}: {message}" if message else type_name)
     exc.__cause__ = RemoteTraceback(f'\n"""\n{text}"""')
@@ -356,8 +374,16 @@ class BodyProcesses:
     body waits for a free one), each importing `preload` (the job modules) before it takes a
     body. Used from one event loop; its pipes are read on threads of its own."""
 
-    def __init__(self, size: int, preload: Iterable[str] = (), *, name: str = "ujobs-body") -> None:
+    def __init__(
+        self,
+        size: int,
+        preload: Iterable[str] = (),
+        *,
+        name: str = "ujobs-body",
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
         self.size = size
+        self._start_timeout_s = start_timeout_s
         self._preload = tuple(sorted(set(preload)))
         self._name = name
         self._mp = multiprocessing.get_context("spawn")
@@ -436,18 +462,23 @@ class BodyProcesses:
             task.add_done_callback(self._starts.discard)
 
     async def _started(self, child: _Child) -> None:
-        ready = self._io.submit(child.ready)
-        ok = await asyncio.wrap_future(ready)
+        ready = asyncio.wrap_future(self._io.submit(child.ready))
+        late: str | None = None
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(ready), self._start_timeout_s)
+        except TimeoutError:
+            child.kill()
+            await ready  # answers once the kill has ended the child
+            ok, late = False, f"it did not start within {self._start_timeout_s:g} s"
         if ok:
             self._give(child)
             return
         self._children.discard(child)
+        why = late if late is not None else child.death()
         for turn in self._waiting:
             if not turn.done():
                 # One waiter fails (its attempt, typed) rather than every start failing unseen.
-                turn.set_exception(
-                    ProcessDiedError(f"a body's process failed to start: {child.death()}")
-                )
+                turn.set_exception(ProcessDiedError(f"a body's process failed to start: {why}"))
                 break
         self._refill()
 

@@ -81,10 +81,19 @@ class _Unpicklable(Exception):
         self.lock = threading.Lock()
 
 
+class _Unprintable(Exception):
+    """Its message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
 def fails(input: dict[str, Any], ctx: ProcessContext) -> Any:
-    """Ends as `how` says: a result with no JSON form, an exception that cannot be pickled, a
-    library error marked terminal, `sys.exit`."""
+    """Ends as `how` says: a result with no JSON form, an exception that cannot be pickled or
+    whose message cannot be read, a library error marked terminal, `sys.exit`."""
     how = input["how"]
+    if how == "unprintable":
+        raise _Unprintable()
     if how == "set":
         return {1, 2}
     if how == "unpicklable":

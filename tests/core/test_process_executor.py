@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from jobs_core import processes
 from jobs_core.context import JobContext
-from jobs_core.errors import ExecutorInvalidError
+from jobs_core.errors import ExecutorInvalidError, ProcessDiedError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, JobRegistry, job
-from jobs_core.processes import ProcessContext
+from jobs_core.processes import BodyProcesses, ProcessContext
 from jobs_core.records import Heartbeat, Nack, NackKind
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
@@ -241,7 +242,7 @@ async def test_deadlines_crashes_and_unsendable_values_fail_the_attempt_typed(
     }
     fails = {
         how: await jobs.enqueue(pb.h_fails, {"n": how, "how": how})
-        for how in ("set", "unpicklable", "terminal", "exit")
+        for how in ("set", "unpicklable", "unprintable", "terminal", "exit")
     }
     ids = [runaway.id, *(q.id for q in crashes.values()), *(q.id for q in fails.values())]
 
@@ -276,7 +277,11 @@ async def test_deadlines_crashes_and_unsendable_values_fail_the_attempt_typed(
     unstorable = _error(driver, fails["set"].id)
     assert unstorable["code"] == "X_JOB_RESULT_INVALID"
     assert unstorable["message"].startswith("the result cannot be stored: a set has no JSON form")
-    for how, says in (("unpicklable", "_Unpicklable: held a lock"), ("exit", "SystemExit: 3")):
+    for how, says in (
+        ("unpicklable", "_Unpicklable: held a lock"),
+        ("unprintable", "_Unprintable: (its message could not be read)"),
+        ("exit", "SystemExit: 3"),
+    ):
         remote = _error(driver, fails[how].id)
         assert remote["type"] == "RemoteBodyError" and remote["message"] == says, remote
         assert "process_bodies.py" in remote["traceback"]
@@ -287,6 +292,7 @@ async def test_deadlines_crashes_and_unsendable_values_fail_the_attempt_typed(
     assert {how: rows[q.id].attempt for how, q in fails.items()} == {
         "set": 1,
         "unpicklable": 2,
+        "unprintable": 2,
         "terminal": 1,
         "exit": 2,
     }
@@ -333,3 +339,63 @@ async def test_on_postgres_a_deadline_kills_then_retries_and_a_drain_kills_what_
         assert worker.stats.interrupted == 1 and worker.stats.processes_killed == 2
         assert pids and all(gone(p) for p in pids)
         assert spawned_children() == set()
+
+
+# -- the pool alone
+
+
+def _ctx(job_id: str = "j") -> ProcessContext:
+    return ProcessContext(job_id, "r", "p", "default", 2, 2, None)
+
+
+async def test_a_process_that_does_not_start_in_time_is_killed_and_fails_the_body_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def never_ready(child: Any) -> bool:
+        child.proc.join()  # as a child stuck importing a module: never says it is ready
+        return False
+
+    monkeypatch.setattr(processes._Child, "ready", never_ready)
+    pool = BodyProcesses(1, start_timeout_s=0.2)
+    try:
+        with pytest.raises(ProcessDiedError) as failed:
+            await pool.run(pb.crash, '{"n": 1, "how": "exit"}', _ctx(), lambda: None)
+        assert "did not start within 0.2 s" in failed.value.message
+        assert pool.pids() == [] and spawned_children() == set()
+    finally:
+        await pool.close()
+
+
+async def test_a_body_cancelled_while_it_waits_for_a_process_leaves_the_pool_whole(
+    tmp_path: Path,
+) -> None:
+    pool = BodyProcesses(1, ["tests.core.process_bodies"])
+    mark, stop = tmp_path / "mark", tmp_path / "stop"
+    started: list[str] = []
+    try:
+        busy = asyncio.ensure_future(
+            pool.run(
+                pb.hog,
+                json.dumps({"n": 1, "mark": str(mark), "stop": str(stop)}),
+                _ctx("busy"),
+                lambda: started.append("busy"),
+            )
+        )
+        await until(mark.exists, within=30)
+        (pid,) = pool.pids()
+        waiting = asyncio.ensure_future(
+            pool.run(pb.crash, '{"n": 2, "how": "exit"}', _ctx("waiting"), lambda: None)
+        )
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        stop.touch()
+        await busy
+        # The cancelled body never ran and killed nothing: the next one runs in the same process.
+        assert started == ["busy"] and pool.pids() == [pid]
+        assert await pool.run(pb.crash, '{"n": 3, "how": "exit"}', _ctx(), lambda: None) is not None
+        assert pool.pids() == [pid]
+    finally:
+        await pool.close()
+    assert gone(pid)

@@ -110,6 +110,12 @@ from jobs_core.worker import Worker, WorkerStats
 )
 @click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--quiet", is_flag=True, help="No live counts.")
+@click.option(
+    "--process-pool",
+    type=int,
+    default=None,
+    help='Processes for executor="process" bodies (default: the CPU count, at most concurrency).',
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -129,6 +135,7 @@ def worker(
     with_relay: bool,
     outbox_url: str | None,
     quiet: bool,
+    process_pool: int | None,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
@@ -151,6 +158,7 @@ def worker(
             drain_timeout=drain_timeout,
             retention=retention,
             rate_limits=[rate_limit_from(r) for r in rates],
+            process_pool_size=process_pool,
         )
         sched = None
         if with_scheduler:

@@ -59,7 +59,7 @@ bench-webhooks:
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
 # servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay,
-# flows) on pg and redis-aof, plain jobs on redis-nopersist too (about 14 min in all).
+# flows, factories) on pg and redis-aof, plain jobs on redis-nopersist too (about 16 min in all).
 # ARGS=--help lists its options, e.g. ARGS="--family steps --backend pg".
 chaos:
 	scripts/setup_venv.sh dev

@@ -118,11 +118,17 @@ from jobs_core.worker.supervisor import (
 @click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.option(
+    "--process-pool",
+    type=int,
+    default=None,
+    help='Processes for executor="process" bodies (default: the CPU count, at most concurrency).',
+)
+@click.option(
     "--processes",
     default="1",
     show_default=True,
-    help="Worker processes under one supervisor, which restarts any that dies and forwards "
-    "SIGTERM/Ctrl-C to drain them all; 'auto': one per CPU.",
+    help="Whole worker processes (not --process-pool's) under one supervisor, which restarts "
+    "any that dies and forwards SIGTERM/Ctrl-C to drain them all; 'auto': one per CPU.",
 )
 @click.option(
     "--max-jobs-per-process",
@@ -153,6 +159,7 @@ def worker(
     processes: str,
     max_jobs_per_process: int | None,
     supervised_by: int | None,
+    process_pool: int | None,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
 
@@ -186,6 +193,7 @@ def worker(
             drain_timeout=drain_timeout,
             retention=retention,
             rate_limits=[rate_limit_from(r) for r in rates],
+            process_pool_size=process_pool,
         )
         sched = None
         if with_scheduler:

@@ -1,4 +1,4 @@
-.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-flows bench-factories bench-webhooks chaos screenshots
+.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-processes bench-flows bench-factories bench-webhooks chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -26,6 +26,12 @@ bench-pg:
 bench-redis:
 	scripts/setup_venv.sh dev
 	bench/run.sh redis $(ARGS)
+
+# Drains with `ujobs worker --processes 1,2` on Postgres and Redis beside PgQueuer with as many
+# processes (docs/bench.md, "Worker processes"); e.g. ARGS="--processes 1,2,4,8 --jobs 40000".
+bench-processes:
+	scripts/setup_venv.sh dev
+	bench/run.sh processes $(ARGS)
 
 # Fan-out / fan-in (docs/flows.md): one parent gathering 1,000 and 10,000 no-op children, ours on
 # Postgres and Redis beside a Celery chord on the same Redis (Celery in bench/.venvs/celery);

@@ -11,8 +11,9 @@ python="$root/.venv/bin/python"
 case "${1:-}" in
 pg) peers="procrastinate pgqueuer oban chancy" ;;
 redis) peers="arq saq rq" ;;
+processes) peers="pgqueuer" ;; # ours with --processes 1, 2, ... beside PgQueuer (bench/processes.py)
 *)
-    echo "usage: bench/run.sh pg|redis [--dry-run] [--runs N] [--systems a,b] [--variants s:v,...] [--help]" >&2
+    echo "usage: bench/run.sh pg|redis|processes [--dry-run] [--runs N] [--systems a,b] [--variants s:v,...] [--help]" >&2
     exit 2
     ;;
 esac
@@ -56,4 +57,8 @@ for peer in $peers; do
 done
 
 cd "$root"
+if [ "$1" = processes ]; then
+    shift
+    exec "$python" -m bench.processes "$@"
+fi
 exec "$python" -m bench.harness "$@"

@@ -51,6 +51,13 @@ from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
+from jobs_core.worker.supervisor import (
+    ChildHooks,
+    max_jobs_from,
+    processes_from,
+    shared_store,
+    watch_parent,
+)
 
 
 @main.command()
@@ -116,6 +123,20 @@ from jobs_core.worker import Worker, WorkerStats
     default=None,
     help='Processes for executor="process" bodies (default: the CPU count, at most concurrency).',
 )
+@click.option(
+    "--processes",
+    default="1",
+    show_default=True,
+    help="Whole worker processes (not --process-pool's) under one supervisor, which restarts "
+    "any that dies and forwards SIGTERM/Ctrl-C to drain them all; 'auto': one per CPU.",
+)
+@click.option(
+    "--max-jobs-per-process",
+    type=int,
+    default=None,
+    help="Recycle a worker process after this many jobs: drained, then replaced.",
+)
+@click.option("--supervised-by", type=int, default=None, hidden=True)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -135,11 +156,23 @@ def worker(
     with_relay: bool,
     outbox_url: str | None,
     quiet: bool,
+    processes: str,
+    max_jobs_per_process: int | None,
+    supervised_by: int | None,
     process_pool: int | None,
 ) -> None:
-    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
+    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
+
+    With --processes N (or --max-jobs-per-process), this process supervises N such workers
+    (see jobs_core/worker/supervisor.py); /metrics then serves the whole group on one port.
+    """
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
+    child = None
+    if supervised_by is not None:
+        watch_parent(supervised_by)
+        child = ChildHooks(supervised_by, max_jobs_per_process)
     try:
+        group = processes_from(processes), max_jobs_from(max_jobs_per_process)
         url = _required_driver(url, "worker")
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
@@ -147,6 +180,8 @@ def worker(
         _seconds(drain_timeout, "--drain-timeout")
         retention = retention_from(keeps)
         driver = driver_from_url(url)
+        if supervised_by is None and group != (1, None):
+            shared_store(driver)
         handles = _jobs_in(module)
         w = Worker(
             driver,
@@ -174,6 +209,10 @@ def worker(
         )
     except JobsError as exc:
         _fail(exc)
+    if child is None and group != (1, None):
+        from jobs_core.cli.group import run_group
+
+        raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
     _print_plan(w, handles, driver)
     if sched is not None:
         from jobs_core.cli.schedule import print_tasks, unread
@@ -183,7 +222,7 @@ def worker(
     if relay is not None:
         print_relay(relay)
     try:
-        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
+        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay, child))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
@@ -315,9 +354,12 @@ async def _run_worker(
     metrics_port: int | None = None,
     sched: Scheduler | None = None,
     relay: Relay | None = None,
+    child: ChildHooks | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
+    if child is not None:
+        child.attach(w)
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 

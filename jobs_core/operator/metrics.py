@@ -296,12 +296,36 @@ class _WebhookAttempts(Collector):
         yield attempts
 
 
+def store_collectors(worker: Worker, loop: asyncio.AbstractEventLoop) -> Iterator[Collector]:
+    """The gauges read from `worker`'s store when scraped (queues, sweeps, consumers), as its
+    driver's families allow; served once per worker, or once per `--processes` group."""
+    yield _StoreGauges(worker, loop)
+    if worker.driver.capabilities().sweeps:
+        yield _SweepGauges(worker, loop)
+    else:
+        log.warning(
+            "jobs.metrics.partial: %s does not declare the sweeps family;"
+            " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
+            worker.driver.describe(),
+        )
+    # -- consumers --
+    if worker.driver.capabilities().consumers:
+        yield _ConsumerGauges(worker, loop)
+
+
 class WorkerMetrics:
     """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
 
     def __init__(
-        self, worker: Worker, loop: asyncio.AbstractEventLoop, relay: Relay | None = None
+        self,
+        worker: Worker,
+        loop: asyncio.AbstractEventLoop,
+        relay: Relay | None = None,
+        *,
+        group_child: bool = False,
     ) -> None:
+        """`group_child`: a child of `ujobs worker --processes` (prometheus-client's multiprocess
+        mode) writes only its settles and live gauges; its supervisor serves the store's."""
         self.worker = worker
         self.registry = CollectorRegistry()
         labels = ["name", "queue"]
@@ -327,28 +351,32 @@ class WorkerMetrics:
             buckets=RUN_BUCKETS,
             registry=self.registry,
         )
-        running = Gauge("ujobs_worker_running", "Bodies running now", registry=self.registry)
-        running.set_function(lambda: worker.stats.running)
-        in_flight = Gauge("ujobs_worker_in_flight", "Jobs held now", registry=self.registry)
-        in_flight.set_function(lambda: worker.stats.in_flight)
-        self.registry.register(_StoreGauges(worker, loop))
-        if worker.driver.capabilities().sweeps:
-            self.registry.register(_SweepGauges(worker, loop))
-        else:
-            log.warning(
-                "jobs.metrics.partial: %s does not declare the sweeps family;"
-                " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
-                worker.driver.describe(),
-            )
-        # -- consumers --
-        if worker.driver.capabilities().consumers:
-            self.registry.register(_ConsumerGauges(worker, loop))
+        # livesum: in a group (multiprocess mode) the children's values add up, a dead one's
+        # dropped; a child sets them itself, as a function is not read across processes.
+        self.running = Gauge(
+            "ujobs_worker_running",
+            "Bodies running now",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.running.set_function(lambda: worker.stats.running)
+        self.in_flight = Gauge(
+            "ujobs_worker_in_flight",
+            "Jobs held now",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.in_flight.set_function(lambda: worker.stats.in_flight)
+        worker.observe(self._observe)
+        if group_child:
+            return
+        for collector in store_collectors(worker, loop):
+            self.registry.register(collector)
         # -- webhooks --
         if worker.driver.capabilities().webhooks:
             self.registry.register(_WebhookAttempts())
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
-        worker.observe(self._observe)
 
     def _observe(self, job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
         labels = (job.name, job.queue)

@@ -246,3 +246,19 @@ def test_restarts_back_off_and_a_crash_loop_gives_up() -> None:
     assert [policy.died(n, lived_s=0.1) for n in (3, 4)] == [2.0, 4.0]
     assert policy.died(5, lived_s=0.1) is None  # three early deaths in a row
     assert RestartPolicy(cap_s=30.0).died(20, lived_s=60.0) == 30.0
+
+
+def test_each_child_gets_its_share_of_the_process_pool() -> None:
+    """Unless `--process-pool` is given, the group's children split the CPUs between their
+    pools for `executor="process"` bodies (not each the whole count); a given size is kept."""
+    from jobs_core.cli.group import child_argv
+    from jobs_core.cli.run import worker
+    from jobs_core.worker.supervisor import available_cpus
+
+    def pool_of(*extra: str) -> list[str]:
+        ctx = worker.make_context("worker", ["tests.core.process_bodies", *extra])
+        argv = child_argv(ctx, 4)
+        return [argv[i + 1] for i, a in enumerate(argv) if a == "--process-pool"]
+
+    assert pool_of() == [str(max(1, available_cpus() // 4))]
+    assert pool_of("--process-pool", "3") == ["3"]

@@ -19,6 +19,7 @@ from jobs_core.worker import Worker
 from jobs_core.worker.supervisor import (
     MULTIPROC_ENV,
     Supervisor,
+    available_cpus,
     metrics_dir,
     remove_metrics_dir,
     supervise_group,
@@ -31,9 +32,11 @@ _NOT_PASSED: Final = frozenset(
 )
 
 
-def child_argv(ctx: click.Context) -> list[str]:
+def child_argv(ctx: click.Context, processes: int) -> list[str]:
     """The command line of one child: this `ujobs worker` as given, minus the supervisor's own
-    options, quiet (no live table per child), and marked as supervised by this process."""
+    options, quiet (no live table per child), and marked as supervised by this process. Unless
+    `--process-pool` is given, each child's pool for `executor="process"` bodies gets its share
+    of the CPUs, so the group does not start `processes` times the CPU count."""
     args = [sys.executable, "-m", "jobs_core.cli", *["-v"] * int(ctx.obj or 0), "worker"]
     options: list[str] = []
     for p in ctx.command.params:
@@ -52,6 +55,8 @@ def child_argv(ctx: click.Context) -> list[str]:
                 options += [opt, str(v)]
         elif value is not None:
             options += [opt, str(value)]
+    if ctx.get_parameter_source("process_pool") is ParameterSource.DEFAULT:
+        options += ["--process-pool", str(max(1, available_cpus() // processes))]
     return [*args, *options, "--quiet", "--supervised-by", str(os.getpid())]
 
 
@@ -69,7 +74,9 @@ def run_group(
     path = metrics_dir() if metrics_port is not None else None
     if path is not None:
         env[MULTIPROC_ENV] = path
-    sup = Supervisor(child_argv(ctx), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path)
+    sup = Supervisor(
+        child_argv(ctx, processes), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path
+    )
     recycle = ctx.params.get("max_jobs_per_process")
     console.print(
         Text.assemble(

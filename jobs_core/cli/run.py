@@ -313,7 +313,7 @@ async def _run_worker(
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port, relay)
+        server = serve(w, metrics_host, metrics_port, relay, sched)
         where = literal(f"http://{metrics_host}:{server.port}/metrics")
         console.print(Text.assemble("metrics on ", where, ", health on /healthz"), soft_wrap=True)
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]

@@ -1,0 +1,129 @@
+"""The documentation site (mkdocs.yml, docs/): it builds with `mkdocs build --strict` (a broken
+link or anchor, a page left out of the navigation, a docstring or click command the renderers
+cannot read fails), its generated parts hold what the code holds, and every code block on it is
+run by a test, or named below with the test that runs it or the reason it is not run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs_core.error_help import what_to_do
+from jobs_core.errors import CODES
+from jobs_core.states import JobState
+from tests.test_readme_examples import FENCE, PAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SITE_PAGES = sorted(DOCS.rglob("*.md"))
+
+#: Blocks of the other pages that another test runs as written: (page, first line) -> the test.
+RUN_ELSEWHERE = {
+    ("factories.md", "from sqlalchemy import select"): "tests/core/test_backfill.py (backfill())",
+    ("factories.md", "from jobs_core.factories import ledger"): "tests/core/test_ledger.py",
+    ("pg.md", "[tool.alembic]"): "tests/pg/test_migrations.py (TOOL_ALEMBIC)",
+    ("chaos.md", "make chaos"): "tests/test_chaos_selfcheck.py runs the fault run's self-check",
+    ("flows.md", "make bench-flows"): "tests/test_bench_flows.py runs its dry run",
+    ("bench.md", "make bench-pg"): "tests/test_bench_report.py checks the report it writes",
+}
+#: Blocks no test runs yet, each with why: a new unrun block must be added here, visibly.
+NOT_YET_RUN = {
+    ("factories.md", "from jobs_core.factories.rows import import_rows"): "import_rows() guide",
+    ("factories.md", "from sqlalchemy import select", 2): "export_rows() guide",
+    ("factories.md", "from jobs_core import task"): "purge() guide",
+    ("factories.md", "import sqlalchemy as sa"): "consumer() guide",
+    ("factories.md", "import os"): "webhook_receiver() guide",
+    ("factories.md", "from jobs_core.factories import register_endpoint,"): "webhook() guide",
+    ("pg.md", "pip install 'ultimat3-jobs[pg]'"): "installs from PyPI",
+    ("pg.md", "from jobs_pg import PgDriver"): "the PgDriver options",
+    ("pg.md", ".venv/bin/python -m bench.pg_profile"): "a benchmark run (minutes)",
+    ("pg.md", ".venv/bin/python -m bench.pg_pair"): "a benchmark run (minutes)",
+    ("pg.md", ".venv/bin/python -m bench.pg_growth"): "a benchmark run (minutes)",
+    ("redis.md", "pip install 'ultimat3-jobs[redis]'"): "installs from PyPI",
+    ("redis.md", "from jobs_redis import RedisDriver"): "the RedisDriver options",
+    ("writing-a-driver.md", "pip install 'ultimat3-jobs[testing]'"): "installs from PyPI",
+    ("writing-a-driver.md", "# tests/test_my_driver_parity.py"): "a third party's test file",
+    ("writing-a-driver.md", "HYPOTHESIS_PROFILE=ci pytest"): "runs a third party's suite",
+    ("writing-a-driver.md", "# your pyproject.toml"): "a third party's entry point",
+    ("writing-a-driver.md", "# my_driver/plugin.py"): "a third party's plugin",
+    ("writing-a-driver.md", "# tests/test_my_outbox_parity.py"): "a third party's test file",
+}
+#: Languages of blocks that show output, not code to run (a table, a plan, a directory tree).
+OUTPUT = {"text", ""}
+#: A block that only includes a file of deploy/, which tests/test_ops_kit.py checks.
+DEPLOY_SNIPPET = re.compile(r'^--8<-- "deploy/[\w/.-]+"\n$')
+
+
+def test_the_site_builds_strictly_with_the_codes_metrics_and_states_generated(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING" not in done.stderr, done.stderr
+    errors = (tmp_path / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
+    for code in CODES:
+        assert f'id="{code.lower()}"' in errors, code
+    concepts = (tmp_path / "concepts" / "index.html").read_text(encoding="utf-8")
+    assert "stateDiagram-v2" in concepts
+    for state in JobState:
+        assert f"{state.value} --&gt;" in concepts or f"--&gt; {state.value}" in concepts
+    operations = (tmp_path / "operations" / "index.html").read_text(encoding="utf-8")
+    for metric in ("ujobs_queue_demand", "ujobs_scheduler_leading", "ujobs_jobs_failed_total"):
+        assert f"<code>{metric}</code>" in operations, metric
+    cli = (tmp_path / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "ujobs worker" in cli and "--log-format" in cli
+    api = (tmp_path / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert "enqueue_sync" in api and "DriverSuite" in api
+
+
+def test_every_error_code_has_a_meaning_and_advice() -> None:
+    for code, meaning in CODES.items():
+        assert meaning and what_to_do(code), f"{code}: add advice to jobs_core/error_help.py"
+
+
+def _blocks(page: Path) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(page.read_text(encoding="utf-8"))]
+
+
+def test_the_readmes_blocks_are_copies_of_the_sites_which_are_run() -> None:
+    """The README is a landing page: its code is the site's, verbatim, so what runs there
+    (tests/test_readme_examples.py) is what a reader of the README copies."""
+    site = {b for page in PAGES for b in _blocks(page)}
+    readme = _blocks(ROOT / "README.md")
+    assert readme
+    for block in readme:
+        assert block in site, f"README block {block[1].splitlines()[0]!r} is no site page's"
+
+
+@pytest.mark.parametrize("page", SITE_PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_every_code_block_on_the_site_is_run_or_named(page: Path) -> None:
+    name = page.relative_to(DOCS).as_posix()
+    if page in PAGES:  # tests/test_readme_examples.py runs its python and sh blocks
+        for lang, text in _blocks(page):
+            run = lang in ("python", "sh") or lang in OUTPUT or DEPLOY_SNIPPET.match(text)
+            assert run, f"{name}: a {lang} block no test runs: {text.splitlines()[0]!r}"
+        return
+    seen: dict[str, int] = {}
+    for lang, text in _blocks(page):
+        first = text.splitlines()[0].strip()
+        if lang in OUTPUT:
+            continue
+        known = [
+            k for k in (*RUN_ELSEWHERE, *NOT_YET_RUN) if k[0] == name and first.startswith(k[1])
+        ]
+        nth = seen[first] = seen.get(first, 0) + 1
+        known = [k for k in known if (k[2] if len(k) > 2 else 1) == nth]  # type: ignore[misc]
+        assert len(known) == 1, f"{name}: the {lang} block {first!r} is run by no test"

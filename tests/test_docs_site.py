@@ -5,6 +5,7 @@ run by a test, or named below with the test that runs it or the reason it is not
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -30,6 +31,8 @@ RUN_ELSEWHERE = {
     ("chaos.md", "make chaos"): "tests/test_chaos_selfcheck.py runs the fault run's self-check",
     ("flows.md", "make bench-flows"): "tests/test_bench_flows.py runs its dry run",
     ("bench.md", "make bench-pg"): "tests/test_bench_report.py checks the report it writes",
+    ("pg.md", "from jobs_pg import PgDriver"): "test_the_driver_construction_examples_run below",
+    ("redis.md", "from jobs_redis import RedisDriver"): "test_the_driver_construction_examples_run",
 }
 #: Blocks no test runs yet, each with why: a new unrun block must be added here, visibly.
 NOT_YET_RUN = {
@@ -40,12 +43,10 @@ NOT_YET_RUN = {
     ("factories.md", "import os"): "webhook_receiver() guide",
     ("factories.md", "from jobs_core.factories import register_endpoint,"): "webhook() guide",
     ("pg.md", "pip install 'ultimat3-jobs[pg]'"): "installs from PyPI",
-    ("pg.md", "from jobs_pg import PgDriver"): "the PgDriver options",
     ("pg.md", ".venv/bin/python -m bench.pg_profile"): "a benchmark run (minutes)",
     ("pg.md", ".venv/bin/python -m bench.pg_pair"): "a benchmark run (minutes)",
     ("pg.md", ".venv/bin/python -m bench.pg_growth"): "a benchmark run (minutes)",
     ("redis.md", "pip install 'ultimat3-jobs[redis]'"): "installs from PyPI",
-    ("redis.md", "from jobs_redis import RedisDriver"): "the RedisDriver options",
     ("writing-a-driver.md", "pip install 'ultimat3-jobs[testing]'"): "installs from PyPI",
     ("writing-a-driver.md", "# tests/test_my_driver_parity.py"): "a third party's test file",
     ("writing-a-driver.md", "HYPOTHESIS_PROFILE=ci pytest"): "runs a third party's suite",
@@ -127,3 +128,19 @@ def test_every_code_block_on_the_site_is_run_or_named(page: Path) -> None:
         nth = seen[first] = seen.get(first, 0) + 1
         known = [k for k in known if (k[2] if len(k) > 2 else 1) == nth]  # type: ignore[misc]
         assert len(known) == 1, f"{name}: the {lang} block {first!r} is run by no test"
+
+
+@pytest.mark.parametrize(
+    ("page", "describes"),
+    [("pg.md", "schema=ujobs"), ("redis.md", "prefix=myapp")],
+)
+def test_the_driver_construction_examples_run(page: str, describes: str) -> None:
+    """pg.md's and redis.md's driver blocks, run as written: a driver connects lazily, so
+    building one with the page's options (its host unreachable here) says what it will use."""
+    (code,) = [text for lang, text in _blocks(DOCS / page) if lang == "python"]
+    scope: dict[str, object] = {}
+    exec(compile(code, f"docs/{page}", "exec"), scope)
+    driver = scope["driver"]
+    text = driver.describe()  # type: ignore[attr-defined]
+    assert describes in text and "secret" not in text and "password" not in text.split("@")[0]
+    asyncio.run(driver.close())  # type: ignore[attr-defined]

@@ -98,3 +98,38 @@ def announce_stats(s: WorkerStats, worker_id: str) -> None:
         worker_id=worker_id,
         **asdict(s),
     )
+
+
+def announce_scheduler(s: Scheduler) -> None:
+    """`jobs.scheduler.plan`: `ujobs scheduler`'s banner and task table, as one line."""
+    announce(
+        "jobs.scheduler.plan",
+        f"ujobs scheduler {s.scheduler_id} on {s.driver.describe()}",
+        scheduler_id=s.scheduler_id,
+        driver=s.driver.describe(),
+        lease_s=s.ttl_ms / 1000,
+        tasks=[{"name": t.name, "cron": t.cron, "tz": t.tz, "job": t.job.name} for t in s.tasks],
+    )
+
+
+def announce_relay(r: Relay) -> None:
+    """`jobs.relay.plan`: `ujobs relay`'s banner, as one line (passwords masked)."""
+    announce(
+        "jobs.relay.plan",
+        f"ujobs relay {r.relay_id} from {r.outbox.describe()} to {r.driver.describe()}",
+        relay_id=r.relay_id,
+        outbox=r.outbox.describe(),
+        driver=r.driver.describe(),
+        batch=r.batch,
+        lease_s=r.lease_ms / 1000,
+    )
+
+
+def announce_relay_stopped(r: Relay) -> None:
+    """`jobs.relay.counts`: the rows the relay published, when it stopped."""
+    announce(
+        "jobs.relay.counts",
+        f"relay stopped: {r.published} rows published",
+        relay_id=r.relay_id,
+        published=r.published,
+    )

@@ -147,3 +147,29 @@ def test_keda_scaled_object_scales_on_queue_demand(exported: set[str]) -> None:
     assert trigger["type"] == "prometheus"
     assert names_in(trigger["metadata"]["query"]) == {"ujobs_queue_demand"} <= exported
     assert float(trigger["metadata"]["threshold"]) > 0
+
+
+async def test_the_scheduler_gauge_says_whether_this_process_leads() -> None:
+    """`ujobs_scheduler_leading` is 0 before the scheduler beside the worker leads, 1 once it
+    does, 0 again once it stopped (what `UjobsSchedulerWithoutLeader` sums)."""
+    driver = MemoryDriver()
+    worker = Worker(driver, [backfill_app.nums])
+    scheduler = Scheduler(driver, [])
+    registry = WorkerMetrics(worker, asyncio.get_running_loop(), None, scheduler).registry
+
+    async def leading() -> float | None:
+        value = await asyncio.to_thread(registry.get_sample_value, "ujobs_scheduler_leading")
+        return value
+
+    assert await leading() == 0
+    await scheduler.start()
+    try:
+        for _ in range(200):
+            if scheduler.leading:
+                break
+            await asyncio.sleep(0.01)
+        assert await leading() == 1
+    finally:
+        await scheduler.stop(1)
+    assert await leading() == 0
+    await driver.close()

@@ -32,6 +32,7 @@ RUN_ELSEWHERE = {
     ("pg.md", "[tool.alembic]"): "tests/pg/test_migrations.py's TOOL_ALEMBIC (equal: below)",
     ("pg.md", "from jobs_pg import PgDriver"): "test_the_driver_construction_examples_run below",
     ("redis.md", "from jobs_redis import RedisDriver"): "test_the_driver_construction_examples_run",
+    ("factories.md", "from jobs_core import task"): "test_the_purge_declaration_runs below",
 }
 #: Blocks no test should run, each with why (the README's own excuses were of these kinds).
 EXCUSED = {
@@ -58,7 +59,6 @@ EXCUSED = {
 NOT_YET_RUN = {
     ("factories.md", "from jobs_core.factories.rows import import_rows"): "import_rows() guide",
     ("factories.md", "from sqlalchemy import select", 2): "export_rows() guide",
-    ("factories.md", "from jobs_core import task"): "purge() guide",
     ("factories.md", "import sqlalchemy as sa"): "consumer() guide",
     ("factories.md", "import os"): "webhook_receiver() guide",
     ("factories.md", "from jobs_core.factories import register_endpoint,"): "webhook() guide",
@@ -173,3 +173,29 @@ def test_pg_md_shows_the_tool_alembic_block_the_migration_tests_run() -> None:
     from tests.pg.test_migrations import TOOL_ALEMBIC
 
     assert ("toml", TOOL_ALEMBIC) in _blocks(DOCS / "pg.md")
+
+
+def test_the_purge_declaration_runs() -> None:
+    """factories.md's purge() block, run as written in a process of its own (it registers a
+    task and a job in the default registries): the task fires the purge every 15 minutes."""
+    (code,) = [
+        text
+        for lang, text in _blocks(DOCS / "factories.md")
+        if lang == "python" and text.startswith("from jobs_core import task")
+    ]
+    check = (
+        "\nfrom jobs_core.scheduler.task import default_task_registry\n"
+        "t = default_task_registry.get('purge')\n"
+        "print(t.cron, '|', t.tz, '|', t.job is purge_handle, '|', purge_handle.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code + check],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    cron, tz, same, name = (x.strip() for x in done.stdout.split("|"))
+    assert (cron, tz, same) == ("*/15 * * * *", "UTC", "True") and name, done.stdout

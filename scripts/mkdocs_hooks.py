@@ -94,7 +94,9 @@ async def _families() -> tuple[list[Any], dict[str, tuple[str, ...]]]:
     driver = MemoryDriver()
     worker = Worker(driver, [_sample_backfill()])
     relay = Relay(MemoryOutbox(), driver, clock=worker.clock)
-    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay, Scheduler(driver, []))
+    metrics = WorkerMetrics(
+        worker, asyncio.get_running_loop(), relay, scheduler=Scheduler(driver, [])
+    )
     families = await asyncio.to_thread(lambda: list(metrics.registry.collect()))
     # The label names of the worker's own counters, which hold no sample before a settle.
     declared: dict[str, tuple[str, ...]] = {}

@@ -41,7 +41,9 @@ async def _families() -> dict[str, str]:
     worker = Worker(driver, [backfill_app.nums])
     relay = Relay(MemoryOutbox(), driver, clock=worker.clock)
     scheduler = Scheduler(driver, [])
-    registry = WorkerMetrics(worker, asyncio.get_running_loop(), relay, scheduler).registry
+    registry = WorkerMetrics(
+        worker, asyncio.get_running_loop(), relay, scheduler=scheduler
+    ).registry
     # The store gauges are read on the loop: collected from a thread, as a scrape is.
     families = await asyncio.to_thread(lambda: list(registry.collect()))
     await driver.close()
@@ -155,7 +157,7 @@ async def test_the_scheduler_gauge_says_whether_this_process_leads() -> None:
     driver = MemoryDriver()
     worker = Worker(driver, [backfill_app.nums])
     scheduler = Scheduler(driver, [])
-    registry = WorkerMetrics(worker, asyncio.get_running_loop(), None, scheduler).registry
+    registry = WorkerMetrics(worker, asyncio.get_running_loop(), scheduler=scheduler).registry
 
     async def leading() -> float | None:
         value = await asyncio.to_thread(registry.get_sample_value, "ujobs_scheduler_leading")

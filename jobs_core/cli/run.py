@@ -322,7 +322,7 @@ async def _run_worker(
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port, relay, sched)
+        server = serve(w, metrics_host, metrics_port, relay, scheduler=sched)
         url = f"http://{metrics_host}:{server.port}/metrics"
         if json_logs():
             announce("jobs.worker.metrics", f"metrics on {url}", metrics_url=url)

@@ -323,6 +323,7 @@ class WorkerMetrics:
         worker: Worker,
         loop: asyncio.AbstractEventLoop,
         relay: Relay | None = None,
+        *,
         scheduler: Scheduler | None = None,
     ) -> None:
         self.worker = worker
@@ -445,12 +446,13 @@ def serve(
     host: str,
     port: int,
     relay: Relay | None = None,
+    *,
     scheduler: Scheduler | None = None,
 ) -> MetricsServer:
     """Serve `worker`'s metrics and health on `host:port` (0: any free port), with `relay`'s
     backlog and `scheduler`'s lead when they run beside the worker; call from the worker's event
     loop."""
-    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay, scheduler)
+    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay, scheduler=scheduler)
     server = MetricsServer(metrics, host, port)
     server.start()
     return server

@@ -1,4 +1,4 @@
-.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-processes bench-flows bench-factories bench-webhooks chaos screenshots
+.PHONY: demo test test-lowest nightly docs docs-serve bench-pg bench-redis bench-processes bench-flows bench-factories bench-webhooks chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -71,3 +71,13 @@ screenshots:
 	scripts/need_chromium.sh
 	UJOBS_SCREENSHOTS=docs/screenshots .venv/bin/python scripts/with_services.py -- \
 		.venv/bin/python -m pytest -q -n 0 tests/dashboard/test_browser.py -k pg
+
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors, as
+# tests/test_docs_site.py builds it; docs-serve rebuilds it on every edit at 127.0.0.1:8000.
+docs:
+	scripts/setup_venv.sh dev
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+
+docs-serve:
+	scripts/setup_venv.sh dev
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from jobs_core.cli.banner import announce, announce_plan, announce_stats, json_logs
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -213,21 +214,29 @@ def worker(
         from jobs_core.cli.group import run_group
 
         raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
-    _print_plan(w, handles, driver)
-    if sched is not None:
+    # --log-format json: the banner and the final counts are log lines too (jobs_core.cli.banner)
+    as_json = log_format == "json"
+    if as_json:
+        announce_plan(w, handles, driver, sched, relay)
+    else:
+        _print_plan(w, handles, driver)
+    if sched is not None and not as_json:
         from jobs_core.cli.schedule import print_tasks, unread
 
         now = w.clock.now_ms()
         print_tasks(unread(sched.tasks, now), now)
-    if relay is not None:
+    if relay is not None and not as_json:
         print_relay(relay)
     try:
-        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay, child))
+        run_role(_run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
-    _print_stats(w.stats, "worker stopped")
+    if as_json:
+        announce_stats(w.stats, w.worker_id)
+    else:
+        _print_stats(w.stats, "worker stopped")
     drained()
 
 
@@ -363,9 +372,14 @@ async def _run_worker(
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port, relay)
-        where = literal(f"http://{metrics_host}:{server.port}/metrics")
-        console.print(Text.assemble("metrics on ", where, ", health on /healthz"), soft_wrap=True)
+        server = serve(w, metrics_host, metrics_port, relay, scheduler=sched)
+        url = f"http://{metrics_host}:{server.port}/metrics"
+        if json_logs():
+            announce("jobs.worker.metrics", f"metrics on {url}", metrics_url=url)
+        else:
+            console.print(
+                Text.assemble("metrics on ", literal(url), ", health on /healthz"), soft_wrap=True
+            )
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
     # Watching before anything starts: a signal while a start waits for its store ends it.
     w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None

@@ -34,7 +34,9 @@
   landed in the endpoint ledger; an attempt whose fence did not hold counts nothing). Labelled
   by outcome only: endpoints are per tenant and unbounded, and `ujobs webhooks show` or the
   dashboard's `/webhooks` page tell them apart. The count is the process's, shared by every
-  worker in it.
+  worker in it;
+- with `--with-scheduler`: `ujobs_scheduler_leading` (1 while this process's scheduler holds
+  the fleet's lead, else 0; a fleet whose sum stays 0 fires no task).
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -66,6 +68,7 @@ from jobs_core.factories.webhook_tally import ATTEMPTS
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.records import ClaimedJob, QueueStats
+from jobs_core.scheduler import Scheduler
 from jobs_core.states import JobState, Outcome
 from jobs_core.worker import Worker
 
@@ -313,6 +316,22 @@ def store_collectors(worker: Worker, loop: asyncio.AbstractEventLoop) -> Iterato
         yield _ConsumerGauges(worker, loop)
 
 
+# -- scheduler --
+class _SchedulerGauges(Collector):
+    """`ujobs_scheduler_leading`: whether the scheduler beside this worker leads now (its own
+    memory of the lease: no store read)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        leading = GaugeMetricFamily(
+            "ujobs_scheduler_leading", "1 while this process's scheduler holds the fleet's lead"
+        )
+        leading.add_metric([], 1 if self._scheduler.leading else 0)
+        yield leading
+
+
 class WorkerMetrics:
     """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
 
@@ -323,9 +342,12 @@ class WorkerMetrics:
         relay: Relay | None = None,
         *,
         group_child: bool = False,
+        scheduler: Scheduler | None = None,
     ) -> None:
         """`group_child`: a child of `ujobs worker --processes` (prometheus-client's multiprocess
-        mode) writes only its settles and live gauges; its supervisor serves the store's."""
+        mode) writes only its settles and live gauges; its supervisor serves the store's. So a
+        group serves no `ujobs_scheduler_leading` (a collector of one process's memory, which
+        multiprocess mode does not gather): alert on a scheduler run apart, or one worker."""
         self.worker = worker
         self.registry = CollectorRegistry()
         labels = ["name", "queue"]
@@ -377,6 +399,9 @@ class WorkerMetrics:
             self.registry.register(_WebhookAttempts())
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
+        # -- scheduler --
+        if scheduler is not None:
+            self.registry.register(_SchedulerGauges(scheduler))
 
     def _observe(self, job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
         labels = (job.name, job.queue)
@@ -442,10 +467,18 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve(worker: Worker, host: str, port: int, relay: Relay | None = None) -> MetricsServer:
+def serve(
+    worker: Worker,
+    host: str,
+    port: int,
+    relay: Relay | None = None,
+    *,
+    scheduler: Scheduler | None = None,
+) -> MetricsServer:
     """Serve `worker`'s metrics and health on `host:port` (0: any free port), with `relay`'s
-    backlog when it runs beside the worker; call from the worker's event loop."""
-    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay)
+    backlog and `scheduler`'s lead when they run beside the worker; call from the worker's event
+    loop."""
+    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay, scheduler=scheduler)
     server = MetricsServer(metrics, host, port)
     server.start()
     return server

@@ -8,7 +8,8 @@ slot and every script declares every key it touches in KEYS):
   queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
   its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
 - `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
-  once; rows from before traceparent have four fields).
+  once; rows from before traceparent have four fields); and `id NUL "a"` -> the org the row
+  acts for, when it has one (acts-for: `lua/includes/row.lua` put_data).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the

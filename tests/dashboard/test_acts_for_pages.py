@@ -11,13 +11,16 @@ import json
 import re
 from typing import Any
 
+import pytest
+
 from jobs_core import acting_for
 from jobs_core.clock import FakeClock
 from jobs_core.dashboard import Access, dashboard_app
+from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.operator.times import iso_utc
-from jobs_core.records import ClaimParams, EventWait, Nack, NackKind, StepPut
+from jobs_core.records import ClaimParams, EventWait, JobListParams, Nack, NackKind, StepPut
 from jobs_core.scheduler import task
 from jobs_core.scheduler.task import TaskRegistry
 from jobs_core.steps.api import WAIT
@@ -150,3 +153,20 @@ async def test_the_schedule_shows_a_seconds_cron_to_the_second() -> None:
     async with client(app) as c:
         page = (await c.get("/schedule", headers=BEARER)).text
     assert re.search(r"\d\d:\d\d:[0-5]0 UTC", page), page
+
+
+async def test_a_hostile_org_is_refused_before_any_write_or_shown_as_text() -> None:
+    driver, clock = MemoryDriver(), FakeClock()
+    bill, _ = _handles()
+    jobs = Jobs(driver, clock=clock)
+    for org, code in (("o" * 201, "X_JOB_RECORD_INVALID"), ("", "X_JOB_TENANT_REQUIRED")):
+        with pytest.raises(JobsError) as refused:
+            await jobs.enqueue(bill, {"n": 1, "org": org, "card": CARD})
+        assert refused.value.code == code
+    assert (await driver.job_list(JobListParams())).jobs == ()
+    odd = await jobs.enqueue(bill, {"n": 2, "org": "<i>[bold]</i>", "card": CARD})
+    app = dashboard_app(driver, access=Access(token=TOKEN), handles=[bill], clock=clock)
+    async with client(app) as c:
+        page = (await c.get("/jobs?acts_for=%3Ci%3E%5Bbold%5D%3C%2Fi%3E", headers=BEARER)).text
+    assert [r[0] for r in _rows(page)] == [odd.id]
+    assert "<i>" not in page and "&lt;i&gt;[bold]&lt;/i&gt;" in page

@@ -8,7 +8,8 @@ slot and every script declares every key it touches in KEYS):
   queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
   its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
 - `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
-  once; rows from before traceparent have four fields).
+  once; rows from before traceparent have four fields); and `id NUL "a"` -> the org the row
+  acts for, when it has one (acts-for: `lua/includes/row.lua` put_data).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
@@ -802,7 +803,7 @@ class RedisDriver(JobDriver):
         states = "\x00".join(sorted(s.value for s in f.states))
         taken, last = await self._run(
             "job_list",
-            (k.created, k.state),
+            (k.created, k.state, k.data),
             (
                 start,
                 limit,
@@ -813,11 +814,12 @@ class RedisDriver(JobDriver):
                 f.tenant_id or "",
                 f.parent_id or "",
                 f.batch_id or "",
+                f.acts_for or "",  # acts-for
             ),
         )
         jobs = tuple(
-            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1])
-            for i in range(0, len(taken), 2)
+            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1], taken[i + 2])
+            for i in range(0, len(taken), 3)
         )
         return JobSlice(jobs, ListKey(int(last[:13]), last[13:]) if last else None)
 
@@ -937,10 +939,10 @@ class RedisDriver(JobDriver):
         )
         out: dict[str, JobRecord] = {}
         for i, job_id in enumerate(job_ids):
-            state, data, error, progress, result, wait = got[6 * i : 6 * i + 6]
+            state, data, error, progress, result, wait, acts = got[7 * i : 7 * i + 7]
             if state is None:
                 continue
-            out[job_id] = _record(job_id, state, data, error, progress, result, wait)
+            out[job_id] = _record(job_id, state, data, error, progress, result, wait, acts)
         return out
 
     def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
@@ -1547,6 +1549,9 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
         f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
         f"\x00{job.traceparent or ''}"
     )
+    if job.acts_for is not None:
+        # acts-for: a sixth field the scripts store apart (lua/includes/row.lua put_data).
+        data += f"\x00{job.acts_for}"
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
 
 
@@ -1618,7 +1623,7 @@ def _created_member(created_at_ms: int, job_id: str) -> str:
     return f"{created_at_ms:013d}{job_id}"
 
 
-def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
+def _summary(job_id: str, created_at_ms: int, state: str, acts: str = "") -> JobSummary:
     s = state.split("\x00")
     flow = len(s) > 13
     return JobSummary(
@@ -1637,6 +1642,7 @@ def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
         finished_at_ms=_opt_int(s[6]),
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
+        acts_for=acts or None,
     )
 
 
@@ -1745,6 +1751,7 @@ def _record(
     progress: str | None,
     result: str | None,
     wait: str | None,
+    acts: str | None = None,
 ) -> JobRecord:
     s = state.split("\x00")
     d = data.split("\x00")
@@ -1776,6 +1783,7 @@ def _record(
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
         join=_join(s[13]) if flow else None,
+        acts_for=acts,
     )
 
 

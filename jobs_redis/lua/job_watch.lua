@@ -12,7 +12,7 @@
 local out = {}
 for i = 1, #ARGV do
   local id = ARGV[i]
-  local b = 6 * (i - 1)
+  local b = 7 * (i - 1)
   local raw = redis.call("HGET", KEYS[1], id)
   if raw then
     local t = split(raw)
@@ -29,5 +29,6 @@ for i = 1, #ARGV do
   out[b + 4] = redis.call("HGET", KEYS[4], id)
   out[b + 5] = redis.call("HGET", KEYS[5], id)
   out[b + 6] = redis.call("HGET", KEYS[6], id)
+  out[b + 7] = redis.call("HGET", KEYS[2], id .. ACTS) -- acts-for
 end
 return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 from jobs_core.records import COUNTED_OUTCOMES, SWEEP_KINDS, SWEEP_STATUSES
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
@@ -105,6 +106,11 @@ jobs: Final = sa.Table(
     # is announced. The common row holds neither, so its finish runs no trigger body at all.
     sa.Column("waiters", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("watched", sa.Boolean, nullable=False, server_default=sa.false()),
+    # -- attempts (migration 0016) -- the latest claim's time, and how the last claims ended
+    # (`jobs_core.attempts`): a JSON array of at most ATTEMPT_HISTORY entries, oldest first,
+    # appended by the write that ends each claim; NULL is none yet.
+    sa.Column("claimed_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("attempts", JSONB, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
 

@@ -170,6 +170,16 @@ def entry_json(
     return doc
 
 
+def tail_json(outcome: AttemptOutcome, error: AttemptError) -> str:
+    """An entry's members after `settled_at` (its outcome and error) as compact JSON members,
+    without braces: what a store that builds the entry as text appends. Compact JSON never
+    holds a NUL or a raw newline (Redis joins entries with newlines)."""
+    doc = entry_json(0, 0, "", 0, 0, outcome, error)
+    for key in ("attempt", "claims", "worker", "claimed_at", "settled_at"):
+        del doc[key]
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))[1:-1]
+
+
 def parse_history(text: str | None) -> tuple[AttemptRecord, ...]:
     """A stored history (a JSON array of entries, or None for none yet) as records."""
     if not text:

@@ -36,6 +36,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.dashboard.security import (
     CSRF_COOKIE,
@@ -316,6 +317,7 @@ def _environment() -> Environment:
         literal=literal,
     )
     env.globals.update(relative=relative, when=when, endpoint_path=endpoint_path)
+    env.globals.update(attempt_history=ATTEMPT_HISTORY)  # -- attempts --
     return env
 
 

@@ -35,6 +35,17 @@ def _create(schema: str) -> None:
     # none) and its first settle after starts one.
     op.add_column("jobs", sa.Column("claimed_at_ms", sa.BigInteger(), nullable=True), schema=schema)
     op.add_column("jobs", sa.Column("attempts", pg.JSONB(), nullable=True), schema=schema)
+    # Every settle rewrites the history (a few KiB once tracebacks pile up): lz4 compresses it
+    # for a fraction of pglz's CPU (measured: an ack after two failures cost about 20 ms per
+    # 100 with pglz, 12 with lz4, 8 before this column). Only where the server has lz4.
+    name = "'" + schema.replace("'", "''") + "'"
+    op.execute(
+        "DO $ujobs$ BEGIN IF EXISTS (SELECT 1 FROM pg_settings"
+        " WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN"
+        " EXECUTE 'ALTER TABLE ' || quote_ident("
+        + name
+        + ") || '.jobs ALTER COLUMN attempts SET COMPRESSION lz4'; END IF; END $ujobs$"
+    )
 
 
 def _drop(schema: str) -> None:

@@ -10,6 +10,7 @@ slot and every script declares every key it touches in KEYS):
 - `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
   once; rows from before traceparent have four fields).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
+- `{p}:job:claimed|attempts`  hash id -> the latest claim's time / its attempt history.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
   lapsed leases of the queues it asks for, and no others).

@@ -1,4 +1,4 @@
-.PHONY: demo test test-lowest nightly bench-pg bench-redis bench-flows bench-factories bench-webhooks chaos screenshots
+.PHONY: demo test test-lowest nightly docs docs-serve bench-pg bench-redis bench-processes bench-flows bench-factories bench-webhooks chaos screenshots
 
 # The main job: the demo on the embedded (memory) driver. Creates .venv on first use.
 demo:
@@ -27,6 +27,12 @@ bench-redis:
 	scripts/setup_venv.sh dev
 	bench/run.sh redis $(ARGS)
 
+# Drains with `ujobs worker --processes 1,2` on Postgres and Redis beside PgQueuer with as many
+# processes (docs/bench.md, "Worker processes"); e.g. ARGS="--processes 1,2,4,8 --jobs 40000".
+bench-processes:
+	scripts/setup_venv.sh dev
+	bench/run.sh processes $(ARGS)
+
 # Fan-out / fan-in (docs/flows.md): one parent gathering 1,000 and 10,000 no-op children, ours on
 # Postgres and Redis beside a Celery chord on the same Redis (Celery in bench/.venvs/celery);
 # about 10 minutes. ARGS=--dry-run tries it in half a minute.
@@ -53,7 +59,7 @@ bench-webhooks:
 
 # The fault-injection run (docs/chaos.md): kill -9, drains and store restarts on throwaway
 # servers of its own, for every family (plain jobs, steps, waits, limits, scheduler, relay,
-# flows) on pg and redis-aof, plain jobs on redis-nopersist too (about 14 min in all).
+# flows, factories) on pg and redis-aof, plain jobs on redis-nopersist too (about 16 min in all).
 # ARGS=--help lists its options, e.g. ARGS="--family steps --backend pg".
 chaos:
 	scripts/setup_venv.sh dev
@@ -65,3 +71,13 @@ screenshots:
 	scripts/need_chromium.sh
 	UJOBS_SCREENSHOTS=docs/screenshots .venv/bin/python scripts/with_services.py -- \
 		.venv/bin/python -m pytest -q -n 0 tests/dashboard/test_browser.py -k pg
+
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors, as
+# tests/test_docs_site.py builds it; docs-serve rebuilds it on every edit at 127.0.0.1:8000.
+docs:
+	scripts/setup_venv.sh dev
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+
+docs-serve:
+	scripts/setup_venv.sh dev
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve

@@ -15,8 +15,9 @@ its own:
   commits (xact_commit) per job, from the worker's start to its exit, the harness's own
   statements subtracted;
 - latency, per variant: an idle worker (a warm-up job done, then a pause), then jobs at a
-  steady rate, each carrying its enqueue wall time; the job body writes its start time to a
-  side file.
+  steady low rate (50/s), each carrying its enqueue wall time; the job body writes its start
+  time to a side file;
+- stream, per variant: the same at 200 jobs/s, the rate of an external benchmark's pickup test.
 Postgres is a throwaway server of the harness's own unless `--pg-url` names one. Pairs (ours
 over a peer, `PAIRS`) are divided within each run, then summarised over the runs.
 Results go to bench/results/<backend>-<stamp>.json; the markdown tables are printed.
@@ -66,7 +67,8 @@ class Config:
     enqueue_jobs: int
     bulk_jobs: int
     drain_jobs: int
-    latency_rate: float  # jobs per second
+    latency_rate: float  # jobs per second, to an idle worker
+    stream_rate: float  # jobs per second, a steady stream
     latency_seconds: float
     poll_seconds: float  # between two reads of the store's progress
     stall_seconds: float  # the longest the store may show no change before the run fails
@@ -78,6 +80,7 @@ FULL = Config(
     bulk_jobs=20_000,
     drain_jobs=10_000,
     latency_rate=50.0,
+    stream_rate=200.0,
     latency_seconds=10.0,
     poll_seconds=0.01,
     stall_seconds=60.0,
@@ -261,31 +264,45 @@ class SystemRun:
         }
 
     def latency(self, variant: Variant) -> dict[str, float]:
-        side_file = self.raw / f"{self._name(variant, 'latency')}.txt"
+        """Pickup on an idle worker: jobs at a low steady rate after a pause."""
+        millis = self._pickups(
+            variant, "latency", self.config.latency_rate, self.config.latency_seconds
+        )
+        cuts = statistics.quantiles(millis, n=100, method="inclusive")
+        return {"p50_ms": cuts[49], "p95_ms": cuts[94], "p99_ms": cuts[98]}
+
+    def stream(self, variant: Variant) -> dict[str, float]:
+        """Pickup under a steady stream (the rate an external benchmark used: 200 jobs/s)."""
+        millis = self._pickups(
+            variant, "stream", self.config.stream_rate, self.config.latency_seconds
+        )
+        cuts = statistics.quantiles(millis, n=100, method="inclusive")
+        return {"stream_p50_ms": cuts[49], "stream_p95_ms": cuts[94]}
+
+    def _pickups(self, variant: Variant, phase: str, rate: float, seconds: float) -> list[float]:
+        """Each job's enqueue-to-start time in ms, jobs sent at `rate` for `seconds` to a worker
+        that has done a warm-up job and then sat idle."""
+        side_file = self.raw / f"{self._name(variant, phase)}.txt"
         with (
             self._store() as target,
-            self._worker(target, variant, "latency", side_file) as worker,
+            self._worker(target, variant, phase, side_file) as worker,
         ):
             # The warm-up call enqueues two jobs: its untimed first call and one timed one.
             self._client(target, "enqueue", 1)
             self._wait(target, worker, 2, lambda p: p.unfinished == 0)
             time.sleep(IDLE_SECONDS)
-            sent = self._client(
-                target, "latency", self.config.latency_rate, self.config.latency_seconds
-            )["jobs"]
+            sent = self._client(target, "latency", rate, seconds)["jobs"]
             self._wait(target, worker, 2 + sent, lambda p: p.unfinished == 0)
         pairs = [line.split() for line in side_file.read_text().splitlines()]
         if len(pairs) != sent:
-            raise BenchError(f"{self.system.name}: {sent} latency jobs sent, {len(pairs)} seen")
-        millis = [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
-        cuts = statistics.quantiles(millis, n=100, method="inclusive")
-        return {"p50_ms": cuts[49], "p99_ms": cuts[98]}
+            raise BenchError(f"{self.system.name}: {sent} {phase} jobs sent, {len(pairs)} seen")
+        return [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
 
     def enqueueing(self) -> dict[str, float | None]:
         return {"enqueue_per_s": self.enqueue(), "bulk_per_s": self.bulk()}
 
     def working(self, variant: Variant) -> dict[str, float | None]:
-        return {**self.drain(variant), **self.latency(variant)}
+        return {**self.drain(variant), **self.latency(variant), **self.stream(variant)}
 
 
 def ours_missing(backend: str) -> str | None:

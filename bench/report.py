@@ -17,7 +17,10 @@ COLUMNS = {
     "bulk_per_s": ("bulk/s", "{:,.0f}"),
     "drain_per_s": ("drain/s", "{:,.0f}"),
     "p50_ms": ("p50 ms", "{:.2f}"),
+    "p95_ms": ("p95 ms", "{:.2f}"),
     "p99_ms": ("p99 ms", "{:.2f}"),
+    "stream_p50_ms": ("p50 ms at 200/s", "{:.2f}"),
+    "stream_p95_ms": ("p95 ms at 200/s", "{:.2f}"),
     "client_cpu_s_per_1k": ("client CPU s/1k", "{:.3f}"),
     "server_cpu_s_per_1k": ("server CPU s/1k", "{:.3f}"),
     "wal_bytes_per_job": ("WAL bytes/job", "{:,.0f}"),
@@ -237,8 +240,9 @@ def _notes(result: dict[str, Any]) -> list[str]:
         f" do not enter them. Drain: {config['drain_jobs']:,} pre-enqueued no-op jobs, one worker"
         " process, first claim to last finish as the store shows them. Latency:"
         f" {config['latency_rate']:g} jobs/s for {config['latency_seconds']:g} s on an idle"
-        " worker, enqueue call to job start. CPU: seconds per 1,000 drained jobs, client = the"
-        " worker process (with its children), server = the server's processes."
+        ' worker, enqueue call to job start; "at 200/s": the same at'
+        f" {config.get('stream_rate', 200):g} jobs/s. CPU: seconds per 1,000 drained jobs,"
+        " client = the worker process (with its children), server = the server's processes."
         f" Load average {about['load_before'][0]:.2f} before, {about['load_after'][0]:.2f} after.",
     ]
     if result["backend"] == "pg":

@@ -174,6 +174,22 @@ def _batch(size: int, *, default: bool = False) -> Variant:
     )
 
 
+def _sized(prefix: str, size: int, passed: str, *, default: bool = False, **env: str) -> Variant:
+    """A peer at one concurrency that reaches its worker through the environment."""
+    return Variant(
+        f"{prefix}{size}",
+        f"concurrency {size}",
+        default=default,
+        env=tuple(env.items()),
+        passed=passed,
+    )
+
+
+_OBAN_PYTHON, _OBAN_WORKER = _peer(
+    "oban", "oban", "start", "--dsn", "{url}", "--log-level", "WARNING"
+)
+_CHANCY_PYTHON = VENVS / "chancy" / "bin" / "python"
+_CHANCY_WORKER = (str(_CHANCY_PYTHON), "-m", "bench.peers.cli", "chancy", "worker")
 _PGQUEUER_PYTHON = VENVS / "pgqueuer" / "bin" / "python"
 _PGQUEUER_WORKER = (str(_PGQUEUER_PYTHON), "-m", "bench.peers.cli", "pgqueuer", "worker")
 _ARQ_PYTHON, _ARQ_WORKER = _peer("arq", "arq", "bench.peers.arq_peer.WorkerSettings")
@@ -222,6 +238,55 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
                 " FROM pgqueuer"
             ),
             package="pgqueuer",
+        ),
+        System(
+            name="oban",
+            label="oban-py",
+            python=_OBAN_PYTHON,
+            worker=_OBAN_WORKER,
+            worker_note="`oban start` with its defaults but the queue's limit and `--log-level"
+            " WARNING` (at INFO it logs two lines a job); oban-py has no default limit, its"
+            " README starts with `default:10`",
+            variants=(
+                Variant(
+                    "q10",
+                    "concurrency 10",
+                    default=True,
+                    args=("--queues", "default:10"),
+                    passed="`--queues default:10`",
+                ),
+                Variant(
+                    "q50",
+                    "concurrency 50",
+                    args=("--queues", "default:50"),
+                    passed="`--queues default:50`",
+                ),
+            ),
+            probe=_sql_probe(
+                "SELECT count(*) FILTER (WHERE state = 'available'),"
+                " count(*) FILTER (WHERE state IN ('available', 'scheduled', 'executing',"
+                " 'retryable')) FROM oban_jobs"
+            ),
+            package="oban",
+        ),
+        System(
+            name="chancy",
+            label="chancy",
+            python=_CHANCY_PYTHON,
+            worker=_CHANCY_WORKER,
+            worker_note="chancy's Worker with its defaults, its queue declared by the worker with"
+            " the AsyncExecutor (the default is a process pool, for `def` bodies) and eager"
+            " polling (otherwise one batch every 5 s), at the variant's concurrency",
+            variants=(
+                _sized("c", 10, "queue `concurrency=10`", default=True, BENCH_CONCURRENCY="10"),
+                _sized("c", 50, "queue `concurrency=50`", BENCH_CONCURRENCY="50"),
+            ),
+            probe=_sql_probe(
+                "SELECT count(*) FILTER (WHERE state = 'pending'),"
+                " count(*) FILTER (WHERE state IN ('pending', 'running', 'retrying'))"
+                " FROM chancy_jobs"
+            ),
+            package="chancy",
         ),
     ),
     "redis": (
@@ -293,6 +358,10 @@ def _versus(backend: str, peer: str, matched: tuple[tuple[str, str], ...]) -> tu
 
 
 PAIRS: dict[str, tuple[Pair, ...]] = {
-    "pg": _versus("pg", "pgqueuer", (("c10", "b10"), ("c50", "b50"), ("c50", "b100"))),
+    "pg": (
+        *_versus("pg", "pgqueuer", (("c10", "b10"), ("c50", "b50"), ("c50", "b100"))),
+        *_versus("pg", "oban", (("c10", "q10"), ("c50", "q50"))),
+        *_versus("pg", "chancy", (("c10", "c10"), ("c50", "c50"))),
+    ),
     "redis": _versus("redis", "saq", (("c10", "c10"), ("c50", "c50"))),
 }

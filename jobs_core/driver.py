@@ -1779,6 +1779,7 @@ def _check_filter(f: JobFilter) -> None:
         ("tenant_id", f.tenant_id),
         ("parent_id", f.parent_id),
         ("batch_id", f.batch_id),
+        ("acts_for", f.acts_for),
     )
     for what, value in fields:
         if value is not None:
@@ -1912,6 +1913,13 @@ def _plainly_fine(job: NewJob) -> bool:
         and 0 <= c <= MAX_TIME_MS
         and job.parent_id is None
         and job.batch_id is None
+        # acts-for: the org as the tenant's limits (the same short, NUL-free text).
+        and (
+            (af := job.acts_for) is None
+            or (
+                type(af) is str and 0 < len(af) <= _SHORT_NAME and af.isascii() and "\x00" not in af
+            )
+        )
     )
 
 
@@ -1929,6 +1937,8 @@ def _check_new_job_fields(job: NewJob) -> None:
         _check_str(job.parent_id, "parent_id")
     if job.batch_id is not None:
         _check_str(job.batch_id, "batch_id")
+    if job.acts_for is not None:  # acts-for
+        _check_str(job.acts_for, "acts_for")
     check_text(job.input_json, "input_json")
     _check_int(job.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
     _check_int(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)

@@ -124,6 +124,9 @@ CODES: Final[dict[str, str]] = {
     "X_WEBHOOK_EVENT_INVALID": "the webhook event is not one that can be sent",
     "X_WEBHOOK_REJECTED": "the endpoint refused the delivery with a 4xx or a redirect",
     "X_WEBHOOK_URL_REFUSED": "the endpoint URL is not one a webhook may be sent to",
+    # -- process executor --
+    "X_JOB_EXECUTOR_INVALID": "the job's body cannot run on the executor it declares",
+    "X_JOB_PROCESS_DIED": "the body's process died before it answered; the attempt failed",
 }
 
 
@@ -928,6 +931,21 @@ class WebhookUrlRefusedError(JobsError):
     terminal = True
 
 
+# -- process executor --
+
+
+class ExecutorInvalidError(JobsError):
+    """The job's body cannot run on the executor it declares."""
+
+    code = "X_JOB_EXECUTOR_INVALID"
+
+
+class ProcessDiedError(JobsError):
+    """The body's process died before it answered; the attempt failed."""
+
+    code = "X_JOB_PROCESS_DIED"
+
+
 _CLASSES: Final[dict[str, type[JobsError]]] = {
     cls.code: cls
     for cls in (
@@ -1045,6 +1063,9 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         WebhookEventInvalidError,
         WebhookRejectedError,
         WebhookUrlRefusedError,
+        # -- process executor --
+        ExecutorInvalidError,
+        ProcessDiedError,
     )
 }
 

@@ -461,7 +461,9 @@ class _Batch:
         handle = self.handle
         input_json = dumps(input)
         form = _json_form(input, input_json) if self.needs_form else None
-        handle.tenant_for(form)  # refuse an input whose org cannot be derived, before any write
+        # Refuse an input whose org cannot be derived, before any write; the org is kept on the
+        # row for the operator's eyes (acts-for), never read back as authority.
+        acts_for = handle.tenant_for(form)
         return NewJob(
             id=id if id is not None else new_id(),
             run_id=run_id if run_id is not None else new_id(),
@@ -478,6 +480,7 @@ class _Batch:
             traceparent=self.traceparent,
             parent_id=self.parent_id,
             batch_id=self.batch_id,
+            acts_for=acts_for,
         )
 
 

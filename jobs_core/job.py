@@ -19,6 +19,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, name_refusal
 from jobs_core.errors import (
     DeclarationInvalidError,
+    ExecutorInvalidError,
     JobDuplicateError,
     JobsError,
     KeyRequiredError,
@@ -32,6 +33,7 @@ from jobs_core.leases.limits import (
     resolve_rate_limits,
 )
 from jobs_core.options import count, seconds_to_ms
+from jobs_core.processes import process_refusal
 from jobs_core.redact import carry, secrets_of
 from jobs_core.retry import Retry
 
@@ -43,6 +45,9 @@ JobBody = Callable[[Any, JobContext], Awaitable[Any]] | Callable[[Any, JobContex
 KeySpec = Callable[[Any], str] | None
 TenantSpec = Literal["none"] | Callable[[Any], str | None]
 SettledHook = Callable[["SettledEvent"], Awaitable[None] | None]
+#: Where a `def` body runs: a thread of the worker's, or a process of its pool (an async body
+#: always runs on the worker's event loop).
+BodyExecutor = Literal["thread", "process"]
 
 
 @dataclass(eq=False)
@@ -69,6 +74,8 @@ class JobHandle:
     #: Called before every record of this job is made (an enqueue, a stage, a fire); raises to
     #: refuse it (`consumer()`: a consumer's run never enqueues its own job).
     enqueue_guard: Callable[[], None] | None = None
+    #: Where a `def` body runs (`job(executor=...)`).
+    executor: BodyExecutor = "thread"
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -191,6 +198,7 @@ def job(
     concurrency: ConcurrencySpec = ...,
     rate_limit: RateLimit | Sequence[RateLimit] | None = ...,
     registry: JobRegistry | None = ...,
+    executor: BodyExecutor = ...,
 ) -> JobHandle: ...
 
 
@@ -212,6 +220,7 @@ def job(
     concurrency: ConcurrencySpec = ...,
     rate_limit: RateLimit | Sequence[RateLimit] | None = ...,
     registry: JobRegistry | None = ...,
+    executor: BodyExecutor = ...,
 ) -> Callable[[JobBody], JobHandle]: ...
 
 
@@ -232,6 +241,7 @@ def job(
     concurrency: ConcurrencySpec = None,
     rate_limit: RateLimit | Sequence[RateLimit] | None = None,
     registry: JobRegistry | None = None,
+    executor: BodyExecutor = "thread",
 ) -> JobHandle | Callable[[JobBody], JobHandle]:
     """Declare a job; as `@job(tenant=..., ...)` or `job(fn, tenant=..., ...)`.
 
@@ -244,6 +254,17 @@ def job(
     (`{"key": fn, "limit": 1, "when_busy": "wait" | "fail"}`); 0 is a hard stop. `rate_limit`:
     one `RateLimit` or several (one per `by`) on this job's starts. Both need a driver with the
     lease family (`X_JOB_CONCURRENCY_UNENFORCEABLE` at worker start otherwise).
+
+    `executor`: where a `def` body runs. `"thread"` (the default): a thread of the worker's, with
+    the full `JobContext`; it cannot be stopped from outside. `"process"`: a spawned process of
+    the worker's pool (`Worker(process_pool_size=...)`), for CPU-bound work — the worker's event
+    loop (heartbeats, settles, other bodies) never waits on it, and a deadline, cancel or drain
+    kills the process for real. The body must be a top-level function (a process imports it by
+    module and name) and is handed the input (JSON, as stored) and a `ProcessContext` (ids,
+    attempt, tenant; no `ctx.step`, `ctx.signal`, `ctx.progress`); its result is encoded in the
+    process. Refused at declaration (`X_JOB_EXECUTOR_INVALID`): an async body, a nested
+    function or lambda, a method or callable object, a `ctx` annotated `JobContext`, and
+    `step_timeout` or `event_poll`.
     """
 
     def declare(body: JobBody) -> JobHandle:
@@ -257,6 +278,7 @@ def job(
             raise TenantRequiredError(
                 "tenant must be 'none' or a function of the input", detail=job_name
             )
+        _check_executor(body, executor, steps=step_timeout is not None or event_poll is not None)
         if idempotency_key is not None and not callable(idempotency_key):
             raise DeclarationInvalidError(
                 "idempotency_key must be a function of the input", detail="idempotency_key"
@@ -279,6 +301,7 @@ def job(
             explicit_name=name is not None,
             concurrency=resolve_concurrency(concurrency),
             rate_limits=resolve_rate_limits(rate_limit, "rate_limit"),
+            executor=executor,
         )
         (registry if registry is not None else default_registry).add(handle)
         return handle
@@ -299,6 +322,17 @@ def _check_name(value: object, option: str) -> None:
     why = name_refusal(value)
     if why is not None:
         raise DeclarationInvalidError(why, detail=option)
+
+
+def _check_executor(body: JobBody, executor: object, *, steps: bool) -> None:
+    """Refuse an unknown executor, and a body a process could not run as declared."""
+    if executor == "thread":
+        return
+    if executor != "process":
+        raise ExecutorInvalidError("must be 'thread' or 'process'", detail="executor")
+    why = process_refusal(body, steps=steps)
+    if why is not None:
+        raise ExecutorInvalidError(why, detail="executor")
 
 
 def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) -> list[JobHandle]:

@@ -37,6 +37,11 @@ class NewJob:
     parent_id: str | None = None
     #: flows: the batch (`client.batch()`) this job is a member of, or None.
     batch_id: str | None = None
+    # -- acts-for --
+    #: The org a run of this job acts for (its declaration's `tenant` of the input), or None
+    #: (`tenant="none"`); shown and filtered on, never authority: the worker derives the org
+    #: again from the input. Not the limiter's bucket (`tenant_id` is).
+    acts_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,9 @@ class JobRecord:
     #: flows: the row's latest join (a `join_enqueue` or a PARK nack's `join`), kept after its
     #: release until the row parks on another join; None for a row that never joined.
     join: JoinState | None = None
+    # -- acts-for --
+    #: The org the row's runs act for, as enqueued (`NewJob.acts_for`).
+    acts_for: str | None = None
     # -- attempts --
     #: When the latest claim was made (kept after the row leaves `running`); None before one.
     claimed_at_ms: int | None = None
@@ -383,6 +391,9 @@ class JobFilter:
     #: flows: only the children of this job / the members of this batch.
     parent_id: str | None = None
     batch_id: str | None = None
+    # -- acts-for --
+    #: The org the row acts for (`NewJob.acts_for`); None filters nothing.
+    acts_for: str | None = None
 
     def matches(self, r: JobRecord | JobSummary) -> bool:
         return (
@@ -392,6 +403,7 @@ class JobFilter:
             and (self.tenant_id is None or r.tenant_id == self.tenant_id)
             and (self.parent_id is None or r.parent_id == self.parent_id)
             and (self.batch_id is None or r.batch_id == self.batch_id)
+            and (self.acts_for is None or r.acts_for == self.acts_for)
         )
 
 
@@ -439,6 +451,8 @@ class JobSummary:
     #: flows: as on the row.
     parent_id: str | None = None
     batch_id: str | None = None
+    # -- acts-for --
+    acts_for: str | None = None
 
     @staticmethod
     def of(r: JobRecord) -> JobSummary:
@@ -458,6 +472,7 @@ class JobSummary:
             finished_at_ms=r.finished_at_ms,
             parent_id=r.parent_id,
             batch_id=r.batch_id,
+            acts_for=r.acts_for,
         )
 
 

@@ -33,6 +33,15 @@ REDACTED: Final = "[redacted]"
 #: Values shorter than this are not scrubbed out of free text: "1" or "no" would scrub every
 #: digit and word of a traceback and hide more than it protects.
 MIN_SCRUB_CHARS: Final = 4
+# -- redaction hints: what a person reading a hidden value is told (never in JSON forms) --
+#: What a value hidden WHOLE (no declaration of its job is known) shows in a human view.
+UNDECLARED_HINT: Final = (
+    "[redacted: no live worker declares this job; pass --app MODULE (or UJOBS_APP) to show it]"
+)
+#: The line under a value where a declared sensitive field shows `[redacted]`.
+SENSITIVE_HINT: Final = (
+    "[redacted] marks a field this job declares sensitive: it is never shown, --app or not"
+)
 
 
 def mask(value: JsonValue, fields: frozenset[str]) -> JsonValue:
@@ -203,6 +212,44 @@ class RedactionPolicy:
 
     def secrets(self, name: str, input_json: str) -> list[str]:
         return input_secrets(input_json, self.declared.get(name, frozenset()))
+
+    # -- acts-for --
+    def org(self, name: str, acts_for: str | None, input_json: str | None) -> str | None:
+        """The org a row acts for as it may be shown (None stays None). It was derived from the
+        input, so it fails closed as the input does: `[redacted]` for an undeclared name, or
+        when it is one of the input's secrets (`input_json` None: not read, so not known to be
+        none of them — pass it whenever the name declares a sensitive field)."""
+        if acts_for is None:
+            return None
+        fields = self.declared.get(name)
+        if fields is None:
+            return REDACTED
+        if fields and (input_json is None or _is_secret(acts_for, input_json, fields)):
+            return REDACTED
+        return acts_for
+
+    def needs_input_for_org(self, name: str) -> bool:
+        """Whether `org` must read the row's input to show its org (the name hides fields)."""
+        return bool(self.declared.get(name))
+
+
+def _is_secret(text: str, input_json: str, fields: frozenset[str]) -> bool:
+    """Whether `text` is the value of a sensitive field of the input, however short (an org
+    is shown alone, so no length makes it safe); an input that does not decode: yes."""
+    try:
+        value: JsonValue = json.loads(input_json)
+    except ValueError:
+        return True
+    stack: list[tuple[JsonValue, bool]] = [(value, False)]
+    while stack:
+        v, hidden = stack.pop()
+        if isinstance(v, dict):
+            stack += [(child, hidden or k in fields) for k, child in v.items()]
+        elif isinstance(v, list):
+            stack += [(child, hidden) for child in v]
+        elif hidden and (v == text or (not isinstance(v, str) and json.dumps(v) == text)):
+            return True
+    return False
 
 
 #: The `extra` key a log call sets to the secrets its record must not print (`ScrubFilter`).

@@ -105,6 +105,8 @@ def _fingerprint(f: JobFilter) -> str:
     spec: list[object] = [sorted(s.value for s in f.states), f.queue, f.name, f.tenant_id]
     if f.parent_id is not None or f.batch_id is not None:
         spec += [f.parent_id, f.batch_id]  # only then, so a cursor made before flows still decodes
+    if f.acts_for is not None:
+        spec += ["acts_for", f.acts_for]  # acts-for: only then, as the flows' links
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
 
 

@@ -425,6 +425,7 @@ class MemoryDriver(JobDriver):
                 traceparent=job.traceparent,
                 parent_id=job.parent_id,
                 batch_id=job.batch_id,
+                acts_for=job.acts_for,  # acts-for
             ),
         )
         return EnqueueResult(job.id, deduped=False)

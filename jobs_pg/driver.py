@@ -235,6 +235,7 @@ def list_values(f: JobFilter, after: ListKey | None, limit: int, scan: int) -> d
         "tenant_id": f.tenant_id,
         "parent_id": f.parent_id,
         "batch_id": f.batch_id,
+        "acts_for": f.acts_for,  # acts-for
     }
 
 
@@ -731,6 +732,7 @@ class PgDriver(JobDriver):
             "traceparent": job.traceparent,
             "parent_id": job.parent_id,
             "batch_id": job.batch_id,
+            "acts_for": job.acts_for,  # acts-for
             "slot": slot,
             "channel": self.channel,
         }
@@ -864,6 +866,7 @@ class PgDriver(JobDriver):
             "run_id": [j.run_id for j in batch],
             "idempotency_key": [j.idempotency_key for j in batch],
             "input_json": [j.input_json for j in batch],
+            "acts_for": [j.acts_for for j in batch],  # acts-for: per record, rarely shared
             "slot": self._slot(max(j.created_at_ms for j in batch)) if wake else None,
             "channel": self.channel,
         }

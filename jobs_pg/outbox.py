@@ -421,7 +421,7 @@ async def _then(pending: Awaitable[None], answer: T) -> T:
 def _outbox_row(r: Sequence[Any]) -> OutboxRow:
     """An `OutboxRow` from a row in `ROW_COLUMNS` order."""
     return OutboxRow(
-        job=NewJob(*r[:13]),
+        job=NewJob(**dict(zip(JOB_COLUMNS, (*r[:13], r[18]), strict=True))),
         attempts=r[13],
         available_at_ms=r[14],
         claimed_by=r[15],

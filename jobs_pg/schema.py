@@ -106,6 +106,11 @@ jobs: Final = sa.Table(
     # is announced. The common row holds neither, so its finish runs no trigger body at all.
     sa.Column("waiters", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("watched", sa.Boolean, nullable=False, server_default=sa.false()),
+    # -- acts-for (migration 0017) --
+    # The org the row's runs act for (`NewJob.acts_for`), as enqueued; never changed after, and
+    # never authority (the worker derives it again from the input). No index: a listing filters
+    # on it during its bounded walk, as on the enqueuer's tenant.
+    sa.Column("acts_for", sa.Text(collation=C), nullable=True),
     # -- attempts (migration 0016) -- the latest claim's time, and how the last claims ended
     # (`jobs_core.attempts`): a JSON array of at most ATTEMPT_HISTORY entries, oldest first,
     # appended by the write that ends each claim; NULL is none yet.
@@ -410,6 +415,8 @@ outbox: Final = sa.Table(
     sa.Column("claimed_by", sa.Text(collation=C), nullable=True),
     sa.Column("lease_until_ms", sa.BigInteger, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
+    # -- acts-for (migration 0017): the staged job's `acts_for`, published with it --
+    sa.Column("acts_for", sa.Text(collation=C), nullable=True),
 )
 
 # Stage order: the claim and `outbox_pending` walk it (`ORDER BY created_at_ms, id LIMIT n`), so

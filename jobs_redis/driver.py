@@ -8,7 +8,8 @@ slot and every script declares every key it touches in KEYS):
   queue, name, tenant, key. Small, so a settle rewrites it whole; the idempotency namespace is
   its tail and the fence is a prefix test (`running NUL claims NUL worker NUL`).
 - `{p}:job:data`    hash id -> run_id, created_at, enqueued_by, input_json, traceparent (written
-  once; rows from before traceparent have four fields).
+  once; rows from before traceparent have four fields); and `id NUL "a"` -> the org the row
+  acts for, when it has one (acts-for: `lua/includes/row.lua` put_data).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
 - `{p}:job:claimed|attempts`  hash id -> the latest claim's time / its attempt history.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
@@ -820,7 +821,7 @@ class RedisDriver(JobDriver):
         states = "\x00".join(sorted(s.value for s in f.states))
         taken, last = await self._run(
             "job_list",
-            (k.created, k.state),
+            (k.created, k.state, k.data),
             (
                 start,
                 limit,
@@ -831,11 +832,12 @@ class RedisDriver(JobDriver):
                 f.tenant_id or "",
                 f.parent_id or "",
                 f.batch_id or "",
+                f.acts_for or "",  # acts-for
             ),
         )
         jobs = tuple(
-            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1])
-            for i in range(0, len(taken), 2)
+            _summary(taken[i][13:], int(taken[i][:13]), taken[i + 1], taken[i + 2])
+            for i in range(0, len(taken), 3)
         )
         return JobSlice(jobs, ListKey(int(last[:13]), last[13:]) if last else None)
 
@@ -959,10 +961,12 @@ class RedisDriver(JobDriver):
         )
         out: dict[str, JobRecord] = {}
         for i, job_id in enumerate(job_ids):
-            state, data, error, progress, result, wait, claimed, history = got[8 * i : 8 * i + 8]
+            state, data, error, progress, result, wait, acts, claimed, history = got[
+                9 * i : 9 * i + 9
+            ]
             if state is None:
                 continue
-            record = _record(job_id, state, data, error, progress, result, wait)
+            record = _record(job_id, state, data, error, progress, result, wait, acts)
             out[job_id] = replace(
                 record, claimed_at_ms=_opt_int(claimed or ""), attempts=_history(history)
             )
@@ -1572,6 +1576,9 @@ def _encode(job: NewJob) -> tuple[str, str, str, int]:
         f"{job.run_id}\x00{job.created_at_ms}\x00{job.enqueued_by or ''}\x00{job.input_json}"
         f"\x00{job.traceparent or ''}"
     )
+    if job.acts_for is not None:
+        # acts-for: a sixth field the scripts store apart (lua/includes/row.lua put_data).
+        data += f"\x00{job.acts_for}"
     return ns, state, data, job.priority * _PRIORITY_UNIT + job.run_at_ms
 
 
@@ -1643,7 +1650,7 @@ def _created_member(created_at_ms: int, job_id: str) -> str:
     return f"{created_at_ms:013d}{job_id}"
 
 
-def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
+def _summary(job_id: str, created_at_ms: int, state: str, acts: str = "") -> JobSummary:
     s = state.split("\x00")
     flow = len(s) > 13
     return JobSummary(
@@ -1662,6 +1669,7 @@ def _summary(job_id: str, created_at_ms: int, state: str) -> JobSummary:
         finished_at_ms=_opt_int(s[6]),
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
+        acts_for=acts or None,
     )
 
 
@@ -1787,6 +1795,7 @@ def _record(
     progress: str | None,
     result: str | None,
     wait: str | None,
+    acts: str | None = None,
 ) -> JobRecord:
     s = state.split("\x00")
     d = data.split("\x00")
@@ -1818,6 +1827,7 @@ def _record(
         parent_id=(s[15] or None) if flow else None,
         batch_id=(s[16] or None) if flow else None,
         join=_join(s[13]) if flow else None,
+        acts_for=acts,
     )
 
 

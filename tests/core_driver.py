@@ -96,6 +96,7 @@ class CoreDriver(JobDriver):
                 result_json=None,
                 enqueued_by=job.enqueued_by,
                 traceparent=job.traceparent,
+                acts_for=job.acts_for,
             )
         )
         return EnqueueResult(job.id, deduped=False)

@@ -36,6 +36,16 @@ def test_every_family_proves_every_figure_can_move() -> None:
         ("flows", "dependents started early"),
         ("flows", "dependents against their policy"),
         ("flows", "batch callbacks with wrong counts"),
+        ("factories", "postings stored with other lines"),
+        ("factories", "currencies not summing to zero"),
+        ("factories", "consumer records never handled"),
+        ("factories", "consumer records handled twice outside a batch a fault cut"),
+        ("factories", "consumer records written twice by committed turns"),
+        ("factories", "webhook events 2xx'd again with no kill, outage or drain"),
+        ("factories", "webhook events never delivered"),
+        ("factories", "webhook attempts recorded delivered without a 2xx"),
+        ("factories", "sweeps whose ledger count is not their rows"),
+        ("factories", "sweep rows never handled"),
     ],
 )
 def test_a_broken_variant_fails_the_run_on_its_figure(family: str, figure: str) -> None:
@@ -102,3 +112,44 @@ def test_the_flows_figures_excuse_a_crash_and_nothing_else() -> None:
         "batch callbacks never fired",
         "flows that ended wrong",
     }
+
+
+def test_the_factories_figures_excuse_a_kill_and_catch_a_double() -> None:
+    """A posting applied by two jobs fails on its answers and on the balances; two turns of the
+    consumer at once fail; a record handed
+    over again after the kill -9 of its first batch's worker (or an outage) is the documented
+    at-least-once, and so is a second 2xx whose sender was killed before its settle; the same
+    repeats with no fault fail the run."""
+    fac = families()["factories"]
+    assert fac.clean is not None
+    evidence = fac.clean()
+    fac.cases["postings applied twice"](evidence)
+    assert {f.name for f in fac.analyse(evidence).failed} == {
+        "postings applied twice",
+        "balances off the distinct postings",
+    }
+    evidence = fac.clean()
+    fac.cases["consumer turns run beside another"](evidence)
+    assert "consumer turns run beside another" in {f.name for f in fac.analyse(evidence).failed}
+    for figure, allowed in (
+        ("consumer records handled twice outside a batch a fault cut", ()),
+        (
+            "consumer records handled twice in a batch a kill -9 cut",
+            ("consumer records handled twice outside a batch a fault cut",),
+        ),
+        (
+            "consumer records handled twice in a batch an outage or a drain cut",
+            ("consumer records handled twice outside a batch a fault cut",),
+        ),
+        ("webhook events 2xx'd again with no kill, outage or drain", ()),
+        (
+            "webhook events 2xx'd again after a kill -9",
+            ("webhook events 2xx'd again with no kill, outage or drain",),
+        ),
+    ):
+        evidence = fac.clean()
+        fac.cases[figure](evidence)
+        found = fac.analyse(evidence)
+        assert found.figure(figure).value > 0, figure
+        assert all(found.figure(name).value == 0 for name in allowed), figure
+        assert bool(found.failed) == (not allowed), figure

@@ -429,6 +429,47 @@ async def test_table_source_on_a_sync_engine(
     engine.dispose()
 
 
+async def test_a_cancelled_sync_table_turn_keeps_its_lease_to_its_end(
+    pg_tables: tuple[JobDriver, Any, sa.Table, sa.Table],
+) -> None:
+    """A run cancelled (a drain's deadline) while its sync turn runs in a thread: the thread
+    cannot be stopped, so the run holds its lease until the turn ended — no other run reads the
+    batch beside it — and the turn, its claim still held, commits. Found by the chaos run
+    (docs/chaos.md, the factories): the lease was let go at once, and a second worker's turn
+    handed the same batch to the handler while the first still ran it."""
+    import asyncio
+    import threading
+
+    from tests.pg.conftest import PG_URL
+
+    driver, _engine, events, seen = pg_tables
+    engine = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
+    inside, release = threading.Event(), threading.Event()
+
+    def handle(rows: list[Any], turn: Turn) -> None:
+        turn.conn.execute(seen.insert(), [{"id": r.id} for r in rows])
+        inside.set()
+        release.wait(10)
+
+    c = declare(source=table(sa.select(events), engine=engine, key="id"), handle=handle, batch=7)
+    run = asyncio.ensure_future(run_once(driver, c))
+    try:
+        assert await asyncio.to_thread(inside.wait, 10)
+        run.cancel()
+        await asyncio.sleep(0.2)
+        assert not run.done()
+        held = await driver.lease_holders(lease_key("feed", None), SystemClock().now_ms())
+        assert len(held) == 1
+    finally:
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        engine.dispose()
+    assert await driver.lease_holders(lease_key("feed", None), SystemClock().now_ms()) == []
+    entry = await driver.consumer_cursor_get("feed", None)
+    assert entry is not None and loads(entry.cursor_json) == 7
+
+
 async def test_a_function_cursor_that_does_not_move_is_refused(store: JobDriver) -> None:
     seen: list[int] = []
     c = declare(source=function(lambda cursor, limit: ([1], 5)), handle=lambda r, t: seen.extend(r))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 #: Absolute paths of one machine: a checkout, a home, a scratch directory.
 ABSOLUTE = re.compile(r"(?<![\w.])/(?:work|root|home|Users|tmp|opt|srv)/[\w.-]+")
 PRIVATE = re.compile(r"SPEC(?:\.md| §)|shared/seeds|STYLE\.md")

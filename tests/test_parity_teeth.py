@@ -2895,6 +2895,36 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
 ]
 
 
+# -- acts-for: the org a row acts for, stored at enqueue and filtered on ---------------------
+
+
+class DropsActsFor(MemoryDriver):
+    """Stores no org a row acts for: an enqueue path that forgot the field."""
+
+    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
+        return await super()._job_enqueue(replace(job, acts_for=None))
+
+    async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        return await super()._job_enqueue_many([replace(j, acts_for=None) for j in jobs])
+
+
+class ListsActsForByTenant(MemoryDriver):
+    """Filters a listing by the enqueuer's tenant where it asks for the org a row acts for."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        if f.acts_for is not None:
+            f = replace(f, tenant_id=f.acts_for, acts_for=None)
+        return await super()._job_list(f, after, limit, scan)
+
+
+BROKEN += [
+    (DropsActsFor, "jobs", ["acts_for_stored_and_listed"]),
+    (ListsActsForByTenant, "operator", ["acts_for_stored_and_listed"]),
+]
+
+
 class CheckpointInThreeCalls(MemoryDriver):
     """Checkpoints with the ABC's default: a read of the row, the advance, then the step, each
     its own call (what a third party's driver of both families gets without writing one)."""

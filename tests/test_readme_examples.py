@@ -1,7 +1,9 @@
-"""The README's examples, run as written: every ```python block, every `await …` span of the
-prose and every shell command.
+"""The README's and the documentation site's examples, run as written: every ```python block,
+every `await …` span of the prose and every shell command of the pages in `PAGES` (the site
+pages the README's sections moved to; tests/test_docs_site.py checks that the README's own
+blocks are copies of theirs and that every other code block on the site is run elsewhere).
 
-They are read from README.md at test time, so an edited example is what gets tested. Each is
+They are read from those pages at test time, so an edited example is what gets tested. Each is
 found by a stable marker (how it starts) and run by one case below, with a small harness that
 gives it what the surrounding prose assumes (the `myapp/jobs.py` module, a `driver`, an
 `inp`); each case then checks what the prose says happens. An example that no case handles
@@ -73,26 +75,56 @@ from tests.redis.conftest import REDIS_URL, _real, fresh_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+#: The pages whose examples this file runs: the site pages the README's sections became.
+PAGES = [
+    *(
+        ROOT / "docs" / name
+        for name in (
+            "getting-started.md",
+            "guides/jobs.md",
+            "guides/steps.md",
+            "guides/limits.md",
+            "guides/scheduling.md",
+            "guides/outbox.md",
+            "guides/workflows.md",
+            "guides/factories.md",
+            "guides/celery.md",
+            "guides/backends.md",
+            "guides/testing.md",
+            "operations.md",
+            "reference/errors.md",
+            "benchmarks.md",
+            "guarantees.md",
+            "reference/layout.md",
+        )
+    ),
+]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 class Block:
-    """One fenced block of the README: its language, text and first line there."""
+    """One fenced block of a page: its language, text, page and first line there."""
 
-    def __init__(self, lang: str, text: str, line: int) -> None:
+    def __init__(self, lang: str, text: str, line: int, page: str = "README.md") -> None:
         self.lang = lang
         self.text = text
         self.line = line
+        self.page = page
 
     @property
     def marker(self) -> str:
         return self.text.splitlines()[0].strip()
 
 
+def pages() -> list[tuple[str, str]]:
+    """Each page of `PAGES`: its path from the repository's root, and its text."""
+    return [(p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8")) for p in PAGES]
+
+
 def readme_blocks(lang: str) -> list[Block]:
-    text = README.read_text(encoding="utf-8")
     return [
-        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1)
+        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1, page)
+        for page, text in pages()
         for m in FENCE.finditer(text)
         if m.group(1) == lang
     ]
@@ -108,14 +140,14 @@ def python_block(marker: str) -> Block:
 def compiled(block: Block) -> Any:
     """The block as code, its line numbers the README's, top-level `await` allowed; a last
     statement that is an expression keeps its value in the global `_`, for the case to check."""
-    tree = ast.parse(block.text, filename="README.md")
+    tree = ast.parse(block.text, filename=block.page)
     last = tree.body[-1]
     if isinstance(last, ast.Expr):
         keep = ast.Assign(targets=[ast.Name("_", ast.Store())], value=last.value)
         tree.body[-1] = ast.copy_location(keep, last)
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, block.line - 1)
-    return compile(tree, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return compile(tree, block.page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
 async def run_block(block: Block, names: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +247,7 @@ def test_every_python_block_has_a_case() -> None:
     for block in readme_blocks("python"):
         cases = [m for m in PYTHON_CASES if block.marker.startswith(m)]
         assert len(cases) == 1, (
-            f"README python block at line {block.line} ({block.marker!r}) has cases {cases}: "
+            f"{block.page} python block at line {block.line} ({block.marker!r}) has cases {cases}: "
             "each needs exactly one case here"
         )
     for marker in PYTHON_CASES:
@@ -983,10 +1015,15 @@ INLINE_CASES = (DELAY, CANCEL, PAUSE, DEMAND, TASK_NOW)
 
 def inline_example(start: str) -> Block:
     """The one backticked `await …` span of the README prose that starts with `start`."""
-    text = README.read_text(encoding="utf-8")
-    found = [m for m in INLINE.finditer(text) if m.group(1).startswith(start)]
-    assert len(found) == 1, f"README has {len(found)} inline examples starting {start!r}"
-    return Block("python", found[0].group(1), text.count("\n", 0, found[0].start()) + 1)
+    found = [
+        (page, text, m)
+        for page, text in pages()
+        for m in INLINE.finditer(text)
+        if m.group(1).startswith(start)
+    ]
+    assert len(found) == 1, f"the pages have {len(found)} inline examples starting {start!r}"
+    page, text, m = found[0]
+    return Block("python", m.group(1), text.count("\n", 0, m.start()) + 1, page)
 
 
 async def test_the_delay_and_priority_example(myapp: ModuleType, no_client: None) -> None:
@@ -1056,7 +1093,7 @@ async def test_the_demand_example_counts_ready_jobs_per_queue(myapp: ModuleType)
 
 
 def test_every_inline_await_has_a_case() -> None:
-    spans = [m.group(1) for m in INLINE.finditer(README.read_text(encoding="utf-8"))]
+    spans = [m.group(1) for _, text in pages() for m in INLINE.finditer(text)]
     for span in spans:
         cases = [start for start in INLINE_CASES if span.startswith(start)]
         assert len(cases) == 1, f"README inline example {span!r} has cases {cases}"
@@ -1210,9 +1247,11 @@ def worker_briefly(
     env: dict[str, str] | None = None,
     ready: Callable[[], bool] = lambda: True,
     banner_start: str = "ujobs worker",
+    banner_on_stderr: bool = False,
 ) -> tuple[str, str]:
     """Start `ujobs worker`, wait for its plan (and `ready()`), SIGTERM it: it drains and
-    exits 0. Answers its stdout and its stderr."""
+    exits 0. Answers its stdout and its stderr. The plan is read from stdout, or from stderr
+    where `--log-format json` makes it a log line (`banner_on_stderr`)."""
     # Unbuffered bytes: `readline` then takes exactly the banner, and `communicate` (which reads
     # the pipe's descriptor itself) gets every later line; a buffered reader could have read
     # ahead past the banner into a buffer `communicate` never sees.
@@ -1226,8 +1265,11 @@ def worker_briefly(
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
-        banner = proc.stdout.readline().decode()
-        assert banner.startswith(banner_start), banner + proc.stderr.read().decode()
+        first, other = (
+            (proc.stderr, proc.stdout) if banner_on_stderr else (proc.stdout, proc.stderr)
+        )
+        banner = first.readline().decode()
+        assert banner.startswith(banner_start), banner + other.read().decode()
         deadline = time.monotonic() + 20
         while not (catches_sigterm(proc.pid) and ready()):
             assert proc.poll() is None, "the worker exited early"
@@ -1242,19 +1284,26 @@ def worker_briefly(
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, banner + out + err
-    return banner + out, err
+    return (out, banner + err) if banner_on_stderr else (banner + out, err)
 
 
 def test_the_memory_worker_logs_json(app_dir: Path) -> None:
-    out, err = worker_briefly(localize(shell_command(WORKER_MEMORY)), app_dir, {"UJOBS_DRIVER": ""})
-    assert "memory" in out.splitlines()[0]
+    out, err = worker_briefly(
+        localize(shell_command(WORKER_MEMORY)),
+        app_dir,
+        {"UJOBS_DRIVER": ""},
+        banner_start='{"time"',
+        banner_on_stderr=True,
+    )
+    assert out == ""  # the banner and the final counts are log lines too
     # "one JSON object per line", and the drain on SIGTERM logs at least once.
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
-    assert any("draining" in r["message"] for r in records), err
+    plan = records[0]
+    assert plan["event"] == "jobs.worker.plan" and plan["driver"] == "memory", plan
+    assert any(r["event"] == "jobs.worker.draining" for r in records), err
+    assert records[-1]["event"] == "jobs.worker.counts", err
     for record in records:  # the fields the prose names
-        assert {"time", "level", "logger", "message"} <= record.keys(), record
-    for record in records:
-        assert {"time", "level", "logger", "message"} <= record.keys()
+        assert {"time", "level", "logger", "event", "message"} <= record.keys(), record
 
 
 async def _row(schema: str, job_id: str) -> Any:

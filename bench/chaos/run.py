@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.chaos.families import TRAP_ENV, Evidence, Family, Urls, families, pick_any
+from bench.chaos.families import (
+    SIDECAR_ENV,
+    TRAP_ENV,
+    Evidence,
+    Family,
+    Urls,
+    families,
+    pick_any,
+)
 from bench.chaos.figures import (
     DRAIN_MARGIN_S,
     LIVE,
@@ -302,6 +311,7 @@ class Chaos:
         self.stores: dict[str, Store] = {}
         self.fleet: Fleet | None = None
         self.feeder: subprocess.Popen[bytes] | None = None
+        self.sidecar: subprocess.Popen[bytes] | None = None
         self.dropper: AnswerDropper | None = None
         #: Stores down now, by role: (monotonic since, wall ms since, what was done).
         self.down: dict[str, tuple[float, float, str]] = {}
@@ -328,6 +338,9 @@ class Chaos:
                 self.feeder.wait(timeout=10)
             if self.fleet is not None:
                 self.fleet.close()
+            if self.sidecar is not None and self.sidecar.poll() is None:
+                self.sidecar.kill()
+                self.sidecar.wait(timeout=10)
             if self.dropper is not None:
                 self.dropper.close()
             for store in self.stores.values():
@@ -348,7 +361,7 @@ class Chaos:
             f"127.0.0.1:{jobs_store.port}", f"127.0.0.1:{self.dropper.port}"
         )
         outbox = self.stores.get("outbox")
-        urls = Urls(jobs_store.url, proxied, outbox.url if outbox else None)
+        urls = Urls(jobs_store.url, proxied, outbox.url if outbox else None, str(self.rundir))
         path = [str(ROOT)]
         if fam.driver_hook is not None:
             path.append(str(_driver_hook(self.tmp, *fam.driver_hook)))
@@ -358,6 +371,8 @@ class Chaos:
             PYTHONPATH=os.pathsep.join(path),
             **{LEDGER_ENV: str(self.ledger), TRAP_ENV: str(self.trap)},
         )
+        if fam.sidecar:
+            env[SIDECAR_ENV] = self.start_sidecar(fam.sidecar, env)
         cmd, more_env = fam.fleet(urls, args)
         self.fleet = Fleet(cmd, {**env, **more_env}, self.rundir, args)
         for _ in range(fam.fleet_size or args.workers):
@@ -470,6 +485,34 @@ class Chaos:
             for row in rows.values():
                 out.write(json.dumps(asdict(row)) + "\n")
         return not found.failed
+
+    def start_sidecar(self, module_args: tuple[str, ...], env: dict[str, str]) -> str:
+        """Start the family's sidecar on a spare loopback port; answers its URL once it
+        listens (bounded)."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with (self.rundir / "sidecar.log").open("ab") as slog:
+            self.sidecar = subprocess.Popen(
+                [sys.executable, *module_args, "--port", str(port), "--seed", str(self.args.seed)],
+                cwd=ROOT,
+                env=env,
+                stdout=slog,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+        def listening() -> bool:
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.settimeout(0.5)
+                s.connect(("127.0.0.1", port))
+                return True
+            return False
+
+        if not _bounded("the sidecar's start", 20, listening, lambda: None):
+            raise StoreError("the family's sidecar did not listen")
+        self.note(f"sidecar up on 127.0.0.1:{port}")
+        return f"http://127.0.0.1:{port}"
 
     def loop(self) -> None:
         """The timeline: each event when due, the stores back `--outage` seconds after each

@@ -166,6 +166,20 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
+#: Our log messages start with the event's dotted name: `jobs.run.shed j1 …`, `jobs.pg.x: …`.
+_EVENT = re.compile(r"(?:jobs|dashboard)\.[\w.-]*\w")
+
+
+def _event(record: logging.LogRecord) -> str:
+    """The line's `event`: an `extra={"event": …}`, else the dotted name its message starts
+    with, else `log` (a line from your code or a library, whose message is free text)."""
+    given = getattr(record, "event", None)
+    if isinstance(given, str) and given:
+        return given
+    found = _EVENT.match(record.getMessage())
+    return found.group(0) if found else "log"
+
+
 class _Formatter(logging.Formatter):
     """`text` or `json` (one object per line) log lines, with every password of `urls` masked."""
 
@@ -182,6 +196,7 @@ class _Formatter(logging.Formatter):
                 ),
                 "level": record.levelname,
                 "logger": record.name,
+                "event": _event(record),
                 "message": record.getMessage(),
             }
             for key, value in _extras(record).items():

@@ -44,6 +44,7 @@ from jobs_core.driver import MAX_BULK_IDS, MAX_LIST_LIMIT
 from jobs_core.errors import CliUsageInvalidError, JobsError, OptionInvalidError
 from jobs_core.operator import Action, CancelReport, FamilyView, JobView, Operator, refusal_for
 from jobs_core.operator.service import Answer
+from jobs_core.operator.times import use_zone
 from jobs_core.records import JobFilter, Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
@@ -69,7 +70,19 @@ def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option(
         "--parent", default=None, help="Only the children of this job (needs flows)."
     )(fn)
-    fn = click.option("--tenant", default=None, help="Only this enqueuer's tenant.")(fn)
+    # acts-for: apart from --tenant, which is the ENQUEUER's tenant (the rate limiter's
+    # bucket): "match either" would widen a bulk `--all` to rows another org enqueued.
+    fn = click.option(
+        "--acts-for",
+        "acts_for",
+        default=None,
+        help="Only jobs acting for this org (their declaration's tenant of the input).",
+    )(fn)
+    fn = click.option(
+        "--tenant",
+        default=None,
+        help="Only jobs ENQUEUED under this tenant (the rate limiter's bucket; see --acts-for).",
+    )(fn)
     fn = click.option("--name", default=None, help="Only this job name.")(fn)
     fn = click.option("--queue", default=None, help="Only this queue.")(fn)
     fn = click.option(
@@ -89,8 +102,34 @@ def _filter(
     tenant: str | None,
     parent: str | None = None,
     batch: str | None = None,
+    acts_for: str | None = None,
 ) -> JobFilter:
-    return JobFilter(frozenset(JobState(s) for s in states), queue, name, tenant, parent, batch)
+    return JobFilter(
+        frozenset(JobState(s) for s in states),
+        queue,
+        name,
+        tenant,
+        parent,
+        batch,
+        acts_for=acts_for,
+    )
+
+
+#: `--tz`: the zone the CLI's times are shown in (jobs_core.operator.times.use_zone).
+_tz_option = click.option(
+    "--tz",
+    "tz",
+    default=None,
+    help="Show times in this IANA zone (e.g. Europe/Paris, UTC); default: this machine's.",
+)
+
+
+def _zone(tz: str | None) -> None:
+    """Show this command's times in `tz`; a zone zoneinfo does not know exits 2, typed."""
+    try:
+        use_zone(tz)
+    except JobsError as exc:
+        _fail(exc)
 
 
 def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[T]]) -> T:
@@ -120,6 +159,8 @@ def jobs() -> None:
 @_filter_options
 @click.option("--limit", default=50, show_default=True, help=f"Rows (at most {MAX_LIST_LIMIT}).")
 @click.option("--cursor", default=None, help="The next_cursor of the previous page.")
+@_app_option
+@_tz_option
 @json_option
 def jobs_list(
     url: str | None,
@@ -127,19 +168,23 @@ def jobs_list(
     queue: str | None,
     name: str | None,
     tenant: str | None,
+    acts_for: str | None,
     parent: str | None,
     batch: str | None,
     limit: int,
     cursor: str | None,
+    app: str | None,
+    tz: str | None,
     as_json: bool,
 ) -> None:
     """Jobs newest first; prints the cursor of the next page when there is one. `--parent` and
     `--batch` need a driver with flows (else X_DRIVER_CAPABILITY_MISSING)."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         _fail(OptionInvalidError(f"--limit must be 1 to {MAX_LIST_LIMIT}", detail="--limit"))
-    f = _filter(states, queue, name, tenant, parent, batch)
+    f = _filter(states, queue, name, tenant, parent, batch, acts_for)
+    _zone(tz)
     now = SystemClock().now_ms()
-    page = _run(url, None, lambda op: op.jobs(f, limit=limit, cursor=cursor))
+    page = _run(url, app, lambda op: op.jobs(f, limit=limit, cursor=cursor))
     if as_json:
         emit_json(page.to_json())
     else:
@@ -150,10 +195,13 @@ def jobs_list(
 @click.argument("job_id")
 @driver_option
 @_app_option
+@_tz_option
 @json_option
-def jobs_show(job_id: str, url: str | None, app: str | None, as_json: bool) -> None:
-    """One job: every field, its input (sensitive fields redacted), result and last error; with
-    flows, its parent, its children by state, the join it waits on and its batch."""
+def jobs_show(job_id: str, url: str | None, app: str | None, tz: str | None, as_json: bool) -> None:
+    """One job: every field, its input (sensitive fields redacted), result and last error, what
+    it waits for (in words, times in local time or --tz); with flows, its parent, its children
+    by state, the join it waits on and its batch."""
+    _zone(tz)
     now = SystemClock().now_ms()
 
     async def read(op: Operator) -> tuple[JobView, bool, FamilyView | None]:
@@ -183,6 +231,7 @@ def _steer(verb: Action, verb_help: str) -> None:
         queue: str | None,
         name: str | None,
         tenant: str | None,
+        acts_for: str | None,
         parent: str | None,
         batch: str | None,
         everything: bool,
@@ -191,13 +240,14 @@ def _steer(verb: Action, verb_help: str) -> None:
         keep_children: bool = False,
     ) -> None:
         action = Action.REQUEUE_FRESH if fresh else verb
-        f = _filter(states, queue, name, tenant, parent, batch)
+        f = _filter(states, queue, name, tenant, parent, batch, acts_for)
         if everything:
             if job_ids or f == JobFilter():
                 _fail(
                     CliUsageInvalidError(
                         f"--all takes no ids and at least one filter (--state, --queue, --name,"
-                        f" --tenant, --parent, --batch): `ujobs jobs {verb.value} --all --state"
+                        f" --tenant, --acts-for, --parent, --batch): `ujobs jobs {verb.value}"
+                        " --all --state"
                         " dead`"
                     )
                 )
@@ -361,7 +411,16 @@ def workers(url: str | None, as_json: bool) -> None:
 @json_option
 def stats(url: str | None, window: float, as_json: bool) -> None:
     """Jobs by state, and per job name what settled over the window (from the counters; a
-    window starting inside an hour already folded counts that hour whole)."""
+    window starting inside an hour already folded counts that hour whole).
+
+    \b
+    Columns: completed, retried (an attempt failed, another follows), dead-lettered and
+    dropped (failed for good: to `dead`, or to `failed` without a dead letter), refused (keyed
+    concurrency said no: failed, no attempt spent), interrupted (a drain gave the run back),
+    shed (given back WITHOUT spending an attempt because it could not start or go on now: a
+    rate limit, a concurrency slot, a job name this worker does not run; due again later),
+    suspended (the run parked itself: a durable sleep, an event wait, a wait on child jobs;
+    counted at each park), cancelled."""
     if not 60 <= window <= 30 * 24 * 3600:
         _fail(OptionInvalidError("--window must be 60 s to 30 days", detail="--window"))
     view = _run(url, None, lambda op: op.stats(round(window * 1000)))

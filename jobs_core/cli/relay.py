@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from jobs_core.cli.banner import announce_relay, announce_relay_stopped
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -80,13 +81,22 @@ def relay(
         r = Relay(outbox_from_url(outbox_url), driver_from_url(url), batch=batch, lease=lease)
     except JobsError as exc:
         _fail(exc)
-    console.print(Text.assemble(("ujobs relay", "bold"), " ", literal(r.relay_id)), soft_wrap=True)
-    print_relay(r)
+    as_json = log_format == "json"  # the banner and the count are log lines too
+    if as_json:
+        announce_relay(r)
+    else:
+        console.print(
+            Text.assemble(("ujobs relay", "bold"), " ", literal(r.relay_id)), soft_wrap=True
+        )
+        print_relay(r)
     try:
         run_role(run_relay(r, drain_timeout))
     except JobsError as exc:
         _fail(exc)
-    console.print(f"relay stopped: {r.published} rows published")
+    if as_json:
+        announce_relay_stopped(r)
+    else:
+        console.print(f"relay stopped: {r.published} rows published")
     drained()
 
 

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from jobs_core.cli.banner import announce, announce_plan, announce_stats, json_logs
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -51,6 +52,13 @@ from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker, WorkerStats
+from jobs_core.worker.supervisor import (
+    ChildHooks,
+    max_jobs_from,
+    processes_from,
+    shared_store,
+    watch_parent,
+)
 
 
 @main.command()
@@ -110,6 +118,26 @@ from jobs_core.worker import Worker, WorkerStats
 )
 @click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--quiet", is_flag=True, help="No live counts.")
+@click.option(
+    "--process-pool",
+    type=int,
+    default=None,
+    help='Processes for executor="process" bodies (default: the CPU count, at most concurrency).',
+)
+@click.option(
+    "--processes",
+    default="1",
+    show_default=True,
+    help="Whole worker processes (not --process-pool's) under one supervisor, which restarts "
+    "any that dies and forwards SIGTERM/Ctrl-C to drain them all; 'auto': one per CPU.",
+)
+@click.option(
+    "--max-jobs-per-process",
+    type=int,
+    default=None,
+    help="Recycle a worker process after this many jobs: drained, then replaced.",
+)
+@click.option("--supervised-by", type=int, default=None, hidden=True)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -129,10 +157,23 @@ def worker(
     with_relay: bool,
     outbox_url: str | None,
     quiet: bool,
+    processes: str,
+    max_jobs_per_process: int | None,
+    supervised_by: int | None,
+    process_pool: int | None,
 ) -> None:
-    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain)."""
+    """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
+
+    With --processes N (or --max-jobs-per-process), this process supervises N such workers
+    (see jobs_core/worker/supervisor.py); /metrics then serves the whole group on one port.
+    """
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
+    child = None
+    if supervised_by is not None:
+        watch_parent(supervised_by)
+        child = ChildHooks(supervised_by, max_jobs_per_process)
     try:
+        group = processes_from(processes), max_jobs_from(max_jobs_per_process)
         url = _required_driver(url, "worker")
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
@@ -140,6 +181,8 @@ def worker(
         _seconds(drain_timeout, "--drain-timeout")
         retention = retention_from(keeps)
         driver = driver_from_url(url)
+        if supervised_by is None and group != (1, None):
+            shared_store(driver)
         handles = _jobs_in(module)
         w = Worker(
             driver,
@@ -151,6 +194,7 @@ def worker(
             drain_timeout=drain_timeout,
             retention=retention,
             rate_limits=[rate_limit_from(r) for r in rates],
+            process_pool_size=process_pool,
         )
         sched = None
         if with_scheduler:
@@ -166,21 +210,33 @@ def worker(
         )
     except JobsError as exc:
         _fail(exc)
-    _print_plan(w, handles, driver)
-    if sched is not None:
+    if child is None and group != (1, None):
+        from jobs_core.cli.group import run_group
+
+        raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
+    # --log-format json: the banner and the final counts are log lines too (jobs_core.cli.banner)
+    as_json = log_format == "json"
+    if as_json:
+        announce_plan(w, handles, driver, sched, relay)
+    else:
+        _print_plan(w, handles, driver)
+    if sched is not None and not as_json:
         from jobs_core.cli.schedule import print_tasks, unread
 
         now = w.clock.now_ms()
         print_tasks(unread(sched.tasks, now), now)
-    if relay is not None:
+    if relay is not None and not as_json:
         print_relay(relay)
     try:
-        run_role(_run_worker(w, quiet, metrics_host, metrics_port, sched, relay))
+        run_role(_run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child))
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
-    _print_stats(w.stats, "worker stopped")
+    if as_json:
+        announce_stats(w.stats, w.worker_id)
+    else:
+        _print_stats(w.stats, "worker stopped")
     drained()
 
 
@@ -307,15 +363,23 @@ async def _run_worker(
     metrics_port: int | None = None,
     sched: Scheduler | None = None,
     relay: Relay | None = None,
+    child: ChildHooks | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
+    if child is not None:
+        child.attach(w)
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
-        server = serve(w, metrics_host, metrics_port, relay)
-        where = literal(f"http://{metrics_host}:{server.port}/metrics")
-        console.print(Text.assemble("metrics on ", where, ", health on /healthz"), soft_wrap=True)
+        server = serve(w, metrics_host, metrics_port, relay, scheduler=sched)
+        url = f"http://{metrics_host}:{server.port}/metrics"
+        if json_logs():
+            announce("jobs.worker.metrics", f"metrics on {url}", metrics_url=url)
+        else:
+            console.print(
+                Text.assemble("metrics on ", literal(url), ", health on /healthz"), soft_wrap=True
+            )
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
     # Watching before anything starts: a signal while a start waits for its store ends it.
     w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None

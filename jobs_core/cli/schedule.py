@@ -88,19 +88,24 @@ def scheduler(
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
     except JobsError as exc:
         _fail(exc)
-    console.print(
-        Text.assemble(
-            ("ujobs scheduler", "bold"),
-            " ",
-            literal(s.scheduler_id),
-            " on ",
-            literal(s.driver.describe(), "cyan"),
-            f" · lease {s.ttl_ms / 1000:g} s",
-        ),
-        soft_wrap=True,
-    )
-    now = SystemClock().now_ms()
-    print_tasks(unread(handles, now), now)
+    if log_format == "json":  # the banner is a log line too (jobs_core.cli.banner)
+        from jobs_core.cli.banner import announce_scheduler
+
+        announce_scheduler(s)
+    else:
+        console.print(
+            Text.assemble(
+                ("ujobs scheduler", "bold"),
+                " ",
+                literal(s.scheduler_id),
+                " on ",
+                literal(s.driver.describe(), "cyan"),
+                f" · lease {s.ttl_ms / 1000:g} s",
+            ),
+            soft_wrap=True,
+        )
+        now = SystemClock().now_ms()
+        print_tasks(unread(handles, now), now)
     try:
         run_role(run_scheduler(s, drain_timeout))
     except JobsError as exc:

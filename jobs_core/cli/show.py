@@ -39,7 +39,9 @@ from jobs_core.operator import (
 )
 from jobs_core.operator.service import Answer
 from jobs_core.operator.times import age, local, relative, when
+from jobs_core.operator.waits import At, Said, step_said, waits_for
 from jobs_core.records import COUNTED_OUTCOMES
+from jobs_core.redact import REDACTED, SENSITIVE_HINT, UNDECLARED_HINT
 from jobs_core.states import JobState
 
 _STATE_STYLE = {
@@ -145,16 +147,23 @@ def print_jobs(page: JobsPage, now_ms: int) -> None:
                 j.id,
                 j.name,
                 j.queue,
+                j.acts_for or "-",
                 _state(j.state),
                 f"{j.attempt}/{j.max_attempts}",
                 when(j.created_at_ms, now_ms),
                 relative(at, now_ms) if at is not None else "-",
             ]
         )
-    cols = [Col("id", True), Col("name", True), Col("queue", True), Col("state", True)]
+    cols = [Col("id", True), Col("name", True), Col("queue", True), Col("acts for", True)]
+    cols.append(Col("state", True))
     print_table([*cols, Col("attempt"), Col("created"), Col("runs / ended")], rows)
     if not page.jobs:
         console.print("no jobs on this page")
+    if any(j.acts_for == REDACTED for j in page.jobs):
+        console.print(
+            f"acts for {UNDECLARED_HINT.replace('this job', 'some of these jobs')}",
+            soft_wrap=True,
+        )
     if page.next_cursor is not None:
         console.print(Text("next page: --cursor ") + literal(page.next_cursor), soft_wrap=True)
 
@@ -165,6 +174,18 @@ def _json_block(value: JsonValue) -> Text:
 
 def _heading(text: str, note: str = "") -> None:
     console.print(Text.assemble((text, "bold"), note))
+
+
+def _said(said: Said, now_ms: int) -> str:
+    """A sentence of `jobs_core.operator.waits`, its instants in local time with their age."""
+    return "".join(when(s.ms, now_ms) if isinstance(s, At) else s for s in said)
+
+
+def _value_block(value: JsonValue, declared: bool) -> Text:
+    """A shown value: an undeclared job's says why it is hidden and how to see it."""
+    if not declared and value == REDACTED:
+        return literal(UNDECLARED_HINT)
+    return _json_block(value)
 
 
 def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
@@ -179,10 +200,12 @@ def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
         ["attempt", f"{r.attempt} of {r.max_attempts} (claims {r.claims})"],
         ["priority", str(r.priority)],
         ["tenant", r.tenant_id or "-"],
+        ["acts for", view.acts_for or "-"],
         ["idempotency key", r.idempotency_key],
         ["run id", r.run_id],
         ["created", when(r.created_at_ms, now_ms)],
-        ["runs at", when(r.run_at_ms, now_ms)],
+        # A parked row's run_at is when it looks again, not when it runs: its `waits for` says.
+        ["runs at", "-" if r.state is JobState.PARKED else when(r.run_at_ms, now_ms)],
         ["lease until", when(r.lease_until_ms, now_ms)],
         ["finished", when(r.finished_at_ms, now_ms)],
         ["claimed by", r.claimed_by or "-"],
@@ -191,19 +214,17 @@ def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
     if r.traceparent:
         rows.append(["traceparent", r.traceparent])
     print_table([Col("field", True), Col("value", True)], rows, header=False)
-    if r.wait is not None:
-        match = json.dumps(view.wait_match, ensure_ascii=False, separators=(",", ":"))
-        since = when(r.wait.since_ms, now_ms)
-        console.print(
-            literal(f"waits for: {r.wait.event} matching {match} since {since}"), soft_wrap=True
-        )
-    hidden = "" if view.declared else " (no live worker declares this job: redacted whole)"
-    _heading("input", hidden)
-    console.print(_json_block(view.input), soft_wrap=True)
+    waits = waits_for(view, now_ms)
+    if waits is not None:
+        console.print(literal(f"waits for: {_said(waits, now_ms)}"), soft_wrap=True)
+    _heading("input")
+    console.print(_value_block(view.input, view.declared), soft_wrap=True)
     for label, value in (("result", view.result), ("progress", view.progress)):
         if value is not None:
             _heading(label)
-            console.print(_json_block(value), soft_wrap=True)
+            console.print(_value_block(value, view.declared), soft_wrap=True)
+    if view.declared and REDACTED in json.dumps([view.input, view.result, view.progress]):
+        console.print(literal(SENSITIVE_HINT), soft_wrap=True)
     if view.error is not None:
         _heading("last error")
         error = view.error
@@ -224,7 +245,11 @@ def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
             [
                 st.name,
                 relative(st.recorded_at_ms, now_ms),
-                json.dumps(st.output, ensure_ascii=False),
+                _said(said, now_ms)
+                if (said := step_said(st, view.steps)) is not None
+                else UNDECLARED_HINT
+                if not view.declared and st.output == REDACTED
+                else json.dumps(st.output, ensure_ascii=False),
             ]
             for st in view.steps
         ]
@@ -302,6 +327,16 @@ def print_stats(view: StatsView) -> None:
     if view.names:
         rows.append([Text("all", style="bold"), *(str(view.totals[c]) for c in columns)])
     print_table([Col("job", True), *(Col(c) for c in columns)], rows, title=title)
+    console.print(STATS_LEGEND, soft_wrap=True)
+
+
+#: What the settle columns of `ujobs stats` that need saying count (`ujobs stats --help`).
+STATS_LEGEND = (
+    "shed: given back without spending an attempt, as it could not start or go on now (a rate"
+    " limit, a concurrency slot, a job name this worker does not run); due again later."
+    " suspended: the run parked itself (a durable sleep, an event wait, a wait on child jobs),"
+    " counted at each park."
+)
 
 
 def _census(c: Census) -> str:

@@ -38,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.clock import Clock, SystemClock
+from jobs_core.dashboard.instants import ago_html, said_html, when_html
 from jobs_core.dashboard.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -83,6 +84,7 @@ from jobs_core.factories.webhook_tally import Sender, senders_of
 from jobs_core.job import JobHandle
 from jobs_core.operator import Action, Operator, QueueView, Throughput, refusal_for
 from jobs_core.operator.times import age, local, relative, when
+from jobs_core.operator.waits import step_said, waits_for
 from jobs_core.records import (
     JobFilter,
     Pause,
@@ -91,6 +93,7 @@ from jobs_core.records import (
     WebhookEndpoint,
     WebhookEndpointEnable,
 )
+from jobs_core.redact import REDACTED, SENSITIVE_HINT, UNDECLARED_HINT
 from jobs_core.scheduler.task import TaskHandle
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
 
@@ -317,6 +320,17 @@ def _environment() -> Environment:
         literal=literal,
     )
     env.globals.update(relative=relative, when=when, endpoint_path=endpoint_path)
+    # -- acts-for / waits: instants in the viewer's zone, waits in words, redaction hints --
+    env.globals.update(
+        when=when_html,
+        ago=ago_html,
+        said=said_html,
+        waits_for=waits_for,
+        step_said=step_said,
+        REDACTED=REDACTED,
+        UNDECLARED_HINT=UNDECLARED_HINT,
+        SENSITIVE_HINT=SENSITIVE_HINT,
+    )
     env.globals.update(attempt_history=ATTEMPT_HISTORY)  # -- attempts --
     return env
 
@@ -611,6 +625,7 @@ class Dashboard:
             # flows: a listing by either is refused (501) on a driver without the family.
             parent_id=q.get("parent") or None,
             batch_id=q.get("batch") or None,
+            acts_for=q.get("acts_for") or None,  # acts-for: the org, apart from `tenant`
         )
         page = await self.operator.jobs(
             f, limit=PAGE_ROWS, cursor=q.get("cursor") or None, max_calls=PAGE_CALLS
@@ -622,6 +637,7 @@ class Dashboard:
             "tenant": f.tenant_id,
             "parent": f.parent_id,
             "batch": f.batch_id,
+            "acts_for": f.acts_for,
         }
         kept = {k: v for k, v in filters.items() if v}
         return "jobs.html", {
@@ -868,6 +884,7 @@ class Dashboard:
             queue=form.get("queue") or None,
             name=form.get("name") or None,
             tenant_id=form.get("tenant") or None,
+            acts_for=form.get("acts_for") or None,  # acts-for
         )
         report = await self.operator.act_all(Action.REQUEUE, f, max_rows=BULK_ROWS)
         parts = ", ".join(f"{n} {a}" for a, n in sorted(report.answers.items())) or "none found"

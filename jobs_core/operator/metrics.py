@@ -34,7 +34,9 @@
   landed in the endpoint ledger; an attempt whose fence did not hold counts nothing). Labelled
   by outcome only: endpoints are per tenant and unbounded, and `ujobs webhooks show` or the
   dashboard's `/webhooks` page tell them apart. The count is the process's, shared by every
-  worker in it.
+  worker in it;
+- with `--with-scheduler`: `ujobs_scheduler_leading` (1 while this process's scheduler holds
+  the fleet's lead, else 0; a fleet whose sum stays 0 fires no task).
 `/healthz` answers 200 only while the worker's loops are alive and its store answered within
 one lease (`Worker.healthy`), else 503 — what a liveness probe restarts a wedged worker on.
 
@@ -66,6 +68,7 @@ from jobs_core.factories.webhook_tally import ATTEMPTS
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.records import ClaimedJob, QueueStats
+from jobs_core.scheduler import Scheduler
 from jobs_core.states import JobState, Outcome
 from jobs_core.worker import Worker
 
@@ -296,12 +299,55 @@ class _WebhookAttempts(Collector):
         yield attempts
 
 
+def store_collectors(worker: Worker, loop: asyncio.AbstractEventLoop) -> Iterator[Collector]:
+    """The gauges read from `worker`'s store when scraped (queues, sweeps, consumers), as its
+    driver's families allow; served once per worker, or once per `--processes` group."""
+    yield _StoreGauges(worker, loop)
+    if worker.driver.capabilities().sweeps:
+        yield _SweepGauges(worker, loop)
+    else:
+        log.warning(
+            "jobs.metrics.partial: %s does not declare the sweeps family;"
+            " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
+            worker.driver.describe(),
+        )
+    # -- consumers --
+    if worker.driver.capabilities().consumers:
+        yield _ConsumerGauges(worker, loop)
+
+
+# -- scheduler --
+class _SchedulerGauges(Collector):
+    """`ujobs_scheduler_leading`: whether the scheduler beside this worker leads now (its own
+    memory of the lease: no store read)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        leading = GaugeMetricFamily(
+            "ujobs_scheduler_leading", "1 while this process's scheduler holds the fleet's lead"
+        )
+        leading.add_metric([], 1 if self._scheduler.leading else 0)
+        yield leading
+
+
 class WorkerMetrics:
     """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
 
     def __init__(
-        self, worker: Worker, loop: asyncio.AbstractEventLoop, relay: Relay | None = None
+        self,
+        worker: Worker,
+        loop: asyncio.AbstractEventLoop,
+        relay: Relay | None = None,
+        *,
+        group_child: bool = False,
+        scheduler: Scheduler | None = None,
     ) -> None:
+        """`group_child`: a child of `ujobs worker --processes` (prometheus-client's multiprocess
+        mode) writes only its settles and live gauges; its supervisor serves the store's. So a
+        group serves no `ujobs_scheduler_leading` (a collector of one process's memory, which
+        multiprocess mode does not gather): alert on a scheduler run apart, or one worker."""
         self.worker = worker
         self.registry = CollectorRegistry()
         labels = ["name", "queue"]
@@ -327,28 +373,35 @@ class WorkerMetrics:
             buckets=RUN_BUCKETS,
             registry=self.registry,
         )
-        running = Gauge("ujobs_worker_running", "Bodies running now", registry=self.registry)
-        running.set_function(lambda: worker.stats.running)
-        in_flight = Gauge("ujobs_worker_in_flight", "Jobs held now", registry=self.registry)
-        in_flight.set_function(lambda: worker.stats.in_flight)
-        self.registry.register(_StoreGauges(worker, loop))
-        if worker.driver.capabilities().sweeps:
-            self.registry.register(_SweepGauges(worker, loop))
-        else:
-            log.warning(
-                "jobs.metrics.partial: %s does not declare the sweeps family;"
-                " ujobs_sweep_rows and ujobs_sweeps_pending are not served",
-                worker.driver.describe(),
-            )
-        # -- consumers --
-        if worker.driver.capabilities().consumers:
-            self.registry.register(_ConsumerGauges(worker, loop))
+        # livesum: in a group (multiprocess mode) the children's values add up, a dead one's
+        # dropped; a child sets them itself, as a function is not read across processes.
+        self.running = Gauge(
+            "ujobs_worker_running",
+            "Bodies running now",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.running.set_function(lambda: worker.stats.running)
+        self.in_flight = Gauge(
+            "ujobs_worker_in_flight",
+            "Jobs held now",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.in_flight.set_function(lambda: worker.stats.in_flight)
+        worker.observe(self._observe)
+        if group_child:
+            return
+        for collector in store_collectors(worker, loop):
+            self.registry.register(collector)
         # -- webhooks --
         if worker.driver.capabilities().webhooks:
             self.registry.register(_WebhookAttempts())
         if relay is not None:
             self.registry.register(_OutboxGauges(relay, loop))
-        worker.observe(self._observe)
+        # -- scheduler --
+        if scheduler is not None:
+            self.registry.register(_SchedulerGauges(scheduler))
 
     def _observe(self, job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
         labels = (job.name, job.queue)
@@ -414,10 +467,18 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve(worker: Worker, host: str, port: int, relay: Relay | None = None) -> MetricsServer:
+def serve(
+    worker: Worker,
+    host: str,
+    port: int,
+    relay: Relay | None = None,
+    *,
+    scheduler: Scheduler | None = None,
+) -> MetricsServer:
     """Serve `worker`'s metrics and health on `host:port` (0: any free port), with `relay`'s
-    backlog when it runs beside the worker; call from the worker's event loop."""
-    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay)
+    backlog and `scheduler`'s lead when they run beside the worker; call from the worker's event
+    loop."""
+    metrics = WorkerMetrics(worker, asyncio.get_running_loop(), relay, scheduler=scheduler)
     server = MetricsServer(metrics, host, port)
     server.start()
     return server

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -167,6 +167,8 @@ class JobView:
     wait_match: JsonValue = None
     #: The run's recorded durable steps, oldest first (none on a driver without steps).
     steps: tuple[StepView, ...] = ()
+    #: acts-for: the org the row acts for as it may be shown (`RedactionPolicy.org`).
+    acts_for: str | None = None
     # -- attempts -- its ended claims, oldest first, then the running one (the timeline).
     attempts: tuple[AttemptView, ...] = ()
 
@@ -185,6 +187,7 @@ class JobView:
             "name": r.name,
             "queue": r.queue,
             "tenant_id": r.tenant_id,
+            "acts_for": self.acts_for,
             "idempotency_key": r.idempotency_key,
             "state": r.state.value,
             "priority": r.priority,
@@ -227,6 +230,7 @@ def summary_json(j: JobSummary) -> dict[str, Any]:
         "name": j.name,
         "queue": j.queue,
         "tenant_id": j.tenant_id,
+        "acts_for": j.acts_for,
         "state": j.state.value,
         "priority": j.priority,
         "attempt": j.attempt,
@@ -376,8 +380,11 @@ class TaskView:
         return None if at_ms is None else self.handle.schedule.local(at_ms).isoformat()
 
     def shown(self, at_ms: int) -> str:
-        """`at_ms` in the task's own time zone, to the minute, for people."""
-        return self.handle.schedule.local(at_ms).strftime("%Y-%m-%d %H:%M %Z")
+        """`at_ms` in the task's own time zone for people: to the minute, or to the second for
+        a cron that names seconds (a 10-second cron's fires are not all "the same minute")."""
+        schedule = self.handle.schedule
+        spec = "%Y-%m-%d %H:%M:%S %Z" if schedule.has_seconds else "%Y-%m-%d %H:%M %Z"
+        return schedule.local(at_ms).strftime(spec)
 
     def to_json(self) -> dict[str, Any]:
         h, mark = self.handle, self.mark
@@ -624,7 +631,23 @@ class Operator:
             cursor = page.next_cursor
             if cursor is None or len(taken) >= limit:
                 break
-        return JobsPage(tuple(taken), cursor)
+        return JobsPage(await self._shown_orgs(taken), cursor)
+
+    async def _shown_orgs(self, rows: Sequence[JobSummary]) -> tuple[JobSummary, ...]:
+        """acts-for: `rows` with each org as the declarations let it be shown: one registry
+        read, and one read of the inputs of the rows whose names hide fields (to tell whether
+        the org is one of their secrets) — none when no listed row acts for an org."""
+        if all(j.acts_for is None for j in rows):
+            return tuple(rows)
+        policy = await self.policy()
+        wanted = [j.id for j in rows if j.acts_for and policy.needs_input_for_org(j.name)]
+        inputs = await self.driver.job_get_many(wanted) if wanted else {}
+        out = []
+        for j in rows:
+            got = inputs.get(j.id)
+            shown = policy.org(j.name, j.acts_for, None if got is None else got.input_json)
+            out.append(j if shown == j.acts_for else replace(j, acts_for=shown))
+        return tuple(out)
 
     async def job(self, job_id: str) -> JobView:
         """One job with its texts redacted; `X_JOB_NOT_FOUND` when no row has this id."""
@@ -657,6 +680,7 @@ class Operator:
             progress=policy.value(r.name, r.progress_json, r.input_json),
             error=_error_doc(policy.text(r.name, r.last_error, r.input_json)),
             declared=policy.knows(r.name),
+            acts_for=policy.org(r.name, r.acts_for, r.input_json),
             wait_match=None
             if r.wait is None
             else policy.value(r.name, r.wait.match_json, r.input_json),

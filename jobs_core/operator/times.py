@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jobs_core.errors import OptionInvalidError
 
 
 def age(ms: int) -> str:
@@ -32,8 +35,33 @@ def relative(ms: int, now_ms: int) -> str:
 
 
 def local(ms: int) -> str:
-    """`ms` in this machine's local time, to the second, with its UTC offset."""
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    """`ms` in the zone of `use_zone` (else this machine's), to the second, with its offset."""
+    at = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return at.astimezone(_ZONE[0]).strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+def iso_utc(ms: int) -> str:
+    """`ms` as an ISO 8601 instant in UTC (`2026-12-06T10:07:09.123Z`): what a `<time>` holds."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+# The zone `local` shows times in (None: this machine's): set once per CLI command by `--tz`.
+_ZONE: list[tzinfo | None] = [None]
+
+
+def use_zone(name: str | None) -> None:
+    """Show times in IANA zone `name` from now on (None: this machine's local time);
+    `X_OPTION_INVALID` naming `--tz` for a zone zoneinfo does not know."""
+    if name is None:
+        _ZONE[0] = None
+        return
+    try:
+        _ZONE[0] = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise OptionInvalidError(
+            f"{name!r} is not a time zone this machine knows (IANA names: Europe/Paris, UTC)",
+            detail="--tz",
+        ) from None
 
 
 def when(ms: int | None, now_ms: int) -> str:

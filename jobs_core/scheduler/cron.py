@@ -124,6 +124,11 @@ class CronSchedule:
         except Exception as exc:  # a date that never comes (`0 0 30 2 *`)
             raise TaskCronInvalidError("it never fires", detail=self.expr) from exc
 
+    @property
+    def has_seconds(self) -> bool:
+        """Whether the expression names seconds (six fields): its fires are shown to the second."""
+        return self._seconds
+
     def __repr__(self) -> str:
         return f"CronSchedule({self.expr!r}, {self.tz.key!r})"
 

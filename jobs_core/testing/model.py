@@ -395,6 +395,7 @@ class ReferenceModel:
             traceparent=job.traceparent,
             parent_id=job.parent_id,
             batch_id=job.batch_id,
+            acts_for=job.acts_for,  # acts-for
         )
         return EnqueueResult(job.id, deduped=False)
 
@@ -816,6 +817,7 @@ class ReferenceModel:
             ("tenant_id", f.tenant_id),
             ("parent_id", f.parent_id),
             ("batch_id", f.batch_id),
+            ("acts_for", f.acts_for),  # acts-for
         )
         for what, value in fields:
             if value is not None and (not isinstance(value, str) or not value):
@@ -841,6 +843,7 @@ class ReferenceModel:
                 and f.tenant_id in (None, r.tenant_id)
                 and f.parent_id in (None, r.parent_id)
                 and f.batch_id in (None, r.batch_id)
+                and f.acts_for in (None, r.acts_for)  # acts-for
             ):
                 taken.append(JobSummary.of(r))
         if examined == len(order):

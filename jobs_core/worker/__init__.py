@@ -10,7 +10,8 @@ counters) by the `Worker` that wires them (`core`):
 
 - `claim` — the claim loop: passes, kicks, the idle backoff, the wake; admits each claimed job
   (`ClaimLoop._admit`, where admission control — leases, limits — goes).
-- `run` — one held job's run: its slot, its body (task or thread), its deadline and signal.
+- `run` — one held job's run: its slot, its body (task, thread or process), its deadline and
+  signal.
 - `outcome` — how a run's end is written: the settle, its tally, the `on_settled` hooks.
 - `heartbeat` — lease renewal, progress flush, the registry beat no claim carried.
 - `drain` — stop, hand back, abort at the deadline, the bounded teardown.

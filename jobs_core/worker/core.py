@@ -18,6 +18,7 @@ from jobs_core.errors import (
     ConcurrencyUnenforceableError,
     DrainingError,
     DriverUnavailableError,
+    ExecutorInvalidError,
     JobsError,
 )
 from jobs_core.facade import Jobs, LoopJobs
@@ -27,6 +28,7 @@ from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
 from jobs_core.lifecycle import wait_for_store
 from jobs_core.options import count, finite_number, seconds_to_ms
+from jobs_core.processes import reach_refusal
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
 from jobs_core.worker.claim import ClaimLoop
@@ -52,6 +54,10 @@ class Worker:
     its way (up to `max_in_flight` such jobs more): the next body and the next claim need not
     wait for that round trip. Zero concurrency is refused: a worker that may run nothing is a
     mistake, not "unlimited".
+
+    `process_pool_size`: how many processes run `executor="process"` bodies at once (default:
+    the CPU count, at most `concurrency`); they are spawned as such bodies need them, and a body
+    waits, in its slot, for a free one. No process starts for a worker that runs no such job.
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class Worker:
         rng: random.Random | None = None,
         retention: Retention | None = DEFAULT_RETENTION,
         rate_limits: RateLimit | Sequence[RateLimit] | None = None,
+        process_pool_size: int | None = None,
     ) -> None:
         self.driver = driver
         handles = jobs_of(jobs)
@@ -113,6 +120,20 @@ class Worker:
         )
         self.registry_ttl_ms = seconds_to_ms(registry_ttl, "registry_ttl")
         self.progress_every_ms = seconds_to_ms(progress_every, "progress_every")
+        self.process_pool_size = count(
+            process_pool_size
+            if process_pool_size is not None
+            else min(os.cpu_count() or 1, self.concurrency),
+            "process_pool_size",
+            minimum=1,
+            maximum=1_024,
+        )
+        in_process = [h for h in handles if h.executor == "process"]
+        for h in in_process:
+            # Checked where the modules are loaded: a child imports the body by these names.
+            why = reach_refusal(h.fn)
+            if why is not None:
+                raise ExecutorInvalidError(why, detail=h.name)
         self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
@@ -180,6 +201,8 @@ class Worker:
             worker_id=self.worker_id,
             concurrency=self.concurrency,
             gate=gate,
+            process_pool_size=self.process_pool_size,
+            process_preload=tuple(sorted({h.fn.__module__ for h in in_process})),
         )
         self._claims = ClaimLoop(
             driver,

@@ -105,6 +105,9 @@ class Drain:
         await self._last_calls(handback, budget)
         if self._runner.executor is not None:
             self._runner.executor.shutdown(wait=False, cancel_futures=True)
+        if self._runner.processes is not None:
+            # Every body has ended or been aborted (its process killed): the idle ones exit.
+            await self._runner.processes.close()
         log.info("jobs.worker.stopped %s", self._worker_id)
         self.stopped.set()
 

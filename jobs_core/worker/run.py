@@ -1,5 +1,6 @@
-"""One held job's run: wait for a slot, decode its input, run its body (a task, or a thread for a
-`def` body) under its deadline and signal, and hand its ending to `Outcomes`."""
+"""One held job's run: wait for a slot, decode its input, run its body (a task, a thread for a
+`def` body, a process for one declared `executor="process"`) under its deadline and signal, and
+hand its ending to `Outcomes`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from jobs_core.errors import (
     JobCancelledError,
     JobsError,
     JobTimeoutError,
+    ProcessDiedError,
     ResultInvalidError,
     TenantRequiredError,
     WorkerError,
@@ -31,6 +33,7 @@ from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.leases.admit import Gate, Handed, Refusal
+from jobs_core.processes import BodyProcesses, Encoded, ProcessContext
 from jobs_core.records import Ack, JoinPolicy, Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
@@ -104,6 +107,8 @@ class Runner:
         worker_id: str,
         concurrency: int,
         gate: Gate,
+        process_pool_size: int = 1,
+        process_preload: tuple[str, ...] = (),
     ) -> None:
         self._driver = driver
         #: The fleet-wide limits' admission; its leases are handed back as each run ends.
@@ -119,6 +124,11 @@ class Runner:
         self._slots = LocalSlots(concurrency)
         #: The threads `def` bodies run on, made with the first one (the drain shuts them down).
         self.executor: BodyThreads | None = None
+        #: The processes `executor="process"` bodies run in, made with the first one (the drain
+        #: closes them), `process_pool_size` at most, each importing `process_preload` first.
+        self.processes: BodyProcesses | None = None
+        self._process_pool_size = process_pool_size
+        self._process_preload = process_preload
         self._unknown_warned: dict[str, int] = {}
         #: Told of each run whose body ended (the claim loop's count of settling jobs).
         self.on_body_end: Callable[[Held], None] = lambda held: None
@@ -286,7 +296,10 @@ class Runner:
             )
             await self._outcomes.settle_error(held, handle, unmet, input)
             return
-        input = batch_view(input, join)
+        viewed = batch_view(input, join)
+        # What a process is sent: the stored text, unless the body is handed a view of it.
+        input_json = job.input_json if viewed is input else None
+        input = viewed
         try:
             tenant = handle.tenant_for(input)
         except Exception as exc:
@@ -333,6 +346,8 @@ class Runner:
                 if handle.is_async:
                     started.set()
                     value = await handle.fn(input, ctx)
+                elif handle.executor == "process":
+                    value = await self._run_in_process(held, input, input_json, tenant, started)
                 else:
                     value = await self._run_in_thread(held, handle, input, ctx, started)
         except asyncio.CancelledError:
@@ -365,7 +380,10 @@ class Runner:
             await self._outcomes.settle_error(held, handle, error, input)
             return
         try:
-            result_json = None if value is None else dumps(value)
+            if isinstance(value, Encoded):  # encoded in its process, with the same checks
+                result_json = value.text()
+            else:
+                result_json = None if value is None else dumps(value)
         except Exception as exc:
             # Terminal: the same result will not be storable on a re-run, which would repeat
             # the body's side effects.
@@ -453,6 +471,53 @@ class Runner:
         except asyncio.CancelledError:
             if not thread_run.done():
                 self._thread_overran(held, thread_run, loop)
+            raise
+
+    async def _run_in_process(
+        self,
+        held: Held,
+        input: JsonValue,
+        input_json: str | None,
+        tenant: str | None,
+        started: asyncio.Event,
+    ) -> Encoded:
+        """Run a `def` body declared `executor="process"` in a child of the worker's processes
+        (`BodyProcesses`); `started` is set when a child takes it. A run that ends while the body
+        runs (deadline, cancel, lost lease, drain) kills its child: counted in
+        `processes_killed` and logged once; a child that died fails the attempt
+        (`X_JOB_PROCESS_DIED`, counted in `processes_died`)."""
+        if self.processes is None:
+            self.processes = BodyProcesses(self._process_pool_size, self._process_preload)
+        job = held.job
+        handle = self._handles[job.name]
+        ctx = ProcessContext(
+            job.id, job.run_id, job.name, job.queue, job.attempt, job.max_attempts, tenant
+        )
+        began = False
+
+        def start() -> None:
+            nonlocal began
+            began = True
+            started.set()
+
+        text = input_json if input_json is not None else dumps(input)
+        try:
+            return await self.processes.run(handle.fn, text, ctx, start)
+        except asyncio.CancelledError:
+            if began:
+                self._stats.processes_killed += 1
+                reason = held.signal.reason
+                log.warning(
+                    "jobs.run.process_killed %s %s: the run ended (%s) while its body ran; its "
+                    "process was killed",
+                    job.name,
+                    job.id,
+                    reason.code if reason is not None else "cancelled",
+                    extra=job_fields(self._worker_id, job),
+                )
+            raise
+        except ProcessDiedError:
+            self._stats.processes_died += 1
             raise
 
     def _thread_overran(

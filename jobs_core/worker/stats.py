@@ -40,6 +40,12 @@ class WorkerStats:
     running: int = 0
     #: When the store last answered a claim or a heartbeat (the worker's clock; 0: never).
     store_ok_ms: int = 0
+    # -- process executor --
+    #: `executor="process"` bodies whose run ended (deadline, cancel, drain) while they ran:
+    #: their process was killed.
+    processes_killed: int = 0
+    #: `executor="process"` bodies whose process died under them (`X_JOB_PROCESS_DIED`).
+    processes_died: int = 0
 
     def count(self, outcome: Outcome) -> None:
         match outcome:

@@ -45,6 +45,8 @@ NEW_JOB_ARRAYS: Final[dict[str, sa.types.TypeEngine[Any]]] = {
     "created_at_ms": BIGINT,
     "enqueued_by": TEXT,
     "traceparent": TEXT,
+    # -- acts-for --
+    "acts_for": TEXT,
 }
 
 

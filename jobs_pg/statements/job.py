@@ -61,6 +61,8 @@ RECORD_COLUMNS: Final = (
     "result_json",
     "enqueued_by",
     "traceparent",
+    # -- acts-for (migration 0017); `JobRecord` takes it by name --
+    "acts_for",
 )
 
 #: A row's flows fields (`parent_id`, `batch_id`, its `join`), read after `WAIT_COLUMNS` by
@@ -108,6 +110,7 @@ _INSERT_COLUMNS: Final = (
     "traceparent",
     "parent_id",
     "batch_id",
+    "acts_for",  # acts-for
 )
 
 #: `NEW_JOB_ARRAYS` and the flows links: the rows of a job batch (the outbox stages no links).
@@ -213,6 +216,7 @@ _ENQ_VALUES: Final = {
     "traceparent": p("traceparent", TEXT),
     "parent_id": p("parent_id", TEXT),
     "batch_id": p("batch_id", TEXT),
+    "acts_for": p("acts_for", TEXT),  # acts-for
 }
 
 
@@ -1145,6 +1149,7 @@ SUMMARY_COLUMNS: Final = (
     "finished_at_ms",
     "parent_id",
     "batch_id",
+    "acts_for",  # acts-for
 )
 _after = sa.tuple_(p("after_created_at_ms", BIGINT), p("after_id", TEXT))
 
@@ -1181,6 +1186,7 @@ _hit = sa.and_(
     sa.or_(p("tenant_id", TEXT).is_(None), _walk.c.tenant_id == p("tenant_id", TEXT)),
     sa.or_(p("parent_id", TEXT).is_(None), _walk.c.parent_id == p("parent_id", TEXT)),
     sa.or_(p("batch_id", TEXT).is_(None), _walk.c.batch_id == p("batch_id", TEXT)),
+    sa.or_(p("acts_for", TEXT).is_(None), _walk.c.acts_for == p("acts_for", TEXT)),  # acts-for
 )
 _walked = sa.select(
     *_walk.c,
@@ -1225,11 +1231,10 @@ JOB_LIST: Final = sa.union_all(
     sa.select(
         lit("t"),
         _last.c.id,
-        *(sa.null() for _ in SUMMARY_COLUMNS[1:-4]),
-        _last.c.created_at_ms,
-        sa.null(),
-        sa.null(),
-        sa.null(),
+        *(
+            _last.c.created_at_ms if c == "created_at_ms" else sa.null()
+            for c in SUMMARY_COLUMNS[1:]
+        ),
         _follows,
     ),
 )

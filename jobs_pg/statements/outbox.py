@@ -36,9 +36,11 @@ ROW_COLUMNS: Final = (
     "claimed_by",
     "lease_until_ms",
     "last_error",
+    # -- acts-for (migration 0017): the job's last field, read after the claim's --
+    "acts_for",
 )
 #: The `NewJob` part of `ROW_COLUMNS`: what a stage binds, one array each.
-JOB_COLUMNS: Final = ROW_COLUMNS[:13]
+JOB_COLUMNS: Final = (*ROW_COLUMNS[:13], "acts_for")
 #: The payload a committed stage notifies (the channel is the outbox's alone; see `PgOutbox`).
 STAGED_PAYLOAD: Final = "s"
 

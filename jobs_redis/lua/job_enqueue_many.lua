@@ -9,7 +9,7 @@
 -- ARGV[1 + i] record i, packed in one argument (packing seven arguments per record cost the
 --   client more than the whole script costs the server):
 --   "<score> <q> <due> <id bytes> <state bytes> <namespace bytes> <tail bytes> " id state_row
---   data_row
+--   data_row (its org, when it acts for one, a sixth field: row.lua put_data)
 --   score: the due score; q: the index of its queue below; due: "1" when due at creation (may
 --   wake) else "0"; the byte lengths cut the id and the state row out, and the namespace ends
 --   the state row but for its last <tail bytes> (0, or a flow row's four more fields:
@@ -45,6 +45,7 @@ local holders = redis.call("HMGET", KEYS[3], unpack(nss))
 local out = {}
 local new_ids, new_ns = {}, {}
 local state_args, data_args, live_args = {}, {}, {}
+local acts_args = {} -- acts-for: id NUL "a", org (row.lua put_data)
 local due_args, wake = {}, {}
 for i = 1, n do
   local id, ns = ids[i], nss[i]
@@ -62,7 +63,12 @@ for i = 1, n do
       state_args[s + 1] = id
       state_args[s + 2] = states[i]
       data_args[s + 1] = id
-      data_args[s + 2] = datas[i]
+      local row, org = data_parts(datas[i])
+      data_args[s + 2] = row
+      if org then
+        acts_args[#acts_args + 1] = id .. ACTS
+        acts_args[#acts_args + 1] = org
+      end
       live_args[s + 1] = ns
       live_args[s + 2] = id
       local q = qs[i]
@@ -85,6 +91,9 @@ end
 if #state_args > 0 then
   redis.call("HSET", KEYS[1], unpack(state_args))
   redis.call("HSET", KEYS[2], unpack(data_args))
+  if #acts_args > 0 then
+    redis.call("HSET", KEYS[2], unpack(acts_args))
+  end
   redis.call("HSET", KEYS[3], unpack(live_args))
 end
 local m = #KEYS - 10

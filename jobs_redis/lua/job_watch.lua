@@ -13,7 +13,7 @@
 local out = {}
 for i = 1, #ARGV do
   local id = ARGV[i]
-  local b = 8 * (i - 1)
+  local b = 9 * (i - 1)
   local raw = redis.call("HGET", KEYS[1], id)
   if raw then
     local t = split(raw)
@@ -30,7 +30,8 @@ for i = 1, #ARGV do
   out[b + 4] = redis.call("HGET", KEYS[4], id)
   out[b + 5] = redis.call("HGET", KEYS[5], id)
   out[b + 6] = redis.call("HGET", KEYS[6], id)
-  out[b + 7] = redis.call("HGET", KEYS[7], id)
-  out[b + 8] = redis.call("HGET", KEYS[8], id)
+  out[b + 7] = redis.call("HGET", KEYS[2], id .. ACTS) -- acts-for
+  out[b + 8] = redis.call("HGET", KEYS[7], id)
+  out[b + 9] = redis.call("HGET", KEYS[8], id)
 end
 return out

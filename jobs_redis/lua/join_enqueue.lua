@@ -60,7 +60,7 @@ while at <= #ARGV do
         redis.call("ZADD", KEYS[6 + q], score, id)
       end
       redis.call("HSET", KEYS[1], id, join(t))
-      redis.call("HSET", KEYS[2], id, data)
+      put_data(KEYS[2], id, data)
       redis.call("HSET", KEYS[3], ns, id)
       flow_edges(id, t, live)
       count_new(id, data, queue)

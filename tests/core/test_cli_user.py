@@ -164,6 +164,7 @@ def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: 
     )
     base = [sys.executable, "-m", "jobs_core.cli", "-vv", "worker", "logjobs", "--quiet"]
     lines: dict[str, list[str]] = {}
+    stdout: dict[str, str] = {}
     for fmt in ("json", "text"):
         proc = subprocess.Popen(
             [*base, "--driver", "memory", "--log-format", fmt],
@@ -174,22 +175,44 @@ def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: 
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            assert proc.stdout is not None
+            # The banner: a table on stdout, or (json) the `jobs.worker.plan` line on stderr.
+            banner, seen = (
+                (proc.stderr, "jobs.worker.plan")
+                if fmt == "json"
+                else (proc.stdout, "ujobs worker")
+            )
+            assert banner is not None
+            first: list[str] = []
             deadline = time.monotonic() + 60
-            while "ujobs worker" not in proc.stdout.readline():
+            while seen not in (first or [""])[-1]:
+                first.append(banner.readline())
                 assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
+            proc.wait(timeout=60)
+            # Read through the same buffered files the banner was read from (communicate()
+            # would bypass what their buffers already hold); the little left fits the pipes.
+            assert proc.stdout is not None and proc.stderr is not None
+            out, err = proc.stdout.read(), proc.stderr.read()
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
         assert proc.returncode == 0, err
+        if fmt == "json":
+            err = "".join(first) + err
+        stdout[fmt] = out
         lines[fmt] = [line for line in err.splitlines() if line.strip()]
+    assert stdout["json"] == ""  # no table: a log pipeline reads every line the worker writes
     records = [json.loads(line) for line in lines["json"]]  # every line is one JSON object
+    assert all(isinstance(r["event"], str) and r["event"] for r in records)
+    plan = next(r for r in records if r["event"] == "jobs.worker.plan")
+    assert plan["queues"] and plan["jobs"] and plan["lease_s"] > 0 and plan["worker_id"]
+    counts = next(r for r in records if r["event"] == "jobs.worker.counts")
+    assert counts["worker_id"] == plan["worker_id"] and counts["completed"] == 0
+    assert any(r["event"] == "jobs.worker.draining" for r in records)
     hello = next(r for r in records if r["logger"] == "logjobs" and r["level"] == "WARNING")
-    assert hello["message"] == "hello there"
+    assert hello["message"] == "hello there" and hello["event"] == "log"
     assert {k: hello[k] for k in ("job_id", "job_name", "queue", "attempt", "worker_id")} == {
         "job_id": "j1",
         "job_name": "hello",

@@ -171,7 +171,10 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     _start(["dashboard", "--port", str(port), "--app", APP], store_url, tmp_path, procs)
     _serving(base, procs[-1])
 
-    context = browser.new_context(viewport={"width": 1360, "height": 800})
+    # A viewer far from the server: the pages' times must show in THIS zone (dashboard.js).
+    context = browser.new_context(
+        viewport={"width": 1360, "height": 800}, timezone_id="Asia/Kathmandu"
+    )
     page = context.new_page()
     page.on("dialog", lambda d: d.accept())
     # A script or style the Content-Security-Policy blocks, or a script error, shows here.
@@ -270,6 +273,10 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     parked = _rows(store_url, JobState.PARKED)[0]
     page.goto(f"{base}/jobs/{parked.id}")
     expect(page.locator("table.fields").first).to_contain_text("payment.settled")
+    # In words, each instant in the viewer's zone (+0545), whatever the server's.
+    waits = page.locator("td.waits")
+    expect(waits).to_contain_text("event 'payment.settled' matching")
+    expect(waits.locator("time").first).to_contain_text("+0545")
 
     # A backfill the worker sweeps: the list shows it completed, its bar full, nothing pending;
     # its page, the declaration (from --app) and its run.

@@ -320,8 +320,9 @@ UJOBS = [sys.executable, "-m", "jobs_core.cli"]
 
 
 def _readme_line(starts: str) -> str:
-    """The one line of the README's Postgres block that starts with `starts`, comment dropped."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The one line of the Postgres block of the site's backends guide (the README's section,
+    moved) that starts with `starts`, comment dropped."""
+    text = (REPO / "docs" / "guides" / "backends.md").read_text(encoding="utf-8")
     block = text.split("## Postgres", 1)[1].split("```", 2)[1]
     found = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.startswith(starts)]
     assert len(found) == 1, found

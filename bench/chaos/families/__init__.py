@@ -1,6 +1,6 @@
 """The chaos run's workloads, one per family of the library: plain jobs, durable steps, sleeps and
 event waits, fleet-wide limits, the scheduler, the outbox's relay and
-workflows (docs/chaos.md).
+workflows, and the factories over `job()` (docs/chaos.md).
 
 Each family names the processes the run starts, kills and drains (workers, schedulers or
 relays), the feed that gives them work, and its figures: pure functions of the evidence (the
@@ -31,6 +31,8 @@ class Urls:
     proxied: str
     #: The app's Postgres holding the outbox (the relay family only).
     outbox: str | None = None
+    #: The run's evidence directory (answers, ledger), for a family's `gather`.
+    rundir: str | None = None
 
 
 @dataclass
@@ -125,6 +127,14 @@ class Family:
     cases: dict[str, Callable[[Evidence], None]] = field(default_factory=dict)
     #: Figures that count what happened, not defects: non-zero on a clean run too.
     tallies: frozenset[str] = frozenset()
+    #: `python -m` arguments of a process the run keeps up, never faulted, for the whole run
+    #: (an endpoint the fleet calls): it gets `--port`, and the fleet and the feed its URL in
+    #: `SIDECAR_ENV`.
+    sidecar: tuple[str, ...] = ()
+
+
+#: The URL of the family's sidecar (`Family.sidecar`), for the fleet and the feed.
+SIDECAR_ENV = "CHAOS_SIDECAR"
 
 
 #: The file a relay's hook falls into (renames to `<trap>.<pid>`, then hangs) when it exists.
@@ -133,7 +143,7 @@ TRAP_ENV = "CHAOS_TRAP"
 
 def families() -> dict[str, Family]:
     """Every family, in the order `make chaos` runs them."""
-    from bench.chaos.families import flows, limits, plain, relay, sched, steps, waits
+    from bench.chaos.families import factories, flows, limits, plain, relay, sched, steps, waits
 
     return {
         f.name: f
@@ -145,5 +155,6 @@ def families() -> dict[str, Family]:
             sched.FAMILY,
             relay.FAMILY,
             flows.FAMILY,
+            factories.FAMILY,
         )
     }

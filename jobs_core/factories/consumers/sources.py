@@ -7,7 +7,10 @@
   the jobs store's schema, fenced on the run's claim) is written last in it. A put that does not
   land (a lost claim, another turn first) rolls the whole turn back. So the batch and its cursor
   commit together, and a crash before the commit re-reads the batch with nothing of it kept:
-  the handler's writes in that transaction take effect exactly once.
+  the handler's writes in that transaction take effect exactly once. A sync engine's turn runs
+  in a thread, which cannot be stopped: a run cancelled meanwhile (a drain's deadline) waits for
+  the turn to end before it unwinds and lets go of its lease, so no other run's turn reads the
+  batch beside it.
 - `stream(client, key, group=)`: a Redis Stream read by a consumer group (XREADGROUP). The
   cursor is the group's acknowledgement: after the handler, the fenced cursor write (the last
   entry's id), then XACK. On a run's first turn the group's pending entries (delivered, never
@@ -25,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from jobs_core.clock import Clock
 from jobs_core.context import CancelSignal
@@ -48,6 +51,8 @@ from jobs_core.factories.backfill.source import Keyset
 from jobs_core.factories.sweep import call
 from jobs_core.jsonform import JsonValue, dumps, loads, utf8_length
 from jobs_core.records import ConsumerCursor, ConsumerPut, Fence
+
+T = TypeVar("T")
 
 #: A table's lag is counted up to this many rows (a count past it answers it).
 MAX_LAG_COUNT: Final = 1_000_000
@@ -231,7 +236,7 @@ class TableSource:
         if self._async:
             landed = await self._turn_async(plan, stmt)
         else:
-            landed = await asyncio.to_thread(self._turn_sync, plan, stmt)
+            landed = await _to_the_end(asyncio.to_thread(self._turn_sync, plan, stmt))
         if landed is None:
             return Done(0, plan.stored)
         if not landed:
@@ -281,6 +286,20 @@ class TableSource:
                 tx.rollback()
                 return False
         return len(rows)
+
+
+async def _to_the_end(turn: Awaitable[T]) -> T:
+    """`turn` awaited; when the run is cancelled meanwhile (a drain's deadline, a lost claim),
+    still awaited to its end before the cancellation goes on. A thread cannot be stopped: its
+    turn (the handler, the transaction, the fenced cursor write) runs on regardless, and the run
+    must not unwind — and let go of its lease — while it does, or another run's turn would read
+    the same batch beside it. A second cancellation (a forced exit) is not held."""
+    running = asyncio.ensure_future(turn)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait({running})
+        raise
 
 
 # -- a Redis Stream, acknowledged after the cursor ------------------------------------------------

@@ -280,7 +280,7 @@ async def scenario_racing_publishes_answer_each_row_once(h: OutboxHarness) -> No
 
 async def scenario_values_round_trip(h: OutboxHarness) -> None:
     """A staged job comes back field for field: values at the byte limits, quotes, newlines,
-    non-ASCII text, JSON whose types matter (`1`, `1.0`, `true`), a trace context."""
+    non-ASCII text, JSON whose types matter (`1`, `1.0`, `true`), a trace context, an org."""
     job = record(
         exactly_bytes("i", "😀é", MAX_NAME_BYTES),
         created=T0 - 7,
@@ -295,6 +295,7 @@ async def scenario_values_round_trip(h: OutboxHarness) -> None:
         max_attempts=1000,
         enqueued_by="u'\n",
         traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        acts_for=exactly_bytes("o", "é", MAX_NAME_BYTES),  # acts-for: published with it
     )
     await h.stage([job, record("plain")], True)
     rows = await pending(h)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from jobs_core.driver import MAX_PURGE_LIMIT, MAX_TIME_MS, JobDriver
+from jobs_core.driver import MAX_NAME_BYTES, MAX_PURGE_LIMIT, MAX_TIME_MS, JobDriver
 from jobs_core.records import (
     Ack,
     CancelAnswer,
@@ -488,6 +488,50 @@ async def scenario_worker_purge_takes_the_expired_only(driver: JobDriver) -> Non
 
 
 #: The operator family's scenarios by name (the function name without `scenario_`).
+# -- acts-for: the org a row acts for, stored at enqueue, listed and filtered on --------------
+
+
+async def scenario_acts_for_stored_and_listed(driver: JobDriver) -> None:
+    """The org a row acts for comes back as enqueued (one by one and in a batch), apart from the
+    enqueuer's tenant: a listing by one never keeps rows by the other. Refused like a tenant
+    (empty, NUL, a lone surrogate, over the byte limit) with nothing written; a removed row's
+    org goes with it."""
+    long_org = "o" * (MAX_NAME_BYTES - 2) + "é"
+    await driver.job_enqueue(new_job("a", created_at_ms=T0, acts_for="org_1"))
+    await driver.job_enqueue_many(
+        [
+            new_job("b", created_at_ms=T0 + 1, tenant_id="org_1"),
+            new_job("c", created_at_ms=T0 + 2, tenant_id="org_2", acts_for="org_1"),
+            new_job("d", created_at_ms=T0 + 3, acts_for=long_org),
+        ]
+    )
+    rows = await driver.job_get_many(["a", "b", "c", "d"])
+    assert {i: r.acts_for for i, r in rows.items()} == {
+        "a": "org_1",
+        "b": None,
+        "c": "org_1",
+        "d": long_org,
+    }
+    assert rows["c"].tenant_id == "org_2"
+    acting = JobFilter(acts_for="org_1")
+    assert await every_page(driver, acting, limit=1, scan=2_000) == ["c", "a"]
+    assert await every_page(driver, JobFilter(tenant_id="org_1"), limit=50, scan=50) == ["b"]
+    both = JobFilter(tenant_id="org_2", acts_for="org_1")
+    assert await every_page(driver, both, limit=50, scan=50) == ["c"]
+    got = await driver.job_list(JobListParams(filter=JobFilter(acts_for=long_org)))
+    assert got.jobs == (JobSummary.of(rows["d"]),)
+    _, cursor = await page(driver, acting, limit=1)
+    assert cursor is not None
+    await refused("X_JOB_PAGE_INVALID", page(driver, _ANY, cursor=cursor))
+    for bad in ("", "a\x00b", "\ud800", long_org + "x"):
+        await refused("X_JOB_RECORD_INVALID", driver.job_enqueue(new_job("e", acts_for=bad)))
+        await refused("X_JOB_RECORD_INVALID", page(driver, JobFilter(acts_for=bad)))
+    assert await driver.job_get_many(["e"]) == {}
+    assert await driver.job_remove(["a"]) == [RemoveAnswer.REMOVED]
+    await driver.job_enqueue(new_job("a", created_at_ms=T0 + 4))
+    assert (await row(driver, "a")).acts_for is None
+
+
 OPERATOR_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
@@ -503,5 +547,6 @@ OPERATOR_SCENARIOS: dict[str, Scenario] = {
         scenario_remove,
         scenario_traceparent_round_trip,
         scenario_worker_purge_takes_the_expired_only,
+        scenario_acts_for_stored_and_listed,  # acts-for
     )
 }

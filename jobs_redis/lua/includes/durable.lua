@@ -117,6 +117,7 @@ end
 -- A row is being deleted (call before its data row goes): its wait and its run's steps go too.
 local function drop_row(data_key, id)
   drop_wait(id)
+  redis.call("HDEL", data_key, id .. ACTS) -- acts-for
   local data = redis.call("HGET", data_key, id)
   if data then
     drop_steps(string.sub(data, 1, string.find(data, Z, 1, true) - 1))

@@ -4,7 +4,8 @@
 --
 -- KEYS[1] job:state   hash id -> state row (includes/row.lua)
 -- KEYS[2] job:data    hash id -> run_id NUL created_at_ms NUL enqueued_by NUL input_json NUL
---   traceparent ("" for none; rows stored by older versions lack the field: row.lua data_row)
+--   traceparent ("" for none; rows stored by older versions lack the field: row.lua data_row);
+--   and id NUL "a" -> the org the row acts for, when it has one (row.lua put_data)
 -- KEYS[3] job:live    hash namespace (name NUL tenant NUL key) -> id of the live row holding it
 -- KEYS[4] due:<queue> zset id by priority * 2^42 + run_at_ms (ready rows, parked-with-time rows)
 -- KEYS[5] wake        hash queue -> the wake slot that last published
@@ -13,7 +14,7 @@
 -- ARGV[1] id
 -- ARGV[2] namespace (the new row's fields 11..13)
 -- ARGV[3] state row of the new job (ready, attempt 0, claims 0), built by the caller
--- ARGV[4] data row
+-- ARGV[4] data row, then NUL and the org the row acts for when it has one (row.lua put_data)
 -- ARGV[5] due score
 -- ARGV[6] wake slot ("" when the job is not due at creation: no wake)
 -- ARGV[7] queue (the wake hash field and the message)
@@ -34,7 +35,7 @@ local function enqueue()
     return holder
   end
   redis.call("HSET", KEYS[1], id, ARGV[3])
-  redis.call("HSET", KEYS[2], id, ARGV[4])
+  put_data(KEYS[2], id, ARGV[4])
   redis.call("HSET", KEYS[3], ns, id)
   redis.call("ZADD", KEYS[4], ARGV[5], id)
   -- accounting

@@ -52,6 +52,38 @@ local function data_row(raw)
   return raw
 end
 
+-- -- acts-for --
+-- A new row's data row, as the caller sends it, may carry a sixth field: the org the row acts
+-- for. It is stored apart, in job:data under the field `id NUL "a"` (an id never holds NUL), so
+-- every reader of the data row still meets its five fields; a deleted row's goes with it
+-- (durable.lua drop_row).
+local ACTS = Z .. "a"
+
+-- The data row to store and the org (nil: none) of a sent data row.
+local function data_parts(data)
+  local i, nuls = 1, 0
+  while true do
+    local j = string.find(data, Z, i, true)
+    if not j then
+      return data, nil
+    end
+    nuls = nuls + 1
+    if nuls == 5 then
+      return string.sub(data, 1, j - 1), string.sub(data, j + 1)
+    end
+    i = j + 1
+  end
+end
+
+-- Store a new row's sent data row (and its org, when it has one).
+local function put_data(data_key, id, data)
+  local row, org = data_parts(data)
+  redis.call("HSET", data_key, id, row)
+  if org then
+    redis.call("HSET", data_key, id .. ACTS, org)
+  end
+end
+
 -- The row's 13 fields, or 17 for a row of the flow family (includes/flows.lua): whatever `t` holds.
 local function join(t)
   return table.concat(t, Z)

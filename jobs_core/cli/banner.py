@@ -1,0 +1,135 @@
+"""The start-up banner and the final counts of `ujobs worker` as JSON log lines, for
+`--log-format json`: what the text tables on stdout say, as one `event` each on stderr, so a
+log pipeline reads every line the process writes (docs/operations.md, "JSON logs")."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from jobs_core.driver import JobDriver
+from jobs_core.job import JobHandle
+from jobs_core.outbox import Relay
+from jobs_core.retention import Retention
+from jobs_core.scheduler import Scheduler
+from jobs_core.worker import Worker, WorkerStats
+
+log = logging.getLogger("jobs.cli")
+
+
+def json_logs() -> bool:
+    """Whether the root logger writes JSON lines (`--log-format json`)."""
+    return any(getattr(h.formatter, "kind", None) == "json" for h in logging.getLogger().handlers)
+
+
+def announce(event: str, message: str, **fields: Any) -> None:
+    """Log `event` at INFO whatever the level (`-v` or not): a banner is always shown."""
+    record = log.makeRecord(
+        log.name, logging.INFO, __file__, 0, message, (), None, extra={"event": event, **fields}
+    )
+    log.handle(record)  # handlers have no level of their own: the logger's is what we pass
+
+
+def _retention(r: Retention | None) -> dict[str, float | None] | None:
+    if r is None:
+        return None
+    out: dict[str, float | None] = {}
+    for name in ("completed", "cancelled", "failed", "dead"):
+        value = getattr(r, name)
+        out[name] = value.total_seconds() if isinstance(value, timedelta) else value
+    return out
+
+
+def _job(h: JobHandle) -> dict[str, Any]:
+    c = h.concurrency
+    return {
+        "name": h.name,
+        "queue": h.queue,
+        "attempts": h.retry.attempts,
+        "timeout_s": h.timeout_ms / 1000 if h.timeout_ms else None,
+        "body": "async" if h.is_async else "thread",
+        "concurrency": None if c is None else {"limit": c.limit, "per_key": c.key is not None},
+        "rate_limits": [{"limit": r.limit, "per_s": r.per, "by": r.by} for r in h.rate_limits],
+    }
+
+
+def announce_plan(
+    w: Worker,
+    handles: Sequence[JobHandle],
+    driver: JobDriver,
+    sched: Scheduler | None = None,
+    relay: Relay | None = None,
+) -> None:
+    """`jobs.worker.plan`: what the text banner prints, as one line."""
+    announce(
+        "jobs.worker.plan",
+        f"ujobs worker {w.worker_id} on {driver.describe()}",
+        worker_id=w.worker_id,
+        driver=driver.describe(),
+        queues=list(w.queues),
+        concurrency=w.concurrency,
+        max_in_flight=w.max_in_flight,
+        lease_s=w.lease_ms / 1000,
+        retention=_retention(w.retention),
+        jobs=[_job(h) for h in sorted(handles, key=lambda h: h.name)],
+        rate_limits=[{"limit": r.limit, "per_s": r.per, "by": r.by} for r in w.rate_limits],
+        tasks=None
+        if sched is None
+        else [{"name": t.name, "cron": t.cron, "tz": t.tz, "job": t.job.name} for t in sched.tasks],
+        relay=None
+        if relay is None
+        else {
+            "outbox": relay.outbox.describe(),
+            "batch": relay.batch,
+            "lease_s": relay.lease_ms / 1000,
+        },
+    )
+
+
+def announce_stats(s: WorkerStats, worker_id: str) -> None:
+    """`jobs.worker.counts`: the final counts the text mode prints as a table, every counter
+    of `WorkerStats` under its own name."""
+    announce(
+        "jobs.worker.counts",
+        f"worker stopped: {s.completed} completed, {s.dead_lettered} dead",
+        worker_id=worker_id,
+        **asdict(s),
+    )
+
+
+def announce_scheduler(s: Scheduler) -> None:
+    """`jobs.scheduler.plan`: `ujobs scheduler`'s banner and task table, as one line."""
+    announce(
+        "jobs.scheduler.plan",
+        f"ujobs scheduler {s.scheduler_id} on {s.driver.describe()}",
+        scheduler_id=s.scheduler_id,
+        driver=s.driver.describe(),
+        lease_s=s.ttl_ms / 1000,
+        tasks=[{"name": t.name, "cron": t.cron, "tz": t.tz, "job": t.job.name} for t in s.tasks],
+    )
+
+
+def announce_relay(r: Relay) -> None:
+    """`jobs.relay.plan`: `ujobs relay`'s banner, as one line (passwords masked)."""
+    announce(
+        "jobs.relay.plan",
+        f"ujobs relay {r.relay_id} from {r.outbox.describe()} to {r.driver.describe()}",
+        relay_id=r.relay_id,
+        outbox=r.outbox.describe(),
+        driver=r.driver.describe(),
+        batch=r.batch,
+        lease_s=r.lease_ms / 1000,
+    )
+
+
+def announce_relay_stopped(r: Relay) -> None:
+    """`jobs.relay.counts`: the rows the relay published, when it stopped."""
+    announce(
+        "jobs.relay.counts",
+        f"relay stopped: {r.published} rows published",
+        relay_id=r.relay_id,
+        published=r.published,
+    )

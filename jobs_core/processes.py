@@ -1,0 +1,560 @@
+"""Processes for `executor="process"` bodies: a `def` body run in a spawned child, killed for real.
+
+A thread cannot be stopped from outside; a process can. Each child runs one body at a time and
+is handed the body by reference (its module and qualified name, imported in the child), the
+stored input as JSON text and a `ProcessContext`; it answers the result as JSON text (encoded
+there, with the same checks as the worker's) or what the body raised. A run that ends while its
+body still runs (its deadline, a cancel, a lost lease, a drain's abort) kills the child
+(SIGKILL); a child that dies (a crash, `os._exit`, a signal) fails the body it ran
+(`X_JOB_PROCESS_DIED`). Either way a fresh child takes its place when a body needs one.
+
+Heartbeats, the fence and settles never cross: they stay in the worker. Children ignore SIGINT
+and SIGTERM (the worker's drain decides when a body stops) and end with the worker: on `close`,
+when their pipe to it closes, and on Linux when it dies (`PR_SET_PDEATHSIG`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import importlib
+import inspect
+import multiprocessing
+import multiprocessing.util  # its exit hook joins every child: ours must be registered after it
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Final
+
+from jobs_core.context import JobContext
+from jobs_core.errors import JobsError, ProcessDiedError, ResultInvalidError
+from jobs_core.jsonform import dumps, loads
+from jobs_core.tenant import acting_for
+from jobs_core.threads import BodyThreads
+
+#: How long `close` lets idle children exit on their own before it kills them.
+CLOSE_GRACE_S: Final = 0.5
+#: How long a child may take to start (a fresh interpreter importing the job modules) before it
+#: is killed and the body waiting for it fails (a module that hangs on import must not hold a
+#: job, leased, forever).
+START_TIMEOUT_S: Final = 60.0
+_READY: Final = b"ready"
+_STOP: Final = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessContext:
+    """What a body in a process is handed beside its input: its run's identity, nothing live.
+
+    No `step`, `signal`, `progress` or client: those talk to the worker's store through its
+    event loop, which stays in the worker. A deadline or a cancel kills the process instead.
+    """
+
+    job_id: str
+    run_id: str
+    name: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    #: The org this run acts for (from the declaration's `tenant`), or None for `'none'`; the
+    #: child's current tenant (`jobs_core.current_tenant`) while the body runs.
+    tenant: str | None
+
+    @property
+    def final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRef:
+    """Where a child imports a body from: `qualname` in `module` (a job handle there stands for
+    its body)."""
+
+    module: str
+    qualname: str
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> BodyRef:
+        return cls(fn.__module__, fn.__qualname__)
+
+    def resolve(self) -> Callable[..., Any]:
+        """The body, imported (AttributeError or ImportError when it is not there)."""
+        from jobs_core.job import JobHandle
+
+        found: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            found = getattr(found, part)
+        if isinstance(found, JobHandle):
+            found = found.fn
+        if not callable(found):
+            raise TypeError(f"{self.module}.{self.qualname} is not callable")
+        return found  # type: ignore[no-any-return]
+
+
+def process_refusal(body: object, *, steps: bool) -> str | None:
+    """Why `body` cannot run in a process, or None. `steps`: the declaration set a step option
+    (`step_timeout`, `event_poll`), which only `ctx.step` reads."""
+    if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
+        return "an async body runs on the worker's event loop; a process runs a def body"
+    if not inspect.isfunction(body):
+        return "a body in a process must be a plain function (not a method, partial or object)"
+    if "<" in body.__qualname__:
+        return (
+            f"{body.__qualname__} is a nested function or a lambda: a process imports its body "
+            "by module and name, so it must be defined at a module's top level"
+        )
+    params = list(inspect.signature(body).parameters.values())
+    if len(params) >= 2 and _names_job_context(params[1].annotation):
+        return (
+            "the body declares a JobContext; a body in a process is handed a ProcessContext "
+            "(no ctx.step, ctx.signal, ctx.progress)"
+        )
+    if steps:
+        return "step_timeout and event_poll are for ctx.step, which a body in a process lacks"
+    return None
+
+
+def reach_refusal(fn: Callable[..., Any]) -> str | None:
+    """Why a process could not import `fn` by its module and name (looked up here), or None."""
+    ref = BodyRef.of(fn)
+    try:
+        found = ref.resolve()
+    except Exception as exc:
+        return f"{ref.module}.{ref.qualname} cannot be imported ({type(exc).__name__}: {exc})"
+    if found is not fn:
+        return f"{ref.module}.{ref.qualname} names another object than the body"
+    return None
+
+
+def _names_job_context(annotation: object) -> bool:
+    if isinstance(annotation, str):
+        return annotation.rsplit(".", 1)[-1].strip() == "JobContext"
+    return annotation is JobContext
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a body's process (its `__cause__`)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class RemoteBodyError(Exception):
+    """What a body in a process raised, when the exception itself could not be sent back (it
+    cannot be pickled, or it was not an `Exception`: `SystemExit`, `KeyboardInterrupt`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    ref: BodyRef
+    input_json: str
+    ctx: ProcessContext
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def _child_main(conn: Connection, preload: tuple[str, ...], parent: int) -> None:
+    """A child's life: import the job modules, say ready, then answer one call at a time until
+    the worker says stop or goes away."""
+    _die_with(parent)
+    # The worker's drain decides when a body stops (a terminal's Ctrl-C reaches the whole group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for module in preload:
+        # A module that fails here fails again, typed, in the body that needs it.
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+    bodies: dict[BodyRef, Callable[..., Any]] = {}
+    try:
+        conn.send_bytes(_READY)
+        while True:
+            data = conn.recv_bytes()
+            if data == _STOP:
+                return
+            conn.send_bytes(_answer(data, bodies))
+    except (EOFError, OSError):
+        return  # the worker is gone
+
+
+def _die_with(parent: int) -> None:
+    """On Linux, be killed when the worker dies, whatever it is doing (a body it can no longer
+    settle must not run on beside the run that replaces it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+
+def _answer(data: bytes, bodies: dict[BodyRef, Callable[..., Any]]) -> bytes:
+    try:
+        call: _Call = pickle.loads(data)
+        fn = bodies.get(call.ref)
+        if fn is None:
+            fn = bodies[call.ref] = call.ref.resolve()
+        with acting_for(call.ctx.tenant):
+            value = fn(loads(call.input_json), call.ctx)
+    except BaseException as exc:
+        return _raised(exc)
+    try:
+        result = None if value is None else dumps(value)
+    except Exception as exc:
+        why = exc.message if isinstance(exc, JobsError) else f"{type(exc).__name__}: {exc}"
+        return pickle.dumps(("unstorable", why))
+    return pickle.dumps(("ok", result))
+
+
+def _raised(exc: BaseException) -> bytes:
+    """The answer for an exception: pickled when it makes the round trip, and always its type,
+    message and traceback (the exception's own traceback stays in this process)."""
+    blob: bytes | None = None
+    if isinstance(exc, Exception):
+        try:
+            blob = _dumps_exception(exc)
+            pickle.loads(blob)  # the worker imports what this process does: it loads there too
+        except Exception:
+            blob = None
+    name = type(exc).__qualname__
+    # An exception whose own str() raises must still be told, not kill this process.
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:
+        text = f"{name}: {message} (its traceback could not be formatted)\n"
+    return pickle.dumps(("raised", blob, name, message, text))
+
+
+class _ExceptionPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        # A JobsError's args hold its rendered text, which its __init__ would render again.
+        if isinstance(obj, JobsError):
+            return _rebuilt, (type(obj), obj.args, dict(obj.__dict__))
+        return NotImplemented
+
+
+def _dumps_exception(exc: Exception) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    _ExceptionPickler(out, pickle.HIGHEST_PROTOCOL).dump(exc)
+    return out.getvalue()
+
+
+def _rebuilt(cls: type[JobsError], args: tuple[Any, ...], state: dict[str, Any]) -> JobsError:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+# -- the worker's side -------------------------------------------------------------------------
+
+
+class Encoded:
+    """A body's result as its child encoded it: JSON text (None for a None result), or why it
+    has no JSON form."""
+
+    __slots__ = ("json", "refused")
+
+    def __init__(self, json: str | None, refused: str | None = None) -> None:
+        self.json = json
+        self.refused = refused
+
+    def text(self) -> str | None:
+        """The result's JSON text; `X_JOB_RESULT_INVALID` (the child's reason) when it has none."""
+        if self.refused is not None:
+            raise ResultInvalidError(self.refused)
+        return self.json
+
+
+def _outcome(reply: bytes) -> Encoded:
+    """A child's reply as the body's ending: its result, or what it raised, raised here."""
+    kind, *rest = pickle.loads(reply)
+    if kind == "ok":
+        return Encoded(rest[0])
+    if kind == "unstorable":
+        return Encoded(None, rest[0])
+    blob, type_name, message, text = rest
+    exc: BaseException | None = None
+    if blob is not None:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(blob)
+    if isinstance(exc, Exception):
+        try:
+            str(exc)  # what the worker stores and logs of it: it must be readable here too
+        except Exception:
+            exc = None
+    if not isinstance(exc, Exception):
+        exc = RemoteBodyError(f"{type_name}: {message}" if message else type_name)
+    exc.__cause__ = RemoteTraceback(f'\n"""\n{text}"""')
+    raise exc
+
+
+class _Child:
+    """One spawned process and the worker's end of its pipe."""
+
+    def __init__(self, ctx: Any, preload: tuple[str, ...], name: str) -> None:
+        ours, theirs = ctx.Pipe(duplex=True)
+        self.conn: Connection = ours
+        self.proc: BaseProcess = ctx.Process(
+            target=_child_main, args=(theirs, preload, os.getpid()), name=name
+        )
+        # From the caller's thread: on Linux the child dies with the thread that started it.
+        self.proc.start()
+        theirs.close()  # so that the child's death reads as the end of the pipe here
+        self.pid = self.proc.pid
+
+    def ready(self) -> bool:
+        """(A thread of its own.) Wait for the child's imports; False when it died first."""
+        try:
+            return self.conn.recv_bytes() == _READY
+        except (EOFError, OSError):
+            self._reap()
+            return False
+
+    def ask(self, payload: bytes) -> bytes | None:
+        """(A thread of its own.) One call's answer; None when the child died (or was killed)
+        before it answered."""
+        try:
+            self.conn.send_bytes(payload)
+            return self.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._reap()
+            return None
+
+    def _reap(self) -> None:
+        self.proc.join(5.0)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+
+    def stop(self) -> None:
+        """Ask an idle child to exit."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send_bytes(_STOP)
+
+    def death(self) -> str:
+        code = self.proc.exitcode
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+
+class BodyProcesses:
+    """Up to `size` spawned children, one body each at a time, started as bodies need them (a
+    body waits for a free one), each importing `preload` (the job modules) before it takes a
+    body. Used from one event loop; its pipes are read on threads of its own."""
+
+    def __init__(
+        self,
+        size: int,
+        preload: Iterable[str] = (),
+        *,
+        name: str = "ujobs-body",
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self.size = size
+        self._start_timeout_s = start_timeout_s
+        self._preload = tuple(sorted(set(preload)))
+        self._name = name
+        self._mp = multiprocessing.get_context("spawn")
+        self._children: set[_Child] = set()  # started, not yet lost
+        self._idle: list[_Child] = []
+        self._waiting: deque[asyncio.Future[_Child]] = deque()
+        self._io = BodyThreads(keep_idle=size, name_prefix=f"{name}-pipe")
+        # What a lost child's thread still does (its reaping); `close` waits for it.
+        self._ending: set[Future[Any]] = set()
+        self._starts: set[asyncio.Task[None]] = set()
+        self._serial = 0
+        self._closed = False
+        _POOLS.add(self)
+
+    def pids(self) -> list[int]:
+        """The children's process ids (started and not lost)."""
+        return sorted(c.pid for c in self._children if c.pid is not None)
+
+    async def run(
+        self,
+        fn: Callable[..., Any],
+        input_json: str,
+        ctx: ProcessContext,
+        started: Callable[[], None],
+    ) -> Encoded:
+        """Run `fn(loads(input_json), ctx)` in a child; `started()` once a child has it. Raises
+        what the body raised, `X_JOB_RESULT_INVALID` for a result with no JSON form,
+        `X_JOB_PROCESS_DIED` when the child died first. Cancelled, it kills the child."""
+        payload = pickle.dumps(_Call(BodyRef.of(fn), input_json, ctx))
+        child = await self._take()
+        started()
+        answer = self._io.submit(child.ask, payload)
+        try:
+            reply = await asyncio.shield(asyncio.wrap_future(answer))
+        except asyncio.CancelledError:
+            # The body runs on for nobody: it ends now, with its process.
+            child.kill()
+            self._lose(child, answer)
+            raise
+        if reply is None:
+            self._lose(child, answer)
+            raise ProcessDiedError(
+                f"the body's process (pid {child.pid}) died before it answered: {child.death()}",
+                detail=ctx.job_id,
+            )
+        self._give(child)
+        return _outcome(reply)
+
+    async def _take(self) -> _Child:
+        if self._closed:
+            raise ProcessDiedError("the worker's processes are closed")
+        while self._idle:
+            child = self._idle.pop()
+            if child.proc.is_alive():
+                return child
+            self._lose(child, None)  # died idle: the next body gets a fresh one
+        turn: asyncio.Future[_Child] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        self._refill()
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._give(turn.result())  # handed a child as it was cancelled: the next one's
+            raise
+
+    def _refill(self) -> None:
+        """Start children for the bodies waiting, up to `size`."""
+        waiting = sum(1 for w in self._waiting if not w.done())
+        while waiting > len(self._starts) and len(self._children) < self.size and not self._closed:
+            self._serial += 1
+            child = _Child(self._mp, self._preload, f"{self._name}-{self._serial}")
+            self._children.add(child)
+            task = asyncio.ensure_future(self._started(child))
+            self._starts.add(task)
+            task.add_done_callback(self._starts.discard)
+
+    async def _started(self, child: _Child) -> None:
+        ready = asyncio.wrap_future(self._io.submit(child.ready))
+        late: str | None = None
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(ready), self._start_timeout_s)
+        except TimeoutError:
+            child.kill()
+            await ready  # answers once the kill has ended the child
+            ok, late = False, f"it did not start within {self._start_timeout_s:g} s"
+        if ok:
+            self._give(child)
+            return
+        self._children.discard(child)
+        why = late if late is not None else child.death()
+        for turn in self._waiting:
+            if not turn.done():
+                # One waiter fails (its attempt, typed) rather than every start failing unseen.
+                turn.set_exception(ProcessDiedError(f"a body's process failed to start: {why}"))
+                break
+        self._refill()
+
+    def _give(self, child: _Child) -> None:
+        if self._closed:
+            child.stop()
+            self._idle.append(child)
+            return
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(child)
+                return
+        self._idle.append(child)
+
+    def _lose(self, child: _Child, reaping: Future[Any] | None) -> None:
+        self._children.discard(child)
+        if reaping is None:
+            with contextlib.suppress(OSError):
+                child.conn.close()
+        elif not reaping.done():
+            self._ending.add(reaping)
+            reaping.add_done_callback(self._ending.discard)
+        self._refill()
+
+    async def close(self) -> None:
+        """Stop every child: idle ones exit, any still busy or starting is killed; within about
+        `CLOSE_GRACE_S`, no child of this pool is left (each one reaped)."""
+        self._closed = True
+        for turn in self._waiting:
+            if not turn.done():
+                turn.set_exception(ProcessDiedError("the worker's processes are closed"))
+        self._waiting.clear()
+        idle = set(self._idle)
+        for child in self._children:
+            if child in idle:
+                child.stop()
+            else:
+                child.kill()
+        children, self._children, self._idle = list(self._children), set(), []
+        await asyncio.to_thread(_reap_all, children, list(self._ending), CLOSE_GRACE_S)
+        self._io.shutdown(wait=False)
+        _POOLS.discard(self)
+
+    def kill_all(self) -> None:
+        """Kill and reap every child now, from any thread (the interpreter's exit)."""
+        self._closed = True
+        children = list(self._children)
+        for child in children:
+            child.kill()
+        _reap_all(children, [], 1.0)
+
+
+def _reap_all(children: list[_Child], ending: list[Future[Any]], grace_s: float) -> None:
+    """Give `children` `grace_s` in all to exit, kill those left, and reap every one; wait for
+    the threads still reaping lost children."""
+    for fut in ending:
+        with contextlib.suppress(Exception):
+            fut.result(timeout=grace_s + 5.0)
+    give_up = time.monotonic() + grace_s
+    for child in children:
+        child.proc.join(max(0.0, give_up - time.monotonic()))
+    for child in children:
+        if child.proc.exitcode is None:
+            child.kill()
+            child.proc.join(5.0)
+        with contextlib.suppress(OSError):
+            child.conn.close()
+
+
+_POOLS: weakref.WeakSet[BodyProcesses] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_left() -> None:
+    """A worker that never closed its pool: its children go with it (before multiprocessing's
+    own exit hook would wait for them forever)."""
+    for pool in list(_POOLS):
+        pool.kill_all()

@@ -1,0 +1,497 @@
+"""`ujobs worker --processes N`: one supervisor process keeping N worker processes alive.
+
+Each child is the same `ujobs worker` a person would start by hand, started by fork+exec of
+this very CLI (`python -m jobs_core.cli worker MODULE ... --supervised-by PID`), never a bare
+fork: the supervisor runs an event loop, threads and (with metrics) a store connection, none
+of which survives a fork, and a fresh interpreter imports the app module as a hand-started
+worker would (no import-time state, pool or socket shared by accident). The children share
+nothing but the store.
+
+The supervisor
+- starts the children in their own process group, so a terminal's Ctrl-C reaches it alone and
+  it forwards one SIGTERM per signal it gets (the first drains every child within
+  `--drain-timeout`, a second forces their exit, as for one worker);
+- restarts a child that dies (a non-zero exit or a signal) after a backoff, `RestartPolicy`:
+  0.5 s doubling up to 30 s for the slot, reset once a child of that slot lived 10 s; a child
+  that exits 0 on its own (recycled by `--max-jobs-per-process`) is replaced at once;
+- gives up, drains the others and exits 1 when it cannot keep them alive: 5 children in a row
+  died within 10 s of their start while no child lived past those 10 s (a module that crashes
+  on import in a child, a bad environment) — a store that is down is no reason: a worker waits
+  for its store without exiting;
+- after a stop, exits 0 when every child drained and exited 0, else 1 (a child that failed its
+  drain, or one still running `EXIT_GRACE_S` past the drain deadline, then killed);
+- with `--metrics-port`, serves the whole group on that one port: the children write their
+  counters, histogram and live gauges through prometheus-client's multiprocess mode into a
+  directory the supervisor owns (removed at exit; a dead child's live gauges are dropped with
+  `mark_process_dead`, its counts kept so the group's counters never go back), and the
+  supervisor adds the store's gauges once, read by itself.
+
+A child watches its supervisor (`watch_parent`): on Linux the kernel sends it SIGTERM when the
+supervisor dies (`PR_SET_PDEATHSIG`), elsewhere it polls its parent pid each second; either way
+a `kill -9` of the supervisor makes every child drain and exit rather than run orphaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Final
+
+from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
+from jobs_core.states import Outcome
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from jobs_core.driver import JobDriver
+    from jobs_core.operator.metrics import WorkerMetrics
+    from jobs_core.worker import Worker
+
+log = logging.getLogger("jobs")
+
+#: The most processes one supervisor starts (a typo's guard, not a tuning limit).
+MAX_PROCESSES: Final = 1_024
+#: Beyond the drain deadline, how long the supervisor waits for its children before SIGKILL.
+EXIT_GRACE_S: Final = 10.0
+#: The environment variable prometheus-client's multiprocess mode reads in each child.
+MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG: Final = 1
+#: Settles that give a job back without a run: not counted by `--max-jobs-per-process`.
+_HANDED_BACK: Final = frozenset({Outcome.INTERRUPTED, Outcome.SHED})
+
+
+def processes_from(text: str) -> int:
+    """The number of processes `--processes` asks for: a whole number from 1 to
+    `MAX_PROCESSES`, or `auto` (the CPUs this process may run on); else `X_JOB_OPTION_INVALID`
+    naming `--processes`."""
+    if text.strip().lower() == "auto":
+        return available_cpus()
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_PROCESSES:
+        raise OptionInvalidError(
+            f"must be a whole number of processes from 1 to {MAX_PROCESSES}, or 'auto'",
+            detail="--processes",
+        )
+    return n
+
+
+def max_jobs_from(n: int | None) -> int | None:
+    """`--max-jobs-per-process` checked: None (never recycle) or at least 1."""
+    if n is not None and n < 1:
+        raise OptionInvalidError(
+            "must be 1 or more jobs (leave it out to never recycle)",
+            detail="--max-jobs-per-process",
+        )
+    return n
+
+
+def shared_store(driver: JobDriver) -> None:
+    """Refuse (`X_CLI_USAGE_INVALID`) a store that worker processes cannot share: the memory
+    driver lives inside one process, so each worker would have a store of its own."""
+    if type(driver).__module__.split(".")[0] == "jobs_memory":
+        raise CliUsageInvalidError(
+            "--processes and --max-jobs-per-process need a store the processes share"
+            " (Postgres, Redis); the memory driver lives inside one process",
+            detail="--processes",
+        )
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not every OS has affinity
+        return os.cpu_count() or 1
+
+
+@dataclass
+class RestartPolicy:
+    """When a dead child is restarted, and when the supervisor gives up (module docstring)."""
+
+    base_s: float = 0.5
+    cap_s: float = 30.0
+    start_window_s: float = 10.0
+    max_early_deaths: int = 5
+    #: Children in a row, group-wide, that died within `start_window_s` of their start.
+    early_deaths: int = 0
+
+    def survived(self) -> None:
+        """A child lived past the start window: the group is not crash-looping."""
+        self.early_deaths = 0
+
+    def died(self, failures: int, lived_s: float) -> float | None:
+        """Seconds to wait before restarting a slot whose child died (its `failures`-th death
+        in a row), or None to give up."""
+        if lived_s < self.start_window_s:
+            self.early_deaths += 1
+            if self.early_deaths >= self.max_early_deaths:
+                return None
+        else:
+            self.survived()
+        return float(min(self.cap_s, self.base_s * 2 ** max(0, failures - 1)))
+
+
+@dataclass
+class _Slot:
+    index: int
+    proc: asyncio.subprocess.Process | None = None
+    failures: int = 0
+    started_at: float = 0.0
+
+
+@dataclass
+class Supervisor:
+    """Keeps `processes` children running `argv` (with `env`) until a signal, then drains them."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    processes: int
+    drain_timeout_s: float
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    #: The group's multiprocess metrics directory (None: no metrics).
+    metrics_dir: str | None = None
+    started: int = 0
+    restarts: int = 0
+    recycled: int = 0
+    gave_up: bool = False
+    _slots: list[_Slot] = field(default_factory=list)
+    _stopping: bool = False
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _unclean: list[int] = field(default_factory=list)
+
+    @property
+    def stopping(self) -> bool:
+        """A stop began (a signal, or giving up): no child starts any more."""
+        return self._stopping
+
+    @property
+    def alive(self) -> list[int]:
+        """Pids of the children running now."""
+        return [s.proc.pid for s in self._slots if s.proc is not None and s.proc.returncode is None]
+
+    async def run(self) -> int:
+        """Run the group until SIGTERM/SIGINT (then drain) or a crash loop; the exit status:
+        0 when every child drained cleanly, 1 when one did not or the supervisor gave up."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._slots = [_Slot(i) for i in range(self.processes)]
+        tasks = [
+            asyncio.create_task(self._keep(s), name=f"ujobs-slot-{s.index}") for s in self._slots
+        ]
+        await self._stop.wait()
+        budget = self.drain_timeout_s + EXIT_GRACE_S
+        _, late = await asyncio.wait(tasks, timeout=budget)
+        if late:
+            for pid in self.alive:
+                log.error(
+                    "jobs.supervisor.killed pid=%d: still running %g s after the stop", pid, budget
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                self._unclean.append(pid)
+            await asyncio.wait(late)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if self.gave_up:
+            return 1
+        if self._unclean:
+            log.error("jobs.supervisor.unclean_exit pids=%s", ",".join(map(str, self._unclean)))
+            return 1
+        return 0
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if not self._stopping:
+            log.warning(
+                "jobs.supervisor.draining on %s: %d children (again to force the exit)",
+                sig.name,
+                len(self.alive),
+            )
+        else:
+            log.warning("jobs.supervisor.forcing on %s", sig.name)
+        self._begin_stop()
+
+    def _begin_stop(self) -> None:
+        """Every child drains (a second call: forces) and none starts any more."""
+        self._stopping = True
+        self._stop.set()
+        for pid in self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    async def _keep(self, slot: _Slot) -> None:
+        while not self._stopping:
+            rc: int | str
+            try:
+                proc = await self._spawn(slot)
+            except OSError as exc:  # no process could start: the OS refused a fork or an exec
+                pid, rc, lived = 0, f"none: {exc}", 0.0
+            else:
+                if self.stopping:  # the stop came while this child was starting
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), self.policy.start_window_s)
+                except TimeoutError:
+                    slot.failures = 0
+                    self.policy.survived()
+                pid, rc = proc.pid, await proc.wait()
+                lived = time.monotonic() - slot.started_at
+                self._dead(pid)
+                if self.stopping:
+                    # A child stopped before its signal handlers were in place dies of the
+                    # SIGTERM: it had claimed nothing yet.
+                    if rc not in (0, -signal.SIGTERM):
+                        self._unclean.append(pid)
+                    return
+                if rc == 0:  # it ended on its own: recycled after its share of jobs
+                    self.recycled += 1
+                    log.info("jobs.supervisor.recycled slot=%d pid=%d", slot.index, pid)
+                    continue
+            slot.failures += 1
+            delay = self.policy.died(slot.failures, lived)
+            if delay is None:
+                log.error(
+                    "jobs.supervisor.gave_up: %d children in a row died within %g s of their"
+                    " start (the last: pid=%d exit=%s); draining the others",
+                    self.policy.early_deaths,
+                    self.policy.start_window_s,
+                    pid,
+                    rc,
+                )
+                self.gave_up = True
+                self._begin_stop()
+                return
+            log.warning(
+                "jobs.supervisor.child_died slot=%d pid=%d exit=%s after %.1f s; restart in %g s",
+                slot.index,
+                pid,
+                rc,
+                lived,
+                delay,
+            )
+            self.restarts += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+
+    async def _spawn(self, slot: _Slot) -> asyncio.subprocess.Process:
+        # Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which
+        # forwards it once (the same signal twice to a worker would force its exit).
+        proc = await asyncio.create_subprocess_exec(*self.argv, env=dict(self.env), process_group=0)
+        slot.proc, slot.started_at = proc, time.monotonic()
+        self.started += 1
+        log.info("jobs.supervisor.child_started slot=%d pid=%d", slot.index, proc.pid)
+        return proc
+
+    def _dead(self, pid: int) -> None:
+        if self.metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self.metrics_dir)  # type: ignore[no-untyped-call]
+
+
+# -- the child's side --
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Make this process get SIGTERM (a drain) when the supervisor `parent_pid` dies; a parent
+    already gone exits it now. Linux: `PR_SET_PDEATHSIG`; elsewhere `ChildHooks` polls."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # died before the watch was set: nothing would tell us
+        raise SystemExit(1)
+
+
+@dataclass
+class ChildHooks:
+    """What a supervised worker adds to itself: recycling after `max_jobs` settles, its
+    metrics written for the group, and the watch of its supervisor."""
+
+    parent_pid: int
+    max_jobs: int | None = None
+    settled: int = 0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def attach(self, w: Worker) -> None:
+        """Hook into `w` (call on its event loop, after its signal handlers are installed)."""
+        if self.max_jobs is not None:
+            w.observe(lambda job, outcome, body_ms: self._settled(w, outcome))
+        if os.environ.get(MULTIPROC_ENV):
+            from jobs_core.operator.metrics import WorkerMetrics
+
+            metrics = WorkerMetrics(w, asyncio.get_running_loop(), group_child=True)
+            self._tasks.append(asyncio.create_task(self._live_gauges(w, metrics)))
+        self._tasks.append(asyncio.create_task(self._parent_gone(w)))
+
+    def _settled(self, w: Worker, outcome: Outcome) -> None:
+        if outcome in _HANDED_BACK:  # not a run: the job goes back as it was
+            return
+        self.settled += 1
+        if self.settled == self.max_jobs and not w.draining:
+            log.info(
+                "jobs.worker.recycling %s after %d jobs (--max-jobs-per-process)",
+                w.worker_id,
+                self.settled,
+            )
+            # The drain a deploy gets: held jobs handed back, running bodies finish, exit 0.
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
+        while True:
+            metrics.running.set(w.stats.running)
+            metrics.in_flight.set(w.stats.in_flight)
+            await asyncio.sleep(0.5)
+
+    async def _parent_gone(self, w: Worker) -> None:
+        # Where PR_SET_PDEATHSIG is missing; on Linux the kernel's SIGTERM comes first.
+        while os.getppid() == self.parent_pid:  # noqa: ASYNC110 - no event tells of a new parent
+            await asyncio.sleep(1.0)
+        if not w.draining:
+            log.warning("jobs.worker.orphaned %s: the supervisor died; draining", w.worker_id)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+# -- the group's metrics --
+
+
+class GroupMetrics:
+    """The group's `/metrics`: what every child wrote (multiprocess mode) plus the store's
+    gauges, read by the supervisor itself through `reader` (an unstarted worker)."""
+
+    def __init__(
+        self, supervisor: Supervisor, reader: Worker, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        from jobs_core.operator.metrics import store_collectors
+
+        assert supervisor.metrics_dir is not None
+        self.supervisor = supervisor
+        self.registry = CollectorRegistry()
+        MultiProcessCollector(self.registry, path=supervisor.metrics_dir)  # type: ignore[no-untyped-call]
+        collectors: Iterator[Collector] = store_collectors(reader, loop)
+        for c in collectors:
+            self.registry.register(c)
+
+    def render(self) -> bytes:
+        from prometheus_client.exposition import generate_latest
+
+        return generate_latest(self.registry)
+
+    def health(self) -> tuple[int, bytes]:
+        s = self.supervisor
+        alive = s.alive
+        ok = len(alive) == s.processes and not s.stopping
+        doc = {
+            "status": "ok" if ok else "unhealthy",
+            "processes": s.processes,
+            "alive": len(alive),
+            "pids": alive,
+            "restarts": s.restarts,
+            "recycled": s.recycled,
+            "draining": s.stopping,
+        }
+        return (200 if ok else 503), json.dumps(doc).encode()
+
+
+def serve_group(metrics: GroupMetrics, host: str, port: int) -> ThreadingHTTPServer:
+    """`/metrics` and `/healthz` of the group over HTTP, on a daemon thread; `/healthz` is 200
+    while every child is alive and the group is not draining."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                status, body, kind = 200, metrics.render(), CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                (status, body), kind = metrics.health(), "application/json"
+            else:
+                status, body, kind = 404, b"not found\n", "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # a scrape every few seconds is not news
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="ujobs-metrics", daemon=True).start()
+    return server
+
+
+async def _open_reader(reader: Worker, stop: asyncio.Event) -> None:
+    """Open the metrics reader's store, retrying while it is down (its gauges say `up 0`)."""
+    from jobs_core.errors import DriverUnavailableError
+
+    while not stop.is_set():
+        try:
+            await reader.driver.open()
+            return
+        except DriverUnavailableError as exc:
+            log.warning("jobs.supervisor.metrics_store_unavailable: %s", exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 2.0)
+
+
+async def supervise_group(
+    sup: Supervisor,
+    reader: Worker,
+    metrics_host: str,
+    metrics_port: int | None,
+    announce: object = None,
+) -> int:
+    """Run `sup` with the group's metrics on `metrics_host:metrics_port` when a port is given;
+    `announce(port)` is called once the port is bound. Answers the exit status."""
+    server = None
+    opener = None
+    if metrics_port is not None:
+        metrics = GroupMetrics(sup, reader, asyncio.get_running_loop())
+        server = serve_group(metrics, metrics_host, metrics_port)
+        if callable(announce):
+            announce(server.server_address[1])
+        opener = asyncio.create_task(_open_reader(reader, sup._stop))
+    try:
+        return await sup.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if opener is not None:
+            opener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await opener
+            with contextlib.suppress(Exception):
+                await reader.driver.close()
+
+
+def metrics_dir() -> str:
+    """A fresh directory for the group's multiprocess metrics, owned by this process."""
+    return tempfile.mkdtemp(prefix="ujobs-metrics-")
+
+
+def remove_metrics_dir(path: str | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)

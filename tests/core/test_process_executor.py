@@ -1,0 +1,401 @@
+"""`executor="process"`: a `def` body in a spawned process — the worker's loop keeps beating while
+it computes, a deadline kills it for real, a crash or an unsendable value fails the attempt typed,
+and a drain leaves no process behind. Real processes; the memory driver, and Postgres once."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs_core import processes
+from jobs_core.context import JobContext
+from jobs_core.errors import ExecutorInvalidError, ProcessDiedError
+from jobs_core.facade import Jobs
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.processes import BodyProcesses, ProcessContext
+from jobs_core.records import Heartbeat, Nack, NackKind
+from jobs_core.states import JobState
+from jobs_core.worker import Worker
+from jobs_memory import MemoryDriver
+from tests.core import process_bodies as pb
+from tests.core.runpath_cases import has_state, row
+from tests.core.support import until
+from tests.pg.conftest import fresh_driver
+
+# -- what is refused, at declaration and at the worker's construction
+
+
+def wants_steps(input: Any, ctx: JobContext) -> None:
+    """Declares the full context: it means to use `ctx.step` or `ctx.signal`."""
+
+
+def plain(input: Any, ctx: ProcessContext) -> None:
+    """A body a process can run."""
+
+
+def moved(input: Any, ctx: Any) -> None:
+    """Declared under a name its module does not hold (see below)."""
+
+
+moved.__qualname__ = "not_in_this_module"
+
+
+async def an_async_body(input: Any, ctx: Any) -> None:
+    return None
+
+
+class _Holder:
+    def method(self, input: Any, ctx: Any) -> None:
+        return None
+
+
+def _declare(fn: Any, **options: Any) -> JobHandle:
+    options.setdefault("executor", "process")
+    handle: JobHandle = job(fn, tenant="none", name="p", registry=JobRegistry(), **options)
+    return handle
+
+
+def _nested() -> Any:
+    def inner(input: Any, ctx: Any) -> None:
+        return None
+
+    return inner
+
+
+@pytest.mark.parametrize(
+    ("body", "options", "says"),
+    [
+        (an_async_body, {}, "async body"),
+        (lambda i, c: None, {}, "lambda"),
+        (_nested(), {}, "nested function"),
+        (_Holder().method, {}, "plain function"),
+        (functools.partial(plain), {}, "plain function"),
+        (wants_steps, {}, "declares a JobContext"),
+        (plain, {"step_timeout": 1.0}, "step_timeout"),
+        (plain, {"event_poll": 1.0}, "event_poll"),
+        (plain, {"executor": "fork"}, "'thread' or 'process'"),
+    ],
+    ids=["async", "lambda", "nested", "method", "partial", "job-context", "step", "poll", "fork"],
+)
+def test_a_body_a_process_cannot_run_is_refused_at_declaration(
+    body: Any, options: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ExecutorInvalidError) as refused:
+        _declare(body, **options)
+    assert refused.value.code == "X_JOB_EXECUTOR_INVALID"
+    assert refused.value.detail == "executor" and says in refused.value.message
+
+
+def test_a_body_its_module_does_not_hold_by_name_is_refused_by_the_worker() -> None:
+    handle = _declare(moved)
+    assert _declare(plain).executor == "process"
+    with pytest.raises(ExecutorInvalidError) as refused:
+        Worker(MemoryDriver(), [handle])
+    assert refused.value.detail == "p" and "not_in_this_module" in refused.value.message
+
+
+# -- the worker's loop is free while a body computes
+
+
+class Recording(MemoryDriver):
+    """The memory driver, noting every lease renewal (when, which job, whether it landed) and
+    every nack (which job, its kind, its error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats: list[tuple[float, str, bool]] = []
+        self.nacks: list[Nack] = []
+
+    async def job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        answers = await super().job_heartbeat(beats)
+        now = time.time()
+        self.beats.extend((now, b.fence.job_id, ok) for b, ok in zip(beats, answers, strict=True))
+        return answers
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        self.nacks.extend(nacks)
+        return await super()._job_nack(nacks)
+
+    def renewed(self, job_id: str, after: float, before: float = float("inf")) -> int:
+        return sum(1 for t, j, ok in self.beats if j == job_id and ok and after < t < before)
+
+
+def spawned_children() -> set[int]:
+    """This process's children that multiprocessing spawned (read from /proc)."""
+    mine = str(os.getpid())
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == mine and b"multiprocessing.spawn" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """No such process, not even a zombie waiting to be reaped."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+async def _waiting_worker(
+    driver: Recording, hog: JobHandle, release: asyncio.Event
+) -> tuple[Worker, str]:
+    """A worker running `hog` beside a job that waits for `release` (its lease renewed every
+    50 ms meanwhile), started once that job runs; answers the worker and the waiter's id."""
+
+    async def waiter(input: Any, ctx: JobContext) -> None:
+        await release.wait()
+
+    h_wait = job(
+        waiter, tenant="none", idempotency_key=pb._key, registry=JobRegistry(), name="waiter"
+    )
+    worker = Worker(
+        driver,
+        [h_wait, hog],
+        concurrency=2,
+        lease=5.0,
+        heartbeat_every=0.05,
+        poll_floor=0.005,
+        poll_ceiling=0.05,
+        process_pool_size=1,
+    )
+    waiting = await Jobs(driver).enqueue(h_wait, {"n": 0})
+    await worker.start()
+    await until(lambda: driver.renewed(waiting.id, 0) >= 1, within=20)
+    return worker, waiting.id
+
+
+async def test_a_cpu_bound_body_in_a_process_leaves_the_loop_renewing_other_leases(
+    tmp_path: Path,
+) -> None:
+    driver, release = Recording(), asyncio.Event()
+    worker, waiter = await _waiting_worker(driver, pb.h_hog, release)
+    try:
+        mark, stop = tmp_path / "mark", tmp_path / "stop"
+        hogging = await Jobs(driver).enqueue(
+            pb.h_hog, {"n": 1, "mark": str(mark), "stop": str(stop)}
+        )
+        await until(mark.exists, within=30)
+        t0 = float(mark.read_text())
+        # The body computes, holding its GIL, until three renewals of the waiter have landed.
+        await until(lambda: driver.renewed(waiter, t0) >= 3, within=20)
+        stop.touch()
+        await until(lambda: has_state(driver, [hogging.id], JobState.COMPLETED), within=20)
+        ran = json.loads((await row(driver, hogging.id)).result_json or "")
+        assert driver.renewed(waiter, ran["t0"], ran["t1"]) >= 3
+    finally:
+        release.set()
+        await worker.stop()
+
+
+async def test_the_same_body_on_a_thread_holds_the_loop_for_as_long_as_it_runs() -> None:
+    hog_thread = job(
+        pb.hog, tenant="none", idempotency_key=pb._key, registry=JobRegistry(), name="hog_thread"
+    )
+    driver, release = Recording(), asyncio.Event()
+    worker, waiter = await _waiting_worker(driver, hog_thread, release)
+    try:
+        hogging = await Jobs(driver).enqueue(hog_thread, {"n": 1, "seconds": 0.4})
+        await until(lambda: has_state(driver, [hogging.id], JobState.COMPLETED), within=20)
+        ran = json.loads((await row(driver, hogging.id)).result_json or "")
+        # Eight renewals fell due while it ran; not one was sent, by any job.
+        assert ran["t1"] - ran["t0"] >= 0.4
+        assert [t for t, _, _ in driver.beats if ran["t0"] < t < ran["t1"]] == []
+        await until(lambda: driver.renewed(waiter, ran["t1"]) >= 1)
+    finally:
+        release.set()
+        await worker.stop()
+
+
+# -- deadlines, crashes and values that cannot cross, then the drain
+
+
+def _error(driver: Recording, job_id: str, attempt_nack: int = 0) -> dict[str, Any]:
+    nacks = [n for n in driver.nacks if n.fence.job_id == job_id and n.error]
+    return dict(json.loads(nacks[attempt_nack].error or ""))
+
+
+async def test_deadlines_crashes_and_unsendable_values_fail_the_attempt_typed(
+    tmp_path: Path,
+) -> None:
+    driver = Recording()
+    jobs = Jobs(driver)
+    handles = [pb.h_runaway, pb.h_crash, pb.h_fails]
+    worker = Worker(driver, handles, poll_floor=0.005, poll_ceiling=0.05, process_pool_size=2)
+    pid_file = tmp_path / "pid"
+    runaway = await jobs.enqueue(pb.h_runaway, {"n": 1, "org": "o1", "pid": str(pid_file)})
+    crashes = {
+        how: await jobs.enqueue(pb.h_crash, {"n": how, "how": how}) for how in ("exit", "segv")
+    }
+    fails = {
+        how: await jobs.enqueue(pb.h_fails, {"n": how, "how": how})
+        for how in ("set", "unpicklable", "unprintable", "terminal", "exit")
+    }
+    ids = [runaway.id, *(q.id for q in crashes.values()), *(q.id for q in fails.values())]
+
+    async def finished() -> bool:
+        return all(r.finished_at_ms is not None for r in (await driver.job_get_many(ids)).values())
+
+    await worker.start()
+    try:
+        await until(finished, within=60)
+        pids = worker._runner.processes.pids() if worker._runner.processes else []
+    finally:
+        await worker.stop()
+
+    # The runaway body's process was killed at its deadline; the retry ran in a fresh one.
+    first = int(pid_file.read_text())
+    timed_out = _error(driver, runaway.id)
+    assert timed_out["code"] == "X_JOB_TIMEOUT", timed_out
+    assert [n.kind for n in driver.nacks if n.fence.job_id == runaway.id] == [NackKind.RETRY]
+    done = await row(driver, runaway.id)
+    assert done.state is JobState.COMPLETED and done.attempt == 2
+    second = json.loads(done.result_json or "")
+    assert second["pid"] != first and second["tenant"] == "o1" and second["attempt"] == 2
+    await until(lambda: gone(first))
+    # A process that died failed its attempt, typed; the pool started another.
+    for how, death in (("exit", "exit code 7"), ("segv", "killed by SIGSEGV")):
+        died = _error(driver, crashes[how].id)
+        assert died["code"] == "X_JOB_PROCESS_DIED" and death in died["message"], died
+        assert (await row(driver, crashes[how].id)).state is JobState.COMPLETED
+    assert worker.stats.processes_killed == 1 and worker.stats.processes_died == 2
+    # A value that cannot cross: the result has no JSON form (terminal, as on a thread); an
+    # exception that cannot be pickled, or is no Exception, arrives by type, message, traceback.
+    unstorable = _error(driver, fails["set"].id)
+    assert unstorable["code"] == "X_JOB_RESULT_INVALID"
+    assert unstorable["message"].startswith("the result cannot be stored: a set has no JSON form")
+    for how, says in (
+        ("unpicklable", "_Unpicklable: held a lock"),
+        ("unprintable", "_Unprintable: (its message could not be read)"),
+        ("exit", "SystemExit: 3"),
+    ):
+        remote = _error(driver, fails[how].id)
+        assert remote["type"] == "RemoteBodyError" and remote["message"] == says, remote
+        assert "process_bodies.py" in remote["traceback"]
+    terminal = _error(driver, fails["terminal"].id)
+    assert terminal["code"] == "X_JOB_TERMINAL" and terminal["type"] == "TerminalError"
+    assert terminal["message"].startswith("no point retrying")
+    rows = await driver.job_get_many([q.id for q in fails.values()])
+    assert {how: rows[q.id].attempt for how, q in fails.items()} == {
+        "set": 1,
+        "unpicklable": 2,
+        "unprintable": 2,
+        "terminal": 1,
+        "exit": 2,
+    }
+    # The drain closed the pool: no process of it is left, not even unreaped.
+    assert pids and all(gone(p) for p in pids)
+    assert spawned_children() == set()
+
+
+async def test_on_postgres_a_deadline_kills_then_retries_and_a_drain_kills_what_still_runs(
+    tmp_path: Path,
+) -> None:
+    async with fresh_driver() as driver:
+        jobs = Jobs(driver)
+        worker = Worker(
+            driver,
+            [pb.h_runaway, pb.h_hog],
+            poll_floor=0.005,
+            poll_ceiling=0.05,
+            process_pool_size=1,
+        )
+        pid_file, mark = tmp_path / "pid", tmp_path / "mark"
+        runaway = await jobs.enqueue(pb.h_runaway, {"n": 1, "org": "o1", "pid": str(pid_file)})
+        await worker.start()
+        stopped = False
+        try:
+            await until(lambda: has_state(driver, [runaway.id], JobState.COMPLETED), within=30)
+            hogging = await jobs.enqueue(
+                pb.h_hog, {"n": 2, "mark": str(mark), "stop": str(tmp_path / "never")}
+            )
+            await until(mark.exists, within=30)
+            pids = worker._runner.processes.pids() if worker._runner.processes else []
+            await worker.stop(0.2)
+            stopped = True
+        finally:
+            if not stopped:
+                await worker.stop(0)
+        done = await row(driver, runaway.id)
+        assert done.state is JobState.COMPLETED and done.attempt == 2
+        assert worker.stats.retried == 1
+        assert gone(int(pid_file.read_text()))
+        # The drain's deadline killed the body still computing; its claim went back unspent.
+        back = await row(driver, hogging.id)
+        assert back.state is JobState.READY and back.attempt == 0, back
+        assert worker.stats.interrupted == 1 and worker.stats.processes_killed == 2
+        assert pids and all(gone(p) for p in pids)
+        assert spawned_children() == set()
+
+
+# -- the pool alone
+
+
+def _ctx(job_id: str = "j") -> ProcessContext:
+    return ProcessContext(job_id, "r", "p", "default", 2, 2, None)
+
+
+async def test_a_process_that_does_not_start_in_time_is_killed_and_fails_the_body_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def never_ready(child: Any) -> bool:
+        child.proc.join()  # as a child stuck importing a module: never says it is ready
+        return False
+
+    monkeypatch.setattr(processes._Child, "ready", never_ready)
+    pool = BodyProcesses(1, start_timeout_s=0.2)
+    try:
+        with pytest.raises(ProcessDiedError) as failed:
+            await pool.run(pb.crash, '{"n": 1, "how": "exit"}', _ctx(), lambda: None)
+        assert "did not start within 0.2 s" in failed.value.message
+        assert pool.pids() == [] and spawned_children() == set()
+    finally:
+        await pool.close()
+
+
+async def test_a_body_cancelled_while_it_waits_for_a_process_leaves_the_pool_whole(
+    tmp_path: Path,
+) -> None:
+    pool = BodyProcesses(1, ["tests.core.process_bodies"])
+    mark, stop = tmp_path / "mark", tmp_path / "stop"
+    started: list[str] = []
+    try:
+        busy = asyncio.ensure_future(
+            pool.run(
+                pb.hog,
+                json.dumps({"n": 1, "mark": str(mark), "stop": str(stop)}),
+                _ctx("busy"),
+                lambda: started.append("busy"),
+            )
+        )
+        await until(mark.exists, within=30)
+        (pid,) = pool.pids()
+        waiting = asyncio.ensure_future(
+            pool.run(pb.crash, '{"n": 2, "how": "exit"}', _ctx("waiting"), lambda: None)
+        )
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        stop.touch()
+        await busy
+        # The cancelled body never ran and killed nothing: the next one runs in the same process.
+        assert started == ["busy"] and pool.pids() == [pid]
+        assert await pool.run(pb.crash, '{"n": 3, "how": "exit"}', _ctx(), lambda: None) is not None
+        assert pool.pids() == [pid]
+    finally:
+        await pool.close()
+    assert gone(pid)

@@ -117,7 +117,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 4
+CONTRACT_VERSION: Final = 5
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -1094,6 +1094,15 @@ class JobDriver(abc.ABC):
         return sorted(rows, key=consumer_order)[:limit]
 
     # -- what each backend implements: the core job family ---------------------------------------
+    # -- attempts -- (contract v5) Every write that ends a claim also appends ONE entry to the
+    # row's history (`JobRecord.attempts`, `jobs_core.attempts`), in the same atomic write:
+    # `_job_ack` (completed), `_job_nack` (`nack_attempt_outcome(kind, dead_letter)` with
+    # `attempt_error(error)`), `_job_cancel_many` of a `running` row (cancelled), and
+    # `_job_claim` for each lapsed `running` row it reclaims or buries (abandoned, with
+    # `ABANDONED_ERROR`, settled at the claim's `now_ms`). The entry reads the row as the ended
+    # claim held it (`attempt`, `claims`, `claimed_by`, `claimed_at_ms`); only the last
+    # `ATTEMPT_HISTORY` are kept, oldest first. A write whose fence misses appends nothing.
+    # Every claim sets `claimed_at_ms = now_ms`. `_job_get_many` and `_job_watch` answer both.
 
     @abc.abstractmethod
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:

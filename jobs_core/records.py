@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from jobs_core.jsonform import JsonValue, loads
 from jobs_core.states import JobState, Outcome
+
+if TYPE_CHECKING:  # -- attempts -- (jobs_core.attempts imports this module)
+    from jobs_core.attempts import AttemptRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,12 @@ class JobRecord:
     # -- acts-for --
     #: The org the row's runs act for, as enqueued (`NewJob.acts_for`).
     acts_for: str | None = None
+    # -- attempts --
+    #: When the latest claim was made (kept after the row leaves `running`); None before one.
+    claimed_at_ms: int | None = None
+    #: How the row's last claims ended, oldest first, at most `ATTEMPT_HISTORY`
+    #: (`jobs_core.attempts`): written by the write that ended each claim.
+    attempts: tuple[AttemptRecord, ...] = ()
 
     @property
     def input(self) -> JsonValue:

@@ -24,6 +24,14 @@ from typing import TypeVar
 
 from sortedcontainers import SortedList
 
+from jobs_core.attempts import (
+    ABANDONED_ERROR,
+    AttemptOutcome,
+    AttemptRecord,
+    attempt_error,
+    ended,
+    nack_attempt_outcome,
+)
 from jobs_core.driver import Capabilities, JobDriver, WakeSubscription
 from jobs_core.jsonform import loads
 from jobs_core.records import (
@@ -453,6 +461,9 @@ class MemoryDriver(JobDriver):
                     claims=r.claims + 1,
                     claimed_by=params.worker_id,
                     lease_until_ms=now + params.lease_ms,
+                    # -- attempts -- a reclaim ends the lapsed claim as abandoned.
+                    claimed_at_ms=now,
+                    attempts=_reclaimed(r, now),
                 )
                 self._put(r, new)
                 claimed.append(
@@ -487,6 +498,7 @@ class MemoryDriver(JobDriver):
                     lease_until_ms=None,
                     finished_at_ms=now,
                     last_error=LEASE_LAPSED_ERROR,
+                    attempts=ended(r, now, AttemptOutcome.ABANDONED, ABANDONED_ERROR),
                 )
                 self._put(r, finished)
                 buried.append(BuriedJob(r.id, r.name, r.queue, state))
@@ -585,7 +597,13 @@ class MemoryDriver(JobDriver):
             return CancelAnswer.FINISHED
         self._put(
             r,
-            replace(r, state=JobState.CANCELLED, lease_until_ms=None, finished_at_ms=now_ms),
+            replace(
+                r,
+                state=JobState.CANCELLED,
+                lease_until_ms=None,
+                finished_at_ms=now_ms,
+                attempts=_cancelled_attempts(r, now_ms),
+            ),
         )
         self._count(r, now_ms, Outcome.CANCELLED)
         return CancelAnswer.CANCELLED
@@ -1269,6 +1287,7 @@ class MemoryDriver(JobDriver):
 def _acked(a: Ack, r: JobRecord) -> JobRecord:
     return replace(
         r,
+        attempts=ended(r, a.now_ms, AttemptOutcome.COMPLETED),
         state=JobState.COMPLETED,
         lease_until_ms=None,
         finished_at_ms=a.now_ms,
@@ -1280,7 +1299,10 @@ def _acked(a: Ack, r: JobRecord) -> JobRecord:
 def nacked(r: JobRecord, n: Nack) -> JobRecord:
     """The row after a nack that landed (SPEC §6: which kinds count as an attempt)."""
     progress = n.progress_json if n.progress_json is not None else r.progress_json
-    base = replace(r, lease_until_ms=None, progress_json=progress)
+    history = ended(
+        r, n.now_ms, nack_attempt_outcome(n.kind, n.dead_letter), attempt_error(n.error)
+    )
+    base = replace(r, lease_until_ms=None, progress_json=progress, attempts=history)
     match n.kind:
         case NackKind.RETRY:
             return replace(base, state=JobState.READY, run_at_ms=n.run_at_ms, last_error=n.error)
@@ -1331,3 +1353,20 @@ def _object(match_json: str) -> Mapping[str, object]:
     if not isinstance(match, dict):
         raise AssertionError("the ABC refuses a match that is not an object")
     return match
+
+
+# -- attempts --
+
+
+def _reclaimed(r: JobRecord, now_ms: int) -> tuple[AttemptRecord, ...]:
+    """The history of a row a claim takes: a running one's lapsed claim ends abandoned."""
+    if r.state is not JobState.RUNNING:
+        return r.attempts
+    return ended(r, now_ms, AttemptOutcome.ABANDONED, ABANDONED_ERROR)
+
+
+def _cancelled_attempts(r: JobRecord, now_ms: int) -> tuple[AttemptRecord, ...]:
+    """The history of a row cancelled now: a running one's claim ends cancelled."""
+    if r.state is not JobState.RUNNING:
+        return r.attempts
+    return ended(r, now_ms, AttemptOutcome.CANCELLED)

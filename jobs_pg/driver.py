@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import operator
 import random
@@ -31,6 +32,13 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import PoolTimeout
 
+from jobs_core.attempts import (
+    ABANDONED_ERROR,
+    AttemptRecord,
+    attempt_error,
+    from_entry,
+    nack_attempt_outcome,
+)
 from jobs_core.driver import (
     ENQUEUE_CHUNK,
     MAX_TIME_MS,
@@ -911,6 +919,8 @@ class PgDriver(JobDriver):
             "lease_until_ms": now + params.lease_ms,
             "drop_exhausted": sorted(params.drop_exhausted),
             "lapsed_error": LEASE_LAPSED_ERROR,
+            "abandoned_code": ABANDONED_ERROR[0],
+            "abandoned_message": ABANDONED_ERROR[1],
             "shard": counter_shard(params.worker_id),
             "beat_worker_id": beat.worker_id if beat is not None else None,
             "beat_info_json": beat.info_json if beat is not None else None,
@@ -2208,7 +2218,30 @@ def _nack_columns(sel: Sequence[Nack], found: set[int]) -> dict[str, Any]:
         "wait_tenant_id": [w.tenant_id if (w := waits(n)) else None for n in sel],
         "wait_until_ms": [w.until_ms if (w := waits(n)) else None for n in sel],
         "woken": [id(n) in found for n in sel],
+        **_nack_attempt_columns(sel),
     }
+
+
+# -- attempts --
+
+
+def _nack_attempt_columns(sel: Sequence[Nack]) -> dict[str, Any]:
+    """`JOB_NACK`'s per-item history columns: the ended claim's outcome and bounded error."""
+    errors = [attempt_error(n.error) for n in sel]
+    return {
+        "a_outcome": [nack_attempt_outcome(n.kind, n.dead_letter).value for n in sel],
+        "a_code": [e[0] for e in errors],
+        "a_message": [e[1] for e in errors],
+        "a_traceback": [e[2] for e in errors],
+    }
+
+
+def _history(raw: Any) -> tuple[AttemptRecord, ...]:
+    """The `attempts` column (jsonb, read as Python values; NULL: none yet) as records."""
+    if raw is None:
+        return ()
+    entries = json.loads(raw) if isinstance(raw, str) else raw
+    return tuple(from_entry(e) for e in entries)
 
 
 def _join_counts(after: Sequence[str], states: Mapping[str, str]) -> tuple[list[str], int]:
@@ -2235,8 +2268,15 @@ def _record(row: dict[str, Any], rest: Sequence[Any]) -> JobRecord:
     parent_id, batch_id = rest[5:7]
     # All five are set together by a park that waits and cleared together.
     wait = None if event is None else EventWait(event, match_json, since_ms, tenant_id, until_ms)
+    claimed_at_ms, attempts = rest[11:13]  # -- attempts --
     return JobRecord(
-        **row, wait=wait, parent_id=parent_id, batch_id=batch_id, join=_join_state(rest[7:11])
+        **row,
+        wait=wait,
+        parent_id=parent_id,
+        batch_id=batch_id,
+        join=_join_state(rest[7:11]),
+        claimed_at_ms=claimed_at_ms,
+        attempts=_history(attempts),
     )
 
 

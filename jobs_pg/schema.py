@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 from jobs_core.records import COUNTED_OUTCOMES, SWEEP_KINDS, SWEEP_STATUSES
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
@@ -110,6 +111,11 @@ jobs: Final = sa.Table(
     # never authority (the worker derives it again from the input). No index: a listing filters
     # on it during its bounded walk, as on the enqueuer's tenant.
     sa.Column("acts_for", sa.Text(collation=C), nullable=True),
+    # -- attempts (migration 0016) -- the latest claim's time, and how the last claims ended
+    # (`jobs_core.attempts`): a JSON array of at most ATTEMPT_HISTORY entries, oldest first,
+    # appended by the write that ends each claim; NULL is none yet.
+    sa.Column("claimed_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("attempts", JSONB, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),
 )
 

@@ -11,6 +11,7 @@ slot and every script declares every key it touches in KEYS):
   once; rows from before traceparent have four fields); and `id NUL "a"` -> the org the row
   acts for, when it has one (acts-for: `lua/includes/row.lua` put_data).
 - `{p}:job:error|progress|result`  hash id -> last_error / progress_json / result_json.
+- `{p}:job:claimed|attempts`  hash id -> the latest claim's time / its attempt history.
 - `{p}:job:live`    hash (name NUL tenant NUL key) -> id of the live row holding the namespace.
 - `{p}:lease:<queue>` zset id by lease end: the queue's running rows (so a claim reads the
   lapsed leases of the queues it asks for, and no others).
@@ -72,9 +73,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Final, cast
 
+from jobs_core.attempts import (
+    ABANDONED_ERROR,
+    AttemptOutcome,
+    AttemptRecord,
+    attempt_error,
+    from_entry,
+    nack_attempt_outcome,
+    tail_json,
+)
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
 from jobs_core.loops import LoopLocal
@@ -550,7 +562,7 @@ class RedisDriver(JobDriver):
         keys = [k.state, k.data, k.live, k.error, k.pause_queue, k.pause_name, k.worker]
         for q in queues:
             keys += (k.due(q), k.parked(q), k.lease(q))
-        keys += (k.wait, k.wait_index, k.join_waiters, k.join_pending)
+        keys += (k.wait, k.wait_index, k.join_waiters, k.join_pending, k.claimed, k.attempts)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         lease_end = params.now_ms + params.lease_ms
         drop = sorted(params.drop_exhausted)
@@ -568,6 +580,7 @@ class RedisDriver(JobDriver):
             beat.worker_id if beat is not None else "",
             _worker_row(beat) if beat is not None else "",
             lapsed_by(params),
+            _ABANDONED_TAIL,  # -- attempts --
         ]
         claimed, buried = await self._run("job_claim", keys, args)
         worker = params.worker_id
@@ -625,7 +638,8 @@ class RedisDriver(JobDriver):
                 f"{f.claims}\x00{f.worker_id}\x00{a.now_ms}\x00{q}\x00"
                 f"{a.result_json or ''}\x00{a.progress_json or ''}",
             )
-        keys += (k.join_waiters, k.join_pending, k.finished("completed"), *k.account())
+        keys += (k.join_waiters, k.join_pending, k.claimed, k.attempts)
+        keys += (k.finished("completed"), *k.account())
         got = await self._run("job_ack", keys, args)
         for a in acks:
             self._queue_of.pop(a.fence.job_id, None)
@@ -662,9 +676,11 @@ class RedisDriver(JobDriver):
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00{n.kind.value}\x00{n.now_ms}\x00{run_at}\x00"
                 f"{'1' if n.dead_letter else '0'}\x00{q}\x00{n.progress_json or ''}\x00{error}"
-                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}\x00{_join_meta(n.join)}",
+                f"\x00{self._wait_meta(n.wait, queue_of.get(f.job_id))}\x00{_join_meta(n.join)}"
+                f"\x00{_nack_tail(n)}",
             )
         keys += (k.event, k.event_name, k.wait, k.wait_index, k.join_waiters, k.join_pending)
+        keys += (k.claimed, k.attempts)
         keys += (k.finished("dead"), k.finished("failed"), *k.account())
         got = await self._run("job_nack", keys, args)
         for n in nacks:
@@ -742,7 +758,7 @@ class RedisDriver(JobDriver):
             now_ms,
             (k.state, k.live, k.finished("cancelled")),
             (k.lease, k.due, k.parked),
-            durable=(k.wait, k.wait_index, k.join_waiters, k.join_pending),
+            durable=(k.wait, k.wait_index, k.join_waiters, k.join_pending, k.claimed, k.attempts),
             account=True,
         )
         return [_CANCEL[c] for c in got]
@@ -774,6 +790,8 @@ class RedisDriver(JobDriver):
                 k.step_index,
                 k.join_waiters,
                 k.join_pending,
+                k.claimed,
+                k.attempts,
             ),
             account=True,
         )
@@ -922,6 +940,8 @@ class RedisDriver(JobDriver):
                 k.step_index,
                 k.join_waiters,
                 k.join_pending,
+                k.claimed,
+                k.attempts,
                 *k.account(),
             ),
             (params.limit, *cutoffs),
@@ -935,14 +955,21 @@ class RedisDriver(JobDriver):
         """`job_get_many`'s answer, from that script or one answering as it does."""
         k = self.keys
         got = await self._run(
-            script, (k.state, k.data, k.error, k.progress, k.result, k.wait), job_ids
+            script,
+            (k.state, k.data, k.error, k.progress, k.result, k.wait, k.claimed, k.attempts),
+            job_ids,
         )
         out: dict[str, JobRecord] = {}
         for i, job_id in enumerate(job_ids):
-            state, data, error, progress, result, wait, acts = got[7 * i : 7 * i + 7]
+            state, data, error, progress, result, wait, acts, claimed, history = got[
+                9 * i : 9 * i + 9
+            ]
             if state is None:
                 continue
-            out[job_id] = _record(job_id, state, data, error, progress, result, wait, acts)
+            record = _record(job_id, state, data, error, progress, result, wait, acts)
+            out[job_id] = replace(
+                record, claimed_at_ms=_opt_int(claimed or ""), attempts=_history(history)
+            )
         return out
 
     def _wait_meta(self, wait: EventWait | None, queue: str | None) -> str:
@@ -1741,6 +1768,23 @@ def _sweep(run_id: str, raw: str) -> SweepRecord:
 
 def _opt_int(text: str) -> int | None:
     return int(text) if text else None
+
+
+# -- attempts --
+#: The members after settled_at of the entry a reclaimed or buried row's lapsed claim ends with.
+_ABANDONED_TAIL: Final = tail_json(AttemptOutcome.ABANDONED, ABANDONED_ERROR)
+
+
+def _nack_tail(n: Nack) -> str:
+    """A nack's history members after settled_at: its outcome and bounded error."""
+    return tail_json(nack_attempt_outcome(n.kind, n.dead_letter), attempt_error(n.error))
+
+
+def _history(stored: str | None) -> tuple[AttemptRecord, ...]:
+    """A `{p}:job:attempts` entry (compact JSON objects joined by newlines) as records."""
+    if not stored:
+        return ()
+    return tuple(from_entry(json.loads(line)) for line in stored.split("\n"))
 
 
 def _record(

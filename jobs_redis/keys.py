@@ -11,7 +11,9 @@ class Keys:
     """The names of one prefix's keys and wake channels."""
 
     __slots__ = (
+        "attempts",
         "balance",
+        "claimed",
         "consumer",
         "consumer_names",
         "counter_hours",
@@ -68,6 +70,10 @@ class Keys:
         self.error = f"{t}:job:error"
         self.progress = f"{t}:job:progress"
         self.result = f"{t}:job:result"
+        # -- attempts -- (lua/includes/attempts.lua finds these by exact name)
+        #: hash id -> the latest claim's time; hash id -> its attempt history (JSON lines).
+        self.claimed = f"{t}:job:claimed"
+        self.attempts = f"{t}:job:attempts"
         self.pause_queue = f"{t}:pause:queue"
         self.pause_name = f"{t}:pause:name"
         #: set of paused scheduled tasks: the scheduler reads it, no claim does.

@@ -13,6 +13,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
+from jobs_core.attempts import (
+    ABANDONED_ERROR,
+    AttemptOutcome,
+    attempt_error,
+    ended,
+    nack_attempt_outcome,
+)
 from jobs_core.driver import JobDriver
 from jobs_core.records import (
     Ack,
@@ -121,6 +128,7 @@ class CoreDriver(JobDriver):
                             finished_at_ms=now,
                             lease_until_ms=None,
                             last_error=LEASE_LAPSED_ERROR,
+                            attempts=ended(r, now, AttemptOutcome.ABANDONED, ABANDONED_ERROR),
                         )
                     )
                     buried.append(BuriedJob(r.id, r.name, r.queue, state))
@@ -137,6 +145,10 @@ class CoreDriver(JobDriver):
                     claims=r.claims + 1,
                     claimed_by=params.worker_id,
                     lease_until_ms=now + params.lease_ms,
+                    claimed_at_ms=now,
+                    attempts=ended(r, now, AttemptOutcome.ABANDONED, ABANDONED_ERROR)
+                    if r.state is JobState.RUNNING
+                    else r.attempts,
                 )
                 self._store(held)
                 claimed.append(_claimed(held, params.worker_id, now + params.lease_ms))
@@ -169,6 +181,7 @@ class CoreDriver(JobDriver):
                             lease_until_ms=None,
                             result_json=a.result_json,
                             progress_json=progress,
+                            attempts=ended(r, a.now_ms, AttemptOutcome.COMPLETED),
                         )
                     )
                 landed.append(r is not None)
@@ -180,7 +193,9 @@ class CoreDriver(JobDriver):
             for n in nacks:
                 r = self._held(n.fence)
                 if r is not None:
-                    self._store(_nacked(r, n))
+                    outcome = nack_attempt_outcome(n.kind, n.dead_letter)
+                    history = ended(r, n.now_ms, outcome, attempt_error(n.error))
+                    self._store(replace(_nacked(r, n), attempts=history))
                 landed.append(r is not None)
         return landed
 

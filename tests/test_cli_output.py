@@ -136,6 +136,22 @@ async def test_jobs_show_prints_every_field_input_error_traceback_and_steps(
     )
     assert [s["name"] for s in shown["steps"]] == ["label"]
     assert shown["steps"][0]["output"] == "label-7"
+    # The attempt timeline: claimed (started) -> the step it recorded -> settled, with its error.
+    (attempt,) = shown["attempts"]
+    assert (attempt["attempt"], attempt["outcome"], attempt["error_code"]) == (
+        1,
+        "dead",
+        "RuntimeError",
+    ), attempt
+    assert attempt["error_message"] == "the warehouse is closed for order 7", attempt
+    assert [s["name"] for s in attempt["steps"]] == ["label"], attempt
+    assert "RuntimeError" in attempt["traceback"], attempt
+    timeline = out.split("attempts (the last", 1)[1]
+    claimed, step, settled = timeline.splitlines()[1:4]
+    assert claimed.startswith("#1 claim 1 by ") and "claimed (started)" in claimed, timeline
+    assert step.strip().startswith('step "label" recorded +'), timeline
+    assert "settled dead +" in settled, timeline
+    assert "RuntimeError: the warehouse is closed for order 7" in settled, timeline
     odd = ujobs("jobs", "show", shop["odd"], url=store_url, columns=120).stdout
     assert MARKUP_NAME in odd and "emails[eu]" in odd and "😄" not in odd
 

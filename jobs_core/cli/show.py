@@ -22,6 +22,7 @@ from rich.console import JustifyMethod
 from rich.table import Column, Table
 from rich.text import Text
 
+from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.cli.base import console, literal
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator import (
@@ -254,6 +255,7 @@ def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
         ]
         if steps:
             print_table([Col("step", True), Col("recorded"), Col("output")], steps)
+    print_attempts(view, now_ms)  # -- attempts --
 
 
 def print_steered(action: Action, pairs: Sequence[tuple[str, Answer]]) -> None:
@@ -379,3 +381,60 @@ def print_batch(view: BatchView, now_ms: int) -> None:
         rows.append(["callbacks", "none enqueued (yet)"])
     rows.append(["list them", literal(f"ujobs jobs list --batch {shlex.quote(view.batch_id)}")])
     print_table([Col("field", True), Col("value", True)], rows, header=False)
+
+
+# -- attempts --
+#: The traceback lines of one attempt the timeline prints (its end: where it raised).
+TIMELINE_TRACEBACK_LINES = 3
+
+
+def print_attempts(view: JobView, now_ms: int) -> None:
+    """Each attempt as a timeline — claimed (started) → its steps → settled, with its error —
+    oldest first, then the claim still running. Every stored text is printed literally."""
+    if not view.attempts:
+        return
+    _heading("attempts", f" (the last {ATTEMPT_HISTORY} kept, oldest first)")
+    for a in view.attempts:
+        head = Text.assemble(
+            (f"#{a.attempt}", "bold"),
+            f" claim {a.claims} by ",
+            literal(a.worker_id),
+            f" — claimed (started) {when(a.claimed_at_ms, now_ms)}",
+        )
+        console.print(head, soft_wrap=True)
+        for st in a.steps:
+            console.print(
+                Text.assemble(
+                    "    step ",
+                    literal(json.dumps(st.name, ensure_ascii=False)),
+                    f" recorded +{age(st.recorded_at_ms - a.claimed_at_ms)}",
+                ),
+                soft_wrap=True,
+            )
+        if a.outcome is None or a.settled_at_ms is None:
+            lease = when(view.record.lease_until_ms, now_ms)
+            console.print(f"    running (lease until {lease})", soft_wrap=True)
+            continue
+        took = age(a.settled_at_ms - a.claimed_at_ms)
+        end = Text.assemble(
+            "    settled ",
+            (a.outcome.value, _OUTCOME_STYLE.get(a.outcome.value, "")),
+            f" +{took} ({local(a.settled_at_ms)})",
+        )
+        if a.error_code or a.error_message:
+            end.append(" — ")
+            end.append(literal(": ".join(t for t in (a.error_code, a.error_message) if t)))
+        console.print(end, soft_wrap=True)
+        if a.traceback:
+            for line in a.traceback.rstrip().splitlines()[-TIMELINE_TRACEBACK_LINES:]:
+                console.print(Text.assemble("      ", literal(line)), soft_wrap=True)
+
+
+_OUTCOME_STYLE = {
+    "completed": "green",
+    "retried": "yellow",
+    "dead": "red",
+    "failed": "red",
+    "abandoned": "red",
+    "cancelled": "magenta",
+}

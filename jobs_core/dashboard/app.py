@@ -36,6 +36,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.dashboard.instants import ago_html, said_html, when_html
 from jobs_core.dashboard.security import (
@@ -330,6 +331,7 @@ def _environment() -> Environment:
         UNDECLARED_HINT=UNDECLARED_HINT,
         SENSITIVE_HINT=SENSITIVE_HINT,
     )
+    env.globals.update(attempt_history=ATTEMPT_HISTORY)  # -- attempts --
     return env
 
 

@@ -42,6 +42,7 @@ from jobs_core.errors import (
 from jobs_core.ids import derived_id, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
+from jobs_core.operator.attempts import AttemptView, attempt_views
 from jobs_core.records import (
     COUNTED_OUTCOMES,
     CancelAnswer,
@@ -168,6 +169,8 @@ class JobView:
     steps: tuple[StepView, ...] = ()
     #: acts-for: the org the row acts for as it may be shown (`RedactionPolicy.org`).
     acts_for: str | None = None
+    # -- attempts -- its ended claims, oldest first, then the running one (the timeline).
+    attempts: tuple[AttemptView, ...] = ()
 
     def wait_json(self) -> dict[str, Any] | None:
         """What the row waits for — `{"event", "match", "since_ms"}` — or None."""
@@ -208,6 +211,9 @@ class JobView:
             "parent_id": r.parent_id,
             "batch_id": r.batch_id,
             "join": join_json(r.join),
+            # -- attempts --
+            "claimed_at_ms": r.claimed_at_ms,
+            "attempts": [a.to_json() for a in self.attempts],
         }
 
 
@@ -678,6 +684,7 @@ class Operator:
             wait_match=None
             if r.wait is None
             else policy.value(r.name, r.wait.match_json, r.input_json),
+            attempts=attempt_views(r, policy, steps),  # -- attempts --
         )
 
     async def census(

@@ -13,6 +13,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from jobs_core.attempts import (
+    ABANDONED_ERROR,
+    ATTEMPT_HISTORY,
+    NO_ERROR,
+    AttemptError,
+    AttemptOutcome,
+    AttemptRecord,
+    attempt_error,
+)
 from jobs_core.driver import (
     MAX_BALANCE_ACCOUNTS,
     MAX_BULK_IDS,
@@ -432,6 +441,13 @@ class ReferenceModel:
                 claims=r.claims + 1,
                 claimed_by=p.worker_id,
                 lease_until_ms=now + p.lease_ms,
+                # -- attempts -- a reclaimed row's lapsed claim ends abandoned.
+                claimed_at_ms=now,
+                attempts=(
+                    _history(r, now, AttemptOutcome.ABANDONED, ABANDONED_ERROR)
+                    if r.state == JobState.RUNNING
+                    else r.attempts
+                ),
             )
             self.rows[r.id] = new
             jobs.append(
@@ -467,6 +483,7 @@ class ReferenceModel:
                     finished_at_ms=now,
                     lease_until_ms=None,
                     last_error=LEASE_LAPSED_ERROR,
+                    attempts=_history(r, now, AttemptOutcome.ABANDONED, ABANDONED_ERROR),
                 )
                 buried.append(BuriedJob(r.id, r.name, r.queue, state))
                 self._bump(r, now, "dead_lettered" if state == JobState.DEAD else "dropped")
@@ -492,6 +509,7 @@ class ReferenceModel:
                 lease_until_ms=None,
                 result_json=a.result_json,
                 progress_json=a.progress_json if a.progress_json is not None else r.progress_json,
+                attempts=_history(r, a.now_ms, AttemptOutcome.COMPLETED, NO_ERROR),
             )
             self._bump(r, a.now_ms, "completed")
             self._finished(self.rows[r.id], a.now_ms, "ack")
@@ -673,7 +691,15 @@ class ReferenceModel:
         if r.state not in _LIVE:
             return CancelAnswer.FINISHED
         self.rows[job_id] = replace(
-            r, state=JobState.CANCELLED, finished_at_ms=now_ms, lease_until_ms=None
+            r,
+            state=JobState.CANCELLED,
+            finished_at_ms=now_ms,
+            lease_until_ms=None,
+            attempts=(
+                _history(r, now_ms, AttemptOutcome.CANCELLED, NO_ERROR)
+                if r.state == JobState.RUNNING
+                else r.attempts
+            ),
         )
         self._bump(r, now_ms, "cancelled")
         self._finished(self.rows[job_id], now_ms, "cancel")
@@ -1713,7 +1739,11 @@ def _an_int_in(value: object, lo: int, hi: int) -> bool:
 def _after_nack(r: JobRecord, n: Nack) -> JobRecord:
     """The row a landed nack leaves: which kinds spend the attempt, which finish the job."""
     progress = n.progress_json if n.progress_json is not None else r.progress_json
-    r = replace(r, lease_until_ms=None, progress_json=progress)
+    outcome = _NACK_OUTCOMES[n.kind]
+    if n.kind == NackKind.FAIL and not n.dead_letter:
+        outcome = AttemptOutcome.FAILED
+    history = _history(r, n.now_ms, outcome, attempt_error(n.error))
+    r = replace(r, lease_until_ms=None, progress_json=progress, attempts=history)
     if n.kind == NackKind.RETRY:
         return replace(r, state=JobState.READY, run_at_ms=n.run_at_ms, last_error=n.error)
     if n.kind == NackKind.FAIL:
@@ -1735,6 +1765,31 @@ def _after_nack(r: JobRecord, n: Nack) -> JobRecord:
             attempt=given_back,
         )
     raise AssertionError(f"unknown nack kind {n.kind!r}")
+
+
+# -- attempts --
+#: What each nack kind writes as its claim's outcome (a FAIL without dead letter: FAILED).
+_NACK_OUTCOMES = {
+    NackKind.RETRY: AttemptOutcome.RETRIED,
+    NackKind.FAIL: AttemptOutcome.DEAD,
+    NackKind.PARK: AttemptOutcome.PARKED,
+    NackKind.SHED: AttemptOutcome.SHED,
+    NackKind.INTERRUPT: AttemptOutcome.INTERRUPTED,
+    NackKind.REFUSE: AttemptOutcome.REFUSED,
+}
+
+
+def _history(
+    r: JobRecord, now_ms: int, outcome: AttemptOutcome, error: AttemptError
+) -> tuple[AttemptRecord, ...]:
+    """The running row `r`'s history once its claim ended now: one entry appended, only the
+    last `ATTEMPT_HISTORY` kept."""
+    assert r.claimed_by is not None and r.claimed_at_ms is not None, r
+    entry = AttemptRecord(
+        r.attempt, r.claims, r.claimed_by, r.claimed_at_ms, now_ms, outcome, *error
+    )
+    kept = [*r.attempts, entry]
+    return tuple(kept[max(0, len(kept) - ATTEMPT_HISTORY) :])
 
 
 # -- postings --

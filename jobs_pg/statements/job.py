@@ -34,6 +34,7 @@ from jobs_pg.statements._build import (
     p,
     unnest,
 )
+from jobs_pg.statements.attempts import attempt_entry, attempts_appended
 from jobs_pg.statements.counter import minute_of, moved
 
 #: The columns a `JobRecord` is built from, in its field order.
@@ -74,6 +75,11 @@ FLOW_COLUMNS: Final = (
     "join_failed",
     "join_policy",
 )
+
+# -- attempts --
+#: A row's latest claim time and attempt history (`jobs_core.attempts`), read after
+#: `FLOW_COLUMNS` by `JOB_GET_MANY` and `JOB_WATCH` (never by the listings).
+ATTEMPT_COLUMNS: Final = ("claimed_at_ms", "attempts")
 
 #: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
 #: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
@@ -477,6 +483,13 @@ _picked = (
     .limit(p("limit", INT))
     .cte("picked")
 )
+# -- attempts -- the entry of a lapsed claim that a claim reclaims or buries.
+_abandoned_entry = attempt_entry(
+    p("now_ms", BIGINT),
+    lit("abandoned"),
+    p("abandoned_code", TEXT),
+    p("abandoned_message", TEXT),
+)
 _claimed = (
     sa.update(jobs)
     # `= ANY(array of the picked ids)` makes the UPDATE a primary-key lookup per picked row; a
@@ -490,6 +503,12 @@ _claimed = (
         lease_until_ms=p("lease_until_ms", BIGINT),
         # A parked row's wait ends when it is claimed (its timeout came first).
         **NO_WAIT,
+        # -- attempts -- a reclaimed (running) row's lapsed claim ends abandoned.
+        claimed_at_ms=p("now_ms", BIGINT),
+        attempts=sa.case(
+            (jobs.c.state == lit("running"), attempts_appended(_abandoned_entry)),
+            else_=jobs.c.attempts,
+        ),
     )
     .returning(
         jobs.c.id,
@@ -534,6 +553,7 @@ _buried = (
         finished_at_ms=p("now_ms", BIGINT),
         lease_until_ms=sa.null(),
         last_error=p("lapsed_error", TEXT),
+        attempts=attempts_appended(_abandoned_entry),  # -- attempts --
     )
     .returning(jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state)
     .cte("buried")
@@ -695,6 +715,9 @@ _acked = (
         result_json=_acks.c.result_json,
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
+        attempts=attempts_appended(
+            attempt_entry(_acks.c.now_ms, lit("completed"))
+        ),  # -- attempts --
     )
     .returning(_acks.c.ord, jobs.c.name, jobs.c.queue, _acks.c.now_ms)
     .cte("acked")
@@ -720,6 +743,11 @@ _nacks = unnest(
     wait_tenant_id=TEXT,
     wait_until_ms=BIGINT,
     woken=BOOL,
+    # -- attempts -- the ended claim's outcome and error (`jobs_core.attempts`, from Python).
+    a_outcome=TEXT,
+    a_code=TEXT,
+    a_message=TEXT,
+    a_traceback=TEXT,
 )
 _k = _nacks.c.kind
 # One statement for every kind: each column's CASE mirrors `jobs_memory.driver.nacked`.
@@ -767,6 +795,16 @@ _nacked = (
                 jobs.c.attempt - sa.literal_column("1"),
             ),
             else_=jobs.c.attempt,
+        ),
+        # -- attempts --
+        attempts=attempts_appended(
+            attempt_entry(
+                _nacks.c.now_ms,
+                _nacks.c.a_outcome,
+                _nacks.c.a_code,
+                _nacks.c.a_message,
+                _nacks.c.a_traceback,
+            )
         ),
     )
     .returning(
@@ -874,6 +912,14 @@ _cancelled = (
         lease_until_ms=sa.null(),
         finished_at_ms=p("now_ms", BIGINT),
         **NO_WAIT,
+        # -- attempts -- a running row's claim ends cancelled.
+        attempts=sa.case(
+            (
+                jobs.c.state == lit("running"),
+                attempts_appended(attempt_entry(p("now_ms", BIGINT), lit("cancelled"))),
+            ),
+            else_=jobs.c.attempts,
+        ),
     )
     .returning(jobs.c.id, jobs.c.name, jobs.c.queue)
     .cte("cancelled")
@@ -1198,7 +1244,7 @@ JOB_LIST: Final = sa.union_all(
 # the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order,
 # then the three of its wait.
 JOB_GET_MANY: Final = sa.select(
-    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS))
+    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
 ).where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
 
 # -- JOB_PURGE ----------------------------------------------------------------------------------

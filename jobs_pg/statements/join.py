@@ -29,6 +29,7 @@ from jobs_pg.statements._build import (
 from jobs_pg.statements.job import (
     _ENQ_VALUES,
     _INSERT_COLUMNS,
+    ATTEMPT_COLUMNS,
     FLOW_COLUMNS,
     RECORD_COLUMNS,
     WAIT_COLUMNS,
@@ -144,5 +145,7 @@ JOB_WATCH: Final = (
     sa.update(jobs)
     .where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
     .values(watched=sa.true())
-    .returning(*(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS)))
+    .returning(
+        *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
+    )
 )

@@ -12,11 +12,14 @@
 --   (Two ARGV per item, not six: the client packs each argument, and that cost dominated.)
 -- join:waiters, join:pending anywhere before the finished and accounting keys
 --   (includes/flows.lua: the finish rule)
+-- job:claimed, job:attempts anywhere before the finished and accounting keys
+--   (includes/attempts.lua: each landed ack ends its claim as "completed")
 -- Items apply in order, so a second ack of the same fence in one call misses.
 -- Returns one string, a character per item: "1" landed, "0" the fence no longer held (nothing written).
 --!include row.lua
 --!include account.lua
 --!include flows.lua
+--!include attempts.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
@@ -24,6 +27,7 @@ for i = 1, #ARGV / 2 do
   local id = ARGV[2 * i - 1]
   local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
+    attempt_end(id, t, rest[1], '"outcome":"completed"')
     local flags = flow_flags(t)
     t[1] = "completed"
     t[5] = ""

@@ -5,7 +5,8 @@
 -- KEYS[1] job:state   KEYS[2] job:live   KEYS[3] finished:cancelled (zset id by finished_at_ms)
 -- KEYS[1 + 3q] lease:<queue q>, KEYS[2 + 3q] due:<queue q>, KEYS[3 + 3q] parked:<queue q>
 -- then wait, wait:index (includes/durable.lua: a cancelled parked row's wait goes), and
---   join:waiters, join:pending (includes/flows.lua: a cancel finishes the row)
+--   join:waiters, join:pending (includes/flows.lua: a cancel finishes the row), and
+--   job:claimed, job:attempts (includes/attempts.lua: a running row's claim ends cancelled)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): each cancel moves its
 --   `cancelled` counter and its queue's cancelled count
 -- ARGV: includes/bulk.lua (ARGV[1] now_ms)
@@ -17,6 +18,7 @@
 --!include account.lua
 --!include bulk.lua
 --!include flows.lua
+--!include attempts.lua
 
 acc_open(#KEYS - 5)
 local now = ARGV[1]
@@ -25,6 +27,9 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
     return "f"
   end
   local flags = flow_flags(t)
+  if t[1] == "running" then
+    attempt_end(id, t, now, '"outcome":"cancelled"')
+  end
   t[1] = "cancelled"
   t[5] = ""
   t[7] = now

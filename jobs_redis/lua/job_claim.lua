@@ -18,6 +18,9 @@
 -- ARGV[8+m+d] the registry beat's worker id ("" for none), ARGV[9+m+d] its registry row
 -- ARGV[10+m+d] lapsed by: a lease ending at or before it has lapsed (jobs_core.semantics.lapsed_by:
 --   now_ms, or the earlier reclaim_until_ms of a worker back from an outage)
+-- ARGV[11+m+d] the JSON members after settled_at of the entry a reclaimed or buried row's lapsed
+--   claim ends with (jobs_core.attempts: outcome abandoned and its error)
+-- job:claimed, job:attempts anywhere before the finished keys (includes/attempts.lua)
 -- join:waiters, join:pending anywhere before the finished keys (includes/flows.lua: a bury
 --   finishes its row)
 -- Returns {claimed, buried}. claimed is one string: per job in claim order, id NUL state row (its
@@ -29,6 +32,7 @@
 --!include durable.lua
 --!include account.lua
 --!include flows.lua
+--!include attempts.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 
@@ -88,6 +92,7 @@ for q = 1, m do
         state = "failed"
       end
       local flags = flow_flags(t)
+      attempt_end(id, t, ARGV[1], ARGV[11 + m + d])
       t[1] = state
       t[5] = ""
       t[7] = ARGV[1]
@@ -199,6 +204,10 @@ for _, c in ipairs(chosen) do
     t = split(redis.call("HGET", KEYS[1], c.id))
   end
   local was = t[1]
+  if was == "running" then
+    attempt_end(c.id, t, ARGV[1], ARGV[11 + m + d]) -- reclaimed: its lapsed claim is over
+  end
+  attempt_claimed(c.id, ARGV[1])
   t[1] = "running"
   t[2] = fmt(tonumber(t[2]) + 1)
   t[3] = worker

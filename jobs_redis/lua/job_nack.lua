@@ -12,7 +12,10 @@
 --   "=" .. text: an empty error text is a value) NUL, for a park with a wait, its event name
 --   ("" for none) NUL its since_ms NUL its match lines (jobs_redis.match) NUL its match_json
 --   NUL its tenant ("" for none) NUL its until_ms ("" for none) NUL, for a park with a join
---   (flows), the number of its job ids ("" for none) NUL each id
+--   (flows), the number of its job ids ("" for none) NUL each id, and last NUL the attempt's
+--   JSON members after settled_at (jobs_core.attempts: outcome and error, made in Python)
+-- job:claimed, job:attempts anywhere before the finished and accounting keys
+--   (includes/attempts.lua: each landed nack ends its claim)
 -- join:waiters, join:pending, job:data anywhere before the finished and accounting keys
 --   (includes/flows.lua: a park's join, and the finish rule of fail and refuse)
 -- event, event:name, wait, wait:index anywhere before the finished and accounting keys
@@ -27,6 +30,7 @@
 --!include durable.lua
 --!include account.lua
 --!include flows.lua
+--!include attempts.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
 local out = {}
@@ -46,6 +50,7 @@ for i = 1, n do
   local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
   if t then
     local kind, now, run_at, dead_letter = rest[1], rest[2], rest[3], rest[4]
+    attempt_end(id, t, now, rest[#rest]) -- before a kind gives the attempt back
     local q, progress, err = tonumber(rest[5]), rest[6], rest[7]
     local due_key, parked_key = KEYS[2 + 3 * q], KEYS[3 + 3 * q]
     t[5] = ""

@@ -7,7 +7,8 @@
 --   (zsets id by finished_at_ms, kept by every script that finishes or revives a row)
 -- KEYS[10..13] wait, wait:index, step:out, step:index (includes/durable.lua: a purged row's wait
 --   and its run's steps go with it); join:waiters, join:pending anywhere before the accounting
---   keys (includes/flows.lua: a purged waiter's join edges go)
+--   keys (includes/flows.lua: a purged waiter's join edges go); job:claimed, job:attempts
+--   likewise (includes/attempts.lua: a purged row's history goes)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): a purged row leaves
 --   job:created and its queue's counts
 -- ARGV[1] limit
@@ -21,6 +22,7 @@
 --!include durable.lua
 --!include account.lua
 --!include flows.lua
+--!include attempts.lua
 
 acc_open(#KEYS - 5)
 
@@ -88,4 +90,5 @@ for i = 1, #doomed, 500 do
     redis.call("HDEL", KEYS[k], unpack(slice))
   end
 end
+attempt_drop(doomed)
 return #doomed

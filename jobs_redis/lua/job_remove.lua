@@ -9,7 +9,8 @@
 -- then wait, wait:index, step:out, step:index (includes/durable.lua: a removed row's wait and
 --   its run's steps go with it), join:waiters, join:pending (includes/flows.lua: its join
 --   edges go, and a removed live row is a finish that did not complete; its waiters released
---   at their own created_at_ms, this call taking no clock)
+--   at their own created_at_ms, this call taking no clock), job:claimed, job:attempts
+--   (includes/attempts.lua: its history goes with it)
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua; its job:data is the row's
 --   data hash): a removed row leaves job:created and its queue's counts
 -- ARGV: includes/bulk.lua (ARGV[1] unused)
@@ -22,6 +23,7 @@
 --!include account.lua
 --!include bulk.lua
 --!include flows.lua
+--!include attempts.lua
 
 acc_open(#KEYS - 5)
 local FINISHED = { cancelled = 6, completed = 7, dead = 8, failed = 9 }
@@ -48,6 +50,7 @@ local out = bulk_answers(KEYS[1], function(id, t, q)
   end
   flow_finished(id, flags, false, nil)
   redis.call("HDEL", ACC.data, id)
+  attempt_drop({ id })
   return "x"
 end)
 acc_close()

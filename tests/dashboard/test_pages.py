@@ -455,3 +455,36 @@ def test_the_cli_keeps_a_dashboard_without_credentials_on_this_machine() -> None
     assert "X_CLI_USAGE_INVALID" in done.stdout and "UJOBS_DASHBOARD_TOKEN" in done.stdout
     nothing = ujobs("dashboard")
     assert nothing.returncode == 2 and "--driver" in nothing.stdout
+
+
+# -- attempts --
+
+
+async def test_a_jobs_page_shows_each_attempt_as_a_timeline_escaping_what_it_shows(
+    shop: Shop,
+) -> None:
+    """Three failures, three entries, each with its own error; a stored error's markup and a
+    worker id's are shown as text, never as markup."""
+    job = await shop.jobs.enqueue(shop.handle, {"n": 8, "card": CARD, "who": "eve"})
+    errors = [
+        json.dumps({"type": "ValueError", "message": "<script>alert(1)</script>"}),
+        json.dumps({"code": "X_JOB_TIMEOUT", "message": "past its deadline"}),
+        json.dumps({"type": "KeyError", "message": "third", "traceback": "<b>frame</b>\n"}),
+    ]
+    for i, error in enumerate(errors):
+        now = shop.clock.now_ms()
+        worker = "<i>w</i>" if i == 0 else f"w{i}"
+        claimed = await shop.driver.job_claim(ClaimParams(("default",), worker, 10, 30_000, now))
+        fence = next(j.fence for j in claimed.jobs if j.id == job.id)
+        kind = NackKind.RETRY if i < 2 else NackKind.FAIL
+        nack = Nack(fence, kind, now + 5, run_at_ms=now if i < 2 else None, error=error)
+        assert await shop.driver.job_nack([nack]) == [True]
+    async with client(shop.app(Access(token=TOKEN))) as c:
+        page = (await c.get(f"/jobs/{job.id}", headers=BEARER)).text
+    section = page.split("<h2>Attempts", 1)[1]
+    assert section.count('<li class="attempt">') == 3, section
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in section
+    assert "<i>w</i>" not in page and "&lt;i&gt;w&lt;/i&gt;" in section
+    assert "<b>frame</b>" not in page and "&lt;b&gt;frame&lt;/b&gt;" in section
+    assert section.index("ValueError") < section.index("X_JOB_TIMEOUT") < section.index("KeyError")
+    assert "outcome-retried" in section and "outcome-dead" in section, section

@@ -6,6 +6,7 @@ scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all b
 fixed offsets from `T0`, handed in as every call's `now_ms`.
 """
 
+from jobs_core.testing.scenarios.attempts import ATTEMPT_SCENARIOS
 from jobs_core.testing.scenarios.consumers import CONSUMER_SCENARIOS
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
 from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
@@ -31,6 +32,8 @@ SCENARIOS: dict[str, Scenario] = {
     # -- consumers --
     **CONSUMER_SCENARIOS,
     **WEBHOOK_SCENARIOS,
+    # -- attempts --
+    **ATTEMPT_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -1,0 +1,66 @@
+"""The attempt history's SQL (`jobs_core.attempts`): the entry a write that ends a claim appends
+to `jobs.attempts`, inside that very UPDATE (no statement of its own, no round-trip).
+
+In an UPDATE's SET every `jobs` column is the row as it stood before the write, so the entry
+reads the ended claim's `attempt`, `claims`, `claimed_by` and `claimed_at_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from jobs_core.attempts import ATTEMPT_HISTORY
+from jobs_pg.schema import jobs
+
+
+def _str(value: str) -> sa.ColumnElement[Any]:
+    # A JSON key: one of OUR constants, spelled as a SQL literal (no bind parameter to send).
+    assert value.isidentifier(), value
+    return sa.literal_column(f"'{value}'", sa.Text)
+
+
+def attempt_entry(
+    settled_at_ms: sa.ColumnElement[Any],
+    outcome: sa.ColumnElement[Any],
+    code: sa.ColumnElement[Any] | None = None,
+    message: sa.ColumnElement[Any] | None = None,
+    traceback: sa.ColumnElement[Any] | None = None,
+) -> sa.ColumnElement[Any]:
+    """The entry (`jobs_core.attempts.entry_json`'s shape) of the row's running claim, ended at
+    `settled_at_ms` as `outcome`; NULL error fields are left out (`jsonb_strip_nulls`)."""
+    pairs: list[sa.ColumnElement[Any]] = [
+        _str("attempt"),
+        jobs.c.attempt,
+        _str("claims"),
+        jobs.c.claims,
+        _str("worker"),
+        jobs.c.claimed_by,
+        _str("claimed_at"),
+        # A row claimed before migration 0016 has no claim time: its settle's stands in.
+        sa.func.coalesce(jobs.c.claimed_at_ms, settled_at_ms),
+        _str("settled_at"),
+        settled_at_ms,
+        _str("outcome"),
+        outcome,
+    ]
+    for key, value in (("code", code), ("message", message), ("traceback", traceback)):
+        if value is not None:
+            pairs += [_str(key), value]
+    return sa.func.jsonb_strip_nulls(sa.func.jsonb_build_object(*pairs, type_=JSONB), type_=JSONB)
+
+
+def attempts_appended(entry: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """`jobs.attempts` with `entry` last, the oldest dropped once it holds `ATTEMPT_HISTORY`
+    (one append per write, so dropping one keeps it at the bound)."""
+    history = sa.func.coalesce(jobs.c.attempts, sa.literal_column("'[]'::jsonb", JSONB))
+    kept = sa.case(
+        (
+            sa.func.jsonb_array_length(history) >= sa.literal_column(str(ATTEMPT_HISTORY)),
+            history.op("-", return_type=JSONB)(sa.literal_column("0")),
+        ),
+        else_=history,
+    )
+    return kept.op("||", return_type=JSONB)(sa.func.jsonb_build_array(entry, type_=JSONB))

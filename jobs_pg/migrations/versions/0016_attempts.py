@@ -1,7 +1,7 @@
 """Attempts: each job's latest claim time and the history of how its claims ended.
 
 Revision ID: 0016_attempts
-Revises: 0017_acts_for
+Revises: 0015_consumers
 Create Date: 2026-12-06
 """
 
@@ -16,7 +16,7 @@ from alembic import op
 from jobs_pg.migrations.environment import run_step
 
 revision: str = "0016_attempts"
-down_revision: str | None = "0017_acts_for"
+down_revision: str | None = "0015_consumers"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """Who a job acts for: the `acts_for` column on `jobs` and on `outbox`.
 
 Revision ID: 0017_acts_for
-Revises: 0015_consumers
+Revises: 0016_attempts
 Create Date: 2026-12-06
 """
 
@@ -17,7 +17,7 @@ from jobs_pg.migrations.environment import run_step
 revision: str = "0017_acts_for"
 # Merge note: 0016 (attempt history) lands beside this in parallel; whichever merges second
 # names the other here, so the chain stays one line.
-down_revision: str | None = "0015_consumers"
+down_revision: str | None = "0016_attempts"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -237,7 +237,8 @@ class Keyset:
         if hasattr(engine, "sync_engine"):
             async with engine.connect() as conn:
                 result = await conn.execute(stmt)
-                return result.all()  # a list of its own
+                rows: list[Any] = result.all()  # a list of its own
+                return rows
         return await asyncio.to_thread(_read, engine, stmt)
 
     @property
@@ -259,7 +260,8 @@ def _distinct(keys: list[Any]) -> bool:
 
 def _read(engine: Any, stmt: Any) -> list[Any]:
     with engine.connect() as conn:
-        return conn.execute(stmt).all()  # a list of its own
+        rows: list[Any] = conn.execute(stmt).all()  # a list of its own
+        return rows
 
 
 def _engine(engine: object) -> EngineSpec:

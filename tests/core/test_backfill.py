@@ -26,7 +26,7 @@ from jobs_core.factories.backfill import (
     backfill,
     inspect_backfills,
 )
-from jobs_core.factories.backfill.source import Keyset
+from jobs_core.factories.backfill.source import Keyset, _distinct
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.records import ClaimParams, SweepCheckpoint, SweepRecord
@@ -613,6 +613,39 @@ async def test_a_keyset_reads_each_pages_keys_wherever_the_key_sits_in_the_selec
     engine.dispose()
     assert labels == [f"x{i}" for i in range(7)]
     assert cursors == [20, 50, 60]
+
+
+@pytest.mark.parametrize(
+    ("keys", "why"),
+    [
+        ([3, None, 1, 2], "NULL"),  # SQLite sorts a NULL first: the page's first key
+        (["a", "b", "b", "c"], "share a key"),
+    ],
+)
+async def test_a_keyset_page_with_a_null_or_repeated_key_is_refused(
+    tmp_path: Path, keys: list[Any], why: str
+) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+    items = sa.Table(
+        "items",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("k", sa.Text if isinstance(keys[0], str) else sa.Integer, nullable=True),
+    )
+    items.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(items.insert(), [{"id": i, "k": k} for i, k in enumerate(keys, 1)])
+    source = Keyset(sa.select(items), engine=engine, key="k", tenant_column=None)
+    with pytest.raises(JobsError) as refused:
+        await source.page(None, None, 10)
+    engine.dispose()
+    assert refused.value.code == "X_BACKFILL_PAGE_INVALID" and why in refused.value.message
+
+
+def test_keys_no_set_can_hold_are_left_to_the_row_by_row_checks() -> None:
+    assert _distinct([1, 2, 3]) is True
+    assert _distinct([[1], [2]]) is False  # unhashable: the loop decides, and passes them
+    assert _distinct([1, None]) is False and _distinct([1, 1]) is False
 
 
 def _labels(tmp_path: Path, labels: list[str]) -> tuple[sa.Engine, sa.Table]:

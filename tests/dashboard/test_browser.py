@@ -249,7 +249,11 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     page.click(f"a:text('{dead.id}')")
     expect(page.locator("h1 .state")).to_have_text("dead")
     expect(page.locator("p.error")).to_contain_text("the warehouse is closed for order 1001")
-    expect(page.locator("pre.traceback")).to_contain_text("Traceback")
+    expect(page.locator("pre.traceback").first).to_contain_text("Traceback")
+    # The attempt timeline: the claim that died, its error beside it.
+    expect(page.locator("ol.attempts li.attempt").last).to_contain_text(
+        "the warehouse is closed for order 1001"
+    )
     expect(page.locator("table.steps")).to_contain_text("label-1001")
     _shot(page, shots, "job")
     gate.touch()

@@ -286,6 +286,8 @@ def _claim_values(queues: list[str], limit: int) -> dict[str, Any]:
         "lease_until_ms": T0 + 1000,
         "drop_exhausted": [],
         "lapsed_error": "x",
+        "abandoned_code": "X_JOB_LEASE_LOST",
+        "abandoned_message": "x",
         "shard": 0,
         "beat_worker_id": None,
         "beat_info_json": None,

@@ -252,11 +252,11 @@ class JumpClock:
 async def test_the_consumer_example_ships_its_tenants_orders_with_the_cursor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`APP_DATABASE_URL` the jobs' own Postgres database (the schema of the test's driver):
+    """`DATABASE_URL` the jobs' own Postgres database (the schema of the test's driver):
     one run of `orders_feed.job` hands acme's orders to `ship` once, its inserts committed
     with the cursor; the supervisor fires the job every minute."""
     async with fresh_driver() as driver:
-        monkeypatch.setenv("APP_DATABASE_URL", app_url(driver.schema))
+        monkeypatch.setenv("DATABASE_URL", app_url(driver.schema))
         names = await run_block(example("consumer()"), {})
         feed, engine = names["orders_feed"], names["engine"]
         try:

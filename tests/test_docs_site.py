@@ -19,6 +19,7 @@ from jobs_core.cli import main
 from jobs_core.error_help import what_to_do
 from jobs_core.errors import CODES
 from jobs_core.states import JobState
+from tests.test_docs_factories import SECTIONS, example
 from tests.test_readme_examples import FENCE, PAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,14 +55,6 @@ EXCUSED = {
     ("writing-a-driver.md", "# tests/test_my_outbox_parity.py"): (
         "a template naming the reader's store; tests/test_outbox_parity.py runs OutboxSuite"
     ),
-}
-#: Blocks no test runs yet: each is a gap, listed so that a new one cannot slip in unseen.
-NOT_YET_RUN = {
-    ("factories.md", "from jobs_core.factories.rows import import_rows"): "import_rows() guide",
-    ("factories.md", "from sqlalchemy import select", 2): "export_rows() guide",
-    ("factories.md", "import sqlalchemy as sa"): "consumer() guide",
-    ("factories.md", "import os"): "webhook_receiver() guide",
-    ("factories.md", "from jobs_core.factories import register_endpoint,"): "webhook() guide",
 }
 #: Languages of blocks that show output, not code to run (a table, a plan, a directory tree).
 OUTPUT = {"text", ""}
@@ -139,15 +132,13 @@ def test_every_code_block_on_the_site_is_run_or_named(page: Path) -> None:
         return
     seen: dict[str, int] = {}
     tested = {b for p in PAGES for b in _blocks(p)}
+    tested |= {("python", example(section).text) for section in SECTIONS}
     for lang, text in _blocks(page):
         first = text.splitlines()[0].strip()
-        if lang in OUTPUT or (lang, text) in tested:  # a verbatim twin of a block run there
+        # A block run there, or its verbatim twin; or one tests/test_docs_factories.py runs.
+        if lang in OUTPUT or (lang, text) in tested:
             continue
-        known = [
-            k
-            for k in (*RUN_ELSEWHERE, *EXCUSED, *NOT_YET_RUN)
-            if k[0] == name and first.startswith(k[1])
-        ]
+        known = [k for k in (*RUN_ELSEWHERE, *EXCUSED) if k[0] == name and first.startswith(k[1])]
         nth = seen[first] = seen.get(first, 0) + 1
         known = [k for k in known if (k[2] if len(k) > 2 else 1) == nth]  # type: ignore[misc]
         assert len(known) == 1, f"{name}: the {lang} block {first!r} is run by no test"

@@ -13,7 +13,7 @@ scripts/need_chromium.sh
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 # Bytecode is cached, outside the tree, even where the environment turns it off
 # (PYTHONDONTWRITEBYTECODE): the suite starts hundreds of Python processes (the CLI, workers,
-# relays) and two pytest workers, each of which would otherwise compile every module of ours,
+# relays) and the pytest workers, each of which would otherwise compile every module of ours,
 # and rewrite every test module's asserts, from source again (a quarter of the CLI tests' time).
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/ujobs-pycache}"
 unset PYTHONDONTWRITEBYTECODE
@@ -24,10 +24,13 @@ if [ "${LINT:-1}" = "1" ]; then
     echo "== mypy --strict"
     "$venv/bin/mypy"
 fi
-echo "== pytest on 2 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
-# Two processes (pytest-xdist) keep the suite inside CI's budget on a 2-core runner; worksteal
-# evens out the long process and parity tests. Each test has its own schema, key prefix, ports
-# and tmp dir, so the two never share state. `scripts/test.sh -n 0` runs in one process. The
+echo "== pytest on 3 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
+# Three processes (pytest-xdist) on a 2-core runner: a third of the suite's time is spent
+# waiting (on servers, subprocesses, leases): with two, a quarter of the cores sat idle (measured
+# 2026-12-06: 9 min 40 s with three on a quiet machine, 10 min 47 s with two and other work
+# beside it); worksteal evens out the long process
+# and parity tests. Each test has its own schema, key prefix, ports and tmp dir, so they never
+# share state. `scripts/test.sh -n 0` runs in one process. The
 # ten slowest tests are printed at the end, so a test that grows shows where the time goes.
 "$venv/bin/python" scripts/with_services.py -- \
-    "$venv/bin/python" -m pytest -q -n 2 --dist worksteal --durations=10 "$@"
+    "$venv/bin/python" -m pytest -q -n 3 --dist worksteal --durations=10 "$@"

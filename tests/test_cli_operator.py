@@ -132,44 +132,68 @@ async def test_read_verbs_print_tables_and_json_without_secrets(
     store_url: str, app: Path, filled: dict[str, str]
 ) -> None:
     run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
-    listed = json.loads(ok(await run("jobs", "list", "--json")))
+    # Every call reads only: they run side by side (a process each costs its imports).
+    (
+        listed_out,
+        dead_out,
+        page_out,
+        shown_out,
+        table,
+        queues_out,
+        queues_table,
+        workers_out,
+        stats_out,
+        stats_table,
+        missing,
+    ) = await asyncio.gather(
+        run("jobs", "list", "--json"),
+        run("jobs", "list", "--state", "dead", "--json"),
+        run("jobs", "list", "--limit", "1", "--json"),
+        run("jobs", "show", filled["dead"], "--json"),
+        run("jobs", "show", filled["done"]),
+        run("queues", "--json"),
+        run("queues"),
+        run("workers", "--json"),
+        run("stats", "--json"),
+        run("stats"),
+        run("jobs", "show", "no-such-job"),
+    )
+    listed = json.loads(ok(listed_out))
     assert {j["id"] for j in listed["jobs"]} == {filled["done"], filled["dead"], filled["later"]}
     assert listed["next_cursor"] is None
-    dead = json.loads(ok(await run("jobs", "list", "--state", "dead", "--json")))
+    dead = json.loads(ok(dead_out))
     assert [j["id"] for j in dead["jobs"]] == [filled["dead"]]
-    page = json.loads(ok(await run("jobs", "list", "--limit", "1", "--json")))
+    page = json.loads(ok(page_out))
     assert len(page["jobs"]) == 1 and page["next_cursor"]
-    rest = json.loads(
-        ok(await run("jobs", "list", "--limit", "5", "--cursor", page["next_cursor"], "--json"))
+    rest_out, wrong_filter = await asyncio.gather(
+        run("jobs", "list", "--limit", "5", "--cursor", page["next_cursor"], "--json"),
+        run("jobs", "list", "--state", "dead", "--cursor", page["next_cursor"]),
     )
-    assert len(rest["jobs"]) == 2
-    refused(
-        await run("jobs", "list", "--state", "dead", "--cursor", page["next_cursor"]),
-        "X_JOB_PAGE_INVALID",
-    )
+    assert len(json.loads(ok(rest_out))["jobs"]) == 2
+    refused(wrong_filter, "X_JOB_PAGE_INVALID")
 
     # A live worker declares `charge`: its card is masked, everything else shows.
-    shown = json.loads(ok(await run("jobs", "show", filled["dead"], "--json")))
+    shown = json.loads(ok(shown_out))
     assert shown["input"] == {"n": 2, "card": "[redacted]", "fail": True}
     assert shown["state"] == "dead" and shown["error"]["type"] == "RuntimeError"
-    table = ok(await run("jobs", "show", filled["done"]))
+    table = ok(table)
     assert "completed" in table and "[redacted]" in table and "ago" in table
     for out in (json.dumps(shown), table, json.dumps(listed)):
         assert CARD not in out
 
-    queues = json.loads(ok(await run("queues", "--json")))
+    queues = json.loads(ok(queues_out))
     (payments,) = [q for q in queues if q["queue"] == "payments"]
     assert payments["counts"]["completed"] == 1 and payments["counts"]["dead"] == 1
     assert payments["counts"]["ready"] == 1 and payments["demand"] == 0
     assert payments["settled"]["completed"] == 1 and payments["settled"]["dead_lettered"] == 1
-    assert "payments" in ok(await run("queues"))
-    workers = json.loads(ok(await run("workers", "--json")))
+    assert "payments" in ok(queues_table)
+    workers = json.loads(ok(workers_out))
     assert [w["worker_id"] for w in workers] == [filled["worker"]]
     assert workers[0]["jobs"] == ["charge"] and workers[0]["queues"] == ["payments"]
-    stats = json.loads(ok(await run("stats", "--json")))
+    stats = json.loads(ok(stats_out))
     assert stats["states"]["dead"] == 1 and stats["names"]["charge"]["completed"] == 1
-    assert "charge" in ok(await run("stats"))
-    refused(await run("jobs", "show", "no-such-job"), "X_JOB_NOT_FOUND")
+    assert "charge" in ok(stats_table)
+    refused(missing, "X_JOB_NOT_FOUND")
 
 
 async def test_an_input_no_live_worker_declares_is_redacted_whole(

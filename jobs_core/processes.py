@@ -193,14 +193,20 @@ def _child_main(conn: Connection, preload: tuple[str, ...], parent: int) -> None
         return  # the worker is gone
 
 
+def signal_on_parent_death(sig: signal.Signals) -> None:
+    """On Linux, have the kernel send this process `sig` when its parent dies
+    (`PR_SET_PDEATHSIG`); elsewhere nothing (the caller polls its parent instead)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+
+
 def _die_with(parent: int) -> None:
     """On Linux, be killed when the worker dies, whatever it is doing (a body it can no longer
     settle must not run on beside the run that replaces it)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    signal_on_parent_death(signal.SIGKILL)
     if os.getppid() != parent:  # it died before the line above
         os._exit(1)
 

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -417,43 +417,62 @@ class WorkerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def health(self) -> tuple[int, bytes]:
+        """200 while the worker is healthy (`Worker.healthy`: running, its loops alive, its
+        store answered within one lease), else 503; the body says why."""
+        w = self.worker
+        ok = w.healthy
+        doc = {
+            "status": "ok" if ok else "unhealthy",
+            "worker_id": w.worker_id,
+            "store_answered_ms_ago": w.clock.now_ms() - w.stats.store_ok_ms,
+            "lease_ms": w.lease_ms,
+            "draining": w.draining,
+        }
+        return (200 if ok else 503), json.dumps(doc).encode()
+
+
+class Exposed(Protocol):
+    """What `/metrics` and `/healthz` serve: a worker's metrics, or a `--processes` group's."""
+
+    def render(self) -> bytes: ...
+
+    def health(self) -> tuple[int, bytes]: ...
+
+
+def metrics_http_server(exposed: Exposed, host: str, port: int) -> ThreadingHTTPServer:
+    """`exposed` over HTTP (`/metrics`, `/healthz`, else 404), not yet serving; each request on
+    a daemon thread of its own."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                status, body, kind = 200, exposed.render(), CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                (status, body), kind = exposed.health(), "application/json"
+            else:
+                status, body, kind = 404, b"not found\n", "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # a scrape every few seconds is not news
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
 
 class MetricsServer:
     """`/metrics` and `/healthz` of one worker over HTTP, on a daemon thread."""
 
     def __init__(self, metrics: WorkerMetrics, host: str, port: int) -> None:
         self.metrics = metrics
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body, status, kind = metrics.render(), 200, CONTENT_TYPE_LATEST
-                elif path == "/healthz":
-                    w = metrics.worker
-                    ok = w.healthy
-                    doc = {
-                        "status": "ok" if ok else "unhealthy",
-                        "worker_id": w.worker_id,
-                        "store_answered_ms_ago": w.clock.now_ms() - w.stats.store_ok_ms,
-                        "lease_ms": w.lease_ms,
-                        "draining": w.draining,
-                    }
-                    body, status = json.dumps(doc).encode(), 200 if ok else 503
-                    kind = "application/json"
-                else:
-                    body, status, kind = b"not found\n", 404, "text/plain"
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # a scrape every few seconds is not news
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = metrics_http_server(metrics, host, port)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="ujobs-metrics", daemon=True

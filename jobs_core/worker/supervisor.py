@@ -35,19 +35,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
@@ -68,7 +66,6 @@ MAX_PROCESSES: Final = 1_024
 EXIT_GRACE_S: Final = 10.0
 #: The environment variable prometheus-client's multiprocess mode reads in each child.
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
-_PR_SET_PDEATHSIG: Final = 1
 #: Settles that give a job back without a run: not counted by `--max-jobs-per-process`.
 _HANDED_BACK: Final = frozenset({Outcome.INTERRUPTED, Outcome.SHED})
 
@@ -312,10 +309,9 @@ class Supervisor:
 def watch_parent(parent_pid: int) -> None:
     """Make this process get SIGTERM (a drain) when the supervisor `parent_pid` dies; a parent
     already gone exits it now. Linux: `PR_SET_PDEATHSIG`; elsewhere `ChildHooks` polls."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    from jobs_core.processes import signal_on_parent_death
+
+    signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent_pid:  # died before the watch was set: nothing would tell us
         raise SystemExit(1)
 
@@ -416,28 +412,9 @@ class GroupMetrics:
 def serve_group(metrics: GroupMetrics, host: str, port: int) -> ThreadingHTTPServer:
     """`/metrics` and `/healthz` of the group over HTTP, on a daemon thread; `/healthz` is 200
     while every child is alive and the group is not draining."""
-    from prometheus_client import CONTENT_TYPE_LATEST
+    from jobs_core.operator.metrics import metrics_http_server
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                status, body, kind = 200, metrics.render(), CONTENT_TYPE_LATEST
-            elif path == "/healthz":
-                (status, body), kind = metrics.health(), "application/json"
-            else:
-                status, body, kind = 404, b"not found\n", "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return  # a scrape every few seconds is not news
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = metrics_http_server(metrics, host, port)
     threading.Thread(target=server.serve_forever, name="ujobs-metrics", daemon=True).start()
     return server
 

@@ -38,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.dashboard.instants import ago_html, said_html, when_html
+from jobs_core.dashboard.instants import ago_html, at_html, said_html, when_html
 from jobs_core.dashboard.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -322,6 +322,7 @@ def _environment() -> Environment:
     env.globals.update(relative=relative, when=when, endpoint_path=endpoint_path)
     # -- acts-for / waits: instants in the viewer's zone, waits in words, redaction hints --
     env.globals.update(
+        at=at_html,
         when=when_html,
         ago=ago_html,
         said=said_html,

@@ -251,9 +251,9 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     expect(page.locator("p.error")).to_contain_text("the warehouse is closed for order 1001")
     expect(page.locator("pre.traceback").first).to_contain_text("Traceback")
     # The attempt timeline: the claim that died, its error beside it.
-    expect(page.locator("ol.attempts li.attempt").last).to_contain_text(
-        "the warehouse is closed for order 1001"
-    )
+    timeline = page.locator("ol.attempts li.attempt").last
+    expect(timeline).to_contain_text("the warehouse is closed for order 1001")
+    expect(timeline.locator("time").first).to_contain_text("+0545")  # the viewer's zone
     expect(page.locator("table.steps")).to_contain_text("label-1001")
     _shot(page, shots, "job")
     gate.touch()

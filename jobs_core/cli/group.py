@@ -11,6 +11,7 @@ import click
 from click.core import ParameterSource
 from rich.text import Text
 
+from jobs_core.cli.banner import announce, json_logs
 from jobs_core.cli.base import DRIVER_ENV, _fail, console, literal
 from jobs_core.cli.relay import OUTBOX_ENV
 from jobs_core.errors import OptionInvalidError
@@ -78,7 +79,8 @@ def run_group(
         child_argv(ctx, processes), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path
     )
     recycle = ctx.params.get("max_jobs_per_process")
-    console.print(
+    _say(
+        "jobs.supervisor.plan",
         Text.assemble(
             ("ujobs worker", "bold"),
             f" supervisor pid {os.getpid()}: {processes} processes",
@@ -86,24 +88,44 @@ def run_group(
             " on ",
             literal(w.driver.describe(), "cyan"),
         ),
-        soft_wrap=True,
+        pid=os.getpid(),
+        processes=processes,
+        max_jobs_per_process=recycle,
+        driver=w.driver.describe(),
     )
 
-    def announce(port: int) -> None:
-        where = literal(f"http://{metrics_host}:{port}/metrics")
-        console.print(
-            Text.assemble("metrics of the group on ", where, ", health on /healthz"),
-            soft_wrap=True,
+    def metrics_at(port: int) -> None:
+        url = f"http://{metrics_host}:{port}/metrics"
+        _say(
+            "jobs.supervisor.metrics",
+            Text.assemble("metrics of the group on ", literal(url), ", health on /healthz"),
+            metrics_url=url,
         )
 
     try:
-        status = run_role(supervise_group(sup, w, metrics_host, metrics_port, announce))
+        status = run_role(supervise_group(sup, w, metrics_host, metrics_port, metrics_at))
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
     finally:
         remove_metrics_dir(path)
-    console.print(
-        f"supervisor stopped: {sup.started} processes started, {sup.restarts} restarted after"
-        f" a crash, {sup.recycled} recycled" + (" — gave up" if sup.gave_up else "")
+    _say(
+        "jobs.supervisor.counts",
+        Text(
+            f"supervisor stopped: {sup.started} processes started, {sup.restarts} restarted after"
+            f" a crash, {sup.recycled} recycled" + (" — gave up" if sup.gave_up else "")
+        ),
+        started=sup.started,
+        restarted=sup.restarts,
+        recycled=sup.recycled,
+        gave_up=sup.gave_up,
     )
     return status
+
+
+def _say(event: str, text: Text, **fields: object) -> None:
+    """`text` on the console, or under `--log-format json` a JSON log line `event` with
+    `fields` (stdout stays empty, as for one worker: jobs_core.cli.banner)."""
+    if json_logs():
+        announce(event, text.plain, **fields)
+    else:
+        console.print(text, soft_wrap=True)

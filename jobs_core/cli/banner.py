@@ -50,7 +50,7 @@ def _job(h: JobHandle) -> dict[str, Any]:
         "queue": h.queue,
         "attempts": h.retry.attempts,
         "timeout_s": h.timeout_ms / 1000 if h.timeout_ms else None,
-        "body": "async" if h.is_async else "thread",
+        "body": "async" if h.is_async else "process" if h.executor == "process" else "thread",
         "concurrency": None if c is None else {"limit": c.limit, "per_key": c.key is not None},
         "rate_limits": [{"limit": r.limit, "per_s": r.per, "by": r.by} for r in h.rate_limits],
     }

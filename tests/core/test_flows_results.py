@@ -23,6 +23,7 @@ from jobs_core.records import Ack, ClaimParams
 from jobs_memory import MemoryDriver
 from tests.core.flows_support import ONCE, driver, ended, working
 from tests.core.support import declare
+from tests.outage import until
 
 __all__ = ["driver"]  # the fixture, parametrized over the kinds that declare flows
 
@@ -111,6 +112,13 @@ async def test_the_finish_announcement_wakes_the_waiter_long_before_its_poll(
     waiting = asyncio.create_task(client.result(done.id))
     await asyncio.wait_for(watched.wait(), 20)
     assert states == ["ready"]
+    # The subscription is open before the watch, but its LISTEN session is dialled beside it:
+    # the ack must come once the session is proven, or its announcement meets no listener (as
+    # on a loaded machine, where the poll then answers, here only after 60 s).
+    opening = client._finishes._opening
+    sub = await opening if opening is not None else None
+    if sub is not None:
+        await until(sub.is_live, 20, "the finish subscription proven")
     now = client.clock.now_ms()
     claimed = await driver.job_claim(ClaimParams((h.queue,), "w1", 1, 60_000, now))
     assert await driver.job_ack([Ack(claimed.jobs[0].fence, now, '{"ok": true}')]) == [True]

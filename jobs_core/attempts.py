@@ -20,7 +20,8 @@ from typing import Final
 
 from jobs_core.jsonform import storable
 from jobs_core.records import JobRecord, NackKind
-from jobs_core.semantics import LEASE_LAPSED_ERROR
+from jobs_core.semantics import LEASE_LAPSED_ERROR, nack_outcome
+from jobs_core.states import Outcome
 
 #: The most attempts a row's history keeps: the last ones, oldest first.
 ATTEMPT_HISTORY: Final = 10
@@ -80,21 +81,22 @@ AttemptError = tuple[str | None, str | None, str | None]
 NO_ERROR: Final[AttemptError] = (None, None, None)
 
 
+#: The history's word for each outcome a landed nack moves (`semantics.nack_outcome`).
+_BY_NACK_OUTCOME: Final[dict[Outcome, AttemptOutcome]] = {
+    Outcome.RETRIED: AttemptOutcome.RETRIED,
+    Outcome.DEAD_LETTERED: AttemptOutcome.DEAD,
+    Outcome.DROPPED: AttemptOutcome.FAILED,
+    Outcome.SUSPENDED: AttemptOutcome.PARKED,
+    Outcome.SHED: AttemptOutcome.SHED,
+    Outcome.INTERRUPTED: AttemptOutcome.INTERRUPTED,
+    Outcome.REFUSED: AttemptOutcome.REFUSED,
+}
+
+
 def nack_attempt_outcome(kind: NackKind, dead_letter: bool) -> AttemptOutcome:
-    """The outcome a nack of `kind` writes into the history."""
-    match kind:
-        case NackKind.RETRY:
-            return AttemptOutcome.RETRIED
-        case NackKind.FAIL:
-            return AttemptOutcome.DEAD if dead_letter else AttemptOutcome.FAILED
-        case NackKind.PARK:
-            return AttemptOutcome.PARKED
-        case NackKind.SHED:
-            return AttemptOutcome.SHED
-        case NackKind.INTERRUPT:
-            return AttemptOutcome.INTERRUPTED
-        case NackKind.REFUSE:
-            return AttemptOutcome.REFUSED
+    """The outcome a nack of `kind` writes into the history: the counters' outcome of the same
+    nack (`nack_outcome`), in the history's words."""
+    return _BY_NACK_OUTCOME[nack_outcome(kind, dead_letter)]
 
 
 def _tail_bytes(text: str, limit: int) -> str:

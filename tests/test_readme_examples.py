@@ -244,8 +244,11 @@ INP = {"org_id": "org_1", "user_id": 42}
 
 
 def test_every_python_block_has_a_case() -> None:
+    # The guides' worked examples are run there; imported here, as it imports this module.
+    from tests.test_docs_guides import GUIDE_CASES
+
     for block in readme_blocks("python"):
-        cases = [m for m in PYTHON_CASES if block.marker.startswith(m)]
+        cases = [m for m in (*PYTHON_CASES, *GUIDE_CASES) if block.marker.startswith(m)]
         assert len(cases) == 1, (
             f"{block.page} python block at line {block.line} ({block.marker!r}) has cases {cases}: "
             "each needs exactly one case here"

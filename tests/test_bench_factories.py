@@ -63,3 +63,20 @@ def test_the_dry_run_measures_both_sweeps_on_both_sides_and_removes_its_data(
             (result["made"]["schemas"],),
         ).fetchall()
     assert left == []
+
+
+def test_the_floor_pairs_the_bare_loop_with_one_commit_a_batch(tmp_path: Path) -> None:
+    """bench/factories_floor.py at a tiny size: each pair reads every row on both sides and
+    answers its two ratios; its numbers mean nothing."""
+    from bench.factories_floor import main as floor
+
+    argv = ["--rows", "3000", "--pairs", "2", "--pg-url", PG_URL, "--out", str(tmp_path)]
+    assert floor(argv) == 0
+    (path,) = tmp_path.glob("factories-floor-*.json")
+    result = json.loads(path.read_text())
+    assert result["config"] == {"rows": 3000, "batch": 1000, "pairs": 2}
+    assert len(result["pairs"]) == 2
+    for pair in result["pairs"]:
+        assert pair["cpu_ratio"] > 0 and pair["wall_ratio"] > 0
+        assert pair["bare_cpu_ms_per_batch"] > 0
+    assert result["command"].startswith("python -m bench.factories_floor --rows 3000")

@@ -41,6 +41,9 @@ CROSS_TENANT: Final = "none"
 
 #: What a batch's step output says of it: its rows, its refused rows, the next batch's cursor.
 Counts = Callable[[JsonValue], tuple[int, int, JsonValue]]
+#: What a batch's step record says of it, read by the caller that made the record (no parse of
+#: its text): its rows, its refused rows, the next batch's cursor as JSON text (None: none).
+RecordCounts = Callable[[StepPut], tuple[int, int, str | None]]
 
 
 def current_environment() -> str:
@@ -135,18 +138,23 @@ class SweepLedger:
         rows, refused rows and next cursor `counts` reads off the step's output: one fenced
         commit, so a batch is never recorded without being counted (`StepApi.run_written`)."""
 
-        async def write(step: StepPut) -> bool:
+        def of_record(step: StepPut) -> tuple[int, int, str | None]:
             rows, errors, cursor = counts(loads(step.output_json))
+            return rows, errors, None if cursor is None else dumps(cursor)
+
+        return self.checkpoint_of(batch, of_record)
+
+    def checkpoint_of(self, batch: int, counts: RecordCounts) -> RecordWrite:
+        """`checkpoint`, with `counts` answering for the record itself: for a caller that holds
+        what it just recorded (a backfill's batch), so its output is not parsed back."""
+        driver, run_id = self._step.driver, self._run_id
+
+        async def write(step: StepPut) -> bool:
+            rows, errors, cursor_json = counts(step)
             advance = SweepAdvance(
-                fence=step.fence,
-                run_id=self._run_id,
-                batch=batch,
-                rows=rows,
-                errors=errors,
-                cursor_json=None if cursor is None else dumps(cursor),
-                now_ms=step.now_ms,
+                step.fence, run_id, batch, rows, errors, cursor_json, step.now_ms
             )
-            return await self._step.driver.sweep_checkpoint(SweepCheckpoint(step, advance))
+            return await driver.sweep_checkpoint(SweepCheckpoint(step, advance))
 
         return write
 

@@ -187,6 +187,10 @@ SWEEP_ADVANCE: Final = sa.select(sa.func.count().label("moved")).select_from(
 # record, as STEP_PUT) and the entry moved as SWEEP_ADVANCE moves it. Both data-modifying CTEs
 # run in the statement's one snapshot and commit together: a batch is never recorded without
 # being counted, for one durable commit. Answers 1 when the fence held, else 0 (no write).
+# Committed with the session's `synchronous_commit`, never `off`: a checkpoint lost in a server
+# crash while its worker lives on is followed by the next batch's, which records its step but
+# cannot move the entry (`batches = :batch - 1` fails), so the ledger's count would stay short
+# for the rest of the run (docs/factories.md, "Measured").
 _checkpoint_held = _held("checkpoint_held")
 _checkpoint_step = (
     pg_insert(steps)

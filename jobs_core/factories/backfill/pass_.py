@@ -49,7 +49,8 @@ from jobs_core.errors import (
 from jobs_core.factories.backfill.rate import wait_turn
 from jobs_core.factories.backfill.source import Keyset, Page
 from jobs_core.factories.sweep import SweepLedger, call, current_environment, scope_of
-from jobs_core.jsonform import JsonValue
+from jobs_core.jsonform import JsonValue, dumps
+from jobs_core.records import StepPut
 from jobs_core.tenant import acting_for
 
 if TYPE_CHECKING:
@@ -153,12 +154,18 @@ async def _batches(
     mark = START
     n = 0
     ahead = _ReadAhead(spec, org)
+    # The mark a batch run here made, beside its JSON form: its record's counts and, once the
+    # record landed, the next batch's start are read off it, not parsed back from the text (a
+    # replayed batch's mark is parsed from its record).
+    made: list[Mark] = []
     try:
         while not mark.done:
             name = step_name(n)
-            run = functools.partial(_batch, spec, ctx, ahead, mark)
-            write = ledger.checkpoint(n + 1, functools.partial(_counts, mark, name))
-            mark = Mark.of(await ctx.step.run_written(name, run, write), name)
+            made.clear()
+            run = functools.partial(_batch, spec, ctx, ahead, mark, made)
+            write = ledger.checkpoint_of(n + 1, functools.partial(_counts, mark, made))
+            output = await ctx.step.run_written(name, run, write)
+            mark = made[0] if made else Mark.of(output, name)
             n += 1
             ctx.progress({"batches": n, "rows": mark.rows, "expected": expected})
     finally:
@@ -167,10 +174,10 @@ async def _batches(
 
 
 async def _batch(
-    spec: BackfillSpec, ctx: JobContext, ahead: _ReadAhead, previous: Mark
+    spec: BackfillSpec, ctx: JobContext, ahead: _ReadAhead, previous: Mark, made: list[Mark]
 ) -> JsonValue:
-    """The batch after `previous`: its turn, its page, `handle`; answers its mark (stored with
-    the ledger's advance by the step's one write)."""
+    """The batch after `previous`: its turn, its page, `handle`; answers its mark's JSON form
+    (stored with the ledger's advance by the step's one write) and leaves the mark in `made`."""
     clock = ctx.step.clock
     await wait_turn(clock, ctx.signal, previous.at_ms, spec.interval_ms)
     started = clock.now_ms()
@@ -179,14 +186,17 @@ async def _batch(
     if not page.done:
         ahead.start(page.cursor)
     rows = min(previous.rows + len(page.rows), MAX_SWEEP_ROWS)
-    return Mark(page.cursor, rows, started, page.done).to_json()
+    mark = Mark(page.cursor, rows, started, page.done)
+    made.append(mark)
+    return mark.to_json()
 
 
-def _counts(previous: Mark, name: str, output: JsonValue) -> tuple[int, int, JsonValue]:
-    """The ledger's advance for the batch that stored `output` after `previous`: its rows (the
-    running count's step) and the cursor the next batch starts at."""
-    mark = Mark.of(output, name)
-    return mark.rows - previous.rows, 0, mark.cursor
+def _counts(previous: Mark, made: list[Mark], step: StepPut) -> tuple[int, int, str | None]:
+    """The ledger's advance for the batch after `previous` whose record is `step`, read off
+    the mark that batch made (`made`, the record's own source): its rows (the running count's
+    step) and the cursor the next batch starts at, as JSON text."""
+    mark = made[0]
+    return mark.rows - previous.rows, 0, None if mark.cursor is None else dumps(mark.cursor)
 
 
 class _ReadAhead:

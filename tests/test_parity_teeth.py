@@ -2919,7 +2919,37 @@ class ListsActsForByTenant(MemoryDriver):
         return await super()._job_list(f, after, limit, scan)
 
 
+class FreshRunDropsActsFor(MemoryDriver):
+    """A fresh requeue rewrites the row without its org (a new run, as if a new row)."""
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if answer is RequeueAnswer.REQUEUED and fresh_run_id is not None:
+            r = self._rows[job_id].rec
+            self._put(r, replace(r, acts_for=None))
+        return answer
+
+
+class JoinsAndFiresDropActsFor(MemoryDriver):
+    """A join's enqueue and a task's fire insert their rows without the org."""
+
+    async def _join_enqueue(self, items: Sequence[JoinEnqueue]) -> list[JoinEnqueueAnswer]:
+        return await super()._join_enqueue(
+            [replace(i, job=replace(i.job, acts_for=None)) for i in items]
+        )
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        return await super()._task_fire(replace(fire, job=replace(fire.job, acts_for=None)))
+
+
+#: Broken drivers only a scenario catches: no family walk draws the call they break (the
+#: operator walk never requeues a row into a fresh run), so none is asked to catch them.
+SCENARIO_ONLY: list[tuple[type[MemoryDriver], list[str]]] = [
+    (FreshRunDropsActsFor, ["acts_for_kept_by_every_write"]),
+]
+
 BROKEN += [
+    (JoinsAndFiresDropActsFor, "flows", ["acts_for_kept_by_every_write"]),
     (DropsActsFor, "jobs", ["acts_for_stored_and_listed"]),
     (ListsActsForByTenant, "operator", ["acts_for_stored_and_listed"]),
 ]
@@ -2968,7 +2998,8 @@ def test_machine_catches(broken: type[MemoryDriver], family: str) -> None:
 
 @pytest.mark.parametrize(
     ("broken", "scenario"),
-    [(b, s) for b, _, names in BROKEN for s in names],
+    [(b, s) for b, _, names in BROKEN for s in names]
+    + [(b, s) for b, names in SCENARIO_ONLY for s in names],
     ids=lambda v: v if isinstance(v, str) else v.__name__,
 )
 def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
@@ -2996,7 +3027,7 @@ def test_every_broken_driver_is_listed_once() -> None:
         for v in globals().values()
         if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
     }
-    listed = [b for b, _, _ in BROKEN]
+    listed = [b for b, _, _ in BROKEN] + [b for b, _ in SCENARIO_ONLY]
     helpers = {
         SilentWake,
         WakingMemory,

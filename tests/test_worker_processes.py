@@ -65,13 +65,24 @@ def _handles() -> tuple[JobHandle, JobHandle]:
     return one("quick"), one("gated")
 
 
+#: The app, but refusing to load in a child of a supervisor (the supervisor itself loads it).
+CHILD_CRASH_APP = (
+    APP
+    + """
+import sys
+if "--supervised-by" in sys.argv:
+    raise RuntimeError("procapp refuses to load in a worker process")
+"""
+)
+
+
 @contextlib.asynccontextmanager
 async def group(
-    url: str, cwd: Path, *args: str
+    url: str, cwd: Path, *args: str, app: str = APP
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, list[str]]]:
     """`ujobs -v worker procapp --processes ...` in a subprocess; yields it and its output lines
     so far (read as they come). Killed if the test leaves it running."""
-    (cwd / "procapp.py").write_text(APP, encoding="utf-8")
+    (cwd / "procapp.py").write_text(app, encoding="utf-8")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "jobs_core.cli", "-v", "worker", "procapp", "--driver", url,
         "--lease", "1", "--concurrency", "2", *args,
@@ -193,6 +204,68 @@ async def test_a_killed_supervisor_leaves_no_child_running(store_url: str, tmp_p
         assert len(children) == 2, "".join(lines)
 
 
+# One store each: what is tested is the supervisor's own path, the same on every driver.
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_children_that_die_at_start_make_the_supervisor_give_up(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Every child dies on import (the supervisor loaded the app fine), refused (exit 2): after
+    5 such deaths in a row with none alive past the start window, the supervisor exits 1 and
+    says why. Five slots die together: no backoff is waited out. A refusal counts however long
+    the import took (on a loaded host, past the 10 s start window)."""
+    args = ("--processes", "5", "--drain-timeout", "1")
+    began = time.monotonic()
+    async with group(store_url, tmp_path, *args, app=CHILD_CRASH_APP) as (proc, lines):
+        rc = await asyncio.wait_for(proc.wait(), 120)
+        took = time.monotonic() - began
+    text = "".join(lines)
+    assert rc == 1, text
+    # Five interpreters' imports (about 1.2 s of CPU each): a few seconds on an idle 2-core host,
+    # most of a minute when the host is shared; the bound is that it ends, not how fast.
+    assert took < 90, (took, text[-3000:])
+    assert "procapp refuses to load in a worker process" in text  # each child's own error
+    # The fifth death gives up; a slot restarted meanwhile (0.5 s on) is stopped with the rest.
+    assert len(_pids(lines, "child_died")) == 4, text
+    assert 5 <= len(_pids(lines, "child_started")) <= 9, text
+    gave_up = r"gave_up: 5 children in a row died within 10 s of their start or refused to start"
+    gave_up += r" \(the last: pid=\d+ exit=2\)"
+    assert re.search(gave_up, text), text
+    assert "gave up" in text  # the closing counts say so too
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_second_signal_forces_the_group_out_of_a_long_drain(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two children each hold an endless job; the first SIGTERM starts a 30 s drain, the second
+    forces it: every child aborts its bodies, hands its claims back (ready, no attempt spent,
+    no lease to wait out) and exits 0, and so does the supervisor — long before the budget."""
+    async with opened(store_url) as driver:
+        _, gated = _handles()
+        held = [r.id for r in await Jobs(driver).enqueue_many(gated, [{"n": i} for i in range(2)])]
+        # One job a child (the last --concurrency wins): both held means both children are up.
+        args = ("--processes", "2", "--drain-timeout", "30", "--concurrency", "1")
+        async with group(store_url, tmp_path, *args) as (proc, lines):
+            await until(lambda: rows_in(driver, held, JobState.RUNNING), 30, "held")
+            proc.send_signal(signal.SIGTERM)
+
+            async def both_draining() -> bool:
+                return "".join(lines).count("jobs.worker.draining") == 2
+
+            await until(both_draining, 30, "both children draining")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.wait_for(proc.wait(), 40)
+            took = time.monotonic() - started
+        text = "".join(lines)
+        assert rc == 0, text
+        assert took < 5, (took, text[-3000:])  # the drain budget was 30 s
+        assert "jobs.supervisor.forcing on SIGTERM" in text
+        assert text.count("jobs.worker.forced") == 2, text
+        rows = await driver.job_get_many(held)
+        assert all(r.state is JobState.READY and r.attempt == 0 for r in rows.values()), rows
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -246,6 +319,10 @@ def test_restarts_back_off_and_a_crash_loop_gives_up() -> None:
     assert [policy.died(n, lived_s=0.1) for n in (3, 4)] == [2.0, 4.0]
     assert policy.died(5, lived_s=0.1) is None  # three early deaths in a row
     assert RestartPolicy(cap_s=30.0).died(20, lived_s=60.0) == 30.0
+    # A refusal (exit 2) is a failed start however long the import took.
+    slow = RestartPolicy(max_early_deaths=2)
+    assert slow.died(1, lived_s=60.0, refused=True) == 0.5
+    assert slow.died(2, lived_s=60.0, refused=True) is None
 
 
 def test_each_child_gets_its_share_of_the_process_pool() -> None:

@@ -10,12 +10,12 @@ import math
 import re
 import sys
 import traceback
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, tzinfo
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -30,6 +30,7 @@ from jobs_core.errors import (
     OptionInvalidError,
 )
 from jobs_core.job import JobHandle, jobs_of
+from jobs_core.operator.times import use_zone
 from jobs_core.urls import mask_text
 
 #: Every word the CLI prints goes through here. Markup, emoji codes and highlighting are off:
@@ -81,6 +82,8 @@ DRIVER_ENV = "UJOBS_DRIVER"
 APP_ENV = "UJOBS_APP"
 
 #: `--driver`, for every verb that reads or steers a store.
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+
 driver_option = click.option(
     "--driver",
     "url",
@@ -91,6 +94,26 @@ driver_option = click.option(
 #: `--json`, for every read.
 json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 _DRIVER_HELP = f"Driver URL (else env {DRIVER_ENV}, which keeps a password off the command line)."
+
+
+def tz_option(default: str) -> Callable[[FC], FC]:
+    """`--tz`, for every read that shows times: the IANA zone they are shown in (`use_tz`);
+    `default` says whose zone they are shown in without it."""
+    return click.option(
+        "--tz",
+        "tz",
+        default=None,
+        help=f"Show times in this IANA zone (e.g. Europe/Paris, UTC); default: {default}.",
+    )
+
+
+def use_tz(tz: str | None) -> tzinfo | None:
+    """Show this command's times in `tz` (answered; None: not given); a zone zoneinfo does not
+    know exits 2, typed (`X_OPTION_INVALID` naming `--tz`)."""
+    try:
+        return use_zone(tz)
+    except JobsError as exc:
+        _fail(exc)
 
 
 def _import_module(target: str) -> ModuleType:

@@ -27,6 +27,8 @@ from jobs_core.cli.base import (
     json_option,
     literal,
     main,
+    tz_option,
+    use_tz,
 )
 from jobs_core.cli.show import (
     print_batch,
@@ -44,7 +46,6 @@ from jobs_core.driver import MAX_BULK_IDS, MAX_LIST_LIMIT
 from jobs_core.errors import CliUsageInvalidError, JobsError, OptionInvalidError
 from jobs_core.operator import Action, CancelReport, FamilyView, JobView, Operator, refusal_for
 from jobs_core.operator.service import Answer
-from jobs_core.operator.times import use_zone
 from jobs_core.records import JobFilter, Pause
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
@@ -116,20 +117,7 @@ def _filter(
 
 
 #: `--tz`: the zone the CLI's times are shown in (jobs_core.operator.times.use_zone).
-_tz_option = click.option(
-    "--tz",
-    "tz",
-    default=None,
-    help="Show times in this IANA zone (e.g. Europe/Paris, UTC); default: this machine's.",
-)
-
-
-def _zone(tz: str | None) -> None:
-    """Show this command's times in `tz`; a zone zoneinfo does not know exits 2, typed."""
-    try:
-        use_zone(tz)
-    except JobsError as exc:
-        _fail(exc)
+_tz_option = tz_option("this machine's")
 
 
 def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[T]]) -> T:
@@ -182,7 +170,7 @@ def jobs_list(
     if not 1 <= limit <= MAX_LIST_LIMIT:
         _fail(OptionInvalidError(f"--limit must be 1 to {MAX_LIST_LIMIT}", detail="--limit"))
     f = _filter(states, queue, name, tenant, parent, batch, acts_for)
-    _zone(tz)
+    use_tz(tz)
     now = SystemClock().now_ms()
     page = _run(url, app, lambda op: op.jobs(f, limit=limit, cursor=cursor))
     if as_json:
@@ -201,7 +189,7 @@ def jobs_show(job_id: str, url: str | None, app: str | None, tz: str | None, as_
     """One job: every field, its input (sensitive fields redacted), result and last error, what
     it waits for (in words, times in local time or --tz); with flows, its parent, its children
     by state, the join it waits on and its batch."""
-    _zone(tz)
+    use_tz(tz)
     now = SystemClock().now_ms()
 
     async def read(op: Operator) -> tuple[JobView, bool, FamilyView | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from datetime import tzinfo
 
 import click
 from rich.text import Text
@@ -21,6 +22,8 @@ from jobs_core.cli.base import (
     emit_json,
     literal,
     main,
+    tz_option,
+    use_tz,
 )
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
@@ -141,9 +144,12 @@ async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
 @main.command()
 @click.argument("module")
 @click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
+@tz_option("each task's own (its tz column)")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def tasks(module: str, url: str | None, as_json: bool) -> None:
-    """The tasks MODULE exports: cron, zone, job, the next fire and the last one that ran."""
+def tasks(module: str, url: str | None, tz: str | None, as_json: bool) -> None:
+    """The tasks MODULE exports: cron, zone, job, the next fire and the last one that ran
+    (in each task's zone, or --tz; to the second when its cron names seconds)."""
+    zone = use_tz(tz)
     try:
         url = _required_driver(url, "tasks")
         handles = tasks_in(module)
@@ -159,7 +165,7 @@ def tasks(module: str, url: str | None, as_json: bool) -> None:
     if as_json:
         emit_json([v.to_json() for v in views])
     else:
-        print_tasks(views, SystemClock().now_ms())
+        print_tasks(views, SystemClock().now_ms(), zone)
 
 
 def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
@@ -167,7 +173,8 @@ def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
     return [TaskView.of(h, None, False, now_ms) for h in handles]
 
 
-def print_tasks(views: list[TaskView], now_ms: int) -> None:
+def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) -> None:
+    """The tasks as a table; fires in `zone`, else each task's own."""
     rows: list[list[Cell]] = []
     for v in views:
         h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms
@@ -179,8 +186,8 @@ def print_tasks(views: list[TaskView], now_ms: int) -> None:
                 h.tz,
                 h.job.name,
                 h.catch_up,
-                Text.assemble(f"{v.shown(nxt)} ({relative(nxt, now_ms)})", paused),
-                "-" if last is None else f"{v.shown(last)} ({relative(last, now_ms)})",
+                Text.assemble(f"{v.shown(nxt, zone)} ({relative(nxt, now_ms)})", paused),
+                "-" if last is None else f"{v.shown(last, zone)} ({relative(last, now_ms)})",
             ]
         )
     cols = [Col("task", True), Col("cron", True), Col("tz"), Col("job", True), Col("catch-up")]

@@ -24,6 +24,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import tzinfo
 from enum import StrEnum
 from typing import Any, Final
 
@@ -379,12 +380,14 @@ class TaskView:
         """`at_ms` in the task's own time zone, ISO 8601."""
         return None if at_ms is None else self.handle.schedule.local(at_ms).isoformat()
 
-    def shown(self, at_ms: int) -> str:
-        """`at_ms` in the task's own time zone for people: to the minute, or to the second for
-        a cron that names seconds (a 10-second cron's fires are not all "the same minute")."""
+    def shown(self, at_ms: int, zone: tzinfo | None = None) -> str:
+        """`at_ms` for people, in `zone` (else the task's own time zone): to the minute, or to
+        the second for a cron that names seconds (a 10-second cron's fires are not all "the
+        same minute")."""
         schedule = self.handle.schedule
         spec = "%Y-%m-%d %H:%M:%S %Z" if schedule.has_seconds else "%Y-%m-%d %H:%M %Z"
-        return schedule.local(at_ms).strftime(spec)
+        at = schedule.local(at_ms)
+        return (at if zone is None else at.astimezone(zone)).strftime(spec)
 
     def to_json(self) -> dict[str, Any]:
         h, mark = self.handle, self.mark

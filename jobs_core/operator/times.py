@@ -49,19 +49,20 @@ def iso_utc(ms: int) -> str:
 _ZONE: list[tzinfo | None] = [None]
 
 
-def use_zone(name: str | None) -> None:
-    """Show times in IANA zone `name` from now on (None: this machine's local time);
+def use_zone(name: str | None) -> tzinfo | None:
+    """Show times in IANA zone `name` from now on (None: this machine's local time), answered;
     `X_OPTION_INVALID` naming `--tz` for a zone zoneinfo does not know."""
     if name is None:
         _ZONE[0] = None
-        return
+        return None
     try:
-        _ZONE[0] = ZoneInfo(name)
+        _ZONE[0] = zone = ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise OptionInvalidError(
             f"{name!r} is not a time zone this machine knows (IANA names: Europe/Paris, UTC)",
             detail="--tz",
         ) from None
+    return zone
 
 
 def when(ms: int | None, now_ms: int) -> str:

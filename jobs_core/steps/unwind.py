@@ -15,7 +15,8 @@ cancelled one), by a worker that runs the failed job's name.
 
 The replay and every compensation act as the failed body did: for its tenant (what
 `current_tenant()` answers, the tenant of a job they enqueue) and, for a `def` body, on a thread
-of their own (never one another run holds), the loop free meanwhile.
+of their own (never one another run holds), the loop free meanwhile. So the unwind's row acts for
+that org too (`NewJob.acts_for`, `unwind_org`): an operator listing an org's jobs finds it.
 
 A saga run that failed for good is never run again as it is: from its final settle on, a plain
 requeue of its row is refused (`X_JOB_REQUEUE_UNWOUND`, whether this job ran yet or not), since
@@ -39,8 +40,8 @@ from jobs_core.errors import CompensationError, RateLimitedError
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import dumps, loads
-from jobs_core.records import JobRecord, NewJob
-from jobs_core.redact import SCRUB_EXTRA, scrub, secrets_of
+from jobs_core.records import ClaimedJob, JobRecord, NewJob
+from jobs_core.redact import SCRUB_EXTRA, RedactionPolicy, scrub, secrets_of
 from jobs_core.retry import Retry
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_core.steps.api import UNDO, StepApi, SyncStepApi
@@ -60,9 +61,10 @@ UNKNOWN_NAME_RETRY_MS: Final = 60_000
 NOT_SETTLED_RETRY_MS: Final = 1_000
 
 
-def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
+def unwind_record(failed: JobRecord | Any, now_ms: int, acts_for: str | None = None) -> NewJob:
     """The `ujobs.unwind` job for a failed run (deduped per run while it is live: a fresh run
-    of the same row, requeued while the first is still being undone, gets its own)."""
+    of the same row, requeued while the first is still being undone, gets its own), acting for
+    `acts_for` (`unwind_org`)."""
     return NewJob(
         id=new_id(),
         run_id=failed.run_id,
@@ -75,7 +77,28 @@ def unwind_record(failed: JobRecord | Any, now_ms: int) -> NewJob:
         run_at_ms=now_ms,
         max_attempts=UNWIND_RETRY.attempts,
         created_at_ms=now_ms,
+        acts_for=acts_for,
     )
+
+
+def unwind_org(failed: JobRecord | ClaimedJob, handle: JobHandle | None) -> str | None:
+    """The org the unwind of `failed` acts for: the one its replay and compensations act for
+    (the failed job's declaration's answer for its input, as stored on its row at enqueue).
+
+    None when the answer is not known (no declaration here, the tenant function raises) or is
+    one the failed row shows as `[redacted]` (one of its input's secrets): the unwind's own
+    input hides nothing, so its row would show what the failed row hides."""
+    if handle is None:
+        return None
+    if isinstance(failed, JobRecord):
+        org = failed.acts_for
+    else:  # a claim does not carry the row's org: asked again, as the enqueue asked it
+        try:
+            org = handle.tenant_for(loads(failed.input_json))
+        except Exception:
+            return None
+    policy = RedactionPolicy.of([(handle.name, handle.sensitive)])
+    return org if policy.org(handle.name, org, failed.input_json) == org else None
 
 
 async def undo(api: StepApi, threads: BodyThreads | None = None) -> list[str]:

@@ -4,6 +4,9 @@ traceback), the one-line `brief` of an exception, and `typed` errors for the wor
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
 import traceback
 from collections.abc import Sequence
 
@@ -34,11 +37,32 @@ def typed(exc: Exception, error: JobsError) -> JobsError:
     return error
 
 
+#: A frame's line of a formatted traceback: its file between the quotes.
+_FRAME = re.compile(r'^(\s*File ")([^"\n]+)(", line \d+)', re.MULTILINE)
+
+
+def relative_frames(text: str) -> str:
+    """`text` (a formatted traceback) with each frame's file named from the `sys.path` entry
+    (or the working directory) it lives under, the longest such: the path a reader finds it at
+    (`jobs_core/worker/run.py`, `httpx/_client.py`), not this machine's layout (its home, its
+    checkout, its virtualenv). A file under none of them keeps its name."""
+    roots = {os.path.abspath(p or os.curdir) for p in (*sys.path, os.getcwd())}
+    under = sorted((r.rstrip(os.sep) + os.sep for r in roots if r != os.sep), key=len, reverse=True)
+
+    def shown(m: re.Match[str]) -> str:
+        path = m[2]
+        root = next((r for r in under if path.startswith(r)), None) if os.path.isabs(path) else None
+        return m[1] + (path if root is None else path[len(root) :]) + m[3]
+
+    return _FRAME.sub(shown, text)
+
+
 def traceback_text(exc: BaseException) -> str | None:
-    """The formatted traceback (with its cause chain), its last `TRACEBACK_BYTES` kept."""
+    """The formatted traceback (with its cause chain, frames named by `relative_frames`), its
+    last `TRACEBACK_BYTES` kept."""
     if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
         return None
-    text = storable("".join(traceback.format_exception(exc)))
+    text = storable(relative_frames("".join(traceback.format_exception(exc))))
     raw = text.encode("utf-8")
     if len(raw) <= TRACEBACK_BYTES:
         return text

@@ -30,7 +30,7 @@ from jobs_core.settle import Settler, StoreSeen
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
 from jobs_core.steps.api import SAGA
 from jobs_core.steps.suspend import StepSuspension
-from jobs_core.steps.unwind import UNWIND_JOB, unwind_record
+from jobs_core.steps.unwind import UNWIND_JOB, unwind_org, unwind_record
 from jobs_core.tenant import acting_for
 from jobs_core.worker.failure import brief, error_text
 from jobs_core.worker.held import Held, job_fields, log_fields
@@ -125,11 +125,13 @@ class Outcomes:
             extra=job_fields(self._worker_id, job),
         )
 
-    async def _unwind_later(self, failed: ClaimedJob | JobRecord) -> None:
-        """Enqueue the job that undoes a failed run's compensable steps (deduped per run); a
-        failure to enqueue is logged: the row's fate does not wait on it."""
+    async def _unwind_later(self, failed: ClaimedJob | JobRecord, handle: JobHandle | None) -> None:
+        """Enqueue the job that undoes a failed run's compensable steps (deduped per run), acting
+        for the org the failed run acted for; a failure to enqueue is logged: the row's fate
+        does not wait on it."""
         try:
-            await self._driver.job_enqueue(unwind_record(failed, self._clock.now_ms()))
+            acts_for = unwind_org(failed, handle)
+            await self._driver.job_enqueue(unwind_record(failed, self._clock.now_ms(), acts_for))
         except Exception as exc:
             log.error("jobs.unwind.enqueue_failed %s %s: %r", failed.name, failed.id, exc)
 
@@ -264,7 +266,7 @@ class Outcomes:
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
             if await self._saga_recorded(held):
                 # Before the final settle: a crash after it must still find the undoing queued.
-                await self._unwind_later(job)
+                await self._unwind_later(job, handle)
             nack = Nack(
                 job.fence,
                 NackKind.FAIL,
@@ -415,7 +417,7 @@ class Outcomes:
                 if row is not None and any(
                     s.name == SAGA for s in await self._driver.step_list(row.run_id)
                 ):
-                    await self._unwind_later(row)
+                    await self._unwind_later(row, handle)
             except Exception as exc:  # best effort: the hooks still run
                 log.error("jobs.unwind.burial_failed %s %s: %r", b.name, b.id, exc)
         await self.fire_settled(handle, event, None)

@@ -15,9 +15,11 @@ The supervisor
   0.5 s doubling up to 30 s for the slot, reset once a child of that slot lived 10 s; a child
   that exits 0 on its own (recycled by `--max-jobs-per-process`) is replaced at once;
 - gives up, drains the others and exits 1 when it cannot keep them alive: 5 children in a row
-  died within 10 s of their start while no child lived past those 10 s (a module that crashes
-  on import in a child, a bad environment) — a store that is down is no reason: a worker waits
-  for its store without exiting;
+  died within 10 s of their start, or refused to start (exit 2, the CLI's refusal: its module,
+  an option or the store's schema refused it — on a loaded host the import alone can outlast
+  those 10 s), while no child lived past those 10 s (a module that crashes on import in a
+  child, a bad environment) — a store that is down is no reason: a worker waits for its store
+  without exiting;
 - after a stop, exits 0 when every child drained and exited 0, else 1 (a child that failed its
   drain, or one still running `EXIT_GRACE_S` past the drain deadline, then killed);
 - with `--metrics-port`, serves the whole group on that one port: the children write their
@@ -64,6 +66,8 @@ log = logging.getLogger("jobs")
 MAX_PROCESSES: Final = 1_024
 #: Beyond the drain deadline, how long the supervisor waits for its children before SIGKILL.
 EXIT_GRACE_S: Final = 10.0
+#: A child's exit status when the CLI refused it before it started (`jobs_core.cli.base._fail`).
+REFUSED_EXIT: Final = 2
 #: The environment variable prometheus-client's multiprocess mode reads in each child.
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 #: Settles that give a job back without a run: not counted by `--max-jobs-per-process`.
@@ -132,10 +136,10 @@ class RestartPolicy:
         """A child lived past the start window: the group is not crash-looping."""
         self.early_deaths = 0
 
-    def died(self, failures: int, lived_s: float) -> float | None:
+    def died(self, failures: int, lived_s: float, refused: bool = False) -> float | None:
         """Seconds to wait before restarting a slot whose child died (its `failures`-th death
-        in a row), or None to give up."""
-        if lived_s < self.start_window_s:
+        in a row; `refused`: it exited 2, refused before it started), or None to give up."""
+        if refused or lived_s < self.start_window_s:
             self.early_deaths += 1
             if self.early_deaths >= self.max_early_deaths:
                 return None
@@ -262,11 +266,11 @@ class Supervisor:
                     log.info("jobs.supervisor.recycled slot=%d pid=%d", slot.index, pid)
                     continue
             slot.failures += 1
-            delay = self.policy.died(slot.failures, lived)
+            delay = self.policy.died(slot.failures, lived, refused=rc == REFUSED_EXIT)
             if delay is None:
                 log.error(
                     "jobs.supervisor.gave_up: %d children in a row died within %g s of their"
-                    " start (the last: pid=%d exit=%s); draining the others",
+                    " start or refused to start (the last: pid=%d exit=%s); draining the others",
                     self.policy.early_deaths,
                     self.policy.start_window_s,
                     pid,

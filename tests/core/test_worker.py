@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +23,10 @@ from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
 from jobs_core.worker import Worker
+from jobs_core.worker.failure import relative_frames
 from jobs_memory import MemoryDriver
 from tests.core.runpath_cases import declare
-from tests.core.support import until
+from tests.core.support import ROOT, until
 
 
 def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) -> Worker:
@@ -95,7 +99,34 @@ async def test_a_failing_body_retries_with_backoff_then_dead_letters() -> None:
     error = json.loads(r.last_error or "")
     assert (error["type"], error["message"]) == ("RuntimeError", "attempt 3")
     assert 'raise RuntimeError(f"attempt {ctx.attempt}")' in error["traceback"]
+    # Frames named as a reader finds them, not by this machine's layout.
+    assert 'File "tests/core/test_worker.py", line ' in error["traceback"]
+    assert 'File "jobs_core/worker/run.py", line ' in error["traceback"]
+    assert str(ROOT) not in error["traceback"] and 'File "/' not in error["traceback"]
     assert worker.stats.retried == 2 and worker.stats.dead_lettered == 1
+
+
+def test_frames_are_named_from_the_import_path_entry_they_live_under(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    site = tmp_path / "venv" / "site-packages"
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(site), ""])
+    text = (
+        "Traceback (most recent call last):\n"
+        f'  File "{site}/httpx/_client.py", line 3, in send\n'  # the longest entry wins
+        f'  File "{tmp_path}/app/jobs.py", line 12, in body\n'
+        f'  File "{os.getcwd()}/tool.py", line 1, in <module>\n'  # "": the working directory
+        '  File "/elsewhere/x.py", line 5, in f\n'
+        '  File "<string>", line 1, in <module>\n'
+        "RuntimeError: no\n"
+    )
+    assert relative_frames(text).splitlines()[1:6] == [
+        '  File "httpx/_client.py", line 3, in send',
+        '  File "app/jobs.py", line 12, in body',
+        '  File "tool.py", line 1, in <module>',
+        '  File "/elsewhere/x.py", line 5, in f',  # under no entry: as it is
+        '  File "<string>", line 1, in <module>',
+    ]
 
 
 async def test_terminal_error_fails_at_once_and_dead_letter_false_drops() -> None:

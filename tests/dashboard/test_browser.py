@@ -144,6 +144,21 @@ def _shot(page: Page, shots: Path, name: str) -> None:
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
 
+def _no_machine_paths(page: Page, tmp_path: Path) -> None:
+    """The job page names no path of this machine: its tracebacks' frames read from the import
+    path (`jobs_core/worker/run.py`), never the checkout, the virtualenv, a home or a tmp dir."""
+    tracebacks = page.locator("pre.traceback")
+    assert tracebacks.count() >= 1
+    frames = [tracebacks.nth(i).text_content() or "" for i in range(tracebacks.count())]
+    assert any('File "tests/dashboard/shopapp.py", line ' in f for f in frames), frames
+    assert not any('File "/' in f for f in frames), frames
+    html = page.content()
+    home = os.path.expanduser("~")
+    places = {str(ROOT), str(ROOT.resolve()), str(tmp_path), sys.prefix, sys.base_prefix}
+    for place in places | ({home} if len(home) > 1 else set()):
+        assert place not in html, place
+
+
 def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     store_url: str, browser: Browser, procs: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
@@ -255,6 +270,7 @@ def test_sign_in_filter_open_a_dead_job_requeue_it_and_see_it_complete(
     expect(timeline).to_contain_text("the warehouse is closed for order 1001")
     expect(timeline.locator("time").first).to_contain_text("+0545")  # the viewer's zone
     expect(page.locator("table.steps")).to_contain_text("label-1001")
+    _no_machine_paths(page, tmp_path)
     _shot(page, shots, "job")
     gate.touch()
     page.click("button:text('requeue')")

@@ -17,12 +17,14 @@ from jobs_core.records import (
     JobListParams,
     JobPage,
     JobSummary,
+    JoinEnqueue,
     Nack,
     NackKind,
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
     RequeueParams,
+    TaskFire,
     WorkerBeat,
 )
 from jobs_core.semantics import HOUR_MS, MINUTE_MS
@@ -532,6 +534,43 @@ async def scenario_acts_for_stored_and_listed(driver: JobDriver) -> None:
     assert (await row(driver, "a")).acts_for is None
 
 
+async def scenario_acts_for_kept_by_every_write(driver: JobDriver) -> None:
+    """The org a row acts for is written by every call that inserts a row (a task's fire, a
+    join's enqueue, as `job_enqueue`) and kept by every later write of the row: its claim, its
+    retry and final nacks, a plain requeue and a fresh one (a new run, the same org); a deduped
+    enqueue keeps the holder's. (A saga's unwind is a row of its own, enqueued acting for the
+    failed run's org: `jobs_core.steps.unwind.unwind_org`.)"""
+    await driver.job_enqueue(new_job("a", acts_for="org_1"))
+    twin = await driver.job_enqueue(new_job("a2", idempotency_key="key-a", acts_for="org_2"))
+    assert twin.deduped and twin.id == "a"
+    held = await claim_one(driver, T0)
+    assert await driver.job_nack([Nack(held.fence, NackKind.RETRY, T0 + 1, T0 + 2, error="e")]) == [
+        True
+    ]
+    assert (await row(driver, "a")).acts_for == "org_1"
+    held = await claim_one(driver, T0 + 2)
+    done = Nack(held.fence, NackKind.FAIL, T0 + 3, error="e", dead_letter=True)
+    assert await driver.job_nack([done]) == [True]
+    assert (await row(driver, "a")).state is JobState.DEAD
+    assert await driver.job_requeue_many(RequeueParams(("a",), T0 + 4)) == [RequeueAnswer.REQUEUED]
+    assert (await row(driver, "a")).acts_for == "org_1"
+    await driver.job_cancel("a", T0 + 5)
+    fresh = RequeueParams(("a",), T0 + 6, fresh_run_ids=("run-a-2",))
+    assert await driver.job_requeue_many(fresh) == [RequeueAnswer.REQUEUED]
+    again = await row(driver, "a")
+    assert (again.run_id, again.acts_for) == ("run-a-2", "org_1")
+    caps = driver.capabilities()
+    if caps.flows:
+        answer = await driver.join_enqueue([JoinEnqueue(new_job("w", acts_for="org_3"), ("a",))])
+        assert answer[0].enqueued is not None and not answer[0].enqueued.deduped
+        assert (await row(driver, "w")).acts_for == "org_3"
+    if caps.tasks:
+        assert len(await driver.task_arm(["t"], T0)) == 1
+        fire = TaskFire("t", T0, T0 + MINUTE_MS, T0 + MINUTE_MS, new_job("f", acts_for="org_4"), T0)
+        assert (await driver.task_fire(fire)).fired
+        assert (await row(driver, "f")).acts_for == "org_4"
+
+
 OPERATOR_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
@@ -548,5 +587,6 @@ OPERATOR_SCENARIOS: dict[str, Scenario] = {
         scenario_traceparent_round_trip,
         scenario_worker_purge_takes_the_expired_only,
         scenario_acts_for_stored_and_listed,  # acts-for
+        scenario_acts_for_kept_by_every_write,  # acts-for
     )
 }

@@ -617,6 +617,13 @@ def bound_client(client: Jobs) -> Iterator[None]:
         _RUNNING.reset(token)
 
 
+def current_client() -> Jobs | None:
+    """The client bound to the running code (a body's worker), else the configured one, else
+    None."""
+    running = _RUNNING.get()
+    return running if running is not None else _default
+
+
 def default_client() -> Jobs:
     """The client bound to the running code (a body's worker), else the configured one.
 

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from jobs_core.clock import Clock
+from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver
-from jobs_core.errors import JobsError, LockLostError, LockTimeoutError
+from jobs_core.errors import DeclarationInvalidError, JobsError, LockLostError, LockTimeoutError
 from jobs_core.ids import new_id
 from jobs_core.options import finite_number, seconds_to_ms
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
@@ -60,14 +60,22 @@ async def with_lock(
     Waits up to `wait` seconds for a busy lock (None: for as long as it takes), then
     `X_LOCK_TIMEOUT`. A lock lost while held (the store refused a renewal, or none landed for a
     whole `ttl`) cancels the block, which then raises `X_LOCK_LOST`. Outside a job body, the
-    driver is the `configure`d client's unless `driver` is given; in a body, the worker's.
+    driver is the `configure`d client's unless `driver` is given; in a body, the worker's. A
+    `driver` given without `clock` runs on the system clock: no client is needed.
     """
     if driver is None or clock is None:
-        from jobs_core.facade import default_client
+        from jobs_core.facade import current_client
 
-        client = default_client()
-        driver = driver or client.driver
-        clock = clock or client.clock
+        client = current_client()
+        if driver is None:
+            if client is None:
+                raise DeclarationInvalidError(
+                    "no jobs client: pass driver= or call jobs_core.configure(driver_or_url)",
+                    detail="configure",
+                )
+            driver = client.driver
+        # Only a driver given outside any client: the block runs on the system's clock.
+        clock = clock or (client.clock if client is not None else SystemClock())
     driver.require("leases", what="with_lock")
     ttl_ms = seconds_to_ms(ttl, "ttl")
     wait_ms = None if wait is None else round(finite_number(wait, "wait", minimum=0.0) * 1000)

@@ -804,3 +804,18 @@ async def test_a_lost_lock_is_raised_even_when_the_block_swallows_its_cancel(
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
     await asyncio.sleep(0)  # a later await is not cancelled
+
+
+async def test_with_lock_needs_only_a_driver_outside_any_client() -> None:
+    """`driver=` alone is enough where no client is configured (the system's clock); with
+    neither, the refusal names both ways out."""
+    from jobs_core import facade
+
+    assert facade.current_client() is None, "a test left a configured client behind"
+    driver = MemoryDriver()
+    async with with_lock("solo", driver=driver) as held:
+        holders = await driver.lease_holders("lock:solo", int(time.time() * 1000))
+        assert [h.token for h in holders] == [held.token]
+    with pytest.raises(JobsError, match=r"X_JOB_DECLARATION_INVALID.*pass driver="):
+        async with with_lock("solo"):
+            raise AssertionError("a lock without a store")

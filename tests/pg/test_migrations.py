@@ -545,18 +545,36 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
     )
     (wheel,) = (tmp_path / "dist").glob("ultimat3_jobs-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # Without pip: seeding a venv with its own pip (ensurepip) cost this test about 5 s of CPU;
+    # this venv's pip installs into it (`--python`), writing the same files and `ujobs` script.
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
+    # Nothing of the checkout on the path (a worktree's PYTHONPATH would shadow the wheel).
+    away_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
         capture_output=True,
         text=True,
+        env=away_env,
     ).stdout.strip()
     deps = sysconfig.get_paths()["purelib"]  # this venv's: sqlalchemy, psycopg, alembic, …
     (Path(site) / "borrowed_deps.pth").write_text(deps + "\n", encoding="utf-8")
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -569,6 +587,7 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
         text=True,
+        env=away_env,
     ).stdout
     assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout's
     schema = fresh_schema()
@@ -579,6 +598,7 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=120,
+            env=away_env,
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "created" in done.stdout

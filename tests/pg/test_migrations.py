@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -496,18 +497,27 @@ def test_an_apps_own_alembic_env_with_our_versions_agrees_with_ujobs_db_upgrade(
 ) -> None:
     app = _app(tmp_path)
     first, second, app_schema = fresh_schema(), fresh_schema(), fresh_schema()
-    try:
+
+    def app_env_first() -> None:
         # The app's env creates our (missing) schema, and our version table records the step.
         _app_alembic(app, first, app_schema, "upgrade", "heads")
         assert {"jobs", "pauses", "workers", "wakes", "ujobs_alembic_version"} <= _tables(first)
         assert _tables(app_schema) == {"alembic_version", "things"}
         assert "is current" in _db_upgrade(f"{PG_URL}?schema={first}")
         assert _diff(first) == []
+
+    def ujobs_first() -> None:
         # The other order: `ujobs db upgrade` first, then the app's env finds nothing to do.
         assert "created" in _db_upgrade(f"{PG_URL}?schema={second}")
         _app_alembic(app, second, app_schema + "_2", "upgrade", "heads")
         assert HEAD_REVISION in _app_alembic(app, second, app_schema + "_2", "current")
         assert _diff(second) == []
+
+    try:
+        # The two orders touch different schemas: they run side by side (each step is a process).
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for order in [pool.submit(app_env_first), pool.submit(ujobs_first)]:
+                order.result()
         # The app's env steps our branch back, and our version table follows it.
         _app_alembic(app, first, app_schema, "downgrade", "ujobs@base")
         assert _tables(first) == {"ujobs_alembic_version"}

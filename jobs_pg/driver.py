@@ -131,7 +131,7 @@ from jobs_core.semantics import (
 )
 from jobs_core.states import LIVE_STATES, JobState
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
-from jobs_pg.sqltext import Sql, compile_all
+from jobs_pg.sqltext import Sql, Statements, compile_all
 from jobs_pg.statements import consumer as consumer_stmts
 from jobs_pg.statements import counter as counter_stmts
 from jobs_pg.statements import event as event_stmts
@@ -155,25 +155,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobs.pg")
 
-#: Every statement, compiled once at import (schema left as a token).
-STATEMENTS: Final[dict[str, Sql]] = {
-    **compile_all(vars(counter_stmts)),
-    **compile_all(vars(event_stmts)),
-    **compile_all(vars(job_stmts)),
-    **compile_all(vars(join_stmts)),
-    **compile_all(vars(lease_stmts)),
-    **compile_all(vars(pause_stmts)),
-    **compile_all(vars(posting_stmts)),
-    **compile_all(vars(queue_stmts)),
-    **compile_all(vars(step_stmts)),
-    **compile_all(vars(sweep_stmts)),
-    **compile_all(vars(task_stmts)),
-    **compile_all(vars(worker_stmts)),
-    **compile_all(vars(wake_stmts)),
+#: Every statement, compiled on first use (schema left as a token).
+STATEMENTS: Final[Statements] = compile_all(
+    vars(counter_stmts),
+    vars(event_stmts),
+    vars(job_stmts),
+    vars(join_stmts),
+    vars(lease_stmts),
+    vars(pause_stmts),
+    vars(posting_stmts),
+    vars(queue_stmts),
+    vars(step_stmts),
+    vars(sweep_stmts),
+    vars(task_stmts),
+    vars(worker_stmts),
+    vars(wake_stmts),
     # -- consumers --
-    **compile_all(vars(consumer_stmts)),
-    **compile_all(vars(webhook_stmts)),
-}
+    vars(consumer_stmts),
+    vars(webhook_stmts),
+)
 
 _STATES: Final = {s.value: s for s in JobState}
 _LIVE_VALUES: Final = frozenset(s.value for s in LIVE_STATES)
@@ -270,6 +270,20 @@ GENERIC_PLAN_SETTINGS: Final = (
 )
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
 _shared_fields: Final = operator.attrgetter(*SHARED_COLUMNS)
+
+
+class _Rendered(dict[str, "_Stmt"]):
+    """`STATEMENTS` rendered for one schema, each the first time it is looked up."""
+
+    __slots__ = ("schema",)
+
+    def __init__(self, schema: str) -> None:
+        super().__init__()
+        self.schema = schema
+
+    def __missing__(self, name: str) -> _Stmt:
+        stmt = self[name] = _Stmt(STATEMENTS[name], self.schema)
+        return stmt
 
 
 class _Stmt:
@@ -371,7 +385,7 @@ class PgDriver(JobDriver):
         self._call_timeout = call_timeout_s
         self._prepare_threshold: int | None = 0 if prepare else None
         self.channel = wake_channel(schema)
-        self._q = {name: _Stmt(sql, schema) for name, sql in STATEMENTS.items()}
+        self._q = _Rendered(schema)
         #: The token sequence by its schema-qualified name (`LEASE_TAKE`'s `:tokens`).
         quoted = '"' + schema.replace('"', '""') + '"'
         self._lease_tokens = f"{quoted}.{lease_tokens.name}"
@@ -663,7 +677,7 @@ class PgDriver(JobDriver):
     ) -> list[tuple[Any, ...]]:
         """Run a statement another family compiled (the outbox's) on this driver's pool, with
         its timeouts and typed errors; a `read` runs again once when its connection was dead."""
-        if sql.name not in self._q:
+        if sql.name not in self._q and sql.name not in STATEMENTS:
             self._q[sql.name] = _Stmt(sql, self.schema)
         return await (self._read if read else self._rows)(sql.name, values)
 

@@ -47,7 +47,7 @@ from jobs_core.outbox import (
 )
 from jobs_core.records import NewJob
 from jobs_pg.driver import PgDriver, translate, wake_channel
-from jobs_pg.sqltext import Sql, compile_all
+from jobs_pg.sqltext import Statements, compile_all
 from jobs_pg.statements import outbox as outbox_stmts
 from jobs_pg.statements.outbox import JOB_COLUMNS, STAGED_PAYLOAD
 from jobs_pg.urls import flag, mask, split_options
@@ -76,8 +76,8 @@ if TYPE_CHECKING:
         AsyncConnection | AsyncSession | async_scoped_session[Any] | psycopg.AsyncConnection[Any]
     )
 
-#: Every outbox statement, compiled once at import (schema left as a token).
-STATEMENTS: Final[dict[str, Sql]] = compile_all(vars(outbox_stmts))
+#: Every outbox statement, compiled on first use (schema left as a token).
+STATEMENTS: Final[Statements] = compile_all(vars(outbox_stmts))
 _STAGE: Final = STATEMENTS["OUTBOX_STAGE"]
 #: What a stage can run on, for the refusal that names everything else.
 _ACCEPTED: Final = (

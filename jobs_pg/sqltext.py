@@ -3,14 +3,14 @@
 The driver runs these texts on raw psycopg connections: SQLAlchemy builds and names every
 statement (and is the one place their shape lives), but a hot call pays neither SQLAlchemy's
 per-execution compile-cache lookup nor its result wrapping — only psycopg's. Each statement is
-compiled once at import with the schema left as a token and every parameter bound in
+compiled once, on first use, with the schema left as a token and every parameter bound in
 binary; `Sql.render(schema)` puts the quoted
 schema in (once per driver), so one compiled form serves any number of schemas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,8 +81,9 @@ def compile_sql(
     )
 
 
-def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
-    """Every upper-case SQLAlchemy statement of a statements module, compiled, by name.
+def compile_all(*modules_globals: Mapping[str, object]) -> Statements:
+    """Every upper-case SQLAlchemy statement of the statements modules, by name, each compiled
+    on first use (a later module's name wins, as in a dict merge).
 
     A module's `GENERIC_PLANS` names the statements the driver runs on the server's generic
     plan: Postgres re-plans a prepared statement on every call while its generic plan's
@@ -94,18 +95,53 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
     skips longer ones). Their parameters travel in the format psycopg picks (text for a list):
     only for statements without batch arrays.
     """
-    generic = module_globals.get("GENERIC_PLANS", frozenset())
-    raw = module_globals.get("RAW_TEXT", frozenset())
-    assert isinstance(generic, frozenset) and isinstance(raw, frozenset)
-    out: dict[str, Sql] = {}
-    for key, value in module_globals.items():
-        if (
-            key.isupper()
-            and isinstance(value, sa.sql.ClauseElement)
-            and isinstance(value, Executable)
-        ):
-            out[key] = compile_sql(key, value, generic_plan=key in generic, raw=key in raw)
-    if not (generic | raw) <= out.keys():
-        unknown = sorted((generic | raw) - out.keys())
-        raise RuntimeError(f"GENERIC_PLANS or RAW_TEXT names no statement: {unknown}")
-    return out
+    found: dict[str, tuple[Executable, bool, bool]] = {}
+    for module in modules_globals:
+        generic = module.get("GENERIC_PLANS", frozenset())
+        raw = module.get("RAW_TEXT", frozenset())
+        assert isinstance(generic, frozenset) and isinstance(raw, frozenset)
+        names: set[str] = set()
+        for key, value in module.items():
+            if (
+                key.isupper()
+                and isinstance(value, sa.sql.ClauseElement)
+                and isinstance(value, Executable)
+            ):
+                found[key] = (value, key in generic, key in raw)
+                names.add(key)
+        if not (generic | raw) <= names:
+            unknown = sorted((generic | raw) - names)
+            raise RuntimeError(f"GENERIC_PLANS or RAW_TEXT names no statement: {unknown}")
+    return Statements(found)
+
+
+class Statements(Mapping[str, Sql]):
+    """Named statements, each compiled the first time it is looked up, then kept.
+
+    Compiling every statement costs a process about 0.1 s of CPU at import (each `ujobs` verb
+    and worker process paid it), while one CLI verb runs two or three of them. Iterating
+    compiles them all; compiling twice from two threads at once yields equal values.
+    """
+
+    __slots__ = ("_compiled", "_source")
+
+    def __init__(self, source: Mapping[str, tuple[Executable, bool, bool]]) -> None:
+        self._source = dict(source)
+        self._compiled: dict[str, Sql] = {}
+
+    def __getitem__(self, name: str) -> Sql:
+        try:
+            return self._compiled[name]
+        except KeyError:
+            stmt, generic, raw = self._source[name]
+            sql = self._compiled[name] = compile_sql(name, stmt, generic_plan=generic, raw=raw)
+            return sql
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._source
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)

@@ -219,27 +219,48 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     store_url: str, app: Path, filled: dict[str, str]
 ) -> None:
     run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
-    refused(await run("jobs", "cancel", filled["done"]), "X_JOB_NOT_CANCELLABLE")
-    refused(await run("jobs", "requeue", filled["later"]), "X_JOB_NOT_REQUEUEABLE")
-    refused(await run("jobs", "promote", filled["done"]), "X_JOB_NOT_PROMOTABLE")
-    refused(await run("jobs", "remove", "nobody"), "X_JOB_NOT_FOUND")
-    refused(await run("jobs", "requeue", "--all"), "X_CLI_USAGE_INVALID")
+    # Refusals change nothing: they run side by side (a process each costs its imports).
+    cancel, requeue, promote, remove, requeue_all, pause_none = await asyncio.gather(
+        run("jobs", "cancel", filled["done"]),
+        run("jobs", "requeue", filled["later"]),
+        run("jobs", "promote", filled["done"]),
+        run("jobs", "remove", "nobody"),
+        run("jobs", "requeue", "--all"),
+        run("pause"),
+    )
+    refused(cancel, "X_JOB_NOT_CANCELLABLE")
+    refused(requeue, "X_JOB_NOT_REQUEUEABLE")
+    refused(promote, "X_JOB_NOT_PROMOTABLE")
+    refused(remove, "X_JOB_NOT_FOUND")
+    refused(requeue_all, "X_CLI_USAGE_INVALID")
+    refused(pause_none, "X_CLI_USAGE_INVALID")
     # The fixture's worker still runs: paused, it cannot run the requeued job to `dead` again
     # before the cancel below.
     assert "paused" in ok(await run("pause", "payments"))
-    promoted = json.loads(ok(await run("jobs", "promote", filled["later"], "--json")))
+    # The delayed job and the dead one are steered side by side: neither verb touches the other.
+    promoted_out, bulk_out = await asyncio.gather(
+        run("jobs", "promote", filled["later"], "--json"),
+        run("jobs", "requeue", "--all", "--state", "dead", "--json"),
+    )
+    promoted = json.loads(ok(promoted_out))
     assert promoted == [{"id": filled["later"], "answer": "promoted"}]
-    bulk = json.loads(ok(await run("jobs", "requeue", "--all", "--state", "dead", "--json")))
+    bulk = json.loads(ok(bulk_out))
     assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
     assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
     assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
-    refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
-    assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True
-    assert "resumed" in ok(await run("resume", "payments"))
-    assert "paused" in ok(await run("pause", "--name", "charge"))
-    refused(await run("pause"), "X_CLI_USAGE_INVALID")
-    # No driver named anywhere: refused, never a silent memory store.
-    none = await asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False)
+    gone, queues = await asyncio.gather(
+        run("jobs", "show", filled["dead"]), run("queues", "--json")
+    )
+    refused(gone, "X_JOB_NOT_FOUND")
+    assert json.loads(ok(queues))[0]["paused"] is True
+    # No driver named anywhere: refused, never a silent memory store (beside the last steps).
+    resumed, paused_name, none = await asyncio.gather(
+        run("resume", "payments"),
+        run("pause", "--name", "charge"),
+        asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False),
+    )
+    assert "resumed" in ok(resumed)
+    assert "paused" in ok(paused_name)
     refused(none, "X_CLI_DRIVER_REQUIRED")
 
 

@@ -23,11 +23,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
-from typing import Final
-
-from croniter import croniter
+from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import TaskCronInvalidError, TaskTzInvalidError
+
+if TYPE_CHECKING:
+    # Imported where a cron is read: croniter and dateutil cost every process ~15 ms at
+    # import (each `ujobs` verb, worker and relay), and most declare no cron task.
+    from croniter import croniter
 
 _UTC: Final = dt.UTC
 #: Cron has whole-second resolution: occurrences are whole seconds, in milliseconds.
@@ -111,6 +114,8 @@ class CronSchedule:
                     detail=self.expr,
                 )
             self._hash_id = hash_id.encode("utf-8")
+        from croniter import croniter
+
         try:
             ok = croniter.is_valid(
                 self.expr, hash_id=self._hash_id, second_at_beginning=self._seconds
@@ -178,6 +183,8 @@ class CronSchedule:
         return hi * _SECOND_MS
 
     def _walk(self, start: dt.datetime) -> croniter:
+        from croniter import croniter
+
         return croniter(self.expr, start, hash_id=self._hash_id, second_at_beginning=self._seconds)
 
     def _wall(self, at_ms: int) -> dt.datetime:

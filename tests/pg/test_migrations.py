@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -496,18 +497,27 @@ def test_an_apps_own_alembic_env_with_our_versions_agrees_with_ujobs_db_upgrade(
 ) -> None:
     app = _app(tmp_path)
     first, second, app_schema = fresh_schema(), fresh_schema(), fresh_schema()
-    try:
+
+    def app_env_first() -> None:
         # The app's env creates our (missing) schema, and our version table records the step.
         _app_alembic(app, first, app_schema, "upgrade", "heads")
         assert {"jobs", "pauses", "workers", "wakes", "ujobs_alembic_version"} <= _tables(first)
         assert _tables(app_schema) == {"alembic_version", "things"}
         assert "is current" in _db_upgrade(f"{PG_URL}?schema={first}")
         assert _diff(first) == []
+
+    def ujobs_first() -> None:
         # The other order: `ujobs db upgrade` first, then the app's env finds nothing to do.
         assert "created" in _db_upgrade(f"{PG_URL}?schema={second}")
         _app_alembic(app, second, app_schema + "_2", "upgrade", "heads")
         assert HEAD_REVISION in _app_alembic(app, second, app_schema + "_2", "current")
         assert _diff(second) == []
+
+    try:
+        # The two orders touch different schemas: they run side by side (each step is a process).
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for order in [pool.submit(app_env_first), pool.submit(ujobs_first)]:
+                order.result()
         # The app's env steps our branch back, and our version table follows it.
         _app_alembic(app, first, app_schema, "downgrade", "ujobs@base")
         assert _tables(first) == {"ujobs_alembic_version"}
@@ -545,18 +555,36 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
     )
     (wheel,) = (tmp_path / "dist").glob("ultimat3_jobs-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # Without pip: seeding a venv with its own pip (ensurepip) cost this test about 5 s of CPU;
+    # this venv's pip installs into it (`--python`), writing the same files and `ujobs` script.
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
+    # Nothing of the checkout on the path (a worktree's PYTHONPATH would shadow the wheel).
+    away_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
         capture_output=True,
         text=True,
+        env=away_env,
     ).stdout.strip()
     deps = sysconfig.get_paths()["purelib"]  # this venv's: sqlalchemy, psycopg, alembic, …
     (Path(site) / "borrowed_deps.pth").write_text(deps + "\n", encoding="utf-8")
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -569,6 +597,7 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
         text=True,
+        env=away_env,
     ).stdout
     assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout's
     schema = fresh_schema()
@@ -579,6 +608,7 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=120,
+            env=away_env,
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "created" in done.stdout

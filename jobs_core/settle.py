@@ -237,19 +237,7 @@ class Settler:
         """No settle is retried past `deadline_ms` (a drain's end); None lifts the bound."""
         self._deadline_ms = deadline_ms
 
-    def ack(self, item: Ack) -> Awaitable[bool]:
-        """Queue `item`, checked; what it returns answers landed or not. Without a step record
-        of its job unanswered (every run that took no step), that is the lane's own future:
-        every completed job's settle, with no coroutine of its own in between."""
-        if self._unanswered.get(item.fence.job_id):
-            return self._ack_after_steps(item)
-        try:
-            check_ack(item)
-        except JobsError as exc:
-            return self._replace(item, exc)
-        return self._acks.submit(item)
-
-    async def _ack_after_steps(self, item: Ack) -> bool:
+    async def ack(self, item: Ack) -> bool:
         await self._steps_answered(item.fence)
         try:
             check_ack(item)

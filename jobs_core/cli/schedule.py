@@ -42,7 +42,7 @@ log_format_option = click.option(
 
 def started() -> None:
     """Called once a role's process has imported and built what it runs, before it runs: those
-    objects (about 100,000 in a Postgres worker: the drivers, SQLAlchemy, the app's module) live as
+    objects (about 115,000 in a Postgres drain: the drivers, SQLAlchemy, the app's module) live as
     long as the process, yet every full collection walked them all — about 15 µs of a no-op
     job's ~80 µs of worker CPU on a Postgres drain (docs/pg.md, issue 29). Frozen, collections
     walk what the run itself made. Objects of them that later become garbage in a cycle are

@@ -128,7 +128,10 @@ def _peer(name: str, *command: str) -> tuple[Path, tuple[str, ...]]:
     return bin_dir / "python", (str(bin_dir / command[0]), *command[1:])
 
 
-def _ours(probe: Probe, url_options: str, redis_db: int | None = None) -> System:
+def _ours(
+    probe: Probe, url_options: str, redis_db: int | None = None, *, c100: bool = False
+) -> System:
+    """Ours; `c100`: a concurrency-100 variant too, matched with a peer's batch of 100."""
     ujobs = str(OURS_PYTHON.parent / "ujobs")
     return System(
         name="ours",
@@ -147,6 +150,18 @@ def _ours(probe: Probe, url_options: str, redis_db: int | None = None) -> System
                 passed="`--concurrency 10`",
             ),
             Variant("c50", "concurrency 50", default=True),
+            *(
+                (
+                    Variant(
+                        "c100",
+                        "concurrency 100",
+                        args=("--concurrency", "100"),
+                        passed="`--concurrency 100`",
+                    ),
+                )
+                if c100
+                else ()
+            ),
         ),
         redis_db=redis_db,
         url_options=url_options,
@@ -205,6 +220,8 @@ SYSTEMS: dict[str, tuple[System, ...]] = {
                 f" FROM {_OURS}.jobs"
             ),
             f"?schema={_OURS}",
+            # PgQueuer's best is its batch of 100: the matched setting is ours at 100.
+            c100=True,
         ),
         System(
             name="procrastinate",
@@ -359,7 +376,7 @@ def _versus(backend: str, peer: str, matched: tuple[tuple[str, str], ...]) -> tu
 
 PAIRS: dict[str, tuple[Pair, ...]] = {
     "pg": (
-        *_versus("pg", "pgqueuer", (("c10", "b10"), ("c50", "b50"), ("c50", "b100"))),
+        *_versus("pg", "pgqueuer", (("c10", "b10"), ("c50", "b50"), ("c100", "b100"))),
         *_versus("pg", "oban", (("c10", "q10"), ("c50", "q50"))),
         *_versus("pg", "chancy", (("c10", "c10"), ("c50", "c50"))),
     ),

@@ -1742,6 +1742,22 @@ def _check_consumer_cursor(text: object, what: str) -> None:
 
 
 def _check_fence(fence: Fence) -> None:
+    job_id, worker_id, claims = fence.job_id, fence.worker_id, fence.claims
+    # Every settle checks its fence: the usual one (ASCII ids, so a byte a character, without
+    # NUL) is answered without `name_refusal`'s calls; anything else takes the full checks.
+    if (
+        type(job_id) is str
+        and type(worker_id) is str
+        and 0 < len(job_id) <= MAX_NAME_BYTES
+        and 0 < len(worker_id) <= MAX_NAME_BYTES
+        and job_id.isascii()
+        and worker_id.isascii()
+        and "\x00" not in job_id
+        and "\x00" not in worker_id
+        and type(claims) is int
+        and 1 <= claims <= 2**62
+    ):
+        return
     _check_str(fence.job_id, "fence.job_id")
     _check_str(fence.worker_id, "fence.worker_id")
     _check_int(fence.claims, "fence.claims", 1, 2**62)

@@ -14,9 +14,8 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -606,15 +605,20 @@ class LoopJobs(Jobs):
 _RUNNING: contextvars.ContextVar[Jobs | None] = contextvars.ContextVar("ujobs_client", default=None)
 
 
-@contextmanager
-def bound_client(client: Jobs) -> Iterator[None]:
+class bound_client:  # lower case: it was a function, and is called as one
     """Inside the block (and the threads it copies its context to), `default_client()` is
-    `client`, ahead of any `configure`d one."""
-    token = _RUNNING.set(client)
-    try:
-        yield
-    finally:
-        _RUNNING.reset(token)
+    `client`, ahead of any `configure`d one. (A class: every run of every job enters one.)"""
+
+    __slots__ = ("_client", "_token")
+
+    def __init__(self, client: Jobs) -> None:
+        self._client = client
+
+    def __enter__(self) -> None:
+        self._token = _RUNNING.set(self._client)
+
+    def __exit__(self, *exc: object) -> None:
+        _RUNNING.reset(self._token)
 
 
 def current_client() -> Jobs | None:

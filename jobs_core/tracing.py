@@ -13,6 +13,8 @@ trace of its own. Names and queues are span attributes; inputs never are.
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -37,6 +39,12 @@ SYSTEM: Final = "ultimat3-jobs"
 _FAILED: Final = frozenset({Outcome.RETRIED, Outcome.DEAD_LETTERED, Outcome.DROPPED})
 
 
+#: While no provider is set, how often `_tracer` asks OpenTelemetry again (seconds): a
+#: provider set while a worker runs is traced to from at most this much later.
+RECHECK_S: Final = 1.0
+
+
+@functools.cache
 def _version() -> str:
     try:
         return version("ultimat3-jobs")
@@ -44,13 +52,36 @@ def _version() -> str:
         return "unknown"
 
 
+# (the provider getter asked, when, the tracer it gave or None): asking costs a read of
+# `os.environ` a call (OpenTelemetry looks for `OTEL_PYTHON_TRACER_PROVIDER` until a provider
+# is set), a few µs on every run of every job.
+_seen: tuple[Any, float, Any | None] | None = None
+
+
 def _tracer() -> Any | None:
-    """The tracer, or None when there is nothing to trace to (no API, or no provider set)."""
+    """The tracer, or None when there is nothing to trace to (no API, or no provider set).
+
+    A provider once set is final (OpenTelemetry sets one once), so its tracer is kept; while
+    none is set the answer is kept `RECHECK_S`. A replaced `trace.get_tracer_provider` (a
+    test's) is asked at once."""
+    global _seen
     if not HAVE_OTEL:
         return None
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return None  # no SDK configured: skip the work, not only the export
-    return trace.get_tracer(SYSTEM, _version())
+    get = trace.get_tracer_provider
+    now = time.monotonic()
+    seen = _seen
+    if seen is not None and seen[0] is get and (seen[2] is not None or now - seen[1] < RECHECK_S):
+        return seen[2]
+    tracer = None
+    if not isinstance(get(), trace.ProxyTracerProvider):  # else no SDK: skip the work too
+        tracer = trace.get_tracer(SYSTEM, _version())
+    _seen = (get, now, tracer)
+    return tracer
+
+
+def active() -> bool:
+    """Whether a run's consumer span would be recorded now (`consumer` yields a span)."""
+    return _tracer() is not None
 
 
 def traceparent_of(span: Any) -> str | None:

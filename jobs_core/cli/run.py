@@ -32,7 +32,7 @@ from jobs_core.cli.base import (
     main,
 )
 from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
-from jobs_core.cli.schedule import drained
+from jobs_core.cli.schedule import drained, started
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
@@ -227,6 +227,7 @@ def worker(
         print_tasks(unread(sched.tasks, now), now)
     if relay is not None and not as_json:
         print_relay(relay)
+    started()
     try:
         run_role(_run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child))
     except JobsError as exc:

@@ -358,6 +358,12 @@ class Outcomes:
                 extra=job_fields(self._worker_id, job),
             )
 
+    def hears_settled(self, handle: JobHandle | None) -> bool:
+        """Whether a settle of `handle`'s job has a hook to hear it (`fire_settled`)."""
+        if self._on_settled is not None:
+            return True
+        return handle is not None and handle.on_settled is not None
+
     async def fire_settled(
         self, handle: JobHandle | None, event: SettledEvent, tenant: str | None
     ) -> None:

@@ -52,6 +52,7 @@ log = logging.getLogger("jobs")
 UNKNOWN_NAME_DELAY_MS = 60_000
 #: At most one warning per unknown name in this window (the worker's clock).
 UNKNOWN_NAME_WARN_EVERY_MS = 60_000
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class LocalSlots:
@@ -146,7 +147,8 @@ class Runner:
         try:
             await self._enter(held)
             held.started = True
-            with tracing.consumer(held.job) as held.span:
+            # Entered only when a span would be recorded: not tracing, it costs nothing a job.
+            with tracing.consumer(held.job) if tracing.active() else _NO_SPAN as held.span:
                 try:
                     await self._execute(held)
                 except Exception as exc:
@@ -403,7 +405,7 @@ class Runner:
             )
         )
         self._outcomes.tally(Outcome.COMPLETED, landed, job)
-        if landed:
+        if landed and self._outcomes.hears_settled(handle):  # the event built only for a hook
             event = SettledEvent(
                 job.id,
                 job.name,

@@ -33,3 +33,19 @@ def test_an_unknown_driver_url_is_a_typed_refusal_with_the_password_masked() -> 
     done = ujobs("demo", "--driver", "nosuch://user:hunter2@host/db", "--jobs", "1")
     assert done.returncode == 2
     assert "X_DRIVER_URL_INVALID" in done.stdout and "hunter2" not in done.stdout
+
+
+def test_a_role_process_freezes_what_it_built_before_it_runs() -> None:
+    # `ujobs worker` calls `started()` before its run: what the imports made is skipped by
+    # every collection while it runs (docs/pg.md, issue 29).
+    import gc
+
+    from jobs_core.cli.schedule import started
+
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        started()
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()

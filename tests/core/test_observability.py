@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobs_core import tracing
 from jobs_core.cli.base import _Formatter
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
@@ -108,6 +109,35 @@ async def test_without_a_tracer_provider_nothing_is_stamped() -> None:
     driver = MemoryDriver()
     done = await Jobs(driver).enqueue(declare(pay, name="pay"), {"n": 1})
     assert (await driver.job_get_many([done.id]))[done.id].traceparent is None
+
+
+def test_the_tracer_is_kept_and_a_missing_provider_asked_again_after_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Asking OpenTelemetry reads os.environ: a run asks at most once a RECHECK_S while no
+    # provider is set, and keeps a set provider's tracer (a provider is set once).
+    now = [1_000.0]
+    monkeypatch.setattr(tracing.time, "monotonic", lambda: now[0])
+    asked: list[object] = []
+    provider: list[object] = [trace.ProxyTracerProvider()]
+
+    def get_provider() -> object:
+        asked.append(provider[0])
+        return provider[0]
+
+    monkeypatch.setattr(tracing.trace, "get_tracer_provider", get_provider)
+    monkeypatch.setattr(tracing.trace, "get_tracer", lambda name, version=None: ("tracer", name))
+    assert [tracing._tracer(), tracing._tracer()] == [None, None]
+    assert len(asked) == 1
+    provider[0] = object()  # set meanwhile: seen once the answer is RECHECK_S old
+    now[0] += tracing.RECHECK_S / 2
+    assert tracing._tracer() is None
+    now[0] += tracing.RECHECK_S
+    assert tracing._tracer() == ("tracer", tracing.SYSTEM)
+    now[0] += 10 * tracing.RECHECK_S
+    assert tracing.active() and len(asked) == 2  # kept: not asked again
+    monkeypatch.setattr(tracing.trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    assert not tracing.active()  # another getter (a test's) is asked at once
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -268,6 +268,15 @@ GENERIC_PLAN_SETTINGS: Final = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
     " set_config('jit', 'off', true)"
 )
+# The same scope: a `LAZY_COMMIT` statement's transaction commits without waiting for its WAL
+# flush (why that is safe for the claim: `jobs_pg.statements.job.LAZY_COMMIT`).
+_LAZY_COMMIT_SETTING: Final = "set_config('synchronous_commit', 'off', true)"
+#: What goes ahead of a statement, by (on its generic plan, lazy commit).
+LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
+    (True, False): GENERIC_PLAN_SETTINGS,
+    (False, True): "SELECT " + _LAZY_COMMIT_SETTING,
+    (True, True): f"{GENERIC_PLAN_SETTINGS}, {_LAZY_COMMIT_SETTING}",
+}
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
 _shared_fields: Final = operator.attrgetter(*SHARED_COLUMNS)
 
@@ -275,13 +284,14 @@ _shared_fields: Final = operator.attrgetter(*SHARED_COLUMNS)
 class _Stmt:
     """A compiled statement rendered for one schema: SQL text + how to order its parameters."""
 
-    __slots__ = ("args", "generic", "name", "raw", "text")
+    __slots__ = ("args", "generic", "lazy_commit", "name", "raw", "text")
 
     def __init__(self, sql: Sql, schema: str) -> None:
         self.name = sql.name
         self.text = sql.render(schema)
         self.args = sql.args
         self.generic = sql.generic_plan
+        self.lazy_commit = sql.lazy_commit
         self.raw = sql.raw
 
 
@@ -544,6 +554,7 @@ class PgDriver(JobDriver):
         *,
         generic: bool = False,
         raw: bool = False,
+        lazy_commit: bool = False,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -561,13 +572,14 @@ class PgDriver(JobDriver):
         when prepared outside a transaction of ours: the local settings and the statement go in
         one pipeline, so one round trip and one implicit transaction, which the settings end
         with (a pooler in transaction mode keeps both on one server session; nothing outlives
-        it).
+        it). A `lazy_commit` statement (`LAZY_COMMIT`) run outside a transaction of ours gets
+        `synchronous_commit = off` the same way, prepared or not.
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic, raw)
+                return await self._execute_once(conn, text, args, generic, raw, lazy_commit)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -594,18 +606,20 @@ class PgDriver(JobDriver):
         args: Sequence[Any],
         generic: bool,
         raw: bool,
+        lazy_commit: bool,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
         cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
-            if (
-                generic
-                and conn.prepare_threshold is not None
-                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            ):
+            settings = (
+                LOCAL_SETTINGS.get((generic and conn.prepare_threshold is not None, lazy_commit))
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                else None
+            )
+            if settings is not None:
                 async with conn.pipeline():
-                    await conn.execute(GENERIC_PLAN_SETTINGS)
+                    await conn.execute(settings)
                     await cur.execute(text, args)
                 return cur
             return await cur.execute(text, args)
@@ -647,7 +661,12 @@ class PgDriver(JobDriver):
         stmt = self._q[name]
         async with self._conn() as conn:
             cur = await self._execute(
-                conn, stmt.text, stmt.args(values), generic=stmt.generic, raw=stmt.raw
+                conn,
+                stmt.text,
+                stmt.args(values),
+                generic=stmt.generic,
+                raw=stmt.raw,
+                lazy_commit=stmt.lazy_commit,
             )
             return await cur.fetchall() if _has_rows(cur) else []
 

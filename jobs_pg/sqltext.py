@@ -35,6 +35,8 @@ class Sql:
     generic_plan: bool = False
     #: The text has `$n` placeholders, for psycopg's raw cursor (see `compile_all`).
     raw: bool = False
+    #: Commits without waiting for its WAL flush (see `compile_all`).
+    lazy_commit: bool = False
 
     def render(self, schema: str) -> str:
         """The text with `schema` quoted in, ready for psycopg."""
@@ -51,7 +53,12 @@ class Sql:
 
 
 def compile_sql(
-    name: str, stmt: Executable, *, generic_plan: bool = False, raw: bool = False
+    name: str,
+    stmt: Executable,
+    *,
+    generic_plan: bool = False,
+    raw: bool = False,
+    lazy_commit: bool = False,
 ) -> Sql:
     """Compile `stmt` for psycopg with positional parameters and the schema left as a token
     (`raw`: numbered `$n` placeholders, each parameter in the format psycopg picks)."""
@@ -78,6 +85,7 @@ def compile_sql(
         defaults=defaults,
         generic_plan=generic_plan,
         raw=raw,
+        lazy_commit=lazy_commit,
     )
 
 
@@ -93,10 +101,16 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
     psycopg converts `%b` placeholders on every call of a text over 4 KiB (its conversion cache
     skips longer ones). Their parameters travel in the format psycopg picks (text for a list):
     only for statements without batch arrays.
+
+    Its `LAZY_COMMIT` names statements whose transaction commits without waiting for its WAL
+    flush (`synchronous_commit = off` for that transaction alone): only statements whose loss
+    in a crash the module's comment shows harmless.
     """
     generic = module_globals.get("GENERIC_PLANS", frozenset())
     raw = module_globals.get("RAW_TEXT", frozenset())
+    lazy = module_globals.get("LAZY_COMMIT", frozenset())
     assert isinstance(generic, frozenset) and isinstance(raw, frozenset)
+    assert isinstance(lazy, frozenset)
     out: dict[str, Sql] = {}
     for key, value in module_globals.items():
         if (
@@ -104,8 +118,14 @@ def compile_all(module_globals: Mapping[str, object]) -> dict[str, Sql]:
             and isinstance(value, sa.sql.ClauseElement)
             and isinstance(value, Executable)
         ):
-            out[key] = compile_sql(key, value, generic_plan=key in generic, raw=key in raw)
-    if not (generic | raw) <= out.keys():
-        unknown = sorted((generic | raw) - out.keys())
-        raise RuntimeError(f"GENERIC_PLANS or RAW_TEXT names no statement: {unknown}")
+            out[key] = compile_sql(
+                key,
+                value,
+                generic_plan=key in generic,
+                raw=key in raw,
+                lazy_commit=key in lazy,
+            )
+    if not (generic | raw | lazy) <= out.keys():
+        unknown = sorted((generic | raw | lazy) - out.keys())
+        raise RuntimeError(f"GENERIC_PLANS, RAW_TEXT or LAZY_COMMIT names no statement: {unknown}")
     return out

@@ -440,6 +440,41 @@ def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -
     assert "set_config('jit', 'off', true)" in GENERIC_PLAN_SETTINGS
 
 
+@pytest.mark.parametrize("prepare", [True, False])
+async def test_the_claim_alone_commits_without_waiting_for_its_flush(
+    pg_schema: str, prepare: bool
+) -> None:
+    """The claim's transaction runs with `synchronous_commit = off` (`LAZY_COMMIT`), prepared or
+    not; the enqueue before it and the ack after it, on the same session, keep the server's
+    setting. A trigger on `jobs` records the setting each write ran under."""
+    q = f'"{pg_schema}"'
+    with admin() as conn:
+        server = conn.execute("SHOW synchronous_commit").fetchone()
+        conn.execute(f"CREATE TABLE {q}.seen (n serial, what text, sync text)")
+        conn.execute(
+            f"CREATE FUNCTION {q}.note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" INSERT INTO {q}.seen (what, sync) VALUES"
+            " (TG_OP || ' ' || NEW.state, current_setting('synchronous_commit'));"
+            " RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER note AFTER INSERT OR UPDATE ON {q}.jobs"
+            f" FOR EACH ROW EXECUTE FUNCTION {q}.note()"
+        )
+    assert server == ("on",)
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False, prepare=prepare)
+    try:
+        await d.job_enqueue(job(1))
+        claimed = (await d.job_claim(_claim())).jobs
+        assert [c.id for c in claimed] == ["id-1"]
+        assert await d.job_ack([Ack(claimed[0].fence, T0)]) == [True]
+    finally:
+        await d.close()
+    with admin() as conn:
+        seen = conn.execute(f"SELECT what, sync FROM {q}.seen ORDER BY n").fetchall()
+    assert seen == [("INSERT ready", "on"), ("UPDATE running", "off"), ("UPDATE completed", "on")]
+
+
 async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> None:
     """The claim's pipeline (the plan setting, then the prepared claim) meets a session that
     forgot the statement: nothing ran, and the claim runs again unprepared, once."""

@@ -269,7 +269,8 @@ GENERIC_PLAN_SETTINGS: Final = (
     " set_config('jit', 'off', true)"
 )
 # The same scope: a `LAZY_COMMIT` statement's transaction commits without waiting for its WAL
-# flush (why that is safe for the claim: `jobs_pg.statements.job.LAZY_COMMIT`).
+# flush, when the driver was asked to (`lazy_claim`; what it costs:
+# `jobs_pg.statements.job.LAZY_COMMIT`).
 _LAZY_COMMIT_SETTING: Final = "set_config('synchronous_commit', 'off', true)"
 #: What goes ahead of a statement, by (on its generic plan, lazy commit).
 LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
@@ -358,6 +359,7 @@ class PgDriver(JobDriver):
         prepare: bool = True,
         listen_url: str | None = None,
         conflict_retries: int = CONFLICT_RETRIES,
+        lazy_claim: bool = False,
     ) -> None:
         """Configure; nothing connects until `open()` or the first call.
 
@@ -366,7 +368,10 @@ class PgDriver(JobDriver):
         `listen_url` points the one LISTEN session straight at Postgres when `url` goes through
         a transaction-mode pooler (which cannot carry LISTEN). `conflict_retries`: how often a
         statement the server rolled back in a deadlock or serialization failure runs again
-        before the call fails with `X_DRIVER_CONFLICT`.
+        before the call fails with `X_DRIVER_CONFLICT`. `lazy_claim=True` lets a claim commit
+        without waiting for its WAL flush (a pickup then waits for one flush, its enqueue's, not
+        two) at a price: a server crash in the moments after a claim can undo it, and its body,
+        already started, runs again (docs/pg.md, "Durability").
         """
         self._url = url
         self._conninfo = libpq_url(url)
@@ -380,6 +385,7 @@ class PgDriver(JobDriver):
         self._connect_timeout = connect_timeout_s
         self._call_timeout = call_timeout_s
         self._prepare_threshold: int | None = 0 if prepare else None
+        self._lazy_claim = lazy_claim
         self.channel = wake_channel(schema)
         self._q = {name: _Stmt(sql, schema) for name, sql in STATEMENTS.items()}
         #: The token sequence by its schema-qualified name (`LEASE_TAKE`'s `:tokens`).
@@ -666,7 +672,7 @@ class PgDriver(JobDriver):
                 stmt.args(values),
                 generic=stmt.generic,
                 raw=stmt.raw,
-                lazy_commit=stmt.lazy_commit,
+                lazy_commit=stmt.lazy_commit and self._lazy_claim,
             )
             return await cur.fetchall() if _has_rows(cur) else []
 

@@ -268,6 +268,16 @@ GENERIC_PLAN_SETTINGS: Final = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
     " set_config('jit', 'off', true)"
 )
+# The same scope: a `LAZY_COMMIT` statement's transaction commits without waiting for its WAL
+# flush, when the driver was asked to (`lazy_claim`; what it costs:
+# `jobs_pg.statements.job.LAZY_COMMIT`).
+_LAZY_COMMIT_SETTING: Final = "set_config('synchronous_commit', 'off', true)"
+#: What goes ahead of a statement, by (on its generic plan, lazy commit).
+LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
+    (True, False): GENERIC_PLAN_SETTINGS,
+    (False, True): "SELECT " + _LAZY_COMMIT_SETTING,
+    (True, True): f"{GENERIC_PLAN_SETTINGS}, {_LAZY_COMMIT_SETTING}",
+}
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
 _shared_fields: Final = operator.attrgetter(*SHARED_COLUMNS)
 
@@ -289,13 +299,14 @@ class _Rendered(dict[str, "_Stmt"]):
 class _Stmt:
     """A compiled statement rendered for one schema: SQL text + how to order its parameters."""
 
-    __slots__ = ("args", "generic", "name", "raw", "text")
+    __slots__ = ("args", "generic", "lazy_commit", "name", "raw", "text")
 
     def __init__(self, sql: Sql, schema: str) -> None:
         self.name = sql.name
         self.text = sql.render(schema)
         self.args = sql.args
         self.generic = sql.generic_plan
+        self.lazy_commit = sql.lazy_commit
         self.raw = sql.raw
 
 
@@ -362,6 +373,7 @@ class PgDriver(JobDriver):
         prepare: bool = True,
         listen_url: str | None = None,
         conflict_retries: int = CONFLICT_RETRIES,
+        lazy_claim: bool = False,
     ) -> None:
         """Configure; nothing connects until `open()` or the first call.
 
@@ -370,7 +382,10 @@ class PgDriver(JobDriver):
         `listen_url` points the one LISTEN session straight at Postgres when `url` goes through
         a transaction-mode pooler (which cannot carry LISTEN). `conflict_retries`: how often a
         statement the server rolled back in a deadlock or serialization failure runs again
-        before the call fails with `X_DRIVER_CONFLICT`.
+        before the call fails with `X_DRIVER_CONFLICT`. `lazy_claim=True` lets a claim commit
+        without waiting for its WAL flush (a pickup then waits for one flush, its enqueue's, not
+        two) at a price: a server crash in the moments after a claim can undo it, and its body,
+        already started, runs again (docs/pg.md, "Durability").
         """
         self._url = url
         self._conninfo = libpq_url(url)
@@ -384,6 +399,7 @@ class PgDriver(JobDriver):
         self._connect_timeout = connect_timeout_s
         self._call_timeout = call_timeout_s
         self._prepare_threshold: int | None = 0 if prepare else None
+        self._lazy_claim = lazy_claim
         self.channel = wake_channel(schema)
         self._q = _Rendered(schema)
         #: The token sequence by its schema-qualified name (`LEASE_TAKE`'s `:tokens`).
@@ -558,6 +574,7 @@ class PgDriver(JobDriver):
         *,
         generic: bool = False,
         raw: bool = False,
+        lazy_commit: bool = False,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -575,13 +592,14 @@ class PgDriver(JobDriver):
         when prepared outside a transaction of ours: the local settings and the statement go in
         one pipeline, so one round trip and one implicit transaction, which the settings end
         with (a pooler in transaction mode keeps both on one server session; nothing outlives
-        it).
+        it). A `lazy_commit` statement (`LAZY_COMMIT`) run outside a transaction of ours gets
+        `synchronous_commit = off` the same way, prepared or not.
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic, raw)
+                return await self._execute_once(conn, text, args, generic, raw, lazy_commit)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -608,18 +626,20 @@ class PgDriver(JobDriver):
         args: Sequence[Any],
         generic: bool,
         raw: bool,
+        lazy_commit: bool,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
         cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
-            if (
-                generic
-                and conn.prepare_threshold is not None
-                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            ):
+            settings = (
+                LOCAL_SETTINGS.get((generic and conn.prepare_threshold is not None, lazy_commit))
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                else None
+            )
+            if settings is not None:
                 async with conn.pipeline():
-                    await conn.execute(GENERIC_PLAN_SETTINGS)
+                    await conn.execute(settings)
                     await cur.execute(text, args)
                 return cur
             return await cur.execute(text, args)
@@ -661,7 +681,12 @@ class PgDriver(JobDriver):
         stmt = self._q[name]
         async with self._conn() as conn:
             cur = await self._execute(
-                conn, stmt.text, stmt.args(values), generic=stmt.generic, raw=stmt.raw
+                conn,
+                stmt.text,
+                stmt.args(values),
+                generic=stmt.generic,
+                raw=stmt.raw,
+                lazy_commit=stmt.lazy_commit and self._lazy_claim,
             )
             return await cur.fetchall() if _has_rows(cur) else []
 

@@ -35,6 +35,8 @@ class Sql:
     generic_plan: bool = False
     #: The text has `$n` placeholders, for psycopg's raw cursor (see `compile_all`).
     raw: bool = False
+    #: Commits without waiting for its WAL flush (see `compile_all`).
+    lazy_commit: bool = False
 
     def render(self, schema: str) -> str:
         """The text with `schema` quoted in, ready for psycopg."""
@@ -51,7 +53,12 @@ class Sql:
 
 
 def compile_sql(
-    name: str, stmt: Executable, *, generic_plan: bool = False, raw: bool = False
+    name: str,
+    stmt: Executable,
+    *,
+    generic_plan: bool = False,
+    raw: bool = False,
+    lazy_commit: bool = False,
 ) -> Sql:
     """Compile `stmt` for psycopg with positional parameters and the schema left as a token
     (`raw`: numbered `$n` placeholders, each parameter in the format psycopg picks)."""
@@ -78,6 +85,7 @@ def compile_sql(
         defaults=defaults,
         generic_plan=generic_plan,
         raw=raw,
+        lazy_commit=lazy_commit,
     )
 
 
@@ -94,12 +102,18 @@ def compile_all(*modules_globals: Mapping[str, object]) -> Statements:
     psycopg converts `%b` placeholders on every call of a text over 4 KiB (its conversion cache
     skips longer ones). Their parameters travel in the format psycopg picks (text for a list):
     only for statements without batch arrays.
+
+    Its `LAZY_COMMIT` names statements whose transaction commits without waiting for its WAL
+    flush (`synchronous_commit = off` for that transaction alone): only statements whose loss
+    in a crash the module's comment shows harmless.
     """
-    found: dict[str, tuple[Executable, bool, bool]] = {}
+    found: dict[str, tuple[Executable, bool, bool, bool]] = {}
     for module in modules_globals:
         generic = module.get("GENERIC_PLANS", frozenset())
         raw = module.get("RAW_TEXT", frozenset())
+        lazy = module.get("LAZY_COMMIT", frozenset())
         assert isinstance(generic, frozenset) and isinstance(raw, frozenset)
+        assert isinstance(lazy, frozenset)
         names: set[str] = set()
         for key, value in module.items():
             if (
@@ -107,11 +121,13 @@ def compile_all(*modules_globals: Mapping[str, object]) -> Statements:
                 and isinstance(value, sa.sql.ClauseElement)
                 and isinstance(value, Executable)
             ):
-                found[key] = (value, key in generic, key in raw)
+                found[key] = (value, key in generic, key in raw, key in lazy)
                 names.add(key)
-        if not (generic | raw) <= names:
-            unknown = sorted((generic | raw) - names)
-            raise RuntimeError(f"GENERIC_PLANS or RAW_TEXT names no statement: {unknown}")
+        if not (generic | raw | lazy) <= names:
+            unknown = sorted((generic | raw | lazy) - names)
+            raise RuntimeError(
+                f"GENERIC_PLANS, RAW_TEXT or LAZY_COMMIT names no statement: {unknown}"
+            )
     return Statements(found)
 
 
@@ -125,7 +141,7 @@ class Statements(Mapping[str, Sql]):
 
     __slots__ = ("_compiled", "_source")
 
-    def __init__(self, source: Mapping[str, tuple[Executable, bool, bool]]) -> None:
+    def __init__(self, source: Mapping[str, tuple[Executable, bool, bool, bool]]) -> None:
         self._source = dict(source)
         self._compiled: dict[str, Sql] = {}
 
@@ -133,8 +149,10 @@ class Statements(Mapping[str, Sql]):
         try:
             return self._compiled[name]
         except KeyError:
-            stmt, generic, raw = self._source[name]
-            sql = self._compiled[name] = compile_sql(name, stmt, generic_plan=generic, raw=raw)
+            stmt, generic, raw, lazy = self._source[name]
+            sql = self._compiled[name] = compile_sql(
+                name, stmt, generic_plan=generic, raw=raw, lazy_commit=lazy
+            )
             return sql
 
     def __contains__(self, name: object) -> bool:

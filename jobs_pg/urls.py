@@ -4,7 +4,7 @@
 
 Driver options may ride the URL's query and are removed before libpq sees it (libpq refuses
 parameters it does not know): `schema` (else env `JOBS_PG_SCHEMA`, else `ujobs`), `pool_size`,
-`wake` (`0`/`1`), `prepare` (`0`/`1`), `listen_url`.
+`wake` (`0`/`1`), `prepare` (`0`/`1`), `lazy_claim` (`0`/`1`), `listen_url`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 SCHEMES: Final = ("postgresql+psycopg", "postgresql", "postgres")
 #: Query parameters that are ours, not libpq's.
-DRIVER_OPTIONS: Final = ("schema", "pool_size", "wake", "prepare", "listen_url")
+DRIVER_OPTIONS: Final = ("schema", "pool_size", "wake", "prepare", "lazy_claim", "listen_url")
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -81,5 +81,6 @@ def from_url(url: str) -> PgDriver:
         pool_size=pool_size,
         wake=flag(opts.get("wake", "1"), "wake", url),
         prepare=flag(opts.get("prepare", "1"), "prepare", url),
+        lazy_claim=flag(opts.get("lazy_claim", "0"), "lazy_claim", url),
         listen_url=opts.get("listen_url"),
     )

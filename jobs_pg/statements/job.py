@@ -417,6 +417,16 @@ JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
 GENERIC_PLANS: Final = frozenset({"JOB_CLAIM"})
 # Over 4 KiB, and no batch arrays among its parameters (`sqltext.compile_all`).
 RAW_TEXT: Final = frozenset({"JOB_CLAIM"})
+# With the driver's `lazy_claim`, the claim commits without waiting for its WAL to reach the
+# disk (`synchronous_commit = off` for its own transaction): a job's pickup then waits for one
+# flush (its enqueue's), not two. What a crash can undo is only a claim nothing durable has
+# followed yet: WAL is flushed in order, so the first settle, heartbeat or step of the claim (all
+# fenced on it, all waiting for their flush) makes the claim durable too. An undone claim leaves
+# its job ready with its claim count as before, to be claimed again: its body, already started,
+# runs again (at-least-once, as after a worker crash). Off by default: a crash just after a claim
+# must not run a body twice (tests/pg/test_outage.py, "completed once" across an immediate
+# shutdown).
+LAZY_COMMIT: Final = frozenset({"JOB_CLAIM"})
 
 # -- JOB_CLAIM ----------------------------------------------------------------------------------
 # ONE statement: beat the registry (optional), bury lapsed final attempts, pick and lease.

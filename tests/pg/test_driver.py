@@ -327,9 +327,10 @@ def test_from_url_reads_driver_options_and_hides_them_from_libpq() -> None:
 
     d = from_url(
         "postgresql+psycopg://app:pw@127.0.0.1:5432/test?sslmode=disable&schema=s%20x"
-        "&pool_size=3&wake=0&prepare=0&listen_url=postgresql://l:lpw@h/db"
+        "&pool_size=3&wake=0&prepare=0&lazy_claim=1&listen_url=postgresql://l:lpw@h/db"
     )
     assert d.schema == "s x"
+    assert d._lazy_claim is True
     assert d.capabilities().wake is False
     assert d.listen_conninfo == "postgresql://l:lpw@h/db"
     assert d.describe() == (
@@ -438,6 +439,45 @@ def test_the_claims_settings_keep_the_server_from_compiling_it(pg_schema: str) -
         assert "JIT:" in plan(generic_only)  # the threshold reached: the server compiles it
         assert "JIT:" not in plan(GENERIC_PLAN_SETTINGS)
     assert "set_config('jit', 'off', true)" in GENERIC_PLAN_SETTINGS
+
+
+@pytest.mark.parametrize(("prepare", "lazy"), [(True, True), (False, True), (True, False)])
+async def test_a_lazy_claim_alone_commits_without_waiting_for_its_flush(
+    pg_schema: str, prepare: bool, lazy: bool
+) -> None:
+    """With `lazy_claim` the claim's transaction runs with `synchronous_commit = off`
+    (`LAZY_COMMIT`), prepared or not; without it (the default) the claim keeps the server's
+    setting. The enqueue before it and the ack after it, on the same session, keep it either
+    way. A trigger on `jobs` records the setting each write ran under."""
+    q = f'"{pg_schema}"'
+    with admin() as conn:
+        server = conn.execute("SHOW synchronous_commit").fetchone()
+        conn.execute(f"CREATE TABLE {q}.seen (n serial, what text, sync text)")
+        conn.execute(
+            f"CREATE FUNCTION {q}.note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" INSERT INTO {q}.seen (what, sync) VALUES"
+            " (TG_OP || ' ' || NEW.state, current_setting('synchronous_commit'));"
+            " RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER note AFTER INSERT OR UPDATE ON {q}.jobs"
+            f" FOR EACH ROW EXECUTE FUNCTION {q}.note()"
+        )
+    assert server == ("on",)
+    d = PgDriver(
+        PG_URL, schema=pg_schema, pool_size=1, wake=False, prepare=prepare, lazy_claim=lazy
+    )
+    try:
+        await d.job_enqueue(job(1))
+        claimed = (await d.job_claim(_claim())).jobs
+        assert [c.id for c in claimed] == ["id-1"]
+        assert await d.job_ack([Ack(claimed[0].fence, T0)]) == [True]
+    finally:
+        await d.close()
+    with admin() as conn:
+        seen = conn.execute(f"SELECT what, sync FROM {q}.seen ORDER BY n").fetchall()
+    claim = "off" if lazy else "on"
+    assert seen == [("INSERT ready", "on"), ("UPDATE running", claim), ("UPDATE completed", "on")]
 
 
 async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> None:

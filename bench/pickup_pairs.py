@@ -1,0 +1,149 @@
+"""Pickup alone, paired: `python -m bench.pickup_pairs --rounds 3 ours:c10 ours:lazy oban:q10`.
+
+The harness's latency and stream phases (`bench.harness.SystemRun.latency` / `.stream`: an idle
+worker fed 50 jobs/s, then 200 jobs/s; pickup = the producer's stamp to the body's start) and
+nothing else (no enqueue, bulk or drain phase), for the variants named, in rounds whose order
+rotates by one, on a throwaway Postgres (fsync on) or `--pg-url`'s. Each round also reads the
+worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with the driver's
+`lazy_claim=1` (off by default, see docs/pg.md "Durability"). Writes
+bench/results/pickup-<stamp>.json and prints each round's figures and ours ÷ each peer per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.harness import FULL, IDLE_SECONDS, RESULTS, SystemRun
+from bench.pg_server import postmaster_pid, throwaway_server
+from bench.stores import PgServer
+from bench.systems import SYSTEMS, System, Variant
+from jobs_pg.urls import libpq_url
+
+LAZY = Variant(
+    "lazy",
+    "concurrency 10, lazy claim",
+    args=("--concurrency", "10", "--driver", "{url}&lazy_claim=1"),
+    passed="`--concurrency 10 --driver <url>&lazy_claim=1`",
+)
+
+
+class _PickupRun(SystemRun):
+    """The harness's pickup phases, also reading the worker's CPU over the jobs sent."""
+
+    cpu_us_per_job = 0.0
+
+    def _pickups(self, variant: Variant, phase: str, rate: float, seconds: float) -> list[float]:
+        side_file = self.raw / f"{self._name(variant, phase)}.txt"
+        with (
+            self._store() as target,
+            self._worker(target, variant, phase, side_file) as worker,
+        ):
+            self._client(target, "enqueue", 1)
+            self._wait(target, worker, 2, lambda p: p.unfinished == 0)
+            time.sleep(IDLE_SECONDS)
+            cpu = worker.cpu()
+            sent = self._client(target, "latency", rate, seconds)["jobs"]
+            self._wait(target, worker, 2 + sent, lambda p: p.unfinished == 0)
+            self.cpu_us_per_job = (worker.cpu() - cpu) / sent * 1e6
+        pairs = [line.split() for line in side_file.read_text().splitlines()]
+        return [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
+
+
+def _variant(key: str) -> tuple[System, Variant]:
+    systems = {s.name: s for s in SYSTEMS["pg"]}
+    name, _, variant = key.partition(":")
+    system = systems[name]
+    return system, (LAZY if (name, variant) == ("ours", "lazy") else system.variant(variant))
+
+
+@contextmanager
+def _server(pg_url: str | None) -> Iterator[PgServer]:
+    if pg_url:
+        yield PgServer(libpq_url(pg_url))
+        return
+    with throwaway_server(fsync=True) as pg:
+        yield PgServer(libpq_url(pg.url), postmaster_pid(pg))
+
+
+FIGURES = ("p50_ms", "p95_ms", "stream_p50_ms", "stream_p95_ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.pickup_pairs")
+    parser.add_argument("variants", nargs="+", help="system:variant, ours first")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=FULL.latency_seconds)
+    parser.add_argument("--pg-url")
+    args = parser.parse_args()
+    config = replace(FULL, latency_seconds=args.seconds)
+    chosen = [_variant(k) for k in args.variants]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    raw = RESULTS / "raw" / f"pickup-{stamp}"
+    raw.mkdir(parents=True)
+    rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
+    with _server(args.pg_url) as server:
+        for r in range(1, args.rounds + 1):
+            shift = (r - 1) % len(chosen)
+            for system, variant in chosen[shift:] + chosen[:shift]:
+                run = _PickupRun(system, server, config, raw, r)
+                row: dict[str, Any] = {"round": r, "row": system.key(variant)}
+                row.update(run.latency(variant))
+                row["cpu_us_per_job_idle"] = run.cpu_us_per_job
+                row.update(run.stream(variant))
+                row["cpu_us_per_job_stream"] = run.cpu_us_per_job
+                rows.append(row)
+                print(
+                    json.dumps(
+                        {k: v if isinstance(v, str | int) else round(v, 3) for k, v in row.items()}
+                    ),
+                    flush=True,
+                )
+    keys = [s.key(v) for s, v in chosen]
+    ratios: dict[str, dict[str, list[float]]] = {}
+    for num in (k for k in keys if k.startswith("ours:")):
+        for den in (k for k in keys if not k.startswith("ours:")):
+            per = ratios.setdefault(f"{num} / {den}", {f: [] for f in FIGURES})
+            for r in range(1, args.rounds + 1):
+                a = next(x for x in rows if x["round"] == r and x["row"] == num)
+                b = next(x for x in rows if x["round"] == r and x["row"] == den)
+                for f in FIGURES:
+                    per[f].append(a[f] / b[f])
+    print("\nours ÷ peer per round (above 1: ours slower); median")
+    for pair, per in ratios.items():
+        cells = "  ".join(
+            f"{f} {statistics.median(v):.2f} ({' '.join(f'{x:.2f}' for x in v)})"
+            for f, v in per.items()
+        )
+        print(f"{pair}: {cells}")
+    out = RESULTS / f"pickup-{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "command": "python -m bench.pickup_pairs --rounds "
+                + f"{args.rounds} --seconds {args.seconds:g} "
+                + " ".join(args.variants),
+                "config": {"latency_rate": config.latency_rate, "stream_rate": config.stream_rate},
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "rows": rows,
+                "ratios": ratios,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"(results: {out.relative_to(RESULTS.parent.parent)})")
+
+
+if __name__ == "__main__":
+    main()

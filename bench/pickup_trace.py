@@ -1,0 +1,269 @@
+"""Where our pickup time goes: `python -m bench.pickup_trace --pg-url URL [--rate 200]`.
+
+One `ujobs worker` process (concurrency 10, as the harness's c10) on a fresh schema, fed at a
+steady rate the way the harness's stream phase feeds it (each job stamped with its enqueue wall
+time just before the call). The worker is instrumented in-process: the wall time of each wake
+NOTIFY it receives, each claim sent and answered (with the jobs it took), and each body's start;
+the producer records each enqueue's return. Each job's pickup is then split into:
+
+- enqueue: the stamp to the enqueue call's return (round trip, commit; the NOTIFY leaves at commit)
+- to claim: the enqueue's return to the claim that took it being sent (the NOTIFY crossing, the
+  worker's reaction, or a wait behind the previous claim)
+- claim: that claim's round trip
+- to body: the claim's answer to the body's start (admission, task start)
+
+Medians and p95 of each part print; nothing is written to the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.systems import OURS_PYTHON, ROOT
+
+TRACE_ENV = "BENCH_TRACE_FILE"
+
+
+def _install_probes(trace: Path) -> None:
+    """Wrap the wake's delivery, the claim and the body start of this (worker) process."""
+    from jobs_pg.driver import PgDriver
+    from jobs_pg.wake import PgWakeSubscription
+
+    out = trace.open("a", buffering=1)
+
+    deliver = PgWakeSubscription._deliver
+
+    def traced_deliver(self: PgWakeSubscription, payload: str) -> None:
+        out.write(json.dumps({"ev": "notify", "t": time.time(), "cpu": time.thread_time()}) + "\n")
+        deliver(self, payload)
+
+    PgWakeSubscription._deliver = traced_deliver  # type: ignore[method-assign]
+
+    claim = PgDriver._job_claim
+
+    async def traced_claim(self: PgDriver, params: Any) -> Any:
+        sent, sent_cpu = time.time(), time.thread_time()
+        result = await claim(self, params)
+        answered, answered_cpu = time.time(), time.thread_time()
+        keys = [json.loads(j.input_json).get("k") for j in result.jobs]
+        out.write(
+            json.dumps(
+                {
+                    "ev": "claim",
+                    "sent": sent,
+                    "answered": answered,
+                    "sent_cpu": sent_cpu,
+                    "answered_cpu": answered_cpu,
+                    "limit": params.limit,
+                    "k": keys,
+                }
+            )
+            + "\n"
+        )
+        return result
+
+    PgDriver._job_claim = traced_claim  # type: ignore[method-assign]
+
+    import bench.peers.ours_peer as peer
+
+    record = peer.record_start
+
+    def traced_start(inp: dict[str, Any]) -> None:
+        cpu = time.thread_time()
+        record(inp)
+        if "t" in inp:
+            out.write(json.dumps({"ev": "body", "k": inp["k"], "cpu": cpu}) + "\n")
+
+    peer.record_start = traced_start
+
+
+def worker_main(argv: list[str]) -> None:
+    """The worker, instrumented: `ujobs worker ARGV...`."""
+    _install_probes(Path(os.environ[TRACE_ENV]))
+    from jobs_core.cli import main
+
+    sys.argv = ["ujobs", "worker", *argv]
+    main()
+
+
+async def _produce(url: str, rate: float, seconds: float, tag: str) -> list[str]:
+    """Enqueue at `rate` for `seconds`, as the harness's client does: one line a job."""
+    from bench.peers.ours_peer import _Client
+    from jobs_core.urls import driver_from_url
+
+    lines = []
+    async with driver_from_url(url) as driver:
+        client = _Client(driver)
+        started = time.perf_counter()
+        for i in range(round(rate * seconds)):
+            delay = started + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            before = driver._spent_slots.get("default")  # type: ignore[attr-defined]
+            inp = {"k": f"{tag}-{i}", "t": time.time()}
+            await client.enqueue(inp)
+            # A new slot recorded: this enqueue notified (else it went out quiet).
+            woke = int(driver._spent_slots.get("default") != before)  # type: ignore[attr-defined]
+            lines.append(f"{inp['k']} {inp['t']} {time.time()} {woke}\n")
+    return lines
+
+
+async def _warm(url: str, tag: str) -> None:
+    from bench.peers.ours_peer import _Client
+    from jobs_core.urls import driver_from_url
+
+    async with driver_from_url(url) as driver:
+        await _Client(driver).enqueue({"k": f"{tag}-warm"})
+
+
+def _cut(xs: list[float]) -> str:
+    if len(xs) < 2:
+        return "n/a"
+    q = statistics.quantiles(xs, n=100, method="inclusive")
+    return f"p50 {q[49]:6.2f}  p95 {q[94]:6.2f}  mean {statistics.fmean(xs):6.2f}"
+
+
+def analyse(trace: Path, produced: Path, starts: Path) -> dict[str, Any]:
+    stamp: dict[str, tuple[float, float]] = {}
+    woke: dict[str, bool] = {}
+    for line in produced.read_text().splitlines():
+        k, t0, t1, w = line.split()
+        stamp[k] = (float(t0), float(t1))
+        woke[k] = w == "1"
+    started: dict[float, float] = {}
+    for line in starts.read_text().splitlines():
+        t0, s = line.split()
+        started[float(t0)] = float(s)
+    notifies: list[float] = []
+    notify_cpu: list[float] = []
+    body_cpu: dict[str, float] = {}
+    claim_of: dict[str, dict[str, Any]] = {}
+    claims: list[dict[str, Any]] = []
+    for line in trace.read_text().splitlines():
+        ev = json.loads(line)
+        if ev["ev"] == "notify":
+            notifies.append(ev["t"])
+            notify_cpu.append(ev["cpu"])
+        elif ev["ev"] == "body":
+            body_cpu[ev["k"]] = ev["cpu"]
+        else:
+            claims.append(ev)
+            for k in ev["k"]:
+                claim_of[k] = ev
+    parts: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "pickup",
+            "pickup_woke",
+            "pickup_quiet",
+            "enqueue",
+            "to_claim",
+            "to_claim_woke",
+            "to_claim_quiet",
+            "claim",
+            "to_body",
+            "notified_after",
+            "cpu_answer_to_body",
+            "cpu_notify_to_send",
+            "cpu_in_claim",
+        )
+    }
+    per_claim = [len(c["k"]) for c in claims]
+    notifies.sort()
+    import bisect
+
+    for k, (t0, t1) in stamp.items():
+        c = claim_of.get(k)
+        s = started.get(t0)
+        if c is None or s is None:
+            continue
+        parts["pickup"].append((s - t0) * 1000)
+        parts["enqueue"].append((t1 - t0) * 1000)
+        parts["to_claim"].append((c["sent"] - t1) * 1000)
+        how = "woke" if woke[k] else "quiet"
+        parts["pickup_" + how].append((s - t0) * 1000)
+        parts["to_claim_" + how].append((c["sent"] - t1) * 1000)
+        parts["claim"].append((c["answered"] - c["sent"]) * 1000)
+        parts["to_body"].append((s - c["answered"]) * 1000)
+        if k in body_cpu:
+            parts["cpu_answer_to_body"].append((body_cpu[k] - c["answered_cpu"]) * 1000)
+        parts["cpu_in_claim"].append((c["answered_cpu"] - c["sent_cpu"]) * 1000)
+        j = bisect.bisect_left(notifies, c["sent"]) - 1
+        if j >= 0 and notifies[j] >= t0:
+            parts["cpu_notify_to_send"].append((c["sent_cpu"] - notify_cpu[j]) * 1000)
+        i = bisect.bisect_left(notifies, t0)
+        if i < len(notifies):
+            parts["notified_after"].append((notifies[i] - t1) * 1000)
+    for name, xs in parts.items():
+        print(f"{name:>15}: {_cut(xs)}")
+    print(
+        f"{'claims':>15}: {len(claims)} ({sum(1 for n in per_claim if n == 0)} empty),"
+        f" jobs per non-empty claim {statistics.fmean([n for n in per_claim if n] or [0]):.2f},"
+        f" notifies {len(notifies)}"
+    )
+    return {name: statistics.median(xs) for name, xs in parts.items() if xs}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(prog="python -m bench.pickup_trace")
+    parser.add_argument("--pg-url", required=True)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=10)
+    args = parser.parse_args()
+
+    schema = f"trace_{uuid.uuid4().hex[:8]}"
+    url = f"{args.pg_url}?schema={schema}"
+    from jobs_pg import migrate
+
+    migrate.upgrade(args.pg_url, schema)
+    tmp = Path(tempfile.mkdtemp(prefix="pickup-trace-"))
+    trace, produced, starts = tmp / "trace.jsonl", tmp / "produced.txt", tmp / "starts.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        TRACE_ENV: str(trace),
+        "BENCH_LATENCY_FILE": str(starts),
+    }
+    argv = [str(OURS_PYTHON), "-m", "bench.pickup_trace", "worker", "bench.peers.ours_peer"]
+    argv += ["--driver", url, "--quiet", "--concurrency", str(args.concurrency)]
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        tag = uuid.uuid4().hex[:8]
+        asyncio.run(_warm(url, tag))
+        # The worker is up once it took the warm-up job; then it idles a second, as in the harness.
+        while f"{tag}-warm" not in (trace.read_text() if trace.exists() else ""):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        produced.write_text("".join(asyncio.run(_produce(url, args.rate, args.seconds, tag))))
+        time.sleep(1.0)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    analyse(trace, produced, starts)
+    import sqlalchemy as sa
+
+    from jobs_pg.urls import split_options
+
+    eng = sa.create_engine(split_options(args.pg_url)[0])
+    with eng.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    eng.dispose()
+
+
+if __name__ == "__main__":
+    main()

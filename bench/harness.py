@@ -326,10 +326,11 @@ def _run_text(argv: list[str]) -> str:
 
 
 def _frozen(python: Path) -> list[str]:
-    """`pip freeze` of an interpreter's environment; our editable install is named by the
-    repository (`.`), not by where this checkout sits on the machine."""
+    """`pip freeze` of an interpreter's environment; an editable install is named by its
+    repository (`.`), not by where a checkout sits on the machine (a worktree's venv can point
+    at another checkout than this one)."""
     lines = _run_text([str(python), "-m", "pip", "freeze", "--all"]).split()
-    return ["." if line == str(ROOT) else line for line in lines]
+    return ["." if line.startswith("/") and Path(line).is_dir() else line for line in lines]
 
 
 def machine(server: PgServer | RedisServer, systems: list[System]) -> dict[str, Any]:

@@ -22,27 +22,62 @@
 --!include attempts.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
+local n = #ARGV / 2
+-- The rows are read, and the landed ones written, a whole call's items per command (HMGET,
+-- variadic HSET / ZREM / ZADD / HDEL), not one command per item and key: per-command overhead
+-- inside a script was most of an ack's server CPU. Items still apply in order: an id seen
+-- landing earlier in the call holds "completed" now, so its later items miss.
+local ids = {}
+for i = 1, n do
+  ids[i] = ARGV[2 * i - 1]
+end
+local raws = {}
+for i = 1, n, 1000 do
+  local got = redis.call("HMGET", KEYS[1], unpack(ids, i, math.min(i + 999, n)))
+  for j = 1, #got do
+    raws[i + j - 1] = got[j]
+  end
+end
 local out = {}
-for i = 1, #ARGV / 2 do
-  local id = ARGV[2 * i - 1]
-  local t, rest = held_item(KEYS[1], id, ARGV[2 * i])
+local landed = {}
+local ends = {}
+local states, finished, live, results, cleared, progress = {}, {}, {}, {}, {}, {}
+local leases = {}
+for i = 1, n do
+  local id = ids[i]
+  local raw = raws[i]
+  if landed[id] then
+    raw = false
+  end
+  local t, rest = held_row(raw, ARGV[2 * i])
   if t then
-    attempt_end(id, t, rest[1], '"outcome":"completed"')
+    landed[id] = true
+    ends[#ends + 1] = { id, t, rest[1], '"outcome":"completed"' }
     local flags = flow_flags(t)
     t[1] = "completed"
     t[5] = ""
     t[7] = rest[1]
-    redis.call("HSET", KEYS[1], id, join(t))
-    redis.call("ZREM", KEYS[4 + tonumber(rest[2])], id)
-    redis.call("ZADD", KEYS[FIN], rest[1], id)
-    redis.call("HDEL", KEYS[2], ns_of(t))
+    states[#states + 1] = id
+    states[#states + 1] = join(t)
+    local lk = KEYS[4 + tonumber(rest[2])]
+    local l = leases[lk]
+    if not l then
+      l = {}
+      leases[lk] = l
+    end
+    l[#l + 1] = id
+    finished[#finished + 1] = rest[1]
+    finished[#finished + 1] = id
+    live[#live + 1] = ns_of(t)
     if rest[3] ~= "" then
-      redis.call("HSET", KEYS[3], id, rest[3])
+      results[#results + 1] = id
+      results[#results + 1] = rest[3]
     else
-      redis.call("HDEL", KEYS[3], id)
+      cleared[#cleared + 1] = id
     end
     if rest[4] ~= "" then
-      redis.call("HSET", KEYS[4], id, rest[4])
+      progress[#progress + 1] = id
+      progress[#progress + 1] = rest[4]
     end
     -- accounting
     count_settle(t, rest[1], "completed")
@@ -53,5 +88,22 @@ for i = 1, #ARGV / 2 do
     out[i] = "0"
   end
 end
+-- The history reads each row's claim before its row is written (attempts.lua's rule).
+attempt_end_many(ends)
+-- unpack's arguments live on Lua's C stack, which holds a few thousand: slices of 1,000.
+local function each(cmd, key, args, step)
+  for i = 1, #args, step do
+    redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
+  end
+end
+each("HSET", KEYS[1], states, 1000)
+for lk, l in pairs(leases) do
+  each("ZREM", lk, l, 1000)
+end
+each("ZADD", KEYS[FIN], finished, 1000)
+each("HDEL", KEYS[2], live, 1000)
+each("HSET", KEYS[3], results, 1000)
+each("HDEL", KEYS[3], cleared, 1000)
+each("HSET", KEYS[4], progress, 1000)
 acc_close()
 return table.concat(out)

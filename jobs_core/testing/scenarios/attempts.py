@@ -113,6 +113,40 @@ async def scenario_attempt_history_endings(driver: JobDriver) -> None:
     ], kept
 
 
+async def scenario_attempt_history_one_ack_call(driver: JobDriver) -> None:
+    """One ack call over rows of two queues applies its items in order: a second ack of the
+    same fence misses (the first's result stays), a stale fence misses, and each landed row
+    gets its result or progress and one `completed` entry after the history it had."""
+    await driver.job_enqueue(new_job("a", queue="q1"))
+    await driver.job_enqueue(new_job("b", queue="q2"))
+    await driver.job_enqueue(new_job("c", queue="q1"))
+    first = await claim_one(driver, T0, "q1", worker="w1", limit=1)
+    assert first.id == "a", first
+    nack = Nack(first.fence, NackKind.RETRY, T0 + 1, run_at_ms=T0 + 1, error="e1")
+    assert await driver.job_nack([nack]) == [True]
+    jobs, buried = await claim(driver, T0 + 2, "q1", "q2", worker="w2")
+    assert sorted(j.id for j in jobs) == ["a", "b", "c"] and buried == [], (jobs, buried)
+    held = {j.id: j.fence for j in jobs}
+    acks = [
+        Ack(held["a"], T0 + 3, '"ra"'),
+        Ack(held["a"], T0 + 4, '"again"'),
+        Ack(first.fence, T0 + 3, '"stale"'),
+        Ack(held["b"], T0 + 3, None, "[1]"),
+        Ack(held["c"], T0 + 5),
+    ]
+    assert await driver.job_ack(acks) == [True, False, False, True, True]
+    a, b, c = [await row(driver, i) for i in "abc"]
+    assert a.result_json is not None and json.loads(a.result_json) == "ra", a.result_json
+    assert b.progress_json is not None and json.loads(b.progress_json) == [1], b.progress_json
+    assert (a.finished_at_ms, b.finished_at_ms, c.finished_at_ms) == (T0 + 3, T0 + 3, T0 + 5)
+    assert a.attempts == (
+        AttemptRecord(1, 1, "w1", T0, T0 + 1, _O.RETRIED, None, "e1"),
+        AttemptRecord(2, 2, "w2", T0 + 2, T0 + 3, _O.COMPLETED),
+    ), a.attempts
+    assert b.attempts == (AttemptRecord(1, 1, "w2", T0 + 2, T0 + 3, _O.COMPLETED),), b.attempts
+    assert c.attempts == (AttemptRecord(1, 1, "w2", T0 + 2, T0 + 5, _O.COMPLETED),), c.attempts
+
+
 #: Errors no store may keep as they are, each as a settle may carry it: JSON escapes that spell
 #: a lone surrogate and a NUL, a traceback far past the bound, markup, JSON nested past any
 #: parser's depth, and text that only looks like JSON.
@@ -147,5 +181,6 @@ ATTEMPT_SCENARIOS: dict[str, Scenario] = {
         scenario_attempt_history_three_failures,
         scenario_attempt_history_endings,
         scenario_attempt_history_hostile_errors,
+        scenario_attempt_history_one_ack_call,
     )
 }

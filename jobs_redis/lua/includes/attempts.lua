@@ -1,6 +1,7 @@
 -- includes/attempts.lua — the attempt history (jobs_core.attempts; inlined by the loader after
--- row.lua, never run alone). Every write that ends a claim calls `attempt_end` once, before it
--- changes the row's attempt, claims or worker fields, in the same script (no round-trip).
+-- row.lua, never run alone). Every write that ends a claim calls `attempt_end` (a batch:
+-- `attempt_end_many`) once, before it changes the row's attempt, claims or worker fields, in the
+-- same script (no round-trip).
 --
 -- Keys (hash tag `{p}` shared with every other key; jobs_redis.keys.Keys), declared in KEYS
 -- anywhere and found by their exact names, as includes/durable.lua finds its own:
@@ -30,14 +31,13 @@ local function attempt_keys()
   return AK
 end
 
--- Row `id` (its split fields `t`, as the ended claim held it) ended its claim at `now`; `tail`
--- is the entry's JSON members after settled_at (`"outcome":"…"` and the error's, from Python).
-local function attempt_end(id, t, now, tail)
-  local k = attempt_keys()
-  local at = redis.call("HGET", k.claimed, id) or now
+-- The history of a row after its claim (fields `t`, as the ended claim held it; claimed at
+-- `at`) ended at `now`: `old` (nil: none) with its oldest entry dropped at ATTEMPT_HISTORY, then
+-- the new entry; `tail` is the entry's JSON members after settled_at (`"outcome":"…"` and the
+-- error's, from Python).
+local function attempt_history(t, at, now, tail, old)
   local entry = '{"attempt":' .. t[4] .. ',"claims":' .. t[2] .. ',"worker":' .. cjson.encode(t[3])
     .. ',"claimed_at":' .. at .. ',"settled_at":' .. now .. ',' .. tail .. '}'
-  local old = redis.call("HGET", k.attempts, id)
   if old then
     local n, i = 1, 1
     while true do
@@ -56,12 +56,48 @@ local function attempt_end(id, t, now, tail)
       entry = old .. "\n" .. entry
     end
   end
-  redis.call("HSET", k.attempts, id, entry)
+  return entry
 end
 
--- A claim of row `id` at `now`: its claim time.
-local function attempt_claimed(id, now)
-  redis.call("HSET", attempt_keys().claimed, id, now)
+-- Row `id` (its split fields `t`) ended its claim at `now` (see attempt_history).
+local function attempt_end(id, t, now, tail)
+  local k = attempt_keys()
+  local at = redis.call("HGET", k.claimed, id) or now
+  redis.call("HSET", k.attempts, id, attempt_history(t, at, now, tail, redis.call("HGET", k.attempts, id)))
+end
+
+-- `attempt_end` for many rows at once (a batch of acks): two HMGETs and one HSET, not three
+-- commands a row. `ends` holds { id, t, now, tail } per row, ids distinct.
+local function attempt_end_many(ends)
+  if #ends == 0 then
+    return
+  end
+  local k = attempt_keys()
+  local ids = {}
+  for i, e in ipairs(ends) do
+    ids[i] = e[1]
+  end
+  local ats = redis.call("HMGET", k.claimed, unpack(ids))
+  local olds = redis.call("HMGET", k.attempts, unpack(ids))
+  local args = {}
+  for i, e in ipairs(ends) do
+    args[2 * i - 1] = e[1]
+    args[2 * i] = attempt_history(e[2], ats[i] or e[3], e[3], e[4], olds[i] or nil)
+  end
+  redis.call("HSET", k.attempts, unpack(args))
+end
+
+-- A claim of rows `ids` at `now`: their claim time (one HSET a thousand rows).
+local function attempt_claimed(ids, now)
+  local key = attempt_keys().claimed
+  for i = 1, #ids, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #ids) do
+      args[#args + 1] = ids[j]
+      args[#args + 1] = now
+    end
+    redis.call("HSET", key, unpack(args))
+  end
 end
 
 -- Rows deleted (purged, removed): their history goes with them.

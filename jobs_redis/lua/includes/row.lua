@@ -102,11 +102,11 @@ local function is_live(state)
 end
 
 -- A settle item travels as two ARGV: the id, and `meta` = claims NUL worker NUL the rest.
--- Answers the row's fields while that fence holds (else nil), and the rest of `meta` split.
-local function held_item(state_key, id, meta)
+-- Answers the fields of `raw` (the row as read; false or nil: none) while that fence holds
+-- (else nil), and the rest of `meta` split.
+local function held_row(raw, meta)
   local j = string.find(meta, Z, string.find(meta, Z, 1, true) + 1, true)
   local rest = split(string.sub(meta, j + 1))
-  local raw = redis.call("HGET", state_key, id)
   if not raw then
     return nil, rest
   end
@@ -115,4 +115,9 @@ local function held_item(state_key, id, meta)
     return nil, rest
   end
   return split(raw), rest
+end
+
+-- The same for row `id`, read from `state_key`.
+local function held_item(state_key, id, meta)
+  return held_row(redis.call("HGET", state_key, id), meta)
 end

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import contextvars
 import datetime as dt
+import inspect
 import logging
 import threading
 import time
@@ -368,7 +369,7 @@ def build_record(
     time is at most one of `run_at_ms` / `run_at` (an aware `datetime`) / `delay_ms` /
     `delay` (a `timedelta`, not negative); none means now. The options are `build_records`'.
     """
-    return _Batch(handle, clock, **options).record(input, id, run_id)
+    return _batch(handle, clock, options).record(input, id, run_id)
 
 
 def build_records(
@@ -382,10 +383,23 @@ def build_records(
     """The rows of one batch, one per input (`build_record` for each, with the id of `ids` at
     its position): what is the batch's in truth — the options, the tenant, the time — is
     resolved and refused once, so a refusal still comes before any write."""
-    batch = _Batch(handle, clock, **options)
+    batch = _batch(handle, clock, options)
     if ids is None:
         return [batch.record(i, None, None) for i in inputs]
     return [batch.record(i, job_id, None) for i, job_id in zip(inputs, ids, strict=True)]
+
+
+def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:
+    """`_Batch` of `options`; a name no enqueue takes is `X_JOB_OPTION_INVALID` (a typo such as
+    `delay_s=` would otherwise be a bare TypeError, or worse, ignored by a wrapper)."""
+    if not options.keys() <= _BATCH_OPTIONS:
+        unknown = sorted(options.keys() - _BATCH_OPTIONS)
+        raise OptionInvalidError(
+            f"no enqueue option is named {', '.join(map(repr, unknown))}; the options are "
+            f"{', '.join(sorted(_BATCH_OPTIONS))}",
+            detail=unknown[0][:200],
+        )
+    return _Batch(handle, clock, **options)
 
 
 class _Batch:
@@ -481,6 +495,14 @@ class _Batch:
             batch_id=self.batch_id,
             acts_for=acts_for,
         )
+
+
+#: What an enqueue may be given beside its input (`build_records`).
+_BATCH_OPTIONS: Final = frozenset(inspect.signature(_Batch.__init__).parameters) - {
+    "self",
+    "handle",
+    "clock",
+}
 
 
 def _json_form(value: Any, text: str) -> Any:

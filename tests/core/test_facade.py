@@ -185,6 +185,20 @@ async def test_run_time_options_are_refused_before_any_write(
     assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
 
 
+@pytest.mark.parametrize("many", [False, True])
+async def test_an_option_no_enqueue_takes_is_refused_by_name_before_any_write(many: bool) -> None:
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    with pytest.raises(JobsError) as info:
+        if many:
+            await jobs.enqueue_many(make_handle(), [{"n": 1}], delay_s=5, zz=1)
+        else:
+            await jobs.enqueue(make_handle(), {"n": 1}, delay_s=5)
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", "delay_s")
+    assert "'delay_s'" in str(info.value) and "delay_ms" in str(info.value)
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
 async def test_enqueue_many_takes_one_id_per_input_so_a_retry_inserts_once() -> None:
     driver = MemoryDriver()
     jobs = Jobs(driver)

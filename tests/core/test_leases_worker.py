@@ -806,12 +806,16 @@ async def test_a_lost_lock_is_raised_even_when_the_block_swallows_its_cancel(
     await asyncio.sleep(0)  # a later await is not cancelled
 
 
-async def test_with_lock_needs_only_a_driver_outside_any_client() -> None:
+async def test_with_lock_needs_only_a_driver_outside_any_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`driver=` alone is enough where no client is configured (the system's clock); with
     neither, the refusal names both ways out."""
     from jobs_core import facade
 
-    assert facade.current_client() is None, "a test left a configured client behind"
+    # Another test of this process may have configured a client: none here.
+    monkeypatch.setattr(facade, "_default", None)
+    assert facade.current_client() is None
     driver = MemoryDriver()
     async with with_lock("solo", driver=driver) as held:
         holders = await driver.lease_holders("lock:solo", int(time.time() * 1000))

@@ -130,6 +130,8 @@ class SystemRun:
         self.config = config
         self.raw = raw
         self.run = run
+        #: The worker's CPU per job sent over the last pickup phase, µs (bench/pickup_pairs.py).
+        self.cpu_us_per_job = 0.0
 
     def _url(self, target: Target) -> str:
         return target.url + self.system.url_options
@@ -291,8 +293,10 @@ class SystemRun:
             self._client(target, "enqueue", 1)
             self._wait(target, worker, 2, lambda p: p.unfinished == 0)
             time.sleep(IDLE_SECONDS)
+            cpu = worker.cpu()
             sent = self._client(target, "latency", rate, seconds)["jobs"]
             self._wait(target, worker, 2 + sent, lambda p: p.unfinished == 0)
+            self.cpu_us_per_job = (worker.cpu() - cpu) / sent * 1e6
         pairs = [line.split() for line in side_file.read_text().splitlines()]
         if len(pairs) != sent:
             raise BenchError(f"{self.system.name}: {sent} {phase} jobs sent, {len(pairs)} seen")

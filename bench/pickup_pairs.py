@@ -15,14 +15,13 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.harness import FULL, IDLE_SECONDS, RESULTS, SystemRun
+from bench.harness import FULL, RESULTS, SystemRun
 from bench.pg_server import postmaster_pid, throwaway_server
 from bench.stores import PgServer
 from bench.systems import SYSTEMS, System, Variant
@@ -34,28 +33,6 @@ LAZY = Variant(
     args=("--concurrency", "10", "--driver", "{url}&lazy_claim=1"),
     passed="`--concurrency 10 --driver <url>&lazy_claim=1`",
 )
-
-
-class _PickupRun(SystemRun):
-    """The harness's pickup phases, also reading the worker's CPU over the jobs sent."""
-
-    cpu_us_per_job = 0.0
-
-    def _pickups(self, variant: Variant, phase: str, rate: float, seconds: float) -> list[float]:
-        side_file = self.raw / f"{self._name(variant, phase)}.txt"
-        with (
-            self._store() as target,
-            self._worker(target, variant, phase, side_file) as worker,
-        ):
-            self._client(target, "enqueue", 1)
-            self._wait(target, worker, 2, lambda p: p.unfinished == 0)
-            time.sleep(IDLE_SECONDS)
-            cpu = worker.cpu()
-            sent = self._client(target, "latency", rate, seconds)["jobs"]
-            self._wait(target, worker, 2 + sent, lambda p: p.unfinished == 0)
-            self.cpu_us_per_job = (worker.cpu() - cpu) / sent * 1e6
-        pairs = [line.split() for line in side_file.read_text().splitlines()]
-        return [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
 
 
 def _variant(key: str) -> tuple[System, Variant]:
@@ -95,7 +72,7 @@ def main() -> None:
         for r in range(1, args.rounds + 1):
             shift = (r - 1) % len(chosen)
             for system, variant in chosen[shift:] + chosen[:shift]:
-                run = _PickupRun(system, server, config, raw, r)
+                run = SystemRun(system, server, config, raw, r)
                 row: dict[str, Any] = {"round": r, "row": system.key(variant)}
                 row.update(run.latency(variant))
                 row["cpu_us_per_job_idle"] = run.cpu_us_per_job

@@ -18,10 +18,8 @@ import datetime as dt
 import importlib
 import json
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, ClassVar
@@ -45,6 +43,7 @@ from jobs_core.tenant import acting_for
 from jobs_core.testing import ujobs_for
 from tests.pg.conftest import PG_URL, drop_schema, fresh_driver, fresh_schema
 from tests.test_readme_examples import FENCE, Block, run_block
+from tests.webhooks.support import recording_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "docs/factories.md"
@@ -334,29 +333,8 @@ SECRET = "whsec_" + base64.b64encode(b"docs-factories-secret-32-bytes!!").decode
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
     """A real HTTP server on a spare loopback port, answering 200 and keeping each POST."""
-    got: list[tuple[dict[str, str], bytes]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            n = int(self.headers.get("content-length", "0"))
-            got.append(({k.lower(): v for k, v in self.headers.items()}, self.rfile.read(n)))
-            self.send_response(200)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/in", got
-    finally:
-        server.shutdown()  # serve_forever polls every 0.05 s
-        server.server_close()
-        thread.join()
+    with recording_endpoint() as endpoint:
+        yield endpoint
 
 
 async def test_the_sender_example_delivers_one_signed_event_to_the_orgs_endpoint(

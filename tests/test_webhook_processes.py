@@ -12,7 +12,6 @@ import base64
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from jobs_core.states import JobState
 from jobs_core.tenant import acting_for
 from jobs_core.urls import driver_from_url
 from tests.core.support import ledger_worker, reaping, until
+from tests.webhooks.support import recording_endpoint
 
 SECRET = "whsec_" + base64.b64encode(b"process-secret-0123456789").decode()
 APP = f"""
@@ -51,32 +51,9 @@ def test_a_worker_killed_mid_request_resends_the_same_event(
     store_url: str, tmp_path: Path, started: list[Any]
 ) -> None:
     (tmp_path / "webhookapp.py").write_text(APP, encoding="utf-8")
-    got: list[tuple[dict[str, str], bytes]] = []
-    release = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            n = int(self.headers.get("content-length", "0"))
-            got.append(({k.lower(): v for k, v in self.headers.items()}, self.rfile.read(n)))
-            if len(got) == 1:
-                release.wait(30)  # the first request is held until its worker is killed
-            self.send_response(200)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/in"
-    try:
+    release = threading.Event()  # the first request is held until its worker is killed
+    with recording_endpoint(hold_first=release) as (url, got):
         asyncio.run(_run(store_url, tmp_path, url, got, started))
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
     (first, body1), (second, body2) = got
     assert first["webhook-id"] == second["webhook-id"] == "msg_1"
     assert body1 == body2

@@ -10,8 +10,11 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook
@@ -35,6 +38,42 @@ STRIPE_SECRET = "whsec_stripe_test_secret"
 MARKER = "SECRET-CARD-4242"
 ORG = "org_acme"
 MAX_BYTES = 8_192
+
+
+@contextlib.contextmanager
+def recording_endpoint(
+    hold_first: threading.Event | None = None,
+) -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    """A real HTTP server on a spare loopback port, answering 200 and keeping each POST (its
+    lower-cased headers and body); with `hold_first`, the first answer waits until it is set
+    (at most 30 s). Yields the URL to send to and what it got."""
+    got: list[tuple[dict[str, str], bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            n = int(self.headers.get("content-length", "0"))
+            got.append(({k.lower(): v for k, v in self.headers.items()}, self.rfile.read(n)))
+            if hold_first is not None and len(got) == 1:
+                hold_first.wait(30)
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/in", got
+    finally:
+        if hold_first is not None:
+            hold_first.set()
+        server.shutdown()  # serve_forever polls every 0.05 s
+        server.server_close()
+        thread.join()
 
 
 def sign(

@@ -382,8 +382,27 @@ async def backfill_factory(p: Places, config: Config, n: int) -> dict[str, Any]:
 
 async def backfill_bare(p: Places, config: Config, n: int) -> dict[str, Any]:
     """The same keyset batches in a plain loop: seconds, rows handled, batches."""
+    sweep = await keyset_sweep(p, config)
+    return {"seconds": sweep.wall_s, "rows": sweep.rows, "batches": sweep.batches}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one plain keyset sweep of the table took."""
+
+    cpu_s: float
+    wall_s: float
+    rows: int
+    batches: int
+
+
+async def keyset_sweep(
+    p: Places, config: Config, after_batch: Callable[[], Awaitable[object]] | None = None
+) -> Sweep:
+    """The table's keyset batches in a plain loop, each handed to the no-op handle, then
+    `after_batch` (the floor's one commit, bench/factories_floor.py) when given."""
     select, key = _select(p.items), p.items.c.id
-    began = time.perf_counter()
+    cpu, began = time.process_time(), time.perf_counter()
     last: Any = None
     rows = batches = 0
     while True:
@@ -395,9 +414,11 @@ async def backfill_bare(p: Places, config: Config, n: int) -> dict[str, Any]:
             await _noop(page)
             rows += len(page)
             last = page[-1].id
+        if after_batch is not None:
+            await after_batch()
         if len(page) < config.batch:
             break
-    return {"seconds": time.perf_counter() - began, "rows": rows, "batches": batches}
+    return Sweep(time.process_time() - cpu, time.perf_counter() - began, rows, batches)
 
 
 async def import_factory(p: Places, config: Config, n: int) -> dict[str, Any]:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
 import sys
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.factories import FULL, PG_URL, RESULTS, Config, Places, _git, _noop, _select, places
+from bench.factories import FULL, PG_URL, RESULTS, Config, Places, _git, keyset_sweep, places
 from jobs_pg.urls import libpq_url
 
 
@@ -40,23 +40,9 @@ async def _loop(
 ) -> tuple[float, float, int]:
     """One sweep of the table: (CPU seconds, wall seconds, rows); with `conn`, one durable
     commit after each batch."""
-    select, key = _select(p.items), p.items.c.id
-    last: Any = None
-    rows = 0
-    cpu, began = time.process_time(), time.perf_counter()
-    while True:
-        stmt = select if last is None else select.where(key > last)
-        async with p.engine.connect() as c:
-            page = (await c.execute(stmt.order_by(key).limit(config.batch))).all()
-        if page:
-            await _noop(page)
-            rows += len(page)
-            last = page[-1].id
-        if conn is not None:
-            await conn.execute(update)
-        if len(page) < config.batch:
-            break
-    return time.process_time() - cpu, time.perf_counter() - began, rows
+    commit = None if conn is None else functools.partial(conn.execute, update)
+    sweep = await keyset_sweep(p, config, commit)
+    return sweep.cpu_s, sweep.wall_s, sweep.rows
 
 
 async def run(config: Config, pg_url: str) -> dict[str, Any]:

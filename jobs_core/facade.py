@@ -655,14 +655,12 @@ def default_client() -> Jobs:
 
     `X_JOB_DECLARATION_INVALID` when neither exists.
     """
-    running = _RUNNING.get()
-    if running is not None:
-        return running
-    if _default is None:
+    client = current_client()
+    if client is None:
         raise DeclarationInvalidError(
             "no jobs client: call jobs_core.configure(driver_or_url) first", detail="configure"
         )
-    return _default
+    return client
 
 
 async def send_event(name: str, data: Any = None, **options: Any) -> EventSent:

@@ -214,7 +214,8 @@ class UJobs:
         max_runs: int = DEFAULT_MAX_RUNS,
     ) -> list[RunOutcome]:
         """Run every ready job through the real worker until none is ready; answer each run's
-        outcome in the order the runs settled.
+        outcome in the order the runs settled (each job's runs in turn; the bodies run one at
+        a time in claim order, but between two jobs their settles may land either way).
 
         `jobs`: the declarations to run (a module, a list or a mapping, as `Worker` takes);
         None: every job declared with `job()` in this process. Their queues are drained, one
@@ -309,7 +310,9 @@ class UJobs:
             self.driver,
             handles,
             clock=self.clock,
-            # One body at a time: runs settle in claim order, the same order on every run.
+            # One body at a time, in claim order. Their settles can land out of that order
+            # (an ack and a retry's nack go by separate batches), so `drain`'s list is in
+            # settle order: one job's runs in turn, between jobs not fixed.
             concurrency=1,
             retention=None,
             rng=random.Random(0),

@@ -110,6 +110,12 @@ async def _enqueue_all(url: str) -> list[str]:
         return ids
 
 
+async def _registered(url: str) -> int:
+    driver: JobDriver = driver_from_url(url)
+    async with driver:
+        return len(await driver.worker_list(time.time_ns() // 1_000_000))
+
+
 async def _rows(url: str, ids: list[str]) -> dict[str, Any]:
     driver: JobDriver = driver_from_url(url)
     async with driver:
@@ -127,11 +133,20 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 def test_limits_hold_across_four_processes(store_url: str, app: Path) -> None:
-    ids = asyncio.run(_enqueue_all(store_url))
     workers = [
         ledger_worker(app, "limitsapp", store_url, "--lease", str(LEASE_S)) for _ in range(WORKERS)
     ]
     try:
+        # Every worker registers before it claims. Enqueueing only once all four are in the
+        # registry keeps the first one up on a loaded machine from running the whole backlog
+        # before the others start, which would leave the limits unshared and untested.
+        deadline = time.monotonic() + 60
+        while asyncio.run(_registered(store_url)) < WORKERS:
+            dead = [w for w in workers if w.poll() is not None]
+            assert not dead, dead[0].communicate()[0]
+            assert time.monotonic() < deadline, "the workers never all registered"
+            time.sleep(0.1)
+        ids = asyncio.run(_enqueue_all(store_url))
         deadline = time.monotonic() + 120
         while True:
             rows = asyncio.run(_rows(store_url, ids))

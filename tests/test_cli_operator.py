@@ -87,9 +87,10 @@ def refused(done: subprocess.CompletedProcess[str], code: str) -> None:
 
 
 @pytest.fixture
-async def filled(store_url: str, app: Path) -> AsyncIterator[dict[str, str]]:
+async def filled_by(store_url: str, app: Path) -> AsyncIterator[tuple[dict[str, str], Worker]]:
     """Jobs in every interesting state: completed, dead (with the card in its error), delayed,
-    and one live worker row that declares `charge`; answers their ids by role."""
+    and one live worker row that declares `charge`; answers their ids by role, and the worker
+    (still running: a test may stop it, the fixture's own stop then joins that one)."""
     import importlib
     import sys as _sys
 
@@ -116,16 +117,18 @@ async def filled(store_url: str, app: Path) -> AsyncIterator[dict[str, str]]:
 
             try:
                 await until(ended, within=30)
-                yield {
-                    "done": done.id,
-                    "dead": dead.id,
-                    "later": later.id,
-                    "worker": worker.worker_id,
-                }
+                ids = {"done": done.id, "dead": dead.id, "later": later.id}
+                yield {**ids, "worker": worker.worker_id}, worker
             finally:
                 await worker.stop()
     finally:
         _sys.path.remove(str(app))
+
+
+@pytest.fixture
+def filled(filled_by: tuple[dict[str, str], Worker]) -> dict[str, str]:
+    """`filled_by`'s ids alone, its worker left running."""
+    return filled_by[0]
 
 
 async def test_read_verbs_print_tables_and_json_without_secrets(
@@ -200,12 +203,16 @@ async def test_read_verbs_print_tables_and_json_without_secrets(
 
 
 async def test_an_input_no_live_worker_declares_is_redacted_whole(
-    store_url: str, app: Path, filled: dict[str, str]
+    store_url: str, app: Path, filled_by: tuple[dict[str, str], Worker]
 ) -> None:
-    # The fixture's worker is still live here; forget it as a stopped worker would.
+    # Stopped, the fixture's worker leaves the registry. A forget alone would race the still
+    # running worker, whose next beat (a claim carries it) puts its row back.
+    filled, worker = filled_by
+    await worker.stop()
     driver: JobDriver = driver_from_url(store_url)
     async with driver:
-        await driver.worker_forget(filled["worker"])
+        live = await driver.worker_list(SystemClock().now_ms())
+    assert filled["worker"] not in {w.worker_id for w in live}
     run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
     shown = json.loads(ok(await run("jobs", "show", filled["done"], "--json")))
     assert shown["input"] == "[redacted]" and shown["result"] == "[redacted]"

@@ -4,20 +4,19 @@ Forms: a userinfo password, one with `%40`, one with an UNENCODED `@`, `?passwor
 `redis+cluster`, `unix://`, a Postgres `listen_url=` nested URL, and bad URLs. Paths:
 `describe()`, the error (and its whole chained traceback) that opening a closed port raises,
 the logs at DEBUG (the drivers' libraries included), and the CLI's output at `-vv`: the
-`ujobs worker` banner and `ujobs db upgrade`. The passwords are made of the pieces `PWa`, `PWb`,
-so a password cut at its `@` is caught too.
+`ujobs worker` banner, its retries and its drain, and `ujobs db upgrade`. The passwords are
+made of the pieces `PWa`, `PWb`, so a password cut at its `@` is caught too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
 import sys
-import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,12 +24,18 @@ import pytest
 
 from jobs_core.errors import JobsError
 from jobs_core.urls import driver_from_url, mask_text, mask_url, secrets_of
+from tests.core.support import code_path
 from tests.redis.conftest import spare_port
 
 PIECES = ("PWa", "PWb", "PWn")
 PORT = spare_port()  # nothing listens here: every connect is refused
-RUN_S = 25.0
-AFTER_BANNER_S = 3.0
+#: A CLI run still going then hangs: each ends in seconds (a worker drains on SIGTERM), so this
+#: bounds a hang, never the speed of a loaded host.
+HANG_S = 180.0
+#: CLI runs side by side (forks: a few MB each, a fraction of a second of CPU).
+AT_ONCE = 8
+#: What a worker logs, masked, each time the store it waits for refuses it.
+RETRY = "jobs.worker.store_unavailable"
 
 
 def pg_forms(port: int) -> list[str]:
@@ -157,49 +162,20 @@ def _jobs_module(tmp: Path) -> Path:
     return tmp
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    """The CLI's output. A worker waits out a store that does not answer for as long as it
-    runs, so it is stopped AFTER_BANNER_S after its banner (its -vv retries logged by then),
-    or at RUN_S whatever it printed; its output so far is what a user saw."""
-    proc = subprocess.Popen(
-        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    assert proc.stdout is not None
-    out = bytearray()
-    stop_at = time.monotonic() + RUN_S
-    stream = proc.stdout
-    os.set_blocking(stream.fileno(), False)
-    try:
-        while time.monotonic() < stop_at:
-            chunk = stream.read()
-            if chunk:
-                out += chunk
-                if b"ujobs worker" in out:
-                    stop_at = min(stop_at, time.monotonic() + AFTER_BANNER_S)
-            elif proc.poll() is not None:
-                break
-            else:
-                time.sleep(0.05)
-    finally:
-        proc.kill()
-        proc.wait()
-        os.set_blocking(stream.fileno(), True)
-        out += stream.read() or b""
-        stream.close()
-    return out.decode("utf-8", "replace")
-
-
 def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Path) -> None:
+    """Every form's `ujobs -vv worker` (its banner, a retry of the store it waits for, then the
+    drain SIGTERM starts) and `ujobs -vv db upgrade`, each run a process of its own: their whole
+    output holds no password. The runs are forks of one interpreter that imported the CLI once
+    (tests/cli_forks.py), side by side: 44 interpreters' imports made this the suite's slowest
+    test. A run that has not ended by `HANG_S` hangs; no bound here is on speed."""
     cwd = _jobs_module(tmp_path)
-    path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": code_path(cwd)}
     env.pop("UJOBS_DRIVER", None)
-    cli = [sys.executable, "-m", "jobs_core.cli", "-vv"]
     runs: list[tuple[str, str, list[str], dict[str, str]]] = []
     for url in FORMS + BAD:
         for command in (["worker", "maskjobs", "--quiet"], ["db", "upgrade"]):
             runs.append(
-                (f"{command[0]} {mask_url(url)}", url, [*cli, *command, "--driver", url], env)
+                (f"{command[0]} {mask_url(url)}", url, ["-vv", *command, "--driver", url], env)
             )
     for url in (FORMS[0], FORMS[7]):
         # The URL in UJOBS_DRIVER (kept off `ps`) takes the same masked paths.
@@ -208,18 +184,43 @@ def test_cli_banner_db_upgrade_and_vv_logs_never_carry_the_password(tmp_path: Pa
                 (
                     f"{command[0]} {mask_url(url)}",
                     url,
-                    [*cli, *command],
+                    ["-vv", *command],
                     {**env, "UJOBS_DRIVER": url},
                 )
             )
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        outs = list(pool.map(lambda r: _run(r[2], cwd, r[3]), runs))
+    spec = {
+        "at_once": AT_ONCE,
+        "hang_s": HANG_S,
+        "runs": [
+            {
+                "args": args,
+                "env": run_env,
+                "cwd": str(cwd),
+                "out": str(tmp_path / f"run{i}.out"),
+                # A worker waits out a store that does not answer: stopped once it retried.
+                "stop_when": ["ujobs worker", RETRY] if args[1] == "worker" else [],
+            }
+            for i, (_, _, args, run_env) in enumerate(runs)
+        ],
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-m", "tests.cli_forks", str(tmp_path / "spec.json")],
+        env=env,
+        check=True,
+        timeout=HANG_S * -(-len(runs) // AT_ONCE) + 60,  # each run is killed at HANG_S
+    )
+    ended = json.loads((tmp_path / "spec.json.done").read_text(encoding="utf-8"))["ended"]
     banners = 0
-    for (label, url, _, _), out in zip(runs, outs, strict=True):
+    for i, (label, url, _, _) in enumerate(runs):
+        out = (tmp_path / f"run{i}.out").read_text(encoding="utf-8", errors="replace")
+        assert ended[i], f"{label} still running after {HANG_S} s:\n{out}"
         assert out.strip(), label
         assert leaks(out) == [], f"{label}:\n{out}"
         if label.startswith("worker") and url not in BAD:
-            assert "ujobs worker" in out, f"{label}:\n{out}"  # the banner was printed
+            # The banner, a retry of the store and the whole drain were printed.
+            assert "ujobs worker" in out and RETRY in out, f"{label}:\n{out}"
+            assert "jobs.worker.stopped" in out and "worker stopped" in out, f"{label}:\n{out}"
             banners += 1
         if label.startswith("db") and url.startswith("postgres") and url not in BAD:
             assert "X_DRIVER_UNAVAILABLE" in out and "Traceback" not in out, out

@@ -26,8 +26,14 @@ from click.testing import CliRunner
 
 from jobs_core import JobDriver, Jobs, JobState, job
 from jobs_core.cli import main
+from jobs_core.errors import OptionInvalidError
 from jobs_core.job import JobHandle, JobRegistry
-from jobs_core.worker.supervisor import RestartPolicy, available_cpus, processes_from
+from jobs_core.worker.supervisor import (
+    START_WINDOW_ENV,
+    RestartPolicy,
+    available_cpus,
+    processes_from,
+)
 from tests.core.support import code_path
 from tests.outage import rows_in, until
 from tests.test_drain_subprocess import opened
@@ -76,9 +82,22 @@ if "--supervised-by" in sys.argv:
 )
 
 
+#: The app, but in a child of a supervisor its import takes longer than the start window the
+#: test sets (`START_WINDOW_ENV`), then fails: every child refuses SLOWLY.
+SLOW_CHILD_CRASH_APP = (
+    APP
+    + """
+import sys, time
+if "--supervised-by" in sys.argv:
+    time.sleep(0.5)
+    raise RuntimeError("procapp refuses to load in a worker process, slowly")
+"""
+)
+
+
 @contextlib.asynccontextmanager
 async def group(
-    url: str, cwd: Path, *args: str, app: str = APP
+    url: str, cwd: Path, *args: str, app: str = APP, env: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, list[str]]]:
     """`ujobs -v worker procapp --processes ...` in a subprocess; yields it and its output lines
     so far (read as they come). Killed if the test leaves it running."""
@@ -87,7 +106,7 @@ async def group(
         sys.executable, "-m", "jobs_core.cli", "-v", "worker", "procapp", "--driver", url,
         "--lease", "1", "--concurrency", "2", *args,
         cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": code_path(cwd)},
+        env={**os.environ, "PYTHONPATH": code_path(cwd), **(env or {})},
     )  # fmt: skip
     lines: list[str] = []
 
@@ -172,6 +191,8 @@ async def test_a_group_survives_a_kill_recycles_and_drains(store_url: str, tmp_p
         recycled = _pids(lines, "recycled")
         assert recycled and len(started) >= 3 + len(recycled), "".join(lines)
         assert victim in started and victim not in recycled
+        # Every child that held or recycled had told the supervisor it started.
+        assert {victim, *recycled} <= set(_pids(lines, "child_ready")), "".join(lines)
         ends = await driver.job_get_many(last)
         assert all(r.state is JobState.READY and r.attempt == 0 for r in ends.values()), ends
         # Every child that drained left the registry; the killed one stays until its entry
@@ -227,10 +248,40 @@ async def test_children_that_die_at_start_make_the_supervisor_give_up(
     # The fifth death gives up; a slot restarted meanwhile (0.5 s on) is stopped with the rest.
     assert len(_pids(lines, "child_died")) == 4, text
     assert 5 <= len(_pids(lines, "child_started")) <= 9, text
-    gave_up = r"gave_up: 5 children in a row died within 10 s of their start or refused to start"
-    gave_up += r" \(the last: pid=\d+ exit=2\)"
+    gave_up = r"gave_up: 5 children in a row died before they started or within 10 s of their"
+    gave_up += r" start, or refused to start \(the last: pid=\d+ exit=2, never started"
     assert re.search(gave_up, text), text
     assert "gave up" in text  # the closing counts say so too
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_children_that_refuse_slowly_still_make_the_supervisor_give_up(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two slots whose children each take longer than the start window to fail on import: no
+    child ever says it started, so none resets the count however long it lived, and the fifth
+    such death gives up (exit 1, and why). Timed by the start window alone, the slots would
+    restart forever: each wave outlives the window before it dies."""
+    window = 0.3
+    args = ("--processes", "2", "--drain-timeout", "1")
+    env = {START_WINDOW_ENV: str(window)}
+    async with group(store_url, tmp_path, *args, app=SLOW_CHILD_CRASH_APP, env=env) as (
+        proc,
+        lines,
+    ):
+        rc = await asyncio.wait_for(proc.wait(), 60)
+    text = "".join(lines)
+    assert rc == 1, text
+    assert "procapp refuses to load in a worker process, slowly" in text
+    assert "child_ready" not in text, text
+    # Every death was past the window, and none reset the count.
+    ages = [float(a) for a in re.findall(r"never started, exited ([\d.]+) s after its spawn", text)]
+    assert len(ages) == 5 and min(ages) > window, text
+    assert len(_pids(lines, "child_died")) == 4, text
+    gave_up = r"gave_up: 5 children in a row died before they started or within 0\.3 s of their"
+    gave_up += r" start, or refused to start \(the last: pid=\d+ exit=2, never started"
+    assert re.search(gave_up, text), text
+    assert "gave up" in text
 
 
 @pytest.mark.parametrize("store_url", ["pg"], indirect=True)
@@ -323,6 +374,33 @@ def test_restarts_back_off_and_a_crash_loop_gives_up() -> None:
     slow = RestartPolicy(max_early_deaths=2)
     assert slow.died(1, lived_s=60.0, refused=True) == 0.5
     assert slow.died(2, lived_s=60.0, refused=True) is None
+    # A child that never said it started counts however long it lived; only a started child
+    # that ran past the window resets the count.
+    unstarted = RestartPolicy(max_early_deaths=3)
+    assert unstarted.died(1, lived_s=0.0, started=False) == 0.5
+    assert unstarted.died(1, lived_s=0.0, started=False) == 0.5
+    assert unstarted.died(2, lived_s=0.0, started=False) is None
+    ran = RestartPolicy(max_early_deaths=2)
+    assert ran.died(1, lived_s=0.0, started=False) == 0.5
+    assert ran.died(1, lived_s=60.0) == 0.5  # ran the window after its start
+    assert ran.died(1, lived_s=0.0, started=False) == 0.5  # the count began again
+
+
+def test_the_start_window_is_read_from_the_environment() -> None:
+    assert RestartPolicy.from_env({}).start_window_s == 10.0
+    assert RestartPolicy.from_env({START_WINDOW_ENV: "0.25"}).start_window_s == 0.25
+    for bad in ("0", "-1", "x", "inf", "nan"):
+        with pytest.raises(OptionInvalidError) as err:
+            RestartPolicy.from_env({START_WINDOW_ENV: bad})
+        assert err.value.detail == START_WINDOW_ENV
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+def test_a_bad_start_window_is_refused_before_any_child_starts(store_url: str) -> None:
+    args = ["worker", "jobs_core.demo", "--driver", store_url, "--processes", "2"]
+    result = CliRunner().invoke(main, args, env={START_WINDOW_ENV: "soon"})
+    assert result.exit_code == 2, result.output
+    assert "X_JOB_OPTION_INVALID" in result.output and START_WINDOW_ENV in result.output
 
 
 def test_each_child_gets_its_share_of_the_process_pool() -> None:

@@ -14,11 +14,12 @@ from rich.text import Text
 from jobs_core.cli.banner import announce, json_logs
 from jobs_core.cli.base import DRIVER_ENV, _fail, console, literal
 from jobs_core.cli.relay import OUTBOX_ENV
-from jobs_core.errors import OptionInvalidError
+from jobs_core.errors import JobsError, OptionInvalidError
 from jobs_core.lifecycle import run_role
 from jobs_core.worker import Worker
 from jobs_core.worker.supervisor import (
     MULTIPROC_ENV,
+    RestartPolicy,
     Supervisor,
     available_cpus,
     metrics_dir,
@@ -66,6 +67,10 @@ def run_group(
 ) -> int:
     """Supervise `processes` workers as `ctx` asks (`w`, never started, reads the store for the
     group's gauges); answers the exit status."""
+    try:
+        policy = RestartPolicy.from_env(os.environ)
+    except JobsError as exc:
+        _fail(exc)
     env = dict(os.environ)
     url, outbox_url = ctx.params.get("url"), ctx.params.get("outbox_url")
     if url:
@@ -76,7 +81,12 @@ def run_group(
     if path is not None:
         env[MULTIPROC_ENV] = path
     sup = Supervisor(
-        child_argv(ctx, processes), env, processes, w.drain_timeout_ms / 1000, metrics_dir=path
+        child_argv(ctx, processes),
+        env,
+        processes,
+        w.drain_timeout_ms / 1000,
+        policy=policy,
+        metrics_dir=path,
     )
     recycle = ctx.params.get("max_jobs_per_process")
     _say(

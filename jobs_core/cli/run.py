@@ -389,6 +389,8 @@ async def _run_worker(
         if w.draining:  # the roles were stopped with it: none starts now
             break
         await role.start()
+    if child is not None and not w.draining:
+        child.say_started()
     try:
         await _show_worker(w, quiet)
     finally:

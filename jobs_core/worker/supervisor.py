@@ -11,15 +11,26 @@ The supervisor
 - starts the children in their own process group, so a terminal's Ctrl-C reaches it alone and
   it forwards one SIGTERM per signal it gets (the first drains every child within
   `--drain-timeout`, a second forces their exit, as for one worker);
+- knows when a child has really started: each child inherits the write end of a pipe of its
+  own (its number in `STARTED_FD_ENV`) and writes one line on it once its worker announced
+  itself to the store and began claiming (and its `--with-scheduler`/`--with-relay` roles
+  started), then closes it. A pipe, not a line on stdout: it needs no output parsing or
+  flushing, works for a child started by exec, and a line written just before the child died
+  is still read after its exit (the supervisor reads what the pipe holds once it reaped it);
 - restarts a child that dies (a non-zero exit or a signal) after a backoff, `RestartPolicy`:
-  0.5 s doubling up to 30 s for the slot, reset once a child of that slot lived 10 s; a child
-  that exits 0 on its own (recycled by `--max-jobs-per-process`) is replaced at once;
+  0.5 s doubling up to 30 s for the slot, reset once a child of that slot ran 10 s past its
+  start; a started child that exits 0 on its own (recycled by `--max-jobs-per-process`) is
+  replaced at once;
 - gives up, drains the others and exits 1 when it cannot keep them alive: 5 children in a row
-  died within 10 s of their start, or refused to start (exit 2, the CLI's refusal: its module,
-  an option or the store's schema refused it — on a loaded host the import alone can outlast
-  those 10 s), while no child lived past those 10 s (a module that crashes on import in a
-  child, a bad environment) — a store that is down is no reason: a worker waits for its store
-  without exiting;
+  died before they started (whatever their timing: an import that fails after 30 s, a store
+  that refuses after a long wait — a child that never started is no proof the group can run;
+  an exit 0 before the start counts too), refused to start (exit 2, the CLI's refusal: its
+  module, an option or the store's schema refused it), or died within 10 s of their start,
+  while no child ran past those 10 s after its start (a module that crashes on import in a
+  child, a bad environment). Only a child that started and then ran the whole window resets
+  the count: a child still importing when the window would have passed does not. A store that
+  is down is no reason: a worker waits for its store without exiting (and is restarted by no
+  one meanwhile). `START_WINDOW_ENV` (seconds, default 10) sets the window;
 - after a stop, exits 0 when every child drained and exited 0, else 1 (a child that failed its
   drain, or one still running `EXIT_GRACE_S` past the drain deadline, then killed);
 - with `--metrics-port`, serves the whole group on that one port: the children write their
@@ -45,7 +56,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
@@ -70,6 +81,12 @@ EXIT_GRACE_S: Final = 10.0
 REFUSED_EXIT: Final = 2
 #: The environment variable prometheus-client's multiprocess mode reads in each child.
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+#: The environment variable naming, in a child, the pipe it writes its start on (`ChildHooks`).
+STARTED_FD_ENV: Final = "UJOBS_SUPERVISOR_STARTED_FD"
+#: The environment variable setting the supervisor's start window in seconds (`RestartPolicy`).
+START_WINDOW_ENV: Final = "UJOBS_SUPERVISOR_START_WINDOW"
+#: What a child writes on its pipe once it started.
+STARTED_LINE: Final = b"started\n"
 #: Settles that give a job back without a run: not counted by `--max-jobs-per-process`.
 _HANDED_BACK: Final = frozenset({Outcome.INTERRUPTED, Outcome.SHED})
 
@@ -129,17 +146,38 @@ class RestartPolicy:
     cap_s: float = 30.0
     start_window_s: float = 10.0
     max_early_deaths: int = 5
-    #: Children in a row, group-wide, that died within `start_window_s` of their start.
+    #: Children in a row, group-wide, that died before they started, refused to start, or died
+    #: within `start_window_s` of their start.
     early_deaths: int = 0
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RestartPolicy:
+        """The default policy, its start window taken from `START_WINDOW_ENV` when set (a
+        positive number of seconds, else `X_JOB_OPTION_INVALID` naming the variable)."""
+        text = env.get(START_WINDOW_ENV, "").strip()
+        if not text:
+            return cls()
+        try:
+            window = float(text)
+        except ValueError:
+            window = 0.0
+        if not 0 < window < float("inf"):
+            raise OptionInvalidError(
+                "must be a positive number of seconds", detail=START_WINDOW_ENV
+            )
+        return cls(start_window_s=window)
+
     def survived(self) -> None:
-        """A child lived past the start window: the group is not crash-looping."""
+        """A child ran past the start window after its start: the group is not crash-looping."""
         self.early_deaths = 0
 
-    def died(self, failures: int, lived_s: float, refused: bool = False) -> float | None:
+    def died(
+        self, failures: int, lived_s: float, refused: bool = False, started: bool = True
+    ) -> float | None:
         """Seconds to wait before restarting a slot whose child died (its `failures`-th death
-        in a row; `refused`: it exited 2, refused before it started), or None to give up."""
-        if refused or lived_s < self.start_window_s:
+        in a row; `lived_s`: how long it ran after its start; `refused`: it exited 2, refused
+        before it started; `started`: it said it started), or None to give up."""
+        if refused or not started or lived_s < self.start_window_s:
             self.early_deaths += 1
             if self.early_deaths >= self.max_early_deaths:
                 return None
@@ -153,7 +191,13 @@ class _Slot:
     index: int
     proc: asyncio.subprocess.Process | None = None
     failures: int = 0
-    started_at: float = 0.0
+    #: When its child was spawned (monotonic).
+    spawned_at: float = 0.0
+    #: When its child said it started (monotonic), None until then.
+    started_at: float | None = None
+    #: The read end of the child's start pipe while it is open.
+    pipe: int | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -242,18 +286,25 @@ class Supervisor:
             try:
                 proc = await self._spawn(slot)
             except OSError as exc:  # no process could start: the OS refused a fork or an exec
-                pid, rc, lived = 0, f"none: {exc}", 0.0
+                pid, rc, lived, started = 0, f"none: {exc}", 0.0, False
             else:
                 if self.stopping:  # the stop came while this child was starting
                     with contextlib.suppress(ProcessLookupError):
                         proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), self.policy.start_window_s)
-                except TimeoutError:
-                    slot.failures = 0
-                    self.policy.survived()
-                pid, rc = proc.pid, await proc.wait()
-                lived = time.monotonic() - slot.started_at
+                exited = asyncio.ensure_future(proc.wait())
+                ready = asyncio.ensure_future(slot.ready.wait())
+                await asyncio.wait({exited, ready}, return_when=asyncio.FIRST_COMPLETED)
+                ready.cancel()
+                if not exited.done():  # it started: the window runs from its start
+                    try:
+                        await asyncio.wait_for(asyncio.shield(exited), self.policy.start_window_s)
+                    except TimeoutError:
+                        slot.failures = 0
+                        self.policy.survived()
+                pid, rc = proc.pid, await exited
+                self._close_pipe(slot)  # a start written just before the exit still counts
+                started = slot.started_at is not None
+                lived = time.monotonic() - slot.started_at if slot.started_at is not None else 0.0
                 self._dead(pid)
                 if self.stopping:
                     # A child stopped before its signal handlers were in place dies of the
@@ -261,30 +312,36 @@ class Supervisor:
                     if rc not in (0, -signal.SIGTERM):
                         self._unclean.append(pid)
                     return
-                if rc == 0:  # it ended on its own: recycled after its share of jobs
+                if rc == 0 and started:  # it ended on its own: recycled after its share of jobs
                     self.recycled += 1
                     log.info("jobs.supervisor.recycled slot=%d pid=%d", slot.index, pid)
                     continue
             slot.failures += 1
-            delay = self.policy.died(slot.failures, lived, refused=rc == REFUSED_EXIT)
+            refused = rc == REFUSED_EXIT
+            delay = self.policy.died(slot.failures, lived, refused=refused, started=started)
+            age = time.monotonic() - slot.spawned_at
+            how = f"ran {lived:.1f} s after its start" if started else "never started"
+            how += f", exited {age:.1f} s after its spawn"
             if delay is None:
                 log.error(
-                    "jobs.supervisor.gave_up: %d children in a row died within %g s of their"
-                    " start or refused to start (the last: pid=%d exit=%s); draining the others",
+                    "jobs.supervisor.gave_up: %d children in a row died before they started or"
+                    " within %g s of their start, or refused to start (the last: pid=%d exit=%s,"
+                    " %s); draining the others",
                     self.policy.early_deaths,
                     self.policy.start_window_s,
                     pid,
                     rc,
+                    how,
                 )
                 self.gave_up = True
                 self._begin_stop()
                 return
             log.warning(
-                "jobs.supervisor.child_died slot=%d pid=%d exit=%s after %.1f s; restart in %g s",
+                "jobs.supervisor.child_died slot=%d pid=%d exit=%s, %s; restart in %g s",
                 slot.index,
                 pid,
                 rc,
-                lived,
+                how,
                 delay,
             )
             self.restarts += 1
@@ -294,11 +351,57 @@ class Supervisor:
     async def _spawn(self, slot: _Slot) -> asyncio.subprocess.Process:
         # Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which
         # forwards it once (the same signal twice to a worker would force its exit).
-        proc = await asyncio.create_subprocess_exec(*self.argv, env=dict(self.env), process_group=0)
-        slot.proc, slot.started_at = proc, time.monotonic()
+        slot.started_at, slot.spawned_at = None, time.monotonic()
+        slot.ready.clear()
+        r, w = os.pipe()  # both ends close-on-exec: only this child gets `w` (pass_fds)
+        try:
+            env = {**self.env, STARTED_FD_ENV: str(w)}
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv, env=env, process_group=0, pass_fds=(w,)
+            )
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)  # the child's copy alone: its exit ends the pipe
+        slot.proc = proc
+        os.set_blocking(r, False)
+        slot.pipe = r
+        asyncio.get_running_loop().add_reader(r, self._read_pipe, slot)
         self.started += 1
         log.info("jobs.supervisor.child_started slot=%d pid=%d", slot.index, proc.pid)
         return proc
+
+    def _read_pipe(self, slot: _Slot) -> None:
+        """Take the child's start line if its pipe holds it; the pipe is closed once it gave
+        the line or ended (nothing else is ever written on it)."""
+        if slot.pipe is None:
+            return
+        try:
+            data = os.read(slot.pipe, len(STARTED_LINE))
+        except BlockingIOError:  # nothing yet
+            return
+        except OSError:
+            data = b""
+        if data == STARTED_LINE and slot.started_at is None:
+            slot.started_at = time.monotonic()
+            slot.ready.set()
+            pid = slot.proc.pid if slot.proc is not None else 0
+            log.info("jobs.supervisor.child_ready slot=%d pid=%d", slot.index, pid)
+        self._shut_pipe(slot)
+
+    def _close_pipe(self, slot: _Slot) -> None:
+        """After the child's exit: what it wrote before it died is still in the pipe, read
+        now (its exit may be seen before the pipe's readiness), then the pipe is closed."""
+        self._read_pipe(slot)
+        self._shut_pipe(slot)
+
+    def _shut_pipe(self, slot: _Slot) -> None:
+        if slot.pipe is None:
+            return
+        asyncio.get_running_loop().remove_reader(slot.pipe)
+        os.close(slot.pipe)
+        slot.pipe = None
 
     def _dead(self, pid: int) -> None:
         if self.metrics_dir is not None:
@@ -320,6 +423,20 @@ def watch_parent(parent_pid: int) -> None:
         raise SystemExit(1)
 
 
+def _started_fd(environ: MutableMapping[str, str]) -> int | None:
+    """The start pipe the supervisor handed this child, taken out of the environment so that
+    nothing this worker runs (the app, its subprocesses) inherits it; None when not given."""
+    text = environ.pop(STARTED_FD_ENV, None)
+    if text is None:
+        return None
+    try:
+        fd = int(text)
+        os.set_inheritable(fd, False)  # a process the app starts must not hold it
+    except (ValueError, OSError):
+        return None
+    return fd
+
+
 @dataclass
 class ChildHooks:
     """What a supervised worker adds to itself: recycling after `max_jobs` settles, its
@@ -328,7 +445,23 @@ class ChildHooks:
     parent_pid: int
     max_jobs: int | None = None
     settled: int = 0
+    #: The pipe the supervisor reads this child's start on (None: not told, nothing to say).
+    started_fd: int | None = field(default_factory=lambda: _started_fd(os.environ))
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def say_started(self) -> None:
+        """Tell the supervisor this worker started (announced to its store, claiming): a death
+        from now on is judged by the restart rules, no longer as a failed start. Once."""
+        fd, self.started_fd = self.started_fd, None
+        if fd is None:
+            return
+        try:
+            os.write(fd, STARTED_LINE)
+        except OSError as exc:  # the supervisor is gone: its death signal drains this worker
+            log.warning("jobs.worker.supervisor_unreachable: %s", exc)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def attach(self, w: Worker) -> None:
         """Hook into `w` (call on its event loop, after its signal handlers are installed)."""

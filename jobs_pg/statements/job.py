@@ -415,8 +415,9 @@ JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
 # The claim's custom plan is the generic one, but a fresh plan costs more server time than the
 # claim's execution (measured in docs/pg.md, "Where the time goes").
 GENERIC_PLANS: Final = frozenset({"JOB_CLAIM"})
-# Over 4 KiB, and no batch arrays among its parameters (`sqltext.compile_all`).
-RAW_TEXT: Final = frozenset({"JOB_CLAIM"})
+# The claim: over 4 KiB (`sqltext.compile_all`), and several of its parameters bound more than
+# once. The settles: each binds its ids twice (the lock, the update), and they run once a batch.
+RAW_TEXT: Final = frozenset({"JOB_CLAIM", "JOB_ACK", "JOB_NACK", "JOB_HEARTBEAT", "JOB_PROGRESS"})
 # With the driver's `lazy_claim`, the claim commits without waiting for its WAL to reach the
 # disk (`synchronous_commit = off` for its own transaction): a job's pickup then waits for one
 # flush (its enqueue's), not two. What a crash can undo is only a claim nothing durable has

@@ -90,11 +90,15 @@ def test_statements_name_their_columns() -> None:
 
 def test_a_raw_statement_numbers_each_parameter_once_in_order() -> None:
     raw = {name: sql for name, sql in STATEMENTS.items() if sql.raw}
-    assert "JOB_CLAIM" in raw
+    assert {"JOB_CLAIM", "JOB_ACK", "JOB_NACK"} <= raw.keys()
     for name, sql in raw.items():
         numbers = [int(n) for n in re.findall(r"\$(\d+)", sql.text)]
-        assert numbers == list(range(1, len(sql.order) + 1)), name
+        # Each `$n` first appears in order; a name bound again (same cast) reuses its number.
+        assert list(dict.fromkeys(numbers)) == list(range(1, len(sql.order) + 1)), name
         assert "%b" not in sql.text and "%s" not in sql.text, name
+    # The claim binds its queues three times and the ack its ids twice: each is sent once.
+    assert STATEMENTS["JOB_CLAIM"].order.count("queues") == 1
+    assert STATEMENTS["JOB_ACK"].order.count("id") == 1
 
 
 async def _pair(ops_pg: PgDriver, records: Sequence[NewJob]) -> None:

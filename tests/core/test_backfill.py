@@ -489,9 +489,12 @@ async def test_the_environment_is_checked_when_the_sweep_runs_and_at_the_gate(
 ROWS = {"org-a": [f"a{i}" for i in range(5)], "org-b": [f"b{i}" for i in range(5)]}
 
 
-async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_enqueuer_say() -> (
-    None
-):
+@pytest.mark.parametrize("checkpoint_s", [0, 1], ids=["per-batch", "windows"])
+async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_enqueuer_say(
+    checkpoint_s: float,
+) -> None:
+    """Whether each batch is its own step or a window holds them all (three quick batches run
+    in one), every page and every handle acts for the run's one tenant."""
     driver = MemoryDriver()
     asked: list[tuple[str, str | None]] = []
     handled: list[tuple[str, str | None]] = []
@@ -505,7 +508,14 @@ async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_en
     def handle(rows: list[str]) -> None:
         handled.extend((r, current_tenant()) for r in rows)
 
-    bf = declare(tenant=lambda i: i["org"], handle=handle, pages=pages, batch=2, retry=ONCE)
+    bf = declare(
+        tenant=lambda i: i["org"],
+        handle=handle,
+        pages=pages,
+        batch=2,
+        retry=ONCE,
+        checkpoint_s=checkpoint_s,
+    )
     jobs = Jobs(driver)
     # The input also names another org, as a scope and as a tenant id: only `org` counts.
     done = await bf.enqueue({"org": "org-a", "scope": "org-b", "tenant_id": "org-b"}, client=jobs)
@@ -523,7 +533,10 @@ async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_en
     assert set(asked) == {("org-a", "org-a")}
     assert handled == [(r, "org-a") for r in ROWS["org-a"]]
     (entry,) = await entries(driver)
-    assert (entry.scope, entry.status, entry.rows) == ("org-a", "completed", 5)
+    assert (entry.scope, entry.status, entry.rows, entry.batches) == ("org-a", "completed", 5, 3)
+    steps_made = len(await driver.step_list(entry.run_id))
+    # Per batch, three steps; in windows of a second, fewer (one, unless the machine stalls).
+    assert steps_made == 3 if checkpoint_s == 0 else steps_made < 3, steps_made
 
 
 def test_a_cross_tenant_sweep_cannot_require_a_per_tenant_one() -> None:

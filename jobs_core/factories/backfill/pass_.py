@@ -19,9 +19,9 @@ batch's read (bench/factories_floor.py), so a window of a second keeps it out of
 cost. A crash anywhere in a window runs that window's batches again, whole, on the next
 attempt — up to `checkpoint_s` of batches run again —: `handle` runs AT LEAST once per batch,
 and the ledger counts each batch once. A resumed throttle waits from the last stored batch's
-start, so a restart never bursts. A `source=` select without `rate=` reads the next window's
-first page while a window's checkpoint is written, once its last `handle` returned
-(`_ReadAhead`).
+start, so a restart never bursts. A `source=` select without `rate=` reads each next page
+while the batch before it finishes (its `handle` returned) and, at a window's end, writes its
+checkpoint (`_ReadAhead`).
 
 After the last batch the count is checked (`X_BACKFILL_STALLED`) and the entry completed. A
 failure that ends the run for good (terminal, or on its final attempt) finishes the entry
@@ -219,13 +219,12 @@ async def _window(
         started = clock.now_ms()
         page = await ahead.take(mark.cursor)
         await call(spec.handle, page.rows)
+        if not page.done:
+            ahead.start(page.cursor)
         rows = min(mark.rows + len(page.rows), MAX_SWEEP_ROWS)
         mark = Mark(page.cursor, rows, started, page.done, mark.batches + 1)
         if mark.done or ctx.signal.cancelled or clock.now_ms() - opened >= spec.window_ms:
             break
-    if not mark.done:
-        # Only across the checkpoint: inside a window the next batch reads at once anyway.
-        ahead.start(mark.cursor)
     made.append(mark)
     return mark.to_json()
 
@@ -242,15 +241,14 @@ def _counts(previous: Mark, made: list[Mark], step: StepPut) -> StepCounts:
 
 
 class _ReadAhead:
-    """The next window's first page, read while this window's checkpoint is written: a fenced
-    durable commit the next read would otherwise wait behind (bench/factories.py). Inside a
-    window nothing is read ahead: the next batch would wait for the read at once, and a task
-    a batch costs more than it saves.
+    """The next batch's page, read while this batch finishes — its window's checkpoint written
+    when the window ends there: a fenced durable commit the next read would otherwise wait
+    behind (bench/factories.py).
 
     Only a `source=` select is read ahead — a select has no effect to repeat — and only
     without `rate=`, whose page is read when its turn comes, not an interval early. The read
-    starts once the window's last `handle` returned, so it sees what `handle` wrote, as a read
-    at the next batch's start would. Its page is used only by the batch that starts at its
+    starts once this batch's `handle` returned, so it sees what `handle` wrote, as a read at
+    the next batch's start would. Its page is used only by the batch that starts at its
     cursor, and any failure of the read is raised there, in that batch's step; a read left
     over when the run stops (a failure, a cancel, a lost claim) is dropped, and the next
     attempt reads from the stored cursor as ever.

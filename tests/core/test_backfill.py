@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from jobs_core.clock import FakeClock
-from jobs_core.context import JobContext
-from jobs_core.errors import JobsError
+from jobs_core.context import CancelSignal, JobContext
+from jobs_core.errors import DrainingError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.factories.backfill import (
     Backfill,
@@ -331,6 +331,34 @@ async def test_a_resumed_window_throttle_waits_from_the_last_stored_batch_start(
     assert all(g >= 400 for g in gaps[resumed:]), gaps
     (entry,) = await entries(driver)
     assert (entry.batches, entry.rows) == (6, 12)
+
+
+async def test_a_drain_mid_window_records_the_batches_run_so_far() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    seen: list[int] = []
+    signal = CancelSignal()
+
+    async def handle(rows: list[int]) -> None:
+        seen.extend(rows)
+        if rows[0] == 4:
+            signal.fire(DrainingError("the worker drains"))
+
+    # A window of an hour: only the source's end, or a stop, closes it.
+    bf = declare(handle=handle, pages=numbers(10), batch=2, checkpoint_s=3_600)
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    clock.set(clock.now_ms() + LEASE_MS)
+    got = await driver.job_claim(ClaimParams(("default",), "w", 1, LEASE_MS, clock.now_ms()))
+    (job,) = got.jobs
+    with pytest.raises(JobsError) as stopped:
+        await bf.fn({}, JobContext.for_test(job, driver, clock=clock, signal=signal))
+    assert code_of(stopped) == "X_ABORTED"  # stopped before its next window
+    # The window closed after the batch the drain came in, and its step was recorded: the
+    # next attempt starts after it, and nothing ran twice.
+    assert seen == [0, 1, 2, 3, 4, 5]
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows, entry.cursor_json) == ("running", 3, 6, "6")
+    assert list(await steps(driver, entry.run_id)) == ["batch:0"]
 
 
 async def test_a_step_recorded_before_windows_resumes_as_one_batch() -> None:

@@ -14,14 +14,14 @@ next cursor, the running counts of rows and batches, and the start time of its l
 throttle's reference), never a page — is stored by ONE fenced write together with the ledger's
 advance by the window's batches (`sweep_checkpoint`, the advance spanning them): a window is
 never recorded without being counted, and a replayed window, its step already recorded, writes
-nothing. One durable commit per window, not per batch: that commit costs as much as a no-op
-batch's read (bench/factories_floor.py), so a window of a second keeps it out of the sweep's
-cost. A crash anywhere in a window runs that window's batches again, whole, on the next
-attempt — up to `checkpoint_s` of batches run again —: `handle` runs AT LEAST once per batch,
-and the ledger counts each batch once. A resumed throttle waits from the last stored batch's
-start, so a restart never bursts. A `source=` select without `rate=` reads each next page
-while the batch before it finishes (its `handle` returned) and, at a window's end, writes its
-checkpoint (`_ReadAhead`).
+nothing. One durable commit per window, not per batch: one such commit alone costs a keyset
+sweep ~10-15 % of a no-op batch's CPU (bench/factories_floor.py), so a window of a second keeps
+it out of the sweep's cost. A crash anywhere in a window runs that window's batches again,
+whole, on the next attempt — up to `checkpoint_s` of batches run again —: `handle` runs AT
+LEAST once per batch, and the ledger counts each batch once. A resumed throttle waits from the
+last stored batch's start, so a restart never bursts. A `source=` select without `rate=` reads
+each next page once the batch before it finished (its `handle` returned) — at a window's end,
+while its checkpoint is written (`_ReadAhead`).
 
 After the last batch the count is checked (`X_BACKFILL_STALLED`) and the entry completed. A
 failure that ends the run for good (terminal, or on its final attempt) finishes the entry

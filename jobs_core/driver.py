@@ -460,11 +460,13 @@ class JobDriver(abc.ABC):
     # claim writes nothing, and neither does a claim of another run.
 
     async def sweep_advance(self, advance: SweepAdvance) -> bool:
-        """Record batch `advance.batch` of a running entry, once; answers whether it moved."""
+        """Record batches `advance.batch - advance.span + 1` to `advance.batch` of a running
+        entry, once; answers whether it moved."""
         self.require("sweeps", what="sweep_advance")
         _check_fence(advance.fence)
         _check_str(advance.run_id, "run_id")
         _check_int(advance.batch, "batch", 1, MAX_SWEEP_ROWS)
+        _check_int(advance.span, "span", 1, advance.batch)
         _check_int(advance.rows, "rows", 0, MAX_SWEEP_ROWS)
         _check_int(advance.errors, "errors", 0, MAX_SWEEP_ROWS)
         _check_sweep_cursor(advance.cursor_json)
@@ -481,6 +483,7 @@ class JobDriver(abc.ABC):
             raise RecordInvalidError("the step and the advance share one fence", detail="fence")
         _check_str(advance.run_id, "run_id")
         _check_int(advance.batch, "batch", 1, MAX_SWEEP_ROWS)
+        _check_int(advance.span, "span", 1, advance.batch)
         _check_int(advance.rows, "rows", 0, MAX_SWEEP_ROWS)
         _check_int(advance.errors, "errors", 0, MAX_SWEEP_ROWS)
         _check_sweep_cursor(advance.cursor_json)
@@ -1490,17 +1493,18 @@ class JobDriver(abc.ABC):
 
     async def _sweep_advance(self, advance: SweepAdvance) -> bool:
         """Atomically, when the fence holds for run `advance.run_id` and its entry is `running`
-        with `batches == advance.batch - 1`: `batches = advance.batch`, `rows += advance.rows`,
-        `errors += advance.errors`, `cursor_json = advance.cursor_json`, `updated_at_ms =
-        now_ms`; True. Otherwise (no entry, not running, any other batch number: a replayed
-        or a skipped batch) nothing changes; False."""
+        with `batches == advance.batch - advance.span` (the advance starts where the entry
+        stopped): `batches = advance.batch`, `rows += advance.rows`, `errors += advance.errors`,
+        `cursor_json = advance.cursor_json`, `updated_at_ms = now_ms`; True. Otherwise (no
+        entry, not running, any other start: a replayed window, one that overlaps the recorded
+        batches, or one that skips some) nothing changes; False."""
         raise _unimplemented(self, "sweeps", "_sweep_advance")
 
     async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
         """Atomically, when the fence holds for run `advance.run_id` (as `_sweep_advance`'s):
         record the step under that run as `_step_put` does (the first record of a name stays)
         AND apply the advance by `_sweep_advance`'s rule (it moves only a running entry at
-        `batch - 1`); True. Otherwise nothing is written; False.
+        `batch - span`); True. Otherwise nothing is written; False.
 
         This default writes in three calls — never a step recorded without its advance applied
         first — and is correct for any driver of both families: while a fence holds, its row's

@@ -787,7 +787,7 @@ class SweepRecord:
     kind: SweepKind
     checksum: str
     status: SweepStatus
-    #: Batches (pages) recorded so far; the next batch to record is `batches + 1`.
+    #: Batches (pages) recorded so far; the next advance starts at batch `batches + 1`.
     batches: int
     #: Rows processed by the recorded batches.
     rows: int
@@ -835,8 +835,9 @@ class SweepStartAnswer:
 
 @dataclass(frozen=True, slots=True)
 class SweepAdvance:
-    """Record batch number `batch` (1-based) of run `run_id`: its rows, its refused rows and
-    the cursor the next batch starts at."""
+    """Record the `span` batches up to batch number `batch` (1-based) of run `run_id` — batches
+    `batch - span + 1` to `batch`, one window of a backfill (one batch, an import's page) —:
+    their rows, their refused rows and the cursor the next batch starts at."""
 
     fence: Fence
     run_id: str
@@ -845,12 +846,15 @@ class SweepAdvance:
     errors: int
     cursor_json: str | None
     now_ms: int
+    #: How many batches this advance records, ending at `batch`: from 1 to `batch`.
+    span: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class SweepCheckpoint:
-    """A batch's step record and its ledger advance, written as ONE fenced write: a batch is
-    never recorded as done without being counted, and it costs one durable commit, not two."""
+    """A step's record and its ledger advance (the step's batches: one, or a backfill's window
+    of several), written as ONE fenced write: a batch is never recorded as done without being
+    counted, and it costs one durable commit, not two."""
 
     step: StepPut
     advance: SweepAdvance

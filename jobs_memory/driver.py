@@ -1085,10 +1085,10 @@ class MemoryDriver(JobDriver):
             return True
 
     def _advance(self, advance: SweepAdvance) -> bool:
-        """Move the run's running entry by batch `advance.batch` when it is the next one; the
-        caller holds the lock and has checked the fence."""
+        """Move the run's running entry by the advance's batches when they start where it
+        stopped; the caller holds the lock and has checked the fence."""
         held = self._sweeps.get(advance.run_id)
-        if held is None or held.status != "running" or held.batches != advance.batch - 1:
+        if held is None or held.status != "running" or held.batches != advance.batch - advance.span:
             return False
         self._sweeps[advance.run_id] = replace(
             held,

@@ -2486,6 +2486,7 @@ def _advance_values(advance: SweepAdvance) -> dict[str, Any]:
         "worker_id": f.worker_id,
         "run_id": advance.run_id,
         "batch": advance.batch,
+        "span": advance.span,
         "rows": advance.rows,
         "errors": advance.errors,
         "cursor_json": advance.cursor_json,

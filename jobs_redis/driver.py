@@ -1857,13 +1857,14 @@ def _why(exc: BaseException, url: str) -> str:
 
 def _advance_args(advance: SweepAdvance) -> tuple[str, ...]:
     """`sweep_advance`'s ARGV (and the head of `sweep_checkpoint`'s): the fence, the run, the
-    batch before and the batch as decimal text, the counts, the cursor, the time."""
+    batch before the advance's first (the entry's count it moves from) and its last batch as
+    decimal text, the counts, the cursor, the time."""
     f = advance.fence
     return (
         f.job_id,
         f"{f.claims}\x00{f.worker_id}\x00",
         advance.run_id,
-        str(advance.batch - 1),
+        str(advance.batch - advance.span),
         str(advance.batch),
         str(advance.rows),
         str(advance.errors),

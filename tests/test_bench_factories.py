@@ -1,8 +1,8 @@
 """bench/factories.py at its dry-run size, on the test server: both sweeps run by a worker on
 Postgres and as bare loops over the same batches, every row handled once on each side, a step
-and a ledger advance per batch on the factory's, the summary and the table made, and the data
-(two schemas, a temporary directory) gone afterwards. Its numbers mean nothing: it keeps the
-benchmark's code working."""
+and a ledger advance per page (per window of batches) on the factory's, the summary and the
+table made, and the data (two schemas, a temporary directory) gone afterwards. Its numbers mean
+nothing: it keeps the benchmark's code working."""
 
 from __future__ import annotations
 
@@ -40,9 +40,11 @@ def test_the_dry_run_measures_both_sweeps_on_both_sides_and_removes_its_data(
     for kind in ("backfill", "import"):
         store = samples[kind, "factory"]["store"]
         batches = samples[kind, "factory"]["batches"]
-        # One write per batch, its step record and its ledger advance together: the
+        # One write per page (an import) or per window of batches (a backfill: this small
+        # sweep runs in one or a few), its step record and its ledger advance together: the
         # durability the overhead pays for; neither is ever written alone.
-        assert store["sweep_checkpoint"]["calls"] == batches
+        calls = store["sweep_checkpoint"]["calls"]
+        assert calls == batches if kind == "import" else 1 <= calls < batches, (kind, calls)
         assert "step_put" not in store and "sweep_advance" not in store
         assert "store" not in samples[kind, "bare"]
         summary = result["summary"][kind]

@@ -11,15 +11,21 @@ after a kill shows there as a second line. So "nothing skipped", "handled again 
 kill landed" and "resumed at the checkpoint" are read from what really ran; the ledger and the
 step records from the store.
 
+The backfill checkpoints in windows (`checkpoint_s=`): one step over the batches run within
+`WINDOW_S`, its handle pausing a little longer than that in every `WINDOW`-th batch, so each
+window holds exactly `WINDOW` batches. The import checkpoints per page.
+
 Each kill lands at a chosen place: the first process to get there holds (sleeps) until the test
 kills it, and leaves a mark (its rows in `seen`, or a file) that lets every later one through:
-- the first, in `handle`, its rows committed and its step not recorded: that batch (page) is
-  handled again, whole, and counted once;
-- the second, right after a batch's (page's) checkpoint landed — its step record and its
-  ledger advance, one write — before the run went on: the resumed run replays that batch from
-  its record, handles nothing of it again and counts nothing twice.
+- the first, in `handle`, its rows committed and its step not recorded: for the backfill, in
+  the second batch of a window, so a window of several batches is in flight — its batches are
+  handled again, whole, from the window's start, and each counted once; for the import, that
+  page;
+- the second, right after a window's (page's) checkpoint landed — its step record and its
+  ledger advance, one write — before the run went on: the resumed run replays it from its
+  record, handles nothing of it again and counts nothing twice.
 Holding there is the app's own wrapping of the drivers' `_sweep_checkpoint` (the one write a
-batch's checkpoint is): the worker runs the real driver, then holds.
+window's checkpoint is): the worker runs the real driver, then holds.
 
 A killed worker's lease lapses (2 s) and a standby takes the run back. A standby started with the
 killed one does not reclaim a lapsed lease for its first `RECLAIM_GRACE_MS` (4 s; see
@@ -61,10 +67,16 @@ from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema
 #: The backfill's table: keys 1..ROWS, BATCH a batch (the last one short: ROWS // BATCH + 1).
 ROWS = 250
 BATCH = 20
-#: The first kill: in `handle` of the batch holding this key (batch:4).
-HOLD_KEY = 4 * BATCH + 1
-#: The second kill: right after batch:9's checkpoint landed.
-HOLD_LANDED = 9
+#: The backfill's windows: `checkpoint_s=WINDOW_S`, and every WINDOW-th batch's handle pauses
+#: `PAUSE_S`, past it (the batches before it take milliseconds): batches 0-3, 4-7, 8-11, 12.
+WINDOW = 4
+WINDOW_S = 0.6
+PAUSE_S = 0.7
+#: The first kill: in `handle` of the batch holding this key — batch 5, the second of the
+#: window at batch:4.
+HOLD_KEY = 5 * BATCH + 1
+#: The second kill: right after the checkpoint of the window at batch:8 (batches 8-11) landed.
+HOLD_LANDED = 8
 #: The import's file: RECORDS good records, the malformed ones planted among them.
 RECORDS = 150
 PAGE_BYTES = 320
@@ -104,7 +116,7 @@ HERE = Path(__file__).parent
 RETRY = Retry(attempts=5, base_ms=10)
 
 
-def note(keys, hold):
+def note(keys, hold, pause=False):
     with psycopg.connect(os.environ["DATA_URL"]) as conn:
         seen = sql.Identifier(SCHEMA, "seen")
         with conn.cursor() as cur:
@@ -117,6 +129,8 @@ def note(keys, hold):
         ).fetchone()[0] == 1
     if first:  # committed: held here until the test kills this process
         time.sleep(3600)
+    if pause and keys[-1] % ({WINDOW} * {BATCH}) == 0:  # the last batch of a window
+        time.sleep({PAUSE_S})
 
 
 async def hold_once(here):
@@ -156,9 +170,10 @@ items_backfill = backfill(
     source=sa.select(items.c.id),
     engine=sa.create_engine(os.environ["DATA_SA_URL"], poolclass=sa.pool.NullPool),
     key="id",
-    handle=lambda rows: note([r.id for r in rows], {HOLD_KEY}),
+    handle=lambda rows: note([r.id for r in rows], {HOLD_KEY}, pause=True),
     batch={BATCH},
     count={ROWS},
+    checkpoint_s={WINDOW_S},
     retry=RETRY,
 )
 
@@ -416,8 +431,9 @@ async def fleet(
 
 
 async def test_a_backfill_killed_twice_mid_sweep_resumes_at_its_checkpoints(fleet: Fleet) -> None:
-    """Every row handled, again only in the batches the kills cut short; each resume starts at
-    the batch after the last recorded one; the ledger counts each batch once."""
+    """Every row handled, again only in the window the first kill cut short (its batches from the
+    window's start to the one in flight); each resume starts at the batch after the last
+    recorded window; the ledger counts each batch once."""
     with admin() as conn:
         items = sql.Identifier(fleet.schema, "items")
         conn.execute(sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(items))
@@ -425,7 +441,7 @@ async def test_a_backfill_killed_twice_mid_sweep_resumes_at_its_checkpoints(flee
     await fleet.start("items_backfill", {}, HOLD_LANDED=f"batch:{HOLD_LANDED}")
     await fleet.until(lambda: fleet.handled(HOLD_KEY), "the sweep reached its held batch")
     await fleet.kill_holder()
-    await fleet.until(fleet.held_in_store, "the sweep checkpointed batch:9 and held")
+    await fleet.until(fleet.held_in_store, "the sweep checkpointed batch:8's window and held")
     await fleet.kill_holder()
     await fleet.until(fleet.completed, "the sweep completed")
     fleet.stop()
@@ -436,37 +452,51 @@ async def test_a_backfill_killed_twice_mid_sweep_resumes_at_its_checkpoints(flee
         await fleet.row(),
     )
     batches = ROWS // BATCH + 1
-    in_flight = [len(k.steps(steps)) for k in fleet.kills]
-    print(fleet.timeline("batch", in_flight))
-    # The kills landed where they were meant to: in batch:4's handle, before its checkpoint;
-    # then right after batch:9's checkpoint landed. Either way the ledger counted exactly the
-    # batches recorded.
-    assert in_flight == [(HOLD_KEY - 1) // BATCH, HOLD_LANDED + 1]
-    assert [k.entry.batches for k in fleet.kills] == in_flight
+    recorded = [k.entry.batches for k in fleet.kills]
+    print(fleet.timeline("the window at batch", recorded))
+    # The kills landed where they were meant to: in batch 5's handle, the window at batch:4
+    # in flight (batch 4 handled, its checkpoint not yet written); then right after the
+    # window at batch:8 (batches 8-11) landed. Either way the ledger counted exactly the
+    # batches of the windows recorded, as the last recorded window's mark says.
+    held = (HOLD_KEY - 1) // BATCH
+    assert recorded == [held - held % WINDOW, HOLD_LANDED + WINDOW]
+    for kill in fleet.kills:
+        before = kill.steps(steps)
+        assert json.loads(before[-1].output_json)["batches"] == kill.entry.batches
 
-    # Nothing skipped; the batch cut short in its handle handled twice, whole; no other row
-    # again (batch:9, checkpointed before its kill, is replayed from its record).
+    # Nothing skipped; the window cut short in its handle handled twice, whole up to its batch
+    # in flight; no other row again (the window at batch:8, checkpointed before its kill, is
+    # replayed from its record).
     counts = Counter(s.key for s in seen)
     assert set(counts) == set(range(1, ROWS + 1))
-    b = in_flight[0]
-    assert {k for k, n in counts.items() if n > 1} == set(range(b * BATCH + 1, (b + 1) * BATCH + 1))
+    again = set(range(recorded[0] * BATCH + 1, (held + 1) * BATCH + 1))
+    assert {k for k, n in counts.items() if n > 1} == again
+    assert len(again) == 2 * BATCH  # two batches of the window ran again
     assert max(counts.values()) == 2
-    for kill, flying, handled in zip(fleet.kills, in_flight, (1, 0), strict=True):
+    for kill, last in zip(fleet.kills, (held + 1, recorded[1]), strict=True):
         # The killed worker handled nothing past its batch in flight (the second one never
-        # began it); its successor started exactly there (the batch after the last checkpoint).
-        assert max(s.key for s in seen if s.pid == kill.victim) == (flying + handled) * BATCH
+        # began one); its successor started exactly at the last checkpoint.
+        assert max(s.key for s in seen if s.pid == kill.victim) == last * BATCH
         first_key = next(s.key for s in seen if s.pid == kill.successor)
-        assert first_key == flying * BATCH + 1, (first_key, flying)
+        assert first_key == kill.entry.batches * BATCH + 1, (first_key, kill.entry)
         # The ledger as the victim left it: running, its cursor the last key it counted.
         assert kill.entry.status == "running"
         assert kill.entry.rows == kill.entry.batches * BATCH
         assert loads(kill.entry.cursor_json or "null") == kill.entry.batches * BATCH
-    # One step per batch, each holding its cursor and running count, never the page.
-    assert [s.name for s in steps] == [f"batch:{i}" for i in range(batches)]
-    for i, step in enumerate(steps):
+    # One step per window, named by its first batch, each holding its cursor and running
+    # counts, never the page.
+    starts = list(range(0, batches, WINDOW))
+    assert [s.name for s in steps] == [f"batch:{i}" for i in starts]
+    for i, step in zip(starts, steps, strict=True):
         mark = json.loads(step.output_json)
-        last = min((i + 1) * BATCH, ROWS)
-        assert (mark["cursor"], mark["rows"], mark["done"]) == (last, last, i == batches - 1)
+        ends = min(i + WINDOW, batches)
+        last = min(ends * BATCH, ROWS)
+        assert (mark["batches"], mark["cursor"], mark["rows"], mark["done"]) == (
+            ends,
+            last,
+            last,
+            ends == batches,
+        )
     # The ledger: completed, each batch counted once, the cursor the last key.
     assert (entry.status, entry.batches, entry.rows, entry.errors) == (
         "completed",

@@ -2199,6 +2199,39 @@ class SweepAdvanceTakesSkips(MemoryDriver):
         return await super()._sweep_advance(advance)
 
 
+class SweepWindowCountsOneBatch(MemoryDriver):
+    """Lands a window where it starts, but counts it as one batch (`batches + 1`, not
+    `batches + span`): the ledger's batches fall behind, and the next window is refused."""
+
+    def _advance(self, advance: SweepAdvance) -> bool:
+        held = self._sweeps.get(advance.run_id)
+        moved = super()._advance(advance)
+        if moved and held is not None:
+            e = self._sweeps[advance.run_id]
+            self._sweeps[advance.run_id] = replace(e, batches=held.batches + 1)
+        return moved
+
+
+class SweepWindowStartUnchecked(MemoryDriver):
+    """Checks an advance's last batch against the entry (`batches == batch - 1`), whatever its
+    span, as a driver left at the one-batch rule would: a window of several never lands, and
+    one overlapping the recorded batches does."""
+
+    def _advance(self, advance: SweepAdvance) -> bool:
+        return super()._advance(replace(advance, span=1))
+
+
+class SweepWindowOverlapCounted(MemoryDriver):
+    """Lands any window that reaches past the entry's batches (`batch - span <= batches <
+    batch`): an overlapping window counts its recorded batches' rows again."""
+
+    def _advance(self, advance: SweepAdvance) -> bool:
+        held = self._sweeps.get(advance.run_id)
+        if held is not None and advance.batch - advance.span <= held.batches < advance.batch:
+            advance = replace(advance, span=advance.batch - held.batches)
+        return super()._advance(advance)
+
+
 class SweepAdvanceKeepsCursorOnNull(MemoryDriver):
     """A batch without a cursor (the last one) keeps the previous cursor (`COALESCE`)."""
 
@@ -2850,6 +2883,9 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (SweepAdvanceCountsReplay, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
     (SweepAdvanceTakesSkips, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
     (SweepAdvanceKeepsCursorOnNull, "sweeps", ["sweeps_a_batch_is_recorded_once"]),
+    (SweepWindowCountsOneBatch, "sweeps", ["sweeps_a_window_is_recorded_once"]),
+    (SweepWindowStartUnchecked, "sweeps", ["sweeps_a_window_is_recorded_once"]),
+    (SweepWindowOverlapCounted, "sweeps", ["sweeps_a_window_is_recorded_once"]),
     (
         SweepFinishEndsAnyEntry,
         "sweeps",
@@ -3201,6 +3237,9 @@ REACH: dict[str, dict[str, int]] = {
         "sweep checkpoint of a recorded step, its first record kept": 7,
         "sweep checkpoint of a replayed batch": 4,
         "sweep checkpoint of a skipped batch": 1,
+        "sweep checkpoint of a replayed window": 3,
+        "sweep checkpoint of a window landed": 5,
+        "sweep checkpoint of a window overlapping the recorded batches": 1,
         "sweep checkpoint of the next batch off the fence": 4,
         "sweep checkpoint off the fence": 4,
         "sweep checkpoint under a lapsed lease nobody claimed": 2,
@@ -3211,6 +3250,9 @@ REACH: dict[str, dict[str, int]] = {
         "sweep advance of a failed entry": 3,
         "sweep advance of a replayed batch": 3,
         "sweep advance of a skipped batch": 1,
+        "sweep advance of a replayed window": 1,
+        "sweep advance of a window landed": 2,
+        "sweep advance of a window overlapping the recorded batches": 1,
         "sweep advance of the next batch off the fence": 3,
         "sweep advance of the next batch under a held fence of another run": 6,
         "sweep advance under a lapsed lease nobody claimed": 2,

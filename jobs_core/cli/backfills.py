@@ -249,6 +249,11 @@ def _status(e: EntryView) -> Text:
     return text
 
 
+def _checkpoint(window_ms: int) -> str:
+    """How often a run records its progress: the ledger moves a window of batches at a time."""
+    return "every batch" if window_ms == 0 else f"every {age(window_ms)} of batches"
+
+
 def _cursor(e: EntryView) -> str:
     return "-" if e.record.cursor_json is None else e.record.cursor_json
 
@@ -327,6 +332,7 @@ def print_sweep(sweep: SweepView, now_ms: int) -> None:
             ["checksum", spec.checksum],
             ["batch", f"{spec.batch} rows"],
             ["rate", "-" if spec.interval_ms is None else f"a batch per {age(spec.interval_ms)}"],
+            ["checkpoint", _checkpoint(spec.window_ms)],
             ["environments", envs],
             ["requires", ", ".join(r.name for r in spec.requires) or "-"],
             ["job queue", d.queue],

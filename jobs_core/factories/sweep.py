@@ -1,9 +1,10 @@
 """The ledger side of one run of a sweep, written from inside its body; and what every sweep
 shares: the environment it runs in and its declaration's checksum.
 
-A sweep's entry is opened by the run (`SweepLedger.start`), moved once per batch the run
-records for the first time (`advance`, keyed by the batch number: a replayed batch moves
-nothing) and closed when the run ends (`finish`). Every write is fenced on the run's claim; one
+A sweep's entry is opened by the run (`SweepLedger.start`), moved once per step the run
+records for the first time — by that step's batches: one, or a backfill's window of several —
+(`advance`, keyed by the batch numbers: a replayed step moves nothing) and closed when the run
+ends (`finish`). Every write is fenced on the run's claim; one
 that does not land means the run lost its claim, and raises `X_JOB_LEASE_LOST` like a step.
 """
 
@@ -41,9 +42,24 @@ CROSS_TENANT: Final = "none"
 
 #: What a batch's step output says of it: its rows, its refused rows, the next batch's cursor.
 Counts = Callable[[JsonValue], tuple[int, int, JsonValue]]
-#: What a batch's step record says of it, read by the caller that made the record (no parse of
-#: its text): its rows, its refused rows, the next batch's cursor as JSON text (None: none).
-RecordCounts = Callable[[StepPut], tuple[int, int, str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepCounts:
+    """What one step's record adds to the ledger: its batches — the last one's number (1-based)
+    and how many end there (`span`) —, their rows and refused rows, and the cursor the next
+    batch starts at as JSON text (None: none)."""
+
+    batch: int
+    span: int
+    rows: int
+    errors: int
+    cursor_json: str | None
+
+
+#: What a step's record says of it, read by the caller that made the record (no parse of its
+#: text).
+RecordCounts = Callable[[StepPut], StepCounts]
 
 
 def current_environment() -> str:
@@ -138,21 +154,22 @@ class SweepLedger:
         rows, refused rows and next cursor `counts` reads off the step's output: one fenced
         commit, so a batch is never recorded without being counted (`StepApi.run_written`)."""
 
-        def of_record(step: StepPut) -> tuple[int, int, str | None]:
+        def of_record(step: StepPut) -> StepCounts:
             rows, errors, cursor = counts(loads(step.output_json))
-            return rows, errors, None if cursor is None else dumps(cursor)
+            return StepCounts(batch, 1, rows, errors, None if cursor is None else dumps(cursor))
 
-        return self.checkpoint_of(batch, of_record)
+        return self.checkpoint_of(of_record)
 
-    def checkpoint_of(self, batch: int, counts: RecordCounts) -> RecordWrite:
-        """`checkpoint`, with `counts` answering for the record itself: for a caller that holds
-        what it just recorded (a backfill's batch), so its output is not parsed back."""
+    def checkpoint_of(self, counts: RecordCounts) -> RecordWrite:
+        """`checkpoint`, with `counts` answering for the record itself — which batches it ends
+        and what they add: for a caller that holds what it just recorded (a backfill's window
+        of batches, known once it ran), so its output is not parsed back."""
         driver, run_id = self._step.driver, self._run_id
 
         async def write(step: StepPut) -> bool:
-            rows, errors, cursor_json = counts(step)
+            c = counts(step)
             advance = SweepAdvance(
-                step.fence, run_id, batch, rows, errors, cursor_json, step.now_ms
+                step.fence, run_id, c.batch, c.rows, c.errors, c.cursor_json, step.now_ms, c.span
             )
             return await driver.sweep_checkpoint(SweepCheckpoint(step, advance))
 

@@ -1225,8 +1225,10 @@ class ReferenceModel:
         return best
 
     def sweep_advance(self, advance: SweepAdvance) -> bool:
-        """Batch `batch` of a running entry is recorded when it is the next one (`batches + 1`)
-        and the fence holds for its run; a replayed or a skipped batch moves nothing."""
+        """The `span` batches ending at batch `batch` of a running entry are recorded when they
+        are the next ones (the first of them is `batches + 1`) and the fence holds for its run;
+        a replayed window, one overlapping the recorded batches, or one skipping some moves
+        nothing."""
         _check_sweep_fence(advance.fence)
         _check_advance(advance)
         e = self.sweeps.get(advance.run_id)
@@ -1234,7 +1236,7 @@ class ReferenceModel:
             return False
         if self._ledger_writer(advance.fence, advance.run_id) is None:
             return False
-        if advance.batch != e.batches + 1:
+        if not _next_window(e, advance):
             return False
         self.sweeps[advance.run_id] = _advanced(e, advance)
         return True
@@ -1257,7 +1259,7 @@ class ReferenceModel:
         if key not in self.steps:
             self.steps[key] = StepRecord(advance.run_id, step.name, step.output_json, step.now_ms)
         e = self.sweeps.get(advance.run_id)
-        if e is not None and e.status == "running" and advance.batch == e.batches + 1:
+        if e is not None and e.status == "running" and _next_window(e, advance):
             self.sweeps[advance.run_id] = _advanced(e, advance)
         return True
 
@@ -1613,6 +1615,7 @@ def _check_advance(advance: SweepAdvance) -> None:
     text within its limit, a time."""
     _check_name_text(advance.run_id, "run_id")
     _check_range(advance.batch, 1, MAX_SWEEP_ROWS, "batch")
+    _check_range(advance.span, 1, advance.batch, "span")
     _check_range(advance.rows, 0, MAX_SWEEP_ROWS, "rows")
     _check_range(advance.errors, 0, MAX_SWEEP_ROWS, "errors")
     if advance.cursor_json is not None:
@@ -1622,8 +1625,16 @@ def _check_advance(advance: SweepAdvance) -> None:
     _check_range(advance.now_ms, 0, MAX_TIME_MS, "now_ms")
 
 
+def _next_window(e: SweepRecord, advance: SweepAdvance) -> bool:
+    """Whether `advance`'s batches are the ones after `e`'s: its first batch (the last,
+    `batch`, less the `span - 1` before it) is `e.batches + 1`."""
+    first = advance.batch - advance.span + 1
+    return first == e.batches + 1
+
+
 def _advanced(e: SweepRecord, advance: SweepAdvance) -> SweepRecord:
-    """Entry `e` with batch `advance.batch` recorded: its counts added, its cursor replaced."""
+    """Entry `e` with batches up to `advance.batch` recorded: its counts added, its cursor
+    replaced."""
     return replace(
         e,
         batches=advance.batch,

@@ -6,7 +6,8 @@ driver declares `sweeps` in `capabilities()`.
 
 The edges are aimed at, each rule making the rows it needs (a row in a queue of its own, so it
 claims exactly that row): a run's life from its start to its end — batches recorded once, a
-replayed batch, a skipped one, a write after the run's claim was lost (reclaimed, acked,
+replayed batch, a skipped one, a window of several batches (landing, replayed, overlapping the
+recorded ones), a write after the run's claim was lost (reclaimed, acked,
 cancelled) or only lapsed (it still holds), a failed run resumed by a later attempt, a completed
 one its own later attempt finds as it is —; a run writing only its own entry (a held fence of
 another row's run writes nothing, a row sharing the run does; after a fresh requeue the row's
@@ -145,6 +146,8 @@ SWEEP_REFUSALS = (
     "expected below 0",
     "fence count 0",
     "batch 0",
+    "span 0",
+    "span past its batch",
     "rows below 0",
     "cursor too long",
     "cursor not JSON",
@@ -233,7 +236,9 @@ class SweepRules(ParityMachine):
         expected=st.sampled_from(EXPECTED),
         which=st.sampled_from(("running", "running", "any")),
         fence=st.sampled_from(("holder", "holder", "holder", "past", "skewed", "other row")),
-        batch=st.sampled_from(("next", "next", "next", "replay", "skip", "first")),
+        batch=st.sampled_from(
+            ("next", "next", "next", "replay", "skip", "first", "window", "window", "overlap")
+        ),
         rows=st.sampled_from(ROWS),
         cursor=st.sampled_from(CURSORS),
         status=st.sampled_from(("completed", "completed", "failed")),
@@ -267,7 +272,8 @@ class SweepRules(ParityMachine):
         under a running row's fence or a near miss of it, for its own run, an entry's, another
         row's or a fresh one, as a drawn sweep or like an entry's; an advance or a finish of an
         entry (running, mostly) under its holder's fence, a stale, skewed or another row's one,
-        for the next batch, a replayed or a skipped one; a listing; a refused call."""
+        for the next batch, a replayed or a skipped one, a window of the next batches or one
+        overlapping the last recorded; a listing; a refused call."""
         if op == "start":
             fences = self._aimed_fence(pick, who)
             if not fences:
@@ -283,10 +289,9 @@ class SweepRules(ParityMachine):
                 return
             f = self._write_fence(e, fence, pick)
             if op != "finish":
+                number, span = self._batch_number(e, batch)
                 with self._recording(op):
-                    self._ledger_advance(
-                        f, e.run_id, self._batch_number(e, batch), rows, rows // 2, cursor
-                    )
+                    self._ledger_advance(f, e.run_id, number, rows, rows // 2, cursor, span)
             else:
                 self._ledger_finish(f, e.run_id, status, code)
         elif op == "list":
@@ -351,14 +356,20 @@ class SweepRules(ParityMachine):
             ][pick % 3]
         return base
 
-    def _batch_number(self, e: SweepRecord, how: str) -> int:
+    def _batch_number(self, e: SweepRecord, how: str) -> tuple[int, int]:
+        """The last batch an advance of `how` records, and its span."""
         if how == "replay" and e.batches:
-            return e.batches
+            return e.batches, 1
         if how == "skip":
-            return e.batches + 2
+            return e.batches + 2, 1
         if how == "first":
-            return 1
-        return e.batches + 1
+            return 1, 1
+        if how == "window":
+            return e.batches + 3, 3
+        if how == "overlap" and e.batches:
+            # Batches `batches` to `batches + 2`: the last one recorded, then two new ones.
+            return e.batches + 2, 3
+        return e.batches + 1, 1
 
     def _ledger_name(self, pick: int) -> str:
         names = sorted({e.name for e in self.model.sweeps.values()}) or list(SWEEP_NAMES)
@@ -371,7 +382,18 @@ class SweepRules(ParityMachine):
         ident=identities,
         prefix=st.sampled_from(ID_PREFIXES),
         batches=st.integers(0, 3),
-        twist=st.sampled_from((None, "replay", "replay", "skip", "first again")),
+        twist=st.sampled_from(
+            (
+                None,
+                "replay",
+                "replay",
+                "skip",
+                "first again",
+                "window",
+                "window replayed",
+                "overlap",
+            )
+        ),
         end=st.sampled_from(ENDS),
         delta=st.sampled_from((0, 0, 1)),
         cursors=st.lists(st.sampled_from(CURSORS), min_size=4, max_size=4),
@@ -394,7 +416,8 @@ class SweepRules(ParityMachine):
     ) -> None:
         """One run of a sweep, as a factory writes it: started under its claim, `batches`
         batches recorded (with `twist`, the last one replayed with other counts, a batch
-        skipped, or the first one again), then `end`: completed; failed, then retried by a
+        skipped, the first one again; a window of two batches, replayed, or one of three
+        overlapping the last batch recorded), then `end`: completed; failed, then retried by a
         later attempt of the run (the failed entry resumes, its batches kept) and completed;
         completed, then retried (its own later attempt finds it completed, and can write
         nothing); its lease lapsed (`delta` ms past its end) and reclaimed by another worker
@@ -435,6 +458,12 @@ class SweepRules(ParityMachine):
             self._ledger_advance(f, run, done + 2, rows, 0, cursors[1])
         elif twist == "first again" and done:
             self._ledger_advance(f, run, 1, rows, 0, cursors[2])
+        elif twist in ("window", "window replayed"):
+            self._ledger_advance(f, run, done + 2, rows, 1, cursors[1], span=2)
+            if twist == "window replayed":
+                self._ledger_advance(f, run, done + 2, rows + 1, 0, cursors[2], span=2)
+        elif twist == "overlap" and done:
+            self._ledger_advance(f, run, done + 2, rows, 0, cursors[2], span=3)
         self._end_run(end, job, ident, expected, delta, cursors[3])
 
     def _end_run(
@@ -816,12 +845,20 @@ class SweepRules(ParityMachine):
             self._checkpointing = False
 
     def _ledger_advance(
-        self, f: Fence, run_id: str, batch: int, rows: int, errors: int, cursor: str | None
+        self,
+        f: Fence,
+        run_id: str,
+        batch: int,
+        rows: int,
+        errors: int,
+        cursor: str | None,
+        span: int = 1,
     ) -> object:
-        """Record batch `batch` of run `run_id`: an advance alone, or a checkpoint (the batch's
-        step `batch:<n>` with it, its output telling the counts: a replay with other counts
-        must keep the first record)."""
-        advance = SweepAdvance(f, run_id, batch, rows, errors, cursor, self.now)
+        """Record the `span` batches up to `batch` of run `run_id`: an advance alone, or a
+        checkpoint (the step `batch:<n>` with it, its output telling the counts: a replay with
+        other counts must keep the first record)."""
+        advance = SweepAdvance(f, run_id, batch, rows, errors, cursor, self.now, span)
+        first = batch - span + 1
         before = self.model.sweeps.get(run_id)
         how = "checkpoint" if self._checkpointing else "advance"
         step = StepPut(f, f"batch:{batch}", f'{{"rows": {rows}, "errors": {errors}}}', self.now)
@@ -851,17 +888,21 @@ class SweepRules(ParityMachine):
             self._note(f"sweep {how} of a {before.status} entry")
         elif held is None:
             self._note(f"sweep {how} off the fence")
-            if batch == before.batches + 1:
+            if first == before.batches + 1:
                 self._note(f"sweep {how} of the next batch off the fence")
         elif held.run_id != run_id:
-            if batch == before.batches + 1:
+            if first == before.batches + 1:
                 self._note(f"sweep {how} of the next batch under a held fence of another run")
         elif batch <= before.batches:
-            self._note(f"sweep {how} of a replayed batch")
-        elif batch > before.batches + 1:
+            self._note(f"sweep {how} of a replayed {'window' if span > 1 else 'batch'}")
+        elif first <= before.batches:
+            self._note(f"sweep {how} of a window overlapping the recorded batches")
+        elif first > before.batches + 1:
             self._note(f"sweep {how} of a skipped batch")
         elif got:
             self._note(f"sweep {how} landed")
+            if span > 1:
+                self._note(f"sweep {how} of a window landed")
             self._note_lapsed(held, how)
             if held.id != before.job_id:
                 self._note(f"sweep {how} landed under another row of its run")
@@ -941,6 +982,8 @@ class SweepRules(ParityMachine):
             "expected below 0": replace(start, expected=-1),
             "fence count 0": replace(start, fence=replace(f, claims=0)),
             "batch 0": replace(advance, batch=0),
+            "span 0": replace(advance, span=0),
+            "span past its batch": replace(advance, batch=2, span=3),
             "rows below 0": replace(advance, rows=-1),
             "cursor too long": replace(advance, cursor_json=LONG_CURSOR[:-1] + 'x"'),
             "cursor not JSON": replace(advance, cursor_json="NaN"),

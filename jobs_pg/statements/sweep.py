@@ -150,19 +150,21 @@ SWEEP_START: Final = sa.select(
 )
 
 # -- SWEEP_ADVANCE ------------------------------------------------------------------------------
-# One UPDATE of the run's entry, fenced, moving only from `batches = :batch - 1`. Two advances
-# of one batch at once: the second waits for the first's row lock, re-checks its WHERE on the
-# row the first left (`batches` moved on) and writes nothing. Answers 1 when it moved, else 0.
+# One UPDATE of the run's entry, fenced, moving only from `batches = :batch - :span` (the
+# advance's first batch is the one after the entry's last). Two advances of one window at once:
+# the second waits for the first's row lock, re-checks its WHERE on the row the first left
+# (`batches` moved on) and writes nothing. Answers 1 when it moved, else 0.
 
 
 def _moved(held: sa.CTE, name: str) -> sa.CTE:
-    """The run's running entry moved by batch `:batch` (from `:batch - 1`) while `held` holds."""
+    """The run's running entry moved by the `:span` batches up to `:batch` (from
+    `:batch - :span`) while `held` holds."""
     return (
         sa.update(sweeps)
         .where(
             sweeps.c.run_id == p("run_id", TEXT),
             sweeps.c.status == lit("running"),
-            sweeps.c.batches == p("batch", BIGINT) - 1,
+            sweeps.c.batches == p("batch", BIGINT) - p("span", BIGINT),
             _holds(held),
         )
         .values(
@@ -182,14 +184,15 @@ SWEEP_ADVANCE: Final = sa.select(sa.func.count().label("moved")).select_from(
 )
 
 # -- SWEEP_CHECKPOINT ---------------------------------------------------------------------------
-# A batch's step record and its advance in ONE statement under ONE fence (`held`, the job row
+# A step's record and its advance (its batches: one, or a backfill's window) in ONE statement
+# under ONE fence (`held`, the job row
 # FOR SHARE, as above): the step inserted under the run (a step recorded already keeps its first
 # record, as STEP_PUT) and the entry moved as SWEEP_ADVANCE moves it. Both data-modifying CTEs
 # run in the statement's one snapshot and commit together: a batch is never recorded without
 # being counted, for one durable commit. Answers 1 when the fence held, else 0 (no write).
 # Committed with the session's `synchronous_commit`, never `off`: a checkpoint lost in a server
 # crash while its worker lives on is followed by the next batch's, which records its step but
-# cannot move the entry (`batches = :batch - 1` fails), so the ledger's count would stay short
+# cannot move the entry (`batches = :batch - :span` fails), so the ledger's count would stay short
 # for the rest of the run (docs/factories.md, "Measured").
 _checkpoint_held = _held("checkpoint_held")
 _checkpoint_step = (

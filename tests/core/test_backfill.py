@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from jobs_core.clock import FakeClock
-from jobs_core.context import JobContext
-from jobs_core.errors import JobsError
+from jobs_core.context import CancelSignal, JobContext
+from jobs_core.errors import DrainingError, JobsError
 from jobs_core.facade import Jobs
 from jobs_core.factories.backfill import (
     Backfill,
@@ -27,6 +27,7 @@ from jobs_core.factories.backfill import (
     inspect_backfills,
 )
 from jobs_core.factories.backfill.source import Keyset, _distinct
+from jobs_core.factories.sweep import StepCounts, SweepLedger
 from jobs_core.job import JobRegistry
 from jobs_core.jsonform import loads
 from jobs_core.records import ClaimParams, SweepCheckpoint, SweepRecord
@@ -47,8 +48,11 @@ class Crash(BaseException):
 
 
 def declare(name: str = "sweep", **options: Any) -> Backfill:
-    """A backfill on registries of its own (a test's declarations never meet another's)."""
+    """A backfill on registries of its own (a test's declarations never meet another's); one
+    step per batch (`checkpoint_s=0`) unless a test says otherwise: most tests here pin what a
+    step does, and the window tests below what a window adds."""
     options.setdefault("tenant", "none")
+    options.setdefault("checkpoint_s", 0)
     options.setdefault("handle", lambda rows: None)
     return backfill(name=name, registry=JobRegistry(), backfills=BackfillRegistry(), **options)
 
@@ -127,7 +131,8 @@ async def test_each_batch_is_a_positional_step_holding_the_cursor_and_a_count_ne
         (20, 20, False),
         (20, 25, True),
     ]
-    assert all(set(s) == {"cursor", "rows", "at", "done"} for s in recorded.values())
+    assert all(set(s) == {"cursor", "rows", "at", "done", "batches"} for s in recorded.values())
+    assert [s["batches"] for s in recorded.values()] == [1, 2, 3]
     (entry,) = await entries(driver)
     assert (entry.status, entry.batches, entry.rows, entry.expected) == ("completed", 3, 25, 25)
     assert (entry.scope, entry.environment, entry.kind, entry.job_id) == (
@@ -213,6 +218,197 @@ async def test_a_crash_mid_batch_replays_that_batch_whole_and_the_ledger_counts_
     assert [h[0] for h in handled] == [0, 2, 4, 4, 4, 6, 8]
     (entry,) = await entries(driver)
     assert (entry.status, entry.batches, entry.rows, entry.expected) == ("completed", 5, 10, 10)
+
+
+def slow(clock: FakeClock, ms: int, seen: list[int]) -> Callable[[list[int]], Any]:
+    """A handle noting its rows that takes `ms` of `clock`'s time per batch."""
+
+    async def handle(rows: list[int]) -> None:
+        seen.extend(rows)
+        clock.set(clock.now_ms() + ms)
+
+    return handle
+
+
+async def test_one_step_covers_the_batches_of_checkpoint_s_and_the_ledger_counts_each() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    seen: list[int] = []
+    # 400 ms a batch, a window of a second: three batches a step (the third crosses it).
+    bf = declare(
+        handle=slow(clock, 400, seen), pages=numbers(25), batch=2, count=25, checkpoint_s=1
+    )
+    assert bf.spec.window_ms == 1_000
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    summary = await attempt(driver, clock, bf)
+    assert seen == list(range(25))
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 13, 25)
+    assert summary["batches"] == 13 and summary["rows"] == 25
+    recorded = await steps(driver, entry.run_id)
+    assert list(recorded) == ["batch:0", "batch:3", "batch:6", "batch:9", "batch:12"]
+    assert [(s["batches"], s["rows"], s["cursor"], s["done"]) for s in recorded.values()] == [
+        (3, 6, 6, False),
+        (6, 12, 12, False),
+        (9, 18, 18, False),
+        (12, 24, 24, False),
+        (13, 25, 24, True),
+    ]
+    # A window's `at` is its last batch's start: the throttle's reference.
+    assert recorded["batch:0"]["at"] == recorded["batch:3"]["at"] - 1_200
+
+
+async def test_a_crash_mid_window_replays_that_windows_batches_and_counts_each_once() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    handled: list[int] = []
+
+    async def handle(rows: list[int]) -> None:
+        handled.append(rows[0])
+        clock.set(clock.now_ms() + 400)
+        if rows[0] == 10 and handled.count(10) == 1:
+            raise Crash  # killed in the second window's last batch
+
+    bf = declare(
+        handle=handle,
+        pages=numbers(16),
+        batch=2,
+        count=16,
+        checkpoint_s=1,
+        retry=Retry(attempts=3, base_ms=1, cap_ms=1),
+    )
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    with pytest.raises(Crash):
+        await attempt(driver, clock, bf)
+    (entry,) = await entries(driver)
+    # One window recorded (batches 0-2); batches 3 and 4 ran in the lost one, uncounted.
+    assert (entry.status, entry.batches, entry.rows, entry.cursor_json) == ("running", 3, 6, "6")
+    summary = await attempt(driver, clock, bf)
+    assert summary["batches"] == 8 and summary["rows"] == 16
+    # The lost window's batches ran again — at least once each —; the recorded ones never did.
+    assert handled == [0, 2, 4, 6, 8, 10, 6, 8, 10, 12, 14]
+    assert sorted(set(handled)) == list(range(0, 16, 2))
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 8, 16)
+    assert list(await steps(driver, entry.run_id)) == ["batch:0", "batch:3", "batch:6"]
+
+
+async def test_a_resumed_window_throttle_waits_from_the_last_stored_batch_start() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    starts: list[int] = []
+
+    async def pages(cursor: Any, scope: str, limit: int) -> tuple[list[int], Any]:
+        starts.append(clock.now_ms())
+        return numbers(12)(cursor, scope, limit)
+
+    async def handle(rows: list[int]) -> None:
+        if rows[0] == 8 and len(starts) == 5:
+            raise Crash
+
+    # One batch per 400 ms, a window of a second: batches start at 0, 400, 800 and 1,200 ms
+    # (the one that crosses it), so the first window holds four; the fifth batch is killed.
+    bf = declare(handle=handle, pages=pages, batch=2, rate=2.5, checkpoint_s=1, retry=TWICE)
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    first = asyncio.ensure_future(attempt(driver, clock, bf))
+    while not first.done():
+        await clock.advance(50)
+    with pytest.raises(Crash):
+        await first
+    (entry,) = await entries(driver)
+    assert entry.batches == 4
+    stored = (await steps(driver, entry.run_id))["batch:0"]["at"]
+    assert stored == starts[3]
+    resumed = len(starts)
+    second = asyncio.ensure_future(attempt(driver, clock, bf))
+    while not second.done():
+        await clock.advance(50)
+    await second
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(g >= 400 for g in gaps[: resumed - 1]), gaps
+    # The retry's first batch waited out 400 ms from the stored start, never less.
+    assert starts[resumed] - stored >= 400, (starts, stored)
+    assert all(g >= 400 for g in gaps[resumed:]), gaps
+    (entry,) = await entries(driver)
+    assert (entry.batches, entry.rows) == (6, 12)
+
+
+async def test_a_drain_mid_window_records_the_batches_run_so_far() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    seen: list[int] = []
+    signal = CancelSignal()
+
+    async def handle(rows: list[int]) -> None:
+        seen.extend(rows)
+        if rows[0] == 4:
+            signal.fire(DrainingError("the worker drains"))
+
+    # A window of an hour: only the source's end, or a stop, closes it.
+    bf = declare(handle=handle, pages=numbers(10), batch=2, checkpoint_s=3_600)
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+    clock.set(clock.now_ms() + LEASE_MS)
+    got = await driver.job_claim(ClaimParams(("default",), "w", 1, LEASE_MS, clock.now_ms()))
+    (job,) = got.jobs
+    with pytest.raises(JobsError) as stopped:
+        await bf.fn({}, JobContext.for_test(job, driver, clock=clock, signal=signal))
+    assert code_of(stopped) == "X_ABORTED"  # stopped before its next window
+    # The window closed after the batch the drain came in, and its step was recorded: the
+    # next attempt starts after it, and nothing ran twice.
+    assert seen == [0, 1, 2, 3, 4, 5]
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows, entry.cursor_json) == ("running", 3, 6, "6")
+    assert list(await steps(driver, entry.run_id)) == ["batch:0"]
+
+
+async def test_a_step_recorded_before_windows_resumes_as_one_batch() -> None:
+    driver = MemoryDriver()
+    clock = FakeClock()
+    seen: list[int] = []
+    bf = declare(handle=slow(clock, 10, seen), pages=numbers(6), batch=2, checkpoint_s=1)
+    await Jobs(driver, clock=clock).enqueue(bf, {})
+
+    # A first attempt recorded `batch:0` as a one-batch step of the old form (no `batches`).
+    clock.set(clock.now_ms() + LEASE_MS)
+    got = await driver.job_claim(ClaimParams(("default",), "w", 1, LEASE_MS, clock.now_ms()))
+    (job,) = got.jobs
+    before = JobContext.for_test(job, driver, clock=clock)
+    ledger = SweepLedger(before.step, bf.spec.identity("none", "default"))
+    await ledger.start(expected=None, blocked=JobsError)
+    write = ledger.checkpoint_of(lambda step: StepCounts(1, 1, 2, 0, "2"))
+    await before.step.run_written(
+        "batch:0", lambda: {"cursor": 2, "rows": 2, "at": 0, "done": False}, write
+    )
+    # The next attempt (a new context, the same claim) runs with windows.
+    summary = await bf.fn({}, JobContext.for_test(job, driver, clock=clock))
+    assert seen == [2, 3, 4, 5]
+    assert summary["batches"] == 3 and summary["rows"] == 6
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 3, 6)
+    assert list(await steps(driver, entry.run_id)) == ["batch:0", "batch:1"]
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_s", "step_timeout", "window_ms"),
+    [(0, None, 0), (0.25, None, 250), (1, 0.5, 250), (1, 60, 1_000), (3_600, None, 3_600_000)],
+)
+def test_the_window_is_checkpoint_s_within_half_a_step_timeout(
+    checkpoint_s: float, step_timeout: float | None, window_ms: int
+) -> None:
+    bf = declare(pages=numbers(1), checkpoint_s=checkpoint_s, step_timeout=step_timeout)
+    assert bf.spec.window_ms == window_ms
+    # A tuning knob: the same sweep whatever its window.
+    assert bf.spec.checksum == declare("sweep", pages=numbers(1)).spec.checksum
+
+
+@pytest.mark.parametrize(
+    "bad", [-1, -0.001, float("nan"), float("inf"), -float("inf"), True, 3_600.5, 1e300, "1", None]
+)
+def test_a_hostile_checkpoint_s_is_refused_at_declaration(bad: object) -> None:
+    with pytest.raises(JobsError) as refused:
+        declare(pages=numbers(1), checkpoint_s=bad)
+    assert code_of(refused) == "X_BACKFILL_DECLARATION_INVALID"
+    assert refused.value.detail == "checkpoint_s"
 
 
 async def test_the_rate_is_spent_inside_each_step_from_the_stored_start_so_a_restart_waits() -> (
@@ -321,9 +517,12 @@ async def test_the_environment_is_checked_when_the_sweep_runs_and_at_the_gate(
 ROWS = {"org-a": [f"a{i}" for i in range(5)], "org-b": [f"b{i}" for i in range(5)]}
 
 
-async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_enqueuer_say() -> (
-    None
-):
+@pytest.mark.parametrize("checkpoint_s", [0, 1], ids=["per-batch", "windows"])
+async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_enqueuer_say(
+    checkpoint_s: float,
+) -> None:
+    """Whether each batch is its own step or a window holds them all (three quick batches run
+    in one), every page and every handle acts for the run's one tenant."""
     driver = MemoryDriver()
     asked: list[tuple[str, str | None]] = []
     handled: list[tuple[str, str | None]] = []
@@ -337,7 +536,14 @@ async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_en
     def handle(rows: list[str]) -> None:
         handled.extend((r, current_tenant()) for r in rows)
 
-    bf = declare(tenant=lambda i: i["org"], handle=handle, pages=pages, batch=2, retry=ONCE)
+    bf = declare(
+        tenant=lambda i: i["org"],
+        handle=handle,
+        pages=pages,
+        batch=2,
+        retry=ONCE,
+        checkpoint_s=checkpoint_s,
+    )
     jobs = Jobs(driver)
     # The input also names another org, as a scope and as a tenant id: only `org` counts.
     done = await bf.enqueue({"org": "org-a", "scope": "org-b", "tenant_id": "org-b"}, client=jobs)
@@ -355,7 +561,10 @@ async def test_a_tenants_sweep_sees_only_its_tenant_whatever_the_input_or_the_en
     assert set(asked) == {("org-a", "org-a")}
     assert handled == [(r, "org-a") for r in ROWS["org-a"]]
     (entry,) = await entries(driver)
-    assert (entry.scope, entry.status, entry.rows) == ("org-a", "completed", 5)
+    assert (entry.scope, entry.status, entry.rows, entry.batches) == ("org-a", "completed", 5, 3)
+    steps_made = len(await driver.step_list(entry.run_id))
+    # Per batch, three steps; in windows of a second, fewer (one, unless the machine stalls).
+    assert steps_made == 3 if checkpoint_s == 0 else steps_made < 3, steps_made
 
 
 def test_a_cross_tenant_sweep_cannot_require_a_per_tenant_one() -> None:

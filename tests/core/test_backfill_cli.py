@@ -113,7 +113,9 @@ def test_list_json_is_the_projection(ujobs: Any) -> None:
         30,
         1.0,
     )
+    # Checkpointed a window of a second at a time (the default), the ledger counts batches.
     assert (nums["batches"], nums["cursor"], nums["current"]) == (3, 20, True)
+    assert sweeps["nums"]["checkpoint_ms"] == 1_000
     per_org = {e["scope"]: e for e in sweeps["per-org"]["entries"]}
     assert per_org["acme"]["status"] == "completed" and per_org["acme"]["rows"] == 30
     globex = per_org["globex"]
@@ -146,6 +148,7 @@ def test_tables_keep_names_scopes_states_and_ids_whole_at_any_width(
     for word in ["nums", "per-org", "contacts-csv", "acme", "globex", "completed", "running"]:
         assert word in out, (word, out)
     assert "(job cancelled)" in out and "30 of 30 (100%)" in listed
+    assert "every 1 s of batches" in " ".join(shown.split())
     runs = [e.run_id for e in asyncio.run(store[0].sweep_list("per-org", 10))]
     assert all(r in shown for r in runs)
     for line in out.splitlines():

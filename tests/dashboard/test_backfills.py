@@ -213,6 +213,7 @@ async def test_a_sweeps_page_shows_every_run_and_an_imports_report_without_value
         per_org = await c.get(sweep_path("per-org"), headers=BEARER)
         assert per_org.status_code == 200
         assert "per tenant" in per_org.text and app.per_org.spec.checksum in per_org.text
+        assert "every 1 s of batches (the ledger moves a window at a time)" in per_org.text
         assert '<a href="/backfills/nums">nums</a>' in per_org.text  # what it requires
         assert len(re.findall(r"<tr data-run=", per_org.text)) == 2
         assert f'href="/jobs/{filled["globex_job"]}"' in per_org.text

@@ -91,8 +91,9 @@ async def test_keyset_pages_a_tenants_rows_in_key_order_and_resumes_at_the_store
 
     def handle(rows: list[Any]) -> None:
         handled.append([r.id for r in rows])
-        if len(handled) == 3:
-            raise Crash  # killed in batch:2's handle
+        clock.set(clock.now_ms() + 600)  # a window of a second holds two batches
+        if len(handled) == 4:
+            raise Crash  # killed in batch 3's handle, the second of the window at batch:2
 
     clock = FakeClock()
     # The select names no org: the factory ANDs the run's own into every page.
@@ -104,6 +105,7 @@ async def test_keyset_pages_a_tenants_rows_in_key_order_and_resumes_at_the_store
         handle=handle,
         batch=7,
         count=len(ORG_A),
+        checkpoint_s=1,
     )
     # The input also names the other org: only the tenant function's answer counts.
     await Jobs(driver, clock=clock).enqueue(bf, {"org": "org-a", "org_id": "org-b"})
@@ -116,7 +118,8 @@ async def test_keyset_pages_a_tenants_rows_in_key_order_and_resumes_at_the_store
         if disposed is not None:
             await disposed
     pages = [ORG_A[i : i + 7] for i in range(0, len(ORG_A), 7)]
-    assert handled == [*pages[:3], *pages[2:]]  # batch:2 again, none before it
+    # The window at batch:2 again, whole (batches 2 and 3), none before it.
+    assert handled == [*pages[:4], *pages[2:]]
     assert summary["rows"] == len(ORG_A) and summary["cursor"] == ORG_A[-1]
     (entry,) = await driver.sweep_list("items", 10)
     assert (entry.status, entry.scope, entry.rows, entry.batches) == (

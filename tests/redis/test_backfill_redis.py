@@ -1,7 +1,8 @@
-"""`backfill(pages=...)` with its ledger in the Redis driver: a tenant's sweep killed between a
-batch's ledger write and its step resumes there (the batch handled again, counted once, nothing
-of the other tenant read); another tenant's, under a real worker, fails an attempt mid-batch and
-resumes there; `ujobs backfills` reads both back on the store's URL."""
+"""`backfill(pages=...)` with its ledger in the Redis driver, in windows of two batches: a
+tenant's sweep killed right after a window's checkpoint landed resumes after it (replayed from
+its record, nothing handled again, each batch counted once, nothing of the other tenant read);
+another tenant's, under a real worker, fails an attempt in its window's second batch and resumes
+at the window's start; `ujobs backfills` reads both back on the store's URL."""
 
 from __future__ import annotations
 
@@ -60,8 +61,10 @@ async def test_a_tenants_pages_sweep_resumes_where_it_stopped_and_counts_each_ba
 
     def handle(rows: list[str]) -> None:
         handled.append(rows)
+        if rows[0].startswith("a"):
+            clock.set(clock.now_ms() + 600)  # a window of a second holds two batches
         if rows == ROWS["org-b"][5:] and sum(h == rows for h in handled) == 1:
-            raise RuntimeError("org-b's first attempt fails in batch:1")
+            raise RuntimeError("org-b's first attempt fails in batch 1, its window's second")
 
     bf = backfill(
         name="orgs",
@@ -73,6 +76,7 @@ async def test_a_tenants_pages_sweep_resumes_where_it_stopped_and_counts_each_ba
         registry=JobRegistry(),
         backfills=BackfillRegistry(),
         batch=5,
+        checkpoint_s=1,
     )
     async with fresh_store("redis") as driver:
         assert isinstance(driver, RedisDriver)
@@ -80,8 +84,8 @@ async def test_a_tenants_pages_sweep_resumes_where_it_stopped_and_counts_each_ba
 
         async def killed_as_it_lands(c: SweepCheckpoint) -> bool:
             landed = await checkpoint(c)
-            if c.step.name == "batch:2" and len(handled) == 3:
-                raise Crash  # batch:2 handled, recorded and counted; the run never knew
+            if c.step.name == "batch:2" and len(handled) == 4:
+                raise Crash  # batches 2 and 3 handled, recorded and counted; the run never knew
             return landed
 
         driver._sweep_checkpoint = killed_as_it_lands  # type: ignore[method-assign]
@@ -93,14 +97,17 @@ async def test_a_tenants_pages_sweep_resumes_where_it_stopped_and_counts_each_ba
         (entry,) = await driver.sweep_list("orgs", 10)
         assert (entry.status, entry.batches, entry.rows, entry.cursor_json) == (
             "running",
-            3,
-            15,
-            "15",
+            4,
+            20,
+            "20",
         )
         assert (await attempt(driver, clock, bf))["rows"] == 23
         a_pages = [ROWS["org-a"][i : i + 5] for i in range(0, 23, 5)]
-        assert handled == a_pages  # batch:2 replayed from its record, counted once
-        # org-b under a real worker: batch:1 fails the first attempt, the retry resumes there.
+        assert handled == a_pages  # the window at batch:2 replayed from its record, counted once
+        steps = [s.name for s in await driver.step_list(entry.run_id)]
+        assert sorted(steps) == ["batch:0", "batch:2", "batch:4"], steps
+        # org-b under a real worker: batch 1 fails the first attempt — both batches run well
+        # within a second, one window —, the retry resumes at the window's start.
         handled.clear()
         # org-b has 9 rows where the declaration expects 23: it ends stalled, failed for good.
         done = await Jobs(driver).enqueue(bf, {"org": "org-b"})
@@ -115,7 +122,7 @@ async def test_a_tenants_pages_sweep_resumes_where_it_stopped_and_counts_each_ba
         finally:
             await worker.stop()
         b_pages = [ROWS["org-b"][i : i + 5] for i in range(0, 9, 5)]
-        assert handled == [b_pages[0], b_pages[1], b_pages[1]]
+        assert handled == [b_pages[0], b_pages[1], b_pages[0], b_pages[1]]
         assert asked == {("org-a", "org-a"), ("org-b", "org-b")}
         url = f"{REDIS_URL}?prefix={driver.keys.prefix}"
         shown = await asyncio.to_thread(

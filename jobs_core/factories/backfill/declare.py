@@ -7,14 +7,16 @@ WHAT is done to them — the name, whether it acts per tenant, the source (for `
 the select renders, its bound values, the key and the tenant column) and `version=`. Python code
 is never hashed (bytecode changes with every interpreter and every unrelated edit): bump
 `version=` when `handle` (or a `pages=` function) changes what it does and the sweep must run
-again. The tuning knobs — `batch`, `rate`, `count`, `environments`, `requires`, the job's
-options — are left out: tuning a completed sweep does not make it run again. The SQL text is as
-SQLAlchemy renders it; an upgrade that renders a select differently makes it a new sweep.
+again. The tuning knobs — `batch`, `rate`, `checkpoint_s`, `count`, `environments`, `requires`,
+the job's options — are left out: tuning a completed sweep does not make it run again. The SQL
+text is as SQLAlchemy renders it; an upgrade that renders a select differently makes it a new
+sweep.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +57,10 @@ if TYPE_CHECKING:
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 #: The most rows one batch may ask for.
 MAX_BATCH: Final = 10_000
+#: `checkpoint_s=` by default: a step (one durable write) per second of batches at most.
+CHECKPOINT_S: Final = 1.0
+#: The longest window `checkpoint_s=` may ask for: an hour of batches run again after a crash.
+MAX_CHECKPOINT_S: Final = 3_600.0
 #: `handle=`: called with each batch's rows (a list), sync (on a thread) or async; AT LEAST
 #: once per batch.
 HandleFn = Callable[[list[Any]], Any]
@@ -74,6 +80,9 @@ class BackfillSpec:
     batch: int
     #: The least ms between two batch starts (`rate=`), or None.
     interval_ms: int | None
+    #: A step's window (`checkpoint_s=`, within half a `step_timeout=`): its batches run on
+    #: until they have taken this many ms; 0: one batch a step.
+    window_ms: int
     count: CountSpec
     #: Where it may run (`environments=`), None: anywhere.
     environments: frozenset[str] | None
@@ -150,6 +159,7 @@ def backfill(
     pages: PagesFn | None = None,
     batch: int = 1_000,
     rate: float | None = None,
+    checkpoint_s: float = CHECKPOINT_S,
     count: CountSpec = None,
     environments: Iterable[str] | None = None,
     requires: Sequence[Backfill] = (),
@@ -177,13 +187,15 @@ def backfill(
     `pages=` is handed that org as its scope and called acting for it.
 
     `handle(rows)` runs AT LEAST once per batch (a batch a crash interrupted runs again): make
-    it idempotent. `rate=`: batches per second at most. `count=`: the rows expected (a number
-    or a function of the scope), read when the sweep starts; fewer rows after the last batch
-    is `X_BACKFILL_STALLED`. `environments=`: where it may run (`$UJOBS_ENVIRONMENT`).
-    `requires=`: backfills that must have completed first (checked by the gate). `version=`:
-    bump it to make a changed `handle` a new sweep. The other options are `job()`'s; the job's
-    name is the backfill's. Every refusal is `X_BACKFILL_DECLARATION_INVALID` naming its option
-    (`X_JOB_DUPLICATE` for a name taken).
+    it idempotent. `checkpoint_s=`: one step (one durable checkpoint) covers the batches run
+    until they have taken this many seconds (0: one step per batch); up to that much of the
+    batches run again after a crash. `rate=`: batches per second at most. `count=`: the rows
+    expected (a number or a function of the scope), read when the sweep starts; fewer rows
+    after the last batch is `X_BACKFILL_STALLED`. `environments=`: where it may run
+    (`$UJOBS_ENVIRONMENT`). `requires=`: backfills that must have completed first (checked by
+    the gate). `version=`: bump it to make a changed `handle` a new sweep. The other options
+    are `job()`'s; the job's name is the backfill's. Every refusal is
+    `X_BACKFILL_DECLARATION_INVALID` naming its option (`X_JOB_DUPLICATE` for a name taken).
     """
     _check_name(name)
     if tenant != "none" and not callable(tenant):
@@ -200,6 +212,7 @@ def backfill(
         source=(src := _source(cross, source, engine, key, tenant_column, pages)),
         batch=_count(batch, "batch", 1, MAX_BATCH),
         interval_ms=interval_ms(rate),
+        window_ms=_window_ms(checkpoint_s, step_timeout),
         count=_expected(count),
         environments=_environments(environments),
         requires=_requires(name, cross, requires),
@@ -271,6 +284,33 @@ def _count(value: object, option: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise BackfillDeclarationInvalidError(f"must be an integer in [{lo}, {hi}]", detail=option)
     return value
+
+
+def _window_ms(checkpoint_s: object, step_timeout: object) -> int:
+    """A step's window in ms for `checkpoint_s` (a finite number of seconds in [0,
+    `MAX_CHECKPOINT_S`]), at most half a valid `step_timeout` (a window closes after the batch
+    that crosses it: half leaves that batch room)."""
+    if (
+        isinstance(checkpoint_s, bool)
+        or not isinstance(checkpoint_s, int | float)
+        or not math.isfinite(checkpoint_s)
+        or not 0 <= checkpoint_s <= MAX_CHECKPOINT_S
+    ):
+        raise BackfillDeclarationInvalidError(
+            f"seconds of batches per checkpoint: a finite number from 0 (one a batch) to"
+            f" {MAX_CHECKPOINT_S:g}",
+            detail="checkpoint_s",
+        )
+    window = round(checkpoint_s * 1000)
+    if (
+        isinstance(step_timeout, int | float)
+        and not isinstance(step_timeout, bool)
+        and math.isfinite(step_timeout)
+        and step_timeout > 0
+    ):
+        # An invalid step_timeout is job()'s to refuse, below.
+        window = min(window, round(step_timeout * 1000) // 2)
+    return window
 
 
 def _expected(count: object) -> CountSpec:

@@ -138,6 +138,7 @@ class SweepView:
             else sorted(spec.environments),
             "requires": [] if spec is None else [r.name for r in spec.requires],
             "batch": spec.batch if spec else None,
+            "checkpoint_ms": spec.window_ms if spec else None,
             "entries": [e.to_json() for e in self.entries],
             "pending": [p.to_json() for p in self.pending],
         }

@@ -4,16 +4,24 @@ ledger entry.
 Before anything is written the pass refuses a wrong environment (`X_BACKFILL_ENVIRONMENT`), a
 run enqueued by one tenant that would act for another (`X_BACKFILL_SCOPE_INVALID`), and a sweep
 a completed run of the same declaration, scope and environment blocks (`X_BACKFILL_COMPLETED`).
-Then it opens (or resumes) its entry and runs one step per batch, named by position
-(`batch:0`, `batch:1`, …). A batch's step waits for its turn (`rate=`), reads its page from the
-cursor the previous step stored and hands the rows to `handle`; its record — the next cursor, a
-running count and its start time, never the page — is stored by ONE fenced write together with
-the ledger's advance (`sweep_checkpoint`, keyed by the batch's number): a batch is never recorded
-without being counted, and a replayed batch, its step already recorded, writes nothing. A crash
-anywhere in a batch runs that batch again, whole, on the next attempt: `handle` runs AT LEAST
-once per batch, and the ledger counts it once. A `source=` select without `rate=` reads each
-next page while the batch before it writes its checkpoint, once that batch's `handle` returned
-(`_ReadAhead`).
+Then it opens (or resumes) its entry and runs its batches in WINDOWS, one step each, named by
+the position of the window's first batch (`batch:0`, then `batch:<batches done>`). A window's
+step runs batch after batch — each waits for its turn (`rate=`), reads its page from the cursor
+the batch before it ended at and hands the rows to `handle` — until its batches have taken
+`checkpoint_s` (the window opens with the step: a throttle's waits count), the source ends, or
+the run is told to stop; `checkpoint_s=0` closes every window after one batch. Its record — the
+next cursor, the running counts of rows and batches, and the start time of its last batch (the
+throttle's reference), never a page — is stored by ONE fenced write together with the ledger's
+advance by the window's batches (`sweep_checkpoint`, the advance spanning them): a window is
+never recorded without being counted, and a replayed window, its step already recorded, writes
+nothing. One durable commit per window, not per batch: one such commit alone costs a keyset
+sweep ~10-15 % of a no-op batch's CPU (bench/factories_floor.py), so a window of a second keeps
+it out of the sweep's cost. A crash anywhere in a window runs that window's batches again,
+whole, on the next attempt — up to `checkpoint_s` of batches run again —: `handle` runs AT
+LEAST once per batch, and the ledger counts each batch once. A resumed throttle waits from the
+last stored batch's start, so a restart never bursts. A `source=` select without `rate=` reads
+each next page once the batch before it finished (its `handle` returned) — at a window's end,
+while its checkpoint is written (`_ReadAhead`).
 
 After the last batch the count is checked (`X_BACKFILL_STALLED`) and the entry completed. A
 failure that ends the run for good (terminal, or on its final attempt) finishes the entry
@@ -48,7 +56,13 @@ from jobs_core.errors import (
 )
 from jobs_core.factories.backfill.rate import wait_turn
 from jobs_core.factories.backfill.source import Keyset, Page
-from jobs_core.factories.sweep import SweepLedger, call, current_environment, scope_of
+from jobs_core.factories.sweep import (
+    StepCounts,
+    SweepLedger,
+    call,
+    current_environment,
+    scope_of,
+)
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.records import StepPut
 from jobs_core.tenant import acting_for
@@ -58,7 +72,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobs.backfill")
 
-#: A batch's step is `batch:<n>`, n from 0.
+#: A window's step is `batch:<n>`, n its first batch's number from 0.
 BATCH_STEP = "batch:"
 #: Errors that stop a run without ending it: its next attempt (or another worker) goes on.
 _STOPPED: tuple[type[JobsError], ...] = (
@@ -72,36 +86,53 @@ _STOPPED: tuple[type[JobsError], ...] = (
 
 
 def step_name(batch: int) -> str:
-    """The step of batch `batch` (0-based): its position, never its content."""
+    """The step of the window starting at batch `batch` (0-based): its position, never its
+    content."""
     return f"{BATCH_STEP}{batch}"
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """What a batch's step stores: where the next batch starts, the rows so far, when this
-    batch started (the throttle's reference), and whether it was the last."""
+    """What a window's step stores: where the next batch starts, the rows and batches so far,
+    when its last batch started (the throttle's reference), and whether that was the last."""
 
     cursor: JsonValue
     rows: int
     at_ms: int | None
     done: bool
+    batches: int
 
     def to_json(self) -> JsonValue:
-        return {"cursor": self.cursor, "rows": self.rows, "at": self.at_ms, "done": self.done}
+        return {
+            "cursor": self.cursor,
+            "rows": self.rows,
+            "at": self.at_ms,
+            "done": self.done,
+            "batches": self.batches,
+        }
 
     @staticmethod
-    def of(stored: JsonValue, name: str) -> Mark:
-        """The mark step `name` stored; a record of another shape is refused."""
+    def of(stored: JsonValue, name: str, before: int) -> Mark:
+        """The mark step `name` stored, `before` batches done before it; a record of another
+        shape is refused. A record without `batches` was a one-batch step's (made before
+        windows were)."""
         if isinstance(stored, dict):
             rows, at, done = stored.get("rows"), stored.get("at"), stored.get("done")
-            if isinstance(rows, int) and isinstance(at, int) and isinstance(done, bool):
-                return Mark(stored.get("cursor"), rows, at, done)
+            batches = stored.get("batches", before + 1)
+            if (
+                isinstance(rows, int)
+                and isinstance(at, int)
+                and isinstance(done, bool)
+                and type(batches) is int
+                and batches > before
+            ):
+                return Mark(stored.get("cursor"), rows, at, done, batches)
         raise BackfillDeclarationInvalidError(
-            f"step {name!r} is recorded, but not as a backfill's batch", detail=name
+            f"step {name!r} is recorded, but not as a backfill's batches", detail=name
         )
 
 
-START = Mark(cursor=None, rows=0, at_ms=None, done=False)
+START = Mark(cursor=None, rows=0, at_ms=None, done=False, batches=0)
 
 
 async def run_pass(spec: BackfillSpec, ctx: JobContext) -> JsonValue:
@@ -129,7 +160,7 @@ async def run_pass(spec: BackfillSpec, ctx: JobContext) -> JsonValue:
         return _summary(spec, scope, environment, entry.batches, entry.rows, entry.expected)
     with acting_for(ctx.tenant):
         try:
-            batches, mark = await _batches(spec, ctx, ledger, org, entry.expected)
+            mark = await _batches(spec, ctx, ledger, org, entry.expected)
             if entry.expected is not None and mark.rows < entry.expected:
                 raise BackfillStalledError(
                     f"{spec.name} swept {mark.rows} rows of the {entry.expected} expected",
@@ -140,7 +171,7 @@ async def run_pass(spec: BackfillSpec, ctx: JobContext) -> JsonValue:
                 await _finish_failed(ledger, spec.name, exc)
             raise
     await ledger.finish()
-    return _summary(spec, scope, environment, batches, mark.rows, entry.expected, mark.cursor)
+    return _summary(spec, scope, environment, mark.batches, mark.rows, entry.expected, mark.cursor)
 
 
 async def _batches(
@@ -149,60 +180,70 @@ async def _batches(
     ledger: SweepLedger,
     org: str | None,
     expected: int | None,
-) -> tuple[int, Mark]:
-    """Every batch in turn, each its own step; answers how many and the last one's mark."""
+) -> Mark:
+    """Every window in turn, each its own step; answers the last one's mark."""
     mark = START
-    n = 0
     ahead = _ReadAhead(spec, org)
-    # The mark a batch run here made, beside its JSON form: its record's counts and, once the
-    # record landed, the next batch's start are read off it, not parsed back from the text (a
-    # replayed batch's mark is parsed from its record).
+    # The mark a window run here made, beside its JSON form: its record's counts and, once the
+    # record landed, the next window's start are read off it, not parsed back from the text (a
+    # replayed window's mark is parsed from its record).
     made: list[Mark] = []
     try:
         while not mark.done:
-            name = step_name(n)
+            name = step_name(mark.batches)
             made.clear()
-            run = functools.partial(_batch, spec, ctx, ahead, mark, made)
-            write = ledger.checkpoint_of(n + 1, functools.partial(_counts, mark, made))
+            run = functools.partial(_window, spec, ctx, ahead, mark, made)
+            write = ledger.checkpoint_of(functools.partial(_counts, mark, made))
             output = await ctx.step.run_written(name, run, write)
-            mark = made[0] if made else Mark.of(output, name)
-            n += 1
-            ctx.progress({"batches": n, "rows": mark.rows, "expected": expected})
+            mark = made[0] if made else Mark.of(output, name, mark.batches)
+            # Reported once a window is recorded: progress never runs ahead of the ledger.
+            ctx.progress({"batches": mark.batches, "rows": mark.rows, "expected": expected})
     finally:
         ahead.drop()
-    return n, mark
+    return mark
 
 
-async def _batch(
+async def _window(
     spec: BackfillSpec, ctx: JobContext, ahead: _ReadAhead, previous: Mark, made: list[Mark]
 ) -> JsonValue:
-    """The batch after `previous`: its turn, its page, `handle`; answers its mark's JSON form
-    (stored with the ledger's advance by the step's one write) and leaves the mark in `made`."""
+    """The batches after `previous`, one after another — each its turn, its page, `handle` —
+    until they have taken the spec's window, the source ends, or the run is told to stop (a
+    drain still records a finished step: the batches run so far are kept); answers the last
+    batch's mark's JSON form (stored with the ledger's advance by the step's one write) and
+    leaves the mark in `made`."""
     clock = ctx.step.clock
-    await wait_turn(clock, ctx.signal, previous.at_ms, spec.interval_ms)
-    started = clock.now_ms()
-    page = await ahead.take(previous.cursor)
-    await call(spec.handle, page.rows)
-    if not page.done:
-        ahead.start(page.cursor)
-    rows = min(previous.rows + len(page.rows), MAX_SWEEP_ROWS)
-    mark = Mark(page.cursor, rows, started, page.done)
+    opened = clock.now_ms()
+    mark = previous
+    while True:
+        await wait_turn(clock, ctx.signal, mark.at_ms, spec.interval_ms)
+        started = clock.now_ms()
+        page = await ahead.take(mark.cursor)
+        await call(spec.handle, page.rows)
+        if not page.done:
+            ahead.start(page.cursor)
+        rows = min(mark.rows + len(page.rows), MAX_SWEEP_ROWS)
+        mark = Mark(page.cursor, rows, started, page.done, mark.batches + 1)
+        if mark.done or ctx.signal.cancelled or clock.now_ms() - opened >= spec.window_ms:
+            break
     made.append(mark)
     return mark.to_json()
 
 
-def _counts(previous: Mark, made: list[Mark], step: StepPut) -> tuple[int, int, str | None]:
-    """The ledger's advance for the batch after `previous` whose record is `step`, read off
-    the mark that batch made (`made`, the record's own source): its rows (the running count's
-    step) and the cursor the next batch starts at, as JSON text."""
+def _counts(previous: Mark, made: list[Mark], step: StepPut) -> StepCounts:
+    """The ledger's advance for the window after `previous` whose record is `step`, read off
+    the mark that window made (`made`, the record's own source): its batches (the last one's
+    number and how many), its rows (the running count's step) and the cursor the next batch
+    starts at, as JSON text."""
     mark = made[0]
-    return mark.rows - previous.rows, 0, None if mark.cursor is None else dumps(mark.cursor)
+    cursor = None if mark.cursor is None else dumps(mark.cursor)
+    span = mark.batches - previous.batches
+    return StepCounts(mark.batches, span, mark.rows - previous.rows, 0, cursor)
 
 
 class _ReadAhead:
-    """The next batch's page, read while this batch's checkpoint is written: a fenced durable
-    commit the next read would otherwise wait behind (much of a no-op batch's cost,
-    bench/factories.py).
+    """The next batch's page, read while this batch finishes — its window's checkpoint written
+    when the window ends there: a fenced durable commit the next read would otherwise wait
+    behind (bench/factories.py).
 
     Only a `source=` select is read ahead — a select has no effect to repeat — and only
     without `rate=`, whose page is read when its turn comes, not an interval early. The read

@@ -1,5 +1,6 @@
 """The sweep family's scenarios: the ledger a factory writes each run of a sweep into. A new
-entry and what it holds; a batch recorded once (a replayed or a skipped one moves nothing); every
+entry and what it holds; a batch recorded once (a replayed or a skipped one moves nothing), and a
+window of batches likewise (a replayed, overlapping or skipping one moves nothing); every
 write fenced on the run's claim (a lapsed lease nobody reclaimed still holds), a run writing
 only its own entry (not under another run's held fence, nor its row's after a fresh requeue); a
 failed run resumed by its next attempt, a completed one left as it is; a completed run of the
@@ -119,8 +120,11 @@ async def _advance(
     rows: int = 10,
     errors: int = 0,
     cursor: str | None = None,
+    span: int = 1,
 ) -> bool:
-    return await driver.sweep_advance(SweepAdvance(f, run_id, batch, rows, errors, cursor, now))
+    return await driver.sweep_advance(
+        SweepAdvance(f, run_id, batch, rows, errors, cursor, now, span)
+    )
 
 
 async def _finish(
@@ -239,11 +243,73 @@ async def _checkpoint(
     output: str = '{"rows": 10}',
     rows: int = 10,
     cursor: str | None = None,
+    span: int = 1,
 ) -> bool:
-    """Batch `batch`'s checkpoint: its step `batch:<n>` holding `output`, and its advance."""
+    """The checkpoint of the `span` batches ending at `batch`: its step `batch:<n>` holding
+    `output`, and its advance."""
     step = StepPut(f, f"batch:{batch}", output, now)
-    advance = SweepAdvance(f, run_id, batch, rows, 0, cursor, now)
+    advance = SweepAdvance(f, run_id, batch, rows, 0, cursor, now, span)
     return await driver.sweep_checkpoint(SweepCheckpoint(step, advance))
+
+
+async def scenario_sweeps_a_window_is_recorded_once(driver: JobDriver) -> None:
+    """An advance may record a window of `span` batches ending at `batch` (a backfill's step
+    over several batches): it lands only when its first batch is the next one (`batches ==
+    batch - span`), and then `batches` is `batch` — the batches counted, not the advances —
+    and its rows add once. A replayed window, one overlapping the recorded batches, or one
+    skipping some moves nothing; a window's checkpoint replayed keeps its step's first record
+    and moves nothing; one-batch advances and windows follow one another; racing callers of
+    one window land it once. A span of 0, or longer than its batch number, is refused."""
+    if await _unsupported(driver):
+        return
+    job = await _run(driver, "a")
+    f, run = job.fence, job.run_id
+    await _open(driver, job, T0)
+    # Batches 1 to 3 in one window, then batch 4 alone.
+    assert await _advance(driver, f, run, 3, T0 + 1, rows=3000, cursor='"c3"', span=3)
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.updated_at_ms) == (3, 3000, T0 + 1), e
+    assert await _advance(driver, f, run, 4, T0 + 2, rows=1000, cursor='"c4"')
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows) == (4, 4000), e
+    # The same window again; one overlapping the last batch (3 to 5), or the first two
+    # (1 to 5); one skipping batch 5 (6 and 7): nothing moves, not even the time.
+    for batch, span in ((4, 1), (3, 3), (5, 3), (5, 5), (7, 2)):
+        assert not await _advance(driver, f, run, batch, T0 + 3, rows=99, span=span), (
+            batch,
+            span,
+        )
+    assert await _entry(driver, run) == e
+    # A window of two from where the entry stopped: 5 and 6.
+    assert await _advance(driver, f, run, 6, T0 + 4, rows=2**40, cursor=None, span=2)
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows, e.cursor_json) == (6, 2**40 + 4000, None), e
+    # Refused, nothing written: a span of 0, longer than its batch number, or not a number.
+    for bad in (0, 8, -1, True):
+        await refused(
+            "X_JOB_RECORD_INVALID",
+            driver.sweep_advance(SweepAdvance(f, run, 7, 1, 0, None, T0 + 5, bad)),
+        )
+    assert await _entry(driver, run) == e
+    # Eight callers of one window (7 to 9) at once: it lands once, its rows counted once.
+    landed = await asyncio.gather(
+        *(_advance(driver, f, run, 9, T0 + 6, rows=3, cursor=f"{i}", span=3) for i in range(8))
+    )
+    assert sorted(landed) == [False] * 7 + [True], landed
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows) == (9, 2**40 + 4003), e
+    if not driver.capabilities().steps:
+        return
+    # A window recorded by its checkpoint (10 to 12), then replayed with other counts: the
+    # fence holds, so it answers True, but its first record stays and nothing moves.
+    assert await _checkpoint(driver, f, run, 12, T0 + 7, '{"n": 12}', rows=30, span=3)
+    e = await _entry(driver, run)
+    assert (e.batches, e.rows) == (12, 2**40 + 4033), e
+    assert await _checkpoint(driver, f, run, 12, T0 + 8, '{"n": 0}', rows=99, span=3)
+    assert await _checkpoint(driver, f, run, 13, T0 + 8, '{"n": 1}', rows=99, span=3)
+    assert await _entry(driver, run) == e
+    steps = await _steps(driver, run)
+    assert steps["batch:12"] == ('{"n": 12}', T0 + 7), steps
 
 
 async def _steps(driver: JobDriver, run_id: str) -> dict[str, tuple[str, int]]:
@@ -643,6 +709,7 @@ SWEEP_SCENARIOS: dict[str, Scenario] = {
         scenario_sweeps_a_completed_run_stays_completed,
         scenario_sweeps_a_failed_run_resumes,
         scenario_sweeps_a_new_entry,
+        scenario_sweeps_a_window_is_recorded_once,
         scenario_sweeps_a_run_writes_only_its_own_entry,
         scenario_sweeps_listed_newest_first,
         scenario_sweeps_refusals_write_nothing,

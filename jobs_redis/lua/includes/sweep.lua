@@ -40,8 +40,9 @@ local function held_for_run(state_key, data_key, id, meta, run_id)
   return string.sub(data, 1, #run_id + 1) == run_id .. Z
 end
 
--- Move run_id's entry by one batch: only a `running` entry whose batches are `prev` byte for
--- byte (both a Python int's decimal text), so a replayed or skipped batch moves nothing. rows
+-- Move run_id's entry to `batch` (by one batch, or a window of several): only a `running` entry
+-- whose batches are `prev` (batch - span, computed by the caller) byte for byte (both a Python
+-- int's decimal text), so a replayed, overlapping or skipping window moves nothing. rows
 -- and errors are added as decimal text (exact past 2^53). The caller checked the fence.
 -- Returns 1 when it moved, else 0.
 local function sweep_move(sweep_key, run_id, prev, batch, rows, errors, cursor, now)

@@ -456,7 +456,8 @@ def sweep_figures(ev: Evidence) -> list[Figure]:
             "sweep rows handled again",
             again,
             False,
-            "at least once: a batch (page) a crash interrupted before its step record",
+            "at least once: a backfill's window of batches (an import's page) a crash"
+            " interrupted before its step record",
         ),
     ]
 

@@ -76,7 +76,7 @@ import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Final, cast
+from typing import Any, ClassVar, Final, cast
 
 from jobs_core.attempts import (
     ABANDONED_ERROR,
@@ -121,6 +121,7 @@ from jobs_core.records import (
     ListKey,
     Nack,
     NewJob,
+    NewJobs,
     Pause,
     PostingPut,
     PostingPutAnswer,
@@ -245,6 +246,8 @@ class RedisDriver(JobDriver):
     Callers on several event loops share one driver: each loop gets its own client, closed when
     that loop shuts down or by `close()` (a given `client` is shared as is: one loop only).
     """
+
+    enqueue_columns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -480,18 +483,14 @@ class RedisDriver(JobDriver):
         error); calling again with the same batch is safe, the written records answer deduped.
         """
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-        # The first chunk goes alone: it loads the script should the server lack it.
-        keys, args = self._chunk_call(chunks[0])
-        out = _chunk_answers(chunks[0], await self._run("job_enqueue_many", keys, args))
         pool = getattr(self._loops.get().client, "connection_pool", None)
-        if len(chunks) == 1:
-            return out
         if self.cluster or pool is None:
-            for chunk in chunks[1:]:
+            out: list[EnqueueResult] = []
+            for chunk in chunks:
                 keys, args = self._chunk_call(chunk)
                 out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
             return out
-        return out + await self._enqueue_pipelined(pool, chunks[1:])
+        return await self._enqueue_pipelined(pool, chunks)
 
     async def _enqueue_pipelined(
         self, pool: Any, chunks: list[Sequence[NewJob]]
@@ -499,16 +498,28 @@ class RedisDriver(JobDriver):
         """The chunks in order on ONE connection, each sent while the server runs the last.
 
         Pipelining keeps the order (a later record still dedupes against an earlier one) and
-        lets the client pack chunk n+1 while the server runs chunk n.
+        lets the client pack chunk n+1 while the server runs chunk n. The first chunk goes
+        alone: it loads the script should the server lack it. Each call is packed here
+        (`_resp`), not by redis-py, whose packer cost about a µs a record.
         """
-        sha = self._scripts["job_enqueue_many"].sha
+        from redis.exceptions import NoScriptError
+
+        script = self._scripts["job_enqueue_many"]
         conn = await _pool_connection(pool)
         replies: list[Any] = []
         try:
-            for chunk in chunks:
-                keys, args = self._chunk_call(chunk)
-                await conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
-            for _ in chunks:
+            first = self._chunk_resp(script.sha, chunks[0])
+            await conn.send_packed_command(first)
+            try:
+                replies.append(await conn.read_response())
+            except NoScriptError:
+                await conn.send_command("SCRIPT", "LOAD", script.source)
+                await conn.read_response()
+                await conn.send_packed_command(first)
+                replies.append(await conn.read_response())
+            for chunk in chunks[1:]:
+                await conn.send_packed_command(self._chunk_resp(script.sha, chunk))
+            for _ in chunks[1:]:
                 replies.append(await conn.read_response())
         except BaseException as exc:
             # Replies may still be in flight on this connection: it cannot be reused.
@@ -530,8 +541,15 @@ class RedisDriver(JobDriver):
             out += _chunk_answers(chunk, got)
         return out
 
+    def _chunk_resp(self, sha: str, jobs: Sequence[NewJob]) -> bytes:
+        """One `job_enqueue_many` EVALSHA call as the bytes of its RESP command."""
+        keys, args = self._chunk_call(jobs)
+        return _resp(["EVALSHA", sha, str(len(keys)), *keys, *map(str, args)])
+
     def _chunk_call(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[object]]:
         """The KEYS and ARGV of one `job_enqueue_many` script call."""
+        if type(jobs) is NewJobs:
+            return self._columns_call(jobs)
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
@@ -544,10 +562,12 @@ class RedisDriver(JobDriver):
             if slot:
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
-            tail = _blen(_links(job))
+            org = 0 if job.acts_for is None else _blen(job.acts_for)
+            u = _U14
             args.append(
-                f"{score} {q} {'1' if slot else '0'} {_blen(job.id)} {_blen(state)} {_blen(ns)} "
-                f"{tail} {job.id}{state}{data}"
+                f"{u[q]}{_U1[bool(slot)]}{_u49(score)}{u[_blen(_links(job))]}{u[_blen(job.id)]}"
+                f"{u[_blen(state)]}{u[_blen(ns)]}{u[org]}{job.created_at_ms:013d}"
+                f"{job.id}{state}{data}"
             )
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
@@ -555,6 +575,50 @@ class RedisDriver(JobDriver):
             args += (queue, k.channel(queue), slots.get(queue, ""))
         keys += k.account()
         return keys, args
+
+    def _columns_call(self, jobs: NewJobs) -> tuple[list[str], list[object]]:
+        """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
+        record's blob one string of the same form (`_encode`'s rows, one queue)."""
+        k = self.keys
+        s = jobs.shared
+        slot = self._wake_slot(s)
+        ns_head = f"{s.name}\x00{s.tenant_id or ''}\x00"
+        state_head = (
+            f"ready\x000\x00\x000\x00\x00{s.run_at_ms}\x00\x00"
+            f"{s.priority}\x00{s.max_attempts}\x00{s.queue}\x00{ns_head}"
+        )
+        links = _links(s)
+        ns_bytes, state_bytes = _blen(ns_head), _blen(state_head) + _blen(links)
+        u = _U14
+        # The head's fields every record shares: its queue (the one), due, score and tail.
+        head = f"{u[1]}{_U1[bool(slot)]}{_u49(s.priority * _PRIORITY_UNIT + s.run_at_ms)}"
+        head += u[_blen(links)]
+        made = f"{s.created_at_ms:013d}"
+        mid = f"\x00{s.created_at_ms}\x00{s.enqueued_by or ''}\x00"
+        end = f"\x00{s.traceparent or ''}"
+        args: list[object] = [len(jobs)]
+        rows = zip(jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True)
+        acts = jobs.acts_for
+        if acts is None:
+            # Every id and key ASCII (as fresh ids and most keys are): lengths are len().
+            for i, r, key, text in rows:
+                kb = len(key) if key.isascii() else len(key.encode())
+                args.append(
+                    f"{head}{u[len(i) if i.isascii() else len(i.encode())]}"
+                    f"{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[0]}{made}"
+                    f"{i}{state_head}{key}{links}{r}{mid}{text}{end}"
+                )
+        else:
+            for (i, r, key, text), org in zip(rows, acts, strict=True):
+                kb = _blen(key)
+                org_part = "" if org is None else f"\x00{org}"
+                args.append(
+                    f"{head}{u[_blen(i)]}{u[state_bytes + kb]}{u[ns_bytes + kb]}"
+                    f"{u[0 if org is None else _blen(org)]}{made}"
+                    f"{i}{state_head}{key}{links}{r}{mid}{text}{end}{org_part}"
+                )
+        args += (s.queue, k.channel(s.queue), slot)
+        return [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()], args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         k = self.keys
@@ -1619,10 +1683,31 @@ def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
 
 
 def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
+    ids = jobs.ids if type(jobs) is NewJobs else [job.id for job in jobs]
     return [
-        EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
-        for job, r in zip(jobs, got.split("\x00"), strict=True)
+        EnqueueResult(r, deduped=True) if r else EnqueueResult(i, deduped=False)
+        for i, r in zip(ids, got.split("\x00"), strict=True)
     ]
+
+
+#: The head numbers of a `job_enqueue_many` record (lua/job_enqueue_many.lua): n < 2^14 as two
+#: characters of 7 bits each, high first. A record that passed `check_new_job` has no length
+#: here above 2,200 bytes (and a call no more than `ENQUEUE_CHUNK` queues): 2^12 entries.
+_U14: Final = tuple(chr(n >> 7) + chr(n & 127) for n in range(1 << 12))
+_U1: Final = ("\x00", "\x01")
+
+
+def _u49(n: int) -> str:
+    """`n` < 2^49 (a due score: priority 100 at the last ms is below 101 * 2^42) as seven
+    characters of 7 bits each, high first."""
+    return "".join([chr((n >> shift) & 127) for shift in (42, 35, 28, 21, 14, 7, 0)])
+
+
+def _resp(args: Sequence[str]) -> bytes:
+    """`args` as one RESP command (an array of bulk strings), UTF-8."""
+    parts = [f"*{len(args)}\r\n"]
+    parts += [f"${len(a) if a.isascii() else len(a.encode())}\r\n{a}\r\n" for a in args]
+    return "".join(parts).encode()
 
 
 def _blen(text: str) -> int:

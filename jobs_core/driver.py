@@ -1168,7 +1168,9 @@ class JobDriver(abc.ABC):
         """`_job_enqueue` of each record in order, one answer each: a later record dedupes
         against an earlier one of the same batch. Written in chunks of `ENQUEUE_CHUNK` per
         statement or script call; every refusal (a bad record, the batch cap) has been made by
-        the public method before this runs, so none can strike after a first chunk is written."""
+        the public method before this runs, so none can strike after a first chunk is written.
+        `jobs` is a list, or with `enqueue_columns` the batch as the caller gave it (the
+        facade's a `NewJobs`: its columns can be read without building a `NewJob` each)."""
 
     @abc.abstractmethod
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:

@@ -553,7 +553,8 @@ class RedisDriver(JobDriver):
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
-        args: list[object] = [len(jobs)]
+        packs = _Packs()
+        u = _U14
         for job in jobs:
             q = queue_index.get(job.queue)
             if q is None:
@@ -563,12 +564,13 @@ class RedisDriver(JobDriver):
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
             org = 0 if job.acts_for is None else _blen(job.acts_for)
-            u = _U14
-            args.append(
-                f"{u[q]}{_U1[bool(slot)]}{_u49(score)}{u[_blen(_links(job))]}{u[_blen(job.id)]}"
-                f"{u[_blen(state)]}{u[_blen(ns)]}{u[org]}{job.created_at_ms:013d}"
-                f"{job.id}{state}{data}"
+            li, ls, ld = _blen(job.id), _blen(state), _blen(data)
+            packs.add(
+                f"{u[q]}{_U1[bool(slot)]}{_u49(score)}{u[_blen(_links(job))]}{u[li]}{u[ls]}"
+                f"{u[_blen(ns)]}{u[org]}{_u21(ld)}{job.created_at_ms:013d}{job.id}{state}{data}",
+                36 + li + ls + ld,
             )
+        args: list[object] = [len(jobs), *packs.done()]
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
@@ -578,7 +580,7 @@ class RedisDriver(JobDriver):
 
     def _columns_call(self, jobs: NewJobs) -> tuple[list[str], list[object]]:
         """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
-        record's blob one string of the same form (`_encode`'s rows, one queue)."""
+        record one string of the same form (`_encode`'s rows, one queue)."""
         k = self.keys
         s = jobs.shared
         slot = self._wake_slot(s)
@@ -596,28 +598,34 @@ class RedisDriver(JobDriver):
         made = f"{s.created_at_ms:013d}"
         mid = f"\x00{s.created_at_ms}\x00{s.enqueued_by or ''}\x00"
         end = f"\x00{s.traceparent or ''}"
-        args: list[object] = [len(jobs)]
+        # A record's bytes but its id, key and data row (`_Packs.add`'s size).
+        fixed = 36 + state_bytes
+        ends = _blen(mid) + _blen(end)
+        packs = _Packs()
         rows = zip(jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True)
         acts = jobs.acts_for
-        if acts is None:
-            # Every id and key ASCII (as fresh ids and most keys are): lengths are len().
-            for i, r, key, text in rows:
-                kb = len(key) if key.isascii() else len(key.encode())
-                args.append(
-                    f"{head}{u[len(i) if i.isascii() else len(i.encode())]}"
-                    f"{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[0]}{made}"
-                    f"{i}{state_head}{key}{links}{r}{mid}{text}{end}"
+        for at, (i, r, key, text) in enumerate(rows):
+            # `isascii` is O(1): an ASCII text's byte length is its len().
+            li = len(i) if i.isascii() else len(i.encode())
+            kb = len(key) if key.isascii() else len(key.encode())
+            ld = (len(r) if r.isascii() else len(r.encode())) + ends
+            ld += len(text) if text.isascii() else len(text.encode())
+            org = None if acts is None else acts[at]
+            if org is None:
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[0]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}",
+                    fixed + li + kb + ld,
                 )
-        else:
-            for (i, r, key, text), org in zip(rows, acts, strict=True):
-                kb = _blen(key)
-                org_part = "" if org is None else f"\x00{org}"
-                args.append(
-                    f"{head}{u[_blen(i)]}{u[state_bytes + kb]}{u[ns_bytes + kb]}"
-                    f"{u[0 if org is None else _blen(org)]}{made}"
-                    f"{i}{state_head}{key}{links}{r}{mid}{text}{end}{org_part}"
+            else:
+                ob = _blen(org)
+                ld += 1 + ob
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[ob]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}\x00{org}",
+                    fixed + li + kb + ld,
                 )
-        args += (s.queue, k.channel(s.queue), slot)
+        args: list[object] = [len(jobs), *packs.done(), s.queue, k.channel(s.queue), slot]
         return [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()], args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
@@ -1695,6 +1703,45 @@ def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
 #: here above 2,200 bytes (and a call no more than `ENQUEUE_CHUNK` queues): 2^12 entries.
 _U14: Final = tuple(chr(n >> 7) + chr(n & 127) for n in range(1 << 12))
 _U1: Final = ("\x00", "\x01")
+
+
+def _u21(n: int) -> str:
+    """`n` < 2^21 (a data row's bytes: at most `MAX_JSON_BYTES` and a few hundred) as three
+    characters of 7 bits each, high first."""
+    if n < 4096:
+        return "\x00" + _U14[n]
+    return chr(n >> 14) + chr((n >> 7) & 127) + chr(n & 127)
+
+
+class _Packs:
+    """A call's records cut into arguments of about `_PACK_BYTES` (one argument per record cost
+    the server more than the script's parsing of it; one for the whole call could pass Redis's
+    512 MB argument bound)."""
+
+    __slots__ = ("_at", "_out", "_size")
+
+    def __init__(self) -> None:
+        self._out: list[str] = []
+        self._at: list[str] = []
+        self._size = 0
+
+    def add(self, record: str, size: int) -> None:
+        """Append `record` of `size` bytes."""
+        if self._size + size > _PACK_BYTES and self._at:
+            self._out.append("".join(self._at))
+            self._at, self._size = [], 0
+        self._at.append(record)
+        self._size += size
+
+    def done(self) -> list[str]:
+        """The number of packs, then each pack."""
+        if self._at:
+            self._out.append("".join(self._at))
+        return [str(len(self._out)), *self._out]
+
+
+#: The bytes a pack of records grows to before the next record starts another.
+_PACK_BYTES: Final = 1 << 20
 
 
 def _u49(n: int) -> str:

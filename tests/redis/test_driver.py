@@ -387,6 +387,35 @@ async def test_enqueue_many_of_columns_stores_what_its_records_store(make_driver
         assert await _stored(b) == stored
 
 
+async def test_enqueue_many_of_large_records_spans_several_packs(make_driver: Factory) -> None:
+    """A call's records travel in packs of about 1 MB (`_Packs`): records of 300 KB of JSON,
+    ASCII and not, as columns and as a list, cross pack bounds and read back as stored."""
+    from jobs_core.records import NewJobs
+
+    texts = [
+        json.dumps({"i": i, "pad": ("é" if i % 2 else "x") * 300_000}, ensure_ascii=False)
+        for i in range(9)
+    ]
+    records = [dataclasses.replace(new_job(i), input_json=texts[i]) for i in range(9)]
+    shared = records[0]
+    batch = NewJobs(
+        shared,
+        [r.id for r in records],
+        [r.run_id for r in records],
+        [f"k-{i}" for i in range(9)],
+        texts,
+    )
+    memory = MemoryDriver()
+    want = await memory.job_enqueue_many(records)
+    ids = [r.id for r in records]
+    async with make_driver() as a, make_driver() as b:
+        assert await a.job_enqueue_many(records) == want
+        assert await b.job_enqueue_many(batch) == want
+        stored = await memory.job_get_many(ids)
+        assert await a.job_get_many(ids) == stored
+        assert await b.job_get_many(ids) == stored
+
+
 def test_injected_client_must_decode() -> None:
     import fakeredis
 

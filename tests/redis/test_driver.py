@@ -405,15 +405,19 @@ async def test_enqueue_many_of_large_records_spans_several_packs(make_driver: Fa
         [f"k-{i}" for i in range(9)],
         texts,
     )
-    memory = MemoryDriver()
-    want = await memory.job_enqueue_many(records)
+    # The list spans two queues: each queue's name, channel and wake slot ride after the packs.
+    mixed = [r if i % 3 else dataclasses.replace(r, queue="q2") for i, r in enumerate(records)]
     ids = [r.id for r in records]
-    async with make_driver() as a, make_driver() as b:
-        assert await a.job_enqueue_many(records) == want
-        assert await b.job_enqueue_many(batch) == want
-        stored = await memory.job_get_many(ids)
-        assert await a.job_get_many(ids) == stored
-        assert await b.job_get_many(ids) == stored
+    for given, want_woken in ((mixed, {"q", "q2"}), (batch, {"q"})):
+        memory = MemoryDriver()
+        want = await memory.job_enqueue_many(list(given))
+        async with make_driver() as d:
+            assert await d.job_enqueue_many(given) == want
+            assert await d.job_get_many(ids) == await memory.job_get_many(ids)
+            for q in ("q", "q2"):
+                assert await d.queue_demand([q], T0) == await memory.queue_demand([q], T0)
+            woken = await d.client.hgetall(d.keys.wake)
+            assert woken == dict.fromkeys(want_woken, str(T0 // d.wake_slot_ms))
 
 
 def test_injected_client_must_decode() -> None:

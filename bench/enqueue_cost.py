@@ -10,6 +10,9 @@ drops it after, and measures `Jobs.enqueue` one by one (`--one`) then `Jobs.enqu
 of the input, no tenant). Per phase: jobs/s and the client's CPU µs per job. Pairs alternate which
 tree runs first; the answer is each tree's median and the median of the per-pair ratios B/A.
 `--a-env NO_HIREDIS=1` hides hiredis from redis-py (its Python packer and parser then run).
+On Redis also `bulk_srv_us`: the server's CPU µs per bulk job (`INFO cpu`, user + sys, around the
+bulk phase) — the whole server's, so give `--redis redis://127.0.0.1:PORT/0` of a private
+`redis-server` when others share the default one.
 Postgres runs with `synchronous_commit=off` (PGOPTIONS) unless given: the WAL flush of a commit
 would hide the client, as the bench's throwaway server (fsync off) does not.
 """
@@ -21,10 +24,11 @@ import json
 import os
 import statistics
 import sys
+from typing import Any
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS = "redis://127.0.0.1:6379/0"
-METRICS = ("one_per_s", "bulk_per_s", "one_cpu_us", "bulk_cpu_us")
+REDIS = os.environ.get("ENQ_REDIS", "redis://127.0.0.1:6379/0")
+METRICS = ("one_per_s", "bulk_per_s", "one_cpu_us", "bulk_cpu_us", "bulk_srv_us")
 
 
 def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
@@ -33,7 +37,6 @@ def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
     import asyncio
     import time
     import uuid
-    from typing import Any
 
     from jobs_core.facade import Jobs
     from jobs_core.job import JobRegistry, job
@@ -68,6 +71,7 @@ def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
                 await jobs.enqueue_many(noop, [{"k": f"warm{i}"} for i in range(chunk)])
                 for phase, n in (("one", n_one), ("bulk", n_bulk)):
                     inputs = [{"k": f"{phase}-{i}"} for i in range(n)]
+                    server = await _server_cpu(driver) if kind == "redis" else 0.0
                     wall, cpu = time.perf_counter(), time.process_time()
                     if phase == "one":
                         for inp in inputs:
@@ -77,6 +81,8 @@ def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
                             await jobs.enqueue_many(noop, inputs[start : start + chunk])
                     out[f"{phase}_per_s"] = n / (time.perf_counter() - wall)
                     out[f"{phase}_cpu_us"] = (time.process_time() - cpu) / n * 1e6
+                    if kind == "redis" and phase == "bulk":
+                        out["bulk_srv_us"] = (await _server_cpu(driver) - server) / n * 1e6
         finally:
             if kind == "pg":
                 import psycopg
@@ -95,6 +101,12 @@ def run(kind: str, n_one: int, n_bulk: int, chunk: int) -> dict[str, float]:
     return asyncio.run(main())
 
 
+async def _server_cpu(driver: Any) -> float:
+    """The Redis server's CPU seconds so far (user + sys)."""
+    info = await driver.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def pairs(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -103,6 +115,8 @@ def pairs(args: argparse.Namespace) -> None:
     def once(side: str) -> dict[str, float]:
         tree, extra = (args.a, args.a_env) if side == "A" else (args.b or args.a, args.b_env)
         env = {"PGOPTIONS": os.environ.get("PGOPTIONS", "-c synchronous_commit=off")}
+        if args.redis:
+            env["ENQ_REDIS"] = args.redis
         for kv in filter(None, extra.split(",")):
             key, value = kv.split("=", 1)
             env[key] = value
@@ -113,6 +127,8 @@ def pairs(args: argparse.Namespace) -> None:
 
     got = alternate(args.pairs, ("A", "B"), once)
     for m in METRICS:
+        if m not in got["A"][0]:
+            continue
         a = [r[m] for r in got["A"]]
         b = [r[m] for r in got["B"]]
         per_pair = ratios(got["A"], got["B"], m)
@@ -134,6 +150,7 @@ if __name__ == "__main__":
     parser.add_argument("--one", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=20_000)
     parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--redis", default="", help=f"the Redis URL (default: {REDIS})")
     ns = parser.parse_args()
     if ns.run:
         print(json.dumps(run(ns.kind, ns.one, ns.bulk, ns.chunk)))

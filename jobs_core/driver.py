@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Literal, Protocol, TypeAlias, get_args
+from typing import ClassVar, Final, Literal, Protocol, TypeAlias, get_args
 
 from jobs_core.errors import (
     BatchTooLargeError,
@@ -77,6 +77,7 @@ from jobs_core.records import (
     Nack,
     NackKind,
     NewJob,
+    NewJobs,
     Pause,
     PostingLine,
     PostingPut,
@@ -311,6 +312,10 @@ class JobDriver(abc.ABC):
     named after its URL scheme, pointing at a `from_url(url: str) -> JobDriver` callable that
     answers a new, unopened driver (`jobs_core.urls.driver_from_url` loads it).
     """
+
+    #: Whether `_job_enqueue_many` takes a batch as it came (a `NewJobs`, read by its
+    #: columns); False: it is handed a list of `NewJob` built from it.
+    enqueue_columns: ClassVar[bool] = False
 
     def capabilities(self) -> Capabilities:
         """The optional families this driver implements (none: the core job family alone)."""
@@ -690,11 +695,17 @@ class JobDriver(abc.ABC):
         """`job_enqueue` for each record, in order, as if one after another; all checks first."""
         if len(jobs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(jobs)} > {MAX_ENQUEUE_BATCH}")
-        for j in jobs:
-            check_new_job(j)
-            self._require_links(j)
         if not jobs:
             return []
+        if type(jobs) is NewJobs:
+            check_new_jobs(jobs)
+            self._require_links(jobs.shared)
+            if not self.enqueue_columns:
+                jobs = list(jobs)
+        else:
+            for j in jobs:
+                check_new_job(j)
+                self._require_links(j)
         return await self._job_enqueue_many(jobs)
 
     async def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
@@ -1160,7 +1171,9 @@ class JobDriver(abc.ABC):
         """`_job_enqueue` of each record in order, one answer each: a later record dedupes
         against an earlier one of the same batch. Written in chunks of `ENQUEUE_CHUNK` per
         statement or script call; every refusal (a bad record, the batch cap) has been made by
-        the public method before this runs, so none can strike after a first chunk is written."""
+        the public method before this runs, so none can strike after a first chunk is written.
+        `jobs` is a list, or with `enqueue_columns` the batch as the caller gave it (the
+        facade's a `NewJobs`: its columns can be read without building a `NewJob` each)."""
 
     @abc.abstractmethod
     async def _job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
@@ -1884,6 +1897,53 @@ def check_new_job(job: NewJob) -> None:
         check_text(job.input_json, "input_json")
     else:
         _check_new_job_fields(job)
+
+
+def check_new_jobs(jobs: NewJobs) -> None:
+    """`check_new_job` of every record of `jobs`, raising what it raises for the first record
+    refused: the shared fields are checked once (with the first record), then each record's
+    own five by the same cheap tests, a record failing them checked field by field. The JSON
+    texts of a `dumped` batch are not checked again (`dumps` wrote them, valid)."""
+    check_new_job(jobs.shared)
+    dumped = jobs.dumped
+    acts = jobs.acts_for
+    own = zip(
+        jobs.ids,
+        jobs.run_ids,
+        jobs.keys,
+        jobs.input_jsons,
+        [None] * len(jobs) if acts is None else acts,
+        strict=True,
+    )
+    # Written out as `_plainly_fine` is: a helper call per field costs as much as its tests.
+    for at, (i, r, k, text, af) in enumerate(own):
+        if (
+            type(i) is str
+            and 0 < len(i) <= _SHORT_NAME
+            and i.isascii()
+            and "\x00" not in i
+            and type(r) is str
+            and 0 < len(r) <= _SHORT_NAME
+            and r.isascii()
+            and "\x00" not in r
+            and type(k) is str
+            and 0 < len(k) <= _SHORT_KEY
+            and k.isascii()
+            and "\x00" not in k
+            and (
+                af is None
+                or (
+                    type(af) is str
+                    and 0 < len(af) <= _SHORT_NAME
+                    and af.isascii()
+                    and "\x00" not in af
+                )
+            )
+        ):
+            if not dumped:
+                check_text(text, "input_json")
+        else:
+            check_new_job(jobs[at])
 
 
 def _plainly_fine(job: NewJob) -> bool:

@@ -35,7 +35,14 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
-from jobs_core.records import EnqueueResult, EventRecord, JoinEnqueue, JoinPolicy, NewJob
+from jobs_core.records import (
+    EnqueueResult,
+    EventRecord,
+    JoinEnqueue,
+    JoinPolicy,
+    NewJob,
+    NewJobs,
+)
 from jobs_core.results import RESULT_POLL_CEILING_S, RESULT_POLL_FLOOR_S, FinishWaits, run_on
 from jobs_core.semantics import EVENT_TTL_MS
 from jobs_core.states import Outcome
@@ -379,14 +386,12 @@ def build_records(
     clock: Clock,
     ids: Sequence[str] | None = None,
     **options: Any,
-) -> list[NewJob]:
+) -> NewJobs:
     """The rows of one batch, one per input (`build_record` for each, with the id of `ids` at
-    its position): what is the batch's in truth — the options, the tenant, the time — is
-    resolved and refused once, so a refusal still comes before any write."""
-    batch = _batch(handle, clock, options)
-    if ids is None:
-        return [batch.record(i, None, None) for i in inputs]
-    return [batch.record(i, job_id, None) for i, job_id in zip(inputs, ids, strict=True)]
+    its position), as columns: what is the batch's in truth — the options, the tenant, the
+    time — is resolved and refused once, so a refusal still comes before any write; each
+    input's refusal is the one `build_record` makes, the first input's first."""
+    return _batch(handle, clock, options).records(inputs, ids)
 
 
 def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:
@@ -494,6 +499,51 @@ class _Batch:
             parent_id=self.parent_id,
             batch_id=self.batch_id,
             acts_for=acts_for,
+        )
+
+    def records(self, inputs: Sequence[Any], ids: Sequence[str] | None) -> NewJobs:
+        """`record` of each input (the id of `ids` at its position) as one `NewJobs`."""
+        handle = self.handle
+        needs_form, given_key = self.needs_form, self.key
+        key_for, tenant_for = handle.key_for, handle.tenant_for
+        acts_none = handle.tenant == "none"
+        texts: list[str] = []
+        keys: list[str] = []
+        acts: list[str | None] = []
+        # One loop in input order, each input's checks in `record`'s order, so the refusal
+        # raised is the one a call per input would have raised first.
+        for input in inputs:
+            text = dumps(input)
+            form = _json_form(input, text) if needs_form else None
+            if not acts_none:
+                acts.append(tenant_for(form))
+            keys.append(key_for(form, given_key))
+            texts.append(text)
+        n = len(texts)
+        job_ids = [new_id() for _ in range(n)] if ids is None else list(ids)
+        run_ids = [new_id() for _ in range(n)]
+        # An empty batch's shared record is never read: placeholders stand for its five.
+        first = (job_ids[0], run_ids[0], keys[0], texts[0]) if n else ("", "", "", "null")
+        shared = NewJob(
+            id=first[0],
+            run_id=first[1],
+            name=handle.name,
+            queue=self.queue,
+            tenant_id=self.tenant_id,
+            idempotency_key=first[2],
+            input_json=first[3],
+            priority=self.priority,
+            run_at_ms=self.run_at_ms,
+            max_attempts=handle.retry.attempts,
+            created_at_ms=self.created,
+            enqueued_by=self.enqueued_by,
+            traceparent=self.traceparent,
+            parent_id=self.parent_id,
+            batch_id=self.batch_id,
+            acts_for=acts[0] if acts else None,
+        )
+        return NewJobs(
+            shared, job_ids, run_ids, keys, texts, None if acts_none else acts, dumped=True
         )
 
 

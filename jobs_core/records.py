@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, overload
 
 from jobs_core.jsonform import JsonValue, loads
 from jobs_core.states import JobState, Outcome
@@ -42,6 +43,100 @@ class NewJob:
     #: (`tenant="none"`); shown and filtered on, never authority: the worker derives the org
     #: again from the input. Not the limiter's bucket (`tenant_id` is).
     acts_for: str | None = None
+
+
+class NewJobs(Sequence[NewJob]):
+    """The records of one batch as columns: `shared` holds every field the records share (its
+    own id, run_id, idempotency_key, input_json and acts_for are those of the first record),
+    the five columns each record's own. Reads as the sequence of `NewJob` it stands for; a
+    driver that understands it (Redis) encodes the columns without building a `NewJob` each.
+    `dumped`: every input JSON text is `jsonform.dumps`' own (the facade's), valid by
+    construction, so `JobDriver.job_enqueue_many` does not check it again.
+    """
+
+    __slots__ = ("acts_for", "dumped", "ids", "input_jsons", "keys", "run_ids", "shared")
+
+    def __init__(
+        self,
+        shared: NewJob,
+        ids: Sequence[str],
+        run_ids: Sequence[str],
+        keys: Sequence[str],
+        input_jsons: Sequence[str],
+        acts_for: Sequence[str | None] | None = None,
+        *,
+        dumped: bool = False,
+    ) -> None:
+        """`acts_for` None: every record's is `shared.acts_for`."""
+        n = len(ids)
+        if not (len(run_ids) == len(keys) == len(input_jsons) == n) or (
+            acts_for is not None and len(acts_for) != n
+        ):
+            raise ValueError("NewJobs: every column holds one value per record")
+        self.shared = shared
+        self.ids = ids
+        self.run_ids = run_ids
+        self.keys = keys
+        self.input_jsons = input_jsons
+        self.acts_for = acts_for
+        self.dumped = dumped
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, at: int) -> NewJob: ...
+    @overload
+    def __getitem__(self, at: slice) -> NewJobs: ...
+    def __getitem__(self, at: int | slice) -> NewJob | NewJobs:
+        if isinstance(at, slice):
+            acts = self.acts_for
+            return NewJobs(
+                self.shared,
+                self.ids[at],
+                self.run_ids[at],
+                self.keys[at],
+                self.input_jsons[at],
+                None if acts is None else acts[at],
+                dumped=self.dumped,
+            )
+        acts = self.acts_for
+        return self._one(
+            self.ids[at],
+            self.run_ids[at],
+            self.keys[at],
+            self.input_jsons[at],
+            self.shared.acts_for if acts is None else acts[at],
+        )
+
+    def __iter__(self) -> Iterator[NewJob]:
+        acts = self.acts_for
+        if acts is None:
+            acts = [self.shared.acts_for] * len(self.ids)
+        one = self._one
+        for row in zip(self.ids, self.run_ids, self.keys, self.input_jsons, acts, strict=True):
+            yield one(*row)
+
+    def _one(self, id: str, run_id: str, key: str, input_json: str, acts_for: str | None) -> NewJob:
+        s = self.shared
+        return NewJob(
+            id,
+            run_id,
+            s.name,
+            s.queue,
+            s.tenant_id,
+            key,
+            input_json,
+            s.priority,
+            s.run_at_ms,
+            s.max_attempts,
+            s.created_at_ms,
+            s.enqueued_by,
+            s.traceparent,
+            s.parent_id,
+            s.batch_id,
+            acts_for,
+        )
 
 
 @dataclass(frozen=True, slots=True)

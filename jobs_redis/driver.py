@@ -76,7 +76,7 @@ import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Final, cast
+from typing import Any, ClassVar, Final, cast
 
 from jobs_core.attempts import (
     ABANDONED_ERROR,
@@ -121,6 +121,7 @@ from jobs_core.records import (
     ListKey,
     Nack,
     NewJob,
+    NewJobs,
     Pause,
     PostingPut,
     PostingPutAnswer,
@@ -245,6 +246,8 @@ class RedisDriver(JobDriver):
     Callers on several event loops share one driver: each loop gets its own client, closed when
     that loop shuts down or by `close()` (a given `client` is shared as is: one loop only).
     """
+
+    enqueue_columns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -480,18 +483,14 @@ class RedisDriver(JobDriver):
         error); calling again with the same batch is safe, the written records answer deduped.
         """
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
-        # The first chunk goes alone: it loads the script should the server lack it.
-        keys, args = self._chunk_call(chunks[0])
-        out = _chunk_answers(chunks[0], await self._run("job_enqueue_many", keys, args))
         pool = getattr(self._loops.get().client, "connection_pool", None)
-        if len(chunks) == 1:
-            return out
         if self.cluster or pool is None:
-            for chunk in chunks[1:]:
+            out: list[EnqueueResult] = []
+            for chunk in chunks:
                 keys, args = self._chunk_call(chunk)
                 out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
             return out
-        return out + await self._enqueue_pipelined(pool, chunks[1:])
+        return await self._enqueue_pipelined(pool, chunks)
 
     async def _enqueue_pipelined(
         self, pool: Any, chunks: list[Sequence[NewJob]]
@@ -499,16 +498,28 @@ class RedisDriver(JobDriver):
         """The chunks in order on ONE connection, each sent while the server runs the last.
 
         Pipelining keeps the order (a later record still dedupes against an earlier one) and
-        lets the client pack chunk n+1 while the server runs chunk n.
+        lets the client pack chunk n+1 while the server runs chunk n. The first chunk goes
+        alone: it loads the script should the server lack it. Each call is packed here
+        (`_resp`), not by redis-py, whose packer cost about a µs a record.
         """
-        sha = self._scripts["job_enqueue_many"].sha
+        from redis.exceptions import NoScriptError
+
+        script = self._scripts["job_enqueue_many"]
         conn = await _pool_connection(pool)
         replies: list[Any] = []
         try:
-            for chunk in chunks:
-                keys, args = self._chunk_call(chunk)
-                await conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
-            for _ in chunks:
+            first = self._chunk_resp(script.sha, chunks[0])
+            await conn.send_packed_command(first)
+            try:
+                replies.append(await conn.read_response())
+            except NoScriptError:
+                await conn.send_command("SCRIPT", "LOAD", script.source)
+                await conn.read_response()
+                await conn.send_packed_command(first)
+                replies.append(await conn.read_response())
+            for chunk in chunks[1:]:
+                await conn.send_packed_command(self._chunk_resp(script.sha, chunk))
+            for _ in chunks[1:]:
                 replies.append(await conn.read_response())
         except BaseException as exc:
             # Replies may still be in flight on this connection: it cannot be reused.
@@ -530,12 +541,20 @@ class RedisDriver(JobDriver):
             out += _chunk_answers(chunk, got)
         return out
 
+    def _chunk_resp(self, sha: str, jobs: Sequence[NewJob]) -> bytes:
+        """One `job_enqueue_many` EVALSHA call as the bytes of its RESP command."""
+        keys, args = self._chunk_call(jobs)
+        return _resp(["EVALSHA", sha, str(len(keys)), *keys, *map(str, args)])
+
     def _chunk_call(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[object]]:
         """The KEYS and ARGV of one `job_enqueue_many` script call."""
+        if type(jobs) is NewJobs:
+            return self._columns_call(jobs)
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
-        args: list[object] = [len(jobs)]
+        packs = _Packs()
+        u = _U14
         for job in jobs:
             q = queue_index.get(job.queue)
             if q is None:
@@ -544,17 +563,70 @@ class RedisDriver(JobDriver):
             if slot:
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
-            tail = _blen(_links(job))
-            args.append(
-                f"{score} {q} {'1' if slot else '0'} {_blen(job.id)} {_blen(state)} {_blen(ns)} "
-                f"{tail} {job.id}{state}{data}"
+            org = 0 if job.acts_for is None else _blen(job.acts_for)
+            li, ls, ld = _blen(job.id), _blen(state), _blen(data)
+            packs.add(
+                f"{u[q]}{_U1[bool(slot)]}{_u49(score)}{u[_blen(_links(job))]}{u[li]}{u[ls]}"
+                f"{u[_blen(ns)]}{u[org]}{_u21(ld)}{job.created_at_ms:013d}{job.id}{state}{data}",
+                36 + li + ls + ld,
             )
+        args: list[object] = [len(jobs), *packs.done()]
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
             args += (queue, k.channel(queue), slots.get(queue, ""))
         keys += k.account()
         return keys, args
+
+    def _columns_call(self, jobs: NewJobs) -> tuple[list[str], list[object]]:
+        """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
+        record one string of the same form (`_encode`'s rows, one queue)."""
+        k = self.keys
+        s = jobs.shared
+        slot = self._wake_slot(s)
+        ns_head = f"{s.name}\x00{s.tenant_id or ''}\x00"
+        state_head = (
+            f"ready\x000\x00\x000\x00\x00{s.run_at_ms}\x00\x00"
+            f"{s.priority}\x00{s.max_attempts}\x00{s.queue}\x00{ns_head}"
+        )
+        links = _links(s)
+        ns_bytes, state_bytes = _blen(ns_head), _blen(state_head) + _blen(links)
+        u = _U14
+        # The head's fields every record shares: its queue (the one), due, score and tail.
+        head = f"{u[1]}{_U1[bool(slot)]}{_u49(s.priority * _PRIORITY_UNIT + s.run_at_ms)}"
+        head += u[_blen(links)]
+        made = f"{s.created_at_ms:013d}"
+        mid = f"\x00{s.created_at_ms}\x00{s.enqueued_by or ''}\x00"
+        end = f"\x00{s.traceparent or ''}"
+        # A record's bytes but its id, key and data row (`_Packs.add`'s size).
+        fixed = 36 + state_bytes
+        ends = _blen(mid) + _blen(end)
+        packs = _Packs()
+        rows = zip(jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True)
+        acts = jobs.acts_for
+        for at, (i, r, key, text) in enumerate(rows):
+            # `isascii` is O(1): an ASCII text's byte length is its len().
+            li = len(i) if i.isascii() else len(i.encode())
+            kb = len(key) if key.isascii() else len(key.encode())
+            ld = (len(r) if r.isascii() else len(r.encode())) + ends
+            ld += len(text) if text.isascii() else len(text.encode())
+            org = None if acts is None else acts[at]
+            if org is None:
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[0]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}",
+                    fixed + li + kb + ld,
+                )
+            else:
+                ob = _blen(org)
+                ld += 1 + ob
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[ob]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}\x00{org}",
+                    fixed + li + kb + ld,
+                )
+        args: list[object] = [len(jobs), *packs.done(), s.queue, k.channel(s.queue), slot]
+        return [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()], args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         k = self.keys
@@ -1619,10 +1691,70 @@ def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
 
 
 def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
+    ids = jobs.ids if type(jobs) is NewJobs else [job.id for job in jobs]
     return [
-        EnqueueResult(r, deduped=True) if r else EnqueueResult(job.id, deduped=False)
-        for job, r in zip(jobs, got.split("\x00"), strict=True)
+        EnqueueResult(r, deduped=True) if r else EnqueueResult(i, deduped=False)
+        for i, r in zip(ids, got.split("\x00"), strict=True)
     ]
+
+
+#: The head numbers of a `job_enqueue_many` record (lua/job_enqueue_many.lua): n < 2^14 as two
+#: characters of 7 bits each, high first. A record that passed `check_new_job` has no length
+#: here above 2,200 bytes (and a call no more than `ENQUEUE_CHUNK` queues): 2^12 entries.
+_U14: Final = tuple(chr(n >> 7) + chr(n & 127) for n in range(1 << 12))
+_U1: Final = ("\x00", "\x01")
+
+
+def _u21(n: int) -> str:
+    """`n` < 2^21 (a data row's bytes: at most `MAX_JSON_BYTES` and a few hundred) as three
+    characters of 7 bits each, high first."""
+    if n < 4096:
+        return "\x00" + _U14[n]
+    return chr(n >> 14) + chr((n >> 7) & 127) + chr(n & 127)
+
+
+class _Packs:
+    """A call's records cut into arguments of about `_PACK_BYTES` (one argument per record cost
+    the server more than the script's parsing of it; one for the whole call could pass Redis's
+    512 MB argument bound)."""
+
+    __slots__ = ("_at", "_out", "_size")
+
+    def __init__(self) -> None:
+        self._out: list[str] = []
+        self._at: list[str] = []
+        self._size = 0
+
+    def add(self, record: str, size: int) -> None:
+        """Append `record` of `size` bytes."""
+        if self._size + size > _PACK_BYTES and self._at:
+            self._out.append("".join(self._at))
+            self._at, self._size = [], 0
+        self._at.append(record)
+        self._size += size
+
+    def done(self) -> list[str]:
+        """The number of packs, then each pack."""
+        if self._at:
+            self._out.append("".join(self._at))
+        return [str(len(self._out)), *self._out]
+
+
+#: The bytes a pack of records grows to before the next record starts another.
+_PACK_BYTES: Final = 1 << 20
+
+
+def _u49(n: int) -> str:
+    """`n` < 2^49 (a due score: priority 100 at the last ms is below 101 * 2^42) as seven
+    characters of 7 bits each, high first."""
+    return "".join([chr((n >> shift) & 127) for shift in (42, 35, 28, 21, 14, 7, 0)])
+
+
+def _resp(args: Sequence[str]) -> bytes:
+    """`args` as one RESP command (an array of bulk strings), UTF-8."""
+    parts = [f"*{len(args)}\r\n"]
+    parts += [f"${len(a) if a.isascii() else len(a.encode())}\r\n{a}\r\n" for a in args]
+    return "".join(parts).encode()
 
 
 def _blen(text: str) -> int:

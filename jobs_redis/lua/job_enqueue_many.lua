@@ -5,16 +5,21 @@
 -- KEYS[4 + q] due:<queue q> for each distinct queue q = 1..m of the batch
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): new rows are listed and
 --   counted
--- ARGV[1] n, the number of records
--- ARGV[1 + i] record i, packed in one argument (packing seven arguments per record cost the
---   client more than the whole script costs the server):
---   "<score> <q> <due> <id bytes> <state bytes> <namespace bytes> <tail bytes> " id state_row
---   data_row (its org, when it acts for one, a sixth field: row.lua put_data)
---   score: the due score; q: the index of its queue below; due: "1" when due at creation (may
---   wake) else "0"; the byte lengths cut the id and the state row out, and the namespace ends
---   the state row but for its last <tail bytes> (0, or a flow row's four more fields:
---   includes/flows.lua).
--- ARGV[2 + n + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
+-- ARGV[1] n, the number of records; ARGV[2] packs, the number of packs they come in
+-- ARGV[3 .. 2 + packs] the records, in order, each pack several of them back to back (one argument
+--   a record cost the server more than the script's own parsing, and seven a record cost the
+--   client more than the whole script): a record is a 23-byte head, then created id state_row
+--   data_row (its org, when it acts for one, a sixth field: row.lua put_data).
+--   The head's numbers are 7 bits a byte, high first (`string.byte` reads them without making
+--   a string; text numbers cut out with captures cost the script more than the rest of its
+--   parsing): q (2 bytes) the index of its queue below, due (1) 1 when due at creation (may
+--   wake) else 0, score (7) the due score, tail (2) the bytes after the namespace in the state
+--   row (0, or a flow row's four more fields: includes/flows.lua), then the byte lengths of the
+--   id (2), the state row (2), the namespace that ends it but for its tail (2), the org ending
+--   the data row after its NUL (2; 0: none) and the data row, org included (3). created:
+--   created_at_ms zero-padded to 13 digits, so created .. id is the row's job:created member
+--   (includes/account.lua).
+-- ARGV[3 + packs + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
 -- Returns one string: per record, in order, "" when inserted or the id it dedupes to, joined
 -- by NUL (one bulk reply parses far faster than a thousand).
 --!include row.lua
@@ -22,27 +27,42 @@
 
 acc_open(#KEYS - 5)
 acc_fresh(KEYS[1])
-local n = tonumber(ARGV[1])
-local ids, nss, states, datas, scores, qs, dues = {}, {}, {}, {}, {}, {}, {}
-for i = 1, n do
-  local blob = ARGV[1 + i]
-  local score, q, due, li, ls, ln, lt, p =
-    string.match(blob, "^(%d+) (%d+) (%d) (%d+) (%d+) (%d+) (%d+) ()")
-  li, ls, ln, lt = tonumber(li), tonumber(ls), tonumber(ln), tonumber(lt)
-  local s0 = p + li
-  local state = string.sub(blob, s0, s0 + ls - 1)
-  ids[i] = string.sub(blob, p, s0 - 1)
-  states[i] = state
-  nss[i] = string.sub(state, ls - ln - lt + 1, ls - lt)
-  datas[i] = string.sub(blob, s0 + ls)
-  scores[i] = score
-  qs[i] = tonumber(q)
-  dues[i] = due
+local n, packs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ids, nss, states, datas, orgs, made, scores, qs, dues = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local byte, sub = string.byte, string.sub
+local i = 0
+for a = 3, 2 + packs do
+  local pack = ARGV[a]
+  local p = 1
+  while p <= #pack do
+    i = i + 1
+    local q1, q2, due, s1, s2, s3, s4, s5, s6, s7, t1, t2, i1, i2, l1, l2, n1, n2, o1, o2, d1, d2,
+      d3 = byte(pack, p, p + 22)
+    local lt, ls, lo = t1 * 128 + t2, l1 * 128 + l2, o1 * 128 + o2
+    local e = p + 35 + i1 * 128 + i2 -- the id's last byte
+    local state = sub(pack, e + 1, e + ls)
+    made[i] = sub(pack, p + 23, e)
+    ids[i] = sub(pack, p + 36, e)
+    states[i] = state
+    nss[i] = sub(state, ls - n1 * 128 - n2 - lt + 1, ls - lt)
+    local d0 = e + ls -- the data row starts after d0
+    p = d0 + (d1 * 128 + d2) * 128 + d3 + 1
+    if lo == 0 then
+      datas[i] = sub(pack, d0 + 1, p - 1)
+    else
+      datas[i] = sub(pack, d0 + 1, p - lo - 2)
+      orgs[i] = sub(pack, p - lo, p - 1)
+    end
+    scores[i] = (((((s1 * 128 + s2) * 128 + s3) * 128 + s4) * 128 + s5) * 128 + s6) * 128 + s7
+    qs[i] = q1 * 128 + q2
+    dues[i] = due
+  end
 end
 local found = redis.call("HMGET", KEYS[1], unpack(ids))
 local holders = redis.call("HMGET", KEYS[3], unpack(nss))
 
 local out = {}
+local listed, totals = ACC.new, {}
 local new_ids, new_ns = {}, {}
 local state_args, data_args, live_args = {}, {}, {}
 local acts_args = {} -- acts-for: id NUL "a", org (row.lua put_data)
@@ -63,8 +83,8 @@ for i = 1, n do
       state_args[s + 1] = id
       state_args[s + 2] = states[i]
       data_args[s + 1] = id
-      local row, org = data_parts(datas[i])
-      data_args[s + 2] = row
+      data_args[s + 2] = datas[i]
+      local org = orgs[i]
       if org then
         acts_args[#acts_args + 1] = id .. ACTS
         acts_args[#acts_args + 1] = org
@@ -79,13 +99,18 @@ for i = 1, n do
       end
       z[#z + 1] = scores[i]
       z[#z + 1] = id
-      if dues[i] == "1" then
+      if dues[i] == 1 then
         wake[q] = true
       end
-      -- accounting
-      count_new(id, datas[i], ARGV[2 + n + 3 * (q - 1)])
+      -- accounting: count_new's listing entry, its totals summed per queue
+      listed[#listed + 1] = "0"
+      listed[#listed + 1] = made[i]
+      totals[q] = (totals[q] or 0) + 1
     end
   end
+end
+for q, total in pairs(totals) do
+  row_delta(ARGV[3 + packs + 3 * (q - 1)], "total", total)
 end
 
 if #state_args > 0 then
@@ -104,7 +129,7 @@ for q = 1, m do
   end
   if wake[q] then
     -- At most one PUBLISH per queue per wake slot.
-    local b = 2 + n + 3 * (q - 1)
+    local b = 3 + packs + 3 * (q - 1)
     local queue, slot = ARGV[b], ARGV[b + 2]
     if redis.call("HGET", KEYS[4], queue) ~= slot then
       redis.call("HSET", KEYS[4], queue, slot)

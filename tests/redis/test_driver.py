@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -338,6 +339,85 @@ async def test_enqueue_many_across_pipelined_chunks_matches_memory(driver: Redis
     ids = [j.id for j in jobs]
     assert await driver.job_get_many(ids) == await memory.job_get_many(ids)
     assert await driver.queue_demand(["q"], T0) == await memory.queue_demand(["q"], T0)
+
+
+async def _stored(d: RedisDriver) -> dict[str, Any]:
+    """Every key of `d`'s prefix (its name without the prefix) and what it holds."""
+    client: Any = d.client
+    out: dict[str, Any] = {}
+    async for key in client.scan_iter(match=d.keys.pattern(), count=1000):
+        kind = await client.type(key)
+        name = key.replace(d.keys.prefix, "P", 1)
+        if kind == "hash":
+            out[name] = await client.hgetall(key)
+        elif kind == "zset":
+            out[name] = await client.zrange(key, 0, -1, withscores=True)
+        else:
+            out[name] = await client.get(key)
+    return out
+
+
+async def test_enqueue_many_of_columns_stores_what_its_records_store(make_driver: Factory) -> None:
+    """A batch as columns (`NewJobs`, the facade's) is packed apart from a list of records:
+    both store the same keys, fields and scores, and answer alike (chunks, dedupes, non-ASCII
+    ids and keys, orgs, flow links, a future run time)."""
+    from jobs_core.records import NewJobs
+
+    shared = dataclasses.replace(
+        new_job(0, queue=ODD[3], tenant="tén", priority=4, run_at=T0 + 5),
+        enqueued_by="me",
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        batch_id="b-1",
+    )
+    n = 1200
+    ids = [f"id-{i}" if i % 7 else f"íd-{i}" for i in range(n)]
+    keys = [f"k-{i}" if i % 5 else f"ключ-{i}" for i in range(n)]
+    keys[1100] = keys[3]  # dedupes, in a later chunk, on an earlier record's key
+    ids[1150] = ids[4]  # and on an earlier id
+    texts = [json.dumps({"i": i, "s": "ü" * (i % 3)}) for i in range(n)]
+    acts = [None if i % 3 else f"org-{i}é" for i in range(n)]
+    batch = NewJobs(shared, ids, [f"run-{i}" for i in range(n)], keys, texts, acts)
+    async with make_driver() as a, make_driver() as b:
+        want = await a.job_enqueue_many(list(batch))
+        assert await b.job_enqueue_many(batch) == want
+        assert want[1100] == EnqueueResult(ids[3], deduped=True)
+        assert want[1150] == EnqueueResult(ids[4], deduped=True)
+        stored = await _stored(a)
+        assert len(stored["{P}:job:state"]) == n - 2
+        assert await _stored(b) == stored
+
+
+async def test_enqueue_many_of_large_records_spans_several_packs(make_driver: Factory) -> None:
+    """A call's records travel in packs of about 1 MB (`_Packs`): records of 300 KB of JSON,
+    ASCII and not, as columns and as a list, cross pack bounds and read back as stored."""
+    from jobs_core.records import NewJobs
+
+    texts = [
+        json.dumps({"i": i, "pad": ("é" if i % 2 else "x") * 300_000}, ensure_ascii=False)
+        for i in range(9)
+    ]
+    records = [dataclasses.replace(new_job(i), input_json=texts[i]) for i in range(9)]
+    shared = records[0]
+    batch = NewJobs(
+        shared,
+        [r.id for r in records],
+        [r.run_id for r in records],
+        [f"k-{i}" for i in range(9)],
+        texts,
+    )
+    # The list spans two queues: each queue's name, channel and wake slot ride after the packs.
+    mixed = [r if i % 3 else dataclasses.replace(r, queue="q2") for i, r in enumerate(records)]
+    ids = [r.id for r in records]
+    for given, want_woken in ((mixed, {"q", "q2"}), (batch, {"q"})):
+        memory = MemoryDriver()
+        want = await memory.job_enqueue_many(list(given))
+        async with make_driver() as d:
+            assert await d.job_enqueue_many(given) == want
+            assert await d.job_get_many(ids) == await memory.job_get_many(ids)
+            for q in ("q", "q2"):
+                assert await d.queue_demand([q], T0) == await memory.queue_demand([q], T0)
+            woken = await d.client.hgetall(d.keys.wake)
+            assert woken == dict.fromkeys(want_woken, str(T0 // d.wake_slot_ms))
 
 
 def test_injected_client_must_decode() -> None:

@@ -1,0 +1,149 @@
+"""`NewJobs`, a batch as columns: the records it reads as, the checks of `job_enqueue_many` on
+it (the same refusal, the same first record, as on the list of its records) and the facade's
+batches built as one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from jobs_core.clock import FakeClock
+from jobs_core.errors import JobsError
+from jobs_core.facade import Jobs, build_record, build_records
+from jobs_core.job import JobRegistry, job
+from jobs_core.records import NewJob, NewJobs
+from jobs_memory import MemoryDriver
+from tests.core.support import T0, new_job
+
+_REG = JobRegistry()
+
+
+@job(
+    name="orgs",
+    queue="q",
+    idempotency_key=lambda inp: inp["k"],
+    tenant=lambda inp: inp["org"],
+    registry=_REG,
+)
+async def orgs(inp: Any, ctx: Any) -> None:
+    return None
+
+
+def _columns(records: list[NewJob], *, dumped: bool = False) -> NewJobs:
+    acts = [r.acts_for for r in records]
+    return NewJobs(
+        records[0],
+        [r.id for r in records],
+        [r.run_id for r in records],
+        [r.idempotency_key for r in records],
+        [r.input_json for r in records],
+        None if all(a is None for a in acts) else acts,
+        dumped=dumped,
+    )
+
+
+def test_a_batch_reads_as_its_records() -> None:
+    records = [
+        dataclasses.replace(
+            new_job(f"j{i}", f"k{i}", tenant="t"), input_json=f"[{i}]", acts_for=f"o{i}"
+        )
+        for i in range(5)
+    ]
+    batch = _columns(records)
+    assert len(batch) == 5
+    assert list(batch) == records
+    assert [batch[i] for i in range(-5, 5)] == records + records
+    assert list(batch[1:4]) == records[1:4]
+    assert list(batch[::2]) == records[::2]
+    assert isinstance(batch[1:4], NewJobs)
+
+
+def test_columns_of_different_lengths_are_refused() -> None:
+    r = new_job("j1", "k1")
+    with pytest.raises(ValueError, match="one value per record"):
+        NewJobs(r, ["j1", "j2"], ["r1"], ["k1", "k2"], ["{}", "{}"])
+    with pytest.raises(ValueError, match="one value per record"):
+        NewJobs(r, ["j1"], ["r1"], ["k1"], ["{}"], [None, None])
+
+
+def test_build_records_are_build_record_of_each_input() -> None:
+    clock = FakeClock(T0)
+    inputs = [{"k": f"k{i}", "org": f"org{i}é"} for i in range(4)]
+    ids = [f"id{i}" for i in range(4)]
+    options: dict[str, Any] = {"priority": 7, "delay_ms": 50, "tenant_id": "t", "key": None}
+    batch = build_records(orgs, inputs, clock=clock, ids=ids, **options)
+    assert isinstance(batch, NewJobs) and batch.dumped
+    for got, inp, job_id in zip(batch, inputs, ids, strict=True):
+        one = build_record(orgs, inp, clock=clock, id=job_id, **options)
+        assert got == dataclasses.replace(one, run_id=got.run_id)
+    assert len({r.run_id for r in batch}) == 4
+
+
+def _refusal(records: Any) -> tuple[str, str | None] | None:
+    import asyncio
+
+    async def go() -> tuple[str, str | None] | None:
+        async with MemoryDriver() as d:
+            try:
+                await d.job_enqueue_many(records)
+            except JobsError as exc:
+                assert await d.job_get_many([f"j{i}" for i in range(5)]) == {}
+                return exc.code, exc.detail
+            return None
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("at", "field", "value"),
+    [
+        (0, "id", "a\x00b"),
+        (3, "id", ""),
+        (3, "run_id", "x" * 201),
+        (2, "idempotency_key", "k" * 1025),
+        (4, "input_json", "{"),
+        (1, "acts_for", ""),
+        (3, "id", "é" * 100),  # fine: not ASCII, so checked field by field
+        (0, "priority", -1),  # a shared field: refused with the first record
+    ],
+)
+def test_a_bad_record_is_refused_as_in_a_list(at: int, field: str, value: Any) -> None:
+    records = [new_job(f"j{i}", f"k{i}") for i in range(5)]
+    if field == "priority":
+        records = [dataclasses.replace(r, priority=value) for r in records]
+    else:
+        records[at] = dataclasses.replace(records[at], **{field: value})
+    want = _refusal(records)
+    assert want is None or want[1] == field
+    assert _refusal(_columns(records)) == want
+
+
+def test_a_second_bad_record_does_not_hide_the_first() -> None:
+    records = [new_job(f"j{i}", f"k{i}") for i in range(5)]
+    records[1] = dataclasses.replace(records[1], input_json="[")
+    records[3] = dataclasses.replace(records[3], id="")
+    assert _refusal(_columns(records)) == ("X_JOB_RECORD_INVALID", "input_json")
+
+
+def test_only_a_dumped_batch_skips_its_json_check() -> None:
+    records = [new_job(f"j{i}", f"k{i}") for i in range(3)]
+    records[2] = dataclasses.replace(records[2], input_json="NaN")
+    assert _refusal(_columns(records)) == ("X_JOB_RECORD_INVALID", "input_json")
+    # `dumped` vouches that `dumps` wrote each text: the facade's batches, never a caller's.
+    assert _refusal(_columns(records, dumped=True)) is None
+
+
+async def test_the_facade_refuses_a_whole_batch_for_one_input() -> None:
+    async with MemoryDriver() as d:
+        jobs = Jobs(d, clock=FakeClock(T0))
+        inputs: list[Any] = [{"k": "a", "org": "o"}, {"k": "b", "org": "o"}, {"k": "c"}]
+        with pytest.raises(JobsError) as caught:
+            await jobs.enqueue_many(orgs, inputs, ids=["a", "b", "c"])
+        assert caught.value.code == "X_JOB_TENANT_REQUIRED"
+        assert await d.job_get_many(["a", "b", "c"]) == {}
+        done = await jobs.enqueue_many(orgs, [*inputs[:2], {"k": "a", "org": "o"}])
+        assert [r.deduped for r in done] == [False, False, True]
+        assert done[2].id == done[0].id
+        assert await jobs.enqueue_many(orgs, []) == []

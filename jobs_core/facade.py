@@ -543,7 +543,7 @@ class _Batch:
             acts_for=acts[0] if acts else None,
         )
         return NewJobs(
-            shared, job_ids, run_ids, keys, texts, None if acts_none else acts, dumped=True
+            shared, job_ids, run_ids, keys, texts, None if acts_none else acts, _dumped=True
         )
 
 

@@ -50,11 +50,12 @@ class NewJobs(Sequence[NewJob]):
     own id, run_id, idempotency_key, input_json and acts_for are those of the first record),
     the five columns each record's own. Reads as the sequence of `NewJob` it stands for; a
     driver that understands it (Redis) encodes the columns without building a `NewJob` each.
-    `dumped`: every input JSON text is `jsonform.dumps`' own (the facade's), valid by
-    construction, so `JobDriver.job_enqueue_many` does not check it again.
+    `dumped`: every input JSON text is `jsonform.dumps`' own, valid by construction, so
+    `JobDriver.job_enqueue_many` does not check it again. Only `Jobs.enqueue_many` vouches for
+    that (the private `_dumped`); a batch anyone else builds is checked like a list.
     """
 
-    __slots__ = ("acts_for", "dumped", "ids", "input_jsons", "keys", "run_ids", "shared")
+    __slots__ = ("_dumped", "acts_for", "ids", "input_jsons", "keys", "run_ids", "shared")
 
     def __init__(
         self,
@@ -65,7 +66,7 @@ class NewJobs(Sequence[NewJob]):
         input_jsons: Sequence[str],
         acts_for: Sequence[str | None] | None = None,
         *,
-        dumped: bool = False,
+        _dumped: bool = False,
     ) -> None:
         """`acts_for` None: every record's is `shared.acts_for`."""
         n = len(ids)
@@ -79,7 +80,12 @@ class NewJobs(Sequence[NewJob]):
         self.keys = keys
         self.input_jsons = input_jsons
         self.acts_for = acts_for
-        self.dumped = dumped
+        self._dumped = _dumped
+
+    @property
+    def dumped(self) -> bool:
+        """Whether the facade wrote every input JSON text with `dumps` (checked already)."""
+        return self._dumped
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -98,7 +104,7 @@ class NewJobs(Sequence[NewJob]):
                 self.keys[at],
                 self.input_jsons[at],
                 None if acts is None else acts[at],
-                dumped=self.dumped,
+                _dumped=self._dumped,
             )
         acts = self.acts_for
         return self._one(

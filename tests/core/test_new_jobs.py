@@ -40,7 +40,7 @@ def _columns(records: list[NewJob], *, dumped: bool = False) -> NewJobs:
         [r.idempotency_key for r in records],
         [r.input_json for r in records],
         None if all(a is None for a in acts) else acts,
-        dumped=dumped,
+        _dumped=dumped,
     )
 
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
-
-import psycopg
-import pytest
+from collections.abc import Callable
 
 from jobs_core.records import NewJob
 from jobs_pg import PgDriver
@@ -196,32 +193,43 @@ async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -
         await other.close()
 
 
-async def test_a_close_whose_cancel_the_listen_wait_dropped_still_ends_the_session(
-    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """psycopg before 3.3.6 waits on its socket through `asyncio.wait_for`, which on Python 3.11
-    drops a cancel landing as a notification arrives (CPython gh-86296): the LISTEN loop then
-    runs on, and a close awaiting it would wait forever (a worker's drain, a driver's close)."""
-    listen = psycopg.AsyncConnection.notifies
-    dropped: list[bool] = []
+async def test_a_close_while_notifications_stream_in_ends_the_session(pg: PgDriver) -> None:
+    """The session reads its socket from the event loop, not through psycopg's `notifies()`
+    (whose wait, before psycopg 3.3.6, could drop a cancel landing with a notification, CPython
+    gh-86296): a close amid a stream of notifications ends it at once."""
+    sub, woken = await _subscribe(pg, ["q"])
 
-    async def dropping_once(
-        conn: psycopg.AsyncConnection[Any], **kwargs: Any
-    ) -> AsyncIterator[psycopg.Notify]:
+    async def stream() -> None:
         while True:
-            try:
-                async for note in listen(conn, **kwargs):
-                    yield note
-                return
-            except asyncio.CancelledError:
-                if dropped:
-                    raise
-                dropped.append(True)  # the cancel is gone: listen on, as psycopg would
+            await pg.send_probe("q:q")
+            await asyncio.sleep(0)
 
-    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", dropping_once)
-    sub, _ = await _subscribe(pg, ["q"])
-    started = time.monotonic()
-    async with asyncio.timeout(10):
-        await sub.close()
-    assert time.monotonic() - started < 5  # not a wait for a cancel from elsewhere
-    assert dropped == [True] and not sub.is_live()
+    sender = asyncio.get_running_loop().create_task(stream())
+    try:
+        await _until(lambda: len(woken) >= 20, 5)
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            await sub.close()
+        assert time.monotonic() - started < 2
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+    seen = len(woken)
+    await pg.send_probe("q:q")
+    await asyncio.sleep(0.3)
+    assert len(woken) == seen and not sub.is_live()  # closed: nothing more is delivered
+
+
+async def test_a_session_the_server_ends_redials_and_delivers_again(pg: PgDriver) -> None:
+    sub, woken = await _subscribe(pg, ["q"])
+    with admin() as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE starts_with(query, 'LISTEN') AND strpos(query, %s) > 0",
+            (pg.channel,),
+        ).fetchall()
+    assert ended == [(True,)]
+    await _until(lambda: sub.dials == 2 and sub.is_live())
+    await pg.job_enqueue(job(1))
+    await _until(lambda: woken == ["q"], 3)

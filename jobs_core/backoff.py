@@ -4,9 +4,10 @@ wait itself, cut short by a kick (a wake, a freed slot, a stop)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
-from jobs_core.clock import Clock
+from jobs_core.clock import Clock, SystemClock
 
 
 class IdleBackoff:
@@ -33,10 +34,18 @@ async def wait_kick(kick: asyncio.Event, clock: Clock, ms: int | None) -> None:
     is already set. The kick is left set: the caller clears it where its pass begins."""
     if kick.is_set():
         return
+    if ms is None:
+        await kick.wait()
+        return
+    if type(clock) is SystemClock:
+        # The wall clock's wait is the loop's own timer: no task for the kick's wait or the
+        # sleep (a claim loop fed a trickle of jobs waits once a job).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(ms, 0) / 1000):
+                await kick.wait()
+        return
     waiter = asyncio.ensure_future(kick.wait())
-    waits: list[asyncio.Future[Any]] = [waiter]
-    if ms is not None:
-        waits.append(asyncio.ensure_future(clock.sleep_ms(ms)))
+    waits: list[asyncio.Future[Any]] = [waiter, asyncio.ensure_future(clock.sleep_ms(ms))]
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:

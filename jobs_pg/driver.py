@@ -341,6 +341,7 @@ class _LoopConns:
         "open_lock",
         "pool",
         "subscriptions",
+        "trails",
     )
 
     def __init__(self) -> None:
@@ -351,6 +352,8 @@ class _LoopConns:
         self.hot_since = 0.0
         self.checking = False
         self.subscriptions: set[WakeSubscription] = set()
+        #: queue -> the pending trailing NOTIFY of a slot in which a due job went in quiet.
+        self.trails: dict[str, asyncio.TimerHandle] = {}
         #: Every connection the pool made, so a loop that is gone can still close its sockets.
         self.conns: weakref.WeakSet[psycopg.AsyncConnection[tuple[Any, ...]]] = weakref.WeakSet()
 
@@ -412,6 +415,12 @@ class PgDriver(JobDriver):
         self._loops: LoopLocal[_LoopConns] = LoopLocal(_LoopConns, self._close_loop, _abandon_loop)
         #: queue -> the wake slot this process knows is already spent (notified or recorded).
         self._spent_slots: dict[str, int] = {}
+        #: queue -> when (monotonic) the last NOTIFY of ours began (an enqueue's or a trailing
+        #: one), and when the last enqueue that went in quiet (its slot's sent already) returned.
+        self._notify_began: dict[str, float] = {}
+        self._quiet_at: dict[str, float] = {}
+        #: queue -> when (monotonic) this driver last sent a slot's trailing NOTIFY.
+        self._trailed_at: dict[str, float] = {}
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
@@ -504,6 +513,9 @@ class PgDriver(JobDriver):
         for sub in list(here.subscriptions):
             await sub.close()
         here.subscriptions.clear()
+        for trail in here.trails.values():
+            trail.cancel()
+        here.trails.clear()
         pool, here.pool = here.pool, None
         hot, here.hot = here.hot, None
         if pool is not None:
@@ -729,6 +741,7 @@ class PgDriver(JobDriver):
         )
         stmt = self._q["JOB_ENQUEUE" if wake else "JOB_ENQUEUE_QUIET"]
         args = stmt.args(self._enqueue_values(job, slot))
+        began = time.monotonic()
         for _ in range(5):
             cur = await self._insert(conn, stmt, args, job.id)
             row = await cur.fetchone()
@@ -738,6 +751,10 @@ class PgDriver(JobDriver):
             if inserted is not None:
                 if wake and slot is not None:
                     self._slot_spent(job.queue, slot)
+                if wake and row[3]:
+                    self._notify_began[job.queue] = began
+                elif not quiet and slot is not None and job.run_at_ms <= job.created_at_ms:
+                    self._trail(job, slot, began)
                 return EnqueueResult(job.id, deduped=False)
             if existing is not None:
                 return EnqueueResult(job.id, deduped=True)
@@ -748,6 +765,44 @@ class PgDriver(JobDriver):
             if found is not None:
                 return EnqueueResult(found, deduped=True)
         raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
+
+    def _trail(self, job: NewJob, slot: int, began: float) -> None:
+        """A due job went in without a NOTIFY, its slot's having gone out already: perhaps
+        before a worker's claim could see this row, which would then wait for the next wake or
+        poll. One more NOTIFY of its queue at the slot's end covers it, unless an enqueue of
+        ours that notified begins by then. One pending per queue, and one a slot's length after
+        the last at the soonest: at most one more a slot."""
+        now = time.monotonic()
+        queue = job.queue
+        self._quiet_at[queue] = now
+        here = self._loops.get()
+        if queue in here.trails:
+            return  # pending, so it is sent after this row's commit
+        if len(self._quiet_at) > 10_000:
+            self._quiet_at.clear()
+            self._notify_began.clear()
+            self._trailed_at.clear()
+            self._quiet_at[queue] = now
+        left_s = ((slot + 1) * self._slot_ms - job.created_at_ms) / 1000 - (now - began)
+        spaced_s = self._trailed_at.get(queue, -1e9) + self._slot_ms / 1000 - now
+        here.trails[queue] = asyncio.get_running_loop().call_later(
+            max(0.0, left_s, spaced_s), self._trail_due, here, queue
+        )
+
+    def _trail_due(self, here: _LoopConns, queue: str) -> None:
+        here.trails.pop(queue, None)
+        if here.pool is None or self._notify_began.get(queue, 0.0) >= self._quiet_at[queue]:
+            return  # closed, or a NOTIFY begun after the quiet rows' commits covers them
+        self._trailed_at[queue] = self._notify_began[queue] = time.monotonic()
+        task = asyncio.get_running_loop().create_task(self._send_trail(queue))
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+
+    async def _send_trail(self, queue: str) -> None:
+        try:
+            await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": "q:" + queue})
+        except JobsError as exc:  # the poll is the guarantee; this only shortens the wait
+            log.debug("jobs.pg.trailing_wake_failed: %s", exc.code)
 
     def _slot_spent(self, queue: str, slot: int) -> None:
         """This queue's wake slot is now recorded (by us or by a peer earlier in it)."""

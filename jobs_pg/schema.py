@@ -237,8 +237,9 @@ workers: Final = sa.Table(
 )
 
 # One row per queue: the wake slot (caller's clock / slot length) of its latest NOTIFY. Enqueues
-# read it without a lock and write it at most once per slot, so a busy queue notifies at most
-# once per slot however many jobs arrive.
+# read it without a lock and write it at most once per slot, so a busy queue notifies once per
+# slot however many jobs arrive (plus, from an enqueuing process, one at the slot's end for its
+# due jobs that went in without one: `PgDriver._trail`).
 wakes: Final = sa.Table(
     "wakes",
     metadata,

@@ -71,6 +71,10 @@ class PgWakeSubscription:
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        #: The current session's end: set with the error that broke it.
+        self._ended: asyncio.Future[None] | None = None
+        self._want = ""
+        self._encoding = "utf-8"
         #: Sessions dialled so far (each re-dial starts unproven); read by tests.
         self.dials = 0
 
@@ -96,6 +100,7 @@ class PgWakeSubscription:
         """Close the current session as if the network dropped it (tests exercise re-dials)."""
         conn = self._conn
         if conn is not None:
+            self._lost(psycopg.OperationalError("the LISTEN session was dropped"))
             await conn.close()
 
     async def _run(self) -> None:
@@ -122,19 +127,27 @@ class PgWakeSubscription:
         self.dials += 1
         token = uuid.uuid4().hex
         probe: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        fd: int | None = None
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            probe = asyncio.get_running_loop().create_task(self._probe(token))
-            want = "p:" + token
-            async for note in conn.notifies():
-                payload = note.payload
-                if payload == want:
-                    self._live = True
-                elif not payload.startswith("p:"):
-                    self._deliver(payload)
-            # The generator ends only when the connection is closed under it.
-            raise psycopg.OperationalError("the LISTEN session closed")
+            self._ended = ended = loop.create_future()
+            self._want = "p:" + token
+            self._encoding = conn.info.encoding
+            # The socket is read straight from the event loop: a callback per readable socket
+            # instead of psycopg's `notifies()` generator, which takes the connection's lock and
+            # adds and removes a reader around each wait (a wake is sent for nearly every job of
+            # a trickle). Nothing else ever runs on this session, so no lock is needed.
+            fd = conn.pgconn.socket
+            loop.add_reader(fd, self._readable, conn.pgconn)
+            # A notification that came with LISTEN's answer is already in libpq's queue.
+            self._readable(conn.pgconn, consume=False)
+            probe = loop.create_task(self._probe(token))
+            await ended  # resolves only with the error that ended the session
         finally:
+            if fd is not None:
+                loop.remove_reader(fd)
+            self._ended = None
             self._live = False
             self._conn = None
             with contextlib.suppress(Exception):
@@ -143,6 +156,28 @@ class PgWakeSubscription:
                 # Shielded: a close that cancels this session again (`close`) must not leave
                 # the probe running on a cancel it dropped.
                 await asyncio.shield(cancel_and_wait(probe))
+
+    def _readable(self, pgconn: Any, consume: bool = True) -> None:
+        """Read what the server sent and hand each notification on; a broken session ends."""
+        try:
+            if consume:
+                pgconn.consume_input()
+            while (note := pgconn.notifies()) is not None:
+                payload = note.extra.decode(self._encoding)
+                if payload == self._want:
+                    self._live = True
+                elif not payload.startswith("p:"):
+                    self._deliver(payload)
+        except psycopg.Error as exc:
+            self._lost(exc)
+            return
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            self._lost(psycopg.OperationalError("the LISTEN session closed"))
+
+    def _lost(self, exc: BaseException) -> None:
+        ended = self._ended
+        if ended is not None and not ended.done():
+            ended.set_exception(exc)
 
     async def _probe(self, token: str) -> None:
         for delay in PROBE_DELAYS:

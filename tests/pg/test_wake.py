@@ -1,14 +1,12 @@
-"""The wake: one LISTEN session, proven by a probe; at most one NOTIFY per queue per slot."""
+"""The wake: one LISTEN session, proven by a probe; one NOTIFY per queue per slot, and from an
+enqueuing process one more at the end of a slot in which a due job of its went in without one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
-
-import psycopg
-import pytest
+from collections.abc import Callable
 
 from jobs_core.records import NewJob
 from jobs_pg import PgDriver
@@ -17,6 +15,9 @@ from tests.pg.conftest import PG_URL, admin
 
 T0 = 1_800_000_000_000
 SLOT = 5  # the driver's default wake slot, ms
+#: A wake slot (ms) long enough that a test's enqueues all fall in it however slow the machine;
+#: T0 starts one.
+LONG = 1000
 
 
 def job(i: int | str, *, queue: str = "q", now: int = T0, run_at: int | None = None) -> NewJob:
@@ -61,35 +62,39 @@ async def test_capabilities_and_the_probe(pg: PgDriver) -> None:
     assert not sub.is_live()
 
 
-async def test_enqueues_notify_at_most_once_per_queue_per_slot(pg: PgDriver) -> None:
+async def test_enqueues_notify_once_per_queue_per_slot_and_once_more_at_its_end(
+    pg: PgDriver,
+) -> None:
     _, woken = await _subscribe(pg, ["q", "other"])
-    # Five due jobs in one slot: one wake.
-    for i in range(5):
-        await pg.job_enqueue(job(i, now=T0 + i))
-    await asyncio.sleep(0.3)
-    assert woken == ["q"]
-    # Concurrent enqueues racing into a new slot: still one.
-    now = T0 + 10 * SLOT
-    await asyncio.gather(*(pg.job_enqueue(job(f"c{i}", now=now)) for i in range(20)))
-    await asyncio.sleep(0.3)
-    assert woken == ["q", "q"]
-    # A delayed job (not due at enqueue) and a deduped one wake nobody.
-    now = T0 + 20 * SLOT
-    await pg.job_enqueue(job("later", now=now, run_at=now + 60_000))
-    await pg.job_enqueue(job(0, now=now))
-    await asyncio.sleep(0.3)
-    assert woken == ["q", "q"]
-    # A batch over two queues: one wake each, not one per job.
-    now = T0 + 30 * SLOT
-    batch = [job(f"b{i}", queue=("q", "other")[i % 2], now=now) for i in range(200)]
-    await pg.job_enqueue_many(batch)
-    await asyncio.sleep(0.3)
-    assert sorted(woken[2:]) == ["other", "q"]
-    with admin() as conn:
-        rows = conn.execute(
-            f'SELECT queue, slot FROM "{pg.schema}".wakes ORDER BY queue'
-        ).fetchall()
-    assert rows == [("other", now // SLOT), ("q", now // SLOT)]
+    d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
+    try:
+        # Five due jobs in one slot: the first notifies; the other four went in quiet, perhaps
+        # after a worker's claim, so the slot's end brings one more wake, not four.
+        for i in range(5):
+            await d.job_enqueue(job(i, now=T0 + i))
+        await _until(lambda: len(woken) == 2, 5)
+        # Concurrent enqueues racing into a new slot: still one, and one at its end.
+        now = T0 + 10 * LONG
+        await asyncio.gather(*(d.job_enqueue(job(f"c{i}", now=now)) for i in range(20)))
+        await _until(lambda: len(woken) == 4, 5)
+        # A delayed job (not due at enqueue) and a deduped one wake nobody.
+        now = T0 + 20 * LONG
+        await d.job_enqueue(job("later", now=now, run_at=now + 60_000))
+        await d.job_enqueue(job(0, now=now))
+        # A batch over two queues: one wake each, not one per job.
+        now = T0 + 30 * LONG
+        batch = [job(f"b{i}", queue=("q", "other")[i % 2], now=now) for i in range(200)]
+        await d.job_enqueue_many(batch)
+        await _until(lambda: len(woken) == 6, 5)
+        await asyncio.sleep(LONG / 1000 + 0.3)
+        assert woken[:4] == ["q"] * 4 and sorted(woken[4:]) == ["other", "q"]
+        with admin() as conn:
+            rows = conn.execute(
+                f'SELECT queue, slot FROM "{pg.schema}".wakes ORDER BY queue'
+            ).fetchall()
+        assert rows == [("other", now // LONG), ("q", now // LONG)]
+    finally:
+        await d.close()
 
 
 async def test_unsubscribed_queues_are_not_delivered(pg: PgDriver) -> None:
@@ -179,49 +184,80 @@ async def test_listen_url_is_where_the_session_dials(pg_schema: str) -> None:
 
 
 async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -> None:
-    """Each driver remembers the slots it spent; across drivers the wakes row decides."""
+    """Each driver remembers the slots it spent; across drivers the wakes row decides. Each
+    driver whose due job went in quiet sends its own NOTIFY at the slot's end."""
     _, woken = await _subscribe(pg, ["q"])
-    other = PgDriver(PG_URL, schema=pg.schema, pool_size=2)
+    one = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
+    other = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
     try:
-        await pg.job_enqueue(job(1))
-        await other.job_enqueue(job(2))  # same slot, a driver that never saw it: no NOTIFY
-        await pg.job_enqueue(job(3))
+        await one.job_enqueue(job(1))
+        await other.job_enqueue(job(2))  # same slot, a driver that never saw it: no NOTIFY…
+        await one.job_enqueue(job(3))
         await asyncio.sleep(0.3)
         assert woken == ["q"]
-        await other.job_enqueue(job(4, now=T0 + SLOT))  # the next slot: one more
-        await pg.job_enqueue(job(5, now=T0 + SLOT))
-        await asyncio.sleep(0.3)
-        assert woken == ["q", "q"]
+        await _until(lambda: len(woken) == 3, 5)  # …but one at the slot's end from each
+        await other.job_enqueue(job(4, now=T0 + LONG))  # the next slot: one more
+        await one.job_enqueue(job(5, now=T0 + LONG))  # quiet: one more at its end
+        await _until(lambda: len(woken) == 5, 5)
+        await asyncio.sleep(LONG / 1000 + 0.3)
+        assert woken == ["q"] * 5
     finally:
+        await one.close()
         await other.close()
 
 
-async def test_a_close_whose_cancel_the_listen_wait_dropped_still_ends_the_session(
-    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
+async def test_a_notify_of_ours_after_a_quiet_enqueue_stands_for_the_slots_end(
+    pg: PgDriver,
 ) -> None:
-    """psycopg before 3.3.6 waits on its socket through `asyncio.wait_for`, which on Python 3.11
-    drops a cancel landing as a notification arrives (CPython gh-86296): the LISTEN loop then
-    runs on, and a close awaiting it would wait forever (a worker's drain, a driver's close)."""
-    listen = psycopg.AsyncConnection.notifies
-    dropped: list[bool] = []
+    _, woken = await _subscribe(pg, ["q"])
+    d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
+    try:
+        await d.job_enqueue(job(1))
+        await d.job_enqueue(job(2, now=T0 + 1))  # quiet: a NOTIFY is due at the slot's end…
+        await d.job_enqueue(job(3, now=T0 + LONG))  # …but this one notified after its commit
+        await asyncio.sleep(2 * LONG / 1000 + 0.3)
+        assert woken == ["q", "q"]
+    finally:
+        await d.close()
 
-    async def dropping_once(
-        conn: psycopg.AsyncConnection[Any], **kwargs: Any
-    ) -> AsyncIterator[psycopg.Notify]:
+
+async def test_a_close_while_notifications_stream_in_ends_the_session(pg: PgDriver) -> None:
+    """The session reads its socket from the event loop, not through psycopg's `notifies()`
+    (whose wait, before psycopg 3.3.6, could drop a cancel landing with a notification, CPython
+    gh-86296): a close amid a stream of notifications ends it at once."""
+    sub, woken = await _subscribe(pg, ["q"])
+
+    async def stream() -> None:
         while True:
-            try:
-                async for note in listen(conn, **kwargs):
-                    yield note
-                return
-            except asyncio.CancelledError:
-                if dropped:
-                    raise
-                dropped.append(True)  # the cancel is gone: listen on, as psycopg would
+            await pg.send_probe("q:q")
+            await asyncio.sleep(0)
 
-    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", dropping_once)
-    sub, _ = await _subscribe(pg, ["q"])
-    started = time.monotonic()
-    async with asyncio.timeout(10):
-        await sub.close()
-    assert time.monotonic() - started < 5  # not a wait for a cancel from elsewhere
-    assert dropped == [True] and not sub.is_live()
+    sender = asyncio.get_running_loop().create_task(stream())
+    try:
+        await _until(lambda: len(woken) >= 20, 5)
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            await sub.close()
+        assert time.monotonic() - started < 2
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+    seen = len(woken)
+    await pg.send_probe("q:q")
+    await asyncio.sleep(0.3)
+    assert len(woken) == seen and not sub.is_live()  # closed: nothing more is delivered
+
+
+async def test_a_session_the_server_ends_redials_and_delivers_again(pg: PgDriver) -> None:
+    sub, woken = await _subscribe(pg, ["q"])
+    with admin() as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE starts_with(query, 'LISTEN') AND strpos(query, %s) > 0",
+            (pg.channel,),
+        ).fetchall()
+    assert ended == [(True,)]
+    await _until(lambda: sub.dials == 2 and sub.is_live())
+    await pg.job_enqueue(job(1))
+    await _until(lambda: woken == ["q"], 3)

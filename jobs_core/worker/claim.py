@@ -79,6 +79,7 @@ class ClaimLoop:
         #: land (a round trip), so claims and settles overlap.
         self._settling = 0
         runner.on_body_end = self._body_ended
+        runner.on_run_end = self._run_ended
         #: True from the start until a drain begins: claims are made and freed slots refilled.
         self.accepting = False
         self.wake: WakeSubscription | None = None
@@ -211,7 +212,7 @@ class ClaimLoop:
             h.admit(verdicts.get(h.job.id, ADMITTED))
 
     def _start(self, held: Held) -> None:
-        task = asyncio.create_task(self._run(held))
+        task = asyncio.create_task(self._runner.run_held(held))
         held.task = task
 
         def cancel_body() -> None:
@@ -220,11 +221,8 @@ class ClaimLoop:
 
         held.signal.on_fire(cancel_body)
 
-    async def _run(self, held: Held) -> None:
-        """One admitted job's run; the slot it frees may refill a held buffer."""
-        try:
-            await self._runner.run_held(held)
-        finally:
-            if held.body_ended:
-                self._settling -= 1
-            self._refill()
+    def _run_ended(self, held: Held) -> None:
+        """One admitted job's run ended; the slot it frees may refill a held buffer."""
+        if held.body_ended:
+            self._settling -= 1
+        self._refill()

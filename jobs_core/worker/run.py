@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -133,6 +134,8 @@ class Runner:
         self._unknown_warned: dict[str, int] = {}
         #: Told of each run whose body ended (the claim loop's count of settling jobs).
         self.on_body_end: Callable[[Held], None] = lambda held: None
+        #: Told of each run that ended (its settle answered, or it never started), once.
+        self.on_run_end: Callable[[Held], None] = lambda held: None
 
     async def run_held(self, held: Held) -> None:
         """Run one claimed job in a slot; whatever raises, the job is settled (or known lost).
@@ -157,9 +160,21 @@ class Runner:
             self._leave_slot(held)
             # A run that never reached its body hands its leases back as never started.
             self.end_leases(held, started=False)
-            if held.started:
-                self._held.pop(held.job.id, None)
-                self._stats.in_flight = len(self._held)
+            if not held.acking:  # else its ack's answer ends it (`_acked`)
+                self._run_ended(held)
+
+    def _run_ended(self, held: Held) -> None:
+        if held.started:
+            self._held.pop(held.job.id, None)
+            self._stats.in_flight = len(self._held)
+        self.on_run_end(held)
+
+    def _acked(self, held: Held, landed: bool) -> None:
+        """A completed run's ack answered (`Settler.ack_then`): counted, and the run ends."""
+        try:
+            self._outcomes.tally(Outcome.COMPLETED, landed, held.job)
+        finally:
+            self._run_ended(held)
 
     def take_slot_now(self, held: Held) -> bool:
         """Give `held` a local slot if one is free and no run waits for one (a claim round's
@@ -311,6 +326,7 @@ class Runner:
             )
             await self._outcomes.settle_error(held, handle, typed(exc, no_org), input)
             return
+
         steps = StepApi(
             self._driver,
             self._clock,
@@ -396,16 +412,23 @@ class Runner:
             return
         held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
         held.settled = True
-        landed = await self._outcomes.settler.ack(
-            Ack(
-                job.fence,
-                self._clock.now_ms(),
-                result_json,
-                held.pending_progress(self._worker_id),
-            )
+        ack = Ack(
+            job.fence, self._clock.now_ms(), result_json, held.pending_progress(self._worker_id)
         )
+        hears = self._outcomes.hears_settled(handle)
+        if (
+            not hears
+            and held.span is None
+            and self._outcomes.settler.ack_then(ack, functools.partial(self._acked, held))
+        ):
+            # Nothing waits on the answer but the count and the run's end, so this task ends
+            # here instead of being woken for it. A span (ended by the answer's outcome) or a
+            # hook (awaited) takes the waiting way.
+            held.acking = True
+            return
+        landed = await self._outcomes.settler.ack(ack)
         self._outcomes.tally(Outcome.COMPLETED, landed, job)
-        if landed and self._outcomes.hears_settled(handle):  # the event built only for a hook
+        if landed and hears:  # the event built only for a hook
             event = SettledEvent(
                 job.id,
                 job.name,

@@ -18,9 +18,9 @@ from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.errors import TerminalError
 from jobs_core.facade import Jobs
-from jobs_core.records import ClaimParams, Nack, NackKind, NewJob
+from jobs_core.records import ClaimedJob, ClaimParams, Nack, NackKind, NewJob
 from jobs_core.retry import Retry
-from jobs_core.states import JobState
+from jobs_core.states import JobState, Outcome
 from jobs_core.worker import TRACEBACK_BYTES, UNKNOWN_NAME_WARN_EVERY_MS, Worker
 from jobs_memory import MemoryDriver
 from tests.core import runpath_cases
@@ -103,6 +103,34 @@ async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_wor
     assert "RuntimeError: wiring broke" in error["message"]
     assert "wiring broke" in error["traceback"]
     assert worker.stats.retried == 1 and worker.stats.dead_lettered == 1
+
+
+async def test_a_completed_run_ends_when_its_ack_is_answered_even_if_an_observer_raises() -> None:
+    # A completed run with no hook and no span ends from its ack's answer, its task long gone:
+    # it is counted, observed with its body's time, and leaves `held` and the claim loop's
+    # count of settling jobs all the same.
+    driver = MemoryDriver()
+
+    async def body(input: Any, ctx: JobContext) -> int:
+        return int(input["n"])
+
+    h = declare(body)
+    queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(30)])
+    worker = quick_worker(driver, [h], concurrency=4, max_in_flight=8)
+    seen: list[tuple[str, Outcome, int | None]] = []
+
+    def observe(job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
+        seen.append((job.id, outcome, body_ms))
+        raise RuntimeError("a metrics hook that crashes")
+
+    worker.observe(observe)
+    await work(driver, worker, [q.id for q in queued])
+    assert (worker.stats.completed, worker.stats.in_flight, worker.stats.running) == (30, 0, 0)
+    assert sorted(job_id for job_id, _, _ in seen) == sorted(q.id for q in queued)
+    assert all(o is Outcome.COMPLETED and ms is not None for _, o, ms in seen), seen
+    assert worker._claims.free() == worker.max_in_flight  # nothing counted as settling still
+    rows = await driver.job_get_many([q.id for q in queued])
+    assert [rows[q.id].result_json for q in queued] == [str(i) for i in range(30)]
 
 
 # -- item 2: a result that cannot be stored

@@ -1,13 +1,14 @@
 """The worker's CPU a job on its run path, two trees in interleaved pairs (issue 29).
 
-    .venv/bin/python -m bench.run_path OLD_TREE NEW_TREE [--store memory,redis]
+    .venv/bin/python -m bench.run_path OLD_TREE NEW_TREE [--store null,memory,redis]
         [--jobs 20000] [--concurrency 10,50] [--pairs 5]
     .venv/bin/python -m bench.run_path --profile memory --concurrency 50 [--jobs 20000]
 
 Per store, concurrency and pair, each tree in turn (the order alternates pair to pair) drains
 `--jobs` no-op jobs (`bench.peers.ours_peer.noop`) with ONE in-process `Worker` at that
-concurrency, its other settings the defaults, in a process of its own: on the memory driver
-(the store costs next to nothing, so what is measured is the run path) or on Redis (a fresh key
+concurrency, its other settings the defaults, in a process of its own: on `null`, the memory
+driver with a claim handing out rows made beforehand and an ack that only answers (no store
+work: what is measured is the worker alone), on the memory driver, or on Redis (a fresh key
 prefix on `--redis-url`, deleted after). The jobs are enqueued and `gc.freeze()` called before
 the clock starts, as `ujobs worker` freezes what it built before it runs. Per drain: jobs/s and
 the process's CPU a job (`time.process_time`, the store's in-process share included on memory);
@@ -43,7 +44,9 @@ async def _drain(
     from jobs_core.worker import Worker
 
     driver: Any
-    if store == "memory":
+    if store == "null":
+        driver = _null_driver(jobs)
+    elif store == "memory":
         from jobs_memory import MemoryDriver
 
         driver = MemoryDriver()
@@ -54,9 +57,10 @@ async def _drain(
     try:
         async with driver:
             inputs = [{"k": str(i)} for i in range(jobs)]
-            for start in range(0, jobs, MAX_ENQUEUE_BATCH):
+            for start in range(0 if store != "null" else jobs, jobs, MAX_ENQUEUE_BATCH):
                 await Jobs(driver).enqueue_many(noop, inputs[start : start + MAX_ENQUEUE_BATCH])
-            worker = Worker(driver, [noop], concurrency=concurrency)
+            worker_id = NULL_WORKER if store == "null" else None
+            worker = Worker(driver, [noop], concurrency=concurrency, worker_id=worker_id)
             gc.collect()
             gc.freeze()
             profiler = None
@@ -85,6 +89,52 @@ async def _drain(
     return {"per_s": jobs / took, "cpu_us": cpu * 1e6 / jobs}
 
 
+NULL_WORKER = "runpath-null"
+
+
+def _null_driver(jobs: int) -> Any:
+    """The memory driver with a claim that hands out `jobs` rows made beforehand and an ack
+    that lands every item at once: no store work at all, so only the worker's is measured."""
+    from collections import deque
+
+    from jobs_core.records import ClaimedJob, ClaimResult
+    from jobs_memory import MemoryDriver
+
+    class NullDriver(MemoryDriver):
+        def __init__(self) -> None:
+            super().__init__()
+            far = 2**50  # a lease that never lapses in a drain
+            self.rows: deque[ClaimedJob] = deque(
+                ClaimedJob(
+                    id=f"{i:026d}",
+                    run_id=f"r{i:025d}",
+                    name="noop",
+                    queue="default",
+                    tenant_id=None,
+                    idempotency_key=str(i),
+                    input_json=f'{{"k": "{i}"}}',
+                    priority=0,
+                    attempt=1,
+                    max_attempts=3,
+                    claims=1,
+                    worker_id=NULL_WORKER,
+                    lease_until_ms=far,
+                    created_at_ms=1,
+                    enqueued_by=None,
+                )
+                for i in range(jobs)
+            )
+
+        async def _job_claim(self, params: Any) -> ClaimResult:
+            rows = self.rows
+            return ClaimResult(tuple(rows.popleft() for _ in range(min(params.limit, len(rows)))))
+
+        async def _job_ack(self, acks: Any) -> list[bool]:
+            return [True] * len(acks)
+
+    return NullDriver()
+
+
 async def _drop_prefix(driver: Any) -> None:
     import redis.asyncio as redis
 
@@ -106,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="10,50")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS)
-    parser.add_argument("--profile", choices=("memory", "redis"))
+    parser.add_argument("--profile", choices=("null", "memory", "redis"))
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from jobs_core.driver import JobDriver
     from jobs_core.records import ClaimedJob, JoinState
     from jobs_core.steps.api import StepApi, SyncStepApi
+
+#: Held while a context makes its step API (`JobContext.step`), rarely: once per run at most.
+_MAKING = threading.Lock()
 
 
 class CancelSignal:
@@ -86,14 +90,41 @@ class JobContext:
     enqueued_by: str | None
     signal: CancelSignal
     _report: Callable[[Any], None] = field(repr=False)
-    #: Durable steps, sleeps and event waits, for an `async def` body (`jobs_core.steps`).
-    step: StepApi = field(repr=False)
-    #: The same, blocking, for a `def` body.
-    sync_step: SyncStepApi = field(repr=False)
+    #: Makes `step` the first time it is read: a body that never reads it never pays for it.
+    _make_step: Callable[[], StepApi] = field(repr=False)
+    #: The loop `sync_step` blocks on (the worker's).
+    _loop: asyncio.AbstractEventLoop = field(repr=False)
     #: flows: the join this run was released from (`after=` dependencies, a batch's members, a
     #: gather's children), as it stood at the claim — `total`, `failed` (did not complete),
     #: `policy`; None for a run that never waited for other jobs.
     join: JoinState | None = None
+    _step: StepApi | None = field(default=None, repr=False)
+    _sync_step: SyncStepApi | None = field(default=None, repr=False)
+
+    @property
+    def step(self) -> StepApi:
+        """Durable steps, sleeps and event waits, for an `async def` body (`jobs_core.steps`)."""
+        step = self._step
+        if step is None:
+            with _MAKING:  # one per run, though a body's threads may ask at once
+                step = self._step
+                if step is None:
+                    step = self._step = self._make_step()
+        return step
+
+    @property
+    def sync_step(self) -> SyncStepApi:
+        """The same, blocking, for a `def` body."""
+        sync = self._sync_step
+        if sync is None:
+            step = self.step
+            with _MAKING:
+                sync = self._sync_step
+                if sync is None:
+                    from jobs_core.steps.api import SyncStepApi
+
+                    sync = self._sync_step = SyncStepApi(step, self._loop)
+        return sync
 
     @classmethod
     def for_test(
@@ -119,7 +150,7 @@ class JobContext:
         the run acts for (`handle.tenant_for(input)`); nothing here sets it as the current one.
         """
         from jobs_core.clock import SystemClock
-        from jobs_core.steps.api import StepApi, SyncStepApi
+        from jobs_core.steps.api import StepApi
 
         if loop is None:
             try:
@@ -144,8 +175,8 @@ class JobContext:
             tenant=tenant,
             signal=signal,
             report=on_progress if on_progress is not None else _drop,
-            step=steps,
-            sync_step=SyncStepApi(steps, loop),
+            make_step=lambda: steps,
+            loop=loop,
         )
 
     @classmethod
@@ -156,11 +187,12 @@ class JobContext:
         tenant: str | None,
         signal: CancelSignal,
         report: Callable[[Any], None],
-        step: StepApi,
-        sync_step: SyncStepApi,
+        make_step: Callable[[], StepApi],
+        loop: asyncio.AbstractEventLoop,
     ) -> JobContext:
         """The context of one run of the claim `job`: its row's metadata, with these parts (the
-        one constructor of the worker's run and of `for_test`, so the two cannot differ)."""
+        one constructor of the worker's run and of `for_test`, so the two cannot differ);
+        `make_step` is called once, when the body first reads `step` or `sync_step`."""
         return cls(
             job_id=job.id,
             run_id=job.run_id,
@@ -173,8 +205,8 @@ class JobContext:
             enqueued_by=job.enqueued_by,
             signal=signal,
             _report=report,
-            step=step,
-            sync_step=sync_step,
+            _make_step=make_step,
+            _loop=loop,
             join=job.join,
         )
 

@@ -37,7 +37,7 @@ from jobs_core.leases.admit import Gate, Handed, Refusal
 from jobs_core.processes import BodyProcesses, Encoded, ProcessContext
 from jobs_core.records import Ack, JoinPolicy, Nack, NackKind
 from jobs_core.states import Outcome
-from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
+from jobs_core.steps import StepApi, StepSuspension
 from jobs_core.tenant import acting_for
 from jobs_core.threads import BodyThreads
 from jobs_core.worker.failure import brief, typed
@@ -327,24 +327,28 @@ class Runner:
             await self._outcomes.settle_error(held, handle, typed(exc, no_org), input)
             return
 
-        steps = StepApi(
-            self._driver,
-            self._clock,
-            job,
-            held.signal,
-            step_timeout_ms=handle.step_timeout_ms,
-            event_poll_ms=handle.event_poll_ms,
-            put=self._outcomes.settler.step_put,
-            tenant=tenant,
-        )
-        held.steps = steps
+        def make_step() -> StepApi:
+            # Made when the body first reads `ctx.step` (most bodies never do); kept on the run
+            # for what a final failure undoes.
+            held.steps = StepApi(
+                self._driver,
+                self._clock,
+                job,
+                held.signal,
+                step_timeout_ms=handle.step_timeout_ms,
+                event_poll_ms=handle.event_poll_ms,
+                put=self._outcomes.settler.step_put,
+                tenant=tenant,
+            )
+            return held.steps
+
         ctx = JobContext._of_claim(
             job,
             tenant=tenant,
             signal=held.signal,
             report=held.report_progress,
-            step=steps,
-            sync_step=SyncStepApi(steps, asyncio.get_running_loop()),
+            make_step=make_step,
+            loop=asyncio.get_running_loop(),
         )
         client = self._client()
         started = asyncio.Event()

@@ -242,9 +242,53 @@ async def test_the_body_runs_as_the_declared_tenant_and_none_strips_it() -> None
     with acting_for("enqueuer-org"):
         a = await jobs.enqueue(by_org, {"kind": "org", "org": "org-42"})
         b = await jobs.enqueue(stripped, {"kind": "none"})
-    await work(driver, [by_org, stripped], [a.id, b.id])
+    # Started inside another org's block: its runs do not inherit it.
+    with acting_for("starter-org"):
+        await work(driver, [by_org, stripped], [a.id, b.id])
     assert seen == {"org": "org-42", "none": None}
     assert (await row(driver, a.id)).tenant_id == "enqueuer-org"
+
+
+async def test_a_body_context_carries_its_claim_and_makes_one_step_api_when_first_read() -> None:
+    seen: dict[str, Any] = {}
+
+    async def reads(input: Any, ctx: JobContext) -> None:
+        seen["fields"] = (
+            ctx.job_id,
+            ctx.run_id,
+            ctx.name,
+            ctx.queue,
+            ctx.attempt,
+            ctx.max_attempts,
+            ctx.tenant,
+            ctx.enqueued_tenant,
+            ctx.enqueued_by,
+            ctx.join,
+        )
+        seen["step"] = ctx.step
+        seen["same"] = ctx.step is seen["step"] and ctx.sync_step is ctx.sync_step
+        seen["out"] = await ctx.step.run("once", lambda: 7)
+
+    driver = MemoryDriver()
+    h = declare(reads, tenant=lambda i: i["org"], idempotency_key=lambda i: i["org"])
+    with acting_for("enqueuer-org"):
+        queued = await Jobs(driver).enqueue(h, {"org": "org-7"})
+    await work(driver, [h], [queued.id])
+    r = await row(driver, queued.id)
+    assert seen["fields"] == (
+        r.id,
+        r.run_id,
+        r.name,
+        "default",
+        1,
+        r.max_attempts,
+        "org-7",
+        "enqueuer-org",
+        r.enqueued_by,
+        None,
+    )
+    assert seen["same"] and seen["out"] == 7
+    assert [s.name for s in await driver.step_list(r.run_id)] == ["once"]
 
 
 async def test_on_settled_fires_after_landed_endings_only_and_never_breaks_the_worker() -> None:

@@ -11,9 +11,11 @@ from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.facade import bound_client
 from jobs_core.leases.admit import ADMITTED, Admission, deferred
 from jobs_core.records import ClaimedJob, ClaimParams
 from jobs_core.retention import Purger
+from jobs_core.tenant import acting_for
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Outcomes
@@ -114,6 +116,13 @@ class ClaimLoop:
         return self._wake_ceiling_ms if live else self._backoff.ceiling_ms
 
     async def run(self) -> None:
+        # Every run's task copies this task's context: no tenant and this worker's client for
+        # its body, set once here rather than around each body (a run acting for an org sets
+        # its own, `Runner._execute`), whatever the context `Worker.start` was called in.
+        with acting_for(None), bound_client(self._runner.client()):
+            await self._claim_until_stopped()
+
+    async def _claim_until_stopped(self) -> None:
         outage = Outage("jobs.claim.failed")
         while self.accepting:
             free = self.free()

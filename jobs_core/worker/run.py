@@ -30,7 +30,7 @@ from jobs_core.errors import (
     TenantRequiredError,
     WorkerError,
 )
-from jobs_core.facade import Jobs, SettledEvent, bound_client
+from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.leases.admit import Gate, Handed, Refusal
@@ -54,6 +54,7 @@ UNKNOWN_NAME_DELAY_MS = 60_000
 #: At most one warning per unknown name in this window (the worker's clock).
 UNKNOWN_NAME_WARN_EVERY_MS = 60_000
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+_NO_TENANT: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class LocalSlots:
@@ -120,7 +121,8 @@ class Runner:
         self._held = held
         self._stats = stats
         self._outcomes = outcomes
-        self._client = client
+        #: The client a body's enqueues use (`Worker._body_client`), bound by the claim loop.
+        self.client = client
         self._worker_id = worker_id
         self._concurrency = concurrency
         self._slots = LocalSlots(concurrency)
@@ -148,7 +150,8 @@ class Runner:
         handle = self._handles.get(held.job.name)
         held.sensitive = handle.sensitive if handle is not None else frozenset()
         try:
-            await self._enter(held)
+            if not held.in_slot or not held.admitted or held.refusal is not None:
+                await self._enter(held)  # a claim round's job held a slot and was admitted
             held.started = True
             # Entered only when a span would be recorded: not tracing, it costs nothing a job.
             with tracing.consumer(held.job) if tracing.active() else _NO_SPAN as held.span:
@@ -350,7 +353,6 @@ class Runner:
             make_step=make_step,
             loop=asyncio.get_running_loop(),
         )
-        client = self._client()
         started = asyncio.Event()
         deadline: asyncio.Task[None] | None = None
         if handle.timeout_ms is not None:
@@ -362,9 +364,10 @@ class Runner:
         body_from = self._clock.now_ms()
         try:
             # The body runs inside this task, so a fired signal cancels it without a second
-            # task per job; the tenant and client contexts set here are this task's own (and
-            # a thread body's, whose context is a copy).
-            with acting_for(tenant), bound_client(client):
+            # task per job. The task's context is a copy of the claim loop's, which binds this
+            # worker's client and no tenant (`ClaimLoop.run`); a run acting for an org sets it
+            # here, in this task's own context (and a thread body's, a copy of it).
+            with _NO_TENANT if tenant is None else acting_for(tenant):
                 if handle.is_async:
                     started.set()
                     value = await handle.fn(input, ctx)

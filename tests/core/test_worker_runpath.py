@@ -77,15 +77,15 @@ async def test_a_tenant_function_that_raises_at_run_fails_the_attempt_typed_on_t
     assert worker.stats.retried == 2 and worker.stats.dead_lettered == 1
 
 
-class _BrokenSetUp(Worker):
-    """A worker whose context set-up around the body raises (a bug in the wiring)."""
-
-    def _body_client(self) -> Jobs:
-        raise RuntimeError("wiring broke")
-
-
-async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_worker_error() -> None:
+async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_worker_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ran: list[int] = []
+
+    def broken(*args: Any, **kwargs: Any) -> JobContext:
+        raise RuntimeError("wiring broke")  # the context's set-up around the body: a bug
+
+    monkeypatch.setattr(JobContext, "_of_claim", staticmethod(broken))
 
     async def body(input: Any, ctx: JobContext) -> None:
         ran.append(1)
@@ -93,7 +93,7 @@ async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_wor
     h = declare(body, retry=Retry(attempts=2, base_ms=1, cap_ms=1, jitter="none"))
     driver = MemoryDriver()
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = _BrokenSetUp(driver, [h], poll_floor=0.005, poll_ceiling=0.05, lease=30.0)
+    worker = Worker(driver, [h], poll_floor=0.005, poll_ceiling=0.05, lease=30.0)
     await work(driver, worker, [queued.id])
     r = await row(driver, queued.id)
     assert ran == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from jobs_core.clock import Clock
+from jobs_core.clock import Clock, SystemClock
 
 
 class IdleBackoff:
@@ -32,6 +32,18 @@ async def wait_kick(kick: asyncio.Event, clock: Clock, ms: int | None) -> None:
     """Until `kick` is set or `ms` of `clock` passed (None: only the kick); at once when `kick`
     is already set. The kick is left set: the caller clears it where its pass begins."""
     if kick.is_set():
+        return
+    if ms is None:
+        await kick.wait()
+        return
+    if type(clock).sleep_ms is SystemClock.sleep_ms:
+        # The loop's own timer, as the system clock's sleep is: no task for the sleep nor for the
+        # kick's wait (a busy worker waits here once per claim round).
+        try:
+            async with asyncio.timeout(max(ms, 0) / 1000):
+                await kick.wait()
+        except TimeoutError:
+            pass
         return
     waiter = asyncio.ensure_future(kick.wait())
     waits: list[asyncio.Future[Any]] = [waiter]

@@ -53,7 +53,6 @@ log = logging.getLogger("jobs")
 UNKNOWN_NAME_DELAY_MS = 60_000
 #: At most one warning per unknown name in this window (the worker's clock).
 UNKNOWN_NAME_WARN_EVERY_MS = 60_000
-_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 _NO_TENANT: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -153,8 +152,13 @@ class Runner:
             if not held.in_slot or not held.admitted or held.refusal is not None:
                 await self._enter(held)  # a claim round's job held a slot and was admitted
             held.started = True
-            # Entered only when a span would be recorded: not tracing, it costs nothing a job.
-            with tracing.consumer(held.job) if tracing.active() else _NO_SPAN as held.span:
+            if not tracing.active():  # no span, and no context manager to enter for none
+                try:
+                    await self._execute(held)
+                except Exception as exc:
+                    await self._settle_crash(held, exc)
+                return
+            with tracing.consumer(held.job) as held.span:
                 try:
                     await self._execute(held)
                 except Exception as exc:
@@ -353,9 +357,11 @@ class Runner:
             make_step=make_step,
             loop=asyncio.get_running_loop(),
         )
-        started = asyncio.Event()
+        # Set when the body starts: a deadline counts from it, and a thread or a process body
+        # starts later than this task. An async body without a deadline needs none.
+        started = asyncio.Event() if not handle.is_async or handle.timeout_ms is not None else None
         deadline: asyncio.Task[None] | None = None
-        if handle.timeout_ms is not None:
+        if handle.timeout_ms is not None and started is not None:
             deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms, started))
         value: Any = None
         error: BaseException | None = None
@@ -368,7 +374,9 @@ class Runner:
             # worker's client and no tenant (`ClaimLoop.run`); a run acting for an org sets it
             # here, in this task's own context (and a thread body's, a copy of it).
             with _NO_TENANT if tenant is None else acting_for(tenant):
-                if handle.is_async:
+                if started is None:
+                    value = await handle.fn(input, ctx)
+                elif handle.is_async:
                     started.set()
                     value = await handle.fn(input, ctx)
                 elif handle.executor == "process":

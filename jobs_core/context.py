@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs_core.errors import DeclarationInvalidError, JobsError
+from jobs_core.errors import DeclarationInvalidError, JobCancelledError, JobsError
 
 if TYPE_CHECKING:
     from jobs_core.clock import Clock
@@ -31,7 +31,8 @@ class CancelSignal:
 
     def __init__(self) -> None:
         # Fired on the worker's loop only; a body thread reads `_reason` (one attribute read).
-        self._reason: JobsError | None = None
+        # A str: the run has ended (`end`), the job's id; its error is made when first read.
+        self._reason: JobsError | str | None = None
         self._callbacks: list[Callable[[], None]] = []
 
     @property
@@ -41,17 +42,31 @@ class CancelSignal:
     @property
     def reason(self) -> JobsError | None:
         """Why the run was cancelled (`X_JOB_TIMEOUT`, `X_JOB_LEASE_LOST`, `X_DRAINING`…)."""
-        return self._reason
+        reason = self._reason
+        if isinstance(reason, str):
+            reason = self._reason = JobCancelledError("the run has ended", detail=reason)
+        return reason
 
     def fire(self, reason: JobsError) -> bool:
         """Cancel with `reason` and run the callbacks; True the first time only."""
         if self._reason is not None:
             return False
         self._reason = reason
+        self._run_callbacks()
+        return True
+
+    def end(self, job_id: str) -> None:
+        """Fire, unless it has, because the run of `job_id` has ended (its settle is made): the
+        reason is `X_JOB_CANCELLED` "the run has ended", made only if it is read (every run
+        ends so, and hardly any reads why)."""
+        if self._reason is None:
+            self._reason = job_id
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb()
-        return True
 
     def on_fire(self, callback: Callable[[], None]) -> None:
         """Call `callback` when the signal fires (at once if it already has)."""
@@ -62,15 +77,18 @@ class CancelSignal:
 
     def raise_if_cancelled(self) -> None:
         if self._reason is not None:
-            raise self._reason
+            reason = self.reason
+            if reason is not None:
+                raise reason
 
     async def wait(self) -> JobsError:
         """Return the reason once the signal fires."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_fire(lambda: None if fut.done() else fut.set_result(None))
         await fut
-        assert self._reason is not None
-        return self._reason
+        reason = self.reason
+        assert reason is not None
+        return reason
 
 
 @dataclass(slots=True)

@@ -22,7 +22,6 @@ from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     DependencyFailedError,
     InputInvalidError,
-    JobCancelledError,
     JobsError,
     JobTimeoutError,
     ProcessDiedError,
@@ -425,7 +424,7 @@ class Runner:
             unstorable.__cause__ = exc
             await self._outcomes.settle_error(held, handle, unstorable, input)
             return
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
         ack = Ack(
             job.fence, self._clock.now_ms(), result_json, held.pending_progress(self._worker_id)
@@ -460,7 +459,7 @@ class Runner:
         """Give back a job this worker does not run: `SHED`, no attempt spent, due again in
         `UNKNOWN_NAME_DELAY_MS`; never failed for it (an older worker in a rolling deploy)."""
         job = held.job
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
         now = self._clock.now_ms()
         self._stats.unknown_name += 1

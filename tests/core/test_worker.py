@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jobs_core.context import JobContext
-from jobs_core.errors import RateLimitedError, TerminalError
+from jobs_core.context import CancelSignal, JobContext
+from jobs_core.errors import JobCancelledError, JobTimeoutError, RateLimitedError, TerminalError
 from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, JobRecord
@@ -247,6 +247,23 @@ async def test_the_body_runs_as_the_declared_tenant_and_none_strips_it() -> None
         await work(driver, [by_org, stripped], [a.id, b.id])
     assert seen == {"org": "org-42", "none": None}
     assert (await row(driver, a.id)).tenant_id == "enqueuer-org"
+
+
+async def test_a_run_signal_ended_reads_as_cancelled_the_run_has_ended_and_fires_once() -> None:
+    signal = CancelSignal()
+    told: list[int] = []
+    signal.on_fire(lambda: told.append(1))
+    signal.end("job-1")
+    signal.end("job-1")
+    assert signal.cancelled and told == [1]
+    reason = signal.reason
+    assert isinstance(reason, JobCancelledError) and reason is signal.reason
+    assert reason.message == "the run has ended (job-1)"
+    assert not signal.fire(JobTimeoutError(detail="job-1"))  # ended first: the reason stays
+    with pytest.raises(JobCancelledError) as raised:
+        signal.raise_if_cancelled()
+    assert raised.value is reason
+    assert await signal.wait() is reason
 
 
 async def test_a_body_context_carries_its_claim_and_makes_one_step_api_when_first_read() -> None:

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run_path", description=__doc__.split("\n")[0])
     parser.add_argument("old", nargs="?", type=Path)
     parser.add_argument("new", nargs="?", type=Path)
-    parser.add_argument("--store", default="memory,redis")
+    parser.add_argument("--store", default="null,memory,redis")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", default="10,50")
     parser.add_argument("--pairs", type=int, default=5)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs_core.errors import DeclarationInvalidError, JobsError
+from jobs_core.errors import DeclarationInvalidError, JobCancelledError, JobsError
 
 if TYPE_CHECKING:
     from jobs_core.clock import Clock
     from jobs_core.driver import JobDriver
     from jobs_core.records import ClaimedJob, JoinState
     from jobs_core.steps.api import StepApi, SyncStepApi
+
+#: Held while a context makes its step API (`JobContext.step`), rarely: once per run at most.
+_MAKING = threading.Lock()
 
 
 class CancelSignal:
@@ -27,7 +31,8 @@ class CancelSignal:
 
     def __init__(self) -> None:
         # Fired on the worker's loop only; a body thread reads `_reason` (one attribute read).
-        self._reason: JobsError | None = None
+        # A str: the run has ended (`end`), the job's id; its error is made when first read.
+        self._reason: JobsError | str | None = None
         self._callbacks: list[Callable[[], None]] = []
 
     @property
@@ -37,17 +42,31 @@ class CancelSignal:
     @property
     def reason(self) -> JobsError | None:
         """Why the run was cancelled (`X_JOB_TIMEOUT`, `X_JOB_LEASE_LOST`, `X_DRAINING`…)."""
-        return self._reason
+        reason = self._reason
+        if isinstance(reason, str):
+            reason = self._reason = JobCancelledError("the run has ended", detail=reason)
+        return reason
 
     def fire(self, reason: JobsError) -> bool:
         """Cancel with `reason` and run the callbacks; True the first time only."""
         if self._reason is not None:
             return False
         self._reason = reason
+        self._run_callbacks()
+        return True
+
+    def end(self, job_id: str) -> None:
+        """Fire, unless it has, because the run of `job_id` has ended (its settle is made): the
+        reason is `X_JOB_CANCELLED` "the run has ended", made only if it is read (every run
+        ends so, and hardly any reads why)."""
+        if self._reason is None:
+            self._reason = job_id
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb()
-        return True
 
     def on_fire(self, callback: Callable[[], None]) -> None:
         """Call `callback` when the signal fires (at once if it already has)."""
@@ -58,15 +77,18 @@ class CancelSignal:
 
     def raise_if_cancelled(self) -> None:
         if self._reason is not None:
-            raise self._reason
+            reason = self.reason
+            if reason is not None:
+                raise reason
 
     async def wait(self) -> JobsError:
         """Return the reason once the signal fires."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_fire(lambda: None if fut.done() else fut.set_result(None))
         await fut
-        assert self._reason is not None
-        return self._reason
+        reason = self.reason
+        assert reason is not None
+        return reason
 
 
 @dataclass(slots=True)
@@ -86,14 +108,41 @@ class JobContext:
     enqueued_by: str | None
     signal: CancelSignal
     _report: Callable[[Any], None] = field(repr=False)
-    #: Durable steps, sleeps and event waits, for an `async def` body (`jobs_core.steps`).
-    step: StepApi = field(repr=False)
-    #: The same, blocking, for a `def` body.
-    sync_step: SyncStepApi = field(repr=False)
+    #: Makes `step` the first time it is read: a body that never reads it never pays for it.
+    _make_step: Callable[[], StepApi] = field(repr=False)
+    #: The loop `sync_step` blocks on (the worker's).
+    _loop: asyncio.AbstractEventLoop = field(repr=False)
     #: flows: the join this run was released from (`after=` dependencies, a batch's members, a
     #: gather's children), as it stood at the claim — `total`, `failed` (did not complete),
     #: `policy`; None for a run that never waited for other jobs.
     join: JoinState | None = None
+    _step: StepApi | None = field(default=None, repr=False)
+    _sync_step: SyncStepApi | None = field(default=None, repr=False)
+
+    @property
+    def step(self) -> StepApi:
+        """Durable steps, sleeps and event waits, for an `async def` body (`jobs_core.steps`)."""
+        step = self._step
+        if step is None:
+            with _MAKING:  # one per run, though a body's threads may ask at once
+                step = self._step
+                if step is None:
+                    step = self._step = self._make_step()
+        return step
+
+    @property
+    def sync_step(self) -> SyncStepApi:
+        """The same, blocking, for a `def` body."""
+        sync = self._sync_step
+        if sync is None:
+            step = self.step
+            with _MAKING:
+                sync = self._sync_step
+                if sync is None:
+                    from jobs_core.steps.api import SyncStepApi
+
+                    sync = self._sync_step = SyncStepApi(step, self._loop)
+        return sync
 
     @classmethod
     def for_test(
@@ -119,7 +168,7 @@ class JobContext:
         the run acts for (`handle.tenant_for(input)`); nothing here sets it as the current one.
         """
         from jobs_core.clock import SystemClock
-        from jobs_core.steps.api import StepApi, SyncStepApi
+        from jobs_core.steps.api import StepApi
 
         if loop is None:
             try:
@@ -144,8 +193,8 @@ class JobContext:
             tenant=tenant,
             signal=signal,
             report=on_progress if on_progress is not None else _drop,
-            step=steps,
-            sync_step=SyncStepApi(steps, loop),
+            make_step=lambda: steps,
+            loop=loop,
         )
 
     @classmethod
@@ -156,26 +205,28 @@ class JobContext:
         tenant: str | None,
         signal: CancelSignal,
         report: Callable[[Any], None],
-        step: StepApi,
-        sync_step: SyncStepApi,
+        make_step: Callable[[], StepApi],
+        loop: asyncio.AbstractEventLoop,
     ) -> JobContext:
         """The context of one run of the claim `job`: its row's metadata, with these parts (the
-        one constructor of the worker's run and of `for_test`, so the two cannot differ)."""
+        one constructor of the worker's run and of `for_test`, so the two cannot differ);
+        `make_step` is called once, when the body first reads `step` or `sync_step`."""
+        # By position, in the fields' order: a third of the cost by keyword, on every run.
         return cls(
-            job_id=job.id,
-            run_id=job.run_id,
-            name=job.name,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            tenant=tenant,
-            enqueued_tenant=job.tenant_id,
-            enqueued_by=job.enqueued_by,
-            signal=signal,
-            _report=report,
-            step=step,
-            sync_step=sync_step,
-            join=job.join,
+            job.id,
+            job.run_id,
+            job.name,
+            job.queue,
+            job.attempt,
+            job.max_attempts,
+            tenant,
+            job.tenant_id,
+            job.enqueued_by,
+            signal,
+            report,
+            make_step,
+            loop,
+            job.join,
         )
 
     @property

@@ -55,9 +55,12 @@ class StoreSeen(Protocol):
 @dataclass(eq=False, slots=True)
 class _Entry(Generic[T]):
     item: T
-    fut: asyncio.Future[bool]
+    #: Answered with whether the item landed (None: `then` is called instead).
+    fut: asyncio.Future[bool] | None
     #: Give up on an unavailable store after this time unless `give_up_at` says later.
     fallback_ms: int
+    #: Called once with whether the item landed, from the lane's flush, when `fut` is None.
+    then: Callable[[bool], None] | None = None
 
 
 class _Lane(Generic[T]):
@@ -81,11 +84,18 @@ class _Lane(Generic[T]):
 
     def submit(self, item: T) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        fallback = self._clock.now_ms() + SETTLE_PATIENCE_MS
-        self._pending.append(_Entry(item, fut, fallback))
+        self._queue(_Entry(item, fut, self._clock.now_ms() + SETTLE_PATIENCE_MS))
+        return fut
+
+    def submit_then(self, item: T, then: Callable[[bool], None]) -> None:
+        """Queue `item`; `then(landed)` is called once it is answered (never before this
+        returns: the flush runs as a task of its own)."""
+        self._queue(_Entry(item, None, self._clock.now_ms() + SETTLE_PATIENCE_MS, then))
+
+    def _queue(self, entry: _Entry[T]) -> None:
+        self._pending.append(entry)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._flush())
-        return fut
 
     def _give_up_ms(self, e: _Entry[T]) -> int:
         # Read again on every round: a heartbeat that lands meanwhile extends the claim.
@@ -187,8 +197,16 @@ class _Lane(Generic[T]):
 
 
 def _answer(e: _Entry[T], ok: bool) -> None:
-    if not e.fut.done():
-        e.fut.set_result(ok)
+    if e.fut is not None:
+        if not e.fut.done():
+            e.fut.set_result(ok)
+        return
+    then, e.then = e.then, None
+    if then is not None:
+        try:
+            then(ok)
+        except Exception:  # one item's bookkeeping must not sink the batch's other answers
+            log.exception("jobs.settle.answer_crashed %s", e.item.fence.job_id)
 
 
 class Settler:
@@ -244,6 +262,20 @@ class Settler:
         except JobsError as exc:
             return await self._replace(item, exc)
         return await self._acks.submit(item)
+
+    def ack_then(self, item: Ack, then: Callable[[bool], None]) -> bool:
+        """Queue `item` as `ack` does, but answer by calling `then(landed)` from the lane's flush
+        (no future, no task woken for it). False, with nothing queued, when it cannot go that
+        way: a step record of its job is still unanswered, or the driver's checks refuse it
+        (`await ack(item)` then waits or replaces it)."""
+        if item.fence.job_id in self._unanswered:
+            return False
+        try:
+            check_ack(item)
+        except JobsError:
+            return False
+        self._acks.submit_then(item, then)
+        return True
 
     async def nack(self, item: Nack) -> bool:
         await self._steps_answered(item.fence)

@@ -44,7 +44,7 @@ from jobs_core.records import ClaimedJob, JobRecord, NewJob
 from jobs_core.redact import SCRUB_EXTRA, RedactionPolicy, scrub, secrets_of
 from jobs_core.retry import Retry
 from jobs_core.states import LIVE_STATES, JobState
-from jobs_core.steps.api import UNDO, StepApi, SyncStepApi
+from jobs_core.steps.api import UNDO, StepApi
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 from jobs_core.tenant import acting_for
 from jobs_core.threads import BodyThreads, in_thread
@@ -162,8 +162,8 @@ def unwind_job(handles: Mapping[str, JobHandle], driver: JobDriver, clock: Clock
             enqueued_by=failed.enqueued_by,
             signal=ctx.signal,
             _report=lambda value: None,
-            step=api,
-            sync_step=SyncStepApi(api, asyncio.get_running_loop()),
+            _make_step=lambda: api,
+            _loop=asyncio.get_running_loop(),
         )
         body_input = loads(failed.input_json)
         secrets = secrets_of(body_input, handle.sensitive)

@@ -11,9 +11,11 @@ from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DriverUnavailableError, JobsError
+from jobs_core.facade import bound_client
 from jobs_core.leases.admit import ADMITTED, Admission, deferred
 from jobs_core.records import ClaimedJob, ClaimParams
 from jobs_core.retention import Purger
+from jobs_core.tenant import acting_for
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage, StoreWatch
 from jobs_core.worker.outcome import Outcomes
@@ -79,6 +81,7 @@ class ClaimLoop:
         #: land (a round trip), so claims and settles overlap.
         self._settling = 0
         runner.on_body_end = self._body_ended
+        runner.on_run_end = self._run_ended
         #: True from the start until a drain begins: claims are made and freed slots refilled.
         self.accepting = False
         self.wake: WakeSubscription | None = None
@@ -113,6 +116,13 @@ class ClaimLoop:
         return self._wake_ceiling_ms if live else self._backoff.ceiling_ms
 
     async def run(self) -> None:
+        # Every run's task copies this task's context: no tenant and this worker's client for
+        # its body, set once here rather than around each body (a run acting for an org sets
+        # its own, `Runner._execute`), whatever the context `Worker.start` was called in.
+        with acting_for(None), bound_client(self._runner.client()):
+            await self._claim_until_stopped()
+
+    async def _claim_until_stopped(self) -> None:
         outage = Outage("jobs.claim.failed")
         while self.accepting:
             free = self.free()
@@ -211,7 +221,7 @@ class ClaimLoop:
             h.admit(verdicts.get(h.job.id, ADMITTED))
 
     def _start(self, held: Held) -> None:
-        task = asyncio.create_task(self._run(held))
+        task = asyncio.create_task(self._runner.run_held(held))
         held.task = task
 
         def cancel_body() -> None:
@@ -220,11 +230,8 @@ class ClaimLoop:
 
         held.signal.on_fire(cancel_body)
 
-    async def _run(self, held: Held) -> None:
-        """One admitted job's run; the slot it frees may refill a held buffer."""
-        try:
-            await self._runner.run_held(held)
-        finally:
-            if held.body_ended:
-                self._settling -= 1
-            self._refill()
+    def _run_ended(self, held: Held) -> None:
+        """One admitted job's run ended; the slot it frees may refill a held buffer."""
+        if held.body_ended:
+            self._settling -= 1
+        self._refill()

@@ -36,6 +36,8 @@ class Held:
     in_slot: bool = False
     #: A settle was made (or the row is known not to be ours): the run path's net stands down.
     settled: bool = False
+    #: The run's task has ended on a queued ack: the ack's answer ends the run (`Runner._acked`).
+    acking: bool = False
     #: How long the body ran (the worker's clock), once it returned or was cancelled.
     body_ms: int | None = None
     #: The run's consumer span (`jobs_core.tracing`), None when not tracing.

@@ -13,7 +13,6 @@ from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     DrainingError,
-    JobCancelledError,
     JobsError,
     JobTimeoutError,
     RateLimitedError,
@@ -98,7 +97,7 @@ class Outcomes:
         store releases its join (the last of `asked.join` finished); never an ending (no
         `on_settled`)."""
         job = held.job
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
         landed = await self.settler.nack(
             Nack(
@@ -184,7 +183,7 @@ class Outcomes:
         if refusal.kind == "error" and refusal.error is not None:
             await self.settle_error(held, handle, refusal.error)
             return
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
         now = self._clock.now_ms()
         if refusal.kind != "refuse":  # a wait (a follower never reaches here: it got its slot)
@@ -250,7 +249,7 @@ class Outcomes:
         are scrubbed from what is stored, logged and traced (`Held.secrets`); `input` is what
         the hooks are told."""
         job = held.job
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         now = self._clock.now_ms()
         error = error_text(exc, held.secrets)
         progress = held.pending_progress(self._worker_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -21,7 +22,6 @@ from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     DependencyFailedError,
     InputInvalidError,
-    JobCancelledError,
     JobsError,
     JobTimeoutError,
     ProcessDiedError,
@@ -29,14 +29,14 @@ from jobs_core.errors import (
     TenantRequiredError,
     WorkerError,
 )
-from jobs_core.facade import Jobs, SettledEvent, bound_client
+from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.leases.admit import Gate, Handed, Refusal
 from jobs_core.processes import BodyProcesses, Encoded, ProcessContext
 from jobs_core.records import Ack, JoinPolicy, Nack, NackKind
 from jobs_core.states import Outcome
-from jobs_core.steps import StepApi, StepSuspension, SyncStepApi
+from jobs_core.steps import StepApi, StepSuspension
 from jobs_core.tenant import acting_for
 from jobs_core.threads import BodyThreads
 from jobs_core.worker.failure import brief, typed
@@ -52,7 +52,7 @@ log = logging.getLogger("jobs")
 UNKNOWN_NAME_DELAY_MS = 60_000
 #: At most one warning per unknown name in this window (the worker's clock).
 UNKNOWN_NAME_WARN_EVERY_MS = 60_000
-_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+_NO_TENANT: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class LocalSlots:
@@ -119,7 +119,8 @@ class Runner:
         self._held = held
         self._stats = stats
         self._outcomes = outcomes
-        self._client = client
+        #: The client a body's enqueues use (`Worker._body_client`), bound by the claim loop.
+        self.client = client
         self._worker_id = worker_id
         self._concurrency = concurrency
         self._slots = LocalSlots(concurrency)
@@ -133,6 +134,8 @@ class Runner:
         self._unknown_warned: dict[str, int] = {}
         #: Told of each run whose body ended (the claim loop's count of settling jobs).
         self.on_body_end: Callable[[Held], None] = lambda held: None
+        #: Told of each run that ended (its settle answered, or it never started), once.
+        self.on_run_end: Callable[[Held], None] = lambda held: None
 
     async def run_held(self, held: Held) -> None:
         """Run one claimed job in a slot; whatever raises, the job is settled (or known lost).
@@ -145,10 +148,16 @@ class Runner:
         handle = self._handles.get(held.job.name)
         held.sensitive = handle.sensitive if handle is not None else frozenset()
         try:
-            await self._enter(held)
+            if not held.in_slot or not held.admitted or held.refusal is not None:
+                await self._enter(held)  # a claim round's job held a slot and was admitted
             held.started = True
-            # Entered only when a span would be recorded: not tracing, it costs nothing a job.
-            with tracing.consumer(held.job) if tracing.active() else _NO_SPAN as held.span:
+            if not tracing.active():  # no span, and no context manager to enter for none
+                try:
+                    await self._execute(held)
+                except Exception as exc:
+                    await self._settle_crash(held, exc)
+                return
+            with tracing.consumer(held.job) as held.span:
                 try:
                     await self._execute(held)
                 except Exception as exc:
@@ -157,9 +166,21 @@ class Runner:
             self._leave_slot(held)
             # A run that never reached its body hands its leases back as never started.
             self.end_leases(held, started=False)
-            if held.started:
-                self._held.pop(held.job.id, None)
-                self._stats.in_flight = len(self._held)
+            if not held.acking:  # else its ack's answer ends it (`_acked`)
+                self._run_ended(held)
+
+    def _run_ended(self, held: Held) -> None:
+        if held.started:
+            self._held.pop(held.job.id, None)
+            self._stats.in_flight = len(self._held)
+        self.on_run_end(held)
+
+    def _acked(self, held: Held, landed: bool) -> None:
+        """A completed run's ack answered (`Settler.ack_then`): counted, and the run ends."""
+        try:
+            self._outcomes.tally(Outcome.COMPLETED, landed, held.job)
+        finally:
+            self._run_ended(held)
 
     def take_slot_now(self, held: Held) -> bool:
         """Give `held` a local slot if one is free and no run waits for one (a claim round's
@@ -311,29 +332,35 @@ class Runner:
             )
             await self._outcomes.settle_error(held, handle, typed(exc, no_org), input)
             return
-        steps = StepApi(
-            self._driver,
-            self._clock,
-            job,
-            held.signal,
-            step_timeout_ms=handle.step_timeout_ms,
-            event_poll_ms=handle.event_poll_ms,
-            put=self._outcomes.settler.step_put,
-            tenant=tenant,
-        )
-        held.steps = steps
+
+        def make_step() -> StepApi:
+            # Made when the body first reads `ctx.step` (most bodies never do); kept on the run
+            # for what a final failure undoes.
+            held.steps = StepApi(
+                self._driver,
+                self._clock,
+                job,
+                held.signal,
+                step_timeout_ms=handle.step_timeout_ms,
+                event_poll_ms=handle.event_poll_ms,
+                put=self._outcomes.settler.step_put,
+                tenant=tenant,
+            )
+            return held.steps
+
         ctx = JobContext._of_claim(
             job,
             tenant=tenant,
             signal=held.signal,
             report=held.report_progress,
-            step=steps,
-            sync_step=SyncStepApi(steps, asyncio.get_running_loop()),
+            make_step=make_step,
+            loop=asyncio.get_running_loop(),
         )
-        client = self._client()
-        started = asyncio.Event()
+        # Set when the body starts: a deadline counts from it, and a thread or a process body
+        # starts later than this task. An async body without a deadline needs none.
+        started = asyncio.Event() if not handle.is_async or handle.timeout_ms is not None else None
         deadline: asyncio.Task[None] | None = None
-        if handle.timeout_ms is not None:
+        if handle.timeout_ms is not None and started is not None:
             deadline = asyncio.create_task(self._deadline(held, handle.timeout_ms, started))
         value: Any = None
         error: BaseException | None = None
@@ -342,10 +369,13 @@ class Runner:
         body_from = self._clock.now_ms()
         try:
             # The body runs inside this task, so a fired signal cancels it without a second
-            # task per job; the tenant and client contexts set here are this task's own (and
-            # a thread body's, whose context is a copy).
-            with acting_for(tenant), bound_client(client):
-                if handle.is_async:
+            # task per job. The task's context is a copy of the claim loop's, which binds this
+            # worker's client and no tenant (`ClaimLoop.run`); a run acting for an org sets it
+            # here, in this task's own context (and a thread body's, a copy of it).
+            with _NO_TENANT if tenant is None else acting_for(tenant):
+                if started is None:
+                    value = await handle.fn(input, ctx)
+                elif handle.is_async:
                     started.set()
                     value = await handle.fn(input, ctx)
                 elif handle.executor == "process":
@@ -394,18 +424,25 @@ class Runner:
             unstorable.__cause__ = exc
             await self._outcomes.settle_error(held, handle, unstorable, input)
             return
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
-        landed = await self._outcomes.settler.ack(
-            Ack(
-                job.fence,
-                self._clock.now_ms(),
-                result_json,
-                held.pending_progress(self._worker_id),
-            )
+        ack = Ack(
+            job.fence, self._clock.now_ms(), result_json, held.pending_progress(self._worker_id)
         )
+        hears = self._outcomes.hears_settled(handle)
+        if (
+            not hears
+            and held.span is None
+            and self._outcomes.settler.ack_then(ack, functools.partial(self._acked, held))
+        ):
+            # Nothing waits on the answer but the count and the run's end, so this task ends
+            # here instead of being woken for it. A span (ended by the answer's outcome) or a
+            # hook (awaited) takes the waiting way.
+            held.acking = True
+            return
+        landed = await self._outcomes.settler.ack(ack)
         self._outcomes.tally(Outcome.COMPLETED, landed, job)
-        if landed and self._outcomes.hears_settled(handle):  # the event built only for a hook
+        if landed and hears:  # the event built only for a hook
             event = SettledEvent(
                 job.id,
                 job.name,
@@ -422,7 +459,7 @@ class Runner:
         """Give back a job this worker does not run: `SHED`, no attempt spent, due again in
         `UNKNOWN_NAME_DELAY_MS`; never failed for it (an older worker in a rolling deploy)."""
         job = held.job
-        held.signal.fire(JobCancelledError("the run has ended", detail=job.id))
+        held.signal.end(job.id)
         held.settled = True
         now = self._clock.now_ms()
         self._stats.unknown_name += 1

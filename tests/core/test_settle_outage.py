@@ -9,7 +9,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -23,7 +23,17 @@ from jobs_core.errors import (
     RateLimitedError,
 )
 from jobs_core.facade import Jobs
-from jobs_core.records import ClaimParams, ClaimResult, Heartbeat, Nack, NackKind, WorkerBeat
+from jobs_core.records import (
+    Ack,
+    ClaimParams,
+    ClaimResult,
+    Fence,
+    Heartbeat,
+    Nack,
+    NackKind,
+    StepPut,
+    WorkerBeat,
+)
 from jobs_core.retry import Retry
 from jobs_core.settle import Settler
 from jobs_core.states import JobState
@@ -93,6 +103,67 @@ async def test_a_batch_the_store_refuses_is_retried_one_by_one_so_only_the_bad_i
     assert answers == [True, False, True]
     rows = await driver.job_get_many([c.id for c in claimed])
     assert [rows[c.id].state for c in claimed] == [JobState.READY, JobState.RUNNING, JobState.READY]
+
+
+async def test_acks_answered_by_callback_land_and_one_that_raises_sinks_no_other_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    driver = Flaky()
+    h = declare(lambda i, c: None)
+    await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(3)])
+    claimed = (await driver.job_claim(ClaimParams(("default",), "w", 3, 30_000, _now()))).jobs
+    settler = Settler(driver, SystemClock())
+    heard: dict[str, bool] = {}
+
+    def hear(job_id: str) -> Callable[[bool], None]:
+        def then(landed: bool) -> None:
+            heard[job_id] = landed
+            if job_id == claimed[0].id:
+                raise RuntimeError("a bookkeeper that crashes")
+
+        return then
+
+    now = _now()
+    stale = Fence(claimed[2].id, claimed[2].claims + 1, "w")  # a claim this row no longer has
+    fences = [claimed[0].fence, claimed[1].fence, stale]
+    assert all([settler.ack_then(Ack(f, now), hear(f.job_id)) for f in fences])
+    assert heard == {}  # never before `ack_then` returns: the caller finishes its own work first
+    await settler.join()
+    assert heard == {claimed[0].id: True, claimed[1].id: True, claimed[2].id: False}
+    assert "jobs.settle.answer_crashed" in caplog.text
+    rows = await driver.job_get_many([c.id for c in claimed])
+    assert [rows[c.id].state for c in claimed] == [
+        JobState.COMPLETED,
+        JobState.COMPLETED,
+        JobState.RUNNING,
+    ]
+
+
+async def test_ack_then_queues_nothing_it_cannot_send_as_it_is_and_ack_then_settles_it() -> None:
+    driver = Flaky()
+    h = declare(lambda i, c: None)
+    await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(2)])
+    claimed = (await driver.job_claim(ClaimParams(("default",), "w", 2, 30_000, _now()))).jobs
+    settler = Settler(
+        driver,
+        SystemClock(),
+        replace_invalid=lambda item, exc: Nack(item.fence, NackKind.FAIL, _now(), error="bad"),
+    )
+    heard: list[bool] = []
+    # Refused by the driver's checks (a time before the epoch): replaced by the awaited way.
+    refused = Ack(claimed[0].fence, -1)
+    assert not settler.ack_then(refused, heard.append)
+    assert await settler.ack(refused)
+    # A step record of its job still on its way: the ack must wait for it, so it cannot go now.
+    put = asyncio.ensure_future(settler.step_put(StepPut(claimed[1].fence, "s", "1", _now())))
+    await asyncio.sleep(0)
+    assert not settler.ack_then(Ack(claimed[1].fence, _now()), heard.append)
+    assert await put
+    assert settler.ack_then(Ack(claimed[1].fence, _now()), heard.append)
+    await settler.join()
+    assert heard == [True]
+    rows = await driver.job_get_many([c.id for c in claimed])
+    assert [rows[c.id].state for c in claimed] == [JobState.DEAD, JobState.COMPLETED]
 
 
 async def test_rate_limited_with_a_float_delay_sheds_every_job_of_the_batch() -> None:

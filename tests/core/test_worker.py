@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jobs_core.context import JobContext
-from jobs_core.errors import RateLimitedError, TerminalError
+from jobs_core.context import CancelSignal, JobContext
+from jobs_core.errors import JobCancelledError, JobTimeoutError, RateLimitedError, TerminalError
 from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, JobRecord
@@ -242,9 +242,70 @@ async def test_the_body_runs_as_the_declared_tenant_and_none_strips_it() -> None
     with acting_for("enqueuer-org"):
         a = await jobs.enqueue(by_org, {"kind": "org", "org": "org-42"})
         b = await jobs.enqueue(stripped, {"kind": "none"})
-    await work(driver, [by_org, stripped], [a.id, b.id])
+    # Started inside another org's block: its runs do not inherit it.
+    with acting_for("starter-org"):
+        await work(driver, [by_org, stripped], [a.id, b.id])
     assert seen == {"org": "org-42", "none": None}
     assert (await row(driver, a.id)).tenant_id == "enqueuer-org"
+
+
+async def test_a_run_signal_ended_reads_as_cancelled_the_run_has_ended_and_fires_once() -> None:
+    signal = CancelSignal()
+    told: list[int] = []
+    signal.on_fire(lambda: told.append(1))
+    signal.end("job-1")
+    signal.end("job-1")
+    assert signal.cancelled and told == [1]
+    reason = signal.reason
+    assert isinstance(reason, JobCancelledError) and reason is signal.reason
+    assert reason.message == "the run has ended (job-1)"
+    assert not signal.fire(JobTimeoutError(detail="job-1"))  # ended first: the reason stays
+    with pytest.raises(JobCancelledError) as raised:
+        signal.raise_if_cancelled()
+    assert raised.value is reason
+    assert await signal.wait() is reason
+
+
+async def test_a_body_context_carries_its_claim_and_makes_one_step_api_when_first_read() -> None:
+    seen: dict[str, Any] = {}
+
+    async def reads(input: Any, ctx: JobContext) -> None:
+        seen["fields"] = (
+            ctx.job_id,
+            ctx.run_id,
+            ctx.name,
+            ctx.queue,
+            ctx.attempt,
+            ctx.max_attempts,
+            ctx.tenant,
+            ctx.enqueued_tenant,
+            ctx.enqueued_by,
+            ctx.join,
+        )
+        seen["step"] = ctx.step
+        seen["same"] = ctx.step is seen["step"] and ctx.sync_step is ctx.sync_step
+        seen["out"] = await ctx.step.run("once", lambda: 7)
+
+    driver = MemoryDriver()
+    h = declare(reads, tenant=lambda i: i["org"], idempotency_key=lambda i: i["org"])
+    with acting_for("enqueuer-org"):
+        queued = await Jobs(driver).enqueue(h, {"org": "org-7"})
+    await work(driver, [h], [queued.id])
+    r = await row(driver, queued.id)
+    assert seen["fields"] == (
+        r.id,
+        r.run_id,
+        r.name,
+        "default",
+        1,
+        r.max_attempts,
+        "org-7",
+        "enqueuer-org",
+        r.enqueued_by,
+        None,
+    )
+    assert seen["same"] and seen["out"] == 7
+    assert [s.name for s in await driver.step_list(r.run_id)] == ["once"]
 
 
 async def test_on_settled_fires_after_landed_endings_only_and_never_breaks_the_worker() -> None:

@@ -18,9 +18,9 @@ from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.errors import TerminalError
 from jobs_core.facade import Jobs
-from jobs_core.records import ClaimParams, Nack, NackKind, NewJob
+from jobs_core.records import ClaimedJob, ClaimParams, Nack, NackKind, NewJob
 from jobs_core.retry import Retry
-from jobs_core.states import JobState
+from jobs_core.states import JobState, Outcome
 from jobs_core.worker import TRACEBACK_BYTES, UNKNOWN_NAME_WARN_EVERY_MS, Worker
 from jobs_memory import MemoryDriver
 from tests.core import runpath_cases
@@ -77,15 +77,15 @@ async def test_a_tenant_function_that_raises_at_run_fails_the_attempt_typed_on_t
     assert worker.stats.retried == 2 and worker.stats.dead_lettered == 1
 
 
-class _BrokenSetUp(Worker):
-    """A worker whose context set-up around the body raises (a bug in the wiring)."""
-
-    def _body_client(self) -> Jobs:
-        raise RuntimeError("wiring broke")
-
-
-async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_worker_error() -> None:
+async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_worker_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ran: list[int] = []
+
+    def broken(*args: Any, **kwargs: Any) -> JobContext:
+        raise RuntimeError("wiring broke")  # the context's set-up around the body: a bug
+
+    monkeypatch.setattr(JobContext, "_of_claim", staticmethod(broken))
 
     async def body(input: Any, ctx: JobContext) -> None:
         ran.append(1)
@@ -93,7 +93,7 @@ async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_wor
     h = declare(body, retry=Retry(attempts=2, base_ms=1, cap_ms=1, jitter="none"))
     driver = MemoryDriver()
     queued = await Jobs(driver).enqueue(h, {"n": 1})
-    worker = _BrokenSetUp(driver, [h], poll_floor=0.005, poll_ceiling=0.05, lease=30.0)
+    worker = Worker(driver, [h], poll_floor=0.005, poll_ceiling=0.05, lease=30.0)
     await work(driver, worker, [queued.id])
     r = await row(driver, queued.id)
     assert ran == []
@@ -103,6 +103,34 @@ async def test_an_unexpected_exception_around_the_body_is_settled_as_a_typed_wor
     assert "RuntimeError: wiring broke" in error["message"]
     assert "wiring broke" in error["traceback"]
     assert worker.stats.retried == 1 and worker.stats.dead_lettered == 1
+
+
+async def test_a_completed_run_ends_when_its_ack_is_answered_even_if_an_observer_raises() -> None:
+    # A completed run with no hook and no span ends from its ack's answer, its task long gone:
+    # it is counted, observed with its body's time, and leaves `held` and the claim loop's
+    # count of settling jobs all the same.
+    driver = MemoryDriver()
+
+    async def body(input: Any, ctx: JobContext) -> int:
+        return int(input["n"])
+
+    h = declare(body)
+    queued = await Jobs(driver).enqueue_many(h, [{"n": i} for i in range(30)])
+    worker = quick_worker(driver, [h], concurrency=4, max_in_flight=8)
+    seen: list[tuple[str, Outcome, int | None]] = []
+
+    def observe(job: ClaimedJob, outcome: Outcome, body_ms: int | None) -> None:
+        seen.append((job.id, outcome, body_ms))
+        raise RuntimeError("a metrics hook that crashes")
+
+    worker.observe(observe)
+    await work(driver, worker, [q.id for q in queued])
+    assert (worker.stats.completed, worker.stats.in_flight, worker.stats.running) == (30, 0, 0)
+    assert sorted(job_id for job_id, _, _ in seen) == sorted(q.id for q in queued)
+    assert all(o is Outcome.COMPLETED and ms is not None for _, o, ms in seen), seen
+    assert worker._claims.free() == worker.max_in_flight  # nothing counted as settling still
+    rows = await driver.job_get_many([q.id for q in queued])
+    assert [rows[q.id].result_json for q in queued] == [str(i) for i in range(30)]
 
 
 # -- item 2: a result that cannot be stored

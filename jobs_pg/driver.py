@@ -340,18 +340,12 @@ _GATHER_MAX_ROWS: Final = 16
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
-    __slots__ = ("args", "fut", "lazy", "rows", "stmt")
+    __slots__ = ("args", "fut", "lazy", "stmt")
 
     def __init__(
-        self,
-        stmt: _Stmt,
-        args: Sequence[Any],
-        lazy: bool,
-        rows: int,
-        fut: asyncio.Future[list[Any]],
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, fut: asyncio.Future[list[Any]]
     ) -> None:
         self.stmt = stmt
-        self.rows = rows
         self.args = args
         self.lazy = lazy
         self.fut = fut
@@ -730,9 +724,13 @@ class PgDriver(JobDriver):
         other (a worker's ack flush and its next claim) go to the server as one pipeline: one
         implicit transaction, so one commit and one answer; if it fails in any way each runs
         again alone, as a lone call would (nothing of a failed transaction stayed)."""
+        if lazy or rows > _GATHER_MAX_ROWS:
+            # A lazy commit would make the others' commit lazy too; a big statement would
+            # wait for the others on one session instead of running beside them on another.
+            return await self._alone(stmt, args, lazy)
         here = self._loops.get()
         fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        item = _Piped(stmt, args, lazy, rows, fut)
+        item = _Piped(stmt, args, lazy, fut)
         if here.gather is not None:
             here.gather.append(item)
         else:
@@ -757,27 +755,34 @@ class PgDriver(JobDriver):
             batch, here.gather = here.gather or [], None
         try:
             rows: list[list[Any] | None] = [None] * len(batch)
-            # A lazy commit would make the other statements' commit lazy too.
-            if len(batch) > 1 and not any(p.lazy or p.rows > _GATHER_MAX_ROWS for p in batch):
+            if len(batch) > 1:
                 with contextlib.suppress(Exception):  # each runs alone below, and says why
                     rows = await self._together(batch)
+            alone = []
             for p, got in zip(batch, rows, strict=True):
-                if p.fut.done():
-                    continue
                 if got is None:
-                    try:
-                        got = await self._alone(p.stmt, p.args, p.lazy)
-                    except Exception as exc:  # handed to its caller
-                        if not p.fut.done():
-                            p.fut.set_exception(exc)
-                        continue
-                if not p.fut.done():
+                    alone.append(self._answer_alone(p))
+                elif not p.fut.done():
                     p.fut.set_result(got)
+            # Side by side, as they would have run without waiting for company.
+            await asyncio.gather(*alone)
         except BaseException:
             for p in batch:
                 if not p.fut.done():
                     p.fut.cancel()
             raise
+
+    async def _answer_alone(self, p: _Piped) -> None:
+        if p.fut.done():
+            return
+        try:
+            got = await self._alone(p.stmt, p.args, p.lazy)
+        except Exception as exc:  # handed to its caller
+            if not p.fut.done():
+                p.fut.set_exception(exc)
+            return
+        if not p.fut.done():
+            p.fut.set_result(got)
 
     async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
         async with self._conn() as conn:

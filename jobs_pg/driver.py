@@ -748,12 +748,13 @@ class PgDriver(JobDriver):
             raise
 
     async def _flush_gathered(self, here: _LoopConns) -> None:
+        batch: list[_Piped] = []
         try:
-            for _ in range(_GATHER_TURNS):
-                await asyncio.sleep(0)
-        finally:
-            batch, here.gather = here.gather or [], None
-        try:
+            try:
+                for _ in range(_GATHER_TURNS):
+                    await asyncio.sleep(0)
+            finally:
+                batch, here.gather = here.gather or [], None
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:
                 with contextlib.suppress(Exception):  # each runs alone below, and says why

@@ -329,12 +329,35 @@ def unique_runs(keys: Sequence[Hashable]) -> list[list[int]]:
     return runs
 
 
+#: Loop turns a claim or an ack waits for another to go out with it in one transaction: a
+#: worker's ack flush and its next claim start one or two turns apart.
+_GATHER_TURNS: Final = 2
+#: Statements of more rows than this go alone: one transaction runs them one after the other
+#: on one server session, where alone they would run side by side on two.
+_GATHER_MAX_ROWS: Final = 16
+
+
+class _Piped:
+    """One statement waiting to go out in a shared pipeline, and the future of its rows."""
+
+    __slots__ = ("args", "fut", "lazy", "stmt")
+
+    def __init__(
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, fut: asyncio.Future[list[Any]]
+    ) -> None:
+        self.stmt = stmt
+        self.args = args
+        self.lazy = lazy
+        self.fut = fut
+
+
 class _LoopConns:
     """What one event loop holds of a driver: its pool, hot connection and LISTEN sessions."""
 
     __slots__ = (
         "checking",
         "conns",
+        "gather",
         "hot",
         "hot_busy",
         "hot_since",
@@ -351,6 +374,8 @@ class _LoopConns:
         self.hot_busy = False
         self.hot_since = 0.0
         self.checking = False
+        #: Claims and acks waiting a few loop turns to go out together (`PgDriver._coalesced`).
+        self.gather: list[_Piped] | None = None
         self.subscriptions: set[WakeSubscription] = set()
         #: queue -> the pending trailing NOTIFY of a slot in which a due job went in quiet.
         self.trails: dict[str, asyncio.TimerHandle] = {}
@@ -704,6 +729,104 @@ class PgDriver(JobDriver):
             )
             return await cur.fetchall() if _has_rows(cur) else []
 
+    async def _coalesced(
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, rows: int
+    ) -> list[Any]:
+        """Rows of a claim or an ack. Those asked for within `_GATHER_TURNS` loop turns of each
+        other (a worker's ack flush and its next claim) go to the server as one pipeline: one
+        implicit transaction, so one commit and one answer; if it fails in any way each runs
+        again alone, as a lone call would (nothing of a failed transaction stayed)."""
+        if lazy or rows > _GATHER_MAX_ROWS:
+            # A lazy commit would make the others' commit lazy too; a big statement would
+            # wait for the others on one session instead of running beside them on another.
+            return await self._alone(stmt, args, lazy)
+        here = self._loops.get()
+        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        item = _Piped(stmt, args, lazy, fut)
+        if here.gather is not None:
+            here.gather.append(item)
+        else:
+            here.gather = [item]
+            task = asyncio.get_running_loop().create_task(self._flush_gathered(here))
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            # Not sent yet: it never will be (a claim sent for a caller gone would hold its
+            # jobs until their leases lapse).
+            if here.gather is not None and item in here.gather:
+                here.gather.remove(item)
+            raise
+
+    async def _flush_gathered(self, here: _LoopConns) -> None:
+        batch: list[_Piped] = []
+        try:
+            try:
+                for _ in range(_GATHER_TURNS):
+                    await asyncio.sleep(0)
+            finally:
+                batch, here.gather = here.gather or [], None
+            rows: list[list[Any] | None] = [None] * len(batch)
+            if len(batch) > 1:
+                with contextlib.suppress(Exception):  # each runs alone below, and says why
+                    rows = await self._together(batch)
+            alone = []
+            for p, got in zip(batch, rows, strict=True):
+                if got is None:
+                    alone.append(self._answer_alone(p))
+                elif not p.fut.done():
+                    p.fut.set_result(got)
+            # Side by side, as they would have run without waiting for company.
+            await asyncio.gather(*alone)
+        except BaseException:
+            for p in batch:
+                if not p.fut.done():
+                    p.fut.cancel()
+            raise
+
+    async def _answer_alone(self, p: _Piped) -> None:
+        if p.fut.done():
+            return
+        try:
+            got = await self._alone(p.stmt, p.args, p.lazy)
+        except Exception as exc:  # handed to its caller
+            if not p.fut.done():
+                p.fut.set_exception(exc)
+            return
+        if not p.fut.done():
+            p.fut.set_result(got)
+
+    async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
+        async with self._conn() as conn:
+            cur = await self._execute(
+                conn, stmt.text, args, generic=stmt.generic, raw=stmt.raw, lazy_commit=lazy
+            )
+            return await cur.fetchall() if _has_rows(cur) else []
+
+    async def _together(self, batch: list[_Piped]) -> list[list[Any] | None]:
+        """Run the statements in one pipeline with one Sync: all commit together, or none."""
+        curs: list[psycopg.AsyncCursor[Any]] = []
+        async with self._conn() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                return [None] * len(batch)
+            prepared = self._prepare_threshold is not None and conn.prepare_threshold is not None
+            # The settings of a generic-plan statement hold to the end of the transaction:
+            # the others go first, so they run as they would alone.
+            order = sorted(range(len(batch)), key=lambda i: batch[i].stmt.generic)
+            async with conn.pipeline():
+                for i in order:
+                    p = batch[i]
+                    if p.stmt.generic and prepared:
+                        await conn.execute(GENERIC_PLAN_SETTINGS)
+                    cur = psycopg.AsyncRawCursor(conn) if p.stmt.raw else conn.cursor()
+                    await cur.execute(p.stmt.text, p.args)
+                    curs.append(cur)
+            got: list[list[Any] | None] = [None] * len(batch)
+            for i, cur in zip(order, curs, strict=True):
+                got[i] = await cur.fetchall() if _has_rows(cur) else []
+            return got
+
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """A read: safe to run twice, so a connection found dead is retried once on a fresh one."""
         try:
@@ -1023,7 +1146,9 @@ class PgDriver(JobDriver):
             "beat_now_ms": beat.now_ms if beat is not None else None,
             "beat_expires_at_ms": beat.now_ms + beat.ttl_ms if beat is not None else None,
         }
-        rows = await self._rows("JOB_CLAIM", values)
+        stmt = self._q["JOB_CLAIM"]
+        lazy = stmt.lazy_commit and self._lazy_claim
+        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit)
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]
@@ -1072,6 +1197,19 @@ class PgDriver(JobDriver):
         Every settle binds the fence (id, claims, worker) per item and its counter shard;
         `columns` adds the rest.
         """
+        if name == "JOB_ACK" and len(items) == len({item.fence.job_id for item in items}):
+            stmt = self._q[name]
+            params = {
+                "id": [item.fence.job_id for item in items],
+                "claims": [item.fence.claims for item in items],
+                "worker_id": [item.fence.worker_id for item in items],
+                "shard": counter_shard(items[0].fence.worker_id),
+                **columns(list(items)),
+            }
+            out = [False] * len(items)
+            for (ordinal,) in await self._coalesced(stmt, stmt.args(params), False, len(items)):
+                out[ordinal - 1] = True
+            return out
         async with self._conn() as conn:
             return await self._settle_on(conn, name, items, columns)
 

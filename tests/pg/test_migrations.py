@@ -588,6 +588,8 @@ def test_ujobs_db_upgrade_from_a_built_wheel(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
         timeout=300,
+        # With the checkout on PYTHONPATH, pip finds its dist-info and installs nothing.
+        env=away_env,
     )
     away = tmp_path / "elsewhere"
     away.mkdir()

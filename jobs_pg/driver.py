@@ -337,6 +337,22 @@ _GATHER_TURNS: Final = 2
 _GATHER_MAX_ROWS: Final = 16
 
 
+def _settle_params(
+    sel: list[_Fenced], columns: Callable[[list[_Fenced]], dict[str, Any]]
+) -> dict[str, Any]:
+    """A settle statement's parameters for `sel` (its job ids unique): each item's fence, its
+    worker's counter shard and `columns`' own."""
+    return {
+        "id": [item.fence.job_id for item in sel],
+        "claims": [item.fence.claims for item in sel],
+        "worker_id": [item.fence.worker_id for item in sel],
+        # The counters an ack or nack moves go to its worker's shard (a batch is one worker's in
+        # practice; any shard would count right).
+        "shard": counter_shard(sel[0].fence.worker_id),
+        **columns(sel),
+    }
+
+
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
@@ -1199,13 +1215,7 @@ class PgDriver(JobDriver):
         """
         if name == "JOB_ACK" and len(items) == len({item.fence.job_id for item in items}):
             stmt = self._q[name]
-            params = {
-                "id": [item.fence.job_id for item in items],
-                "claims": [item.fence.claims for item in items],
-                "worker_id": [item.fence.worker_id for item in items],
-                "shard": counter_shard(items[0].fence.worker_id),
-                **columns(list(items)),
-            }
+            params = _settle_params(list(items), columns)
             out = [False] * len(items)
             for (ordinal,) in await self._coalesced(stmt, stmt.args(params), False, len(items)):
                 out[ordinal - 1] = True
@@ -1225,16 +1235,7 @@ class PgDriver(JobDriver):
         out = [False] * len(items)
         stmt = self._q[name]
         for run in unique_runs(ids):
-            sel = [items[i] for i in run]
-            params = {
-                "id": [item.fence.job_id for item in sel],
-                "claims": [item.fence.claims for item in sel],
-                "worker_id": [item.fence.worker_id for item in sel],
-                # The counters an ack or nack moves go to its worker's shard (a batch is one
-                # worker's in practice; any shard would count right).
-                "shard": counter_shard(sel[0].fence.worker_id),
-                **columns(sel),
-            }
+            params = _settle_params([items[i] for i in run], columns)
             cur = await self._execute(conn, stmt.text, stmt.args(params), raw=stmt.raw)
             for (ordinal,) in await cur.fetchall():
                 out[run[ordinal - 1]] = True

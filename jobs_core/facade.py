@@ -482,17 +482,27 @@ class _Batch:
         # Refuse an input whose org cannot be derived, before any write; the org is kept on the
         # row for the operator's eyes (acts-for), never read back as authority.
         acts_for = handle.tenant_for(form)
+        return self._row(
+            id if id is not None else new_id(),
+            run_id if run_id is not None else new_id(),
+            handle.key_for(form, self.key),
+            input_json,
+            acts_for,
+        )
+
+    def _row(self, id: str, run_id: str, key: str, input_json: str, acts_for: str | None) -> NewJob:
+        """The batch's row with a record's own five fields."""
         return NewJob(
-            id=id if id is not None else new_id(),
-            run_id=run_id if run_id is not None else new_id(),
-            name=handle.name,
+            id=id,
+            run_id=run_id,
+            name=self.handle.name,
             queue=self.queue,
             tenant_id=self.tenant_id,
-            idempotency_key=handle.key_for(form, self.key),
+            idempotency_key=key,
             input_json=input_json,
             priority=self.priority,
             run_at_ms=self.run_at_ms,
-            max_attempts=handle.retry.attempts,
+            max_attempts=self.handle.retry.attempts,
             created_at_ms=self.created,
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
@@ -524,24 +534,7 @@ class _Batch:
         run_ids = [new_id() for _ in range(n)]
         # An empty batch's shared record is never read: placeholders stand for its five.
         first = (job_ids[0], run_ids[0], keys[0], texts[0]) if n else ("", "", "", "null")
-        shared = NewJob(
-            id=first[0],
-            run_id=first[1],
-            name=handle.name,
-            queue=self.queue,
-            tenant_id=self.tenant_id,
-            idempotency_key=first[2],
-            input_json=first[3],
-            priority=self.priority,
-            run_at_ms=self.run_at_ms,
-            max_attempts=handle.retry.attempts,
-            created_at_ms=self.created,
-            enqueued_by=self.enqueued_by,
-            traceparent=self.traceparent,
-            parent_id=self.parent_id,
-            batch_id=self.batch_id,
-            acts_for=acts[0] if acts else None,
-        )
+        shared = self._row(*first, acts[0] if acts else None)
         return NewJobs(
             shared, job_ids, run_ids, keys, texts, None if acts_none else acts, _dumped=True
         )

@@ -59,12 +59,7 @@ for i = 1, n do
     t[7] = rest[1]
     states[#states + 1] = id
     states[#states + 1] = join(t)
-    local lk = KEYS[4 + tonumber(rest[2])]
-    local l = leases[lk]
-    if not l then
-      l = {}
-      leases[lk] = l
-    end
+    local l = list_at(leases, KEYS[4 + tonumber(rest[2])])
     l[#l + 1] = id
     finished[#finished + 1] = rest[1]
     finished[#finished + 1] = id

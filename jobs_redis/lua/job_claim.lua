@@ -260,7 +260,7 @@ for i, c in ipairs(chosen) do
       drop_wait(c.id)
     end
   end
-  local l = list_at(leases, q)
+  local l = child(leases, q)
   l[#l + 1] = lease_end
   l[#l + 1] = c.id
   local n = #claimed

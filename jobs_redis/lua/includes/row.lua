@@ -121,13 +121,3 @@ end
 local function held_item(state_key, id, meta)
   return held_row(redis.call("HGET", state_key, id), meta)
 end
-
--- The list `t[k]`, made empty the first time (a script's per-key batch of writes).
-local function list_at(t, k)
-  local l = t[k]
-  if not l then
-    l = {}
-    t[k] = l
-  end
-  return l
-end

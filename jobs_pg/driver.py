@@ -356,7 +356,7 @@ def _settle_params(
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
-    __slots__ = ("args", "fut", "lazy", "stmt")
+    __slots__ = ("args", "flight", "fut", "lazy", "stmt")
 
     def __init__(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, fut: asyncio.Future[list[Any]]
@@ -365,6 +365,23 @@ class _Piped:
         self.args = args
         self.lazy = lazy
         self.fut = fut
+        #: The task carrying it to the server once sent (shared or alone), None before.
+        self.flight: asyncio.Future[Any] | None = None
+
+
+async def _flown(sent: list[_Piped], call: Awaitable[list[Any]]) -> asyncio.Future[Any]:
+    """`call` run to its end as the flight of every item of `sent` (a caller cancelled while
+    it runs cancels it: `PgDriver._coalesced`); answers it done, cancelled or not. Cancelled
+    itself, it cancels the flight."""
+    flight = asyncio.ensure_future(call)
+    for p in sent:
+        p.flight = flight
+    try:
+        await asyncio.wait([flight])
+    except BaseException:
+        flight.cancel()
+        raise
+    return flight
 
 
 class _LoopConns:
@@ -770,9 +787,12 @@ class PgDriver(JobDriver):
             return await fut
         except asyncio.CancelledError:
             # Not sent yet: it never will be (a claim sent for a caller gone would hold its
-            # jobs until their leases lapse).
+            # jobs until their leases lapse). Sent: its flight is cancelled as a lone call is,
+            # on the server too, so its transaction rolls back; the others in it run alone.
             if here.gather is not None and item in here.gather:
                 here.gather.remove(item)
+            elif item.flight is not None:
+                item.flight.cancel()
             raise
 
     async def _flush_gathered(self, here: _LoopConns) -> None:
@@ -785,8 +805,10 @@ class PgDriver(JobDriver):
                 batch, here.gather = here.gather or [], None
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:
-                with contextlib.suppress(Exception):  # each runs alone below, and says why
-                    rows = await self._together(batch)
+                together = await _flown(batch, self._together(batch))
+                # Failed or cancelled by a caller gone: each runs alone below, and says why.
+                if not together.cancelled() and together.exception() is None:
+                    rows = together.result()
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
@@ -804,14 +826,14 @@ class PgDriver(JobDriver):
     async def _answer_alone(self, p: _Piped) -> None:
         if p.fut.done():
             return
-        try:
-            got = await self._alone(p.stmt, p.args, p.lazy)
-        except Exception as exc:  # handed to its caller
-            if not p.fut.done():
-                p.fut.set_exception(exc)
+        alone = await _flown([p], self._alone(p.stmt, p.args, p.lazy))
+        if alone.cancelled() or p.fut.done():  # its caller is gone
             return
-        if not p.fut.done():
-            p.fut.set_result(got)
+        exc = alone.exception()
+        if exc is not None:  # handed to its caller
+            p.fut.set_exception(exc)
+        else:
+            p.fut.set_result(alone.result())
 
     async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
         async with self._conn() as conn:

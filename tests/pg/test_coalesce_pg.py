@@ -84,3 +84,33 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
         await asyncio.sleep(0)
     assert set(_states(pg.schema).values()) == {"ready"}
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
+
+
+async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
+    pg: PgDriver,
+) -> None:
+    """A claim whose caller is cancelled while it is in flight, gathered with an ack, is rolled
+    back as a lone claim's cancel rolls it back (its jobs stay ready, no lease to wait out);
+    the ack beside it still lands, once."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    with admin() as locker:
+        # The ack goes first in the shared transaction and waits for this row's lock: the
+        # claim is sent, behind it, before its caller is cancelled.
+        locker.execute("BEGIN")
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
+        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+        await asyncio.sleep(0.3)
+        assert not ack.done() and not claim.done()
+        claim.cancel()
+        await asyncio.sleep(0.2)
+        locker.execute("ROLLBACK")
+    assert await ack == [True, True]
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]

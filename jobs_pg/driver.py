@@ -952,7 +952,9 @@ class PgDriver(JobDriver):
 
     def _trail_due(self, here: _LoopConns, queue: str) -> None:
         here.trails.pop(queue, None)
-        if here.pool is None or self._notify_began.get(queue, 0.0) >= self._quiet_at[queue]:
+        # A queue forgotten since (the memory's bound cleared it) still had its quiet rows.
+        quiet = self._quiet_at.get(queue, float("inf"))
+        if here.pool is None or self._notify_began.get(queue, 0.0) >= quiet:
             return  # closed, or a NOTIFY begun after the quiet rows' commits covers them
         self._trailed_at[queue] = self._notify_began[queue] = time.monotonic()
         task = asyncio.get_running_loop().create_task(self._send_trail(queue))

@@ -361,6 +361,41 @@ async def test_a_drain_mid_window_records_the_batches_run_so_far() -> None:
     assert list(await steps(driver, entry.run_id)) == ["batch:0"]
 
 
+async def test_a_workers_drain_mid_window_records_the_batches_run_before_it_cancels() -> None:
+    """A real worker's drain past its margin fires the run's signal AND cancels its task, which
+    lands inside `handle` or a wait, not between batches: the window's batches done by then
+    are recorded all the same, and only the batch cut short runs again."""
+    driver = MemoryDriver()
+    seen: list[int] = []
+    slow = True
+
+    async def handle(rows: list[int]) -> None:
+        seen.extend(rows)
+        if slow:
+            await asyncio.sleep(0.05)
+
+    # A window of an hour: only the source's end, or a stop, closes it.
+    bf = declare(handle=handle, pages=numbers(40), batch=2, checkpoint_s=3_600)
+    done = await Jobs(driver).enqueue(bf, {})
+    worker = Worker(driver, [bf], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    await worker.start()
+    await until(lambda: len(seen) >= 10, within=10)
+    await worker.stop(0.2)
+    handled = len(seen)
+    (entry,) = await entries(driver)
+    # Every batch done is on the ledger: all it handled but the one the cancel cut short, if
+    # it landed in one (it mostly does: `handle` is most of a batch's time).
+    recorded = entry.batches
+    assert handled // 2 - 1 <= recorded <= handled // 2
+    assert (entry.status, entry.rows) == ("running", 2 * recorded)
+    assert (await driver.job_get_many([done.id]))[done.id].state is JobState.READY
+    slow = False
+    await worked(driver, [bf], done.id)
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 20, 40)
+    assert sorted(seen) == sorted([*range(40), *range(2 * recorded, handled)])
+
+
 async def test_a_step_recorded_before_windows_resumes_as_one_batch() -> None:
     driver = MemoryDriver()
     clock = FakeClock()

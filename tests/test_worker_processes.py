@@ -470,3 +470,36 @@ def test_a_start_fd_that_is_a_pipe_gets_the_start_line(monkeypatch: pytest.Monke
             os.fstat(w)  # closed once written
     finally:
         os.close(r)
+
+
+_GARBLED_CHILD = """
+import os, sys, time
+fd = int(os.environ["UJOBS_SUPERVISOR_STARTED_FD"])
+how = sys.argv[1]
+if how == "garbage":
+    os.write(fd, b"startedX\\n")
+elif how == "short":
+    os.write(fd, b"start")
+elif how == "closed":
+    os.close(fd)
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("how", ["garbage", "short", "closed"])
+async def test_a_child_that_garbles_or_closes_its_start_pipe_never_started(how: str) -> None:
+    """A child that writes anything but the start line, or closes its pipe without it, then
+    exits 0, is a death before its start (never a recycle replaced at once): the supervisor
+    gives up after its early deaths instead of looping."""
+    from jobs_core.worker.supervisor import Supervisor
+
+    sup = Supervisor(
+        [sys.executable, "-c", _GARBLED_CHILD, how],
+        dict(os.environ),
+        1,
+        1.0,
+        policy=RestartPolicy(base_s=0.01, cap_s=0.01, max_early_deaths=3),
+    )
+    async with asyncio.timeout(30):
+        assert await sup.run() == 1
+    assert (sup.gave_up, sup.recycled, sup.started) == (True, 0, 3)

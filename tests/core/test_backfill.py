@@ -437,7 +437,22 @@ def test_the_window_is_checkpoint_s_within_half_a_step_timeout(
 
 
 @pytest.mark.parametrize(
-    "bad", [-1, -0.001, float("nan"), float("inf"), -float("inf"), True, 3_600.5, 1e300, "1", None]
+    "bad",
+    [
+        -1,
+        -0.001,
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        True,
+        3_600.5,
+        1e300,
+        # Ints past a float's range: no OverflowError escapes.
+        pytest.param(10**400, id="huge"),
+        pytest.param(-(10**400), id="-huge"),
+        "1",
+        None,
+    ],
 )
 def test_a_hostile_checkpoint_s_is_refused_at_declaration(bad: object) -> None:
     with pytest.raises(JobsError) as refused:
@@ -743,6 +758,7 @@ def test_a_name_with_markup_nul_a_surrogate_or_a_colon_is_refused_at_declaration
         ({"pages": numbers(1), "rate": float("nan")}, "rate"),
         ({"pages": numbers(1), "rate": float("inf")}, "rate"),
         ({"pages": numbers(1), "rate": 0}, "rate"),
+        ({"pages": numbers(1), "rate": 10**400}, "rate"),
         ({"pages": numbers(1), "count": -1}, "count"),
         ({"pages": numbers(1), "count": 2**53}, "count"),
         ({"pages": numbers(1), "environments": "production"}, "environments"),

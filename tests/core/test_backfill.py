@@ -771,6 +771,7 @@ def test_a_name_with_markup_nul_a_surrogate_or_a_colon_is_refused_at_declaration
         ({"pages": numbers(1), "tenant": "everyone"}, "tenant"),
         ({"pages": numbers(1), "queue": "q\x00"}, "queue"),
         ({"pages": numbers(1), "timeout": float("nan")}, "timeout"),
+        ({"pages": numbers(1), "step_timeout": 10**400}, "step_timeout"),
     ],
 )
 def test_every_bad_option_is_refused_at_declaration_naming_it(

@@ -114,3 +114,36 @@ async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
     states = _states(pg.schema)
     assert {states[j.id] for j in first} == {"completed"}
     assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]
+
+
+async def test_an_ack_and_a_claim_whose_session_dies_before_commit_each_run_alone(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction's session is killed while it waits (nothing committed): the ack
+    and the claim each run again alone on a live connection — the ack lands once, the claim
+    takes its jobs and hands them to its caller, none is left running unheld."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    with admin() as locker, admin() as killer:
+        locker.execute("BEGIN")
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
+        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+        await asyncio.sleep(0.3)
+        assert not ack.done() and not claim.done()
+        (killed,) = killer.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            " AND strpos(query, %s) > 0",
+            [pg.schema],
+        ).fetchall()
+        assert killed == (True,)
+        await asyncio.sleep(0.2)
+        locker.execute("ROLLBACK")
+    assert await ack == [True, True]
+    second = (await claim).jobs
+    assert len(second) == 2
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert {states[j.id] for j in second} == {"running"}
+    assert sorted(states.values()) == ["completed", "completed", "running", "running"]

@@ -377,10 +377,14 @@ async def _flown(sent: list[_Piped], call: Awaitable[list[Any]]) -> asyncio.Futu
     for p in sent:
         p.flight = flight
     try:
-        await asyncio.wait([flight])
-    except BaseException:
-        flight.cancel()
-        raise
+        await flight
+    except Exception:  # read off the flight by the caller
+        pass
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # this task itself is cancelled
+            flight.cancel()
+            raise
     return flight
 
 

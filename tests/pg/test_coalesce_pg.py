@@ -147,3 +147,36 @@ async def test_an_ack_and_a_claim_whose_session_dies_before_commit_each_run_alon
     assert {states[j.id] for j in first} == {"completed"}
     assert {states[j.id] for j in second} == {"running"}
     assert sorted(states.values()) == ["completed", "completed", "running", "running"]
+
+
+async def test_a_claim_cancelled_while_it_runs_again_alone_claims_nothing(pg: PgDriver) -> None:
+    """The shared transaction failed (the ack beside it refused by the server), so the claim
+    runs again alone; its caller cancelled meanwhile cancels that run on the server too."""
+    from jobs_core.records import WorkerBeat
+
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    beat = WorkerBeat("w", "{}", 60_000, T0)
+    await pg.job_claim(ClaimParams(("none",), "w", 1, 60_000, T0, beat=beat))
+    # Past the contract's checks (`job_ack` would refuse it): the server refuses its time.
+    bad = [Ack(Fence(j.id, j.claims, "w"), now_ms=2**63) for j in first]
+    with admin() as locker:
+        locker.execute("BEGIN")
+        # The claim's beat waits for its worker's row: it is in flight when cancelled.
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".workers FOR UPDATE')
+        ack = asyncio.ensure_future(pg._job_ack(bad))
+        claim = asyncio.ensure_future(
+            pg.job_claim(ClaimParams(("q",), "w", 2, 60_000, T0 + 1_000, beat=beat))
+        )
+        with pytest.raises(JobsError):
+            await ack
+        await asyncio.sleep(0.3)
+        assert not claim.done()
+        claim.cancel()
+        await asyncio.sleep(0.2)
+        locker.execute("ROLLBACK")
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    assert sorted(_states(pg.schema).values()) == ["ready", "ready", "running", "running"]

@@ -771,8 +771,9 @@ class PgDriver(JobDriver):
     ) -> list[Any]:
         """Rows of a claim or an ack. Those asked for within `_GATHER_TURNS` loop turns of each
         other (a worker's ack flush and its next claim) go to the server as one pipeline: one
-        implicit transaction, so one commit and one answer; if it fails in any way each runs
-        again alone, as a lone call would (nothing of a failed transaction stayed)."""
+        implicit transaction, so one commit and one answer; if the server fails it each runs
+        again alone, as a lone call would (nothing of a failed transaction stayed); out of
+        reach (its commit unknown) each caller gets `X_DRIVER_UNAVAILABLE`, as alone."""
         if lazy or rows > _GATHER_MAX_ROWS:
             # A lazy commit would make the others' commit lazy too; a big statement would
             # wait for the others on one session instead of running beside them on another.
@@ -811,8 +812,17 @@ class PgDriver(JobDriver):
             if len(batch) > 1:
                 together = await _flown(batch, self._together(batch))
                 # Failed or cancelled by a caller gone: each runs alone below, and says why.
-                if not together.cancelled() and together.exception() is None:
-                    rows = together.result()
+                if not together.cancelled():
+                    lost = together.exception()
+                    if lost is None:
+                        rows = together.result()
+                    elif isinstance(lost, DriverUnavailableError):
+                        # The commit may have happened, its answer lost: run again, an ack
+                        # that landed would answer False and a claim take more. Each caller
+                        # is told, as a lone call is.
+                        for p in batch:
+                            if not p.fut.done():
+                                p.fut.set_exception(lost)
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:

@@ -5,6 +5,7 @@ each run again alone, so neither sinks nor hides the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -116,12 +117,13 @@ async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
     assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]
 
 
-async def test_an_ack_and_a_claim_whose_session_dies_before_commit_each_run_alone(
+async def test_an_ack_and_a_claim_whose_session_dies_before_commit_are_told_and_sent_again(
     pg: PgDriver,
 ) -> None:
-    """The shared transaction's session is killed while it waits (nothing committed): the ack
-    and the claim each run again alone on a live connection — the ack lands once, the claim
-    takes its jobs and hands them to its caller, none is left running unheld."""
+    """The shared transaction's session is killed while it waits: the driver cannot tell a
+    commit that happened from one that did not, so each caller gets X_DRIVER_UNAVAILABLE, as
+    a lone call would. Nothing committed here: the ack sent again (as the settle lane does)
+    lands once, the claim sent again takes the jobs, none is left running unheld."""
     await pg.job_enqueue_many([job(i) for i in range(4)])
     first = (await pg.job_claim(_claim(2))).jobs
     with admin() as locker, admin() as killer:
@@ -138,14 +140,15 @@ async def test_an_ack_and_a_claim_whose_session_dies_before_commit_each_run_alon
             [pg.schema],
         ).fetchall()
         assert killed == (True,)
-        await asyncio.sleep(0.2)
+        got = await asyncio.gather(ack, claim, return_exceptions=True)
+        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
         locker.execute("ROLLBACK")
-    assert await ack == [True, True]
-    second = (await claim).jobs
+    assert {_states(pg.schema)[j.id] for j in first} == {"running"}
+    assert await pg.job_ack([_ack(j) for j in first]) == [True, True]
+    second = (await pg.job_claim(_claim(2))).jobs
     assert len(second) == 2
     states = _states(pg.schema)
     assert {states[j.id] for j in first} == {"completed"}
-    assert {states[j.id] for j in second} == {"running"}
     assert sorted(states.values()) == ["completed", "completed", "running", "running"]
 
 
@@ -180,3 +183,82 @@ async def test_a_claim_cancelled_while_it_runs_again_alone_claims_nothing(pg: Pg
     for _ in range(10):
         await asyncio.sleep(0.02)
     assert sorted(_states(pg.schema).values()) == ["ready", "ready", "running", "running"]
+
+
+class _Proxy:
+    """A TCP relay to the test's Postgres that can withhold the server's answers and then cut
+    every connection: a commit whose answer never reaches the driver."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.to = (host, port)
+        self.hold = False
+        self.clients: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        sr, sw = await asyncio.open_connection(*self.to)
+        self.clients.append(cw)
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter, answers: bool) -> None:
+            with contextlib.suppress(Exception):
+                while data := await r.read(65536):
+                    if not (answers and self.hold):
+                        w.write(data)
+                        await w.drain()
+            w.close()
+
+        await asyncio.gather(pump(cr, sw, False), pump(sr, cw, True))
+
+    def cut(self) -> None:
+        for w in self.clients:
+            w.transport.abort()
+        self.clients.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction committed but its answer never came (the connection dropped
+    after the commit): running each again alone would answer the ack that landed False and
+    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
+    lone call whose answer was lost does (the settle lane then sends the ack again)."""
+    from urllib.parse import urlsplit
+
+    from tests.pg.conftest import PG_URL
+
+    target = urlsplit(PG_URL)
+    proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
+    port = await proxy.start()
+    url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
+    d = PgDriver(url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0)
+    try:
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        first = (await d.job_claim(_claim(2))).jobs
+        proxy.hold = True
+        ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
+        for _ in range(200):  # committed, its answer held back
+            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
+                break
+            await asyncio.sleep(0.02)
+        assert not ack.done() and not claim.done()
+        proxy.cut()
+        proxy.hold = False
+        got = await asyncio.gather(ack, claim, return_exceptions=True)
+        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
+        states = _states(pg.schema)
+        assert {states[j.id] for j in first} == {"completed"}
+        # The claim's two jobs are held as a lone claim's whose answer was lost are; no more.
+        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+    finally:
+        await d.close()
+        await proxy.close()

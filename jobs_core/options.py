@@ -32,7 +32,10 @@ def finite_number(
     """`value` as a float when it is a real, finite number in range; else `X_JOB_OPTION_INVALID`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise OptionInvalidError("must be a number", detail=option)
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int past a float's range: past any bound too
+        v = math.inf if value > 0 else -math.inf
     if not math.isfinite(v):
         raise OptionInvalidError("must be finite", detail=option)
     low_ok = v > minimum if exclusive_minimum else v >= minimum

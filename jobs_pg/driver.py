@@ -356,7 +356,7 @@ def _settle_params(
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
-    __slots__ = ("args", "fut", "lazy", "stmt")
+    __slots__ = ("args", "flight", "fut", "lazy", "stmt")
 
     def __init__(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, fut: asyncio.Future[list[Any]]
@@ -365,6 +365,27 @@ class _Piped:
         self.args = args
         self.lazy = lazy
         self.fut = fut
+        #: The task carrying it to the server once sent (shared or alone), None before.
+        self.flight: asyncio.Future[Any] | None = None
+
+
+async def _flown(sent: list[_Piped], call: Awaitable[list[Any]]) -> asyncio.Future[Any]:
+    """`call` run to its end as the flight of every item of `sent` (a caller cancelled while
+    it runs cancels it: `PgDriver._coalesced`); answers it done, cancelled or not. Cancelled
+    itself, it cancels the flight."""
+    flight = asyncio.ensure_future(call)
+    for p in sent:
+        p.flight = flight
+    try:
+        await flight
+    except Exception:  # read off the flight by the caller
+        pass
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # this task itself is cancelled
+            flight.cancel()
+            raise
+    return flight
 
 
 class _LoopConns:
@@ -750,8 +771,9 @@ class PgDriver(JobDriver):
     ) -> list[Any]:
         """Rows of a claim or an ack. Those asked for within `_GATHER_TURNS` loop turns of each
         other (a worker's ack flush and its next claim) go to the server as one pipeline: one
-        implicit transaction, so one commit and one answer; if it fails in any way each runs
-        again alone, as a lone call would (nothing of a failed transaction stayed)."""
+        implicit transaction, so one commit and one answer; if the server fails it each runs
+        again alone, as a lone call would (nothing of a failed transaction stayed); out of
+        reach (its commit unknown) each caller gets `X_DRIVER_UNAVAILABLE`, as alone."""
         if lazy or rows > _GATHER_MAX_ROWS:
             # A lazy commit would make the others' commit lazy too; a big statement would
             # wait for the others on one session instead of running beside them on another.
@@ -770,9 +792,12 @@ class PgDriver(JobDriver):
             return await fut
         except asyncio.CancelledError:
             # Not sent yet: it never will be (a claim sent for a caller gone would hold its
-            # jobs until their leases lapse).
+            # jobs until their leases lapse). Sent: its flight is cancelled as a lone call is,
+            # on the server too, so its transaction rolls back; the others in it run alone.
             if here.gather is not None and item in here.gather:
                 here.gather.remove(item)
+            elif item.flight is not None:
+                item.flight.cancel()
             raise
 
     async def _flush_gathered(self, here: _LoopConns) -> None:
@@ -785,8 +810,19 @@ class PgDriver(JobDriver):
                 batch, here.gather = here.gather or [], None
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:
-                with contextlib.suppress(Exception):  # each runs alone below, and says why
-                    rows = await self._together(batch)
+                together = await _flown(batch, self._together(batch))
+                # Failed or cancelled by a caller gone: each runs alone below, and says why.
+                if not together.cancelled():
+                    lost = together.exception()
+                    if lost is None:
+                        rows = together.result()
+                    elif isinstance(lost, DriverUnavailableError):
+                        # The commit may have happened, its answer lost: run again, an ack
+                        # that landed would answer False and a claim take more. Each caller
+                        # is told, as a lone call is.
+                        for p in batch:
+                            if not p.fut.done():
+                                p.fut.set_exception(lost)
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
@@ -804,14 +840,14 @@ class PgDriver(JobDriver):
     async def _answer_alone(self, p: _Piped) -> None:
         if p.fut.done():
             return
-        try:
-            got = await self._alone(p.stmt, p.args, p.lazy)
-        except Exception as exc:  # handed to its caller
-            if not p.fut.done():
-                p.fut.set_exception(exc)
+        alone = await _flown([p], self._alone(p.stmt, p.args, p.lazy))
+        if alone.cancelled() or p.fut.done():  # its caller is gone
             return
-        if not p.fut.done():
-            p.fut.set_result(got)
+        exc = alone.exception()
+        if exc is not None:  # handed to its caller
+            p.fut.set_exception(exc)
+        else:
+            p.fut.set_result(alone.result())
 
     async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
         async with self._conn() as conn:
@@ -930,7 +966,9 @@ class PgDriver(JobDriver):
 
     def _trail_due(self, here: _LoopConns, queue: str) -> None:
         here.trails.pop(queue, None)
-        if here.pool is None or self._notify_began.get(queue, 0.0) >= self._quiet_at[queue]:
+        # A queue forgotten since (the memory's bound cleared it) still had its quiet rows.
+        quiet = self._quiet_at.get(queue, float("inf"))
+        if here.pool is None or self._notify_began.get(queue, 0.0) >= quiet:
             return  # closed, or a NOTIFY begun after the quiet rows' commits covers them
         self._trailed_at[queue] = self._notify_began[queue] = time.monotonic()
         task = asyncio.get_running_loop().create_task(self._send_trail(queue))

@@ -417,3 +417,89 @@ def test_each_child_gets_its_share_of_the_process_pool() -> None:
 
     assert pool_of() == [str(max(1, available_cpus() // 4))]
     assert pool_of("--process-pool", "3") == ["3"]
+
+
+_START_FD_CHILD = """
+import os, sys
+from jobs_core.worker.supervisor import STARTED_FD_ENV, ChildHooks
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+given = sys.argv[2]
+os.environ[STARTED_FD_ENV] = {"stdout": "1", "file": str(fd), "closed": str(fd + 1)}.get(
+    given, given
+)
+hooks = ChildHooks(os.getpid())
+assert STARTED_FD_ENV not in os.environ
+hooks.say_started()
+os.fstat(fd)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("given", ["stdout", "file", "closed", "-1", "\u0663", "x"])
+def test_a_start_fd_that_is_no_pipe_is_neither_written_nor_closed(
+    given: str, tmp_path: Path
+) -> None:
+    """`STARTED_FD_ENV` naming anything but a pipe (stdout, a file the app opened, a closed
+    number, no number) is ignored: the worker's start writes nothing there and closes
+    nothing, and the variable is still taken out of the environment."""
+    import subprocess
+
+    out = tmp_path / "out"
+    ran = subprocess.run(
+        [sys.executable, "-c", _START_FD_CHILD, str(out), given],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(code_path())},
+        timeout=60,
+    )
+    assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
+    assert out.read_bytes() == b""
+
+
+def test_a_start_fd_that_is_a_pipe_gets_the_start_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs_core.worker.supervisor import STARTED_FD_ENV, STARTED_LINE, ChildHooks
+
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv(STARTED_FD_ENV, str(w))
+        hooks = ChildHooks(os.getpid())
+        hooks.say_started()
+        hooks.say_started()  # once
+        assert os.read(r, 100) == STARTED_LINE
+        with pytest.raises(OSError):
+            os.fstat(w)  # closed once written
+    finally:
+        os.close(r)
+
+
+_GARBLED_CHILD = """
+import os, sys, time
+fd = int(os.environ["UJOBS_SUPERVISOR_STARTED_FD"])
+how = sys.argv[1]
+if how == "garbage":
+    os.write(fd, b"startedX\\n")
+elif how == "short":
+    os.write(fd, b"start")
+elif how == "closed":
+    os.close(fd)
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("how", ["garbage", "short", "closed"])
+async def test_a_child_that_garbles_or_closes_its_start_pipe_never_started(how: str) -> None:
+    """A child that writes anything but the start line, or closes its pipe without it, then
+    exits 0, is a death before its start (never a recycle replaced at once): the supervisor
+    gives up after its early deaths instead of looping."""
+    from jobs_core.worker.supervisor import Supervisor
+
+    sup = Supervisor(
+        [sys.executable, "-c", _GARBLED_CHILD, how],
+        dict(os.environ),
+        1,
+        1.0,
+        policy=RestartPolicy(base_s=0.01, cap_s=0.01, max_early_deaths=3),
+    )
+    async with asyncio.timeout(30):
+        assert await sup.run() == 1
+    assert (sup.gave_up, sup.recycled, sup.started) == (True, 0, 3)

@@ -53,6 +53,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -431,6 +432,10 @@ def _started_fd(environ: MutableMapping[str, str]) -> int | None:
         return None
     try:
         fd = int(text)
+        # Only the pipe the supervisor made: a number naming stdio or a file (a variable set
+        # by hand) must be neither written to nor closed.
+        if fd <= 2 or not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
         os.set_inheritable(fd, False)  # a process the app starts must not hold it
     except (ValueError, OSError):
         return None

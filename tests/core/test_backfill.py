@@ -361,6 +361,41 @@ async def test_a_drain_mid_window_records_the_batches_run_so_far() -> None:
     assert list(await steps(driver, entry.run_id)) == ["batch:0"]
 
 
+async def test_a_workers_drain_mid_window_records_the_batches_run_before_it_cancels() -> None:
+    """A real worker's drain past its margin fires the run's signal AND cancels its task, which
+    lands inside `handle` or a wait, not between batches: the window's batches done by then
+    are recorded all the same, and only the batch cut short runs again."""
+    driver = MemoryDriver()
+    seen: list[int] = []
+    slow = True
+
+    async def handle(rows: list[int]) -> None:
+        seen.extend(rows)
+        if slow:
+            await asyncio.sleep(0.05)
+
+    # A window of an hour: only the source's end, or a stop, closes it.
+    bf = declare(handle=handle, pages=numbers(40), batch=2, checkpoint_s=3_600)
+    done = await Jobs(driver).enqueue(bf, {})
+    worker = Worker(driver, [bf], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
+    await worker.start()
+    await until(lambda: len(seen) >= 10, within=10)
+    await worker.stop(0.2)
+    handled = len(seen)
+    (entry,) = await entries(driver)
+    # Every batch done is on the ledger: all it handled but the one the cancel cut short, if
+    # it landed in one (it mostly does: `handle` is most of a batch's time).
+    recorded = entry.batches
+    assert handled // 2 - 1 <= recorded <= handled // 2
+    assert (entry.status, entry.rows) == ("running", 2 * recorded)
+    assert (await driver.job_get_many([done.id]))[done.id].state is JobState.READY
+    slow = False
+    await worked(driver, [bf], done.id)
+    (entry,) = await entries(driver)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 20, 40)
+    assert sorted(seen) == sorted([*range(40), *range(2 * recorded, handled)])
+
+
 async def test_a_step_recorded_before_windows_resumes_as_one_batch() -> None:
     driver = MemoryDriver()
     clock = FakeClock()
@@ -402,7 +437,22 @@ def test_the_window_is_checkpoint_s_within_half_a_step_timeout(
 
 
 @pytest.mark.parametrize(
-    "bad", [-1, -0.001, float("nan"), float("inf"), -float("inf"), True, 3_600.5, 1e300, "1", None]
+    "bad",
+    [
+        -1,
+        -0.001,
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        True,
+        3_600.5,
+        1e300,
+        # Ints past a float's range: no OverflowError escapes.
+        pytest.param(10**400, id="huge"),
+        pytest.param(-(10**400), id="-huge"),
+        "1",
+        None,
+    ],
 )
 def test_a_hostile_checkpoint_s_is_refused_at_declaration(bad: object) -> None:
     with pytest.raises(JobsError) as refused:
@@ -708,6 +758,7 @@ def test_a_name_with_markup_nul_a_surrogate_or_a_colon_is_refused_at_declaration
         ({"pages": numbers(1), "rate": float("nan")}, "rate"),
         ({"pages": numbers(1), "rate": float("inf")}, "rate"),
         ({"pages": numbers(1), "rate": 0}, "rate"),
+        ({"pages": numbers(1), "rate": 10**400}, "rate"),
         ({"pages": numbers(1), "count": -1}, "count"),
         ({"pages": numbers(1), "count": 2**53}, "count"),
         ({"pages": numbers(1), "environments": "production"}, "environments"),
@@ -720,6 +771,7 @@ def test_a_name_with_markup_nul_a_surrogate_or_a_colon_is_refused_at_declaration
         ({"pages": numbers(1), "tenant": "everyone"}, "tenant"),
         ({"pages": numbers(1), "queue": "q\x00"}, "queue"),
         ({"pages": numbers(1), "timeout": float("nan")}, "timeout"),
+        ({"pages": numbers(1), "step_timeout": 10**400}, "step_timeout"),
     ],
 )
 def test_every_bad_option_is_refused_at_declaration_naming_it(

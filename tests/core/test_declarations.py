@@ -71,6 +71,10 @@ def test_tenant_is_required() -> None:
         ("timeout", math.inf),
         ("step_timeout", math.nan),
         ("step_timeout", 0.0),
+        # Ints past a float's range: refused, no OverflowError escaping.
+        pytest.param("timeout", 10**400, id="timeout-huge"),
+        pytest.param("step_timeout", -(10**400), id="step_timeout-huge"),
+        pytest.param("event_poll", 10**400, id="event_poll-huge"),
         ("event_poll", -0.5),
         ("priority", 101),
         ("priority", -1),

@@ -147,3 +147,25 @@ async def test_the_facade_refuses_a_whole_batch_for_one_input() -> None:
         assert [r.deduped for r in done] == [False, False, True]
         assert done[2].id == done[0].id
         assert await jobs.enqueue_many(orgs, []) == []
+
+
+async def test_a_driver_not_reading_columns_is_handed_a_list_of_records() -> None:
+    """`enqueue_columns` False (a third party's driver, the default): `_job_enqueue_many` gets
+    the facade's batch as a plain list of `NewJob`, the same records; True: the `NewJobs`."""
+    given: list[object] = []
+
+    class Listing(MemoryDriver):
+        async def _job_enqueue_many(self, jobs: Any) -> Any:
+            given.append(jobs)
+            return await super()._job_enqueue_many(list(jobs))
+
+    class Columns(Listing):
+        enqueue_columns = True
+
+    inputs = [{"k": "a", "org": "o1"}, {"k": "b", "org": "o2"}]
+    for driver, kind in ((Listing(), list), (Columns(), NewJobs)):
+        async with driver as d:
+            await Jobs(d, clock=FakeClock(T0)).enqueue_many(orgs, inputs, ids=["x", "y"])
+            (batch,) = given[-1:]
+            assert type(batch) is kind
+            assert [(r.id, r.acts_for) for r in batch] == [("x", "o1"), ("y", "o2")]  # type: ignore[attr-defined]

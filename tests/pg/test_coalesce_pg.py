@@ -5,6 +5,7 @@ each run again alone, so neither sinks nor hides the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -84,3 +85,180 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
         await asyncio.sleep(0)
     assert set(_states(pg.schema).values()) == {"ready"}
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
+
+
+async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
+    pg: PgDriver,
+) -> None:
+    """A claim whose caller is cancelled while it is in flight, gathered with an ack, is rolled
+    back as a lone claim's cancel rolls it back (its jobs stay ready, no lease to wait out);
+    the ack beside it still lands, once."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    with admin() as locker:
+        # The ack goes first in the shared transaction and waits for this row's lock: the
+        # claim is sent, behind it, before its caller is cancelled.
+        locker.execute("BEGIN")
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
+        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+        await asyncio.sleep(0.3)
+        assert not ack.done() and not claim.done()
+        claim.cancel()
+        await asyncio.sleep(0.2)
+        locker.execute("ROLLBACK")
+    assert await ack == [True, True]
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]
+
+
+async def test_an_ack_and_a_claim_whose_session_dies_before_commit_are_told_and_sent_again(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction's session is killed while it waits: the driver cannot tell a
+    commit that happened from one that did not, so each caller gets X_DRIVER_UNAVAILABLE, as
+    a lone call would. Nothing committed here: the ack sent again (as the settle lane does)
+    lands once, the claim sent again takes the jobs, none is left running unheld."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    with admin() as locker, admin() as killer:
+        locker.execute("BEGIN")
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
+        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+        await asyncio.sleep(0.3)
+        assert not ack.done() and not claim.done()
+        (killed,) = killer.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            " AND strpos(query, %s) > 0",
+            [pg.schema],
+        ).fetchall()
+        assert killed == (True,)
+        got = await asyncio.gather(ack, claim, return_exceptions=True)
+        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
+        locker.execute("ROLLBACK")
+    assert {_states(pg.schema)[j.id] for j in first} == {"running"}
+    assert await pg.job_ack([_ack(j) for j in first]) == [True, True]
+    second = (await pg.job_claim(_claim(2))).jobs
+    assert len(second) == 2
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert sorted(states.values()) == ["completed", "completed", "running", "running"]
+
+
+async def test_a_claim_cancelled_while_it_runs_again_alone_claims_nothing(pg: PgDriver) -> None:
+    """The shared transaction failed (the ack beside it refused by the server), so the claim
+    runs again alone; its caller cancelled meanwhile cancels that run on the server too."""
+    from jobs_core.records import WorkerBeat
+
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    beat = WorkerBeat("w", "{}", 60_000, T0)
+    await pg.job_claim(ClaimParams(("none",), "w", 1, 60_000, T0, beat=beat))
+    # Past the contract's checks (`job_ack` would refuse it): the server refuses its time.
+    bad = [Ack(Fence(j.id, j.claims, "w"), now_ms=2**63) for j in first]
+    with admin() as locker:
+        locker.execute("BEGIN")
+        # The claim's beat waits for its worker's row: it is in flight when cancelled.
+        locker.execute(f'SELECT 1 FROM "{pg.schema}".workers FOR UPDATE')
+        ack = asyncio.ensure_future(pg._job_ack(bad))
+        claim = asyncio.ensure_future(
+            pg.job_claim(ClaimParams(("q",), "w", 2, 60_000, T0 + 1_000, beat=beat))
+        )
+        with pytest.raises(JobsError):
+            await ack
+        await asyncio.sleep(0.3)
+        assert not claim.done()
+        claim.cancel()
+        await asyncio.sleep(0.2)
+        locker.execute("ROLLBACK")
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    assert sorted(_states(pg.schema).values()) == ["ready", "ready", "running", "running"]
+
+
+class _Proxy:
+    """A TCP relay to the test's Postgres that can withhold the server's answers and then cut
+    every connection: a commit whose answer never reaches the driver."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.to = (host, port)
+        self.hold = False
+        self.clients: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        sr, sw = await asyncio.open_connection(*self.to)
+        self.clients.append(cw)
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter, answers: bool) -> None:
+            with contextlib.suppress(Exception):
+                while data := await r.read(65536):
+                    if not (answers and self.hold):
+                        w.write(data)
+                        await w.drain()
+            w.close()
+
+        await asyncio.gather(pump(cr, sw, False), pump(sr, cw, True))
+
+    def cut(self) -> None:
+        for w in self.clients:
+            w.transport.abort()
+        self.clients.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction committed but its answer never came (the connection dropped
+    after the commit): running each again alone would answer the ack that landed False and
+    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
+    lone call whose answer was lost does (the settle lane then sends the ack again)."""
+    from urllib.parse import urlsplit
+
+    from tests.pg.conftest import PG_URL
+
+    target = urlsplit(PG_URL)
+    proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
+    port = await proxy.start()
+    url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
+    d = PgDriver(url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0)
+    try:
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        first = (await d.job_claim(_claim(2))).jobs
+        proxy.hold = True
+        ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
+        for _ in range(200):  # committed, its answer held back
+            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
+                break
+            await asyncio.sleep(0.02)
+        assert not ack.done() and not claim.done()
+        proxy.cut()
+        proxy.hold = False
+        got = await asyncio.gather(ack, claim, return_exceptions=True)
+        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
+        states = _states(pg.schema)
+        assert {states[j.id] for j in first} == {"completed"}
+        # The claim's two jobs are held as a lone claim's whose answer was lost are; no more.
+        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+    finally:
+        await d.close()
+        await proxy.close()

@@ -138,3 +138,29 @@ async def test_finished_final_attempts_outlive_an_outage_shorter_than_the_lease(
 ) -> None:
     # A crash (`immediate`): every connection of the three workers' pools dies at once.
     await outage.finished_final_attempts_outlive_a_short_outage(store(server, "immediate"))
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_the_wake_session_rides_out_a_restart_and_delivers_again(
+    server: PgServer, mode: str
+) -> None:
+    """The LISTEN session, read from the event loop, ends with the server's restart (its
+    socket closed under it, mid-read), re-dials once the server is back, is proven again and
+    delivers the next wake; while the server is down it is not trusted."""
+    schema = fresh_schema()
+    server.migrate(schema)
+    d = PgDriver(server.url, schema=schema, pool_size=2, connect_timeout_s=0.5)
+    try:
+        woken: list[str] = []
+        sub = await d.wake_subscribe(["q"], woken.append)
+        assert sub is not None
+        await outage.until(sub.is_live, 10, "proven")
+        await asyncio.to_thread(server.stop, mode)  # type: ignore[arg-type]
+        await outage.until(lambda: not sub.is_live(), 10, "distrusted in the outage")
+        await asyncio.to_thread(server.start)
+        await outage.until(sub.is_live, 20, "proven again")
+        await d.send_probe("q:q")
+        await outage.until(lambda: woken == ["q"], 10, "woken after the restart")
+        await sub.close()
+    finally:
+        await d.close()

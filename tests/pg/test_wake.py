@@ -261,3 +261,30 @@ async def test_a_session_the_server_ends_redials_and_delivers_again(pg: PgDriver
     await _until(lambda: sub.dials == 2 and sub.is_live())
     await pg.job_enqueue(job(1))
     await _until(lambda: woken == ["q"], 3)
+
+
+async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_goes(
+    pg: PgDriver,
+) -> None:
+    """The driver forgets its quiet queues past 10,000 of them (a process enqueuing to many
+    queues over its life): a trailing NOTIFY pending at that moment still goes at its slot's
+    end, instead of its timer raising on the forgotten queue."""
+    _, woken = await _subscribe(pg, ["q", "b"])
+    d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
+    errors: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: errors.append(context.get("exception")))
+    try:
+        await d.job_enqueue(job(1))
+        await d.job_enqueue(job(2, now=T0 + 1))  # quiet: a NOTIFY of "q" pending to the slot end
+        # The queues this process went quiet in before, up to the bound (as 10,000 enqueues
+        # to as many queues would leave them).
+        d._quiet_at.update((f"old-{i}", 0.0) for i in range(10_000))
+        await d.job_enqueue(job(3, queue="b", now=T0 + 2))
+        await d.job_enqueue(job(4, queue="b", now=T0 + 3))  # quiet too: past the bound, clears
+        await asyncio.sleep(LONG / 1000 + 0.5)
+        assert errors == []
+        assert sorted(woken) == ["b", "b", "q", "q"]
+    finally:
+        loop.set_exception_handler(None)
+        await d.close()

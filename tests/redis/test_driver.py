@@ -445,3 +445,74 @@ async def test_wrong_password_is_typed_and_masked(tmp_path: Path) -> None:
         await ok.close()
     finally:
         server.stop()
+
+
+async def test_enqueue_many_of_columns_at_every_byte_limit(make_driver: Factory) -> None:
+    """The two encoders agree at the edges: every name, id, key, org and link at its byte
+    bound in 4-byte characters, JSON texts of exactly `MAX_JSON_BYTES` (one per pack) and
+    nesting `MAX_JSON_DEPTH` deep, escapes of NUL's neighbours, markup, and a key colliding
+    inside the batch; a value one byte over any bound is refused alike before a write."""
+    from jobs_core.driver import MAX_KEY_BYTES, MAX_NAME_BYTES
+    from jobs_core.jsonform import MAX_JSON_BYTES, MAX_JSON_DEPTH
+    from jobs_core.records import NewJobs
+
+    def at(limit: int, ch: str, tag: str) -> str:
+        # `tag` then 4-byte characters then ASCII: exactly `limit` UTF-8 bytes.
+        body = limit - len(tag)
+        return tag + ch * (body // 4) + "x" * (body % 4)
+
+    big = '["' + "😀" * ((MAX_JSON_BYTES - 4) // 4) + '"]'
+    assert len(big.encode()) == MAX_JSON_BYTES
+    deep = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    odd = json.dumps({"<script>": '\u0001\u001f"\\</b>\ufffe\U0010ffff'}, ensure_ascii=False)
+    shared = NewJob(
+        id=at(MAX_NAME_BYTES, "😀", "i0"),
+        run_id=at(MAX_NAME_BYTES, "é", "r0"),
+        name=at(MAX_NAME_BYTES, "ж", "n"),
+        queue=at(MAX_NAME_BYTES, "💥", "q"),
+        tenant_id=at(MAX_NAME_BYTES, "𝄞", "t"),
+        idempotency_key=at(MAX_KEY_BYTES, "😀", "k0"),
+        input_json=big,
+        priority=100,
+        run_at_ms=2**42 - 1,
+        max_attempts=1000,
+        created_at_ms=2**42 - 1,
+        enqueued_by=at(MAX_NAME_BYTES, "é", "b"),
+        traceparent="00-" + "f" * 32 + "-" + "f" * 16 + "-ff",
+        batch_id=at(MAX_NAME_BYTES, "😀", "B"),
+        acts_for=at(MAX_NAME_BYTES, "😀", "o0"),
+    )
+    n = 12
+    ids = [at(MAX_NAME_BYTES, "😀", f"i{i}") for i in range(n)]
+    run_ids = [at(MAX_NAME_BYTES, "é", f"r{i}") for i in range(n)]
+    keys = [at(MAX_KEY_BYTES, "😀", f"k{i}") for i in range(n)]
+    keys[7] = keys[2]  # dedupes on an earlier record's key, in another pack
+    texts = [big if i % 4 == 0 else (deep if i % 2 else odd) for i in range(n)]
+    acts = [None if i % 3 == 1 else at(MAX_NAME_BYTES, "😀", f"o{i}") for i in range(n)]
+    batch = NewJobs(shared, ids, run_ids, keys, texts, acts)
+    memory = MemoryDriver()
+    want = await memory.job_enqueue_many(list(batch))
+    assert want[7] == EnqueueResult(ids[2], deduped=True)
+    async with make_driver() as a, make_driver() as b:
+        assert await a.job_enqueue_many(list(batch)) == want
+        assert await b.job_enqueue_many(batch) == want
+        assert await _stored(b) == await _stored(a)
+        assert await b.job_get_many(ids) == await memory.job_get_many(ids)
+        over = [
+            NewJobs(shared, [ids[0] + "x", *ids[1:]], run_ids, keys, texts, acts),
+            NewJobs(shared, ids, run_ids, [*keys[:5], keys[5] + "x", *keys[6:]], texts, acts),
+            NewJobs(shared, ids, run_ids, keys, [*texts[:-1], big[:-1] + " ]"], acts),
+            NewJobs(shared, ids, run_ids, keys, [*texts[:3], "[" + deep + "]", *texts[4:]], acts),
+            NewJobs(shared, ids, run_ids, keys, texts, [*acts[:-1], acts[0] + "x"]),
+            NewJobs(shared, ids, [*run_ids[:9], "r\ud800", *run_ids[10:]], keys, texts, acts),
+        ]
+        before = await _stored(b)
+        for bad in over:
+            refusals = []
+            for d in (memory, a, b):
+                for given in (list(bad), bad):
+                    with pytest.raises(RecordInvalidError) as caught:
+                        await d.job_enqueue_many(given)
+                    refusals.append((caught.value.code, caught.value.detail))
+            assert len(set(refusals)) == 1, refusals
+        assert await _stored(b) == before

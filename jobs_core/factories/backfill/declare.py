@@ -293,7 +293,8 @@ def _window_ms(checkpoint_s: object, step_timeout: object) -> int:
     if (
         isinstance(checkpoint_s, bool)
         or not isinstance(checkpoint_s, int | float)
-        or not math.isfinite(checkpoint_s)
+        # The bounds first: they refuse NaN and infinities too, and an int past a float's
+        # range (which `math.isfinite` cannot convert) with them.
         or not 0 <= checkpoint_s <= MAX_CHECKPOINT_S
     ):
         raise BackfillDeclarationInvalidError(
@@ -305,8 +306,7 @@ def _window_ms(checkpoint_s: object, step_timeout: object) -> int:
     if (
         isinstance(step_timeout, int | float)
         and not isinstance(step_timeout, bool)
-        and math.isfinite(step_timeout)
-        and step_timeout > 0
+        and 0 < step_timeout < math.inf
     ):
         # An invalid step_timeout is job()'s to refuse, below.
         window = min(window, round(step_timeout * 1000) // 2)

@@ -215,10 +215,20 @@ async def _window(
     opened = clock.now_ms()
     mark = previous
     while True:
-        await wait_turn(clock, ctx.signal, mark.at_ms, spec.interval_ms)
-        started = clock.now_ms()
-        page = await ahead.take(mark.cursor)
-        await call(spec.handle, page.rows)
+        try:
+            await wait_turn(clock, ctx.signal, mark.at_ms, spec.interval_ms)
+            started = clock.now_ms()
+            page = await ahead.take(mark.cursor)
+            await call(spec.handle, page.rows)
+        except asyncio.CancelledError:
+            # A worker cancels a run whose signal fired (a drain past its margin, a cancel, a
+            # timeout) wherever it waits: the window's batches done so far are recorded all
+            # the same (the write is fenced), the one cut short runs again.
+            task = asyncio.current_task()
+            if mark is previous or not ctx.signal.cancelled or task is None:
+                raise
+            task.uncancel()
+            break
         if not page.done:
             ahead.start(page.cursor)
         rows = min(mark.rows + len(page.rows), MAX_SWEEP_ROWS)

@@ -29,7 +29,8 @@ def interval_ms(rate: object) -> int | None:
     if (
         isinstance(rate, bool)
         or not isinstance(rate, int | float)
-        or not math.isfinite(rate)
+        # The bounds alone: they refuse NaN and infinities, and an int past a float's range
+        # (which `math.isfinite` cannot convert) with them.
         or not MIN_RATE <= rate <= MAX_RATE
     ):
         raise BackfillDeclarationInvalidError(

@@ -193,11 +193,11 @@ def compile_sql(
         numbers: dict[tuple[str, str], int] = {}
         unique: list[str] = []
         out = [pieces[0]]
-        for name, piece in zip(order, pieces[1:], strict=True):
+        for param, piece in zip(order, pieces[1:], strict=True):
             cast = _CAST.match(piece)
-            key = (name, cast.group(0) if cast else "")
+            key = (param, cast.group(0) if cast else "")
             if key not in numbers:
-                unique.append(name)
+                unique.append(param)
                 numbers[key] = len(unique)
             out.append(f"${numbers[key]}{piece}")
         text, order = "".join(out), tuple(unique)

@@ -70,6 +70,19 @@ class _TextArrayDumper(Dumper):
     def dump(self, obj: Any) -> bytes:
         if not obj:
             return _EMPTY_HEAD(0, 0, _TEXT_OID)
+        count = len(obj)
+        first = obj[0]
+        if obj.count(first) == count:
+            # One value throughout (a batch's worker id, its results when the bodies return
+            # nothing): encoded once.
+            if first is None:
+                return _ARRAY_HEAD(1, 1, _TEXT_OID, count, 1) + _NULL_ITEM * count
+            if type(first) is str:
+                try:
+                    b = first.encode(self._encoding)
+                except UnicodeEncodeError as exc:
+                    raise psycopg.DataError(f"a text[] parameter holds {first!r}") from exc
+                return _ARRAY_HEAD(1, 0, _TEXT_OID, count, 1) + (_LEN(len(b)) + b) * count
         out: list[bytes] = []
         nulls = 0
         enc = self._encoding

@@ -19,7 +19,7 @@ from jobs_core.worker.failure import brief
 log = logging.getLogger("jobs")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Held:
     job: ClaimedJob
     signal: CancelSignal = field(default_factory=CancelSignal)

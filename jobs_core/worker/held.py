@@ -19,7 +19,7 @@ from jobs_core.worker.failure import brief
 log = logging.getLogger("jobs")
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Held:
     job: ClaimedJob
     signal: CancelSignal = field(default_factory=CancelSignal)

@@ -301,11 +301,18 @@ class _Rendered(dict[str, "_Stmt"]):
 class _Stmt:
     """A compiled statement rendered for one schema: SQL text + how to order its parameters."""
 
-    __slots__ = ("args", "generic", "lazy_commit", "name", "raw", "text")
+    __slots__ = ("args", "generic", "lazy_commit", "name", "query", "raw", "text")
 
     def __init__(self, sql: Sql, schema: str) -> None:
         self.name = sql.name
         self.text = sql.render(schema)
+        #: What is sent: a raw text as one bytes object, kept. psycopg encodes a str text on every
+        #: execution, and its prepared-statement lookup then hashes the fresh bytes (the claim's
+        #: 7 KB, on every claim) where a kept object's hash is computed once. Any client encoding
+        #: reads ASCII the same; a text that is not (a schema's name) goes as it is.
+        self.query: str | bytes = (
+            self.text.encode() if sql.raw and self.text.isascii() else self.text
+        )
         self.args = sql.args
         self.generic = sql.generic_plan
         self.lazy_commit = sql.lazy_commit
@@ -342,13 +349,14 @@ def _settle_params(
 ) -> dict[str, Any]:
     """A settle statement's parameters for `sel` (its job ids unique): each item's fence, its
     worker's counter shard and `columns`' own."""
+    fences = [item.fence for item in sel]
     return {
-        "id": [item.fence.job_id for item in sel],
-        "claims": [item.fence.claims for item in sel],
-        "worker_id": [item.fence.worker_id for item in sel],
+        "id": [f.job_id for f in fences],
+        "claims": [f.claims for f in fences],
+        "worker_id": [f.worker_id for f in fences],
         # The counters an ack or nack moves go to its worker's shard (a batch is one worker's in
         # practice; any shard would count right).
-        "shard": counter_shard(sel[0].fence.worker_id),
+        "shard": counter_shard(fences[0].worker_id),
         **columns(sel),
     }
 
@@ -645,7 +653,7 @@ class PgDriver(JobDriver):
     async def _execute(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
-        text: str,
+        text: str | bytes,
         args: Sequence[Any],
         *,
         generic: bool = False,
@@ -692,13 +700,15 @@ class PgDriver(JobDriver):
                     exc.add_note(_STATEMENT_NOTE + self._name_of(text))
                 raise
 
-    def _name_of(self, text: str) -> str:
-        return next((name for name, st in self._q.items() if st.text == text), "a statement")
+    def _name_of(self, text: str | bytes) -> str:
+        return next(
+            (name for name, st in self._q.items() if text in (st.text, st.query)), "a statement"
+        )
 
     async def _execute_once(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
-        text: str,
+        text: str | bytes,
         args: Sequence[Any],
         generic: bool,
         raw: bool,
@@ -758,7 +768,7 @@ class PgDriver(JobDriver):
         async with self._conn() as conn:
             cur = await self._execute(
                 conn,
-                stmt.text,
+                stmt.query,
                 stmt.args(values),
                 generic=stmt.generic,
                 raw=stmt.raw,
@@ -852,7 +862,7 @@ class PgDriver(JobDriver):
     async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
         async with self._conn() as conn:
             cur = await self._execute(
-                conn, stmt.text, args, generic=stmt.generic, raw=stmt.raw, lazy_commit=lazy
+                conn, stmt.query, args, generic=stmt.generic, raw=stmt.raw, lazy_commit=lazy
             )
             return await cur.fetchall() if _has_rows(cur) else []
 
@@ -872,7 +882,7 @@ class PgDriver(JobDriver):
                     if p.stmt.generic and prepared:
                         await conn.execute(GENERIC_PLAN_SETTINGS)
                     cur = psycopg.AsyncRawCursor(conn) if p.stmt.raw else conn.cursor()
-                    await cur.execute(p.stmt.text, p.args)
+                    await cur.execute(p.stmt.query, p.args)
                     curs.append(cur)
             got: list[list[Any] | None] = [None] * len(batch)
             for i, cur in zip(order, curs, strict=True):
@@ -1274,7 +1284,7 @@ class PgDriver(JobDriver):
         stmt = self._q[name]
         for run in unique_runs(ids):
             params = _settle_params([items[i] for i in run], columns)
-            cur = await self._execute(conn, stmt.text, stmt.args(params), raw=stmt.raw)
+            cur = await self._execute(conn, stmt.query, stmt.args(params), raw=stmt.raw)
             for (ordinal,) in await cur.fetchall():
                 out[run[ordinal - 1]] = True
         return out
@@ -1541,7 +1551,7 @@ class PgDriver(JobDriver):
     ) -> list[tuple[Any, ...]]:
         """Run one named statement on `conn`; its rows (none for a statement without any)."""
         stmt = self._q[name]
-        cur = await self._execute(conn, stmt.text, stmt.args(values), raw=stmt.raw)
+        cur = await self._execute(conn, stmt.query, stmt.args(values), raw=stmt.raw)
         return await cur.fetchall() if _has_rows(cur) else []
 
     def _event_key(self, name: str) -> int:

@@ -70,6 +70,19 @@ class _TextArrayDumper(Dumper):
     def dump(self, obj: Any) -> bytes:
         if not obj:
             return _EMPTY_HEAD(0, 0, _TEXT_OID)
+        count = len(obj)
+        first = obj[0]
+        if obj.count(first) == count:
+            # One value throughout (a batch's worker id, its results when the bodies return
+            # nothing): encoded once.
+            if first is None:
+                return _ARRAY_HEAD(1, 1, _TEXT_OID, count, 1) + _NULL_ITEM * count
+            if type(first) is str:
+                try:
+                    b = first.encode(self._encoding)
+                except UnicodeEncodeError as exc:
+                    raise psycopg.DataError(f"a text[] parameter holds {first!r}") from exc
+                return _ARRAY_HEAD(1, 0, _TEXT_OID, count, 1) + (_LEN(len(b)) + b) * count
         out: list[bytes] = []
         nulls = 0
         enc = self._encoding
@@ -193,11 +206,11 @@ def compile_sql(
         numbers: dict[tuple[str, str], int] = {}
         unique: list[str] = []
         out = [pieces[0]]
-        for name, piece in zip(order, pieces[1:], strict=True):
+        for param, piece in zip(order, pieces[1:], strict=True):
             cast = _CAST.match(piece)
-            key = (name, cast.group(0) if cast else "")
+            key = (param, cast.group(0) if cast else "")
             if key not in numbers:
-                unique.append(name)
+                unique.append(param)
                 numbers[key] = len(unique)
             out.append(f"${numbers[key]}{piece}")
         text, order = "".join(out), tuple(unique)

@@ -28,7 +28,7 @@ from jobs_core.records import (
 from jobs_memory import MemoryDriver
 from jobs_pg import PgDriver
 from jobs_pg.driver import STATEMENTS, unique_runs
-from tests.pg.conftest import PG_URL, admin
+from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema, migrate
 
 T0 = 1_800_000_000_000
 ODD = ("q'uo\"te", "100%", "%s", "%(x)s", "$1", "new\nline", "☃ ünï", "back\\slash", "--", "a;b")
@@ -99,6 +99,45 @@ def test_a_raw_statement_numbers_each_parameter_once_in_order() -> None:
     # The claim binds its queues three times and the ack its ids twice: each is sent once.
     assert STATEMENTS["JOB_CLAIM"].order.count("queues") == 1
     assert STATEMENTS["JOB_ACK"].order.count("id") == 1
+    # Each statement keeps its own name (its parameters' names are another thing).
+    assert all(sql.name == name for name, sql in STATEMENTS.items())
+
+
+async def test_claims_and_acks_in_a_non_ascii_schema_with_one_value_arrays() -> None:
+    """The raw claim and ack run on a schema whose name is not ASCII (their text goes as it is)
+    and an ack batch's columns of one value throughout (its worker, results all None, one result
+    for all) land as each item's own value, like a batch of different values."""
+    schema = fresh_schema() + "_☃ q'u%"
+    worker = "wörker ☃ %s $1"
+    try:
+        await asyncio.to_thread(migrate, schema)
+        async with PgDriver(PG_URL, schema=schema, pool_size=2) as d:
+            await d.job_enqueue_many([job(i, queue="q☃") for i in range(9)])
+            claimed = (await d.job_claim(ClaimParams(("q☃",), worker, 9, 60_000, T0))).jobs
+            assert len(claimed) == 9
+            results: list[list[str | None]] = [
+                [None, None, None],
+                ['"ü ☃"', '"ü ☃"', '"ü ☃"'],
+                ['"a"', None, '""'],
+            ]
+            for i, batch in enumerate(results):
+                held = claimed[3 * i : 3 * i + 3]
+                acks = [Ack(j.fence, T0 + 1, r) for j, r in zip(held, batch, strict=True)]
+                assert await d.job_ack(acks) == [True] * 3
+                rows = await d.job_get_many([j.id for j in held])
+                assert [rows[j.id].result_json for j in held] == batch
+                assert {rows[j.id].state.value for j in held} == {"completed"}
+    finally:
+        await asyncio.to_thread(drop_schema, schema)
+
+
+def test_a_text_array_that_cannot_be_encoded_is_a_data_error() -> None:
+    from jobs_pg.sqltext import TextArray, _TextArrayDumper
+
+    dumper = _TextArrayDumper(TextArray)
+    for values in (["\ud800"] * 3, ["a", "\ud800"], ["\ud800", "\ud800", "b"]):
+        with pytest.raises(psycopg.DataError, match="text\\[\\] parameter"):
+            dumper.dump(TextArray(values))
 
 
 async def _pair(ops_pg: PgDriver, records: Sequence[NewJob]) -> None:

@@ -439,8 +439,6 @@ LAZY_COMMIT: Final = frozenset({"JOB_CLAIM"})
 #   outage).
 # * `picked` keeps the first `:limit` of both by (priority, run_at, id) — id in COLLATE "C",
 #   i.e. code-point order, as the memory driver compares.
-# * `claimed` leases them: by the place in the heap each row's lock found (`claimed_by_tid`),
-#   and by primary key the few that place does not show this statement (`claimed_by_id`).
 # * `buried` moves running rows whose lease lapsed (by `:lapsed_by`) on the final attempt to
 #   dead/failed; it ignores pauses (burying is bookkeeping, not work) and touches rows disjoint
 #   from `picked`.
@@ -451,22 +449,8 @@ _q = (
     .table_valued(sa.column("queue", TEXT))
     .render_derived(name="q", with_types=False)
 )
-
-
-class _Tid(sa.types.UserDefinedType[Any]):
-    """Postgres's `tid`: a row version's place in the heap."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **kw: Any) -> str:
-        return "TID"
-
-
-# A row's place in the heap, as the row lock found it: the claim's UPDATE goes back to its locked
-# rows by it (a TID scan: one page visit a row) instead of descending `jobs_pkey` again.
-_ctid: Final = sa.sql.expression.ColumnClause("ctid", _Tid(), _selectable=jobs)
 _due_scan = (
-    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms, _ctid.label("tid"))
+    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms)
     .where(
         jobs.c.queue == _q.c.queue,
         due_states(jobs),
@@ -479,14 +463,14 @@ _due_scan = (
     .lateral("due_scan")
 )
 _due = (
-    sa.select(_due_scan.c.id, _due_scan.c.priority, _due_scan.c.run_at_ms, _due_scan.c.tid)
+    sa.select(_due_scan.c.id, _due_scan.c.priority, _due_scan.c.run_at_ms)
     .select_from(_q.join(_due_scan, sa.true()))
     .where(~ex(pauses.c.kind == lit("queue"), pauses.c.value == _q.c.queue))
     .cte("due")
 )
 _queue_unpaused = ~ex(pauses.c.kind == lit("queue"), pauses.c.value == jobs.c.queue)
 _lapsed = (
-    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms, _ctid.label("tid"))
+    sa.select(jobs.c.id, jobs.c.priority, jobs.c.run_at_ms)
     .where(
         jobs.c.state == lit("running"),
         jobs.c.queue == sa.func.any(arr("queues", TEXT)),
@@ -501,11 +485,11 @@ _lapsed = (
     .cte("lapsed")
 )
 _cand = sa.union_all(
-    sa.select(_due.c.id, _due.c.priority, _due.c.run_at_ms, _due.c.tid),
-    sa.select(_lapsed.c.id, _lapsed.c.priority, _lapsed.c.run_at_ms, _lapsed.c.tid),
+    sa.select(_due.c.id, _due.c.priority, _due.c.run_at_ms),
+    sa.select(_lapsed.c.id, _lapsed.c.priority, _lapsed.c.run_at_ms),
 ).subquery("cand")
 _picked = (
-    sa.select(_cand.c.id, _cand.c.tid)
+    sa.select(_cand.c.id)
     .order_by(_cand.c.priority, _cand.c.run_at_ms, _cand.c.id)
     .limit(p("limit", INT))
     .cte("picked")
@@ -517,84 +501,47 @@ _abandoned_entry = attempt_entry(
     p("abandoned_code", TEXT),
     p("abandoned_message", TEXT),
 )
-
-
-def _claim_update(where: sa.ColumnElement[bool], name: str) -> sa.CTE:
-    """The lease of the picked rows `where` finds, returning what a `ClaimedJob` is built from."""
-    return (
-        sa.update(jobs)
-        .where(where)
-        .values(
-            state=lit("running"),
-            attempt=jobs.c.attempt + sa.literal_column("1"),
-            claims=jobs.c.claims + sa.literal_column("1"),
-            claimed_by=p("worker_id", TEXT),
-            lease_until_ms=p("lease_until_ms", BIGINT),
-            # A parked row's wait ends when it is claimed (its timeout came first).
-            **NO_WAIT,
-            # -- attempts -- a reclaimed (running) row's lapsed claim ends abandoned.
-            claimed_at_ms=p("now_ms", BIGINT),
-            attempts=sa.case(
-                (jobs.c.state == lit("running"), attempts_appended(_abandoned_entry)),
-                else_=jobs.c.attempts,
-            ),
-        )
-        .returning(
-            jobs.c.id,
-            jobs.c.run_id,
-            jobs.c.name,
-            jobs.c.queue,
-            jobs.c.tenant_id,
-            jobs.c.idempotency_key,
-            jobs.c.input_json,
-            jobs.c.state,
-            jobs.c.priority,
-            jobs.c.attempt,
-            jobs.c.max_attempts,
-            jobs.c.claims,
-            jobs.c.run_at_ms,
-            jobs.c.created_at_ms,
-            jobs.c.enqueued_by,
-            jobs.c.traceparent,
-            *(jobs.c[c] for c in FLOW_COLUMNS[2:]),
-        )
-        .cte(name)
+_claimed = (
+    sa.update(jobs)
+    # `= ANY(array of the picked ids)` makes the UPDATE a primary-key lookup per picked row; a
+    # join to the CTE lets the planner hash-join against a sequential scan of every job.
+    .where(jobs.c.id == sa.func.any(_ids_of(_picked)))
+    .values(
+        state=lit("running"),
+        attempt=jobs.c.attempt + sa.literal_column("1"),
+        claims=jobs.c.claims + sa.literal_column("1"),
+        claimed_by=p("worker_id", TEXT),
+        lease_until_ms=p("lease_until_ms", BIGINT),
+        # A parked row's wait ends when it is claimed (its timeout came first).
+        **NO_WAIT,
+        # -- attempts -- a reclaimed (running) row's lapsed claim ends abandoned.
+        claimed_at_ms=p("now_ms", BIGINT),
+        attempts=sa.case(
+            (jobs.c.state == lit("running"), attempts_appended(_abandoned_entry)),
+            else_=jobs.c.attempts,
+        ),
     )
-
-
-# The picked rows by the place their lock found them (`= ANY(array)` is a TID scan). A row a
-# concurrent transaction updated after this statement's snapshot (still due, so locked at its
-# new version) is not visible there, so the TID scan passes it over; `claimed_by_id` leases those
-# by primary key, where the UPDATE follows the row to its new version as it always did. Its
-# array is built only when the first UPDATE leased fewer rows than were picked.
-_claimed_by_tid = _claim_update(
-    _ctid
-    == sa.func.any(
-        sa.cast(sa.select(sa.func.array_agg(_picked.c.tid)).scalar_subquery(), pg.ARRAY(_Tid()))
-    ),
-    "claimed_by_tid",
+    .returning(
+        jobs.c.id,
+        jobs.c.run_id,
+        jobs.c.name,
+        jobs.c.queue,
+        jobs.c.tenant_id,
+        jobs.c.idempotency_key,
+        jobs.c.input_json,
+        jobs.c.state,
+        jobs.c.priority,
+        jobs.c.attempt,
+        jobs.c.max_attempts,
+        jobs.c.claims,
+        jobs.c.run_at_ms,
+        jobs.c.created_at_ms,
+        jobs.c.enqueued_by,
+        jobs.c.traceparent,
+        *(jobs.c[c] for c in FLOW_COLUMNS[2:]),
+    )
+    .cte("claimed")
 )
-_missed = sa.cast(
-    sa.select(sa.func.array_agg(_picked.c.id))
-    .where(~ex(_claimed_by_tid.c.id == _picked.c.id))
-    .scalar_subquery(),
-    pg.ARRAY(sa.Text),
-)
-_claimed_by_id = _claim_update(
-    jobs.c.id
-    == sa.func.any(
-        sa.case(
-            (
-                sa.select(sa.func.count()).select_from(_claimed_by_tid).scalar_subquery()
-                < sa.select(sa.func.count()).select_from(_picked).scalar_subquery(),
-                _missed,
-            ),
-            else_=sa.cast(sa.literal_column("'{}'"), pg.ARRAY(sa.Text)),
-        )
-    ),
-    "claimed_by_id",
-)
-_claimed = sa.union_all(sa.select(*_claimed_by_tid.c), sa.select(*_claimed_by_id.c)).cte("claimed")
 _exhausted = (
     sa.select(jobs.c.id)
     .where(

@@ -28,9 +28,14 @@ def attempt_entry(
     code: sa.ColumnElement[Any] | None = None,
     message: sa.ColumnElement[Any] | None = None,
     traceback: sa.ColumnElement[Any] | None = None,
+    *,
+    strip_nulls: bool = True,
 ) -> sa.ColumnElement[Any]:
     """The entry (`jobs_core.attempts.entry_json`'s shape) of the row's running claim, ended at
-    `settled_at_ms` as `outcome`; NULL error fields are left out (`jsonb_strip_nulls`)."""
+    `settled_at_ms` as `outcome`; NULL error fields are left out (`jsonb_strip_nulls`).
+
+    `strip_nulls=False` is for a caller whose members are never NULL (no error fields, the
+    worker fenced): the same entry without a second pass over it."""
     pairs: list[sa.ColumnElement[Any]] = [
         _str("attempt"),
         jobs.c.attempt,
@@ -49,12 +54,14 @@ def attempt_entry(
     for key, value in (("code", code), ("message", message), ("traceback", traceback)):
         if value is not None:
             pairs += [_str(key), value]
-    return sa.func.jsonb_strip_nulls(sa.func.jsonb_build_object(*pairs, type_=JSONB), type_=JSONB)
+    entry = sa.func.jsonb_build_object(*pairs, type_=JSONB)
+    return sa.func.jsonb_strip_nulls(entry, type_=JSONB) if strip_nulls else entry
 
 
 def attempts_appended(entry: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """`jobs.attempts` with `entry` last, the oldest dropped once it holds `ATTEMPT_HISTORY`
-    (one append per write, so dropping one keeps it at the bound)."""
+    (one append per write, so dropping one keeps it at the bound). `entry` is an object: `||`
+    appends it to the array as one element, no wrapping array built."""
     history = sa.func.coalesce(jobs.c.attempts, sa.literal_column("'[]'::jsonb", JSONB))
     kept = sa.case(
         (
@@ -63,4 +70,4 @@ def attempts_appended(entry: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         ),
         else_=history,
     )
-    return kept.op("||", return_type=JSONB)(sa.func.jsonb_build_array(entry, type_=JSONB))
+    return kept.op("||", return_type=JSONB)(entry)

@@ -726,9 +726,10 @@ _acked = (
         result_json=_acks.c.result_json,
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
+        # -- attempts -- no member is NULL: the fence holds `claimed_by`, the rest are NOT NULL.
         attempts=attempts_appended(
-            attempt_entry(_acks.c.now_ms, lit("completed"))
-        ),  # -- attempts --
+            attempt_entry(_acks.c.now_ms, lit("completed"), strip_nulls=False)
+        ),
     )
     .returning(_acks.c.ord, jobs.c.name, jobs.c.queue, _acks.c.now_ms)
     .cte("acked")

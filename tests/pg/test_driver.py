@@ -365,6 +365,49 @@ async def test_the_claim_reads_its_indexes(pg: PgDriver) -> None:
     assert "$" in "\n".join(r[0] for r in generic)  # parameters unbound: the generic plan
 
 
+async def test_the_claim_leases_a_due_row_updated_after_its_snapshot(pg: PgDriver) -> None:
+    """A due row that another transaction rewrote after the claim's snapshot is locked at its
+    new version, which that snapshot cannot see, and is still leased: the UPDATE follows the row
+    to it. (An UPDATE that went back to the locked rows by their heap place, a TID scan, passed
+    it over: docs/pg.md, "The server's side of claim and ack".)"""
+    await pg.job_enqueue_many([job("late")])
+    sql = STATEMENTS["JOB_CLAIM"]
+    text, args = sql.render(pg.schema), sql.args(_claim_values(["q"], 10))
+    table = f'"{pg.schema}".jobs'
+    with admin() as claimer, admin() as blocker, admin() as writer:
+        claimer.execute("SET plan_cache_mode = force_generic_plan")
+        # Planned now, while nothing blocks: later runs open the indexes only as they start,
+        # after the statement's snapshot is taken.
+        warm = sql.args(_claim_values(["none"], 10))
+        psycopg.RawCursor(claimer).execute(text, warm, prepare=True)
+        blocker.autocommit = False
+        # Holds `pauses_pkey` until it commits: the claim takes its snapshot, then waits here.
+        blocker.execute(f'REINDEX INDEX "{pg.schema}".pauses_pkey')
+        pid = claimer.info.backend_pid
+        claim = asyncio.create_task(
+            asyncio.to_thread(
+                lambda: psycopg.RawCursor(claimer).execute(text, args, prepare=True).fetchall()
+            )
+        )
+        for _ in range(500):
+            row = writer.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            if row is not None and row[0] == "Lock":
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the claim never waited on pauses_pkey")
+        # A new version of the due row, committed after the claim's snapshot: still due.
+        writer.execute(f"UPDATE {table} SET priority = priority WHERE id = 'id-late'")
+        blocker.commit()
+        rows = await claim
+    assert [(r[0], r[1]) for r in rows] == [("c", "id-late")]
+    with admin() as conn:
+        state = conn.execute(f"SELECT state, claims FROM {table} WHERE id = 'id-late'").fetchone()
+    assert state == ("running", 1)
+
+
 def test_from_url_reads_driver_options_and_hides_them_from_libpq() -> None:
     from jobs_pg.urls import from_url, mask
 

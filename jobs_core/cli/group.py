@@ -63,10 +63,16 @@ def child_argv(ctx: click.Context, processes: int) -> list[str]:
 
 
 def run_group(
-    ctx: click.Context, w: Worker, processes: int, metrics_host: str, metrics_port: int | None
+    ctx: click.Context,
+    w: Worker,
+    processes: int,
+    metrics_host: str,
+    metrics_port: int | None,
+    loop: str = "auto",
 ) -> int:
     """Supervise `processes` workers as `ctx` asks (`w`, never started, reads the store for the
-    group's gauges); answers the exit status."""
+    group's gauges), the supervisor on the event loop `loop` names (each child on its own
+    `--loop`, passed down as given); answers the exit status."""
     try:
         policy = RestartPolicy.from_env(os.environ)
     except JobsError as exc:
@@ -113,7 +119,7 @@ def run_group(
         )
 
     try:
-        status = run_role(supervise_group(sup, w, metrics_host, metrics_port, metrics_at))
+        status = run_role(supervise_group(sup, w, metrics_host, metrics_port, metrics_at), loop)
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
     finally:

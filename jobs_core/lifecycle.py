@@ -9,7 +9,6 @@ costs the slack once and the drain ends within its timeout plus about a second (
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -161,26 +160,24 @@ LoopChoice = Literal["auto", "asyncio", "uvloop"]
 LOOP_CHOICES: Final[tuple[LoopChoice, ...]] = ("auto", "asyncio", "uvloop")
 
 
-def uvloop_installed() -> bool:
-    """True when `uvloop` can be imported here (never on Windows or PyPy)."""
-    return importlib.util.find_spec("uvloop") is not None
-
-
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop]:
     """What makes the loop `choice` names; raises before any loop exists: `X_JOB_OPTION_INVALID`
-    for a name it does not know, `X_CLI_EXTRA_MISSING` for "uvloop" where it is not installed."""
+    for a name it does not know, `X_CLI_EXTRA_MISSING` for "uvloop" where it cannot be imported
+    ("auto" then falls back to the standard library's loop)."""
     if choice not in LOOP_CHOICES:
         raise OptionInvalidError(
             f"{choice!r} is not a loop: auto, asyncio or uvloop", detail="--loop"
         )
-    if choice == "asyncio" or (choice == "auto" and not uvloop_installed()):
+    if choice == "asyncio":
         return asyncio.new_event_loop
     try:
         import uvloop
     except ImportError as exc:
+        if choice == "auto":
+            return asyncio.new_event_loop
         raise CliExtraMissingError(
-            "--loop uvloop: uvloop is not installed (it comes with the pg and redis extras on"
-            " CPython off Windows); `--loop auto` falls back to asyncio",
+            "--loop uvloop: uvloop cannot be imported here (it comes with the pg and redis"
+            " extras on CPython off Windows); --loop auto falls back to asyncio's loop",
             detail="--loop",
         ) from exc
     return uvloop.new_event_loop
@@ -227,6 +224,5 @@ __all__ = [
     "loop_factory",
     "monotonic_ms",
     "run_role",
-    "uvloop_installed",
     "wait_for_store",
 ]

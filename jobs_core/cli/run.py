@@ -216,7 +216,7 @@ def worker(
     if child is None and group != (1, None):
         from jobs_core.cli.group import run_group
 
-        raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port, loop))
+        raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
     # --log-format json: the banner and the final counts are log lines too (jobs_core.cli.banner)
     as_json = log_format == "json"
     if as_json:

@@ -149,18 +149,22 @@ async def test_a_worker_runs_its_bodies_on_the_loop_its_option_names_and_drains_
     assert {r["loop"] for r in results} == {loop}
 
 
-async def test_the_loop_env_reaches_a_worker_and_every_process_of_a_group(
-    tmp_path: Path,
+@pytest.mark.parametrize("by", ["option", "env"])
+async def test_a_group_s_workers_run_on_the_loop_given_to_the_supervisor(
+    tmp_path: Path, by: str
 ) -> None:
+    """`--loop asyncio` given to `--processes 2` (on its command line, or by UJOBS_LOOP): its
+    workers run on it, not on their default (uvloop here)."""
     with fresh_store_url("pg") as url:
-        extra = ("--processes", "2")
-        env = {"PYTHONPATH": code_path(tmp_path), "UJOBS_LOOP": "asyncio"}
+        extra: tuple[str, ...] = ("--processes", "2")
+        env = {"PYTHONPATH": code_path(tmp_path)}
+        if by == "option":
+            extra += ("--loop", "asyncio")
+        else:
+            env["UJOBS_LOOP"] = "asyncio"
         results, status, output = await _run_worker(url, tmp_path, extra, env)
         assert status == 0, output
         assert {r["loop"] for r in results} == {ASYNCIO}
-        results, status, output = await _run_worker(url, tmp_path, (*extra, "--loop", "uvloop"))
-        assert status == 0, output
-        assert {r["loop"] for r in results} == {UVLOOP}
 
 
 def _no_uvloop(tmp_path: Path) -> Path:

@@ -149,19 +149,17 @@ async def test_a_worker_runs_its_bodies_on_the_loop_its_option_names_and_drains_
     assert {r["loop"] for r in results} == {loop}
 
 
-@pytest.mark.parametrize("by", ["option", "env"])
-async def test_a_group_s_workers_run_on_the_loop_given_to_the_supervisor(
+@pytest.mark.parametrize("by", ["group option", "env"])
+async def test_loop_asyncio_given_to_a_group_or_by_env_is_the_workers_loop(
     tmp_path: Path, by: str
 ) -> None:
-    """`--loop asyncio` given to `--processes 2` (on its command line, or by UJOBS_LOOP): its
-    workers run on it, not on their default (uvloop here)."""
+    """`--loop asyncio` given to a `--processes 2` supervisor reaches its workers (not their
+    default, uvloop here); UJOBS_LOOP=asyncio reaches a worker."""
     with fresh_store_url("pg") as url:
-        extra: tuple[str, ...] = ("--processes", "2")
         env = {"PYTHONPATH": code_path(tmp_path)}
-        if by == "option":
-            extra += ("--loop", "asyncio")
-        else:
-            env["UJOBS_LOOP"] = "asyncio"
+        extra: tuple[str, ...] = ("--processes", "2", "--loop", "asyncio")
+        if by == "env":
+            env["UJOBS_LOOP"], extra = "asyncio", ()
         results, status, output = await _run_worker(url, tmp_path, extra, env)
         assert status == 0, output
         assert {r["loop"] for r in results} == {ASYNCIO}

@@ -5,7 +5,9 @@ worker fed 50 jobs/s, then 200 jobs/s; pickup = the producer's stamp to the body
 nothing else (no enqueue, bulk or drain phase), for the variants named, in rounds whose order
 rotates by one, on a throwaway Postgres (fsync on) or `--pg-url`'s. Each round also reads the
 worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with the driver's
-`lazy_claim=1` (off by default, see docs/pg.md "Durability"). Writes
+`lazy_claim=1` (off by default, see docs/pg.md "Durability"); `ours:aio` is ours at concurrency
+10 on the standard library's event loop (`--loop asyncio`; `ours:c10` runs on the default,
+uvloop where installed). Writes
 bench/results/pickup-<stamp>.json and prints each round's figures and ours ÷ each peer per round.
 """
 
@@ -33,13 +35,23 @@ LAZY = Variant(
     args=("--concurrency", "10", "--driver", "{url}&lazy_claim=1"),
     passed="`--concurrency 10 --driver <url>&lazy_claim=1`",
 )
+AIO = Variant(
+    "aio",
+    "concurrency 10, asyncio loop",
+    args=("--concurrency", "10", "--loop", "asyncio"),
+    passed="`--concurrency 10 --loop asyncio`",
+)
+#: Ours' variants that only this bench runs.
+EXTRA = {"lazy": LAZY, "aio": AIO}
 
 
 def _variant(key: str) -> tuple[System, Variant]:
     systems = {s.name: s for s in SYSTEMS["pg"]}
     name, _, variant = key.partition(":")
     system = systems[name]
-    return system, (LAZY if (name, variant) == ("ours", "lazy") else system.variant(variant))
+    if name == "ours" and variant in EXTRA:
+        return system, EXTRA[variant]
+    return system, system.variant(variant)
 
 
 @contextmanager

@@ -51,7 +51,9 @@ BY_CODE: Final[dict[str, str]] = {
         "Pass `--driver URL` or set `UJOBS_DRIVER` (`--driver memory` to mean it)."
     ),
     "X_CLI_EXTRA_MISSING": (
-        "Install the extra the message names, e.g. `pip install 'ultimat3-jobs[dashboard]'`."
+        "Install the extra the message names, e.g. `pip install 'ultimat3-jobs[dashboard]'`;"
+        " for `--loop uvloop`, `pip install 'ultimat3-jobs[pg]'` (or `[redis]`) on CPython off"
+        " Windows, or run with `--loop auto`."
     ),
     "X_CLI_MODULE_INVALID": (
         "Check the module path is importable from the current directory (or `PYTHONPATH`); "

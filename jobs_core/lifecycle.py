@@ -12,11 +12,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock
-from jobs_core.errors import DriverUnavailableError
+from jobs_core.errors import CliExtraMissingError, DriverUnavailableError, OptionInvalidError
 from jobs_core.loops import cancel_other_tasks
 
 if TYPE_CHECKING:  # the worker package imports this module: no cycle at run time
@@ -154,36 +154,74 @@ T = TypeVar("T")
 LEFT_TASKS_S: Final = 0.5
 
 
-def run_role(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)` for a role's process, but the tasks left running after `main` (the
-    store calls its drain abandoned) get a bounded wait once cancelled, not an unbounded one:
-    a driver's cancel of a query may itself wait on a store that does not answer (psycopg
-    waits 5 s for the cancel, then 5 s more), which would hold the exit past the drain."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+#: The event loop a role's process runs on: "auto" is uvloop where it is installed (CPython off
+#: Windows, with the `pg` or `redis` extra), else the standard library's.
+LoopChoice = Literal["auto", "asyncio", "uvloop"]
+LOOP_CHOICES: Final[tuple[LoopChoice, ...]] = ("auto", "asyncio", "uvloop")
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes the loop `choice` names; raises before any loop exists: `X_JOB_OPTION_INVALID`
+    for a name it does not know, `X_CLI_EXTRA_MISSING` for "uvloop" where it cannot be imported
+    ("auto" then falls back to the standard library's loop)."""
+    if choice not in LOOP_CHOICES:
+        raise OptionInvalidError(
+            f"{choice!r} is not a loop: auto, asyncio or uvloop", detail="--loop"
+        )
+    if choice == "asyncio":
+        return asyncio.new_event_loop
     try:
-        return loop.run_until_complete(main)
+        import uvloop
+    except ImportError as exc:
+        if choice == "auto":
+            return asyncio.new_event_loop
+        raise CliExtraMissingError(
+            "--loop uvloop: uvloop cannot be imported here (it comes with the pg and redis"
+            " extras on CPython off Windows); --loop auto falls back to asyncio's loop",
+            detail="--loop",
+        ) from exc
+    return uvloop.new_event_loop
+
+
+def run_role(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
+    """`asyncio.run(main)` for a role's process, on the event loop `loop` names (`loop_factory`),
+    but the tasks left running after `main` (the store calls its drain abandoned) get a bounded
+    wait once cancelled, not an unbounded one: a driver's cancel of a query may itself wait on
+    a store that does not answer (psycopg waits 5 s for the cancel, then 5 s more), which would
+    hold the exit past the drain."""
+    try:
+        new_loop = loop_factory(loop)
+    except BaseException:
+        main.close()  # never started: no "coroutine was never awaited" warning
+        raise
+    running = new_loop()
+    asyncio.set_event_loop(running)
+    try:
+        return running.run_until_complete(main)
     finally:
         try:
-            for task in loop.run_until_complete(cancel_other_tasks(LEFT_TASKS_S)):
+            for task in running.run_until_complete(cancel_other_tasks(LEFT_TASKS_S)):
                 # Abandoned on purpose: not a leak for asyncio to report at exit.
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
+            running.run_until_complete(running.shutdown_asyncgens())
+            running.run_until_complete(running.shutdown_default_executor())
         finally:
             asyncio.set_event_loop(None)
-            loop.close()
+            running.close()
 
 
 __all__ = [
     "LEFT_TASKS_S",
+    "LOOP_CHOICES",
     "STOP_CALL_FLOOR_MS",
     "STOP_SLACK_MS",
     "Closable",
+    "LoopChoice",
     "StopBudget",
     "bounded",
     "close_quietly",
     "leave",
+    "loop_factory",
     "monotonic_ms",
     "run_role",
     "wait_for_store",

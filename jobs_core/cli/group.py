@@ -66,7 +66,10 @@ def run_group(
     ctx: click.Context, w: Worker, processes: int, metrics_host: str, metrics_port: int | None
 ) -> int:
     """Supervise `processes` workers as `ctx` asks (`w`, never started, reads the store for the
-    group's gauges); answers the exit status."""
+    group's gauges); answers the exit status. The children run on the loop `--loop` names (passed
+    down as given, or by UJOBS_LOOP); the supervisor, which runs no job, on asyncio's: uvloop's
+    `subprocess_exec` refuses `process_group` (up to 0.23 at least), which keeps each child
+    out of the terminal's Ctrl-C."""
     try:
         policy = RestartPolicy.from_env(os.environ)
     except JobsError as exc:
@@ -113,7 +116,9 @@ def run_group(
         )
 
     try:
-        status = run_role(supervise_group(sup, w, metrics_host, metrics_port, metrics_at))
+        status = run_role(
+            supervise_group(sup, w, metrics_host, metrics_port, metrics_at), "asyncio"
+        )
     except OSError as exc:  # the metrics port is taken, or the address is not ours
         _fail(OptionInvalidError(f"cannot serve metrics: {exc}", detail="--metrics-port"))
     finally:

@@ -24,11 +24,11 @@ from jobs_core.cli.base import (
     literal,
     main,
 )
-from jobs_core.cli.schedule import drained, log_format_option
+from jobs_core.cli.schedule import drained, log_format_option, loop_option
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliDriverRequiredError, DriverUrlInvalidError, JobsError
-from jobs_core.lifecycle import StopBudget, close_quietly, run_role
+from jobs_core.lifecycle import StopBudget, close_quietly, loop_factory, run_role
 from jobs_core.operator.times import age, relative
 from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
@@ -52,6 +52,7 @@ OUTBOX_HELP = (
 @click.option("--lease", default=30.0, show_default=True, help="A claim's lease, in seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
 @log_format_option
+@loop_option
 @click.pass_context
 def relay(
     ctx: click.Context,
@@ -61,6 +62,7 @@ def relay(
     lease: float,
     drain_timeout: float,
     log_format: str,
+    loop: str,
 ) -> None:
     """Publish the jobs staged in the outbox at --outbox to the driver at --driver, until
     SIGTERM or Ctrl-C (then drain; a second signal cuts the pass in flight).
@@ -78,6 +80,7 @@ def relay(
             )
         _seconds(lease, "--lease", positive=True)
         _seconds(drain_timeout, "--drain-timeout")
+        loop_factory(loop)
         r = Relay(outbox_from_url(outbox_url), driver_from_url(url), batch=batch, lease=lease)
     except JobsError as exc:
         _fail(exc)
@@ -90,7 +93,7 @@ def relay(
         )
         print_relay(r)
     try:
-        run_role(run_relay(r, drain_timeout))
+        run_role(run_relay(r, drain_timeout), loop)
     except JobsError as exc:
         _fail(exc)
     if as_json:

@@ -32,7 +32,7 @@ from jobs_core.cli.base import (
     main,
 )
 from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
-from jobs_core.cli.schedule import drained, started
+from jobs_core.cli.schedule import drained, loop_option, started
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
@@ -46,7 +46,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
-from jobs_core.lifecycle import StopBudget, close_quietly, run_role
+from jobs_core.lifecycle import StopBudget, close_quietly, loop_factory, run_role
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
@@ -137,6 +137,7 @@ from jobs_core.worker.supervisor import (
     default=None,
     help="Recycle a worker process after this many jobs: drained, then replaced.",
 )
+@loop_option
 @click.option("--supervised-by", type=int, default=None, hidden=True)
 @click.pass_context
 def worker(
@@ -161,6 +162,7 @@ def worker(
     max_jobs_per_process: int | None,
     supervised_by: int | None,
     process_pool: int | None,
+    loop: str,
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
 
@@ -179,6 +181,7 @@ def worker(
             raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
         _seconds(lease, "--lease", positive=True)
         _seconds(drain_timeout, "--drain-timeout")
+        loop_factory(loop)  # `--loop uvloop` without uvloop: refused before anything starts
         retention = retention_from(keeps)
         driver = driver_from_url(url)
         if supervised_by is None and group != (1, None):
@@ -229,7 +232,10 @@ def worker(
         print_relay(relay)
     started()
     try:
-        run_role(_run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child))
+        run_role(
+            _run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child),
+            loop,
+        )
     except JobsError as exc:
         _fail(exc)
     except OSError as exc:  # the metrics port is taken, or the address is not ours

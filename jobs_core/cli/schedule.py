@@ -28,7 +28,7 @@ from jobs_core.cli.base import (
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
-from jobs_core.lifecycle import StopBudget, close_quietly, run_role
+from jobs_core.lifecycle import LOOP_CHOICES, StopBudget, close_quietly, loop_factory, run_role
 from jobs_core.operator import Operator, TaskView
 from jobs_core.operator.times import relative
 from jobs_core.scheduler import Scheduler, TaskHandle, tasks_of
@@ -40,6 +40,21 @@ log_format_option = click.option(
     default="text",
     show_default=True,
     help="Log lines as text, or one JSON object per line.",
+)
+
+#: Where a role's `--loop` is read when it is not given.
+LOOP_ENV = "UJOBS_LOOP"
+#: `--loop`, for every long-running role (worker, scheduler, relay): the event loop its process
+#: runs on (`jobs_core.lifecycle.loop_factory`).
+loop_option = click.option(
+    "--loop",
+    "loop",
+    type=click.Choice(LOOP_CHOICES),
+    default="auto",
+    envvar=LOOP_ENV,
+    show_envvar=True,
+    show_default=True,
+    help="The event loop: uvloop (less CPU a job), asyncio, or auto: uvloop where installed.",
 )
 
 
@@ -78,6 +93,7 @@ def tasks_in(module: str) -> list[TaskHandle]:
 @click.option("--lease", default=30.0, show_default=True, help="The leader's lease, in seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
 @log_format_option
+@loop_option
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -86,6 +102,7 @@ def scheduler(
     lease: float,
     drain_timeout: float,
     log_format: str,
+    loop: str,
 ) -> None:
     """Fire the tasks MODULE exports while this process leads, until SIGTERM or Ctrl-C.
 
@@ -97,6 +114,7 @@ def scheduler(
         url = _required_driver(url, "scheduler")
         _seconds(lease, "--lease", positive=True)
         _seconds(drain_timeout, "--drain-timeout")
+        loop_factory(loop)
         handles = tasks_in(module)
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
     except JobsError as exc:
@@ -120,7 +138,7 @@ def scheduler(
         now = SystemClock().now_ms()
         print_tasks(unread(handles, now), now)
     try:
-        run_role(run_scheduler(s, drain_timeout))
+        run_role(run_scheduler(s, drain_timeout), loop)
     except JobsError as exc:
         _fail(exc)
     drained()

@@ -5,7 +5,9 @@ worker fed 50 jobs/s, then 200 jobs/s; pickup = the producer's stamp to the body
 nothing else (no enqueue, bulk or drain phase), for the variants named, in rounds whose order
 rotates by one, on a throwaway Postgres (fsync on) or `--pg-url`'s. Each round also reads the
 worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with the driver's
-`lazy_claim=1` (off by default, see docs/pg.md "Durability"). Writes
+`lazy_claim=1` (off by default, see docs/pg.md "Durability"). `ours:base` is ours at
+concurrency 10 on another checkout's code (`--base TREE`, e.g. a detached worktree of main):
+old and new tree in the same rotating rounds, read as ours:c10 ÷ ours:base. Writes
 bench/results/pickup-<stamp>.json and prints each round's figures and ours ÷ each peer per round.
 """
 
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench.harness import FULL, RESULTS, SystemRun
@@ -35,11 +38,22 @@ LAZY = Variant(
 )
 
 
-def _variant(key: str) -> tuple[System, Variant]:
+def _variant(key: str, base: str | None) -> tuple[System, Variant]:
     systems = {s.name: s for s in SYSTEMS["pg"]}
     name, _, variant = key.partition(":")
     system = systems[name]
+    if (name, variant) == ("ours", "base"):
+        if base is None:
+            raise SystemExit("ours:base needs --base TREE")
+        c10 = system.variant("c10")
+        # The worker imports jobs_* (and the peer) from the other checkout first.
+        return system, replace(c10, name="base", env=(("PYTHONPATH", base),))
     return system, (LAZY if (name, variant) == ("ours", "lazy") else system.variant(variant))
+
+
+def _is_peer(key: str) -> bool:
+    """A row ours are divided by: another system's, or ours on the base tree."""
+    return not key.startswith("ours:") or key == "ours:base"
 
 
 @contextmanager
@@ -60,9 +74,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=FULL.latency_seconds)
     parser.add_argument("--pg-url")
+    parser.add_argument("--base", help="the checkout `ours:base` runs (its jobs_* packages)")
     args = parser.parse_args()
+    base = None if args.base is None else str(Path(args.base).resolve())
     config = replace(FULL, latency_seconds=args.seconds)
-    chosen = [_variant(k) for k in args.variants]
+    chosen = [_variant(k, base) for k in args.variants]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / "raw" / f"pickup-{stamp}"
     raw.mkdir(parents=True)
@@ -87,8 +103,8 @@ def main() -> None:
                 )
     keys = [s.key(v) for s, v in chosen]
     ratios: dict[str, dict[str, list[float]]] = {}
-    for num in (k for k in keys if k.startswith("ours:")):
-        for den in (k for k in keys if not k.startswith("ours:")):
+    for num in (k for k in keys if not _is_peer(k)):
+        for den in (k for k in keys if _is_peer(k)):
             per = ratios.setdefault(f"{num} / {den}", {f: [] for f in FIGURES})
             for r in range(1, args.rounds + 1):
                 a = next(x for x in rows if x["round"] == r and x["row"] == num)
@@ -108,6 +124,7 @@ def main() -> None:
             {
                 "command": "python -m bench.pickup_pairs --rounds "
                 + f"{args.rounds} --seconds {args.seconds:g} "
+                + ("--base <base tree> " if args.base else "")
                 + " ".join(args.variants),
                 "config": {"latency_rate": config.latency_rate, "stream_rate": config.stream_rate},
                 "load_before": load_before,

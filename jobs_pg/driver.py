@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import operator
 import random
 import select
@@ -333,12 +332,6 @@ def unique_runs(keys: Sequence[Hashable]) -> list[list[int]]:
 #: Loop turns a claim or an ack waits for another to go out with it in one transaction: a
 #: worker's ack flush and its next claim start one or two turns apart.
 _GATHER_TURNS: Final = 2
-#: How long an ack waits for the next claim to go out with it (seconds), when this loop's claims
-#: come at most this far apart (a worker fed a trickle: each job's wake sends a claim). Riding
-#: with a claim, an ack costs no transaction, commit or round trip of its own; alone it costs the
-#: worker about as much CPU as the claim. A claim joining ends the wait at once; an ack given no
-#: claim within it goes alone, so a settle lands at most this much later than it would have.
-ACK_LINGER_S: Final = 0.010
 #: Statements of more rows than this go alone: one transaction runs them one after the other
 #: on one server session, where alone they would run side by side on two.
 _GATHER_MAX_ROWS: Final = 16
@@ -360,11 +353,6 @@ def _settle_params(
     }
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
@@ -384,11 +372,8 @@ class _LoopConns:
 
     __slots__ = (
         "checking",
-        "claim_gap",
-        "claimed_at",
         "conns",
         "gather",
-        "gather_claim",
         "hot",
         "hot_busy",
         "hot_since",
@@ -407,11 +392,6 @@ class _LoopConns:
         self.checking = False
         #: Claims and acks waiting a few loop turns to go out together (`PgDriver._coalesced`).
         self.gather: list[_Piped] | None = None
-        #: Resolved when a claim joins a gather of acks waiting for one (`ACK_LINGER_S`).
-        self.gather_claim: asyncio.Future[None] | None = None
-        #: When (loop time) the last claim was asked for, and how long after the one before.
-        self.claimed_at = -math.inf
-        self.claim_gap = math.inf
         self.subscriptions: set[WakeSubscription] = set()
         #: queue -> the pending trailing NOTIFY of a slot in which a due job went in quiet.
         self.trails: dict[str, asyncio.TimerHandle] = {}
@@ -485,10 +465,6 @@ class PgDriver(JobDriver):
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
-        #: Ack calls that waited for a claim to go out with (`ACK_LINGER_S`), and of those the
-        #: ones a claim joined.
-        self.acks_lingered = 0
-        self.acks_rode = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -784,38 +760,45 @@ class PgDriver(JobDriver):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Any]] = loop.create_future()
         item = _Piped(stmt, args, lazy, fut)
-        if stmt.generic:  # a claim: the only generic statement gathered
-            now = loop.time()
-            here.claim_gap, here.claimed_at = now - here.claimed_at, now
-            waiting = here.gather_claim
-            if waiting is not None and not waiting.done():
-                waiting.set_result(None)
         if here.gather is not None:
             here.gather.append(item)
-        else:
-            here.gather = [item]
-            task = loop.create_task(self._flush_gathered(here))
-            _BACKGROUND.add(task)
-            task.add_done_callback(_BACKGROUND.discard)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            # Not sent yet: it never will be (a claim sent for a caller gone would hold its
-            # jobs until their leases lapse).
-            if here.gather is not None and item in here.gather:
-                here.gather.remove(item)
-            raise
-
-    async def _flush_gathered(self, here: _LoopConns) -> None:
-        batch: list[_Piped] = []
-        try:
             try:
-                for _ in range(_GATHER_TURNS):
-                    await asyncio.sleep(0)
-                if self._ack_lingers(here):
-                    await self._linger(here)
-            finally:
-                batch, here.gather = here.gather or [], None
+                return await fut
+            except asyncio.CancelledError:
+                # Not sent yet: it never will be (a claim sent for a caller gone would hold its
+                # jobs until their leases lapse).
+                if here.gather is not None and item in here.gather:
+                    here.gather.remove(item)
+                raise
+        # The first asker waits for company in its own task: at a trickle nothing joins, and it
+        # runs alone with no task, answer future or gather of its own (a tenth of a lone
+        # statement's CPU, docs/pg.md "The gathering's own cost").
+        gathered = here.gather = [item]
+        try:
+            for _ in range(_GATHER_TURNS):
+                await asyncio.sleep(0)
+        except BaseException:
+            # Cancelled while gathering: not sent; whoever joined goes without it.
+            here.gather = None
+            gathered.remove(item)
+            if gathered:
+                self._spawn_flush(gathered)
+            raise
+        here.gather = None
+        if len(gathered) == 1:
+            return await self._alone(stmt, args, lazy)
+        # Company came: the batch goes in a task of its own, so a caller cancelled from now on
+        # cancels no one else's statement.
+        self._spawn_flush(gathered)
+        return await fut
+
+    def _spawn_flush(self, batch: list[_Piped]) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush_gathered(batch))
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+
+    async def _flush_gathered(self, batch: list[_Piped]) -> None:
+        try:
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:
                 with contextlib.suppress(Exception):  # each runs alone below, and says why
@@ -826,40 +809,13 @@ class PgDriver(JobDriver):
                     alone.append(self._answer_alone(p))
                 elif not p.fut.done():
                     p.fut.set_result(got)
-            if len(alone) == 1:
-                await alone[0]  # not wrapped in a task of its own, as `gather` would
-            else:
-                # Side by side, as they would have run without waiting for company.
-                await asyncio.gather(*alone)
+            # Side by side, as they would have run without waiting for company.
+            await asyncio.gather(*alone)
         except BaseException:
             for p in batch:
                 if not p.fut.done():
                     p.fut.cancel()
             raise
-
-    @staticmethod
-    def _ack_lingers(here: _LoopConns) -> bool:
-        """Whether the gathered acks wait for a claim: none is among them, and this loop's
-        claims come often enough that the next is likely within `ACK_LINGER_S`."""
-        gather = here.gather
-        if not gather or any(p.stmt.generic for p in gather):
-            return False
-        since = asyncio.get_running_loop().time() - here.claimed_at
-        return here.claim_gap <= ACK_LINGER_S and since <= 2 * ACK_LINGER_S
-
-    async def _linger(self, here: _LoopConns) -> None:
-        """Until a claim joins the gather or `ACK_LINGER_S` passed."""
-        loop = asyncio.get_running_loop()
-        here.gather_claim = joined = loop.create_future()
-        timer = loop.call_later(ACK_LINGER_S, _resolve, joined)
-        self.acks_lingered += 1
-        try:
-            await joined
-        finally:
-            timer.cancel()
-            here.gather_claim = None
-        if any(p.stmt.generic for p in here.gather or ()):
-            self.acks_rode += 1
 
     async def _answer_alone(self, p: _Piped) -> None:
         if p.fut.done():

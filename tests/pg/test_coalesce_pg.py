@@ -5,13 +5,13 @@ each run again alone, so neither sinks nor hides the other."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from jobs_core.errors import JobsError
 from jobs_core.records import Ack, ClaimedJob, ClaimParams, Fence
 from jobs_pg import PgDriver
-from jobs_pg import driver as driver_module
 from tests.pg.conftest import admin
 from tests.pg.test_driver import T0, job
 
@@ -87,52 +87,22 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
 
 
-async def test_an_ack_between_the_claims_of_a_trickle_rides_with_the_next_claim(
-    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Long enough that a slow machine cannot end the wait before the claim is asked.
-    monkeypatch.setattr(driver_module, "ACK_LINGER_S", 30.0)
-    await pg.job_enqueue_many([job(i) for i in range(3)])
-    first = (await pg.job_claim(_claim(1))).jobs
-    second = (await pg.job_claim(_claim(1))).jobs  # two claims close together: a trickle
-    acking = asyncio.create_task(pg.job_ack([_ack(first[0])]))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert not acking.done()  # waiting for the next claim, not sent
-    assert pg.acks_lingered == 1
-    third = (await pg.job_claim(_claim(1))).jobs
-    assert await acking == [True]
-    assert pg.acks_rode == 1
-    # One transaction wrote the acked row and the claimed one.
-    assert len(_xmins(pg.schema, [first[0].id, third[0].id])) == 1
-    states = _states(pg.schema)
-    assert (states[first[0].id], states[second[0].id], states[third[0].id]) == (
-        "completed",
-        "running",
-        "running",
-    )
+async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:
+    await pg.job_enqueue_many([job(0)])
+    loop = asyncio.get_running_loop()
+    made: list[object] = []
+    factory = loop.get_task_factory()
 
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop, **kw)
 
-async def test_an_ack_given_no_claim_within_the_linger_lands_alone(
-    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(driver_module, "ACK_LINGER_S", 0.05)
-    await pg.job_enqueue_many([job(i) for i in range(2)])
-    first = (await pg.job_claim(_claim(1))).jobs
-    second = (await pg.job_claim(_claim(1))).jobs
-    assert await pg.job_ack([_ack(first[0])]) == [True]
-    assert (pg.acks_lingered, pg.acks_rode) == (1, 0)
-    assert len(_xmins(pg.schema, [first[0].id, second[0].id])) == 2
-    assert _states(pg.schema)[first[0].id] == "completed"
-
-
-async def test_an_ack_waits_for_no_claim_where_claims_are_rare(pg: PgDriver) -> None:
-    await pg.job_enqueue_many([job(i) for i in range(2)])
-    jobs = (await pg.job_claim(_claim(2))).jobs
-    # Claims further apart than the linger: no ack waits for the next.
-    await asyncio.sleep(3 * driver_module.ACK_LINGER_S)
-    assert await pg.job_ack([_ack(jobs[0])]) == [True]
-    await pg.job_claim(_claim(1))
-    await asyncio.sleep(3 * driver_module.ACK_LINGER_S)
-    assert await pg.job_ack([_ack(jobs[1])]) == [True]
-    assert pg.acks_lingered == 0
+    # A trickle's claim or ack has no company: no task, answer future or gather of its own.
+    loop.set_task_factory(counting)
+    try:
+        claimed = (await pg.job_claim(_claim(1))).jobs
+        landed = await pg.job_ack([_ack(claimed[0])])
+    finally:
+        loop.set_task_factory(factory)
+    assert (len(claimed), landed) == (1, [True])
+    assert made == []

@@ -771,8 +771,8 @@ class PgDriver(JobDriver):
                     here.gather.remove(item)
                 raise
         # The first asker waits for company in its own task: at a trickle nothing joins, and it
-        # runs alone with no task, answer future or gather of its own (a tenth of a lone
-        # statement's CPU, docs/pg.md "The gathering's own cost").
+        # runs alone with no task, answer future or gather of its own (~40 µs of a lone
+        # statement's CPU, docs/pg.md "A trickle's overhead, measured").
         gathered = here.gather = [item]
         try:
             for _ in range(_GATHER_TURNS):

@@ -171,6 +171,10 @@ def worker_main(argv: list[str]) -> None:
     tree = os.environ.get(TREE_ENV)
     if tree:
         sys.path.insert(0, tree)
+        # This module's imports (bench.systems, bench.stores) loaded this tree's jobs_*: drop
+        # them, so the probes and the worker import the other checkout's.
+        for name in [m for m in sys.modules if m.partition(".")[0].startswith("jobs_")]:
+            del sys.modules[name]
     _install_probes(Path(os.environ[TRACE_ENV]))
     from jobs_core.cli import main
 

@@ -7,7 +7,9 @@ rotates by one, on a throwaway Postgres (fsync on) or `--pg-url`'s. Each round a
 worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with the driver's
 `lazy_claim=1` (off by default, see docs/pg.md "Durability"); `ours:aio` is ours at concurrency
 10 on the standard library's event loop (`--loop asyncio`; `ours:c10` runs on the default,
-uvloop where installed). Writes
+uvloop where installed). `ours:base` is ours at concurrency 10 on another checkout's code
+(`--base TREE`, e.g. a detached worktree of main): old and new tree in the same rotating rounds,
+read as ours:c10 ÷ ours:base. Writes
 bench/results/pickup-<stamp>.json and prints each round's figures and ours ÷ each peer per round.
 """
 
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench.harness import FULL, RESULTS, SystemRun
@@ -45,13 +48,24 @@ AIO = Variant(
 EXTRA = {"lazy": LAZY, "aio": AIO}
 
 
-def _variant(key: str) -> tuple[System, Variant]:
+def _variant(key: str, base: str | None) -> tuple[System, Variant]:
     systems = {s.name: s for s in SYSTEMS["pg"]}
     name, _, variant = key.partition(":")
     system = systems[name]
+    if (name, variant) == ("ours", "base"):
+        if base is None:
+            raise SystemExit("ours:base needs --base TREE")
+        c10 = system.variant("c10")
+        # The worker imports jobs_* (and the peer) from the other checkout first.
+        return system, replace(c10, name="base", env=(("PYTHONPATH", base),))
     if name == "ours" and variant in EXTRA:
         return system, EXTRA[variant]
     return system, system.variant(variant)
+
+
+def _is_peer(key: str) -> bool:
+    """A row ours are divided by: another system's, or ours on the base tree."""
+    return not key.startswith("ours:") or key == "ours:base"
 
 
 @contextmanager
@@ -72,9 +86,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=FULL.latency_seconds)
     parser.add_argument("--pg-url")
+    parser.add_argument("--base", help="the checkout `ours:base` runs (its jobs_* packages)")
     args = parser.parse_args()
+    base = None if args.base is None else str(Path(args.base).resolve())
     config = replace(FULL, latency_seconds=args.seconds)
-    chosen = [_variant(k) for k in args.variants]
+    chosen = [_variant(k, base) for k in args.variants]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / "raw" / f"pickup-{stamp}"
     raw.mkdir(parents=True)
@@ -99,8 +115,8 @@ def main() -> None:
                 )
     keys = [s.key(v) for s, v in chosen]
     ratios: dict[str, dict[str, list[float]]] = {}
-    for num in (k for k in keys if k.startswith("ours:")):
-        for den in (k for k in keys if not k.startswith("ours:")):
+    for num in (k for k in keys if not _is_peer(k)):
+        for den in (k for k in keys if _is_peer(k)):
             per = ratios.setdefault(f"{num} / {den}", {f: [] for f in FIGURES})
             for r in range(1, args.rounds + 1):
                 a = next(x for x in rows if x["round"] == r and x["row"] == num)
@@ -120,6 +136,7 @@ def main() -> None:
             {
                 "command": "python -m bench.pickup_pairs --rounds "
                 + f"{args.rounds} --seconds {args.seconds:g} "
+                + ("--base <base tree> " if args.base else "")
                 + " ".join(args.variants),
                 "config": {"latency_rate": config.latency_rate, "stream_rate": config.stream_rate},
                 "load_before": load_before,

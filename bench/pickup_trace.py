@@ -12,7 +12,11 @@ the producer records each enqueue's return. Each job's pickup is then split into
 - claim: that claim's round trip
 - to body: the claim's answer to the body's start (admission, task start)
 
-Medians and p95 of each part print; nothing is written to the tree.
+Medians and p95 of each part print, then what the worker did per job over the stream (its
+CPU, statements sent, transactions, claims and empty claims, ack calls, NOTIFYs received, wakes,
+claim-loop waits, event-loop turns, timers and tasks), counted in-process. `--tree OTHER` runs
+the worker on another checkout's `jobs_*` (the probes stay this tree's): old and new, alternately.
+Nothing is written to the tree.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +38,74 @@ from typing import Any
 from bench.systems import OURS_PYTHON, ROOT
 
 TRACE_ENV = "BENCH_TRACE_FILE"
+TREE_ENV = "BENCH_TRACE_TREE"
+COUNTS = (
+    "statements",
+    "transactions",
+    "claims",
+    "empty_claims",
+    "acks",
+    "notifies",
+    "wakes",
+    "waits",
+    "loop_turns",
+    "timers",
+    "tasks",
+)
+
+
+def _install_counters(out: Any) -> None:
+    """Count, in this (worker) process, what each job costs; written on a `counts` line when
+    the trace file is told to (a `mark` line's arrival is polled by a timer)."""
+    import asyncio.base_events as be
+
+    import psycopg
+
+    import jobs_core.worker.claim as claim_mod
+    from jobs_pg.driver import PgDriver
+
+    n = dict.fromkeys(COUNTS, 0)
+
+    def wrap(owner: Any, name: str, key: str) -> None:
+        orig = getattr(owner, name)
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            n[key] += 1
+            return orig(*a, **kw)
+
+        setattr(owner, name, counted)
+
+    wrap(psycopg.AsyncCursor, "execute", "statements")
+    wrap(be.BaseEventLoop, "_run_once", "loop_turns")
+    wrap(be.BaseEventLoop, "call_at", "timers")
+    wrap(be.BaseEventLoop, "create_task", "tasks")
+    wrap(claim_mod.ClaimLoop, "on_wake", "wakes")
+    wrap(claim_mod, "wait_kick", "waits")
+    conn = PgDriver._conn
+
+    def counted_conn(self: PgDriver, *a: Any, **kw: Any) -> Any:
+        n["transactions"] += 1
+        return conn(self, *a, **kw)
+
+    PgDriver._conn = counted_conn  # type: ignore[method-assign]
+    ack = PgDriver._job_ack
+
+    async def counted_ack(self: PgDriver, *a: Any, **kw: Any) -> Any:
+        n["acks"] += 1
+        return await ack(self, *a, **kw)
+
+    PgDriver._job_ack = counted_ack  # type: ignore[method-assign]
+
+    def snapshot() -> None:
+        out.write(json.dumps({"ev": "counts", "cpu": time.process_time(), **n}) + "\n")
+
+    import signal
+
+    signal.signal(signal.SIGUSR1, lambda *_: snapshot())
+    _COUNTED.update(n=n)
+
+
+_COUNTED: dict[str, Any] = {}
 
 
 def _install_probes(trace: Path) -> None:
@@ -41,10 +114,13 @@ def _install_probes(trace: Path) -> None:
     from jobs_pg.wake import PgWakeSubscription
 
     out = trace.open("a", buffering=1)
+    _install_counters(out)
+    counted: dict[str, int] = _COUNTED["n"]
 
     deliver = PgWakeSubscription._deliver
 
     def traced_deliver(self: PgWakeSubscription, payload: str) -> None:
+        counted["notifies"] += 1
         out.write(json.dumps({"ev": "notify", "t": time.time(), "cpu": time.thread_time()}) + "\n")
         deliver(self, payload)
 
@@ -55,6 +131,8 @@ def _install_probes(trace: Path) -> None:
     async def traced_claim(self: PgDriver, params: Any) -> Any:
         sent, sent_cpu = time.time(), time.thread_time()
         result = await claim(self, params)
+        counted["claims"] += 1
+        counted["empty_claims"] += not result.jobs
         answered, answered_cpu = time.time(), time.thread_time()
         keys = [json.loads(j.input_json).get("k") for j in result.jobs]
         out.write(
@@ -90,6 +168,13 @@ def _install_probes(trace: Path) -> None:
 
 def worker_main(argv: list[str]) -> None:
     """The worker, instrumented: `ujobs worker ARGV...`."""
+    tree = os.environ.get(TREE_ENV)
+    if tree:
+        sys.path.insert(0, tree)
+        # This module's imports (bench.systems, bench.stores) loaded this tree's jobs_*: drop
+        # them, so the probes and the worker import the other checkout's.
+        for name in [m for m in sys.modules if m.partition(".")[0].startswith("jobs_")]:
+            del sys.modules[name]
     _install_probes(Path(os.environ[TRACE_ENV]))
     from jobs_core.cli import main
 
@@ -150,9 +235,12 @@ def analyse(trace: Path, produced: Path, starts: Path) -> dict[str, Any]:
     body_cpu: dict[str, float] = {}
     claim_of: dict[str, dict[str, Any]] = {}
     claims: list[dict[str, Any]] = []
+    counts: list[dict[str, Any]] = []
     for line in trace.read_text().splitlines():
         ev = json.loads(line)
-        if ev["ev"] == "notify":
+        if ev["ev"] == "counts":
+            counts.append(ev)
+        elif ev["ev"] == "notify":
             notifies.append(ev["t"])
             notify_cpu.append(ev["cpu"])
         elif ev["ev"] == "body":
@@ -212,6 +300,12 @@ def analyse(trace: Path, produced: Path, starts: Path) -> dict[str, Any]:
         f" jobs per non-empty claim {statistics.fmean([n for n in per_claim if n] or [0]):.2f},"
         f" notifies {len(notifies)}"
     )
+    if len(counts) >= 2 and stamp:
+        jobs = len(stamp)
+        before, after = counts[0], counts[-1]
+        per = {k: (after[k] - before[k]) / jobs for k in ("cpu", *COUNTS)}
+        print(f"{'per job':>15}: cpu {per.pop('cpu') * 1e6:.0f} µs (probes included); ", end="")
+        print(", ".join(f"{k} {v:.2f}" for k, v in per.items()))
     return {name: statistics.median(xs) for name, xs in parts.items() if xs}
 
 
@@ -224,6 +318,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--tree", help="run the worker on this checkout's jobs_* packages")
     args = parser.parse_args()
 
     schema = f"trace_{uuid.uuid4().hex[:8]}"
@@ -237,6 +332,7 @@ def main() -> None:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         TRACE_ENV: str(trace),
+        **({TREE_ENV: str(Path(args.tree).resolve())} if args.tree else {}),
         "BENCH_LATENCY_FILE": str(starts),
     }
     argv = [str(OURS_PYTHON), "-m", "bench.pickup_trace", "worker", "bench.peers.ours_peer"]
@@ -249,8 +345,11 @@ def main() -> None:
         while f"{tag}-warm" not in (trace.read_text() if trace.exists() else ""):
             time.sleep(0.1)
         time.sleep(1.0)
+        proc.send_signal(signal.SIGUSR1)
         produced.write_text("".join(asyncio.run(_produce(url, args.rate, args.seconds, tag))))
         time.sleep(1.0)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.2)
     finally:
         proc.terminate()
         proc.wait(20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 
@@ -262,3 +263,24 @@ async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
     finally:
         await d.close()
         await proxy.close()
+
+
+async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:
+    await pg.job_enqueue_many([job(0)])
+    loop = asyncio.get_running_loop()
+    made: list[object] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    # A trickle's claim or ack has no company: no task, answer future or gather of its own.
+    loop.set_task_factory(counting)
+    try:
+        claimed = (await pg.job_claim(_claim(1))).jobs
+        landed = await pg.job_ack([_ack(claimed[0])])
+    finally:
+        loop.set_task_factory(factory)
+    assert (len(claimed), landed) == (1, [True])
+    assert made == []

@@ -223,9 +223,14 @@ def backfills_show(name: str, url: str | None, app: str | None, limit: int, as_j
 
 async def _report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, Any]]:
     """The import's error report (line, field, code; never a value)."""
-    from jobs_core.factories.rows.report import import_report
-
     return await import_report(driver, run_id, limit)
+
+
+async def import_report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, Any]]:
+    """`jobs_core.factories.rows.report.import_report`, imported when a report is read."""
+    from jobs_core.factories.rows.report import import_report as read
+
+    return await read(driver, run_id, limit)
 
 
 # -- printing -------------------------------------------------------------------------------------

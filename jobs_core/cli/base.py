@@ -33,8 +33,8 @@ from jobs_core.urls import mask_text
 if TYPE_CHECKING:
     from jobs_core.job import JobHandle
 
-# A command imports what it runs when it runs: `ujobs --help` and a verb that reads the store
-# do not load the worker, the factories or the dashboard (docs/operations.md, "Start-up").
+# A command imports what it runs when it runs (here: the zone, the jobs module, the version), so
+# a verb pays for its own imports only (docs/operations.md, "Start-up").
 
 #: Every word the CLI prints goes through here. Markup, emoji codes and highlighting are off:
 #: a name like `emails[eu]`, `report[/x]` or `:smile:` prints as it is, never as a style, an

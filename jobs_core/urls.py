@@ -8,15 +8,17 @@ stores (the relay's `--outbox URL`) likewise under `ujobs.outboxes`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, cast
 from urllib.parse import quote, unquote, unquote_plus
 
-from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverNotInstalledError, DriverUrlInvalidError
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from jobs_core.driver import JobDriver
+
     # Only for the annotation: the outbox package imports this module (`mask_text`).
     from jobs_core.outbox.store import OutboxStore
 
@@ -161,7 +163,7 @@ def _install_hint(scheme: str) -> str:
 def driver_from_url(url: str) -> JobDriver:
     """A new, unopened driver for `url`; `X_DRIVER_URL_INVALID` names an unknown scheme, and
     `X_DRIVER_NOT_INSTALLED` names the extra to install when the driver's libraries are absent."""
-    return cast(JobDriver, _load("ujobs.drivers", "driver", url))
+    return cast("JobDriver", _load("ujobs.drivers", "driver", url))
 
 
 def outbox_from_url(url: str) -> OutboxStore:
@@ -170,11 +172,27 @@ def outbox_from_url(url: str) -> OutboxStore:
     return cast("OutboxStore", _load("ujobs.outboxes", "outbox store", url))
 
 
+def entry_points(group: str) -> Iterable[EntryPoint]:
+    """The installed entry points of `group` (`importlib.metadata`, imported when first asked:
+    a command that opens no store does not pay for it)."""
+    from importlib.metadata import entry_points as installed
+
+    return installed(group=group)
+
+
+#: group -> scheme -> entry point, as last read: reading them walks every installed
+#: distribution's metadata, so it is done once a process and again only for a scheme not
+#: found (a plugin put on the path since is still found).
+_FOUND: dict[str, dict[str, EntryPoint]] = {}
+
+
 def entry_point_for(group: str, what: str, url: str) -> EntryPoint:
     """The entry point of `group` named after `url`'s scheme; `X_DRIVER_URL_INVALID` (naming
     the schemes there are) when none is installed."""
     scheme = scheme_of(url)
-    found = {ep.name: ep for ep in entry_points(group=group)}
+    found = _FOUND.get(group)
+    if found is None or scheme not in found:
+        found = _FOUND[group] = {ep.name: ep for ep in entry_points(group=group)}
     ep = found.get(scheme)
     if ep is None:
         raise DriverUrlInvalidError(

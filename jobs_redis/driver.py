@@ -74,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Final, cast
@@ -172,6 +173,7 @@ from jobs_core.urls import encode_userinfo, mask_text, mask_url
 from jobs_redis.keys import Keys
 from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
+from jobs_redis.wake import Trails
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
 _PRIORITY_UNIT: Final = 2**42
@@ -292,11 +294,16 @@ class RedisDriver(JobDriver):
 
     def _new_loop_client(self) -> _LoopClient:
         if not self._owned:
-            return _LoopClient(self._client, owned=False)
-        if not self._first_taken:
+            held = _LoopClient(self._client, owned=False)
+        elif not self._first_taken:
             self._first_taken = True
-            return _LoopClient(self._client, owned=True)
-        return _LoopClient(self._make_client(*self._client_args), owned=True)
+            held = _LoopClient(self._client, owned=True)
+        else:
+            held = _LoopClient(self._make_client(*self._client_args), owned=True)
+        if self.capabilities().wake:
+            channel = self.keys.channel
+            held.trails = Trails(self.wake_slot_ms, lambda q: held.client.publish(channel(q), q))
+        return held
 
     def _make_client(self, url: str, scheme: str, connect_timeout: float, timeout: float) -> Any:
         from redis.asyncio import Redis
@@ -471,7 +478,15 @@ class RedisDriver(JobDriver):
 
     async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
         keys, args = self._enqueue_call(job)
-        return _enqueued(job, await self._run("job_enqueue", (*keys, *self.keys.account()), args))
+        began = time.monotonic()
+        got = await self._run("job_enqueue", (*keys, *self.keys.account()), args)
+        trails = self._loops.get().trails
+        if trails is not None:
+            if got == _INSERTED_QUIET:
+                trails.quiet(job.queue, job.created_at_ms, began)
+            elif got == 1 and args[5]:
+                trails.published(job.queue, began)
+        return _enqueued(job, got)
 
     async def _job_enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """One script call per chunk of `ENQUEUE_CHUNK`, in order; each chunk is atomic.
@@ -1615,22 +1630,28 @@ async def _pool_connection(pool: Any) -> Any:
 
 
 class _LoopClient:
-    """The client one event loop uses; `owned` when the driver made it (and so closes it)."""
+    """The client one event loop uses; `owned` when the driver made it (and so closes it), and
+    the loop's trailing wake publishes (None where the driver declares no wake)."""
 
-    __slots__ = ("client", "owned")
+    __slots__ = ("client", "owned", "trails")
 
     def __init__(self, client: Any, *, owned: bool) -> None:
         self.client = client
         self.owned = owned
+        self.trails: Trails | None = None
 
 
 async def _close_loop_client(held: _LoopClient) -> None:
+    if held.trails is not None:
+        await held.trails.close()
     if held.owned:
         await held.client.aclose()
 
 
 def _abandon_loop_client(held: _LoopClient) -> None:
     """A loop that is gone cannot run the close; its sockets go with the client's references."""
+    if held.trails is not None:
+        held.trails.abandon()
     held.client = None
 
 
@@ -1683,9 +1704,14 @@ def _join_meta(join: tuple[str, ...] | None) -> str:
     return "\x00".join((str(len(join)), *join))
 
 
+#: `job_enqueue.lua`'s answer for a due job inserted without a PUBLISH (its slot's gone out).
+_INSERTED_QUIET: Final = 2
+
+
 def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
-    """`includes/enqueue.lua`'s answer: 1 when `job` was inserted, else the id it deduped to."""
-    if got == 1:
+    """`includes/enqueue.lua`'s answer: 1 when `job` was inserted (`job_enqueue.lua`: 2 when
+    inserted quiet), else the id it deduped to."""
+    if got == 1 or got == _INSERTED_QUIET:
         return EnqueueResult(job.id, deduped=False)
     return EnqueueResult(str(got), deduped=True)
 

@@ -5,8 +5,11 @@ posting landed, its step not recorded); standbys take both runs over.
 
 Each kill lands at a chosen place: the app wraps the driver's `_posting_put` (what the ledger's
 one step sends), and the first process to reach the held place writes its pid to a file and
-sleeps there until the test kills it; every later one goes through. Afterwards each key is
-posted exactly once, with its own lines, in its own tenant's ledger, and the balances are the
+sleeps there until the test kills it; every later one goes through. A process runs one held key
+at a time: one holding a place that meets the other's key waits before its write until it is
+killed, so the other place is held by another worker and each kill stops a live worker holding
+one place (the test checks both, and kills in the order the places were held). Afterwards each
+key is posted exactly once, with its own lines, in its own tenant's ledger, and the balances are the
 exact sums: the run killed before its write posts on its next attempt (`applied`), the one killed
 after it finds its posting (`already_applied`) and moves nothing.
 """
@@ -67,15 +70,27 @@ if os.environ["UJOBS_DRIVER"].startswith("redis"):
 else:
     from jobs_pg import PgDriver as Driver
 posting_put = Driver._posting_put
+HELD_KEYS = (os.environ["HOLD_BEFORE"], os.environ["HOLD_AFTER"])
+#: The held key this process is running now, if any: one at a time, so a process never holds
+#: both places (the other waits here, nothing written, until the kill; a standby runs it after).
+running = []
 
 
 async def held_posting_put(self, put):
-    if put.key == os.environ["HOLD_BEFORE"]:
-        await hold_once("before")
-    answer = await posting_put(self, put)
-    if put.key == os.environ["HOLD_AFTER"]:
-        await hold_once("after")
-    return answer
+    if put.key not in HELD_KEYS:
+        return await posting_put(self, put)
+    while running:
+        await asyncio.sleep(0.05)
+    running.append(put.key)
+    try:
+        if put.key == HELD_KEYS[0]:
+            await hold_once("before")
+        answer = await posting_put(self, put)
+        if put.key == HELD_KEYS[1]:
+            await hold_once("after")
+        return answer
+    finally:
+        running.remove(put.key)
 
 
 Driver._posting_put = held_posting_put
@@ -162,22 +177,33 @@ async def test_postings_killed_around_their_write_land_once(
                 nudged = time.monotonic()
             await asyncio.sleep(0.01)
 
-    async def kill_at(mark: str) -> None:
+    def holder(mark: str) -> int | None:
         path = tmp_path / mark
+        text = path.read_text() if path.exists() else ""
+        return int(text) if text else None
+
+    async def kill_next() -> None:
+        """Kill the worker holding a place not yet killed at (whichever was held first)."""
+        left = [m for m in ("before", "after") if m not in gone_ms]
 
         async def holding() -> bool:
-            return path.exists() and path.read_text() != ""
+            return any(holder(m) is not None for m in left)
 
-        await until(holding, f"a worker held {mark} its posting")
-        pid = int(path.read_text())
+        await until(holding, f"a worker held its posting {' or '.join(left)}")
+        mark = next(m for m in left if holder(m) is not None)
+        pid = holder(mark)
         victim = next(w for w in workers if w.pid == pid)
-        killed.add(pid)
+        # Meaningful: a live worker, no earlier victim, holding this place alone.
+        assert pid not in killed and victim.poll() is None, (mark, pid, killed)
+        assert all(holder(m) != pid for m in ("before", "after") if m != mark), (mark, pid)
+        killed.add(victim.pid)
         victim.send_signal(signal.SIGKILL)
         victim.communicate(timeout=60)
         gone_ms[mark] = int(time.time() * 1000)
 
-    await kill_at("before")
-    await kill_at("after")
+    await kill_next()
+    await kill_next()
+    assert len(killed) == 2 and set(gone_ms) == {"before", "after"}
 
     async def all_done() -> bool:
         return all(r.state is JobState.COMPLETED for r in (await rows()).values())

@@ -8,19 +8,40 @@ consumer's cursor, lag and last turn; `webhooks` the endpoint ledger `webhook()`
 `dashboard` the web dashboard; `show` how their answers are printed, for people and as JSON.
 """
 
-# Importing the command modules registers their commands on `main`.
-from jobs_core.cli import (
-    backfills,
-    consumers,
-    dashboard,
-    operate,
-    relay,
-    run,
-    schedule,
-    webhooks,
-)
+from typing import TYPE_CHECKING, Any
+
 from jobs_core.cli.base import DRIVER_ENV, console, main
-from jobs_core.cli.run import _print_plan, _retention_text, retention_from
+
+if TYPE_CHECKING:
+    from jobs_core.cli import (
+        backfills,
+        consumers,
+        dashboard,
+        operate,
+        relay,
+        run,
+        schedule,
+        webhooks,
+    )
+    from jobs_core.cli.run import _print_plan, _retention_text, retention_from
+
+#: Names this package gives from `run` (imported on first use, as the command modules are:
+#: `main` imports a command's module when the command is looked up).
+_FROM_RUN = frozenset({"_print_plan", "_retention_text", "retention_from"})
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _FROM_RUN:
+        return getattr(importlib.import_module("jobs_core.cli.run"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
 
 __all__ = [
     "DRIVER_ENV",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.text import Text
@@ -30,7 +30,6 @@ from jobs_core.cli.base import (
 )
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
-from jobs_core.driver import JobDriver
 from jobs_core.errors import (
     CliNoJobsError,
     CliUsageInvalidError,
@@ -38,17 +37,16 @@ from jobs_core.errors import (
     JobsError,
     OptionInvalidError,
 )
-from jobs_core.factories.backfill import (
-    Backfill,
-    BackfillsView,
-    EntryView,
-    Pending,
-    SweepView,
-    backfills_of,
-    inspect_backfills,
-)
-from jobs_core.factories.rows.report import import_report
-from jobs_core.operator.times import age, relative
+
+if TYPE_CHECKING:
+    from jobs_core.driver import JobDriver
+    from jobs_core.factories.backfill import (
+        Backfill,
+        BackfillsView,
+        EntryView,
+        Pending,
+        SweepView,
+    )
 
 T = TypeVar("T")
 
@@ -74,6 +72,8 @@ def _declared(app: str | None, *, required: bool) -> list[Backfill]:
                 " (--app or env UJOBS_APP)"
             )
         return []
+    from jobs_core.factories.backfill import backfills_of
+
     found = backfills_of(_import_module(app))
     if required and not found:
         raise CliNoJobsError(f"{app!r} exports no backfills (declare them with backfill())")
@@ -112,6 +112,8 @@ def backfills() -> None:
 def backfills_list(url: str | None, app: str | None, as_json: bool) -> None:
     """Each sweep: its newest run per scope and environment — status, progress (rows of
     expected), rate, last cursor — and what is pending in this environment."""
+    from jobs_core.factories.backfill import inspect_backfills
+
     try:
         declared = _declared(app, required=False)
     except JobsError as exc:
@@ -151,6 +153,8 @@ def backfills_pending(
     """Declared minus completed, per environment. A per-tenant sweep's tenants are not known in
     advance: without --tenant, it shows the tenants that started it and did not finish, or the
     sweep itself while no tenant has started it."""
+    from jobs_core.factories.backfill import inspect_backfills
+
     try:
         declared = _declared(app, required=True)
     except JobsError as exc:
@@ -183,6 +187,8 @@ def backfills_pending(
 def backfills_show(name: str, url: str | None, app: str | None, limit: int, as_json: bool) -> None:
     """One sweep: its declaration, every run in the ledger (newest first), where it is pending;
     for an import, its error report."""
+    from jobs_core.factories.backfill import inspect_backfills
+
     try:
         if not 1 <= limit <= MAX_REPORT_LINES:
             raise OptionInvalidError(f"--limit must be 1 to {MAX_REPORT_LINES}", detail="--limit")
@@ -220,6 +226,13 @@ async def _report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, 
     return await import_report(driver, run_id, limit)
 
 
+async def import_report(driver: JobDriver, run_id: str, limit: int) -> list[dict[str, Any]]:
+    """`jobs_core.factories.rows.report.import_report`, imported when a report is read."""
+    from jobs_core.factories.rows.report import import_report as read
+
+    return await read(driver, run_id, limit)
+
+
 # -- printing -------------------------------------------------------------------------------------
 
 
@@ -251,6 +264,8 @@ def _status(e: EntryView) -> Text:
 
 def _checkpoint(window_ms: int) -> str:
     """How often a run records its progress: the ledger moves a window of batches at a time."""
+    from jobs_core.operator.times import age
+
     return "every batch" if window_ms == 0 else f"every {age(window_ms)} of batches"
 
 
@@ -261,6 +276,8 @@ def _cursor(e: EntryView) -> str:
 def print_sweeps(view: BackfillsView, now_ms: int) -> None:
     """One row per sweep and scope and environment (its newest run), then this environment's
     pending sweeps."""
+    from jobs_core.operator.times import relative
+
     rows: list[list[Cell]] = []
     for s in view.sweeps:
         newest = s.newest_per_scope()
@@ -320,6 +337,8 @@ def print_pending(pending: dict[str, list[Pending]]) -> None:
 
 def print_sweep(sweep: SweepView, now_ms: int) -> None:
     """A sweep's declaration, each of its runs, and where it is pending."""
+    from jobs_core.operator.times import age, relative
+
     d = sweep.declared
     fields: list[list[Cell]] = [["sweep", sweep.name], ["kind", sweep.kind]]
     if d is None:

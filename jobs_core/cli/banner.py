@@ -8,14 +8,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs_core.driver import JobDriver
-from jobs_core.job import JobHandle
-from jobs_core.outbox import Relay
-from jobs_core.retention import Retention
-from jobs_core.scheduler import Scheduler
-from jobs_core.worker import Worker, WorkerStats
+if TYPE_CHECKING:
+    from jobs_core.driver import JobDriver
+    from jobs_core.job import JobHandle
+    from jobs_core.outbox import Relay
+    from jobs_core.retention import Retention
+    from jobs_core.scheduler import Scheduler
+    from jobs_core.worker import Worker, WorkerStats
 
 log = logging.getLogger("jobs.cli")
 

@@ -12,10 +12,9 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, tzinfo
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -29,9 +28,13 @@ from jobs_core.errors import (
     JobsError,
     OptionInvalidError,
 )
-from jobs_core.job import JobHandle, jobs_of
-from jobs_core.operator.times import use_zone
 from jobs_core.urls import mask_text
+
+if TYPE_CHECKING:
+    from jobs_core.job import JobHandle
+
+# A command imports what it runs when it runs (here: the zone, the jobs module, the version), so
+# a verb pays for its own imports only (docs/operations.md, "Start-up").
 
 #: Every word the CLI prints goes through here. Markup, emoji codes and highlighting are off:
 #: a name like `emails[eu]`, `report[/x]` or `:smile:` prints as it is, never as a style, an
@@ -110,6 +113,8 @@ def tz_option(default: str) -> Callable[[FC], FC]:
 def use_tz(tz: str | None) -> tzinfo | None:
     """Show this command's times in `tz` (answered; None: not given); a zone zoneinfo does not
     know exits 2, typed (`X_OPTION_INVALID` naming `--tz`)."""
+    from jobs_core.operator.times import use_zone
+
     try:
         return use_zone(tz)
     except JobsError as exc:
@@ -148,6 +153,8 @@ def _import_module(target: str) -> ModuleType:
 
 def _jobs_in(module: str) -> list[JobHandle]:
     """The jobs `module` exports; `X_CLI_NO_JOBS` when it exports none."""
+    from jobs_core.job import jobs_of
+
     handles = jobs_of(_import_module(module))
     if not handles:
         raise CliNoJobsError(
@@ -255,10 +262,19 @@ def _configure_logging(verbose: int, kind: str = "text", urls: Sequence[str] = (
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("ultimat3-jobs")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """`--version`: read from the installed metadata only when asked."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"ujobs {_version()}", color=ctx.color)
+        ctx.exit()
 
 
 #: Click ≥ 8.2 raises this for a group called with no command; older ones print help themselves.
@@ -267,8 +283,65 @@ _NO_ARGS: tuple[type[Exception], ...] = tuple(
 )
 
 
+#: Each `ujobs` command and the module declaring it: a command line imports only its command's
+#: module (`ujobs worker` never loads the factories, the operator or the dashboard); the
+#: listing (`ujobs --help`, `main.commands`) imports them all. A test keeps this true.
+COMMAND_MODULES: Final = {
+    "backfills": "jobs_core.cli.backfills",
+    "batches": "jobs_core.cli.operate",
+    "consumers": "jobs_core.cli.consumers",
+    "dashboard": "jobs_core.cli.dashboard",
+    "db": "jobs_core.cli.run",
+    "demo": "jobs_core.cli.run",
+    "enqueue": "jobs_core.cli.run",
+    "jobs": "jobs_core.cli.operate",
+    "outbox": "jobs_core.cli.relay",
+    "pause": "jobs_core.cli.operate",
+    "queues": "jobs_core.cli.operate",
+    "relay": "jobs_core.cli.relay",
+    "resume": "jobs_core.cli.operate",
+    "scheduler": "jobs_core.cli.schedule",
+    "stats": "jobs_core.cli.operate",
+    "tasks": "jobs_core.cli.schedule",
+    "webhooks": "jobs_core.cli.webhooks",
+    "worker": "jobs_core.cli.run",
+    "workers": "jobs_core.cli.operate",
+}
+
+
 class _Group(click.Group):
-    """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too."""
+    """The `ujobs` group: a usage error is one `X_CLI_USAGE_INVALID` line and exit 2, too; a
+    command's module is imported when the command is looked up (`COMMAND_MODULES`)."""
+
+    _adding = False
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, click.Command]:
+        """Every command, each module imported (what a listing and the docs read)."""
+        if not self._adding:
+            for module in dict.fromkeys(COMMAND_MODULES.values()):
+                importlib.import_module(module)
+        return self._registered
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._registered = value
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        self._adding = True  # registering one command loads no other module
+        try:
+            super().add_command(cmd, name)
+        finally:
+            self._adding = False
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self._registered:
+            importlib.import_module(module)
+        return self._registered.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands)
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -299,7 +372,14 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.version_option(_version(), "--version", prog_name="ujobs", message="%(prog)s %(version)s")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.pass_context
 def main(ctx: click.Context, verbose: int) -> None:

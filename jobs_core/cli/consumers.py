@@ -5,6 +5,7 @@ holder — read through `inspect_consumers` (the one projection) on the driver o
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,9 +21,10 @@ from jobs_core.cli.show import Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.driver import MAX_CONSUMER_LIST
 from jobs_core.errors import JobsError, OptionInvalidError
-from jobs_core.factories.consumers.inspect import ConsumerView, inspect_consumers
 from jobs_core.jsonform import dumps
-from jobs_core.operator.times import relative
+
+if TYPE_CHECKING:
+    from jobs_core.factories.consumers.inspect import ConsumerView
 
 
 @main.group()
@@ -40,6 +42,9 @@ def consumers() -> None:
 def consumers_list(url: str | None, name: str | None, limit: int, as_json: bool) -> None:
     """Each consumer and tenant: source, cursor, lag, last turn, the worker of that turn and
     the run holding its lease now (none between runs)."""
+    from jobs_core.factories.consumers.inspect import inspect_consumers
+    from jobs_core.operator.times import relative
+
     now = SystemClock().now_ms()
     try:
         if not 1 <= limit <= MAX_CONSUMER_LIST:

@@ -20,8 +20,6 @@ from jobs_core.cli.base import (
     main,
 )
 from jobs_core.errors import CliExtraMissingError, CliUsageInvalidError, JobsError
-from jobs_core.job import jobs_of
-from jobs_core.scheduler import tasks_of
 from jobs_core.urls import driver_from_url
 
 
@@ -65,6 +63,9 @@ def dashboard(url: str | None, host: str, port: int, app: str | None, read_only:
     (a sign-in form and `Authorization: Bearer`), or UJOBS_DASHBOARD_USER and
     UJOBS_DASHBOARD_PASSWORD (basic auth). With none set, the dashboard is read-only.
     """
+    from jobs_core.job import jobs_of
+    from jobs_core.scheduler import tasks_of
+
     try:
         import uvicorn
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import signal
 from datetime import tzinfo
+from typing import TYPE_CHECKING
 
 import click
 from rich.text import Text
@@ -28,11 +29,13 @@ from jobs_core.cli.base import (
 from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
-from jobs_core.lifecycle import LOOP_CHOICES, StopBudget, close_quietly, loop_factory, run_role
-from jobs_core.operator import Operator, TaskView
-from jobs_core.operator.times import relative
-from jobs_core.scheduler import Scheduler, TaskHandle, tasks_of
+from jobs_core.lifecycle import LOOP_CHOICES, loop_factory
 from jobs_core.urls import driver_from_url
+
+if TYPE_CHECKING:
+    from jobs_core.lifecycle import StopBudget
+    from jobs_core.operator import TaskView
+    from jobs_core.scheduler import Scheduler, TaskHandle
 
 log_format_option = click.option(
     "--log-format",
@@ -78,6 +81,8 @@ def drained() -> None:
 
 def tasks_in(module: str) -> list[TaskHandle]:
     """The tasks `module` exports; `X_CLI_NO_JOBS` when it exports none."""
+    from jobs_core.scheduler import tasks_of
+
     handles = tasks_of(_import_module(module))
     if not handles:
         raise CliNoJobsError(
@@ -109,6 +114,9 @@ def scheduler(
     Run as many as you like: one leads (a lease), the others stand by and take over within
     --lease when it goes. Each occurrence fires once whatever they believe.
     """
+    from jobs_core.lifecycle import run_role
+    from jobs_core.scheduler import Scheduler
+
     _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
     try:
         url = _required_driver(url, "scheduler")
@@ -148,6 +156,8 @@ async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
     """Run `s` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`) and close its
     driver within the drain's slack. A store that is down at start is waited for (a signal
     meanwhile ends the wait); one that refuses the scheduler otherwise raises."""
+    from jobs_core.lifecycle import StopBudget, close_quietly
+
     signalled = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -177,6 +187,8 @@ async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
 def tasks(module: str, url: str | None, tz: str | None, as_json: bool) -> None:
     """The tasks MODULE exports: cron, zone, job, the next fire and the last one that ran
     (in each task's zone, or --tz; to the second when its cron names seconds)."""
+    from jobs_core.operator import Operator
+
     zone = use_tz(tz)
     try:
         url = _required_driver(url, "tasks")
@@ -198,11 +210,15 @@ def tasks(module: str, url: str | None, tz: str | None, as_json: bool) -> None:
 
 def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
     """The tasks as a scheduler about to start sees them: no mark read yet."""
+    from jobs_core.operator import TaskView
+
     return [TaskView.of(h, None, False, now_ms) for h in handles]
 
 
 def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) -> None:
     """The tasks as a table; fires in `zone`, else each task's own."""
+    from jobs_core.operator.times import relative
+
     rows: list[list[Cell]] = []
     for v in views:
         h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms

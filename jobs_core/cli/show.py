@@ -16,33 +16,32 @@ import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import JustifyMethod
 from rich.table import Column, Table
 from rich.text import Text
 
-from jobs_core.attempts import ATTEMPT_HISTORY
 from jobs_core.cli.base import console, literal
-from jobs_core.jsonform import JsonValue
-from jobs_core.operator import (
-    Action,
-    BatchView,
-    BulkReport,
-    Census,
-    FamilyView,
-    JobsPage,
-    JobView,
-    QueueView,
-    StatsView,
-    WorkerView,
-)
-from jobs_core.operator.service import Answer
-from jobs_core.operator.times import age, local, relative, when
-from jobs_core.operator.waits import At, Said, step_said, waits_for
-from jobs_core.records import COUNTED_OUTCOMES
-from jobs_core.redact import REDACTED, SENSITIVE_HINT, UNDECLARED_HINT
 from jobs_core.states import JobState
+
+if TYPE_CHECKING:
+    from jobs_core.jsonform import JsonValue
+    from jobs_core.operator import (
+        Action,
+        BatchView,
+        BulkReport,
+        Census,
+        FamilyView,
+        JobsPage,
+        JobView,
+        QueueView,
+        StatsView,
+        WorkerView,
+    )
+    from jobs_core.operator.service import Answer
+    from jobs_core.operator.waits import Said
 
 _STATE_STYLE = {
     JobState.READY: "cyan",
@@ -139,6 +138,9 @@ def _state(s: JobState) -> Text:
 
 
 def print_jobs(page: JobsPage, now_ms: int) -> None:
+    from jobs_core.operator.times import relative, when
+    from jobs_core.redact import REDACTED, UNDECLARED_HINT
+
     rows: list[list[Cell]] = []
     for j in page.jobs:
         at = j.finished_at_ms if j.finished_at_ms is not None else j.run_at_ms
@@ -178,11 +180,16 @@ def _heading(text: str, note: str = "") -> None:
 
 def _said(said: Said, now_ms: int) -> str:
     """A sentence of `jobs_core.operator.waits`, its instants in local time with their age."""
+    from jobs_core.operator.times import when
+    from jobs_core.operator.waits import At
+
     return "".join(when(s.ms, now_ms) if isinstance(s, At) else s for s in said)
 
 
 def _value_block(value: JsonValue, declared: bool) -> Text:
     """A shown value: an undeclared job's says why it is hidden and how to see it."""
+    from jobs_core.redact import REDACTED, UNDECLARED_HINT
+
     if not declared and value == REDACTED:
         return literal(UNDECLARED_HINT)
     return _json_block(value)
@@ -191,6 +198,10 @@ def _value_block(value: JsonValue, declared: bool) -> Text:
 def print_job(view: JobView, now_ms: int, *, has_steps: bool = False) -> None:
     """Every field of one job, its input, result, progress, last error (with its traceback),
     what it waits for, and its run's recorded steps (when the driver keeps steps)."""
+    from jobs_core.operator.times import relative, when
+    from jobs_core.operator.waits import step_said, waits_for
+    from jobs_core.redact import REDACTED, SENSITIVE_HINT, UNDECLARED_HINT
+
     r = view.record
     rows: list[list[Cell]] = [
         ["id", r.id],
@@ -271,6 +282,8 @@ def print_bulk(report: BulkReport) -> None:
 
 
 def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
+    from jobs_core.operator.times import age
+
     rows: list[list[Cell]] = [
         [
             v.queue,
@@ -294,6 +307,8 @@ def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
 
 
 def print_workers(views: Sequence[WorkerView], now_ms: int) -> None:
+    from jobs_core.operator.times import relative
+
     rows: list[list[Cell]] = [
         [
             w.worker_id,
@@ -313,6 +328,9 @@ def print_workers(views: Sequence[WorkerView], now_ms: int) -> None:
 
 
 def print_stats(view: StatsView) -> None:
+    from jobs_core.operator.times import age, local
+    from jobs_core.records import COUNTED_OUTCOMES
+
     print_table(
         [Col(s.value, True) for s in JobState],
         [[str(view.states[s.value]) for s in JobState]],
@@ -391,6 +409,9 @@ TIMELINE_TRACEBACK_LINES = 3
 def print_attempts(view: JobView, now_ms: int) -> None:
     """Each attempt as a timeline — claimed (started) → its steps → settled, with its error —
     oldest first, then the claim still running. Every stored text is printed literally."""
+    from jobs_core.attempts import ATTEMPT_HISTORY
+    from jobs_core.operator.times import age, local, when
+
     if not view.attempts:
         return
     _heading("attempts", f" (the last {ATTEMPT_HISTORY} kept, oldest first)")

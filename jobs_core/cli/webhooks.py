@@ -31,7 +31,6 @@ from jobs_core.cli.show import Cell, Col, print_table
 from jobs_core.clock import SystemClock
 from jobs_core.driver import MAX_WEBHOOK_LIST, JobDriver
 from jobs_core.errors import JobsError, OptionInvalidError, WebhookEndpointUnknownError
-from jobs_core.operator.times import relative
 from jobs_core.records import (
     WebhookAttempt,
     WebhookAttemptListParams,
@@ -77,6 +76,8 @@ def webhooks() -> None:
 @json_option
 def webhooks_list(url: str | None, limit: int, as_json: bool) -> None:
     """Every endpoint by tenant and id: enabled or disabled, its failure streak, its URL."""
+    from jobs_core.operator.times import relative
+
     if not 1 <= limit <= MAX_WEBHOOK_LIST:
         _fail(OptionInvalidError(f"--limit must be 1 to {MAX_WEBHOOK_LIST}", detail="--limit"))
     found = _run(url, lambda d: d.webhook_endpoint_list(limit))
@@ -111,6 +112,8 @@ def webhooks_show(
     endpoint: str, tenant: str | None, url: str | None, limit: int, as_json: bool
 ) -> None:
     """One endpoint and its latest attempts, newest first."""
+    from jobs_core.operator.times import relative
+
     if not 1 <= limit <= MAX_WEBHOOK_LIST:
         _fail(OptionInvalidError(f"--limit must be 1 to {MAX_WEBHOOK_LIST}", detail="--limit"))
 

@@ -21,7 +21,10 @@
 -- ARGV[8] wake channel
 -- enqueue() returns 1 when inserted; else the id of the row it dedupes to (ARGV[1] itself when
 -- the id exists, live or finished; the live holder's id when the namespace is taken). Call it
--- once per script.
+-- once per script. ENQUEUE_QUIET is true after it when a due row went in without a PUBLISH, its
+-- slot's having gone out already (the caller publishes once more at the slot's end).
+
+local ENQUEUE_QUIET = false
 
 local function enqueue()
   acc_open(#KEYS - 5)
@@ -43,9 +46,13 @@ local function enqueue()
   acc_close()
   -- At most one PUBLISH per queue per wake slot: the poll is the guarantee, the wake a shortcut.
   local slot = ARGV[6]
-  if slot ~= "" and redis.call("HGET", KEYS[5], ARGV[7]) ~= slot then
-    redis.call("HSET", KEYS[5], ARGV[7], slot)
-    redis.call("PUBLISH", ARGV[8], ARGV[7])
+  if slot ~= "" then
+    if redis.call("HGET", KEYS[5], ARGV[7]) ~= slot then
+      redis.call("HSET", KEYS[5], ARGV[7], slot)
+      redis.call("PUBLISH", ARGV[8], ARGV[7])
+    else
+      ENQUEUE_QUIET = true
+    end
   end
   return 1
 end

@@ -54,9 +54,11 @@ def test_a_worker_killed_mid_request_resends_the_same_event(
     release = threading.Event()  # the first request is held until its worker is killed
     with recording_endpoint(hold_first=release) as (url, got):
         asyncio.run(_run(store_url, tmp_path, url, got, started))
-    (first, body1), (second, body2) = got
-    assert first["webhook-id"] == second["webhook-id"] == "msg_1"
-    assert body1 == body2
+    # Two requests, or more where a loaded machine let the standby's 1 s lease lapse too: every
+    # one the same event, byte for byte.
+    assert len(got) >= 2
+    assert {headers["webhook-id"] for headers, _ in got} == {"msg_1"}
+    assert len({body for _, body in got}) == 1
     for headers, body in got:
         assert Webhook(SECRET).verify(body, headers)["data"] == {"n": 1}
 
@@ -98,7 +100,7 @@ async def _run(store_url: str, app: Path, url: str, got: list[Any], started: lis
             200,
             "msg_1",
         )
-        assert attempt.claims == 2, attempt
+        assert attempt.claims >= 2, attempt  # the killed worker's claim, then the standby's
         ep = await driver.webhook_endpoint_get("acme", "orders")
         assert ep is not None and (ep.enabled, ep.failures) == (True, 0)
         standby.terminate()

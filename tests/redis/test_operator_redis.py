@@ -119,8 +119,9 @@ async def test_a_settle_moves_its_counter_inside_its_own_script() -> None:
     try:
         async with driver as d:
             await d.job_enqueue_many([new_job(f"j{i}", T) for i in range(4)])
-            # j3 has one attempt, so its lapsed lease is buried by the next claim.
-            await d.job_enqueue(replace(new_job("bury", T), max_attempts=1))
+            # j3 has one attempt, so its lapsed lease is buried by the next claim. Made in a wake
+            # slot of its own: it publishes now, no trailing PUBLISH lands among the settles.
+            await d.job_enqueue(replace(new_job("bury", T), max_attempts=1, created_at_ms=T + 10))
             got = await d.job_claim(ClaimParams(("q",), "w", 5, 1000, T))
             f = {j.id: j.fence for j in got.jobs}
             sent = Sent(d.client)

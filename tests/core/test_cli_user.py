@@ -141,7 +141,7 @@ def test_every_duration_is_in_seconds_options_and_banner_alike() -> None:
 
     driver = MemoryDriver()
     with console.capture() as cap:
-        _print_plan(Worker(driver, [slow], lease=2.5), [slow], driver)
+        _print_plan(Worker(driver, [slow], lease=2.5), [slow], driver, loop="asyncio")
     banner = cap.get()
     assert "lease 2.5 s" in banner and "1.5 s" in banner and " ms" not in banner
     helps = {c: run(c, "--help").stdout for c in ("worker", "enqueue")}

@@ -571,3 +571,27 @@ async def test_a_child_that_garbles_or_closes_its_start_pipe_never_started(how: 
     async with asyncio.timeout(30):
         assert await sup.run() == 1
     assert (sup.gave_up, sup.recycled, sup.started) == (True, 0, 3)
+
+
+class _BrokenPolicy(RestartPolicy):
+    def died(
+        self, failures: int, lived_s: float, refused: bool = False, started: bool = True
+    ) -> float | None:
+        raise RuntimeError("a policy that breaks")
+
+
+async def test_a_slot_whose_keeping_raises_makes_the_supervisor_give_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever raises while a slot is kept (here its restart policy), the slot's child is
+    restarted by nobody: the supervisor logs it and gives up (exit 1), never running short."""
+    from jobs_core.worker.supervisor import Supervisor
+
+    sup = Supervisor(
+        [sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ), 1, 1.0, _BrokenPolicy()
+    )
+    async with asyncio.timeout(30):
+        assert await sup.run() == 1
+    assert sup.gave_up and sup.started == 1
+    assert "ujobs-slot-0 stopped keeping its child" in caplog.text
+    assert "a policy that breaks" in caplog.text

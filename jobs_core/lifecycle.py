@@ -183,6 +183,12 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
+def loop_name(choice: str) -> str:
+    """The event loop `choice` runs a role on here, as the banners name it: "uvloop" or
+    "asyncio"; raises as `loop_factory` does."""
+    return "asyncio" if loop_factory(choice) is asyncio.new_event_loop else "uvloop"
+
+
 def run_role(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     """`asyncio.run(main)` for a role's process, on the event loop `loop` names (`loop_factory`),
     but the tasks left running after `main` (the store calls its drain abandoned) get a bounded
@@ -222,6 +228,7 @@ __all__ = [
     "close_quietly",
     "leave",
     "loop_factory",
+    "loop_name",
     "monotonic_ms",
     "run_role",
     "wait_for_store",

@@ -284,6 +284,74 @@ async def test_children_that_refuse_slowly_still_make_the_supervisor_give_up(
     assert "gave up" in text
 
 
+#: Imported first by the supervisor's interpreter (a `sitecustomize` on its PYTHONPATH), it
+#: makes the supervisor's spawns raise with no change to our code, as `SPAWN_FAILS` says:
+#: "uvloop" runs the supervisor on uvloop, whose `subprocess_exec` refuses `process_group` (up
+#: to 0.23: the failure seen in the field); a number N makes the first N spawns raise. Taken
+#: out of the environment, so the children the supervisor does start run untouched.
+SPAWN_FAILS_SITE = """
+import asyncio, os
+how = os.environ.pop("SPAWN_FAILS", "")
+if how == "uvloop":
+    import uvloop
+    asyncio.new_event_loop = uvloop.new_event_loop
+elif how:
+    left = [int(how)]
+    spawn = asyncio.create_subprocess_exec
+    async def failing(*args, **kwargs):
+        if left[0] > 0:
+            left[0] -= 1
+            raise ValueError("unexpected kwargs: process_group (a spawn made to fail)")
+        return await spawn(*args, **kwargs)
+    asyncio.create_subprocess_exec = failing
+"""
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_spawns_that_raise_make_the_supervisor_give_up(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A spawn that raises (no process at all: here uvloop refusing `process_group`) is a
+    failed start: logged with its error, retried with backoff, and the fifth in a row gives up
+    (exit 1), never a supervisor left running with no child and nobody restarting one."""
+    (tmp_path / "sitecustomize.py").write_text(SPAWN_FAILS_SITE, encoding="utf-8")
+    args = ("--processes", "2", "--drain-timeout", "1")
+    async with group(store_url, tmp_path, *args, env={"SPAWN_FAILS": "uvloop"}) as (proc, lines):
+        rc = await asyncio.wait_for(proc.wait(), 30)
+    text = "".join(lines)
+    assert rc == 1, text
+    assert "child_started" not in text and "never retrieved" not in text, text
+    died = r"child_died slot=\d pid=0 exit=none: ValueError: unexpected kwargs: process_group,"
+    died += r" never started, exited [\d.]+ s after its spawn; restart in (0\.5|1) s"
+    assert len(re.findall(died, text)) == 4, text
+    gave_up = r"gave_up: 5 children in a row died before they started .* \(the last: pid=0"
+    gave_up += r" exit=none: ValueError: unexpected kwargs: process_group, never started"
+    assert re.search(gave_up, text), text
+    assert "gave up" in text
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_spawn_that_raises_is_retried_until_the_child_starts(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two spawns that raise, then one that works: the slot is retried after 0.5 s then 1 s,
+    its child starts, and the group drains cleanly (exit 0)."""
+    (tmp_path / "sitecustomize.py").write_text(SPAWN_FAILS_SITE, encoding="utf-8")
+    # One slot, supervised (a recycle count: `--processes 1` alone runs one plain worker).
+    args = ("--processes", "1", "--max-jobs-per-process", "100", "--drain-timeout", "1")
+    async with group(store_url, tmp_path, *args, env={"SPAWN_FAILS": "2"}) as (proc, lines):
+        await until(lambda: _pids(lines, "child_ready"), 60, "the third spawn's child started")
+        proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.wait_for(proc.wait(), 30)
+    text = "".join(lines)
+    assert rc == 0, text
+    delays = re.findall(
+        r"child_died slot=0 pid=0 exit=none: ValueError: .*; restart in (.+) s", text
+    )
+    assert delays == ["0.5", "1"], text
+    assert len(_pids(lines, "child_started")) == 1 and "gave up" not in text, text
+
+
 @pytest.mark.parametrize("store_url", ["pg"], indirect=True)
 async def test_a_second_signal_forces_the_group_out_of_a_long_drain(
     store_url: str, tmp_path: Path
@@ -503,3 +571,27 @@ async def test_a_child_that_garbles_or_closes_its_start_pipe_never_started(how: 
     async with asyncio.timeout(30):
         assert await sup.run() == 1
     assert (sup.gave_up, sup.recycled, sup.started) == (True, 0, 3)
+
+
+class _BrokenPolicy(RestartPolicy):
+    def died(
+        self, failures: int, lived_s: float, refused: bool = False, started: bool = True
+    ) -> float | None:
+        raise RuntimeError("a policy that breaks")
+
+
+async def test_a_slot_whose_keeping_raises_makes_the_supervisor_give_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever raises while a slot is kept (here its restart policy), the slot's child is
+    restarted by nobody: the supervisor logs it and gives up (exit 1), never running short."""
+    from jobs_core.worker.supervisor import Supervisor
+
+    sup = Supervisor(
+        [sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ), 1, 1.0, _BrokenPolicy()
+    )
+    async with asyncio.timeout(30):
+        assert await sup.run() == 1
+    assert sup.gave_up and sup.started == 1
+    assert "ujobs-slot-0 stopped keeping its child" in caplog.text
+    assert "a policy that breaks" in caplog.text

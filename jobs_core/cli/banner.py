@@ -44,6 +44,11 @@ def _retention(r: Retention | None) -> dict[str, float | None] | None:
     return out
 
 
+def body_kind(h: JobHandle) -> str:
+    """Where `h`'s body runs, as both banners name it: `async`, `thread` or `process`."""
+    return "async" if h.is_async else h.executor
+
+
 def _job(h: JobHandle) -> dict[str, Any]:
     c = h.concurrency
     return {
@@ -51,7 +56,7 @@ def _job(h: JobHandle) -> dict[str, Any]:
         "queue": h.queue,
         "attempts": h.retry.attempts,
         "timeout_s": h.timeout_ms / 1000 if h.timeout_ms else None,
-        "body": "async" if h.is_async else "process" if h.executor == "process" else "thread",
+        "body": body_kind(h),
         "concurrency": None if c is None else {"limit": c.limit, "per_key": c.key is not None},
         "rate_limits": [{"limit": r.limit, "per_s": r.per, "by": r.by} for r in h.rate_limits],
     }
@@ -63,8 +68,11 @@ def announce_plan(
     driver: JobDriver,
     sched: Scheduler | None = None,
     relay: Relay | None = None,
+    *,
+    loop: str,
 ) -> None:
-    """`jobs.worker.plan`: what the text banner prints, as one line."""
+    """`jobs.worker.plan`: what the text banner prints, as one line (`loop`: the event loop's
+    name, `lifecycle.loop_name`)."""
     announce(
         "jobs.worker.plan",
         f"ujobs worker {w.worker_id} on {driver.describe()}",
@@ -74,6 +82,7 @@ def announce_plan(
         concurrency=w.concurrency,
         max_in_flight=w.max_in_flight,
         lease_s=w.lease_ms / 1000,
+        loop=loop,
         retention=_retention(w.retention),
         jobs=[_job(h) for h in sorted(handles, key=lambda h: h.name)],
         rate_limits=[{"limit": r.limit, "per_s": r.per, "by": r.by} for r in w.rate_limits],

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from jobs_core.cli.banner import announce, announce_plan, announce_stats, json_logs
+from jobs_core.cli.banner import announce, announce_plan, announce_stats, body_kind, json_logs
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -46,7 +46,7 @@ from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
-from jobs_core.lifecycle import StopBudget, close_quietly, loop_factory, run_role
+from jobs_core.lifecycle import StopBudget, close_quietly, loop_factory, loop_name, run_role
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
@@ -220,9 +220,9 @@ def worker(
     # --log-format json: the banner and the final counts are log lines too (jobs_core.cli.banner)
     as_json = log_format == "json"
     if as_json:
-        announce_plan(w, handles, driver, sched, relay)
+        announce_plan(w, handles, driver, sched, relay, loop=loop_name(loop))
     else:
-        _print_plan(w, handles, driver)
+        _print_plan(w, handles, driver, loop=loop_name(loop))
     if sched is not None and not as_json:
         from jobs_core.cli.schedule import print_tasks, unread
 
@@ -310,7 +310,7 @@ def _retention_text(r: Retention | None) -> str:
     return "keeps " + ", ".join(parts)
 
 
-def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
+def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver, *, loop: str) -> None:
     console.print(
         Text.assemble(
             ("ujobs worker", "bold"),
@@ -326,7 +326,7 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
             "queues: ",
             literal(", ".join(w.queues)),
             f" · concurrency {w.concurrency} · max in flight {w.max_in_flight} · lease"
-            f" {w.lease_ms / 1000:g} s · {_retention_text(w.retention)}",
+            f" {w.lease_ms / 1000:g} s · loop {loop} · {_retention_text(w.retention)}",
         )
     )
     rows: list[list[Cell]] = [
@@ -335,7 +335,7 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver) -> None:
             h.queue,
             str(h.retry.attempts),
             f"{h.timeout_ms / 1000:g} s" if h.timeout_ms else "-",
-            "async" if h.is_async else "thread",
+            body_kind(h),
             _limits_text(h),
         ]
         for h in sorted(handles, key=lambda h: h.name)

@@ -24,7 +24,8 @@ The supervisor
 - gives up, drains the others and exits 1 when it cannot keep them alive: 5 children in a row
   died before they started (whatever their timing: an import that fails after 30 s, a store
   that refuses after a long wait — a child that never started is no proof the group can run;
-  an exit 0 before the start counts too), refused to start (exit 2, the CLI's refusal: its
+  an exit 0 before the start counts too, and so does a spawn that raised: no process at all,
+  the error logged as its exit), refused to start (exit 2, the CLI's refusal: its
   module, an option or the store's schema refused it), or died within 10 s of their start,
   while no child ran past those 10 s after its start (a module that crashes on import in a
   child, a bad environment). Only a child that started and then ran the whole window resets
@@ -241,6 +242,8 @@ class Supervisor:
         tasks = [
             asyncio.create_task(self._keep(s), name=f"ujobs-slot-{s.index}") for s in self._slots
         ]
+        for task in tasks:
+            task.add_done_callback(self._slot_ended)
         await self._stop.wait()
         budget = self.drain_timeout_s + EXIT_GRACE_S
         _, late = await asyncio.wait(tasks, timeout=budget)
@@ -261,6 +264,19 @@ class Supervisor:
             log.error("jobs.supervisor.unclean_exit pids=%s", ",".join(map(str, self._unclean)))
             return 1
         return 0
+
+    def _slot_ended(self, task: asyncio.Task[None]) -> None:
+        """A slot whose keeping raised has nobody restarting its child: the group cannot be
+        kept whole, so the supervisor gives up (drains the others, exits 1), never runs short."""
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        log.error(
+            "jobs.supervisor.gave_up: %s stopped keeping its child; draining the others",
+            task.get_name(),
+            exc_info=exc,
+        )
+        self.gave_up = True
+        self._begin_stop()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if not self._stopping:
@@ -286,8 +302,10 @@ class Supervisor:
             rc: int | str
             try:
                 proc = await self._spawn(slot)
-            except OSError as exc:  # no process could start: the OS refused a fork or an exec
-                pid, rc, lived, started = 0, f"none: {exc}", 0.0, False
+            except Exception as exc:
+                # No process started (the OS refused a fork or an exec, the loop refused an
+                # argument): a death before its start, retried and counted like any other.
+                pid, rc, lived, started = 0, f"none: {type(exc).__name__}: {exc}", 0.0, False
             else:
                 if self.stopping:  # the stop came while this child was starting
                     with contextlib.suppress(ProcessLookupError):

@@ -4,6 +4,9 @@ drain faster, because its next claim is on the server while its bodies run?
     .venv/bin/python -m bench.pg_ahead [--jobs 10000] [--concurrency 10,50,100]
         [--ahead 1,1.5,2] [--rounds 5] [--no-fsync]
 
+A factor may name a refill point too: `2:0.25` holds twice the concurrency and claims again
+once a quarter of the buffer beyond the slots is free (the worker's own point is a half).
+
 On a throwaway server (`bench.pg_server.throwaway_server`, fsync on as the harness runs it
 unless `--no-fsync`), per concurrency and round, each `max_in_flight` = concurrency × `--ahead`
 factor drains in turn in a process of its own, the order rotating round to round:
@@ -45,7 +48,7 @@ KEYS = (
 
 
 async def _drain(
-    url: str, jobs: int, concurrency: int, max_in_flight: int, postmaster: int
+    url: str, jobs: int, concurrency: int, max_in_flight: int, refill: int, postmaster: int
 ) -> dict[str, float]:
     """One drain in this process; its rate, CPU a job and what its claims did."""
     import psycopg
@@ -71,6 +74,8 @@ async def _drain(
             admin.execute(f'ANALYZE "{schema}".jobs')
         async with PgDriver(url, schema=schema) as driver:
             worker = Worker(driver, [noop], concurrency=concurrency, max_in_flight=max_in_flight)
+            if refill:
+                worker._claims._refill_at = refill
             held = worker._claims._held
             claim = driver.job_claim
             body_end = worker._runner.on_body_end
@@ -140,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ahead", default="1,1.5,2")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-fsync", action="store_true", help="the server with fsync off")
-    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        url, jobs, concurrency, mif, postmaster = args.one
-        row = asyncio.run(_drain(url, int(jobs), int(concurrency), int(mif), int(postmaster)))
+        url, jobs, concurrency, mif, refill, postmaster = args.one
+        row = asyncio.run(
+            _drain(url, int(jobs), int(concurrency), int(mif), int(refill), int(postmaster))
+        )
         print(json.dumps(row))
         return 0
     from bench.pairs import in_tree
@@ -171,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = factors[r % len(factors) :] + factors[: r % len(factors)]
                 for f in order:
-                    mif = max(concurrency, round(concurrency * float(f)))
-                    one = [url, str(args.jobs), str(concurrency), str(mif), postmaster]
+                    factor, _, part = f.partition(":")
+                    mif = max(concurrency, round(concurrency * float(factor)))
+                    refill = max(1, round((mif - concurrency) * float(part))) if part else 0
+                    one = [url, str(args.jobs), str(concurrency), str(mif), str(refill), postmaster]
                     row = in_tree(__file__, tree, ["--one", *one])
                     seen[f].append(row)
                     print(f"c{concurrency} x{f}: " + json.dumps(row), flush=True)

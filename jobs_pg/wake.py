@@ -163,7 +163,12 @@ class PgWakeSubscription:
             if consume:
                 pgconn.consume_input()
             while (note := pgconn.notifies()) is not None:
-                payload = note.extra.decode(self._encoding)
+                try:
+                    payload = note.extra.decode(self._encoding)
+                except UnicodeDecodeError:
+                    # Not one of ours (a queue name went out in the session's encoding): a
+                    # stranger's bytes on the channel must not hold back the notes behind it.
+                    continue
                 if payload == self._want:
                     self._live = True
                 elif not payload.startswith("p:"):

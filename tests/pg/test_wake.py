@@ -288,3 +288,43 @@ async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_
     finally:
         loop.set_exception_handler(None)
         await d.close()
+
+
+async def test_a_payload_the_session_cannot_decode_holds_back_no_note_behind_it(
+    pg_schema: str,
+) -> None:
+    """On a SQL_ASCII database nothing converts a NOTIFY's payload: a stranger's non-ASCII bytes
+    on the channel are skipped, and the wake sent with them in one commit is still delivered."""
+    import psycopg
+
+    from jobs_pg.driver import wake_channel
+
+    db = "wake_ascii_" + pg_schema[-10:]
+    with admin() as conn:
+        conn.execute(
+            f"CREATE DATABASE {db} ENCODING 'SQL_ASCII' TEMPLATE template0 "
+            "LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+    ascii_url = PG_URL.rsplit("/", 1)[0] + "/" + db
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, listen_url=ascii_url)
+    errors: list[BaseException | None] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, ctx: errors.append(ctx.get("exception")))
+    try:
+        woken: list[str] = []
+        sub = await d.wake_subscribe(["q"], woken.append)
+        assert isinstance(sub, PgWakeSubscription)
+        await _until(lambda: sub.dials == 1)
+        await asyncio.sleep(0.3)  # its LISTEN is in
+        channel = wake_channel(pg_schema).encode()
+        plain = ascii_url.replace("+psycopg", "")
+        with psycopg.connect(plain, autocommit=True) as conn, conn.transaction():
+            conn.execute(b'NOTIFY "' + channel + b"\", 'q:caf\xc3\xa9'")
+            conn.execute(b'NOTIFY "' + channel + b"\", 'q:q'")
+        await _until(lambda: woken == ["q"], 3)
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)
+        await d.close()
+        with admin() as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -99,12 +99,18 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
+    return submodule(__name__, name)
+
+
+def submodule(package: str, name: str) -> types.ModuleType:
+    """`package.name` imported, for a package's `__getattr__`; `AttributeError` where there is
+    no such module (an error inside one that exists is raised as it is)."""
     try:
-        return importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
+        if exc.name != f"{package}.{name}":
             raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
 
 
 def __dir__() -> list[str]:

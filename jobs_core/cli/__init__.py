@@ -35,12 +35,9 @@ def __getattr__(name: str) -> Any:
 
     if name in _FROM_RUN:
         return getattr(importlib.import_module("jobs_core.cli.run"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    from jobs_core import submodule
+
+    return submodule(__name__, name)
 
 
 __all__ = [

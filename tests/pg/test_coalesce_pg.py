@@ -88,6 +88,20 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
 
 
+async def _held_behind(
+    locker: Any, pg: PgDriver, first: list[ClaimedJob]
+) -> tuple[asyncio.Future[list[bool]], asyncio.Future[Any]]:
+    """An ack of `first` and a claim of 2 sent together, the transaction held on the lock
+    `locker` takes on `first[0]`'s row: both in flight, neither answered."""
+    locker.execute("BEGIN")
+    locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
+    ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
+    claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+    await asyncio.sleep(0.3)
+    assert not ack.done() and not claim.done()
+    return ack, claim
+
+
 async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
     pg: PgDriver,
 ) -> None:
@@ -99,12 +113,7 @@ async def test_a_claim_cancelled_after_it_went_out_with_an_ack_claims_nothing(
     with admin() as locker:
         # The ack goes first in the shared transaction and waits for this row's lock: the
         # claim is sent, behind it, before its caller is cancelled.
-        locker.execute("BEGIN")
-        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
-        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
-        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
-        await asyncio.sleep(0.3)
-        assert not ack.done() and not claim.done()
+        ack, claim = await _held_behind(locker, pg, first)
         claim.cancel()
         await asyncio.sleep(0.2)
         locker.execute("ROLLBACK")
@@ -128,12 +137,7 @@ async def test_an_ack_and_a_claim_whose_session_dies_before_commit_are_told_and_
     await pg.job_enqueue_many([job(i) for i in range(4)])
     first = (await pg.job_claim(_claim(2))).jobs
     with admin() as locker, admin() as killer:
-        locker.execute("BEGIN")
-        locker.execute(f'SELECT 1 FROM "{pg.schema}".jobs WHERE id = %s FOR UPDATE', [first[0].id])
-        ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))
-        claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
-        await asyncio.sleep(0.3)
-        assert not ack.done() and not claim.done()
+        ack, claim = await _held_behind(locker, pg, first)
         (killed,) = killer.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"

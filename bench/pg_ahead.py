@@ -30,7 +30,6 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,64 +50,48 @@ async def _drain(
     url: str, jobs: int, concurrency: int, max_in_flight: int, refill: int, postmaster: int
 ) -> dict[str, float]:
     """One drain in this process; its rate, CPU a job and what its claims did."""
-    import psycopg
-
     from bench.cpu import cluster_cpu
     from bench.peers.ours_peer import noop
-    from jobs_core.driver import MAX_ENQUEUE_BATCH
-    from jobs_core.facade import Jobs
+    from bench.pg_pair import filled
     from jobs_core.records import ClaimParams, ClaimResult
     from jobs_core.worker import Worker
     from jobs_pg import PgDriver
-    from jobs_pg.migrate import upgrade
 
-    schema = "ahead_" + uuid.uuid4().hex[:10]
-    upgrade(url, schema)
     claims: list[tuple[float, int, bool, float]] = []
-    try:
-        async with PgDriver(url, schema=schema) as driver:
-            inputs = [{"k": str(i)} for i in range(jobs)]
-            for start in range(0, jobs, MAX_ENQUEUE_BATCH):
-                await Jobs(driver).enqueue_many(noop, inputs[start : start + MAX_ENQUEUE_BATCH])
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f'ANALYZE "{schema}".jobs')
-        async with PgDriver(url, schema=schema) as driver:
-            worker = Worker(driver, [noop], concurrency=concurrency, max_in_flight=max_in_flight)
-            if refill:
-                worker._claims._refill_at = refill
-            held = worker._claims._held
-            claim = driver.job_claim
-            body_end = worker._runner.on_body_end
-            last_end = [0.0]
+    async with filled(url, jobs, "ahead_") as schema, PgDriver(url, schema=schema) as driver:
+        worker = Worker(driver, [noop], concurrency=concurrency, max_in_flight=max_in_flight)
+        if refill:
+            worker._claims._refill_at = refill
+        held = worker._claims._held
+        claim = driver.job_claim
+        body_end = worker._runner.on_body_end
+        last_end = [0.0]
 
-            def ended(h: Any) -> None:
-                last_end[0] = time.perf_counter()
-                body_end(h)
+        def ended(h: Any) -> None:
+            last_end[0] = time.perf_counter()
+            body_end(h)
 
-            worker._runner.on_body_end = ended
+        worker._runner.on_body_end = ended
 
-            async def timed(params: ClaimParams) -> ClaimResult:
-                sent = time.perf_counter()
-                result = await claim(params)
-                back = time.perf_counter()
-                # No held job left whose body has not ended: every slot sat free on this claim,
-                # from the last body's end (or the claim's send) until its answer.
-                starved = all(h.body_ended for h in held.values())
-                idle = back - max(sent, last_end[0]) if starved else 0.0
-                claims.append((back - sent, len(result.jobs), starved, idle))
-                return result
+        async def timed(params: ClaimParams) -> ClaimResult:
+            sent = time.perf_counter()
+            result = await claim(params)
+            back = time.perf_counter()
+            # No held job left whose body has not ended: every slot sat free on this claim,
+            # from the last body's end (or the claim's send) until its answer.
+            starved = all(h.body_ended for h in held.values())
+            idle = back - max(sent, last_end[0]) if starved else 0.0
+            claims.append((back - sent, len(result.jobs), starved, idle))
+            return result
 
-            driver.job_claim = timed  # type: ignore[method-assign]
-            cpu, server, began = time.process_time(), cluster_cpu(postmaster), time.perf_counter()
-            await worker.start()
-            while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
-                await asyncio.sleep(0.005)
-            took = time.perf_counter() - began
-            cpu, server = time.process_time() - cpu, cluster_cpu(postmaster) - server
-            await worker.stop()
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        driver.job_claim = timed  # type: ignore[method-assign]
+        cpu, server, began = time.process_time(), cluster_cpu(postmaster), time.perf_counter()
+        await worker.start()
+        while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
+            await asyncio.sleep(0.005)
+        took = time.perf_counter() - began
+        cpu, server = time.process_time() - cpu, cluster_cpu(postmaster) - server
+        await worker.stop()
     busy = [c for c in claims if c[1]]
     return {
         "per_s": jobs / took,

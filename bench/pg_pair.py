@@ -28,6 +28,8 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +92,19 @@ async def _redis_drain(url: str, jobs: int, concurrency: int) -> dict[str, float
     }
 
 
-async def _drain(url: str, jobs: int, concurrency: int) -> dict[str, float]:
-    """One drain in this process, on the tree it was started from (its PYTHONPATH)."""
+@asynccontextmanager
+async def filled(url: str, jobs: int, prefix: str) -> AsyncIterator[str]:
+    """A fresh schema named `prefix`…, holding `jobs` no-op jobs enqueued with `enqueue_many`
+    and analysed; dropped after."""
     import psycopg
 
-    from bench.cpu import postgres_cpu
     from bench.peers.ours_peer import noop
     from jobs_core.driver import MAX_ENQUEUE_BATCH
     from jobs_core.facade import Jobs
-    from jobs_core.worker import Worker
     from jobs_pg import PgDriver
     from jobs_pg.migrate import upgrade
 
-    schema = "pair_" + uuid.uuid4().hex[:10]
+    schema = prefix + uuid.uuid4().hex[:10]
     upgrade(url, schema)
     try:
         async with PgDriver(url, schema=schema) as driver:
@@ -111,18 +113,28 @@ async def _drain(url: str, jobs: int, concurrency: int) -> dict[str, float]:
                 await Jobs(driver).enqueue_many(noop, inputs[start : start + MAX_ENQUEUE_BATCH])
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'ANALYZE "{schema}".jobs')
-        async with PgDriver(url, schema=schema) as driver:
-            worker = Worker(driver, [noop], concurrency=concurrency)
-            cpu, server, began = time.process_time(), postgres_cpu(), time.perf_counter()
-            await worker.start()
-            while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
-                await asyncio.sleep(0.005)
-            took = time.perf_counter() - began
-            cpu, server = time.process_time() - cpu, postgres_cpu() - server
-            await worker.stop()
+        yield schema
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def _drain(url: str, jobs: int, concurrency: int) -> dict[str, float]:
+    """One drain in this process, on the tree it was started from (its PYTHONPATH)."""
+    from bench.cpu import postgres_cpu
+    from bench.peers.ours_peer import noop
+    from jobs_core.worker import Worker
+    from jobs_pg import PgDriver
+
+    async with filled(url, jobs, "pair_") as schema, PgDriver(url, schema=schema) as driver:
+        worker = Worker(driver, [noop], concurrency=concurrency)
+        cpu, server, began = time.process_time(), postgres_cpu(), time.perf_counter()
+        await worker.start()
+        while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
+            await asyncio.sleep(0.005)
+        took = time.perf_counter() - began
+        cpu, server = time.process_time() - cpu, postgres_cpu() - server
+        await worker.stop()
     return {
         "per_s": jobs / took,
         "client_us": cpu * 1e6 / jobs,

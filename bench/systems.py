@@ -138,8 +138,9 @@ def _ours(
         label="ultimat3-jobs",
         python=OURS_PYTHON,
         worker=(ujobs, "worker", "bench.peers.ours_peer", "--driver", "{url}", "--quiet"),
-        worker_note="`ujobs worker` with its defaults but the concurrency (the wake on;"
-        " jobs held at once = the concurrency, `--max-in-flight`'s default)",
+        worker_note="`ujobs worker` with its defaults but the concurrency (on uvloop, `--loop"
+        " auto`'s pick where it is installed; the wake on; jobs held at once = the concurrency,"
+        " `--max-in-flight`'s default)",
         probe=probe,
         package="ultimat3-jobs",
         variants=(

@@ -130,6 +130,7 @@ from jobs_core.semantics import (
     posting_lines_text,
 )
 from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.wake import Trails
 from jobs_pg.schema import COUNTER_SHARDS, lease_tokens
 from jobs_pg.sqltext import Sql, Statements, compile_all
 from jobs_pg.statements import consumer as consumer_stmts
@@ -437,8 +438,8 @@ class _LoopConns:
         #: Claims and acks waiting a few loop turns to go out together (`PgDriver._coalesced`).
         self.gather: list[_Piped] | None = None
         self.subscriptions: set[WakeSubscription] = set()
-        #: queue -> the pending trailing NOTIFY of a slot in which a due job went in quiet.
-        self.trails: dict[str, asyncio.TimerHandle] = {}
+        #: The trailing NOTIFYs of slots in which a due job went in quiet (`PgDriver._new_loop`).
+        self.trails: Trails | None = None
         #: Every connection the pool made, so a loop that is gone can still close its sockets.
         self.conns: weakref.WeakSet[psycopg.AsyncConnection[tuple[Any, ...]]] = weakref.WeakSet()
 
@@ -497,15 +498,11 @@ class PgDriver(JobDriver):
         self._lease_tokens = f"{quoted}.{lease_tokens.name}"
         # A pool (and the hot connection, the LISTEN sessions) belongs to one event loop; each
         # loop that calls gets its own, closed with that loop or by `close()`.
-        self._loops: LoopLocal[_LoopConns] = LoopLocal(_LoopConns, self._close_loop, _abandon_loop)
+        self._loops: LoopLocal[_LoopConns] = LoopLocal(
+            self._new_loop, self._close_loop, _abandon_loop
+        )
         #: queue -> the wake slot this process knows is already spent (notified or recorded).
         self._spent_slots: dict[str, int] = {}
-        #: queue -> when (monotonic) the last NOTIFY of ours began (an enqueue's or a trailing
-        #: one), and when the last enqueue that went in quiet (its slot's sent already) returned.
-        self._notify_began: dict[str, float] = {}
-        self._quiet_at: dict[str, float] = {}
-        #: queue -> when (monotonic) this driver last sent a slot's trailing NOTIFY.
-        self._trailed_at: dict[str, float] = {}
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
@@ -594,13 +591,18 @@ class PgDriver(JobDriver):
         """Close the pools of every loop that used this driver (each on its own loop)."""
         await self._loops.close_all()
 
+    def _new_loop(self) -> _LoopConns:
+        here = _LoopConns()
+        if self._wake:
+            here.trails = Trails(self._slot_ms, self._send_trail)
+        return here
+
     async def _close_loop(self, here: _LoopConns) -> None:
         for sub in list(here.subscriptions):
             await sub.close()
         here.subscriptions.clear()
-        for trail in here.trails.values():
-            trail.cancel()
-        here.trails.clear()
+        if here.trails is not None:
+            await here.trails.close()
         pool, here.pool = here.pool, None
         hot, here.hot = here.hot, None
         if pool is not None:
@@ -957,10 +959,16 @@ class PgDriver(JobDriver):
             if inserted is not None:
                 if wake and slot is not None:
                     self._slot_spent(job.queue, slot)
-                if wake and row[3]:
-                    self._notify_began[job.queue] = began
-                elif not quiet and slot is not None and job.run_at_ms <= job.created_at_ms:
-                    self._trail(job, slot, began)
+                trails = self._loops.get().trails
+                if trails is not None and wake and row[3]:
+                    trails.published(job.queue, began)
+                elif (
+                    trails is not None
+                    and not quiet
+                    and slot is not None
+                    and job.run_at_ms <= job.created_at_ms
+                ):
+                    trails.quiet(job.queue, job.created_at_ms, began)
                 return EnqueueResult(job.id, deduped=False)
             if existing is not None:
                 return EnqueueResult(job.id, deduped=True)
@@ -971,40 +979,6 @@ class PgDriver(JobDriver):
             if found is not None:
                 return EnqueueResult(found, deduped=True)
         raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
-
-    def _trail(self, job: NewJob, slot: int, began: float) -> None:
-        """A due job went in without a NOTIFY, its slot's having gone out already: perhaps
-        before a worker's claim could see this row, which would then wait for the next wake or
-        poll. One more NOTIFY of its queue at the slot's end covers it, unless an enqueue of
-        ours that notified begins by then. One pending per queue, and one a slot's length after
-        the last at the soonest: at most one more a slot."""
-        now = time.monotonic()
-        queue = job.queue
-        self._quiet_at[queue] = now
-        here = self._loops.get()
-        if queue in here.trails:
-            return  # pending, so it is sent after this row's commit
-        if len(self._quiet_at) > 10_000:
-            self._quiet_at.clear()
-            self._notify_began.clear()
-            self._trailed_at.clear()
-            self._quiet_at[queue] = now
-        left_s = ((slot + 1) * self._slot_ms - job.created_at_ms) / 1000 - (now - began)
-        spaced_s = self._trailed_at.get(queue, -1e9) + self._slot_ms / 1000 - now
-        here.trails[queue] = asyncio.get_running_loop().call_later(
-            max(0.0, left_s, spaced_s), self._trail_due, here, queue
-        )
-
-    def _trail_due(self, here: _LoopConns, queue: str) -> None:
-        here.trails.pop(queue, None)
-        # A queue forgotten since (the memory's bound cleared it) still had its quiet rows.
-        quiet = self._quiet_at.get(queue, float("inf"))
-        if here.pool is None or self._notify_began.get(queue, 0.0) >= quiet:
-            return  # closed, or a NOTIFY begun after the quiet rows' commits covers them
-        self._trailed_at[queue] = self._notify_began[queue] = time.monotonic()
-        task = asyncio.get_running_loop().create_task(self._send_trail(queue))
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
 
     async def _send_trail(self, queue: str) -> None:
         try:
@@ -2480,6 +2454,8 @@ _BACKGROUND: set[asyncio.Task[None]] = set()
 
 def _abandon_loop(here: _LoopConns) -> None:
     """Close the sockets of a loop that is gone (it can no longer run the pool's close)."""
+    if here.trails is not None:
+        here.trails.abandon()
     here.pool = None
     here.hot = None
     for conn in list(here.conns):

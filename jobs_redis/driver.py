@@ -170,10 +170,10 @@ from jobs_core.semantics import (
 )
 from jobs_core.states import JobState
 from jobs_core.urls import encode_userinfo, mask_text, mask_url
+from jobs_core.wake import Trails
 from jobs_redis.keys import Keys
 from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
-from jobs_redis.wake import Trails
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
 _PRIORITY_UNIT: Final = 2**42

@@ -279,7 +279,9 @@ async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_
         await d.job_enqueue(job(2, now=T0 + 1))  # quiet: a NOTIFY of "q" pending to the slot end
         # The queues this process went quiet in before, up to the bound (as 10,000 enqueues
         # to as many queues would leave them).
-        d._quiet_at.update((f"old-{i}", 0.0) for i in range(10_000))
+        trails = d._loops.get().trails
+        assert trails is not None
+        trails._quiet_at.update((f"old-{i}", 0.0) for i in range(10_000))
         await d.job_enqueue(job(3, queue="b", now=T0 + 2))
         await d.job_enqueue(job(4, queue="b", now=T0 + 3))  # quiet too: past the bound, clears
         await asyncio.sleep(LONG / 1000 + 0.5)

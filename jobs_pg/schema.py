@@ -239,7 +239,7 @@ workers: Final = sa.Table(
 # One row per queue: the wake slot (caller's clock / slot length) of its latest NOTIFY. Enqueues
 # read it without a lock and write it at most once per slot, so a busy queue notifies once per
 # slot however many jobs arrive (plus, from an enqueuing process, one at the slot's end for its
-# due jobs that went in without one: `PgDriver._trail`).
+# due jobs that went in without one: `jobs_core.wake.Trails`).
 wakes: Final = sa.Table(
     "wakes",
     metadata,

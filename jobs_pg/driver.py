@@ -840,6 +840,10 @@ class PgDriver(JobDriver):
         task.add_done_callback(_BACKGROUND.discard)
 
     async def _flush_gathered(self, batch: list[_Piped]) -> None:
+        # A caller cancelled after the batch was handed here, before this task's first turn
+        # (`_answer` found no flight to cancel): its statement is never sent (a claim would
+        # hold its jobs for nobody until their leases lapse).
+        batch = [p for p in batch if not p.fut.done()]
         try:
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:

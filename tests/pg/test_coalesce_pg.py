@@ -88,6 +88,37 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
 
 
+async def test_a_claim_cancelled_as_its_batch_is_handed_over_claims_nothing(
+    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim gathered with an ack whose caller is cancelled in the loop turn its batch is
+    handed to the flushing task: its caller's handler runs before that task's first turn, with
+    no gather left to leave and no flight yet to cancel. It is never sent: its jobs stay
+    ready, not running for nobody until their leases lapse. The ack lands alone."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))  # the first asker
+    claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+    spawn = pg._spawn_flush
+    handed: list[int] = []
+
+    def cancel_then_spawn(batch: list[Any]) -> None:
+        handed.append(len(batch))
+        claim.cancel()  # by another task, in the turn the ack's gathering ends
+        spawn(batch)
+
+    monkeypatch.setattr(pg, "_spawn_flush", cancel_then_spawn)
+    assert await ack == [True, True]
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    assert handed == [2]
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]
+
+
 async def _held_behind(
     locker: Any, pg: PgDriver, first: list[ClaimedJob]
 ) -> tuple[asyncio.Future[list[bool]], asyncio.Future[Any]]:

@@ -223,90 +223,19 @@ async def test_a_claim_cancelled_while_it_runs_again_alone_claims_nothing(pg: Pg
 
 
 class _Proxy:
-    """A TCP relay to the test's Postgres that can withhold the server's answers and then cut
-    every connection: a commit whose answer never reaches the driver."""
+    """A TCP relay to the test's Postgres that can withhold the server's answers, then cut
+    every connection (a commit whose answer never reaches the driver) or `release` them."""
 
     def __init__(self, host: str, port: int) -> None:
         self.to = (host, port)
         self.hold = False
+        self.held: list[tuple[asyncio.StreamWriter, bytes]] = []
         self.clients: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
         return int(self.server.sockets[0].getsockname()[1])
-
-    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        sr, sw = await asyncio.open_connection(*self.to)
-        self.clients.append(cw)
-
-        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter, answers: bool) -> None:
-            with contextlib.suppress(Exception):
-                while data := await r.read(65536):
-                    if not (answers and self.hold):
-                        w.write(data)
-                        await w.drain()
-            w.close()
-
-        await asyncio.gather(pump(cr, sw, False), pump(sr, cw, True))
-
-    def cut(self) -> None:
-        for w in self.clients:
-            w.transport.abort()
-        self.clients.clear()
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
-
-
-async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
-    pg: PgDriver,
-) -> None:
-    """The shared transaction committed but its answer never came (the connection dropped
-    after the commit): running each again alone would answer the ack that landed False and
-    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
-    lone call whose answer was lost does (the settle lane then sends the ack again)."""
-    from urllib.parse import urlsplit
-
-    from tests.pg.conftest import PG_URL
-
-    target = urlsplit(PG_URL)
-    proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
-    port = await proxy.start()
-    url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
-    d = PgDriver(url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0)
-    try:
-        await d.job_enqueue_many([job(i) for i in range(6)])
-        first = (await d.job_claim(_claim(2))).jobs
-        proxy.hold = True
-        ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
-        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
-        for _ in range(200):  # committed, its answer held back
-            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
-                break
-            await asyncio.sleep(0.02)
-        assert not ack.done() and not claim.done()
-        proxy.cut()
-        proxy.hold = False
-        got = await asyncio.gather(ack, claim, return_exceptions=True)
-        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
-        states = _states(pg.schema)
-        assert {states[j.id] for j in first} == {"completed"}
-        # The claim's two jobs are held as a lone claim's whose answer was lost are; no more.
-        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
-    finally:
-        await d.close()
-        await proxy.close()
-
-
-class _Holding(_Proxy):
-    """A `_Proxy` whose withheld answers are kept and delivered on `release`."""
-
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(host, port)
-        self.held: list[tuple[asyncio.StreamWriter, bytes]] = []
 
     async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
         sr, sw = await asyncio.open_connection(*self.to)
@@ -329,6 +258,70 @@ class _Holding(_Proxy):
         for w, data in self.held:
             w.write(data)
         self.held.clear()
+
+    def cut(self) -> None:
+        for w in self.clients:
+            w.transport.abort()
+        self.clients.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+@contextlib.asynccontextmanager
+async def _committed_unanswered(
+    pg: PgDriver, call_timeout_s: float
+) -> AsyncIterator[tuple[_Proxy, tuple[ClaimedJob, ...], asyncio.Future[Any], asyncio.Future[Any]]]:
+    """A driver reaching `pg`'s server through a `_Proxy` relay (with `call_timeout_s`),
+    two jobs claimed, then their ack and a claim of 2 gathered into one transaction that has
+    committed while the relay holds its answer back."""
+    from urllib.parse import urlsplit
+
+    from tests.pg.conftest import PG_URL
+
+    target = urlsplit(PG_URL)
+    proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
+    port = await proxy.start()
+    url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
+    d = PgDriver(
+        url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0, call_timeout_s=call_timeout_s
+    )
+    try:
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        first = (await d.job_claim(_claim(2))).jobs
+        proxy.hold = True
+        ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
+        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
+        for _ in range(40):
+            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
+                break
+            await asyncio.sleep(0.02)
+        assert not ack.done() and not claim.done()
+        yield proxy, first, ack, claim
+    finally:
+        await d.close()
+        await proxy.close()
+
+
+async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction committed but its answer never came (the connection dropped
+    after the commit): running each again alone would answer the ack that landed False and
+    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
+    lone call whose answer was lost does (the settle lane then sends the ack again)."""
+    async with _committed_unanswered(pg, 30.0) as (proxy, first, ack, claim):
+        proxy.cut()
+        proxy.held.clear()
+        proxy.hold = False
+        got = await asyncio.gather(ack, claim, return_exceptions=True)
+        assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
+        states = _states(pg.schema)
+        assert {states[j.id] for j in first} == {"completed"}
+        # The claim's two jobs are held as a lone claim's whose answer was lost are; no more.
+        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
 
 
 @pytest.mark.parametrize("how", ["cancel", "timeout"])
@@ -382,43 +375,6 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
         states = _states(pg.schema)
         assert {states[j.id] for j in first} == {"completed"}
         assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
-
-
-@contextlib.asynccontextmanager
-async def _committed_unanswered(
-    pg: PgDriver, call_timeout_s: float
-) -> AsyncIterator[
-    tuple[_Holding, tuple[ClaimedJob, ...], asyncio.Future[Any], asyncio.Future[Any]]
-]:
-    """A driver reaching `pg`'s server through a `_Holding` relay (with `call_timeout_s`),
-    two jobs claimed, then their ack and a claim of 2 gathered into one transaction that has
-    committed while the relay holds its answer back."""
-    from urllib.parse import urlsplit
-
-    from tests.pg.conftest import PG_URL
-
-    target = urlsplit(PG_URL)
-    proxy = _Holding(target.hostname or "127.0.0.1", target.port or 5432)
-    port = await proxy.start()
-    url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
-    d = PgDriver(
-        url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0, call_timeout_s=call_timeout_s
-    )
-    try:
-        await d.job_enqueue_many([job(i) for i in range(6)])
-        first = (await d.job_claim(_claim(2))).jobs
-        proxy.hold = True
-        ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
-        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
-        for _ in range(40):
-            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
-                break
-            await asyncio.sleep(0.02)
-        assert not ack.done() and not claim.done()
-        yield proxy, first, ack, claim
-    finally:
-        await d.close()
-        await proxy.close()
 
 
 async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:

@@ -91,20 +91,26 @@ _LAZY: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use; else a submodule (`jobs_core.worker`
-    reads as it did when this package imported them all)."""
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-    return submodule(__name__, name)
+if not TYPE_CHECKING:
+    # Hidden from type checkers: a module `__getattr__` makes every name it lacks read as Any,
+    # so `from jobs_core import Jobz` (a typo) would pass mypy unseen; they see the imports above.
+
+    def __getattr__(name: str) -> Any:
+        """A public name, imported from its module on first use; else a submodule
+        (`jobs_core.worker` reads as it did when this package imported them all)."""
+        module = _LAZY.get(name)
+        if module is not None:
+            value = getattr(importlib.import_module(module), name)
+            globals()[name] = value
+            return value
+        return submodule(__name__, name)
 
 
 def submodule(package: str, name: str) -> types.ModuleType:
     """`package.name` imported, for a package's `__getattr__`; `AttributeError` where there is
     no such module (an error inside one that exists is raised as it is)."""
+    if not name.isidentifier():  # "a.b" would import a grandchild, or fail on its parent
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
     try:
         return importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError as exc:

@@ -261,6 +261,27 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
 
 
+def _answered_all(
+    conn: psycopg.AsyncConnection[Any], curs: Sequence[psycopg.AsyncCursor[Any]]
+) -> bool:
+    """Whether a pipeline's statements all succeeded and its transaction ended (each cursor
+    holds its result; a failed one holds none): its commit happened. The server takes no
+    cancel between a pipeline's last statement and its Sync's commit (it is reading input)."""
+    ok = (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK)
+    return conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and all(
+        c.pgresult is not None and c.pgresult.status in ok for c in curs
+    )
+
+
+async def _read_into(
+    got: list[list[Any] | None], order: Sequence[int], curs: Sequence[psycopg.AsyncCursor[Any]]
+) -> None:
+    """Each cursor's rows into `got` at its place in `order`: all of them, or none."""
+    rows = [await cur.fetchall() if _has_rows(cur) else [] for cur in curs]
+    for i, r in zip(order, rows, strict=True):
+        got[i] = r
+
+
 # Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`. The generic
 # plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
 # past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
@@ -378,7 +399,7 @@ class _Piped:
         self.flight: asyncio.Future[Any] | None = None
 
 
-async def _flown(sent: list[_Piped], call: Awaitable[list[Any]]) -> asyncio.Future[Any]:
+async def _flown(sent: list[_Piped], call: Awaitable[object]) -> asyncio.Future[Any]:
     """`call` run to its end as the flight of every item of `sent` (a caller cancelled while
     it runs cancels it: `PgDriver._coalesced`); answers it done, cancelled or not. Cancelled
     itself, it cancels the flight."""
@@ -840,22 +861,29 @@ class PgDriver(JobDriver):
         task.add_done_callback(_BACKGROUND.discard)
 
     async def _flush_gathered(self, batch: list[_Piped]) -> None:
+        # A caller cancelled after the batch was handed here, before this task's first turn
+        # (`_answer` found no flight to cancel): its statement is never sent (a claim would
+        # hold its jobs for nobody until their leases lapse).
+        batch = [p for p in batch if not p.fut.done()]
         try:
             rows: list[list[Any] | None] = [None] * len(batch)
             if len(batch) > 1:
-                together = await _flown(batch, self._together(batch))
-                # Failed or cancelled by a caller gone: each runs alone below, and says why.
-                if not together.cancelled():
-                    lost = together.exception()
-                    if lost is None:
-                        rows = together.result()
-                    elif isinstance(lost, DriverUnavailableError):
-                        # The commit may have happened, its answer lost: run again, an ack
-                        # that landed would answer False and a claim take more. Each caller
-                        # is told, as a lone call is.
-                        for p in batch:
-                            if not p.fut.done():
-                                p.fut.set_exception(lost)
+                answers: list[list[Any] | None] = [None] * len(batch)
+                together = await _flown(batch, self._together(batch, answers))
+                # Failed, or cancelled by a caller gone before the commit (no answers): each
+                # runs alone below, and says why.
+                lost = None if together.cancelled() else together.exception()
+                if all(a is not None for a in answers):
+                    # Committed and read, then perhaps cancelled (a caller gone, the call's
+                    # timeout): the answers stand.
+                    rows = answers
+                elif isinstance(lost, DriverUnavailableError):
+                    # The commit may have happened, its answer lost: run again, an ack
+                    # that landed would answer False and a claim take more. Each caller
+                    # is told, as a lone call is.
+                    for p in batch:
+                        if not p.fut.done():
+                            p.fut.set_exception(lost)
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
@@ -889,28 +917,42 @@ class PgDriver(JobDriver):
             )
             return await cur.fetchall() if _has_rows(cur) else []
 
-    async def _together(self, batch: list[_Piped]) -> list[list[Any] | None]:
-        """Run the statements in one pipeline with one Sync: all commit together, or none."""
+    async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:
+        """Run the statements in one pipeline with one Sync: all commit together, or none.
+        Once all committed, `got` holds each one's rows (in `batch`'s order), also when this
+        flight is then cancelled, re-raised: those answers stand (`_answered_all`)."""
         curs: list[psycopg.AsyncCursor[Any]] = []
         async with self._conn() as conn:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                return [None] * len(batch)
+                return
             prepared = self._prepare_threshold is not None and conn.prepare_threshold is not None
             # The settings of a generic-plan statement hold to the end of the transaction:
             # the others go first, so they run as they would alone.
             order = sorted(range(len(batch)), key=lambda i: batch[i].stmt.generic)
-            async with conn.pipeline():
-                for i in order:
-                    p = batch[i]
-                    if p.stmt.generic and prepared:
-                        await conn.execute(GENERIC_PLAN_SETTINGS)
-                    cur = psycopg.AsyncRawCursor(conn) if p.stmt.raw else conn.cursor()
-                    await cur.execute(p.stmt.query, p.args)
-                    curs.append(cur)
-            got: list[list[Any] | None] = [None] * len(batch)
-            for i, cur in zip(order, curs, strict=True):
-                got[i] = await cur.fetchall() if _has_rows(cur) else []
-            return got
+            try:
+                async with conn.pipeline():
+                    for i in order:
+                        p = batch[i]
+                        if p.stmt.generic and prepared:
+                            await conn.execute(GENERIC_PLAN_SETTINGS)
+                        cur = psycopg.AsyncRawCursor(conn) if p.stmt.raw else conn.cursor()
+                        await cur.execute(p.stmt.query, p.args)
+                        curs.append(cur)
+            except asyncio.CancelledError:
+                # A caller gone (or the call's timeout) cancels the flight on the server; that
+                # cancel may come after the commit, and psycopg reads the answers in before it
+                # re-raises. Then they are the answers: run again alone, an ack that landed
+                # would answer False and a claim take more.
+                if len(curs) == len(batch) and _answered_all(conn, curs):
+                    await _read_into(got, order, curs)
+                elif curs and conn.closed:
+                    # psycopg gave up waiting for the answer after its cancel and closed the
+                    # session: the commit is unknown, as when a connection drops.
+                    raise DriverUnavailableError(
+                        "the answer of a cancelled transaction never came", detail=self.describe()
+                    ) from None
+                raise
+            await _read_into(got, order, curs)
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """A read: safe to run twice, so a connection found dead is retried once on a fresh one."""

@@ -78,6 +78,39 @@ def test_the_package_names_load_on_first_use_and_job_stays_the_decorator() -> No
         jobs_core.no_such_name  # noqa: B018
 
 
+@pytest.mark.parametrize("package", ["jobs_core", "jobs_core.cli"])
+@pytest.mark.parametrize("name", ["a.b", "worker.core", ".."])
+def test_a_name_that_is_no_identifier_is_no_attribute(package: str, name: str) -> None:
+    """`getattr` with a dotted or empty name is an AttributeError (so `hasattr` says False),
+    never a ModuleNotFoundError from importing its parent, nor a grandchild module."""
+    import importlib
+
+    module = importlib.import_module(package)
+    assert not hasattr(module, name)
+
+
+def test_a_user_file_importing_a_name_the_package_lacks_fails_mypy(tmp_path: Path) -> None:
+    """The lazy names stay typed for a user's checker: a typo in `from jobs_core import ...` is
+    an error (a module `__getattr__` seen by mypy would make it Any), the real names keep their
+    types."""
+    user = tmp_path / "user.py"
+    user.write_text(
+        "from jobs_core import Jobs, Jobz, job\n"
+        "from jobs_core.cli import main, nothing_here\n"
+        "reveal_type(Jobs)\n"
+        "reveal_type(job)\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "MYPYPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "c"), "user.py"]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True).stdout
+    assert 'Module "jobs_core" has no attribute "Jobz"' in out, out
+    assert 'Module "jobs_core.cli" has no attribute "nothing_here"' in out, out
+    assert 'Revealed type is "def (driver: jobs_core.driver.JobDriver' in out, out
+    assert "-> jobs_core.job.JobHandle" in out, out
+    assert out.count("error:") == 2, out
+
+
 def test_the_entry_points_are_read_once_and_again_for_a_scheme_not_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -287,14 +287,33 @@ async def test_children_that_refuse_slowly_still_make_the_supervisor_give_up(
 #: Imported first by the supervisor's interpreter (a `sitecustomize` on its PYTHONPATH), it
 #: makes the supervisor's spawns raise with no change to our code, as `SPAWN_FAILS` says:
 #: "uvloop" runs the supervisor on uvloop, whose `subprocess_exec` refuses `process_group` (up
-#: to 0.23: the failure seen in the field); a number N makes the first N spawns raise. Taken
-#: out of the environment, so the children the supervisor does start run untouched.
+#: to 0.23: the failure seen in the field); a number N makes the first N spawns raise;
+#: "after:N" lets the first N spawns start their child and then raise (the supervisor's next
+#: `os.set_blocking` on the start pipe fails; each such child's pid is printed). Taken out of
+#: the environment, so the children the supervisor does start run untouched.
 SPAWN_FAILS_SITE = """
-import asyncio, os
+import asyncio, os, sys
 how = os.environ.pop("SPAWN_FAILS", "")
 if how == "uvloop":
     import uvloop
     asyncio.new_event_loop = uvloop.new_event_loop
+elif how.startswith("after:"):
+    left, armed = [int(how[6:])], [False]
+    spawn, set_blocking = asyncio.create_subprocess_exec, os.set_blocking
+    async def spawned(*args, **kwargs):
+        proc = await spawn(*args, **kwargs)
+        if left[0] > 0:
+            left[0] -= 1
+            armed[0] = True
+            print(f"spawned-then-failing pid={proc.pid}", file=sys.stderr, flush=True)
+        return proc
+    def failing_set_blocking(fd, blocking):
+        if armed[0]:
+            armed[0] = False
+            raise OSError("set_blocking made to fail after the fork")
+        return set_blocking(fd, blocking)
+    asyncio.create_subprocess_exec = spawned
+    os.set_blocking = failing_set_blocking
 elif how:
     left = [int(how)]
     spawn = asyncio.create_subprocess_exec
@@ -348,6 +367,33 @@ async def test_a_spawn_that_raises_is_retried_until_the_child_starts(
     delays = re.findall(
         r"child_died slot=0 pid=0 exit=none: ValueError: .*; restart in (.+) s", text
     )
+    assert delays == ["0.5", "1"], text
+    assert len(_pids(lines, "child_started")) == 1 and "gave up" not in text, text
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_spawn_that_raises_after_its_child_began_ends_that_child(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A spawn that raises once its child exists (here watching the child's start pipe fails)
+    ends and reaps that child before the failure is counted: no worker runs on untracked beside
+    its replacement. The slot is retried after 0.5 s then 1 s, its third child starts, and the
+    group drains cleanly (exit 0)."""
+    (tmp_path / "sitecustomize.py").write_text(SPAWN_FAILS_SITE, encoding="utf-8")
+    args = ("--processes", "1", "--max-jobs-per-process", "100", "--drain-timeout", "1")
+    env = {"SPAWN_FAILS": "after:2"}
+    async with group(store_url, tmp_path, *args, env=env) as (proc, lines):
+        await until(lambda: _pids(lines, "child_ready"), 60, "the third spawn's child started")
+        failed = [int(m[1]) for line in lines if (m := re.search(r"then-failing pid=(\d+)", line))]
+        assert len(failed) == 2, "".join(lines)
+        for pid in failed:  # ended and reaped by the supervisor, not left running
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.wait_for(proc.wait(), 30)
+    text = "".join(lines)
+    assert rc == 0, text
+    delays = re.findall(r"child_died slot=0 pid=0 exit=none: OSError: .*; restart in (.+) s", text)
     assert delays == ["0.5", "1"], text
     assert len(_pids(lines, "child_started")) == 1 and "gave up" not in text, text
 

@@ -30,14 +30,16 @@ if TYPE_CHECKING:
 _FROM_RUN = frozenset({"_print_plan", "_retention_text", "retention_from"})
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
+if not TYPE_CHECKING:  # as in `jobs_core`: unseen by type checkers, which see the imports above
 
-    if name in _FROM_RUN:
-        return getattr(importlib.import_module("jobs_core.cli.run"), name)
-    from jobs_core import submodule
+    def __getattr__(name: str) -> Any:
+        import importlib
 
-    return submodule(__name__, name)
+        if name in _FROM_RUN:
+            return getattr(importlib.import_module("jobs_core.cli.run"), name)
+        from jobs_core import submodule
+
+        return submodule(__name__, name)
 
 
 __all__ = [

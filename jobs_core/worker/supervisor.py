@@ -25,7 +25,8 @@ The supervisor
   died before they started (whatever their timing: an import that fails after 30 s, a store
   that refuses after a long wait — a child that never started is no proof the group can run;
   an exit 0 before the start counts too, and so does a spawn that raised: no process at all,
-  the error logged as its exit), refused to start (exit 2, the CLI's refusal: its
+  or one that began but could not be watched, ended and reaped then; the error logged as its
+  exit), refused to start (exit 2, the CLI's refusal: its
   module, an option or the store's schema refused it), or died within 10 s of their start,
   while no child ran past those 10 s after its start (a module that crashes on import in a
   child, a bad environment). Only a child that started and then ran the whole window resets
@@ -383,13 +384,37 @@ class Supervisor:
             raise
         finally:
             os.close(w)  # the child's copy alone: its exit ends the pipe
-        slot.proc = proc
-        os.set_blocking(r, False)
-        slot.pipe = r
-        asyncio.get_running_loop().add_reader(r, self._read_pipe, slot)
+        slot.proc, slot.pipe = proc, r
+        try:
+            os.set_blocking(r, False)
+            asyncio.get_running_loop().add_reader(r, self._read_pipe, slot)
+        except BaseException:
+            # The child runs but cannot be watched: it is ended (and reaped) here, or it would
+            # run on untracked beside its replacement; the raise counts as a failed start.
+            await self._end_unwatched(slot, proc)
+            raise
         self.started += 1
         log.info("jobs.supervisor.child_started slot=%d pid=%d", slot.index, proc.pid)
         return proc
+
+    async def _end_unwatched(self, slot: _Slot, proc: asyncio.subprocess.Process) -> None:
+        """End a child whose spawn raised after it began: SIGTERM (it drains what it may have
+        claimed), SIGKILL past the drain's budget; it is reaped before this returns."""
+        pipe, slot.pipe = slot.pipe, None
+        if pipe is not None:
+            with contextlib.suppress(Exception):  # it may never have been registered
+                asyncio.get_running_loop().remove_reader(pipe)
+            os.close(pipe)
+        log.error("jobs.supervisor.spawn_failed slot=%d pid=%d: ending it", slot.index, proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), self.drain_timeout_s + EXIT_GRACE_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        self._dead(proc.pid)
 
     def _read_pipe(self, slot: _Slot) -> None:
         """Take the child's start line if its pipe holds it; the pipe is closed once it gave

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -86,6 +87,37 @@ async def test_a_claim_cancelled_before_it_went_out_claims_nothing(pg: PgDriver)
         await asyncio.sleep(0)
     assert set(_states(pg.schema).values()) == {"ready"}
     assert len((await pg.job_claim(_claim(2))).jobs) == 2
+
+
+async def test_a_claim_cancelled_as_its_batch_is_handed_over_claims_nothing(
+    pg: PgDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim gathered with an ack whose caller is cancelled in the loop turn its batch is
+    handed to the flushing task: its caller's handler runs before that task's first turn, with
+    no gather left to leave and no flight yet to cancel. It is never sent: its jobs stay
+    ready, not running for nobody until their leases lapse. The ack lands alone."""
+    await pg.job_enqueue_many([job(i) for i in range(4)])
+    first = (await pg.job_claim(_claim(2))).jobs
+    ack = asyncio.ensure_future(pg.job_ack([_ack(j) for j in first]))  # the first asker
+    claim = asyncio.ensure_future(pg.job_claim(_claim(2)))
+    spawn = pg._spawn_flush
+    handed: list[int] = []
+
+    def cancel_then_spawn(batch: list[Any]) -> None:
+        handed.append(len(batch))
+        claim.cancel()  # by another task, in the turn the ack's gathering ends
+        spawn(batch)
+
+    monkeypatch.setattr(pg, "_spawn_flush", cancel_then_spawn)
+    assert await ack == [True, True]
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+    assert handed == [2]
+    states = _states(pg.schema)
+    assert {states[j.id] for j in first} == {"completed"}
+    assert sorted(states.values()) == ["completed", "completed", "ready", "ready"]
 
 
 async def _held_behind(
@@ -191,12 +223,13 @@ async def test_a_claim_cancelled_while_it_runs_again_alone_claims_nothing(pg: Pg
 
 
 class _Proxy:
-    """A TCP relay to the test's Postgres that can withhold the server's answers and then cut
-    every connection: a commit whose answer never reaches the driver."""
+    """A TCP relay to the test's Postgres that can withhold the server's answers, then cut
+    every connection (a commit whose answer never reaches the driver) or `release` them."""
 
     def __init__(self, host: str, port: int) -> None:
         self.to = (host, port)
         self.hold = False
+        self.held: list[tuple[asyncio.StreamWriter, bytes]] = []
         self.clients: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
 
@@ -211,12 +244,20 @@ class _Proxy:
         async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter, answers: bool) -> None:
             with contextlib.suppress(Exception):
                 while data := await r.read(65536):
-                    if not (answers and self.hold):
+                    if answers and self.hold:
+                        self.held.append((w, data))
+                    else:
                         w.write(data)
                         await w.drain()
             w.close()
 
         await asyncio.gather(pump(cr, sw, False), pump(sr, cw, True))
+
+    def release(self) -> None:
+        self.hold = False
+        for w, data in self.held:
+            w.write(data)
+        self.held.clear()
 
     def cut(self) -> None:
         for w in self.clients:
@@ -229,13 +270,13 @@ class _Proxy:
             self.server.close()
 
 
-async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
-    pg: PgDriver,
-) -> None:
-    """The shared transaction committed but its answer never came (the connection dropped
-    after the commit): running each again alone would answer the ack that landed False and
-    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
-    lone call whose answer was lost does (the settle lane then sends the ack again)."""
+@contextlib.asynccontextmanager
+async def _committed_unanswered(
+    pg: PgDriver, call_timeout_s: float
+) -> AsyncIterator[tuple[_Proxy, tuple[ClaimedJob, ...], asyncio.Future[Any], asyncio.Future[Any]]]:
+    """A driver reaching `pg`'s server through a `_Proxy` relay (with `call_timeout_s`),
+    two jobs claimed, then their ack and a claim of 2 gathered into one transaction that has
+    committed while the relay holds its answer back."""
     from urllib.parse import urlsplit
 
     from tests.pg.conftest import PG_URL
@@ -244,19 +285,36 @@ async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
     proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
     port = await proxy.start()
     url = PG_URL.replace(f"@{target.hostname}:{target.port}", f"@127.0.0.1:{port}")
-    d = PgDriver(url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0)
+    d = PgDriver(
+        url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0, call_timeout_s=call_timeout_s
+    )
     try:
         await d.job_enqueue_many([job(i) for i in range(6)])
         first = (await d.job_claim(_claim(2))).jobs
         proxy.hold = True
         ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
         claim = asyncio.ensure_future(d.job_claim(_claim(2)))
-        for _ in range(200):  # committed, its answer held back
+        for _ in range(40):
             if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
                 break
             await asyncio.sleep(0.02)
         assert not ack.done() and not claim.done()
+        yield proxy, first, ack, claim
+    finally:
+        await d.close()
+        await proxy.close()
+
+
+async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
+    pg: PgDriver,
+) -> None:
+    """The shared transaction committed but its answer never came (the connection dropped
+    after the commit): running each again alone would answer the ack that landed False and
+    claim again past the rows it took. Each caller gets X_DRIVER_UNAVAILABLE instead, as a
+    lone call whose answer was lost does (the settle lane then sends the ack again)."""
+    async with _committed_unanswered(pg, 30.0) as (proxy, first, ack, claim):
         proxy.cut()
+        proxy.held.clear()
         proxy.hold = False
         got = await asyncio.gather(ack, claim, return_exceptions=True)
         assert [getattr(g, "code", g) for g in got] == ["X_DRIVER_UNAVAILABLE"] * 2
@@ -264,9 +322,59 @@ async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
         assert {states[j.id] for j in first} == {"completed"}
         # The claim's two jobs are held as a lone claim's whose answer was lost are; no more.
         assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
-    finally:
-        await d.close()
-        await proxy.close()
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+async def test_a_shared_commit_cancelled_after_it_happened_keeps_its_answers(
+    pg: PgDriver, how: str
+) -> None:
+    """The shared transaction committed, its answer on the way, when its flight is cancelled:
+    the claim's caller gone, or the call's timeout. The server's cancel comes too late and
+    psycopg reads the answers in before it re-raises: the ack answers what landed (True), not
+    False from running again alone (its worker would log it unowned and skip its observers),
+    nor X_DRIVER_UNAVAILABLE; the claim takes nothing more, and past the timeout its caller
+    gets its jobs rather than leaving them held by nobody."""
+    call_timeout_s = 1.0 if how == "timeout" else 30.0
+    async with _committed_unanswered(pg, call_timeout_s) as (proxy, first, ack, claim):
+        if how == "cancel":
+            claim.cancel()
+        # The server's cancel sent (too late), the answers awaited.
+        await asyncio.sleep(0.3 if how == "cancel" else call_timeout_s + 0.3)
+        proxy.release()
+        assert await asyncio.wait_for(ack, 10) == [True, True]
+        if how == "cancel":
+            with pytest.raises(asyncio.CancelledError):
+                await claim
+        else:
+            assert len((await claim).jobs) == 2
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+        states = _states(pg.schema)
+        assert {states[j.id] for j in first} == {"completed"}
+        # The claim's two jobs committed as a lone claim's would; none more.
+        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+
+
+async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknown(
+    pg: PgDriver,
+) -> None:
+    """The claim's caller is cancelled after the shared commit and the answer never comes:
+    psycopg waits 5 s after its cancel, then closes the session. The commit is unknown, so the
+    ack's caller gets X_DRIVER_UNAVAILABLE (its settle lane sends it again), as when the
+    connection drops, not False from running it again alone."""
+    async with _committed_unanswered(pg, 30.0) as (proxy, first, ack, claim):
+        claim.cancel()
+        await asyncio.sleep(5.5)  # psycopg's wait for the answer after its cancel, and its close
+        proxy.held.clear()
+        proxy.hold = False
+        with pytest.raises(JobsError) as got:
+            await asyncio.wait_for(ack, 10)
+        assert got.value.code == "X_DRIVER_UNAVAILABLE"
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        states = _states(pg.schema)
+        assert {states[j.id] for j in first} == {"completed"}
+        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
 
 
 async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:

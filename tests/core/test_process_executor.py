@@ -540,3 +540,54 @@ async def test_a_fork_that_returns_from_the_body_never_answers_in_its_place() ->
 
 def _none() -> None:
     return None
+
+
+async def test_a_chaos_of_process_bodies_on_redis_loses_no_job(tmp_path: Path) -> None:
+    """Bodies that exit, segfault, fork then die, close their pipe, overrun their deadline or
+    hand back what no store holds, side by side in a pool of two on Redis: every job ends —
+    each dying first attempt retried in a fresh process and completed, each unstorable value
+    failed for good, typed — and the drain leaves no process of the pool behind."""
+    from tests.redis.conftest import several_drivers
+
+    grandchild = tmp_path / "grandchild"
+    async with several_drivers(1) as (driver,):
+        jobs = Jobs(driver)
+        handles = [pb.h_crash, pb.h_forks, pb.h_deafens, pb.h_runaway, pb.h_hostile]
+        worker = Worker(driver, handles, poll_floor=0.005, poll_ceiling=0.05, process_pool_size=2)
+        dying = [
+            await jobs.enqueue(pb.h_crash, {"n": "exit", "how": "exit"}),
+            await jobs.enqueue(pb.h_crash, {"n": "segv", "how": "segv"}),
+            await jobs.enqueue(pb.h_forks, {"n": 1, "org": "o1", "grandchild": str(grandchild)}),
+            await jobs.enqueue(pb.h_deafens, {"n": 2, "pid": str(tmp_path / "deaf")}),
+            await jobs.enqueue(pb.h_runaway, {"n": 3, "org": "o2", "pid": str(tmp_path / "run")}),
+        ]
+        unstorable = [
+            await jobs.enqueue(pb.h_hostile, {"n": how, "how": how}) for how in ("nul", "deep")
+        ]
+        ids = [q.id for q in (*dying, *unstorable)]
+        most = 0
+
+        async def finished() -> bool:
+            nonlocal most
+            if worker._runner.processes is not None:
+                most = max(most, len(worker._runner.processes.pids()))
+            rows = (await driver.job_get_many(ids)).values()
+            return all(r.finished_at_ms is not None for r in rows)
+
+        await worker.start()
+        try:
+            await until(finished, within=15)
+        finally:
+            await worker.stop()
+            _kill(grandchild)
+        rows = await driver.job_get_many(ids)
+    assert 1 <= most <= 2
+    assert [(rows[q.id].state, rows[q.id].attempt) for q in dying] == [
+        (JobState.COMPLETED, 2)
+    ] * len(dying)
+    codes = [rows[q.id].attempts[0].error_code for q in dying]
+    assert codes == ["X_JOB_PROCESS_DIED"] * 4 + ["X_JOB_TIMEOUT"], codes
+    assert [(rows[q.id].state, rows[q.id].attempt) for q in unstorable] == [
+        (JobState.FAILED, 1)
+    ] * 2
+    assert spawned_children() == set()

@@ -59,16 +59,21 @@ async def _nothing(input: Any, ctx: Any) -> None:
     return None
 
 
+def _handle(name: str, reg: JobRegistry | None = None) -> JobHandle:
+    """A handle named like one of the app's jobs (enqueue only: the body runs in a child)."""
+    return job(
+        _nothing,
+        name=name,
+        tenant="none",
+        idempotency_key=lambda i: str(i["n"]),
+        registry=reg if reg is not None else JobRegistry(),
+    )
+
+
 def _handles() -> tuple[JobHandle, JobHandle]:
     """Handles named like the app's jobs (enqueue only: the bodies run in the children)."""
     reg = JobRegistry()
-
-    def one(name: str) -> JobHandle:
-        return job(
-            _nothing, name=name, tenant="none", idempotency_key=lambda i: str(i["n"]), registry=reg
-        )
-
-    return one("quick"), one("gated")
+    return _handle("quick", reg), _handle("gated", reg)
 
 
 #: The app, but refusing to load in a child of a supervisor (the supervisor itself loads it).
@@ -677,32 +682,19 @@ async def test_a_worker_killed_under_a_process_body_leaves_no_body_running(
     from jobs_core.attempts import AttemptOutcome
 
     async with opened(store_url) as driver:
-        crunch = job(
-            _nothing,
-            name="crunch",
-            tenant="none",
-            idempotency_key=lambda i: str(i["n"]),
-            registry=JobRegistry(),
-        )
+        crunch = _handle("crunch")
         (ran,) = [r.id for r in await Jobs(driver).enqueue_many(crunch, [{"n": 1}])]
         first = tmp_path / "crunch-1"
-        async with group(store_url, tmp_path, "--process-pool", "1", app=PROCESS_APP) as (
-            proc,
-            lines,
-        ):
+        pool = ("--process-pool", "1")
+        async with group(store_url, tmp_path, *pool, app=PROCESS_APP) as (proc, _):
             await until(first.exists, 30, "the body runs in its process")
             body = int(first.read_text())
             proc.kill()
             await proc.wait()
             await until(lambda: not _alive(body), 5, "the body's process ended with its worker")
         (tmp_path / "gate").touch()
-        async with group(store_url, tmp_path, "--process-pool", "1", app=PROCESS_APP) as (
-            proc,
-            lines,
-        ):
+        async with group(store_url, tmp_path, *pool, app=PROCESS_APP):
             await until(lambda: rows_in(driver, [ran], JobState.COMPLETED), 30, "run again")
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(proc.wait(), 30) == 0, "".join(lines)
         done = (await driver.job_get_many([ran]))[ran]
         assert done.attempt == 2 and done.attempts[0].outcome is AttemptOutcome.ABANDONED, done
         assert int((tmp_path / "crunch-2").read_text()) != body
@@ -743,13 +735,7 @@ async def test_recycling_under_process_bodies_starts_each_job_once(
     (How many a worker runs past its 3 is not bounded here: the recycle counts settles as they
     land, and slots freed meanwhile start bodies until the drain begins — 6 seen under load.)"""
     async with opened(store_url) as driver:
-        logged = job(
-            _nothing,
-            name="logged",
-            tenant="none",
-            idempotency_key=lambda i: str(i["n"]),
-            registry=JobRegistry(),
-        )
+        logged = _handle("logged")
         ids = [r.id for r in await Jobs(driver).enqueue_many(logged, [{"n": i} for i in range(7)])]
         args = ("--processes", "1", "--max-jobs-per-process", "3", "--drain-timeout", "5")
         async with group(store_url, tmp_path, *args, "--process-pool", "2", app=PROCESS_APP) as (

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs_core.errors import TerminalError
-from jobs_core.job import JobRegistry, job
+from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.processes import ProcessContext
 from jobs_core.retry import Retry
 from jobs_core.tenant import current_tenant
@@ -182,56 +182,23 @@ def hostile(input: dict[str, Any], ctx: ProcessContext) -> Any:
     raise here_only("made in the child")
 
 
-h_hog = job(hog, tenant="none", idempotency_key=_key, executor="process", registry=registry)
-h_runaway = job(
-    runaway,
-    tenant=lambda i: str(i["org"]),
-    idempotency_key=_key,
-    executor="process",
-    timeout=0.3,
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_crash = job(
-    crash,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_fails = job(
-    fails,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_forks = job(
-    forks,
-    tenant=lambda i: str(i["org"]),
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_deafens = job(
-    deafens,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_answers_then_dies = job(
-    answers_then_dies, tenant="none", idempotency_key=_key, executor="process", registry=registry
-)
-h_hostile = job(
-    hostile,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=Retry(attempts=1, dead_letter=False),
-    registry=registry,
-)
+def _in_process(fn: Any, tenant: Any = "none", **options: Any) -> JobHandle:
+    """`fn` declared `executor="process"` in this module's registry, keyed by `n`."""
+    handle: JobHandle = job(
+        fn, tenant=tenant, idempotency_key=_key, executor="process", registry=registry, **options
+    )
+    return handle
+
+
+def _by_org(input: Any) -> str:
+    return str(input["org"])
+
+
+h_hog = _in_process(hog)
+h_runaway = _in_process(runaway, _by_org, timeout=0.3, retry=RETRY_ONCE)
+h_crash = _in_process(crash, retry=RETRY_ONCE)
+h_fails = _in_process(fails, retry=RETRY_ONCE)
+h_forks = _in_process(forks, _by_org, retry=RETRY_ONCE)
+h_deafens = _in_process(deafens, retry=RETRY_ONCE)
+h_answers_then_dies = _in_process(answers_then_dies)
+h_hostile = _in_process(hostile, retry=Retry(attempts=1, dead_letter=False))

@@ -25,6 +25,7 @@ import multiprocessing
 import multiprocessing.util  # its exit hook joins every child: ours must be registered after it
 import os
 import pickle
+import select
 import signal
 import sys
 import time
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
 from multiprocessing.process import BaseProcess
 from typing import Any, Final
 
@@ -50,6 +52,11 @@ CLOSE_GRACE_S: Final = 0.5
 #: is killed and the body waiting for it fails (a module that hangs on import must not hold a
 #: job, leased, forever).
 START_TIMEOUT_S: Final = 60.0
+#: How long a child whose pipe closed is given to be seen exited before it is taken to live on
+#: without it (a process's pipes close as it exits, a moment before its parent can reap it).
+_EXITING_S: Final = 0.5
+#: Where the OS has no pidfd: how often a thread waiting on a child checks whether it exited.
+_EXIT_POLL_S: Final = 0.1
 _READY: Final = b"ready"
 _STOP: Final = b""
 
@@ -182,13 +189,14 @@ def _child_main(conn: Connection, preload: tuple[str, ...], parent: int) -> None
         with contextlib.suppress(Exception):
             importlib.import_module(module)
     bodies: dict[BodyRef, Callable[..., Any]] = {}
+    me = os.getpid()
     try:
         conn.send_bytes(_READY)
         while True:
             data = conn.recv_bytes()
             if data == _STOP:
                 return
-            conn.send_bytes(_answer(data, bodies))
+            conn.send_bytes(_answer(data, bodies, me))
     except (EOFError, OSError):
         return  # the worker is gone
 
@@ -203,6 +211,17 @@ def signal_on_parent_death(sig: signal.Signals) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
 
 
+def _pidfd(pid: int | None) -> int | None:
+    """A descriptor readable once process `pid` (a child not yet reaped) exits; None where the
+    OS has none (not Linux, a kernel before 5.3)."""
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
 def _die_with(parent: int) -> None:
     """On Linux, be killed when the worker dies, whatever it is doing (a body it can no longer
     settle must not run on beside the run that replaces it)."""
@@ -211,7 +230,7 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _answer(data: bytes, bodies: dict[BodyRef, Callable[..., Any]]) -> bytes:
+def _answer(data: bytes, bodies: dict[BodyRef, Callable[..., Any]], me: int) -> bytes:
     try:
         call: _Call = pickle.loads(data)
         fn = bodies.get(call.ref)
@@ -220,13 +239,22 @@ def _answer(data: bytes, bodies: dict[BodyRef, Callable[..., Any]]) -> bytes:
         with acting_for(call.ctx.tenant):
             value = fn(loads(call.input_json), call.ctx)
     except BaseException as exc:
+        _leave_if_forked(me)
         return _raised(exc)
+    _leave_if_forked(me)
     try:
         result = None if value is None else dumps(value)
     except Exception as exc:
         why = exc.message if isinstance(exc, JobsError) else f"{type(exc).__name__}: {exc}"
         return pickle.dumps(("unstorable", why))
     return pickle.dumps(("ok", result))
+
+
+def _leave_if_forked(me: int) -> None:
+    """End a process the body forked that returned from it (or raised) here: it holds this
+    child's pipe, and its answer would be read as the call's, the child's as the next call's."""
+    if os.getpid() != me:
+        os._exit(0)
 
 
 def _raised(exc: BaseException) -> bytes:
@@ -331,11 +359,22 @@ class _Child:
         self.proc.start()
         theirs.close()  # so that the child's death reads as the end of the pipe here
         self.pid = self.proc.pid
+        #: Readable once the child exited (Linux), None where the OS has no pidfd. Neither the
+        #: pipe's end nor multiprocessing's sentinel tells the exit: a process the body forked
+        #: inherits both and holds them open for as long as it lives.
+        self.exit_fd = _pidfd(self.pid)
+        self._poller: select.poll | None = None
+        if self.exit_fd is not None:
+            self._poller = select.poll()
+            self._poller.register(self.conn.fileno(), select.POLLIN)
+            self._poller.register(self.exit_fd, select.POLLIN)
+        #: It lived on once its pipe had closed: `_reap` killed it.
+        self.deaf = False
 
     def ready(self) -> bool:
         """(A thread of its own.) Wait for the child's imports; False when it died first."""
         try:
-            return self.conn.recv_bytes() == _READY
+            return self._recv() == _READY
         except (EOFError, OSError):
             self._reap()
             return False
@@ -345,15 +384,58 @@ class _Child:
         before it answered."""
         try:
             self.conn.send_bytes(payload)
-            return self.conn.recv_bytes()
+            return self._recv()
         except (EOFError, OSError):
             self._reap()
             return None
 
+    def _recv(self) -> bytes:
+        """The child's next message; EOFError once the child exited without one. Told by its
+        exit, not by the end of the pipe alone: a process its body forked holds the pipe open
+        for as long as it lives, and the worker must not wait for that one."""
+        if self._poller is not None:
+            # One poller for the child's life (a selector made per call costs the round trip
+            # a third more CPU); one thread at a time reads a child's pipe.
+            ready = {fd for fd, _ in self._poller.poll()}
+            if self.conn.fileno() not in ready and not self.conn.poll():
+                raise EOFError  # exited with nothing written (what it wrote first is read)
+        else:
+            while not self.conn.poll(_EXIT_POLL_S):
+                if self.proc.exitcode is not None:
+                    if not self.conn.poll():
+                        raise EOFError
+                    break
+        return self.conn.recv_bytes()
+
+    def exited(self, timeout: float) -> bool:
+        """Wait at most `timeout` seconds for the child to exit; True once it did (reaped)."""
+        if self.exit_fd is not None:
+            wait_ready([self.exit_fd], timeout)
+            return self.proc.exitcode is not None
+        give_up = time.monotonic() + timeout
+        while self.proc.exitcode is None:
+            if time.monotonic() >= give_up:
+                return False
+            time.sleep(_EXIT_POLL_S)
+        return True
+
     def _reap(self) -> None:
-        self.proc.join(5.0)
+        """(A thread of its own.) After the conversation ended: the child is reaped, killed
+        first when it lives on without its pipe (its body closed it), which no one would ever
+        end otherwise."""
+        if not self.exited(_EXITING_S):  # one that died closed its pipe a moment before
+            self.deaf = True
+            self.kill()
+            self.exited(5.0)
+        self.close_fds()
+
+    def close_fds(self) -> None:
         with contextlib.suppress(OSError):
             self.conn.close()
+        fd, self.exit_fd = self.exit_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def kill(self) -> None:
         with contextlib.suppress(Exception):
@@ -366,6 +448,8 @@ class _Child:
 
     def death(self) -> str:
         code = self.proc.exitcode
+        if self.deaf:
+            return "it closed its pipe to the worker and was killed"
         if code is None:
             return "it stopped answering"
         if code < 0:
@@ -501,11 +585,13 @@ class BodyProcesses:
         self._idle.append(child)
 
     def _lose(self, child: _Child, reaping: Future[Any] | None) -> None:
+        """Forget `child` (dead, or killed); `reaping`: its pipe's thread, which reaps it once
+        it ends. With none left running (the child was idle, or had just answered), a thread
+        reaps it here: no zombie or descriptor of it is left behind."""
         self._children.discard(child)
-        if reaping is None:
-            with contextlib.suppress(OSError):
-                child.conn.close()
-        elif not reaping.done():
+        if reaping is None or reaping.done():
+            reaping = self._io.submit(child._reap)
+        if not reaping.done():
             self._ending.add(reaping)
             reaping.add_done_callback(self._ending.discard)
         self._refill()
@@ -546,13 +632,12 @@ def _reap_all(children: list[_Child], ending: list[Future[Any]], grace_s: float)
             fut.result(timeout=grace_s + 5.0)
     give_up = time.monotonic() + grace_s
     for child in children:
-        child.proc.join(max(0.0, give_up - time.monotonic()))
+        child.exited(max(0.0, give_up - time.monotonic()))
     for child in children:
         if child.proc.exitcode is None:
             child.kill()
-            child.proc.join(5.0)
-        with contextlib.suppress(OSError):
-            child.conn.close()
+            child.exited(5.0)
+        child.close_fds()
 
 
 _POOLS: weakref.WeakSet[BodyProcesses] = weakref.WeakSet()

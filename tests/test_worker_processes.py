@@ -59,16 +59,21 @@ async def _nothing(input: Any, ctx: Any) -> None:
     return None
 
 
+def _handle(name: str, reg: JobRegistry | None = None) -> JobHandle:
+    """A handle named like one of the app's jobs (enqueue only: the body runs in a child)."""
+    return job(
+        _nothing,
+        name=name,
+        tenant="none",
+        idempotency_key=lambda i: str(i["n"]),
+        registry=reg if reg is not None else JobRegistry(),
+    )
+
+
 def _handles() -> tuple[JobHandle, JobHandle]:
     """Handles named like the app's jobs (enqueue only: the bodies run in the children)."""
     reg = JobRegistry()
-
-    def one(name: str) -> JobHandle:
-        return job(
-            _nothing, name=name, tenant="none", idempotency_key=lambda i: str(i["n"]), registry=reg
-        )
-
-    return one("quick"), one("gated")
+    return _handle("quick", reg), _handle("gated", reg)
 
 
 #: The app, but refusing to load in a child of a supervisor (the supervisor itself loads it).
@@ -447,6 +452,9 @@ def _alive(pid: int) -> bool:
         ("x", "--processes"),
         ("2.5", "--processes"),
         ("99999", "--processes"),
+        ("2_0", "--processes"),
+        ("+2", "--processes"),
+        ("\u0663", "--processes"),
     ],
 )
 def test_bad_process_counts_are_refused_before_anything_starts(value: str, message: str) -> None:
@@ -641,3 +649,151 @@ async def test_a_slot_whose_keeping_raises_makes_the_supervisor_give_up(
     assert sup.gave_up and sup.started == 1
     assert "ujobs-slot-0 stopped keeping its child" in caplog.text
     assert "a policy that breaks" in caplog.text
+
+
+#: A child that says it started, then ignores SIGTERM (as a worker whose loop a body blocks).
+_DEAF_CHILD = """
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = int(os.environ["UJOBS_SUPERVISOR_STARTED_FD"])
+os.write(fd, b"started\\n")
+os.close(fd)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize(("drain_s", "signals"), [(0.3, 1), (30.0, 2)], ids=["drain", "forced"])
+async def test_a_child_deaf_to_sigterm_is_killed_at_the_stops_deadline(
+    drain_s: float, signals: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that ignores SIGTERM is killed (SIGKILL) once the drain deadline and the exit
+    grace have passed, and the supervisor exits 1 naming it. A second signal forces the stop:
+    the child is killed the grace after it, not after the rest of a 30 s drain."""
+    from jobs_core.worker import supervisor
+    from jobs_core.worker.supervisor import Supervisor
+
+    monkeypatch.setattr(supervisor, "EXIT_GRACE_S", 0.3)
+    sup = Supervisor([sys.executable, "-c", _DEAF_CHILD], dict(os.environ), 1, drain_s)
+    running = asyncio.ensure_future(sup.run())
+    try:
+        await until(lambda: bool(sup._slots) and sup._slots[0].started_at is not None, 30, "up")
+        (pid,) = sup.alive
+        began = time.monotonic()
+        for _ in range(signals):
+            sup._on_signal(signal.SIGTERM)
+            await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(running, 10) == 1
+        took = time.monotonic() - began
+    finally:
+        for left in sup.alive:
+            os.kill(left, signal.SIGKILL)
+    assert sup._unclean == [pid] and not _alive(pid)
+    assert took < 5, took
+
+
+#: The app with a body run in a process of the worker's pool: it writes its pid to `crunch-N`
+#: (N its attempt), then waits for the gate.
+PROCESS_APP = (
+    APP
+    + """
+import time
+
+@job(tenant="none", idempotency_key=lambda i: str(i["n"]), executor="process")
+def crunch(input, ctx):
+    here = os.path.dirname(__file__)
+    with open(os.path.join(here, f"crunch-{ctx.attempt}"), "w") as f:
+        f.write(str(os.getpid()))
+    while not os.path.exists(GATE):
+        time.sleep(0.01)
+    return {"attempt": ctx.attempt}
+
+@job(tenant="none", idempotency_key=lambda i: str(i["n"]), executor="process")
+def logged(input, ctx):
+    runs = os.path.join(os.path.dirname(__file__), "runs")
+    with open(runs, "a") as f:
+        f.write(f"{input['n']} {os.getppid()}\\n")
+    time.sleep(0.2)
+    return input["n"]
+"""
+)
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_worker_killed_under_a_process_body_leaves_no_body_running(
+    store_url: str, tmp_path: Path
+) -> None:
+    """`kill -9` of a plain worker while its pool's process runs a body: the process dies with
+    it (the kernel's SIGKILL, no body runs on orphaned) and the job, its lease lapsed, runs
+    again in the next worker (attempt 2; the first recorded as abandoned)."""
+    from jobs_core.attempts import AttemptOutcome
+
+    async with opened(store_url) as driver:
+        crunch = _handle("crunch")
+        (ran,) = [r.id for r in await Jobs(driver).enqueue_many(crunch, [{"n": 1}])]
+        first = tmp_path / "crunch-1"
+        pool = ("--process-pool", "1")
+        async with group(store_url, tmp_path, *pool, app=PROCESS_APP) as (proc, _):
+            await until(first.exists, 30, "the body runs in its process")
+            body = int(first.read_text())
+            proc.kill()
+            await proc.wait()
+            await until(lambda: not _alive(body), 5, "the body's process ended with its worker")
+        (tmp_path / "gate").touch()
+        async with group(store_url, tmp_path, *pool, app=PROCESS_APP):
+            await until(lambda: rows_in(driver, [ran], JobState.COMPLETED), 30, "run again")
+        done = (await driver.job_get_many([ran]))[ran]
+        assert done.attempt == 2 and done.attempts[0].outcome is AttemptOutcome.ABANDONED, done
+        assert int((tmp_path / "crunch-2").read_text()) != body
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_stop_while_the_children_start_ends_the_group_cleanly(
+    store_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM to the supervisor once its children are spawned, before either said it started
+    (still importing): none is restarted or left running, and the group exits 0 (a child
+    stopped before its handlers were in place dies of the SIGTERM, having claimed nothing)."""
+    async with opened(store_url) as driver:
+        quick, _ = _handles()
+        waiting = [r.id for r in await Jobs(driver).enqueue_many(quick, [{"n": 1}])]
+        args = ("--processes", "2", "--drain-timeout", "1")
+        async with group(store_url, tmp_path, *args) as (proc, lines):
+            await until(lambda: len(_pids(lines, "child_started")) == 2, 30, "both spawned")
+            ready_then = len(_pids(lines, "child_ready"))
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.wait_for(proc.wait(), 30)
+        text = "".join(lines)
+        assert (rc, ready_then) == (0, 0), text
+        children = _pids(lines, "child_started")
+        assert len(children) == 2 and not any(map(_alive, children)), text
+        assert "child_died" not in text and "supervisor.killed" not in text, text
+        # What a child claimed before its drain went back: nothing is left running.
+        assert not await rows_in(driver, waiting, JobState.RUNNING)
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_recycling_under_process_bodies_starts_each_job_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    """One supervised worker recycled every 3 jobs while process bodies run two at a time:
+    the drain of each recycle lets the bodies it finds running finish and hands back what was
+    not started, so every job completes and each body started exactly once, across workers.
+    (How many a worker runs past its 3 is not bounded here: the recycle counts settles as they
+    land, and slots freed meanwhile start bodies until the drain begins — 6 seen under load.)"""
+    async with opened(store_url) as driver:
+        logged = _handle("logged")
+        ids = [r.id for r in await Jobs(driver).enqueue_many(logged, [{"n": i} for i in range(7)])]
+        args = ("--processes", "1", "--max-jobs-per-process", "3", "--drain-timeout", "5")
+        async with group(store_url, tmp_path, *args, "--process-pool", "2", app=PROCESS_APP) as (
+            proc,
+            lines,
+        ):
+            await until(lambda: rows_in(driver, ids, JobState.COMPLETED), 60, "all completed")
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0, "".join(lines)
+        runs = [line.split() for line in (tmp_path / "runs").read_text().splitlines()]
+        assert sorted(int(n) for n, _ in runs) == list(range(7)), runs
+        assert len({w for _, w in runs}) >= 2, runs
+        assert _pids(lines, "recycled"), "".join(lines)
+        rows = await driver.job_get_many(ids)
+        assert all(r.attempt == 1 for r in rows.values()), rows

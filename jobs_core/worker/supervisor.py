@@ -34,7 +34,8 @@ The supervisor
   is down is no reason: a worker waits for its store without exiting (and is restarted by no
   one meanwhile). `START_WINDOW_ENV` (seconds, default 10) sets the window;
 - after a stop, exits 0 when every child drained and exited 0, else 1 (a child that failed its
-  drain, or one still running `EXIT_GRACE_S` past the drain deadline, then killed);
+  drain, or one still running `EXIT_GRACE_S` past the drain deadline, or past a second signal,
+  then killed);
 - with `--metrics-port`, serves the whole group on that one port: the children write their
   counters, histogram and live gauges through prometheus-client's multiprocess mode into a
   directory the supervisor owns (removed at exit; a dead child's live gauges are dropped with
@@ -96,14 +97,13 @@ _HANDED_BACK: Final = frozenset({Outcome.INTERRUPTED, Outcome.SHED})
 
 def processes_from(text: str) -> int:
     """The number of processes `--processes` asks for: a whole number from 1 to
-    `MAX_PROCESSES`, or `auto` (the CPUs this process may run on); else `X_JOB_OPTION_INVALID`
-    naming `--processes`."""
-    if text.strip().lower() == "auto":
+    `MAX_PROCESSES` in ASCII digits, or `auto` (the CPUs this process may run on); else
+    `X_JOB_OPTION_INVALID` naming `--processes`."""
+    text = text.strip()
+    if text.lower() == "auto":
         return available_cpus()
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
+    # Digits only: `int` also reads "2_0" as 20, "+2" and other scripts' digits.
+    n = int(text) if text.isascii() and text.isdigit() else 0
     if not 1 <= n <= MAX_PROCESSES:
         raise OptionInvalidError(
             f"must be a whole number of processes from 1 to {MAX_PROCESSES}, or 'auto'",
@@ -222,6 +222,10 @@ class Supervisor:
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _unclean: list[int] = field(default_factory=list)
+    #: When children still running after a stop are killed (loop time); set by the stop.
+    _kill_at: float = float("inf")
+    #: Set when `_kill_at` moved closer (a forcing signal).
+    _hurry: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def stopping(self) -> bool:
@@ -246,17 +250,20 @@ class Supervisor:
         for task in tasks:
             task.add_done_callback(self._slot_ended)
         await self._stop.wait()
-        budget = self.drain_timeout_s + EXIT_GRACE_S
-        _, late = await asyncio.wait(tasks, timeout=budget)
+        self._kill_at = min(self._kill_at, loop.time() + self.drain_timeout_s + EXIT_GRACE_S)
+        late = await self._wait_out(set(tasks))
         if late:
             for pid in self.alive:
                 log.error(
-                    "jobs.supervisor.killed pid=%d: still running %g s after the stop", pid, budget
+                    "jobs.supervisor.killed pid=%d: still running past the stop's deadline"
+                    " (--drain-timeout plus %g s, or %g s after a forcing signal)",
+                    pid,
+                    EXIT_GRACE_S,
+                    EXIT_GRACE_S,
                 )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                self._unclean.append(pid)
-            await asyncio.wait(late)
+            await asyncio.wait(late)  # each slot counts its killed child unclean
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         if self.gave_up:
@@ -265,6 +272,18 @@ class Supervisor:
             log.error("jobs.supervisor.unclean_exit pids=%s", ",".join(map(str, self._unclean)))
             return 1
         return 0
+
+    async def _wait_out(self, tasks: set[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
+        """Wait for `tasks` until `_kill_at`, which a forcing signal may bring closer; answers
+        those still running then."""
+        loop = asyncio.get_running_loop()
+        while tasks and (left := self._kill_at - loop.time()) > 0:
+            self._hurry.clear()
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait({*tasks, hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+            tasks = {t for t in tasks if not t.done()}
+        return tasks
 
     def _slot_ended(self, task: asyncio.Task[None]) -> None:
         """A slot whose keeping raised has nobody restarting its child: the group cannot be
@@ -288,6 +307,12 @@ class Supervisor:
             )
         else:
             log.warning("jobs.supervisor.forcing on %s", sig.name)
+            # Forced: a child that does not end within the grace (a loop blocked by a body
+            # ignores its signals) is killed then, not at the end of the whole drain.
+            with contextlib.suppress(RuntimeError):
+                now = asyncio.get_running_loop().time()
+                self._kill_at = min(self._kill_at, now + EXIT_GRACE_S)
+                self._hurry.set()
         self._begin_stop()
 
     def _begin_stop(self) -> None:

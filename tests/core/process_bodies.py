@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs_core.errors import TerminalError
-from jobs_core.job import JobRegistry, job
+from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.processes import ProcessContext
 from jobs_core.retry import Retry
+from jobs_core.tenant import current_tenant
 
 #: Their own registry: a test declares more handles on these names without a clash.
 registry = JobRegistry()
@@ -103,29 +104,101 @@ def fails(input: dict[str, Any], ctx: ProcessContext) -> Any:
     sys.exit(3)
 
 
-h_hog = job(hog, tenant="none", idempotency_key=_key, executor="process", registry=registry)
-h_runaway = job(
-    runaway,
-    tenant=lambda i: str(i["org"]),
-    idempotency_key=_key,
-    executor="process",
-    timeout=0.3,
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_crash = job(
-    crash,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
-h_fails = job(
-    fails,
-    tenant="none",
-    idempotency_key=_key,
-    executor="process",
-    retry=RETRY_ONCE,
-    registry=registry,
-)
+def forks(input: dict[str, Any], ctx: ProcessContext) -> dict[str, Any]:
+    """First attempt: forks a process that outlives it by far (holding all its process had, the
+    pipe to the worker among them; its pid written to the file `grandchild`), then dies.
+    Second: answers its pid and the tenant it acts for."""
+    if ctx.attempt == 1:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        Path(input["grandchild"]).write_text(str(pid))
+        os._exit(5)
+    return {"pid": os.getpid(), "tenant": ctx.tenant, "current": current_tenant()}
+
+
+def forks_and_returns(input: dict[str, Any], ctx: ProcessContext) -> dict[str, Any]:
+    """Forks, and the fork returns from the body as well (a careless body's would); the body
+    waits for the fork to end, then answers."""
+    pid = os.fork()
+    if pid == 0:
+        return {"from": "fork", "n": input["n"]}
+    os.waitpid(pid, 0)
+    return {"from": "child", "n": input["n"]}
+
+
+def deafens(input: dict[str, Any], ctx: ProcessContext) -> int:
+    """First attempt: writes its pid to the file `pid`, closes every descriptor past stdio (as
+    a library that daemonizes does: its pipe to the worker among them) and sleeps 30 s.
+    Second: answers its pid."""
+    if ctx.attempt == 1:
+        Path(input["pid"]).write_text(str(os.getpid()))
+        os.closerange(3, 4096)
+        time.sleep(30)
+    return os.getpid()
+
+
+def answers_then_dies(input: dict[str, Any], ctx: ProcessContext) -> int:
+    """Answers its pid; a second later its process is killed (SIGKILL), idle in the pool."""
+
+    def die() -> None:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=die, daemon=True).start()
+    return os.getpid()
+
+
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def hostile(input: dict[str, Any], ctx: ProcessContext) -> Any:
+    """Answers or raises what `how` names: results no store holds (a NUL, a lone surrogate,
+    nested too deep, too long, a generator), an error whose message holds a NUL and a lone
+    surrogate, one whose argument is nested past what pickle and repr can walk, one whose class
+    exists in this process alone (the worker cannot unpickle it)."""
+    how = input["how"]
+    if how == "nul":
+        return {"a": "x\x00y"}
+    if how == "surrogate":
+        return {"a": "\ud800"}
+    if how == "deep":
+        return _deep(50_000)
+    if how == "huge":
+        return "x" * 2_000_000
+    if how == "generator":
+        return (i for i in range(3))
+    if how == "raise-text":
+        raise ValueError("bad \x00 and \udc80 text")
+    if how == "raise-deep":
+        raise ValueError(_deep(50_000))
+    here_only = type("HereOnly", (Exception,), {"__module__": __name__})
+    globals()["HereOnly"] = here_only  # found by name here, never in the worker
+    raise here_only("made in the child")
+
+
+def _in_process(fn: Any, tenant: Any = "none", **options: Any) -> JobHandle:
+    """`fn` declared `executor="process"` in this module's registry, keyed by `n`."""
+    handle: JobHandle = job(
+        fn, tenant=tenant, idempotency_key=_key, executor="process", registry=registry, **options
+    )
+    return handle
+
+
+def _by_org(input: Any) -> str:
+    return str(input["org"])
+
+
+h_hog = _in_process(hog)
+h_runaway = _in_process(runaway, _by_org, timeout=0.3, retry=RETRY_ONCE)
+h_crash = _in_process(crash, retry=RETRY_ONCE)
+h_fails = _in_process(fails, retry=RETRY_ONCE)
+h_forks = _in_process(forks, _by_org, retry=RETRY_ONCE)
+h_deafens = _in_process(deafens, retry=RETRY_ONCE)
+h_answers_then_dies = _in_process(answers_then_dies)
+h_hostile = _in_process(hostile, retry=Retry(attempts=1, dead_letter=False))

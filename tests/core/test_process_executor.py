@@ -5,9 +5,11 @@ and a drain leaves no process behind. Real processes; the memory driver, and Pos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from jobs_core import processes
+from jobs_core.attempts import AttemptOutcome
 from jobs_core.context import JobContext
 from jobs_core.errors import ExecutorInvalidError, ProcessDiedError
 from jobs_core.facade import Jobs
@@ -23,6 +26,7 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.processes import BodyProcesses, ProcessContext
 from jobs_core.records import Heartbeat, Nack, NackKind
 from jobs_core.states import JobState
+from jobs_core.tenant import acting_for
 from jobs_core.worker import Worker
 from jobs_memory import MemoryDriver
 from tests.core import process_bodies as pb
@@ -143,6 +147,14 @@ def spawned_children() -> set[int]:
         if stat.rsplit(")", 1)[1].split()[1] == mine and b"multiprocessing.spawn" in cmdline:
             found.add(int(entry.name))
     return found
+
+
+def exited(pid: int) -> bool:
+    """The process has exited (gone, or a zombie not yet reaped)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def gone(pid: int) -> bool:
@@ -399,3 +411,183 @@ async def test_a_body_cancelled_while_it_waits_for_a_process_leaves_the_pool_who
     finally:
         await pool.close()
     assert gone(pid)
+
+
+# -- a body's process that forks, or dies once it answered
+
+
+def _kill(pid_file: Path) -> None:
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+async def test_a_body_that_forks_then_dies_fails_its_attempt_without_waiting_for_the_fork(
+    tmp_path: Path,
+) -> None:
+    """The body's process forks a process that lives on for 30 s, holding its end of the pipe
+    to the worker, then dies: the attempt fails at once (`X_JOB_PROCESS_DIED`, the child's exit
+    code), the retry runs in a fresh process acting for the row's tenant. A body that closes
+    its pipe and lives on is killed (not left running, unseen). A process that dies once it
+    answered has its answer kept, and the next body gets a fresh process. Postgres."""
+    grandchild, deaf_pid = tmp_path / "grandchild", tmp_path / "deaf"
+    async with fresh_driver() as driver:
+        jobs = Jobs(driver)
+        worker = Worker(
+            driver,
+            [pb.h_forks, pb.h_deafens, pb.h_answers_then_dies],
+            poll_floor=0.005,
+            poll_ceiling=0.05,
+            process_pool_size=1,
+        )
+        with acting_for("enqueuer"):
+            forking = await jobs.enqueue(
+                pb.h_forks, {"n": 1, "org": "o7", "grandchild": str(grandchild)}
+            )
+        await worker.start()
+        try:
+            await until(lambda: has_state(driver, [forking.id], JobState.COMPLETED), within=15)
+            done = await row(driver, forking.id)
+            assert (done.attempt, done.acts_for, done.tenant_id) == (2, "o7", "enqueuer")
+            second = json.loads(done.result_json or "")
+            assert (second["tenant"], second["current"]) == ("o7", "o7")
+            first = done.attempts[0]
+            assert first.outcome is AttemptOutcome.RETRIED
+            assert first.error_code == "X_JOB_PROCESS_DIED", first
+            assert "exit code 5" in (first.error_message or ""), first
+            assert int(grandchild.read_text()) != second["pid"]
+
+            # A body that closes its pipe and lives on is killed, not left running unseen.
+            deafened = await jobs.enqueue(pb.h_deafens, {"n": 4, "pid": str(deaf_pid)})
+            await until(lambda: has_state(driver, [deafened.id], JobState.COMPLETED), within=15)
+            assert exited(int(deaf_pid.read_text()))
+            deaf = (await row(driver, deafened.id)).attempts[0]
+            assert deaf.error_code == "X_JOB_PROCESS_DIED", deaf
+            assert "closed its pipe to the worker and was killed" in (deaf.error_message or "")
+
+            answered = await jobs.enqueue(pb.h_answers_then_dies, {"n": 2})
+            await until(lambda: has_state(driver, [answered.id], JobState.COMPLETED), within=15)
+            dead = json.loads((await row(driver, answered.id)).result_json or "")
+            assert dead != int(deaf_pid.read_text())
+            await until(lambda: exited(dead), within=10)
+            after = await jobs.enqueue(pb.h_answers_then_dies, {"n": 3})
+            await until(lambda: has_state(driver, [after.id], JobState.COMPLETED), within=15)
+            next_one = await row(driver, after.id)
+            assert next_one.attempt == 1 and json.loads(next_one.result_json or "") != dead
+            assert worker.stats.processes_died == 2
+        finally:
+            await worker.stop()
+            _kill(grandchild)  # it sleeps 30 s: still this test's to end
+
+
+async def test_hostile_results_and_errors_from_a_process_settle_typed_on_postgres() -> None:
+    """What a body's process hands back that no store can hold, or the worker cannot rebuild,
+    fails the attempt with a typed, storable record; the process itself lives on (one process
+    runs them all)."""
+    results = ("nul", "surrogate", "deep", "huge", "generator")
+    errors = {
+        "raise-text": ("ValueError", "bad \\0 and \ufffd text"),
+        "raise-deep": ("RemoteBodyError", "ValueError: (its message could not be read)"),
+        "here-only": ("RemoteBodyError", "HereOnly: made in the child"),
+    }
+    async with fresh_driver() as driver:
+        jobs = Jobs(driver)
+        worker = Worker(
+            driver, [pb.h_hostile], poll_floor=0.005, poll_ceiling=0.05, process_pool_size=1
+        )
+        ids = {
+            how: (await jobs.enqueue(pb.h_hostile, {"n": how, "how": how})).id
+            for how in (*results, *errors)
+        }
+        await worker.start()
+        try:
+
+            async def finished() -> bool:
+                rows = (await driver.job_get_many(list(ids.values()))).values()
+                return all(r.finished_at_ms is not None for r in rows)
+
+            await until(finished, within=15)
+            pids = worker._runner.processes.pids() if worker._runner.processes else []
+        finally:
+            await worker.stop()
+        rows = await driver.job_get_many(list(ids.values()))
+    assert len(pids) == 1 and worker.stats.processes_died == 0
+    ended = {how: rows[i] for how, i in ids.items()}
+    assert {how: r.state for how, r in ended.items()} == dict.fromkeys(ids, JobState.FAILED)
+    for how in results:
+        (attempt,) = ended[how].attempts
+        assert attempt.error_code == "X_JOB_RESULT_INVALID", (how, attempt)
+        assert (attempt.error_message or "").startswith("the result cannot be stored"), attempt
+    for how, (code, message) in errors.items():
+        (attempt,) = ended[how].attempts
+        assert (attempt.error_code, attempt.error_message) == (code, message), (how, attempt)
+        assert "process_bodies.py" in (attempt.traceback or ""), (how, attempt)
+
+
+async def test_a_fork_that_returns_from_the_body_never_answers_in_its_place() -> None:
+    """A process the body forked that returns from the body ends there: the call's answer is
+    the body's own, and the next call's is not the one left over."""
+    pool = BodyProcesses(1, ["tests.core.process_bodies"])
+    try:
+        async with asyncio.timeout(20):
+            for n in (1, 2):
+                got = await pool.run(pb.forks_and_returns, json.dumps({"n": n}), _ctx(), _none)
+                assert json.loads(got.text() or "") == {"from": "child", "n": n}
+    finally:
+        await pool.close()
+    assert spawned_children() == set()
+
+
+def _none() -> None:
+    return None
+
+
+async def test_a_chaos_of_process_bodies_on_redis_loses_no_job(tmp_path: Path) -> None:
+    """Bodies that exit, segfault, fork then die, close their pipe, overrun their deadline or
+    hand back what no store holds, side by side in a pool of two on Redis: every job ends —
+    each dying first attempt retried in a fresh process and completed, each unstorable value
+    failed for good, typed — and the drain leaves no process of the pool behind."""
+    from tests.redis.conftest import several_drivers
+
+    grandchild = tmp_path / "grandchild"
+    async with several_drivers(1) as (driver,):
+        jobs = Jobs(driver)
+        handles = [pb.h_crash, pb.h_forks, pb.h_deafens, pb.h_runaway, pb.h_hostile]
+        worker = Worker(driver, handles, poll_floor=0.005, poll_ceiling=0.05, process_pool_size=2)
+        dying = [
+            await jobs.enqueue(pb.h_crash, {"n": "exit", "how": "exit"}),
+            await jobs.enqueue(pb.h_crash, {"n": "segv", "how": "segv"}),
+            await jobs.enqueue(pb.h_forks, {"n": 1, "org": "o1", "grandchild": str(grandchild)}),
+            await jobs.enqueue(pb.h_deafens, {"n": 2, "pid": str(tmp_path / "deaf")}),
+            await jobs.enqueue(pb.h_runaway, {"n": 3, "org": "o2", "pid": str(tmp_path / "run")}),
+        ]
+        unstorable = [
+            await jobs.enqueue(pb.h_hostile, {"n": how, "how": how}) for how in ("nul", "deep")
+        ]
+        ids = [q.id for q in (*dying, *unstorable)]
+        most = 0
+
+        async def finished() -> bool:
+            nonlocal most
+            if worker._runner.processes is not None:
+                most = max(most, len(worker._runner.processes.pids()))
+            rows = (await driver.job_get_many(ids)).values()
+            return all(r.finished_at_ms is not None for r in rows)
+
+        await worker.start()
+        try:
+            await until(finished, within=15)
+        finally:
+            await worker.stop()
+            _kill(grandchild)
+        rows = await driver.job_get_many(ids)
+    assert 1 <= most <= 2
+    assert [(rows[q.id].state, rows[q.id].attempt) for q in dying] == [
+        (JobState.COMPLETED, 2)
+    ] * len(dying)
+    codes = [rows[q.id].attempts[0].error_code for q in dying]
+    assert codes == ["X_JOB_PROCESS_DIED"] * 4 + ["X_JOB_TIMEOUT"], codes
+    assert [(rows[q.id].state, rows[q.id].attempt) for q in unstorable] == [
+        (JobState.FAILED, 1)
+    ] * 2
+    assert spawned_children() == set()

@@ -84,6 +84,10 @@ class ClaimLoop:
         runner.on_run_end = self._run_ended
         #: True from the start until a drain begins: claims are made and freed slots refilled.
         self.accepting = False
+        #: Jobs this loop may still claim (None: no bound), and what it calls once it claimed
+        #: the last of them (`Worker.limit_claims`).
+        self.budget: int | None = None
+        self.on_budget_spent: Callable[[], None] | None = None
         self.wake: WakeSubscription | None = None
 
     def on_wake(self, queue: str) -> None:
@@ -99,7 +103,8 @@ class ClaimLoop:
         """How many jobs the next claim may take: held jobs still to run or running count
         against `max_in_flight`; settling ones do not, while all held stay within twice it."""
         held = len(self._held)
-        return min(self._max_in_flight - (held - self._settling), 2 * self._max_in_flight - held)
+        room = min(self._max_in_flight - (held - self._settling), 2 * self._max_in_flight - held)
+        return room if self.budget is None else min(room, self.budget)
 
     def _body_ended(self, held: Held) -> None:
         held.body_ended = True
@@ -166,6 +171,10 @@ class ClaimLoop:
             await self._admission(held, now)
             for h in held:
                 self._start(h)
+            if self.budget is not None and result.jobs:
+                self.budget -= len(result.jobs)
+                if self.budget <= 0 and self.on_budget_spent is not None:
+                    self.on_budget_spent()
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self._draining():

@@ -8,7 +8,7 @@ import logging
 import os
 import random
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 
 from jobs_core.backoff import IdleBackoff
@@ -383,6 +383,14 @@ class Worker:
             # What the bodies' client opened (a `result` wait's finish subscription) ends with
             # the worker; the driver is the caller's.
             await self._client.close()
+
+    def limit_claims(self, jobs: int, then: Callable[[], None]) -> None:
+        """Claim at most `jobs` more jobs, and call `then` (on the loop, once) when the claim
+        that takes the last of them returns; its jobs are started as usual."""
+        if jobs < 1:
+            raise ValueError("limit_claims needs at least one job")
+        self._claims.budget = jobs
+        self._claims.on_budget_spent = then
 
     def observe(self, observer: Observer) -> None:
         """Call `observer(job, outcome, body_ms)` after every settle of this worker that landed

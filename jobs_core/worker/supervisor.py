@@ -66,7 +66,6 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
-from jobs_core.states import Outcome
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -91,8 +90,6 @@ STARTED_FD_ENV: Final = "UJOBS_SUPERVISOR_STARTED_FD"
 START_WINDOW_ENV: Final = "UJOBS_SUPERVISOR_START_WINDOW"
 #: What a child writes on its pipe once it started.
 STARTED_LINE: Final = b"started\n"
-#: Settles that give a job back without a run: not counted by `--max-jobs-per-process`.
-_HANDED_BACK: Final = frozenset({Outcome.INTERRUPTED, Outcome.SHED})
 
 
 def processes_from(text: str) -> int:
@@ -512,12 +509,12 @@ def _started_fd(environ: MutableMapping[str, str]) -> int | None:
 
 @dataclass
 class ChildHooks:
-    """What a supervised worker adds to itself: recycling after `max_jobs` settles, its
-    metrics written for the group, and the watch of its supervisor."""
+    """What a supervised worker adds to itself: recycling once it claimed `max_jobs` jobs
+    (so it runs at most that many), its metrics written for the group, and the watch of its
+    supervisor."""
 
     parent_pid: int
     max_jobs: int | None = None
-    settled: int = 0
     #: The pipe the supervisor reads this child's start on (None: not told, nothing to say).
     started_fd: int | None = field(default_factory=lambda: _started_fd(os.environ))
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -539,7 +536,7 @@ class ChildHooks:
     def attach(self, w: Worker) -> None:
         """Hook into `w` (call on its event loop, after its signal handlers are installed)."""
         if self.max_jobs is not None:
-            w.observe(lambda job, outcome, body_ms: self._settled(w, outcome))
+            w.limit_claims(self.max_jobs, lambda: self._recycle(w))
         if os.environ.get(MULTIPROC_ENV):
             from jobs_core.operator.metrics import WorkerMetrics
 
@@ -547,18 +544,17 @@ class ChildHooks:
             self._tasks.append(asyncio.create_task(self._live_gauges(w, metrics)))
         self._tasks.append(asyncio.create_task(self._parent_gone(w)))
 
-    def _settled(self, w: Worker, outcome: Outcome) -> None:
-        if outcome in _HANDED_BACK:  # not a run: the job goes back as it was
+    def _recycle(self, w: Worker) -> None:
+        if w.draining:
             return
-        self.settled += 1
-        if self.settled == self.max_jobs and not w.draining:
-            log.info(
-                "jobs.worker.recycling %s after %d jobs (--max-jobs-per-process)",
-                w.worker_id,
-                self.settled,
-            )
-            # The drain a deploy gets: held jobs handed back, running bodies finish, exit 0.
-            os.kill(os.getpid(), signal.SIGTERM)
+        log.info(
+            "jobs.worker.recycling %s after %d jobs (--max-jobs-per-process)",
+            w.worker_id,
+            self.max_jobs,
+        )
+        # The drain a deploy gets: the bodies running finish, a job held but not started goes
+        # back (no attempt spent), exit 0. Claims stopped at the last job, so none runs past it.
+        os.kill(os.getpid(), signal.SIGTERM)
 
     async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
         while True:

@@ -470,3 +470,34 @@ async def test_an_unexpected_claim_failure_does_not_stop_the_claim_loop() -> Non
     queued = await Jobs(driver).enqueue(h, {"n": 1})
     await work(driver, [h], [queued.id])
     assert driver.failed and (await row(driver, queued.id)).state is JobState.COMPLETED
+
+
+async def test_limit_claims_takes_no_job_past_the_limit_and_calls_back_once() -> None:
+    """`limit_claims(3, then)` on a worker of 5 slots with 10 due jobs: exactly 3 are claimed
+    (the first claim asks for 3, not 5), `then` runs once, and the other 7 stay ready."""
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        started.append(input["n"])
+        await release.wait()
+
+    driver = MemoryDriver()
+    handle = declare(body, name="held")
+    ids = [r.id for r in await Jobs(driver).enqueue_many(handle, [{"n": i} for i in range(10)])]
+    calls: list[int] = []
+    worker = fast_worker(driver, [handle], concurrency=5)
+    worker.limit_claims(3, lambda: calls.append(len(started)))
+    await worker.start()
+    await until(lambda: len(started) == 3)
+    await asyncio.sleep(0.05)  # a few idle polls: a 4th claim would have taken a job by now
+    assert len(started) == 3 and len(calls) == 1
+    release.set()
+    await until(lambda: worker.stats.completed == 3)
+    await asyncio.sleep(0.05)
+    assert len(started) == 3 and len(calls) == 1
+    await worker.stop()
+    states = [r.state for r in (await driver.job_get_many(ids)).values()]
+    assert sorted(states) == sorted([JobState.COMPLETED] * 3 + [JobState.READY] * 7)
+    with pytest.raises(ValueError):
+        worker.limit_claims(0, lambda: None)

@@ -155,7 +155,8 @@ class SystemRun:
             done = subprocess.run(
                 [*argv, *map(str, args)],
                 env=self._env(target, BENCH_TAG=command, **extra),
-                cwd=ROOT,
+                # `-m` puts the working directory first on the path, ahead of PYTHONPATH.
+                cwd=extra.get("PYTHONPATH", ROOT),
                 capture_output=True,
                 text=True,
                 timeout=CLIENT_TIMEOUT_SECONDS,

@@ -17,6 +17,15 @@ def _install(path: str) -> None:
     def note(event: str, label: str = "") -> None:
         out.write(f"{event} {time.time()} {label}\n")
 
+    async def timed(text: object, answer: Any) -> Any:
+        """Await `answer` (a statement's call) between its `send` and `answer` lines."""
+        label = " ".join(str(text).split())[:40].replace(" ", "_")
+        note("send", label)
+        try:
+            return await answer
+        finally:
+            note("answer", label)
+
     try:
         from jobs_pg.driver import PgDriver
         from jobs_pg.wake import PgWakeSubscription
@@ -33,10 +42,7 @@ def _install(path: str) -> None:
         claim = PgDriver._job_claim
 
         async def traced_claim(self: Any, params: Any) -> Any:
-            note("send", "claim")
-            result = await claim(self, params)
-            note("answer", "claim")
-            return result
+            return await timed("claim", claim(self, params))
 
         PgDriver._job_claim = traced_claim  # type: ignore[method-assign]
         return
@@ -55,12 +61,7 @@ def _install(path: str) -> None:
         execute = apg.Connection._execute
 
         async def traced_execute(self: Any, query: Any, *a: Any, **kw: Any) -> Any:
-            label = " ".join(str(query).split())[:40].replace(" ", "_")
-            note("send", label)
-            try:
-                return await execute(self, query, *a, **kw)
-            finally:
-                note("answer", label)
+            return await timed(query, execute(self, query, *a, **kw))
 
         apg.Connection._execute = traced_execute  # type: ignore[method-assign]
     try:
@@ -82,12 +83,7 @@ def _install(path: str) -> None:
             text = query if isinstance(query, str) else query.as_string(self.connection)
         except Exception:
             text = type(query).__name__
-        label = " ".join(str(text).split())[:40].replace(" ", "_")
-        note("send", label)
-        try:
-            return await cur_execute(self, query, *a, **kw)
-        finally:
-            note("answer", label)
+        return await timed(text, cur_execute(self, query, *a, **kw))
 
     psycopg.AsyncCursor.execute = traced_cur_execute  # type: ignore[method-assign]
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from bench.cpu import process_cpu
 from bench.pg_server import postmaster_pid, throwaway_server
+from bench.pickup_phases import phases
 from bench.report import BEST, BUSY_LOAD, medians, ratios, render
 from bench.stores import BenchError, PgServer, Progress, RedisServer, Target
 from bench.systems import PAIRS, ROOT, SYSTEMS, System, Variant
@@ -132,6 +133,10 @@ class SystemRun:
         self.run = run
         #: The worker's CPU per job sent over the last pickup phase, µs (bench/pickup_pairs.py).
         self.cpu_us_per_job = 0.0
+        #: The last pickup phase's jobs split at the enqueue call's return (`_pickups`).
+        self.split: dict[str, list[float]] = {}
+        #: ... and its parts from the worker's probes, when BENCH_PROBE is set (pickup_phases).
+        self.phases: dict[str, list[float]] = {}
 
     def _url(self, target: Target) -> str:
         return target.url + self.system.url_options
@@ -139,13 +144,19 @@ class SystemRun:
     def _env(self, target: Target, **extra: str) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_URL": self._url(target), **extra}
 
-    def _client(self, target: Target, command: str, *args: object) -> dict[str, Any]:
+    def _client(
+        self, target: Target, command: str, *args: object, variant: Variant | None = None
+    ) -> dict[str, Any]:
+        """Run one client command; with `variant`, under its environment too (`ours:base`'s
+        PYTHONPATH: the producer enqueues with the other checkout's code, as its worker runs)."""
         argv = [str(self.system.python), "-m", "bench.peers.cli", self.system.name, command]
+        extra = dict(variant.env) if variant is not None else {}
         try:
             done = subprocess.run(
                 [*argv, *map(str, args)],
-                env=self._env(target, BENCH_TAG=command),
-                cwd=ROOT,
+                env=self._env(target, BENCH_TAG=command, **extra),
+                # `-m` puts the working directory first on the path, ahead of PYTHONPATH.
+                cwd=extra.get("PYTHONPATH", ROOT),
                 capture_output=True,
                 text=True,
                 timeout=CLIENT_TIMEOUT_SECONDS,
@@ -181,6 +192,10 @@ class SystemRun:
         env = self._env(target, **dict(variant.env))
         if side_file is not None:
             env["BENCH_LATENCY_FILE"] = str(side_file)
+            if os.environ.get("BENCH_PROBE"):
+                # The worker loads bench/probe_site/sitecustomize.py (bench/pickup_phases.py).
+                env["PYTHONPATH"] = f"{ROOT / 'bench' / 'probe_site'}:{env['PYTHONPATH']}"
+                env["BENCH_PROBE_FILE"] = str(side_file.with_suffix(".probe"))
         worker = WorkerProcess(argv, env, self.raw / f"{self._name(variant, phase)}.log")
         try:
             yield worker
@@ -290,16 +305,33 @@ class SystemRun:
             self._worker(target, variant, phase, side_file) as worker,
         ):
             # The warm-up call enqueues two jobs: its untimed first call and one timed one.
-            self._client(target, "enqueue", 1)
+            self._client(target, "enqueue", 1, variant=variant)
             self._wait(target, worker, 2, lambda p: p.unfinished == 0)
             time.sleep(IDLE_SECONDS)
             cpu = worker.cpu()
-            sent = self._client(target, "latency", rate, seconds)["jobs"]
+            answer = self._client(target, "latency", rate, seconds, variant=variant)
+            sent = answer["jobs"]
             self._wait(target, worker, 2 + sent, lambda p: p.unfinished == 0)
             self.cpu_us_per_job = (worker.cpu() - cpu) / sent * 1e6
         pairs = [line.split() for line in side_file.read_text().splitlines()]
         if len(pairs) != sent:
             raise BenchError(f"{self.system.name}: {sent} {phase} jobs sent, {len(pairs)} seen")
+        returned = {float(t): float(r) for t, r in answer.get("returned", ())}
+        # Each job's stamp to its enqueue call's return, and that return to its body's start.
+        self.split = (
+            {
+                "enqueue": [(returned[float(t)] - float(t)) * 1000 for t, _ in pairs],
+                "after": [(float(s) - returned[float(t)]) * 1000 for t, s in pairs],
+            }
+            if returned
+            else {}
+        )
+        probe = side_file.with_suffix(".probe")
+        self.phases = (
+            phases(probe, [(float(t), returned[float(t)], float(s)) for t, s in pairs])
+            if probe.exists() and returned
+            else {}
+        )
         return [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
 
     def enqueueing(self) -> dict[str, float | None]:

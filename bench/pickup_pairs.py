@@ -9,7 +9,9 @@ worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with
 10 on the standard library's event loop (`--loop asyncio`; `ours:c10` runs on the default,
 uvloop where installed). `ours:base` is ours at concurrency 10 on another checkout's code
 (`--base TREE`, e.g. a detached worktree of main): old and new tree in the same rotating rounds,
-read as ours:c10 ÷ ours:base. Writes
+read as ours:c10 ÷ ours:base. Each row also splits its pickups at the producer's enqueue call's
+return (`idle_enqueue_p50_ms`: the stamp to the return; `idle_after_p50_ms`: the return to the
+body's start; the same at p95 and for the stream). Writes
 bench/results/pickup-<stamp>.json and prints each round's figures and ours ÷ each peer per round.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 from bench.harness import FULL, RESULTS, SystemRun
 from bench.pg_server import postmaster_pid, throwaway_server
+from bench.pickup_phases import medians
 from bench.stores import PgServer
 from bench.systems import SYSTEMS, System, Variant
 from jobs_pg.urls import libpq_url
@@ -56,7 +59,7 @@ def _variant(key: str, base: str | None) -> tuple[System, Variant]:
         if base is None:
             raise SystemExit("ours:base needs --base TREE")
         c10 = system.variant("c10")
-        # The worker imports jobs_* (and the peer) from the other checkout first.
+        # The worker and the producer import jobs_* (and the peer) from the other checkout.
         return system, replace(c10, name="base", env=(("PYTHONPATH", base),))
     if name == "ours" and variant in EXTRA:
         return system, EXTRA[variant]
@@ -80,6 +83,17 @@ def _server(pg_url: str | None) -> Iterator[PgServer]:
 FIGURES = ("p50_ms", "p95_ms", "stream_p50_ms", "stream_p95_ms")
 
 
+def _split(phase: str, split: dict[str, list[float]]) -> dict[str, float]:
+    """p50 and p95 of each part of a pickup (the producer's stamp to its enqueue call's return,
+    and that return to the body's start), e.g. `idle_enqueue_p50_ms`."""
+    out = {}
+    for part, millis in split.items():
+        cuts = statistics.quantiles(millis, n=100, method="inclusive")
+        out[f"{phase}_{part}_p50_ms"] = cuts[49]
+        out[f"{phase}_{part}_p95_ms"] = cuts[94]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pickup_pairs")
     parser.add_argument("variants", nargs="+", help="system:variant, ours first")
@@ -87,9 +101,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=FULL.latency_seconds)
     parser.add_argument("--pg-url")
     parser.add_argument("--base", help="the checkout `ours:base` runs (its jobs_* packages)")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="probe each worker and split its pickups into parts (bench/pickup_phases.py)",
+    )
     args = parser.parse_args()
     base = None if args.base is None else str(Path(args.base).resolve())
     config = replace(FULL, latency_seconds=args.seconds)
+    if args.probe:
+        os.environ["BENCH_PROBE"] = "1"
     chosen = [_variant(k, base) for k in args.variants]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = RESULTS / "raw" / f"pickup-{stamp}"
@@ -104,8 +125,12 @@ def main() -> None:
                 row: dict[str, Any] = {"round": r, "row": system.key(variant)}
                 row.update(run.latency(variant))
                 row["cpu_us_per_job_idle"] = run.cpu_us_per_job
+                row.update(_split("idle", run.split))
+                row.update({f"idle_{k}_p50_ms": v for k, v in medians(run.phases).items()})
                 row.update(run.stream(variant))
                 row["cpu_us_per_job_stream"] = run.cpu_us_per_job
+                row.update(_split("stream", run.split))
+                row.update({f"stream_{k}_p50_ms": v for k, v in medians(run.phases).items()})
                 rows.append(row)
                 print(
                     json.dumps(

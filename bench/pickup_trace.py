@@ -216,7 +216,7 @@ def _cut(xs: list[float]) -> str:
     if len(xs) < 2:
         return "n/a"
     q = statistics.quantiles(xs, n=100, method="inclusive")
-    return f"p50 {q[49]:6.2f}  p95 {q[94]:6.2f}  mean {statistics.fmean(xs):6.2f}"
+    return f"p50 {q[49]:6.2f}  p95 {q[94]:6.2f}  mean {statistics.fmean(xs):6.2f}  n {len(xs)}"
 
 
 def analyse(trace: Path, produced: Path, starts: Path) -> dict[str, Any]:

@@ -38,8 +38,10 @@ class Trails:
         self._published_at: dict[str, float] = {}
         self._trailed_at: dict[str, float] = {}
         self._closed = False
-        #: Trailing publishes sent so far; read by tests and benchmarks.
+        #: Trailing publishes sent so far, and those carried by a quiet job's own enqueue;
+        #: read by tests and benchmarks.
         self.sent = 0
+        self.carries = 0
 
     def published(self, queue: str, began: float) -> None:
         """An enqueue of ours that began at `began` (monotonic) published `queue`'s wake."""
@@ -66,6 +68,25 @@ class Trails:
         self._pending[queue] = asyncio.get_running_loop().call_later(
             max(0.0, left_s, spaced_s), self._due, queue
         )
+
+    def may_carry(self, queue: str) -> bool:
+        """Whether a due job of `queue` about to go in quiet may carry a trailing wake in its own
+        commit instead (`carried`): none is pending (that one covers it) and none was sent or
+        carried a slot's length before now. The bound is the trailing one's: at most one more a
+        slot per queue and driver."""
+        if self._closed or queue in self._pending:
+            return False
+        return time.monotonic() >= self._trailed_at.get(queue, -1e9) + self._slot_ms / 1000
+
+    def carried(self, queue: str, began: float) -> None:
+        """An enqueue of ours begun at `began` (monotonic), allowed by `may_carry`, went in with
+        `queue`'s wake: it stands for a trailing one (the next comes a slot's length after) and
+        covers the quiet jobs before it."""
+        if len(self._trailed_at) > 10_000:
+            self._trailed_at.clear()
+        self._trailed_at[queue] = time.monotonic()
+        self.carries += 1
+        self.published(queue, began)
 
     def _due(self, queue: str) -> None:
         self._pending.pop(queue, None)

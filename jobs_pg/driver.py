@@ -983,13 +983,16 @@ class PgDriver(JobDriver):
         self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob, *, quiet: bool = False
     ) -> EnqueueResult:
         slot = self._slot(job.created_at_ms)
-        wake = (
-            not quiet
-            and slot is not None
-            and job.run_at_ms <= job.created_at_ms
-            and self._spent_slots.get(job.queue) != slot
-        )
-        stmt = self._q["JOB_ENQUEUE" if wake else "JOB_ENQUEUE_QUIET"]
+        due = not quiet and slot is not None and job.run_at_ms <= job.created_at_ms
+        wake = due and self._spent_slots.get(job.queue) != slot
+        trails = self._loops.get().trails
+        # Its slot's NOTIFY is out: rather than go in quiet and have a trailing NOTIFY sent
+        # after it (a transaction of its own, at the slot's end), the job carries that one in
+        # its own commit when one may go now (docs/pg.md, "The wake").
+        carry = due and not wake and trails is not None and trails.may_carry(job.queue)
+        stmt = self._q[
+            "JOB_ENQUEUE" if wake else "JOB_ENQUEUE_CARRIED" if carry else "JOB_ENQUEUE_QUIET"
+        ]
         args = stmt.args(self._enqueue_values(job, slot))
         began = time.monotonic()
         for _ in range(5):
@@ -1001,15 +1004,11 @@ class PgDriver(JobDriver):
             if inserted is not None:
                 if wake and slot is not None:
                     self._slot_spent(job.queue, slot)
-                trails = self._loops.get().trails
-                if trails is not None and wake and row[3]:
+                if trails is not None and carry:
+                    trails.carried(job.queue, began)
+                elif trails is not None and wake and row[3]:
                     trails.published(job.queue, began)
-                elif (
-                    trails is not None
-                    and not quiet
-                    and slot is not None
-                    and job.run_at_ms <= job.created_at_ms
-                ):
+                elif trails is not None and due:
                     trails.quiet(job.queue, job.created_at_ms, began)
                 return EnqueueResult(job.id, deduped=False)
             if existing is not None:

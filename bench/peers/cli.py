@@ -84,8 +84,10 @@ async def _fill(client: Client, n: int) -> dict[str, Any]:
 
 
 async def _latency(client: Client, rate: float, seconds: float) -> dict[str, Any]:
-    """Enqueue at a steady rate, each job carrying its enqueue wall time."""
+    """Enqueue at a steady rate, each job carrying its enqueue wall time; answers too each
+    call's stamp and return (`returned`), so a pickup splits at the enqueue's return."""
     inps = _inputs(round(rate * seconds))
+    returned: list[tuple[float, float]] = []
     started = time.perf_counter()
     for i, inp in enumerate(inps):
         delay = started + i / rate - time.perf_counter()
@@ -93,7 +95,8 @@ async def _latency(client: Client, rate: float, seconds: float) -> dict[str, Any
             await asyncio.sleep(delay)
         inp["t"] = time.time()
         await client.enqueue(inp)
-    return {"jobs": len(inps)}
+        returned.append((inp["t"], time.time()))
+    return {"jobs": len(inps), "returned": returned}
 
 
 async def _run(peer: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -280,6 +280,13 @@ JOB_ENQUEUE: Final = sa.select(*_enq_answer, notified(wake_cte(_enq_ins, "wake")
 # would not have been sent, so the once-per-slot bound and its delivery are unchanged.
 JOB_ENQUEUE_QUIET: Final = sa.select(*_enq_answer)
 
+# -- JOB_ENQUEUE_CARRIED ------------------------------------------------------------------------
+# JOB_ENQUEUE with its queue's NOTIFY whatever the wakes row says: the driver runs it for a due
+# job that would go in quiet (its slot's NOTIFY already out) when it may send a trailing NOTIFY
+# now (`jobs_core.wake.Trails.may_carry`): the job's own commit carries that wake, so it is not
+# one more transaction at the slot's end. A deduped enqueue inserts nothing and notifies nobody.
+JOB_ENQUEUE_CARRIED: Final = sa.select(*_enq_answer, notified(_enq_ins))
+
 # -- JOB_ENQUEUE_MANY ---------------------------------------------------------------------------
 # One statement per chunk (the driver splits a chunk where an id repeats, so ids are unique per
 # statement). Rows are inserted in batch order with the SAME conflict target as JOB_ENQUEUE:

@@ -1,5 +1,6 @@
 """The wake: one LISTEN session, proven by a probe; one NOTIFY per queue per slot, and from an
-enqueuing process one more at the end of a slot in which a due job of its went in without one."""
+enqueuing process one more for a due job of its that went in without one: carried by that job's
+own commit, or at its slot's end when one went a slot's length before."""
 
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ async def test_enqueues_notify_once_per_queue_per_slot_and_once_more_at_its_end(
     _, woken = await _subscribe(pg, ["q", "other"])
     d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
     try:
-        # Five due jobs in one slot: the first notifies; the other four went in quiet, perhaps
-        # after a worker's claim, so the slot's end brings one more wake, not four.
+        # Five due jobs in one slot: the first notifies; the second carries the one more wake
+        # a slot's quiet jobs get (its own commit notifies); the other three go in quiet,
+        # perhaps after a worker's claim, and bring one more a slot after it, not three.
         for i in range(5):
             await d.job_enqueue(job(i, now=T0 + i))
         await _until(lambda: len(woken) == 2, 5)
@@ -185,17 +187,18 @@ async def test_listen_url_is_where_the_session_dials(pg_schema: str) -> None:
 
 async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -> None:
     """Each driver remembers the slots it spent; across drivers the wakes row decides. Each
-    driver whose due job went in quiet sends its own NOTIFY at the slot's end."""
+    driver whose due job went in quiet sends one more of its own: carried by that job's commit
+    when it knew the slot spent before sending it, else at the slot's end."""
     _, woken = await _subscribe(pg, ["q"])
     one = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
     other = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
     try:
         await one.job_enqueue(job(1))
         await other.job_enqueue(job(2))  # same slot, a driver that never saw it: no NOTIFY…
-        await one.job_enqueue(job(3))
+        await one.job_enqueue(job(3))  # quiet in `one`'s eyes: it carries one more itself
         await asyncio.sleep(0.3)
-        assert woken == ["q"]
-        await _until(lambda: len(woken) == 3, 5)  # …but one at the slot's end from each
+        assert woken == ["q", "q"]
+        await _until(lambda: len(woken) == 3, 5)  # …but `other` sends one at the slot's end
         await other.job_enqueue(job(4, now=T0 + LONG))  # the next slot: one more
         await one.job_enqueue(job(5, now=T0 + LONG))  # quiet: one more at its end
         await _until(lambda: len(woken) == 5, 5)
@@ -206,6 +209,29 @@ async def test_two_enqueuing_processes_share_one_notify_per_slot(pg: PgDriver) -
         await other.close()
 
 
+async def test_a_quiet_job_carries_its_trailing_wake_in_its_own_commit(pg: PgDriver) -> None:
+    """A due job that would go in quiet (its slot's NOTIFY already out) notifies at its own
+    commit when a trailing NOTIFY may go now: no wait for the slot's end, no transaction of its
+    own. The next quiet one within a slot's length waits for one more a slot after it."""
+    _, woken = await _subscribe(pg, ["q"])
+    d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
+    try:
+        await d.job_enqueue(job(1))
+        await d.job_enqueue(job(2, now=T0 + 1))
+        await asyncio.sleep(0.3)  # the slot ends 1 s after it began
+        assert woken == ["q", "q"]
+        await d.job_enqueue(job(3, now=T0 + 2))  # quiet: one more a slot after the carried one
+        await asyncio.sleep(0.3)
+        assert woken == ["q", "q"]
+        await _until(lambda: len(woken) == 3, 5)
+        await asyncio.sleep(LONG / 1000 + 0.3)
+        assert woken == ["q"] * 3
+        trails = d._loops.get().trails
+        assert trails is not None and (trails.carries, trails.sent) == (1, 1)
+    finally:
+        await d.close()
+
+
 async def test_a_notify_of_ours_after_a_quiet_enqueue_stands_for_the_slots_end(
     pg: PgDriver,
 ) -> None:
@@ -213,10 +239,11 @@ async def test_a_notify_of_ours_after_a_quiet_enqueue_stands_for_the_slots_end(
     d = PgDriver(PG_URL, schema=pg.schema, pool_size=2, wake_slot_ms=LONG)
     try:
         await d.job_enqueue(job(1))
-        await d.job_enqueue(job(2, now=T0 + 1))  # quiet: a NOTIFY is due at the slot's end…
-        await d.job_enqueue(job(3, now=T0 + LONG))  # …but this one notified after its commit
+        await d.job_enqueue(job(2, now=T0 + 1))  # carries the slot's one more wake
+        await d.job_enqueue(job(3, now=T0 + 2))  # quiet: a NOTIFY is due a slot later…
+        await d.job_enqueue(job(4, now=T0 + LONG))  # …but this one notified after its commit
         await asyncio.sleep(2 * LONG / 1000 + 0.3)
-        assert woken == ["q", "q"]
+        assert woken == ["q", "q", "q"]
     finally:
         await d.close()
 
@@ -276,17 +303,19 @@ async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_
     loop.set_exception_handler(lambda _, context: errors.append(context.get("exception")))
     try:
         await d.job_enqueue(job(1))
-        await d.job_enqueue(job(2, now=T0 + 1))  # quiet: a NOTIFY of "q" pending to the slot end
+        await d.job_enqueue(job(2, now=T0 + 1))  # carries one more wake of "q"
+        await d.job_enqueue(job(5, now=T0 + 1))  # quiet: a NOTIFY of "q" pending a slot later
         # The queues this process went quiet in before, up to the bound (as 10,000 enqueues
         # to as many queues would leave them).
         trails = d._loops.get().trails
         assert trails is not None
         trails._quiet_at.update((f"old-{i}", 0.0) for i in range(10_000))
         await d.job_enqueue(job(3, queue="b", now=T0 + 2))
-        await d.job_enqueue(job(4, queue="b", now=T0 + 3))  # quiet too: past the bound, clears
+        await d.job_enqueue(job(4, queue="b", now=T0 + 3))  # carries one more of "b"
+        await d.job_enqueue(job(6, queue="b", now=T0 + 3))  # quiet too: past the bound, clears
         await asyncio.sleep(LONG / 1000 + 0.5)
         assert errors == []
-        assert sorted(woken) == ["b", "b", "q", "q"]
+        assert sorted(woken) == ["b", "b", "b", "q", "q", "q"]
     finally:
         loop.set_exception_handler(None)
         await d.close()

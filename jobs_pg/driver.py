@@ -25,7 +25,15 @@ import select
 import time
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Hashable,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import psycopg
@@ -72,6 +80,7 @@ from jobs_core.records import (
     EnqueueResult,
     EventRecord,
     EventWait,
+    Fence,
     Heartbeat,
     JobFilter,
     JobRecord,
@@ -87,6 +96,7 @@ from jobs_core.records import (
     LeaseTake,
     ListKey,
     Nack,
+    NackKind,
     NewJob,
     Pause,
     PostingPut,
@@ -386,14 +396,21 @@ def _settle_params(
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
-    __slots__ = ("args", "flight", "fut", "lazy", "stmt")
+    __slots__ = ("args", "claim", "flight", "fut", "lazy", "stmt")
 
     def __init__(
-        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, fut: asyncio.Future[list[Any]]
+        self,
+        stmt: _Stmt,
+        args: Sequence[Any],
+        lazy: bool,
+        claim: ClaimParams | None,
+        fut: asyncio.Future[list[Any]],
     ) -> None:
         self.stmt = stmt
         self.args = args
         self.lazy = lazy
+        #: A claim's parameters: its jobs go back if they commit for a caller gone.
+        self.claim = claim
         self.fut = fut
         #: The task carrying it to the server once sent (shared or alone), None before.
         self.flight: asyncio.Future[Any] | None = None
@@ -697,6 +714,7 @@ class PgDriver(JobDriver):
         generic: bool = False,
         raw: bool = False,
         lazy_commit: bool = False,
+        cur: psycopg.AsyncCursor[Any] | None = None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -717,11 +735,13 @@ class PgDriver(JobDriver):
         it). A `lazy_commit` statement (`LAZY_COMMIT`) run outside a transaction of ours gets
         `synchronous_commit = off` the same way, prepared or not.
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
+        Given `cur` (made for `raw` as above), it runs on that one: its caller can still read
+        it when the call is cancelled (`PgDriver._alone`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic, raw, lazy_commit)
+                return await self._execute_once(conn, text, args, generic, raw, lazy_commit, cur)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -751,10 +771,12 @@ class PgDriver(JobDriver):
         generic: bool,
         raw: bool,
         lazy_commit: bool,
+        cur: psycopg.AsyncCursor[Any] | None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
-        cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
+        if cur is None:
+            cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
             settings = (
                 LOCAL_SETTINGS.get((generic and conn.prepare_threshold is not None, lazy_commit))
@@ -797,9 +819,7 @@ class PgDriver(JobDriver):
             finally:
                 here.checking = False
 
-        task = asyncio.get_running_loop().create_task(sweep())
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
+        _in_background(sweep())
 
     async def _rows(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         stmt = self._q[name]
@@ -815,21 +835,23 @@ class PgDriver(JobDriver):
             return await cur.fetchall() if _has_rows(cur) else []
 
     async def _coalesced(
-        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, rows: int
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, rows: int, claim: ClaimParams | None
     ) -> list[Any]:
         """Rows of a claim or an ack. Those asked for within `_GATHER_TURNS` loop turns of each
         other (a worker's ack flush and its next claim) go to the server as one pipeline: one
         implicit transaction, so one commit and one answer; if the server fails it each runs
         again alone, as a lone call would (nothing of a failed transaction stayed); out of
-        reach (its commit unknown) each caller gets `X_DRIVER_UNAVAILABLE`, as alone."""
+        reach (its commit unknown) each caller gets `X_DRIVER_UNAVAILABLE`, as alone. The jobs
+        of a `claim` committed for a caller cancelled meanwhile go back at once (`_give_back`).
+        """
         if lazy or rows > _GATHER_MAX_ROWS:
             # A lazy commit would make the others' commit lazy too; a big statement would
             # wait for the others on one session instead of running beside them on another.
-            return await self._alone(stmt, args, lazy)
+            return await self._alone(stmt, args, lazy, claim)
         here = self._loops.get()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Any]] = loop.create_future()
-        item = _Piped(stmt, args, lazy, fut)
+        item = _Piped(stmt, args, lazy, claim, fut)
         if here.gather is not None:
             here.gather.append(item)
             return await _answer(here, item)
@@ -849,16 +871,14 @@ class PgDriver(JobDriver):
             raise
         here.gather = None
         if len(gathered) == 1:
-            return await self._alone(stmt, args, lazy)
+            return await self._alone(stmt, args, lazy, claim)
         # Company came: the batch goes in a task of its own, so a caller cancelled from now on
         # cancels no one else's statement.
         self._spawn_flush(gathered)
         return await _answer(here, item)
 
     def _spawn_flush(self, batch: list[_Piped]) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush_gathered(batch))
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
+        _in_background(self._flush_gathered(batch))
 
     async def _flush_gathered(self, batch: list[_Piped]) -> None:
         # A caller cancelled after the batch was handed here, before this task's first turn
@@ -888,8 +908,8 @@ class PgDriver(JobDriver):
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
                     alone.append(self._answer_alone(p))
-                elif not p.fut.done():
-                    p.fut.set_result(got)
+                else:
+                    self._hand(p, got)
             # Side by side, as they would have run without waiting for company.
             await asyncio.gather(*alone)
         except BaseException:
@@ -901,21 +921,90 @@ class PgDriver(JobDriver):
     async def _answer_alone(self, p: _Piped) -> None:
         if p.fut.done():
             return
-        alone = await _flown([p], self._alone(p.stmt, p.args, p.lazy))
-        if alone.cancelled() or p.fut.done():  # its caller is gone
+        alone = await _flown([p], self._alone(p.stmt, p.args, p.lazy, p.claim))
+        if alone.cancelled():  # its caller is gone (`_alone` gave back what it claimed)
             return
         exc = alone.exception()
-        if exc is not None:  # handed to its caller
+        if exc is None:
+            self._hand(p, alone.result())
+        elif not p.fut.done():  # handed to its caller
             p.fut.set_exception(exc)
-        else:
-            p.fut.set_result(alone.result())
 
-    async def _alone(self, stmt: _Stmt, args: Sequence[Any], lazy: bool) -> list[Any]:
-        async with self._conn() as conn:
-            cur = await self._execute(
-                conn, stmt.query, args, generic=stmt.generic, raw=stmt.raw, lazy_commit=lazy
-            )
+    def _hand(self, p: _Piped, rows: list[Any]) -> None:
+        """A gathered statement's committed rows to its caller; its caller gone, a claim's
+        jobs go back at once (`_give_back`)."""
+        if not p.fut.done():
+            p.fut.set_result(rows)
+        elif p.claim is not None:
+            self._give_back(p.claim, rows)
+
+    def _give_back(self, claim: ClaimParams, rows: list[Any]) -> None:
+        """The jobs a claim committed for a caller gone (cancelled once the commit happened),
+        back to `ready` at once, in a task of their own: an interrupt nack, as a drain gives
+        back the jobs it held unstarted (the attempt given back, `interrupted` in the
+        history). Left running, nobody would hold them until their leases lapsed and the
+        lapse spent their attempt. Best effort: failed, the leases lapse as before."""
+        fences = [Fence(r[1], r[12], claim.worker_id) for r in rows if r[0] == "c"]
+        if not fences:
+            return
+        nacks = [Nack(f, NackKind.INTERRUPT, claim.now_ms) for f in fences]
+
+        async def give_back() -> None:
+            here = self._loops.peek()
+            if here is None or here.pool is None:
+                # The driver closed meanwhile (a worker's stop cancels its claim, then closes
+                # it): a call now would open a new pool that nobody closes.
+                log.info("jobs.pg.claim_give_back_skipped: closed; leases lapse")
+                return
+            try:
+                back = await self._job_nack(nacks)
+                log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
+            except Exception:
+                log.warning("jobs.pg.claim_give_back_failed: leases lapse", exc_info=True)
+
+        _in_background(give_back())
+
+    async def _alone(
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: ClaimParams | None
+    ) -> list[Any]:
+        """A claim or an ack run alone. Cancelled by the call's timeout after its commit, its
+        answer read in (`_answered_all`), it answers that: run again, an ack that landed would
+        answer False and a claim take more; lost, its claimed jobs were held by nobody until
+        their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
+        (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
+        X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim, if it committed,
+        holds its jobs until their leases lapse."""
+        cur: psycopg.AsyncCursor[Any] | None = None
+        answered = False
+        try:
+            async with self._conn() as conn:
+                cur = psycopg.AsyncRawCursor(conn) if stmt.raw else conn.cursor()
+                try:
+                    await self._execute(
+                        conn,
+                        stmt.query,
+                        args,
+                        generic=stmt.generic,
+                        raw=stmt.raw,
+                        lazy_commit=lazy,
+                        cur=cur,
+                    )
+                except asyncio.CancelledError:
+                    # psycopg cancels the statement on the server, then reads its answer in
+                    # before it re-raises: the cancel may have come after the commit.
+                    answered = _answered_all(conn, (cur,))
+                    raise
+                return await cur.fetchall() if _has_rows(cur) else []
+        except DriverUnavailableError:
+            if not answered or cur is None:
+                raise
+            # The call's timeout, after the commit: the answer stands (its rows are read off
+            # the cursor's result, no more from the session).
             return await cur.fetchall() if _has_rows(cur) else []
+        except asyncio.CancelledError:
+            if answered and claim is not None and cur is not None and _has_rows(cur):
+                self._give_back(claim, await cur.fetchall())
+            raise
 
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:
         """Run the statements in one pipeline with one Sync: all commit together, or none.
@@ -1248,7 +1337,7 @@ class PgDriver(JobDriver):
         }
         stmt = self._q["JOB_CLAIM"]
         lazy = stmt.lazy_commit and self._lazy_claim
-        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit)
+        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, params)
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]
@@ -1301,7 +1390,8 @@ class PgDriver(JobDriver):
             stmt = self._q[name]
             params = _settle_params(list(items), columns)
             out = [False] * len(items)
-            for (ordinal,) in await self._coalesced(stmt, stmt.args(params), False, len(items)):
+            rows = await self._coalesced(stmt, stmt.args(params), False, len(items), None)
+            for (ordinal,) in rows:
                 out[ordinal - 1] = True
             return out
         async with self._conn() as conn:
@@ -2491,6 +2581,13 @@ _HAS_POLL: Final = hasattr(select, "poll")
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _in_background(coro: Coroutine[Any, Any, None]) -> None:
+    """Run `coro` in a task of its own, held until it ends (the loop keeps weak references)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
 
 
 def _abandon_loop(here: _LoopConns) -> None:

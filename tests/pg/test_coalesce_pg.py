@@ -42,6 +42,18 @@ def _states(schema: str) -> dict[str, str]:
     return {r[0]: r[1] for r in rows}
 
 
+def _given_back(schema: str) -> list[tuple[str, int, int]]:
+    """(state, attempt, claims) of each job claimed and then given back, by id."""
+    with admin() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                f'SELECT state, attempt, claims FROM "{schema}".jobs'
+                " WHERE state = 'ready' AND claims > 0 ORDER BY id"
+            ).fetchall()
+        ]
+
+
 async def test_an_ack_and_a_claim_asked_together_commit_in_one_transaction(pg: PgDriver) -> None:
     await pg.job_enqueue_many([job(i) for i in range(4)])
     first = (await pg.job_claim(_claim(2))).jobs
@@ -270,13 +282,17 @@ class _Proxy:
             self.server.close()
 
 
+async def _until(check: Any) -> None:
+    for _ in range(40):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the statement never committed")
+
+
 @contextlib.asynccontextmanager
-async def _committed_unanswered(
-    pg: PgDriver, call_timeout_s: float
-) -> AsyncIterator[tuple[_Proxy, tuple[ClaimedJob, ...], asyncio.Future[Any], asyncio.Future[Any]]]:
-    """A driver reaching `pg`'s server through a `_Proxy` relay (with `call_timeout_s`),
-    two jobs claimed, then their ack and a claim of 2 gathered into one transaction that has
-    committed while the relay holds its answer back."""
+async def _relayed(pg: PgDriver, call_timeout_s: float) -> AsyncIterator[tuple[_Proxy, PgDriver]]:
+    """A driver reaching `pg`'s server through a `_Proxy` relay, with `call_timeout_s`."""
     from urllib.parse import urlsplit
 
     from tests.pg.conftest import PG_URL
@@ -289,20 +305,28 @@ async def _committed_unanswered(
         url, schema=pg.schema, pool_size=2, connect_timeout_s=2.0, call_timeout_s=call_timeout_s
     )
     try:
+        yield proxy, d
+    finally:
+        await d.close()
+        await proxy.close()
+
+
+@contextlib.asynccontextmanager
+async def _committed_unanswered(
+    pg: PgDriver, call_timeout_s: float
+) -> AsyncIterator[tuple[_Proxy, tuple[ClaimedJob, ...], asyncio.Future[Any], asyncio.Future[Any]]]:
+    """A driver reaching `pg`'s server through a `_Proxy` relay (with `call_timeout_s`),
+    two jobs claimed, then their ack and a claim of 2 gathered into one transaction that has
+    committed while the relay holds its answer back."""
+    async with _relayed(pg, call_timeout_s) as (proxy, d):
         await d.job_enqueue_many([job(i) for i in range(6)])
         first = (await d.job_claim(_claim(2))).jobs
         proxy.hold = True
         ack = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
         claim = asyncio.ensure_future(d.job_claim(_claim(2)))
-        for _ in range(40):
-            if {_states(pg.schema)[j.id] for j in first} == {"completed"}:
-                break
-            await asyncio.sleep(0.02)
+        await _until(lambda: {_states(pg.schema)[j.id] for j in first} == {"completed"})
         assert not ack.done() and not claim.done()
         yield proxy, first, ack, claim
-    finally:
-        await d.close()
-        await proxy.close()
 
 
 async def test_an_ack_and_a_claim_whose_commit_answer_is_lost_are_not_run_again(
@@ -332,8 +356,9 @@ async def test_a_shared_commit_cancelled_after_it_happened_keeps_its_answers(
     the claim's caller gone, or the call's timeout. The server's cancel comes too late and
     psycopg reads the answers in before it re-raises: the ack answers what landed (True), not
     False from running again alone (its worker would log it unowned and skip its observers),
-    nor X_DRIVER_UNAVAILABLE; the claim takes nothing more, and past the timeout its caller
-    gets its jobs rather than leaving them held by nobody."""
+    nor X_DRIVER_UNAVAILABLE; the claim takes nothing more. Past the timeout its caller gets
+    its jobs; its caller gone, they go back at once (attempt given back), not held by nobody
+    until their leases lapse."""
     call_timeout_s = 1.0 if how == "timeout" else 30.0
     async with _committed_unanswered(pg, call_timeout_s) as (proxy, first, ack, claim):
         if how == "cancel":
@@ -351,8 +376,13 @@ async def test_a_shared_commit_cancelled_after_it_happened_keeps_its_answers(
             await asyncio.sleep(0.02)
         states = _states(pg.schema)
         assert {states[j.id] for j in first} == {"completed"}
-        # The claim's two jobs committed as a lone claim's would; none more.
-        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+        if how == "cancel":
+            # The claim's two jobs committed for a caller gone, then went back.
+            assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 4
+            assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
+        else:
+            # The claim's two jobs committed as a lone claim's would; none more.
+            assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
 
 
 async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknown(
@@ -375,6 +405,64 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
         states = _states(pg.schema)
         assert {states[j.id] for j in first} == {"completed"}
         assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+
+
+@pytest.mark.parametrize("what", ["claim", "ack"])
+async def test_a_lone_call_timed_out_after_its_commit_keeps_its_answer(
+    pg: PgDriver, what: str
+) -> None:
+    """A claim or an ack with no company commits, and the call's timeout cancels it while the
+    relay holds its answer back: the server's cancel comes too late and psycopg reads the
+    answer in before it re-raises. That answer stands: the claim's caller gets its jobs (not
+    X_DRIVER_UNAVAILABLE with them held by nobody until their leases lapse), the ack's gets
+    True (not X_DRIVER_UNAVAILABLE, whose resend would answer False: logged unowned)."""
+    async with _relayed(pg, 1.0) as (proxy, d):
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        # Each statement once first: prepared, it then goes out in one message, not after a
+        # prepare whose answer the relay would hold back.
+        done = (await d.job_claim(_claim(2))).jobs
+        assert await d.job_ack([_ack(j) for j in done]) == [True, True]
+        first = (await d.job_claim(_claim(2))).jobs
+        proxy.hold = True
+        if what == "claim":
+            call: asyncio.Future[Any] = asyncio.ensure_future(d.job_claim(_claim(2)))
+            await _until(lambda: list(_states(pg.schema).values()).count("running") == 4)
+        else:
+            call = asyncio.ensure_future(d.job_ack([_ack(j) for j in first]))
+            await _until(lambda: {_states(pg.schema)[j.id] for j in first} == {"completed"})
+        await asyncio.sleep(1.3)  # past the call's timeout: the server's cancel sent, too late
+        assert not call.done()
+        proxy.release()
+        got = await asyncio.wait_for(call, 10)
+        states = _states(pg.schema)
+        if what == "claim":
+            assert sorted(j.id for j in got.jobs) == sorted(
+                i for i, s in states.items() if s == "running" and i not in {j.id for j in first}
+            )
+            assert len(got.jobs) == 2
+        else:
+            assert got == [True, True]
+            assert sorted(states.values()) == ["completed"] * 4 + ["ready"] * 2
+
+
+async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(pg: PgDriver) -> None:
+    """A claim with no company commits, then its caller is cancelled while the relay holds
+    the answer back: the server's cancel comes too late and psycopg reads the answer in. Its
+    jobs go back to ready at once, their attempt given back, rather than running for nobody
+    until their leases lapse (the lapse would spend the attempt)."""
+    async with _relayed(pg, 30.0) as (proxy, d):
+        await d.job_enqueue_many([job(i) for i in range(2)])
+        proxy.hold = True
+        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
+        await _until(lambda: set(_states(pg.schema).values()) == {"running"})
+        claim.cancel()
+        await asyncio.sleep(0.3)  # the server's cancel sent, too late
+        proxy.release()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        await _until(lambda: set(_states(pg.schema).values()) == {"ready"})
+        assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
+        assert len((await d.job_claim(_claim(2))).jobs) == 2
 
 
 async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:

@@ -9,6 +9,8 @@ import contextlib
 import time
 from collections.abc import Callable
 
+import psycopg
+
 from jobs_core.records import NewJob
 from jobs_pg import PgDriver
 from jobs_pg.wake import PgWakeSubscription
@@ -321,22 +323,44 @@ async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_
         await d.close()
 
 
+#: An empty SQL_ASCII database on the test server, kept between runs: the test below only
+#: LISTENs and NOTIFYs there, on its own schema's channel, so runs side by side share it safely.
+#: It is not dropped: a DROP DATABASE waits for a checkpoint of the whole server, which took
+#: 50-80 s on a loaded 2-core runner (2026-12-06) while the test itself takes a second.
+ASCII_DB = "ujobs_tests_wake_sql_ascii"
+
+
+def ascii_database() -> str:
+    """`ASCII_DB`, created when missing (by whichever run comes first), checked SQL_ASCII."""
+    with admin() as conn:
+        found = conn.execute(
+            "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s", (ASCII_DB,)
+        ).fetchone()
+        if found is None:
+            # Two runs may both find it missing: the one that loses the race finds it made.
+            with contextlib.suppress(
+                psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
+            ):
+                conn.execute(
+                    f"CREATE DATABASE {ASCII_DB} ENCODING 'SQL_ASCII' TEMPLATE template0 "
+                    "LC_COLLATE 'C' LC_CTYPE 'C'"
+                )
+            found = conn.execute(
+                "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s",
+                (ASCII_DB,),
+            ).fetchone()
+    assert found == ("SQL_ASCII",), found
+    return ASCII_DB
+
+
 async def test_a_payload_the_session_cannot_decode_holds_back_no_note_behind_it(
     pg_schema: str,
 ) -> None:
     """On a SQL_ASCII database nothing converts a NOTIFY's payload: a stranger's non-ASCII bytes
     on the channel are skipped, and the wake sent with them in one commit is still delivered."""
-    import psycopg
-
     from jobs_pg.driver import wake_channel
 
-    db = "wake_ascii_" + pg_schema[-10:]
-    with admin() as conn:
-        conn.execute(
-            f"CREATE DATABASE {db} ENCODING 'SQL_ASCII' TEMPLATE template0 "
-            "LC_COLLATE 'C' LC_CTYPE 'C'"
-        )
-    ascii_url = PG_URL.rsplit("/", 1)[0] + "/" + db
+    ascii_url = PG_URL.rsplit("/", 1)[0] + "/" + ascii_database()
     d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, listen_url=ascii_url)
     errors: list[BaseException | None] = []
     loop = asyncio.get_running_loop()
@@ -357,5 +381,3 @@ async def test_a_payload_the_session_cannot_decode_holds_back_no_note_behind_it(
     finally:
         loop.set_exception_handler(None)
         await d.close()
-        with admin() as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

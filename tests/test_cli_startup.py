@@ -102,13 +102,19 @@ def test_a_user_file_importing_a_name_the_package_lacks_fails_mypy(tmp_path: Pat
         encoding="utf-8",
     )
     env = {**os.environ, "MYPYPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "c"), "user.py"]
+    # Followed silently, as mypy follows an installed package: what it says of our own modules
+    # (an optional extra's missing stubs, say) is our checker's business, not this user's.
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent"]
+    cmd += ["--cache-dir", str(tmp_path / "c"), "user.py"]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True).stdout
     assert 'Module "jobs_core" has no attribute "Jobz"' in out, out
     assert 'Module "jobs_core.cli" has no attribute "nothing_here"' in out, out
     assert 'Revealed type is "def (driver: jobs_core.driver.JobDriver' in out, out
     assert "-> jobs_core.job.JobHandle" in out, out
-    assert out.count("error:") == 2, out
+    assert [line.split(":")[0] for line in out.splitlines() if " error: " in line] == [
+        "user.py",
+        "user.py",
+    ], out
 
 
 def test_the_entry_points_are_read_once_and_again_for_a_scheme_not_found(

@@ -799,3 +799,32 @@ async def test_recycling_under_process_bodies_starts_each_job_once(
         assert _pids(lines, "recycled"), "".join(lines)
         rows = await driver.job_get_many(ids)
         assert all(r.attempt == 1 for r in rows.values()), rows
+
+
+SLOW_APP = (
+    APP
+    + """
+@job(tenant="none", idempotency_key=lambda i: str(i["n"]))
+async def slow(input, ctx):
+    await asyncio.sleep(2.5)
+"""
+)
+
+
+@pytest.mark.parametrize("store_url", ["pg"], indirect=True)
+async def test_a_recycle_never_cuts_short_a_body_longer_than_the_drain(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Recycled after each job with a drain deadline shorter than the body: the recycle's drain
+    begins once the run ended, so each job runs to its end in one claim (a drain begun at the
+    claim would hand the body back at every recycle, and no worker would ever finish it)."""
+    async with opened(store_url) as driver:
+        ids = [r.id for r in await Jobs(driver).enqueue_many(_handle("slow"), [{"n": 1}, {"n": 2}])]
+        args = ("--processes", "1", "--max-jobs-per-process", "1", "--drain-timeout", "1")
+        async with group(store_url, tmp_path, *args, app=SLOW_APP) as (proc, lines):
+            await until(lambda: rows_in(driver, ids, JobState.COMPLETED), 40, "both completed")
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0, "".join(lines)
+        assert _pids(lines, "recycled"), "".join(lines)  # the last may come after the SIGTERM
+        rows = await driver.job_get_many(ids)
+        assert [(r.claims, r.attempt) for r in rows.values()] == [(1, 1), (1, 1)], rows

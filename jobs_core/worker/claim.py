@@ -84,10 +84,11 @@ class ClaimLoop:
         runner.on_run_end = self._run_ended
         #: True from the start until a drain begins: claims are made and freed slots refilled.
         self.accepting = False
-        #: Jobs this loop may still claim (None: no bound), and what it calls once it claimed
-        #: the last of them (`Worker.limit_claims`).
+        #: Jobs this loop may still claim (None: no bound), and what it calls once the runs of
+        #: all it claimed ended (`Worker.limit_claims`); `_unended`: those runs not ended yet.
         self.budget: int | None = None
         self.on_budget_spent: Callable[[], None] | None = None
+        self._unended = 0
         self.wake: WakeSubscription | None = None
 
     def on_wake(self, queue: str) -> None:
@@ -171,10 +172,9 @@ class ClaimLoop:
             await self._admission(held, now)
             for h in held:
                 self._start(h)
-            if self.budget is not None and result.jobs:
+            if self.budget is not None:
                 self.budget -= len(result.jobs)
-                if self.budget <= 0 and self.on_budget_spent is not None:
-                    self.on_budget_spent()
+                self._unended += len(result.jobs)
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self._draining():
@@ -243,4 +243,12 @@ class ClaimLoop:
         """One admitted job's run ended; the slot it frees may refill a held buffer."""
         if held.body_ended:
             self._settling -= 1
+        if self.budget is not None:
+            self._unended -= 1
+            if self.budget <= 0 and self._unended == 0 and self.on_budget_spent is not None:
+                # The last run of the budget ended: nothing is running for the callback's
+                # drain to cut short (a body longer than the drain's deadline would otherwise be
+                # handed back at every recycle, and run by nobody to its end).
+                spent, self.on_budget_spent = self.on_budget_spent, None
+                spent()
         self._refill()

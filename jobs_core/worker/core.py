@@ -385,8 +385,8 @@ class Worker:
             await self._client.close()
 
     def limit_claims(self, jobs: int, then: Callable[[], None]) -> None:
-        """Claim at most `jobs` more jobs, and call `then` (on the loop, once) when the claim
-        that takes the last of them returns; its jobs are started as usual."""
+        """Claim at most `jobs` more jobs, and call `then` (on the loop, once) when the runs of
+        all of them ended: a recycle's drain then finds nothing running."""
         if jobs < 1:
             raise ValueError("limit_claims needs at least one job")
         self._claims.budget = jobs

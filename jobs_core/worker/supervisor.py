@@ -552,8 +552,8 @@ class ChildHooks:
             w.worker_id,
             self.max_jobs,
         )
-        # The drain a deploy gets: the bodies running finish, a job held but not started goes
-        # back (no attempt spent), exit 0. Claims stopped at the last job, so none runs past it.
+        # Claims stopped at the Mth job and its run ended: the drain a deploy gets finds nothing
+        # running (so a long body is never cut short by a recycle) and exits 0.
         os.kill(os.getpid(), signal.SIGTERM)
 
     async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -72,19 +72,24 @@ async def _redis_drain(url: str, jobs: int, concurrency: int) -> dict[str, float
             for start in range(0, jobs, MAX_ENQUEUE_BATCH):
                 await Jobs(driver).enqueue_many(noop, inputs[start : start + MAX_ENQUEUE_BATCH])
             worker = Worker(driver, [noop], concurrency=concurrency)
-            cpu, server = time.process_time(), process_cpu(server_pid)
-            began = time.perf_counter()
-            await worker.start()
-            while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
-                await asyncio.sleep(0.005)
-            took = time.perf_counter() - began
-            cpu, server = time.process_time() - cpu, process_cpu(server_pid) - server
-            await worker.stop()
+            return await _timed(worker, jobs, lambda: process_cpu(server_pid))
     finally:
         keys = [k async for k in admin.scan_iter(match=f"*{prefix}*", count=1000)]
         for start in range(0, len(keys), 500):
             await admin.delete(*keys[start : start + 500])
         await admin.aclose()
+
+
+async def _timed(worker: Any, jobs: int, server_cpu: Callable[[], float]) -> dict[str, float]:
+    """Start `worker`, wait until it completed `jobs`, stop it: its rate, and this process's and
+    the server's CPU a job in µs (`server_cpu`: the server's CPU seconds so far)."""
+    cpu, server, began = time.process_time(), server_cpu(), time.perf_counter()
+    await worker.start()
+    while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
+        await asyncio.sleep(0.005)
+    took = time.perf_counter() - began
+    cpu, server = time.process_time() - cpu, server_cpu() - server
+    await worker.stop()
     return {
         "per_s": jobs / took,
         "client_us": cpu * 1e6 / jobs,
@@ -128,18 +133,7 @@ async def _drain(url: str, jobs: int, concurrency: int) -> dict[str, float]:
 
     async with filled(url, jobs, "pair_") as schema, PgDriver(url, schema=schema) as driver:
         worker = Worker(driver, [noop], concurrency=concurrency)
-        cpu, server, began = time.process_time(), postgres_cpu(), time.perf_counter()
-        await worker.start()
-        while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook would sit in the timed path
-            await asyncio.sleep(0.005)
-        took = time.perf_counter() - began
-        cpu, server = time.process_time() - cpu, postgres_cpu() - server
-        await worker.stop()
-    return {
-        "per_s": jobs / took,
-        "client_us": cpu * 1e6 / jobs,
-        "server_us": server * 1e6 / jobs,
-    }
+        return await _timed(worker, jobs, postgres_cpu)
 
 
 def main(argv: list[str] | None = None) -> int:

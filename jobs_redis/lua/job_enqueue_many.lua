@@ -71,6 +71,9 @@ local acts_args = {} -- acts-for: id NUL "a", org (row.lua put_data)
 local due_args, wake = {}, {}
 -- Counters instead of `#t`, which Lua 5.1 finds by a binary search each time.
 local w, a, l = 0, 0, #listed
+-- A due score goes to ZADD as text made once per run of equal scores (a batch's are usually
+-- all one): a Lua number argument costs the server a printf("%.17g") each.
+local last_score, score_text
 for i = 1, n do
   local id, ns = ids[i], nss[i]
   if found[i] or new_ids[id] then
@@ -106,7 +109,11 @@ for i = 1, n do
       end
       local c = (totals[q] or 0) + 1
       totals[q] = c
-      z[2 * c - 1] = scores[i]
+      local score = scores[i]
+      if score ~= last_score then
+        last_score, score_text = score, string.format("%.0f", score)
+      end
+      z[2 * c - 1] = score_text
       z[2 * c] = id
       if dues[i] == 1 then
         wake[q] = true

@@ -6,10 +6,11 @@ tree without this file: the baseline). The URL must name a PRIVATE server: its `
 whole server's.
 
 Each round packs 20 calls of 1,000 records (the facade's batches of a no-op job, as the tree's
-driver packs them) on a fresh prefix, then reads the server's CPU (user + sys) around sending
-them by EVALSHA: µs per record. `no-writes` drops the script's `HSET`s and `ZADD`s (the dedupe's
-`HMGET`s stay), `parse-only` returns before the `HMGET`s, `empty` runs a script that returns at
-once (the cost of receiving the arguments). Prints one JSON list of the rounds' figures.
+driver packs them, their ids fresh as the facade's are) on a fresh prefix, then reads the
+server's CPU (user + sys) around sending them by EVALSHA: µs per record. `no-writes` drops the
+script's `HSET`s and `ZADD`s (the dedupe's lookups stay), `parse-only` returns before the
+`HMGET`s, `empty` runs a script that returns at once (the cost of receiving the arguments).
+Prints one JSON list of the rounds' figures.
 """
 
 from __future__ import annotations

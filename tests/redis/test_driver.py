@@ -222,6 +222,26 @@ async def test_noscript_reloads_transparently() -> None:
     await client.aclose()
 
 
+async def test_noscript_reloads_before_a_pipelined_batch_goes_on() -> None:
+    """A batch of several chunks meeting a server without the script: the first chunk, alone,
+    loads it and is sent again; the chunks after it (the second packed meanwhile) follow in
+    order, each written once."""
+    import fakeredis
+
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    d = RedisDriver("fake", prefix=fresh_prefix(), client=client)
+    await d.job_enqueue(new_job("warm"))
+    await client.script_flush()
+    jobs = [new_job(i) for i in range(2500)]
+    jobs[2300] = new_job("dup", key="k-7")  # dedupes on a record of the first chunk
+    got = await d.job_enqueue_many(jobs)
+    assert got[2300] == EnqueueResult("id-7", deduped=True)
+    assert sum(r.deduped for r in got) == 1
+    assert await client.hlen(d.keys.state) == 2500
+    assert await client.script_exists(d._scripts["job_enqueue_many"].sha) == [True]
+    await client.aclose()
+
+
 # -- the wake --------------------------------------------------------------------------------------
 
 

@@ -535,8 +535,9 @@ class _Batch:
         # An empty batch's shared record is never read: placeholders stand for its five.
         first = (job_ids[0], run_ids[0], keys[0], texts[0]) if n else ("", "", "", "null")
         shared = self._row(*first, acts[0] if acts else None)
+        acts_col = None if acts_none else acts
         return NewJobs(
-            shared, job_ids, run_ids, keys, texts, None if acts_none else acts, _dumped=True
+            shared, job_ids, run_ids, keys, texts, acts_col, _dumped=True, _fresh=ids is None
         )
 
 

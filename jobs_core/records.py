@@ -53,9 +53,20 @@ class NewJobs(Sequence[NewJob]):
     `dumped`: every input JSON text is `jsonform.dumps`' own, valid by construction, so
     `JobDriver.job_enqueue_many` does not check it again. Only `Jobs.enqueue_many` vouches for
     that (the private `_dumped`); a batch anyone else builds is checked like a list.
+    `take_fresh`: whether every id is `new_id()`'s, made for this batch and never sent (the
+    private `_fresh`, also the facade's alone), so a store need not look for a row that has it.
     """
 
-    __slots__ = ("_dumped", "acts_for", "ids", "input_jsons", "keys", "run_ids", "shared")
+    __slots__ = (
+        "_dumped",
+        "_fresh",
+        "acts_for",
+        "ids",
+        "input_jsons",
+        "keys",
+        "run_ids",
+        "shared",
+    )
 
     def __init__(
         self,
@@ -67,6 +78,7 @@ class NewJobs(Sequence[NewJob]):
         acts_for: Sequence[str | None] | None = None,
         *,
         _dumped: bool = False,
+        _fresh: bool = False,
     ) -> None:
         """`acts_for` None: every record's is `shared.acts_for`."""
         n = len(ids)
@@ -81,11 +93,19 @@ class NewJobs(Sequence[NewJob]):
         self.input_jsons = input_jsons
         self.acts_for = acts_for
         self._dumped = _dumped
+        self._fresh = _fresh
 
     @property
     def dumped(self) -> bool:
         """Whether the facade wrote every input JSON text with `dumps` (checked already)."""
         return self._dumped
+
+    def take_fresh(self) -> bool:
+        """True the first time only, when the facade made every id for this batch: no store
+        holds one yet. Every later call answers False — a second sending (a retry after an
+        outage) may find rows its first one wrote. A slice is never fresh."""
+        fresh, self._fresh = self._fresh, False
+        return fresh
 
     def __len__(self) -> int:
         return len(self.ids)

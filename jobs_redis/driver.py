@@ -497,45 +497,56 @@ class RedisDriver(JobDriver):
         leaves the chunks before it written and answers `X_DRIVER_UNAVAILABLE` (or the script's
         error); calling again with the same batch is safe, the written records answer deduped.
         """
+        # Ids the facade just made: no row has one, so the script skips looking them up.
+        fresh = type(jobs) is NewJobs and jobs.take_fresh()
         chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
         pool = getattr(self._loops.get().client, "connection_pool", None)
         if self.cluster or pool is None:
             out: list[EnqueueResult] = []
             for chunk in chunks:
-                keys, args = self._chunk_call(chunk)
+                keys, args = self._chunk_call(chunk, fresh)
                 out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
             return out
-        return await self._enqueue_pipelined(pool, chunks)
+        return await self._enqueue_pipelined(pool, chunks, fresh)
 
     async def _enqueue_pipelined(
-        self, pool: Any, chunks: list[Sequence[NewJob]]
+        self, pool: Any, chunks: list[Sequence[NewJob]], fresh: bool
     ) -> list[EnqueueResult]:
         """The chunks in order on ONE connection, each sent while the server runs the last.
 
         Pipelining keeps the order (a later record still dedupes against an earlier one) and
-        lets the client pack chunk n+1 while the server runs chunk n. The first chunk goes
-        alone: it loads the script should the server lack it. Each call is packed here
-        (`_resp`), not by redis-py, whose packer cost about a µs a record.
+        lets the client pack chunk n+1, and read chunk n-1's answers, while the server runs
+        chunk n. The first chunk is answered before the second is sent: it loads the script
+        should the server lack it. Each call is packed here (`_resp`), not by redis-py, whose
+        packer cost about a µs a record.
         """
         from redis.exceptions import NoScriptError
 
         script = self._scripts["job_enqueue_many"]
         conn = await _pool_connection(pool)
-        replies: list[Any] = []
+        out: list[EnqueueResult] = []
         try:
-            first = self._chunk_resp(script.sha, chunks[0])
+            first = self._chunk_resp(script.sha, chunks[0], fresh)
             await conn.send_packed_command(first)
+            # Packed while the server runs the first chunk; sent once that one is answered.
+            ahead = self._chunk_resp(script.sha, chunks[1], fresh) if len(chunks) > 1 else b""
             try:
-                replies.append(await conn.read_response())
+                got = await conn.read_response()
             except NoScriptError:
                 await conn.send_command("SCRIPT", "LOAD", script.source)
                 await conn.read_response()
                 await conn.send_packed_command(first)
-                replies.append(await conn.read_response())
-            for chunk in chunks[1:]:
-                await conn.send_packed_command(self._chunk_resp(script.sha, chunk))
-            for _ in chunks[1:]:
-                replies.append(await conn.read_response())
+                got = await conn.read_response()
+            out += _chunk_answers(chunks[0], got)
+            if ahead:
+                await conn.send_packed_command(ahead)
+            for at in range(1, len(chunks)):
+                # One chunk queued behind the one running, so the server never waits for us.
+                if at + 1 < len(chunks):
+                    await conn.send_packed_command(
+                        self._chunk_resp(script.sha, chunks[at + 1], fresh)
+                    )
+                out += _chunk_answers(chunks[at], await conn.read_response())
         except BaseException as exc:
             # Replies may still be in flight on this connection: it cannot be reused.
             await conn.disconnect()
@@ -551,20 +562,20 @@ class RedisDriver(JobDriver):
             raise
         finally:
             await pool.release(conn)
-        out: list[EnqueueResult] = []
-        for chunk, got in zip(chunks, replies, strict=True):
-            out += _chunk_answers(chunk, got)
         return out
 
-    def _chunk_resp(self, sha: str, jobs: Sequence[NewJob]) -> bytes:
+    def _chunk_resp(self, sha: str, jobs: Sequence[NewJob], fresh: bool) -> bytes:
         """One `job_enqueue_many` EVALSHA call as the bytes of its RESP command."""
-        keys, args = self._chunk_call(jobs)
+        keys, args = self._chunk_call(jobs, fresh)
         return _resp(["EVALSHA", sha, str(len(keys)), *keys, *map(str, args)])
 
-    def _chunk_call(self, jobs: Sequence[NewJob]) -> tuple[list[str], list[object]]:
-        """The KEYS and ARGV of one `job_enqueue_many` script call."""
+    def _chunk_call(
+        self, jobs: Sequence[NewJob], fresh: bool = False
+    ) -> tuple[list[str], list[object]]:
+        """The KEYS and ARGV of one `job_enqueue_many` script call; `fresh`: no row has any of
+        these ids (`NewJobs.take_fresh`), so the script need not look them up."""
         if type(jobs) is NewJobs:
-            return self._columns_call(jobs)
+            return self._columns_call(jobs, fresh)
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
@@ -585,7 +596,7 @@ class RedisDriver(JobDriver):
                 f"{u[_blen(ns)]}{u[org]}{_u21(ld)}{job.created_at_ms:013d}{job.id}{state}{data}",
                 36 + li + ls + ld,
             )
-        args: list[object] = [len(jobs), *packs.done()]
+        args: list[object] = [len(jobs), int(fresh), *packs.done()]
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
@@ -593,7 +604,7 @@ class RedisDriver(JobDriver):
         keys += k.account()
         return keys, args
 
-    def _columns_call(self, jobs: NewJobs) -> tuple[list[str], list[object]]:
+    def _columns_call(self, jobs: NewJobs, fresh: bool) -> tuple[list[str], list[object]]:
         """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
         record one string of the same form (`_encode`'s rows, one queue)."""
         k = self.keys
@@ -640,7 +651,14 @@ class RedisDriver(JobDriver):
                     f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}\x00{org}",
                     fixed + li + kb + ld,
                 )
-        args: list[object] = [len(jobs), *packs.done(), s.queue, k.channel(s.queue), slot]
+        args: list[object] = [
+            len(jobs),
+            int(fresh),
+            *packs.done(),
+            s.queue,
+            k.channel(s.queue),
+            slot,
+        ]
         return [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()], args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:

@@ -5,8 +5,10 @@
 -- KEYS[4 + q] due:<queue q> for each distinct queue q = 1..m of the batch
 -- KEYS[#KEYS - 5 .. #KEYS] the accounting keys (includes/account.lua): new rows are listed and
 --   counted
--- ARGV[1] n, the number of records; ARGV[2] packs, the number of packs they come in
--- ARGV[3 .. 2 + packs] the records, in order, each pack several of them back to back (one argument
+-- ARGV[1] n, the number of records; ARGV[2] "1" when no row has any of their ids (the facade
+--   made them for this call, never sent: `NewJobs.take_fresh`), so they are not looked up, else
+--   "0"; ARGV[3] packs, the number of packs they come in
+-- ARGV[4 .. 3 + packs] the records, in order, each pack several of them back to back (one argument
 --   a record cost the server more than the script's own parsing, and seven a record cost the
 --   client more than the whole script): a record is a 23-byte head, then created id state_row
 --   data_row (its org, when it acts for one, a sixth field: row.lua put_data).
@@ -19,7 +21,7 @@
 --   the data row after its NUL (2; 0: none) and the data row, org included (3). created:
 --   created_at_ms zero-padded to 13 digits, so created .. id is the row's job:created member
 --   (includes/account.lua).
--- ARGV[3 + packs + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
+-- ARGV[4 + packs + 3(q-1) ..] per queue q: queue name, wake channel, wake slot
 -- Returns one string: per record, in order, "" when inserted or the id it dedupes to, joined
 -- by NUL (one bulk reply parses far faster than a thousand).
 --!include row.lua
@@ -27,11 +29,11 @@
 
 acc_open(#KEYS - 5)
 acc_fresh(KEYS[1])
-local n, packs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n, fresh, packs = tonumber(ARGV[1]), ARGV[2] == "1", tonumber(ARGV[3])
 local ids, nss, states, datas, orgs, made, scores, qs, dues = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local byte, sub = string.byte, string.sub
 local i = 0
-for a = 3, 2 + packs do
+for a = 4, 3 + packs do
   local pack = ARGV[a]
   local p = 1
   while p <= #pack do
@@ -58,7 +60,7 @@ for a = 3, 2 + packs do
     dues[i] = due
   end
 end
-local found = redis.call("HMGET", KEYS[1], unpack(ids))
+local found = fresh and {} or redis.call("HMGET", KEYS[1], unpack(ids))
 local holders = redis.call("HMGET", KEYS[3], unpack(nss))
 
 local out = {}
@@ -67,6 +69,11 @@ local new_ids, new_ns = {}, {}
 local state_args, data_args, live_args = {}, {}, {}
 local acts_args = {} -- acts-for: id NUL "a", org (row.lua put_data)
 local due_args, wake = {}, {}
+-- Counters instead of `#t`, which Lua 5.1 finds by a binary search each time.
+local w, a, l = 0, 0, #listed
+-- A due score goes to ZADD as text made once per run of equal scores (a batch's are usually
+-- all one): a Lua number argument costs the server a printf("%.17g") each.
+local last_score, score_text
 for i = 1, n do
   local id, ns = ids[i], nss[i]
   if found[i] or new_ids[id] then
@@ -76,47 +83,56 @@ for i = 1, n do
     if holder then
       out[i] = holder
     else
-      new_ids[id] = true
+      if not fresh then
+        new_ids[id] = true
+      end
       new_ns[ns] = id
       out[i] = ""
-      local s = #state_args
-      state_args[s + 1] = id
-      state_args[s + 2] = states[i]
-      data_args[s + 1] = id
-      data_args[s + 2] = datas[i]
+      state_args[w + 1] = id
+      state_args[w + 2] = states[i]
+      data_args[w + 1] = id
+      data_args[w + 2] = datas[i]
+      live_args[w + 1] = ns
+      live_args[w + 2] = id
+      w = w + 2
       local org = orgs[i]
       if org then
-        acts_args[#acts_args + 1] = id .. ACTS
-        acts_args[#acts_args + 1] = org
+        acts_args[a + 1] = id .. ACTS
+        acts_args[a + 2] = org
+        a = a + 2
       end
-      live_args[s + 1] = ns
-      live_args[s + 2] = id
       local q = qs[i]
       local z = due_args[q]
       if not z then
         z = {}
         due_args[q] = z
       end
-      z[#z + 1] = scores[i]
-      z[#z + 1] = id
+      local c = (totals[q] or 0) + 1
+      totals[q] = c
+      local score = scores[i]
+      if score ~= last_score then
+        last_score, score_text = score, string.format("%.0f", score)
+      end
+      z[2 * c - 1] = score_text
+      z[2 * c] = id
       if dues[i] == 1 then
         wake[q] = true
       end
       -- accounting: count_new's listing entry, its totals summed per queue
-      listed[#listed + 1] = "0"
-      listed[#listed + 1] = made[i]
-      totals[q] = (totals[q] or 0) + 1
+      listed[l + 1] = "0"
+      listed[l + 2] = made[i]
+      l = l + 2
     end
   end
 end
 for q, total in pairs(totals) do
-  row_delta(ARGV[3 + packs + 3 * (q - 1)], "total", total)
+  row_delta(ARGV[4 + packs + 3 * (q - 1)], "total", total)
 end
 
-if #state_args > 0 then
+if w > 0 then
   redis.call("HSET", KEYS[1], unpack(state_args))
   redis.call("HSET", KEYS[2], unpack(data_args))
-  if #acts_args > 0 then
+  if a > 0 then
     redis.call("HSET", KEYS[2], unpack(acts_args))
   end
   redis.call("HSET", KEYS[3], unpack(live_args))
@@ -129,7 +145,7 @@ for q = 1, m do
   end
   if wake[q] then
     -- At most one PUBLISH per queue per wake slot.
-    local b = 3 + packs + 3 * (q - 1)
+    local b = 4 + packs + 3 * (q - 1)
     local queue, slot = ARGV[b], ARGV[b + 2]
     if redis.call("HGET", KEYS[4], queue) ~= slot then
       redis.call("HSET", KEYS[4], queue, slot)

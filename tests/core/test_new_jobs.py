@@ -135,6 +135,19 @@ def test_only_a_dumped_batch_skips_its_json_check() -> None:
     assert _refusal(_columns(records, dumped=True)) is None
 
 
+def test_only_the_facades_own_ids_are_fresh_and_only_once() -> None:
+    """`take_fresh` (a store may skip looking up ids no row can hold): True once for a batch
+    whose ids the facade made; False for ids a caller gave, a slice, a batch built by hand,
+    and the same batch taken again (a retry may find what its first try wrote)."""
+    inputs = [{"k": "a", "org": "o"}, {"k": "b", "org": "o"}]
+    made = build_records(orgs, inputs, clock=FakeClock(T0))
+    assert made[0:1].take_fresh() is False
+    assert made.take_fresh() is True
+    assert made.take_fresh() is False
+    assert build_records(orgs, inputs, clock=FakeClock(T0), ids=["a", "b"]).take_fresh() is False
+    assert _columns([new_job("j", "k")]).take_fresh() is False
+
+
 async def test_the_facade_refuses_a_whole_batch_for_one_input() -> None:
     async with MemoryDriver() as d:
         jobs = Jobs(d, clock=FakeClock(T0))

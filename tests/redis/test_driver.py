@@ -222,6 +222,26 @@ async def test_noscript_reloads_transparently() -> None:
     await client.aclose()
 
 
+async def test_noscript_reloads_before_a_pipelined_batch_goes_on() -> None:
+    """A batch of several chunks meeting a server without the script: the first chunk, alone,
+    loads it and is sent again; the chunks after it (the second packed meanwhile) follow in
+    order, each written once."""
+    import fakeredis
+
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    d = RedisDriver("fake", prefix=fresh_prefix(), client=client)
+    await d.job_enqueue(new_job("warm"))
+    await client.script_flush()
+    jobs = [new_job(i) for i in range(2500)]
+    jobs[2300] = new_job("dup", key="k-7")  # dedupes on a record of the first chunk
+    got = await d.job_enqueue_many(jobs)
+    assert got[2300] == EnqueueResult("id-7", deduped=True)
+    assert sum(r.deduped for r in got) == 1
+    assert await client.hlen(d.keys.state) == 2500
+    assert await client.script_exists(d._scripts["job_enqueue_many"].sha) == [True]
+    await client.aclose()
+
+
 # -- the wake --------------------------------------------------------------------------------------
 
 
@@ -578,3 +598,30 @@ async def test_enqueue_many_of_columns_at_every_byte_limit(make_driver: Factory)
                     refusals.append((caught.value.code, caught.value.detail))
             assert len(set(refusals)) == 1, refusals
         assert await _stored(b) == before
+
+
+async def test_a_facade_batch_sent_again_finds_its_rows_by_id(make_driver: Factory) -> None:
+    """The facade's batch has ids no row holds, so its first sending skips looking them up
+    (`NewJobs.take_fresh`); the same batch sent again — a retry after its first try wrote —
+    still finds its rows by id, even once they finished and their keys are free."""
+    from jobs_core.clock import FakeClock
+    from jobs_core.facade import build_records
+    from jobs_core.job import JobRegistry, job
+
+    async def body(inp: Any, ctx: Any) -> None:
+        return None
+
+    key = lambda inp: f"k{inp['i']}"  # noqa: E731
+    handle = job(
+        body, name="n", queue="q", tenant="none", idempotency_key=key, registry=JobRegistry()
+    )
+    batch = build_records(handle, [{"i": i} for i in range(3)], clock=FakeClock(T0))
+    async with make_driver() as d:
+        first = await d.job_enqueue_many(batch)
+        assert [r.deduped for r in first] == [False] * 3
+        held = (await d.job_claim(claim(("q",)))).jobs
+        assert await d.job_ack([Ack(h.fence, T0) for h in held]) == [True] * 3
+        assert await d.job_enqueue_many(batch) == [EnqueueResult(r.id, True) for r in first]
+        rows = await d.job_get_many([r.id for r in first])
+        assert [rows[r.id].state for r in first] == [JobState.COMPLETED] * 3
+        assert await d.queue_demand(["q"], T0) == {"q": 0}

@@ -15,6 +15,7 @@ from jobs_core.cli.banner import announce_relay, announce_relay_stopped
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
+    Whole,
     _configure_logging,
     _fail,
     _required_driver,
@@ -109,7 +110,7 @@ def relay(
     "--limit",
     default=100,
     show_default=True,
-    type=click.IntRange(1, MAX_OUTBOX_PENDING),
+    type=Whole(1, MAX_OUTBOX_PENDING),
     help="Rows to read, oldest first.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")

@@ -558,10 +558,14 @@ class ChildHooks:
         os.kill(os.getpid(), signal.SIGTERM)
 
     async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
+        stopped = asyncio.ensure_future(w._stopped.wait())
         while True:
             metrics.running.set(w.stats.running)
             metrics.in_flight.set(w.stats.in_flight)
-            await asyncio.sleep(0.5)
+            metrics.sync()
+            if stopped.done():  # written once more after the drain: what it killed counts
+                return
+            await asyncio.wait([stopped], timeout=0.5)
 
     async def _parent_gone(self, w: Worker) -> None:
         # Where PR_SET_PDEATHSIG is missing; on Linux the kernel's SIGTERM comes first.

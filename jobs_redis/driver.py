@@ -800,6 +800,11 @@ class RedisDriver(JobDriver):
                 pending[:] = live
                 if not pending:
                     return
+                if self._loops.peek() is None:
+                    # Closed meanwhile (a worker's stop closes its driver): a call now would
+                    # open a client nobody closes.
+                    log.info("jobs.redis.lost_claim_give_back_skipped: closed; leases lapse")
+                    return
                 try:
                     lost = pending[0]
                     fences = await self._lost_rows(lost)

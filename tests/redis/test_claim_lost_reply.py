@@ -106,3 +106,23 @@ async def test_a_lost_claim_past_its_lease_end_with_the_store_out_lapses(
             await purge(direct)
         await direct.close()
         await driver.close()
+
+
+async def test_a_driver_closed_with_a_lost_claim_pending_opens_no_client_again(
+    proxy: RedisProxy,
+) -> None:
+    """The give-back stops at the driver's close (a worker's stop closes its driver): no call
+    after it opens a client that nobody would close."""
+    driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix(), connect_timeout=0.2)
+    try:
+        await _lost_claim(driver, proxy, T0 + 1_000, LEASE_MS)
+        await proxy.stop()  # the store out: the give-back waits to retry
+        await driver.close()
+        await asyncio.sleep(1.2)  # two retries' time
+        assert driver._loops.peek() is None
+    finally:
+        await driver.close()
+        direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
+        with contextlib.suppress(Exception):
+            await purge(direct)
+        await direct.close()

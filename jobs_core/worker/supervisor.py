@@ -559,13 +559,16 @@ class ChildHooks:
 
     async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
         stopped = asyncio.ensure_future(w._stopped.wait())
-        while True:
-            metrics.running.set(w.stats.running)
-            metrics.in_flight.set(w.stats.in_flight)
-            metrics.sync()
-            if stopped.done():  # written once more after the drain: what it killed counts
-                return
-            await asyncio.wait([stopped], timeout=0.5)
+        try:
+            while True:
+                metrics.running.set(w.stats.running)
+                metrics.in_flight.set(w.stats.in_flight)
+                metrics.sync()
+                if stopped.done():  # written once more after the drain: what it killed counts
+                    return
+                await asyncio.wait([stopped], timeout=0.5)
+        finally:
+            stopped.cancel()
 
     async def _parent_gone(self, w: Worker) -> None:
         # Where PR_SET_PDEATHSIG is missing; on Linux the kernel's SIGTERM comes first.

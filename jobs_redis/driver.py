@@ -707,7 +707,9 @@ class RedisDriver(JobDriver):
         began = time.monotonic()
         try:
             claimed, buried = await self._run("job_claim", keys, args)
-        except DriverUnavailableError:
+        except (DriverUnavailableError, asyncio.CancelledError):
+            # The reply unread: the connection dropped, timed out, or its caller went (redis-py
+            # drops the connection of a command cancelled midway), the script perhaps run.
             self._lost_claim(params, queues, began)
             raise
         worker = params.worker_id
@@ -760,15 +762,16 @@ class RedisDriver(JobDriver):
 
     def _lost_claim(self, params: ClaimParams, queues: Sequence[str], began: float) -> None:
         """A claim whose answer never came (the connection dropped, or timed out, after the
-        send): if its script ran, the rows it took are `running` for this worker, held by
-        nobody. Until their lease would end they are looked for (this worker's rows of those
-        queues leased to exactly the claim's lease end, claimed at its `now_ms`, not answered to
-        an earlier claim of the same millisecond) and given back with an interrupt nack, as a
-        drain gives back what it held unstarted: `ready` at once, the attempt given back
-        (`interrupted` in the history, ended when given back). One task a worker tries them
-        all, every `_LOST_CLAIM_RETRY_S` while the store is out (a worker failing a claim a
-        second in an outage must not multiply the reconnects). Best effort: a store still out
-        past the lease end leaves them to lapse (the attempt spent). Rows the script buried are
+        send, or its caller was cancelled before the reply was read): if its script ran, the
+        rows it took are `running` for this worker, held by nobody. Until their lease would
+        end they are looked for (this worker's rows of those queues leased to exactly the
+        claim's lease end, claimed at its `now_ms`, not answered to an earlier claim of the
+        same millisecond) and given back with an interrupt nack, as a drain gives back what it
+        held unstarted: `ready` at once, the attempt given back (`interrupted` in the history,
+        ended when given back). One task a worker tries them all, every `_LOST_CLAIM_RETRY_S`
+        while the store is out (a worker failing a claim a second in an outage must not
+        multiply the reconnects). Best effort: a store still out past the lease end leaves
+        them to lapse (the attempt spent). Rows the script buried are
         not found: the answer that named them was lost."""
         worker = params.worker_id
         lease_end = params.now_ms + params.lease_ms

@@ -14,7 +14,7 @@ import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import DriverUnavailableError
-from jobs_core.records import BuriedJob, ClaimParams
+from jobs_core.records import BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_redis import RedisDriver
 from tests.pg.test_driver import T0, job
@@ -125,4 +125,44 @@ async def test_a_driver_closed_with_a_lost_claim_pending_opens_no_client_again(
         direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
         with contextlib.suppress(Exception):
             await purge(direct)
+        await direct.close()
+
+
+async def test_a_claim_cancelled_before_its_reply_was_read_gives_its_rows_back(
+    proxy: RedisProxy,
+) -> None:
+    """Its caller gone (a worker's drain cancels the claim it waited out too long) after the
+    script ran: its rows go back to `ready`, not left `running` for nobody until the lease."""
+    driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix())
+    try:
+        await driver.job_claim(replace(_claim(T0), queues=("other",)))
+        await driver.job_enqueue_many([job(1), job(2)])
+        proxy.drop_next_reply(until=b"never in a reply")  # held back until the cut
+        claim = asyncio.ensure_future(driver.job_claim(_claim(T0 + 1_000)))
+        for _ in range(100):
+            rows = await direct_rows(driver.keys.prefix)
+            if all(r.state is JobState.RUNNING for r in rows.values()):
+                break
+            await asyncio.sleep(0.02)
+        claim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        for _ in range(100):
+            rows = await driver.job_get_many(["id-1", "id-2"])
+            if all(r.state is JobState.READY for r in rows.values()):
+                break
+            await asyncio.sleep(0.02)
+        assert {(r.state, r.attempt) for r in rows.values()} == {(JobState.READY, 0)}
+    finally:
+        with contextlib.suppress(Exception):
+            await purge(driver)
+        await driver.close()
+
+
+async def direct_rows(prefix: str) -> dict[str, JobRecord]:
+    """The rows as the server holds them, read past the proxy."""
+    direct = RedisDriver(REDIS_URL, prefix=prefix)
+    try:
+        return await direct.job_get_many(["id-1", "id-2"])
+    finally:
         await direct.close()

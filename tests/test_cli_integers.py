@@ -4,6 +4,9 @@ the user wrote it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -29,6 +32,10 @@ _OPTIONS = [
     (["consumers", "list", *_MEMORY], "--limit"),
     (["outbox"], "--limit"),
     (["dashboard", "tests.no_such_module", *_MEMORY], "--port"),
+    (["webhooks", "list", *_MEMORY], "--limit"),
+    (["webhooks", "show", "e", *_MEMORY], "--limit"),
+    (["backfills", "show", "s", *_MEMORY], "--limit"),
+    (["relay", *_MEMORY], "--batch"),
 ]
 
 
@@ -42,6 +49,19 @@ def test_an_integer_option_reads_ascii_digits_alone(
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     code = "X_JOB_OPTION_INVALID" if flag == "--processes" else "X_CLI_USAGE_INVALID"
     assert result.output.startswith(code) and flag in result.output, result.output
+
+
+def test_every_integer_option_of_ujobs_reads_ascii_digits_alone() -> None:
+    """No integer option is left to click's own `int` (a new one must use `WHOLE`)."""
+
+    def options(cmd: click.Command) -> Iterator[click.Parameter]:
+        if isinstance(cmd, click.Group):
+            for sub in cmd.commands.values():
+                yield from options(sub)
+        yield from cmd.params
+
+    left = [p.opts for p in options(main) if isinstance(p.type, click.types.IntParamType)]
+    assert left == [["-v", "--verbose"]]  # a count: click reads `-vv`, never a value
 
 
 def test_the_type_reads_digits_and_its_defaults_and_bounds() -> None:

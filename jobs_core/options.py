@@ -21,6 +21,16 @@ def each_enqueue(input: object) -> str:
     return f"each:{new_id()}"
 
 
+def ascii_whole(text: str) -> int | None:
+    """`text` (spaces around it aside) as a whole number when it is ASCII digits alone, at most
+    18 of them; else None. `int` also reads "2_0" as 20, "+2", "-0" and other scripts' digits,
+    and raises past 4300 digits."""
+    text = text.strip()
+    if not (0 < len(text) <= 18 and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def finite_number(
     value: object,
     option: str,

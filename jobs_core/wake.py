@@ -71,19 +71,25 @@ class Trails:
 
     def may_carry(self, queue: str) -> bool:
         """Whether a due job of `queue` about to go in quiet may carry a trailing wake in its own
-        commit instead (`carried`): none is pending (that one covers it) and none was sent or
-        carried a slot's length before now. The bound is the trailing one's: at most one more a
-        slot per queue and driver."""
+        commit instead (`carried`): none is pending (that one covers it) and none was sent,
+        carried or allowed a slot's length before now. True takes that slot's one more wake for
+        this enqueue at once, so enqueues asked side by side carry one between them: the bound
+        is the trailing one's, at most one more a slot per queue and driver (an enqueue allowed
+        that then inserts nothing spends it all the same)."""
         if self._closed or queue in self._pending:
             return False
-        return time.monotonic() >= self._trailed_at.get(queue, -1e9) + self._slot_ms / 1000
+        now = time.monotonic()
+        if now < self._trailed_at.get(queue, -1e9) + self._slot_ms / 1000:
+            return False
+        if len(self._trailed_at) > 10_000:
+            self._trailed_at.clear()
+        self._trailed_at[queue] = now
+        return True
 
     def carried(self, queue: str, began: float) -> None:
         """An enqueue of ours begun at `began` (monotonic), allowed by `may_carry`, went in with
         `queue`'s wake: it stands for a trailing one (the next comes a slot's length after) and
         covers the quiet jobs before it."""
-        if len(self._trailed_at) > 10_000:
-            self._trailed_at.clear()
         self._trailed_at[queue] = time.monotonic()
         self.carries += 1
         self.published(queue, began)

@@ -393,6 +393,25 @@ def _settle_params(
     }
 
 
+class _Claim:
+    """A claim's parameters, and when (monotonic) its call began: the give-back of a claim
+    committed for a caller gone is stamped that long after the claim's `now_ms`."""
+
+    __slots__ = ("began", "params")
+
+    def __init__(self, params: ClaimParams) -> None:
+        self.params = params
+        self.began = time.monotonic()
+
+    def now_ms(self) -> int:
+        """The claim's clock now: its `now_ms` and the time since its call began."""
+        return self.params.now_ms + max(0, round((time.monotonic() - self.began) * 1000))
+
+
+#: Rows buried at most held for their workers' next claims (`PgDriver._give_back`).
+_LOST_BURIED_MAX: Final = 10_000
+
+
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
@@ -403,7 +422,7 @@ class _Piped:
         stmt: _Stmt,
         args: Sequence[Any],
         lazy: bool,
-        claim: ClaimParams | None,
+        claim: _Claim | None,
         fut: asyncio.Future[list[Any]],
     ) -> None:
         self.stmt = stmt
@@ -544,6 +563,9 @@ class PgDriver(JobDriver):
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
+        #: worker_id -> rows a claim buried for that worker once gone (`_give_back`), to be
+        #: answered with its next claim.
+        self._lost_buried: dict[str, list[BuriedJob]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -835,7 +857,7 @@ class PgDriver(JobDriver):
             return await cur.fetchall() if _has_rows(cur) else []
 
     async def _coalesced(
-        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, rows: int, claim: ClaimParams | None
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, rows: int, claim: _Claim | None
     ) -> list[Any]:
         """Rows of a claim or an ack. Those asked for within `_GATHER_TURNS` loop turns of each
         other (a worker's ack flush and its next claim) go to the server as one pipeline: one
@@ -938,16 +960,36 @@ class PgDriver(JobDriver):
         elif p.claim is not None:
             self._give_back(p.claim, rows)
 
-    def _give_back(self, claim: ClaimParams, rows: list[Any]) -> None:
+    def _give_back(self, claim: _Claim, rows: list[Any]) -> None:
         """The jobs a claim committed for a caller gone (cancelled once the commit happened),
         back to `ready` at once, in a task of their own: an interrupt nack, as a drain gives
         back the jobs it held unstarted (the attempt given back, `interrupted` in the
-        history). Left running, nobody would hold them until their leases lapsed and the
-        lapse spent their attempt. Best effort: failed, the leases lapse as before."""
-        fences = [Fence(r[1], r[12], claim.worker_id) for r in rows if r[0] == "c"]
+        history, ended when the nack ran: the claim's clock moved on by the time since its
+        call began). Left running, nobody would hold them until their leases lapsed and the
+        lapse spent their attempt. Best effort: failed, the leases lapse as before.
+
+        The rows it buried (lapsed final attempts) are reported with the same worker's next
+        claim (`ClaimResult.buried`, whose worker counts, logs and hooks them as any burial),
+        and logged here meanwhile: a worker that stops claims no more."""
+        worker = claim.params.worker_id
+        buried = [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
+        if buried:
+            # Bounded: a process whose workers never claim again holds no more than this.
+            kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
+            if kept:
+                self._lost_buried.setdefault(worker, []).extend(buried)
+            for b in buried:
+                log.warning(
+                    "jobs.pg.claim_buried_for_caller_gone %s %s (%s; %s worker %r)",
+                    b.name,
+                    b.id,
+                    b.state,
+                    "reported with the next claim of" if kept else "too many held to report to",
+                    worker,
+                )
+        fences = [Fence(r[1], r[12], worker) for r in rows if r[0] == "c"]
         if not fences:
             return
-        nacks = [Nack(f, NackKind.INTERRUPT, claim.now_ms) for f in fences]
 
         async def give_back() -> None:
             here = self._loops.peek()
@@ -956,6 +998,8 @@ class PgDriver(JobDriver):
                 # it): a call now would open a new pool that nobody closes.
                 log.info("jobs.pg.claim_give_back_skipped: closed; leases lapse")
                 return
+            now = claim.now_ms()
+            nacks = [Nack(f, NackKind.INTERRUPT, now) for f in fences]
             try:
                 back = await self._job_nack(nacks)
                 log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
@@ -965,7 +1009,7 @@ class PgDriver(JobDriver):
         _in_background(give_back())
 
     async def _alone(
-        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: ClaimParams | None
+        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
     ) -> list[Any]:
         """A claim or an ack run alone. Cancelled by the call's timeout after its commit, its
         answer read in (`_answered_all`), it answers that: run again, an ack that landed would
@@ -1337,7 +1381,7 @@ class PgDriver(JobDriver):
         }
         stmt = self._q["JOB_CLAIM"]
         lazy = stmt.lazy_commit and self._lazy_claim
-        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, params)
+        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, _Claim(params))
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]
@@ -1367,10 +1411,14 @@ class PgDriver(JobDriver):
             )
             for r in mine
         )
-        if len(mine) == len(rows):
+        lost = self._lost_buried.pop(worker, None) if self._lost_buried else None
+        if len(mine) == len(rows) and lost is None:
             return ClaimResult(jobs)
         buried = sorted(
-            (BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"),
+            [
+                *(BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"),
+                *(lost or ()),
+            ],
             key=lambda b: b.id,
         )
         return ClaimResult(jobs, tuple(buried))

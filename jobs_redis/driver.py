@@ -74,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -106,6 +107,7 @@ from jobs_core.records import (
     EnqueueResult,
     EventRecord,
     EventWait,
+    Fence,
     Heartbeat,
     JobFilter,
     JobRecord,
@@ -121,6 +123,7 @@ from jobs_core.records import (
     LeaseTake,
     ListKey,
     Nack,
+    NackKind,
     NewJob,
     NewJobs,
     Pause,
@@ -174,6 +177,12 @@ from jobs_core.wake import Trails
 from jobs_redis.keys import Keys
 from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
+
+log = logging.getLogger("jobs.redis")
+#: How long a give-back of a claim whose reply was lost waits between its tries (seconds).
+_LOST_CLAIM_RETRY_S: Final = 0.5
+#: The give-backs of lost claims running now (the loop keeps only weak references to tasks).
+_GIVING_BACK: set[asyncio.Task[None]] = set()
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
 _PRIORITY_UNIT: Final = 2**42
@@ -234,6 +243,27 @@ def _redis_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExc
     return unavailable, (rx.ResponseError, rx.DataError)
 
 
+class _LostClaim:
+    """A claim whose answer never came (`RedisDriver._lost_claim`), and when (monotonic) its
+    call began: it is given back stamped that long after its `now_ms`."""
+
+    __slots__ = ("answered", "began", "lease_end", "params", "queues")
+
+    def __init__(
+        self, params: ClaimParams, queues: tuple[str, ...], answered: frozenset[str], began: float
+    ) -> None:
+        self.params = params
+        self.queues = queues
+        #: The rows an earlier claim of the same worker, millisecond and lease answered.
+        self.answered = answered
+        self.lease_end = params.now_ms + params.lease_ms
+        self.began = began
+
+    def now_ms(self) -> int:
+        """The claim's clock now."""
+        return self.params.now_ms + round((time.monotonic() - self.began) * 1000)
+
+
 class RedisDriver(JobDriver):
     """Jobs in Redis: as durable as the server's persistence settings.
 
@@ -281,6 +311,11 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
+        #: worker_id -> (now_ms, lease end, ids) of its latest claim answered: the rows a lost
+        #: claim of the same millisecond must not take for its own (`_lost_claim`).
+        self._answered: dict[str, tuple[int, int, list[str]]] = {}
+        #: worker_id -> its claims whose answer was lost, their rows not yet given back.
+        self._lost_claims: dict[str, list[_LostClaim]] = {}
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
         self._wait_queues: set[str] = set()
@@ -687,7 +722,14 @@ class RedisDriver(JobDriver):
             lapsed_by(params),
             _ABANDONED_TAIL,  # -- attempts --
         ]
-        claimed, buried = await self._run("job_claim", keys, args)
+        began = time.monotonic()
+        try:
+            claimed, buried = await self._run("job_claim", keys, args)
+        except (DriverUnavailableError, asyncio.CancelledError):
+            # The reply unread: the connection dropped, timed out, or its caller went (redis-py
+            # drops the connection of a command cancelled midway), the script perhaps run.
+            self._lost_claim(params, queues, began)
+            raise
         worker = params.worker_id
         jobs: list[ClaimedJob] = []
         remember = self._queue_of
@@ -727,7 +769,105 @@ class RedisDriver(JobDriver):
             ),
             key=lambda b: b.id,
         )
+        ids = [j.id for j in jobs]
+        last = self._answered.get(worker)
+        if last is not None and last[:2] == (params.now_ms, lease_end):
+            ids += last[2]  # two claims in one millisecond: both answered
+        if len(self._answered) > _QUEUE_MEMORY:
+            self._answered.clear()
+        self._answered[worker] = (params.now_ms, lease_end, ids)
         return ClaimResult(tuple(jobs), tuple(dead))
+
+    def _lost_claim(self, params: ClaimParams, queues: Sequence[str], began: float) -> None:
+        """A claim whose answer never came (the connection dropped, or timed out, after the
+        send, or its caller was cancelled before the reply was read): if its script ran, the
+        rows it took are `running` for this worker, held by nobody. Until their lease would
+        end they are looked for (this worker's rows of those queues leased to exactly the
+        claim's lease end, claimed at its `now_ms`, not answered to an earlier claim of the
+        same millisecond) and given back with an interrupt nack, as a drain gives back what it
+        held unstarted: `ready` at once, the attempt given back (`interrupted` in the history,
+        ended when given back). One task a worker tries them all, every `_LOST_CLAIM_RETRY_S`
+        while the store is out (a worker failing a claim a second in an outage must not
+        multiply the reconnects). Best effort: a store still out past the lease end leaves
+        them to lapse (the attempt spent). Rows the script buried are
+        not found: the answer that named them was lost."""
+        worker = params.worker_id
+        lease_end = params.now_ms + params.lease_ms
+        last = self._answered.get(worker)
+        same_ms = last is not None and last[:2] == (params.now_ms, lease_end)
+        answered = frozenset(last[2]) if same_ms and last else frozenset()
+        lost = _LostClaim(params, tuple(queues), answered, began)
+        pending = self._lost_claims.get(worker)
+        if pending is not None:
+            pending.append(lost)
+            return
+        self._lost_claims[worker] = [lost]
+        task = asyncio.get_running_loop().create_task(self._give_lost_back(worker))
+        _GIVING_BACK.add(task)
+        task.add_done_callback(_GIVING_BACK.discard)
+
+    async def _give_lost_back(self, worker: str) -> None:
+        """(`_lost_claim`'s task.) Give back the rows of `worker`'s lost claims, then end."""
+        try:
+            while pending := self._lost_claims.get(worker):
+                live = [c for c in pending if c.now_ms() < c.lease_end]
+                if len(live) < len(pending):
+                    log.warning(
+                        "jobs.redis.lost_claim_lapses: the store was out past the lease end of"
+                        " %d lost claims of %r",
+                        len(pending) - len(live),
+                        worker,
+                    )
+                pending[:] = live
+                if not pending:
+                    return
+                if self._loops.peek() is None:
+                    # Closed meanwhile (a worker's stop closes its driver): a call now would
+                    # open a client nobody closes.
+                    log.info("jobs.redis.lost_claim_give_back_skipped: closed; leases lapse")
+                    return
+                try:
+                    lost = pending[0]
+                    fences = await self._lost_rows(lost)
+                    if fences:
+                        now = lost.now_ms()
+                        back = await self.job_nack(
+                            [Nack(f, NackKind.INTERRUPT, now) for f in fences]
+                        )
+                        log.info(
+                            "jobs.redis.lost_claim_given_back: %d of %d jobs", sum(back), len(back)
+                        )
+                    pending.remove(lost)
+                except DriverUnavailableError:
+                    await asyncio.sleep(_LOST_CLAIM_RETRY_S)
+        except Exception:
+            log.warning("jobs.redis.lost_claim_give_back_failed: leases lapse", exc_info=True)
+        finally:
+            self._lost_claims.pop(worker, None)
+
+    async def _lost_rows(self, lost: _LostClaim) -> list[Fence]:
+        """The fences of the rows `lost` took, if its script ran (see `_lost_claim`)."""
+        k = self.keys
+        client = self._loops.get().client
+        worker = lost.params.worker_id
+        ids: list[str] = []
+        for key in (k.lease(q) for q in lost.queues):
+            got = await self._read(
+                lambda: client.zrangebyscore(key, lost.lease_end, lost.lease_end),  # noqa: B023
+                "ZRANGEBYSCORE",
+            )
+            ids += [i for i in got if i not in lost.answered]
+        if not ids:
+            return []
+        rows = await self._read(lambda: client.hmget(k.state, ids), "HMGET")
+        at = await self._read(lambda: client.hmget(k.claimed, ids), "HMGET")
+        claimed_at = str(lost.params.now_ms)
+        fences = []
+        for i, row, when in zip(ids, rows, at, strict=True):
+            s = row.split("\x00") if row is not None else []
+            if s and s[0] == "running" and s[2] == worker and when == claimed_at:
+                fences.append(Fence(i, int(s[1]), worker))
+        return fences
 
     async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
         k = self.keys

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from jobs_core.cli.base import (
     APP_ENV,
+    WHOLE,
     _fail,
     _import_module,
     _required_driver,
@@ -181,6 +182,7 @@ def backfills_pending(
     "--limit",
     default=REPORT_LINES,
     show_default=True,
+    type=WHOLE,
     help=f"Lines of an import's error report (at most {MAX_REPORT_LINES}).",
 )
 @json_option

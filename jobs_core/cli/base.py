@@ -28,6 +28,7 @@ from jobs_core.errors import (
     JobsError,
     OptionInvalidError,
 )
+from jobs_core.options import ascii_whole
 from jobs_core.urls import mask_text
 
 if TYPE_CHECKING:
@@ -180,6 +181,31 @@ def _seconds(value: float | None, option: str, *, positive: bool = False) -> Non
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         need = "a positive" if positive else "a non-negative"
         raise OptionInvalidError(f"{option} must be {need} number of seconds", detail=option)
+
+
+class Whole(click.ParamType[int]):
+    """An integer option: ASCII digits alone (`ascii_whole`: click's own reads "2_0" as 20, "+2"
+    and other scripts' digits), within `[minimum, maximum]`; else a usage error naming the
+    option (`X_CLI_USAGE_INVALID`)."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        n = value if type(value) is int else ascii_whole(str(value))  # an int: a default
+        if n is None:
+            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        if n < self.minimum or (self.maximum is not None and n > self.maximum):
+            top = "" if self.maximum is None else f" to {self.maximum}"
+            self.fail(f"{n} is not from {self.minimum}{top}", param, ctx)
+        return n
+
+
+#: The integer options' type, unbounded.
+WHOLE: Final = Whole()
 
 
 def _fail(exc: JobsError) -> NoReturn:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from jobs_core.cli.base import (
+    WHOLE,
     _fail,
     _required_driver,
     driver_option,
@@ -36,7 +37,11 @@ def consumers() -> None:
 @driver_option
 @click.option("--name", default=None, help="One consumer's entries (each tenant's).")
 @click.option(
-    "--limit", default=100, show_default=True, help=f"At most this many (1 to {MAX_CONSUMER_LIST})."
+    "--limit",
+    default=100,
+    show_default=True,
+    type=WHOLE,
+    help=f"At most this many (1 to {MAX_CONSUMER_LIST}).",
 )
 @json_option
 def consumers_list(url: str | None, name: str | None, limit: int, as_json: bool) -> None:

@@ -13,6 +13,7 @@ from jobs_core.cli.base import (
     _DRIVER_HELP,
     APP_ENV,
     DRIVER_ENV,
+    Whole,
     _fail,
     _import_module,
     console,
@@ -40,7 +41,7 @@ def _loopback(host: str) -> bool:
     show_default=True,
     help="Address to listen on. Beyond this machine only with credentials set.",
 )
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=8080, show_default=True, type=Whole(1, 65535))
 @click.option(
     "--app",
     "app",

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from jobs_core.cli.base import (
     APP_ENV,
+    WHOLE,
     _fail,
     _jobs_in,
     _required_driver,
@@ -145,7 +146,9 @@ def jobs() -> None:
 @jobs.command("list")
 @driver_option
 @_filter_options
-@click.option("--limit", default=50, show_default=True, help=f"Rows (at most {MAX_LIST_LIMIT}).")
+@click.option(
+    "--limit", default=50, show_default=True, type=WHOLE, help=f"Rows (at most {MAX_LIST_LIMIT})."
+)
 @click.option("--cursor", default=None, help="The next_cursor of the previous page.")
 @_app_option
 @_tz_option

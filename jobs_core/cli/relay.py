@@ -15,6 +15,8 @@ from jobs_core.cli.banner import announce_relay, announce_relay_stopped
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
+    WHOLE,
+    Whole,
     _configure_logging,
     _fail,
     _required_driver,
@@ -48,7 +50,13 @@ OUTBOX_HELP = (
 @main.command()
 @click.option("--outbox", "outbox_url", envvar=OUTBOX_ENV, show_envvar=True, help=OUTBOX_HELP)
 @click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
-@click.option("--batch", default=RELAY_BATCH, show_default=True, help="Rows per claim (1 to 1000).")
+@click.option(
+    "--batch",
+    default=RELAY_BATCH,
+    show_default=True,
+    type=WHOLE,
+    help="Rows per claim (1 to 1000).",
+)
 @click.option("--lease", default=30.0, show_default=True, help="A claim's lease, in seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
 @log_format_option
@@ -109,7 +117,7 @@ def relay(
     "--limit",
     default=100,
     show_default=True,
-    type=click.IntRange(1, MAX_OUTBOX_PENDING),
+    type=Whole(1, MAX_OUTBOX_PENDING),
     help="Rows to read, oldest first.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final, cast
@@ -21,6 +22,7 @@ from jobs_core.cli.banner import announce, announce_plan, announce_stats, body_k
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
+    WHOLE,
     _configure_logging,
     _fail,
     _jobs_in,
@@ -67,8 +69,10 @@ from jobs_core.worker.supervisor import (
 @click.option(
     "--queue", "queues", multiple=True, help="Queue to work (repeat); default: the jobs' own."
 )
-@click.option("--concurrency", default=50, show_default=True, help="Bodies at once.")
-@click.option("--max-in-flight", type=int, default=None, help="Jobs held at once (>= concurrency).")
+@click.option("--concurrency", default=50, show_default=True, type=WHOLE, help="Bodies at once.")
+@click.option(
+    "--max-in-flight", type=WHOLE, default=None, help="Jobs held at once (>= concurrency)."
+)
 @click.option("--lease", default=30.0, show_default=True, help="Lease, in seconds.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
 @click.option(
@@ -96,7 +100,7 @@ from jobs_core.worker.supervisor import (
 )
 @click.option(
     "--metrics-port",
-    type=int,
+    type=WHOLE,
     default=None,
     help="Serve Prometheus /metrics and /healthz on this port (0: any free port).",
 )
@@ -120,7 +124,7 @@ from jobs_core.worker.supervisor import (
 @click.option("--quiet", is_flag=True, help="No live counts.")
 @click.option(
     "--process-pool",
-    type=int,
+    type=WHOLE,
     default=None,
     help='Processes for executor="process" bodies (default: the CPU count, at most concurrency).',
 )
@@ -133,12 +137,12 @@ from jobs_core.worker.supervisor import (
 )
 @click.option(
     "--max-jobs-per-process",
-    type=int,
+    type=WHOLE,
     default=None,
     help="Recycle a worker process after this many jobs: drained, then replaced.",
 )
 @loop_option
-@click.option("--supervised-by", type=int, default=None, hidden=True)
+@click.option("--supervised-by", type=WHOLE, default=None, hidden=True)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -185,20 +189,21 @@ def worker(
         retention = retention_from(keeps)
         driver = driver_from_url(url)
         if supervised_by is None and group != (1, None):
-            shared_store(driver)
+            shared_store(driver, "--processes" if group[0] != 1 else "--max-jobs-per-process")
         handles = _jobs_in(module)
-        w = Worker(
-            driver,
-            handles,
-            queues=queues or None,
-            concurrency=concurrency,
-            max_in_flight=max_in_flight,
-            lease=lease,
-            drain_timeout=drain_timeout,
-            retention=retention,
-            rate_limits=[rate_limit_from(r) for r in rates],
-            process_pool_size=process_pool,
-        )
+        with _flags_named():
+            w = Worker(
+                driver,
+                handles,
+                queues=queues or None,
+                concurrency=concurrency,
+                max_in_flight=max_in_flight,
+                lease=lease,
+                drain_timeout=drain_timeout,
+                retention=retention,
+                rate_limits=[rate_limit_from(r) for r in rates],
+                process_pool_size=process_pool,
+            )
         sched = None
         if with_scheduler:
             from jobs_core.cli.schedule import tasks_in
@@ -245,6 +250,28 @@ def worker(
     else:
         _print_stats(w.stats, "worker stopped")
     drained()
+
+
+#: The `Worker` arguments the worker's and the demo's options set, by the option's name.
+_WORKER_FLAGS: Final = {
+    "concurrency": "--concurrency",
+    "max_in_flight": "--max-in-flight",
+    "process_pool_size": "--process-pool",
+}
+
+
+@contextlib.contextmanager
+def _flags_named() -> Iterator[None]:
+    """A `Worker` refusal of an argument an option set names that option, as the user wrote it
+    (`--process-pool`, not `process_pool_size`)."""
+    try:
+        yield
+    except OptionInvalidError as exc:
+        flag = _WORKER_FLAGS.get(exc.detail or "")
+        if flag is None:
+            raise
+        text = exc.message.removesuffix(f" ({exc.detail})")
+        raise OptionInvalidError(text, detail=flag) from None
 
 
 def retention_from(keeps: Sequence[str]) -> Retention:
@@ -481,7 +508,7 @@ def upgrade(url: str) -> None:
 @click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
 @click.option("--key", default=None, help="Idempotency key (else the job's own function).")
 @click.option("--delay", type=float, default=None, help="Seconds before it may run (e.g. 1.5).")
-@click.option("--priority", type=int, default=None, help="0-100, lower runs first.")
+@click.option("--priority", type=WHOLE, default=None, help="0-100, lower runs first.")
 def enqueue(
     module: str,
     job_name: str,
@@ -531,8 +558,10 @@ def enqueue(
     show_default=True,
     help="Driver URL (the demo alone runs on memory by default; it ignores UJOBS_DRIVER).",
 )
-@click.option("--jobs", "total", default=10_000, show_default=True, help="Jobs to enqueue.")
-@click.option("--concurrency", default=200, show_default=True, help="Bodies at once.")
+@click.option(
+    "--jobs", "total", default=10_000, show_default=True, type=WHOLE, help="Jobs to enqueue."
+)
+@click.option("--concurrency", default=200, show_default=True, type=WHOLE, help="Bodies at once.")
 @click.option("--only-noop", is_flag=True, help="Every job a no-op: measures raw throughput.")
 @click.pass_context
 def demo(ctx: click.Context, url: str, total: int, concurrency: int, only_noop: bool) -> None:
@@ -571,13 +600,14 @@ async def _demo(url: str, total: int, concurrency: int, only_noop: bool) -> bool
             results = await jobs.enqueue_many(kind.handle, inputs[i : i + 1_000])
             ids[kind.handle.name].extend(r.id for r in results)
     enqueue_s = time.perf_counter() - started
-    worker = Worker(
-        driver,
-        [k.handle for k, _ in plan],
-        concurrency=concurrency,
-        max_in_flight=concurrency * 2,
-        poll_floor=0.005,
-    )
+    with _flags_named():
+        worker = Worker(
+            driver,
+            [k.handle for k, _ in plan],
+            concurrency=concurrency,
+            max_in_flight=concurrency * 2,
+            poll_floor=0.005,
+        )
     started = time.perf_counter()
     await worker.start()
     with Progress(

@@ -18,6 +18,7 @@ import click
 from rich.text import Text
 
 from jobs_core.cli.base import (
+    WHOLE,
     _fail,
     _required_driver,
     console,
@@ -72,7 +73,9 @@ def webhooks() -> None:
 
 @webhooks.command("list")
 @driver_option
-@click.option("--limit", default=MAX_WEBHOOK_LIST, show_default=True, help="Endpoints at most.")
+@click.option(
+    "--limit", default=MAX_WEBHOOK_LIST, show_default=True, type=WHOLE, help="Endpoints at most."
+)
 @json_option
 def webhooks_list(url: str | None, limit: int, as_json: bool) -> None:
     """Every endpoint by tenant and id: enabled or disabled, its failure streak, its URL."""
@@ -106,7 +109,9 @@ def webhooks_list(url: str | None, limit: int, as_json: bool) -> None:
 @click.argument("endpoint")
 @_tenant_option
 @driver_option
-@click.option("--limit", default=SHOW_ATTEMPTS, show_default=True, help="Attempts at most.")
+@click.option(
+    "--limit", default=SHOW_ATTEMPTS, show_default=True, type=WHOLE, help="Attempts at most."
+)
 @json_option
 def webhooks_show(
     endpoint: str, tenant: str | None, url: str | None, limit: int, as_json: bool

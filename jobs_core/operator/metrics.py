@@ -4,6 +4,8 @@
 - from this worker, as it settles: `ujobs_jobs_processed_total`, `ujobs_jobs_failed_total`,
   `ujobs_jobs_retried_total` (by job name and queue) and the body run-time histogram
   `ujobs_job_run_seconds`; `ujobs_worker_running` and `ujobs_worker_in_flight`;
+  `ujobs_processes_killed_total` and `ujobs_processes_died_total` (`executor="process"`
+  bodies killed as their run ended, or whose process died: `WorkerStats`' counters);
 - from the store, read when scraped (at most once per `STORE_CACHE_S`, so an eager scraper
   cannot load the store): `ujobs_queue_oldest_ready_seconds`, `ujobs_queue_dead_jobs`,
   `ujobs_queue_demand` and `ujobs_queue_jobs` (by state), for every queue holding rows;
@@ -389,6 +391,25 @@ class WorkerMetrics:
             multiprocess_mode="livesum",
         )
         self.in_flight.set_function(lambda: worker.stats.in_flight)
+        # -- process executor --
+        # Copied from the worker's counters (`WorkerStats`) by `sync`: at each scrape, and in a
+        # group by the child's own loop (multiprocess mode reads no function, nor this process's
+        # memory).
+        self._from_stats = {
+            "processes_killed": Counter(
+                "ujobs_processes_killed",
+                'executor="process" bodies whose process was killed as their run ended'
+                " (deadline, cancel, lost lease, drain)",
+                registry=self.registry,
+            ),
+            "processes_died": Counter(
+                "ujobs_processes_died",
+                'executor="process" bodies whose process died under them (X_JOB_PROCESS_DIED)',
+                registry=self.registry,
+            ),
+        }
+        self._synced = dict.fromkeys(self._from_stats, 0)
+        self._sync_lock = threading.Lock()
         worker.observe(self._observe)
         if group_child:
             return
@@ -414,7 +435,18 @@ class WorkerMetrics:
         if body_ms is not None and outcome in _ENDED | _FAILED:
             self._run.labels(*labels).observe(body_ms / 1000)
 
+    def sync(self) -> None:
+        """Move the counters copied from the worker's (`WorkerStats`) up to its values now."""
+        stats = self.worker.stats
+        with self._sync_lock:  # scrapes run on threads of their own: each step counted once
+            for field, counter in self._from_stats.items():
+                now = getattr(stats, field)
+                if now > self._synced[field]:
+                    counter.inc(now - self._synced[field])
+                    self._synced[field] = now
+
     def render(self) -> bytes:
+        self.sync()
         return generate_latest(self.registry)
 
     def health(self) -> tuple[int, bytes]:

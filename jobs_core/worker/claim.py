@@ -91,6 +91,15 @@ class ClaimLoop:
         self._unended = 0
         self.wake: WakeSubscription | None = None
 
+    def limit(self, jobs: int, then: Callable[[], None]) -> None:
+        """Claim at most `jobs` more; call `then` once every run ended, those under way now too
+        (`Worker.limit_claims`)."""
+        self.budget = jobs
+        self.on_budget_spent = then
+        # Each held job's run ends once (`_run_ended`): on a running worker those already held
+        # are waited for as well, or `then` would come while they still run.
+        self._unended = len(self._held)
+
     def on_wake(self, queue: str) -> None:
         self._backoff.reset()
         self.kick.set()

@@ -389,8 +389,7 @@ class Worker:
         all of them ended: a recycle's drain then finds nothing running."""
         if jobs < 1:
             raise ValueError("limit_claims needs at least one job")
-        self._claims.budget = jobs
-        self._claims.on_budget_spent = then
+        self._claims.limit(jobs, then)
 
     def observe(self, observer: Observer) -> None:
         """Call `observer(job, outcome, body_ms)` after every settle of this worker that landed

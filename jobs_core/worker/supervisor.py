@@ -66,6 +66,7 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
+from jobs_core.options import ascii_whole
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -99,8 +100,7 @@ def processes_from(text: str) -> int:
     text = text.strip()
     if text.lower() == "auto":
         return available_cpus()
-    # Digits only: `int` also reads "2_0" as 20, "+2" and other scripts' digits.
-    n = int(text) if text.isascii() and text.isdigit() else 0
+    n = ascii_whole(text) or 0
     if not 1 <= n <= MAX_PROCESSES:
         raise OptionInvalidError(
             f"must be a whole number of processes from 1 to {MAX_PROCESSES}, or 'auto'",
@@ -119,14 +119,15 @@ def max_jobs_from(n: int | None) -> int | None:
     return n
 
 
-def shared_store(driver: JobDriver) -> None:
-    """Refuse (`X_CLI_USAGE_INVALID`) a store that worker processes cannot share: the memory
-    driver lives inside one process, so each worker would have a store of its own."""
+def shared_store(driver: JobDriver, flag: str) -> None:
+    """Refuse (`X_CLI_USAGE_INVALID`, naming `flag`: the option that asked for processes) a
+    store that worker processes cannot share: the memory driver lives inside one process, so
+    each worker would have a store of its own."""
     if type(driver).__module__.split(".")[0] == "jobs_memory":
         raise CliUsageInvalidError(
             "--processes and --max-jobs-per-process need a store the processes share"
             " (Postgres, Redis); the memory driver lives inside one process",
-            detail="--processes",
+            detail=flag,
         )
 
 
@@ -557,10 +558,17 @@ class ChildHooks:
         os.kill(os.getpid(), signal.SIGTERM)
 
     async def _live_gauges(self, w: Worker, metrics: WorkerMetrics) -> None:
-        while True:
-            metrics.running.set(w.stats.running)
-            metrics.in_flight.set(w.stats.in_flight)
-            await asyncio.sleep(0.5)
+        stopped = asyncio.ensure_future(w._stopped.wait())
+        try:
+            while True:
+                metrics.running.set(w.stats.running)
+                metrics.in_flight.set(w.stats.in_flight)
+                metrics.sync()
+                if stopped.done():  # written once more after the drain: what it killed counts
+                    return
+                await asyncio.wait([stopped], timeout=0.5)
+        finally:
+            stopped.cancel()
 
     async def _parent_gone(self, w: Worker) -> None:
         # Where PR_SET_PDEATHSIG is missing; on Linux the kernel's SIGTERM comes first.

@@ -502,3 +502,33 @@ async def test_limit_claims_takes_no_job_past_the_limit_and_calls_back_once() ->
     assert sorted(states) == sorted([JobState.COMPLETED] * 3 + [JobState.READY] * 7)
     with pytest.raises(ValueError):
         worker.limit_claims(0, lambda: None)
+
+
+async def test_limit_claims_on_a_running_worker_waits_for_the_runs_it_had() -> None:
+    """Called while a run is under way, `then` waits for that run too, not only for the runs of
+    the jobs claimed since: its drain must find nothing running to cut short."""
+    started: list[int] = []
+    release = {n: asyncio.Event() for n in range(2)}
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        started.append(input["n"])
+        await release[input["n"]].wait()
+
+    driver = MemoryDriver()
+    handle = declare(body, name="held")
+    jobs = Jobs(driver)
+    await jobs.enqueue(handle, {"n": 0})
+    calls: list[int] = []
+    worker = fast_worker(driver, [handle], concurrency=5)
+    await worker.start()
+    await until(lambda: started == [0])
+    worker.limit_claims(1, lambda: calls.append(len(started)))
+    await jobs.enqueue(handle, {"n": 1})
+    await until(lambda: started == [0, 1])
+    release[1].set()
+    await until(lambda: worker.stats.completed == 1)
+    await asyncio.sleep(0.05)
+    assert calls == []  # job 0 still runs
+    release[0].set()
+    await until(lambda: calls == [2])
+    await worker.stop()

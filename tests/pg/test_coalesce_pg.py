@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import JobsError
-from jobs_core.records import Ack, ClaimedJob, ClaimParams, Fence
+from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, Fence
+from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.pg.conftest import admin
 from tests.pg.test_driver import T0, job
@@ -462,7 +465,50 @@ async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(pg: P
             await claim
         await _until(lambda: set(_states(pg.schema).values()) == {"ready"})
         assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
-        assert len((await d.job_claim(_claim(2))).jobs) == 2
+        # Ready from when they were given back (the claim's time and 0.3 s more), as a drain's.
+        later = replace(_claim(2), now_ms=T0 + 2_000)
+        assert len((await d.job_claim(later)).jobs) == 2
+
+
+async def test_a_claim_given_back_is_stamped_when_given_back_and_reports_what_it_buried(
+    pg: PgDriver,
+) -> None:
+    """A claim committed for a caller gone gives its jobs back as a drain would: the attempt it
+    records ends when the give-back ran (not at the claim's own time: no zero-length attempt).
+    A row it buried (a lapsed final attempt) is answered in `buried` by that worker's next
+    claim, once, as a claim's own burials are (its worker counts, logs and hooks it)."""
+    async with _relayed(pg, 30.0) as (proxy, d):
+        await d.job_enqueue(replace(job(0), max_attempts=1))
+        first = ClaimParams(("q",), "w", 1, 1_000, T0 + 1_000)
+        assert [j.id for j in (await d.job_claim(first)).jobs] == ["id-0"]
+        await d.job_enqueue_many([job(1), job(2)])
+        proxy.hold = True
+        at = T0 + 5_000  # id-0's lease lapsed on its final attempt
+        claim = asyncio.ensure_future(d.job_claim(ClaimParams(("q",), "w", 2, 60_000, at)))
+        await _until(
+            lambda: _states(pg.schema) == {"id-0": "dead", "id-1": "running", "id-2": "running"}
+        )
+        claim.cancel()
+        await asyncio.sleep(0.3)  # the server's cancel sent, too late
+        proxy.release()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        await _until(lambda: _states(pg.schema)["id-1"] == "ready")
+        await _until(lambda: _states(pg.schema)["id-2"] == "ready")
+        for row in (await d.job_get_many(["id-1", "id-2"])).values():
+            (attempt,) = row.attempts
+            assert attempt.outcome is AttemptOutcome.INTERRUPTED
+            assert attempt.claimed_at_ms == at
+            # Ended when it was given back: 0.3 s and more after the claim began.
+            assert attempt.settled_at_ms - at >= 250, attempt
+            assert row.run_at_ms == attempt.settled_at_ms
+        later = T0 + 10_000
+        other = await d.job_claim(ClaimParams(("other",), "w2", 1, 60_000, later))
+        assert other.buried == ()  # another worker's claim: not its burial
+        got = await d.job_claim(ClaimParams(("other",), "w", 1, 60_000, later))
+        assert got.buried == (BuriedJob("id-0", "n", "q", JobState.DEAD),)
+        again = await d.job_claim(ClaimParams(("other",), "w", 1, 60_000, later))
+        assert again.buried == ()
 
 
 async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDriver) -> None:

@@ -1,0 +1,101 @@
+"""Every integer option of `ujobs` reads ASCII digits alone (click's own `int` reads "2_0" as 20,
+"+2" and other scripts' digits, and raises past 4300 digits), and a refusal names the option as
+the user wrote it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from jobs_core.cli import main
+from jobs_core.cli.base import WHOLE, Whole
+
+_MEMORY = ["--driver", "memory://"]
+#: A module no one has: a value read where it should be refused ends in its refusal, never in
+#: a worker that runs until a signal.
+_NOWHERE = ["worker", "tests.no_such_module", *_MEMORY]
+#: Each integer option, with the words before it that reach it.
+_OPTIONS = [
+    (_NOWHERE, "--concurrency"),
+    (_NOWHERE, "--max-in-flight"),
+    (_NOWHERE, "--metrics-port"),
+    (_NOWHERE, "--process-pool"),
+    (_NOWHERE, "--max-jobs-per-process"),
+    (_NOWHERE, "--processes"),
+    (["enqueue", "jobs_core.demo", "noop", *_MEMORY], "--priority"),
+    (["demo", "--driver", "nowhere://"], "--jobs"),
+    (["demo", "--driver", "nowhere://"], "--concurrency"),
+    (["jobs", "list", *_MEMORY], "--limit"),
+    (["consumers", "list", *_MEMORY], "--limit"),
+    (["outbox"], "--limit"),
+    (["dashboard", "tests.no_such_module", *_MEMORY], "--port"),
+    (["webhooks", "list", *_MEMORY], "--limit"),
+    (["webhooks", "show", "e", *_MEMORY], "--limit"),
+    (["backfills", "show", "s", *_MEMORY], "--limit"),
+    (["relay", *_MEMORY], "--batch"),
+]
+
+
+@pytest.mark.parametrize("value", ["2_0", "+2", "\u0663", " 1_000 ", "9" * 5000, "", "0x10"])
+@pytest.mark.parametrize(("before", "flag"), _OPTIONS)
+def test_an_integer_option_reads_ascii_digits_alone(
+    before: list[str], flag: str, value: str
+) -> None:
+    result = CliRunner().invoke(main, [*before, flag, value])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    code = "X_JOB_OPTION_INVALID" if flag == "--processes" else "X_CLI_USAGE_INVALID"
+    assert result.output.startswith(code) and flag in result.output, result.output
+
+
+def test_every_integer_option_of_ujobs_reads_ascii_digits_alone() -> None:
+    """No integer option is left to click's own `int` (a new one must use `WHOLE`)."""
+
+    def options(cmd: click.Command) -> Iterator[click.Parameter]:
+        if isinstance(cmd, click.Group):
+            for sub in cmd.commands.values():
+                yield from options(sub)
+        yield from cmd.params
+
+    left = [p.opts for p in options(main) if isinstance(p.type, click.types.IntParamType)]
+    assert left == [["-v", "--verbose"]]  # a count: click reads `-vv`, never a value
+
+
+def test_the_type_reads_digits_and_its_defaults_and_bounds() -> None:
+    assert WHOLE.convert(" 20 ", None, None) == 20
+    assert WHOLE.convert(50, None, None) == 50  # a default, given as an int
+    assert Whole(1, 5).convert("5", None, None) == 5
+    for bad in ("0", "6"):
+        with pytest.raises(Exception, match="is not from 1 to 5"):
+            Whole(1, 5).convert(bad, None, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--process-pool", "0"], "--process-pool"),
+        (["--process-pool", "5000"], "--process-pool"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--concurrency", "4", "--max-in-flight", "2"], "--max-in-flight"),
+        (["--max-jobs-per-process", "3"], "--max-jobs-per-process"),
+        (["--processes", "2"], "--processes"),
+    ],
+)
+def test_a_worker_refusal_names_the_option_as_written(args: list[str], flag: str) -> None:
+    """Not the `Worker` argument behind it (`process_pool_size`), nor another option."""
+    result = CliRunner().invoke(main, ["worker", "jobs_core.demo", *_MEMORY, *args])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.rstrip().endswith(f"({flag})"), result.output
+    others = {f for _, f in _OPTIONS} - {flag}
+    assert not any(f"({o})" in result.output for o in others), result.output
+    assert "_" not in result.output.rsplit("(", 1)[1], result.output
+
+
+def test_the_demo_names_its_concurrency_as_written() -> None:
+    result = CliRunner().invoke(main, ["demo", "--jobs", "1", "--concurrency", "0"])
+    assert result.exit_code == 2 and result.output.rstrip().endswith("(--concurrency)"), (
+        result.output
+    )

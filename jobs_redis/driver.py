@@ -316,6 +316,9 @@ class RedisDriver(JobDriver):
         self._answered: dict[str, tuple[int, int, list[str]]] = {}
         #: worker_id -> its claims whose answer was lost, their rows not yet given back.
         self._lost_claims: dict[str, list[_LostClaim]] = {}
+        #: (worker_id, now_ms, lease end) -> its claims in flight: a lost claim's give-back waits
+        #: for them, since rows one of them takes look like the lost claim's own.
+        self._claiming: dict[tuple[str, int, int], int] = {}
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
         self._wait_queues: set[str] = set()
@@ -722,6 +725,9 @@ class RedisDriver(JobDriver):
             lapsed_by(params),
             _ABANDONED_TAIL,  # -- attempts --
         ]
+        flight = (params.worker_id, params.now_ms, lease_end)
+        claiming = self._claiming
+        claiming[flight] = claiming.get(flight, 0) + 1
         began = time.monotonic()
         try:
             claimed, buried = await self._run("job_claim", keys, args)
@@ -730,6 +736,13 @@ class RedisDriver(JobDriver):
             # drops the connection of a command cancelled midway), the script perhaps run.
             self._lost_claim(params, queues, began)
             raise
+        finally:
+            # No await from here to `_answered`'s update below: a give-back sees this claim's
+            # rows either in flight or answered, never neither.
+            if left := claiming[flight] - 1:
+                claiming[flight] = left
+            else:
+                del claiming[flight]
         worker = params.worker_id
         jobs: list[ClaimedJob] = []
         remember = self._queue_of
@@ -783,14 +796,14 @@ class RedisDriver(JobDriver):
         send, or its caller was cancelled before the reply was read): if its script ran, the
         rows it took are `running` for this worker, held by nobody. Until their lease would
         end they are looked for (this worker's rows of those queues leased to exactly the
-        claim's lease end, claimed at its `now_ms`, not answered to an earlier claim of the
-        same millisecond) and given back with an interrupt nack, as a drain gives back what it
-        held unstarted: `ready` at once, the attempt given back (`interrupted` in the history,
-        ended when given back). One task a worker tries them all, every `_LOST_CLAIM_RETRY_S`
-        while the store is out (a worker failing a claim a second in an outage must not
-        multiply the reconnects). Best effort: a store still out past the lease end leaves
-        them to lapse (the attempt spent). Rows the script buried are
-        not found: the answer that named them was lost."""
+        claim's lease end, claimed at its `now_ms`, not answered to another claim of the
+        same millisecond, before it or since) and given back with an interrupt nack, as a
+        drain gives back what it held unstarted: `ready` at once, the attempt given back
+        (`interrupted` in the history, ended when given back). One task a worker tries them
+        all, every `_LOST_CLAIM_RETRY_S` while the store is out (a worker failing a claim a
+        second in an outage must not multiply the reconnects). Best effort: a store still out
+        past the lease end leaves them to lapse (the attempt spent). Rows the script buried
+        are not found: the answer that named them was lost."""
         worker = params.worker_id
         lease_end = params.now_ms + params.lease_ms
         last = self._answered.get(worker)
@@ -826,9 +839,12 @@ class RedisDriver(JobDriver):
                     # open a client nobody closes.
                     log.info("jobs.redis.lost_claim_give_back_skipped: closed; leases lapse")
                     return
+                lost = pending[0]
                 try:
-                    lost = pending[0]
                     fences = await self._lost_rows(lost)
+                    if fences is None:
+                        await asyncio.sleep(0.005)
+                        continue
                     if fences:
                         now = lost.now_ms()
                         back = await self.job_nack(
@@ -845,8 +861,9 @@ class RedisDriver(JobDriver):
         finally:
             self._lost_claims.pop(worker, None)
 
-    async def _lost_rows(self, lost: _LostClaim) -> list[Fence]:
-        """The fences of the rows `lost` took, if its script ran (see `_lost_claim`)."""
+    async def _lost_rows(self, lost: _LostClaim) -> list[Fence] | None:
+        """The fences of the rows `lost` took, if its script ran (see `_lost_claim`); None while
+        a claim of the same worker, millisecond and lease is in flight (ask again)."""
         k = self.keys
         client = self._loops.get().client
         worker = lost.params.worker_id
@@ -861,11 +878,19 @@ class RedisDriver(JobDriver):
             return []
         rows = await self._read(lambda: client.hmget(k.state, ids), "HMGET")
         at = await self._read(lambda: client.hmget(k.claimed, ids), "HMGET")
+        # After the last await: a claim of the same millisecond and lease whose script ran
+        # before the reads is either still in flight or answered by now, and the rows it took
+        # look like the lost claim's own.
+        if (worker, lost.params.now_ms, lost.lease_end) in self._claiming:
+            return None
+        last = self._answered.get(worker)
+        same = last is not None and last[:2] == (lost.params.now_ms, lost.lease_end)
+        since = frozenset(last[2]) if last is not None and same else frozenset()
         claimed_at = str(lost.params.now_ms)
         fences = []
         for i, row, when in zip(ids, rows, at, strict=True):
             s = row.split("\x00") if row is not None else []
-            if s and s[0] == "running" and s[2] == worker and when == claimed_at:
+            if s and s[0] == "running" and s[2] == worker and when == claimed_at and i not in since:
                 fences.append(Fence(i, int(s[1]), worker))
         return fences
 

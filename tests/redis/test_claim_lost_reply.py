@@ -17,6 +17,7 @@ from jobs_core.errors import DriverUnavailableError
 from jobs_core.records import BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_redis import RedisDriver
+from jobs_redis.driver import _LOST_CLAIM_RETRY_S as _RETRY_S
 from tests.pg.test_driver import T0, job
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 from tests.redis.proxy import RedisProxy
@@ -77,6 +78,39 @@ async def test_a_claim_whose_reply_is_lost_gives_its_rows_back(proxy: RedisProxy
     finally:
         with contextlib.suppress(Exception):
             await purge(driver)
+        await driver.close()
+
+
+async def test_rows_a_later_claim_of_the_same_millisecond_took_are_not_given_back(
+    proxy: RedisProxy,
+) -> None:
+    """The give-back tells the lost claim's rows by worker, lease end and claim time: a claim of
+    the same worker and millisecond answered after the loss, before the give-back got through,
+    took rows that look the same. They stay with it, running; only the lost claim's go back."""
+    driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix(), connect_timeout=0.2)
+    direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
+    try:
+        at = T0 + 1_000
+        await _lost_claim(driver, proxy, at, LEASE_MS)
+        await proxy.stop()  # the give-back waits out the store's absence, retrying
+        await direct.job_enqueue_many([job(3)])
+        await proxy.start()
+        later = await driver.job_claim(replace(_claim(at), limit=1))
+        (taken,) = [j.id for j in later.jobs]
+        for _ in range(150):
+            rows = await direct.job_get_many(["id-1", "id-2", "id-3"])
+            if sum(r.state is JobState.READY for r in rows.values()) == 2:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(_RETRY_S + 0.1)  # a retry more, had one been pending
+        rows = await direct.job_get_many(["id-1", "id-2", "id-3"])
+        held = rows.pop(taken)
+        assert held.state is JobState.RUNNING and held.claimed_by == "w", held
+        assert {r.state for r in rows.values()} == {JobState.READY}, rows
+    finally:
+        with contextlib.suppress(Exception):
+            await purge(direct)
+        await direct.close()
         await driver.close()
 
 

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -59,12 +60,14 @@ _EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, TIMING off, FORMAT JSON) "
 
 
 class _Spy(PgDriver):
-    """Runs nothing: keeps the values the driver binds to a statement (the claim's, here)."""
+    """Runs nothing: keeps the arguments the driver binds to its claim."""
 
-    values: dict[str, Any]
+    args: list[Any]
 
-    async def _rows(self, name: str, values: Any) -> list[tuple[Any, ...]]:
-        self.values = dict(values)
+    async def _coalesced(
+        self, stmt: Any, args: Sequence[Any], lazy: bool, rows: int, claim: Any
+    ) -> list[Any]:
+        self.args = list(args)
         return []
 
 
@@ -119,7 +122,7 @@ async def explain_claim(schema: str, jit: bool = True) -> dict[str, Any]:
     now = SystemClock().now_ms()
     await spy.job_claim(ClaimParams(("bench",), "bench", 10, 600_000, now))
     st = STATEMENTS["JOB_CLAIM"]
-    text, args = st.render(schema), st.args(spy.values)
+    text, args = st.render(schema), spy.args
     numbers = iter(range(1, len(args) + 1))
     prepared = text if st.raw else re.sub("%b", lambda _: f"${next(numbers)}", text)
     out: dict[str, Any] = {}

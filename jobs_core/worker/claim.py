@@ -144,7 +144,10 @@ class ClaimLoop:
             if free <= 0:
                 self._backlog = True
                 self.kick.clear()
-                await self.wait(self._ceiling())
+                # Full. Room comes only from a run's body or run ending (`_refill`, which kicks
+                # once `_refill_at` jobs are free): when that is one, no timer can find room
+                # sooner, and a wake or a stop kicks too.
+                await self.wait(None if self._refill_at == 1 else self._ceiling())
                 continue
             self.kick.clear()
             now = self._clock.now_ms()

@@ -242,7 +242,7 @@ class ClaimLoop:
             h.admit(verdicts.get(h.job.id, ADMITTED))
 
     def _start(self, held: Held) -> None:
-        task = asyncio.create_task(self._runner.run_held(held))
+        task = asyncio.get_running_loop().create_task(self._runner.run_held(held))
         held.task = task
 
         def cancel_body() -> None:

@@ -372,16 +372,10 @@ class Runner:
             # task per job. The task's context is a copy of the claim loop's, which binds this
             # worker's client and no tenant (`ClaimLoop.run`); a run acting for an org sets it
             # here, in this task's own context (and a thread body's, a copy of it).
-            with _NO_TENANT if tenant is None else acting_for(tenant):
-                if started is None:
-                    value = await handle.fn(input, ctx)
-                elif handle.is_async:
-                    started.set()
-                    value = await handle.fn(input, ctx)
-                elif handle.executor == "process":
-                    value = await self._run_in_process(held, input, input_json, tenant, started)
-                else:
-                    value = await self._run_in_thread(held, handle, input, ctx, started)
+            if tenant is None and started is None:  # the usual run: nothing to enter
+                value = await handle.fn(input, ctx)
+            else:
+                value = await self._body(held, handle, input, input_json, ctx, tenant, started)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not held.signal.cancelled or task is None:
@@ -454,6 +448,28 @@ class Runner:
                 None,
             )
             await self._outcomes.fire_settled(handle, event, tenant)
+
+    async def _body(
+        self,
+        held: Held,
+        handle: JobHandle,
+        input: JsonValue,
+        input_json: str | None,
+        ctx: JobContext,
+        tenant: str | None,
+        started: asyncio.Event | None,
+    ) -> Any:
+        """The body's value, run acting for `tenant` (if any) in this task's own context (and a
+        thread body's, a copy of it)."""
+        with _NO_TENANT if tenant is None else acting_for(tenant):
+            if started is None:
+                return await handle.fn(input, ctx)
+            if handle.is_async:
+                started.set()
+                return await handle.fn(input, ctx)
+            if handle.executor == "process":
+                return await self._run_in_process(held, input, input_json, tenant, started)
+            return await self._run_in_thread(held, handle, input, ctx, started)
 
     async def _give_back_unknown(self, held: Held) -> None:
         """Give back a job this worker does not run: `SHED`, no attempt spent, due again in

@@ -153,13 +153,13 @@ class Runner:
             held.started = True
             if not tracing.active():  # no span, and no context manager to enter for none
                 try:
-                    await self._execute(held)
+                    await self._execute(held, handle)
                 except Exception as exc:
                     await self._settle_crash(held, exc)
                 return
             with tracing.consumer(held.job) as held.span:
                 try:
-                    await self._execute(held)
+                    await self._execute(held, handle)
                 except Exception as exc:
                     await self._settle_crash(held, exc)
         finally:
@@ -178,7 +178,7 @@ class Runner:
     def _acked(self, held: Held, landed: bool) -> None:
         """A completed run's ack answered (`Settler.ack_then`): counted, and the run ends."""
         try:
-            self._outcomes.tally(Outcome.COMPLETED, landed, held.job)
+            self._outcomes.tally(Outcome.COMPLETED, landed, held.job, held)
         finally:
             self._run_ended(held)
 
@@ -291,11 +291,11 @@ class Runner:
                 extra=held.log_extra(self._worker_id),
             )
 
-    async def _execute(self, held: Held) -> None:
-        """Run the body and settle its job; each step around the body that raises settles the
-        job with a typed error (the stored input, the tenant function, the result's form)."""
+    async def _execute(self, held: Held, handle: JobHandle | None) -> None:
+        """Run the body (`handle`'s: the job's name's, None for a name this worker does not run)
+        and settle its job; each step around the body that raises settles the job with a typed
+        error (the stored input, the tenant function, the result's form)."""
         job = held.job
-        handle = self._handles.get(job.name)
         if handle is None:
             await self._give_back_unknown(held)
             return
@@ -435,7 +435,7 @@ class Runner:
             held.acking = True
             return
         landed = await self._outcomes.settler.ack(ack)
-        self._outcomes.tally(Outcome.COMPLETED, landed, job)
+        self._outcomes.tally(Outcome.COMPLETED, landed, job, held)
         if landed and hears:  # the event built only for a hook
             event = SettledEvent(
                 job.id,

@@ -132,6 +132,9 @@ class Runner:
         self._process_pool_size = process_pool_size
         self._process_preload = process_preload
         self._unknown_warned: dict[str, int] = {}
+        #: The loop the runs run on, set by the claim loop as it starts (`ClaimLoop.run`):
+        #: `asyncio.get_running_loop` makes a `getpid` system call each time it is asked.
+        self.loop: asyncio.AbstractEventLoop | None = None
         #: Told of each run whose body ended (the claim loop's count of settling jobs).
         self.on_body_end: Callable[[Held], None] = lambda held: None
         #: Told of each run that ended (its settle answered, or it never started), once.
@@ -354,7 +357,7 @@ class Runner:
             signal=held.signal,
             report=held.report_progress,
             make_step=make_step,
-            loop=asyncio.get_running_loop(),
+            loop=self.loop or asyncio.get_running_loop(),
         )
         # Set when the body starts: a deadline counts from it, and a thread or a process body
         # starts later than this task. An async body without a deadline needs none.

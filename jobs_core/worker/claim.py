@@ -134,6 +134,8 @@ class ClaimLoop:
         # Every run's task copies this task's context: no tenant and this worker's client for
         # its body, set once here rather than around each body (a run acting for an org sets
         # its own, `Runner._execute`), whatever the context `Worker.start` was called in.
+        # Its runs' tasks are made on this loop, and their contexts hold it: looked up once.
+        self._runner.loop = asyncio.get_running_loop()
         with acting_for(None), bound_client(self._runner.client()):
             await self._claim_until_stopped()
 
@@ -144,7 +146,10 @@ class ClaimLoop:
             if free <= 0:
                 self._backlog = True
                 self.kick.clear()
-                await self.wait(self._ceiling())
+                # Full. Room comes only from a run's body or run ending (`_refill`, which kicks
+                # once `_refill_at` jobs are free): when that is one, no timer can find room
+                # sooner, and a wake or a stop kicks too.
+                await self.wait(None if self._refill_at == 1 else self._ceiling())
                 continue
             self.kick.clear()
             now = self._clock.now_ms()
@@ -239,7 +244,8 @@ class ClaimLoop:
             h.admit(verdicts.get(h.job.id, ADMITTED))
 
     def _start(self, held: Held) -> None:
-        task = asyncio.create_task(self._runner.run_held(held))
+        loop = self._runner.loop or asyncio.get_running_loop()
+        task = loop.create_task(self._runner.run_held(held))
         held.task = task
 
         def cancel_body() -> None:

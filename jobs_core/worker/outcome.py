@@ -331,12 +331,16 @@ class Outcomes:
             log.error("jobs.unwind.unknown %s %s: %r", held.job.name, held.job.id, exc)
             return False
 
-    def tally(self, outcome: Outcome, landed: bool, job: ClaimedJob) -> None:
+    def tally(
+        self, outcome: Outcome, landed: bool, job: ClaimedJob, held: Held | None = None
+    ) -> None:
+        """Count a settle's answer; `held`: the run's, when the caller has it at hand."""
         if landed:
             self._stats.count(outcome)
-            held = self._held.get(job.id)
+            if held is None:
+                held = self._held.get(job.id)
             body_ms = held.body_ms if held is not None else None
-            if held is not None:
+            if held is not None and held.span is not None:
                 tracing.ended(held.span, outcome)
             for observe in self.observers:
                 try:

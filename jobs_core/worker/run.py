@@ -132,6 +132,9 @@ class Runner:
         self._process_pool_size = process_pool_size
         self._process_preload = process_preload
         self._unknown_warned: dict[str, int] = {}
+        #: The loop the runs run on, set by the claim loop as it starts (`ClaimLoop.run`):
+        #: `asyncio.get_running_loop` makes a `getpid` system call each time it is asked.
+        self.loop: asyncio.AbstractEventLoop | None = None
         #: Told of each run whose body ended (the claim loop's count of settling jobs).
         self.on_body_end: Callable[[Held], None] = lambda held: None
         #: Told of each run that ended (its settle answered, or it never started), once.
@@ -153,13 +156,13 @@ class Runner:
             held.started = True
             if not tracing.active():  # no span, and no context manager to enter for none
                 try:
-                    await self._execute(held)
+                    await self._execute(held, handle)
                 except Exception as exc:
                     await self._settle_crash(held, exc)
                 return
             with tracing.consumer(held.job) as held.span:
                 try:
-                    await self._execute(held)
+                    await self._execute(held, handle)
                 except Exception as exc:
                     await self._settle_crash(held, exc)
         finally:
@@ -178,7 +181,7 @@ class Runner:
     def _acked(self, held: Held, landed: bool) -> None:
         """A completed run's ack answered (`Settler.ack_then`): counted, and the run ends."""
         try:
-            self._outcomes.tally(Outcome.COMPLETED, landed, held.job)
+            self._outcomes.tally(Outcome.COMPLETED, landed, held.job, held)
         finally:
             self._run_ended(held)
 
@@ -291,11 +294,11 @@ class Runner:
                 extra=held.log_extra(self._worker_id),
             )
 
-    async def _execute(self, held: Held) -> None:
-        """Run the body and settle its job; each step around the body that raises settles the
-        job with a typed error (the stored input, the tenant function, the result's form)."""
+    async def _execute(self, held: Held, handle: JobHandle | None) -> None:
+        """Run the body (`handle`'s: the job's name's, None for a name this worker does not run)
+        and settle its job; each step around the body that raises settles the job with a typed
+        error (the stored input, the tenant function, the result's form)."""
         job = held.job
-        handle = self._handles.get(job.name)
         if handle is None:
             await self._give_back_unknown(held)
             return
@@ -354,7 +357,7 @@ class Runner:
             signal=held.signal,
             report=held.report_progress,
             make_step=make_step,
-            loop=asyncio.get_running_loop(),
+            loop=self.loop or asyncio.get_running_loop(),
         )
         # Set when the body starts: a deadline counts from it, and a thread or a process body
         # starts later than this task. An async body without a deadline needs none.
@@ -372,16 +375,10 @@ class Runner:
             # task per job. The task's context is a copy of the claim loop's, which binds this
             # worker's client and no tenant (`ClaimLoop.run`); a run acting for an org sets it
             # here, in this task's own context (and a thread body's, a copy of it).
-            with _NO_TENANT if tenant is None else acting_for(tenant):
-                if started is None:
-                    value = await handle.fn(input, ctx)
-                elif handle.is_async:
-                    started.set()
-                    value = await handle.fn(input, ctx)
-                elif handle.executor == "process":
-                    value = await self._run_in_process(held, input, input_json, tenant, started)
-                else:
-                    value = await self._run_in_thread(held, handle, input, ctx, started)
+            if tenant is None and started is None:  # the usual run: nothing to enter
+                value = await handle.fn(input, ctx)
+            else:
+                value = await self._body(held, handle, input, input_json, ctx, tenant, started)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not held.signal.cancelled or task is None:
@@ -441,7 +438,7 @@ class Runner:
             held.acking = True
             return
         landed = await self._outcomes.settler.ack(ack)
-        self._outcomes.tally(Outcome.COMPLETED, landed, job)
+        self._outcomes.tally(Outcome.COMPLETED, landed, job, held)
         if landed and hears:  # the event built only for a hook
             event = SettledEvent(
                 job.id,
@@ -454,6 +451,28 @@ class Runner:
                 None,
             )
             await self._outcomes.fire_settled(handle, event, tenant)
+
+    async def _body(
+        self,
+        held: Held,
+        handle: JobHandle,
+        input: JsonValue,
+        input_json: str | None,
+        ctx: JobContext,
+        tenant: str | None,
+        started: asyncio.Event | None,
+    ) -> Any:
+        """The body's value, run acting for `tenant` (if any) in this task's own context (and a
+        thread body's, a copy of it)."""
+        with _NO_TENANT if tenant is None else acting_for(tenant):
+            if started is None:
+                return await handle.fn(input, ctx)
+            if handle.is_async:
+                started.set()
+                return await handle.fn(input, ctx)
+            if handle.executor == "process":
+                return await self._run_in_process(held, input, input_json, tenant, started)
+            return await self._run_in_thread(held, handle, input, ctx, started)
 
     async def _give_back_unknown(self, held: Held) -> None:
         """Give back a job this worker does not run: `SHED`, no attempt spent, due again in

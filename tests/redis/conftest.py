@@ -27,6 +27,7 @@ import pytest
 from jobs_core.driver import JobDriver
 from jobs_core.testing.profiles import selected_profile
 from jobs_redis import RedisDriver
+from tests.redis.proxy import RedisProxy
 
 REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BACKENDS = ("real", "fake", "cluster")
@@ -238,6 +239,17 @@ def make_waking_driver(request: pytest.FixtureRequest) -> Factory:
 async def driver(make_driver: Factory) -> AsyncIterator[JobDriver]:
     async with make_driver() as d:
         yield d
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[RedisProxy]:
+    """A TCP proxy to the real server that a test can cut, or cut right after a reply."""
+    p = RedisProxy(REDIS_URL)
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()
 
 
 #: The family walks run on fakeredis and on the cluster under the quick `ci` profile: the job

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -23,16 +22,6 @@ from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 from tests.redis.proxy import RedisProxy
 
 LEASE_MS = 5_000
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[RedisProxy]:
-    p = RedisProxy(REDIS_URL)
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
 
 
 def _claim(now_ms: int, worker: str = "w") -> ClaimParams:

@@ -4,7 +4,6 @@ one run, and the caller is answered with the original id (issue 7, item 7)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,16 +11,6 @@ from jobs_redis import RedisDriver
 from tests.enqueue_retry_cases import MODES, lost_reply_inserts_once
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 from tests.redis.proxy import RedisProxy
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[RedisProxy]:
-    p = RedisProxy(REDIS_URL)
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
 
 
 async def keys_held(driver: RedisDriver) -> list[str]:

@@ -191,9 +191,14 @@ def forked(
     }
     path = tmp / "spec.json"
     path.write_text(json.dumps(spec), encoding="utf-8")
+    # The harness gets this process's environment as os.environ has it, without COLUMNS and
+    # LINES: rich's console, made once before the forks, keeps a size it finds then for every
+    # run (inheriting the environment as it stood, runs printed at a width none asked for).
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     subprocess.run(
         [sys.executable, "-m", "tests.cli_forks", str(path)],
         cwd=Path(__file__).resolve().parents[1],  # this checkout's `tests` and code, first
+        env=env,
         check=True,
         timeout=hang_s * -(-len(runs) // at_once) + 60,  # each run is killed at hang_s
     )

@@ -35,9 +35,8 @@ echo "== pytest on 3 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
 # waiting (on servers, subprocesses, leases): with two, a quarter of the cores sat idle (measured
 # 2026-12-06: 9 min 40 s with three on a quiet machine, 10 min 47 s with two and other work
 # beside it); worksteal evens out the long process
-# and parity tests, which tests/ordering.py puts first (longest recorded in tests/costs.json
-# first: what is left to share at the end is short). Each test has its own schema, key prefix,
-# ports and tmp dir, so they never share state. `scripts/test.sh -n 0` runs in one process. The
+# and parity tests. Each test has its own schema, key prefix, ports and tmp dir, so they never
+# share state. `scripts/test.sh -n 0` runs in one process. The
 # ten slowest tests are printed at the end, so a test that grows shows where the time goes.
 pytest_status=0
 "$venv/bin/python" scripts/with_services.py -- \

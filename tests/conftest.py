@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobs_core.testing.profiles import register_profiles
-from tests.ordering import CostRecorder, longest_first
 
 register_profiles()
 
@@ -58,24 +56,3 @@ def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
     with fresh_store_url(request.param) as url:
         yield url
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--record-costs",
-        metavar="PATH",
-        help="Write each test module's and each long test's seconds to PATH (tests/costs.json:"
-        " the order the suite runs in, longest first).",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    path = config.getoption("--record-costs")
-    if path and not hasattr(config, "workerinput"):  # the reports all reach the controller
-        config.pluginmanager.register(CostRecorder(Path(path)), "ujobs-cost-recorder")
-
-
-@pytest.hookimpl(trylast=True)  # after the Redis conftest's deselection
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest tests first (tests/ordering.py): no process starts a long one last."""
-    items[:] = longest_first(items)

@@ -1,24 +1,31 @@
 """The operator's CLI as a user runs it, on real Postgres and real Redis: `ujobs jobs list|show|
 cancel|requeue|promote|remove`, `ujobs queues`, `ujobs pause|resume`, `ujobs workers` and
-`ujobs stats`, each a subprocess; what it prints (tables, `--json`), what it exits with, and
-that a job's sensitive fields never appear.
+`ujobs stats`; what it prints (tables, `--json`), what it exits with, and that a job's sensitive
+fields never appear.
 
 The store is filled through the library (a real worker runs an app module), then every verb is
-run against the same URL, in its own process, from the environment or `--driver`.
+run against the same URL from the environment or `--driver`: in this process (click's runner,
+`ujobs_here`: the same `main`, its exit code and output), as an interpreter of its own cost a
+second of CPU per verb for its imports. What only a process shows is still run as one
+(`ujobs`): a piped stdout parsed as JSON, a refusal's exit status, a worker stopped by SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+from click.testing import CliRunner, Result
 
+from jobs_core.cli import main
 from jobs_core.clock import SystemClock
 from jobs_core.driver import JobDriver
 from jobs_core.facade import Jobs
@@ -30,6 +37,7 @@ from jobs_core.worker import Worker
 from tests.core.support import code_path, new_job, until
 
 CARD = "4242424242424242"
+T = TypeVar("T")
 
 # Its own registry: the CLI's and the workers' subprocesses import it once each, and this
 # process must never meet a second `charge` in the process-wide registry (X_JOB_DUPLICATE).
@@ -76,12 +84,48 @@ def ujobs(
     )
 
 
-def ok(done: subprocess.CompletedProcess[str]) -> str:
+#: stdout and stderr read apart (click 8.1 mixes them unless told; 8.2 always keeps both).
+_APART: dict[str, Any] = (
+    {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
+)
+
+
+def ujobs_here(*args: str, url: str, env_driver: bool = True) -> Result:
+    """`ujobs ARGS` in this process (click's runner: its exit code, stdout and stderr), the
+    driver URL in UJOBS_DRIVER (or none at all). One call at a time: the runner swaps the
+    process's stdout, and `main` its root logger, which are put back after. A logger another
+    test in this process left more verbose logs to stderr here: what is parsed is stdout."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        return CliRunner(**_APART).invoke(
+            main, list(args), env={"COLUMNS": "200", "UJOBS_DRIVER": url if env_driver else ""}
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+async def in_turn(*calls: Awaitable[T]) -> list[T]:
+    """Each of `calls` awaited after the one before (`ujobs_here` runs one at a time)."""
+    return [await call for call in calls]
+
+
+def ok(done: subprocess.CompletedProcess[str] | Result) -> str:
+    if isinstance(done, Result):
+        assert done.exit_code == 0, (done.stdout, done.stderr, done.exception)
+        return done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-def refused(done: subprocess.CompletedProcess[str], code: str) -> None:
+def refused(done: subprocess.CompletedProcess[str] | Result, code: str) -> None:
+    if isinstance(done, Result):
+        assert done.exit_code == 2, (done.stdout, done.stderr, done.exception)
+        assert f"{code}:" in done.stdout + done.stderr, done.stdout + done.stderr
+        return
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{code}:" in done.stdout + done.stderr, done.stdout + done.stderr
 
@@ -134,32 +178,37 @@ def filled(filled_by: tuple[dict[str, str], Worker]) -> dict[str, str]:
 async def test_read_verbs_print_tables_and_json_without_secrets(
     store_url: str, app: Path, filled: dict[str, str]
 ) -> None:
-    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
-    # Every call reads only: they run side by side (a process each costs its imports).
+    run = lambda *a: asyncio.to_thread(ujobs_here, *a, url=store_url)  # noqa: E731
+    # Every call reads only: the listing a process of its own prints down a pipe (parsed as
+    # JSON, as a script would) runs beside the others, which run here one after another.
     (
         listed_out,
-        dead_out,
-        page_out,
-        shown_out,
-        table,
-        queues_out,
-        queues_table,
-        workers_out,
-        stats_out,
-        stats_table,
-        missing,
+        (
+            dead_out,
+            page_out,
+            shown_out,
+            table,
+            queues_out,
+            queues_table,
+            workers_out,
+            stats_out,
+            stats_table,
+            missing,
+        ),
     ) = await asyncio.gather(
-        run("jobs", "list", "--json"),
-        run("jobs", "list", "--state", "dead", "--json"),
-        run("jobs", "list", "--limit", "1", "--json"),
-        run("jobs", "show", filled["dead"], "--json"),
-        run("jobs", "show", filled["done"]),
-        run("queues", "--json"),
-        run("queues"),
-        run("workers", "--json"),
-        run("stats", "--json"),
-        run("stats"),
-        run("jobs", "show", "no-such-job"),
+        asyncio.to_thread(ujobs, "jobs", "list", "--json", url=store_url, cwd=app),
+        in_turn(
+            run("jobs", "list", "--state", "dead", "--json"),
+            run("jobs", "list", "--limit", "1", "--json"),
+            run("jobs", "show", filled["dead"], "--json"),
+            run("jobs", "show", filled["done"]),
+            run("queues", "--json"),
+            run("queues"),
+            run("workers", "--json"),
+            run("stats", "--json"),
+            run("stats"),
+            run("jobs", "show", "no-such-job"),
+        ),
     )
     listed = json.loads(ok(listed_out))
     assert {j["id"] for j in listed["jobs"]} == {filled["done"], filled["dead"], filled["later"]}
@@ -168,10 +217,8 @@ async def test_read_verbs_print_tables_and_json_without_secrets(
     assert [j["id"] for j in dead["jobs"]] == [filled["dead"]]
     page = json.loads(ok(page_out))
     assert len(page["jobs"]) == 1 and page["next_cursor"]
-    rest_out, wrong_filter = await asyncio.gather(
-        run("jobs", "list", "--limit", "5", "--cursor", page["next_cursor"], "--json"),
-        run("jobs", "list", "--state", "dead", "--cursor", page["next_cursor"]),
-    )
+    rest_out = await run("jobs", "list", "--limit", "5", "--cursor", page["next_cursor"], "--json")
+    wrong_filter = await run("jobs", "list", "--state", "dead", "--cursor", page["next_cursor"])
     assert len(json.loads(ok(rest_out))["jobs"]) == 2
     refused(wrong_filter, "X_JOB_PAGE_INVALID")
 
@@ -213,7 +260,7 @@ async def test_an_input_no_live_worker_declares_is_redacted_whole(
     async with driver:
         live = await driver.worker_list(SystemClock().now_ms())
     assert filled["worker"] not in {w.worker_id for w in live}
-    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    run = lambda *a: asyncio.to_thread(ujobs_here, *a, url=store_url)  # noqa: E731
     shown = json.loads(ok(await run("jobs", "show", filled["done"], "--json")))
     assert shown["input"] == "[redacted]" and shown["result"] == "[redacted]"
     assert not shown["declared"]
@@ -225,9 +272,13 @@ async def test_an_input_no_live_worker_declares_is_redacted_whole(
 async def test_steering_verbs_act_and_refuse_with_their_codes(
     store_url: str, app: Path, filled: dict[str, str]
 ) -> None:
-    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
-    # Refusals change nothing: they run side by side (a process each costs its imports).
-    cancel, requeue, promote, remove, requeue_all, pause_none = await asyncio.gather(
+    run = lambda *a: asyncio.to_thread(ujobs_here, *a, url=store_url)  # noqa: E731
+    # No driver named anywhere: refused, never a silent memory store. A process of its own (its
+    # exit status is the shell's), beside every step below: a refusal changes nothing.
+    unnamed = asyncio.ensure_future(
+        asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False)
+    )
+    cancel, requeue, promote, remove, requeue_all, pause_none = await in_turn(
         run("jobs", "cancel", filled["done"]),
         run("jobs", "requeue", filled["later"]),
         run("jobs", "promote", filled["done"]),
@@ -244,31 +295,19 @@ async def test_steering_verbs_act_and_refuse_with_their_codes(
     # The fixture's worker still runs: paused, it cannot run the requeued job to `dead` again
     # before the cancel below.
     assert "paused" in ok(await run("pause", "payments"))
-    # The delayed job and the dead one are steered side by side: neither verb touches the other.
-    promoted_out, bulk_out = await asyncio.gather(
-        run("jobs", "promote", filled["later"], "--json"),
-        run("jobs", "requeue", "--all", "--state", "dead", "--json"),
-    )
+    promoted_out = await run("jobs", "promote", filled["later"], "--json")
+    bulk_out = await run("jobs", "requeue", "--all", "--state", "dead", "--json")
     promoted = json.loads(ok(promoted_out))
     assert promoted == [{"id": filled["later"], "answer": "promoted"}]
     bulk = json.loads(ok(bulk_out))
     assert bulk["answers"] == {"requeued": 1} and bulk["done"] == 1
     assert "cancelled" in ok(await run("jobs", "cancel", filled["dead"]))
     assert "removed" in ok(await run("jobs", "remove", filled["dead"]))
-    gone, queues = await asyncio.gather(
-        run("jobs", "show", filled["dead"]), run("queues", "--json")
-    )
-    refused(gone, "X_JOB_NOT_FOUND")
-    assert json.loads(ok(queues))[0]["paused"] is True
-    # No driver named anywhere: refused, never a silent memory store (beside the last steps).
-    resumed, paused_name, none = await asyncio.gather(
-        run("resume", "payments"),
-        run("pause", "--name", "charge"),
-        asyncio.to_thread(ujobs, "jobs", "list", url=store_url, cwd=app, env_driver=False),
-    )
-    assert "resumed" in ok(resumed)
-    assert "paused" in ok(paused_name)
-    refused(none, "X_CLI_DRIVER_REQUIRED")
+    refused(await run("jobs", "show", filled["dead"]), "X_JOB_NOT_FOUND")
+    assert json.loads(ok(await run("queues", "--json")))[0]["paused"] is True
+    assert "resumed" in ok(await run("resume", "payments"))
+    assert "paused" in ok(await run("pause", "--name", "charge"))
+    refused(await unnamed, "X_CLI_DRIVER_REQUIRED")
 
 
 def test_a_cli_worker_serves_metrics_and_health(store_url: str, app: Path) -> None:
@@ -360,7 +399,7 @@ async def test_an_unwound_saga_is_requeued_only_fresh(store_url: str, app: Path)
         puts = [StepPut(held.fence, SAGA, "{}", now), StepPut(held.fence, "book", "1", now)]
         assert await driver.step_put(puts) == [True, True]
         assert await driver.job_nack([Nack(held.fence, NackKind.FAIL, now, error="no")]) == [True]
-    run = lambda *a: asyncio.to_thread(ujobs, *a, url=store_url, cwd=app)  # noqa: E731
+    run = lambda *a: asyncio.to_thread(ujobs_here, *a, url=store_url)  # noqa: E731
     plain = await run("jobs", "requeue", "saga-1")
     refused(plain, "X_JOB_REQUEUE_UNWOUND")
     assert "--fresh" in plain.stdout + plain.stderr

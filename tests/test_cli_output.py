@@ -3,7 +3,8 @@ cuts an id, a state or a name at any width.
 
 The store holds what an operator meets (`tests/dashboard/shopapp.py`): a completed charge, a
 dead shipment that recorded a step before it failed (its traceback stored), a delayed charge,
-and a job named like Rich markup. Each `ujobs` verb runs in its own process as a user runs it:
+and a job named like Rich markup. Each `ujobs` verb runs in its own process as a user runs it
+(forks of one interpreter that imported the CLI once, tests/cli_forks.py, its output a file):
 at 80 and 40 columns every id, state, queue and job name it shows appears whole (the table
 folds its other columns, or prints `header: value` lines), with no `…`; piped with no
 `COLUMNS`, each row is one line; and the README's sample tables have the very columns the CLI
@@ -28,6 +29,7 @@ from jobs_core.facade import Jobs
 from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
+from tests.cli_forks import Forked, forked
 from tests.core.support import ROOT, code_path, declare, until
 from tests.dashboard import shopapp
 
@@ -87,8 +89,26 @@ def ujobs(*args: str, url: str, columns: int | None) -> subprocess.CompletedProc
     return done
 
 
+def ujobs_each(
+    tmp: Path, url: str, *runs: tuple[tuple[str, ...], int | None], at_once: int = 4
+) -> list[Forked]:
+    """Each `(args, columns)` as `ujobs` runs it, but a fork of one interpreter that imported the
+    CLI and the drivers (tests/cli_forks.py), `at_once` at a time (1: in order, each after the
+    one before ended); each checked to exit 0."""
+    env = {**os.environ, "UJOBS_DRIVER": url, "PYTHONPATH": code_path()}
+    env.pop("COLUMNS", None)
+    done = forked(
+        [(list(args), env if c is None else {**env, "COLUMNS": str(c)}, ROOT) for args, c in runs],
+        tmp,
+        at_once=at_once,
+    )
+    for run in done:
+        assert run.returncode == 0, (run.args, run.stdout + run.stderr)
+    return done
+
+
 async def test_every_table_shows_ids_states_and_names_whole_at_80_and_40_columns(
-    store_url: str, shop: dict[str, str]
+    store_url: str, shop: dict[str, str], tmp_path: Path
 ) -> None:
     whole = [*shop.values(), "charge", "ship", "payments", "shipping", "emails[eu]", MARKUP_NAME]
     whole += ["completed", "dead", "ready", "label", "nightly-report", "0 3 * * *"]
@@ -101,10 +121,11 @@ async def test_every_table_shows_ids_states_and_names_whole_at_80_and_40_columns
         ("tasks", APP),
     ]
     runs = [(verb, columns) for columns in (80, 40) for verb in verbs]
-    outs = await asyncio.gather(
-        *(asyncio.to_thread(ujobs, *verb, url=store_url, columns=c) for verb, c in runs)
+    # The reads side by side, then the cancel (the reads show the delayed job ready).
+    outs = await asyncio.to_thread(ujobs_each, tmp_path / "reads", store_url, *runs)
+    (steered,) = await asyncio.to_thread(
+        ujobs_each, tmp_path / "cancel", store_url, (("jobs", "cancel", shop["later"]), 40)
     )
-    steered = ujobs("jobs", "cancel", shop["later"], url=store_url, columns=40)
     runs.append((("jobs", "cancel"), 40))
     seen: dict[int, str] = {80: "", 40: ""}
     for (verb, columns), done in zip(runs, [*outs, steered], strict=True):
@@ -120,20 +141,24 @@ async def test_every_table_shows_ids_states_and_names_whole_at_80_and_40_columns
 
 
 async def test_jobs_show_prints_every_field_input_error_traceback_and_steps(
-    store_url: str, shop: dict[str, str]
+    store_url: str, shop: dict[str, str], tmp_path: Path
 ) -> None:
     # No live worker: `--app` names the declarations that say what is safe to show.
-    out = ujobs("jobs", "show", shop["dead"], "--app", APP, url=store_url, columns=120).stdout
+    table, shown_out, odd_out = await asyncio.to_thread(
+        ujobs_each,
+        tmp_path,
+        store_url,
+        (("jobs", "show", shop["dead"], "--app", APP), 120),
+        (("jobs", "show", shop["dead"], "--json", "--app", APP), None),
+        (("jobs", "show", shop["odd"]), 120),
+    )
+    out = table.stdout
     for part in ("state", "dead", "input", "last error", "RuntimeError", "Traceback", "steps"):
         assert part in out, (part, out)
     # The step the run recorded before it failed: its name and its output.
     (step_line,) = [line for line in out.splitlines() if " label " in line]
     assert '"label-7"' in step_line, out
-    shown = json.loads(
-        ujobs(
-            "jobs", "show", shop["dead"], "--json", "--app", APP, url=store_url, columns=None
-        ).stdout
-    )
+    shown = json.loads(shown_out.stdout)
     assert [s["name"] for s in shown["steps"]] == ["label"]
     assert shown["steps"][0]["output"] == "label-7"
     # The attempt timeline: claimed (started) -> the step it recorded -> settled, with its error.
@@ -152,7 +177,7 @@ async def test_jobs_show_prints_every_field_input_error_traceback_and_steps(
     assert step.strip().startswith('step "label" recorded +'), timeline
     assert "settled dead +" in settled, timeline
     assert "RuntimeError: the warehouse is closed for order 7" in settled, timeline
-    odd = ujobs("jobs", "show", shop["odd"], url=store_url, columns=120).stdout
+    odd = odd_out.stdout
     assert MARKUP_NAME in odd and "emails[eu]" in odd and "😄" not in odd
 
 
@@ -171,31 +196,38 @@ def _printed_header(out: str) -> list[str]:
 
 
 async def test_the_readme_samples_show_what_the_cli_prints(
-    store_url: str, shop: dict[str, str]
+    store_url: str, shop: dict[str, str], tmp_path: Path
 ) -> None:
-    listed = ujobs("jobs", "list", "--state", "dead", url=store_url, columns=None).stdout
+    # A process of its own, its stdout a pipe: what a script reading it gets.
+    listed = (
+        await asyncio.to_thread(
+            ujobs, "jobs", "list", "--state", "dead", url=store_url, columns=None
+        )
+    ).stdout
+    # Then in order, each after the one before: the pause comes before the requeue it holds.
+    requeue = ("jobs", "requeue", "--state", "dead", "--queue", "shipping", "--all")
+    queues_out, _, requeued_out, paused_out, tasks_out = await asyncio.to_thread(
+        ujobs_each,
+        tmp_path,
+        store_url,
+        (("queues",), None),
+        (("pause", "shipping"), None),
+        (requeue, None),
+        (("pause", "emails[eu]"), None),
+        (("tasks", APP), None),
+        at_once=1,
+    )
     assert _printed_header(listed) == _readme_header("ujobs jobs list --state dead --queue emails")
     # Piped with no COLUMNS, a row is one line, however wide: the id, its name and state on it.
     (row,) = [line for line in listed.splitlines() if shop["dead"] in line]
     assert "ship" in row and "dead" in row
-    queues = ujobs("queues", url=store_url, columns=None).stdout
+    queues = queues_out.stdout
     assert _printed_header(queues) == _readme_header("ujobs queues")
-    ujobs("pause", "shipping", url=store_url, columns=None)
-    requeued = ujobs(
-        "jobs",
-        "requeue",
-        "--state",
-        "dead",
-        "--queue",
-        "shipping",
-        "--all",
-        url=store_url,
-        columns=None,
-    ).stdout
+    requeued = requeued_out.stdout
     assert re.fullmatch(r"requeue: 1 jobs looked at — 1 requeued\n", requeued), requeued
-    paused = ujobs("pause", "emails[eu]", url=store_url, columns=None).stdout
+    paused = paused_out.stdout
     assert paused == "queue 'emails[eu]' paused\n"
-    tasks = ujobs("tasks", APP, url=store_url, columns=None).stdout
+    tasks = tasks_out.stdout
     text = (ROOT / "docs" / "guides" / "scheduling.md").read_text(encoding="utf-8")
     tasks_sample = text.split("`ujobs tasks` lists each task", 1)[1]
     sample_header = next(line for line in tasks_sample.splitlines() if line.startswith("┃"))

@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.cli_forks import Forked, forked
 from tests.core.support import ROOT
 
 JOBS_MODULE = (
@@ -42,7 +44,20 @@ def run(
     )
 
 
-def one_line_refusal(done: subprocess.CompletedProcess[str], code: str) -> str:
+def run_forked(tmp: Path, *runs: tuple[Sequence[str], Path, dict[str, str] | None]) -> list[Forked]:
+    """Each `(args, cwd, env)` as `run` would, but a fork of one interpreter that imported the
+    CLI once (tests/cli_forks.py): its own process, exit status, stdout and stderr, without an
+    interpreter's imports each (a second of CPU). For runs that do not depend on each other."""
+    base = {k: v for k, v in os.environ.items() if k != "UJOBS_DRIVER"}
+    # The memory store's runs: the CLI alone is imported before the forks, as `run` would.
+    return forked(
+        [(list(a), {**base, **(env or {})}, cwd) for a, cwd, env in runs],
+        tmp,
+        preload=("jobs_core.cli", "jobs_core.cli.run"),
+    )
+
+
+def one_line_refusal(done: subprocess.CompletedProcess[str] | Forked, code: str) -> str:
     """The refusal's single line, checked: exit 2, its code, no traceback, nothing else."""
     out = (done.stdout + done.stderr).strip()
     assert done.returncode == 2, out
@@ -60,12 +75,13 @@ def app(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_version() -> None:
-    done = run("--version")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ujobs 0.1.0"
-    for bare in ((), ("db",)):  # a bare group asks for its help, not a refusal
-        done = run(*bare)
+def test_version(tmp_path: Path) -> None:
+    version, *bares = run_forked(
+        tmp_path, (["--version"], ROOT, None), ([], ROOT, None), (["db"], ROOT, None)
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == "ujobs 0.1.0"
+    for done in bares:  # a bare group asks for its help, not a refusal
         assert done.returncode == 0 and "Commands:" in done.stdout, done.stdout + done.stderr
 
 
@@ -77,57 +93,91 @@ def test_a_missing_extra_is_one_line_naming_it_with_its_brackets() -> None:
         assert f"pip install 'ultimat3-jobs[{extra}]'" in line
 
 
-def test_an_unknown_module_is_one_line(app: Path) -> None:
-    for command in (("worker", "nosuch_module"), ("enqueue", "nosuch_module", "hello", "{}")):
-        done = run(*command, "--driver", "memory", cwd=app)
+def test_an_unknown_module_is_one_line(app: Path, tmp_path: Path) -> None:
+    mem = ["--driver", "memory"]
+    worker, enqueue, missing, broken = run_forked(
+        tmp_path / "runs",
+        (["worker", "nosuch_module", *mem], app, None),
+        (["enqueue", "nosuch_module", "hello", "{}", *mem], app, None),
+        (["worker", "missing/file.py", *mem], app, None),
+        (["worker", "broken", *mem], app, None),
+    )
+    for done in (worker, enqueue):
         line = one_line_refusal(done, "X_CLI_MODULE_INVALID")
         assert "nosuch_module" in line
-    done = run("worker", "missing/file.py", "--driver", "memory", cwd=app)
-    one_line_refusal(done, "X_CLI_MODULE_INVALID")
-    done = run("worker", "broken", "--driver", "memory", cwd=app)
-    assert "boom at import" in one_line_refusal(done, "X_CLI_MODULE_INVALID")
+    one_line_refusal(missing, "X_CLI_MODULE_INVALID")
+    assert "boom at import" in one_line_refusal(broken, "X_CLI_MODULE_INVALID")
 
 
-def test_a_module_without_jobs_is_its_own_refusal(app: Path) -> None:
-    for command in (("worker", "nojobs"), ("enqueue", "nojobs", "hello", "{}")):
-        done = run(*command, "--driver", "memory", cwd=app)
+def test_a_module_without_jobs_is_its_own_refusal(app: Path, tmp_path: Path) -> None:
+    mem = ["--driver", "memory"]
+    for done in run_forked(
+        tmp_path / "runs",
+        (["worker", "nojobs", *mem], app, None),
+        (["enqueue", "nojobs", "hello", "{}", *mem], app, None),
+    ):
         assert "nojobs" in one_line_refusal(done, "X_CLI_NO_JOBS")
 
 
-def test_worker_and_enqueue_never_fall_back_to_memory(app: Path) -> None:
-    for command in (("worker", "myjobs"), ("enqueue", "myjobs", "hello", '{"n": 1}')):
-        line = one_line_refusal(run(*command, cwd=app), "X_CLI_DRIVER_REQUIRED")
+def test_worker_and_enqueue_never_fall_back_to_memory(app: Path, tmp_path: Path) -> None:
+    enqueue = ["enqueue", "myjobs", "hello", '{"n": 1}']
+    *unnamed, named, from_env = run_forked(
+        tmp_path / "runs",
+        (["worker", "myjobs"], app, None),
+        (enqueue, app, None),
+        # Asked for explicitly, on the command line or in the environment, memory is fine.
+        ([*enqueue, "--driver", "memory"], app, None),
+        (enqueue, app, {"UJOBS_DRIVER": "memory"}),
+    )
+    for done in unnamed:
+        line = one_line_refusal(done, "X_CLI_DRIVER_REQUIRED")
         assert "--driver memory" in line and "UJOBS_DRIVER" in line
-    # Asked for explicitly, on the command line or in the environment, memory is fine.
-    done = run("enqueue", "myjobs", "hello", '{"n": 1}', "--driver", "memory", cwd=app)
-    assert done.returncode == 0 and json.loads(done.stdout)["deduped"] is False
-    done = run("enqueue", "myjobs", "hello", '{"n": 1}', cwd=app, env={"UJOBS_DRIVER": "memory"})
-    assert done.returncode == 0 and json.loads(done.stdout)["deduped"] is False
+    for done in (named, from_env):
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["deduped"] is False
 
 
-def test_the_driver_url_comes_from_the_environment_and_help_says_so(app: Path) -> None:
-    done = run("enqueue", "myjobs", "hello", "{}", cwd=app, env={"UJOBS_DRIVER": "nosuch://h"})
+def test_the_driver_url_comes_from_the_environment_and_help_says_so(
+    app: Path, tmp_path: Path
+) -> None:
+    done, *helps = run_forked(
+        tmp_path / "runs",
+        (["enqueue", "myjobs", "hello", "{}"], app, {"UJOBS_DRIVER": "nosuch://h"}),
+        (["worker", "--help"], ROOT, None),
+        (["enqueue", "--help"], ROOT, None),
+        (["db", "upgrade", "--help"], ROOT, None),
+    )
     assert "nosuch" in one_line_refusal(done, "X_DRIVER_URL_INVALID")
-    for command in ("worker", "enqueue"):
-        assert "UJOBS_DRIVER" in run(command, "--help").stdout
-    assert "UJOBS_DRIVER" in run("db", "upgrade", "--help").stdout
+    for shown in helps:
+        assert "UJOBS_DRIVER" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_usage_errors_and_bad_values_are_typed_refusals(app: Path) -> None:
-    one_line_refusal(run("worker", "--no-such-option"), "X_CLI_USAGE_INVALID")
-    one_line_refusal(run("enqueue", "myjobs", cwd=app), "X_CLI_USAGE_INVALID")
-    mem = ("--driver", "memory")
-    done = run("enqueue", "myjobs", "nope", "{}", *mem, cwd=app)
-    assert "hello" in one_line_refusal(done, "X_JOB_NOT_REGISTERED")
-    one_line_refusal(run("enqueue", "myjobs", "hello", "{", *mem, cwd=app), "X_JOB_INPUT_INVALID")
-    for bad in ("nan", "-1", "inf"):
-        done = run("enqueue", "myjobs", "hello", '{"n": 1}', "--delay", bad, *mem, cwd=app)
+def test_usage_errors_and_bad_values_are_typed_refusals(app: Path, tmp_path: Path) -> None:
+    mem = ["--driver", "memory"]
+    bads = ("nan", "-1", "inf")
+    option, missing, unregistered, unparsed, *delays, lease = run_forked(
+        tmp_path / "runs",
+        (["worker", "--no-such-option"], ROOT, None),
+        (["enqueue", "myjobs"], app, None),
+        (["enqueue", "myjobs", "nope", "{}", *mem], app, None),
+        (["enqueue", "myjobs", "hello", "{", *mem], app, None),
+        *(
+            (["enqueue", "myjobs", "hello", '{"n": 1}', "--delay", b, *mem], app, None)
+            for b in bads
+        ),
+        (["worker", "myjobs", "--lease", "0", *mem], app, None),
+    )
+    one_line_refusal(option, "X_CLI_USAGE_INVALID")
+    one_line_refusal(missing, "X_CLI_USAGE_INVALID")
+    assert "hello" in one_line_refusal(unregistered, "X_JOB_NOT_REGISTERED")
+    one_line_refusal(unparsed, "X_JOB_INPUT_INVALID")
+    assert len(delays) == len(bads)
+    for done in delays:
         assert "--delay" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
-    done = run("worker", "myjobs", "--lease", "0", *mem, cwd=app)
-    assert "--lease" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+    assert "--lease" in one_line_refusal(lease, "X_JOB_OPTION_INVALID")
 
 
-def test_every_duration_is_in_seconds_options_and_banner_alike() -> None:
+def test_every_duration_is_in_seconds_options_and_banner_alike(tmp_path: Path) -> None:
     """Each option that takes a duration says seconds and takes a fraction; the worker's banner
     shows its lease and the jobs' timeouts in seconds too."""
     from jobs_core.cli import _print_plan, console
@@ -144,7 +194,10 @@ def test_every_duration_is_in_seconds_options_and_banner_alike() -> None:
         _print_plan(Worker(driver, [slow], lease=2.5), [slow], driver, loop="asyncio")
     banner = cap.get()
     assert "lease 2.5 s" in banner and "1.5 s" in banner and " ms" not in banner
-    helps = {c: run(c, "--help").stdout for c in ("worker", "enqueue")}
+    worker, enqueue = run_forked(
+        tmp_path, (["worker", "--help"], ROOT, None), (["enqueue", "--help"], ROOT, None)
+    )
+    helps = {"worker": worker.stdout, "enqueue": enqueue.stdout}
     assert "--lease FLOAT" in helps["worker"] and "--drain-timeout FLOAT" in helps["worker"]
     assert "--delay FLOAT" in helps["enqueue"]
     for text in helps.values():
@@ -232,7 +285,9 @@ def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: 
     assert "WARNING logjobs hello there" in first and "job_id=j1" in first and "attempt=2" in first
 
 
-def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(app: Path) -> None:
+def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(
+    app: Path, tmp_path: Path
+) -> None:
     """`--keep STATE=SECONDS|forever` overrides one final state's retention over the defaults;
     a malformed option or an unknown state is a usage refusal, a bad number names the state."""
     from jobs_core.cli import _retention_text, retention_from
@@ -244,16 +299,21 @@ def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(app: Pa
     assert _retention_text(keep) == (
         "keeps completed 3600 s, cancelled 86400 s, failed 1.5 s, dead forever"
     )
-    mem = ("--driver", "memory")
-    for bad in ("completed", "running=10", "=10"):
-        done = run("worker", "myjobs", "--keep", bad, *mem, cwd=app)
-        assert "--keep" in one_line_refusal(done, "X_CLI_USAGE_INVALID")
-    for bad in ("dead=soon", "dead=-1", "dead=nan"):
-        done = run("worker", "myjobs", "--keep", bad, *mem, cwd=app)
-        assert "retention.dead" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
+    mem = ["--driver", "memory"]
+    usage, values = ("completed", "running=10", "=10"), ("dead=soon", "dead=-1", "dead=nan")
+    done = run_forked(
+        tmp_path / "runs",
+        *((["worker", "myjobs", "--keep", b, *mem], app, None) for b in usage + values),
+    )
+    for refusal in done[: len(usage)]:
+        assert "--keep" in one_line_refusal(refusal, "X_CLI_USAGE_INVALID")
+    for refusal in done[len(usage) :]:
+        assert "retention.dead" in one_line_refusal(refusal, "X_JOB_OPTION_INVALID")
 
 
-def test_rate_limit_sets_the_workers_limits_and_refuses_what_it_cannot_read(app: Path) -> None:
+def test_rate_limit_sets_the_workers_limits_and_refuses_what_it_cannot_read(
+    app: Path, tmp_path: Path
+) -> None:
     """`--rate-limit N/SECONDS[:BY]` declares a worker-wide rate limit; a malformed one is a
     usage refusal, a bad number names the limit's field."""
     from jobs_core.cli.run import rate_limit_from
@@ -261,14 +321,19 @@ def test_rate_limit_sets_the_workers_limits_and_refuses_what_it_cannot_read(app:
 
     assert rate_limit_from("100/60:tenant") == RateLimit(100, per=60.0, by="tenant")
     assert rate_limit_from("5/0.5") == RateLimit(5, per=0.5)
-    mem = ("--driver", "memory")
-    for bad in ("100", "ten/60", "100/60:team", "/"):
-        done = run("worker", "myjobs", "--rate-limit", bad, *mem, cwd=app)
+    mem = ["--driver", "memory"]
+    usage = ("100", "ten/60", "100/60:team", "/")
+    *refusals, zero, twice = run_forked(
+        tmp_path / "runs",
+        *((["worker", "myjobs", "--rate-limit", b, *mem], app, None) for b in usage),
+        (["worker", "myjobs", "--rate-limit", "0/60", *mem], app, None),
+        (["worker", "myjobs", "--rate-limit", "1/60", "--rate-limit", "2/60", *mem], app, None),
+    )
+    assert len(refusals) == len(usage)
+    for done in refusals:
         assert "--rate-limit" in one_line_refusal(done, "X_CLI_USAGE_INVALID")
-    done = run("worker", "myjobs", "--rate-limit", "0/60", *mem, cwd=app)
-    assert "rate_limit.limit" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
-    done = run("worker", "myjobs", "--rate-limit", "1/60", "--rate-limit", "2/60", *mem, cwd=app)
-    assert "rate_limits" in one_line_refusal(done, "X_JOB_DECLARATION_INVALID")
+    assert "rate_limit.limit" in one_line_refusal(zero, "X_JOB_OPTION_INVALID")
+    assert "rate_limits" in one_line_refusal(twice, "X_JOB_DECLARATION_INVALID")
 
 
 def test_a_worker_starts_whatever_its_jobs_and_queues_are_named(tmp_path: Path) -> None:

@@ -298,8 +298,8 @@ class UJobs:
                 return due_now, next_at
 
     async def _round(self, handles: list[JobHandle]) -> tuple[list[RunOutcome], int]:
-        """One worker, one claim pass, every claimed body finished and settled; answers the
-        runs it settled and how many jobs it claimed."""
+        """One worker, one job claimed at most, its body finished and settled; answers the runs
+        it settled and how many jobs it claimed."""
         settled: list[tuple[ClaimedJob, Outcome]] = []
         endings: dict[tuple[str, int], SettledEvent] = {}
 
@@ -319,6 +319,10 @@ class UJobs:
             on_settled=ended,
         )
         worker.observe(lambda job, outcome, _body_ms: settled.append((job, outcome)))
+        # One job a round, however soon its body ends: a freed slot kicks the claim loop at
+        # once, and a second claim could beat the stop below (a runaway job's next run would
+        # then slip past `max_runs`).
+        worker.limit_claims(1, lambda: None)
         try:
             try:
                 await asyncio.wait_for(worker.start(), STORE_WAIT_S)

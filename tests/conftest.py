@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,3 +57,21 @@ def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
     with fresh_store_url(request.param) as url:
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _cli_logging_undone() -> Iterator[None]:
+    """What running `ujobs` in this process (click's runner) leaves behind is undone after each
+    test: `main` puts its own handler on the root logger (on the runner's stream, closed once
+    it returns) and `demo` quiets the `jobs` logger to CRITICAL, which would hide every later
+    test's records from its `caplog`."""
+    root, jobs = logging.getLogger(), logging.getLogger("jobs")
+    before, root_level, jobs_level = root.handlers[:], root.level, jobs.level
+    yield
+    for handler in root.handlers[:]:
+        # Only the CLI's own (a plain StreamHandler): pytest's capture handlers come and go
+        # with each phase of a test, by themselves.
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(root_level)
+    jobs.setLevel(jobs_level)

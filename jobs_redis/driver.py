@@ -311,9 +311,10 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
-        #: worker_id -> (now_ms, lease end, ids) of its latest claim answered: the rows a lost
-        #: claim of the same millisecond must not take for its own (`_lost_claim`).
-        self._answered: dict[str, tuple[int, int, list[str]]] = {}
+        #: worker_id -> (now_ms, lease end, jobs) of its latest claims answered (all those of
+        #: one millisecond): the rows a lost claim of the same millisecond must not take for its
+        #: own (`_answered_ids`).
+        self._answered: dict[str, tuple[int, int, tuple[ClaimedJob, ...]]] = {}
         #: worker_id -> its claims whose answer was lost, their rows not yet given back.
         self._lost_claims: dict[str, list[_LostClaim]] = {}
         #: (worker_id, now_ms, lease end) -> its claims in flight: a lost claim's give-back waits
@@ -782,14 +783,22 @@ class RedisDriver(JobDriver):
             ),
             key=lambda b: b.id,
         )
-        ids = [j.id for j in jobs]
+        taken = tuple(jobs)
+        answered = taken
         last = self._answered.get(worker)
-        if last is not None and last[:2] == (params.now_ms, lease_end):
-            ids += last[2]  # two claims in one millisecond: both answered
+        if last is not None and last[0] == params.now_ms and last[1] == lease_end:
+            answered += last[2]  # two claims in one millisecond: both answered
         if len(self._answered) > _QUEUE_MEMORY:
             self._answered.clear()
-        self._answered[worker] = (params.now_ms, lease_end, ids)
-        return ClaimResult(tuple(jobs), tuple(dead))
+        self._answered[worker] = (params.now_ms, lease_end, answered)
+        return ClaimResult(taken, tuple(dead))
+
+    def _answered_ids(self, worker: str, now_ms: int, lease_end: int) -> frozenset[str]:
+        """The ids the claims of `worker` at `now_ms` with `lease_end` were answered so far."""
+        last = self._answered.get(worker)
+        if last is None or last[0] != now_ms or last[1] != lease_end:
+            return frozenset()
+        return frozenset(j.id for j in last[2])
 
     def _lost_claim(self, params: ClaimParams, queues: Sequence[str], began: float) -> None:
         """A claim whose answer never came (the connection dropped, or timed out, after the
@@ -805,10 +814,7 @@ class RedisDriver(JobDriver):
         past the lease end leaves them to lapse (the attempt spent). Rows the script buried
         are not found: the answer that named them was lost."""
         worker = params.worker_id
-        lease_end = params.now_ms + params.lease_ms
-        last = self._answered.get(worker)
-        same_ms = last is not None and last[:2] == (params.now_ms, lease_end)
-        answered = frozenset(last[2]) if same_ms and last else frozenset()
+        answered = self._answered_ids(worker, params.now_ms, params.now_ms + params.lease_ms)
         lost = _LostClaim(params, tuple(queues), answered, began)
         pending = self._lost_claims.get(worker)
         if pending is not None:
@@ -883,9 +889,7 @@ class RedisDriver(JobDriver):
         # look like the lost claim's own.
         if (worker, lost.params.now_ms, lost.lease_end) in self._claiming:
             return None
-        last = self._answered.get(worker)
-        same = last is not None and last[:2] == (lost.params.now_ms, lost.lease_end)
-        since = frozenset(last[2]) if last is not None and same else frozenset()
+        since = self._answered_ids(worker, lost.params.now_ms, lost.lease_end)
         claimed_at = str(lost.params.now_ms)
         fences = []
         for i, row, when in zip(ids, rows, at, strict=True):

@@ -657,6 +657,19 @@ JOB_CLAIM: Final = sa.union_all(
     ),
 ).add_cte(_beat, _buried_counted)
 
+# -- JOB_CLAIM_LOST -----------------------------------------------------------------------------
+# The rows a claim whose answer was lost may have taken (`PgDriver._lost_claim`), with the claim
+# count each is fenced by: `running` for its worker, leased to its lease end and claimed at its
+# time, in its queues (the `jobs_lease` index). A claim of the same worker, time and lease end
+# takes rows that look the same: the driver leaves out those it answered.
+JOB_CLAIM_LOST: Final = sa.select(jobs.c.id, jobs.c.claims).where(
+    jobs.c.state == lit("running"),
+    jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+    jobs.c.lease_until_ms == p("lease_until_ms", BIGINT),
+    jobs.c.claimed_by == p("worker_id", TEXT),
+    jobs.c.claimed_at_ms == p("now_ms", BIGINT),
+)
+
 # -- settles: JOB_ACK, JOB_NACK, JOB_HEARTBEAT, JOB_PROGRESS ------------------------------------
 # Each is one UPDATE … FROM unnest(arrays) over the whole list, fenced per item (state running,
 # same claims, same worker). RETURNING gives the ordinal of each item that landed; the driver

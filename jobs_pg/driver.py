@@ -65,6 +65,8 @@ from jobs_core.errors import (
 )
 from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
+from jobs_core.lost_claims import ClaimCall as _Claim
+from jobs_core.lost_claims import LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -393,49 +395,8 @@ def _settle_params(
     }
 
 
-class _Claim:
-    """A claim's parameters, and when (monotonic) its call began: the give-back of a claim
-    committed for a caller gone is stamped that long after the claim's `now_ms`."""
-
-    __slots__ = ("began", "params")
-
-    def __init__(self, params: ClaimParams) -> None:
-        self.params = params
-        self.began = time.monotonic()
-
-    def now_ms(self) -> int:
-        """The claim's clock now: its `now_ms` and the time since its call began."""
-        return self.params.now_ms + max(0, round((time.monotonic() - self.began) * 1000))
-
-
 #: Rows buried at most held for their workers' next claims (`PgDriver._give_back`).
 _LOST_BURIED_MAX: Final = 10_000
-#: Seconds between the tries of a lost claim's give-back while the store is out
-#: (`PgDriver._lost_claim`).
-_LOST_CLAIM_RETRY_S: Final = 0.5
-#: Workers whose latest claims' answers are remembered at most (`PgDriver._answered`).
-_ANSWERED_MAX: Final = 10_000
-
-
-class _LostClaim:
-    """A claim whose answer was lost (`PgDriver._lost_claim`), and the ids answered to the
-    claims of its worker, time and lease end before it."""
-
-    __slots__ = ("answered", "claim", "lease_end")
-
-    def __init__(self, claim: _Claim, answered: frozenset[str]) -> None:
-        self.claim = claim
-        self.answered = answered
-        self.lease_end = claim.params.now_ms + claim.params.lease_ms
-
-    def same(self, other: _Claim) -> bool:
-        """`other` is of this claim's worker, time and lease end: its rows look the same."""
-        a, b = self.claim.params, other.params
-        return (
-            a.worker_id == b.worker_id
-            and a.now_ms == b.now_ms
-            and b.now_ms + b.lease_ms == self.lease_end
-        )
 
 
 class _Piped:
@@ -592,14 +553,9 @@ class PgDriver(JobDriver):
         #: worker_id -> rows a claim buried for that worker once gone (`_give_back`), to be
         #: answered with its next claim.
         self._lost_buried: dict[str, list[BuriedJob]] = {}
-        #: The claims in flight: a lost claim's give-back waits for those of its worker, time
-        #: and lease end, whose rows look like its own (`_lost_rows`).
-        self._claiming: set[_Claim] = set()
-        #: worker_id -> (now_ms, lease end, jobs) of its latest claims answered (all those of
-        #: one millisecond and lease end): rows a lost claim's give-back must leave alone.
-        self._answered: dict[str, tuple[int, int, tuple[ClaimedJob, ...]]] = {}
-        #: worker_id -> its claims whose answer was lost, their rows not yet given back.
-        self._lost_claims: dict[str, list[_LostClaim]] = {}
+        #: The claims in flight, answered and lost: those lost give their rows back
+        #: (`JOB_CLAIM_LOST` finds them, `_interrupt` gives them back).
+        self._lost_claims = LostClaims(log, self._lost_look, self._interrupt, self._closed)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -1049,87 +1005,10 @@ class PgDriver(JobDriver):
         back = await self._job_nack([Nack(f, NackKind.INTERRUPT, now) for f in fences])
         log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
 
-    def _remember(
-        self, worker: str, now_ms: int, lease_end: int, jobs: tuple[ClaimedJob, ...]
-    ) -> None:
-        """`jobs` answered to a claim of `worker` at `now_ms` leased to `lease_end`, kept beside
-        the others of that millisecond and lease end (`_answered_ids`)."""
-        answered = self._answered
-        last = answered.get(worker)
-        if last is not None and last[0] == now_ms and last[1] == lease_end:
-            jobs += last[2]  # two claims in one millisecond: both answered
-        elif last is None and len(answered) >= _ANSWERED_MAX:
-            answered.clear()
-        answered[worker] = (now_ms, lease_end, jobs)
-
-    def _answered_ids(self, worker: str, now_ms: int, lease_end: int) -> frozenset[str]:
-        """The ids the claims of `worker` at `now_ms` leased to `lease_end` were answered."""
-        last = self._answered.get(worker)
-        if last is None or last[0] != now_ms or last[1] != lease_end:
-            return frozenset()
-        return frozenset(j.id for j in last[2])
-
-    def _lost_claim(self, claim: _Claim) -> None:
-        """A claim whose answer was lost (the connection dropped, or the call timed out, with
-        its answer unread): if it committed, the rows it took are `running` for its worker,
-        held by nobody. Until their lease would end they are looked for (`JOB_CLAIM_LOST`:
-        the worker's rows of those queues leased to exactly the claim's lease end, claimed at
-        its `now_ms`, not answered to another claim of that millisecond, before it or since)
-        and given back with an interrupt nack (`_interrupt`, as `_give_back` does): `ready` at
-        once, the attempt given back. One task a worker looks for them all, every
-        `_LOST_CLAIM_RETRY_S` while the store is out, and stops at the driver's close. Best
-        effort: a store out past the lease end leaves them to lapse (the attempt spent), and so
-        does a claim whose transaction commits after the look (the connection cut while it
-        waited on a lock). Rows it buried are not found: the answer that named them was lost."""
-        params = claim.params
-        worker = params.worker_id
-        answered = self._answered_ids(worker, params.now_ms, params.now_ms + params.lease_ms)
-        lost = _LostClaim(claim, answered)
-        pending = self._lost_claims.get(worker)
-        if pending is not None:
-            pending.append(lost)
-            return
-        self._lost_claims[worker] = [lost]
-        _in_background(self._give_lost_back(worker))
-
-    async def _give_lost_back(self, worker: str) -> None:
-        """(`_lost_claim`'s task.) Give back the rows of `worker`'s lost claims, then end."""
-        try:
-            while pending := self._lost_claims.get(worker):
-                live = [c for c in pending if c.claim.now_ms() < c.lease_end]
-                if len(live) < len(pending):
-                    log.warning(
-                        "jobs.pg.lost_claim_lapses: the store was out past the lease end of"
-                        " %d lost claims of %r",
-                        len(pending) - len(live),
-                        worker,
-                    )
-                pending[:] = live
-                if not pending:
-                    return
-                if self._closed():
-                    log.info("jobs.pg.lost_claim_give_back_skipped: closed; leases lapse")
-                    return
-                lost = pending[0]
-                try:
-                    fences = await self._lost_rows(lost)
-                    if fences is None:
-                        await asyncio.sleep(0.005)
-                        continue
-                    if fences:
-                        await self._interrupt(lost.claim, fences)
-                    pending.remove(lost)
-                except DriverUnavailableError:
-                    await asyncio.sleep(_LOST_CLAIM_RETRY_S)
-        except Exception:
-            log.warning("jobs.pg.lost_claim_give_back_failed: leases lapse", exc_info=True)
-        finally:
-            self._lost_claims.pop(worker, None)
-
-    async def _lost_rows(self, lost: _LostClaim) -> list[Fence] | None:
-        """The fences of the rows `lost` took, if it committed (see `_lost_claim`); None while
-        a claim of its worker, time and lease end is in flight (ask again)."""
-        params = lost.claim.params
+    async def _lost_look(self, lost: LostClaim) -> list[Fence]:
+        """The rows a claim whose answer was lost may have taken (`LostClaims`): its worker's,
+        `running`, in its queues, leased to its lease end, claimed at its `now_ms`."""
+        params = lost.call.params
         worker = params.worker_id
         rows = await self._read(
             "JOB_CLAIM_LOST",
@@ -1140,16 +1019,7 @@ class PgDriver(JobDriver):
                 "now_ms": params.now_ms,
             },
         )
-        # After the read: a claim of the same millisecond and lease end whose commit came
-        # before it is either still in flight or answered by now, and its rows look the same.
-        if any(lost.same(c) for c in self._claiming):
-            return None
-        since = self._answered_ids(worker, params.now_ms, lost.lease_end)
-        return [
-            Fence(i, claims, worker)
-            for i, claims in rows
-            if i not in lost.answered and i not in since
-        ]
+        return [Fence(job_id, claims, worker) for job_id, claims in rows]
 
     async def _alone(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
@@ -1524,19 +1394,18 @@ class PgDriver(JobDriver):
         }
         stmt = self._q["JOB_CLAIM"]
         lazy = stmt.lazy_commit and self._lazy_claim
-        claim = _Claim(params)
-        claiming = self._claiming
-        claiming.add(claim)
+        lost_claims = self._lost_claims
+        claim = lost_claims.start(params)
         try:
             rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, claim)
         except DriverUnavailableError:
             # Out of reach: its commit may have happened, the answer lost.
-            self._lost_claim(claim)
+            lost_claims.lost(claim)
             raise
         finally:
-            # No await from here to `_answered`'s update below: a lost claim's give-back sees
-            # this claim's rows either in flight or answered, never neither.
-            claiming.discard(claim)
+            # No await from here to `answered` below: a lost claim's give-back sees this
+            # claim's rows either in flight or answered, never neither.
+            lost_claims.end(claim)
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]
@@ -1566,8 +1435,7 @@ class PgDriver(JobDriver):
             )
             for r in mine
         )
-        if jobs:
-            self._remember(worker, now, lease_until, jobs)
+        lost_claims.answered(claim, jobs)
         lost = self._lost_buried.pop(worker, None) if self._lost_buried else None
         if len(mine) == len(rows) and lost is None:
             return ClaimResult(jobs)

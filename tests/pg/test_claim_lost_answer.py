@@ -15,10 +15,10 @@ import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import DriverUnavailableError
+from jobs_core.lost_claims import RETRY_S as _RETRY_S
 from jobs_core.records import BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
-from jobs_pg.driver import _LOST_CLAIM_RETRY_S as _RETRY_S
 from tests.pg.conftest import PG_URL
 from tests.pg.proxy import Proxy
 from tests.pg.test_driver import T0, job

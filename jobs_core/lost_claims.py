@@ -47,15 +47,16 @@ class ClaimCall:
 
 
 class LostClaim:
-    """A claim whose answer was lost, and the ids answered to the claims of its worker,
-    millisecond and lease end before it."""
+    """A claim whose answer was lost, when (monotonic) the loss was seen, and the ids answered
+    to the claims of its worker, millisecond and lease end before it."""
 
-    __slots__ = ("answered", "call", "lease_end")
+    __slots__ = ("answered", "call", "lease_end", "lost_at")
 
     def __init__(self, call: ClaimCall, answered: frozenset[str]) -> None:
         self.call = call
         self.answered = answered
         self.lease_end = call.params.now_ms + call.params.lease_ms
+        self.lost_at = time.monotonic()
 
     def same(self, other: ClaimCall) -> bool:
         """`other` is of this claim's worker, millisecond and lease end: its rows look the same."""
@@ -68,8 +69,9 @@ class LostClaim:
 
 
 #: The driver's look for a lost claim's rows: the fences of its worker's `running` rows of the
-#: claim's queues leased to its lease end and claimed at its `now_ms` (answered ones included).
-Look = Callable[[LostClaim], Awaitable[Sequence[Fence]]]
+#: claim's queues leased to its lease end and claimed at its `now_ms` (answered ones included);
+#: None while the store may still run the claim (look again a little later).
+Look = Callable[[LostClaim], Awaitable[Sequence[Fence] | None]]
 #: The driver's give-back of a claim's rows: an interrupt nack at the claim's clock now.
 GiveBack = Callable[[ClaimCall, Sequence[Fence]], Awaitable[None]]
 
@@ -148,6 +150,7 @@ class LostClaims:
     async def _give_back_all(self, worker: str) -> None:
         """(`lost`'s task.) Give back the rows of `worker`'s lost claims, then end."""
         log = self._log
+        waits = 0
         try:
             while pending := self._pending.get(worker):
                 live = [c for c in pending if c.call.now_ms() < c.lease_end]
@@ -167,27 +170,30 @@ class LostClaims:
                     return
                 lost = pending[0]
                 try:
-                    fences = await self._rows(lost)
-                    if fences is None:
+                    found = await self._look(lost)
+                    if found is None:
+                        # Waits double up to `RETRY_S`: the claim's commit is usually a matter
+                        # of milliseconds, a lock it waits on perhaps of the whole lease.
+                        waits += 1
+                        await asyncio.sleep(min(RETRY_S, 0.005 * 2**waits))
+                        continue
+                    # After the look: a claim of the same millisecond and lease end the store
+                    # ran before it is either still in flight or answered by now, and the rows
+                    # it took look the same.
+                    if any(lost.same(c) for c in self._in_flight):
                         await asyncio.sleep(0.005)
                         continue
+                    since = self._answered_ids(lost.call)
+                    fences = [
+                        f for f in found if f.job_id not in lost.answered and f.job_id not in since
+                    ]
                     if fences:
                         await self._give_back(lost.call, fences)
                     pending.remove(lost)
+                    waits = 0
                 except DriverUnavailableError:
                     await asyncio.sleep(RETRY_S)
         except Exception:
             log.warning("%s.lost_claim_give_back_failed: leases lapse", log.name, exc_info=True)
         finally:
             self._pending.pop(worker, None)
-
-    async def _rows(self, lost: LostClaim) -> list[Fence] | None:
-        """The fences of the rows `lost` took, if the store ran it; None while a claim of its
-        worker, millisecond and lease end is in flight (ask again)."""
-        found = await self._look(lost)
-        # After the look: a claim of the same millisecond and lease end the store ran before it
-        # is either still in flight or answered by now, and the rows it took look the same.
-        if any(lost.same(c) for c in self._in_flight):
-            return None
-        since = self._answered_ids(lost.call)
-        return [f for f in found if f.job_id not in lost.answered and f.job_id not in since]

@@ -1005,9 +1005,15 @@ class PgDriver(JobDriver):
         back = await self._job_nack([Nack(f, NackKind.INTERRUPT, now) for f in fences])
         log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
 
-    async def _lost_look(self, lost: LostClaim) -> list[Fence]:
+    async def _lost_look(self, lost: LostClaim) -> list[Fence] | None:
         """The rows a claim whose answer was lost may have taken (`LostClaims`): its worker's,
-        `running`, in its queues, leased to its lease end, claimed at its `now_ms`."""
+        `running`, in its queues, leased to its lease end, claimed at its `now_ms`. None while
+        a session of the driver's is in a transaction begun before the loss: the claim's own,
+        its connection gone, may still commit (`JOB_CLAIM_LOST_OPEN`)."""
+        since_ms = round((time.monotonic() - lost.lost_at) * 1000)
+        ((still_open,),) = await self._read("JOB_CLAIM_LOST_OPEN", {"since_ms": since_ms})
+        if still_open:
+            return None
         params = lost.call.params
         worker = params.worker_id
         rows = await self._read(

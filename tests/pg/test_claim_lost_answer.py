@@ -11,21 +11,23 @@ import asyncio
 import contextlib
 from dataclasses import replace
 
+import psycopg
 import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import DriverUnavailableError
 from jobs_core.lost_claims import RETRY_S as _RETRY_S
-from jobs_core.records import BuriedJob, ClaimParams, JobRecord
+from jobs_core.records import Ack, BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.pg.conftest import PG_URL
 from tests.pg.proxy import Proxy
+from tests.pg.support import wait_for_lock_wait
 from tests.pg.test_driver import T0, job
 
 #: Postgres's ReadyForQuery: the end of an answer, sent after the implicit transaction committed.
 READY = b"Z\x00\x00\x00\x05"
-LEASE_MS = 5_000
+LEASE_MS = 10_000
 
 
 def _claim(now_ms: int, worker: str = "w") -> ClaimParams:
@@ -76,7 +78,7 @@ async def test_a_claim_whose_answer_is_lost_gives_its_rows_back(
     try:
         at = T0 + 1_000
         await _lost_claim(driver, proxy, at, LEASE_MS)
-        await _until_ready(pg_schema, ["id-1", "id-2"], 2, 3.0)
+        await _until_ready(pg_schema, ["id-1", "id-2"], 2, 8.0)
         rows = await _rows(pg_schema, ["id-1", "id-2"])
         for r in rows.values():
             # Given back as a drain gives back what it held unstarted: no attempt spent.
@@ -90,6 +92,76 @@ async def test_a_claim_whose_answer_is_lost_gives_its_rows_back(
         # The final-attempt job runs: not buried, never having run.
         assert sorted((j.id, j.attempt) for j in got.jobs) == [("id-1", 1), ("id-2", 1)]
         assert got.buried == ()
+    finally:
+        await driver.close()
+
+
+async def test_a_claim_whose_answer_is_lost_beside_an_ack_gives_its_rows_back(
+    pg_schema: str, proxy: Proxy
+) -> None:
+    """A worker's ack flush and its next claim go out as one pipeline, one commit: its answer
+    lost, both callers get X_DRIVER_UNAVAILABLE, the ack has landed and the claim's rows come
+    back as a lone lost claim's do."""
+    driver = _driver(proxy, pg_schema)
+    try:
+        at = T0 + 1_000
+        await driver.job_claim(replace(_claim(T0), queues=("other",)))
+        await driver.job_enqueue_many([job(0), job(1), job(2)])
+        (held,) = (await driver.job_claim(replace(_claim(at), limit=1))).jobs
+        proxy.drop_next_reply(until=READY)
+        got = await asyncio.gather(
+            driver.job_ack([Ack(held.fence, at + 1, None)]),
+            driver.job_claim(_claim(at + 1)),
+            return_exceptions=True,
+        )
+        assert [type(g) for g in got] == [DriverUnavailableError] * 2, got
+        assert proxy.dropped == 1
+        await _until_ready(pg_schema, ["id-1", "id-2"], 2, 8.0)
+        rows = await _rows(pg_schema, ["id-0", "id-1", "id-2"])
+        # Both committed under the one answer lost: the ack landed, the claim's rows went back.
+        assert rows.pop("id-0").state is JobState.COMPLETED
+        for r in rows.values():
+            assert (r.state, r.attempt) == (JobState.READY, 0), r
+            assert [(a.claimed_at_ms, a.outcome) for a in r.attempts] == [
+                (at + 1, AttemptOutcome.INTERRUPTED)
+            ]
+    finally:
+        await driver.close()
+
+
+async def test_a_claim_cut_while_it_waits_on_a_lock_gives_its_rows_back_once_it_commits(
+    pg_schema: str, proxy: Proxy
+) -> None:
+    """The connection cut while the claim waits inside the server on a lock: the server runs it
+    to its commit once the lock is free, after the caller got X_DRIVER_UNAVAILABLE. The look for
+    its rows waits for that (a session of the driver's in a transaction begun before the loss),
+    so it does not find nothing, give up, and leave them to lapse."""
+    driver = _driver(proxy, pg_schema)
+    try:
+        await driver.job_enqueue_many([job(1), replace(job(2), max_attempts=1)])
+        locker = await psycopg.AsyncConnection.connect(PG_URL.replace("+psycopg", ""))
+        try:
+            await locker.execute(f'LOCK TABLE "{pg_schema}".pauses IN ACCESS EXCLUSIVE MODE')
+            claim = asyncio.ensure_future(driver.job_claim(_claim(T0 + 1_000)))
+            await wait_for_lock_wait(pg_schema)
+            proxy.cut()
+            with pytest.raises(DriverUnavailableError):
+                await asyncio.wait_for(claim, 10)
+            await asyncio.sleep(0.3)  # the give-back's first look is over by now
+            rows = await _rows(pg_schema, ["id-1", "id-2"])
+            assert {r.state for r in rows.values()} == {JobState.READY}  # not committed yet
+            await locker.commit()  # the orphaned claim runs to its commit
+        finally:
+            await locker.close()
+        for _ in range(400):
+            rows = await _rows(pg_schema, ["id-1", "id-2"])
+            if {r.attempts for r in rows.values()} != {()}:
+                break
+            await asyncio.sleep(0.02)
+        assert {(r.state, r.attempt) for r in rows.values()} == {(JobState.READY, 0)}, rows
+        assert {a.outcome for r in rows.values() for a in r.attempts} == {
+            AttemptOutcome.INTERRUPTED
+        }
     finally:
         await driver.close()
 
@@ -112,7 +184,7 @@ async def test_rows_a_later_claim_of_the_same_millisecond_took_are_not_given_bac
         later = await driver.job_claim(replace(_claim(at), limit=1))
         (taken,) = [j.id for j in later.jobs]
         ids = ["id-1", "id-2", "id-3"]
-        await _until_ready(pg_schema, ids, 2, 3.0)
+        await _until_ready(pg_schema, ids, 2, 8.0)
         await asyncio.sleep(_RETRY_S + 0.1)  # a retry more, had one been pending
         rows = await _rows(pg_schema, ids)
         held = rows.pop(taken)

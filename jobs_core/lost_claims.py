@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final
 
 from jobs_core.errors import DriverUnavailableError
-from jobs_core.records import ClaimedJob, ClaimParams, Fence
+from jobs_core.records import ClaimParams, Fence
 
 #: Seconds between the looks for a lost claim's rows while the store is out.
 RETRY_S: Final = 0.5
@@ -74,6 +74,8 @@ class LostClaim:
 Look = Callable[[LostClaim], Awaitable[Sequence[Fence] | None]]
 #: The driver's give-back of a claim's rows: an interrupt nack at the claim's clock now.
 GiveBack = Callable[[ClaimCall, Sequence[Fence]], Awaitable[None]]
+#: The ids of the rows of a claim's answer, as the driver holds it (`LostClaims.answered`).
+IdsOf = Callable[[Sequence[Any]], Iterable[str]]
 
 
 class LostClaims:
@@ -81,20 +83,35 @@ class LostClaims:
     around each claim's call (no await between its answer's arrival and `answered`), and
     `lost` when that call failed out of reach."""
 
-    __slots__ = ("_answered", "_closed", "_give_back", "_in_flight", "_log", "_look", "_pending")
+    __slots__ = (
+        "_answered",
+        "_closed",
+        "_give_back",
+        "_ids_of",
+        "_in_flight",
+        "_log",
+        "_look",
+        "_pending",
+    )
 
     def __init__(
-        self, log: logging.Logger, look: Look, give_back: GiveBack, closed: Callable[[], bool]
+        self,
+        log: logging.Logger,
+        look: Look,
+        give_back: GiveBack,
+        closed: Callable[[], bool],
+        ids_of: IdsOf,
     ) -> None:
         self._log = log
         self._look = look
         self._give_back = give_back
+        self._ids_of = ids_of
         #: True once the driver is closed: a call then would open a client nobody closes.
         self._closed = closed
         self._in_flight: set[ClaimCall] = set()
-        #: worker_id -> (now_ms, lease end, jobs) of its latest claims answered (all those of
-        #: one millisecond and lease end).
-        self._answered: dict[str, tuple[int, int, tuple[ClaimedJob, ...]]] = {}
+        #: worker_id -> (now_ms, lease end, answers) of its latest claims answered (all those of
+        #: one millisecond and lease end), each answer as the driver holds it (`ids_of`).
+        self._answered: dict[str, tuple[int, int, tuple[Sequence[Any], ...]]] = {}
         #: worker_id -> its lost claims whose rows are not given back yet.
         self._pending: dict[str, list[LostClaim]] = {}
 
@@ -108,20 +125,22 @@ class LostClaims:
         """`call` answered or failed."""
         self._in_flight.discard(call)
 
-    def answered(self, call: ClaimCall, jobs: tuple[ClaimedJob, ...]) -> None:
-        """`jobs` answered to `call`, kept beside the others of its worker, millisecond and
-        lease end."""
-        if not jobs:
+    def answered(self, call: ClaimCall, answer: Sequence[Any]) -> None:
+        """`answer` (the rows or jobs `call` was answered, read by `ids_of`) kept beside the
+        others of its worker, millisecond and lease end."""
+        if not answer:
             return
         params = call.params
         worker, now_ms, lease_end = params.worker_id, params.now_ms, params.now_ms + params.lease_ms
         answered = self._answered
         last = answered.get(worker)
         if last is not None and last[0] == now_ms and last[1] == lease_end:
-            jobs += last[2]  # two claims in one millisecond: both answered
-        elif last is None and len(answered) >= _ANSWERED_MAX:
+            # Two claims in one millisecond: both answered.
+            answered[worker] = (now_ms, lease_end, (answer, *last[2]))
+            return
+        if last is None and len(answered) >= _ANSWERED_MAX:
             answered.clear()
-        answered[worker] = (now_ms, lease_end, jobs)
+        answered[worker] = (now_ms, lease_end, (answer,))
 
     def _answered_ids(self, call: ClaimCall) -> frozenset[str]:
         """The ids answered so far to the claims of `call`'s worker, millisecond and lease end."""
@@ -129,7 +148,8 @@ class LostClaims:
         last = self._answered.get(params.worker_id)
         if last is None or last[0] != params.now_ms or last[1] != params.now_ms + params.lease_ms:
             return frozenset()
-        return frozenset(j.id for j in last[2])
+        ids_of = self._ids_of
+        return frozenset(i for answer in last[2] for i in ids_of(answer))
 
     def lost(self, call: ClaimCall) -> None:
         """`call`'s answer was lost: if the store ran it, its rows are given back (in the task of

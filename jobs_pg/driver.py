@@ -555,7 +555,14 @@ class PgDriver(JobDriver):
         self._lost_buried: dict[str, list[BuriedJob]] = {}
         #: The claims in flight, answered and lost: those lost give their rows back
         #: (`JOB_CLAIM_LOST` finds them, `_interrupt` gives them back).
-        self._lost_claims = LostClaims(log, self._lost_look, self._interrupt, self._closed)
+        self._lost_claims = LostClaims(
+            log,
+            self._lost_look,
+            self._interrupt,
+            self._closed,
+            # A claim's answer as its rows; a buried row's id too (it is running for no one).
+            lambda rows: (r[1] for r in rows),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -1409,9 +1416,10 @@ class PgDriver(JobDriver):
             lost_claims.lost(claim)
             raise
         finally:
-            # No await from here to `answered` below: a lost claim's give-back sees this
-            # claim's rows either in flight or answered, never neither.
+            # No await from here to `answered`: a lost claim's give-back sees this claim's
+            # rows either in flight or answered, never neither.
             lost_claims.end(claim)
+        lost_claims.answered(claim, rows)
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]
@@ -1441,7 +1449,6 @@ class PgDriver(JobDriver):
             )
             for r in mine
         )
-        lost_claims.answered(claim, jobs)
         lost = self._lost_buried.pop(worker, None) if self._lost_buried else None
         if len(mine) == len(rows) and lost is None:
             return ClaimResult(jobs)

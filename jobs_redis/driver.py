@@ -290,7 +290,11 @@ class RedisDriver(JobDriver):
         #: The claims in flight, answered and lost: those whose reply was lost give their rows
         #: back (`_lost_look` finds them, `_interrupt` gives them back).
         self._lost_claims = LostClaims(
-            log, self._lost_look, self._interrupt, lambda: self._loops.peek() is None
+            log,
+            self._lost_look,
+            self._interrupt,
+            lambda: self._loops.peek() is None,
+            lambda jobs: (j.id for j in jobs),
         )
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.

@@ -65,6 +65,8 @@ from jobs_core.errors import (
 )
 from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
+from jobs_core.lost_claims import ClaimCall as _Claim
+from jobs_core.lost_claims import LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -393,21 +395,6 @@ def _settle_params(
     }
 
 
-class _Claim:
-    """A claim's parameters, and when (monotonic) its call began: the give-back of a claim
-    committed for a caller gone is stamped that long after the claim's `now_ms`."""
-
-    __slots__ = ("began", "params")
-
-    def __init__(self, params: ClaimParams) -> None:
-        self.params = params
-        self.began = time.monotonic()
-
-    def now_ms(self) -> int:
-        """The claim's clock now: its `now_ms` and the time since its call began."""
-        return self.params.now_ms + max(0, round((time.monotonic() - self.began) * 1000))
-
-
 #: Rows buried at most held for their workers' next claims (`PgDriver._give_back`).
 _LOST_BURIED_MAX: Final = 10_000
 
@@ -566,6 +553,16 @@ class PgDriver(JobDriver):
         #: worker_id -> rows a claim buried for that worker once gone (`_give_back`), to be
         #: answered with its next claim.
         self._lost_buried: dict[str, list[BuriedJob]] = {}
+        #: The claims in flight, answered and lost: those lost give their rows back
+        #: (`JOB_CLAIM_LOST` finds them, `_interrupt` gives them back).
+        self._lost_claims = LostClaims(
+            log,
+            self._lost_look,
+            self._interrupt,
+            self._closed,
+            # A claim's answer as its rows; a buried row's id too (it is running for no one).
+            lambda rows: (r[1] for r in rows),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -992,21 +989,50 @@ class PgDriver(JobDriver):
             return
 
         async def give_back() -> None:
-            here = self._loops.peek()
-            if here is None or here.pool is None:
-                # The driver closed meanwhile (a worker's stop cancels its claim, then closes
-                # it): a call now would open a new pool that nobody closes.
+            if self._closed():
+                # A worker's stop cancels its claim, then closes the driver.
                 log.info("jobs.pg.claim_give_back_skipped: closed; leases lapse")
                 return
-            now = claim.now_ms()
-            nacks = [Nack(f, NackKind.INTERRUPT, now) for f in fences]
             try:
-                back = await self._job_nack(nacks)
-                log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
+                await self._interrupt(claim, fences)
             except Exception:
                 log.warning("jobs.pg.claim_give_back_failed: leases lapse", exc_info=True)
 
         _in_background(give_back())
+
+    def _closed(self) -> bool:
+        """This loop's pool is closed: a call now would open a new one that nobody closes."""
+        here = self._loops.peek()
+        return here is None or here.pool is None
+
+    async def _interrupt(self, claim: _Claim, fences: Sequence[Fence]) -> None:
+        """`claim`'s rows of `fences` back to `ready`: an interrupt nack at the claim's clock
+        now, as a drain gives back what it held unstarted. Raises as the nack does."""
+        now = claim.now_ms()
+        back = await self._job_nack([Nack(f, NackKind.INTERRUPT, now) for f in fences])
+        log.info("jobs.pg.claim_given_back: %d of %d jobs", sum(back), len(back))
+
+    async def _lost_look(self, lost: LostClaim) -> list[Fence] | None:
+        """The rows a claim whose answer was lost may have taken (`LostClaims`): its worker's,
+        `running`, in its queues, leased to its lease end, claimed at its `now_ms`. None while
+        a session of the driver's is in a transaction begun before the loss: the claim's own,
+        its connection gone, may still commit (`JOB_CLAIM_LOST_OPEN`)."""
+        since_ms = round((time.monotonic() - lost.lost_at) * 1000)
+        ((still_open,),) = await self._read("JOB_CLAIM_LOST_OPEN", {"since_ms": since_ms})
+        if still_open:
+            return None
+        params = lost.call.params
+        worker = params.worker_id
+        rows = await self._read(
+            "JOB_CLAIM_LOST",
+            {
+                "queues": list(dict.fromkeys(params.queues)),
+                "lease_until_ms": lost.lease_end,
+                "worker_id": worker,
+                "now_ms": params.now_ms,
+            },
+        )
+        return [Fence(job_id, claims, worker) for job_id, claims in rows]
 
     async def _alone(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
@@ -1381,7 +1407,19 @@ class PgDriver(JobDriver):
         }
         stmt = self._q["JOB_CLAIM"]
         lazy = stmt.lazy_commit and self._lazy_claim
-        rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, _Claim(params))
+        lost_claims = self._lost_claims
+        claim = lost_claims.start(params)
+        try:
+            rows = await self._coalesced(stmt, stmt.args(values), lazy, params.limit, claim)
+        except DriverUnavailableError:
+            # Out of reach: its commit may have happened, the answer lost.
+            lost_claims.lost(claim)
+            raise
+        finally:
+            # No await from here to `answered`: a lost claim's give-back sees this claim's
+            # rows either in flight or answered, never neither.
+            lost_claims.end(claim)
+        lost_claims.answered(claim, rows)
         lease_until = now + params.lease_ms
         worker = params.worker_id
         mine = [r for r in rows if r[0] == "c"]

@@ -92,6 +92,7 @@ from jobs_core.attempts import (
 from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
 from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
 from jobs_core.loops import LoopLocal
+from jobs_core.lost_claims import ClaimCall, LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -179,10 +180,6 @@ from jobs_redis.match import lines_of_text
 from jobs_redis.scripts import LuaScript, load_all
 
 log = logging.getLogger("jobs.redis")
-#: How long a give-back of a claim whose reply was lost waits between its tries (seconds).
-_LOST_CLAIM_RETRY_S: Final = 0.5
-#: The give-backs of lost claims running now (the loop keeps only weak references to tasks).
-_GIVING_BACK: set[asyncio.Task[None]] = set()
 
 #: Due scores pack priority above run_at: `priority * 2**42 + run_at_ms`.
 _PRIORITY_UNIT: Final = 2**42
@@ -243,27 +240,6 @@ def _redis_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExc
     return unavailable, (rx.ResponseError, rx.DataError)
 
 
-class _LostClaim:
-    """A claim whose answer never came (`RedisDriver._lost_claim`), and when (monotonic) its
-    call began: it is given back stamped that long after its `now_ms`."""
-
-    __slots__ = ("answered", "began", "lease_end", "params", "queues")
-
-    def __init__(
-        self, params: ClaimParams, queues: tuple[str, ...], answered: frozenset[str], began: float
-    ) -> None:
-        self.params = params
-        self.queues = queues
-        #: The rows an earlier claim of the same worker, millisecond and lease answered.
-        self.answered = answered
-        self.lease_end = params.now_ms + params.lease_ms
-        self.began = began
-
-    def now_ms(self) -> int:
-        """The claim's clock now."""
-        return self.params.now_ms + round((time.monotonic() - self.began) * 1000)
-
-
 class RedisDriver(JobDriver):
     """Jobs in Redis: as durable as the server's persistence settings.
 
@@ -311,15 +287,15 @@ class RedisDriver(JobDriver):
         if pool is not None and not pool.connection_kwargs.get("decode_responses", False):
             raise RecordInvalidError("the client must use decode_responses=True", detail="client")
         self._queue_of: dict[str, str] = {}
-        #: worker_id -> (now_ms, lease end, jobs) of its latest claims answered (all those of
-        #: one millisecond): the rows a lost claim of the same millisecond must not take for its
-        #: own (`_answered_ids`).
-        self._answered: dict[str, tuple[int, int, tuple[ClaimedJob, ...]]] = {}
-        #: worker_id -> its claims whose answer was lost, their rows not yet given back.
-        self._lost_claims: dict[str, list[_LostClaim]] = {}
-        #: (worker_id, now_ms, lease end) -> its claims in flight: a lost claim's give-back waits
-        #: for them, since rows one of them takes look like the lost claim's own.
-        self._claiming: dict[tuple[str, int, int], int] = {}
+        #: The claims in flight, answered and lost: those whose reply was lost give their rows
+        #: back (`_lost_look` finds them, `_interrupt` gives them back).
+        self._lost_claims = LostClaims(
+            log,
+            self._lost_look,
+            self._interrupt,
+            lambda: self._loops.peek() is None,
+            lambda jobs: (j.id for j in jobs),
+        )
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
         self._wait_queues: set[str] = set()
@@ -726,24 +702,19 @@ class RedisDriver(JobDriver):
             lapsed_by(params),
             _ABANDONED_TAIL,  # -- attempts --
         ]
-        flight = (params.worker_id, params.now_ms, lease_end)
-        claiming = self._claiming
-        claiming[flight] = claiming.get(flight, 0) + 1
-        began = time.monotonic()
+        lost_claims = self._lost_claims
+        call = lost_claims.start(params)
         try:
             claimed, buried = await self._run("job_claim", keys, args)
         except (DriverUnavailableError, asyncio.CancelledError):
             # The reply unread: the connection dropped, timed out, or its caller went (redis-py
             # drops the connection of a command cancelled midway), the script perhaps run.
-            self._lost_claim(params, queues, began)
+            lost_claims.lost(call)
             raise
         finally:
-            # No await from here to `_answered`'s update below: a give-back sees this claim's
-            # rows either in flight or answered, never neither.
-            if left := claiming[flight] - 1:
-                claiming[flight] = left
-            else:
-                del claiming[flight]
+            # No await from here to `answered` below: a give-back sees this claim's rows either
+            # in flight or answered, never neither.
+            lost_claims.end(call)
         worker = params.worker_id
         jobs: list[ClaimedJob] = []
         remember = self._queue_of
@@ -784,117 +755,38 @@ class RedisDriver(JobDriver):
             key=lambda b: b.id,
         )
         taken = tuple(jobs)
-        answered = taken
-        last = self._answered.get(worker)
-        if last is not None and last[0] == params.now_ms and last[1] == lease_end:
-            answered += last[2]  # two claims in one millisecond: both answered
-        if len(self._answered) > _QUEUE_MEMORY:
-            self._answered.clear()
-        self._answered[worker] = (params.now_ms, lease_end, answered)
+        lost_claims.answered(call, taken)
         return ClaimResult(taken, tuple(dead))
 
-    def _answered_ids(self, worker: str, now_ms: int, lease_end: int) -> frozenset[str]:
-        """The ids the claims of `worker` at `now_ms` with `lease_end` were answered so far."""
-        last = self._answered.get(worker)
-        if last is None or last[0] != now_ms or last[1] != lease_end:
-            return frozenset()
-        return frozenset(j.id for j in last[2])
+    async def _interrupt(self, call: ClaimCall, fences: Sequence[Fence]) -> None:
+        """`call`'s rows of `fences` back to `ready`: an interrupt nack at the claim's clock now,
+        as a drain gives back what it held unstarted. Raises as the nack does."""
+        now = call.now_ms()
+        back = await self.job_nack([Nack(f, NackKind.INTERRUPT, now) for f in fences])
+        log.info("jobs.redis.lost_claim_given_back: %d of %d jobs", sum(back), len(back))
 
-    def _lost_claim(self, params: ClaimParams, queues: Sequence[str], began: float) -> None:
-        """A claim whose answer never came (the connection dropped, or timed out, after the
-        send, or its caller was cancelled before the reply was read): if its script ran, the
-        rows it took are `running` for this worker, held by nobody. Until their lease would
-        end they are looked for (this worker's rows of those queues leased to exactly the
-        claim's lease end, claimed at its `now_ms`, not answered to another claim of the
-        same millisecond, before it or since) and given back with an interrupt nack, as a
-        drain gives back what it held unstarted: `ready` at once, the attempt given back
-        (`interrupted` in the history, ended when given back). One task a worker tries them
-        all, every `_LOST_CLAIM_RETRY_S` while the store is out (a worker failing a claim a
-        second in an outage must not multiply the reconnects). Best effort: a store still out
-        past the lease end leaves them to lapse (the attempt spent). Rows the script buried
-        are not found: the answer that named them was lost."""
-        worker = params.worker_id
-        answered = self._answered_ids(worker, params.now_ms, params.now_ms + params.lease_ms)
-        lost = _LostClaim(params, tuple(queues), answered, began)
-        pending = self._lost_claims.get(worker)
-        if pending is not None:
-            pending.append(lost)
-            return
-        self._lost_claims[worker] = [lost]
-        task = asyncio.get_running_loop().create_task(self._give_lost_back(worker))
-        _GIVING_BACK.add(task)
-        task.add_done_callback(_GIVING_BACK.discard)
-
-    async def _give_lost_back(self, worker: str) -> None:
-        """(`_lost_claim`'s task.) Give back the rows of `worker`'s lost claims, then end."""
-        try:
-            while pending := self._lost_claims.get(worker):
-                live = [c for c in pending if c.now_ms() < c.lease_end]
-                if len(live) < len(pending):
-                    log.warning(
-                        "jobs.redis.lost_claim_lapses: the store was out past the lease end of"
-                        " %d lost claims of %r",
-                        len(pending) - len(live),
-                        worker,
-                    )
-                pending[:] = live
-                if not pending:
-                    return
-                if self._loops.peek() is None:
-                    # Closed meanwhile (a worker's stop closes its driver): a call now would
-                    # open a client nobody closes.
-                    log.info("jobs.redis.lost_claim_give_back_skipped: closed; leases lapse")
-                    return
-                lost = pending[0]
-                try:
-                    fences = await self._lost_rows(lost)
-                    if fences is None:
-                        await asyncio.sleep(0.005)
-                        continue
-                    if fences:
-                        now = lost.now_ms()
-                        back = await self.job_nack(
-                            [Nack(f, NackKind.INTERRUPT, now) for f in fences]
-                        )
-                        log.info(
-                            "jobs.redis.lost_claim_given_back: %d of %d jobs", sum(back), len(back)
-                        )
-                    pending.remove(lost)
-                except DriverUnavailableError:
-                    await asyncio.sleep(_LOST_CLAIM_RETRY_S)
-        except Exception:
-            log.warning("jobs.redis.lost_claim_give_back_failed: leases lapse", exc_info=True)
-        finally:
-            self._lost_claims.pop(worker, None)
-
-    async def _lost_rows(self, lost: _LostClaim) -> list[Fence] | None:
-        """The fences of the rows `lost` took, if its script ran (see `_lost_claim`); None while
-        a claim of the same worker, millisecond and lease is in flight (ask again)."""
+    async def _lost_look(self, lost: LostClaim) -> list[Fence]:
+        """The rows a claim whose reply was lost may have taken (`LostClaims`): its worker's,
+        `running`, in its queues, leased to its lease end, claimed at its `now_ms`."""
         k = self.keys
         client = self._loops.get().client
-        worker = lost.params.worker_id
+        params = lost.call.params
+        worker = params.worker_id
         ids: list[str] = []
-        for key in (k.lease(q) for q in lost.queues):
-            got = await self._read(
+        for key in (k.lease(q) for q in dict.fromkeys(params.queues)):
+            ids += await self._read(
                 lambda: client.zrangebyscore(key, lost.lease_end, lost.lease_end),  # noqa: B023
                 "ZRANGEBYSCORE",
             )
-            ids += [i for i in got if i not in lost.answered]
         if not ids:
             return []
         rows = await self._read(lambda: client.hmget(k.state, ids), "HMGET")
         at = await self._read(lambda: client.hmget(k.claimed, ids), "HMGET")
-        # After the last await: a claim of the same millisecond and lease whose script ran
-        # before the reads is either still in flight or answered by now, and the rows it took
-        # look like the lost claim's own.
-        if (worker, lost.params.now_ms, lost.lease_end) in self._claiming:
-            return None
-        since = self._answered_ids(worker, lost.params.now_ms, lost.lease_end)
-        claimed_at = str(lost.params.now_ms)
+        claimed_at = str(params.now_ms)
         fences = []
         for i, row, when in zip(ids, rows, at, strict=True):
             s = row.split("\x00") if row is not None else []
-            if s and s[0] == "running" and s[2] == worker and when == claimed_at and i not in since:
+            if s and s[0] == "running" and s[2] == worker and when == claimed_at:
                 fences.append(Fence(i, int(s[1]), worker))
         return fences
 

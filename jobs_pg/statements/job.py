@@ -657,6 +657,43 @@ JOB_CLAIM: Final = sa.union_all(
     ),
 ).add_cte(_beat, _buried_counted)
 
+# -- JOB_CLAIM_LOST -----------------------------------------------------------------------------
+# The rows a claim whose answer was lost may have taken (`PgDriver._lost_claim`), with the claim
+# count each is fenced by: `running` for its worker, leased to its lease end and claimed at its
+# time, in its queues (the `jobs_lease` index). A claim of the same worker, time and lease end
+# takes rows that look the same: the driver leaves out those it answered.
+JOB_CLAIM_LOST: Final = sa.select(jobs.c.id, jobs.c.claims).where(
+    jobs.c.state == lit("running"),
+    jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+    jobs.c.lease_until_ms == p("lease_until_ms", BIGINT),
+    jobs.c.claimed_by == p("worker_id", TEXT),
+    jobs.c.claimed_at_ms == p("now_ms", BIGINT),
+)
+
+# -- JOB_CLAIM_LOST_OPEN ------------------------------------------------------------------------
+# How many of the driver's sessions (this database and `application_name`), this one aside, are
+# in a transaction begun `:since_ms` before this statement or earlier: a claim whose connection
+# dropped may still be running on the server (waiting on a lock, say), to commit after a look
+# for its rows found none. While any is, `JOB_CLAIM_LOST` waits (in a statement of its own: its
+# snapshot must come after they ended). `statement_timestamp() - :since_ms` is no earlier than
+# the server's clock at the loss: the driver measures `since_ms` before the statement is sent.
+_activity = sa.table(
+    "pg_stat_activity",
+    sa.column("pid", sa.Integer),
+    sa.column("datname", sa.Text),
+    sa.column("application_name", sa.Text),
+    sa.column("xact_start", sa.DateTime(timezone=True)),
+    schema="pg_catalog",
+)
+JOB_CLAIM_LOST_OPEN: Final = sa.select(sa.func.count()).where(
+    _activity.c.datname == sa.func.current_database(),
+    _activity.c.application_name == sa.func.current_setting("application_name"),
+    _activity.c.pid != sa.func.pg_backend_pid(),
+    _activity.c.xact_start
+    <= sa.func.statement_timestamp()
+    - p("since_ms", BIGINT) * sa.literal_column("interval '1 millisecond'"),
+)
+
 # -- settles: JOB_ACK, JOB_NACK, JOB_HEARTBEAT, JOB_PROGRESS ------------------------------------
 # Each is one UPDATE … FROM unnest(arrays) over the whole list, fenced per item (state running,
 # same claims, same worker). RETURNING gives the ordinal of each item that landed; the driver

@@ -2,8 +2,9 @@
 
 The connection is cut by a proxy while a claim (and then an ack) waits inside the server on a
 lock another session holds, so the cut lands mid-statement. Whether the server then finished
-the statement or not, every job stays accounted for: a claim whose answer was lost leaves rows
-`running` under a lease that lapses and is claimed again; an ack whose answer was lost either
+the statement or not, every job stays accounted for: a claim whose answer was lost gives its
+rows back, or leaves them `running` under a lease that lapses and is claimed again
+(tests/pg/test_claim_lost_answer.py tells which); an ack whose answer was lost either
 landed (a retry answers False) or did not (a retry lands). No job is lost, none is done twice.
 """
 

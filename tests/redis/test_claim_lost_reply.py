@@ -13,10 +13,10 @@ import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import DriverUnavailableError
+from jobs_core.lost_claims import RETRY_S as _RETRY_S
 from jobs_core.records import BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_redis import RedisDriver
-from jobs_redis.driver import _LOST_CLAIM_RETRY_S as _RETRY_S
 from tests.pg.test_driver import T0, job
 from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 from tests.redis.proxy import RedisProxy

@@ -1,0 +1,219 @@
+"""Claims whose answer was lost, their rows given back: what the store drivers share.
+
+A claim the store ran whose answer never reached its caller (the connection dropped, or the call
+timed out, after the store ran it) leaves the rows it took `running` for a worker that does not
+know them: held by nobody until their lease ends, when the lapse spends their attempt (and
+buries a final one never run). The driver looks for them (its own statement or script: its
+worker's rows of the claim's queues, leased to exactly its lease end, claimed at its `now_ms`)
+and gives them back with an interrupt nack; `LostClaims` keeps the rest: which claims are in
+flight and which rows were answered (a claim of the same worker, millisecond and lease end
+takes rows that look the same), the lost claims pending, and one task a worker that looks
+for them, again every `RETRY_S` while the store is out, until their lease end or the driver's
+close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final
+
+from jobs_core.errors import DriverUnavailableError
+from jobs_core.records import ClaimParams, Fence
+
+#: Seconds between the looks for a lost claim's rows while the store is out.
+RETRY_S: Final = 0.5
+#: Workers whose latest claims' answers are remembered at most.
+_ANSWERED_MAX: Final = 10_000
+#: The give-back tasks running now (the loop keeps only weak references to tasks).
+_TASKS: set[asyncio.Task[None]] = set()
+
+
+class ClaimCall:
+    """A claim's parameters, and when (monotonic) its call began: rows given back after it are
+    stamped that long after its `now_ms`."""
+
+    __slots__ = ("began", "params")
+
+    def __init__(self, params: ClaimParams) -> None:
+        self.params = params
+        self.began = time.monotonic()
+
+    def now_ms(self) -> int:
+        """The claim's clock now: its `now_ms` and the time since its call began."""
+        return self.params.now_ms + max(0, round((time.monotonic() - self.began) * 1000))
+
+
+class LostClaim:
+    """A claim whose answer was lost, when (monotonic) the loss was seen, and the ids answered
+    to the claims of its worker, millisecond and lease end before it."""
+
+    __slots__ = ("answered", "call", "lease_end", "lost_at")
+
+    def __init__(self, call: ClaimCall, answered: frozenset[str]) -> None:
+        self.call = call
+        self.answered = answered
+        self.lease_end = call.params.now_ms + call.params.lease_ms
+        self.lost_at = time.monotonic()
+
+    def same(self, other: ClaimCall) -> bool:
+        """`other` is of this claim's worker, millisecond and lease end: its rows look the same."""
+        a, b = self.call.params, other.params
+        return (
+            a.worker_id == b.worker_id
+            and a.now_ms == b.now_ms
+            and b.now_ms + b.lease_ms == self.lease_end
+        )
+
+
+#: The driver's look for a lost claim's rows: the fences of its worker's `running` rows of the
+#: claim's queues leased to its lease end and claimed at its `now_ms` (answered ones included);
+#: None while the store may still run the claim (look again a little later).
+Look = Callable[[LostClaim], Awaitable[Sequence[Fence] | None]]
+#: The driver's give-back of a claim's rows: an interrupt nack at the claim's clock now.
+GiveBack = Callable[[ClaimCall, Sequence[Fence]], Awaitable[None]]
+#: The ids of the rows of a claim's answer, as the driver holds it (`LostClaims.answered`).
+IdsOf = Callable[[Sequence[Any]], Iterable[str]]
+
+
+class LostClaims:
+    """One driver's claims in flight, answered and lost. The driver calls `start` and `end`
+    around each claim's call (no await between its answer's arrival and `answered`), and
+    `lost` when that call failed out of reach."""
+
+    __slots__ = (
+        "_answered",
+        "_closed",
+        "_give_back",
+        "_ids_of",
+        "_in_flight",
+        "_log",
+        "_look",
+        "_pending",
+    )
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        look: Look,
+        give_back: GiveBack,
+        closed: Callable[[], bool],
+        ids_of: IdsOf,
+    ) -> None:
+        self._log = log
+        self._look = look
+        self._give_back = give_back
+        self._ids_of = ids_of
+        #: True once the driver is closed: a call then would open a client nobody closes.
+        self._closed = closed
+        self._in_flight: set[ClaimCall] = set()
+        #: worker_id -> (now_ms, lease end, answers) of its latest claims answered (all those of
+        #: one millisecond and lease end), each answer as the driver holds it (`ids_of`).
+        self._answered: dict[str, tuple[int, int, tuple[Sequence[Any], ...]]] = {}
+        #: worker_id -> its lost claims whose rows are not given back yet.
+        self._pending: dict[str, list[LostClaim]] = {}
+
+    def start(self, params: ClaimParams) -> ClaimCall:
+        """A claim's call begins: in flight until `end`."""
+        call = ClaimCall(params)
+        self._in_flight.add(call)
+        return call
+
+    def end(self, call: ClaimCall) -> None:
+        """`call` answered or failed."""
+        self._in_flight.discard(call)
+
+    def answered(self, call: ClaimCall, answer: Sequence[Any]) -> None:
+        """`answer` (the rows or jobs `call` was answered, read by `ids_of`) kept beside the
+        others of its worker, millisecond and lease end."""
+        if not answer:
+            return
+        params = call.params
+        worker, now_ms, lease_end = params.worker_id, params.now_ms, params.now_ms + params.lease_ms
+        answered = self._answered
+        last = answered.get(worker)
+        if last is not None and last[0] == now_ms and last[1] == lease_end:
+            # Two claims in one millisecond: both answered.
+            answered[worker] = (now_ms, lease_end, (answer, *last[2]))
+            return
+        if last is None and len(answered) >= _ANSWERED_MAX:
+            answered.clear()
+        answered[worker] = (now_ms, lease_end, (answer,))
+
+    def _answered_ids(self, call: ClaimCall) -> frozenset[str]:
+        """The ids answered so far to the claims of `call`'s worker, millisecond and lease end."""
+        params = call.params
+        last = self._answered.get(params.worker_id)
+        if last is None or last[0] != params.now_ms or last[1] != params.now_ms + params.lease_ms:
+            return frozenset()
+        ids_of = self._ids_of
+        return frozenset(i for answer in last[2] for i in ids_of(answer))
+
+    def lost(self, call: ClaimCall) -> None:
+        """`call`'s answer was lost: if the store ran it, its rows are given back (in the task of
+        its worker's lost claims, started if none runs). Best effort: a store out past the lease
+        end leaves them to lapse, the attempt spent. Rows it buried are not found: the answer
+        that named them was lost."""
+        worker = call.params.worker_id
+        lost = LostClaim(call, self._answered_ids(call))
+        pending = self._pending.get(worker)
+        if pending is not None:
+            pending.append(lost)
+            return
+        self._pending[worker] = [lost]
+        task = asyncio.get_running_loop().create_task(self._give_back_all(worker))
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+
+    async def _give_back_all(self, worker: str) -> None:
+        """(`lost`'s task.) Give back the rows of `worker`'s lost claims, then end."""
+        log = self._log
+        waits = 0
+        try:
+            while pending := self._pending.get(worker):
+                live = [c for c in pending if c.call.now_ms() < c.lease_end]
+                if len(live) < len(pending):
+                    log.warning(
+                        "%s.lost_claim_lapses: the store was out past the lease end of"
+                        " %d lost claims of %r",
+                        log.name,
+                        len(pending) - len(live),
+                        worker,
+                    )
+                pending[:] = live
+                if not pending:
+                    return
+                if self._closed():
+                    log.info("%s.lost_claim_give_back_skipped: closed; leases lapse", log.name)
+                    return
+                lost = pending[0]
+                try:
+                    found = await self._look(lost)
+                    if found is None:
+                        # Waits double up to `RETRY_S`: the claim's commit is usually a matter
+                        # of milliseconds, a lock it waits on perhaps of the whole lease.
+                        waits += 1
+                        await asyncio.sleep(min(RETRY_S, 0.005 * 2**waits))
+                        continue
+                    # After the look: a claim of the same millisecond and lease end the store
+                    # ran before it is either still in flight or answered by now, and the rows
+                    # it took look the same.
+                    if any(lost.same(c) for c in self._in_flight):
+                        await asyncio.sleep(0.005)
+                        continue
+                    since = self._answered_ids(lost.call)
+                    fences = [
+                        f for f in found if f.job_id not in lost.answered and f.job_id not in since
+                    ]
+                    if fences:
+                        await self._give_back(lost.call, fences)
+                    pending.remove(lost)
+                    waits = 0
+                except DriverUnavailableError:
+                    await asyncio.sleep(RETRY_S)
+        except Exception:
+            log.warning("%s.lost_claim_give_back_failed: leases lapse", log.name, exc_info=True)
+        finally:
+            self._pending.pop(worker, None)

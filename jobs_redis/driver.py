@@ -543,8 +543,7 @@ class RedisDriver(JobDriver):
         if self.cluster or pool is None:
             out: list[EnqueueResult] = []
             for chunk in chunks:
-                # redis-py packs each argument in Python (about 1 µs each): records in packs.
-                keys, args = self._chunk_call(chunk, fresh, packed=True)
+                keys, args = self._chunk_call(chunk, fresh)
                 out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
             return out
         return await self._enqueue_pipelined(pool, chunks, fresh)
@@ -612,13 +611,12 @@ class RedisDriver(JobDriver):
         return _resp(["EVALSHA", sha, str(len(keys)), *keys, *map(str, args)])
 
     def _chunk_call(
-        self, jobs: Sequence[NewJob], fresh: bool = False, packed: bool = False
+        self, jobs: Sequence[NewJob], fresh: bool = False
     ) -> tuple[list[str], list[object]]:
         """The KEYS and ARGV of one `job_enqueue_many` script call; `fresh`: no row has any of
-        these ids (`NewJobs.take_fresh`), so the script need not look them up; `packed`: the
-        records in packs (`_packed`), not an argument per string."""
+        these ids (`NewJobs.take_fresh`), so the script need not look them up."""
         if type(jobs) is NewJobs:
-            return self._columns_call(jobs, fresh, packed)
+            return self._columns_call(jobs, fresh)
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
@@ -644,9 +642,7 @@ class RedisDriver(JobDriver):
             shared, per_record = "", []
             for at, h in enumerate(heads):
                 per_record += (*records[5 * at : 5 * at + 5], h)
-        args: list[object] = [len(jobs), int(fresh), shared, len(orgs) // 2]
-        args += _records_args(per_record, 5 if shared else 6, packed)
-        args += orgs
+        args: list[object] = [len(jobs), int(fresh), shared, len(orgs) // 2, *per_record, *orgs]
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
@@ -654,9 +650,7 @@ class RedisDriver(JobDriver):
         keys += k.account()
         return keys, args
 
-    def _columns_call(
-        self, jobs: NewJobs, fresh: bool, packed: bool = False
-    ) -> tuple[list[str], list[object]]:
+    def _columns_call(self, jobs: NewJobs, fresh: bool) -> tuple[list[str], list[object]]:
         """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
         record's own strings joined to them (`_encode`'s rows, one queue)."""
         state_head, links, ns_head, made, mid, end = _column_parts(jobs.shared)
@@ -672,7 +666,7 @@ class RedisDriver(JobDriver):
                 made + i,
             )
         keys, head, tail = self._columns_ends(jobs, fresh)
-        return keys, [*head, *_records_args(records, 5, packed), *tail]
+        return keys, [*head, *records, *tail]
 
     def _columns_resp(self, sha: str, jobs: NewJobs, fresh: bool) -> bytes:
         """`_chunk_resp` of a batch as columns: `_columns_call`'s arguments, each record's
@@ -698,7 +692,7 @@ class RedisDriver(JobDriver):
                 f"{frame[lm + li]}{made}{i}\r\n"
             )
         keys, head, tail = self._columns_ends(jobs, fresh)
-        call = ["EVALSHA", sha, str(len(keys)), *keys, *map(str, head), "0"]
+        call = ["EVALSHA", sha, str(len(keys)), *keys, *map(str, head)]
         return _resp(call, 5 * len(jobs) + len(tail)) + "".join(out).encode() + _resp(tail, -1)
 
     def _columns_ends(
@@ -1933,9 +1927,8 @@ def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
     ]
 
 
-#: The numbers of a `job_enqueue_many` call (lua/job_enqueue_many.lua): n < 4,096 as two
-#: characters of 7 bits each, high first. A call has no more than `ENQUEUE_CHUNK` queues, and a
-#: record that passed `check_new_job` no string but its data row above 2,200 bytes.
+#: The head numbers of a `job_enqueue_many` record (lua/job_enqueue_many.lua): n < 2^14 as two
+#: characters of 7 bits each, high first (a call has no more than `ENQUEUE_CHUNK` queues).
 _U14: Final = tuple(chr(n >> 7) + chr(n & 127) for n in range(1 << 12))
 _U1: Final = ("\x00", "\x01")
 
@@ -1952,49 +1945,6 @@ def _resp(args: Sequence[str], more: int = 0) -> bytes:
     parts = [f"*{len(args) + more}\r\n"] if more >= 0 else []
     parts += [f"${len(a) if a.isascii() else len(a.encode())}\r\n{a}\r\n" for a in args]
     return "".join(parts).encode()
-
-
-def _records_args(records: list[str], per: int, packed: bool) -> list[str]:
-    """A call's records (`per` strings each) as its arguments: the number of packs, then the
-    packs (`_packed`), or 0 then the strings themselves."""
-    if not packed:
-        return ["0", *records]
-    packs = _packed(records, per)
-    return [str(len(packs)), *packs]
-
-
-def _packed(records: list[str], per: int) -> list[str]:
-    """`records` (id, state row, data row, namespace, created member, and a head when `per` is
-    6) cut into packs of about `_PACK_BYTES`: each record its five byte lengths as 7-bit numbers
-    (2, 2, 3, 2 and 2 characters), then its strings."""
-    packs: list[str] = []
-    at: list[str] = []
-    size = 0
-    u = _U14
-    for j in range(0, len(records), per):
-        i, state, data, ns, made = records[j : j + 5]
-        li, ls, ld, ln, lm = _blen(i), _blen(state), _blen(data), _blen(ns), _blen(made)
-        head = records[j + 5] if per == 6 else ""
-        at.append(f"{u[li]}{u[ls]}{_u21(ld)}{u[ln]}{u[lm]}{i}{state}{data}{ns}{made}{head}")
-        size += 21 + li + ls + ld + ln + lm
-        if size > _PACK_BYTES:
-            packs.append("".join(at))
-            at, size = [], 0
-    if at:
-        packs.append("".join(at))
-    return packs
-
-
-#: The bytes a pack of records grows to before the next record starts another.
-_PACK_BYTES: Final = 1 << 20
-
-
-def _u21(n: int) -> str:
-    """`n` < 2^21 (a data row's bytes: at most `MAX_JSON_BYTES` and a few hundred) as three
-    characters of 7 bits each, high first."""
-    if n < 4096:
-        return "\x00" + _U14[n]
-    return chr(n >> 14) + chr((n >> 7) & 127) + chr(n & 127)
 
 
 #: The RESP header of a bulk string of n bytes, n < 4,096: a record that passed `check_new_job`

@@ -8,15 +8,11 @@
 -- ARGV[1] n, the number of records; ARGV[2] "1" when no row has any of their ids (the facade
 --   made them for this call, never sent: `NewJobs.take_fresh`), so they are not looked up, else
 --   "0"; ARGV[3] the head every record shares, or "" when each record carries its own;
---   ARGV[4] k, the number of records that act for an org; ARGV[5] p, the number of packs the
---   records come in, 0 when each of their strings is an argument
--- ARGV[6 ..] the records, in order, each as the strings id, state_row, data_row, namespace,
+--   ARGV[4] k, the number of records that act for an org
+-- ARGV[5 ..] the records, in order, each as the arguments id, state_row, data_row, namespace,
 --   created .. id, and its head when ARGV[3] is "": the very strings the writes take, so the
 --   script makes no string of its own (this Redis hashes every byte of a string it makes; a
---   record cut out of a larger argument had its bytes made twice). But when p > 0 (the
---   driver's calls through redis-py, whose packer costs about a µs an argument): p packs, each
---   record in them its five byte lengths as 7-bit numbers, high first (2, 2, 3, 2, 2 bytes),
---   then its strings, cut out here. created: created_at_ms
+--   record cut out of a larger argument had its bytes made twice). created: created_at_ms
 --   zero-padded to 13 digits, so created .. id is the row's job:created member
 --   (includes/account.lua). A head is 10 bytes of 7-bit numbers, high first, that
 --   `string.byte` reads without making a string: q (2) the index of its queue below, due (1)
@@ -32,43 +28,11 @@
 acc_open(#KEYS - 5)
 acc_fresh(KEYS[1])
 local A = ARGV
-local n, fresh, shared, k, p = tonumber(A[1]), A[2] == "1", A[3], tonumber(A[4]), tonumber(A[5])
-local per = shared == "" and 6 or 5 -- strings a record
-local byte, sub = string.byte, string.sub
-
--- The records' strings of packs A[6 .. 5 + p], in order.
-local function cut()
-  local R, j = {}, 0
-  for a = 6, 5 + p do
-    local pack = A[a]
-    local at = 1
-    while at <= #pack do
-      local i1, i2, s1, s2, d1, d2, d3, n1, n2, m1, m2 = byte(pack, at, at + 10)
-      local p1 = at + 11
-      local p2 = p1 + i1 * 128 + i2
-      local p3 = p2 + s1 * 128 + s2
-      local p4 = p3 + (d1 * 128 + d2) * 128 + d3
-      local p5 = p4 + n1 * 128 + n2
-      at = p5 + m1 * 128 + m2
-      R[j + 1], R[j + 2], R[j + 3] = sub(pack, p1, p2 - 1), sub(pack, p2, p3 - 1), sub(pack, p3, p4 - 1)
-      R[j + 4], R[j + 5] = sub(pack, p4, p5 - 1), sub(pack, p5, at - 1)
-      if per == 6 then
-        R[j + 6] = sub(pack, at, at + 9)
-        at = at + 10
-      end
-      j = j + per
-    end
-  end
-  return R
-end
-
--- The records' strings are read from T, the first at `first`, the last record's last at `last`.
-local T, first = A, 6
-if p > 0 then
-  T, first = cut(), 1
-end
-local last = first - 1 + per * n
-local qbase = (p > 0 and 6 + p or last + 1) + 2 * k -- the first queue's name
+local n, fresh, shared, k = tonumber(A[1]), A[2] == "1", A[3], tonumber(A[4])
+local per = shared == "" and 6 or 5 -- arguments a record
+local last = 4 + per * n -- the last record's last argument
+local qbase = last + 2 * k + 1 -- the first queue's name
+local byte = string.byte
 
 -- The head's numbers: q, due, score.
 local function head(h)
@@ -79,22 +43,22 @@ end
 
 local nss, ids = {}, {}
 local i = 0
-for b = first, last, per do
+for b = 5, last, per do
   i = i + 1
-  nss[i] = T[b + 3]
+  nss[i] = A[b + 3]
 end
 if not fresh then
   i = 0
-  for b = first, last, per do
+  for b = 5, last, per do
     i = i + 1
-    ids[i] = T[b]
+    ids[i] = A[b]
   end
 end
 local found = fresh and {} or redis.call("HMGET", KEYS[1], unpack(ids))
 local holders = redis.call("HMGET", KEYS[3], unpack(nss))
 
 local orgs = {}
-for b = qbase - 2 * k, qbase - 1, 2 do
+for b = last + 1, qbase - 1, 2 do
   orgs[tonumber(A[b])] = A[b + 1]
 end
 
@@ -117,9 +81,9 @@ if per == 5 then
   q, due, score = head(shared)
 end
 i = 0
-for b = first, last, per do
+for b = 5, last, per do
   i = i + 1
-  local id, ns = T[b], T[b + 3]
+  local id, ns = A[b], A[b + 3]
   if found[i] or new_ids[id] then
     out[i], deduped = id, true
   else
@@ -132,13 +96,13 @@ for b = first, last, per do
       end
       new_ns[ns] = id
       state_args[w + 1] = id
-      state_args[w + 2] = T[b + 1]
+      state_args[w + 2] = A[b + 1]
       data_args[w + 1] = id
-      data_args[w + 2] = T[b + 2]
+      data_args[w + 2] = A[b + 2]
       live_args[w + 1] = ns
       live_args[w + 2] = id
       listed[l + 1] = "0"
-      listed[l + 2] = T[b + 4]
+      listed[l + 2] = A[b + 4]
       w, l = w + 2, l + 2
       local org = orgs[i]
       if org then
@@ -147,7 +111,7 @@ for b = first, last, per do
         a = a + 2
       end
       if per == 6 then
-        q, due, score = head(T[b + 5])
+        q, due, score = head(A[b + 5])
       end
       if q ~= zq then
         if zq then

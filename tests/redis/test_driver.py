@@ -469,40 +469,6 @@ async def test_enqueue_many_of_columns_stores_what_its_records_store(make_driver
         assert await _stored(b) == stored
 
 
-async def test_enqueue_many_records_in_packs_store_what_their_arguments_store(
-    make_driver: Factory,
-) -> None:
-    """A call's records as packs (the driver's calls through redis-py) and as an argument per
-    string (its pipelined calls) store the same keys, fields and scores and answer alike: a list
-    over two queues (a head per record) and a batch as columns, with orgs, non-ASCII strings and
-    dedupes inside the call by key and by id."""
-    from jobs_core.records import NewJobs
-
-    n = 600
-    ids = [f"id-{i}" if i % 7 else f"íd-{i}" for i in range(n)]
-    ids[550] = ids[4]
-    keys = [f"k-{i}" if i % 5 else f"ключ-{i}" for i in range(n)]
-    keys[500] = keys[3]
-    texts = [json.dumps({"i": i, "s": "ü" * (i % 3)}) for i in range(n)]
-    acts = [None if i % 3 else f"org-{i}é" for i in range(n)]
-    shared = dataclasses.replace(new_job(0, tenant="tén", priority=4), batch_id="b-1")
-    batch = NewJobs(shared, ids, [f"run-{i}" for i in range(n)], keys, texts, acts)
-    mixed = [
-        dataclasses.replace(job, queue=ODD[i % 2], run_at_ms=T0 + i % 3, acts_for=acts[i])
-        for i, job in enumerate(batch)
-    ]
-    for given in (mixed, batch):
-        async with make_driver() as a, make_driver() as b:
-            answers = []
-            for d, packed in ((a, True), (b, False)):
-                keys_, args = d._chunk_call(given, False, packed=packed)
-                answers.append(await d._run("job_enqueue_many", keys_, args))
-            assert answers[0] == answers[1]
-            assert answers[0].split("\x00")[500] == ids[3]
-            assert answers[0].split("\x00")[550] == ids[4]
-            assert await _stored(a) == await _stored(b)
-
-
 async def test_enqueue_many_of_large_records_reads_back(make_driver: Factory) -> None:
     """Records of 300 KB of JSON (each part of a record its own argument, framed by its byte
     length), ASCII and not, as columns and as a list, read back as stored."""

@@ -605,8 +605,6 @@ class RedisDriver(JobDriver):
 
     def _chunk_resp(self, sha: str, jobs: Sequence[NewJob], fresh: bool) -> bytes:
         """One `job_enqueue_many` EVALSHA call as the bytes of its RESP command."""
-        if type(jobs) is NewJobs:
-            return self._columns_resp(sha, jobs, fresh)
         keys, args = self._chunk_call(jobs, fresh)
         return _resp(["EVALSHA", sha, str(len(keys)), *keys, *map(str, args)])
 
@@ -620,10 +618,9 @@ class RedisDriver(JobDriver):
         k = self.keys
         queue_index: dict[str, int] = {}
         slots: dict[str, str] = {}
-        records: list[str] = []
-        heads: list[str] = []
-        orgs: list[str] = []
-        for at, job in enumerate(jobs, 1):
+        packs = _Packs()
+        u = _U14
+        for job in jobs:
             q = queue_index.get(job.queue)
             if q is None:
                 q = queue_index[job.queue] = len(queue_index) + 1
@@ -631,18 +628,14 @@ class RedisDriver(JobDriver):
             if slot:
                 slots.setdefault(job.queue, slot)
             ns, state, data, score = _encode(job)
-            if job.acts_for is not None:
-                data = data[: len(data) - len(job.acts_for) - 1]
-                orgs += (str(at), job.acts_for)
-            records += (job.id, state, data, ns, _created_member(job.created_at_ms, job.id))
-            heads.append(f"{_U14[q]}{_U1[bool(slot)]}{_u49(score)}")
-        if len(set(heads)) == 1:
-            shared, per_record = heads[0], records
-        else:
-            shared, per_record = "", []
-            for at, h in enumerate(heads):
-                per_record += (*records[5 * at : 5 * at + 5], h)
-        args: list[object] = [len(jobs), int(fresh), shared, len(orgs) // 2, *per_record, *orgs]
+            org = 0 if job.acts_for is None else _blen(job.acts_for)
+            li, ls, ld = _blen(job.id), _blen(state), _blen(data)
+            packs.add(
+                f"{u[q]}{_U1[bool(slot)]}{_u49(score)}{u[_blen(_links(job))]}{u[li]}{u[ls]}"
+                f"{u[_blen(ns)]}{u[org]}{_u21(ld)}{job.created_at_ms:013d}{job.id}{state}{data}",
+                36 + li + ls + ld,
+            )
+        args: list[object] = [len(jobs), int(fresh), *packs.done()]
         keys = [k.state, k.data, k.live, k.wake]
         for queue in queue_index:
             keys.append(k.due(queue))
@@ -652,69 +645,60 @@ class RedisDriver(JobDriver):
 
     def _columns_call(self, jobs: NewJobs, fresh: bool) -> tuple[list[str], list[object]]:
         """`_chunk_call` of a batch as columns: the rows' shared parts built once, each
-        record's own strings joined to them (`_encode`'s rows, one queue)."""
-        state_head, links, ns_head, made, mid, end = _column_parts(jobs.shared)
-        records: list[str] = []
-        for i, r, key, text in zip(
-            jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True
-        ):
-            records += (
-                i,
-                f"{state_head}{key}{links}",
-                f"{r}{mid}{text}{end}",
-                f"{ns_head}{key}",
-                made + i,
-            )
-        keys, head, tail = self._columns_ends(jobs, fresh)
-        return keys, [*head, *records, *tail]
-
-    def _columns_resp(self, sha: str, jobs: NewJobs, fresh: bool) -> bytes:
-        """`_chunk_resp` of a batch as columns: `_columns_call`'s arguments, each record's
-        five framed as RESP by one format (a `_resp` per argument cost the client more than
-        the rest of the record's building)."""
-        state_head, links, ns_head, made, mid, end = _column_parts(jobs.shared)
-        # The byte lengths of a record's parts but its id, key and JSON text.
-        ls, ln, ld, lm = _blen(state_head) + _blen(links), _blen(ns_head), _blen(mid), 13
-        ld += _blen(end)
-        frame = _FRAMES
-        out: list[str] = []
-        rows = zip(jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True)
-        for i, r, key, text in rows:
-            # `isascii` is O(1): an ASCII text's byte length is its len().
-            li = len(i) if i.isascii() else len(i.encode())
-            kb = len(key) if key.isascii() else len(key.encode())
-            td = (len(r) if r.isascii() else len(r.encode())) + ld
-            td += len(text) if text.isascii() else len(text.encode())
-            fd = frame[td] if td < 4096 else f"${td}\r\n"
-            out.append(
-                f"{frame[li]}{i}\r\n{frame[ls + kb]}{state_head}{key}{links}\r\n"
-                f"{fd}{r}{mid}{text}{end}\r\n{frame[ln + kb]}{ns_head}{key}\r\n"
-                f"{frame[lm + li]}{made}{i}\r\n"
-            )
-        keys, head, tail = self._columns_ends(jobs, fresh)
-        call = ["EVALSHA", sha, str(len(keys)), *keys, *map(str, head)]
-        return _resp(call, 5 * len(jobs) + len(tail)) + "".join(out).encode() + _resp(tail, -1)
-
-    def _columns_ends(
-        self, jobs: NewJobs, fresh: bool
-    ) -> tuple[list[str], list[object], list[str]]:
-        """A columns call's KEYS, its arguments before the records and those after them."""
+        record one string of the same form (`_encode`'s rows, one queue)."""
         k = self.keys
         s = jobs.shared
         slot = self._wake_slot(s)
-        orgs: list[str] = []
-        if jobs.acts_for is not None:
-            for at, org in enumerate(jobs.acts_for, 1):
-                if org is not None:
-                    orgs += (str(at), org)
-        # The head every record shares: its queue (the one), due and score.
-        head = f"{_U14[1]}{_U1[bool(slot)]}{_u49(s.priority * _PRIORITY_UNIT + s.run_at_ms)}"
-        keys = [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()]
-        return (
-            keys,
-            [len(jobs), int(fresh), head, len(orgs) // 2],
-            [*orgs, s.queue, k.channel(s.queue), slot],
+        ns_head = f"{s.name}\x00{s.tenant_id or ''}\x00"
+        state_head = (
+            f"ready\x000\x00\x000\x00\x00{s.run_at_ms}\x00\x00"
+            f"{s.priority}\x00{s.max_attempts}\x00{s.queue}\x00{ns_head}"
         )
+        links = _links(s)
+        ns_bytes, state_bytes = _blen(ns_head), _blen(state_head) + _blen(links)
+        u = _U14
+        # The head's fields every record shares: its queue (the one), due, score and tail.
+        head = f"{u[1]}{_U1[bool(slot)]}{_u49(s.priority * _PRIORITY_UNIT + s.run_at_ms)}"
+        head += u[_blen(links)]
+        made = f"{s.created_at_ms:013d}"
+        mid = f"\x00{s.created_at_ms}\x00{s.enqueued_by or ''}\x00"
+        end = f"\x00{s.traceparent or ''}"
+        # A record's bytes but its id, key and data row (`_Packs.add`'s size).
+        fixed = 36 + state_bytes
+        ends = _blen(mid) + _blen(end)
+        packs = _Packs()
+        rows = zip(jobs.ids, jobs.run_ids, jobs.keys, jobs.input_jsons, strict=True)
+        acts = jobs.acts_for
+        for at, (i, r, key, text) in enumerate(rows):
+            # `isascii` is O(1): an ASCII text's byte length is its len().
+            li = len(i) if i.isascii() else len(i.encode())
+            kb = len(key) if key.isascii() else len(key.encode())
+            ld = (len(r) if r.isascii() else len(r.encode())) + ends
+            ld += len(text) if text.isascii() else len(text.encode())
+            org = None if acts is None else acts[at]
+            if org is None:
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[0]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}",
+                    fixed + li + kb + ld,
+                )
+            else:
+                ob = _blen(org)
+                ld += 1 + ob
+                packs.add(
+                    f"{head}{u[li]}{u[state_bytes + kb]}{u[ns_bytes + kb]}{u[ob]}{_u21(ld)}"
+                    f"{made}{i}{state_head}{key}{links}{r}{mid}{text}{end}\x00{org}",
+                    fixed + li + kb + ld,
+                )
+        args: list[object] = [
+            len(jobs),
+            int(fresh),
+            *packs.done(),
+            s.queue,
+            k.channel(s.queue),
+            slot,
+        ]
+        return [k.state, k.data, k.live, k.wake, k.due(s.queue), *k.account()], args
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         k = self.keys
@@ -1928,9 +1912,49 @@ def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
 
 
 #: The head numbers of a `job_enqueue_many` record (lua/job_enqueue_many.lua): n < 2^14 as two
-#: characters of 7 bits each, high first (a call has no more than `ENQUEUE_CHUNK` queues).
+#: characters of 7 bits each, high first. A record that passed `check_new_job` has no length
+#: here above 2,200 bytes (and a call no more than `ENQUEUE_CHUNK` queues): 2^12 entries.
 _U14: Final = tuple(chr(n >> 7) + chr(n & 127) for n in range(1 << 12))
 _U1: Final = ("\x00", "\x01")
+
+
+def _u21(n: int) -> str:
+    """`n` < 2^21 (a data row's bytes: at most `MAX_JSON_BYTES` and a few hundred) as three
+    characters of 7 bits each, high first."""
+    if n < 4096:
+        return "\x00" + _U14[n]
+    return chr(n >> 14) + chr((n >> 7) & 127) + chr(n & 127)
+
+
+class _Packs:
+    """A call's records cut into arguments of about `_PACK_BYTES` (one argument per record cost
+    the server more than the script's parsing of it; one for the whole call could pass Redis's
+    512 MB argument bound)."""
+
+    __slots__ = ("_at", "_out", "_size")
+
+    def __init__(self) -> None:
+        self._out: list[str] = []
+        self._at: list[str] = []
+        self._size = 0
+
+    def add(self, record: str, size: int) -> None:
+        """Append `record` of `size` bytes."""
+        if self._size + size > _PACK_BYTES and self._at:
+            self._out.append("".join(self._at))
+            self._at, self._size = [], 0
+        self._at.append(record)
+        self._size += size
+
+    def done(self) -> list[str]:
+        """The number of packs, then each pack."""
+        if self._at:
+            self._out.append("".join(self._at))
+        return [str(len(self._out)), *self._out]
+
+
+#: The bytes a pack of records grows to before the next record starts another.
+_PACK_BYTES: Final = 1 << 20
 
 
 def _u49(n: int) -> str:
@@ -1939,31 +1963,11 @@ def _u49(n: int) -> str:
     return "".join([chr((n >> shift) & 127) for shift in (42, 35, 28, 21, 14, 7, 0)])
 
 
-def _resp(args: Sequence[str], more: int = 0) -> bytes:
-    """`args` as one RESP command (an array of bulk strings), UTF-8; `more`: the array holds that
-    many arguments more, sent after these (-1: these continue an array already begun)."""
-    parts = [f"*{len(args) + more}\r\n"] if more >= 0 else []
+def _resp(args: Sequence[str]) -> bytes:
+    """`args` as one RESP command (an array of bulk strings), UTF-8."""
+    parts = [f"*{len(args)}\r\n"]
     parts += [f"${len(a) if a.isascii() else len(a.encode())}\r\n{a}\r\n" for a in args]
     return "".join(parts).encode()
-
-
-#: The RESP header of a bulk string of n bytes, n < 4,096: a record that passed `check_new_job`
-#: has no part but its JSON text above 2,200 bytes.
-_FRAMES: Final = tuple(f"${n}\r\n" for n in range(1 << 12))
-
-
-def _column_parts(s: NewJob) -> tuple[str, str, str, str, str, str]:
-    """The parts of a batch's rows its records share (`_encode`'s rows): the state row before
-    the key, after it (`_links`), the namespace before the key, the created member's 13 digits,
-    the data row between run id and JSON text, after the text."""
-    ns_head = f"{s.name}\x00{s.tenant_id or ''}\x00"
-    state_head = (
-        f"ready\x000\x00\x000\x00\x00{s.run_at_ms}\x00\x00"
-        f"{s.priority}\x00{s.max_attempts}\x00{s.queue}\x00{ns_head}"
-    )
-    mid = f"\x00{s.created_at_ms}\x00{s.enqueued_by or ''}\x00"
-    end = f"\x00{s.traceparent or ''}"
-    return state_head, _links(s), ns_head, f"{s.created_at_ms:013d}", mid, end
 
 
 def _blen(text: str) -> int:

@@ -469,9 +469,9 @@ async def test_enqueue_many_of_columns_stores_what_its_records_store(make_driver
         assert await _stored(b) == stored
 
 
-async def test_enqueue_many_of_large_records_reads_back(make_driver: Factory) -> None:
-    """Records of 300 KB of JSON (each part of a record its own argument, framed by its byte
-    length), ASCII and not, as columns and as a list, read back as stored."""
+async def test_enqueue_many_of_large_records_spans_several_packs(make_driver: Factory) -> None:
+    """A call's records travel in packs of about 1 MB (`_Packs`): records of 300 KB of JSON,
+    ASCII and not, as columns and as a list, cross pack bounds and read back as stored."""
     from jobs_core.records import NewJobs
 
     texts = [
@@ -487,7 +487,7 @@ async def test_enqueue_many_of_large_records_reads_back(make_driver: Factory) ->
         [f"k-{i}" for i in range(9)],
         texts,
     )
-    # The list spans two queues: each queue's name, channel and wake slot ride after the records.
+    # The list spans two queues: each queue's name, channel and wake slot ride after the packs.
     mixed = [r if i % 3 else dataclasses.replace(r, queue="q2") for i, r in enumerate(records)]
     ids = [r.id for r in records]
     for given, want_woken in ((mixed, {"q", "q2"}), (batch, {"q"})):

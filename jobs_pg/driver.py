@@ -160,7 +160,7 @@ from jobs_pg.statements import webhook as webhook_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.statements.job import SHARED_COLUMNS
 from jobs_pg.urls import libpq_url, mask
-from jobs_pg.wire import Round
+from jobs_pg.wire import Round, Session
 
 if TYPE_CHECKING:
     from jobs_pg.wake import PgWakeSubscription
@@ -1053,6 +1053,7 @@ class PgDriver(JobDriver):
         """Run the statements in one pipeline with one Sync: all commit together, or none.
         Once all committed, `got` holds each one's rows (in `batch`'s order), also when this
         flight is then cancelled, re-raised: those answers stand (`Round.answered`)."""
+        pool = await self._ready()
         async with self._conn() as conn:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return
@@ -1071,7 +1072,7 @@ class PgDriver(JobDriver):
                 if not isinstance(query, bytes):
                     query = query.encode(conn.info.encoding)
                 statements.append((query, batch[i].args))
-            shared = Round(conn, prepared)
+            shared = Round(conn, prepared, pool.sessions)
             try:
                 await shared.run(statements)
             except asyncio.CancelledError:
@@ -2543,6 +2544,8 @@ class _Pool:
         self._slots = asyncio.Semaphore(max_size)
         self._idle: list[tuple[_Conn, float]] = []
         self._born: dict[int, float] = {}
+        #: What the gathered rounds keep of each connection (`wire.Round`), dropped with it.
+        self.sessions: dict[_Conn, Session] = {}
         self._closed = False
 
     async def getconn(self) -> _Conn:
@@ -2614,6 +2617,7 @@ class _Pool:
 
     async def _discard(self, conn: _Conn) -> None:
         self._born.pop(id(conn), None)
+        self.sessions.pop(conn, None)
         with contextlib.suppress(Exception):
             await conn.close()
 

@@ -11,7 +11,6 @@ a connection under names of ours, sent, synced and read in one generator.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -33,9 +32,10 @@ _PIPELINE_OFF: Final = pq.PipelineStatus.OFF
 _AUTO: Final = PyFormat.AUTO
 
 
-class _Session:
-    """What a round keeps of one connection: its dumpers and loaders, and the statements it
-    prepared there by (text, parameter types)."""
+class Session:
+    """What rounds keep of one connection: its dumpers and loaders, and the statements they
+    prepared there by (text, parameter types). Its holder drops it with the connection (it
+    holds the connection: psycopg's `Transformer` does)."""
 
     __slots__ = ("count", "names", "tx")
 
@@ -46,11 +46,6 @@ class _Session:
         self.count = 0
 
 
-_SESSIONS: Final[weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Session]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 class Round:
     """Statements sent as one pipeline and one Sync, so one implicit transaction: all commit
     together or none does. `results` fills in as the answers are read, so a caller cancelled
@@ -58,10 +53,15 @@ class Round:
 
     __slots__ = ("_conn", "_parsed", "_pgconn", "_prepare", "_session", "_slots", "results")
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], prepare: bool) -> None:
-        session = _SESSIONS.get(conn)
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        prepare: bool,
+        sessions: dict[psycopg.AsyncConnection[Any], Session],
+    ) -> None:
+        session = sessions.get(conn)
         if session is None:
-            session = _SESSIONS[conn] = _Session(conn)
+            session = sessions[conn] = Session(conn)
         self._conn = conn
         self._pgconn = conn.pgconn
         self._session = session
@@ -184,8 +184,3 @@ class Round:
         tx = self._session.tx
         tx.set_pgresult(res)
         return tx.load_rows(0, res.ntuples, tuple)
-
-
-def forget_prepared(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The statements prepared on `conn` are no longer trusted (a pooler lost them)."""
-    _SESSIONS.pop(conn, None)

@@ -16,7 +16,7 @@ from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import JobsError
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, Fence
 from jobs_core.states import JobState
-from jobs_pg import PgDriver, wire
+from jobs_pg import PgDriver
 from tests.pg.conftest import PG_URL, admin
 from tests.pg.test_driver import T0, job
 
@@ -555,8 +555,9 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
             if lost == "deallocated":
                 await conn.execute("DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
             else:
-                wire._SESSIONS[conn].names.clear()  # the round prepares under a new name
-                taken = b"_ujobs_%d" % (wire._SESSIONS[conn].count + 1)
+                session = pool.sessions[conn]
+                session.names.clear()  # the round prepares under a new name
+                taken = b"_ujobs_%d" % (session.count + 1)
                 await conn.execute(
                     f"DO $$ BEGIN EXECUTE 'PREPARE {taken.decode()} AS SELECT 1'; END $$"
                 )
@@ -573,3 +574,18 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
         assert sorted(states.values()) == ["completed"] * 6
     finally:
         await d.close()
+
+
+async def test_what_a_round_keeps_of_a_connection_goes_with_it(pg_schema: str) -> None:
+    """A round keeps its prepared names and psycopg's dumpers per connection (which they hold):
+    a connection the pool closes takes them along, or every discarded connection would live on."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, wake=False)
+    try:
+        await d.job_enqueue_many([job(i) for i in range(4)])
+        first = (await d.job_claim(_claim(2))).jobs
+        await asyncio.gather(d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2)))
+        pool = await d._ready()
+        assert len(pool.sessions) == 1
+    finally:
+        await d.close()
+    assert pool.sessions == {}

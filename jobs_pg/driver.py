@@ -162,6 +162,7 @@ from jobs_pg.statements import webhook as webhook_stmts
 from jobs_pg.statements import worker as worker_stmts
 from jobs_pg.statements.job import SHARED_COLUMNS
 from jobs_pg.urls import libpq_url, mask
+from jobs_pg.wire import Round, Session
 
 if TYPE_CHECKING:
     from jobs_pg.wake import PgWakeSubscription
@@ -285,15 +286,6 @@ def _answered_all(
     )
 
 
-async def _read_into(
-    got: list[list[Any] | None], order: Sequence[int], curs: Sequence[psycopg.AsyncCursor[Any]]
-) -> None:
-    """Each cursor's rows into `got` at its place in `order`: all of them, or none."""
-    rows = [await cur.fetchall() if _has_rows(cur) else [] for cur in curs]
-    for i, r in zip(order, rows, strict=True):
-        got[i] = r
-
-
 # Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`. The generic
 # plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
 # past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
@@ -306,6 +298,13 @@ GENERIC_PLAN_SETTINGS: Final = (
 # flush, when the driver was asked to (`lazy_claim`; what it costs:
 # `jobs_pg.statements.job.LAZY_COMMIT`).
 _LAZY_COMMIT_SETTING: Final = "set_config('synchronous_commit', 'off', true)"
+_GENERIC_PLAN_QUERY: Final = GENERIC_PLAN_SETTINGS.encode()
+#: A pooler gave a prepared execution to a server session that lacks (or has another) statement
+#: of its name (`PgDriver._execute`).
+_PREPARED_LOST: Final = (
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
+)
 #: What goes ahead of a statement, by (on its generic plan, lazy commit).
 LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
     (True, False): GENERIC_PLAN_SETTINGS,
@@ -808,7 +807,7 @@ class PgDriver(JobDriver):
                     await cur.execute(text, args)
                 return cur
             return await cur.execute(text, args)
-        except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
+        except _PREPARED_LOST:
             if self._prepare_threshold is not None:
                 log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
             self._prepare_threshold = None
@@ -1079,8 +1078,8 @@ class PgDriver(JobDriver):
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:
         """Run the statements in one pipeline with one Sync: all commit together, or none.
         Once all committed, `got` holds each one's rows (in `batch`'s order), also when this
-        flight is then cancelled, re-raised: those answers stand (`_answered_all`)."""
-        curs: list[psycopg.AsyncCursor[Any]] = []
+        flight is then cancelled, re-raised: those answers stand (`Round.answered`)."""
+        pool = await self._ready()
         async with self._conn() as conn:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return
@@ -1088,30 +1087,47 @@ class PgDriver(JobDriver):
             # The settings of a generic-plan statement hold to the end of the transaction:
             # the others go first, so they run as they would alone.
             order = sorted(range(len(batch)), key=lambda i: batch[i].stmt.generic)
+            statements: list[tuple[bytes, Sequence[Any]]] = []
+            places: list[int] = []
+            for i in order:
+                stmt = batch[i].stmt
+                if stmt.generic and prepared:
+                    statements.append((_GENERIC_PLAN_QUERY, ()))
+                places.append(len(statements))
+                query = stmt.query
+                if not isinstance(query, bytes):
+                    query = query.encode(conn.info.encoding)
+                statements.append((query, batch[i].args))
+            shared = Round(conn, prepared, pool.sessions)
             try:
-                async with conn.pipeline():
-                    for i in order:
-                        p = batch[i]
-                        if p.stmt.generic and prepared:
-                            await conn.execute(GENERIC_PLAN_SETTINGS)
-                        cur = psycopg.AsyncRawCursor(conn) if p.stmt.raw else conn.cursor()
-                        await cur.execute(p.stmt.query, p.args)
-                        curs.append(cur)
+                await shared.run(statements)
             except asyncio.CancelledError:
                 # A caller gone (or the call's timeout) cancels the flight on the server; that
                 # cancel may come after the commit, and psycopg reads the answers in before it
                 # re-raises. Then they are the answers: run again alone, an ack that landed
                 # would answer False and a claim take more.
-                if len(curs) == len(batch) and _answered_all(conn, curs):
-                    await _read_into(got, order, curs)
-                elif curs and conn.closed:
+                if shared.answered():
+                    for i, place in zip(order, places, strict=True):
+                        got[i] = shared.rows(place)
+                elif conn.closed:
                     # psycopg gave up waiting for the answer after its cancel and closed the
                     # session: the commit is unknown, as when a connection drops.
                     raise DriverUnavailableError(
                         "the answer of a cancelled transaction never came", detail=self.describe()
                     ) from None
                 raise
-            await _read_into(got, order, curs)
+            except _PREPARED_LOST:
+                # A pooler handed the round to a session that never saw its Parse (or holds
+                # another client's of that name): nothing ran; each runs alone, unprepared.
+                if self._prepare_threshold is not None:
+                    log.warning(
+                        "jobs.pg.prepare_off: the server lost a prepared statement (pooler?)"
+                    )
+                self._prepare_threshold = None
+                conn.prepare_threshold = None
+                raise
+            for i, place in zip(order, places, strict=True):
+                got[i] = shared.rows(place)
 
     async def _read(self, name: str, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """A read: safe to run twice, so a connection found dead is retried once on a fresh one."""
@@ -2566,6 +2582,8 @@ class _Pool:
         self._slots = asyncio.Semaphore(max_size)
         self._idle: list[tuple[_Conn, float]] = []
         self._born: dict[int, float] = {}
+        #: What the gathered rounds keep of each connection (`wire.Round`), dropped with it.
+        self.sessions: dict[_Conn, Session] = {}
         self._closed = False
 
     async def getconn(self) -> _Conn:
@@ -2637,6 +2655,7 @@ class _Pool:
 
     async def _discard(self, conn: _Conn) -> None:
         self._born.pop(id(conn), None)
+        self.sessions.pop(conn, None)
         with contextlib.suppress(Exception):
             await conn.close()
 

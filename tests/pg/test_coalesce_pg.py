@@ -17,7 +17,7 @@ from jobs_core.errors import JobsError
 from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, Fence
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
-from tests.pg.conftest import admin
+from tests.pg.conftest import PG_URL, admin
 from tests.pg.test_driver import T0, job
 
 
@@ -530,3 +530,62 @@ async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDrive
         loop.set_task_factory(factory)
     assert (len(claimed), landed) == (1, [True])
     assert made == []
+
+
+@pytest.mark.parametrize("lost", ["deallocated", "name taken"])
+async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alone(
+    pg_schema: str, lost: str
+) -> None:
+    """What a pooler without prepared-statement support does to a gathered ack and claim, made
+    deterministic: the session forgot the statements the round prepared there, or holds
+    another statement under the name it would prepare next. Nothing of the round ran; each
+    runs again alone, unprepared from then on, and both land."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)  # one session for all
+    try:
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        first = (await d.job_claim(_claim(2))).jobs
+        landed, second = await asyncio.gather(
+            d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and len(second.jobs) == 2
+        assert d._prepare_threshold == 0  # the round ran prepared
+        pool = await d._ready()
+        async with pool.connection() as conn:
+            # Inside DO, so psycopg does not see it and the driver still trusts its statements.
+            if lost == "deallocated":
+                await conn.execute("DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
+            else:
+                session = pool.sessions[conn]
+                session.names.clear()  # the round prepares under a new name
+                taken = b"_ujobs_%d" % (session.count + 1)
+                await conn.execute(
+                    f"DO $$ BEGIN EXECUTE 'PREPARE {taken.decode()} AS SELECT 1'; END $$"
+                )
+        landed, third = await asyncio.gather(
+            d.job_ack([_ack(j) for j in second.jobs]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and len(third.jobs) == 2
+        assert d._prepare_threshold is None
+        landed, fourth = await asyncio.gather(
+            d.job_ack([_ack(j) for j in third.jobs]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and fourth.jobs == ()
+        states = _states(pg_schema)
+        assert sorted(states.values()) == ["completed"] * 6
+    finally:
+        await d.close()
+
+
+async def test_what_a_round_keeps_of_a_connection_goes_with_it(pg_schema: str) -> None:
+    """A round keeps its prepared names and psycopg's dumpers per connection (which they hold):
+    a connection the pool closes takes them along, or every discarded connection would live on."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=2, wake=False)
+    try:
+        await d.job_enqueue_many([job(i) for i in range(4)])
+        first = (await d.job_claim(_claim(2))).jobs
+        await asyncio.gather(d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2)))
+        pool = await d._ready()
+        assert len(pool.sessions) == 1
+    finally:
+        await d.close()
+    assert pool.sessions == {}

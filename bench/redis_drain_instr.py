@@ -1,0 +1,188 @@
+"""Instructions a drained job costs on Redis, the worker's and the server's (issue 29 item 6).
+
+    .venv/bin/python bench/redis_drain_instr.py TREE [TREE ...] [--jobs 4000]
+        [--concurrency 50] [--port 26452] [--rounds 1] [--no-client]
+
+Starts a private `redis-server --port <port> --save '' --appendonly no` under `valgrind
+--tool=callgrind`, and per tree and round (trees in turn, each round's order reversed) a process
+on that tree (its PYTHONPATH) under callgrind too, which enqueues `--jobs` no-op jobs
+(`bench.peers.ours_peer.noop`, `enqueue_many`) into a fresh prefix and says so; both counters are
+then zeroed (`callgrind_control -z`), ONE in-process `Worker` at `--concurrency` drains the jobs,
+and both are dumped (`-d`): the instructions (Ir) each ran during the drain alone, per job, and
+the claims and acks (script calls) per job. Counts, not times: a busy machine cannot skew them,
+though it and valgrind's slowness shape the batches (the calls per job say how).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+VALGRIND = ["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-line=no"]
+
+
+async def _loop(driver: object, jobs: int, batch: int) -> None:
+    """Claims of `batch` jobs, each acked whole, until none is left (no worker: the scripts'
+    own shape, the same every run)."""
+    from jobs_core.records import Ack, ClaimParams
+
+    now = int(time.time() * 1000)
+    while True:
+        now += 1
+        got = await driver.job_claim(  # type: ignore[attr-defined]
+            ClaimParams(("default",), "w-loop", batch, 60_000, now)
+        )
+        if not got.jobs:
+            return
+        await driver.job_ack([Ack(j.fence, now) for j in got.jobs])  # type: ignore[attr-defined]
+
+
+async def _one(url: str, jobs: int, concurrency: int) -> None:
+    """The client side, run in the measured tree: fill, wait for a line, drain, report. A
+    negative `concurrency` drains by `_loop` in batches of its absolute value."""
+    import gc
+
+    from bench.peers.ours_peer import noop
+    from jobs_core.driver import MAX_ENQUEUE_BATCH
+    from jobs_core.facade import Jobs
+    from jobs_core.worker import Worker
+    from jobs_redis import RedisDriver
+
+    driver = RedisDriver(url, prefix="instr_" + uuid.uuid4().hex[:10])
+    calls = {"job_claim": 0, "job_ack": 0}
+    run = driver._run
+
+    async def counted(name: str, keys: object, args: object) -> object:
+        if name in calls:
+            calls[name] += 1
+        return await run(name, keys, args)  # type: ignore[arg-type]
+
+    driver._run = counted  # type: ignore[method-assign]
+    async with driver:
+        inputs = [{"k": str(i)} for i in range(jobs)]
+        for start in range(0, jobs, MAX_ENQUEUE_BATCH):
+            await Jobs(driver).enqueue_many(noop, inputs[start : start + MAX_ENQUEUE_BATCH])
+        worker = Worker(driver, [noop], concurrency=max(concurrency, 1))
+        gc.collect()
+        gc.freeze()
+        calls.update(job_claim=0, job_ack=0)
+        print("filled", flush=True)
+        sys.stdin.readline()
+        began = time.perf_counter()
+        if concurrency < 0:
+            await _loop(driver, jobs, -concurrency)
+        else:
+            await worker.start()
+            while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook: in the timed path
+                await asyncio.sleep(0.005)
+        took = time.perf_counter() - began
+        print(json.dumps({"seconds": took, **calls}), flush=True)
+        sys.stdin.readline()
+        if concurrency > 0:
+            await worker.stop()
+
+
+def _ctl(flag: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, capture_output=True)
+
+
+def _ir(pattern: str, since: set[str]) -> int:
+    """The Ir total of the one dump matching `pattern` that is not in `since`."""
+    for _ in range(200):
+        new = sorted(set(glob.glob(pattern)) - since)
+        for name in new:
+            text = Path(name).read_text()
+            for line in text.splitlines():
+                if line.startswith(("totals:", "summary:")):
+                    since.add(name)
+                    return int(line.split()[1])
+        time.sleep(0.1)
+    raise RuntimeError(f"no dump for {pattern}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trees", nargs="*", type=Path)
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--loop", type=int, default=0, help="no worker: claims of this many, each acked whole"
+    )
+    parser.add_argument("--port", type=int, default=26452)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-client", action="store_true", help="count the server only")
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        asyncio.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
+        return 0
+    out = Path(f"/tmp/redis_drain_instr.{os.getpid()}")
+    out.mkdir()
+    server = subprocess.Popen(
+        [*VALGRIND, f"--callgrind-out-file={out}/srv.%p", "redis-server", "--port",
+         str(args.port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    seen: set[str] = set()
+    url = f"redis://127.0.0.1:{args.port}/0"
+    rows: dict[str, list[dict[str, float]]] = {str(t): [] for t in args.trees}
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", args.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        for r in range(args.rounds):
+            order = args.trees if r % 2 == 0 else args.trees[::-1]
+            for tree in order:
+                env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+                shape = -args.loop if args.loop else args.concurrency
+                cmd = [sys.executable, __file__, "--one", url, str(args.jobs), str(shape)]
+                if not args.no_client:
+                    cmd = [*VALGRIND, f"--callgrind-out-file={out}/cli.%p", *cmd]
+                client = subprocess.Popen(
+                    cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                )
+                assert client.stdin is not None and client.stdout is not None
+                while client.stdout.readline().strip() != "filled":
+                    pass
+                _ctl("-z", server.pid)
+                if not args.no_client:
+                    _ctl("-z", client.pid)
+                client.stdin.write("go\n")
+                client.stdin.flush()
+                got = json.loads(client.stdout.readline())
+                _ctl("-d", server.pid)
+                srv = _ir(f"{out}/srv.{server.pid}.*", seen)
+                row = {
+                    "server_ir_per_job": srv / args.jobs,
+                    "claims_per_job": got["job_claim"] / args.jobs,
+                    "acks_per_job": got["job_ack"] / args.jobs,
+                }
+                if not args.no_client:
+                    _ctl("-d", client.pid)
+                    row["client_ir_per_job"] = _ir(f"{out}/cli.{client.pid}.*", seen) / args.jobs
+                client.stdin.write("end\n")
+                client.stdin.flush()
+                client.wait()
+                rows[str(tree)].append(row)
+                shown = {k: round(v, 4) for k, v in row.items()}
+                print(f"{tree}: " + json.dumps(shown), flush=True)
+    finally:
+        server.terminate()
+        server.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

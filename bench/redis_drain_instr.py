@@ -1,7 +1,7 @@
 """Instructions a drained job costs on Redis, the worker's and the server's (issue 29 item 6).
 
     .venv/bin/python bench/redis_drain_instr.py TREE [TREE ...] [--jobs 4000]
-        [--concurrency 50] [--port 26452] [--rounds 1] [--no-client]
+        [--concurrency 50 | --loop 50] [--port 26452] [--rounds 1] [--no-client | --timed]
 
 Starts a private `redis-server --port <port> --save '' --appendonly no` under `valgrind
 --tool=callgrind`, and per tree and round (trees in turn, each round's order reversed) a process
@@ -10,7 +10,10 @@ on that tree (its PYTHONPATH) under callgrind too, which enqueues `--jobs` no-op
 then zeroed (`callgrind_control -z`), ONE in-process `Worker` at `--concurrency` drains the jobs,
 and both are dumped (`-d`): the instructions (Ir) each ran during the drain alone, per job, and
 the claims and acks (script calls) per job. Counts, not times: a busy machine cannot skew them,
-though it and valgrind's slowness shape the batches (the calls per job say how).
+though it and valgrind's slowness shape the batches (the calls per job say how). `--loop N`
+drains by claims of N jobs each acked whole instead of a `Worker` (the same shape every run);
+`--timed` runs neither process under valgrind and reports the drain's rate and CPU a job (the
+server's from its `INFO cpu`) with the median of the pairs' ratios: run it under the bench lock.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import glob
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -77,7 +81,7 @@ async def _one(url: str, jobs: int, concurrency: int) -> None:
         calls.update(job_claim=0, job_ack=0)
         print("filled", flush=True)
         sys.stdin.readline()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         if concurrency < 0:
             await _loop(driver, jobs, -concurrency)
         else:
@@ -85,7 +89,8 @@ async def _one(url: str, jobs: int, concurrency: int) -> None:
             while worker.stats.completed < jobs:  # noqa: ASYNC110 - a hook: in the timed path
                 await asyncio.sleep(0.005)
         took = time.perf_counter() - began
-        print(json.dumps({"seconds": took, **calls}), flush=True)
+        cpu = time.process_time() - cpu
+        print(json.dumps({"seconds": took, "cpu": cpu, **calls}), flush=True)
         sys.stdin.readline()
         if concurrency > 0:
             await worker.stop()
@@ -120,6 +125,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=26452)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-client", action="store_true", help="count the server only")
+    parser.add_argument(
+        "--timed",
+        action="store_true",
+        help="no valgrind: the drain's rate and CPU a job (server's from INFO cpu), and the"
+        " median of the pairs' ratios of the later trees to the first (run it under the bench"
+        " lock)",
+    )
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -127,8 +139,11 @@ def main() -> int:
         return 0
     out = Path(f"/tmp/redis_drain_instr.{os.getpid()}")
     out.mkdir()
+    grind = [] if args.timed else [*VALGRIND, f"--callgrind-out-file={out}/srv.%p"]
+    if args.timed:
+        args.no_client = True
     server = subprocess.Popen(
-        [*VALGRIND, f"--callgrind-out-file={out}/srv.%p", "redis-server", "--port",
+        [*grind, "redis-server", "--port",
          str(args.port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -156,19 +171,26 @@ def main() -> int:
                 assert client.stdin is not None and client.stdout is not None
                 while client.stdout.readline().strip() != "filled":
                     pass
-                _ctl("-z", server.pid)
+                if args.timed:
+                    srv_cpu = _server_cpu(args.port)
+                else:
+                    _ctl("-z", server.pid)
                 if not args.no_client:
                     _ctl("-z", client.pid)
                 client.stdin.write("go\n")
                 client.stdin.flush()
                 got = json.loads(client.stdout.readline())
-                _ctl("-d", server.pid)
-                srv = _ir(f"{out}/srv.{server.pid}.*", seen)
                 row = {
-                    "server_ir_per_job": srv / args.jobs,
                     "claims_per_job": got["job_claim"] / args.jobs,
                     "acks_per_job": got["job_ack"] / args.jobs,
                 }
+                if args.timed:
+                    row["per_s"] = args.jobs / got["seconds"]
+                    row["client_cpu_us"] = got["cpu"] * 1e6 / args.jobs
+                    row["server_cpu_us"] = (_server_cpu(args.port) - srv_cpu) * 1e6 / args.jobs
+                else:
+                    _ctl("-d", server.pid)
+                    row["server_ir_per_job"] = _ir(f"{out}/srv.{server.pid}.*", seen) / args.jobs
                 if not args.no_client:
                     _ctl("-d", client.pid)
                     row["client_ir_per_job"] = _ir(f"{out}/cli.{client.pid}.*", seen) / args.jobs
@@ -181,7 +203,29 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait()
+    first = str(args.trees[0])
+    for tree in args.trees[1:]:
+        for key in rows[first][0]:
+            pairs = [b[key] / a[key] for a, b in zip(rows[first], rows[str(tree)], strict=True)]
+            print(
+                f"{tree} / {first}: {key} median {statistics.median(pairs):.3f}"
+                f" ({min(pairs):.3f}-{max(pairs):.3f}) over {len(pairs)} pairs;"
+                f" medians {statistics.median(r[key] for r in rows[first]):.4g}"
+                f" -> {statistics.median(r[key] for r in rows[str(tree)]):.4g}"
+            )
+    print(f"load {os.getloadavg()[0]:.2f}")
     return 0
+
+
+def _server_cpu(port: int) -> float:
+    """used_cpu_sys + used_cpu_user of the server on `port`, from INFO cpu."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"INFO cpu\r\n")
+        text = b""
+        while text.count(b"\r\n") < 2 or b"used_cpu_user:" not in text:
+            text += conn.recv(65536)
+    info = dict(line.split(":", 1) for line in text.decode().splitlines() if ":" in line)
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 if __name__ == "__main__":

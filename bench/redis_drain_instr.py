@@ -27,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -137,8 +138,7 @@ def main() -> int:
     if args.one:
         asyncio.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
         return 0
-    out = Path(f"/tmp/redis_drain_instr.{os.getpid()}")
-    out.mkdir()
+    out = Path(tempfile.mkdtemp(prefix="redis_drain_instr."))
     grind = [] if args.timed else [*VALGRIND, f"--callgrind-out-file={out}/srv.%p"]
     if args.timed:
         args.no_client = True

@@ -9,7 +9,9 @@
 --   result_json NUL progress_json ("" for an absent JSON value: JSON text is never empty;
 --   q is "0" for a row the caller could not find, which no fence can hold).
 --   An absent result clears the stored one; an absent progress keeps it.
---   (Two ARGV per item, not six: the client packs each argument, and that cost dominated.)
+--   (Two ARGV per item, not six: the client packs each argument, and that cost dominated. Not
+--   one: the id read out of a joined item by `string.match` cost the script more than the
+--   argument it saved, 2026-12-07.)
 -- join:waiters, join:pending anywhere before the finished and accounting keys
 --   (includes/flows.lua: the finish rule)
 -- job:claimed, job:attempts anywhere before the finished and accounting keys
@@ -22,6 +24,15 @@
 --!include attempts.lua
 
 local FIN = acc_open(#KEYS - 5) - 1
+
+-- HELD: a `running` row's claims, worker, attempt, run_at, then its fields 8..13 with their
+-- leading NUL (priority NUL max NUL queue NUL name NUL tenant NUL key), its queue, its
+-- namespace (fields 11..13), its name, and what follows field 13 (the flow family's four
+-- fields with their NULs, or ""). One match a row (row.lua: not `split`).
+local HELD = "^running%z([^%z]*)%z([^%z]*)%z([^%z]*)%z[^%z]*%z([^%z]*)%z[^%z]*"
+  .. "(%z[^%z]*%z[^%z]*%z([^%z]*)%z(([^%z]*)%z[^%z]*%z[^%z]*))(.*)$"
+-- META: an item's meta (claims NUL worker NUL now NUL q NUL result NUL progress).
+local META = "^([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z(.*)$"
 local n = #ARGV / 2
 -- The rows are read, and the landed ones written, a whole call's items per command (HMGET,
 -- variadic HSET / ZREM / ZADD / HDEL), not one command per item and key: per-command overhead
@@ -45,39 +56,43 @@ local states, finished, live, results, cleared, progress = {}, {}, {}, {}, {}, {
 local leases = {}
 for i = 1, n do
   local id = ids[i]
-  local raw = raws[i]
-  if landed[id] then
-    raw = false
+  local mc, mw, now, q, result, prog = string.match(ARGV[2 * i], META)
+  local c, w, a, run, tail, queue, ns, name, fl
+  if raws[i] and not landed[id] then
+    c, w, a, run, tail, queue, ns, name, fl = string.match(raws[i], HELD)
   end
-  local t, rest = held_row(raw, ARGV[2 * i])
-  if t then
+  -- The fence: the row is running (the match), for exactly this claim and worker.
+  if c and c == mc and w == mw then
     landed[id] = true
-    ends[#ends + 1] = { id, t, rest[1], '"outcome":"completed"' }
-    local flags = flow_flags(t)
-    t[1] = "completed"
-    t[5] = ""
-    t[7] = rest[1]
+    local flags = nil
+    if fl ~= "" then
+      local t = split(raws[i]) -- a row of the flow family (flows.lua): its flags move
+      flags = flow_flags(t)
+      fl = Z .. table.concat(t, Z, 14)
+    end
+    ends[#ends + 1] = { id, { "running", c, w, a }, now, '"outcome":"completed"' }
     states[#states + 1] = id
-    states[#states + 1] = join(t)
-    local l = child(leases, KEYS[4 + tonumber(rest[2])])
+    states[#states + 1] = "completed" .. Z .. c .. Z .. w .. Z .. a .. Z .. Z .. run .. Z .. now
+      .. tail .. fl
+    local l = child(leases, KEYS[4 + q])
     l[#l + 1] = id
-    finished[#finished + 1] = rest[1]
+    finished[#finished + 1] = now
     finished[#finished + 1] = id
-    live[#live + 1] = ns_of(t)
-    if rest[3] ~= "" then
+    live[#live + 1] = ns
+    if result ~= "" then
       results[#results + 1] = id
-      results[#results + 1] = rest[3]
+      results[#results + 1] = result
     else
       cleared[#cleared + 1] = id
     end
-    if rest[4] ~= "" then
+    if prog ~= "" then
       progress[#progress + 1] = id
-      progress[#progress + 1] = rest[4]
+      progress[#progress + 1] = prog
     end
     -- accounting
-    count_settle(t, rest[1], "completed")
-    count_rows(id, t[10], "completed", 1)
-    flow_finished(id, flags, true, rest[1])
+    count_settle_of(name, queue, now, "completed")
+    count_rows(id, queue, "completed", 1)
+    flow_finished(id, flags, true, now)
     out[i] = "1"
   else
     out[i] = "0"

@@ -78,9 +78,13 @@ local function child(tbl, key)
   return c
 end
 
-local function count_settle(t, now, outcome)
-  local counts = child(child(child(ACC.moves, now), t[11]), t[10])
+local function count_settle_of(name, queue, now, outcome)
+  local counts = child(child(child(ACC.moves, now), name), queue)
   counts[outcome] = (counts[outcome] or 0) + 1
+end
+
+local function count_settle(t, now, outcome)
+  count_settle_of(t[11], t[10], now, outcome)
 end
 
 -- Whether row `id` is counted (always, once the schema says so). Asked before the row goes.

@@ -35,8 +35,16 @@ end
 -- `at`) ended at `now`: `old` (nil: none) with its oldest entry dropped at ATTEMPT_HISTORY, then
 -- the new entry; `tail` is the entry's JSON members after settled_at (`"outcome":"…"` and the
 -- error's, from Python).
+-- A worker id's JSON, encoded once per script call: a batch's entries share one worker.
+local WORKER_JSON = {}
+
 local function attempt_history(t, at, now, tail, old)
-  local entry = '{"attempt":' .. t[4] .. ',"claims":' .. t[2] .. ',"worker":' .. cjson.encode(t[3])
+  local wj = WORKER_JSON[t[3]]
+  if not wj then
+    wj = cjson.encode(t[3])
+    WORKER_JSON[t[3]] = wj
+  end
+  local entry = '{"attempt":' .. t[4] .. ',"claims":' .. t[2] .. ',"worker":' .. wj
     .. ',"claimed_at":' .. at .. ',"settled_at":' .. now .. ',' .. tail .. '}'
   if old then
     local n, i = 1, 1

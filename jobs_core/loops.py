@@ -23,6 +23,9 @@ log = logging.getLogger("jobs.loops")
 
 #: Seconds `close_all` waits for a holder living on another running loop to close there.
 CLOSE_ELSEWHERE_S: Final = 10.0
+#: Seconds a holder's close may take while its loop shuts down: a library's close that waits on
+#: a peer that never answers would otherwise hold `asyncio.run`'s end for ever.
+CLOSE_AT_SHUTDOWN_S: Final = 10.0
 #: Seconds `cancel_and_wait` gives a cancelled task to end before cancelling it again.
 RECANCEL_S: Final = 0.1
 
@@ -87,7 +90,14 @@ class LoopLocal(Generic[S]):
             # the loop can still run its I/O.
             if self._forget(loop, value):
                 try:
-                    await self._close(value)
+                    await asyncio.wait_for(self._close(value), CLOSE_AT_SHUTDOWN_S)
+                except TimeoutError:
+                    log.warning(
+                        "jobs.loops.close_timed_out: a connection holder's close took over %s s"
+                        " as its loop shut down; released without it",
+                        CLOSE_AT_SHUTDOWN_S,
+                    )
+                    self._release(value)
                 except BaseException:
                     # A library's close may itself meet the shutdown's cancellation half-way:
                     # whatever it left open is released here.

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
+from jobs_core import loops
 from jobs_core.loops import RECANCEL_S, LoopLocal, cancel_and_wait
 
 
@@ -39,6 +42,31 @@ def test_each_loop_gets_its_own_holder_closed_when_asyncio_run_ends() -> None:
     assert first is same and first is not second
     assert first.closed_on is first.loop and second.closed_on is second.loop
     assert not first.abandoned and local.values() == []
+
+
+def test_a_close_that_never_ends_does_not_hold_asyncio_run_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(loops, "CLOSE_AT_SHUTDOWN_S", 0.2)
+    held: list[Holder] = []
+
+    async def close(h: Holder) -> None:
+        await asyncio.get_running_loop().create_future()  # a peer that never answers
+
+    def abandon(h: Holder) -> None:
+        h.abandoned = True
+
+    local = LoopLocal(Holder, close, abandon)
+
+    async def use() -> None:
+        held.append(local.get())
+
+    # In a thread, so that the old behaviour fails this test instead of hanging the suite.
+    ran = threading.Thread(target=asyncio.run, args=(use(),), daemon=True)
+    ran.start()
+    ran.join(5)
+    assert not ran.is_alive(), "asyncio.run's shutdown waited on the holder's close"
+    assert held[0].abandoned and local.values() == []
 
 
 def test_close_all_closes_each_holder_on_its_own_loop() -> None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key
 
 from jobs_core.testing.profiles import register_profiles
 
@@ -75,3 +78,35 @@ def _cli_logging_undone() -> Iterator[None]:
             root.removeHandler(handler)
     root.setLevel(root_level)
     jobs.setLevel(jobs_level)
+
+
+#: Seconds after which a test still going names itself and its asyncio tasks on stderr, just
+#: before pytest's `faulthandler_timeout` (pyproject) dumps every thread: that dump names no
+#: test and no task, and twice a suite run held a test past it.
+_SLOW_TEST_S = 230.0
+
+
+@pytest.fixture(autouse=True)
+def _slow_test_named(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test still running after `_SLOW_TEST_S` prints its id and each live task's stack."""
+    node = request.node.nodeid
+    # The stream faulthandler's dump goes to (pytest keeps it past its capture), else stderr.
+    fd = request.config.stash.get(fault_handler_stderr_fd_key, None)
+
+    def name_it() -> None:
+        out = open(fd, "w", closefd=False) if fd is not None else sys.__stderr__  # noqa: SIM115
+        if out is None:
+            return
+        print(f"\nslow test: {node} still running after {_SLOW_TEST_S:.0f} s", file=out)
+        # Read from another thread, best effort: a diagnosis, not a result.
+        for task in list(getattr(asyncio.tasks, "_all_tasks", ())):
+            if not task.done():
+                print(f"  task {task.get_name()}: {task.get_coro()!r}", file=out)
+                task.print_stack(limit=8, file=out)
+        out.flush()
+
+    timer = threading.Timer(_SLOW_TEST_S, name_it)
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()

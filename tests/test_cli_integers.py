@@ -197,6 +197,16 @@ def test_the_seconds_of_a_keep_read_ascii_alone(value: str) -> None:
         retention_from([f"completed={value}"])
 
 
+def test_a_priority_out_of_range_is_refused_by_its_flag() -> None:
+    """Not `X_JOB_OPTION_INVALID … (priority)`: the user wrote `--priority`."""
+    args = ["enqueue", "jobs_core.demo", "noop", "{}", *_MEMORY, "--priority", "101"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.startswith("X_CLI_USAGE_INVALID") and "--priority" in result.output, (
+        result.output
+    )
+
+
 def test_a_worker_lease_too_short_to_heartbeat_is_refused_by_its_flag() -> None:
     """Not `X_DRIVER_ERROR … (heartbeat_every)`: the user never named a heartbeat."""
     result = CliRunner().invoke(main, [*_NOWHERE, "--lease", "0.001"])

@@ -24,6 +24,7 @@ from jobs_core.cli.base import (
     DRIVER_ENV,
     WHOLE,
     Seconds,
+    Whole,
     _configure_logging,
     _fail,
     _jobs_in,
@@ -38,7 +39,7 @@ from jobs_core.cli.base import (
 from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
 from jobs_core.cli.schedule import drained, loop_option, started
 from jobs_core.cli.show import Cell, Col, print_table
-from jobs_core.driver import JobDriver
+from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, JobDriver
 from jobs_core.errors import (
     CliUsageInvalidError,
     InputInvalidError,
@@ -516,7 +517,12 @@ _MAX_DELAY_S: Final = 3650 * 86_400.0
     default=None,
     help="Seconds before it may run (e.g. 1.5).",
 )
-@click.option("--priority", type=WHOLE, default=None, help="0-100, lower runs first.")
+@click.option(
+    "--priority",
+    type=Whole(PRIORITY_MIN, PRIORITY_MAX),
+    default=None,
+    help="0-100, lower runs first.",
+)
 def enqueue(
     module: str,
     job_name: str,

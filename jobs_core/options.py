@@ -4,6 +4,7 @@ and `each_enqueue`, the idempotency key of a job that dedupes nothing by key."""
 from __future__ import annotations
 
 import math
+import re
 
 from jobs_core.errors import OptionInvalidError
 from jobs_core.ids import new_id
@@ -29,6 +30,20 @@ def ascii_whole(text: str) -> int | None:
     if not (0 < len(text) <= 18 and text.isascii() and text.isdigit()):
         return None
     return int(text)
+
+
+#: A decimal in ASCII: digits with an optional fraction (`1`, `1.5`, `.5`, `3.`).
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def ascii_decimal(text: str) -> float | None:
+    """`text` (spaces around it aside) as a non-negative float when it is ASCII digits with an
+    optional fraction, at most 32 characters; else None. `float` also reads "1_0", other
+    scripts' digits, signs, exponents, "nan" and "inf"."""
+    text = text.strip()
+    if len(text) > 32 or not _DECIMAL.fullmatch(text):
+        return None
+    return float(text)
 
 
 def finite_number(

@@ -1,6 +1,7 @@
 """Every integer option of `ujobs` reads ASCII digits alone (click's own `int` reads "2_0" as 20,
-"+2" and other scripts' digits, and raises past 4300 digits), and a refusal names the option as
-the user wrote it."""
+"+2" and other scripts' digits, and raises past 4300 digits), every seconds option an ASCII
+decimal in range (click's own `float` reads "1_0", other scripts' digits, "nan" and "inf"), and
+a refusal names the option as the user wrote it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from jobs_core.cli import main
-from jobs_core.cli.base import WHOLE, Whole
+from jobs_core.cli.base import WHOLE, Seconds, Whole
+from jobs_core.cli.run import rate_limit_from, retention_from
+from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
 
 _MEMORY = ["--driver", "memory://"]
 #: A module no one has: a value read where it should be refused ends in its refusal, never in
@@ -97,5 +100,117 @@ def test_a_worker_refusal_names_the_option_as_written(args: list[str], flag: str
 def test_the_demo_names_its_concurrency_as_written() -> None:
     result = CliRunner().invoke(main, ["demo", "--jobs", "1", "--concurrency", "0"])
     assert result.exit_code == 2 and result.output.rstrip().endswith("(--concurrency)"), (
+        result.output
+    )
+
+
+#: Each option that takes seconds, with the words before it that reach it.
+_SECONDS_OPTIONS = [
+    (_NOWHERE, "--lease"),
+    (_NOWHERE, "--drain-timeout"),
+    (["scheduler", "tests.no_such_module", *_MEMORY], "--lease"),
+    (["scheduler", "tests.no_such_module", *_MEMORY], "--drain-timeout"),
+    (["relay", "--outbox", "nowhere://", *_MEMORY], "--lease"),
+    (["relay", "--outbox", "nowhere://", *_MEMORY], "--drain-timeout"),
+    (["enqueue", "tests.no_such_module", "noop", "{}", *_MEMORY], "--delay"),
+    (["stats", "--driver", "nowhere://"], "--window"),
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1_0",
+        "\u0663",
+        "\uff11",
+        "nan",
+        "inf",
+        "-inf",
+        "-1",
+        "+1",
+        "1e3",
+        "0x10",
+        "",
+        ".",
+        "1.5.2",
+        " 1_000 ",
+        "9" * 5000,
+        "1e999",
+        "999999999999",
+    ],
+)
+@pytest.mark.parametrize(("before", "flag"), _SECONDS_OPTIONS)
+def test_a_seconds_option_reads_an_ascii_decimal_in_range(
+    before: list[str], flag: str, value: str
+) -> None:
+    result = CliRunner().invoke(main, [*before, flag, value])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.output.startswith("X_CLI_USAGE_INVALID") and flag in result.output, result.output
+
+
+def test_every_number_option_of_ujobs_reads_ascii_alone() -> None:
+    """No option is left to click's own `float` (a new one must use `Seconds`)."""
+
+    def options(cmd: click.Command) -> Iterator[click.Parameter]:
+        if isinstance(cmd, click.Group):
+            for sub in cmd.commands.values():
+                yield from options(sub)
+        yield from cmd.params
+
+    left = [p.opts for p in options(main) if isinstance(p.type, click.types.FloatParamType)]
+    assert left == []
+
+
+def test_the_seconds_type_reads_decimals_defaults_and_bounds() -> None:
+    s = Seconds(0.0, 10.0)
+    assert [s.convert(v, None, None) for v in (" 1.5 ", "2", ".5", "3.", "0", 10, 2.5)] == [
+        1.5,
+        2.0,
+        0.5,
+        3.0,
+        0.0,
+        10.0,
+        2.5,
+    ]
+    with pytest.raises(click.BadParameter, match=r"0 is not from 0\.01 to 604800"):
+        Seconds(0.01).convert("0", None, None)
+    with pytest.raises(click.BadParameter, match="is not from 0 to 10"):
+        s.convert("10.001", None, None)
+    with pytest.raises(click.BadParameter, match="is not from 0 to 10"):
+        s.convert(float("nan"), None, None)  # a default is checked too
+
+
+@pytest.mark.parametrize(
+    "text", ["1_0/1", "\u0663/1", "+1/1", "10/1_0", "10/inf", "10/nan", "10/1e3"]
+)
+def test_the_numbers_of_a_rate_limit_read_ascii_alone(text: str) -> None:
+    """`--rate-limit N/SECONDS` reads its numbers as the options do."""
+    with pytest.raises(CliUsageInvalidError, match="--rate-limit takes N/SECONDS"):
+        rate_limit_from(text)
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0663", "nan", "inf", "1e3", "-1"])
+def test_the_seconds_of_a_keep_read_ascii_alone(value: str) -> None:
+    """`--keep STATE=SECONDS` reads its seconds as the options do."""
+    with pytest.raises(OptionInvalidError, match=r"retention\.completed"):
+        retention_from([f"completed={value}"])
+
+
+def test_a_priority_out_of_range_is_refused_by_its_flag() -> None:
+    """Not `X_JOB_OPTION_INVALID … (priority)`: the user wrote `--priority`."""
+    args = ["enqueue", "jobs_core.demo", "noop", "{}", *_MEMORY, "--priority", "101"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.startswith("X_CLI_USAGE_INVALID") and "--priority" in result.output, (
+        result.output
+    )
+
+
+def test_a_worker_lease_too_short_to_heartbeat_is_refused_by_its_flag() -> None:
+    """Not `X_DRIVER_ERROR … (heartbeat_every)`: the user never named a heartbeat."""
+    result = CliRunner().invoke(main, [*_NOWHERE, "--lease", "0.001"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.startswith("X_CLI_USAGE_INVALID") and "--lease" in result.output, (
         result.output
     )

@@ -512,7 +512,7 @@ def test_restarts_back_off_and_a_crash_loop_gives_up() -> None:
 def test_the_start_window_is_read_from_the_environment() -> None:
     assert RestartPolicy.from_env({}).start_window_s == 10.0
     assert RestartPolicy.from_env({START_WINDOW_ENV: "0.25"}).start_window_s == 0.25
-    for bad in ("0", "-1", "x", "inf", "nan"):
+    for bad in ("0", "-1", "x", "inf", "nan", "1_0", "\u0663", "1e3", "86401"):
         with pytest.raises(OptionInvalidError) as err:
             RestartPolicy.from_env({START_WINDOW_ENV: bad})
         assert err.value.detail == START_WINDOW_ENV

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import math
 import re
 import sys
 import traceback
@@ -26,9 +25,8 @@ from jobs_core.errors import (
     CliNoJobsError,
     CliUsageInvalidError,
     JobsError,
-    OptionInvalidError,
 )
-from jobs_core.options import ascii_whole
+from jobs_core.options import ascii_decimal, ascii_whole
 from jobs_core.urls import mask_text
 
 if TYPE_CHECKING:
@@ -174,15 +172,6 @@ def _required_driver(url: str | None, command: str) -> str:
     )
 
 
-def _seconds(value: float | None, option: str, *, positive: bool = False) -> None:
-    """Refuse a seconds option that is not finite, or negative (or zero where `positive`)."""
-    if value is None:
-        return
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        need = "a positive" if positive else "a non-negative"
-        raise OptionInvalidError(f"{option} must be {need} number of seconds", detail=option)
-
-
 class Whole(click.ParamType[int]):
     """An integer option: ASCII digits alone (`ascii_whole`: click's own reads "2_0" as 20, "+2"
     and other scripts' digits), within `[minimum, maximum]`; else a usage error naming the
@@ -206,6 +195,58 @@ class Whole(click.ParamType[int]):
 
 #: The integer options' type, unbounded.
 WHOLE: Final = Whole()
+
+#: The longest lease or drain the worker, the scheduler and the relay take (`seconds_to_ms`).
+WEEK_S: Final = 7 * 24 * 3600.0
+
+
+class Seconds(click.ParamType[float]):
+    """A duration option: ASCII digits with an optional fraction alone (`ascii_decimal`:
+    click's own `float` reads "1_0", other scripts' digits, "nan" and "inf"), within
+    `[minimum, maximum]`; else a usage error naming the option (`X_CLI_USAGE_INVALID`)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, maximum: float = WEEK_S) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        # an int or a float: a default, checked like a value typed
+        v = float(value) if type(value) in (int, float) else ascii_decimal(str(value))
+        if v is None:
+            self.fail(
+                f"{value!r} is not a number of seconds in ASCII digits (like 1.5)", param, ctx
+            )
+        if not self.minimum <= v <= self.maximum:  # NaN too
+            self.fail(
+                f"{v:.15g} is not from {self.minimum:.15g} to {self.maximum:.15g}", param, ctx
+            )
+        return v
+
+
+#: The shortest `--lease`: shorter leaves a worker no room to heartbeat within it.
+MIN_LEASE_S: Final = 0.01
+
+
+def lease_option(help: str) -> Callable[[FC], FC]:
+    """`--lease`, for the worker, the scheduler and the relay: seconds, 30 by default."""
+    return click.option(
+        "--lease", default=30.0, show_default=True, type=Seconds(MIN_LEASE_S), help=help
+    )
+
+
+def drain_option(minimum: float = 0.0) -> Callable[[FC], FC]:
+    """`--drain-timeout`, for the worker, the scheduler and the relay: seconds, 30 by default."""
+    return click.option(
+        "--drain-timeout",
+        default=30.0,
+        show_default=True,
+        type=Seconds(minimum),
+        help="Seconds a drain may take.",
+    )
 
 
 def _fail(exc: JobsError) -> NoReturn:

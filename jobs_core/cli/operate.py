@@ -19,6 +19,7 @@ from rich.text import Text
 from jobs_core.cli.base import (
     APP_ENV,
     WHOLE,
+    Seconds,
     _fail,
     _jobs_in,
     _required_driver,
@@ -397,7 +398,11 @@ def workers(url: str | None, as_json: bool) -> None:
 @main.command()
 @driver_option
 @click.option(
-    "--window", default=3600.0, show_default=True, help="Seconds of settles to count back."
+    "--window",
+    default=3600.0,
+    show_default=True,
+    type=Seconds(60, 30 * 24 * 3600),
+    help="Seconds of settles to count back (60 to 30 days' worth).",
 )
 @json_option
 def stats(url: str | None, window: float, as_json: bool) -> None:
@@ -412,8 +417,6 @@ def stats(url: str | None, window: float, as_json: bool) -> None:
     rate limit, a concurrency slot, a job name this worker does not run; due again later),
     suspended (the run parked itself: a durable sleep, an event wait, a wait on child jobs;
     counted at each park), cancelled."""
-    if not 60 <= window <= 30 * 24 * 3600:
-        _fail(OptionInvalidError("--window must be 60 s to 30 days", detail="--window"))
     view = _run(url, None, lambda op: op.stats(round(window * 1000)))
     if as_json:
         emit_json(view.to_json())

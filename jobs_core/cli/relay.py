@@ -20,9 +20,10 @@ from jobs_core.cli.base import (
     _configure_logging,
     _fail,
     _required_driver,
-    _seconds,
     console,
+    drain_option,
     emit_json,
+    lease_option,
     literal,
     main,
 )
@@ -57,8 +58,8 @@ OUTBOX_HELP = (
     type=WHOLE,
     help="Rows per claim (1 to 1000).",
 )
-@click.option("--lease", default=30.0, show_default=True, help="A claim's lease, in seconds.")
-@click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
+@lease_option("A claim's lease, in seconds.")
+@drain_option()
 @log_format_option
 @loop_option
 @click.pass_context
@@ -86,8 +87,6 @@ def relay(
                 f"ujobs relay needs --outbox URL or env {OUTBOX_ENV}: the database the app"
                 " stages its jobs in"
             )
-        _seconds(lease, "--lease", positive=True)
-        _seconds(drain_timeout, "--drain-timeout")
         loop_factory(loop)
         r = Relay(outbox_from_url(outbox_url), driver_from_url(url), batch=batch, lease=lease)
     except JobsError as exc:

@@ -23,20 +23,23 @@ from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
     WHOLE,
+    Seconds,
+    Whole,
     _configure_logging,
     _fail,
     _jobs_in,
     _required_driver,
-    _seconds,
     console,
+    drain_option,
     emit_json,
+    lease_option,
     literal,
     main,
 )
 from jobs_core.cli.relay import OUTBOX_ENV, OUTBOX_HELP, outbox_for_worker, print_relay
 from jobs_core.cli.schedule import drained, loop_option, started
 from jobs_core.cli.show import Cell, Col, print_table
-from jobs_core.driver import JobDriver
+from jobs_core.driver import PRIORITY_MAX, PRIORITY_MIN, JobDriver
 from jobs_core.errors import (
     CliUsageInvalidError,
     InputInvalidError,
@@ -49,6 +52,7 @@ from jobs_core.job import JobHandle
 from jobs_core.leases import RateLimit
 from jobs_core.leases.limits import RateScope
 from jobs_core.lifecycle import StopBudget, close_quietly, loop_factory, loop_name, run_role
+from jobs_core.options import ascii_decimal, ascii_whole
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
@@ -73,8 +77,8 @@ from jobs_core.worker.supervisor import (
 @click.option(
     "--max-in-flight", type=WHOLE, default=None, help="Jobs held at once (>= concurrency)."
 )
-@click.option("--lease", default=30.0, show_default=True, help="Lease, in seconds.")
-@click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
+@lease_option("Lease, in seconds.")
+@drain_option(0.001)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -183,8 +187,6 @@ def worker(
         url = _required_driver(url, "worker")
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise OptionInvalidError("must be a port, 0 to 65535", detail="--metrics-port")
-        _seconds(lease, "--lease", positive=True)
-        _seconds(drain_timeout, "--drain-timeout")
         loop_factory(loop)  # `--loop uvloop` without uvloop: refused before anything starts
         retention = retention_from(keeps)
         driver = driver_from_url(url)
@@ -298,12 +300,12 @@ def retention_from(keeps: Sequence[str]) -> Retention:
         if value == "forever":
             given[state] = None
             continue
-        try:
-            given[state] = float(value)
-        except ValueError:
+        given[state] = ascii_decimal(value)
+        if given[state] is None:
             raise OptionInvalidError(
-                "must be seconds or 'forever'", detail=f"retention.{state}"
-            ) from None
+                "must be seconds in ASCII digits (like 1.5) or 'forever'",
+                detail=f"retention.{state}",
+            )
     return replace(Retention(), **given)
 
 
@@ -315,11 +317,8 @@ def rate_limit_from(text: str) -> RateLimit:
     `X_CLI_USAGE_INVALID`, a bad number as `RateLimit` refuses it."""
     spec, _, by = text.partition(":")
     n, sep, per = spec.partition("/")
-    try:
-        limit, seconds = int(n), float(per)
-    except ValueError:
-        limit, seconds, sep = 0, 0.0, ""
-    if not sep or (by and by not in ("global", "queue", "tenant")):
+    limit, seconds = ascii_whole(n), ascii_decimal(per)
+    if limit is None or seconds is None or not sep or by not in ("", "global", "queue", "tenant"):
         raise CliUsageInvalidError(
             "--rate-limit takes N/SECONDS[:BY], BY one of global, queue, tenant", detail=text
         )
@@ -501,14 +500,29 @@ def upgrade(url: str) -> None:
     console.print(Text.assemble(what, " on ", literal(driver.describe(), "cyan")), soft_wrap=True)
 
 
+#: The longest `--delay`: ten years (`facade.MAX_TIME_MS`, the latest time a store holds, is
+#: further off than that until the 2100s).
+_MAX_DELAY_S: Final = 3650 * 86_400.0
+
+
 @main.command()
 @click.argument("module")
 @click.argument("job_name")
 @click.argument("input_json")
 @click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
 @click.option("--key", default=None, help="Idempotency key (else the job's own function).")
-@click.option("--delay", type=float, default=None, help="Seconds before it may run (e.g. 1.5).")
-@click.option("--priority", type=WHOLE, default=None, help="0-100, lower runs first.")
+@click.option(
+    "--delay",
+    type=Seconds(0, _MAX_DELAY_S),
+    default=None,
+    help="Seconds before it may run (e.g. 1.5).",
+)
+@click.option(
+    "--priority",
+    type=Whole(PRIORITY_MIN, PRIORITY_MAX),
+    default=None,
+    help="0-100, lower runs first.",
+)
 def enqueue(
     module: str,
     job_name: str,
@@ -521,7 +535,6 @@ def enqueue(
     """Enqueue one JOB_NAME from MODULE with INPUT_JSON; prints the id and whether it deduped."""
     try:
         url = _required_driver(url, "enqueue")
-        _seconds(delay, "--delay")
         driver = driver_from_url(url)
         handles = {h.name: h for h in _jobs_in(module)}
         handle = handles.get(job_name)

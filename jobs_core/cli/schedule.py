@@ -18,9 +18,10 @@ from jobs_core.cli.base import (
     _fail,
     _import_module,
     _required_driver,
-    _seconds,
     console,
+    drain_option,
     emit_json,
+    lease_option,
     literal,
     main,
     tz_option,
@@ -95,8 +96,8 @@ def tasks_in(module: str) -> list[TaskHandle]:
 @main.command()
 @click.argument("module")
 @click.option("--driver", "url", envvar=DRIVER_ENV, show_envvar=True, help=_DRIVER_HELP)
-@click.option("--lease", default=30.0, show_default=True, help="The leader's lease, in seconds.")
-@click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds a drain may take.")
+@lease_option("The leader's lease, in seconds.")
+@drain_option()
 @log_format_option
 @loop_option
 @click.pass_context
@@ -120,8 +121,6 @@ def scheduler(
     _configure_logging(ctx.obj or 0, log_format, [url] if url else [])
     try:
         url = _required_driver(url, "scheduler")
-        _seconds(lease, "--lease", positive=True)
-        _seconds(drain_timeout, "--drain-timeout")
         loop_factory(loop)
         handles = tasks_in(module)
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)

@@ -183,12 +183,14 @@ class ClaimLoop:
             for b in result.buried:
                 self._outcomes.buried(b)
             held = [self._hold(j, now) for j in result.jobs]
+            if self.budget is not None:
+                # Counted as they are held, before the admission's wait: a `limit` called in
+                # it counts them among those held already, once.
+                self.budget -= len(result.jobs)
+                self._unended += len(result.jobs)
             await self._admission(held, now)
             for h in held:
                 self._start(h)
-            if self.budget is not None:
-                self.budget -= len(result.jobs)
-                self._unended += len(result.jobs)
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
             if self._draining():

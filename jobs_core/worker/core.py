@@ -386,7 +386,9 @@ class Worker:
 
     def limit_claims(self, jobs: int, then: Callable[[], None]) -> None:
         """Claim at most `jobs` more jobs, and call `then` (on the loop, once) when the runs of
-        all of them ended: a recycle's drain then finds nothing running."""
+        all of them ended, and of those held now: a recycle's drain then finds nothing running.
+        On a running worker, a claim already sent counts against `jobs` (it may take more: it
+        asked before); the jobs of one that answered are held already."""
         if jobs < 1:
             raise ValueError("limit_claims needs at least one job")
         self._claims.limit(jobs, then)

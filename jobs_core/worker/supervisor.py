@@ -66,7 +66,7 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import CliUsageInvalidError, OptionInvalidError
-from jobs_core.options import ascii_whole
+from jobs_core.options import ascii_decimal, ascii_whole
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -89,6 +89,8 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 STARTED_FD_ENV: Final = "UJOBS_SUPERVISOR_STARTED_FD"
 #: The environment variable setting the supervisor's start window in seconds (`RestartPolicy`).
 START_WINDOW_ENV: Final = "UJOBS_SUPERVISOR_START_WINDOW"
+#: The longest start window: a day.
+MAX_START_WINDOW_S: Final = 86_400.0
 #: What a child writes on its pipe once it started.
 STARTED_LINE: Final = b"started\n"
 
@@ -154,17 +156,17 @@ class RestartPolicy:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RestartPolicy:
         """The default policy, its start window taken from `START_WINDOW_ENV` when set (a
-        positive number of seconds, else `X_JOB_OPTION_INVALID` naming the variable)."""
+        positive number of seconds in ASCII digits, at most a day; else `X_JOB_OPTION_INVALID`
+        naming the variable)."""
         text = env.get(START_WINDOW_ENV, "").strip()
         if not text:
             return cls()
-        try:
-            window = float(text)
-        except ValueError:
-            window = 0.0
-        if not 0 < window < float("inf"):
+        window = ascii_decimal(text) or 0.0
+        if not 0 < window <= MAX_START_WINDOW_S:
             raise OptionInvalidError(
-                "must be a positive number of seconds", detail=START_WINDOW_ENV
+                f"must be a positive number of seconds in ASCII digits, at most"
+                f" {MAX_START_WINDOW_S:g}",
+                detail=START_WINDOW_ENV,
             )
         return cls(start_window_s=window)
 

@@ -202,3 +202,42 @@ h_forks = _in_process(forks, _by_org, retry=RETRY_ONCE)
 h_deafens = _in_process(deafens, retry=RETRY_ONCE)
 h_answers_then_dies = _in_process(answers_then_dies)
 h_hostile = _in_process(hostile, retry=Retry(attempts=1, dead_letter=False))
+
+
+def _pipe_to_the_worker() -> Any:
+    """This child's end of its pipe to the worker (held by the child's main loop)."""
+    import gc
+    from multiprocessing.connection import Connection
+
+    (conn,) = [o for o in gc.get_objects() if isinstance(o, Connection) and not o.closed]
+    return conn
+
+
+def dies_mid_answer(input: dict[str, Any], ctx: ProcessContext) -> int:
+    """Forks a process that outlives it by far (holding the pipe to the worker; its pid written
+    to the file `grandchild`), writes the first 70 KB of a 200 KB answer, then ends as a kill
+    while it wrote an answer larger than the pipe holds would end it: `how` "dies" exits at
+    once, "hangs" sleeps until the worker kills it (a deadline, a cancel)."""
+    import struct
+
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    Path(input["grandchild"]).write_text(str(pid))
+    os.write(_pipe_to_the_worker().fileno(), struct.pack("!i", 200_000) + b"x" * 70_000)
+    if input["how"] == "dies":
+        os._exit(9)
+    time.sleep(30)
+    return 0
+
+
+def forks_and_answers(input: dict[str, Any], ctx: ProcessContext) -> int:
+    """Forks a process that outlives it by far (holding the pipe to the worker; its pid written
+    to the file `grandchild`), then answers its own pid."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    Path(input["grandchild"]).write_text(str(pid))
+    return os.getpid()

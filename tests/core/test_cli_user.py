@@ -173,8 +173,8 @@ def test_usage_errors_and_bad_values_are_typed_refusals(app: Path, tmp_path: Pat
     one_line_refusal(unparsed, "X_JOB_INPUT_INVALID")
     assert len(delays) == len(bads)
     for done in delays:
-        assert "--delay" in one_line_refusal(done, "X_JOB_OPTION_INVALID")
-    assert "--lease" in one_line_refusal(lease, "X_JOB_OPTION_INVALID")
+        assert "--delay" in one_line_refusal(done, "X_CLI_USAGE_INVALID")
+    assert "--lease" in one_line_refusal(lease, "X_CLI_USAGE_INVALID")
 
 
 def test_every_duration_is_in_seconds_options_and_banner_alike(tmp_path: Path) -> None:
@@ -198,8 +198,8 @@ def test_every_duration_is_in_seconds_options_and_banner_alike(tmp_path: Path) -
         tmp_path, (["worker", "--help"], ROOT, None), (["enqueue", "--help"], ROOT, None)
     )
     helps = {"worker": worker.stdout, "enqueue": enqueue.stdout}
-    assert "--lease FLOAT" in helps["worker"] and "--drain-timeout FLOAT" in helps["worker"]
-    assert "--delay FLOAT" in helps["enqueue"]
+    assert "--lease SECONDS" in helps["worker"] and "--drain-timeout SECONDS" in helps["worker"]
+    assert "--delay SECONDS" in helps["enqueue"]
     for text in helps.values():
         assert " ms" not in text and "millisecond" not in text and "econds" in text
 

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -540,6 +541,64 @@ async def test_a_fork_that_returns_from_the_body_never_answers_in_its_place() ->
 
 def _none() -> None:
     return None
+
+
+def _pipe_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(f"{name}-pipe")]
+
+
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+async def test_a_process_ended_mid_answer_with_a_fork_holding_its_pipe_blocks_no_thread(
+    tmp_path: Path, how: str
+) -> None:
+    """The body's process forks a process that lives on holding its end of the pipe, writes
+    part of an answer larger than the pipe holds, and dies ("dies") or is killed when its run
+    ends ("hangs": the run is cancelled, as at a deadline): the run ends, and no thread of the
+    pool is left reading the rest of an answer that will never come."""
+    grandchild, name = tmp_path / "grandchild", f"ujobs-mid-{how}"
+    pool = BodyProcesses(1, ["tests.core.process_bodies"], name=name)
+    input = json.dumps({"n": 1, "how": how, "grandchild": str(grandchild)})
+    try:
+        if how == "dies":
+            with pytest.raises(ProcessDiedError, match="exit code 9"):
+                async with asyncio.timeout(10):
+                    await pool.run(pb.dies_mid_answer, input, _ctx(), _none)
+        else:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(2):
+                    await pool.run(pb.dies_mid_answer, input, _ctx(), _none)
+    finally:
+        await pool.close()
+        try:  # while the fork lives on: its end of the pipe never closes by itself
+            await until(lambda: not _pipe_threads(name), within=5)
+        finally:
+            _kill(grandchild)
+    assert spawned_children() == set()
+
+
+async def test_a_call_to_a_dead_process_whose_fork_holds_its_pipe_never_blocks(
+    tmp_path: Path,
+) -> None:
+    """A process that died idle while a process its body forked holds its end of the pipe
+    reads nothing more: a call too large for the pipe sent to it fails (None) rather than
+    block its thread for as long as the fork lives."""
+    grandchild = tmp_path / "grandchild"
+    pool = BodyProcesses(1, ["tests.core.process_bodies"])
+    try:
+        async with asyncio.timeout(20):
+            await pool.run(
+                pb.forks_and_answers,
+                json.dumps({"n": 1, "grandchild": str(grandchild)}),
+                _ctx(),
+                _none,
+            )
+            (child,) = pool._idle
+            child.kill()
+            assert await asyncio.to_thread(child.exited, 5.0)
+            assert await asyncio.to_thread(child.ask, b"x" * 8_000_000) is None
+    finally:
+        await pool.close()
+        _kill(grandchild)
 
 
 async def test_a_chaos_of_process_bodies_on_redis_loses_no_job(tmp_path: Path) -> None:

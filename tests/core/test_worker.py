@@ -532,3 +532,47 @@ async def test_limit_claims_on_a_running_worker_waits_for_the_runs_it_had() -> N
     release[0].set()
     await until(lambda: calls == [2])
     await worker.stop()
+
+
+class _HeldAdmissions(MemoryDriver):
+    """The memory store, its lease takes (a limited job's admission) held until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taking = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def lease_take(self, takes: Any, now_ms: int) -> Any:
+        self.taking.set()
+        await self.go.wait()
+        return await super().lease_take(takes, now_ms)
+
+
+async def test_limit_claims_while_claimed_jobs_are_admitted_still_calls_back() -> None:
+    """Called while the jobs of a claim wait for their admission (a rate limit's lease), those
+    jobs are held already: counted once among the runs `then` waits for, and not against the
+    jobs it may still claim (one more here), so `then` comes once both ran."""
+    from jobs_core.leases import RateLimit
+
+    driver = _HeldAdmissions()
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        return None
+
+    handle = declare(body, name="limited")
+    await Jobs(driver).enqueue(handle, {"n": 0})
+    calls: list[int] = []
+    worker = fast_worker(driver, [handle], rate_limits=RateLimit(1000, per=1))
+    await worker.start()
+    try:
+        await asyncio.wait_for(driver.taking.wait(), 5)
+        worker.limit_claims(1, lambda: calls.append(worker.stats.completed))
+        driver.go.set()
+        await until(lambda: worker.stats.completed == 1)
+        await asyncio.sleep(0.05)
+        assert calls == []  # one more job may still be claimed
+        await Jobs(driver).enqueue(handle, {"n": 1})
+        await until(lambda: calls == [2])
+        assert worker.stats.claimed == 2
+    finally:
+        await worker.stop()

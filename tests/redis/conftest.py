@@ -1,7 +1,7 @@
 """Redis test setup: a fresh key prefix per driver, and three backends to run every test on.
 
 - `real`: the shared server at `JOBS_TEST_REDIS_URL` (default `redis://127.0.0.1:6379/0`); each
-  driver gets its own prefix and its keys are deleted (SCAN + DEL) when it closes.
+  driver gets its own prefix and its keys are deleted (SCAN + UNLINK) when it closes.
 - `fake`: fakeredis with Lua through lupa, one fresh in-process server per driver.
 - `cluster`: a one-node Redis Cluster this session starts on a spare loopback port, in its own
   temp dir, reached through `redis+cluster://`.
@@ -27,6 +27,7 @@ import pytest
 from jobs_core.driver import JobDriver
 from jobs_core.testing.profiles import selected_profile
 from jobs_redis import RedisDriver
+from jobs_redis.scratch import unlink_prefix
 from tests.redis.proxy import RedisProxy
 
 REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -47,11 +48,9 @@ def fresh_prefix() -> str:
 
 
 async def purge(driver: RedisDriver) -> None:
-    """Delete every key of the driver's prefix (SCAN + DEL, never FLUSHDB: others share it)."""
-    client: Any = driver.client
-    found = [k async for k in client.scan_iter(match=driver.keys.pattern(), count=1000)]
-    if found:
-        await client.delete(*found)
+    """Delete every key of the driver's prefix (`unlink_prefix`: SCAN + UNLINK, never FLUSHDB:
+    others share the server)."""
+    await unlink_prefix(driver)
 
 
 @contextlib.asynccontextmanager

@@ -625,3 +625,33 @@ async def test_a_facade_batch_sent_again_finds_its_rows_by_id(make_driver: Facto
         rows = await d.job_get_many([r.id for r in first])
         assert [rows[r.id].state for r in first] == [JobState.COMPLETED] * 3
         assert await d.queue_demand(["q"], T0) == {"q": 0}
+
+
+async def test_a_prefix_is_dropped_by_unlink_never_by_del(tmp_path: Path) -> None:
+    """The suite's purge and the shipped scratch store remove a prefix's keys with UNLINK (the
+    server frees them off its main thread: a DEL of a prefix of 100,000 jobs held the shared
+    server for over half a second), and leave every other prefix's keys alone."""
+    from jobs_core.urls import driver_from_url
+    from jobs_redis.scratch import RedisScratch
+    from tests.redis.conftest import purge
+
+    server = RedisServer(tmp_path / "purge")
+    server.start()
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        scratch = RedisScratch(url)
+        mine: Any = driver_from_url(scratch.url)
+        async with mine, RedisDriver(url, prefix="kept") as kept:
+            for d in (mine, kept):
+                await d.job_enqueue_many([new_job(n) for n in range(3)])
+            await purge(mine)
+            await mine.job_enqueue_many([new_job(n) for n in range(3, 5)])
+        await scratch.drop()
+        stats = server.cli("info", "commandstats")
+        assert "cmdstat_unlink:" in stats and "cmdstat_del:" not in stats, stats
+        assert all(k.startswith("{kept}:") for k in server.cli("--scan").split()), server.cli(
+            "--scan"
+        )
+        assert server.cli("--scan").split()
+    finally:
+        server.stop()

@@ -54,16 +54,18 @@ def test_an_integer_option_reads_ascii_digits_alone(
     assert result.output.startswith(code) and flag in result.output, result.output
 
 
+def _options(cmd: click.Command) -> Iterator[click.Parameter]:
+    """Every option of `cmd` and of its subcommands, at any depth."""
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            yield from _options(sub)
+    yield from cmd.params
+
+
 def test_every_integer_option_of_ujobs_reads_ascii_digits_alone() -> None:
     """No integer option is left to click's own `int` (a new one must use `WHOLE`)."""
 
-    def options(cmd: click.Command) -> Iterator[click.Parameter]:
-        if isinstance(cmd, click.Group):
-            for sub in cmd.commands.values():
-                yield from options(sub)
-        yield from cmd.params
-
-    left = [p.opts for p in options(main) if isinstance(p.type, click.types.IntParamType)]
+    left = [p.opts for p in _options(main) if isinstance(p.type, click.types.IntParamType)]
     assert left == [["-v", "--verbose"]]  # a count: click reads `-vv`, never a value
 
 
@@ -152,13 +154,7 @@ def test_a_seconds_option_reads_an_ascii_decimal_in_range(
 def test_every_number_option_of_ujobs_reads_ascii_alone() -> None:
     """No option is left to click's own `float` (a new one must use `Seconds`)."""
 
-    def options(cmd: click.Command) -> Iterator[click.Parameter]:
-        if isinstance(cmd, click.Group):
-            for sub in cmd.commands.values():
-                yield from options(sub)
-        yield from cmd.params
-
-    left = [p.opts for p in options(main) if isinstance(p.type, click.types.FloatParamType)]
+    left = [p.opts for p in _options(main) if isinstance(p.type, click.types.FloatParamType)]
     assert left == []
 
 

@@ -658,7 +658,7 @@ JOB_CLAIM: Final = sa.union_all(
 ).add_cte(_beat, _buried_counted)
 
 # -- JOB_CLAIM_LOST -----------------------------------------------------------------------------
-# The rows a claim whose answer was lost may have taken (`PgDriver._lost_claim`), with the claim
+# The rows a claim whose answer was lost may have taken (`PgDriver._lost_look`), with the claim
 # count each is fenced by: `running` for its worker, leased to its lease end and claimed at its
 # time, in its queues (the `jobs_lease` index). A claim of the same worker, time and lease end
 # takes rows that look the same: the driver leaves out those it answered.

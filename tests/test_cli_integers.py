@@ -47,10 +47,15 @@ _OPTIONS = [
 def test_an_integer_option_reads_ascii_digits_alone(
     before: list[str], flag: str, value: str
 ) -> None:
-    result = CliRunner().invoke(main, [*before, flag, value])
+    code = "X_JOB_OPTION_INVALID" if flag == "--processes" else "X_CLI_USAGE_INVALID"
+    _assert_refused([*before, flag, value], flag, code)
+
+
+def _assert_refused(args: list[str], flag: str, code: str) -> None:
+    """`ujobs args` exits 2, raising nothing but its exit, with `code` naming `flag`."""
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, (result.output, result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    code = "X_JOB_OPTION_INVALID" if flag == "--processes" else "X_CLI_USAGE_INVALID"
     assert result.output.startswith(code) and flag in result.output, result.output
 
 
@@ -145,10 +150,7 @@ _SECONDS_OPTIONS = [
 def test_a_seconds_option_reads_an_ascii_decimal_in_range(
     before: list[str], flag: str, value: str
 ) -> None:
-    result = CliRunner().invoke(main, [*before, flag, value])
-    assert result.exit_code == 2, (result.output, result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert result.output.startswith("X_CLI_USAGE_INVALID") and flag in result.output, result.output
+    _assert_refused([*before, flag, value], flag, "X_CLI_USAGE_INVALID")
 
 
 def test_every_number_option_of_ujobs_reads_ascii_alone() -> None:

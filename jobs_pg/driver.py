@@ -922,6 +922,10 @@ class PgDriver(JobDriver):
                     for p in batch:
                         if not p.fut.done():
                             p.fut.set_exception(lost)
+                        elif p.claim is not None:
+                            # Its caller gone meanwhile: its rows, if it committed, are looked
+                            # for as a lost claim's.
+                            self._lost_claims.lost(p.claim)
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
@@ -1041,8 +1045,8 @@ class PgDriver(JobDriver):
         answer False and a claim take more; lost, its claimed jobs were held by nobody until
         their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
-        X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim, if it committed,
-        holds its jobs until their leases lapse."""
+        X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
+        (`LostClaims`: its rows, if it committed, are looked for and given back)."""
         cur: psycopg.AsyncCursor[Any] | None = None
         answered = False
         try:
@@ -1073,6 +1077,10 @@ class PgDriver(JobDriver):
         except asyncio.CancelledError:
             if answered and claim is not None and cur is not None and _has_rows(cur):
                 self._give_back(claim, await cur.fetchall())
+            elif not answered and claim is not None and cur is not None and cur.connection.closed:
+                # psycopg gave up on the answer after its cancel and closed the session: the
+                # commit is unknown, as when a connection drops (`LostClaims`).
+                self._lost_claims.lost(claim)
             raise
 
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:

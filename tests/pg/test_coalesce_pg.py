@@ -394,7 +394,8 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
     """The claim's caller is cancelled after the shared commit and the answer never comes:
     psycopg waits 5 s after its cancel, then closes the session. The commit is unknown, so the
     ack's caller gets X_DRIVER_UNAVAILABLE (its settle lane sends it again), as when the
-    connection drops, not False from running it again alone."""
+    connection drops, not False from running it again alone; the claim's rows, if it
+    committed, are given back as a lost claim's."""
     async with _committed_unanswered(pg, 30.0) as (proxy, first, ack, claim):
         claim.cancel()
         await asyncio.sleep(5.5)  # psycopg's wait for the answer after its cancel, and its close
@@ -407,7 +408,13 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
             await claim
         states = _states(pg.schema)
         assert {states[j.id] for j in first} == {"completed"}
-        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+        # The claim's two jobs, committed for a caller gone with the answer unknown, are looked
+        # for as a lost claim's (`LostClaims`) and go back, not run for nobody to their lapse.
+        for _ in range(100):
+            if sorted(_states(pg.schema).values()) == ["completed"] * 2 + ["ready"] * 4:
+                break
+            await asyncio.sleep(0.05)
+        assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
 
 
 @pytest.mark.parametrize("what", ["claim", "ack"])
@@ -468,6 +475,30 @@ async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(pg: P
         # Ready from when they were given back (the claim's time and 0.3 s more), as a drain's.
         later = replace(_claim(2), now_ms=T0 + 2_000)
         assert len((await d.job_claim(later)).jobs) == 2
+
+
+async def test_a_lone_claim_cancelled_whose_answer_never_comes_gives_its_jobs_back(
+    pg: PgDriver,
+) -> None:
+    """A claim with no company commits, then its caller is cancelled while the relay holds the
+    answer back for good: psycopg waits 5 s after its cancel, then closes the session, the
+    commit unknown. Its jobs are looked for as a lost claim's and go back to ready, their
+    attempt given back, rather than running for nobody until their leases lapse (a lapse of a
+    final attempt would bury it, never run)."""
+    async with _relayed(pg, 30.0) as (proxy, d):
+        await d.job_enqueue_many([job(i) for i in range(2)])
+        proxy.hold = True
+        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
+        await _until(lambda: set(_states(pg.schema).values()) == {"running"})
+        claim.cancel()
+        proxy.hold = False  # what is held stays held; the look for the claim's rows gets through
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(claim, 10)  # psycopg's 5 s wait after its cancel, then close
+        for _ in range(100):
+            if set(_states(pg.schema).values()) == {"ready"}:
+                break
+            await asyncio.sleep(0.05)
+        assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
 
 
 async def test_a_claim_given_back_is_stamped_when_given_back_and_reports_what_it_buried(

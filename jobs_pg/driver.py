@@ -723,6 +723,23 @@ class PgDriver(JobDriver):
         finally:
             here.hot_busy = False
 
+    @contextlib.asynccontextmanager
+    async def _transaction(self, conn: _Conn) -> AsyncIterator[None]:
+        """`conn.transaction()`. Rolled back, the session's gathered rounds forget what they
+        prepared there (`Session.forget`): psycopg deallocates every prepared statement of a
+        session whose transaction it rolls back (`DEALLOCATE ALL`), and a round executing one
+        of them would be taken for a pooler's loss, preparing turned off for the driver's life.
+        """
+        try:
+            async with conn.transaction():
+                yield
+        except BaseException:
+            here = self._loops.peek()
+            session = here.pool.sessions.get(conn) if here is not None and here.pool else None
+            if session is not None:
+                session.forget()
+            raise
+
     async def _execute(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
@@ -1279,7 +1296,7 @@ class PgDriver(JobDriver):
         tries = 0
         while True:
             try:
-                async with self._conn() as conn, conn.transaction():
+                async with self._conn() as conn, self._transaction(conn):
                     out = await self._enqueue_chunks(conn, jobs, order, wake=False)
                     await self._enqueue_wake(conn, jobs, out)
                 return out
@@ -1713,7 +1730,7 @@ class PgDriver(JobDriver):
         tries = 0
         while True:
             try:
-                async with self._conn() as conn, conn.transaction():
+                async with self._conn() as conn, self._transaction(conn):
                     return await work(conn)
             except DriverConflictError:
                 if tries >= self._conflict_retries:
@@ -1745,7 +1762,7 @@ class PgDriver(JobDriver):
     ) -> list[tuple[Any, ...]]:
         if not psycopg.AsyncPipeline.is_supported():
             # A libpq before 14: the same transaction, a round trip per statement.
-            async with conn.transaction():
+            async with self._transaction(conn):
                 rows: list[tuple[Any, ...]] = []
                 for name, values in steps:
                     rows = await self._on(conn, name, values)

@@ -607,6 +607,43 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
         await d.close()
 
 
+async def test_a_round_after_a_rolled_back_transaction_on_its_session_stays_prepared(
+    pg_schema: str,
+) -> None:
+    """psycopg deallocates every prepared statement of a session whose transaction it rolled
+    back (DEALLOCATE ALL, its own and the rounds'): here an `enqueue_many` of two chunks whose
+    call timed out waiting on a lock. The next round on that session prepares its statements
+    again, and lands prepared: it is not read as a pooler's loss, which would stop preparing
+    for the driver's life."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False, call_timeout_s=1.0)
+    try:
+        await d.job_enqueue_many([job(i) for i in range(6)])
+        first = (await d.job_claim(_claim(2))).jobs
+        landed, second = await asyncio.gather(
+            d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and len(second.jobs) == 2
+        assert d._prepare_threshold == 0  # the round ran prepared
+        with admin() as locker:
+            locker.autocommit = False
+            locker.execute(f'LOCK TABLE "{pg_schema}".jobs IN SHARE ROW EXCLUSIVE MODE')
+            with pytest.raises(JobsError) as got:
+                await d.job_enqueue_many([job(f"big-{i}") for i in range(1_500)])
+            assert got.value.code == "X_DRIVER_UNAVAILABLE"
+            locker.rollback()
+        # The failure's sweep checks the idle session in the background: done, the round below
+        # takes that session, not one opened beside it meanwhile.
+        await asyncio.sleep(0.3)
+        landed, third = await asyncio.gather(
+            d.job_ack([_ack(j) for j in second.jobs]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and len(third.jobs) == 2
+        assert d._prepare_threshold == 0  # still prepared: no "prepare_off"
+        assert sorted(_states(pg_schema).values()) == ["completed"] * 4 + ["running"] * 2
+    finally:
+        await d.close()
+
+
 async def test_what_a_round_keeps_of_a_connection_goes_with_it(pg_schema: str) -> None:
     """A round keeps its prepared names and psycopg's dumpers per connection (which they hold):
     a connection the pool closes takes them along, or every discarded connection would live on."""

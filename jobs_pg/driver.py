@@ -2605,6 +2605,7 @@ class _Pool:
         self.timeout = timeout
         self._on_connect = on_connect
         self._slots = asyncio.Semaphore(max_size)
+        self._max_size = max_size
         self._idle: list[tuple[_Conn, float]] = []
         self._born: dict[int, float] = {}
         #: What the gathered rounds keep of each connection (`wire.Round`), dropped with it.
@@ -2645,6 +2646,8 @@ class _Pool:
                 and not _stale(conn)
                 and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 and time.monotonic() - born < POOL_MAX_LIFETIME_S
+                # Over its size while `check` held the idle ones (calls meanwhile opened more).
+                and len(self._born) <= self._max_size
             )
             if healthy:
                 self._idle.append((conn, time.monotonic()))
@@ -2662,7 +2665,9 @@ class _Pool:
             await self.putconn(conn)
 
     async def check(self) -> None:
-        """Close the idle connections the server no longer answers on."""
+        """Close the idle connections the server no longer answers on. Calls meanwhile find
+        none idle and open new ones: those checked that would take the pool past its size are
+        closed too."""
         idle, self._idle = self._idle, []
         for conn, since in idle:
             try:
@@ -2670,7 +2675,10 @@ class _Pool:
             except Exception:
                 await self._discard(conn)
             else:
-                self._idle.append((conn, since))
+                if len(self._born) > self._max_size:
+                    await self._discard(conn)
+                else:
+                    self._idle.append((conn, since))
 
     async def close(self) -> None:
         self._closed = True

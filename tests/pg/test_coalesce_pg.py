@@ -14,7 +14,7 @@ import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import JobsError
-from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, Fence
+from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, ClaimResult, Fence
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.pg.conftest import PG_URL, admin
@@ -455,50 +455,38 @@ async def test_a_lone_call_timed_out_after_its_commit_keeps_its_answer(
             assert sorted(states.values()) == ["completed"] * 4 + ["ready"] * 2
 
 
-async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(pg: PgDriver) -> None:
-    """A claim with no company commits, then its caller is cancelled while the relay holds
-    the answer back: the server's cancel comes too late and psycopg reads the answer in. Its
-    jobs go back to ready at once, their attempt given back, rather than running for nobody
-    until their leases lapse (the lapse would spend the attempt)."""
-    async with _relayed(pg, 30.0) as (proxy, d):
-        await d.job_enqueue_many([job(i) for i in range(2)])
-        proxy.hold = True
-        claim = asyncio.ensure_future(d.job_claim(_claim(2)))
-        await _until(lambda: set(_states(pg.schema).values()) == {"running"})
-        claim.cancel()
-        await asyncio.sleep(0.3)  # the server's cancel sent, too late
-        proxy.release()
-        with pytest.raises(asyncio.CancelledError):
-            await claim
-        await _until(lambda: set(_states(pg.schema).values()) == {"ready"})
-        assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
-        # Ready from when they were given back (the claim's time and 0.3 s more), as a drain's.
-        later = replace(_claim(2), now_ms=T0 + 2_000)
-        assert len((await d.job_claim(later)).jobs) == 2
-
-
-async def test_a_lone_claim_cancelled_whose_answer_never_comes_gives_its_jobs_back(
-    pg: PgDriver,
+@pytest.mark.parametrize("answer", ["late", "never"])
+async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(
+    pg: PgDriver, answer: str
 ) -> None:
-    """A claim with no company commits, then its caller is cancelled while the relay holds the
-    answer back for good: psycopg waits 5 s after its cancel, then closes the session, the
-    commit unknown. Its jobs are looked for as a lost claim's and go back to ready, their
-    attempt given back, rather than running for nobody until their leases lapse (a lapse of a
-    final attempt would bury it, never run)."""
+    """A claim with no company commits, then its caller is cancelled while the relay holds
+    the answer back. Late, the server's cancel comes too late and psycopg reads the answer in;
+    never, psycopg waits 5 s after its cancel, then closes the session, the commit unknown, and
+    the rows are looked for as a lost claim's. Either way its jobs go back to ready, their
+    attempt given back, rather than running for nobody until their leases lapse (the lapse
+    would spend the attempt, and bury a final one never run)."""
     async with _relayed(pg, 30.0) as (proxy, d):
         await d.job_enqueue_many([job(i) for i in range(2)])
         proxy.hold = True
         claim = asyncio.ensure_future(d.job_claim(_claim(2)))
         await _until(lambda: set(_states(pg.schema).values()) == {"running"})
         claim.cancel()
-        proxy.hold = False  # what is held stays held; the look for the claim's rows gets through
+        if answer == "late":
+            await asyncio.sleep(0.3)  # the server's cancel sent, too late
+            proxy.release()
+        else:
+            proxy.hold = False  # what is held stays held; the look for the rows gets through
         with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(claim, 10)  # psycopg's 5 s wait after its cancel, then close
+            await asyncio.wait_for(claim, 10)  # never: psycopg's 5 s wait, then its close
         for _ in range(100):
             if set(_states(pg.schema).values()) == {"ready"}:
                 break
             await asyncio.sleep(0.05)
         assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
+        if answer == "late":
+            # Ready from when given back (the claim's time and 0.3 s more), as a drain's.
+            later = replace(_claim(2), now_ms=T0 + 2_000)
+            assert len((await d.job_claim(later)).jobs) == 2
 
 
 async def test_a_claim_given_back_is_stamped_when_given_back_and_reports_what_it_buried(
@@ -563,6 +551,19 @@ async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDrive
     assert made == []
 
 
+async def _a_prepared_round(d: PgDriver) -> ClaimResult:
+    """Six jobs enqueued, two claimed, then their ack and a claim of two more gathered into
+    one round, which ran prepared; that claim's answer."""
+    await d.job_enqueue_many([job(i) for i in range(6)])
+    first = (await d.job_claim(_claim(2))).jobs
+    landed, second = await asyncio.gather(
+        d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
+    )
+    assert landed == [True, True] and len(second.jobs) == 2
+    assert d._prepare_threshold == 0  # the round ran prepared
+    return second
+
+
 @pytest.mark.parametrize("lost", ["deallocated", "name taken"])
 async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alone(
     pg_schema: str, lost: str
@@ -573,13 +574,7 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
     runs again alone, unprepared from then on, and both land."""
     d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)  # one session for all
     try:
-        await d.job_enqueue_many([job(i) for i in range(6)])
-        first = (await d.job_claim(_claim(2))).jobs
-        landed, second = await asyncio.gather(
-            d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
-        )
-        assert landed == [True, True] and len(second.jobs) == 2
-        assert d._prepare_threshold == 0  # the round ran prepared
+        second = await _a_prepared_round(d)
         pool = await d._ready()
         async with pool.connection() as conn:
             # Inside DO, so psycopg does not see it and the driver still trusts its statements.
@@ -617,13 +612,7 @@ async def test_a_round_after_a_rolled_back_transaction_on_its_session_stays_prep
     for the driver's life."""
     d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False, call_timeout_s=1.0)
     try:
-        await d.job_enqueue_many([job(i) for i in range(6)])
-        first = (await d.job_claim(_claim(2))).jobs
-        landed, second = await asyncio.gather(
-            d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
-        )
-        assert landed == [True, True] and len(second.jobs) == 2
-        assert d._prepare_threshold == 0  # the round ran prepared
+        second = await _a_prepared_round(d)
         with admin() as locker:
             locker.autocommit = False
             locker.execute(f'LOCK TABLE "{pg_schema}".jobs IN SHARE ROW EXCLUSIVE MODE')

@@ -27,6 +27,8 @@ from jobs_core.records import ClaimParams, Fence
 RETRY_S: Final = 0.5
 #: Workers whose latest claims' answers are remembered at most.
 _ANSWERED_MAX: Final = 10_000
+#: The doublings of the wait for a claim the store may still run (0.005 s * 2**7 > `RETRY_S`).
+_WAITS_MAX: Final = 16
 #: The give-back tasks running now (the loop keeps only weak references to tasks).
 _TASKS: set[asyncio.Task[None]] = set()
 
@@ -193,8 +195,9 @@ class LostClaims:
                     found = await self._look(lost)
                     if found is None:
                         # Waits double up to `RETRY_S`: the claim's commit is usually a matter
-                        # of milliseconds, a lock it waits on perhaps of the whole lease.
-                        waits += 1
+                        # of milliseconds, a lock it waits on perhaps of the whole lease (their
+                        # count capped: 2 ** 1024 is past a float, and a lease holds more waits).
+                        waits = min(waits + 1, _WAITS_MAX)
                         await asyncio.sleep(min(RETRY_S, 0.005 * 2**waits))
                         continue
                     # After the look: a claim of the same millisecond and lease end the store

@@ -723,6 +723,23 @@ class PgDriver(JobDriver):
         finally:
             here.hot_busy = False
 
+    @contextlib.asynccontextmanager
+    async def _transaction(self, conn: _Conn) -> AsyncIterator[None]:
+        """`conn.transaction()`. Rolled back, the session's gathered rounds forget what they
+        prepared there (`Session.forget`): psycopg deallocates every prepared statement of a
+        session whose transaction it rolls back (`DEALLOCATE ALL`), and a round executing one
+        of them would be taken for a pooler's loss, preparing turned off for the driver's life.
+        """
+        try:
+            async with conn.transaction():
+                yield
+        except BaseException:
+            here = self._loops.peek()
+            session = here.pool.sessions.get(conn) if here is not None and here.pool else None
+            if session is not None:
+                session.forget()
+            raise
+
     async def _execute(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
@@ -922,6 +939,10 @@ class PgDriver(JobDriver):
                     for p in batch:
                         if not p.fut.done():
                             p.fut.set_exception(lost)
+                        elif p.claim is not None:
+                            # Its caller gone meanwhile: its rows, if it committed, are looked
+                            # for as a lost claim's.
+                            self._lost_claims.lost(p.claim)
             alone = []
             for p, got in zip(batch, rows, strict=True):
                 if got is None:
@@ -1041,8 +1062,8 @@ class PgDriver(JobDriver):
         answer False and a claim take more; lost, its claimed jobs were held by nobody until
         their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
-        X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim, if it committed,
-        holds its jobs until their leases lapse."""
+        X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
+        (`LostClaims`: its rows, if it committed, are looked for and given back)."""
         cur: psycopg.AsyncCursor[Any] | None = None
         answered = False
         try:
@@ -1073,6 +1094,10 @@ class PgDriver(JobDriver):
         except asyncio.CancelledError:
             if answered and claim is not None and cur is not None and _has_rows(cur):
                 self._give_back(claim, await cur.fetchall())
+            elif not answered and claim is not None and cur is not None and cur.connection.closed:
+                # psycopg gave up on the answer after its cancel and closed the session: the
+                # commit is unknown, as when a connection drops (`LostClaims`).
+                self._lost_claims.lost(claim)
             raise
 
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:
@@ -1271,7 +1296,7 @@ class PgDriver(JobDriver):
         tries = 0
         while True:
             try:
-                async with self._conn() as conn, conn.transaction():
+                async with self._conn() as conn, self._transaction(conn):
                     out = await self._enqueue_chunks(conn, jobs, order, wake=False)
                     await self._enqueue_wake(conn, jobs, out)
                 return out
@@ -1705,7 +1730,7 @@ class PgDriver(JobDriver):
         tries = 0
         while True:
             try:
-                async with self._conn() as conn, conn.transaction():
+                async with self._conn() as conn, self._transaction(conn):
                     return await work(conn)
             except DriverConflictError:
                 if tries >= self._conflict_retries:
@@ -1737,7 +1762,7 @@ class PgDriver(JobDriver):
     ) -> list[tuple[Any, ...]]:
         if not psycopg.AsyncPipeline.is_supported():
             # A libpq before 14: the same transaction, a round trip per statement.
-            async with conn.transaction():
+            async with self._transaction(conn):
                 rows: list[tuple[Any, ...]] = []
                 for name, values in steps:
                     rows = await self._on(conn, name, values)
@@ -2580,6 +2605,7 @@ class _Pool:
         self.timeout = timeout
         self._on_connect = on_connect
         self._slots = asyncio.Semaphore(max_size)
+        self._max_size = max_size
         self._idle: list[tuple[_Conn, float]] = []
         self._born: dict[int, float] = {}
         #: What the gathered rounds keep of each connection (`wire.Round`), dropped with it.
@@ -2620,6 +2646,8 @@ class _Pool:
                 and not _stale(conn)
                 and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 and time.monotonic() - born < POOL_MAX_LIFETIME_S
+                # Over its size while `check` held the idle ones (calls meanwhile opened more).
+                and len(self._born) <= self._max_size
             )
             if healthy:
                 self._idle.append((conn, time.monotonic()))
@@ -2637,7 +2665,9 @@ class _Pool:
             await self.putconn(conn)
 
     async def check(self) -> None:
-        """Close the idle connections the server no longer answers on."""
+        """Close the idle connections the server no longer answers on. Calls meanwhile find
+        none idle and open new ones: those checked that would take the pool past its size are
+        closed too."""
         idle, self._idle = self._idle, []
         for conn, since in idle:
             try:
@@ -2645,7 +2675,10 @@ class _Pool:
             except Exception:
                 await self._discard(conn)
             else:
-                self._idle.append((conn, since))
+                if len(self._born) > self._max_size:
+                    await self._discard(conn)
+                else:
+                    self._idle.append((conn, since))
 
     async def close(self) -> None:
         self._closed = True

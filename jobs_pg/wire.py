@@ -45,6 +45,12 @@ class Session:
         #: Names are never reused: a Parse whose answer was not read may still have landed.
         self.count = 0
 
+    def forget(self) -> None:
+        """The server may have dropped every statement prepared here (psycopg deallocates them
+        all when it rolls a transaction back): the next rounds prepare theirs again, under new
+        names."""
+        self.names.clear()
+
 
 class Round:
     """Statements sent as one pipeline and one Sync, so one implicit transaction: all commit

@@ -29,7 +29,7 @@ from jobs_core.driver import (
     JobDriver,
     WakeSubscription,
 )
-from jobs_core.errors import CapabilityMissingError
+from jobs_core.errors import CapabilityMissingError, DriverError
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -366,6 +366,16 @@ class AckKeepsOldResult(MemoryDriver):
                 a = replace(a, result_json=row.rec.result_json)
             kept.append(a)
         return await super()._job_ack(kept)
+
+
+class AckFailsPastFourThousand(MemoryDriver):
+    """An ack call of over 4,000 items fails whole, as Redis's script did (`unpack` of every
+    row's history in one command: past what Lua's C stack holds)."""
+
+    async def _job_ack(self, acks: Sequence[Ack]) -> list[bool]:
+        if len(acks) > 4_000:
+            raise DriverError("too many results to unpack", detail="job_ack")
+        return await super()._job_ack(acks)
 
 
 class NackKeepsOldError(MemoryDriver):
@@ -2979,9 +2989,11 @@ class JoinsAndFiresDropActsFor(MemoryDriver):
 
 
 #: Broken drivers only a scenario catches: no family walk draws the call they break (the
-#: operator walk never requeues a row into a fresh run), so none is asked to catch them.
+#: operator walk never requeues a row into a fresh run; no walk holds thousands of rows), so
+#: none is asked to catch them.
 SCENARIO_ONLY: list[tuple[type[MemoryDriver], list[str]]] = [
     (FreshRunDropsActsFor, ["acts_for_kept_by_every_write"]),
+    (AckFailsPastFourThousand, ["settles_of_thousands_in_one_call"]),
 ]
 
 BROKEN += [

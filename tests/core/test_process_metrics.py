@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from jobs_core.facade import Jobs
+from jobs_core.lifecycle import run_role
+from jobs_core.operator import metrics as metrics_module
 from jobs_core.operator.metrics import WorkerMetrics
 from jobs_core.worker import Worker
-from jobs_core.worker.supervisor import ChildHooks
+from jobs_core.worker.supervisor import MULTIPROC_ENV, ChildHooks
 from jobs_memory import MemoryDriver
 from tests.core import process_bodies as pb
 from tests.core.support import until
@@ -64,3 +69,40 @@ async def test_a_group_child_writes_its_counters_once_more_after_its_drain() -> 
     await worker.stop()
     await asyncio.wait_for(loop_task, 2)
     assert metrics.registry.get_sample_value("ujobs_processes_killed_total") == 1
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "auto"])
+def test_a_group_childs_last_write_outlives_run_roles_cancel(
+    loop: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The child's main ends as its worker's run returns (`_serve_worker`), and `run_role`
+    then cancels what is left: the gauge loop, woken by the same stop, had not yet made its
+    last write. That write comes first all the same: its wake-up was queued before the loop
+    stopped, and the cancelling task is queued after it (the drain's counts reach the group)."""
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    made: list[WorkerMetrics] = []
+
+    class Kept(WorkerMetrics):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(metrics_module, "WorkerMetrics", Kept)
+
+    async def main() -> None:
+        driver = MemoryDriver()
+        worker = Worker(driver, [pb.h_crash], poll_floor=0.005, poll_ceiling=0.05)
+        ChildHooks(parent_pid=os.getppid()).attach(worker)
+        await worker.start()
+
+        async def drain() -> None:
+            await asyncio.sleep(0.05)
+            worker.stats.processes_killed += 1  # as a drain killing a running body counts it
+            await worker.stop()
+
+        stopping = asyncio.create_task(drain())  # as the signal handler's drain runs
+        await worker.run()
+        assert not stopping.cancelled()
+
+    run_role(main(), loop)
+    assert made and made[0].registry.get_sample_value("ujobs_processes_killed_total") == 1

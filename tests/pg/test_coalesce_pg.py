@@ -14,7 +14,7 @@ import pytest
 
 from jobs_core.attempts import AttemptOutcome
 from jobs_core.errors import JobsError
-from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, Fence
+from jobs_core.records import Ack, BuriedJob, ClaimedJob, ClaimParams, ClaimResult, Fence
 from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.pg.conftest import PG_URL, admin
@@ -394,7 +394,8 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
     """The claim's caller is cancelled after the shared commit and the answer never comes:
     psycopg waits 5 s after its cancel, then closes the session. The commit is unknown, so the
     ack's caller gets X_DRIVER_UNAVAILABLE (its settle lane sends it again), as when the
-    connection drops, not False from running it again alone."""
+    connection drops, not False from running it again alone; the claim's rows, if it
+    committed, are given back as a lost claim's."""
     async with _committed_unanswered(pg, 30.0) as (proxy, first, ack, claim):
         claim.cancel()
         await asyncio.sleep(5.5)  # psycopg's wait for the answer after its cancel, and its close
@@ -407,7 +408,13 @@ async def test_a_shared_commit_whose_answer_never_comes_after_a_cancel_is_unknow
             await claim
         states = _states(pg.schema)
         assert {states[j.id] for j in first} == {"completed"}
-        assert sorted(states.values()) == ["completed"] * 2 + ["ready"] * 2 + ["running"] * 2
+        # The claim's two jobs, committed for a caller gone with the answer unknown, are looked
+        # for as a lost claim's (`LostClaims`) and go back, not run for nobody to their lapse.
+        for _ in range(100):
+            if sorted(_states(pg.schema).values()) == ["completed"] * 2 + ["ready"] * 4:
+                break
+            await asyncio.sleep(0.05)
+        assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
 
 
 @pytest.mark.parametrize("what", ["claim", "ack"])
@@ -448,26 +455,38 @@ async def test_a_lone_call_timed_out_after_its_commit_keeps_its_answer(
             assert sorted(states.values()) == ["completed"] * 4 + ["ready"] * 2
 
 
-async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(pg: PgDriver) -> None:
+@pytest.mark.parametrize("answer", ["late", "never"])
+async def test_a_lone_claim_cancelled_after_its_commit_gives_its_jobs_back(
+    pg: PgDriver, answer: str
+) -> None:
     """A claim with no company commits, then its caller is cancelled while the relay holds
-    the answer back: the server's cancel comes too late and psycopg reads the answer in. Its
-    jobs go back to ready at once, their attempt given back, rather than running for nobody
-    until their leases lapse (the lapse would spend the attempt)."""
+    the answer back. Late, the server's cancel comes too late and psycopg reads the answer in;
+    never, psycopg waits 5 s after its cancel, then closes the session, the commit unknown, and
+    the rows are looked for as a lost claim's. Either way its jobs go back to ready, their
+    attempt given back, rather than running for nobody until their leases lapse (the lapse
+    would spend the attempt, and bury a final one never run)."""
     async with _relayed(pg, 30.0) as (proxy, d):
         await d.job_enqueue_many([job(i) for i in range(2)])
         proxy.hold = True
         claim = asyncio.ensure_future(d.job_claim(_claim(2)))
         await _until(lambda: set(_states(pg.schema).values()) == {"running"})
         claim.cancel()
-        await asyncio.sleep(0.3)  # the server's cancel sent, too late
-        proxy.release()
+        if answer == "late":
+            await asyncio.sleep(0.3)  # the server's cancel sent, too late
+            proxy.release()
+        else:
+            proxy.hold = False  # what is held stays held; the look for the rows gets through
         with pytest.raises(asyncio.CancelledError):
-            await claim
-        await _until(lambda: set(_states(pg.schema).values()) == {"ready"})
+            await asyncio.wait_for(claim, 10)  # never: psycopg's 5 s wait, then its close
+        for _ in range(100):
+            if set(_states(pg.schema).values()) == {"ready"}:
+                break
+            await asyncio.sleep(0.05)
         assert _given_back(pg.schema) == [("ready", 0, 1)] * 2
-        # Ready from when they were given back (the claim's time and 0.3 s more), as a drain's.
-        later = replace(_claim(2), now_ms=T0 + 2_000)
-        assert len((await d.job_claim(later)).jobs) == 2
+        if answer == "late":
+            # Ready from when given back (the claim's time and 0.3 s more), as a drain's.
+            later = replace(_claim(2), now_ms=T0 + 2_000)
+            assert len((await d.job_claim(later)).jobs) == 2
 
 
 async def test_a_claim_given_back_is_stamped_when_given_back_and_reports_what_it_buried(
@@ -532,6 +551,19 @@ async def test_a_lone_claim_and_a_lone_ack_run_in_their_callers_task(pg: PgDrive
     assert made == []
 
 
+async def _a_prepared_round(d: PgDriver) -> ClaimResult:
+    """Six jobs enqueued, two claimed, then their ack and a claim of two more gathered into
+    one round, which ran prepared; that claim's answer."""
+    await d.job_enqueue_many([job(i) for i in range(6)])
+    first = (await d.job_claim(_claim(2))).jobs
+    landed, second = await asyncio.gather(
+        d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
+    )
+    assert landed == [True, True] and len(second.jobs) == 2
+    assert d._prepare_threshold == 0  # the round ran prepared
+    return second
+
+
 @pytest.mark.parametrize("lost", ["deallocated", "name taken"])
 async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alone(
     pg_schema: str, lost: str
@@ -542,13 +574,7 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
     runs again alone, unprepared from then on, and both land."""
     d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False)  # one session for all
     try:
-        await d.job_enqueue_many([job(i) for i in range(6)])
-        first = (await d.job_claim(_claim(2))).jobs
-        landed, second = await asyncio.gather(
-            d.job_ack([_ack(j) for j in first]), d.job_claim(_claim(2))
-        )
-        assert landed == [True, True] and len(second.jobs) == 2
-        assert d._prepare_threshold == 0  # the round ran prepared
+        second = await _a_prepared_round(d)
         pool = await d._ready()
         async with pool.connection() as conn:
             # Inside DO, so psycopg does not see it and the driver still trusts its statements.
@@ -572,6 +598,37 @@ async def test_a_shared_round_that_meets_lost_prepared_statements_runs_each_alon
         assert landed == [True, True] and fourth.jobs == ()
         states = _states(pg_schema)
         assert sorted(states.values()) == ["completed"] * 6
+    finally:
+        await d.close()
+
+
+async def test_a_round_after_a_rolled_back_transaction_on_its_session_stays_prepared(
+    pg_schema: str,
+) -> None:
+    """psycopg deallocates every prepared statement of a session whose transaction it rolled
+    back (DEALLOCATE ALL, its own and the rounds'): here an `enqueue_many` of two chunks whose
+    call timed out waiting on a lock. The next round on that session prepares its statements
+    again, and lands prepared: it is not read as a pooler's loss, which would stop preparing
+    for the driver's life."""
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=False, call_timeout_s=1.0)
+    try:
+        second = await _a_prepared_round(d)
+        with admin() as locker:
+            locker.autocommit = False
+            locker.execute(f'LOCK TABLE "{pg_schema}".jobs IN SHARE ROW EXCLUSIVE MODE')
+            with pytest.raises(JobsError) as got:
+                await d.job_enqueue_many([job(f"big-{i}") for i in range(1_500)])
+            assert got.value.code == "X_DRIVER_UNAVAILABLE"
+            locker.rollback()
+        # The failure's sweep checks the idle session in the background: done, the round below
+        # takes that session, not one opened beside it meanwhile.
+        await asyncio.sleep(0.3)
+        landed, third = await asyncio.gather(
+            d.job_ack([_ack(j) for j in second.jobs]), d.job_claim(_claim(2))
+        )
+        assert landed == [True, True] and len(third.jobs) == 2
+        assert d._prepare_threshold == 0  # still prepared: no "prepare_off"
+        assert sorted(_states(pg_schema).values()) == ["completed"] * 4 + ["running"] * 2
     finally:
         await d.close()
 

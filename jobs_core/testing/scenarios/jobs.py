@@ -7,12 +7,14 @@ import json
 
 from jobs_core.driver import (
     ENQUEUE_CHUNK,
+    MAX_CLAIM_LIMIT,
     MAX_ENQUEUE_BATCH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
     MAX_TIME_MS,
     JobDriver,
 )
+from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
     BuriedJob,
@@ -273,6 +275,31 @@ async def scenario_enqueue_many_chunks(driver: JobDriver) -> None:
         driver.job_enqueue_many([new_job("over")] * (MAX_ENQUEUE_BATCH + 1)),
     )
     assert await driver.job_get_many(["over"]) == {}
+
+
+async def scenario_settles_of_thousands_in_one_call(driver: JobDriver) -> None:
+    """One settle call of thousands of items lands them all (no size cap refuses it): a store
+    that writes a call's rows per command must slice them (a Lua script's `unpack` holds no
+    more than about 8,000 values, and an ack of 4,000 went past it)."""
+    count = 4 * MAX_CLAIM_LIMIT + MAX_CLAIM_LIMIT // 2
+    await driver.job_enqueue_many([new_job(f"s{i:05d}") for i in range(count)])
+    held: list[Fence] = []
+    while len(held) < count:
+        jobs, _ = await claim(driver, T0, limit=MAX_CLAIM_LIMIT, lease_ms=60_000)
+        assert jobs, "claimed nothing with rows due"
+        held += [j.fence for j in jobs]
+    acks = [Ack(f, T0 + 2) for f in held]
+    try:
+        beats = await driver.job_heartbeat([Heartbeat(f, 60_000, T0 + 1) for f in held])
+        landed = await driver.job_ack(acks)
+    except JobsError as exc:
+        raise AssertionError(f"a settle call of {count} items failed: {exc}") from exc
+    assert beats == [True] * count
+    assert landed == [True] * count
+    assert await driver.job_ack(acks) == [False] * count  # settled: no fence holds
+    rows = await driver.job_get_many([f.job_id for f in held[:: MAX_CLAIM_LIMIT // 2]])
+    assert {r.state for r in rows.values()} == {JobState.COMPLETED}
+    assert (await driver.queue_demand(["q"], T0 + 2)) == {"q": 0}
 
 
 async def scenario_requeue_refusals(driver: JobDriver) -> None:
@@ -897,6 +924,7 @@ JOB_SCENARIOS: dict[str, Scenario] = {
         scenario_reclaim_edges,
         scenario_refused_calls_change_nothing,
         scenario_requeue_refusals,
+        scenario_settles_of_thousands_in_one_call,
         scenario_settles_overwrite_with_nothing,
         scenario_special_characters,
         scenario_values_at_the_byte_limits,

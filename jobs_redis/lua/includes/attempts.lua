@@ -74,25 +74,28 @@ local function attempt_end(id, t, now, tail)
   redis.call("HSET", k.attempts, id, attempt_history(t, at, now, tail, redis.call("HGET", k.attempts, id)))
 end
 
--- `attempt_end` for many rows at once (a batch of acks): two HMGETs and one HSET, not three
--- commands a row. `ends` holds { id, t, now, tail } per row, ids distinct.
+-- `attempt_end` for many rows at once (a batch of acks): two HMGETs and one HSET a thousand
+-- rows, not three commands a row. `ends` holds { id, t, now, tail } per row, ids distinct.
+-- In slices: unpack's arguments live on Lua's C stack, which holds a few thousand (an ack of
+-- 4,000 rows went past it).
 local function attempt_end_many(ends)
-  if #ends == 0 then
-    return
-  end
   local k = attempt_keys()
-  local ids = {}
-  for i, e in ipairs(ends) do
-    ids[i] = e[1]
+  for s = 1, #ends, 1000 do
+    local last = math.min(s + 999, #ends)
+    local ids = {}
+    for i = s, last do
+      ids[#ids + 1] = ends[i][1]
+    end
+    local ats = redis.call("HMGET", k.claimed, unpack(ids))
+    local olds = redis.call("HMGET", k.attempts, unpack(ids))
+    local args = {}
+    for i = s, last do
+      local e, j = ends[i], i - s + 1
+      args[2 * j - 1] = e[1]
+      args[2 * j] = attempt_history(e[2], ats[j] or e[3], e[3], e[4], olds[j] or nil)
+    end
+    redis.call("HSET", k.attempts, unpack(args))
   end
-  local ats = redis.call("HMGET", k.claimed, unpack(ids))
-  local olds = redis.call("HMGET", k.attempts, unpack(ids))
-  local args = {}
-  for i, e in ipairs(ends) do
-    args[2 * i - 1] = e[1]
-    args[2 * i] = attempt_history(e[2], ats[i] or e[3], e[3], e[4], olds[i] or nil)
-  end
-  redis.call("HSET", k.attempts, unpack(args))
 end
 
 -- A claim of rows `ids` at `now`: their claim time (one HSET a thousand rows).

@@ -80,6 +80,27 @@ def migrate(schema: str) -> None:
         conn.execute(script.encode())
 
 
+def kept_database(name: str, options: str = "") -> str:
+    """Database `name` on the test server (made with `options` by whichever run first finds it
+    missing), kept between runs and never dropped: a DROP DATABASE makes the whole server
+    checkpoint, which took 20-80 s on a loaded 2-core runner (2026-12-06/07) while every other
+    test waited on the disk. Tests share it through schemas of their own. Answers its encoding.
+    """
+    query = "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s"
+    with admin() as conn:
+        found = conn.execute(query, (name,)).fetchone()
+        if found is None:
+            # Two runs may both find it missing: the one that loses the race finds it made.
+            with contextlib.suppress(
+                psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
+            ):
+                create = sql.SQL("CREATE DATABASE {} {}")
+                conn.execute(create.format(sql.Identifier(name), sql.SQL(options)))
+            found = conn.execute(query, (name,)).fetchone()
+    assert found is not None, name
+    return str(found[0])
+
+
 def drop_schema(schema: str) -> None:
     with admin() as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -25,7 +25,14 @@ from jobs_pg import PgDriver
 from jobs_pg.migrate import downgrade, upgrade
 from jobs_pg.schema import metadata_in
 from jobs_pg.urls import libpq_url, sqlalchemy_url
-from tests.pg.conftest import HEAD_REVISION, PG_URL, admin, drop_schema, fresh_schema
+from tests.pg.conftest import (
+    HEAD_REVISION,
+    PG_URL,
+    admin,
+    drop_schema,
+    fresh_schema,
+    kept_database,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -371,22 +378,27 @@ def _database_url(base: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
+#: A database of the test server that holds only these tests' schemas, kept between runs
+#: (`kept_database`: a DROP DATABASE would make the whole server checkpoint).
+OFFLINE_DB = "ujobs_tests_offline_sql"
+
+
 def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
-    """`alembic … upgrade head --sql` output builds the schema (CREATE SCHEMA included)."""
-    name = fresh_schema()
-    with admin() as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = _database_url(PG_URL, name)
+    """`alembic … upgrade head --sql` output builds the schema (CREATE SCHEMA included), in a
+    database where the schema is not, on a connection with nothing set up before."""
+    kept_database(OFFLINE_DB)
+    url = _database_url(PG_URL, OFFLINE_DB)
+    schema = fresh_schema()
     try:
         out = subprocess.run(
-            [ALEMBIC, "-x", f"url={url}", "-x", "schema=ujobs", "upgrade", "head", "--sql"],
+            [ALEMBIC, "-x", f"url={url}", "-x", f"schema={schema}", "upgrade", "head", "--sql"],
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=120,
             check=True,
         ).stdout
-        assert "CREATE SCHEMA IF NOT EXISTS" in out
+        assert f'CREATE SCHEMA IF NOT EXISTS "{schema}"' in out
         applied = subprocess.run(
             ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url],
             input=out,
@@ -397,19 +409,21 @@ def test_offline_sql_applied_with_psql_to_an_empty_database() -> None:
         assert applied.returncode == 0, applied.stderr
         with psycopg.connect(url, autocommit=True) as conn:
             rows = conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'ujobs'"
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
             ).fetchall()
-            version = conn.execute("SELECT version_num FROM ujobs.ujobs_alembic_version").fetchall()
+            version = conn.execute(
+                sql.SQL("SELECT version_num FROM {}.ujobs_alembic_version").format(
+                    sql.Identifier(schema)
+                )
+            ).fetchall()
         assert {r[0] for r in rows} == {*TABLES, "ujobs_alembic_version"}
         assert version == [(HEAD_REVISION,)]
         assert "is current" in _db_upgrade(
-            f"postgresql+psycopg{url.removeprefix('postgresql')}?schema=ujobs"
+            f"postgresql+psycopg{url.removeprefix('postgresql')}?schema={schema}"
         )
     finally:
-        with admin() as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 APP_ENV = '''\

@@ -14,7 +14,7 @@ import psycopg
 from jobs_core.records import NewJob
 from jobs_pg import PgDriver
 from jobs_pg.wake import PgWakeSubscription
-from tests.pg.conftest import PG_URL, admin
+from tests.pg.conftest import PG_URL, admin, kept_database
 
 T0 = 1_800_000_000_000
 SLOT = 5  # the driver's default wake slot, ms
@@ -323,33 +323,18 @@ async def test_a_trailing_notify_pending_when_the_quiet_memory_is_cleared_still_
         await d.close()
 
 
-#: An empty SQL_ASCII database on the test server, kept between runs: the test below only
-#: LISTENs and NOTIFYs there, on its own schema's channel, so runs side by side share it safely.
-#: It is not dropped: a DROP DATABASE waits for a checkpoint of the whole server, which took
-#: 50-80 s on a loaded 2-core runner (2026-12-06) while the test itself takes a second.
+#: An empty SQL_ASCII database on the test server, kept between runs (`kept_database`): the
+#: test below only LISTENs and NOTIFYs there, on its own schema's channel, so runs side by side
+#: share it safely.
 ASCII_DB = "ujobs_tests_wake_sql_ascii"
 
 
 def ascii_database() -> str:
-    """`ASCII_DB`, created when missing (by whichever run comes first), checked SQL_ASCII."""
-    with admin() as conn:
-        found = conn.execute(
-            "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s", (ASCII_DB,)
-        ).fetchone()
-        if found is None:
-            # Two runs may both find it missing: the one that loses the race finds it made.
-            with contextlib.suppress(
-                psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
-            ):
-                conn.execute(
-                    f"CREATE DATABASE {ASCII_DB} ENCODING 'SQL_ASCII' TEMPLATE template0 "
-                    "LC_COLLATE 'C' LC_CTYPE 'C'"
-                )
-            found = conn.execute(
-                "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s",
-                (ASCII_DB,),
-            ).fetchone()
-    assert found == ("SQL_ASCII",), found
+    """`ASCII_DB`, created when missing, checked SQL_ASCII."""
+    encoding = kept_database(
+        ASCII_DB, "ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+    )
+    assert encoding == "SQL_ASCII", encoding
     return ASCII_DB
 
 

@@ -274,18 +274,6 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
 
 
-def _answered_all(
-    conn: psycopg.AsyncConnection[Any], curs: Sequence[psycopg.AsyncCursor[Any]]
-) -> bool:
-    """Whether a pipeline's statements all succeeded and its transaction ended (each cursor
-    holds its result; a failed one holds none): its commit happened. The server takes no
-    cancel between a pipeline's last statement and its Sync's commit (it is reading input)."""
-    ok = (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK)
-    return conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and all(
-        c.pgresult is not None and c.pgresult.status in ok for c in curs
-    )
-
-
 # Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`. The generic
 # plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
 # past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
@@ -311,6 +299,10 @@ LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
     (False, True): "SELECT " + _LAZY_COMMIT_SETTING,
     (True, True): f"{GENERIC_PLAN_SETTINGS}, {_LAZY_COMMIT_SETTING}",
 }
+#: `LOCAL_SETTINGS` as a lone claim's or ack's round sends them (`PgDriver._alone`).
+_LOCAL_SETTINGS_QUERY: Final = {k: v.encode() for k, v in LOCAL_SETTINGS.items()}
+#: What the server rolls back for another transaction's sake: alone, a statement runs again.
+_CONFLICTS: Final = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 #: A claimed row's claim order: (priority, run_at_ms, id).
 _CLAIM_ORDER: Final = operator.itemgetter(9, 13, 1)
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
@@ -1036,43 +1028,74 @@ class PgDriver(JobDriver):
     async def _alone(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
     ) -> list[Any]:
-        """A claim or an ack run alone. Cancelled by the call's timeout after its commit, its
-        answer read in (`_answered_all`), it answers that: run again, an ack that landed would
-        answer False and a claim take more; lost, its claimed jobs were held by nobody until
-        their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
+        """A claim or an ack run alone: one `Round` on libpq, its plan and commit settings
+        ahead of it in the same pipeline (one Sync, one implicit transaction), with what
+        `_execute` does for a statement: a deadlock or serialization failure runs it again, a
+        session that lost its prepared statement (a pooler) turns preparing off and runs it
+        unprepared, a server error names it. Cancelled by the call's timeout after its commit,
+        its answer read in (`Round.answered`), it answers that: run again, an ack that landed
+        would answer False and a claim take more; lost, its claimed jobs were held by nobody
+        until their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim, if it committed,
         holds its jobs until their leases lapse."""
-        cur: psycopg.AsyncCursor[Any] | None = None
-        answered = False
+        pool = await self._ready()
+        shared: Round | None = None
+        #: The place of the statement's own answer in the round (after its settings).
+        last = 0
         try:
             async with self._conn() as conn:
-                cur = psycopg.AsyncRawCursor(conn) if stmt.raw else conn.cursor()
-                try:
-                    await self._execute(
-                        conn,
-                        stmt.query,
-                        args,
-                        generic=stmt.generic,
-                        raw=stmt.raw,
-                        lazy_commit=lazy,
-                        cur=cur,
-                    )
-                except asyncio.CancelledError:
-                    # psycopg cancels the statement on the server, then reads its answer in
-                    # before it re-raises: the cancel may have come after the commit.
-                    answered = _answered_all(conn, (cur,))
-                    raise
-                return await cur.fetchall() if _has_rows(cur) else []
+                retries = 0
+                while True:
+                    if self._prepare_threshold is None:
+                        conn.prepare_threshold = None
+                    prepared = conn.prepare_threshold is not None
+                    query = stmt.query
+                    if not isinstance(query, bytes):
+                        query = query.encode(conn.info.encoding)
+                    statements: list[tuple[bytes, Sequence[Any]]] = [(query, args)]
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        settings = _LOCAL_SETTINGS_QUERY.get((stmt.generic and prepared, lazy))
+                        if settings is not None:
+                            statements.insert(0, (settings, ()))
+                    last = len(statements) - 1
+                    shared = Round(conn, prepared, pool.sessions)
+                    try:
+                        await shared.run(statements)
+                    except _PREPARED_LOST:
+                        if not prepared:
+                            raise
+                        # Nothing ran (the failed Parse or Bind skips the rest up to Sync).
+                        log.warning(
+                            "jobs.pg.prepare_off: the server lost a prepared statement (pooler?)"
+                        )
+                        self._prepare_threshold = None
+                        continue
+                    except _CONFLICTS as exc:
+                        # Alone, the server rolled back exactly this transaction: running it
+                        # again is as if it ran once.
+                        self.conflicts_seen += 1
+                        if retries >= self._conflict_retries:
+                            exc.add_note(_STATEMENT_NOTE + stmt.name)
+                            raise
+                        retries += 1
+                        log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
+                        await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
+                        continue
+                    except psycopg.Error as exc:
+                        if exc.sqlstate is not None:
+                            exc.add_note(_STATEMENT_NOTE + stmt.name)
+                        raise
+                    return shared.rows(last)
         except DriverUnavailableError:
-            if not answered or cur is None:
+            # The call's timeout, after the commit: the answer stands (read in by psycopg
+            # after its cancel).
+            if shared is None or not shared.answered():
                 raise
-            # The call's timeout, after the commit: the answer stands (its rows are read off
-            # the cursor's result, no more from the session).
-            return await cur.fetchall() if _has_rows(cur) else []
+            return shared.rows(last)
         except asyncio.CancelledError:
-            if answered and claim is not None and cur is not None and _has_rows(cur):
-                self._give_back(claim, await cur.fetchall())
+            if claim is not None and shared is not None and shared.answered():
+                self._give_back(claim, shared.rows(last))
             raise
 
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:

@@ -724,7 +724,6 @@ class PgDriver(JobDriver):
         generic: bool = False,
         raw: bool = False,
         lazy_commit: bool = False,
-        cur: psycopg.AsyncCursor[Any] | None = None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -745,13 +744,11 @@ class PgDriver(JobDriver):
         it). A `lazy_commit` statement (`LAZY_COMMIT`) run outside a transaction of ours gets
         `synchronous_commit = off` the same way, prepared or not.
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
-        Given `cur` (made for `raw` as above), it runs on that one: its caller can still read
-        it when the call is cancelled (`PgDriver._alone`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic, raw, lazy_commit, cur)
+                return await self._execute_once(conn, text, args, generic, raw, lazy_commit)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -781,12 +778,10 @@ class PgDriver(JobDriver):
         generic: bool,
         raw: bool,
         lazy_commit: bool,
-        cur: psycopg.AsyncCursor[Any] | None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
-        if cur is None:
-            cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
+        cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
             settings = (
                 LOCAL_SETTINGS.get((generic and conn.prepare_threshold is not None, lazy_commit))
@@ -800,11 +795,16 @@ class PgDriver(JobDriver):
                 return cur
             return await cur.execute(text, args)
         except _PREPARED_LOST:
-            if self._prepare_threshold is not None:
-                log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
-            self._prepare_threshold = None
-            conn.prepare_threshold = None
+            self._prepare_off(conn)
             return await cur.execute(text, args)
+
+    def _prepare_off(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A session lost a prepared statement of ours (a pooler handed it another server
+        session): from now on this driver prepares nothing, this connection included."""
+        if self._prepare_threshold is not None:
+            log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
+        self._prepare_threshold = None
+        conn.prepare_threshold = None
 
     def _after_failure(self) -> None:
         """After a failure, sweep broken idle connections (the hot one too) so the next call gets a
@@ -1041,15 +1041,16 @@ class PgDriver(JobDriver):
         holds its jobs until their leases lapse."""
         pool = await self._ready()
         shared: Round | None = None
-        #: The place of the statement's own answer in the round (after its settings).
+        # The place of the statement's own answer in the round (after its settings).
         last = 0
         try:
             async with self._conn() as conn:
                 retries = 0
                 while True:
-                    if self._prepare_threshold is None:
+                    prepared = self._prepare_threshold is not None
+                    if not prepared:
                         conn.prepare_threshold = None
-                    prepared = conn.prepare_threshold is not None
+                    prepared = prepared and conn.prepare_threshold is not None
                     query = stmt.query
                     if not isinstance(query, bytes):
                         query = query.encode(conn.info.encoding)
@@ -1062,27 +1063,20 @@ class PgDriver(JobDriver):
                     shared = Round(conn, prepared, pool.sessions)
                     try:
                         await shared.run(statements)
-                    except _PREPARED_LOST:
-                        if not prepared:
-                            raise
-                        # Nothing ran (the failed Parse or Bind skips the rest up to Sync).
-                        log.warning(
-                            "jobs.pg.prepare_off: the server lost a prepared statement (pooler?)"
-                        )
-                        self._prepare_threshold = None
-                        continue
-                    except _CONFLICTS as exc:
-                        # Alone, the server rolled back exactly this transaction: running it
-                        # again is as if it ran once.
-                        self.conflicts_seen += 1
-                        if retries >= self._conflict_retries:
-                            exc.add_note(_STATEMENT_NOTE + stmt.name)
-                            raise
-                        retries += 1
-                        log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
-                        await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
-                        continue
                     except psycopg.Error as exc:
+                        if prepared and isinstance(exc, _PREPARED_LOST):
+                            # Nothing ran (the failed Parse or Bind skips the rest up to Sync).
+                            self._prepare_off(conn)
+                            continue
+                        conflict = isinstance(exc, _CONFLICTS)
+                        self.conflicts_seen += conflict
+                        if conflict and retries < self._conflict_retries:
+                            # Alone, the server rolled back exactly this transaction: running
+                            # it again is as if it ran once.
+                            retries += 1
+                            log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
+                            await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
+                            continue
                         if exc.sqlstate is not None:
                             exc.add_note(_STATEMENT_NOTE + stmt.name)
                         raise

@@ -274,18 +274,6 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
 
 
-def _answered_all(
-    conn: psycopg.AsyncConnection[Any], curs: Sequence[psycopg.AsyncCursor[Any]]
-) -> bool:
-    """Whether a pipeline's statements all succeeded and its transaction ended (each cursor
-    holds its result; a failed one holds none): its commit happened. The server takes no
-    cancel between a pipeline's last statement and its Sync's commit (it is reading input)."""
-    ok = (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK)
-    return conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and all(
-        c.pgresult is not None and c.pgresult.status in ok for c in curs
-    )
-
-
 # Scoped to the implicit transaction of one pipeline: see `PgDriver._execute`. The generic
 # plan's estimate grows with the rows it might read (a `LIMIT $n` guessed at a tenth of them):
 # past `jit_above_cost` (about 650,000 due jobs in a queue) the server would JIT-compile the
@@ -311,6 +299,10 @@ LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
     (False, True): "SELECT " + _LAZY_COMMIT_SETTING,
     (True, True): f"{GENERIC_PLAN_SETTINGS}, {_LAZY_COMMIT_SETTING}",
 }
+#: `LOCAL_SETTINGS` as a lone claim's or ack's round sends them (`PgDriver._alone`).
+_LOCAL_SETTINGS_QUERY: Final = {k: v.encode() for k, v in LOCAL_SETTINGS.items()}
+#: What the server rolls back for another transaction's sake: alone, a statement runs again.
+_CONFLICTS: Final = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 #: A claimed row's claim order: (priority, run_at_ms, id).
 _CLAIM_ORDER: Final = operator.itemgetter(9, 13, 1)
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
@@ -749,7 +741,6 @@ class PgDriver(JobDriver):
         generic: bool = False,
         raw: bool = False,
         lazy_commit: bool = False,
-        cur: psycopg.AsyncCursor[Any] | None = None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         """Run one statement; behind a pooler that loses prepared statements, stop preparing.
 
@@ -770,13 +761,11 @@ class PgDriver(JobDriver):
         it). A `lazy_commit` statement (`LAZY_COMMIT`) run outside a transaction of ours gets
         `synchronous_commit = off` the same way, prepared or not.
         A `raw` statement's text has `$n` placeholders and runs on a raw cursor (`RAW_TEXT`).
-        Given `cur` (made for `raw` as above), it runs on that one: its caller can still read
-        it when the call is cancelled (`PgDriver._alone`).
         """
         retries = 0
         while True:
             try:
-                return await self._execute_once(conn, text, args, generic, raw, lazy_commit, cur)
+                return await self._execute_once(conn, text, args, generic, raw, lazy_commit)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
                 self.conflicts_seen += 1
                 # Outside a transaction of ours the server rolled back exactly this statement,
@@ -806,12 +795,10 @@ class PgDriver(JobDriver):
         generic: bool,
         raw: bool,
         lazy_commit: bool,
-        cur: psycopg.AsyncCursor[Any] | None,
     ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
         if self._prepare_threshold is None and conn.prepare_threshold is not None:
             conn.prepare_threshold = None
-        if cur is None:
-            cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
+        cur = psycopg.AsyncRawCursor(conn) if raw else conn.cursor()
         try:
             settings = (
                 LOCAL_SETTINGS.get((generic and conn.prepare_threshold is not None, lazy_commit))
@@ -825,11 +812,16 @@ class PgDriver(JobDriver):
                 return cur
             return await cur.execute(text, args)
         except _PREPARED_LOST:
-            if self._prepare_threshold is not None:
-                log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
-            self._prepare_threshold = None
-            conn.prepare_threshold = None
+            self._prepare_off(conn)
             return await cur.execute(text, args)
+
+    def _prepare_off(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A session lost a prepared statement of ours (a pooler handed it another server
+        session): from now on this driver prepares nothing, this connection included."""
+        if self._prepare_threshold is not None:
+            log.warning("jobs.pg.prepare_off: the server lost a prepared statement (pooler?)")
+        self._prepare_threshold = None
+        conn.prepare_threshold = None
 
     def _after_failure(self) -> None:
         """After a failure, sweep broken idle connections (the hot one too) so the next call gets a
@@ -1057,47 +1049,76 @@ class PgDriver(JobDriver):
     async def _alone(
         self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
     ) -> list[Any]:
-        """A claim or an ack run alone. Cancelled by the call's timeout after its commit, its
-        answer read in (`_answered_all`), it answers that: run again, an ack that landed would
-        answer False and a claim take more; lost, its claimed jobs were held by nobody until
-        their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
+        """A claim or an ack run alone: one `Round` on libpq, its plan and commit settings
+        ahead of it in the same pipeline (one Sync, one implicit transaction), with what
+        `_execute` does for a statement: a deadlock or serialization failure runs it again, a
+        session that lost its prepared statement (a pooler) turns preparing off and runs it
+        unprepared, a server error names it. Cancelled by the call's timeout after its commit,
+        its answer read in (`Round.answered`), it answers that: run again, an ack that landed
+        would answer False and a claim take more; lost, its claimed jobs were held by nobody
+        until their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
         (`LostClaims`: its rows, if it committed, are looked for and given back)."""
-        cur: psycopg.AsyncCursor[Any] | None = None
-        answered = False
+        pool = await self._ready()
+        shared: Round | None = None
+        # The session the round went on, and the place of the statement's own answer in the
+        # round (after its settings).
+        held: psycopg.AsyncConnection[Any] | None = None
+        last = 0
         try:
             async with self._conn() as conn:
-                cur = psycopg.AsyncRawCursor(conn) if stmt.raw else conn.cursor()
-                try:
-                    await self._execute(
-                        conn,
-                        stmt.query,
-                        args,
-                        generic=stmt.generic,
-                        raw=stmt.raw,
-                        lazy_commit=lazy,
-                        cur=cur,
-                    )
-                except asyncio.CancelledError:
-                    # psycopg cancels the statement on the server, then reads its answer in
-                    # before it re-raises: the cancel may have come after the commit.
-                    answered = _answered_all(conn, (cur,))
-                    raise
-                return await cur.fetchall() if _has_rows(cur) else []
+                held = conn
+                retries = 0
+                while True:
+                    prepared = self._prepare_threshold is not None
+                    if not prepared:
+                        conn.prepare_threshold = None
+                    prepared = prepared and conn.prepare_threshold is not None
+                    query = stmt.query
+                    if not isinstance(query, bytes):
+                        query = query.encode(conn.info.encoding)
+                    statements: list[tuple[bytes, Sequence[Any]]] = [(query, args)]
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        settings = _LOCAL_SETTINGS_QUERY.get((stmt.generic and prepared, lazy))
+                        if settings is not None:
+                            statements.insert(0, (settings, ()))
+                    last = len(statements) - 1
+                    shared = Round(conn, prepared, pool.sessions)
+                    try:
+                        await shared.run(statements)
+                    except psycopg.Error as exc:
+                        if prepared and isinstance(exc, _PREPARED_LOST):
+                            # Nothing ran (the failed Parse or Bind skips the rest up to Sync).
+                            self._prepare_off(conn)
+                            continue
+                        conflict = isinstance(exc, _CONFLICTS)
+                        self.conflicts_seen += conflict
+                        if conflict and retries < self._conflict_retries:
+                            # Alone, the server rolled back exactly this transaction: running
+                            # it again is as if it ran once.
+                            retries += 1
+                            log.info("jobs.pg.conflict_retry: %s (try %d)", exc.sqlstate, retries)
+                            await asyncio.sleep(random.uniform(0.0, 0.005 * 2**retries))
+                            continue
+                        if exc.sqlstate is not None:
+                            exc.add_note(_STATEMENT_NOTE + stmt.name)
+                        raise
+                    return shared.rows(last)
         except DriverUnavailableError:
-            if not answered or cur is None:
+            # The call's timeout, after the commit: the answer stands (read in by psycopg
+            # after its cancel).
+            if shared is None or not shared.answered():
                 raise
-            # The call's timeout, after the commit: the answer stands (its rows are read off
-            # the cursor's result, no more from the session).
-            return await cur.fetchall() if _has_rows(cur) else []
+            return shared.rows(last)
         except asyncio.CancelledError:
-            if answered and claim is not None and cur is not None and _has_rows(cur):
-                self._give_back(claim, await cur.fetchall())
-            elif not answered and claim is not None and cur is not None and cur.connection.closed:
-                # psycopg gave up on the answer after its cancel and closed the session: the
-                # commit is unknown, as when a connection drops (`LostClaims`).
-                self._lost_claims.lost(claim)
+            if claim is not None and shared is not None:
+                if shared.answered():
+                    self._give_back(claim, shared.rows(last))
+                elif held is not None and held.closed:
+                    # psycopg gave up on the answer after its cancel and closed the session:
+                    # the commit is unknown, as when a connection drops (`LostClaims`).
+                    self._lost_claims.lost(claim)
             raise
 
     async def _together(self, batch: list[_Piped], got: list[list[Any] | None]) -> None:

@@ -32,7 +32,7 @@ from jobs_core.errors import (
 )
 from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
-from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
 from jobs_core.records import (
@@ -517,18 +517,27 @@ class _Batch:
         needs_form, given_key = self.needs_form, self.key
         key_for, tenant_for = handle.key_for, handle.tenant_for
         acts_none = handle.tenant == "none"
-        texts: list[str] = []
         keys: list[str] = []
         acts: list[str | None] = []
-        # One loop in input order, each input's checks in `record`'s order, so the refusal
-        # raised is the one a call per input would have raised first.
-        for input in inputs:
-            text = dumps(input)
-            form = _json_form(input, text) if needs_form else None
-            if not acts_none:
-                acts.append(tenant_for(form))
-            keys.append(key_for(form, given_key))
-            texts.append(text)
+        texts = dumps_many(inputs)
+        if texts is None:
+            texts = []
+            # One loop in input order, each input's checks in `record`'s order, so the refusal
+            # raised is the one a call per input would have raised first.
+            for input in inputs:
+                text = dumps(input)
+                form = _json_form(input, text) if needs_form else None
+                if not acts_none:
+                    acts.append(tenant_for(form))
+                keys.append(key_for(form, given_key))
+                texts.append(text)
+        else:
+            # Every text is good: the first refusal left is the first input's tenant or key.
+            for input, text in zip(inputs, texts, strict=True):
+                form = _json_form(input, text) if needs_form else None
+                if not acts_none:
+                    acts.append(tenant_for(form))
+                keys.append(key_for(form, given_key))
         n = len(texts)
         job_ids = [new_id() for _ in range(n)] if ids is None else list(ids)
         run_ids = [new_id() for _ in range(n)]

@@ -30,7 +30,7 @@ from jobs_core.errors import (
     DriverUnavailableError,
     OptionInvalidError,
 )
-from jobs_core.ids import new_id
+from jobs_core.ids import FreshIds, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
@@ -539,8 +539,9 @@ class _Batch:
                     acts.append(tenant_for(form))
                 keys.append(key_for(form, given_key))
         n = len(texts)
-        job_ids = [new_id() for _ in range(n)] if ids is None else list(ids)
-        run_ids = [new_id() for _ in range(n)]
+        # Made as the driver reads them (`FreshIds`), not all before the first write.
+        job_ids: Sequence[str] = FreshIds(n) if ids is None else list(ids)
+        run_ids = FreshIds(n)
         # An empty batch's shared record is never read: placeholders stand for its five.
         first = (job_ids[0], run_ids[0], keys[0], texts[0]) if n else ("", "", "", "null")
         shared = self._row(*first, acts[0] if acts else None)

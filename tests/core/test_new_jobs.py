@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+import jobs_core.ids as ids_module
 from jobs_core.clock import FakeClock
+from jobs_core.driver import check_new_jobs
 from jobs_core.errors import InputInvalidError, JobsError
 from jobs_core.facade import Jobs, build_record, build_records
+from jobs_core.ids import FreshIds
 from jobs_core.job import JobRegistry, job
 from jobs_core.jsonform import MAX_JSON_BYTES, MAX_JSON_DEPTH, dumps, dumps_many
 from jobs_core.records import NewJob, NewJobs
@@ -245,3 +248,49 @@ def test_a_batch_raises_the_refusal_of_its_first_bad_input(inputs: list[Any], co
         build_records(orgs, inputs, clock=clock)
     assert code in one.value.code
     assert (batch.value.code, batch.value.detail) == (one.value.code, one.value.detail)
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        slice(None),
+        slice(2, 5),
+        slice(-3, None),
+        slice(-5, -2),
+        slice(None, None, -1),
+        slice(7, 1, -2),
+        slice(3, 3),
+        slice(1, 9, 3),
+        slice(20, 30),
+    ],
+)
+def test_fresh_ids_read_as_the_list_they_stand_for(cut: slice) -> None:
+    """Whatever is read first: the same ids, in position order (and so in sort order)."""
+    ids = FreshIds(10)
+    first_cut, first_at = ids[cut], ids[-4]
+    whole = list(ids)
+    assert first_cut == whole[cut] and first_at == whole[-4]
+    assert len(ids) == 10 and len(set(whole)) == 10 and whole == sorted(whole)
+    assert list(ids) == whole and [ids[i] for i in range(-10, 10)] == whole + whole
+    with pytest.raises(IndexError):
+        ids[10]
+
+
+def test_a_batch_is_checked_without_making_its_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facade's ids are made as a driver reads them, not before the first write: building
+    and checking a batch makes the first record's only (its shared row's)."""
+    made: list[str] = []
+    new_id = ids_module.new_id
+
+    def counted() -> str:
+        made.append(new_id())
+        return made[-1]
+
+    monkeypatch.setattr(ids_module, "new_id", counted)
+    batch = build_records(
+        orgs, [{"k": f"k{i}", "org": "o"} for i in range(50)], clock=FakeClock(T0)
+    )
+    check_new_jobs(batch)
+    assert len(made) <= 2
+    assert [r.id for r in batch][:1] == made[:1]
+    assert len(made) == 100

@@ -221,8 +221,10 @@ class Jobs:
     ) -> list[EnqueueResult]:
         """Insert many jobs of one handle; one answer per input, in order.
 
-        Every record is built (and so every refusal made) before the first write. Retried under
-        the same ids like `enqueue`; `ids=` (one per input) makes your own retries exactly-once.
+        Every record is checked (and so every refusal made) before the first write; the ids
+        made for it (no `ids=`) are made as the store reads them (`FreshIds`), the same on every
+        try. Retried under the same ids like `enqueue`; `ids=` (one per input) makes your own
+        retries exactly-once.
         """
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
@@ -519,25 +521,19 @@ class _Batch:
         acts_none = handle.tenant == "none"
         keys: list[str] = []
         acts: list[str | None] = []
-        texts = dumps_many(inputs)
-        if texts is None:
-            texts = []
-            # One loop in input order, each input's checks in `record`'s order, so the refusal
-            # raised is the one a call per input would have raised first.
-            for input in inputs:
-                text = dumps(input)
-                form = _json_form(input, text) if needs_form else None
-                if not acts_none:
-                    acts.append(tenant_for(form))
-                keys.append(key_for(form, given_key))
-                texts.append(text)
-        else:
-            # Every text is good: the first refusal left is the first input's tenant or key.
-            for input, text in zip(inputs, texts, strict=True):
-                form = _json_form(input, text) if needs_form else None
-                if not acts_none:
-                    acts.append(tenant_for(form))
-                keys.append(key_for(form, given_key))
+        # Every text at once when none needs `dumps`' own look, else each in the loop: one loop
+        # in input order, each input's checks in `record`'s order, so the refusal raised is the
+        # one a call per input would have raised first.
+        made = dumps_many(inputs)
+        texts = [] if made is None else made
+        for at, input in enumerate(inputs):
+            if made is None:
+                texts.append(dumps(input))
+            text = texts[at]
+            form = _json_form(input, text) if needs_form else None
+            if not acts_none:
+                acts.append(tenant_for(form))
+            keys.append(key_for(form, given_key))
         n = len(texts)
         # Made as the driver reads them (`FreshIds`), not all before the first write.
         job_ids: Sequence[str] = FreshIds(n) if ids is None else list(ids)

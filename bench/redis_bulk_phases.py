@@ -7,10 +7,11 @@ must name a PRIVATE server: its `INFO commandstats` and `INFO cpu` are the whole
 Each round enqueues `n` jobs as `bench.peers.ours_peer` does (`Jobs.enqueue_many` of the
 harness's no-op job, `MAX_ENQUEUE_BATCH` a call) on a fresh prefix and reports, per record in
 µs: the wall time; the client's time building the records (`build_records`), checking them
-(`check_new_jobs`), packing the chunks (`_chunk_resp`), reading the answers; the server's script
-time (`INFO commandstats` usec of EVALSHA) and CPU (user + sys); and `serial`, the part of the
-wall time the client spent with no script running or queued (wall − the server's script time,
-roughly: what pipelining could still hide). Prints one JSON object a round.
+(`check_new_jobs`), packing the chunks (`_chunk_resp`), sending them (`send`) and awaiting their
+answers (`read`, the server's time included); the server's script time (`INFO commandstats`
+usec of EVALSHA) and CPU (user + sys); and `serial`, wall less the server's script time: the
+time no script ran (the client's work before the first write, the server receiving, the gaps).
+Prints one JSON object a round.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ def _timed_async(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 facade.build_records = _timed("build", facade.build_records)
 core_driver.check_new_jobs = _timed("check", core_driver.check_new_jobs)
 RedisDriver._chunk_resp = _timed("pack", RedisDriver._chunk_resp)  # type: ignore[method-assign]
-if hasattr(RedisDriver, "_chunk_frames"):
-    RedisDriver._chunk_frames = _timed("pack", RedisDriver._chunk_frames)  # type: ignore[attr-defined]
 
 
 def _patch_connection() -> None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from types import TracebackType
 from typing import ClassVar, Final, Literal, Protocol, TypeAlias, get_args
 
@@ -43,6 +44,7 @@ from jobs_core.errors import (
     RequeueDuplicateError,
     RequeueUnwoundError,
 )
+from jobs_core.ids import FreshIds
 from jobs_core.jsonform import check_text, unstorable, utf8_length
 from jobs_core.records import (
     SWEEP_KINDS,
@@ -1907,12 +1909,13 @@ def check_new_jobs(jobs: NewJobs) -> None:
     check_new_job(jobs.shared)
     dumped = jobs.dumped
     acts = jobs.acts_for
+    n = len(jobs)
     own = zip(
-        jobs.ids,
-        jobs.run_ids,
+        _unmade(jobs.ids, n),
+        _unmade(jobs.run_ids, n),
         jobs.keys,
         jobs.input_jsons,
-        [None] * len(jobs) if acts is None else acts,
+        [None] * n if acts is None else acts,
         strict=True,
     )
     # Written out as `_plainly_fine` is: a helper call per field costs as much as its tests.
@@ -1944,6 +1947,16 @@ def check_new_jobs(jobs: NewJobs) -> None:
                 check_text(text, "input_json")
         else:
             check_new_job(jobs[at])
+
+
+#: What `check_new_jobs` reads for an id `FreshIds` will make: `new_id()`'s form, valid.
+_MADE_ID: Final = "00000000-0000-7000-8000-000000000000"
+
+
+def _unmade(column: Sequence[str], n: int) -> Iterable[str]:
+    """`column`, or for ids `FreshIds` will make (valid by construction) as many stand-ins, so
+    checking a batch does not make its ids before the first write."""
+    return repeat(_MADE_ID, n) if type(column) is FreshIds else column
 
 
 def _plainly_fine(job: NewJob) -> bool:

@@ -30,9 +30,9 @@ from jobs_core.errors import (
     DriverUnavailableError,
     OptionInvalidError,
 )
-from jobs_core.ids import new_id
+from jobs_core.ids import FreshIds, new_id
 from jobs_core.job import JobHandle
-from jobs_core.jsonform import JsonValue, dumps, loads
+from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
 from jobs_core.records import (
@@ -221,8 +221,10 @@ class Jobs:
     ) -> list[EnqueueResult]:
         """Insert many jobs of one handle; one answer per input, in order.
 
-        Every record is built (and so every refusal made) before the first write. Retried under
-        the same ids like `enqueue`; `ids=` (one per input) makes your own retries exactly-once.
+        Every record is checked (and so every refusal made) before the first write; the ids
+        made for it (no `ids=`) are made as the store reads them (`FreshIds`), the same on every
+        try. Retried under the same ids like `enqueue`; `ids=` (one per input) makes your own
+        retries exactly-once.
         """
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
@@ -517,21 +519,25 @@ class _Batch:
         needs_form, given_key = self.needs_form, self.key
         key_for, tenant_for = handle.key_for, handle.tenant_for
         acts_none = handle.tenant == "none"
-        texts: list[str] = []
         keys: list[str] = []
         acts: list[str | None] = []
-        # One loop in input order, each input's checks in `record`'s order, so the refusal
-        # raised is the one a call per input would have raised first.
-        for input in inputs:
-            text = dumps(input)
+        # Every text at once when none needs `dumps`' own look, else each in the loop: one loop
+        # in input order, each input's checks in `record`'s order, so the refusal raised is the
+        # one a call per input would have raised first.
+        made = dumps_many(inputs)
+        texts = [] if made is None else made
+        for at, input in enumerate(inputs):
+            if made is None:
+                texts.append(dumps(input))
+            text = texts[at]
             form = _json_form(input, text) if needs_form else None
             if not acts_none:
                 acts.append(tenant_for(form))
             keys.append(key_for(form, given_key))
-            texts.append(text)
         n = len(texts)
-        job_ids = [new_id() for _ in range(n)] if ids is None else list(ids)
-        run_ids = [new_id() for _ in range(n)]
+        # Made as the driver reads them (`FreshIds`), not all before the first write.
+        job_ids: Sequence[str] = FreshIds(n) if ids is None else list(ids)
+        run_ids = FreshIds(n)
         # An empty batch's shared record is never read: placeholders stand for its five.
         first = (job_ids[0], run_ids[0], keys[0], texts[0]) if n else ("", "", "", "null")
         shared = self._row(*first, acts[0] if acts else None)

@@ -514,18 +514,20 @@ class RedisDriver(JobDriver):
         """
         # Ids the facade just made: no row has one, so the script skips looking them up.
         fresh = type(jobs) is NewJobs and jobs.take_fresh()
-        chunks = [jobs[i : i + ENQUEUE_CHUNK] for i in range(0, len(jobs), ENQUEUE_CHUNK)]
+        # Each chunk cut as it is packed: the facade's ids (`FreshIds`) are made as read.
+        chunks = _Chunks(jobs)
         pool = getattr(self._loops.get().client, "connection_pool", None)
         if self.cluster or pool is None:
             out: list[EnqueueResult] = []
-            for chunk in chunks:
+            for at in range(len(chunks)):
+                chunk = chunks[at]
                 keys, args = self._chunk_call(chunk, fresh)
                 out += _chunk_answers(chunk, await self._run("job_enqueue_many", keys, args))
             return out
         return await self._enqueue_pipelined(pool, chunks, fresh)
 
     async def _enqueue_pipelined(
-        self, pool: Any, chunks: list[Sequence[NewJob]], fresh: bool
+        self, pool: Any, chunks: _Chunks, fresh: bool
     ) -> list[EnqueueResult]:
         """The chunks in order on ONE connection, each sent while the server runs the last.
 
@@ -1795,10 +1797,35 @@ def _enqueued(job: NewJob, got: int | str) -> EnqueueResult:
     return EnqueueResult(str(got), deduped=True)
 
 
+class _Chunks:
+    """A batch's chunks of `ENQUEUE_CHUNK` records, each cut when first read and kept, so a
+    chunk's answers read the very records (and ids) it was packed with."""
+
+    __slots__ = ("_cut", "_jobs")
+
+    def __init__(self, jobs: Sequence[NewJob]) -> None:
+        self._jobs = jobs
+        self._cut: dict[int, Sequence[NewJob]] = {}
+
+    def __len__(self) -> int:
+        return -(-len(self._jobs) // ENQUEUE_CHUNK)
+
+    def __getitem__(self, at: int) -> Sequence[NewJob]:
+        chunk = self._cut.get(at)
+        if chunk is None:
+            start = at * ENQUEUE_CHUNK
+            chunk = self._cut[at] = self._jobs[start : start + ENQUEUE_CHUNK]
+        return chunk
+
+
 def _chunk_answers(jobs: Sequence[NewJob], got: str) -> list[EnqueueResult]:
     ids = jobs.ids if type(jobs) is NewJobs else [job.id for job in jobs]
+    if len(got) == len(ids) - 1 and not got.strip("\x00"):
+        # Every record inserted (the usual answer): no split, and positional arguments, which
+        # the dataclass takes faster than keywords.
+        return [EnqueueResult(i, False) for i in ids]
     return [
-        EnqueueResult(r, deduped=True) if r else EnqueueResult(i, deduped=False)
+        EnqueueResult(r, True) if r else EnqueueResult(i, False)
         for i, r in zip(ids, got.split("\x00"), strict=True)
     ]
 

@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
+import jobs_core.ids as ids_module
 from jobs_core.clock import FakeClock
-from jobs_core.errors import JobsError
+from jobs_core.driver import check_new_jobs
+from jobs_core.errors import InputInvalidError, JobsError
 from jobs_core.facade import Jobs, build_record, build_records
+from jobs_core.ids import FreshIds
 from jobs_core.job import JobRegistry, job
+from jobs_core.jsonform import MAX_JSON_BYTES, MAX_JSON_DEPTH, dumps, dumps_many
 from jobs_core.records import NewJob, NewJobs
 from jobs_memory import MemoryDriver
 from tests.core.support import T0, new_job
@@ -182,3 +186,111 @@ async def test_a_driver_not_reading_columns_is_handed_a_list_of_records() -> Non
             (batch,) = given[-1:]
             assert type(batch) is kind
             assert [(r.id, r.acts_for) for r in batch] == [("x", "o1"), ("y", "o2")]  # type: ignore[attr-defined]
+
+
+class _Unset:
+    """A value with no JSON form."""
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "a\x00b",
+        {"k": "\ud83d"},
+        {"\udc00": 1},
+        _Unset(),
+        float("nan"),
+        _nested(MAX_JSON_DEPTH + 1),
+        "x" * MAX_JSON_BYTES,
+    ],
+    ids=["nul", "surrogate", "surrogate-key", "no-form", "nan", "deep", "long"],
+)
+def test_a_batchs_texts_are_each_inputs_dumps_or_none(bad: Any) -> None:
+    """`dumps_many` answers `dumps` of each value, or None (`dumps` then refuses one) as soon
+    as one of them is a value `dumps` refuses, wherever it stands."""
+    good: list[Any] = [
+        {"k": "a"},
+        ["é", "😀", "\\u0000", 1.5, None, True],
+        _nested(MAX_JSON_DEPTH),
+        "y" * (MAX_JSON_BYTES // 4 + 1),
+        "{[" * 60,
+    ]
+    assert dumps_many(good) == [dumps(v) for v in good]
+    with pytest.raises(InputInvalidError):
+        dumps(bad)
+    for at in range(len(good) + 1):
+        assert dumps_many([*good[:at], bad, *good[at:]]) is None
+
+
+@pytest.mark.parametrize(
+    ("inputs", "code"),
+    [
+        ([{"k": "a", "org": "o"}, {"k": "b"}, {"k": "c", "org": "o", "v": _Unset()}], "TENANT"),
+        ([{"k": "a", "org": "o"}, {"k": "b", "org": "o", "v": _Unset()}, {"k": "c"}], "INPUT"),
+        ([{"k": "a", "org": "o"}, {"k": "b", "org": "\x00"}, {"k": "c"}], "INPUT"),
+    ],
+)
+def test_a_batch_raises_the_refusal_of_its_first_bad_input(inputs: list[Any], code: str) -> None:
+    """Whether its texts were written at once or one by one: the first input refused raises,
+    and its first refusal (its JSON before its tenant)."""
+    clock = FakeClock(T0)
+    with pytest.raises(JobsError) as one:
+        for inp in inputs:
+            build_record(orgs, inp, clock=clock)
+    with pytest.raises(JobsError) as batch:
+        build_records(orgs, inputs, clock=clock)
+    assert code in one.value.code
+    assert (batch.value.code, batch.value.detail) == (one.value.code, one.value.detail)
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        slice(None),
+        slice(2, 5),
+        slice(-3, None),
+        slice(-5, -2),
+        slice(None, None, -1),
+        slice(7, 1, -2),
+        slice(3, 3),
+        slice(1, 9, 3),
+        slice(20, 30),
+    ],
+)
+def test_fresh_ids_read_as_the_list_they_stand_for(cut: slice) -> None:
+    """Whatever is read first: the same ids, in position order (and so in sort order)."""
+    ids = FreshIds(10)
+    first_cut, first_at = ids[cut], ids[-4]
+    whole = list(ids)
+    assert first_cut == whole[cut] and first_at == whole[-4]
+    assert len(ids) == 10 and len(set(whole)) == 10 and whole == sorted(whole)
+    assert list(ids) == whole and [ids[i] for i in range(-10, 10)] == whole + whole
+    with pytest.raises(IndexError):
+        ids[10]
+
+
+def test_a_batch_is_checked_without_making_its_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facade's ids are made as a driver reads them, not before the first write: building
+    and checking a batch makes the first record's only (its shared row's)."""
+    made: list[str] = []
+    new_id = ids_module.new_id
+
+    def counted() -> str:
+        made.append(new_id())
+        return made[-1]
+
+    monkeypatch.setattr(ids_module, "new_id", counted)
+    batch = build_records(
+        orgs, [{"k": f"k{i}", "org": "o"} for i in range(50)], clock=FakeClock(T0)
+    )
+    check_new_jobs(batch)
+    assert len(made) <= 2
+    assert [r.id for r in batch][:1] == made[:1]
+    assert len(made) == 100

@@ -1,6 +1,7 @@
 """A lone enqueue (`job_enqueue`, outside a transaction) goes as one `wire.Round` on libpq, as a
 lone claim or ack does (`PgDriver._alone`): prepared once a session under the round's names, an
-id a concurrent insert won run again and answered deduped, a server error typed and named, a
+id a concurrent insert won run again and answered deduped, a serialization failure run again
+(`conflict_retries`), a server error typed and named, a
 session cut after the commit told (`X_DRIVER_UNAVAILABLE`) so a retry under the same id answers
 deduped. Inside `job_enqueue_many`'s transaction it stays on psycopg's cursor (tests/pg,
 tests/parity)."""
@@ -86,6 +87,57 @@ async def test_a_lone_enqueue_cancelled_by_the_server_is_typed_and_names_it(
         await d.close()
 
 
+async def _insert_copy(other: Conn, schema: str, changed: str) -> None:
+    """`other` inserts, uncommitted, a copy of row j009 with `changed` (a JSON object) over it."""
+    await other.execute(
+        f'INSERT INTO "{schema}".jobs SELECT (jsonb_populate_record('
+        f'NULL::"{schema}".jobs, to_jsonb(j) || %s::jsonb)).*'
+        f' FROM "{schema}".jobs j WHERE id = %s',
+        (changed, "j009"),
+    )
+
+
+async def _enqueue_beside_key_winner(d: PgDriver, schema: str) -> Any:
+    """Under SERIALIZABLE, another session's row of job(1)'s key commits while the driver's
+    lone enqueue of job(1) waits on it: the server cannot serialize the enqueue after it."""
+    await d.job_enqueue(job(9))
+
+    async def scenario(other: Conn) -> Any:
+        await _insert_copy(other, schema, '{"id": "jx", "run_id": "rx", "idempotency_key": "k1"}')
+        call = asyncio.create_task(d.job_enqueue(job(1)))
+        await wait_for_lock_wait(schema)
+        await other.commit()
+        return await asyncio.wait_for(call, 20)
+
+    return await outcome(scenario)
+
+
+async def test_a_lone_enqueue_that_meets_a_serialization_failure_runs_again(
+    pg_schema: str,
+) -> None:
+    serializable = url_with(default_transaction_isolation="serializable")
+    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False)
+    try:
+        got = await _enqueue_beside_key_winner(d, pg_schema)
+        assert got == EnqueueResult("jx", deduped=True)  # run again, it names the key's holder
+        assert d.conflicts_seen == 1
+    finally:
+        await d.close()
+
+
+async def test_a_lone_enqueue_past_its_conflict_retries_is_a_conflict_naming_it(
+    pg_schema: str,
+) -> None:
+    serializable = url_with(default_transaction_isolation="serializable")
+    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False, conflict_retries=0)
+    try:
+        got = await _enqueue_beside_key_winner(d, pg_schema)
+        _named(got, "X_DRIVER_CONFLICT", "40001", "JOB_ENQUEUE_QUIET")
+        assert await d.job_enqueue(job(1)) == EnqueueResult("jx", deduped=True)
+    finally:
+        await d.close()
+
+
 async def test_a_lone_enqueue_whose_id_a_concurrent_insert_won_answers_deduped(
     pg_schema: str,
 ) -> None:
@@ -98,12 +150,7 @@ async def test_a_lone_enqueue_whose_id_a_concurrent_insert_won_answers_deduped(
 
         async def scenario(other: Conn) -> Any:
             changed = '{"id": "j001", "run_id": "rx", "idempotency_key": "kx"}'
-            await other.execute(
-                f'INSERT INTO "{pg_schema}".jobs SELECT (jsonb_populate_record('
-                f'NULL::"{pg_schema}".jobs, to_jsonb(j) || %s::jsonb)).*'
-                f' FROM "{pg_schema}".jobs j WHERE id = %s',
-                (changed, "j009"),
-            )
+            await _insert_copy(other, pg_schema, changed)
             call = asyncio.create_task(d.job_enqueue(job(1)))
             await wait_for_lock_wait(pg_schema)
             await other.commit()

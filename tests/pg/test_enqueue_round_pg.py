@@ -20,7 +20,7 @@ from tests.pg.conftest import PG_URL
 from tests.pg.proxy import Proxy
 from tests.pg.support import wait_for_lock_wait
 from tests.pg.test_claim_lost_answer import READY
-from tests.pg.test_lone_round_pg import _named, _ours
+from tests.pg.test_lone_round_pg import _named, _ours, serializable_driver
 from tests.pg.test_sqlstate import URL, Conn, job, outcome, url_with
 
 
@@ -115,8 +115,7 @@ async def _enqueue_beside_key_winner(d: PgDriver, schema: str) -> Any:
 async def test_a_lone_enqueue_that_meets_a_serialization_failure_runs_again(
     pg_schema: str,
 ) -> None:
-    serializable = url_with(default_transaction_isolation="serializable")
-    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False)
+    d = serializable_driver(pg_schema)
     try:
         got = await _enqueue_beside_key_winner(d, pg_schema)
         assert got == EnqueueResult("jx", deduped=True)  # run again, it names the key's holder
@@ -128,8 +127,7 @@ async def test_a_lone_enqueue_that_meets_a_serialization_failure_runs_again(
 async def test_a_lone_enqueue_past_its_conflict_retries_is_a_conflict_naming_it(
     pg_schema: str,
 ) -> None:
-    serializable = url_with(default_transaction_isolation="serializable")
-    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False, conflict_retries=0)
+    d = serializable_driver(pg_schema, conflict_retries=0)
     try:
         got = await _enqueue_beside_key_winner(d, pg_schema)
         _named(got, "X_DRIVER_CONFLICT", "40001", "JOB_ENQUEUE_QUIET")

@@ -303,6 +303,9 @@ LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
 _LOCAL_SETTINGS_QUERY: Final = {k: v.encode() for k, v in LOCAL_SETTINGS.items()}
 #: What the server rolls back for another transaction's sake: alone, a statement runs again.
 _CONFLICTS: Final = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+#: Runs of an enqueue whose id a concurrent insert keeps winning (`_raced`), then `_RACED`.
+_RACE_TRIES: Final = 5
+_RACED: Final = "enqueue kept racing a concurrent writer"
 #: A claimed row's claim order: (priority, run_at_ms, id).
 _CLAIM_ORDER: Final = operator.itemgetter(9, 13, 1)
 #: A record's values of JOB_ENQUEUE_MANY's `SHARED_COLUMNS`, as one tuple.
@@ -1047,15 +1050,22 @@ class PgDriver(JobDriver):
         return [Fence(job_id, claims, worker) for job_id, claims in rows]
 
     async def _alone(
-        self, stmt: _Stmt, args: Sequence[Any], lazy: bool, claim: _Claim | None
+        self,
+        stmt: _Stmt,
+        args: Sequence[Any],
+        lazy: bool,
+        claim: _Claim | None,
+        enqueue_of: str | None = None,
     ) -> list[Any]:
-        """A claim or an ack run alone: one `Round` on libpq, its plan and commit settings
-        ahead of it in the same pipeline (one Sync, one implicit transaction), with what
-        `_execute` does for a statement: a deadlock or serialization failure runs it again, a
-        session that lost its prepared statement (a pooler) turns preparing off and runs it
-        unprepared, a server error names it. Cancelled by the call's timeout after its commit,
-        its answer read in (`Round.answered`), it answers that: run again, an ack that landed
-        would answer False and a claim take more; lost, its claimed jobs were held by nobody
+        """A claim, an ack or a lone enqueue (`enqueue_of`: its job's id) run alone: one
+        `Round` on libpq, its plan and commit settings ahead of it in the same pipeline (one
+        Sync, one implicit transaction), with what `_execute` does for a statement: a deadlock
+        or serialization failure runs it again, a session that lost its prepared statement (a
+        pooler) turns preparing off and runs it unprepared, a server error names it; an enqueue
+        whose id a concurrent insert won runs again (`_raced`), as `_insert`'s does. Cancelled
+        by the call's timeout after its commit, its answer read in (`Round.answered`), it
+        answers that: run again, an ack that landed would answer False, a claim take more and
+        an enqueue answer deduped; lost, its claimed jobs were held by nobody
         until their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
@@ -1069,7 +1079,7 @@ class PgDriver(JobDriver):
         try:
             async with self._conn() as conn:
                 held = conn
-                retries = 0
+                retries = raced = 0
                 while True:
                     prepared = self._prepare_threshold is not None
                     if not prepared:
@@ -1092,6 +1102,11 @@ class PgDriver(JobDriver):
                             # Nothing ran (the failed Parse or Bind skips the rest up to Sync).
                             self._prepare_off(conn)
                             continue
+                        if enqueue_of is not None and _raced(exc, conn):
+                            raced += 1
+                            if raced < _RACE_TRIES:
+                                continue
+                            raise DriverError(_RACED, detail=enqueue_of) from exc
                         conflict = isinstance(exc, _CONFLICTS)
                         self.conflicts_seen += conflict
                         if conflict and retries < self._conflict_retries:
@@ -1197,12 +1212,18 @@ class PgDriver(JobDriver):
         return now_ms // self._slot_ms if self._wake else None
 
     async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
-        async with self._conn() as conn:
-            return await self._enqueue_on(conn, job)
+        return await self._enqueue_on(None, job)
 
     async def _enqueue_on(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob, *, quiet: bool = False
+        self,
+        conn: psycopg.AsyncConnection[tuple[Any, ...]] | None,
+        job: NewJob,
+        *,
+        quiet: bool = False,
     ) -> EnqueueResult:
+        """One job's enqueue: alone (`conn` None) its statement goes as one `Round`
+        (`_alone`), its own transaction; on `conn`, in the caller's transaction, through
+        `_insert`."""
         slot = self._slot(job.created_at_ms)
         due = not quiet and slot is not None and job.run_at_ms <= job.created_at_ms
         wake = due and self._spent_slots.get(job.queue) != slot
@@ -1217,8 +1238,11 @@ class PgDriver(JobDriver):
         args = stmt.args(self._enqueue_values(job, slot))
         began = time.monotonic()
         for _ in range(5):
-            cur = await self._insert(conn, stmt, args, job.id)
-            row = await cur.fetchone()
+            if conn is None:
+                rows = await self._alone(stmt, args, False, None, job.id)
+                row = rows[0] if rows else None
+            else:
+                row = await (await self._insert(conn, stmt, args, job.id)).fetchone()
             if row is None:
                 raise DriverError("the enqueue statement answered no row", detail=job.id)
             inserted, existing, holder = row[0], row[1], row[2]
@@ -1278,8 +1302,11 @@ class PgDriver(JobDriver):
         }
 
     async def _key_holder(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], job: NewJob
+        self, conn: psycopg.AsyncConnection[tuple[Any, ...]] | None, job: NewJob
     ) -> str | None:
+        if conn is None:
+            async with self._conn() as alone:
+                return await self._key_holder(alone, job)
         stmt = self._q["JOB_KEY_HOLDER"]
         cur = await self._execute(
             conn,
@@ -1437,14 +1464,13 @@ class PgDriver(JobDriver):
         was written, and a fresh snapshot sees that id and answers it deduped. Inside a
         transaction the error aborted it all: the caller starts the transaction over.
         """
-        for _ in range(5):
+        for _ in range(_RACE_TRIES):
             try:
-                return await self._execute(conn, stmt.text, args)
+                return await self._execute(conn, stmt.query, args, raw=stmt.raw)
             except psycopg.errors.UniqueViolation as exc:
-                in_tx = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-                if _constraint(exc) != "jobs_pkey" or in_tx:
+                if not _raced(exc, conn):
                     raise
-        raise DriverError("enqueue kept racing a concurrent writer", detail=job_id)
+        raise DriverError(_RACED, detail=job_id)
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
         now = params.now_ms
@@ -2936,6 +2962,17 @@ def _restartable(exc: JobsError) -> bool:
         return True
     cause = exc.__cause__
     return isinstance(cause, psycopg.errors.UniqueViolation) and _constraint(cause) == "jobs_pkey"
+
+
+def _raced(exc: psycopg.Error, conn: psycopg.AsyncConnection[Any]) -> bool:
+    """An enqueue outside a transaction lost its id to an insert that committed between its
+    snapshot and its write: nothing of it was written, and run again a fresh snapshot sees
+    that id and answers it deduped. Inside a transaction the error aborted it all."""
+    return (
+        isinstance(exc, psycopg.errors.UniqueViolation)
+        and _constraint(exc) == "jobs_pkey"
+        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
 
 
 def _constraint(exc: psycopg.Error) -> str | None:

@@ -424,7 +424,19 @@ JOB_KEY_HOLDER: Final = sa.select(jobs.c.id).where(
 GENERIC_PLANS: Final = frozenset({"JOB_CLAIM"})
 # The claim: over 4 KiB (`sqltext.compile_all`), and several of its parameters bound more than
 # once. The settles: each binds its ids twice (the lock, the update), and they run once a batch.
-RAW_TEXT: Final = frozenset({"JOB_CLAIM", "JOB_ACK", "JOB_NACK", "JOB_HEARTBEAT", "JOB_PROGRESS"})
+# The lone enqueue's three: sent as one `wire.Round` (`$n` placeholders) outside a transaction.
+RAW_TEXT: Final = frozenset(
+    {
+        "JOB_CLAIM",
+        "JOB_ACK",
+        "JOB_NACK",
+        "JOB_HEARTBEAT",
+        "JOB_PROGRESS",
+        "JOB_ENQUEUE",
+        "JOB_ENQUEUE_QUIET",
+        "JOB_ENQUEUE_CARRIED",
+    }
+)
 # With the driver's `lazy_claim`, the claim commits without waiting for its WAL to reach the
 # disk (`synchronous_commit = off` for its own transaction): a job's pickup then waits for one
 # flush (its enqueue's), not two. What a crash can undo is only a claim nothing durable has

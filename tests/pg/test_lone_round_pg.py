@@ -86,6 +86,12 @@ async def _ack_after_concurrent_update(d: PgDriver, schema: str, j: ClaimedJob) 
     return await outcome(scenario)
 
 
+def serializable_driver(schema: str, **kwargs: Any) -> PgDriver:
+    """A driver of two sessions, no wake, whose every transaction is SERIALIZABLE."""
+    url = url_with(default_transaction_isolation="serializable")
+    return PgDriver(url, schema=schema, pool_size=2, wake=False, **kwargs)
+
+
 def _named(err: object, code: str, sqlstate: str, statement: str) -> None:
     assert isinstance(err, JobsError), err
     assert err.code == code, str(err)
@@ -95,8 +101,7 @@ def _named(err: object, code: str, sqlstate: str, statement: str) -> None:
 
 
 async def test_a_lone_ack_that_meets_a_serialization_failure_runs_again(pg_schema: str) -> None:
-    serializable = url_with(default_transaction_isolation="serializable")
-    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False)
+    d = serializable_driver(pg_schema)
     try:
         j = await _claimed(d)
         assert await _ack_after_concurrent_update(d, pg_schema, j) == [True]
@@ -108,8 +113,7 @@ async def test_a_lone_ack_that_meets_a_serialization_failure_runs_again(pg_schem
 async def test_a_lone_ack_past_its_conflict_retries_is_a_conflict_naming_it(
     pg_schema: str,
 ) -> None:
-    serializable = url_with(default_transaction_isolation="serializable")
-    d = PgDriver(serializable, schema=pg_schema, pool_size=2, wake=False, conflict_retries=0)
+    d = serializable_driver(pg_schema, conflict_retries=0)
     try:
         j = await _claimed(d)
         got = await _ack_after_concurrent_update(d, pg_schema, j)

@@ -31,13 +31,19 @@ def _table(schema: str) -> sql.Composed:
 async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_committed(
     pg_schema: str,
 ) -> None:
-    """A session holds the key's advisory lock and stores a holding, as a racing take would;
-    the take that waited for the lock sees that holding once it goes on, and is refused (one
-    statement that counted, then waited, would count from before and grant a second)."""
+    """A session holds the key's lock (its clock row, upserted as a take does) and stores a
+    holding, as a racing take would; the take that waited for the lock sees that holding once it
+    goes on, and is refused (one statement that counted, then waited, would count from before
+    and grant a second)."""
     async with named_drivers(pg_schema, 1) as (d,):
         other = await locker()
         try:
-            await other.execute("SELECT pg_advisory_xact_lock(%s)", (d._advisory_key("k"),))
+            await other.execute(
+                sql.SQL("INSERT INTO {}.lease_clocks (key, now_ms) VALUES ('k', %s)").format(
+                    sql.Identifier(pg_schema)
+                ),
+                (T0,),
+            )
             await other.execute(
                 sql.SQL(
                     "INSERT INTO {} (key, holder, token, expires_at_ms, stamp)"
@@ -46,7 +52,7 @@ async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_comm
                 (d._lease_tokens, T0 + 10_000),
             )
             take = asyncio.create_task(d.lease_take([LeaseTake("k", "me", 1, 1000)], T0))
-            await sessions_waiting(pg_schema, ("advisory",))
+            await sessions_waiting(pg_schema, ("transactionid", "speculative token", "tuple"))
             # Another key's take does not wait for this one.
             assert (await d.lease_take([LeaseTake("k2", "me", 1, 1000)], T0))[0] is not None
             assert not take.done()

@@ -40,7 +40,7 @@ async def stale_racers(drivers: Sequence[JobDriver], *, seed: int, takes: int = 
             got = await d.lease_take([LeaseTake("rate", f"{name}-{i}", LIMIT, PER_MS, True)], now)
             stamps.extend(g for g in got if g is not None)
 
-    await asyncio.gather(*(caller(d, f"c{n}") for n, d in enumerate(drivers * 2)))
+    await asyncio.gather(*(caller(d, f"c{n}") for n, d in enumerate([*drivers, *drivers])))
     assert stamps, "no stamp granted"
     return sorted(s.expires_at_ms - PER_MS for s in stamps)
 

@@ -4,8 +4,8 @@ renewal and release upserts its key's clock first).
 `.venv/bin/python -m bench.lease_cost pg|redis --a TREE [--b TREE] [--pairs 5] [--calls 300]`
 
 Each run (a fresh process, its imports from the tree it measures: PYTHONPATH=TREE) makes its own
-schema `lc_<random>` on Postgres 127.0.0.1:5432/test or key prefix on Redis 127.0.0.1:6379,
-drops it after, and times, one call after another on one key of limit 10,000: `--calls` takes
+store (`bench.steps.store`: a schema of its own on Postgres, a key prefix on Redis, dropped
+after) and times, one call after another on one key of limit 10,000: `--calls` takes
 of one item (each a new holder: the key's live holdings grow to `--calls`), a renewal of each,
 a release of each. Per call kind: the median wall µs. Pairs alternate which tree runs first;
 the answer is each tree's median and the median of the per-pair ratios B/A.
@@ -17,67 +17,37 @@ import argparse
 import json
 import os
 import statistics
-from typing import Any
 
-PG = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS = "redis://127.0.0.1:6379/0"
 METRICS = ("take_us", "renew_us", "release_us")
 
 
 def run(kind: str, calls: int) -> dict[str, float]:
     import asyncio
     import time
-    import uuid
 
+    from bench.steps import store
     from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
 
     async def main() -> dict[str, float]:
-        tag = uuid.uuid4().hex[:8]
-        driver: Any
-        if kind == "pg":
-            from jobs_pg import PgDriver, migrate
-
-            migrate.upgrade(PG, f"lc_{tag}")
-            driver = PgDriver(PG, schema=f"lc_{tag}")
-        else:
-            from jobs_redis import RedisDriver
-
-            driver = RedisDriver(REDIS, prefix=f"lc{tag}")
         spent: dict[str, list[float]] = {m: [] for m in METRICS}
-        try:
-            async with driver:
-                now = int(time.time() * 1000)
-                await driver.lease_take([LeaseTake("warm", "w", 1, 1000)], now)
-                held = []
-                for i in range(calls):
-                    t = time.perf_counter()
-                    (got,) = await driver.lease_take(
-                        [LeaseTake("k", f"h{i}", 10_000, 600_000)], now
-                    )
-                    spent["take_us"].append(time.perf_counter() - t)
-                    assert got is not None
-                    held.append(got)
-                for h in held:
-                    t = time.perf_counter()
-                    await driver.lease_renew([LeaseRenew("k", h.token, 600_000)], now + 1)
-                    spent["renew_us"].append(time.perf_counter() - t)
-                for h in held:
-                    t = time.perf_counter()
-                    await driver.lease_release([LeaseRef("k", h.token)], now + 2)
-                    spent["release_us"].append(time.perf_counter() - t)
-        finally:
-            if kind == "pg":
-                import psycopg
-
-                with psycopg.connect(PG, autocommit=True) as conn:
-                    conn.execute(f'DROP SCHEMA "lc_{tag}" CASCADE')
-            else:
-                import redis
-
-                client = redis.Redis.from_url(REDIS)
-                keys = list(client.scan_iter(f"{{lc{tag}}}*", count=1000))
-                if keys:
-                    client.delete(*keys)
+        async with store(kind) as driver:
+            now = int(time.time() * 1000)
+            await driver.lease_take([LeaseTake("warm", "w", 1, 1000)], now)
+            held = []
+            for i in range(calls):
+                t = time.perf_counter()
+                (got,) = await driver.lease_take([LeaseTake("k", f"h{i}", 10_000, 600_000)], now)
+                spent["take_us"].append(time.perf_counter() - t)
+                assert got is not None
+                held.append(got)
+            for h in held:
+                t = time.perf_counter()
+                await driver.lease_renew([LeaseRenew("k", h.token, 600_000)], now + 1)
+                spent["renew_us"].append(time.perf_counter() - t)
+            for h in held:
+                t = time.perf_counter()
+                await driver.lease_release([LeaseRef("k", h.token)], now + 2)
+                spent["release_us"].append(time.perf_counter() - t)
         return {m: statistics.median(v) * 1e6 for m, v in spent.items()}
 
     return asyncio.run(main())

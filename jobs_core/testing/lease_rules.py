@@ -33,6 +33,21 @@ FORGED_TOKEN = 2**61
 
 T = TypeVar("T")
 
+#: One lease call's draws (the `lease` and `lease_off_the_clock` rules).
+_OPS = st.sampled_from(("take", "take", "take", "renew", "release", "abandon"))
+_LIMITS = st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3)))
+_TTLS = st.sampled_from((1000, 3000, 1))
+_PICKS = st.lists(st.integers(0, 9), min_size=1, max_size=3)
+
+
+def _items(most: int) -> st.SearchStrategy[list[tuple[str, str, bool]]]:
+    """A take's items: (key, holder, stamp), one to `most`."""
+    return st.lists(
+        st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
+        min_size=1,
+        max_size=most,
+    )
+
 
 class LeaseRules(ParityMachine):
     """The lease family, beside the job family's rows."""
@@ -49,17 +64,7 @@ class LeaseRules(ParityMachine):
         self._granted: list[Lease] = []
 
     @precondition(lambda self: self.capabilities.leases)
-    @rule(
-        op=st.sampled_from(("take", "take", "take", "renew", "release", "abandon")),
-        items=st.lists(
-            st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
-            min_size=1,
-            max_size=4,
-        ),
-        limits=st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3))),
-        ttl=st.sampled_from((1000, 3000, 1)),
-        picks=st.lists(st.integers(0, 9), min_size=1, max_size=3),
-    )
+    @rule(op=_OPS, items=_items(4), limits=_LIMITS, ttl=_TTLS, picks=_PICKS)
     def lease(
         self,
         op: str,
@@ -71,10 +76,23 @@ class LeaseRules(ParityMachine):
         """One lease call: a take (a holder's second take of a key replaces its holding), or a
         renewal, release or abandon of holdings granted earlier (live, expired, replaced,
         ended) or forged. A stamp released stays until it expires."""
+        self._call(op, items, limits, ttl, picks)
+
+    def _call(
+        self,
+        op: str,
+        items: list[tuple[str, str, bool]],
+        limits: tuple[int, int],
+        ttl: int,
+        picks: list[int],
+        now: int | None = None,
+    ) -> None:
+        """A take of `items`, or `op` on the holdings `picks` names, at `now` (the walk's
+        clock unless given)."""
         if op == "take":
-            self._take(items, limits, ttl)
-            return
-        self._end(op, self._refs(picks), ttl)
+            self._take(items, limits, ttl, now)
+        else:
+            self._end(op, self._refs(picks), ttl, now)
 
     def _end(self, op: str, refs: list[LeaseRef], ttl: int, now: int | None = None) -> None:
         """Renew, release or abandon `refs` (in the model's numbers) at `now` (the walk's
@@ -149,16 +167,12 @@ class LeaseRules(ParityMachine):
 
     @precondition(lambda self: self.capabilities.leases and bool(self.model.lease_clocks))
     @rule(
-        op=st.sampled_from(("take", "take", "take", "renew", "release", "abandon")),
-        items=st.lists(
-            st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
-            min_size=1,
-            max_size=3,
-        ),
+        op=_OPS,
+        items=_items(3),
         skew=st.sampled_from((-3000, -1000, -400, -1, 1, 400, 1000, 3000)),
-        limits=st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3))),
-        ttl=st.sampled_from((1000, 3000, 1)),
-        picks=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+        limits=_LIMITS,
+        ttl=_TTLS,
+        picks=_PICKS,
     )
     def lease_off_the_clock(
         self,
@@ -176,10 +190,7 @@ class LeaseRules(ParityMachine):
         self._begin("lease_off_the_clock", op=op, skew=skew)
         at = max(0, self.now + skew)
         self._note(f"lease {op} from a caller {'behind' if skew < 0 else 'ahead'}")
-        if op == "take":
-            self._take(items, limits, ttl, at)
-        else:
-            self._end(op, self._refs(picks), ttl, at)
+        self._call(op, items, limits, ttl, picks, at)
 
     @precondition(
         lambda self: (

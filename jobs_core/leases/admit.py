@@ -231,7 +231,9 @@ class Gate:
 
     async def admit(self, jobs: Sequence[ClaimedJob], now: int) -> dict[str, Admission]:
         """Per job about to start that declares a limit: what it may start with, or why it may
-        not. Jobs without a limit are absent. Never raises: a failing store defers the jobs."""
+        not. Jobs without a limit are absent. Never raises: a failing store defers the jobs.
+        `now` (the round's) dates refusals and what was granted; each `lease_take` goes out at
+        the clock read right before it (`_take`)."""
         wanted: list[_Wants] = []
         out: dict[str, Admission] = {}
         for job in jobs:

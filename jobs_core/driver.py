@@ -120,7 +120,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 5
+CONTRACT_VERSION: Final = 6
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -862,7 +862,14 @@ class JobDriver(abc.ABC):
     # A key has at most `limit` live holdings at a time (a holding is live while
     # `expires_at_ms > now_ms`). Each holding carries a fencing token from the store; every later
     # call names the holding by `(key, token)`, so a holder that lost it (expired, taken over)
-    # can never renew or end someone else's. Every decision uses the caller's `now_ms`.
+    # can never renew or end someone else's. Every decision uses the caller's `now_ms`, never
+    # the server's clock, through the KEY'S CLOCK (contract v6): each key keeps the latest time
+    # any take, renewal, release or abandon of it used, and such a call works at the later of
+    # its `now_ms` and that clock (which moves there), so a key's time never runs back. Callers
+    # landing out of order, or on hosts whose clocks disagree, share one timeline per key: a
+    # stale caller is judged as at the freshest time the key saw (the error on the safe side,
+    # fewer starts), and no window of a rate's `per` ever holds more than `limit` stamps in
+    # stamp times (a stamp's time is its `expires_at_ms - ttl_ms`).
 
     async def lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         """End each holding as if it never was (a rate stamp included: the start never
@@ -1397,50 +1404,66 @@ class JobDriver(abc.ABC):
         raise _unimplemented(self, "events", "_event_purge")
 
     async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding; the holding is
-        deleted whatever its kind or age (an expired one answers False)."""
+        """For each item in order: True when `(key, token)` is a live holding at its key's time
+        (see `_lease_take`; every key named moves its clock, a forged token's too); the holding
+        is deleted whatever its kind or age (an expired one answers False)."""
         raise _unimplemented(self, "leases", "_lease_abandon")
 
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
-        """The holdings of `key` with `expires_at_ms > now_ms`, in any order (the public
-        method sorts by token). Reads only."""
+        """The holdings of `key` with `expires_at_ms` past the key's time (the later of `now_ms`
+        and its clock), in any order (the public method sorts by token). Reads only: the clock
+        does not move."""
         raise _unimplemented(self, "leases", "_lease_holders")
 
     async def _lease_purge(self, now_ms: int, limit: int) -> int:
         """Delete up to `limit` holdings with `expires_at_ms <= now_ms` (rate stamps among
         them), soonest expired first, ties by key then token in code-point order; answers how
-        many went. A key left with no holding keeps nothing stored (its token counter aside:
-        tokens never repeat on a key). What is stored is exact: an expired holding stays until a
-        take of its key, a release or abandon naming it, or this purge deletes it (a renewal
-        never touches one). Purgers running at once delete each holding once."""
+        many went. Each key a holding went from has its clock moved to the latest
+        `expires_at_ms` deleted of it (never back): a caller behind must not find the room those
+        holdings left. A key left with no holding keeps only its clock (and its token counter:
+        tokens never repeat on a key). Before it deletes any holding, the purge examines the
+        first `limit` clocks by (clock, key) with `semantics.lease_clock_droppable(clock,
+        now_ms)` and drops those whose key holds nothing (as the purge begins): storage stays
+        bounded, and a key comes back from its next caller's time. What is stored is exact: an
+        expired holding stays until a take of its key, a release or abandon naming it, or this
+        purge deletes it (a renewal never touches one). Purgers running at once delete each
+        holding once."""
         raise _unimplemented(self, "leases", "_lease_purge")
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        """For each item in order: True when `(key, token)` is a live holding. A live slot is
-        deleted (its room is free at once); a live stamp is left as it is, to expire at its
-        time. An expired holding answers False and is deleted (as `_lease_abandon` does)."""
+        """For each item in order: True when `(key, token)` is a live holding at its key's time
+        (see `_lease_take`; every key named moves its clock). A live slot is deleted (its room
+        is free at once); a live stamp is left as it is, to expire at its time. An expired
+        holding answers False and is deleted (as `_lease_abandon` does)."""
         raise _unimplemented(self, "leases", "_lease_release")
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
-        """For each item in order: when `(key, token)` is a live holding, set its
-        `expires_at_ms = now_ms + ttl_ms` (from now, never from the old end) and answer True;
-        else write nothing and answer False — an expired holding stays lost even when nobody
-        took its room."""
+        """For each item in order: when `(key, token)` is a live holding at its key's time `at`
+        (see `_lease_take`; every key named moves its clock), set its `expires_at_ms = at +
+        ttl_ms` (from the key's time, never from the old end) and answer True; else write no
+        holding and answer False — an expired holding stays lost even when nobody took its
+        room."""
         raise _unimplemented(self, "leases", "_lease_renew")
 
     async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        """Atomic per key against every other caller; for each item in order:
+        """Atomic per key against every other caller. Each key the call names is worked on at
+        its KEY'S TIME `at`: the later of `now_ms` and the key's clock (the latest time any
+        take, renewal, release or abandon of the key used, or the latest end a purge deleted),
+        and the clock moves to `at` — once per key and call, before any item. For each item in
+        order:
 
         - when `holder` holds a live holding of `key`, that holding is replaced: a new token,
-          `expires_at_ms = now_ms + ttl_ms`, the item's `stamp`; granted (the count of holders
+          `expires_at_ms = at + ttl_ms`, the item's `stamp`; granted (the count of holders
           does not change);
         - else, when fewer than `limit` live holdings of `key` exist, a new holding is stored
           with a new token and granted;
         - else None, nothing written.
 
-        Expired holdings never count: every holding of a key the call names that expired by
-        `now_ms` is deleted before its items are decided (whether they are granted or not), so
-        what `_lease_purge` finds left is the same on every store. A new token is greater
+        Live means `expires_at_ms > at`. Expired holdings never count: every holding of a key
+        the call names that expired by `at` is deleted before its items are decided (whether
+        they are granted or not), so what `_lease_purge` finds left is the same on every store.
+        The answer's `expires_at_ms` is the stored end (`at + ttl_ms`, later than the caller's
+        `now_ms + ttl_ms` when the key's clock is ahead of it). A new token is greater
         than every token this store granted before for the same key (a store-wide counter
         does). Two callers racing for the last room of a key: exactly one is granted, and a
         take is never refused while the key has room.

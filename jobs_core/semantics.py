@@ -158,6 +158,21 @@ UNWOUND_STATES: Final = frozenset({JobState.DEAD, JobState.FAILED})
 #: How long an event is found by waits, unless its sender says otherwise.
 EVENT_TTL_MS: Final = 7 * 24 * HOUR_MS
 
+#: How long a lease key's clock outlives its last use once the key holds nothing: `lease_purge`
+#: drops it no sooner (`lease_clock_droppable`). Each lease key keeps a clock, the latest time
+#: any call on it used (a call's time is the later of its caller's `now_ms` and that clock), so
+#: callers whose clocks disagree share one timeline on the key and a window never holds more
+#: than `limit` stamps whatever order they land in. Once the clock is dropped the key starts
+#: again from its next caller's time: only a caller more than this far behind the purge's clock
+#: could then land a stamp inside a window the dropped clock still covered.
+LEASE_CLOCK_KEEP_MS: Final = HOUR_MS
+
+
+def lease_clock_droppable(clock_ms: int, now_ms: int) -> bool:
+    """Whether a purge at `now_ms` may drop a lease key's clock at `clock_ms` (its key holding
+    nothing): the clock is at least `LEASE_CLOCK_KEEP_MS` behind."""
+    return clock_ms <= now_ms - LEASE_CLOCK_KEEP_MS
+
 
 def json_equal(a: object, b: object) -> bool:
     """JSON equality as every store can decide it: numbers by value (`1` equals `1.0`), a

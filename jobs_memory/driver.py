@@ -18,7 +18,7 @@ import heapq
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -113,6 +113,7 @@ from jobs_core.semantics import (
     fold_before,
     hour_of,
     lapsed_by,
+    lease_clock_droppable,
     minute_of,
     nack_outcome,
     namespace_of,
@@ -165,6 +166,8 @@ class MemoryDriver(JobDriver):
         self._waits: dict[str, EventWait] = {}
         #: lease key -> token -> holding (expired ones go when their key is next taken).
         self._holdings: dict[str, dict[int, Lease]] = {}
+        #: lease key -> its clock, the latest time a call on it used (`_lease_time`).
+        self._lease_clocks: dict[str, int] = {}
         self._tokens = itertools.count(1)
         self._marks: dict[str, TaskMark] = {}
         self._sweeps: dict[str, SweepRecord] = {}
@@ -897,22 +900,38 @@ class MemoryDriver(JobDriver):
             beat.worker_id, beat.info_json, beat.now_ms, beat.now_ms + beat.ttl_ms
         )
 
+    def _lease_time(self, key: str, now_ms: int) -> int:
+        """The time of a call at `now_ms` on `key`: the later of `now_ms` and the key's clock,
+        which moves there. Called once per key and call, under the lock."""
+        at = self._lease_clocks[key] = max(now_ms, self._lease_clocks.get(key, now_ms))
+        return at
+
+    def _lease_times(self, keys: Iterable[str], now_ms: int) -> dict[str, int]:
+        return {key: self._lease_time(key, now_ms) for key in dict.fromkeys(keys)}
+
     async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
         with self._lock:
+            at = self._lease_times((t.key for t in takes), now_ms)
+            for key, when in at.items():
+                held = self._holdings.get(key, {})
+                for token in [k for k, h in held.items() if h.expires_at_ms <= when]:
+                    del held[token]
             out: list[Lease | None] = []
             for t in takes:
                 held = self._holdings.setdefault(t.key, {})
-                for token in [k for k, h in held.items() if h.expires_at_ms <= now_ms]:
-                    del held[token]
                 mine = next((k for k, h in held.items() if h.holder == t.holder), None)
                 if mine is None and len(held) >= t.limit:
                     out.append(None)
                     continue
                 if mine is not None:
                     del held[mine]
-                lease = Lease(t.key, t.holder, next(self._tokens), now_ms + t.ttl_ms, t.stamp)
+                ends = at[t.key] + t.ttl_ms
+                lease = Lease(t.key, t.holder, next(self._tokens), ends, t.stamp)
                 held[lease.token] = lease
                 out.append(lease)
+            for key in at:
+                if not self._holdings.get(key, True):
+                    del self._holdings[key]
             return out
 
     def _live_holding(self, key: str, token: int, now_ms: int) -> Lease | None:
@@ -921,11 +940,13 @@ class MemoryDriver(JobDriver):
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         with self._lock:
+            at = self._lease_times((r.key for r in renews), now_ms)
             out = []
             for r in renews:
-                h = self._live_holding(r.key, r.token, now_ms)
+                h = self._live_holding(r.key, r.token, at[r.key])
                 if h is not None:
-                    self._holdings[r.key][r.token] = replace(h, expires_at_ms=now_ms + r.ttl_ms)
+                    ends = at[r.key] + r.ttl_ms
+                    self._holdings[r.key][r.token] = replace(h, expires_at_ms=ends)
                 out.append(h is not None)
             return out
 
@@ -939,9 +960,10 @@ class MemoryDriver(JobDriver):
         self, refs: Sequence[LeaseRef], now_ms: int, *, keep_stamps: bool
     ) -> list[bool]:
         with self._lock:
+            at = self._lease_times((r.key for r in refs), now_ms)
             out = []
             for r in refs:
-                h = self._live_holding(r.key, r.token, now_ms)
+                h = self._live_holding(r.key, r.token, at[r.key])
                 if not (keep_stamps and h is not None and h.stamp):
                     held = self._holdings.get(r.key, {})
                     held.pop(r.token, None)
@@ -952,22 +974,32 @@ class MemoryDriver(JobDriver):
 
     async def _lease_purge(self, now_ms: int, limit: int) -> int:
         with self._lock:
+            old = sorted(
+                (clock, key)
+                for key, clock in self._lease_clocks.items()
+                if lease_clock_droppable(clock, now_ms)
+            )[:limit]
+            for _, key in old:
+                if key not in self._holdings:
+                    del self._lease_clocks[key]
             gone = sorted(
                 (h.expires_at_ms, h.key, h.token)
                 for held in self._holdings.values()
                 for h in held.values()
                 if h.expires_at_ms <= now_ms
             )[:limit]
-            for _, key, token in gone:
+            for ends, key, token in gone:
                 held = self._holdings[key]
                 del held[token]
                 if not held:
                     del self._holdings[key]
+                self._lease_clocks[key] = max(ends, self._lease_clocks.get(key, ends))
             return len(gone)
 
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         with self._lock:
-            return [h for h in self._holdings.get(key, {}).values() if h.expires_at_ms > now_ms]
+            at = max(now_ms, self._lease_clocks.get(key, now_ms))
+            return [h for h in self._holdings.get(key, {}).values() if h.expires_at_ms > at]
 
     async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
         with self._lock:

@@ -133,6 +133,7 @@ from jobs_core.records import (
     WorkerInfo,
 )
 from jobs_core.semantics import (
+    LEASE_CLOCK_KEEP_MS,
     LEASE_LAPSED_ERROR,
     drop_before,
     event_matches,
@@ -2155,11 +2156,12 @@ class PgDriver(JobDriver):
     # -- leases ---------------------------------------------------------------------------------
 
     async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
-        """One transaction, one round trip: the keys' advisory locks (`LEASE_LOCK`, sorted),
-        then `LEASE_TAKE` in a snapshot taken once they are held (see `statements.lease`)."""
+        """One transaction, one round trip: the keys' clocks moved and locked (`LEASE_CLOCK`,
+        sorted), then `LEASE_TAKE` in a snapshot taken once they are held, at each key's time
+        (see `statements.lease`)."""
         rows = await self._pipelined(
             [
-                ("LEASE_LOCK", {"keys": sorted({self._advisory_key(t.key) for t in takes})}),
+                ("LEASE_CLOCK", {"keys": sorted({t.key for t in takes}), "now_ms": now_ms}),
                 (
                     "LEASE_TAKE",
                     {
@@ -2174,22 +2176,12 @@ class PgDriver(JobDriver):
                 ),
             ]
         )
-        tokens = {int(ordinal): int(token) for ordinal, token in rows}
+        granted = {int(ordinal): (int(token), int(ends)) for ordinal, token, ends in rows}
         out: list[Lease | None] = []
         for i, t in enumerate(takes, start=1):
-            token = tokens.get(i)
-            out.append(
-                None if token is None else Lease(t.key, t.holder, token, now_ms + t.ttl_ms, t.stamp)
-            )
+            got = granted.get(i)
+            out.append(None if got is None else Lease(t.key, t.holder, got[0], got[1], t.stamp))
         return out
-
-    def _advisory_key(self, key: str) -> int:
-        """The advisory lock key of a lease key in this schema (a signed 64-bit int); apart
-        from the events' keys, so a lease and an event name never take turns by design."""
-        digest = hashlib.blake2b(
-            f"{self.schema}\x00{key}".encode(), digest_size=8, person=b"ujobs.lease"
-        ).digest()
-        return int.from_bytes(digest, "big", signed=True)
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         rows = await self._rows(
@@ -2221,7 +2213,8 @@ class PgDriver(JobDriver):
         return [Lease(*r) for r in rows]
 
     async def _lease_purge(self, now_ms: int, limit: int) -> int:
-        rows = await self._rows("LEASE_PURGE", {"now_ms": now_ms, "limit": limit})
+        idle = now_ms - LEASE_CLOCK_KEEP_MS
+        rows = await self._rows("LEASE_PURGE", {"now_ms": now_ms, "limit": limit, "idle_ms": idle})
         return int(rows[0][0])
 
     # -- tasks ----------------------------------------------------------------------------------

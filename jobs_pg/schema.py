@@ -323,6 +323,21 @@ leases: Final = sa.Table(
 
 sa.Index("leases_expiry", leases.c.expires_at_ms, leases.c.key, leases.c.token)
 
+# Each lease key's clock (migration 0018): the latest time any take, renewal, release or abandon
+# of the key used (a purge moves it to the latest end it deleted). A call works on a key at the
+# later of its `now_ms` and this, so a key's time never runs back. The row is also the key's
+# lock: every lease write upserts it first (sorted by key), and the purge skips a key whose row
+# is locked. Kept while the key holds anything, then until a purge finds it an hour behind
+# (`semantics.LEASE_CLOCK_KEEP_MS`); `lease_clocks_idle` is what that purge reads.
+lease_clocks: Final = sa.Table(
+    "lease_clocks",
+    metadata,
+    sa.Column("key", sa.Text(collation=C), primary_key=True),
+    sa.Column("now_ms", sa.BigInteger, nullable=False),
+)
+
+sa.Index("lease_clocks_idle", lease_clocks.c.now_ms, lease_clocks.c.key)
+
 #: Lease tokens: one store-wide counter, so every later grant of a key carries a greater token
 #: (takes of one key run one after another; gaps are fine).
 lease_tokens: Final = sa.Sequence("lease_tokens", metadata=metadata)

@@ -163,6 +163,7 @@ from jobs_core.records import (
 )
 from jobs_core.semantics import (
     HOUR_MS,
+    LEASE_CLOCK_KEEP_MS,
     LEASE_LAPSED_ERROR,
     MINUTE_MS,
     SAGA_STEP,
@@ -1251,20 +1252,25 @@ class RedisDriver(JobDriver):
     async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
         keys, index = self._holding_keys([t.key for t in takes])
         fields = "\x00".join(
-            f"{index[t.key]}\x00{t.holder}\x00{t.limit}\x00{now_ms + t.ttl_ms}\x00{int(t.stamp)}"
+            f"{index[t.key]}\x00{t.holder}\x00{t.limit}\x00{t.ttl_ms}\x00{int(t.stamp)}"
             for t in takes
         )
         k = self.keys
-        got = await self._run("lease_take", (*keys, k.hold_expiry, k.hold_token), (now_ms, fields))
+        got = await self._run(
+            "lease_take", (*keys, k.hold_expiry, k.hold_clock, k.hold_token), (now_ms, fields)
+        )
         return [
-            Lease(t.key, t.holder, int(token), now_ms + t.ttl_ms, t.stamp) if token else None
-            for t, token in zip(takes, got, strict=True)
+            Lease(t.key, t.holder, int(got[2 * i]), int(got[2 * i + 1]), t.stamp)
+            if got[2 * i]
+            else None
+            for i, t in enumerate(takes)
         ]
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
         keys, index = self._holding_keys([r.key for r in renews])
-        fields = "\x00".join(f"{index[r.key]}\x00{r.token}\x00{now_ms + r.ttl_ms}" for r in renews)
-        got = await self._run("lease_renew", (*keys, self.keys.hold_expiry), (now_ms, fields))
+        fields = "\x00".join(f"{index[r.key]}\x00{r.token}\x00{r.ttl_ms}" for r in renews)
+        k = self.keys
+        got = await self._run("lease_renew", (*keys, k.hold_expiry, k.hold_clock), (now_ms, fields))
         return [c == "1" for c in got]
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
@@ -1276,12 +1282,16 @@ class RedisDriver(JobDriver):
     async def _end_holdings(self, name: str, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
         keys, index = self._holding_keys([r.key for r in refs])
         fields = "\x00".join(f"{index[r.key]}\x00{r.token}" for r in refs)
-        got = await self._run(name, (*keys, self.keys.hold_expiry), (now_ms, fields))
+        got = await self._run(
+            name, (*keys, self.keys.hold_expiry, self.keys.hold_clock), (now_ms, fields)
+        )
         return [c == "1" for c in got]
 
     async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
         k = self.keys
-        got = await self._run("lease_holders", (k.hold(key), k.holder(key)), (now_ms,))
+        got = await self._run(
+            "lease_holders", (k.hold(key), k.holder(key), k.hold_clock), (now_ms, key)
+        )
         out: list[Lease] = []
         for i in range(0, len(got), 3):
             token, expires, row = got[i : i + 3]
@@ -1291,8 +1301,11 @@ class RedisDriver(JobDriver):
 
     async def _lease_purge(self, now_ms: int, limit: int) -> int:
         """One `lease_purge` script: the expiry index's head, each holding's keys named from it
-        (see `lua/lease_purge.lua`)."""
-        return int(await self._run("lease_purge", (self.keys.hold_expiry,), (now_ms, limit)))
+        (see `lua/lease_purge.lua`); first, the clocks it may drop."""
+        k = self.keys
+        idle = now_ms - LEASE_CLOCK_KEEP_MS
+        got = await self._run("lease_purge", (k.hold_expiry, k.hold_clock), (now_ms, limit, idle))
+        return int(got)
 
     # -- tasks ----------------------------------------------------------------------------------
 

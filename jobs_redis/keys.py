@@ -26,6 +26,7 @@ class Keys:
         "event_expiry",
         "event_name",
         "finish",
+        "hold_clock",
         "hold_expiry",
         "hold_token",
         "join_pending",
@@ -108,6 +109,9 @@ class Keys:
         #: zset, every holding by expires_at_ms, member lease key NUL token (19 digits): what
         #: `lease_purge` reads. `hold-` like `hold-token`: apart from every `hold:<key>`.
         self.hold_expiry = f"{t}:hold-expiry"
+        #: zset, every lease key by its clock (the latest time a call on it used): a call works
+        #: on a key at the later of its now_ms and that clock (`includes/lease.lua`).
+        self.hold_clock = f"{t}:hold-clock"
         # The task family (lua/task_*.lua).
         #: hash task name -> its mark: watermark NUL fired NUL fired_job_id NUL fired_at
         #: (an empty field is None).

@@ -4,7 +4,10 @@ Four `ujobs worker` processes share one store. Each body writes its start and it
 ledger file outside the store, so "never more than N at once" and "never more than N starts in a
 window" are read from what really ran, not from what the store says. A start is written after
 the run took its slot or stamp and an end before it hands it back, so the ledger's intervals
-are inside the holdings: any overlap beyond the limit is a real breach.
+are inside the holdings: any overlap beyond the limit is a real breach. The rate limit's stamps
+are read as the store granted them: each worker writes every stamp its `lease_take` was granted
+(the store's own `expires_at_ms`, so the stamp's time is exact to the millisecond) and every
+holding it abandoned (a start that never happened).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ APP = """
 import asyncio, os, time
 from pathlib import Path
 from jobs_core import RateLimit, job
-from jobs_core.facade import default_client
+from jobs_core.driver import JobDriver
 
 LEDGER = Path(os.environ["LEDGER"])
 
@@ -37,6 +40,28 @@ LEDGER = Path(os.environ["LEDGER"])
 def note(*fields):
     with LEDGER.open("a") as f:
         f.write(" ".join(str(x) for x in fields) + "\\n")
+
+
+# Every stamp the store grants this process, as the store answered it, and every holding it
+# abandons: the rate's stamps are read from the store's own answers, never guessed from a row.
+_take, _abandon = JobDriver.lease_take, JobDriver.lease_abandon
+
+
+async def lease_take(self, takes, now_ms):
+    got = await _take(self, takes, now_ms)
+    for g in got:
+        if g is not None and g.stamp:
+            note("stamp", g.holder, g.token, g.expires_at_ms, os.getpid())
+    return got
+
+
+async def lease_abandon(self, refs, now_ms):
+    for r in refs:
+        note("abandon", "-", r.token, "-", os.getpid())
+    return await _abandon(self, refs, now_ms)
+
+
+JobDriver.lease_take, JobDriver.lease_abandon = lease_take, lease_abandon
 
 
 async def run(name, key, ctx, seconds):
@@ -62,17 +87,11 @@ async def serial(input, ctx):
 @job(tenant="none", idempotency_key=lambda i: str(i["n"]), rate_limit=RateLimit(3, per=0.5))
 async def rated(input, ctx):
     await run("rated", "-", ctx, 0.0)
-    # The claim that admitted this run took its rate stamp at the very instant its lease starts
-    # from (one `now`), so the row's lease end names the stamp exactly, however late the body
-    # itself got the CPU. (The lease is long enough that no heartbeat has moved it yet.)
-    row = (await default_client().driver.job_get_many([ctx.job_id]))[ctx.job_id]
-    note("leased", "rated", "-", ctx.job_id, row.lease_until_ms, os.getpid())
 """
 
 WORKERS = 4
-#: The workers' lease: its heartbeat (a third of it) never comes within the test, so a rated
-#: run's lease end is still the one its claim set.
-LEASE_S = 600
+#: The rate's window (`RateLimit(3, per=0.5)`), in ms: a stamp's time is its end less this.
+PER_MS = 500
 
 
 @pytest.fixture
@@ -133,9 +152,7 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 def test_limits_hold_across_four_processes(store_url: str, app: Path) -> None:
-    workers = [
-        ledger_worker(app, "limitsapp", store_url, "--lease", str(LEASE_S)) for _ in range(WORKERS)
-    ]
+    workers = [ledger_worker(app, "limitsapp", store_url) for _ in range(WORKERS)]
     try:
         # Every worker registers before it claims. Enqueueing only once all four are in the
         # registry keeps the first one up on a loaded machine from running the whole backlog
@@ -166,14 +183,19 @@ def test_limits_hold_across_four_processes(store_url: str, app: Path) -> None:
 
     starts: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     ends: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    stamped: dict[str, float] = {}
+    granted: dict[str, tuple[str, int]] = {}
+    abandoned: set[str] = set()
     ran: Counter[str] = Counter()
     pids: set[str] = set()
     for line in (app / "ledger.txt").read_text().splitlines():
-        what, name, key, job_id, at, pid = line.split()
-        if what == "leased":
-            stamped[job_id] = (int(at) - LEASE_S * 1000) / 1000
+        if line.startswith(("stamp ", "abandon ")):
+            what, holder, token, end, _ = line.split()
+            if what == "stamp":
+                granted[token] = (holder, int(end))
+            else:
+                abandoned.add(token)
             continue
+        what, name, key, job_id, at, pid = line.split()
         (starts if what == "start" else ends)[(name, key)][job_id] = float(at)
         if what == "start":
             ran[job_id] += 1
@@ -190,13 +212,18 @@ def test_limits_hold_across_four_processes(store_url: str, app: Path) -> None:
         assert most_at_once(intervals("serial", f"key{k}")) == 1, f"key{k}"
     every_key = [i for k in range(5) for i in intervals("serial", f"key{k}")]
     assert most_at_once(every_key) > 1, "keys never ran side by side: the limit was global"
-    # The limit counts stamps, each taken as its claim admits the run; a body starts a little
-    # later, and on a loaded machine by a varying lag (which once shortened a window measured
-    # between body starts by more than 50 ms). So the windows are read from the stamps, exact
-    # to the millisecond, and every body is checked to start at or after its own stamp. Without
-    # the limit (or with one start too many) four stamps share one claim round.
+    # The limit counts stamps, each taken as the run is admitted; a body starts a little later,
+    # and on a loaded machine by a varying lag (which once shortened a window measured between
+    # body starts by more than 50 ms). So the windows are read from the stamps the store
+    # granted (its own ends, exact to the millisecond; an abandoned one was never a start),
+    # and every body is checked to start at or after its own stamp. Without the limit (or with
+    # one start too many) four stamps share one admission.
     rated = starts[("rated", "-")]
-    assert set(stamped) == set(rated)
+    kept = [(holder, end) for token, (holder, end) in granted.items() if token not in abandoned]
+    # A stamp's holder is its run: `<job id>:<claims>`.
+    stamped = {holder.split(":")[0]: (end - PER_MS) / 1000 for holder, end in kept}
+    assert len(stamped) == len(kept), f"a run holds two stamps: {sorted(kept)}"
+    assert set(stamped) == set(rated), (sorted(stamped), sorted(rated))
     late = {j: rated[j] - stamped[j] for j in rated}
     assert min(late.values()) >= 0, "a body started before its rate stamp"
     stamps = sorted(stamped.values())

@@ -1438,10 +1438,21 @@ class EventPurgeInIdOrder(MemoryDriver):
 class ReleaseAtItsEndLands(MemoryDriver):
     """Releases or abandons a holding at exactly its end as if it were still live."""
 
+    _ending = False
+
     def _end_holdings(
         self, refs: Sequence[LeaseRef], now_ms: int, *, keep_stamps: bool
     ) -> list[bool]:
-        return super()._end_holdings(refs, now_ms - 1, keep_stamps=keep_stamps)
+        # A millisecond off the key's time, not off the caller's now: the key's clock (moved
+        # by the call itself) would put the caller's back.
+        self._ending = True
+        try:
+            return super()._end_holdings(refs, now_ms, keep_stamps=keep_stamps)
+        finally:
+            self._ending = False
+
+    def _live_holding(self, key: str, token: int, now_ms: int) -> Lease | None:
+        return super()._live_holding(key, token, now_ms - self._ending)
 
 
 class TakesOfOneCallIgnoreEachOther(MemoryDriver):
@@ -1520,6 +1531,47 @@ class TakeKeepsExpired(MemoryDriver):
                 if expired:
                     self._holdings.setdefault(key, {}).update(expired)
         return got
+
+
+# -- leases: the key's clock (contract v6) ---------------------------------------------------
+
+
+class IgnoresTheKeyClock(MemoryDriver):
+    """Works on a key at each caller's own now, as every driver did before the key's clock: a
+    take whose now was read before a fresher one landed no longer sees the stamps the fresher
+    one pruned, and is granted a fourth stamp inside a window of three (and a host ahead prunes
+    the slots of the hosts behind it)."""
+
+    def _lease_time(self, key: str, now_ms: int) -> int:
+        return now_ms
+
+
+class PurgeLeavesTheClock(MemoryDriver):
+    """Deletes expired holdings without moving their keys' clocks: a caller behind the purge
+    finds the room they left free at its own time."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            before = dict(self._lease_clocks)
+        purged = await super()._lease_purge(now_ms, limit)
+        with self._lock:
+            for key in self._lease_clocks.keys() & before.keys():
+                self._lease_clocks[key] = before[key]
+        return purged
+
+
+class KeepsIdleClocks(MemoryDriver):
+    """Never drops a key's clock: what is stored grows with every key ever named, and a key
+    idle for hours still judges its next caller at its old time."""
+
+    async def _lease_purge(self, now_ms: int, limit: int) -> int:
+        with self._lock:
+            before = dict(self._lease_clocks)
+        purged = await super()._lease_purge(now_ms, limit)
+        with self._lock:
+            for key, clock in before.items():
+                self._lease_clocks.setdefault(key, clock)
+        return purged
 
 
 class WorkerPurgeTakesLive(MemoryDriver):
@@ -2996,6 +3048,18 @@ SCENARIO_ONLY: list[tuple[type[MemoryDriver], list[str]]] = [
     (AckFailsPastFourThousand, ["settles_of_thousands_in_one_call"]),
 ]
 
+# -- leases: the key's clock --
+BROKEN += [
+    (
+        IgnoresTheKeyClock,
+        "leases",
+        ["lease_time_never_runs_back", "lease_purge_moves_and_drops_clocks"],
+    ),
+    (PurgeLeavesTheClock, "leases", ["lease_purge_moves_and_drops_clocks"]),
+]
+#: No walk idles a key for `LEASE_CLOCK_KEEP_MS` (an hour of its clock).
+SCENARIO_ONLY += [(KeepsIdleClocks, ["lease_purge_moves_and_drops_clocks"])]
+
 BROKEN += [
     (JoinsAndFiresDropActsFor, "flows", ["acts_for_kept_by_every_write"]),
     (DropsActsFor, "jobs", ["acts_for_stored_and_listed"]),
@@ -3189,6 +3253,15 @@ REACH: dict[str, dict[str, int]] = {
         "lease purge cut by its limit": 3,
         "lease purge by a caller behind": 4,
         "lease purge of a rate stamp": 5,
+        # -- the key's clock --
+        "lease take from a caller behind": 6,
+        "lease take from a caller ahead": 6,
+        "lease take behind its key's clock": 12,
+        "lease take behind its key's clock, past a holding's end": 1,
+        "lease take behind the end a purge deleted": 7,
+        "lease renew from a caller behind": 1,
+        "lease release from a caller ahead": 2,
+        "lease abandon from a caller behind": 2,
     },
     "tasks": {
         "task fire landed": 18,

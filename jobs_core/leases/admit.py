@@ -231,7 +231,9 @@ class Gate:
 
     async def admit(self, jobs: Sequence[ClaimedJob], now: int) -> dict[str, Admission]:
         """Per job about to start that declares a limit: what it may start with, or why it may
-        not. Jobs without a limit are absent. Never raises: a failing store defers the jobs."""
+        not. Jobs without a limit are absent. Never raises: a failing store defers the jobs.
+        `now` (the round's) dates refusals and what was granted; each `lease_take` goes out at
+        the clock read right before it (`_take`)."""
         wanted: list[_Wants] = []
         out: dict[str, Admission] = {}
         for job in jobs:
@@ -241,11 +243,7 @@ class Gate:
         asking = [w for w in wanted if not w.full]
         try:
             # Nothing to ask when every slot is handed over by this worker (and no stamp).
-            got = (
-                await self._ask(asking, now)
-                if any(w.takes for w in asking)
-                else [[] for _ in asking]
-            )
+            got = await self._ask(asking) if any(w.takes for w in asking) else [[] for _ in asking]
         except Exception as exc:
             log.warning("jobs.lease.take_failed: %s (%d jobs deferred)", exc, len(wanted))
             for w in wanted:
@@ -280,12 +278,12 @@ class Gate:
             )
         return out
 
-    async def _ask(self, wanted: list[_Wants], now: int) -> list[list[Lease | None]]:
+    async def _ask(self, wanted: list[_Wants]) -> list[list[Lease | None]]:
         """Each job's answers, in the order of its takes: one call for every take of the round,
         then one for the slots that wait for their job's stamps (`late`), asked only for a job
         whose stamps were all granted. When that second call fails, the first one's grants are
         abandoned and it raises."""
-        answers = await self._take([t for w in wanted for t in w.takes], now)
+        answers = await self._take([t for w in wanted for t in w.takes])
         got: list[list[Lease | None]] = []
         for w in wanted:
             got.append(answers[: len(w.takes)])
@@ -297,7 +295,7 @@ class Gate:
         ]
         if late:
             try:
-                more = await self._take([t for _, t in late], now)
+                more = await self._take([t for _, t in late])
             except Exception:
                 for lease in (g for answer in got for g in answer if g is not None):
                     self._abandon.submit(LeaseRef(lease.key, lease.token))
@@ -306,10 +304,14 @@ class Gate:
                 answer.append(slot)
         return got
 
-    async def _take(self, takes: Sequence[LeaseTake], now: int) -> list[Lease | None]:
+    async def _take(self, takes: Sequence[LeaseTake]) -> list[Lease | None]:
+        """`lease_take` in batches, each at the clock read right before it is sent: a stamp is
+        a start, so it is taken as close to the body's start as the worker can (a round's
+        `now`, read before its claim went out, is stale by the claim's round trip and more)."""
         answers: list[Lease | None] = []
         for i in range(0, len(takes), MAX_LEASE_BATCH):
-            answers += await self._driver.lease_take(takes[i : i + MAX_LEASE_BATCH], now)
+            batch = takes[i : i + MAX_LEASE_BATCH]
+            answers += await self._driver.lease_take(batch, self._clock.now_ms())
         return answers
 
     def _grant(self, w: _Wants, granted: list[Lease], now: int) -> Admission:

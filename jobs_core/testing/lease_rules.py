@@ -1,6 +1,8 @@
 """The lease family's rules: takes racing for a key's room (own holdings replaced, stamps and
-slots), renewals, releases and abandons under live, expired, superseded and forged tokens, and
-the clock moved to a holding's end; every key's live holders compared after each step. Only
+slots), renewals, releases and abandons under live, expired, superseded and forged tokens, the
+clock moved to a holding's end, and calls from callers whose clocks are behind or ahead of the
+walk's (a stale take landing after a fresher one, hosts whose clocks disagree: each key works at
+the latest time any call on it used); every key's live holders compared after each step. Only
 runs when the driver declares `leases` in `capabilities()`.
 
 Tokens are the store's own: a driver may number them as it likes (one counter for the store,
@@ -31,6 +33,21 @@ FORGED_TOKEN = 2**61
 
 T = TypeVar("T")
 
+#: One lease call's draws (the `lease` and `lease_off_the_clock` rules).
+_OPS = st.sampled_from(("take", "take", "take", "renew", "release", "abandon"))
+_LIMITS = st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3)))
+_TTLS = st.sampled_from((1000, 3000, 1))
+_PICKS = st.lists(st.integers(0, 9), min_size=1, max_size=3)
+
+
+def _items(most: int) -> st.SearchStrategy[list[tuple[str, str, bool]]]:
+    """A take's items: (key, holder, stamp), one to `most`."""
+    return st.lists(
+        st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
+        min_size=1,
+        max_size=most,
+    )
+
 
 class LeaseRules(ParityMachine):
     """The lease family, beside the job family's rows."""
@@ -47,17 +64,7 @@ class LeaseRules(ParityMachine):
         self._granted: list[Lease] = []
 
     @precondition(lambda self: self.capabilities.leases)
-    @rule(
-        op=st.sampled_from(("take", "take", "take", "renew", "release", "abandon")),
-        items=st.lists(
-            st.tuples(st.sampled_from(LEASE_KEYS), st.sampled_from(HOLDERS), st.booleans()),
-            min_size=1,
-            max_size=4,
-        ),
-        limits=st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 2, 3))),
-        ttl=st.sampled_from((1000, 3000, 1)),
-        picks=st.lists(st.integers(0, 9), min_size=1, max_size=3),
-    )
+    @rule(op=_OPS, items=_items(4), limits=_LIMITS, ttl=_TTLS, picks=_PICKS)
     def lease(
         self,
         op: str,
@@ -69,13 +76,28 @@ class LeaseRules(ParityMachine):
         """One lease call: a take (a holder's second take of a key replaces its holding), or a
         renewal, release or abandon of holdings granted earlier (live, expired, replaced,
         ended) or forged. A stamp released stays until it expires."""
-        if op == "take":
-            self._take(items, limits, ttl)
-            return
-        self._end(op, self._refs(picks), ttl)
+        self._call(op, items, limits, ttl, picks)
 
-    def _end(self, op: str, refs: list[LeaseRef], ttl: int) -> None:
-        """Renew, release or abandon `refs` (in the model's numbers)."""
+    def _call(
+        self,
+        op: str,
+        items: list[tuple[str, str, bool]],
+        limits: tuple[int, int],
+        ttl: int,
+        picks: list[int],
+        now: int | None = None,
+    ) -> None:
+        """A take of `items`, or `op` on the holdings `picks` names, at `now` (the walk's
+        clock unless given)."""
+        if op == "take":
+            self._take(items, limits, ttl, now)
+        else:
+            self._end(op, self._refs(picks), ttl, now)
+
+    def _end(self, op: str, refs: list[LeaseRef], ttl: int, now: int | None = None) -> None:
+        """Renew, release or abandon `refs` (in the model's numbers) at `now` (the walk's
+        clock unless given)."""
+        at = self.now if now is None else now
         on_driver = [replace(r, token=self._to_driver(r.key, r.token)) for r in refs]
         got: object
         if op == "renew":
@@ -83,25 +105,32 @@ class LeaseRules(ParityMachine):
             driver_renews = [LeaseRenew(r.key, r.token, ttl) for r in on_driver]
             got = self._lease_both(
                 "lease_renew",
-                functools.partial(self.model.lease_renew, renews, self.now),
-                functools.partial(self.driver.lease_renew, driver_renews, self.now),
+                functools.partial(self.model.lease_renew, renews, at),
+                functools.partial(self.driver.lease_renew, driver_renews, at),
             )
         elif op == "release":
             got = self._lease_both(
                 "lease_release",
-                functools.partial(self.model.lease_release, refs, self.now),
-                functools.partial(self.driver.lease_release, on_driver, self.now),
+                functools.partial(self.model.lease_release, refs, at),
+                functools.partial(self.driver.lease_release, on_driver, at),
             )
         else:
             got = self._lease_both(
                 "lease_abandon",
-                functools.partial(self.model.lease_abandon, refs, self.now),
-                functools.partial(self.driver.lease_abandon, on_driver, self.now),
+                functools.partial(self.model.lease_abandon, refs, at),
+                functools.partial(self.driver.lease_abandon, on_driver, at),
             )
         if isinstance(got, list):
             self._note(f"lease {op}: {'landed' if any(got) else 'refused'}")
 
-    def _take(self, items: list[tuple[str, str, bool]], limits: tuple[int, int], ttl: int) -> None:
+    def _take(
+        self,
+        items: list[tuple[str, str, bool]],
+        limits: tuple[int, int],
+        ttl: int,
+        now: int | None = None,
+    ) -> None:
+        at = self.now if now is None else now
         seen: set[tuple[str, str]] = set()
         takes = []
         for key, holder, stamp in items:
@@ -111,21 +140,57 @@ class LeaseRules(ParityMachine):
             limit = limits[LEASE_KEYS.index(key) % 2]
             takes.append(LeaseTake(key, holder, limit, ttl, stamp))
         if any(
-            h.key == t.key and h.holder == t.holder and h.expires_at_ms > self.now
+            h.key == t.key and h.holder == t.holder and h.expires_at_ms > at
             for t in takes
             for h in self.model.holdings
         ):
             self._note("lease taken again by its holder")
+        behind = [t for t in takes if self.model.lease_clocks.get(t.key, at) > at]
+        if any(
+            h.key == t.key and at < h.expires_at_ms <= self.model.lease_clocks[t.key]
+            for t in behind
+            for h in self.model.holdings
+        ):
+            self._note("lease take behind its key's clock, past a holding's end")
+        elif behind:
+            self._note("lease take behind its key's clock")
         got = self._lease_both(
             "lease_take",
-            functools.partial(self.model.lease_take, takes, self.now),
-            functools.partial(self.driver.lease_take, takes, self.now),
+            functools.partial(self.model.lease_take, takes, at),
+            functools.partial(self.driver.lease_take, takes, at),
         )
         if isinstance(got, list):
             granted = [g for g in got if g is not None]
             self._granted.extend(granted)
             if len(granted) < len(got):
                 self._note("lease refused: no room")
+
+    @precondition(lambda self: self.capabilities.leases and bool(self.model.lease_clocks))
+    @rule(
+        op=_OPS,
+        items=_items(3),
+        skew=st.sampled_from((-3000, -1000, -400, -1, 1, 400, 1000, 3000)),
+        limits=_LIMITS,
+        ttl=_TTLS,
+        picks=_PICKS,
+    )
+    def lease_off_the_clock(
+        self,
+        op: str,
+        items: list[tuple[str, str, bool]],
+        skew: int,
+        limits: tuple[int, int],
+        ttl: int,
+        picks: list[int],
+    ) -> None:
+        """One lease call from a caller whose clock is off the walk's by `skew` (the walk's
+        clock does not move): behind, a call whose now was read before a fresher one landed,
+        or a host behind the fleet; ahead, a host whose clock leads. Each key it names works at
+        the later of that now and the key's clock, so the key's time never runs back."""
+        self._begin("lease_off_the_clock", op=op, skew=skew)
+        at = max(0, self.now + skew)
+        self._note(f"lease {op} from a caller {'behind' if skew < 0 else 'ahead'}")
+        self._call(op, items, limits, ttl, picks, at)
 
     @precondition(
         lambda self: (
@@ -166,13 +231,16 @@ class LeaseRules(ParityMachine):
         pick=st.integers(0, 7),
         delta=st.sampled_from((-1, 0, 0, 1)),
         limit=st.sampled_from((1, 1, 2, MAX_PURGE_LIMIT)),
+        behind=st.sampled_from((None, None, 1, 300)),
     )
-    def purge_leases(self, pick: int, delta: int, limit: int) -> None:
+    def purge_leases(self, pick: int, delta: int, limit: int, behind: int | None) -> None:
         """Purge at a stored holding's end (or one ms either side; the clock moved there when it
         is ahead, a past end read as a caller behind): the expired holdings go, soonest expired
         first, at most `limit`; live ones stay. What is stored is what takes, releases and
-        abandons left, so a later purge's count shows which ones an earlier one took."""
-        self._begin("purge_leases", pick=pick, delta=delta, limit=limit)
+        abandons left, so a later purge's count shows which ones an earlier one took. Then, now
+        and then, a caller `behind` that holding's end takes its key: a purge that took it moved
+        the key's clock to its end, so the take is judged there."""
+        self._begin("purge_leases", pick=pick, delta=delta, limit=limit, behind=behind)
         stored = sorted(self.model.holdings, key=_purge_order)
         h = stored[pick % len(stored)]
         at = h.expires_at_ms + delta
@@ -191,6 +259,11 @@ class LeaseRules(ParityMachine):
             lambda: self.model.lease_purge(at, limit),
             lambda: self.driver.lease_purge(at, limit),
         )
+        if behind is not None:
+            if h not in self.model.holdings:
+                self._note("lease take behind the end a purge deleted")
+            taken = max(0, h.expires_at_ms - behind)
+            self._take([(h.key, "h-behind", h.stamp)], (2, 2), 1000, taken)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -134,7 +134,12 @@ from jobs_core.records import (
     WorkerBeat,
     WorkerInfo,
 )
-from jobs_core.semantics import LEASE_LAPSED_ERROR, decode_cursor, encode_cursor
+from jobs_core.semantics import (
+    LEASE_LAPSED_ERROR,
+    decode_cursor,
+    encode_cursor,
+    lease_clock_droppable,
+)
 from jobs_core.states import JobState
 
 _MINUTE = 60_000
@@ -186,6 +191,9 @@ class ReferenceModel:
         #: Every lease holding stored, live or not; `lease_tokens` is the last token granted.
         self.holdings: list[Lease] = []
         self.lease_tokens = 0
+        #: lease key -> its clock: the latest time any call on the key used (a call's time is
+        #: the later of its `now_ms` and this), moved by a purge to the latest end it deleted.
+        self.lease_clocks: dict[str, int] = {}
         #: task name -> its mark (its watermark and its last fire), once armed.
         self.marks: dict[str, TaskMark] = {}
         #: flows: waiter id -> (the ids of its join not finished yet, the claim count it parked
@@ -988,6 +996,13 @@ class ReferenceModel:
 
     # -- leases -------------------------------------------------------------------------------
 
+    def _lease_time(self, keys: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Each key's time for a call at `now_ms` that names it: the later of `now_ms` and the
+        key's clock, which moves there (a key's time never runs back)."""
+        for key in keys:
+            self.lease_clocks[key] = max(now_ms, self.lease_clocks.get(key, now_ms))
+        return {key: self.lease_clocks[key] for key in keys}
+
     def _holding(self, key: str, token: int, now_ms: int) -> Lease | None:
         """The live holding `(key, token)` at `now_ms`, if any."""
         for h in self.holdings:
@@ -1012,19 +1027,19 @@ class ReferenceModel:
             pairs.add((t.key, t.holder))
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
         # The named keys' expired holdings go first, granted or not: what a purge finds later
-        # depends on it.
-        named = {t.key for t in takes}
-        self.holdings = [h for h in self.holdings if h.key not in named or h.expires_at_ms > now_ms]
+        # depends on it. Each key is judged at its own time (`_lease_time`).
+        at = self._lease_time([t.key for t in takes], now_ms)
+        self.holdings = [h for h in self.holdings if h.key not in at or h.expires_at_ms > at[h.key]]
         out: list[Lease | None] = []
         for t in takes:
-            live = [h for h in self.holdings if h.key == t.key and h.expires_at_ms > now_ms]
+            live = [h for h in self.holdings if h.key == t.key and h.expires_at_ms > at[t.key]]
             own = [h for h in live if h.holder == t.holder]
             if not own and len(live) >= t.limit:
                 out.append(None)
                 continue
             self.holdings = [h for h in self.holdings if h not in own]
             self.lease_tokens += 1
-            granted = Lease(t.key, t.holder, self.lease_tokens, now_ms + t.ttl_ms, t.stamp)
+            granted = Lease(t.key, t.holder, self.lease_tokens, at[t.key] + t.ttl_ms, t.stamp)
             self.holdings.append(granted)
             out.append(granted)
         return out
@@ -1037,12 +1052,13 @@ class ReferenceModel:
             _check_range(r.token, 1, 2**62, "token")
             _check_range(r.ttl_ms, 1, MAX_LEASE_MS, "ttl_ms")
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        at = self._lease_time([r.key for r in renews], now_ms)
         out: list[bool] = []
         for r in renews:
-            h = self._holding(r.key, r.token, now_ms)
+            h = self._holding(r.key, r.token, at[r.key])
             if h is not None:
-                at = self.holdings.index(h)
-                self.holdings[at] = replace(h, expires_at_ms=now_ms + r.ttl_ms)
+                place = self.holdings.index(h)
+                self.holdings[place] = replace(h, expires_at_ms=at[r.key] + r.ttl_ms)
             out.append(h is not None)
         return out
 
@@ -1063,30 +1079,46 @@ class ReferenceModel:
             _check_lease_key(r.key)
             _check_range(r.token, 1, 2**62, "token")
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
+        at = self._lease_time([r.key for r in refs], now_ms)
         out: list[bool] = []
         for r in refs:
             stored = next((h for h in self.holdings if (h.key, h.token) == (r.key, r.token)), None)
-            live = stored is not None and stored.expires_at_ms > now_ms
+            live = stored is not None and stored.expires_at_ms > at[r.key]
             if stored is not None and not (stamps_stay and live and stored.stamp):
                 self.holdings.remove(stored)
             out.append(live)
         return out
 
     def lease_holders(self, key: str, now_ms: int) -> list[Lease]:
-        """The live holdings of `key`, by token."""
+        """The live holdings of `key` at the key's time (its clock moves not), by token."""
         _check_lease_key(key)
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
-        live = [h for h in self.holdings if h.key == key and h.expires_at_ms > now_ms]
+        at = max(now_ms, self.lease_clocks.get(key, now_ms))
+        live = [h for h in self.holdings if h.key == key and h.expires_at_ms > at]
         return sorted(live, key=lambda h: h.token)
 
     def lease_purge(self, now_ms: int, limit: int) -> int:
         """Delete the first `limit` stored holdings expired at `now_ms` (slots and stamps
-        alike) by (expiry, key, token); answers how many went. Live ones stay."""
+        alike) by (expiry, key, token); answers how many went. Live ones stay. Each key a
+        holding went from has its clock moved to the latest end deleted (a later caller behind
+        must not find the room they left). Before that, the first `limit` clocks by (clock, key)
+        that are `lease_clock_droppable` are examined, and those whose key holds nothing (as
+        the purge begins) are dropped."""
         _check_range(now_ms, 0, MAX_TIME_MS, "now_ms")
         _check_range(limit, 1, MAX_PURGE_LIMIT, "limit")
+        old = sorted(
+            (clock, key)
+            for key, clock in self.lease_clocks.items()
+            if lease_clock_droppable(clock, now_ms)
+        )[:limit]
+        for _, key in old:
+            if not any(h.key == key for h in self.holdings):
+                del self.lease_clocks[key]
         expired = [h for h in self.holdings if h.expires_at_ms <= now_ms]
         doomed = sorted(expired, key=lambda h: (h.expires_at_ms, h.key, h.token))[:limit]
         self.holdings = [h for h in self.holdings if h not in doomed]
+        for h in doomed:
+            self.lease_clocks[h.key] = max(h.expires_at_ms, self.lease_clocks.get(h.key, 0))
         return len(doomed)
 
     # -- tasks --------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 -- lease_abandon — end each holding as if it never was, in order (includes/lease.lua).
 --
 -- KEYS[2q - 1] hold:<key q>, KEYS[2q] holder:<key q>, for each distinct lease key q of the items;
---   KEYS[#KEYS] hold-expiry
+--   KEYS[#KEYS - 1] hold-expiry; KEYS[#KEYS] hold-clock
 -- ARGV[1] now_ms
 -- ARGV[2] the items, their fields joined by NUL: per item q, token
+-- Each key is worked on at its time (lease_time), whose clock moves there, forged tokens' keys
+-- too: live means expires_at_ms > that time.
 -- Every named holding is deleted, a live stamp too: the start it recorded never happened, so it
 -- must not count against the rate.
 -- Returns one string, a character per item: "1" the holding was live, else "0".
@@ -11,12 +13,13 @@
 --!include lease.lua
 
 local now = ARGV[1]
-expiry_index = KEYS[#KEYS]
+expiry_index = KEYS[#KEYS - 1]
+clock_index = KEYS[#KEYS]
 local out = {}
 local f = split(ARGV[2])
 for i = 1, #f / 2 do
   local q, token = f[2 * i - 1], f[2 * i]
-  local live = holding_live(q, token, now)
+  local live = holding_live(q, token, lease_time(q, now))
   if live ~= nil then
     drop_holding(q, token)
   end

@@ -8,24 +8,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from jobs_core import Jobs, Worker
+from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import Capabilities, JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.facade import SettledEvent
 from jobs_core.leases import Concurrency, RateLimit
+from jobs_core.leases.admit import Gate
 from jobs_core.leases.lock import with_lock
-from jobs_core.records import LeaseRef, LeaseTake
+from jobs_core.records import ClaimParams, Lease, LeaseRef, LeaseTake
 from jobs_core.retry import Retry
 from jobs_core.states import FINISHED_STATES, JobState, Outcome
 from jobs_memory import MemoryDriver
-from tests.core.support import counting, declare, fresh_store, until
+from tests.core.support import T0, counting, declare, fresh_store, until
 
 
 @pytest.fixture(params=["memory", "pg", "redis"])
@@ -823,3 +825,44 @@ async def test_with_lock_needs_only_a_driver_outside_any_client(
     with pytest.raises(JobsError, match=r"X_JOB_DECLARATION_INVALID.*pass driver="):
         async with with_lock("solo"):
             raise AssertionError("a lock without a store")
+
+
+async def test_an_admission_takes_its_stamps_at_the_clock_of_each_take() -> None:
+    """The stamps are taken at the clock read right before each `lease_take` goes out, not at
+    the claim round's `now` (read before the claim was even sent): a stamp is the start it
+    counts, and one taken at a stale now sat a claim's round trip early in its window (the
+    four-process test once saw four stamps of `RateLimit(3, per=0.5)` within 488 ms). Here
+    700 ms pass between the round's now and the admission, and each take (the stamps, then a
+    `when_busy="fail"` job's slot after its stamps) reads the clock anew."""
+    clock = FakeClock(T0)
+    sent: list[int] = []
+
+    class Recording(MemoryDriver):
+        async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+            sent.append(now_ms)
+            got = await super()._lease_take(takes, now_ms)
+            clock.set(clock.now_ms() + 50)  # the call's round trip
+            return got
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        return None
+
+    rated = declare(body, rate_limit=RateLimit(3, per=0.5))
+    keyed = declare(
+        body,
+        name="keyed",
+        rate_limit=RateLimit(3, per=0.5),
+        concurrency={"key": lambda i: "k", "limit": 1, "when_busy": "fail"},
+    )
+    driver = Recording()
+    client = Jobs(driver)
+    await client.enqueue(rated, {"n": 1})
+    await client.enqueue(keyed, {"n": 2})
+    claimed = await driver.job_claim(ClaimParams(("default",), "w1", 2, 60_000, T0))
+    assert len(claimed.jobs) == 2
+    gate = Gate(driver, clock, {h.name: h for h in (rated, keyed)}, (), lease_ms=60_000)
+    clock.set(T0 + 700)
+    verdicts = await gate.admit(claimed.jobs, T0)
+    assert sent == [T0 + 700, T0 + 750], sent
+    stamps = [lease for v in verdicts.values() for lease in v.leases if lease.stamp]
+    assert sorted(s.expires_at_ms for s in stamps) == [T0 + 1200, T0 + 1200], stamps

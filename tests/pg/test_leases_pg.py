@@ -17,6 +17,7 @@ from jobs_core.driver import MAX_LEASE_BATCH
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_pg import PgDriver
 from tests.core.support import T0
+from tests.lease_clock_cases import LIMIT, PER_MS, most_in_a_window, skewed_hosts, stale_racers
 from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema, migrate
 from tests.pg.support import locker, named_drivers, sessions_waiting
 
@@ -31,13 +32,19 @@ def _table(schema: str) -> sql.Composed:
 async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_committed(
     pg_schema: str,
 ) -> None:
-    """A session holds the key's advisory lock and stores a holding, as a racing take would;
-    the take that waited for the lock sees that holding once it goes on, and is refused (one
-    statement that counted, then waited, would count from before and grant a second)."""
+    """A session holds the key's lock (its clock row, upserted as a take does) and stores a
+    holding, as a racing take would; the take that waited for the lock sees that holding once it
+    goes on, and is refused (one statement that counted, then waited, would count from before
+    and grant a second)."""
     async with named_drivers(pg_schema, 1) as (d,):
         other = await locker()
         try:
-            await other.execute("SELECT pg_advisory_xact_lock(%s)", (d._advisory_key("k"),))
+            await other.execute(
+                sql.SQL("INSERT INTO {}.lease_clocks (key, now_ms) VALUES ('k', %s)").format(
+                    sql.Identifier(pg_schema)
+                ),
+                (T0,),
+            )
             await other.execute(
                 sql.SQL(
                     "INSERT INTO {} (key, holder, token, expires_at_ms, stamp)"
@@ -46,7 +53,7 @@ async def test_a_take_waiting_for_its_keys_lock_counts_what_the_lock_holder_comm
                 (d._lease_tokens, T0 + 10_000),
             )
             take = asyncio.create_task(d.lease_take([LeaseTake("k", "me", 1, 1000)], T0))
-            await sessions_waiting(pg_schema, ("advisory",))
+            await sessions_waiting(pg_schema, ("transactionid", "speculative token", "tuple"))
             # Another key's take does not wait for this one.
             assert (await d.lease_take([LeaseTake("k2", "me", 1, 1000)], T0))[0] is not None
             assert not take.done()
@@ -314,3 +321,26 @@ async def test_a_purge_never_waits_on_a_row_a_take_or_renewal_holds(pg_schema: s
             )
             assert "leases_expiry" in plan, plan
         assert await d.lease_purge(T0 + 200, 10) == 2
+
+
+# -- the key's clock -------------------------------------------------------------------------
+
+
+async def test_stale_takes_racing_fresh_ones_never_put_more_than_the_limit_in_a_window(
+    pg_schema: str,
+) -> None:
+    """Takes over four drivers (eight connections' worth of callers) whose `now_ms` was read a
+    random moment before they land: in the store's stamp times, no window of `per` ever holds
+    more than `limit` (a take judged at its own stale now, after a fresher one pruned the
+    stamps it should count, made four)."""
+    async with named_drivers(pg_schema, 4) as drivers:
+        stamps = await stale_racers(drivers, seed=7)
+    assert most_in_a_window(stamps, PER_MS) <= LIMIT, stamps
+
+
+async def test_two_hosts_whose_clocks_disagree_share_one_window(pg_schema: str) -> None:
+    """A host ten seconds behind another is judged at the key's time (the one ahead leads):
+    in true time, the two of them start no more than `limit` per window."""
+    async with named_drivers(pg_schema, 2) as (ahead, behind):
+        granted = await skewed_hosts(ahead, behind)
+    assert most_in_a_window(granted, PER_MS) <= LIMIT, granted

@@ -56,6 +56,7 @@ TABLES = {
     "steps",
     "events",
     "leases",
+    "lease_clocks",
     "task_marks",
     "outbox",
     "joins",
@@ -180,6 +181,34 @@ def test_downgrade_then_upgrade(pg_schema: str) -> None:
     upgrade(PG_URL, pg_schema)
     upgrade(PG_URL, pg_schema)  # idempotent at head
     assert _diff(pg_schema) == []
+
+
+async def test_0018_gives_every_key_holding_anything_a_clock(pg_schema: str) -> None:
+    """Holdings stored before 0018 get their key's clock at 0 (no call's time known), so the
+    purge, which reads a holding with its key's clock row, still takes them; a later take of the
+    key works at its own now, and the purge moves the clock to the end it deleted."""
+    s = sql.Identifier(pg_schema)
+    downgrade(PG_URL, pg_schema, "0017_acts_for")
+    with admin() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.leases (key, holder, token, expires_at_ms, stamp) VALUES"
+                " ('old', 'h', 1, 1000, true), ('old', 'h2', 2, 5000, false)"
+            ).format(s)
+        )
+    upgrade(PG_URL, pg_schema)
+    with admin() as conn:
+        rows = conn.execute(sql.SQL("SELECT key, now_ms FROM {}.lease_clocks").format(s)).fetchall()
+    assert rows == [("old", 0)]
+    async with PgDriver(PG_URL, schema=pg_schema) as d:
+        assert await d.lease_purge(1000, 10) == 1
+        assert [h.token for h in await d.lease_holders("old", 0)] == [2]
+        # The purge moved the clock to the end it deleted: a caller behind is judged there.
+        with admin() as conn:
+            (clock,) = conn.execute(
+                sql.SQL("SELECT now_ms FROM {}.lease_clocks WHERE key = 'old'").format(s)
+            ).fetchone() or (None,)
+        assert clock == 1000
 
 
 def _pause_check(schema: str) -> str:

@@ -15,6 +15,7 @@ from jobs_core.driver import MAX_LEASE_BATCH, MAX_LEASE_KEY_BYTES
 from jobs_core.records import ClaimParams, Lease, LeaseRef, LeaseRenew, LeaseTake
 from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
+from tests.lease_clock_cases import LIMIT, PER_MS, most_in_a_window, skewed_hosts, stale_racers
 from tests.redis.conftest import Factory
 from tests.redis.test_durable_redis import new_job
 from tests.redis.test_operator_redis import Sent
@@ -348,3 +349,35 @@ async def test_upgrade_indexes_holdings_stored_before_the_index(make_driver: Fac
         assert await d.lease_renew([LeaseRenew("lasting", renewed.token, 1000)], T0 + 5) == [True]
         assert await d.lease_purge(T0 + 10, 1000) == len(keys)
         assert [h.token for h in await d.lease_holders("lasting", T0 + 10)] == [renewed.token]
+
+
+# -- the key's clock -------------------------------------------------------------------------
+
+
+async def test_stale_takes_racing_fresh_ones_never_put_more_than_the_limit_in_a_window(
+    make_driver: Factory,
+) -> None:
+    """Takes over four driver instances whose `now_ms` was read a random moment before they
+    land: in the store's stamp times, no window of `per` ever holds more than `limit` (a take
+    judged at its own stale now, after a fresher one pruned the stamps it should count, made
+    four)."""
+    async with make_driver() as d:
+        drivers = [d, *(_other(d) for _ in range(3))]
+        try:
+            stamps = await stale_racers(drivers, seed=7)
+        finally:
+            for other in drivers[1:]:
+                await other.close()
+    assert most_in_a_window(stamps, PER_MS) <= LIMIT, stamps
+
+
+async def test_two_hosts_whose_clocks_disagree_share_one_window(make_driver: Factory) -> None:
+    """A host ten seconds behind another is judged at the key's time (the one ahead leads):
+    in true time, the two of them start no more than `limit` per window."""
+    async with make_driver() as d:
+        behind = _other(d)
+        try:
+            granted = await skewed_hosts(d, behind)
+        finally:
+            await behind.close()
+    assert most_in_a_window(granted, PER_MS) <= LIMIT, granted

@@ -12,6 +12,7 @@ import asyncio
 
 from jobs_core.driver import MAX_PURGE_LIMIT, JobDriver
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.semantics import LEASE_CLOCK_KEEP_MS
 from jobs_core.testing.scenarios.support import T0, Scenario, exactly, refused
 
 
@@ -211,15 +212,127 @@ async def scenario_lease_purge_takes_the_expired_only(driver: JobDriver) -> None
     await refused("X_JOB_RECORD_INVALID", driver.lease_purge(T0, MAX_PURGE_LIMIT + 1))
 
 
+# -- the key's clock: callers out of order and hosts whose clocks disagree --------------------
+
+
+def _stamp_times(held: list[Lease], per: int) -> list[int]:
+    """When each stamp was taken, in the store's time: its end less the rate's `per`."""
+    return sorted(h.expires_at_ms - per for h in held)
+
+
+def _most_in_a_window(times: list[int], per: int) -> int:
+    """The most stamp times inside one window of `per` (a window holds `t` to `t + per`
+    excluded: a stamp taken exactly `per` after another no longer counts it)."""
+    return max(sum(1 for u in times if t <= u < t + per) for t in times)
+
+
+async def scenario_lease_time_never_runs_back(driver: JobDriver) -> None:
+    """A call works on a key at the later of its `now_ms` and the latest time any call on the
+    key used: a stale take landing after a fresher one is judged at the fresher time (granted
+    there, its end from there), so no window of a rate's `per` ever holds more than `limit`
+    stamps in stamp times; a host ahead leads the key for the hosts behind it (a slot it counts
+    live stays counted), for renewals, releases and abandons too; the holders are read at the
+    key's time."""
+    if await _unsupported(driver):
+        return
+    per = 500
+    stamps = []
+    for i, at in enumerate((T0, T0 + 100, T0 + 200)):
+        got = await _take(driver, "rate", f"s{i}", at, limit=3, ttl=per, stamp=True)
+        assert got is not None, at
+        stamps.append(got)
+    # A fresher take prunes the stamps of T0 and T0+100 and is granted...
+    x = await _take(driver, "rate", "x", T0 + 650, limit=3, ttl=per, stamp=True)
+    assert x is not None and x.expires_at_ms == T0 + 650 + per, x
+    # ...then a take whose now (T0+450) was read before it lands: judged at T0+650, where only
+    # T0+200 and X are live. Granted THERE (at its own now it would make four stamps within
+    # 450 ms: T0, +100, +200, +450), and the answer says the stored end.
+    y = await _take(driver, "rate", "y", T0 + 450, limit=3, ttl=per, stamp=True)
+    assert y is not None and y.expires_at_ms == T0 + 650 + per, y
+    assert await _take(driver, "rate", "z", T0 + 460, limit=3, ttl=per, stamp=True) is None
+    every = [*stamps, x, y]
+    assert _most_in_a_window(_stamp_times(every, per), per) == 3, _stamp_times(every, per)
+    # Holders read at the key's time: a caller behind sees what a take would count.
+    live = await driver.lease_holders("rate", T0 + 300)
+    assert sorted(h.holder for h in live) == ["s2", "x", "y"], live
+
+    # Hosts whose clocks disagree: A is 10 s ahead of B. B's slot, taken at B's time, is
+    # stored to end at the key's time (A's) + ttl, so A's next take counts it live.
+    ahead = T0 + 10_000
+    a = await _take(driver, "slot", "a", ahead, limit=2)
+    assert a is not None
+    b = await _take(driver, "slot", "b", T0 + 300, limit=2)
+    assert b is not None and b.expires_at_ms == ahead + 1000, b
+    assert await _take(driver, "slot", "c", ahead + 1, limit=2) is None
+    # B renews from the key's time too (A's last, ahead + 1): live there, ends from there.
+    assert await driver.lease_renew([LeaseRenew("slot", b.token, 1000)], T0 + 400) == [True]
+    holders = await driver.lease_holders("slot", T0 + 400)
+    assert {h.holder: h.expires_at_ms for h in holders} == {"a": ahead + 1000, "b": ahead + 1001}
+
+    # A release from a host ahead deletes a holding expired at ITS time: the key's clock moves
+    # there, so a caller behind no longer finds that holding's room free at its own time.
+    r = await _take(driver, "r", "one", T0, limit=1, ttl=per, stamp=True)
+    assert r is not None
+    assert await driver.lease_release([LeaseRef("r", r.token)], T0 + per) == [False]
+    late = await _take(driver, "r", "two", T0 + 100, limit=1, ttl=per, stamp=True)
+    assert late is not None and late.expires_at_ms == T0 + 2 * per, late
+    # An abandon from ahead moves the clock as well (its key named, whatever the token).
+    assert await driver.lease_abandon([LeaseRef("ab", 10**12)], T0 + 5000) == [False]
+    ab = await _take(driver, "ab", "h", T0, ttl=100)
+    assert ab is not None and ab.expires_at_ms == T0 + 5100, ab
+
+
+async def scenario_lease_purge_moves_and_drops_clocks(driver: JobDriver) -> None:
+    """A purge that deletes a key's holdings moves the key's clock to the latest end deleted
+    (never back), so a caller behind is judged there; once the key holds nothing and its clock
+    is `LEASE_CLOCK_KEEP_MS` behind a purge's now, that purge drops it, and the key starts again
+    from its next caller's time."""
+    if await _unsupported(driver):
+        return
+    per = 500
+    first = await _take(driver, "rate", "a", T0, ttl=per, stamp=True)
+    assert first is not None
+    assert await driver.lease_purge(T0 + 600, 10) == 1
+    # Judged at T0 + 500 (the end the purge deleted), not at T0 + 100.
+    behind = await _take(driver, "rate", "b", T0 + 100, ttl=per, stamp=True)
+    assert behind is not None and behind.expires_at_ms == T0 + 2 * per, behind
+    # A purge at a time behind the clock moves nothing back.
+    slot = await _take(driver, "slot", "a", T0 + 10_000, ttl=100)
+    assert slot is not None
+    assert await driver.lease_release([LeaseRef("slot", slot.token)], T0 + 10_000) == [True]
+    assert await driver.lease_purge(T0 + 2000, 10) == 1  # the stamp of "rate", at T0 + 1000
+    again = await _take(driver, "slot", "b", T0, ttl=100)
+    assert again is not None and again.expires_at_ms == T0 + 10_100, again
+    assert await driver.lease_release([LeaseRef("slot", again.token)], T0) == [True]
+    # "slot" holds nothing now, its clock at T0 + 10_000. A purge a millisecond short of
+    # the keep drops nothing; one at the keep drops it: a caller far behind starts afresh.
+    clock = T0 + 10_000
+    assert await driver.lease_purge(clock + LEASE_CLOCK_KEEP_MS - 1, 10) == 0
+    kept = await _take(driver, "slot", "c", T0, ttl=100)
+    assert kept is not None and kept.expires_at_ms == clock + 100, kept
+    assert await driver.lease_release([LeaseRef("slot", kept.token)], T0) == [True]
+    assert await driver.lease_purge(clock + LEASE_CLOCK_KEEP_MS, 10) == 0
+    fresh = await _take(driver, "slot", "d", T0, ttl=100)
+    assert fresh is not None and fresh.expires_at_ms == T0 + 100, fresh
+    # A key still holding something keeps its clock however far behind it is.
+    held = await _take(driver, "held", "a", T0, ttl=LEASE_CLOCK_KEEP_MS * 3)
+    assert held is not None
+    assert await driver.lease_purge(T0 + 2 * LEASE_CLOCK_KEEP_MS, 10) == 1  # slot's "d"
+    more = await _take(driver, "held", "b", T0 - 50, limit=2, ttl=100)
+    assert more is not None and more.expires_at_ms == T0 + 100, more
+
+
 LEASE_SCENARIOS: dict[str, Scenario] = {
     fn.__name__.removeprefix("scenario_"): fn
     for fn in (
         scenario_lease_batch_in_order,
         scenario_lease_holder_takes_again,
         scenario_lease_limit_holds_and_frees,
+        scenario_lease_purge_moves_and_drops_clocks,
         scenario_lease_purge_takes_the_expired_only,
         scenario_lease_racing_takers,
         scenario_lease_renew_never_revives,
         scenario_lease_stamps_stay_until_abandoned,
+        scenario_lease_time_never_runs_back,
     )
 }

@@ -11,13 +11,20 @@
 --   {p}:hold-expiry   zset, every holding of every lease key by expires_at_ms, member
 --                     <lease key> NUL <token, 19 digits>: equal scores order by key bytes, then
 --                     token (what lease_purge reads; kept by every script that writes a holding)
+--   {p}:hold-clock    zset, member <lease key>, scored by the key's clock: the latest now_ms
+--                     any take, renewal, release or abandon of the key used (or the latest end
+--                     lease_purge deleted of it). A call works on a key at the later of its
+--                     now_ms and that clock (`lease_time`), which moves there: the key's time
+--                     never runs back, so callers landing out of order, or on hosts whose
+--                     clocks disagree, share one timeline. lease_purge drops a clock once its
+--                     key holds nothing and it is far enough behind (includes nothing here).
 -- The caller names each distinct lease key of a call by q, its 1-based place among them, and
 -- hands its pair of keys as KEYS[2q - 1] (hold) and KEYS[2q] (holder): a lease key may hold any
 -- bytes, so its keys are built in Python (but lease_purge's: it cannot know them before it
--- reads the index), never here. Each script sets `expiry_index` to the index's place in KEYS
--- before it touches a holding.
+-- reads the index), never here. Each script sets `expiry_index` and `clock_index` to the
+-- index's and the clocks' places in KEYS before it touches a holding.
 --
--- A holding is live while expires_at_ms > the caller's now_ms. The two keys of a lease key
+-- A holding is live while expires_at_ms > its key's time (`lease_time`). The two keys of a lease key
 -- and the index always agree, and a holder has at most one holding of a key (a take drops the
 -- expired ones, then replaces the holder's own), so the NUL holder field always names that one.
 -- Expired holdings stay until their key is next taken, the token is named to a release or an
@@ -25,7 +32,9 @@
 -- callers' and could drop a holding a caller still counts live.
 
 local expiry_index
+local clock_index
 local lease_of = {}
+local time_of = {}
 
 -- The index member of holding `token` (a string of digits) of lease key `key`.
 local function expiry_member(key, token)
@@ -49,6 +58,23 @@ local function drop_named(hold, holder, token)
     redis.call("HDEL", holder, token, Z .. string.sub(row, 1, #row - 2))
   end
   redis.call("ZREM", hold, token)
+end
+
+-- The time of this call on lease key q: the later of `now` and the key's clock, which moves
+-- there. Read and moved once per key and call (later items of the key reuse it).
+local function lease_time(q, now)
+  local at = time_of[q]
+  if at == nil then
+    local key = lease_key(q)
+    at = tonumber(now)
+    local clock = redis.call("ZSCORE", clock_index, key)
+    if clock and tonumber(clock) > at then
+      at = tonumber(clock)
+    end
+    redis.call("ZADD", clock_index, fmt(at), key)
+    time_of[q] = at
+  end
+  return at
 end
 
 local function hold_key(q)

@@ -89,7 +89,13 @@ from jobs_core.attempts import (
     nack_attempt_outcome,
     tail_json,
 )
-from jobs_core.driver import ENQUEUE_CHUNK, Capabilities, JobDriver, WakeSubscription
+from jobs_core.driver import (
+    ENQUEUE_CHUNK,
+    MAX_BULK_IDS,
+    Capabilities,
+    JobDriver,
+    WakeSubscription,
+)
 from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
 from jobs_core.loops import LoopLocal
 from jobs_core.lost_claims import ClaimCall, LostClaim, LostClaims
@@ -1121,7 +1127,15 @@ class RedisDriver(JobDriver):
         return await self._records("job_get_many", job_ids)
 
     async def _records(self, script: str, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        """`job_get_many`'s answer, from that script or one answering as it does."""
+        """`job_get_many`'s answer, from that script or one answering as it does: one call per
+        `MAX_BULK_IDS` ids, so no read holds the server for long (each slice is read at once,
+        the slices one after another)."""
+        out: dict[str, JobRecord] = {}
+        for at in range(0, len(job_ids), MAX_BULK_IDS):
+            out |= await self._records_of(script, job_ids[at : at + MAX_BULK_IDS])
+        return out
+
+    async def _records_of(self, script: str, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         k = self.keys
         got = await self._run(
             script,

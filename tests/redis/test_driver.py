@@ -655,3 +655,19 @@ async def test_a_prefix_is_dropped_by_unlink_never_by_del(tmp_path: Path) -> Non
         assert server.cli("--scan").split()
     finally:
         server.stop()
+
+
+async def test_a_read_of_thousands_of_ids_holds_the_server_a_slice_at_a_time(
+    make_driver: Factory,
+) -> None:
+    """`job_get_many` of 2,500 ids (some absent) answers every stored row, one script call per
+    1,000 ids: one call for them all would hold the server for nine reads an id."""
+    async with make_driver() as d:
+        await d.job_enqueue_many([new_job(i) for i in range(1_200)])
+        asked = [f"id-{i}" for i in range(2_500)]
+        await d.job_get_many(["id-0"])  # loads the script: no NOSCRIPT reload counted below
+        counter = CommandCounter(d.client)
+        rows = await d.job_get_many(asked)
+        assert counter.count == 3
+        assert sorted(rows) == sorted(f"id-{i}" for i in range(1_200))
+        assert all(r.id == i and r.state is JobState.READY for i, r in rows.items())

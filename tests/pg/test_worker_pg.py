@@ -89,3 +89,59 @@ async def test_an_idle_worker_is_woken_by_the_listen_channel(pg: PgDriver) -> No
         assert time.monotonic() - started < 2.0  # woken, not polled
     finally:
         await worker.stop()
+
+
+async def test_a_workers_acks_go_two_at_once_on_one_counter_shard_and_outlive_a_cut(
+    pg_schema: str, proxy: Any
+) -> None:
+    """A batch that ends while the last ack call is on its way goes in a second ack call
+    (`jobs_core.settle.ACK_FLIGHTS`): the two lock disjoint rows and the same counter row, one
+    waiting for the other there; a connection cut under both sends them again, and every job
+    is completed and counted once."""
+    from jobs_core.driver import MAX_TIME_MS
+    from jobs_core.records import CounterReadParams
+    from tests.pg.conftest import PG_URL
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        return None
+
+    async with PgDriver(proxy.url(PG_URL), schema=pg_schema, pool_size=4, wake=False) as d:
+        handle = declare(body, "overlap")
+        ids = [r.id for r in await Jobs(d).enqueue_many(handle, [{"n": n} for n in range(40)])]
+        inner = d._job_ack
+        flying = peak = 0
+        cut = False
+
+        async def ack(acks: Any) -> list[bool]:
+            nonlocal flying, peak, cut
+            flying += 1
+            peak = max(peak, flying)
+            try:
+                if flying == 2 and not cut:
+                    cut = True
+                    proxy.cut()  # both calls now meet a dead session
+                await asyncio.sleep(0.03)  # on its way while the next batch ends
+                return await inner(acks)
+            finally:
+                flying -= 1
+
+        d._job_ack = ack  # type: ignore[method-assign]
+        worker = Worker(d, [handle], concurrency=5, poll_floor=0.01, poll_ceiling=0.05)
+        await worker.start()
+
+        async def all_done() -> bool:
+            try:
+                rows = await d.job_get_many(ids)
+            except Exception:
+                return False
+            return all(r.state is JobState.COMPLETED for r in rows.values())
+
+        try:
+            await _until(all_done)
+        finally:
+            await worker.stop()
+        assert cut and peak == 2
+        rows = await d.job_get_many(ids)
+        assert {r.claims for r in rows.values()} == {1}
+        counted = await d.counter_read(CounterReadParams(0, MAX_TIME_MS))
+        assert sum(c.completed for c in counted if c.name == "overlap") == 40

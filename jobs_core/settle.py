@@ -38,8 +38,6 @@ SETTLE_BATCH: Final = 1_000
 #: First wait before an unavailable batch is sent again; it doubles up to `SETTLE_BACKOFF_MAX_MS`.
 SETTLE_BACKOFF_MIN_MS: Final = 100
 SETTLE_BACKOFF_MAX_MS: Final = 2_000
-#: Ack calls one worker has on their way at once.
-ACK_FLIGHTS: Final = 2
 #: How long an unavailable settle is retried when `give_up_at` knows nothing of its claim.
 SETTLE_PATIENCE_MS: Final = 30_000
 
@@ -73,18 +71,14 @@ class _Lane(Generic[T]):
         give_up_at: Callable[[Fence], int | None],
         deadline: Callable[[], int | None],
         seen: StoreSeen | None,
-        flights: int = 1,
     ) -> None:
         self._send: Callable[[Sequence[T]], Awaitable[list[bool]]] = send
-        self._flights = flights
         self._clock = clock
         self._give_up_at = give_up_at
         self._deadline = deadline
         self._seen = seen
         self._pending: list[_Entry[T]] = []
-        #: The running flushes, at most `flights`; `_sending` of them await the store now.
-        self._tasks: list[asyncio.Task[None]] = []
-        self._sending = 0
+        self._task: asyncio.Task[None] | None = None
         #: Set when the store is seen back: a backoff under way ends at once.
         self.back = asyncio.Event()
 
@@ -100,20 +94,8 @@ class _Lane(Generic[T]):
 
     def _queue(self, entry: _Entry[T]) -> None:
         self._pending.append(entry)
-        tasks = self._tasks
-        if any(t.done() for t in tasks):
-            tasks = self._tasks = [t for t in tasks if not t.done()]
-        # Another flush starts only while every running one awaits the store: never beside one
-        # waiting out a backoff (the store is away, and that flush takes these items on retry).
-        if not tasks or (len(tasks) < self._flights and self._sending == len(tasks)):
-            tasks.append(asyncio.create_task(self._flush()))
-
-    async def _call(self, items: list[T]) -> list[bool]:
-        self._sending += 1
-        try:
-            return await self._send(items)
-        finally:
-            self._sending -= 1
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush())
 
     def _give_up_ms(self, e: _Entry[T]) -> int:
         # Read again on every round: a heartbeat that lands meanwhile extends the claim.
@@ -141,15 +123,11 @@ class _Lane(Generic[T]):
             batch, self._pending = self._pending[:SETTLE_BATCH], self._pending[SETTLE_BATCH:]
             sent = self._clock.now_ms()
             try:
-                answers = await self._call([e.item for e in batch])
+                answers = await self._send([e.item for e in batch])
             except DriverUnavailableError as exc:
                 if self._seen is not None:
                     self._seen.unavailable(sent)
                 self._pending[:0] = batch
-                if sum(not t.done() for t in self._tasks) > 1:
-                    # The other flush takes these with its next call, or backs off with them:
-                    # one backoff per lane, so one `store_back` kick ends it.
-                    return
                 delay = await self._back_off(exc, delay)
                 continue
             except Exception as exc:
@@ -173,7 +151,7 @@ class _Lane(Generic[T]):
         """Send each item alone; answers the entries left for a retry (the store went away)."""
         for i, e in enumerate(batch):
             try:
-                (ok,) = await self._call([e.item])
+                (ok,) = await self._send([e.item])
             except DriverUnavailableError:
                 return batch[i:]
             except Exception as exc:
@@ -204,14 +182,14 @@ class _Lane(Generic[T]):
         return min(delay * 2, SETTLE_BACKOFF_MAX_MS)
 
     async def join(self) -> None:
-        while live := [t for t in self._tasks if not t.done()]:
+        while (task := self._task) is not None and not task.done():
             # `wait`, not `await task`: an abandoned (cancelled) flush must not cancel the joiner.
-            await asyncio.wait(live)
+            await asyncio.wait([task])
 
     def abandon(self) -> None:
         """Stop retrying: every settle not yet answered answers False now."""
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
+        task, self._task = self._task, None
+        if task is not None:
             task.cancel()
         pending, self._pending = self._pending, []
         for e in pending:
@@ -257,11 +235,7 @@ class Settler:
         # Every item passed the driver's own check (`check_ack`, `check_nack`,
         # `check_step_put`) before it joined a lane, so a batch goes to the driver's
         # implementation: the public method would check each item a second time.
-        # Acks go in up to two calls at once: a batch that ends while the last one is on its way
-        # need not wait out that round trip (nor hold its jobs, and the claims they gate).
-        self._acks: _Lane[Ack] = _Lane(
-            driver._job_ack, clock, until, self._deadline, seen, flights=ACK_FLIGHTS
-        )
+        self._acks: _Lane[Ack] = _Lane(driver._job_ack, clock, until, self._deadline, seen)
         self._nacks: _Lane[Nack] = _Lane(driver._job_nack, clock, until, self._deadline, seen)
         self._steps: _Lane[StepPut] = _Lane(driver._step_put, clock, until, self._deadline, seen)
         #: Unanswered step records by job id: a settle of that job waits for them, so a step that

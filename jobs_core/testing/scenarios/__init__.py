@@ -17,6 +17,7 @@ from jobs_core.testing.scenarios.postings import POSTING_SCENARIOS
 from jobs_core.testing.scenarios.support import Scenario
 from jobs_core.testing.scenarios.sweeps import SWEEP_SCENARIOS
 from jobs_core.testing.scenarios.tasks import TASK_SCENARIOS
+from jobs_core.testing.scenarios.twins import TWIN_SCENARIOS
 from jobs_core.testing.scenarios.webhooks import WEBHOOK_SCENARIOS
 
 #: Every scenario by name (the function name without `scenario_`).
@@ -34,6 +35,8 @@ SCENARIOS: dict[str, Scenario] = {
     **WEBHOOK_SCENARIOS,
     # -- attempts --
     **ATTEMPT_SCENARIOS,
+    # -- twins --
+    **TWIN_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -9,6 +9,7 @@ fixed offsets from `T0`, handed in as every call's `now_ms`.
 from jobs_core.testing.scenarios.attempts import ATTEMPT_SCENARIOS
 from jobs_core.testing.scenarios.consumers import CONSUMER_SCENARIOS
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
+from jobs_core.testing.scenarios.edges import EDGE_SCENARIOS
 from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
@@ -37,6 +38,7 @@ SCENARIOS: dict[str, Scenario] = {
     **ATTEMPT_SCENARIOS,
     # -- twins --
     **TWIN_SCENARIOS,
+    **EDGE_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

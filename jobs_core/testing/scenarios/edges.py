@@ -1,0 +1,126 @@
+"""Edges a mutation pass found the random walks reach from some seeds only: each spelled out
+once, so a driver's CI catches the bug whatever its seed.
+
+- a batch of fenced writes settles each item on its own (a stale first item stops nothing; the
+  same fence twice lands twice, the later last);
+- a retry with no progress keeps the progress stored, and ends the fence for progress too;
+- demand counts the rows of a paused name (only a queue's pause zeroes it);
+- a listing's states filter keeps every state it names, and ties in `created_at` go by code
+  point (`_` between `B` and `a`), never by a case-folding collation;
+- the sweep ledger lists by start, not by the last write.
+"""
+
+from __future__ import annotations
+
+from jobs_core.driver import JobDriver
+from jobs_core.records import (
+    Fence,
+    Heartbeat,
+    JobFilter,
+    JobListParams,
+    Nack,
+    NackKind,
+    Pause,
+    Progress,
+    SweepAdvance,
+    SweepStart,
+)
+from jobs_core.states import JobState
+from jobs_core.testing.scenarios.support import (
+    T0,
+    Scenario,
+    claim,
+    claim_one,
+    exactly,
+    new_job,
+    row,
+    same_json,
+)
+
+
+async def scenario_batch_items_settle_each_alone(driver: JobDriver) -> None:
+    """A stale item first in a batch of progress, heartbeats or nacks stops none after it; one
+    fence twice in a heartbeat batch lands twice, the later beat last; a retry with no progress
+    keeps what was stored."""
+    await driver.job_enqueue_many([new_job("a"), new_job("b")])
+    a, b = exactly(2, (await claim(driver, T0, limit=2))[0], "claimed jobs")
+    stale = Fence(a.id, a.claims + 1, a.worker_id)
+    progress = [Progress(stale, '{"p": 0}', T0 + 1), Progress(b.fence, '{"p": 1}', T0 + 1)]
+    assert await driver.job_progress(progress) == [False, True]
+    assert same_json((await row(driver, "b")).progress_json, '{"p": 1}')
+    beats = [
+        Heartbeat(stale, 9000, T0 + 2),
+        Heartbeat(b.fence, 5000, T0 + 2),
+        Heartbeat(b.fence, 3000, T0 + 2),
+    ]
+    assert await driver.job_heartbeat(beats) == [False, True, True]
+    assert (await row(driver, "b")).lease_until_ms == T0 + 3002
+    assert (await row(driver, "a")).lease_until_ms == T0 + 1000
+    nacks = [
+        Nack(stale, NackKind.FAIL, T0 + 3, error="x"),
+        Nack(b.fence, NackKind.RETRY, T0 + 3, run_at_ms=T0 + 4),
+    ]
+    assert await driver.job_nack(nacks) == [False, True]
+    after = await row(driver, "b")
+    assert (after.state, after.run_at_ms) == (JobState.READY, T0 + 4), after
+    assert same_json(after.progress_json, '{"p": 1}'), after.progress_json
+    # The retry ended the fence: the ready row takes no progress under it.
+    assert await driver.job_progress([Progress(b.fence, '{"p": 2}', T0 + 4)]) == [False]
+    assert (await row(driver, "a")).state is JobState.RUNNING
+
+
+async def scenario_demand_counts_name_paused_rows(driver: JobDriver) -> None:
+    """A paused name keeps its rows from claims, not from demand; a paused queue answers 0."""
+    await driver.job_enqueue_many(
+        [new_job("x", queue="q1", name="x"), new_job("y", queue="q1", name="y")]
+    )
+    assert await driver.queue_demand(["q1"], T0) == {"q1": 2}
+    assert await driver.pause_add(Pause("name", "x"))
+    assert await driver.queue_demand(["q1"], T0) == {"q1": 2}
+    assert (await claim_one(driver, T0, "q1")).id == "y"
+    assert await driver.queue_demand(["q1"], T0) == {"q1": 1}
+
+
+async def scenario_list_states_and_code_point_ties(driver: JobDriver) -> None:
+    """A filter of several states keeps each of them; rows created in one millisecond list by
+    id descending in code-point order (`a`, `_`, `B`; a case-folding collation puts `_` last)."""
+    await driver.job_enqueue_many(
+        [new_job(i, created_at_ms=T0) for i in ("B", "_", "a")]
+        + [new_job("old", created_at_ms=T0 - 1)]
+    )
+    page = await driver.job_list(JobListParams(JobFilter(), 10))
+    assert [j.id for j in page.jobs] == ["a", "_", "B", "old"], page.jobs
+    held = await claim_one(driver, T0, limit=1)
+    assert held.id == "B"
+    assert await driver.job_nack([Nack(held.fence, NackKind.FAIL, T0 + 1)]) == [True]
+    states = frozenset({JobState.READY, JobState.DEAD})
+    page = await driver.job_list(JobListParams(JobFilter(states=states), 10))
+    assert [j.id for j in page.jobs] == ["a", "_", "B", "old"], page.jobs
+    page = await driver.job_list(JobListParams(JobFilter(states=frozenset({JobState.DEAD})), 10))
+    assert [j.id for j in page.jobs] == ["B"], page.jobs
+
+
+async def scenario_sweeps_listed_by_start(driver: JobDriver) -> None:
+    """The ledger lists the newest start first, whichever entry was written to last."""
+    runs = []
+    for i, at in enumerate((T0, T0 + 1)):
+        job_id = f"s{i}"
+        await driver.job_enqueue(new_job(job_id, queue=f"q-{job_id}", run_at_ms=at))
+        runs.append(await claim_one(driver, at, f"q-{job_id}"))
+    for job, at in zip(runs, (T0, T0 + 1), strict=True):
+        start = SweepStart(
+            job.fence, job.run_id, "users", "t1", "default", "backfill", "c1", None, at
+        )
+        assert (await driver.sweep_start(start)).record is not None
+    first = runs[0]
+    advance = SweepAdvance(first.fence, first.run_id, 1, 10, 0, None, T0 + 5, 1)
+    assert await driver.sweep_advance(advance)
+    listed = await driver.sweep_list(None, 1)
+    assert [e.run_id for e in listed] == [runs[1].run_id], listed
+
+
+EDGE_SCENARIOS: dict[str, Scenario] = {
+    name.removeprefix("scenario_"): fn
+    for name, fn in globals().items()
+    if name.startswith("scenario_")
+}

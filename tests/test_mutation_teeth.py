@@ -1,0 +1,661 @@
+"""The parity suite catches the driver bugs a mutation pass found it let through.
+
+Each broken driver below is the memory driver with ONE plausible third-party bug that the
+suite as it stood passed (every walk, every scenario): most of them a store comparing
+identifiers as its collation or key pattern does rather than as exact text (case- or
+accent-insensitive, pad-space, a prefix or `LIKE` match), the others an edge a family walk
+reached from some seeds only. The scenarios that now catch each (`twins.py`, `edges.py` and a
+few sharper asserts in the family scenarios) are named with it; scenarios are fixed, so each
+is caught on every run, whatever a driver's CI seed. The walks are not asked to catch them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from jobs_core.records import (
+    BalanceRow,
+    ClaimParams,
+    ClaimResult,
+    ConsumerCursor,
+    CounterReadParams,
+    CounterRow,
+    EnqueueResult,
+    EventRecord,
+    EventWait,
+    Fence,
+    Heartbeat,
+    JobFilter,
+    JobRecord,
+    JobSlice,
+    JobSummary,
+    ListKey,
+    Nack,
+    NackKind,
+    NewJob,
+    Pause,
+    PostingPut,
+    PostingPutAnswer,
+    Progress,
+    QueueStats,
+    RequeueAnswer,
+    RequeueParams,
+    StepPut,
+    StepRecord,
+    SweepRecord,
+    SweepStart,
+    SweepStartAnswer,
+    TaskMark,
+    WebhookEndpoint,
+    WorkerBeat,
+)
+from jobs_core.semantics import namespace_of
+from jobs_core.states import LIVE_STATES, JobState
+from jobs_core.testing import run_scenario
+from jobs_core.testing.scenarios import SCENARIOS
+from jobs_memory import MemoryDriver
+from jobs_memory import driver as memory_module
+
+
+def folded(text: str) -> str:
+    """`text` as a case- and accent-insensitive collation compares it."""
+    plain = unicodedata.normalize("NFD", text)
+    return "".join(c for c in plain if not unicodedata.combining(c)).casefold()
+
+
+# -- identifiers compared as a collation or a pattern does, not as exact text -------------------
+
+
+class KeyPadSpace(MemoryDriver):
+    """Dedupes on a key compared pad-space: `'k'` and `'k '` are one key."""
+
+    def _enqueue_locked(self, job: NewJob) -> EnqueueResult:
+        if job.id not in self._rows:
+            mine = namespace_of(job.name, job.tenant_id, job.idempotency_key.rstrip(" "))
+            for row in self._rows.values():
+                r = row.rec
+                theirs = namespace_of(r.name, r.tenant_id, r.idempotency_key.rstrip(" "))
+                if r.state in LIVE_STATES and theirs == mine:
+                    return EnqueueResult(r.id, deduped=True)
+        return super()._enqueue_locked(job)
+
+
+class KeyAccentInsensitive(MemoryDriver):
+    """Dedupes on a key compared as an accent- and case-insensitive collation does."""
+
+    def _enqueue_locked(self, job: NewJob) -> EnqueueResult:
+        if job.id not in self._rows:
+            mine = namespace_of(job.name, job.tenant_id, folded(job.idempotency_key))
+            for row in self._rows.values():
+                r = row.rec
+                theirs = namespace_of(r.name, r.tenant_id, folded(r.idempotency_key))
+                if r.state in LIVE_STATES and theirs == mine:
+                    return EnqueueResult(r.id, deduped=True)
+        return super()._enqueue_locked(job)
+
+
+class ClaimQueueCaseInsensitive(MemoryDriver):
+    """A claim of queue `q` takes the rows of `Q` too."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        asked = {q.casefold() for q in params.queues}
+        with self._lock:
+            known = {row.rec.queue for row in self._rows.values()}
+        twins = sorted(q for q in known if q.casefold() in asked and q not in params.queues)
+        return await super()._job_claim(replace(params, queues=(*params.queues, *twins)))
+
+
+class _CaseInsensitivePauses(set[Pause]):
+    def __contains__(self, pause: object) -> bool:
+        return isinstance(pause, Pause) and any(
+            (p.kind, p.value.casefold()) == (pause.kind, pause.value.casefold())
+            for p in set.__iter__(self)
+        )
+
+
+class PauseCaseInsensitive(MemoryDriver):
+    """A pause of `Sync` pauses `sync` too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pauses = _CaseInsensitivePauses()
+
+
+class FenceWorkerCaseInsensitive(MemoryDriver):
+    """A fence of worker `W1` holds a row `w1` claimed."""
+
+    def _held(self, fence: Fence) -> Any:
+        row = self._rows.get(fence.job_id)
+        by = None if row is None else row.rec.claimed_by
+        if by is not None and by.casefold() == fence.worker_id.casefold():
+            fence = replace(fence, worker_id=by)
+        return super()._held(fence)
+
+
+class WorkerIdCaseInsensitive(MemoryDriver):
+    """A beat of worker `W1` replaces the registry row of `w1`."""
+
+    def _beat_locked(self, beat: WorkerBeat) -> None:
+        for worker_id in list(self._workers):
+            if worker_id.casefold() == beat.worker_id.casefold():
+                del self._workers[worker_id]
+        super()._beat_locked(beat)
+
+
+def _listed(driver: MemoryDriver, f: JobFilter, keep: Callable[[JobRecord], bool]) -> JobSlice:
+    """Every row `f` keeps and `keep` too, newest first, in one slice."""
+    with driver._lock:
+        rows = [driver._rows[i].rec for _, i in reversed(driver._created)]
+    return JobSlice(tuple(JobSummary.of(r) for r in rows if f.matches(r) and keep(r)), None)
+
+
+class ListNameCaseInsensitive(MemoryDriver):
+    """A listing filtered by name `a` keeps the rows of `A` too."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        if f.name is None or after is not None:
+            return await super()._job_list(f, after, limit, scan)
+        name = f.name.casefold()
+        return _listed(self, replace(f, name=None), lambda r: r.name.casefold() == name)
+
+
+class ListTenantCaseInsensitive(MemoryDriver):
+    """A listing filtered by tenant `t` keeps the rows of `T` too."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        if f.tenant_id is None or after is not None:
+            return await super()._job_list(f, after, limit, scan)
+        tenant = f.tenant_id.casefold()
+        return _listed(
+            self, replace(f, tenant_id=None), lambda r: (r.tenant_id or "").casefold() == tenant
+        )
+
+
+class CounterReadByPrefix(MemoryDriver):
+    """Reads the counters of every name that starts with an asked one (`LIKE 'name%'`)."""
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        rows = await super()._counter_read(replace(params, names=None))
+        if params.names is None:
+            return rows
+        return [r for r in rows if any(r.name.startswith(n) for n in params.names)]
+
+
+class StepNameCaseInsensitive(MemoryDriver):
+    """A step `Charge` counts as recorded once `charge` is."""
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        named = []
+        for p in puts:
+            r = self._held(p.fence)
+            for name in {} if r is None else self._steps.get(r.run_id, {}):
+                if name.casefold() == p.name.casefold():
+                    p = replace(p, name=name)
+            named.append(p)
+        return await super()._step_put(named)
+
+
+class StepListByPrefix(MemoryDriver):
+    """Lists the steps of every run whose id starts with the asked one (a `SCAN MATCH run*`)."""
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        with self._lock:
+            return [
+                s
+                for run, steps in self._steps.items()
+                if run.startswith(run_id)
+                for s in steps.values()
+            ]
+
+
+class _EventNameMatch(MemoryDriver):
+    """Finds an event of the wait's name or, failing that, of any name `same` pairs with it."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        raise NotImplementedError
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        found = super()._find_locked(wait, now_ms)
+        for name in list(self._events_by_name):
+            if found is None and name != wait.event and self.same(wait.event, name):
+                found = super()._find_locked(replace(wait, event=name), now_ms)
+        return found
+
+
+class EventNameCaseInsensitive(_EventNameMatch):
+    """A wait on `paid` is met by an event `Paid`."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        return asked.casefold() == stored.casefold()
+
+
+class EventNameByPrefix(_EventNameMatch):
+    """A wait on `paid` is met by an event `paid-eu`."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        return stored.startswith(asked)
+
+
+class TaskNameCaseInsensitive(MemoryDriver):
+    """Arming task `Nightly` answers (and keeps) the mark of `nightly`."""
+
+    async def _task_arm(self, names: Sequence[str], now_ms: int) -> list[TaskMark]:
+        out = []
+        for n in names:
+            twin = next((m for k, m in self._marks.items() if k.casefold() == n.casefold()), None)
+            out += [twin] if twin is not None else await super()._task_arm([n], now_ms)
+        return out
+
+
+class TaskMarksByPrefix(MemoryDriver):
+    """Reads the mark of the first task whose name starts with an asked one."""
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        with self._lock:
+            out = {}
+            for n in names:
+                hit = self._marks.get(n) or next(
+                    (m for k, m in sorted(self._marks.items()) if k.startswith(n)), None
+                )
+                if hit is not None:
+                    out[n] = hit
+            return out
+
+
+class SweepListNameCaseInsensitive(MemoryDriver):
+    """Lists the entries of sweep `Users` as those of `users`."""
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        with self._lock:
+            entries = list(self._sweeps.values())
+        return [e for e in entries if name is None or e.name.casefold() == name.casefold()]
+
+
+class SweepListNameByPrefix(MemoryDriver):
+    """Lists the entries of every sweep whose name starts with the asked one."""
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        with self._lock:
+            entries = list(self._sweeps.values())
+        return [e for e in entries if name is None or e.name.startswith(name)]
+
+
+class SweepBlockCaseInsensitive(MemoryDriver):
+    """A completed run of sweep `Users` blocks a new run of `users`."""
+
+    async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        with self._lock:
+            held = self._holds_run(start.fence, start.run_id)
+            for e in self._sweeps.values():
+                if (
+                    held
+                    and e.run_id != start.run_id
+                    and e.status == "completed"
+                    and e.name.casefold() == start.name.casefold()
+                    and (e.scope, e.environment, e.checksum)
+                    == (start.scope, start.environment, start.checksum)
+                ):
+                    return SweepStartAnswer(None, blocked_by=e)
+        return await super()._sweep_start(start)
+
+
+class PostingKeyCaseInsensitive(MemoryDriver):
+    """A posting under key `Order-1` finds the one under `order-1` already applied."""
+
+    async def _posting_put(self, put: PostingPut) -> PostingPutAnswer:
+        with self._lock:
+            r = self._held(put.fence)
+            for (tenant, key), stored in self._postings.items():
+                twin = key != put.key and key.casefold() == put.key.casefold()
+                if (
+                    r is not None
+                    and r.idempotency_key == put.key
+                    and tenant == put.tenant_id
+                    and twin
+                ):
+                    same = stored.lines == put.lines
+                    return PostingPutAnswer("already_applied" if same else "conflict", stored)
+        return await super()._posting_put(put)
+
+
+class AccountCaseInsensitive(MemoryDriver):
+    """A balance of account `cash` sums `Cash` in too."""
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        wanted = {a.casefold() for a in accounts}
+        with self._lock:
+            return [
+                BalanceRow(account, currency, sums[0], sums[1])
+                for (tenant, account, currency), sums in self._balances.items()
+                if tenant == tenant_id and account.casefold() in wanted
+            ]
+
+
+class BalancesIgnoreAccounts(MemoryDriver):
+    """Answers every account of the tenant's ledger, whichever were asked."""
+
+    async def _posting_balances(
+        self, tenant_id: str | None, accounts: Sequence[str]
+    ) -> list[BalanceRow]:
+        with self._lock:
+            return [
+                BalanceRow(account, currency, sums[0], sums[1])
+                for (tenant, account, currency), sums in self._balances.items()
+                if tenant == tenant_id
+            ]
+
+
+class ConsumerNameCaseInsensitive(MemoryDriver):
+    """Reads consumer `Orders`'s cursor as `orders`'s."""
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        with self._lock:
+            for (n, tenant), entry in self._consumers.items():
+                if n.casefold() == name.casefold() and tenant == (tenant_id or ""):
+                    return entry
+        return None
+
+
+class EndpointCaseInsensitive(MemoryDriver):
+    """Reads endpoint `Orders` as `orders`."""
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        with self._lock:
+            for (tenant, e), ep in self._endpoints.items():
+                if tenant == (tenant_id or "") and e.casefold() == endpoint.casefold():
+                    return ep
+        return None
+
+
+# -- edges the walks reached from some seeds only ---------------------------------------------
+
+
+@contextmanager
+def _claims_picked_by(key: Callable[[tuple[int, int, str]], Any]) -> Iterator[None]:
+    """The memory claim picks its rows with `heapq.nsmallest`; inside, it picks them by `key`."""
+
+    class Picker:
+        @staticmethod
+        def nsmallest(n: int, keys: Sequence[tuple[int, int, str]]) -> list[Any]:
+            return sorted(keys, key=key)[:n]
+
+    setattr(memory_module, "heapq", Picker)  # noqa: B010 - a module global, swapped back below
+    try:
+        yield
+    finally:
+        setattr(memory_module, "heapq", heapq)  # noqa: B010
+
+
+class ClaimTiesByUtf16(MemoryDriver):
+    """Breaks claim ties by UTF-16 code units (a JVM's or JavaScript's string order): an id
+    above U+FFFF sorts before one in U+E000..U+FFFF."""
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        with _claims_picked_by(lambda k: (k[0], k[1], k[2].encode("utf-16-be"))):
+            return await super()._job_claim(params)
+
+
+class PurgeTiesByCasefold(MemoryDriver):
+    """Purges rows finished in one millisecond by id under a case-folding collation."""
+
+    async def _job_purge(self, params: Any) -> int:
+        with self._lock:
+            due: list[tuple[int, str]] = []
+            for state, index in self._finished.items():
+                keep = params.keep_ms(state)
+                if keep is not None:
+                    due += [e for e in index if e[0] <= params.now_ms - keep]
+            gone = sorted(due, key=lambda e: (e[0], e[1].casefold(), e[1]))[: params.limit]
+            for _, job_id in gone:
+                self._drop(job_id)
+            return len(gone)
+
+
+class FreshRunIdsTakenByLanded(MemoryDriver):
+    """Hands the fresh run ids out to the requeues that land, in turn, not by position: after a
+    refused id every later row takes its neighbour's run."""
+
+    async def _job_requeue_many(self, params: RequeueParams) -> list[RequeueAnswer]:
+        if params.fresh_run_ids is None:
+            return await super()._job_requeue_many(params)
+        fresh = params.fresh_run_ids
+        out: list[RequeueAnswer] = []
+        with self._lock:
+            for job_id in params.job_ids:
+                landed = out.count(RequeueAnswer.REQUEUED)
+                out.append(self._requeue_locked(job_id, params.now_ms, fresh[landed]))
+        return out
+
+
+class StatsOldestSkipsNamePaused(MemoryDriver):
+    """Leaves the rows of a paused name out of a queue's oldest due row (as its claim does)."""
+
+    async def _queue_stats(self, now_ms: int) -> list[QueueStats]:
+        stats = await super()._queue_stats(now_ms)
+        with self._lock:
+            due = [
+                r.rec
+                for r in self._rows.values()
+                if r.rec.state is JobState.READY
+                and r.rec.run_at_ms is not None
+                and r.rec.run_at_ms <= now_ms
+                and Pause("name", r.rec.name) not in self._pauses
+            ]
+        oldest = {
+            s.queue: min((r.run_at_ms or 0 for r in due if r.queue == s.queue), default=None)
+            for s in stats
+        }
+        return [replace(s, oldest_ready_at_ms=oldest[s.queue]) for s in stats]
+
+
+class DemandSkipsNamePaused(MemoryDriver):
+    """Leaves the rows of a paused name out of a queue's demand."""
+
+    async def _queue_demand(self, queues: Sequence[str], now_ms: int) -> dict[str, int]:
+        demand = await super()._queue_demand(queues, now_ms)
+        with self._lock:
+            held = [
+                r.rec.queue
+                for r in self._rows.values()
+                if r.rec.state is JobState.READY
+                and (r.rec.run_at_ms or 0) <= now_ms
+                and Pause("name", r.rec.name) in self._pauses
+            ]
+        return {q: n - held.count(q) if n else n for q, n in demand.items()}
+
+
+class ConsumerListCutBeforeOrder(MemoryDriver):
+    """Cuts the listing at its limit in the order the entries were written, then sorts it."""
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        with self._lock:
+            entries = [e for e in self._consumers.values() if name is None or e.name == name]
+        return entries[:limit]
+
+
+class SweepListByUpdate(MemoryDriver):
+    """Lists the entries written to last first (by `updated_at`), not the newest start."""
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        with self._lock:
+            entries = [e for e in self._sweeps.values() if name is None or e.name == name]
+        entries.sort(key=lambda e: (e.updated_at_ms, e.run_id), reverse=True)
+        return entries[:limit]
+
+
+class ListOneStateOnly(MemoryDriver):
+    """Filters a listing by the first of the states it names only."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        if len(f.states) > 1:
+            f = replace(f, states=frozenset([min(f.states)]))
+        return await super()._job_list(f, after, limit, scan)
+
+
+class ListTiesByCasefold(MemoryDriver):
+    """Lists rows created in one millisecond by id under a case-folding collation."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        page = await super()._job_list(f, after, limit, scan)
+        jobs = sorted(
+            page.jobs, key=lambda j: (j.created_at_ms, j.id.casefold(), j.id), reverse=True
+        )
+        return replace(page, jobs=tuple(jobs))
+
+
+def _stopped_at_miss(landed: list[bool]) -> list[bool]:
+    """`landed` as a batch that stops at its first miss answers it: False from there on."""
+    miss = landed.index(False) if False in landed else len(landed)
+    return landed[:miss] + [False] * (len(landed) - miss)
+
+
+class ProgressBatchStopsAtMiss(MemoryDriver):
+    """A progress batch stops at its first stale item (a transaction that ends there)."""
+
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        with self._lock:
+            held = _stopped_at_miss([self._held(p.fence) is not None for p in items])
+        kept = [p for p, ok in zip(items, held, strict=True) if ok]
+        await super()._job_progress(kept)
+        return held
+
+
+class NackBatchStopsAtMiss(MemoryDriver):
+    """A nack batch stops at its first stale item (a transaction that ends there)."""
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        with self._lock:
+            held = _stopped_at_miss([self._held(n.fence) is not None for n in nacks])
+        kept = [n for n, ok in zip(nacks, held, strict=True) if ok]
+        await super()._job_nack(kept)
+        return held
+
+
+class HeartbeatDuplicateFirstWins(MemoryDriver):
+    """Of one fence beaten twice in a batch, keeps the first beat's lease."""
+
+    async def _job_heartbeat(self, beats: Sequence[Heartbeat]) -> list[bool]:
+        first: dict[Fence, Heartbeat] = {}
+        for b in beats:
+            first.setdefault(b.fence, b)
+        return await super()._job_heartbeat([first[b.fence] for b in beats])
+
+
+class RetryClearsProgress(MemoryDriver):
+    """A retry without progress clears the progress stored."""
+
+    async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
+        landed = await super()._job_nack(nacks)
+        with self._lock:
+            for n, ok in zip(nacks, landed, strict=True):
+                if ok and n.kind is NackKind.RETRY and n.progress_json is None:
+                    r = self._rows[n.fence.job_id].rec
+                    self._put(r, replace(r, progress_json=None))
+        return landed
+
+
+class ProgressOnAnyLiveRow(MemoryDriver):
+    """Takes progress under a fence whose row is live but no longer running (retried)."""
+
+    async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
+        out = []
+        with self._lock:
+            for p in items:
+                row = self._rows.get(p.fence.job_id)
+                r = None if row is None else row.rec
+                ok = (
+                    r is not None
+                    and r.state in LIVE_STATES
+                    and (r.claims, r.claimed_by) == (p.fence.claims, p.fence.worker_id)
+                )
+                if r is not None and ok:
+                    self._put(r, replace(r, progress_json=p.progress_json))
+                out.append(ok)
+        return out
+
+
+#: Each broken driver and the scenarios that must catch it.
+BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
+    (KeyPadSpace, ["twins_jobs_apart"]),
+    (KeyAccentInsensitive, ["twins_jobs_apart"]),
+    (ClaimQueueCaseInsensitive, ["twins_jobs_apart"]),
+    (PauseCaseInsensitive, ["twins_jobs_apart"]),
+    (FenceWorkerCaseInsensitive, ["twins_jobs_apart"]),
+    (WorkerIdCaseInsensitive, ["twins_jobs_apart"]),
+    (ListNameCaseInsensitive, ["twins_listed_apart"]),
+    (ListTenantCaseInsensitive, ["twins_listed_apart"]),
+    (CounterReadByPrefix, ["twins_counted_apart"]),
+    (StepNameCaseInsensitive, ["twins_steps_and_events_apart"]),
+    (StepListByPrefix, ["twins_steps_and_events_apart"]),
+    (EventNameCaseInsensitive, ["twins_steps_and_events_apart"]),
+    (EventNameByPrefix, ["twins_steps_and_events_apart"]),
+    (TaskNameCaseInsensitive, ["twins_tasks_apart"]),
+    (TaskMarksByPrefix, ["twins_tasks_apart"]),
+    (SweepListNameCaseInsensitive, ["twins_sweeps_apart"]),
+    (SweepListNameByPrefix, ["twins_sweeps_apart"]),
+    (SweepBlockCaseInsensitive, ["twins_sweeps_apart"]),
+    (PostingKeyCaseInsensitive, ["twins_postings_apart"]),
+    (AccountCaseInsensitive, ["twins_postings_apart"]),
+    (BalancesIgnoreAccounts, ["twins_postings_apart"]),
+    (ConsumerNameCaseInsensitive, ["twins_consumers_apart"]),
+    (EndpointCaseInsensitive, ["twins_webhooks_apart"]),
+    (ClaimTiesByUtf16, ["claim_order"]),
+    (PurgeTiesByCasefold, ["purge_retention"]),
+    (FreshRunIdsTakenByLanded, ["requeue_of_an_unwound_saga"]),
+    (StatsOldestSkipsNamePaused, ["queue_stats"]),
+    (DemandSkipsNamePaused, ["demand_counts_name_paused_rows"]),
+    (ConsumerListCutBeforeOrder, ["consumers_tenants_and_names_apart"]),
+    (SweepListByUpdate, ["sweeps_listed_by_start"]),
+    (ListOneStateOnly, ["list_states_and_code_point_ties"]),
+    (ListTiesByCasefold, ["list_states_and_code_point_ties"]),
+    (ProgressBatchStopsAtMiss, ["batch_items_settle_each_alone"]),
+    (NackBatchStopsAtMiss, ["batch_items_settle_each_alone"]),
+    (HeartbeatDuplicateFirstWins, ["batch_items_settle_each_alone"]),
+    (RetryClearsProgress, ["batch_items_settle_each_alone"]),
+    (ProgressOnAnyLiveRow, ["batch_items_settle_each_alone"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("broken", "scenario"),
+    [(b, s) for b, names in BROKEN for s in names],
+    ids=lambda v: v if isinstance(v, str) else v.__name__,
+)
+def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
+    with pytest.raises(AssertionError):
+        run_scenario(broken, SCENARIOS[scenario])
+
+
+def test_every_broken_driver_is_listed_once() -> None:
+    """A broken driver written here and left out of `BROKEN` would test nothing."""
+    written = {
+        v
+        for v in globals().values()
+        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
+    }
+    listed = [b for b, _ in BROKEN]
+    helpers = {_EventNameMatch}
+    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
+    assert written - helpers == set(listed), written - helpers ^ set(listed)

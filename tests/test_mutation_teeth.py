@@ -12,6 +12,7 @@ is caught on every run, whatever a driver's CI seed. The walks are not asked to 
 from __future__ import annotations
 
 import heapq
+import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +44,7 @@ from jobs_core.records import (
     Pause,
     PostingPut,
     PostingPutAnswer,
+    PostingRecord,
     Progress,
     QueueStats,
     RequeueAnswer,
@@ -385,6 +387,125 @@ class EndpointCaseInsensitive(MemoryDriver):
         return None
 
 
+def like(pattern: str, text: str) -> bool:
+    """`text LIKE pattern` with the pattern left unescaped: `_` is any one character, `%` any
+    run of them."""
+    rx = "".join("." if c == "_" else ".*" if c == "%" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, text, re.DOTALL) is not None
+
+
+class StepListLike(MemoryDriver):
+    """Lists a run's steps by `run_id LIKE ?`, the id unescaped."""
+
+    async def _step_list(self, run_id: str) -> list[StepRecord]:
+        with self._lock:
+            return [
+                s for run, steps in self._steps.items() if like(run_id, run) for s in steps.values()
+            ]
+
+
+class SweepListLike(MemoryDriver):
+    """Lists a sweep's entries by `name LIKE ?`, the name unescaped."""
+
+    async def _sweep_list(self, name: str | None, limit: int) -> list[SweepRecord]:
+        with self._lock:
+            entries = list(self._sweeps.values())
+        return [e for e in entries if name is None or like(name, e.name)]
+
+
+class ConsumerListLike(MemoryDriver):
+    """Lists a consumer's entries by `name LIKE ?`, the name unescaped."""
+
+    async def _consumer_list(self, name: str | None, limit: int) -> list[ConsumerCursor]:
+        with self._lock:
+            entries = list(self._consumers.values())
+        return [e for e in entries if name is None or like(name, e.name)]
+
+
+class ConsumerTenantCaseInsensitive(MemoryDriver):
+    """Reads tenant `T1`'s cursor as `t1`'s (the entry written last wins)."""
+
+    async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
+        with self._lock:
+            for (n, tenant), entry in reversed(self._consumers.items()):
+                if n == name and tenant.casefold() == (tenant_id or "").casefold():
+                    return entry
+        return None
+
+
+class EndpointTenantCaseInsensitive(MemoryDriver):
+    """Reads tenant `T1`'s endpoint as `t1`'s."""
+
+    async def _webhook_endpoint_get(
+        self, tenant_id: str | None, endpoint: str
+    ) -> WebhookEndpoint | None:
+        with self._lock:
+            for (tenant, e), ep in self._endpoints.items():
+                if e == endpoint and tenant.casefold() == (tenant_id or "").casefold():
+                    return ep
+        return None
+
+
+class PostingTenantCaseInsensitive(MemoryDriver):
+    """Reads tenant `T1`'s posting of a key as `t1`'s."""
+
+    async def _posting_get(self, tenant_id: str | None, key: str) -> PostingRecord | None:
+        with self._lock:
+            for (tenant, k), posting in self._postings.items():
+                if k == key and (tenant or "").casefold() == (tenant_id or "").casefold():
+                    return posting
+        return None
+
+
+class EventTenantCaseInsensitive(MemoryDriver):
+    """Finds an event for tenant `T1` for a wait of `t1`."""
+
+    def _find_locked(self, wait: EventWait, now_ms: int) -> EventRecord | None:
+        found = super()._find_locked(wait, now_ms)
+        with_twin = {e.tenant_id for e in self._events.values()}
+        for tenant in sorted(t for t in with_twin if t is not None):
+            folded_twin = tenant.casefold() == (wait.tenant_id or "").casefold()
+            if found is None and tenant != wait.tenant_id and folded_twin:
+                found = super()._find_locked(replace(wait, tenant_id=tenant), now_ms)
+        return found
+
+
+class TaskMarksCaseInsensitive(MemoryDriver):
+    """Reads the mark of the task armed last among those whose name folds to the asked one."""
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        with self._lock:
+            out = {}
+            for n in names:
+                for k, mark in reversed(self._marks.items()):
+                    if k.casefold() == n.casefold():
+                        out[n] = mark
+                        break
+            return out
+
+
+class CounterReadQueuesCaseInsensitive(MemoryDriver):
+    """Reads the counters of queue `Q` with those of `q`."""
+
+    async def _counter_read(self, params: CounterReadParams) -> list[CounterRow]:
+        rows = await super()._counter_read(replace(params, queues=None))
+        if params.queues is None:
+            return rows
+        asked = {q.casefold() for q in params.queues}
+        return [r for r in rows if r.queue.casefold() in asked]
+
+
+class WorkerForgetCaseInsensitive(MemoryDriver):
+    """Forgetting worker `W1` forgets `w1` too."""
+
+    async def _worker_forget(self, worker_id: str) -> bool:
+        with self._lock:
+            gone = [w for w in self._workers if w.casefold() == worker_id.casefold()]
+            for w in gone:
+                del self._workers[w]
+            return bool(gone)
+
+
 # -- edges the walks reached from some seeds only ---------------------------------------------
 
 
@@ -621,6 +742,16 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (BalancesIgnoreAccounts, ["twins_postings_apart"]),
     (ConsumerNameCaseInsensitive, ["twins_consumers_apart"]),
     (EndpointCaseInsensitive, ["twins_webhooks_apart"]),
+    (StepListLike, ["twins_steps_and_events_apart"]),
+    (SweepListLike, ["twins_sweeps_apart"]),
+    (ConsumerListLike, ["twins_consumers_apart"]),
+    (ConsumerTenantCaseInsensitive, ["twins_consumers_apart"]),
+    (EndpointTenantCaseInsensitive, ["twins_webhooks_apart"]),
+    (PostingTenantCaseInsensitive, ["twins_postings_apart"]),
+    (EventTenantCaseInsensitive, ["twins_steps_and_events_apart"]),
+    (TaskMarksCaseInsensitive, ["twins_tasks_apart"]),
+    (CounterReadQueuesCaseInsensitive, ["twins_counted_apart"]),
+    (WorkerForgetCaseInsensitive, ["twins_jobs_apart"]),
     (ClaimTiesByUtf16, ["claim_order"]),
     (PurgeTiesByCasefold, ["purge_retention"]),
     (FreshRunIdsTakenByLanded, ["requeue_of_an_unwound_saga"]),

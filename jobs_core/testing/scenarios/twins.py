@@ -40,12 +40,14 @@ from jobs_core.records import (
     WebhookEndpointPut,
     WorkerBeat,
 )
+from jobs_core.states import JobState
 from jobs_core.testing.scenarios.support import (
     T0,
     Scenario,
     claim,
     claim_one,
     new_job,
+    row,
     same_json,
 )
 
@@ -55,6 +57,9 @@ from jobs_core.testing.scenarios.support import (
 TWINS = ("sync", "Sync", "sync ", "sýnc", "sync-2", "s_nc")
 #: A prefix of every twin, never written: a prefix match finds them all.
 PREFIX = "syn"
+#: A twin never written: a store that looks it up exactly finds nothing, one that falls back
+#: to a twin when the exact lookup fails finds that twin.
+UNWRITTEN = "SYNC"
 #: The twins in the order they are written.
 LAST = (*TWINS[1:], TWINS[0])
 #: The same for ledger accounts, whose pattern allows no space or accent.
@@ -142,7 +147,7 @@ async def scenario_twins_listed_apart(driver: JobDriver) -> None:
         ],
         "listed rows",
     )
-    for twin, want in ((TWINS[0], ["l0"]), (PREFIX, [])):
+    for twin, want in (*((t, [f"l{i}"]) for i, t in enumerate(TWINS)), (PREFIX, [])):
         for f in (JobFilter(name=twin), JobFilter(queue=twin), JobFilter(tenant_id=twin)):
             page = await driver.job_list(JobListParams(filter=f, limit=10))
             assert [j.id for j in page.jobs] == want, (f, page.jobs)
@@ -158,60 +163,73 @@ async def scenario_twins_counted_apart(driver: JobDriver) -> None:
     await _enqueued(driver, rows, "counted rows")
     jobs, _ = await claim(driver, T0, *TWINS)
     assert await driver.job_ack([Ack(j.fence, T0 + 1) for j in jobs]) == [True] * len(TWINS)
-    one = (TWINS[0],)
-    for params in (
-        CounterReadParams(T0 - DAY, T0 + DAY, names=one),
-        CounterReadParams(T0 - DAY, T0 + DAY, queues=one),
-    ):
-        got = await driver.counter_read(params)
-        assert [(r.name, r.queue, r.completed) for r in got] == [(TWINS[0], TWINS[0], 1)], got
+    for twin in TWINS:
+        for params in (
+            CounterReadParams(T0 - DAY, T0 + DAY, names=(twin,)),
+            CounterReadParams(T0 - DAY, T0 + DAY, queues=(twin,)),
+        ):
+            got = await driver.counter_read(params)
+            assert [(r.name, r.queue, r.completed) for r in got] == [(twin, twin, 1)], got
 
 
 async def scenario_twins_steps_and_events_apart(driver: JobDriver) -> None:
-    """Each twin run keeps its own steps, one run keeps each twin step; a wait on an event is
-    met by that event's name alone, and an event for one tenant by no twin tenant."""
+    """Each twin run keeps its own steps, one run keeps each twin step; each twin event name,
+    and each twin tenant, meets its own waits only."""
     runs = await _claimed_twin_rows(driver, "r", "run_id")
     landed = await driver.step_put([StepPut(j.fence, "charge", f'"{j.id}"', T0) for j in runs])
     assert landed == [True] * len(TWINS)
-    steps = await driver.step_list(TWINS[0])
-    assert [s.run_id for s in steps] == [TWINS[0]], steps
-    assert same_json(steps[0].output_json, '"r0"'), steps
+    for i, twin in enumerate(TWINS):
+        steps = await driver.step_list(twin)
+        assert [s.run_id for s in steps] == [twin], (twin, steps)
+        assert same_json(steps[0].output_json, f'"r{i}"'), steps
+    assert await driver.step_list(PREFIX) == [] and await driver.step_list(UNWRITTEN) == []
     one = runs[0].fence
     for twin in LAST:
         assert await driver.step_put([StepPut(one, twin, f'"{twin}"', T0 + 1)]) == [True]
     named = await driver.step_list(TWINS[0])
     assert sorted(s.name for s in named) == sorted(["charge", *TWINS]), named
     assert all(same_json(s.output_json, f'"{s.name}"') for s in named[1:]), named
-    assert await driver.step_list(PREFIX) == []
-    # Events: twins of the name, then of the tenant, never meet the wait.
-    for i, twin in enumerate(TWINS[1:]):
-        await driver.event_publish(EventRecord(f"e{i}", twin, "{}", T0, T0 + DAY, TWINS[0], False))
-        await driver.event_publish(EventRecord(f"f{i}", TWINS[0], "{}", T0, T0 + DAY, twin, False))
-    wait = EventWait(TWINS[0], "{}", T0, TWINS[0])
-    assert await driver.event_find(wait, T0 + 1) is None
-    assert await driver.event_find(EventWait(PREFIX, "{}", T0, TWINS[0]), T0 + 1) is None
+    # Events: one per twin name (for tenant t1), one per twin tenant (of the name "paid").
+    for i, twin in enumerate(LAST):
+        data = f'{{"n": {TWINS.index(twin)}}}'
+        await driver.event_publish(EventRecord(f"e{i}", twin, data, T0, T0 + DAY, "t1", False))
+        await driver.event_publish(EventRecord(f"f{i}", "paid", data, T0, T0 + DAY, twin, False))
+    for i, twin in enumerate(TWINS):
+        for wait in (EventWait(twin, "{}", T0, "t1"), EventWait("paid", "{}", T0, twin)):
+            found = await driver.event_find(wait, T0 + 1)
+            assert found is not None and same_json(found.data_json, f'{{"n": {i}}}'), (wait, found)
+    for unknown in (PREFIX, UNWRITTEN):
+        assert await driver.event_find(EventWait(unknown, "{}", T0, "t1"), T0 + 1) is None
+        assert await driver.event_find(EventWait("paid", "{}", T0, unknown), T0 + 1) is None
+    # A parked wait is woken by its own name only.
+    wait = EventWait(TWINS[0], "{}", T0 + 2, "t1")
     parked = runs[1]
-    nack = Nack(parked.fence, NackKind.PARK, T0 + 1, run_at_ms=None, wait=wait)
+    nack = Nack(parked.fence, NackKind.PARK, T0 + 2, run_at_ms=None, wait=wait)
     assert await driver.job_nack([nack]) == [True]
-    assert (await driver.job_get_many([parked.id]))[parked.id].state.value == "parked"
-    woke = await driver.event_publish(
-        EventRecord("g", TWINS[0], "{}", T0 + 2, T0 + DAY, TWINS[0], False)
-    )
-    assert woke == 1
+    for i, twin in enumerate(TWINS[1:]):
+        event = EventRecord(f"g{i}", twin, "{}", T0 + 3, T0 + DAY, "t1", False)
+        assert await driver.event_publish(event) == 0, twin
+    assert (await row(driver, parked.id)).state is JobState.PARKED
+    assert await driver.event_find(wait, T0 + 4) is None, "a twin's event met the wait"
+    event = EventRecord("h", TWINS[0], "{}", T0 + 3, T0 + DAY, "t1", False)
+    assert await driver.event_publish(event) == 1
 
 
 async def scenario_twins_tasks_apart(driver: JobDriver) -> None:
     """Each twin task keeps its own mark: a fire of one moves no other's watermark."""
     marks = await driver.task_arm(list(LAST), T0)
     assert [m.name for m in marks] == list(LAST)
-    assert await driver.task_marks([PREFIX]) == {}
+    assert await driver.task_marks([PREFIX, UNWRITTEN]) == {}
     job = new_job("fired", idempotency_key="fired-occ")
     fired = await driver.task_fire(TaskFire(TWINS[1], T0, T0 + 60_000, T0 + 60_000, job, T0 + 1))
     assert fired.enqueued is not None and not fired.enqueued.deduped, fired
-    got = await driver.task_marks([TWINS[0]])
-    assert list(got) == [TWINS[0]] and got[TWINS[0]].watermark_ms == T0, got
-    again = await driver.task_arm([TWINS[0]], T0 + 5)
-    assert again[0].watermark_ms == T0 and again[0].fired_job_id is None, again
+    got = await driver.task_marks(list(TWINS))
+    assert {n: (m.name, m.watermark_ms) for n, m in got.items()} == {
+        t: (t, T0 + 60_000 if t == TWINS[1] else T0) for t in TWINS
+    }, got
+    for twin in TWINS:
+        (again,) = await driver.task_arm([twin], T0 + 5)
+        assert (again.name, again.fired_job_id) == (twin, "fired" if twin == TWINS[1] else None)
 
 
 async def scenario_twins_sweeps_apart(driver: JobDriver) -> None:
@@ -229,9 +247,10 @@ async def scenario_twins_sweeps_apart(driver: JobDriver) -> None:
     )
     got = await driver.sweep_start(start)
     assert got.blocked_by is None and got.record is not None, f"blocked by a twin: {got}"
-    listed = await driver.sweep_list(TWINS[0], 10)
-    assert [e.run_id for e in listed] == [first.run_id], listed
-    assert await driver.sweep_list(PREFIX, 10) == []
+    for twin, j in zip(TWINS, runs, strict=True):
+        listed = await driver.sweep_list(twin, 10)
+        assert [e.run_id for e in listed] == [j.run_id], (twin, listed)
+    assert await driver.sweep_list(PREFIX, 10) == [] and await driver.sweep_list(UNWRITTEN, 1) == []
 
 
 async def scenario_twins_postings_apart(driver: JobDriver) -> None:
@@ -243,13 +262,26 @@ async def scenario_twins_postings_apart(driver: JobDriver) -> None:
         lines = (PostingLine(account, "EUR", 10 + i), PostingLine("revenue", "EUR", -10 - i))
         answer = await driver.posting_put(PostingPut(j.fence, None, TWINS[i], lines, T0))
         assert answer.status == "applied", (TWINS[i], answer)
-    balances = await driver.posting_balances(None, [ACCOUNT_TWINS[0]])
-    assert [(b.account, b.debits) for b in balances] == [("cash", 10 + 14)], balances
-    posted = await driver.posting_get(None, TWINS[0])
-    assert posted is not None and posted.job_id == "p0", posted
-    assert await driver.posting_get(None, PREFIX) is None
-    for twin in TWINS[1:]:
-        assert await driver.posting_get(twin, TWINS[0]) is None, twin
+    # The first job's key again, in each twin tenant's ledger.
+    for i, twin in enumerate(LAST):
+        lines = (PostingLine("bank", "EUR", 100 + i), PostingLine("revenue", "EUR", -100 - i))
+        answer = await driver.posting_put(PostingPut(jobs[0].fence, twin, TWINS[0], lines, T0))
+        assert answer.status == "applied", (twin, answer)
+    for i, twin in enumerate(TWINS):
+        posted = await driver.posting_get(None, twin)
+        assert posted is not None and posted.job_id == f"p{i}", (twin, posted)
+        posted = await driver.posting_get(twin, TWINS[0])
+        amount = 100 + LAST.index(twin)
+        assert posted is not None and posted.lines[0].amount == amount, (twin, posted)
+    for unknown in (PREFIX, UNWRITTEN):
+        assert await driver.posting_get(None, unknown) is None
+        assert await driver.posting_get(unknown, TWINS[0]) is None
+    debits = {a: 0 for a in ACCOUNT_TWINS}
+    for i in range(len(TWINS)):
+        debits[ACCOUNT_TWINS[i % len(ACCOUNT_TWINS)]] += 10 + i
+    for account in ACCOUNT_TWINS:
+        balances = await driver.posting_balances(None, [account])
+        assert [(b.account, b.debits) for b in balances] == [(account, debits[account])], balances
 
 
 async def scenario_twins_consumers_apart(driver: JobDriver) -> None:
@@ -261,37 +293,42 @@ async def scenario_twins_consumers_apart(driver: JobDriver) -> None:
         assert await driver.consumer_cursor_put(put), twin
         put = ConsumerPut(j.fence, "orders", twin, "src", None, str(i), 1, None, T0)
         assert await driver.consumer_cursor_put(put), twin
-    got = await driver.consumer_cursor_get(TWINS[0], None)
-    assert got is not None and got.cursor_json == "0", got
-    got = await driver.consumer_cursor_get("orders", TWINS[0])
-    assert got is not None and got.cursor_json == "0", got
-    listed = await driver.consumer_list(TWINS[0], 10)
-    assert [(e.name, e.tenant_id) for e in listed] == [(TWINS[0], None)], listed
-    assert await driver.consumer_cursor_get(PREFIX, None) is None
-    assert await driver.consumer_list(PREFIX, 10) == []
+    for i, twin in enumerate(TWINS):
+        got = await driver.consumer_cursor_get(twin, None)
+        assert got is not None and got.cursor_json == str(i), (twin, got)
+        got = await driver.consumer_cursor_get("orders", twin)
+        assert got is not None and got.cursor_json == str(i), (twin, got)
+        listed = await driver.consumer_list(twin, 10)
+        assert [(e.name, e.tenant_id) for e in listed] == [(twin, None)], listed
+    for unknown in (PREFIX, UNWRITTEN):
+        assert await driver.consumer_cursor_get(unknown, None) is None
+        assert await driver.consumer_cursor_get("orders", unknown) is None
+        assert await driver.consumer_list(unknown, 10) == []
 
 
 async def scenario_twins_webhooks_apart(driver: JobDriver) -> None:
     """Each twin endpoint, and each twin tenant, has an endpoint, a streak and attempts of its
     own."""
     for twin in LAST:
-        url = f"https://{len(twin)}"
-        await driver.webhook_endpoint_put(WebhookEndpointPut(None, twin, url, T0))
-        await driver.webhook_endpoint_put(WebhookEndpointPut(twin, "orders", "https://t", T0))
+        i = TWINS.index(twin)
+        await driver.webhook_endpoint_put(WebhookEndpointPut(None, twin, f"https://{i}", T0))
+        await driver.webhook_endpoint_put(WebhookEndpointPut(twin, "orders", f"https://{i}", T0))
     j = (await _claimed_twin_rows(driver, "h"))[1]
     attempt = WebhookAttemptPut(
         j.fence, None, TWINS[1], "m", "failed", 500, 1, "", "X_WEBHOOK_DELIVERY_FAILED", 9, T0
     )
-    moved = await driver.webhook_endpoint_put(WebhookEndpointPut(None, TWINS[0], "u", T0))
-    assert moved.url == "u", moved
     answer = await driver.webhook_attempt_put(attempt)
     assert answer.recorded, answer
-    one = await driver.webhook_endpoint_get(None, TWINS[0])
-    assert one is not None and one.failures == 0 and one.url == "u", one
-    tenant = await driver.webhook_endpoint_get(TWINS[0], "orders")
-    assert tenant is not None and tenant.tenant_id == TWINS[0], tenant
+    for i, twin in enumerate(TWINS):
+        ep = await driver.webhook_endpoint_get(None, twin)
+        failures = 1 if twin == TWINS[1] else 0
+        assert ep is not None and (ep.url, ep.failures) == (f"https://{i}", failures), (twin, ep)
+        ep = await driver.webhook_endpoint_get(twin, "orders")
+        assert ep is not None and (ep.tenant_id, ep.url) == (twin, f"https://{i}"), (twin, ep)
     assert await driver.webhook_attempt_list(WebhookAttemptListParams(None, TWINS[0], 10)) == []
-    assert await driver.webhook_endpoint_get(None, PREFIX) is None
+    for unknown in (PREFIX, UNWRITTEN):
+        assert await driver.webhook_endpoint_get(None, unknown) is None
+        assert await driver.webhook_endpoint_get(unknown, "orders") is None
 
 
 TWIN_SCENARIOS: dict[str, Scenario] = {

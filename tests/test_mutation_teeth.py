@@ -717,6 +717,52 @@ class ProgressOnAnyLiveRow(MemoryDriver):
         return out
 
 
+class _FreshRunRewritesTheRow(MemoryDriver):
+    """A requeue into a fresh run rewrites the row as `fresh_row` says (a driver whose fresh
+    requeue inserts the row anew, as if enqueued, and forgets one of its fields)."""
+
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        raise NotImplementedError
+
+    def _requeue_locked(self, job_id: str, now_ms: int, fresh_run_id: str | None) -> RequeueAnswer:
+        answer = super()._requeue_locked(job_id, now_ms, fresh_run_id)
+        if answer is RequeueAnswer.REQUEUED and fresh_run_id is not None:
+            r = self._rows[job_id].rec
+            self._put(r, self.fresh_row(r))
+        return answer
+
+
+class FreshRunResetsPriority(_FreshRunRewritesTheRow):
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        return replace(r, priority=0)
+
+
+class FreshRunDropsTraceparent(_FreshRunRewritesTheRow):
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        return replace(r, traceparent=None, enqueued_by=None)
+
+
+class FreshRunDropsLinks(_FreshRunRewritesTheRow):
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        return replace(r, parent_id=None, batch_id=None)
+
+
+class FreshRunClearsHistory(_FreshRunRewritesTheRow):
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        return replace(r, attempts=())
+
+
+class FreshRunClearsOutput(_FreshRunRewritesTheRow):
+    @staticmethod
+    def fresh_row(r: JobRecord) -> JobRecord:
+        return replace(r, result_json=None, progress_json=None)
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -766,6 +812,11 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (HeartbeatDuplicateFirstWins, ["batch_items_settle_each_alone"]),
     (RetryClearsProgress, ["batch_items_settle_each_alone"]),
     (ProgressOnAnyLiveRow, ["batch_items_settle_each_alone"]),
+    (FreshRunResetsPriority, ["fresh_requeue_keeps_the_row"]),
+    (FreshRunDropsTraceparent, ["fresh_requeue_keeps_the_row"]),
+    (FreshRunDropsLinks, ["fresh_requeue_keeps_the_row"]),
+    (FreshRunClearsHistory, ["fresh_requeue_keeps_the_row"]),
+    (FreshRunClearsOutput, ["fresh_requeue_keeps_the_row"]),
 ]
 
 
@@ -787,6 +838,6 @@ def test_every_broken_driver_is_listed_once() -> None:
         if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
     }
     listed = [b for b, _ in BROKEN]
-    helpers = {_EventNameMatch}
+    helpers = {_EventNameMatch, _FreshRunRewritesTheRow}
     assert len(listed) == len(set(listed)), "a broken driver is listed twice"
     assert written - helpers == set(listed), written - helpers ^ set(listed)

@@ -7,21 +7,30 @@ once, so a driver's CI catches the bug whatever its seed.
 - demand counts the rows of a paused name (only a queue's pause zeroes it);
 - a listing's states filter keeps every state it names, and ties in `created_at` go by code
   point (`_` between `B` and `a`), never by a case-folding collation;
-- the sweep ledger lists by start, not by the last write.
+- the sweep ledger lists by start, not by the last write;
+- a requeue into a fresh run keeps every field of the row a requeue in its run keeps (the
+  operator walk never requeues into a fresh run).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jobs_core.driver import JobDriver
 from jobs_core.records import (
+    Ack,
     Fence,
     Heartbeat,
     JobFilter,
     JobListParams,
+    JobRecord,
     Nack,
     NackKind,
+    NewJob,
     Pause,
     Progress,
+    RequeueAnswer,
+    RequeueParams,
     SweepAdvance,
     SweepStart,
 )
@@ -117,6 +126,63 @@ async def scenario_sweeps_listed_by_start(driver: JobDriver) -> None:
     assert await driver.sweep_advance(advance)
     listed = await driver.sweep_list(None, 1)
     assert [e.run_id for e in listed] == [runs[1].run_id], listed
+
+
+async def _requeued_pair(driver: JobDriver, a: NewJob, b: NewJob) -> tuple[JobRecord, JobRecord]:
+    """Two rows alike but for their ids, keys and runs, claimed, settled alike (an ack with a
+    result and progress after a retry with an error), then `a` requeued in its run and `b` in
+    a fresh one; both rows after."""
+    assert [r.deduped for r in await driver.job_enqueue_many([a, b])] == [False, False]
+    for n, settle in enumerate(("retry", "ack")):
+        for job in (a, b):
+            held = await claim_one(driver, T0 + n, job.queue)
+            if settle == "retry":
+                retry = Nack(held.fence, NackKind.RETRY, T0, run_at_ms=T0 + 1, error="boom")
+                assert await driver.job_nack([retry]) == [True]
+            else:
+                done = Ack(held.fence, T0 + 2, '{"r": 1}', '{"p": 2}')
+                assert await driver.job_ack([done]) == [True]
+    plain = await driver.job_requeue_many(RequeueParams((a.id,), T0 + 3))
+    fresh = await driver.job_requeue_many(RequeueParams((b.id,), T0 + 3, (f"fresh-{b.id}",)))
+    assert plain == fresh == [RequeueAnswer.REQUEUED], (plain, fresh)
+    return await row(driver, a.id), await row(driver, b.id)
+
+
+def _as_other(r: JobRecord, other: JobRecord) -> JobRecord:
+    """`r` with `other`'s identity: its id, key, queue, input and run."""
+    return replace(
+        r,
+        id=other.id,
+        idempotency_key=other.idempotency_key,
+        queue=other.queue,
+        input_json=other.input_json,
+        run_id=other.run_id,
+    )
+
+
+async def scenario_fresh_requeue_keeps_the_row(driver: JobDriver) -> None:
+    """A requeue into a fresh run changes the row's run id alone of what a requeue in its run
+    keeps: priority, tenant, attribution, trace context, the last error, the result and the
+    progress, the history, the claims; a flow's parent and batch too."""
+    fields = {
+        "priority": 7,
+        "tenant_id": "t1",
+        "enqueued_by": "ops",
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "max_attempts": 5,
+    }
+    a = new_job("plain", queue="qa", **fields)
+    b = new_job("fresh", queue="qb", **fields)
+    kept, fresh = await _requeued_pair(driver, a, b)
+    assert fresh.run_id == "fresh-fresh", fresh
+    assert fresh == _as_other(kept, fresh), (kept, fresh)
+    # A flow's links (declared by some drivers only).
+    links = {"parent_id": "plain", "batch_id": "batch-1"}
+    c = new_job("plain-2", queue="qc", **links)
+    d = new_job("fresh-2", queue="qd", **links)
+    kept, fresh = await _requeued_pair(driver, c, d)
+    assert (fresh.parent_id, fresh.batch_id) == ("plain", "batch-1"), fresh
+    assert fresh == _as_other(kept, fresh), (kept, fresh)
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

@@ -55,6 +55,8 @@ from jobs_core.records import (
     SweepStart,
     SweepStartAnswer,
     TaskMark,
+    WebhookAttemptAnswer,
+    WebhookAttemptPut,
     WebhookEndpoint,
     WorkerBeat,
 )
@@ -763,6 +765,44 @@ class FreshRunClearsOutput(_FreshRunRewritesTheRow):
         return replace(r, result_json=None, progress_json=None)
 
 
+class StepBatchLastWins(MemoryDriver):
+    """Of one step named twice in a batch, keeps the last (an upsert where an insert-if-absent
+    was due)."""
+
+    async def _step_put(self, puts: Sequence[StepPut]) -> list[bool]:
+        out: list[bool] = []
+        with self._lock:
+            written: set[tuple[str, str]] = set()
+            for p in puts:
+                r = self._held(p.fence)
+                if r is not None:
+                    steps = self._steps.setdefault(r.run_id, {})
+                    if p.name not in steps or (r.run_id, p.name) in written:
+                        steps[p.name] = StepRecord(r.run_id, p.name, p.output_json, p.now_ms)
+                        written.add((r.run_id, p.name))
+                out.append(r is not None)
+        return out
+
+
+class EventTtlInt32(MemoryDriver):
+    """Keeps an event at most 2**31 - 1 ms (a 32-bit TTL column)."""
+
+    async def _event_publish(self, event: EventRecord) -> int:
+        cap = event.published_at_ms + 2**31 - 1
+        return await super()._event_publish(
+            replace(event, expires_at_ms=min(event.expires_at_ms, cap))
+        )
+
+
+class WebhookLatencySmallint(MemoryDriver):
+    """Keeps an attempt's latency in a 16-bit column (clamped)."""
+
+    async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
+        return await super()._webhook_attempt_put(
+            replace(put, latency_ms=min(put.latency_ms, 32_767))
+        )
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -817,6 +857,9 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (FreshRunDropsLinks, ["fresh_requeue_keeps_the_row"]),
     (FreshRunClearsHistory, ["fresh_requeue_keeps_the_row"]),
     (FreshRunClearsOutput, ["fresh_requeue_keeps_the_row"]),
+    (StepBatchLastWins, ["steps_first_of_a_batch_kept"]),
+    (EventTtlInt32, ["events_live_past_int32_ms"]),
+    (WebhookLatencySmallint, ["webhook_latency_of_a_day"]),
 ]
 
 

@@ -9,16 +9,20 @@ once, so a driver's CI catches the bug whatever its seed.
   point (`_` between `B` and `a`), never by a case-folding collation;
 - the sweep ledger lists by start, not by the last write;
 - a requeue into a fresh run keeps every field of the row a requeue in its run keeps (the
-  operator walk never requeues into a fresh run).
+  operator walk never requeues into a fresh run);
+- one step named twice in one batch keeps the first;
+- an event lives past 2**31 ms (25 days), a webhook attempt's latency reaches a day.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from jobs_core.driver import JobDriver
+from jobs_core.driver import MAX_WEBHOOK_LATENCY_MS, JobDriver
 from jobs_core.records import (
     Ack,
+    EventRecord,
+    EventWait,
     Fence,
     Heartbeat,
     JobFilter,
@@ -31,8 +35,12 @@ from jobs_core.records import (
     Progress,
     RequeueAnswer,
     RequeueParams,
+    StepPut,
     SweepAdvance,
     SweepStart,
+    WebhookAttemptListParams,
+    WebhookAttemptPut,
+    WebhookEndpointPut,
 )
 from jobs_core.states import JobState
 from jobs_core.testing.scenarios.support import (
@@ -183,6 +191,41 @@ async def scenario_fresh_requeue_keeps_the_row(driver: JobDriver) -> None:
     kept, fresh = await _requeued_pair(driver, c, d)
     assert (fresh.parent_id, fresh.batch_id) == ("plain", "batch-1"), fresh
     assert fresh == _as_other(kept, fresh), (kept, fresh)
+
+
+async def scenario_steps_first_of_a_batch_kept(driver: JobDriver) -> None:
+    """A step named twice in one `step_put` is recorded once, as the first item wrote it."""
+    await driver.job_enqueue(new_job("s"))
+    held = await claim_one(driver, T0)
+    puts = [
+        StepPut(held.fence, "charge", '"first"', T0),
+        StepPut(held.fence, "charge", '"2nd"', T0),
+    ]
+    assert await driver.step_put(puts) == [True, True]
+    (step,) = exactly(1, await driver.step_list(held.run_id), "recorded steps")
+    assert same_json(step.output_json, '"first"'), step
+
+
+async def scenario_events_live_past_int32_ms(driver: JobDriver) -> None:
+    """An event published to live 40 days is still found after 30 (2**31 ms is 24.8 days)."""
+    day = 86_400_000
+    await driver.event_publish(EventRecord("long", "paid", "{}", T0, T0 + 40 * day, None, False))
+    found = await driver.event_find(EventWait("paid", "{}", T0), T0 + 30 * day)
+    assert found is not None and found.expires_at_ms == T0 + 40 * day, found
+
+
+async def scenario_webhook_latency_of_a_day(driver: JobDriver) -> None:
+    """An attempt's latency is kept up to `MAX_WEBHOOK_LATENCY_MS` (a day, in ms: far past a
+    16-bit column)."""
+    await driver.webhook_endpoint_put(WebhookEndpointPut(None, "slow", "https://slow", T0))
+    await driver.job_enqueue(new_job("w"))
+    held = await claim_one(driver, T0)
+    put = WebhookAttemptPut(
+        held.fence, None, "slow", "m", "failed", None, MAX_WEBHOOK_LATENCY_MS, "", "X", 5, T0
+    )
+    assert (await driver.webhook_attempt_put(put)).recorded
+    listed = await driver.webhook_attempt_list(WebhookAttemptListParams(None, "slow", 1))
+    assert [a.latency_ms for a in listed] == [MAX_WEBHOOK_LATENCY_MS], listed
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

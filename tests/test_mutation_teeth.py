@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -336,6 +336,18 @@ class PostingKeyCaseInsensitive(MemoryDriver):
         return await super()._posting_put(put)
 
 
+def _balances(
+    driver: MemoryDriver, tenant_id: str | None, keep: Callable[[str], bool]
+) -> list[BalanceRow]:
+    """The tenant's balance rows of every account `keep` keeps."""
+    with driver._lock:
+        return [
+            BalanceRow(account, currency, sums[0], sums[1])
+            for (tenant, account, currency), sums in driver._balances.items()
+            if tenant == tenant_id and keep(account)
+        ]
+
+
 class AccountCaseInsensitive(MemoryDriver):
     """A balance of account `cash` sums `Cash` in too."""
 
@@ -343,12 +355,7 @@ class AccountCaseInsensitive(MemoryDriver):
         self, tenant_id: str | None, accounts: Sequence[str]
     ) -> list[BalanceRow]:
         wanted = {a.casefold() for a in accounts}
-        with self._lock:
-            return [
-                BalanceRow(account, currency, sums[0], sums[1])
-                for (tenant, account, currency), sums in self._balances.items()
-                if tenant == tenant_id and account.casefold() in wanted
-            ]
+        return _balances(self, tenant_id, lambda account: account.casefold() in wanted)
 
 
 class BalancesIgnoreAccounts(MemoryDriver):
@@ -357,23 +364,26 @@ class BalancesIgnoreAccounts(MemoryDriver):
     async def _posting_balances(
         self, tenant_id: str | None, accounts: Sequence[str]
     ) -> list[BalanceRow]:
-        with self._lock:
-            return [
-                BalanceRow(account, currency, sums[0], sums[1])
-                for (tenant, account, currency), sums in self._balances.items()
-                if tenant == tenant_id
-            ]
+        return _balances(self, tenant_id, lambda _: True)
+
+
+_V = TypeVar("_V")
+
+
+def _first(
+    driver: MemoryDriver, entries: dict[tuple[str, str], _V], keep: Callable[[str, str], bool]
+) -> _V | None:
+    """The first of `entries` (keyed by pairs) whose key `keep` keeps, as a scan finds it."""
+    with driver._lock:
+        return next((v for (a, b), v in entries.items() if keep(a, b)), None)
 
 
 class ConsumerNameCaseInsensitive(MemoryDriver):
     """Reads consumer `Orders`'s cursor as `orders`'s."""
 
     async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
-        with self._lock:
-            for (n, tenant), entry in self._consumers.items():
-                if n.casefold() == name.casefold() and tenant == (tenant_id or ""):
-                    return entry
-        return None
+        asked = (name.casefold(), tenant_id or "")
+        return _first(self, self._consumers, lambda n, tenant: (n.casefold(), tenant) == asked)
 
 
 class EndpointCaseInsensitive(MemoryDriver):
@@ -382,11 +392,8 @@ class EndpointCaseInsensitive(MemoryDriver):
     async def _webhook_endpoint_get(
         self, tenant_id: str | None, endpoint: str
     ) -> WebhookEndpoint | None:
-        with self._lock:
-            for (tenant, e), ep in self._endpoints.items():
-                if tenant == (tenant_id or "") and e.casefold() == endpoint.casefold():
-                    return ep
-        return None
+        asked = (tenant_id or "", endpoint.casefold())
+        return _first(self, self._endpoints, lambda tenant, e: (tenant, e.casefold()) == asked)
 
 
 def like(pattern: str, text: str) -> bool:
@@ -428,11 +435,9 @@ class ConsumerTenantCaseInsensitive(MemoryDriver):
     """Reads tenant `T1`'s cursor as `t1`'s (the entry written last wins)."""
 
     async def _consumer_cursor_get(self, name: str, tenant_id: str | None) -> ConsumerCursor | None:
-        with self._lock:
-            for (n, tenant), entry in reversed(self._consumers.items()):
-                if n == name and tenant.casefold() == (tenant_id or "").casefold():
-                    return entry
-        return None
+        asked = (name, (tenant_id or "").casefold())
+        latest = dict(reversed(self._consumers.items()))
+        return _first(self, latest, lambda n, tenant: (n, tenant.casefold()) == asked)
 
 
 class EndpointTenantCaseInsensitive(MemoryDriver):
@@ -441,11 +446,8 @@ class EndpointTenantCaseInsensitive(MemoryDriver):
     async def _webhook_endpoint_get(
         self, tenant_id: str | None, endpoint: str
     ) -> WebhookEndpoint | None:
-        with self._lock:
-            for (tenant, e), ep in self._endpoints.items():
-                if e == endpoint and tenant.casefold() == (tenant_id or "").casefold():
-                    return ep
-        return None
+        asked = ((tenant_id or "").casefold(), endpoint)
+        return _first(self, self._endpoints, lambda tenant, e: (tenant.casefold(), e) == asked)
 
 
 class PostingTenantCaseInsensitive(MemoryDriver):
@@ -648,32 +650,34 @@ class ListTiesByCasefold(MemoryDriver):
         return replace(page, jobs=tuple(jobs))
 
 
-def _stopped_at_miss(landed: list[bool]) -> list[bool]:
-    """`landed` as a batch that stops at its first miss answers it: False from there on."""
-    miss = landed.index(False) if False in landed else len(landed)
-    return landed[:miss] + [False] * (len(landed) - miss)
+_Fenced = TypeVar("_Fenced", Progress, Nack)
+
+
+def _until_miss(driver: MemoryDriver, items: Sequence[_Fenced]) -> tuple[list[bool], list[_Fenced]]:
+    """What a batch that stops at its first stale item answers (False from there on), and the
+    items it writes."""
+    with driver._lock:
+        held = [driver._held(i.fence) is not None for i in items]
+    miss = held.index(False) if False in held else len(held)
+    return held[:miss] + [False] * (len(held) - miss), list(items[:miss])
 
 
 class ProgressBatchStopsAtMiss(MemoryDriver):
     """A progress batch stops at its first stale item (a transaction that ends there)."""
 
     async def _job_progress(self, items: Sequence[Progress]) -> list[bool]:
-        with self._lock:
-            held = _stopped_at_miss([self._held(p.fence) is not None for p in items])
-        kept = [p for p, ok in zip(items, held, strict=True) if ok]
+        answer, kept = _until_miss(self, items)
         await super()._job_progress(kept)
-        return held
+        return answer
 
 
 class NackBatchStopsAtMiss(MemoryDriver):
     """A nack batch stops at its first stale item (a transaction that ends there)."""
 
     async def _job_nack(self, nacks: Sequence[Nack]) -> list[bool]:
-        with self._lock:
-            held = _stopped_at_miss([self._held(n.fence) is not None for n in nacks])
-        kept = [n for n, ok in zip(nacks, held, strict=True) if ok]
+        answer, kept = _until_miss(self, nacks)
         await super()._job_nack(kept)
-        return held
+        return answer
 
 
 class HeartbeatDuplicateFirstWins(MemoryDriver):

@@ -54,6 +54,8 @@ from jobs_core.records import (
     SweepRecord,
     SweepStart,
     SweepStartAnswer,
+    TaskFire,
+    TaskFireAnswer,
     TaskMark,
     WebhookAttemptAnswer,
     WebhookAttemptPut,
@@ -807,6 +809,32 @@ class WebhookLatencySmallint(MemoryDriver):
         )
 
 
+class TaskFireDedupeIgnoresTenant(MemoryDriver):
+    """A task's fire dedupes its job on (name, key) alone: another tenant's live row swallows
+    it (a fire path that builds the namespace itself)."""
+
+    async def _task_fire(self, fire: TaskFire) -> TaskFireAnswer:
+        job = fire.job
+        with self._lock:
+            holder = next(
+                (
+                    r.rec.id
+                    for r in self._rows.values()
+                    if r.rec.state in LIVE_STATES
+                    and (r.rec.name, r.rec.idempotency_key) == (job.name, job.idempotency_key)
+                    and r.rec.tenant_id != job.tenant_id
+                ),
+                None,
+            )
+        if holder is None or job.id in self._rows:
+            return await super()._task_fire(fire)
+        # Fire the holder's own record: the mark moves and names it, no row is written.
+        held = self._rows[holder].rec
+        return await super()._task_fire(
+            replace(fire, job=replace(job, id=holder, tenant_id=held.tenant_id))
+        )
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -864,6 +892,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (StepBatchLastWins, ["steps_first_of_a_batch_kept"]),
     (EventTtlInt32, ["events_live_past_int32_ms"]),
     (WebhookLatencySmallint, ["webhook_latency_of_a_day"]),
+    (TaskFireDedupeIgnoresTenant, ["task_fire_dedupes_in_its_tenant"]),
 ]
 
 

@@ -11,7 +11,8 @@ once, so a driver's CI catches the bug whatever its seed.
 - a requeue into a fresh run keeps every field of the row a requeue in its run keeps (the
   operator walk never requeues into a fresh run);
 - one step named twice in one batch keeps the first;
-- an event lives past 2**31 ms (25 days), a webhook attempt's latency reaches a day.
+- an event lives past 2**31 ms (25 days), a webhook attempt's latency reaches a day;
+- a task's fire dedupes in its job's own namespace, tenant included.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import replace
 from jobs_core.driver import MAX_WEBHOOK_LATENCY_MS, JobDriver
 from jobs_core.records import (
     Ack,
+    EnqueueResult,
     EventRecord,
     EventWait,
     Fence,
@@ -38,6 +40,7 @@ from jobs_core.records import (
     StepPut,
     SweepAdvance,
     SweepStart,
+    TaskFire,
     WebhookAttemptListParams,
     WebhookAttemptPut,
     WebhookEndpointPut,
@@ -226,6 +229,21 @@ async def scenario_webhook_latency_of_a_day(driver: JobDriver) -> None:
     assert (await driver.webhook_attempt_put(put)).recorded
     listed = await driver.webhook_attempt_list(WebhookAttemptListParams(None, "slow", 1))
     assert [a.latency_ms for a in listed] == [MAX_WEBHOOK_LATENCY_MS], listed
+
+
+async def scenario_task_fire_dedupes_in_its_tenant(driver: JobDriver) -> None:
+    """A fire's job whose name and key a live row of another tenant holds is a new row; one of
+    the same tenant is deduped to the holder."""
+    occ = T0 + 60_000
+    held = new_job("held", name="t", idempotency_key="t@occ", tenant_id="t1")
+    assert not (await driver.job_enqueue(held)).deduped
+    await driver.task_arm(["t"], T0)
+    job = new_job("other", name="t", idempotency_key="t@occ", tenant_id="t2")
+    fired = await driver.task_fire(TaskFire("t", T0, occ, occ, job, occ))
+    assert fired.enqueued == EnqueueResult("other", deduped=False), fired
+    job = new_job("same", name="t", idempotency_key="t@occ", tenant_id="t1")
+    fired = await driver.task_fire(TaskFire("t", occ, occ + 1, occ + 1, job, occ + 1))
+    assert fired.enqueued == EnqueueResult("held", deduped=True), fired
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

@@ -835,6 +835,20 @@ class TaskFireDedupeIgnoresTenant(MemoryDriver):
         )
 
 
+class ListCursorAtLastKept(MemoryDriver):
+    """Hands out the position of the last row a page kept, not the last it examined: the next
+    page scans again the rows this one passed over."""
+
+    async def _job_list(
+        self, f: JobFilter, after: ListKey | None, limit: int, scan: int
+    ) -> JobSlice:
+        page = await super()._job_list(f, after, limit, scan)
+        if page.jobs and page.last_examined is not None:
+            last = page.jobs[-1]
+            return replace(page, last_examined=ListKey(last.created_at_ms, last.id))
+        return page
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -893,6 +907,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (EventTtlInt32, ["events_live_past_int32_ms"]),
     (WebhookLatencySmallint, ["webhook_latency_of_a_day"]),
     (TaskFireDedupeIgnoresTenant, ["task_fire_dedupes_in_its_tenant"]),
+    (ListCursorAtLastKept, ["list_resumes_after_the_last_row_examined"]),
 ]
 
 

@@ -12,7 +12,9 @@ once, so a driver's CI catches the bug whatever its seed.
   operator walk never requeues into a fresh run);
 - one step named twice in one batch keeps the first;
 - an event lives past 2**31 ms (25 days), a webhook attempt's latency reaches a day;
-- a task's fire dedupes in its job's own namespace, tenant included.
+- a task's fire dedupes in its job's own namespace, tenant included;
+- a listing page that its scan budget ends goes on after the last row it examined, not the
+  last it kept.
 """
 
 from __future__ import annotations
@@ -244,6 +246,20 @@ async def scenario_task_fire_dedupes_in_its_tenant(driver: JobDriver) -> None:
     job = new_job("same", name="t", idempotency_key="t@occ", tenant_id="t1")
     fired = await driver.task_fire(TaskFire("t", occ, occ + 1, occ + 1, job, occ + 1))
     assert fired.enqueued == EnqueueResult("held", deduped=True), fired
+
+
+async def scenario_list_resumes_after_the_last_row_examined(driver: JobDriver) -> None:
+    """A page whose scan budget ends on rows its filter passes over hands out the position of
+    the last row it examined: the next page starts past them."""
+    names = ["m", "x", "x", "m", "m", "m"]  # newest first
+    await driver.job_enqueue_many(
+        [new_job(f"r{i}", name=n, created_at_ms=T0 - i) for i, n in enumerate(names)]
+    )
+    kept = JobFilter(name="m")
+    first = await driver.job_list(JobListParams(kept, limit=10, scan=3))
+    assert [j.id for j in first.jobs] == ["r0"] and first.next_cursor is not None, first
+    second = await driver.job_list(JobListParams(kept, limit=10, cursor=first.next_cursor, scan=3))
+    assert [j.id for j in second.jobs] == ["r3", "r4", "r5"], second.jobs
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

@@ -849,6 +849,13 @@ class ListCursorAtLastKept(MemoryDriver):
         return page
 
 
+class EventPurgeOneShort(MemoryDriver):
+    """Purges one event fewer than its limit (a `LIMIT n - 1` from a 1-based loop)."""
+
+    async def _event_purge(self, now_ms: int, limit: int) -> int:
+        return await super()._event_purge(now_ms, max(1, limit - 1))
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -905,6 +912,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (FreshRunClearsOutput, ["fresh_requeue_keeps_the_row"]),
     (StepBatchLastWins, ["steps_first_of_a_batch_kept"]),
     (EventTtlInt32, ["events_live_past_int32_ms"]),
+    (EventPurgeOneShort, ["events_live_past_int32_ms"]),
     (WebhookLatencySmallint, ["webhook_latency_of_a_day"]),
     (TaskFireDedupeIgnoresTenant, ["task_fire_dedupes_in_its_tenant"]),
     (ListCursorAtLastKept, ["list_resumes_after_the_last_row_examined"]),

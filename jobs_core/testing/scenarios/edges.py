@@ -212,11 +212,17 @@ async def scenario_steps_first_of_a_batch_kept(driver: JobDriver) -> None:
 
 
 async def scenario_events_live_past_int32_ms(driver: JobDriver) -> None:
-    """An event published to live 40 days is still found after 30 (2**31 ms is 24.8 days)."""
+    """An event published to live 40 days is still found after 30 (2**31 ms is 24.8 days),
+    and outlives every purge until then; a purge takes exactly its limit."""
     day = 86_400_000
     await driver.event_publish(EventRecord("long", "paid", "{}", T0, T0 + 40 * day, None, False))
     found = await driver.event_find(EventWait("paid", "{}", T0), T0 + 30 * day)
     assert found is not None and found.expires_at_ms == T0 + 40 * day, found
+    # A purge takes up to its limit of the expired, exactly.
+    for i in range(3):
+        await driver.event_publish(EventRecord(f"short{i}", "paid", "{}", T0, T0 + i, None, False))
+    assert await driver.event_purge(T0 + 10, 2) == 2
+    assert await driver.event_purge(T0 + 10, 2) == 1
 
 
 async def scenario_webhook_latency_of_a_day(driver: JobDriver) -> None:

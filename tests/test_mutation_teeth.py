@@ -516,12 +516,13 @@ class WorkerForgetCaseInsensitive(MemoryDriver):
 
 
 @contextmanager
-def _claims_picked_by(key: Callable[[tuple[int, int, str]], Any]) -> Iterator[None]:
-    """The memory claim picks its rows with `heapq.nsmallest`; inside, it picks them by `key`."""
+def _picked_by(key: Callable[[tuple[Any, ...]], Any]) -> Iterator[None]:
+    """The memory claim and purge pick their rows with `heapq.nsmallest`; inside, they pick
+    them by `key`."""
 
     class Picker:
         @staticmethod
-        def nsmallest(n: int, keys: Sequence[tuple[int, int, str]]) -> list[Any]:
+        def nsmallest(n: int, keys: Sequence[tuple[Any, ...]]) -> list[Any]:
             return sorted(keys, key=key)[:n]
 
     setattr(memory_module, "heapq", Picker)  # noqa: B010 - a module global, swapped back below
@@ -536,7 +537,7 @@ class ClaimTiesByUtf16(MemoryDriver):
     above U+FFFF sorts before one in U+E000..U+FFFF."""
 
     async def _job_claim(self, params: ClaimParams) -> ClaimResult:
-        with _claims_picked_by(lambda k: (k[0], k[1], k[2].encode("utf-16-be"))):
+        with _picked_by(lambda k: (k[0], k[1], k[2].encode("utf-16-be"))):
             return await super()._job_claim(params)
 
 
@@ -856,6 +857,15 @@ class EventPurgeOneShort(MemoryDriver):
         return await super()._event_purge(now_ms, max(1, limit - 1))
 
 
+class PurgeAcrossStatesByCasefold(MemoryDriver):
+    """Breaks a tie between final states by id under a case-folding collation (each state's own
+    rows still by code point)."""
+
+    async def _job_purge(self, params: Any) -> int:
+        with _picked_by(lambda k: (k[0], str(k[1]).casefold(), k[1])):
+            return await super()._job_purge(params)
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -893,6 +903,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (WorkerForgetCaseInsensitive, ["twins_jobs_apart"]),
     (ClaimTiesByUtf16, ["claim_order"]),
     (PurgeTiesByCasefold, ["purge_retention"]),
+    (PurgeAcrossStatesByCasefold, ["purge_ties_across_states_by_code_point"]),
     (FreshRunIdsTakenByLanded, ["requeue_of_an_unwound_saga"]),
     (StatsOldestSkipsNamePaused, ["queue_stats"]),
     (DemandSkipsNamePaused, ["demand_counts_name_paused_rows"]),

@@ -14,7 +14,8 @@ once, so a driver's CI catches the bug whatever its seed.
 - an event lives past 2**31 ms (25 days), a webhook attempt's latency reaches a day;
 - a task's fire dedupes in its job's own namespace, tenant included;
 - a listing page that its scan budget ends goes on after the last row it examined, not the
-  last it kept.
+  last it kept;
+- a purge breaks a tie between final states by id in code-point order.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from jobs_core.records import (
     NewJob,
     Pause,
     Progress,
+    PurgeParams,
     RequeueAnswer,
     RequeueParams,
     StepPut,
@@ -266,6 +268,18 @@ async def scenario_list_resumes_after_the_last_row_examined(driver: JobDriver) -
     assert [j.id for j in first.jobs] == ["r0"] and first.next_cursor is not None, first
     second = await driver.job_list(JobListParams(kept, limit=10, cursor=first.next_cursor, scan=3))
     assert [j.id for j in second.jobs] == ["r3", "r4", "r5"], second.jobs
+
+
+async def scenario_purge_ties_across_states_by_code_point(driver: JobDriver) -> None:
+    """Rows of two final states finished in one millisecond are purged by id in code-point
+    order: `B` (completed) before `a` (failed); a case-folding collation takes `a` first."""
+    await driver.job_enqueue_many([new_job("a"), new_job("B")])
+    held = {j.id: j.fence for j in (await claim(driver, T0, limit=2))[0]}
+    assert await driver.job_ack([Ack(held["B"], T0 + 1)]) == [True]
+    fail = Nack(held["a"], NackKind.FAIL, T0 + 1, error="x", dead_letter=False)
+    assert await driver.job_nack([fail]) == [True]
+    assert await driver.job_purge(PurgeParams(T0 + 1, 1, 0, 0, 0, 0)) == 1
+    assert sorted(await driver.job_get_many(["a", "B"])) == ["a"]
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

@@ -1,9 +1,11 @@
 """Fixed scenarios: the cases a random walk rarely reaches, each spelled out with real asserts.
 
 One module per driver family (`jobs`, `operator`, `durable`: steps and events, `leases`,
-`tasks`, `flows`, `sweeps`, `postings`, `consumers`, `webhooks`); each scenario is `async def
-scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all by name. Times are
-fixed offsets from `T0`, handed in as every call's `now_ms`.
+`tasks`, `flows`, `sweeps`, `postings`, `consumers`, `webhooks`), and two across them: `twins`
+(near-twin identifiers, which a store comparing as a collation or a pattern does takes for one
+another) and `edges` (edges the random walks reach from some seeds only); each scenario is
+`async def scenario_x(driver)` over a fresh, empty driver, and `SCENARIOS` lists them all by
+name. Times are fixed offsets from `T0`, handed in as every call's `now_ms`.
 """
 
 from jobs_core.testing.scenarios.attempts import ATTEMPT_SCENARIOS

@@ -89,8 +89,7 @@ async def scenario_twins_jobs_apart(driver: JobDriver) -> None:
     """Keys, tenants, names, ids and queues that differ in case, accent, a trailing space, a
     suffix or where a pattern has `_` are all different: no twin dedupes another's enqueue, a
     claim of one queue takes that queue's row only, a fence of a twin worker holds nothing; then
-    (where declared) a pause of a twin queue or name pauses nothing else, and the worker
-    registry keeps twins apart."""
+    (where declared) a pause of a twin queue or name pauses nothing else."""
     # Keys, then tenants, then names: each namespace field alone tells the rows apart.
     keys = [new_job(f"k{i}", idempotency_key=t) for i, t in enumerate(TWINS)]
     await _enqueued(driver, keys, "idempotency keys")
@@ -127,11 +126,16 @@ async def scenario_twins_jobs_apart(driver: JobDriver) -> None:
     assert await driver.pause_remove(Pause("queue", TWINS[0])) is False
     jobs, _ = await claim(driver, T0, *TWINS)
     assert [j.id for j in jobs] == ["p0"], f"twins of a paused queue or name: {jobs!r}"
-    # The worker registry (declared by some drivers only): one row per twin.
-    for twin in TWINS:
+
+
+async def scenario_twins_workers_apart(driver: JobDriver) -> None:
+    """The worker registry (declared by some drivers only) keeps one row per twin worker id."""
+    for twin in LAST:
         await driver.worker_beat(WorkerBeat(twin, f'{{"w":"{twin}"}}', 60_000, T0))
     listed = await driver.worker_list(T0)
     assert sorted(w.worker_id for w in listed) == sorted(TWINS), listed
+    assert all(same_json(w.info_json, f'{{"w":"{w.worker_id}"}}') for w in listed), listed
+    assert not await driver.worker_forget(UNWRITTEN)
     assert await driver.worker_forget(TWINS[0])
     assert sorted(w.worker_id for w in await driver.worker_list(T0)) == sorted(TWINS[1:])
 

@@ -26,6 +26,7 @@ from jobs_core.records import (
     ClaimParams,
     ClaimResult,
     ConsumerCursor,
+    ConsumerPut,
     CounterReadParams,
     CounterRow,
     EnqueueResult,
@@ -866,6 +867,17 @@ class PurgeAcrossStatesByCasefold(MemoryDriver):
             return await super()._job_purge(params)
 
 
+class ConsumerFenceIgnoresWorker(MemoryDriver):
+    """Fences a cursor put on the row's claims count alone, whoever presents it."""
+
+    async def _consumer_cursor_put(self, put: ConsumerPut) -> bool:
+        row = self._rows.get(put.fence.job_id)
+        by = None if row is None else row.rec.claimed_by
+        if by is not None:
+            put = replace(put, fence=replace(put.fence, worker_id=by))
+        return await super()._consumer_cursor_put(put)
+
+
 #: Each broken driver and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (KeyPadSpace, ["twins_jobs_apart"]),
@@ -927,6 +939,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (WebhookLatencySmallint, ["webhook_latency_of_a_day"]),
     (TaskFireDedupeIgnoresTenant, ["task_fire_dedupes_in_its_tenant"]),
     (ListCursorAtLastKept, ["list_resumes_after_the_last_row_examined"]),
+    (ConsumerFenceIgnoresWorker, ["consumer_put_fenced_on_the_worker"]),
 ]
 
 

@@ -15,7 +15,8 @@ once, so a driver's CI catches the bug whatever its seed.
 - a task's fire dedupes in its job's own namespace, tenant included;
 - a listing page that its scan budget ends goes on after the last row it examined, not the
   last it kept;
-- a purge breaks a tie between final states by id in code-point order.
+- a purge breaks a tie between final states by id in code-point order;
+- a consumer's put is fenced on the worker too, not on the claims count alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import replace
 from jobs_core.driver import MAX_WEBHOOK_LATENCY_MS, JobDriver
 from jobs_core.records import (
     Ack,
+    ConsumerPut,
     EnqueueResult,
     EventRecord,
     EventWait,
@@ -280,6 +282,17 @@ async def scenario_purge_ties_across_states_by_code_point(driver: JobDriver) -> 
     assert await driver.job_nack([fail]) == [True]
     assert await driver.job_purge(PurgeParams(T0 + 1, 1, 0, 0, 0, 0)) == 1
     assert sorted(await driver.job_get_many(["a", "B"])) == ["a"]
+
+
+async def scenario_consumer_put_fenced_on_the_worker(driver: JobDriver) -> None:
+    """A cursor put under the row's claims count but another worker's id writes nothing."""
+    await driver.job_enqueue(new_job("c"))
+    held = await claim_one(driver, T0, worker="w1")
+    forged = Fence(held.id, held.claims, "w2")
+    put = ConsumerPut(forged, "orders", None, "src", None, "1", 1, None, T0)
+    assert not await driver.consumer_cursor_put(put)
+    assert await driver.consumer_cursor_get("orders", None) is None
+    assert await driver.consumer_cursor_put(replace(put, fence=held.fence))
 
 
 EDGE_SCENARIOS: dict[str, Scenario] = {

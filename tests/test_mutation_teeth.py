@@ -37,7 +37,6 @@ from jobs_core.records import (
     JobFilter,
     JobRecord,
     JobSlice,
-    JobSummary,
     ListKey,
     Nack,
     NackKind,
@@ -156,37 +155,38 @@ class WorkerIdCaseInsensitive(MemoryDriver):
         super()._beat_locked(beat)
 
 
-def _listed(driver: MemoryDriver, f: JobFilter, keep: Callable[[JobRecord], bool]) -> JobSlice:
-    """Every row `f` keeps and `keep` too, newest first, in one slice."""
-    with driver._lock:
-        rows = [driver._rows[i].rec for _, i in reversed(driver._created)]
-    return JobSlice(tuple(JobSummary.of(r) for r in rows if f.matches(r) and keep(r)), None)
+class _Matching:
+    """A listing filter whose test is `keep` (the memory listing asks only `matches`)."""
+
+    def __init__(self, keep: Callable[[JobRecord], bool]) -> None:
+        self.matches = keep
 
 
 class ListNameCaseInsensitive(MemoryDriver):
-    """A listing filtered by name `a` keeps the rows of `A` too."""
+    """A listing filtered by name `a` keeps the rows of `A` too (limit, scan and cursor kept)."""
 
     async def _job_list(
         self, f: JobFilter, after: ListKey | None, limit: int, scan: int
     ) -> JobSlice:
-        if f.name is None or after is not None:
+        if f.name is None:
             return await super()._job_list(f, after, limit, scan)
-        name = f.name.casefold()
-        return _listed(self, replace(f, name=None), lambda r: r.name.casefold() == name)
+        rest, name = replace(f, name=None), f.name.casefold()
+        keep = _Matching(lambda r: rest.matches(r) and r.name.casefold() == name)
+        return await super()._job_list(keep, after, limit, scan)  # type: ignore[arg-type]
 
 
 class ListTenantCaseInsensitive(MemoryDriver):
-    """A listing filtered by tenant `t` keeps the rows of `T` too."""
+    """A listing filtered by tenant `t` keeps the rows of `T` too (limit, scan and cursor
+    kept)."""
 
     async def _job_list(
         self, f: JobFilter, after: ListKey | None, limit: int, scan: int
     ) -> JobSlice:
-        if f.tenant_id is None or after is not None:
+        if f.tenant_id is None:
             return await super()._job_list(f, after, limit, scan)
-        tenant = f.tenant_id.casefold()
-        return _listed(
-            self, replace(f, tenant_id=None), lambda r: (r.tenant_id or "").casefold() == tenant
-        )
+        rest, tenant = replace(f, tenant_id=None), f.tenant_id.casefold()
+        keep = _Matching(lambda r: rest.matches(r) and (r.tenant_id or "").casefold() == tenant)
+        return await super()._job_list(keep, after, limit, scan)  # type: ignore[arg-type]
 
 
 class CounterReadByPrefix(MemoryDriver):
@@ -302,22 +302,24 @@ class SweepListNameByPrefix(MemoryDriver):
 
 
 class SweepBlockCaseInsensitive(MemoryDriver):
-    """A completed run of sweep `Users` blocks a new run of `users`."""
+    """A completed run of sweep `Users` blocks a new run of `users` (the blocker still the one
+    finished last)."""
 
     async def _sweep_start(self, start: SweepStart) -> SweepStartAnswer:
+        identity = (start.name.casefold(), start.scope, start.environment, start.checksum)
         with self._lock:
             held = self._holds_run(start.fence, start.run_id)
-            for e in self._sweeps.values():
-                if (
-                    held
-                    and e.run_id != start.run_id
-                    and e.status == "completed"
-                    and e.name.casefold() == start.name.casefold()
-                    and (e.scope, e.environment, e.checksum)
-                    == (start.scope, start.environment, start.checksum)
-                ):
-                    return SweepStartAnswer(None, blocked_by=e)
-        return await super()._sweep_start(start)
+            done = [
+                e
+                for e in self._sweeps.values()
+                if e.run_id != start.run_id
+                and e.status == "completed"
+                and (e.name.casefold(), e.scope, e.environment, e.checksum) == identity
+            ]
+        if not held or not done:
+            return await super()._sweep_start(start)
+        last = max(done, key=lambda e: (e.finished_at_ms or 0, e.run_id))
+        return SweepStartAnswer(None, blocked_by=last)
 
 
 class PostingKeyCaseInsensitive(MemoryDriver):

@@ -172,6 +172,9 @@ async def scenario_consumers_tenants_and_names_apart(driver: JobDriver) -> None:
     ]
     assert [e.name for e in await driver.consumer_list("orders", 10)] == ["orders"] * 3
     assert [e.tenant_id for e in await driver.consumer_list("orders", 2)] == [None, "t1"]
+    # The limit cuts the ordered listing, not the entries in the order they were written.
+    cut = await driver.consumer_list(None, 2)
+    assert [(e.name, e.tenant_id) for e in cut] == [("ledger\n'q", "t1"), ("orders", None)], cut
     assert await driver.consumer_cursor_get("orders", "t2") is None
     none = await driver.consumer_cursor_get("orders", None)
     assert none is not None and none.tenant_id is None and none.cursor_json == "1"

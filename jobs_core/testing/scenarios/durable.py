@@ -469,9 +469,10 @@ async def scenario_requeue_of_an_unwound_saga(driver: JobDriver) -> None:
         assert (after[i].state, after[i].run_id) == (JobState.READY, f"run-{i}"), after[i]
         assert "book" in [s.name for s in await driver.step_list(f"run-{i}")]
     # Fresh: new runs, nothing recorded in them; the unwound runs keep their steps.
-    fresh = RequeueParams(("dead", "dropped", "nobody", "plain"), T0 + 4, ("f1", "f2", "f3", "f4"))
+    # A refused id comes first: each id takes the run id at its own place, landed or not.
+    fresh = RequeueParams(("nobody", "dead", "dropped", "plain"), T0 + 4, ("f3", "f1", "f2", "f4"))
     answers = await driver.job_requeue_many(fresh)
-    assert answers == [R, R, RequeueAnswer.NOT_FOUND, RequeueAnswer.LIVE], answers
+    assert answers == [RequeueAnswer.NOT_FOUND, R, R, RequeueAnswer.LIVE], answers
     for i, run in (("dead", "f1"), ("dropped", "f2")):
         r = await row(driver, i)
         assert (r.state, r.run_id, r.attempt, r.finished_at_ms) == (JobState.READY, run, 0, None)

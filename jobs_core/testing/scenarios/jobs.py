@@ -145,6 +145,10 @@ async def scenario_claim_order(driver: JobDriver) -> None:
         ("é", "q1", 1, T0 - 1000),
         ("f", "q2", 1, T0 - 1000),
         ("0", "q1", 100, T0 - 5000),
+        # U+FF41 before U+1F600 by code point; UTF-16 code units (a surrogate pair, D83D, below
+        # FF41) order them the other way.
+        ("\U0001f600", "q2", 2, T0 - 1000),
+        ("\uff41", "q1", 2, T0 - 1000),
         ("future", "q1", 0, T0 + 1),
         ("elsewhere", "q3", 0, T0 - 9000),
     ]
@@ -155,7 +159,7 @@ async def scenario_claim_order(driver: JobDriver) -> None:
     assert ids(first) == ["y-early", "B", "_"]
     rest, _ = await claim(driver, T0, "q2", "q1", limit=10)
     # Code-point order: "_" (U+5F) after "B" (U+42), "a" (U+61) after "_"; "f" before "é".
-    assert ids(rest) == ["a", "z-late", "f", "é", "0"]
+    assert ids(rest) == ["a", "z-late", "f", "é", "\uff41", "\U0001f600", "0"]
     assert await claim(driver, T0, "q1", "q2") == ([], [])
     later, _ = await claim(driver, T0 + 1, "q1", "q2")
     assert ids(later) == ["future"]
@@ -605,7 +609,11 @@ async def scenario_purge_retention(driver: JobDriver) -> None:
     assert await driver.job_purge(keep(T0 + 599, 10)) == 1
     assert "fa" not in await driver.job_get_many(["fa"])
     # At T0 + 999: completed rows at T0 + 100 are due; dead at T0 + 200 is not (+800 > 999).
-    assert await driver.job_purge(keep(T0 + 999, 2)) == 2
+    # One by one first: "cB" before "c_" by code point (a case-folding collation takes "c_").
+    assert await driver.job_purge(keep(T0 + 999, 1)) == 1
+    left = await driver.job_get_many(["cB", "c_"])
+    assert sorted(left) == ["c_"], sorted(left)
+    assert await driver.job_purge(keep(T0 + 999, 1)) == 1
     left = await driver.job_get_many([*finished, "ready", "run"])
     assert sorted(left) == sorted(["cb", "can", "de", "young", "ready", "run"]), sorted(left)
     assert await driver.job_purge(keep(T0 + 999, 2)) == 1

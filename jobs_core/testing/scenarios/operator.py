@@ -20,6 +20,7 @@ from jobs_core.records import (
     JoinEnqueue,
     Nack,
     NackKind,
+    Pause,
     PromoteAnswer,
     RemoveAnswer,
     RequeueAnswer,
@@ -201,6 +202,10 @@ async def scenario_queue_stats(driver: JobDriver) -> None:
     assert exact["other"].oldest_ready_at_ms == T0 + 1
     await driver.job_remove(["f"])
     assert [s.queue for s in await driver.queue_stats(T0)] == ["other", "q"]
+    # A paused name holds its rows back from claims, not from the statistics.
+    assert await driver.pause_add(Pause("name", "n"))
+    paused = {s.queue: s for s in await driver.queue_stats(T0)}
+    assert paused["q"].oldest_ready_at_ms == T0 - 10, paused["q"]
 
 
 async def scenario_promote(driver: JobDriver) -> None:

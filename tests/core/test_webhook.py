@@ -272,6 +272,11 @@ async def test_rate_limits_rejections_redirects_and_network_errors(
         ("http://example.com/a b", "space"),
         ("http://example.com/\r\nX-Evil: 1", "header"),
         ("", "empty"),
+        # Host names no resolver takes (an empty label, one past 63 bytes): refused as a
+        # shape, never a UnicodeError out of the lookup.
+        ("http://a..example.com/x", "empty label"),
+        ("http://.example.com/x", "leading dot"),
+        ("https://" + "a" * 64 + ".example.com/x", "label past 63 bytes"),
     ],
 )
 async def test_ssrf_and_hostile_urls_are_refused_before_anything_is_written(
@@ -573,6 +578,41 @@ async def test_allowed_redirects_are_checked_hop_by_hop(http: Endpoint) -> None:
         assert len(http.got) == 3
         refused = [a for a in await attempts(driver, "orders") if a.event_id == "msg_2"]
         assert [(a.outcome, a.error) for a in refused] == [("failed", "X_WEBHOOK_URL_REFUSED")]
+
+
+async def test_a_hostile_answer_is_a_recorded_attempt_with_its_code(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    """What the endpoint answers after the POST went out — a redirect to a host no resolver
+    takes, a `Retry-After` of digits `int` cannot read or of a year past `datetime`'s — is
+    recorded as the attempt it was (the streak moves) and raised as its `X_*` code, never an
+    untyped error that skips the record."""
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    handle = sender(allow_redirects=True)
+    http.answer(
+        (302, {"location": "http://a..example.com/x"}, b""),
+        (429, {"retry-after": "\u00b2"}, b"slow down"),  # '²'.isdigit() is True
+        (429, {"retry-after": "01 Jan 10000000000000000 00:00 GMT"}, b""),  # past datetime's years
+    )
+    no_host = await send(driver, handle, event(1))
+    assert isinstance(no_host, JobsError), no_host
+    assert no_host.code == "X_WEBHOOK_URL_REFUSED" and no_host.terminal
+    limited = await send(driver, handle, event(2))
+    assert isinstance(limited, JobsError), limited
+    assert limited.code == "X_WEBHOOK_DELIVERY_FAILED" and not limited.terminal
+    far = await send(driver, handle, event(3))
+    assert isinstance(far, JobsError), far
+    assert far.code == "X_WEBHOOK_DELIVERY_FAILED" and not far.terminal
+    assert len(http.got) == 3
+    got = {
+        a.event_id: (a.outcome, a.status_code, a.error) for a in await attempts(driver, "orders")
+    }
+    assert got == {
+        "msg_1": ("failed", None, "X_WEBHOOK_URL_REFUSED"),
+        "msg_2": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
+        "msg_3": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
+    }
+    assert (await endpoint_of(driver, "orders")).failures == 3
 
 
 async def test_a_read_timeout_is_a_failed_attempt_retried(http: Endpoint) -> None:

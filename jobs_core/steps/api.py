@@ -28,7 +28,6 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import inspect
-import math
 import queue
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -120,7 +119,8 @@ def _ms_of(when: object, what: str) -> int:
         raise OptionInvalidError("an aware datetime or epoch ms", detail=what)
     else:
         ms = when
-    if not (math.isfinite(ms) and 0 <= ms <= MAX_TIME_MS):
+    # Compared as it is: `math.isfinite` of an int past a float's range raises OverflowError.
+    if not (0 <= ms <= MAX_TIME_MS):
         raise OptionInvalidError(f"a time between 0 and {MAX_TIME_MS} epoch ms", detail=what)
     return round(ms)
 
@@ -130,7 +130,8 @@ def _duration_ms(duration: object, what: str) -> int:
     if (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
-        or not (math.isfinite(seconds) and 0 <= seconds * 1000 <= MAX_TIME_MS)
+        # A NaN fails the comparison; an int is compared exactly, never turned into a float.
+        or not (0 <= seconds * 1000 <= MAX_TIME_MS)
     ):
         raise OptionInvalidError("a duration is finite seconds >= 0 or a timedelta", detail=what)
     return round(seconds * 1000)
@@ -285,7 +286,9 @@ class StepApi:
                     why = f"{under} once recorded as {prefix}<name>"
         if why is not None:
             # The name as code would spell it: one holding a NUL or a surrogate is printable.
-            raise StepNameInvalidError(f"the step name {why}", detail=repr(name)[:120])
+            # Anything but a string by its type: `repr` of a deep list or a huge int raises.
+            shown = repr(name)[:120] if isinstance(name, str) else type(name).__name__
+            raise StepNameInvalidError(f"the step name {why}", detail=shown)
         assert isinstance(name, str)
         if name in self._used:
             raise StepDuplicateError(detail=name)

@@ -59,6 +59,7 @@ from jobs_core.errors import (
     StepNameInvalidError,
     StepOutputInvalidError,
     StepTimeoutError,
+    shown,
 )
 from jobs_core.ids import derived_id
 from jobs_core.jsonform import JsonValue, dumps, loads
@@ -286,9 +287,7 @@ class StepApi:
                     why = f"{under} once recorded as {prefix}<name>"
         if why is not None:
             # The name as code would spell it: one holding a NUL or a surrogate is printable.
-            # Anything but a string by its type: `repr` of a deep list or a huge int raises.
-            shown = repr(name)[:120] if isinstance(name, str) else type(name).__name__
-            raise StepNameInvalidError(f"the step name {why}", detail=shown)
+            raise StepNameInvalidError(f"the step name {why}", detail=shown(name))
         assert isinstance(name, str)
         if name in self._used:
             raise StepDuplicateError(detail=name)

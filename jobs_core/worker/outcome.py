@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from jobs_core import tracing
 from jobs_core.clock import Clock
-from jobs_core.driver import JobDriver
+from jobs_core.driver import MAX_TIME_MS, JobDriver
 from jobs_core.errors import (
     DrainingError,
     JobsError,
@@ -257,9 +257,10 @@ class Outcomes:
         fields = held.log_extra(self._worker_id)
         tracing.failed(held.span, exc, held.secrets)
         if isinstance(exc, RateLimitedError):
-            nack = Nack(
-                job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
-            )
+            # A wait past the last time a store holds defers to that time: a run_at past it
+            # would be refused at the settle, and the job would burn its attempts on that.
+            until = min(now + exc.retry_after_ms, MAX_TIME_MS)
+            nack = Nack(job.fence, NackKind.SHED, now, until, progress_json=progress)
             outcome = Outcome.SHED
             log.debug("jobs.run.shed %s %s: %s", job.name, job.id, brief(exc), extra=fields)
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:

@@ -245,3 +245,56 @@ async def test_a_claim_must_name_a_queue() -> None:
     with pytest.raises(JobsError) as info:
         await driver.job_claim(ClaimParams((), "w", 1, 1000, 0))
     assert info.value.code == "X_JOB_CLAIM_QUEUES_EMPTY"
+
+
+#: Values `repr` cannot spell: an int past Python's 4,300 digits (ValueError) and a list nested
+#: past the recursion limit (RecursionError).
+HUGE = 10**5000
+
+
+def _deep() -> list[Any]:
+    nested: list[Any] = []
+    for _ in range(10_000):
+        nested = [nested]
+    return nested
+
+
+@pytest.mark.parametrize("value", [HUGE, _deep()], ids=["huge int", "deep list"])
+def test_a_value_repr_cannot_spell_is_refused_typed(value: Any) -> None:
+    """Every refusal that names the offending value names one `repr` cannot make by its type:
+    the refusal stays the typed one, never a ValueError or RecursionError out of its message."""
+    from jobs_core.factories import backfill, consumer
+    from jobs_core.factories.consumers.sources import function
+    from jobs_core.factories.ledger import posting_lines
+    from jobs_core.factories.purge import PurgeTarget, purge
+
+    def lines(amount: Any, account: Any = "cash", currency: Any = "EUR") -> Any:
+        return lambda: posting_lines(
+            [{"account": account, "currency": currency, "amount": amount}, ("bank", "EUR", -1)]
+        )
+
+    reg = JobRegistry()
+    assert code_of(lines(value)) == "X_LEDGER_AMOUNT_INVALID"
+    assert code_of(lines(1, account=value)) == "X_LEDGER_ACCOUNT_INVALID"
+    assert code_of(lines(1, currency=value)) == "X_LEDGER_CURRENCY_INVALID"
+
+    async def fetch(cursor: Any, limit: int) -> Any:
+        return [], cursor
+
+    assert (
+        code_of(
+            lambda: consumer(
+                value,
+                source=function(fetch),
+                handle=lambda r, t: None,
+                tenant="none",
+                registry=reg,
+            )
+        )
+        == "X_CONSUMER_DECLARATION_INVALID"
+    )
+    made = lambda: backfill(name=value, tenant="none", handle=print, pages=fetch)  # noqa: E731
+    assert code_of(made) == "X_BACKFILL_DECLARATION_INVALID"
+    target = PurgeTarget(name=value, purge=lambda d, c, n: None)  # type: ignore[arg-type,return-value]
+    assert code_of(lambda: purge(name="p", targets=[target])) == "X_PURGE_DECLARATION_INVALID"
+    assert code_of(lambda: purge(name="p", targets=[value])) == "X_PURGE_DECLARATION_INVALID"

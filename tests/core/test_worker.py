@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from jobs_core.context import CancelSignal, JobContext
-from jobs_core.errors import JobCancelledError, JobTimeoutError, RateLimitedError, TerminalError
+from jobs_core.errors import (
+    JobCancelledError,
+    JobsError,
+    JobTimeoutError,
+    RateLimitedError,
+    TerminalError,
+)
 from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, JobRecord
@@ -165,6 +171,39 @@ async def test_rate_limited_defers_without_spending_an_attempt() -> None:
     assert calls == [1, 1, 1]
     assert (await row(driver, queued.id)).state is JobState.COMPLETED
     assert worker.stats.shed == 2
+
+
+@pytest.mark.parametrize("after_ms", [10**15, 10**5000, 1e300], ids=["ms", "huge int", "float"])
+async def test_a_rate_limit_past_the_stores_last_time_defers_to_it(after_ms: float) -> None:
+    """A `retry_after_ms` past the last time a store holds (`MAX_TIME_MS`) still defers the job
+    without spending an attempt, to that last time; it used to make a run_at the settle refused,
+    so the job burned its attempts on X_JOB_RECORD_INVALID and was dead-lettered."""
+    from jobs_core.driver import MAX_TIME_MS
+
+    async def limited(input: Any, ctx: JobContext) -> None:
+        raise RateLimitedError(retry_after_ms=after_ms)
+
+    driver = MemoryDriver()
+    h = declare(limited)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    try:
+        await until(lambda: worker.stats.shed == 1)
+    finally:
+        await worker.stop()
+    r = await row(driver, queued.id)
+    assert (r.state, r.attempt, r.run_at_ms) == (JobState.READY, 0, MAX_TIME_MS)
+
+
+def test_a_retry_after_repr_cannot_spell_is_refused_typed() -> None:
+    nested: list[Any] = []
+    for _ in range(10_000):
+        nested = [nested]
+    for bad in (nested, float("nan"), float("inf"), -1, True):
+        with pytest.raises(JobsError) as caught:
+            RateLimitedError(retry_after_ms=bad)
+        assert caught.value.code == "X_JOB_OPTION_INVALID"
 
 
 async def test_a_deadline_cancels_the_body_before_failing_the_attempt() -> None:

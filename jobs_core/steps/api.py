@@ -298,7 +298,8 @@ class StepApi:
     async def run(self, name: str, fn: StepFn, *, compensate: Compensation | None = None) -> Any:
         """Run `fn` once for this run and answer its stored JSON form; on a later attempt (or
         a resume) answer the stored form without calling `fn`. `compensate(output)` undoes
-        the step if the run fails for good (steps undone in reverse order, each once)."""
+        the step if the run fails for good (steps undone in reverse order, each recorded once;
+        a compensation, like `fn`, runs at least once)."""
         self._claim_name(name, *((UNDO,) if compensate is not None else ()))
         if not callable(fn):
             raise DeclarationInvalidError("a step runs a function", detail="fn")

@@ -172,6 +172,17 @@ def test_backoff_curve_and_jitter_modes() -> None:
         assert all(d // 2 <= equal.delay_ms(n, rng) <= d for _ in range(50))
 
 
+def test_a_curve_past_a_floats_range_stays_at_its_cap() -> None:
+    """`factor ** (n - 1)` passes a float's range within the attempts a declaration may give
+    (100.0 ** 154 already does): the delay is the cap, never an OverflowError out of the
+    worker's settle (which left the job to its lease at each such attempt)."""
+    rng = random.Random(7)
+    steep = Retry(attempts=1_000, base_ms=1, factor=100.0, cap_ms=60_000, jitter="none")
+    assert [steep.delay_ms(n, rng) for n in (1, 2, 155, 160, 1_000)] == [1, 100] + [60_000] * 3
+    # An attempt past the declaration's own (a row enqueued under an older one) too.
+    assert Retry(jitter="none").delay_ms(5_000, rng) == Retry().cap_ms
+
+
 @pytest.mark.parametrize(
     "bad_input",
     [{"x": math.nan}, {"s": {1, 2}}, {"o": object()}, {"nul": "a\x00b"}, {(1, 2): "tuple key"}],

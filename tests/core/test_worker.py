@@ -206,6 +206,28 @@ def test_a_retry_after_repr_cannot_spell_is_refused_typed() -> None:
         assert caught.value.code == "X_JOB_OPTION_INVALID"
 
 
+async def test_a_steep_backoff_curve_never_leaves_a_failed_attempt_to_its_lease() -> None:
+    """Attempts past where `factor ** (n - 1)` overflows a float (100.0 ** 155) are retried at
+    the cap like any other: the settle of the 156th failure raised OverflowError, leaving the
+    job `running` to its lease, at that attempt and every one after."""
+    calls: list[int] = []
+
+    async def failing(input: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        raise RuntimeError("boom")
+
+    driver = MemoryDriver()
+    steep = Retry(attempts=157, base_ms=1, factor=100.0, cap_ms=1, jitter="none")
+    h = declare(failing, retry=steep)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    await work(driver, [h], [queued.id])
+    r = await row(driver, queued.id)
+    assert r.state is JobState.DEAD and calls == list(range(1, 158))
+    # Each failed attempt settled as retried; none was abandoned to its lease.
+    ends = {a.attempt: a.outcome.value for a in r.attempts}
+    assert ends[155] == ends[156] == "retried" and ends[157] == "dead", ends
+
+
 async def test_a_deadline_cancels_the_body_before_failing_the_attempt() -> None:
     order: list[str] = []
 

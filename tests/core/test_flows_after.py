@@ -13,7 +13,12 @@ import pytest
 
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.errors import DependencyUnknownError, OptionInvalidError, TerminalError
+from jobs_core.errors import (
+    DependencyUnknownError,
+    OptionInvalidError,
+    RecordInvalidError,
+    TerminalError,
+)
 from jobs_core.facade import Jobs
 from jobs_core.ids import derived_id
 from jobs_core.records import JobFilter, JoinPolicy, JoinState
@@ -94,6 +99,21 @@ async def test_an_unknown_dependency_is_refused_before_anything_is_written(
         await client.enqueue(h, {"n": 3}, after=[known.id], after_policy="sometimes")
     with pytest.raises(OptionInvalidError):
         await client.enqueue(h, {"n": 3}, after=known.id)
+    # Ids and policies of other types, and ones `repr` cannot spell: typed, nothing written
+    # (a list in the list was a TypeError, a deep policy a RecursionError).
+    deep: Any = []
+    for _ in range(10_000):
+        deep = [deep]
+    for bad in ([known.id, ["x"]], [{"id": known.id}], [deep], [10**5000]):
+        with pytest.raises(OptionInvalidError) as refused:
+            await client.enqueue(h, {"n": 4}, id="would-be", after=bad)
+        assert refused.value.detail == "after"
+    with pytest.raises(OptionInvalidError):
+        await client.enqueue(h, {"n": 4}, id="would-be", after=[known.id], after_policy=deep)
+    for bad_id in (["x"], {"id": known.id}, "a\x00b", "x" * 201):
+        with pytest.raises(RecordInvalidError):
+            await client.result(bad_id, timeout=0.01)  # type: ignore[arg-type]
+    assert await driver.job_get_many(["would-be"]) == {}
 
 
 async def test_a_batch_callback_runs_exactly_once_with_the_counts(driver: JobDriver) -> None:

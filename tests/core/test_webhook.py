@@ -650,6 +650,36 @@ async def test_hostile_endpoints_and_tenants_are_refused_before_anything_is_writ
         assert await driver.webhook_endpoint_list(10) == []
 
 
+async def test_code_acting_for_a_tenant_writes_only_its_own_endpoints(driver: JobDriver) -> None:
+    """Fail closed, as the sender's org check: a body acting for `acme` that registers or
+    enables an endpoint of another tenant — or of none, the endpoints a `tenant="none"` sender
+    sends through, which a tenant's request could otherwise repoint — is refused, unwritten."""
+    url = "http://127.0.0.1/x"
+    await register_endpoint(driver, "billing", url, allow_networks=LOOPBACK)  # no tenant
+    with acting_for("acme"):
+        for tenant in (None, "other"):
+            with pytest.raises(JobsError) as refused:
+                await register_endpoint(
+                    driver,
+                    "billing",
+                    "http://127.0.0.2/evil",
+                    tenant_id=tenant,
+                    allow_networks=LOOPBACK,
+                )
+            assert refused.value.code == "X_JOB_TENANT_MISMATCH"
+            with pytest.raises(JobsError) as refused:
+                await enable_endpoint(driver, "billing", tenant_id=tenant)
+            assert refused.value.code == "X_JOB_TENANT_MISMATCH"
+        own = await register_endpoint(
+            driver, "billing", url, tenant_id="acme", allow_networks=LOOPBACK
+        )
+        assert (own.tenant_id, own.enabled) == ("acme", True)
+    assert [(e.tenant_id, e.url) for e in await driver.webhook_endpoint_list(10)] == [
+        (None, url),
+        ("acme", url),
+    ]
+
+
 async def test_racing_attempts_each_move_the_streak_once(driver: JobDriver) -> None:
     """Twenty attempts of one endpoint at once, each under its own claim, and each claim's
     write sent twice: the streak is twenty, and the endpoint disabled exactly once."""

@@ -30,7 +30,7 @@ from typing import Final
 
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver, check_new_job, name_refusal
+from jobs_core.driver import MAX_TASK_BATCH, JobDriver, check_new_job, name_refusal
 from jobs_core.errors import DrainingError, JobsError, OptionInvalidError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
@@ -306,7 +306,10 @@ class Scheduler:
         return fired
 
     async def _arm(self, names: Sequence[str], now: int) -> None:
-        marks = await self.driver.task_arm(names, now) if names else []
+        marks: list[TaskMark] = []
+        # A call names at most MAX_TASK_BATCH tasks: a fleet of consumers brings one each.
+        for at in range(0, len(names), MAX_TASK_BATCH):
+            marks += await self.driver.task_arm(names[at : at + MAX_TASK_BATCH], now)
         if self._marks is None:
             self._marks = {}
         for m in marks:

@@ -573,6 +573,11 @@ class StepApi:
             if not isinstance(job_id, str):
                 raise DeclarationInvalidError("a job id is a string", detail="job_ids")
         distinct = tuple(dict.fromkeys(job_ids))
+        if self._job.id in distinct:
+            # Its own row is live while it waits: the park would never be released.
+            raise DeclarationInvalidError(
+                "a run cannot wait for the result of its own job", detail=self._job.id
+            )
         if len(distinct) > MAX_JOIN_IDS:
             raise BatchTooLargeError(detail=f"{len(distinct)} jobs > {MAX_JOIN_IDS}")
         record = (await self.records()).get(name)

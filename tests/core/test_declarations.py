@@ -20,6 +20,7 @@ from jobs_core.leases import Concurrency, RateLimit
 from jobs_core.records import ClaimParams
 from jobs_core.retry import Retry
 from jobs_memory import MemoryDriver
+from tests.core.support import HUGE_INT, deep_list
 
 
 async def body(input: Any, ctx: Any) -> None:
@@ -258,19 +259,7 @@ async def test_a_claim_must_name_a_queue() -> None:
     assert info.value.code == "X_JOB_CLAIM_QUEUES_EMPTY"
 
 
-#: Values `repr` cannot spell: an int past Python's 4,300 digits (ValueError) and a list nested
-#: past the recursion limit (RecursionError).
-HUGE = 10**5000
-
-
-def _deep() -> list[Any]:
-    nested: list[Any] = []
-    for _ in range(10_000):
-        nested = [nested]
-    return nested
-
-
-@pytest.mark.parametrize("value", [HUGE, _deep()], ids=["huge int", "deep list"])
+@pytest.mark.parametrize("value", [HUGE_INT, deep_list()], ids=["huge int", "deep list"])
 def test_a_value_repr_cannot_spell_is_refused_typed(value: Any) -> None:
     """Every refusal that names the offending value names one `repr` cannot make by its type:
     the refusal stays the typed one, never a ValueError or RecursionError out of its message."""

@@ -25,7 +25,7 @@ from jobs_core.records import JobFilter, JoinPolicy, JoinState
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from tests.core.flows_support import ONCE, driver, ended, listed, row, working
-from tests.core.support import declare
+from tests.core.support import HUGE_INT, declare, deep_list
 
 __all__ = ["driver"]  # the fixture, parametrized over the kinds that declare flows
 
@@ -101,10 +101,8 @@ async def test_an_unknown_dependency_is_refused_before_anything_is_written(
         await client.enqueue(h, {"n": 3}, after=known.id)
     # Ids and policies of other types, and ones `repr` cannot spell: typed, nothing written
     # (a list in the list was a TypeError, a deep policy a RecursionError).
-    deep: Any = []
-    for _ in range(10_000):
-        deep = [deep]
-    for bad in ([known.id, ["x"]], [{"id": known.id}], [deep], [10**5000]):
+    deep = deep_list()
+    for bad in ([known.id, ["x"]], [{"id": known.id}], [deep], [HUGE_INT]):
         with pytest.raises(OptionInvalidError) as refused:
             await client.enqueue(h, {"n": 4}, id="would-be", after=bad)
         assert refused.value.detail == "after"

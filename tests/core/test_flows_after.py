@@ -14,6 +14,7 @@ import pytest
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    DeclarationInvalidError,
     DependencyUnknownError,
     OptionInvalidError,
     RecordInvalidError,
@@ -146,6 +147,23 @@ async def test_a_batch_callback_runs_exactly_once_with_the_counts(driver: JobDri
     assert skipped.last_error is not None and "X_JOB_DEPENDENCY_FAILED" in skipped.last_error
     members = await listed(driver, JobFilter(batch_id=b.id))
     assert sorted(m.id for m in members) == sorted(b.member_ids) and len(members) == 5
+
+
+async def test_one_handle_for_both_callbacks_with_one_key_is_refused(driver: JobDriver) -> None:
+    """`key=` is both callbacks' key: with one handle for both they share a namespace, so the
+    `on_success` record deduped against `on_complete`'s parked row and was never enqueued,
+    silently (`close` answered it `deduped`). Refused at the batch, before any member."""
+    report = declare(lambda i, c: None, name="report", idempotency_key=lambda i: "r")
+    client = Jobs(driver)
+    for key in ("nightly", None):
+        with pytest.raises(DeclarationInvalidError) as refused:
+            client.batch(on_complete=report, on_success=report, key=key)
+        assert refused.value.detail == "key"
+    # Apart they are fine: the default keys are derived per role.
+    async with client.batch(on_complete=report, on_success=report) as b:
+        await b.enqueue(report, {"n": 1})
+    rows = await driver.job_get_many([derived_id(b.id, r) for r in ("on_complete", "on_success")])
+    assert len(rows) == 2
 
 
 async def test_a_batch_that_all_succeeds_runs_on_success(driver: JobDriver) -> None:

@@ -84,7 +84,7 @@ class Scheduler:
         self.tasks = tasks_of(tasks)
         self._by_name = {t.name: t for t in self.tasks}
         self.clock = clock or SystemClock()
-        if scheduler_id is not None and (why := name_refusal(scheduler_id)) is not None:
+        if scheduler_id and (why := name_refusal(scheduler_id)) is not None:
             # It is the lead's holder: every round's lease call would refuse it, forever.
             raise OptionInvalidError(f"the scheduler id {why}", detail="scheduler_id")
         self.scheduler_id = scheduler_id or f"scheduler-{new_id()}"

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from jobs_core import tracing
 from jobs_core.clock import Clock
-from jobs_core.driver import MAX_TIME_MS, JobDriver
+from jobs_core.driver import MAX_TIME_MS, JobDriver, check_nack
 from jobs_core.errors import (
     DrainingError,
     JobsError,
@@ -448,8 +448,16 @@ class Outcomes:
         h = self._held.get(item.fence.job_id)
         error = error_text(exc, h.secrets if h is not None else ())
         handle = self._handles.get(h.job.name) if h is not None else None
+        dead_letter = handle.retry.dead_letter if handle is not None else True
+        fail = Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
         if h is None or handle is None or h.job.final_attempt:
-            dead_letter = handle.retry.dead_letter if handle is not None else True
-            return Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
+            return fail
         delay = handle.retry.delay_ms(h.job.attempt, self._rng)
-        return Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)
+        retry = Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)
+        try:
+            check_nack(retry)
+        except JobsError:
+            # Refused as the first was (a run_at past the store's last time): sending neither
+            # would leave the claim to its lease, so the job fails with the refusal.
+            return fail
+        return retry

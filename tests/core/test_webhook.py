@@ -584,15 +584,16 @@ async def test_a_hostile_answer_is_a_recorded_attempt_with_its_code(
     driver: JobDriver, http: Endpoint
 ) -> None:
     """What the endpoint answers after the POST went out — a redirect to a host no resolver
-    takes, a `Retry-After` of digits `int` cannot read or of a year past `datetime`'s — is
-    recorded as the attempt it was (the streak moves) and raised as its `X_*` code, never an
-    untyped error that skips the record."""
+    takes, a `Retry-After` of digits `int` cannot read or of a year past `datetime`'s, a body
+    its `Content-Encoding` does not decode — is recorded as the attempt it was (the streak
+    moves) and raised as its `X_*` code, never an untyped error that skips the record."""
     await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
     handle = sender(allow_redirects=True)
     http.answer(
         (302, {"location": "http://a..example.com/x"}, b""),
         (429, {"retry-after": "\u00b2"}, b"slow down"),  # '²'.isdigit() is True
         (429, {"retry-after": "01 Jan 10000000000000000 00:00 GMT"}, b""),  # past datetime's years
+        (500, {"content-encoding": "gzip"}, b"not gzip at all"),  # httpx.DecodingError
     )
     no_host = await send(driver, handle, event(1))
     assert isinstance(no_host, JobsError), no_host
@@ -603,7 +604,10 @@ async def test_a_hostile_answer_is_a_recorded_attempt_with_its_code(
     far = await send(driver, handle, event(3))
     assert isinstance(far, JobsError), far
     assert far.code == "X_WEBHOOK_DELIVERY_FAILED" and not far.terminal
-    assert len(http.got) == 3
+    garbled = await send(driver, handle, event(4))
+    assert isinstance(garbled, JobsError), garbled
+    assert garbled.code == "X_WEBHOOK_DELIVERY_FAILED" and not garbled.terminal
+    assert len(http.got) == 4
     got = {
         a.event_id: (a.outcome, a.status_code, a.error) for a in await attempts(driver, "orders")
     }
@@ -611,8 +615,11 @@ async def test_a_hostile_answer_is_a_recorded_attempt_with_its_code(
         "msg_1": ("failed", None, "X_WEBHOOK_URL_REFUSED"),
         "msg_2": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
         "msg_3": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
+        "msg_4": ("failed", 500, "X_WEBHOOK_DELIVERY_FAILED"),
     }
-    assert (await endpoint_of(driver, "orders")).failures == 3
+    assert (await endpoint_of(driver, "orders")).failures == 4
+    (garbled_attempt,) = [a for a in await attempts(driver, "orders") if a.event_id == "msg_4"]
+    assert "DecodingError" in garbled_attempt.excerpt
 
 
 async def test_a_read_timeout_is_a_failed_attempt_retried(http: Endpoint) -> None:

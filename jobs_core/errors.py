@@ -481,7 +481,8 @@ class RateLimitedError(JobsError):
         detail: str | None = None,
         retry_after_ms: float = 1000,
     ) -> None:
-        """`retry_after_ms`: any finite number of ms >= 0 (kept as a whole number of ms);
+        """`retry_after_ms`: any finite number of ms >= 0 (kept as a whole number of ms; a
+        worker defers a wait past the last time a store keeps, `MAX_TIME_MS`, to that time);
         anything else is refused here, where it is written, with `X_JOB_OPTION_INVALID`."""
         if (
             isinstance(retry_after_ms, bool)

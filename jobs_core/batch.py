@@ -64,10 +64,19 @@ class JobBatch:
         **options: Any,
     ) -> None:
         """`options` are the callbacks' enqueue options (`queue=`, `priority=`, `tenant_id=`,
-        `key=`…); their ids are the batch's own."""
+        `key=`…); their ids are the batch's own. A `key=` with one job for both callbacks is
+        refused (`X_JOB_DECLARATION_INVALID`): they would share one key, and `on_success` would
+        be deduped against `on_complete`."""
         for taken in ("id", "batch_id", "after", "after_policy"):
             if taken in options:
                 raise DeclarationInvalidError("a batch sets this itself", detail=taken)
+        if on_success is not None and on_success.name == on_complete.name and "key" in options:
+            # One name and one key: `on_success` would dedupe against `on_complete`'s row.
+            raise DeclarationInvalidError(
+                "one key for both callbacks of one job: on_success would be deduped; drop key="
+                " (each callback's key is then derived from the batch) or use two jobs",
+                detail="key",
+            )
         self.id = id if id is not None else new_id()
         self._client = client
         self._on_complete = on_complete

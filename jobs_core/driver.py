@@ -43,6 +43,7 @@ from jobs_core.errors import (
     RecordInvalidError,
     RequeueDuplicateError,
     RequeueUnwoundError,
+    shown,
 )
 from jobs_core.ids import FreshIds
 from jobs_core.jsonform import check_text, unstorable, utf8_length
@@ -2165,7 +2166,7 @@ def check_account(account: object) -> str:
         raise LedgerAccountInvalidError(
             "an account is 1 to 200 ASCII letters, digits, '_', '.', ':', '/' or '-', starting"
             " with a letter or digit",
-            detail=repr(account)[:120],
+            detail=shown(account),
         )
     return account
 
@@ -2176,7 +2177,7 @@ def check_currency(currency: object) -> str:
     if not isinstance(currency, str) or CURRENCY_PATTERN.fullmatch(currency) is None:
         raise LedgerCurrencyInvalidError(
             "a currency is 3 to 12 capital letters or digits, starting with a letter (EUR)",
-            detail=repr(currency)[:120],
+            detail=shown(currency),
         )
     return currency
 
@@ -2188,7 +2189,7 @@ def check_amount(amount: object, where: str) -> int:
     if type(amount) is not int or amount == 0 or abs(amount) > MAX_POSTING_AMOUNT:
         raise LedgerAmountInvalidError(
             f"an amount is a non-zero integer of minor units, at most {MAX_POSTING_AMOUNT} in"
-            f" magnitude, not {repr(amount)[:40]}",
+            f" magnitude, not {shown(amount, 40)}",
             detail=where,
         )
     return amount

@@ -130,6 +130,16 @@ CODES: Final[dict[str, str]] = {
 }
 
 
+def shown(value: object, limit: int = 120) -> str:
+    """`value` as code would spell it, cut to `limit` characters, for a refusal's text (a NUL
+    or a lone surrogate stays printable); one `repr` cannot spell — an int past Python's 4,300
+    digits, a list nested past the recursion limit — by its type, so the refusal stays typed."""
+    try:
+        return repr(value)[:limit]
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
+
+
 class JobsError(Exception):
     """A refusal of the jobs library."""
 
@@ -471,16 +481,18 @@ class RateLimitedError(JobsError):
         detail: str | None = None,
         retry_after_ms: float = 1000,
     ) -> None:
-        """`retry_after_ms`: any finite number of ms >= 0 (kept as a whole number of ms);
+        """`retry_after_ms`: any finite number of ms >= 0 (kept as a whole number of ms; a
+        worker defers a wait past the last time a store keeps, `MAX_TIME_MS`, to that time);
         anything else is refused here, where it is written, with `X_JOB_OPTION_INVALID`."""
         if (
             isinstance(retry_after_ms, bool)
             or not isinstance(retry_after_ms, int | float)
-            or not math.isfinite(retry_after_ms)
-            or retry_after_ms < 0
+            # Compared as it is: a NaN fails, and an int past a float's range is never
+            # converted (`math.isfinite` of one raises OverflowError).
+            or not 0 <= retry_after_ms < math.inf
         ):
             raise OptionInvalidError(
-                f"must be a finite number of ms >= 0, not {retry_after_ms!r}",
+                f"must be a finite number of ms >= 0, not {shown(retry_after_ms, 40)}",
                 detail="retry_after_ms",
             )
         super().__init__(message, detail=detail)

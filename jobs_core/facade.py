@@ -152,9 +152,12 @@ class Jobs:
 
         An id naming no job is `X_JOB_DEPENDENCY_UNKNOWN` (`DependencyUnknownError`, its
         `detail` the ids), and nothing is written. Retried like `enqueue`, same record."""
-        if isinstance(after, str):
+        # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError).
+        if isinstance(after, str) or not all(isinstance(i, str) for i in after):
             raise OptionInvalidError("must be a list of job ids", detail="after")
         try:
+            if not isinstance(policy, str):  # the enum's own refusal spells the value
+                raise ValueError(policy)
             join_policy = JoinPolicy(policy)
         except ValueError:
             raise OptionInvalidError(

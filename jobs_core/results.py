@@ -16,8 +16,13 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
-from jobs_core.driver import JobDriver, WakeSubscription
-from jobs_core.errors import JobNotFoundError, ResultFailedError, ResultTimeoutError
+from jobs_core.driver import JobDriver, WakeSubscription, name_refusal
+from jobs_core.errors import (
+    JobNotFoundError,
+    RecordInvalidError,
+    ResultFailedError,
+    ResultTimeoutError,
+)
 from jobs_core.jsonform import JsonValue, loads
 from jobs_core.options import finite_number
 from jobs_core.records import JobRecord
@@ -108,6 +113,9 @@ class FinishWaits:
         `timeout` seconds (None: no end); `X_JOB_NOT_FOUND` for an id naming no row."""
         if timeout is not None:
             timeout = finite_number(timeout, "timeout", minimum=0.0, maximum=RESULT_TIMEOUT_MAX_S)
+        if (why := name_refusal(job_id)) is not None:
+            # Before the waiters' table hashes it (a list: TypeError) or the store sees it.
+            raise RecordInvalidError(f"a job id {why}", detail="job_id")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         waiter = _Waiter()

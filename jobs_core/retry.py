@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -41,7 +42,11 @@ class Retry:
 
     def delay_ms(self, attempt: int, rng: random.Random) -> int:
         """The wait after failed attempt number `attempt` (1-based), jitter applied."""
-        raw = min(float(self.cap_ms), self.base_ms * self.factor ** max(attempt - 1, 0))
+        try:
+            grown = self.base_ms * self.factor ** max(attempt - 1, 0)
+        except OverflowError:  # past a float's range (100.0 ** 155): past any cap too
+            grown = math.inf
+        raw = min(float(self.cap_ms), grown)
         match self.jitter:
             case "none":
                 d = raw

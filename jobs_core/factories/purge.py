@@ -51,7 +51,7 @@ from typing import Any, Final
 
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_PURGE_LIMIT, OPTIONAL_FAMILIES, Family, JobDriver, name_refusal
-from jobs_core.errors import PurgeDeclarationInvalidError
+from jobs_core.errors import PurgeDeclarationInvalidError, shown
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import JsonValue
 from jobs_core.options import count
@@ -215,13 +215,13 @@ def _targets(targets: Sequence[PurgeTarget] | None, retention: Retention) -> lis
     seen: set[str] = set()
     for t in chosen:
         if not isinstance(t, PurgeTarget):
-            raise PurgeDeclarationInvalidError("a PurgeTarget", detail=repr(t)[:120])
+            raise PurgeDeclarationInvalidError("a PurgeTarget", detail=shown(t))
         why = name_refusal(t.name)
         step_why = name_refusal(TARGET_STEP + t.name) if why is None else why
         if step_why is not None:
             raise PurgeDeclarationInvalidError(
                 f"a target name {step_why} (as its step, {TARGET_STEP}<name>)",
-                detail=repr(t.name)[:120],
+                detail=shown(t.name),
             )
         if t.name in seen:
             raise PurgeDeclarationInvalidError("two targets share this name", detail=t.name)

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import MAX_LIST_LIMIT, JobDriver
+from jobs_core.driver import MAX_LIST_LIMIT, MAX_TASK_BATCH, JobDriver
 from jobs_core.errors import (
     JobNotFoundError,
     JobsError,
@@ -944,7 +944,7 @@ class Operator:
         on a driver without it; none paused on a driver without pauses)."""
         now = self.clock.now_ms()
         names = [h.name for h in handles]
-        marks = await self.driver.task_marks(names) if self.driver.capabilities().tasks else {}
+        marks = await self._task_marks(names) if self.driver.capabilities().tasks else {}
         paused = {p.value for p in await self._pauses() if p.kind == "task"}
         return [TaskView.of(h, marks.get(h.name), h.name in paused, now) for h in handles]
 
@@ -953,5 +953,12 @@ class Operator:
         before the first (a task never armed, or armed and not fired yet). Never the watermark:
         a catch-up or a pause moves that, not this."""
         self.driver.require("tasks", what="the task fires")
-        marks = await self.driver.task_marks(names)
+        marks = await self._task_marks(names)
         return {n: (marks[n].fired_ms if n in marks else None) for n in names}
+
+    async def _task_marks(self, names: Sequence[str]) -> dict[str, TaskMark]:
+        """`task_marks` of any number of names, `MAX_TASK_BATCH` a call."""
+        marks: dict[str, TaskMark] = {}
+        for at in range(0, len(names), MAX_TASK_BATCH):
+            marks.update(await self.driver.task_marks(names[at : at + MAX_TASK_BATCH]))
+        return marks

@@ -25,7 +25,7 @@ import re
 import zoneinfo
 from typing import TYPE_CHECKING, Final
 
-from jobs_core.errors import TaskCronInvalidError, TaskTzInvalidError
+from jobs_core.errors import TaskCronInvalidError, TaskTzInvalidError, shown
 
 if TYPE_CHECKING:
     # Imported where a cron is read: croniter and dateutil cost every process ~15 ms at
@@ -57,8 +57,10 @@ def zone(tz: object) -> zoneinfo.ZoneInfo:
         raise TaskTzInvalidError("tz is required: an IANA zone name such as 'Europe/Paris'")
     try:
         return zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise TaskTzInvalidError(f"no time zone named {tz!r}", detail=tz) from exc
+    # OSError: zoneinfo opens the name as a path (a directory of the database, a name past a
+    # file name's length).
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise TaskTzInvalidError(f"no time zone named {tz[:200]!r}", detail=tz[:200]) from exc
 
 
 class CronSchedule:
@@ -74,7 +76,7 @@ class CronSchedule:
     def __init__(self, expr: object, tz: object, *, hash_id: str | None = None) -> None:
         self.tz = zone(tz)
         if not isinstance(expr, str) or not expr.strip():
-            raise TaskCronInvalidError("cron must be a non-empty string", detail=repr(expr))
+            raise TaskCronInvalidError("cron must be a non-empty string", detail=shown(expr))
         self.expr = " ".join(expr.split())
         fields = self.expr.split(" ")
         if len(fields) == 1 and self.expr.lower() in _ALIASES:

@@ -30,8 +30,8 @@ from typing import Final
 
 from jobs_core.backoff import wait_kick
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver, check_new_job
-from jobs_core.errors import DrainingError, JobsError
+from jobs_core.driver import MAX_TASK_BATCH, JobDriver, check_new_job, name_refusal
+from jobs_core.errors import DrainingError, JobsError, OptionInvalidError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
 from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, wait_for_store
@@ -84,6 +84,9 @@ class Scheduler:
         self.tasks = tasks_of(tasks)
         self._by_name = {t.name: t for t in self.tasks}
         self.clock = clock or SystemClock()
+        if scheduler_id and (why := name_refusal(scheduler_id)) is not None:
+            # It is the lead's holder: every round's lease call would refuse it, forever.
+            raise OptionInvalidError(f"the scheduler id {why}", detail="scheduler_id")
         self.scheduler_id = scheduler_id or f"scheduler-{new_id()}"
         self.ttl_ms = seconds_to_ms(lease_ttl, "lease_ttl")
         self.renew_every_ms = max(1, self.ttl_ms // 3)
@@ -303,7 +306,10 @@ class Scheduler:
         return fired
 
     async def _arm(self, names: Sequence[str], now: int) -> None:
-        marks = await self.driver.task_arm(names, now) if names else []
+        marks: list[TaskMark] = []
+        # A call names at most MAX_TASK_BATCH tasks: a fleet of consumers brings one each.
+        for at in range(0, len(names), MAX_TASK_BATCH):
+            marks += await self.driver.task_arm(names[at : at + MAX_TASK_BATCH], now)
         if self._marks is None:
             self._marks = {}
         for m in marks:

@@ -28,7 +28,6 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import inspect
-import math
 import queue
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from jobs_core.errors import (
     StepNameInvalidError,
     StepOutputInvalidError,
     StepTimeoutError,
+    shown,
 )
 from jobs_core.ids import derived_id
 from jobs_core.jsonform import JsonValue, dumps, loads
@@ -120,7 +120,8 @@ def _ms_of(when: object, what: str) -> int:
         raise OptionInvalidError("an aware datetime or epoch ms", detail=what)
     else:
         ms = when
-    if not (math.isfinite(ms) and 0 <= ms <= MAX_TIME_MS):
+    # Compared as it is: `math.isfinite` of an int past a float's range raises OverflowError.
+    if not (0 <= ms <= MAX_TIME_MS):
         raise OptionInvalidError(f"a time between 0 and {MAX_TIME_MS} epoch ms", detail=what)
     return round(ms)
 
@@ -130,7 +131,8 @@ def _duration_ms(duration: object, what: str) -> int:
     if (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
-        or not (math.isfinite(seconds) and 0 <= seconds * 1000 <= MAX_TIME_MS)
+        # A NaN fails the comparison; an int is compared exactly, never turned into a float.
+        or not (0 <= seconds * 1000 <= MAX_TIME_MS)
     ):
         raise OptionInvalidError("a duration is finite seconds >= 0 or a timedelta", detail=what)
     return round(seconds * 1000)
@@ -285,7 +287,7 @@ class StepApi:
                     why = f"{under} once recorded as {prefix}<name>"
         if why is not None:
             # The name as code would spell it: one holding a NUL or a surrogate is printable.
-            raise StepNameInvalidError(f"the step name {why}", detail=repr(name)[:120])
+            raise StepNameInvalidError(f"the step name {why}", detail=shown(name))
         assert isinstance(name, str)
         if name in self._used:
             raise StepDuplicateError(detail=name)
@@ -296,7 +298,8 @@ class StepApi:
     async def run(self, name: str, fn: StepFn, *, compensate: Compensation | None = None) -> Any:
         """Run `fn` once for this run and answer its stored JSON form; on a later attempt (or
         a resume) answer the stored form without calling `fn`. `compensate(output)` undoes
-        the step if the run fails for good (steps undone in reverse order, each once)."""
+        the step if the run fails for good (steps undone in reverse order, each recorded once;
+        a compensation, like `fn`, runs at least once)."""
         self._claim_name(name, *((UNDO,) if compensate is not None else ()))
         if not callable(fn):
             raise DeclarationInvalidError("a step runs a function", detail="fn")
@@ -570,6 +573,11 @@ class StepApi:
             if not isinstance(job_id, str):
                 raise DeclarationInvalidError("a job id is a string", detail="job_ids")
         distinct = tuple(dict.fromkeys(job_ids))
+        if self._job.id in distinct:
+            # Its own row is live while it waits: the park would never be released.
+            raise DeclarationInvalidError(
+                "a run cannot wait for the result of its own job", detail=self._job.id
+            )
         if len(distinct) > MAX_JOIN_IDS:
             raise BatchTooLargeError(detail=f"{len(distinct)} jobs > {MAX_JOIN_IDS}")
         record = (await self.records()).get(name)

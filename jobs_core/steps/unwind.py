@@ -1,5 +1,6 @@
 """Sagas: when a run fails for good, the completed steps that declared a compensation are undone,
-in reverse order of completion, each once.
+in reverse order of completion, each recorded once (a compensation runs at least once: a crash
+after it returned and before its record landed runs it again).
 
 The undoing is a job of its own, `ujobs.unwind`, enqueued (deduped per run) before the failed
 run's final settle — and by the worker whose claim buries a run that died on its final attempt —

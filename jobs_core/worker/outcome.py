@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from jobs_core import tracing
 from jobs_core.clock import Clock
-from jobs_core.driver import JobDriver
+from jobs_core.driver import MAX_TIME_MS, JobDriver, check_nack
 from jobs_core.errors import (
     DrainingError,
     JobsError,
@@ -257,9 +257,10 @@ class Outcomes:
         fields = held.log_extra(self._worker_id)
         tracing.failed(held.span, exc, held.secrets)
         if isinstance(exc, RateLimitedError):
-            nack = Nack(
-                job.fence, NackKind.SHED, now, now + exc.retry_after_ms, progress_json=progress
-            )
+            # A wait past the last time a store holds defers to that time: a run_at past it
+            # would be refused at the settle, and the job would burn its attempts on that.
+            until = min(now + exc.retry_after_ms, MAX_TIME_MS)
+            nack = Nack(job.fence, NackKind.SHED, now, until, progress_json=progress)
             outcome = Outcome.SHED
             log.debug("jobs.run.shed %s %s: %s", job.name, job.id, brief(exc), extra=fields)
         elif getattr(exc, "terminal", False) is True or handle is None or job.final_attempt:
@@ -447,8 +448,16 @@ class Outcomes:
         h = self._held.get(item.fence.job_id)
         error = error_text(exc, h.secrets if h is not None else ())
         handle = self._handles.get(h.job.name) if h is not None else None
+        dead_letter = handle.retry.dead_letter if handle is not None else True
+        fail = Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
         if h is None or handle is None or h.job.final_attempt:
-            dead_letter = handle.retry.dead_letter if handle is not None else True
-            return Nack(item.fence, NackKind.FAIL, now, error=error, dead_letter=dead_letter)
+            return fail
         delay = handle.retry.delay_ms(h.job.attempt, self._rng)
-        return Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)
+        retry = Nack(item.fence, NackKind.RETRY, now, now + delay, error=error)
+        try:
+            check_nack(retry)
+        except JobsError:
+            # Refused as the first was (a run_at past the store's last time): sending neither
+            # would leave the claim to its lease, so the job fails with the refusal.
+            return fail
+        return retry

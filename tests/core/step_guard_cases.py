@@ -23,7 +23,7 @@ from jobs_core.states import JobState
 from jobs_core.steps.unwind import UNWIND_JOB
 from jobs_core.tenant import current_tenant
 from jobs_core.worker import Worker
-from tests.core.support import declare, until
+from tests.core.support import HUGE_INT, declare, deep_list, until
 
 SURROGATE = "\ud83d"
 THREE = Retry(attempts=3, base_ms=1, cap_ms=5, jitter="none")
@@ -106,6 +106,7 @@ async def an_unstorable_step_output_fails_the_run_once(driver: JobDriver) -> Non
 #: Names whose records the store cannot hold; `~undo:` and `~wait:` are 6 bytes.
 TOO_LONG = "n" * (MAX_NAME_BYTES + 1)
 TOO_LONG_TO_UNDO = "n" * (MAX_NAME_BYTES - 4)
+DEEP = deep_list()
 
 
 async def every_step_argument_is_checked_before_the_step_runs(driver: JobDriver) -> None:
@@ -147,6 +148,20 @@ async def every_step_argument_is_checked_before_the_step_runs(driver: JobDriver)
                 await ctx.step.sleep("nap", dt.timedelta(days=365 * 200))
             case "sleep infinite":
                 await ctx.step.sleep("nap", float("inf"))
+            # Integers past a float's range (and past `repr`'s 4,300 digits), and a name nested
+            # past the recursion limit: refused with their codes, not OverflowError/ValueError.
+            case "sleep huge":
+                await ctx.step.sleep("nap", HUGE_INT)
+            case "sleep until huge":
+                await ctx.step.sleep_until("nap", HUGE_INT)
+            case "wait huge timeout":
+                await ctx.step.wait_for_event("paid", "paid", timeout=HUGE_INT)
+            case "wait huge since":
+                await ctx.step.wait_for_event("paid", "paid", since=HUGE_INT)
+            case "huge name":
+                await ctx.step.run(HUGE_INT, charge(case))  # type: ignore[arg-type]
+            case "deep name":
+                await ctx.step.enqueue(DEEP, handle, {})  # type: ignore[arg-type]
 
     expected = {
         "long": "X_STEP_NAME_INVALID",
@@ -158,6 +173,12 @@ async def every_step_argument_is_checked_before_the_step_runs(driver: JobDriver)
         "list match": "X_JOB_RECORD_INVALID",
         "sleep forever": "X_JOB_OPTION_INVALID",
         "sleep infinite": "X_JOB_OPTION_INVALID",
+        "sleep huge": "X_JOB_OPTION_INVALID",
+        "sleep until huge": "X_JOB_OPTION_INVALID",
+        "wait huge timeout": "X_JOB_OPTION_INVALID",
+        "wait huge since": "X_JOB_OPTION_INVALID",
+        "huge name": "X_STEP_NAME_INVALID",
+        "deep name": "X_STEP_NAME_INVALID",
     }
     handle = declare(body, name="guarded", idempotency_key=lambda i: i["case"], retry=THREE)
     jobs = Jobs(driver)

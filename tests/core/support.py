@@ -31,6 +31,19 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000
 
 
+#: Values `repr` cannot spell, which every refusal naming a value must survive: an int past
+#: Python's 4,300 digits (ValueError) and a list nested past the recursion limit (RecursionError).
+HUGE_INT = 10**5000
+
+
+def deep_list(levels: int = 10_000) -> list[Any]:
+    """A list nested `levels` deep."""
+    nested: list[Any] = []
+    for _ in range(levels):
+        nested = [nested]
+    return nested
+
+
 def code_path(*first: Path) -> str:
     """A PYTHONPATH for a subprocess: `first` (an app's directory), then this checkout.
 

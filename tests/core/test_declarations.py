@@ -20,6 +20,7 @@ from jobs_core.leases import Concurrency, RateLimit
 from jobs_core.records import ClaimParams
 from jobs_core.retry import Retry
 from jobs_memory import MemoryDriver
+from tests.core.support import HUGE_INT, deep_list
 
 
 async def body(input: Any, ctx: Any) -> None:
@@ -172,6 +173,17 @@ def test_backoff_curve_and_jitter_modes() -> None:
         assert all(d // 2 <= equal.delay_ms(n, rng) <= d for _ in range(50))
 
 
+def test_a_curve_past_a_floats_range_stays_at_its_cap() -> None:
+    """`factor ** (n - 1)` passes a float's range within the attempts a declaration may give
+    (100.0 ** 154 already does): the delay is the cap, never an OverflowError out of the
+    worker's settle (which left the job to its lease at each such attempt)."""
+    rng = random.Random(7)
+    steep = Retry(attempts=1_000, base_ms=1, factor=100.0, cap_ms=60_000, jitter="none")
+    assert [steep.delay_ms(n, rng) for n in (1, 2, 155, 160, 1_000)] == [1, 100] + [60_000] * 3
+    # An attempt past the declaration's own (a row enqueued under an older one) too.
+    assert Retry(jitter="none").delay_ms(5_000, rng) == Retry().cap_ms
+
+
 @pytest.mark.parametrize(
     "bad_input",
     [{"x": math.nan}, {"s": {1, 2}}, {"o": object()}, {"nul": "a\x00b"}, {(1, 2): "tuple key"}],
@@ -245,3 +257,44 @@ async def test_a_claim_must_name_a_queue() -> None:
     with pytest.raises(JobsError) as info:
         await driver.job_claim(ClaimParams((), "w", 1, 1000, 0))
     assert info.value.code == "X_JOB_CLAIM_QUEUES_EMPTY"
+
+
+@pytest.mark.parametrize("value", [HUGE_INT, deep_list()], ids=["huge int", "deep list"])
+def test_a_value_repr_cannot_spell_is_refused_typed(value: Any) -> None:
+    """Every refusal that names the offending value names one `repr` cannot make by its type:
+    the refusal stays the typed one, never a ValueError or RecursionError out of its message."""
+    from jobs_core.factories import backfill, consumer
+    from jobs_core.factories.consumers.sources import function
+    from jobs_core.factories.ledger import posting_lines
+    from jobs_core.factories.purge import PurgeTarget, purge
+
+    def lines(amount: Any, account: Any = "cash", currency: Any = "EUR") -> Any:
+        return lambda: posting_lines(
+            [{"account": account, "currency": currency, "amount": amount}, ("bank", "EUR", -1)]
+        )
+
+    reg = JobRegistry()
+    assert code_of(lines(value)) == "X_LEDGER_AMOUNT_INVALID"
+    assert code_of(lines(1, account=value)) == "X_LEDGER_ACCOUNT_INVALID"
+    assert code_of(lines(1, currency=value)) == "X_LEDGER_CURRENCY_INVALID"
+
+    async def fetch(cursor: Any, limit: int) -> Any:
+        return [], cursor
+
+    assert (
+        code_of(
+            lambda: consumer(
+                value,
+                source=function(fetch),
+                handle=lambda r, t: None,
+                tenant="none",
+                registry=reg,
+            )
+        )
+        == "X_CONSUMER_DECLARATION_INVALID"
+    )
+    made = lambda: backfill(name=value, tenant="none", handle=print, pages=fetch)  # noqa: E731
+    assert code_of(made) == "X_BACKFILL_DECLARATION_INVALID"
+    target = PurgeTarget(name=value, purge=lambda d, c, n: None)  # type: ignore[arg-type,return-value]
+    assert code_of(lambda: purge(name="p", targets=[target])) == "X_PURGE_DECLARATION_INVALID"
+    assert code_of(lambda: purge(name="p", targets=[value])) == "X_PURGE_DECLARATION_INVALID"

@@ -13,14 +13,20 @@ import pytest
 
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.errors import DependencyUnknownError, OptionInvalidError, TerminalError
+from jobs_core.errors import (
+    DeclarationInvalidError,
+    DependencyUnknownError,
+    OptionInvalidError,
+    RecordInvalidError,
+    TerminalError,
+)
 from jobs_core.facade import Jobs
 from jobs_core.ids import derived_id
 from jobs_core.records import JobFilter, JoinPolicy, JoinState
 from jobs_core.retry import Retry
 from jobs_core.states import JobState
 from tests.core.flows_support import ONCE, driver, ended, listed, row, working
-from tests.core.support import declare
+from tests.core.support import HUGE_INT, declare, deep_list
 
 __all__ = ["driver"]  # the fixture, parametrized over the kinds that declare flows
 
@@ -94,6 +100,19 @@ async def test_an_unknown_dependency_is_refused_before_anything_is_written(
         await client.enqueue(h, {"n": 3}, after=[known.id], after_policy="sometimes")
     with pytest.raises(OptionInvalidError):
         await client.enqueue(h, {"n": 3}, after=known.id)
+    # Ids and policies of other types, and ones `repr` cannot spell: typed, nothing written
+    # (a list in the list was a TypeError, a deep policy a RecursionError).
+    deep = deep_list()
+    for bad in ([known.id, ["x"]], [{"id": known.id}], [deep], [HUGE_INT]):
+        with pytest.raises(OptionInvalidError) as refused:
+            await client.enqueue(h, {"n": 4}, id="would-be", after=bad)
+        assert refused.value.detail == "after"
+    with pytest.raises(OptionInvalidError):
+        await client.enqueue(h, {"n": 4}, id="would-be", after=[known.id], after_policy=deep)
+    for bad_id in (["x"], {"id": known.id}, "a\x00b", "x" * 201):
+        with pytest.raises(RecordInvalidError):
+            await client.result(bad_id, timeout=0.01)  # type: ignore[arg-type]
+    assert await driver.job_get_many(["would-be"]) == {}
 
 
 async def test_a_batch_callback_runs_exactly_once_with_the_counts(driver: JobDriver) -> None:
@@ -128,6 +147,23 @@ async def test_a_batch_callback_runs_exactly_once_with_the_counts(driver: JobDri
     assert skipped.last_error is not None and "X_JOB_DEPENDENCY_FAILED" in skipped.last_error
     members = await listed(driver, JobFilter(batch_id=b.id))
     assert sorted(m.id for m in members) == sorted(b.member_ids) and len(members) == 5
+
+
+async def test_one_handle_for_both_callbacks_with_one_key_is_refused(driver: JobDriver) -> None:
+    """`key=` is both callbacks' key: with one handle for both they share a namespace, so the
+    `on_success` record deduped against `on_complete`'s parked row and was never enqueued,
+    silently (`close` answered it `deduped`). Refused at the batch, before any member."""
+    report = declare(lambda i, c: None, name="report", idempotency_key=lambda i: "r")
+    client = Jobs(driver)
+    for key in ("nightly", None):
+        with pytest.raises(DeclarationInvalidError) as refused:
+            client.batch(on_complete=report, on_success=report, key=key)
+        assert refused.value.detail == "key"
+    # Apart they are fine: the default keys are derived per role.
+    async with client.batch(on_complete=report, on_success=report) as b:
+        await b.enqueue(report, {"n": 1})
+    rows = await driver.job_get_many([derived_id(b.id, r) for r in ("on_complete", "on_success")])
+    assert len(rows) == 2
 
 
 async def test_a_batch_that_all_succeeds_runs_on_success(driver: JobDriver) -> None:

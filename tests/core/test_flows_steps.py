@@ -168,6 +168,31 @@ async def test_a_failed_child_raises_typed_unless_errors_are_returned(driver: Jo
     await client.close()
 
 
+async def test_a_run_that_waits_for_its_own_job_is_refused_not_parked_forever(
+    driver: JobDriver,
+) -> None:
+    """Its own row is live while it waits, so a park on it was never released: the run sat
+    `parked`, no run time, for good. It is refused before anything is recorded, and fails."""
+
+    async def selfish(input: Any, ctx: JobContext) -> Any:
+        if input["how"] == "result":
+            return await ctx.step.result("me", ctx.job_id)
+        return await ctx.step.gather("all", ["nobody", ctx.job_id])
+
+    h = declare(selfish, name="selfish", retry=ONCE)
+    client = Jobs(driver)
+    ids = [
+        (await client.enqueue(h, {"n": n, "how": how})).id
+        for n, how in enumerate(["result", "gather"])
+    ]
+    await working(driver, [h], ended(driver, *ids), within=10)
+    for job_id in ids:
+        r = await row(driver, job_id)
+        assert r.state is JobState.DEAD and r.join is None, r
+        assert r.last_error is not None and "X_JOB_DECLARATION_INVALID" in r.last_error
+        assert await driver.step_list(r.run_id) == []
+
+
 async def test_def_bodies_enqueue_and_gather_through_sync_step(driver: JobDriver) -> None:
     def child(input: Any, ctx: JobContext) -> str:
         return f"hi {input['n']}"

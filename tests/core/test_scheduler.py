@@ -20,6 +20,7 @@ from jobs_core.errors import (
     DriverUnsupportedError,
     InputInvalidError,
     JobDuplicateError,
+    JobsError,
     TaskCronInvalidError,
     TaskDeclarationInvalidError,
     TaskTzInvalidError,
@@ -324,6 +325,38 @@ async def test_a_driver_without_tasks_is_refused_before_the_scheduler_runs() -> 
     assert refused.value.capability == "tasks"
 
 
+async def test_more_tasks_than_one_store_call_names_are_armed_and_fired(
+    driver: JobDriver,
+) -> None:
+    """A leader arms every task it fires; past `MAX_TASK_BATCH` tasks (a consumer per tenant
+    each brings its supervisor task) one `task_arm` of them all was refused, every round, so
+    no task ever fired; the operator's schedule view read them in one call too."""
+    from jobs_core.driver import MAX_TASK_BATCH
+
+    clock = FakeClock(JUNE + 5 * MINUTE)
+    j = report_job()
+    n = MAX_TASK_BATCH + 1
+    tasks = [every_hour(f"t{i:05}", job=j, input={"kind": f"k{i}"}) for i in range(n)]
+    s = Scheduler(driver, tasks, clock=clock, lease_ttl=3 * HOUR / 1000)
+    assert await s.tick() == [] and s.leading  # takes the lead and arms every task
+    await clock.advance(HOUR)
+    fired = await s.tick()
+    assert len(fired) == n and all(f.job_id is not None for f in fired)
+    views = await Operator(driver, clock=clock).tasks(tasks)
+    assert len(views) == n and all(v.last_fire_ms == JUNE + HOUR for v in views)
+    fires = await Operator(driver, clock=clock).task_fires([t.name for t in tasks])
+    assert set(fires.values()) == {JUNE + HOUR}
+
+
+@pytest.mark.parametrize("scheduler_id", ["x" * 201, "s\x00", "\ud800"])
+async def test_a_scheduler_id_no_lease_holds_is_refused_at_construction(scheduler_id: str) -> None:
+    """The id is the lead's holder: one the lease store refuses made every round fail with
+    X_JOB_RECORD_INVALID, forever, after a start that looked fine."""
+    with pytest.raises(JobsError) as refused:
+        Scheduler(MemoryDriver(), [every_hour()], scheduler_id=scheduler_id)
+    assert (refused.value.code, refused.value.detail) == ("X_JOB_OPTION_INVALID", "scheduler_id")
+
+
 async def test_an_input_the_job_refuses_holds_the_task_not_the_round() -> None:
     clock = FakeClock(JUNE + 5 * MINUTE)
     driver = MemoryDriver()
@@ -349,6 +382,12 @@ async def test_an_input_the_job_refuses_holds_the_task_not_the_round() -> None:
         ({"cron": "not cron"}, TaskCronInvalidError, None),
         ({"tz": "Europe/Pariss"}, TaskTzInvalidError, None),
         ({"tz": ""}, TaskTzInvalidError, None),
+        # Names zoneinfo opens as a path: a directory of the tz database, one past a file
+        # name's length (IsADirectoryError, OSError before).
+        ({"tz": "Europe"}, TaskTzInvalidError, None),
+        ({"tz": "x" * 300}, TaskTzInvalidError, None),
+        # A cron `repr` cannot spell (ValueError before).
+        ({"cron": 10**5000}, TaskCronInvalidError, None),
         ({"catch_up": "all"}, TaskDeclarationInvalidError, "catch_up"),
         ({"job": "report"}, TaskDeclarationInvalidError, "job"),
         ({"input": {"kind": {1, 2}}}, InputInvalidError, None),

@@ -16,6 +16,7 @@ import pytest
 
 from jobs_core.clock import FakeClock, SystemClock
 from jobs_core.context import JobContext
+from jobs_core.driver import MAX_TIME_MS
 from jobs_core.errors import (
     DriverError,
     DriverUnavailableError,
@@ -190,15 +191,20 @@ async def test_rate_limited_with_a_float_delay_sheds_every_job_of_the_batch() ->
 
 
 async def test_a_settle_the_driver_would_refuse_fails_its_own_job_with_the_typed_error() -> None:
-    clock = FakeClock()
+    # Ten minutes before the last time a store keeps: a retry an hour on is past it, refused.
+    # Its replacement was a retry refused the same way, and not sent: the claim was left to its
+    # lease. (A rate limit past that time made the refused settle here before: it now defers
+    # to that time, test_worker.py.)
+    clock = FakeClock(MAX_TIME_MS - 600_000)
     driver = MemoryDriver()
 
     async def too_far(input: Any, ctx: JobContext) -> None:
         if input["n"] == 0:
-            raise RateLimitedError(retry_after_ms=1e13)  # a run_at past any time a store keeps
+            raise RuntimeError("retried past any time a store keeps")
         return None
 
-    h = declare(too_far, retry=Retry(attempts=1))
+    hour = 3_600_000
+    h = declare(too_far, retry=Retry(attempts=2, base_ms=hour, cap_ms=hour, jitter="none"))
     queued = await Jobs(driver, clock=clock).enqueue_many(h, [{"n": i} for i in range(3)])
     worker = Worker(driver, [h], clock=clock, concurrency=3)
     await worker.start()

@@ -272,6 +272,11 @@ async def test_rate_limits_rejections_redirects_and_network_errors(
         ("http://example.com/a b", "space"),
         ("http://example.com/\r\nX-Evil: 1", "header"),
         ("", "empty"),
+        # Host names no resolver takes (an empty label, one past 63 bytes): refused as a
+        # shape, never a UnicodeError out of the lookup.
+        ("http://a..example.com/x", "empty label"),
+        ("http://.example.com/x", "leading dot"),
+        ("https://" + "a" * 64 + ".example.com/x", "label past 63 bytes"),
     ],
 )
 async def test_ssrf_and_hostile_urls_are_refused_before_anything_is_written(
@@ -575,6 +580,48 @@ async def test_allowed_redirects_are_checked_hop_by_hop(http: Endpoint) -> None:
         assert [(a.outcome, a.error) for a in refused] == [("failed", "X_WEBHOOK_URL_REFUSED")]
 
 
+async def test_a_hostile_answer_is_a_recorded_attempt_with_its_code(
+    driver: JobDriver, http: Endpoint
+) -> None:
+    """What the endpoint answers after the POST went out — a redirect to a host no resolver
+    takes, a `Retry-After` of digits `int` cannot read or of a year past `datetime`'s, a body
+    its `Content-Encoding` does not decode — is recorded as the attempt it was (the streak
+    moves) and raised as its `X_*` code, never an untyped error that skips the record."""
+    await register_endpoint(driver, "orders", http.url(), tenant_id="acme", allow_networks=LOOPBACK)
+    handle = sender(allow_redirects=True)
+    http.answer(
+        (302, {"location": "http://a..example.com/x"}, b""),
+        (429, {"retry-after": "\u00b2"}, b"slow down"),  # '²'.isdigit() is True
+        (429, {"retry-after": "01 Jan 10000000000000000 00:00 GMT"}, b""),  # past datetime's years
+        (500, {"content-encoding": "gzip"}, b"not gzip at all"),  # httpx.DecodingError
+    )
+    no_host = await send(driver, handle, event(1))
+    assert isinstance(no_host, JobsError), no_host
+    assert no_host.code == "X_WEBHOOK_URL_REFUSED" and no_host.terminal
+    limited = await send(driver, handle, event(2))
+    assert isinstance(limited, JobsError), limited
+    assert limited.code == "X_WEBHOOK_DELIVERY_FAILED" and not limited.terminal
+    far = await send(driver, handle, event(3))
+    assert isinstance(far, JobsError), far
+    assert far.code == "X_WEBHOOK_DELIVERY_FAILED" and not far.terminal
+    garbled = await send(driver, handle, event(4))
+    assert isinstance(garbled, JobsError), garbled
+    assert garbled.code == "X_WEBHOOK_DELIVERY_FAILED" and not garbled.terminal
+    assert len(http.got) == 4
+    got = {
+        a.event_id: (a.outcome, a.status_code, a.error) for a in await attempts(driver, "orders")
+    }
+    assert got == {
+        "msg_1": ("failed", None, "X_WEBHOOK_URL_REFUSED"),
+        "msg_2": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
+        "msg_3": ("failed", 429, "X_WEBHOOK_DELIVERY_FAILED"),
+        "msg_4": ("failed", 500, "X_WEBHOOK_DELIVERY_FAILED"),
+    }
+    assert (await endpoint_of(driver, "orders")).failures == 4
+    (garbled_attempt,) = [a for a in await attempts(driver, "orders") if a.event_id == "msg_4"]
+    assert "DecodingError" in garbled_attempt.excerpt
+
+
 async def test_a_read_timeout_is_a_failed_attempt_retried(http: Endpoint) -> None:
     async with fresh_store("memory") as driver:
         await register_endpoint(
@@ -608,6 +655,36 @@ async def test_hostile_endpoints_and_tenants_are_refused_before_anything_is_writ
             )
         assert caught.value.code == code, caught.value
         assert await driver.webhook_endpoint_list(10) == []
+
+
+async def test_code_acting_for_a_tenant_writes_only_its_own_endpoints(driver: JobDriver) -> None:
+    """Fail closed, as the sender's org check: a body acting for `acme` that registers or
+    enables an endpoint of another tenant — or of none, the endpoints a `tenant="none"` sender
+    sends through, which a tenant's request could otherwise repoint — is refused, unwritten."""
+    url = "http://127.0.0.1/x"
+    await register_endpoint(driver, "billing", url, allow_networks=LOOPBACK)  # no tenant
+    with acting_for("acme"):
+        for tenant in (None, "other"):
+            with pytest.raises(JobsError) as refused:
+                await register_endpoint(
+                    driver,
+                    "billing",
+                    "http://127.0.0.2/evil",
+                    tenant_id=tenant,
+                    allow_networks=LOOPBACK,
+                )
+            assert refused.value.code == "X_JOB_TENANT_MISMATCH"
+            with pytest.raises(JobsError) as refused:
+                await enable_endpoint(driver, "billing", tenant_id=tenant)
+            assert refused.value.code == "X_JOB_TENANT_MISMATCH"
+        own = await register_endpoint(
+            driver, "billing", url, tenant_id="acme", allow_networks=LOOPBACK
+        )
+        assert (own.tenant_id, own.enabled) == ("acme", True)
+    assert [(e.tenant_id, e.url) for e in await driver.webhook_endpoint_list(10)] == [
+        (None, url),
+        ("acme", url),
+    ]
 
 
 async def test_racing_attempts_each_move_the_streak_once(driver: JobDriver) -> None:

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from jobs_core.context import CancelSignal, JobContext
-from jobs_core.errors import JobCancelledError, JobTimeoutError, RateLimitedError, TerminalError
+from jobs_core.errors import (
+    JobCancelledError,
+    JobsError,
+    JobTimeoutError,
+    RateLimitedError,
+    TerminalError,
+)
 from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, JobRecord
@@ -26,7 +32,7 @@ from jobs_core.worker import Worker
 from jobs_core.worker.failure import relative_frames
 from jobs_memory import MemoryDriver
 from tests.core.runpath_cases import declare
-from tests.core.support import ROOT, until
+from tests.core.support import HUGE_INT, ROOT, deep_list, until
 
 
 def fast_worker(driver: MemoryDriver, handles: list[JobHandle], **options: Any) -> Worker:
@@ -165,6 +171,58 @@ async def test_rate_limited_defers_without_spending_an_attempt() -> None:
     assert calls == [1, 1, 1]
     assert (await row(driver, queued.id)).state is JobState.COMPLETED
     assert worker.stats.shed == 2
+
+
+@pytest.mark.parametrize("after_ms", [10**15, HUGE_INT, 1e300], ids=["ms", "huge int", "float"])
+async def test_a_rate_limit_past_the_stores_last_time_defers_to_it(after_ms: float) -> None:
+    """A `retry_after_ms` past the last time a store holds (`MAX_TIME_MS`) still defers the job
+    without spending an attempt, to that last time; it used to make a run_at the settle refused,
+    so the job burned its attempts on X_JOB_RECORD_INVALID and was dead-lettered."""
+    from jobs_core.driver import MAX_TIME_MS
+
+    async def limited(input: Any, ctx: JobContext) -> None:
+        raise RateLimitedError(retry_after_ms=after_ms)
+
+    driver = MemoryDriver()
+    h = declare(limited)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    worker = fast_worker(driver, [h])
+    await worker.start()
+    try:
+        await until(lambda: worker.stats.shed == 1)
+    finally:
+        await worker.stop()
+    r = await row(driver, queued.id)
+    assert (r.state, r.attempt, r.run_at_ms) == (JobState.READY, 0, MAX_TIME_MS)
+
+
+def test_a_retry_after_repr_cannot_spell_is_refused_typed() -> None:
+    for bad in (deep_list(), float("nan"), float("inf"), -1, True):
+        with pytest.raises(JobsError) as caught:
+            RateLimitedError(retry_after_ms=bad)
+        assert caught.value.code == "X_JOB_OPTION_INVALID"
+
+
+async def test_a_steep_backoff_curve_never_leaves_a_failed_attempt_to_its_lease() -> None:
+    """Attempts past where `factor ** (n - 1)` overflows a float (100.0 ** 155) are retried at
+    the cap like any other: the settle of the 156th failure raised OverflowError, leaving the
+    job `running` to its lease, at that attempt and every one after."""
+    calls: list[int] = []
+
+    async def failing(input: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        raise RuntimeError("boom")
+
+    driver = MemoryDriver()
+    steep = Retry(attempts=157, base_ms=1, factor=100.0, cap_ms=1, jitter="none")
+    h = declare(failing, retry=steep)
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    await work(driver, [h], [queued.id])
+    r = await row(driver, queued.id)
+    assert r.state is JobState.DEAD and calls == list(range(1, 158))
+    # Each failed attempt settled as retried; none was abandoned to its lease.
+    ends = {a.attempt: a.outcome.value for a in r.attempts}
+    assert ends[155] == ends[156] == "retried" and ends[157] == "dead", ends
 
 
 async def test_a_deadline_cancels_the_body_before_failing_the_attempt() -> None:

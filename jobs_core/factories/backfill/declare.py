@@ -27,6 +27,7 @@ from jobs_core.driver import MAX_SWEEP_ROWS, name_refusal
 from jobs_core.errors import (
     BackfillDeclarationInvalidError,
     JobDuplicateError,
+    shown,
 )
 from jobs_core.facade import default_client
 from jobs_core.factories.backfill.rate import interval_ms
@@ -272,10 +273,10 @@ def backfill(
 
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
-        shown = repr(name)[:80]
+        shown_name = shown(name, 80)
         raise BackfillDeclarationInvalidError(
             f"a backfill's name is 1 to 128 letters, digits, '_', '.' or '-', starting with a"
-            f" letter or digit, not {shown}",
+            f" letter or digit, not {shown_name}",
             detail="name",
         )
 
@@ -364,7 +365,7 @@ def _environments(environments: Iterable[str] | None) -> frozenset[str] | None:
     for env in names:
         if not isinstance(env, str) or NAME_PATTERN.fullmatch(env) is None:
             raise BackfillDeclarationInvalidError(
-                f"an environment is a name like 'production', not {repr(env)[:80]}",
+                f"an environment is a name like 'production', not {shown(env, 80)}",
                 detail="environments",
             )
     return frozenset(names)

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_CONSUMER_BATCH, name_refusal
-from jobs_core.errors import ConsumerDeclarationInvalidError
+from jobs_core.errors import ConsumerDeclarationInvalidError, shown
 from jobs_core.factories.consumers.run import Plan, refuse_inside
 from jobs_core.factories.consumers.sources import (
     FunctionSource,
@@ -80,11 +80,11 @@ def consumer(
     inside its own run is `X_CONSUMER_SELF_ENQUEUE`.
     """
     why = name_refusal(name)
-    job_name = JOB_PREFIX + name
+    job_name = JOB_PREFIX + name if why is None else ""
     if why is None:
         why = name_refusal(job_name + SUPERVISOR_SUFFIX)
     if why is not None:
-        raise ConsumerDeclarationInvalidError(f"the name {why}", detail=repr(name)[:120])
+        raise ConsumerDeclarationInvalidError(f"the name {why}", detail=shown(name))
     if not isinstance(tenant, str) or (tenant != "none" and name_refusal(tenant) is not None):
         raise ConsumerDeclarationInvalidError(
             "an org id, or 'none' for a cross-tenant consumer", detail="tenant"

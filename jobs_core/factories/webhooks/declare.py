@@ -402,11 +402,12 @@ def _retried(status: int) -> bool:
 def _retry_after_ms(value: str, now_ms: int) -> int | None:
     """`Retry-After` as ms from now: delta seconds or an HTTP date; None when unreadable."""
     value = value.strip()
-    if value.isdigit():
+    # ASCII digits only: `str.isdigit` takes '²' and other digits `int` refuses.
+    if value.isascii() and value.isdigit():
         return int(value) * 1000 if len(value) < 12 else None
     try:
         at = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a year past `datetime`'s overflows
         return None
     if at.tzinfo is None:
         return None

@@ -15,12 +15,14 @@ from typing import Final
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import (
+    TenantMismatchError,
     WebhookEndpointUnknownError,
     WebhookEventInvalidError,
     WebhookUrlRefusedError,
 )
 from jobs_core.factories.webhooks.url import networks, parse_url, resolve
 from jobs_core.records import WebhookEndpoint, WebhookEndpointEnable, WebhookEndpointPut
+from jobs_core.tenant import current_tenant
 
 #: An endpoint id: 1 to 128 of ASCII letters, digits and `._:-`, starting with a letter or digit.
 ENDPOINT_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -51,8 +53,12 @@ async def register_endpoint(
     """Store `endpoint` of `tenant_id` at `url` (a new one enabled; a known one moved, its
     state kept). The URL is checked as a send checks it — its shape and, with `resolve_host`,
     every address its host resolves to now (`X_WEBHOOK_URL_REFUSED`, nothing written); a send
-    checks again, since a name can resolve elsewhere later."""
+    checks again, since a name can resolve elsewhere later. Code acting for a tenant (a body's,
+    `acting_for`) registers that tenant's endpoints only: another `tenant_id`, or none (the
+    endpoints of no tenant, which a `tenant="none"` sender sends through), is
+    `X_JOB_TENANT_MISMATCH`."""
     check_endpoint_id(endpoint)
+    _refuse_other(tenant_id, endpoint)
     allowed = networks(allow_networks)
     parse_url(url)
     if resolve_host:
@@ -69,8 +75,10 @@ async def enable_endpoint(
 ) -> WebhookEndpoint:
     """The operator's re-enable: `endpoint` enabled, its failure streak cleared; answers it
     (`X_WEBHOOK_ENDPOINT_UNKNOWN` when there is none). Jobs that failed while it was disabled
-    stay failed: requeue them (`ujobs jobs requeue`) once it is back."""
+    stay failed: requeue them (`ujobs jobs requeue`) once it is back. Code acting for a tenant
+    enables that tenant's endpoints only (`X_JOB_TENANT_MISMATCH`, as `register_endpoint`)."""
     check_endpoint_id(endpoint)
+    _refuse_other(tenant_id, endpoint)
     now = (clock or SystemClock()).now_ms()
     got = await driver.webhook_endpoint_enable(WebhookEndpointEnable(tenant_id, endpoint, now))
     if got is None:
@@ -80,3 +88,14 @@ async def enable_endpoint(
 
 def _name(tenant_id: str | None, endpoint: str) -> str:
     return endpoint if tenant_id is None else f"{tenant_id}/{endpoint}"
+
+
+def _refuse_other(tenant_id: str | None, endpoint: str) -> None:
+    """Fail closed: code acting for a tenant writes no other tenant's endpoint, nor one of no
+    tenant (an endpoint id or URL taken from a request must not move a system endpoint)."""
+    asking = current_tenant()
+    if asking is not None and tenant_id != asking:
+        raise TenantMismatchError(
+            f"code acting for {asking!r} cannot write the endpoint of {tenant_id or 'no tenant'!r}",
+            detail=_name(tenant_id, endpoint),
+        )

@@ -96,18 +96,26 @@ async def post(
             ) as response,
         ):
             got = bytearray()
-            async for chunk in response.aiter_bytes():
-                got += chunk
-                if len(got) >= READ_BYTES:
-                    break
+            unread = ""
+            try:
+                async for chunk in response.aiter_bytes():
+                    got += chunk
+                    if len(got) >= READ_BYTES:
+                        break
+            except httpx.DecodingError as exc:
+                # The status came: the attempt is the answer's, its body shown as unreadable.
+                unread = f" [the body does not decode: {type(exc).__name__}: {exc}]"
+            text = bytes(got[:READ_BYTES]).decode("utf-8", errors="replace") + unread
             return Answer(
                 status_code=response.status_code,
                 latency_ms=_since(started),
-                excerpt=excerpt_of(bytes(got[:READ_BYTES]).decode("utf-8", errors="replace")),
+                excerpt=excerpt_of(text),
                 retry_after=response.headers.get("retry-after"),
                 location=response.headers.get("location"),
             )
-    except (httpx.TransportError, OSError) as exc:
+    # RequestError, not only TransportError: every failure of the exchange is an attempt
+    # without an answer, recorded, never an error that skips the record.
+    except (httpx.RequestError, OSError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return Answer(None, _since(started), excerpt_of(why), error=why)
 

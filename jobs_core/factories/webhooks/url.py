@@ -91,6 +91,15 @@ def parse_url(url: object) -> SplitResult:
         raise WebhookUrlRefusedError("holds credentials", detail="url")
     if port == 0:
         raise WebhookUrlRefusedError("port 0", detail="url")
+    if _literal(parts.hostname) is None:
+        try:
+            # What the resolver does to a name first: one it cannot encode (an empty label, a
+            # label past 63 bytes) is a shape no send reaches, not a network failure.
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            raise WebhookUrlRefusedError(
+                "the host is not a DNS name (an empty label, or one past 63 bytes)", detail="url"
+            ) from None
     return parts
 
 

@@ -14,6 +14,8 @@ each back alone. Each scenario stops at the first call of a family the driver do
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jobs_core.driver import JobDriver
 from jobs_core.records import (
     Ack,
@@ -352,9 +354,9 @@ async def scenario_twins_leases_apart(driver: JobDriver) -> None:
     lands on its exact key only, and the holders of a key are its own. Each twin holder of one
     key holds apart: a take by one replaces its own holding only, and a twin of a holder is
     another holder, for the room too."""
-    # Each twin key held by a holder of its own, limit 1; LAST[k] is taken again by its holder
-    # in each of k rounds, so every key's live token differs from every other key's however a
-    # store numbers them (one counter, or one per key).
+    # Each twin key held by a holder of its own, limit 1. Round r takes LAST[r:] again, so
+    # LAST[k] is taken k + 1 times by its holder and every key's live token differs from every
+    # other key's however a store numbers them (one counter, or one per key).
     held: dict[str, Lease] = {}
     for r in range(len(LAST)):
         takes = [LeaseTake(t, f"h{TWINS.index(t)}", 1, 60_000) for t in LAST[r:]]
@@ -371,23 +373,27 @@ async def scenario_twins_leases_apart(driver: JobDriver) -> None:
     async def stored() -> dict[str, list[tuple[str, int, int]]]:
         return {t: await _holdings(driver, t) for t in TWINS}
 
-    assert await stored() == state()
+    got_held = await stored()
+    assert got_held == state(), f"the holders of a twin key: {got_held}"
     # A twin key's token, or any token under a key never written, lands nothing.
     keys = (*TWINS, PREFIX, UNWRITTEN)
     crossed = [LeaseRef(k, held[t].token) for k in keys for t in TWINS if k != t]
     renews = [LeaseRenew(r.key, r.token, 5000) for r in crossed]
-    assert await driver.lease_renew(renews, T0 + 1) == [False] * len(crossed)
-    assert await driver.lease_release(crossed, T0 + 1) == [False] * len(crossed)
-    assert await driver.lease_abandon(crossed, T0 + 1) == [False] * len(crossed)
+    landed = await driver.lease_renew(renews, T0 + 1)
+    assert landed == [False] * len(crossed), f"renewed under a twin key: {landed}"
+    landed = await driver.lease_release(crossed, T0 + 1)
+    assert landed == [False] * len(crossed), f"released under a twin key: {landed}"
+    landed = await driver.lease_abandon(crossed, T0 + 1)
+    assert landed == [False] * len(crossed), f"abandoned under a twin key: {landed}"
     assert await stored() == state(), "a twin key's renewal, release or abandon landed"
-    assert await driver.lease_holders(PREFIX, T0) == []
-    assert await driver.lease_holders(UNWRITTEN, T0) == []
+    for unknown in (PREFIX, UNWRITTEN):
+        found = await driver.lease_holders(unknown, T0)
+        assert found == [], f"{unknown!r} holds its twins' holdings: {found}"
     # Each on its exact key: one renewed, one released, one abandoned.
     renewed, released, abandoned = (held[t] for t in TWINS[:3])
-    assert await driver.lease_renew([LeaseRenew(renewed.key, renewed.token, 5000)], T0 + 1) == [
-        True
-    ]
-    held[renewed.key] = Lease(renewed.key, renewed.holder, renewed.token, T0 + 5001, False)
+    renew = LeaseRenew(renewed.key, renewed.token, 5000)
+    assert await driver.lease_renew([renew], T0 + 1) == [True]
+    held[renewed.key] = replace(renewed, expires_at_ms=T0 + 5001)
     assert await driver.lease_release([LeaseRef(released.key, released.token)], T0 + 1) == [True]
     assert await driver.lease_abandon([LeaseRef(abandoned.key, abandoned.token)], T0 + 1) == [True]
     want = {**state(), released.key: [], abandoned.key: []}
@@ -397,7 +403,7 @@ async def scenario_twins_leases_apart(driver: JobDriver) -> None:
     mine = await driver.lease_take(lock, T0 + 1)
     assert [g is not None and g.holder for g in mine] == list(LAST), mine
     before = await _holdings(driver, "lock")
-    assert sorted(h for h, _, _ in before) == sorted(TWINS), before
+    assert sorted(h for h, _, _ in before) == sorted(TWINS), f"a twin holder's went: {before}"
     again = await driver.lease_take([LeaseTake("lock", TWINS[0], len(TWINS), 1000)], T0 + 1)
     assert again[0] is not None and again[0].holder == TWINS[0], again
     want_lock = sorted(

@@ -556,6 +556,9 @@ class LeaseTakeKeyCaseInsensitive(MemoryDriver):
         return out
 
 
+_Ref = TypeVar("_Ref", LeaseRef, LeaseRenew)
+
+
 class _LeaseRefKeyMatch(MemoryDriver):
     """Finds a renewal's, release's or abandon's token under any key `same` pairs with the
     named one (`WHERE key = ? AND token = ?` under a loose collation)."""
@@ -572,6 +575,10 @@ class _LeaseRefKeyMatch(MemoryDriver):
             hits = (k for k, held in self._holdings.items() if token in held and self.same(key, k))
             return next(hits, key)
 
+    def _rekeyed(self, refs: Sequence[_Ref]) -> list[_Ref]:
+        """`refs`, each under the key `_keyed` finds for it."""
+        return [replace(r, key=self._keyed(r.key, r.token)) for r in refs]
+
 
 class LeaseRenewKeyAccentInsensitive(_LeaseRefKeyMatch):
     """Renews a holding of `sync` named under `sýnc` or `Sync`."""
@@ -579,8 +586,7 @@ class LeaseRenewKeyAccentInsensitive(_LeaseRefKeyMatch):
     same = staticmethod(_accent_insensitive)
 
     async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
-        keyed = [replace(r, key=self._keyed(r.key, r.token)) for r in renews]
-        return await super()._lease_renew(keyed, now_ms)
+        return await super()._lease_renew(self._rekeyed(renews), now_ms)
 
 
 class LeaseReleaseKeyCaseInsensitive(_LeaseRefKeyMatch):
@@ -589,8 +595,7 @@ class LeaseReleaseKeyCaseInsensitive(_LeaseRefKeyMatch):
     same = staticmethod(_case_insensitive)
 
     async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        keyed = [replace(r, key=self._keyed(r.key, r.token)) for r in refs]
-        return await super()._lease_release(keyed, now_ms)
+        return await super()._lease_release(self._rekeyed(refs), now_ms)
 
 
 class LeaseAbandonKeyPadSpace(_LeaseRefKeyMatch):
@@ -599,8 +604,7 @@ class LeaseAbandonKeyPadSpace(_LeaseRefKeyMatch):
     same = staticmethod(_pad_space)
 
     async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
-        keyed = [replace(r, key=self._keyed(r.key, r.token)) for r in refs]
-        return await super()._lease_abandon(keyed, now_ms)
+        return await super()._lease_abandon(self._rekeyed(refs), now_ms)
 
 
 class _LeaseHoldersMatch(MemoryDriver):

@@ -37,6 +37,10 @@ from jobs_core.records import (
     JobFilter,
     JobRecord,
     JobSlice,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     ListKey,
     Nack,
     NackKind,
@@ -515,6 +519,164 @@ class WorkerForgetCaseInsensitive(MemoryDriver):
             return bool(gone)
 
 
+# -- lease keys and holders -------------------------------------------------------------------
+
+
+def _pad_space(asked: str, stored: str) -> bool:
+    """`asked = stored` under a pad-space collation: trailing spaces do not count."""
+    return asked.rstrip(" ") == stored.rstrip(" ")
+
+
+def _case_insensitive(asked: str, stored: str) -> bool:
+    return asked.casefold() == stored.casefold()
+
+
+def _accent_insensitive(asked: str, stored: str) -> bool:
+    return folded(asked) == folded(stored)
+
+
+class LeaseTakeKeyCaseInsensitive(MemoryDriver):
+    """A take counts the live holdings of every key that folds to its key against its limit
+    (`SELECT count(*) … WHERE key = ?` under a case-insensitive collation)."""
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        for t in takes:
+            with self._lock:
+                at = max(now_ms, self._lease_clocks.get(t.key, now_ms))
+                others = [
+                    h
+                    for k, held in self._holdings.items()
+                    if k != t.key and _case_insensitive(t.key, k)
+                    for h in held.values()
+                    if h.expires_at_ms > at
+                ]
+            # The twins' holdings take room first (the private call takes a limit down to 0).
+            out += await super()._lease_take([replace(t, limit=t.limit - len(others))], now_ms)
+        return out
+
+
+_Ref = TypeVar("_Ref", LeaseRef, LeaseRenew)
+
+
+class _LeaseRefKeyMatch(MemoryDriver):
+    """Finds a renewal's, release's or abandon's token under any key `same` pairs with the
+    named one (`WHERE key = ? AND token = ?` under a loose collation)."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        raise NotImplementedError
+
+    def _keyed(self, key: str, token: int) -> str:
+        """The key holding `token` that `same` pairs with `key` (`key` itself first)."""
+        with self._lock:
+            if token in self._holdings.get(key, {}):
+                return key
+            hits = (k for k, held in self._holdings.items() if token in held and self.same(key, k))
+            return next(hits, key)
+
+    def _rekeyed(self, refs: Sequence[_Ref]) -> list[_Ref]:
+        """`refs`, each under the key `_keyed` finds for it."""
+        return [replace(r, key=self._keyed(r.key, r.token)) for r in refs]
+
+
+class LeaseRenewKeyAccentInsensitive(_LeaseRefKeyMatch):
+    """Renews a holding of `sync` named under `sýnc` or `Sync`."""
+
+    same = staticmethod(_accent_insensitive)
+
+    async def _lease_renew(self, renews: Sequence[LeaseRenew], now_ms: int) -> list[bool]:
+        return await super()._lease_renew(self._rekeyed(renews), now_ms)
+
+
+class LeaseReleaseKeyCaseInsensitive(_LeaseRefKeyMatch):
+    """Releases a holding of `sync` named under `Sync`."""
+
+    same = staticmethod(_case_insensitive)
+
+    async def _lease_release(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await super()._lease_release(self._rekeyed(refs), now_ms)
+
+
+class LeaseAbandonKeyPadSpace(_LeaseRefKeyMatch):
+    """Abandons a holding of `sync ` named under `sync`."""
+
+    same = staticmethod(_pad_space)
+
+    async def _lease_abandon(self, refs: Sequence[LeaseRef], now_ms: int) -> list[bool]:
+        return await super()._lease_abandon(self._rekeyed(refs), now_ms)
+
+
+class _LeaseHoldersMatch(MemoryDriver):
+    """Answers the live holdings of every key `same` pairs with the asked one."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        raise NotImplementedError
+
+    async def _lease_holders(self, key: str, now_ms: int) -> list[Lease]:
+        with self._lock:
+            at = max(now_ms, self._lease_clocks.get(key, now_ms))
+            return [
+                h
+                for k, held in self._holdings.items()
+                if self.same(key, k)
+                for h in held.values()
+                if h.expires_at_ms > at
+            ]
+
+
+class LeaseHoldersByPrefix(_LeaseHoldersMatch):
+    """Reads the holders of every key that starts with the asked one (a `SCAN MATCH key*`)."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        return stored.startswith(asked)
+
+
+class LeaseHoldersLike(_LeaseHoldersMatch):
+    """Reads the holders of a key by `key LIKE ?`, the key unescaped."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        return like(asked, stored)
+
+
+class _LeaseHolderMatch(MemoryDriver):
+    """A take finds the holder's own holding of the key as `same` finds it (`… WHERE key = ?
+    AND holder = ?` under a loose collation): with none of its own, a twin holder's holding is
+    taken for it and replaced."""
+
+    @staticmethod
+    def same(asked: str, stored: str) -> bool:
+        raise NotImplementedError
+
+    async def _lease_take(self, takes: Sequence[LeaseTake], now_ms: int) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        for t in takes:
+            with self._lock:
+                held = self._holdings.get(t.key, {})
+                if all(h.holder != t.holder for h in held.values()):
+                    twins = (k for k, h in held.items() if self.same(t.holder, h.holder))
+                    token = next(twins, None)
+                    if token is not None:
+                        held[token] = replace(held[token], holder=t.holder)
+            out += await super()._lease_take([t], now_ms)
+        return out
+
+
+class LeaseHolderCaseInsensitive(_LeaseHolderMatch):
+    """A take by holder `Sync` replaces the holding of `sync`."""
+
+    same = staticmethod(_case_insensitive)
+
+
+class LeaseHolderPadSpace(_LeaseHolderMatch):
+    """A take by holder `sync` replaces the holding of `sync `."""
+
+    same = staticmethod(_pad_space)
+
+
 # -- edges the walks reached from some seeds only ---------------------------------------------
 
 
@@ -915,6 +1077,14 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (TaskMarksCaseInsensitive, ["twins_tasks_apart"]),
     (CounterReadQueuesCaseInsensitive, ["twins_counted_apart"]),
     (WorkerForgetCaseInsensitive, ["twins_workers_apart"]),
+    (LeaseTakeKeyCaseInsensitive, ["twins_leases_apart"]),
+    (LeaseRenewKeyAccentInsensitive, ["twins_leases_apart"]),
+    (LeaseReleaseKeyCaseInsensitive, ["twins_leases_apart"]),
+    (LeaseAbandonKeyPadSpace, ["twins_leases_apart"]),
+    (LeaseHoldersByPrefix, ["twins_leases_apart"]),
+    (LeaseHoldersLike, ["twins_leases_apart"]),
+    (LeaseHolderCaseInsensitive, ["twins_leases_apart"]),
+    (LeaseHolderPadSpace, ["twins_leases_apart"]),
     (ClaimTiesByUtf16, ["claim_order"]),
     (PurgeTiesByCasefold, ["purge_retention"]),
     (PurgeAcrossStatesByCasefold, ["purge_ties_across_states_by_code_point"]),
@@ -963,6 +1133,12 @@ def test_every_broken_driver_is_listed_once() -> None:
         if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
     }
     listed = [b for b, _ in BROKEN]
-    helpers = {_EventNameMatch, _FreshRunRewritesTheRow}
+    helpers = {
+        _EventNameMatch,
+        _FreshRunRewritesTheRow,
+        _LeaseRefKeyMatch,
+        _LeaseHoldersMatch,
+        _LeaseHolderMatch,
+    }
     assert len(listed) == len(set(listed)), "a broken driver is listed twice"
     assert written - helpers == set(listed), written - helpers ^ set(listed)

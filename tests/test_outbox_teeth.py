@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import replace
 
@@ -269,8 +269,50 @@ class StageRefusalKeepsThePrefix(MemoryOutbox):
         check_staged(jobs)
 
 
-#: Each broken store, a pattern its machine failure must match (None: the walk makes no two
-#: calls at once, so only a scenario can catch it), and the scenarios that must catch it.
+def _held_like(
+    store: MemoryOutbox, token: str, ids: Sequence[str], same: Callable[[str, str], bool]
+) -> list[str]:
+    """The stored ids `token` holds that `same` pairs with a named one, in the order named
+    (each once): what `… WHERE id = ANY(?)` finds under a loose collation."""
+    with store._lock:
+        held = [i for i, k in store._keys.items() if store._rows[k].claimed_by == token]
+    return list(dict.fromkeys(s for i in ids for s in held if same(i, s)))
+
+
+class PublishIdCaseInsensitive(MemoryOutbox):
+    """Publishes every held row whose id folds to a named one: `Sync` goes with `sync`."""
+
+    async def _outbox_publish(self, token: str, ids: Sequence[str]) -> list[str]:
+        found = _held_like(self, token, ids, lambda a, b: a.casefold() == b.casefold())
+        return await super()._outbox_publish(token, found)
+
+
+class ReleaseIdPadSpace(MemoryOutbox):
+    """Releases every held row whose id equals a named one but for trailing spaces."""
+
+    async def _outbox_release(self, release: OutboxRelease) -> list[str]:
+        found = _held_like(
+            self, release.token, release.ids, lambda a, b: a.rstrip(" ") == b.rstrip(" ")
+        )
+        return await super()._outbox_release(replace(release, ids=tuple(found)))
+
+
+class PublishTokenCaseInsensitive(MemoryOutbox):
+    """Publishes a row held by a token that folds to the caller's: `a` publishes `A`'s rows."""
+
+    async def _outbox_publish(self, token: str, ids: Sequence[str]) -> list[str]:
+        with self._lock:
+            holders = {r.claimed_by for r in self._rows.values() if r.claimed_by is not None}
+        twins = [t for t in holders if t.casefold() == token.casefold()]
+        out = await super()._outbox_publish(token, ids)
+        for twin in sorted(t for t in twins if t != token):
+            out += await super()._outbox_publish(twin, [i for i in ids if i not in out])
+        return out
+
+
+#: Each broken store, a pattern its machine failure must match (None: only a scenario can
+#: catch it, for the walk makes no two calls at once and draws no near-twin ids or tokens),
+#: and the scenarios that must catch it.
 BROKEN: list[tuple[type[MemoryOutbox], str | None, list[str]]] = [
     (
         ClaimIgnoresLiveLease,
@@ -311,6 +353,9 @@ BROKEN: list[tuple[type[MemoryOutbox], str | None, list[str]]] = [
         ["named_order_and_fence"],
     ),
     (RacingPublishesOverlap, None, ["racing_publishes_answer_each_row_once"]),
+    (PublishIdCaseInsensitive, None, ["twin_ids_and_tokens_apart"]),
+    (ReleaseIdPadSpace, None, ["twin_ids_and_tokens_apart"]),
+    (PublishTokenCaseInsensitive, None, ["twin_ids_and_tokens_apart"]),
     (
         ReleaseForgetsTheFailure,
         r"which called [a-z_, ]*outbox_release\) differs — outbox_pending: .*'attempts'",

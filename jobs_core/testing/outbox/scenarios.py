@@ -19,6 +19,7 @@ from jobs_core.records import NewJob
 from jobs_core.testing.compare import exactly_bytes, typed_json
 from jobs_core.testing.outbox.harness import OutboxHarness
 from jobs_core.testing.scenarios.support import T0, new_job, refused
+from jobs_core.testing.scenarios.twins import PREFIX, TWINS, UNWRITTEN
 
 Scenario: TypeAlias = Callable[[OutboxHarness], Awaitable[None]]
 
@@ -319,6 +320,29 @@ async def scenario_long_error_cut(h: OutboxHarness) -> None:
     assert b.last_error == text[:40], b.last_error
 
 
+async def scenario_twin_ids_and_tokens_apart(h: OutboxHarness) -> None:
+    """Ids and tokens are exact text: a publish or release lands on the rows named, by their
+    exact id, under their exact token, never on a twin that differs in case, accent, a trailing
+    space, a suffix or where a pattern has `_` (a store comparing as its collation does, or
+    `LIKE`, takes them for one another)."""
+    await h.stage([record(t) for t in TWINS], True)
+    assert sorted(ids(await claim(h, "A", T0))) == sorted(TWINS)
+    held = [claim_state(r) for r in await pending(h)]
+    strangers = [UNWRITTEN, PREFIX, "sync  ", "s%"]
+    assert await h.store.outbox_publish("A", strangers) == [], "published a twin of an id"
+    assert await release(h, "A", strangers, T0 + 5, "x") == [], "released a twin of an id"
+    for token in ("a", "A ", "Á", "_"):
+        assert await h.store.outbox_publish(token, list(TWINS)) == [], f"{token!r} published"
+        assert await release(h, token, TWINS, T0 + 5, "x") == [], f"{token!r} released"
+    assert [claim_state(r) for r in await pending(h)] == held, "a twin's call changed a row"
+    # Each by its exact id: one published, one released, the rest as they were.
+    assert await h.store.outbox_publish("A", [TWINS[0]]) == [TWINS[0]]
+    assert await release(h, "A", [TWINS[1]], T0 + 5, "boom") == [TWINS[1]]
+    rows = {r.job.id: claim_state(r) for r in await pending(h)}
+    want = dict.fromkeys(TWINS[2:], ("A", T0 + 1000, T0, 0, None))
+    assert rows == {**want, TWINS[1]: (None, None, T0 + 5, 1, "boom")}, rows
+
+
 async def scenario_wake(h: OutboxHarness) -> None:
     """A store that offers a wake rings it when a stage commits; None says it offers none (the
     relay's poll is the guarantee either way)."""
@@ -356,6 +380,7 @@ OUTBOX_SCENARIOS: dict[str, Scenario] = {
         scenario_released_row_keeps_its_place,
         scenario_rollback_leaves_nothing,
         scenario_stage_order,
+        scenario_twin_ids_and_tokens_apart,
         scenario_values_round_trip,
         scenario_wake,
     )

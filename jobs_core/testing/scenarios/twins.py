@@ -1,7 +1,8 @@
 """Near-twin identifiers, one family at a time: names told apart by their code points only.
 
 Every identifier a driver stores and looks up — an id, a key, a name, a queue, a tenant, a
-worker, a run, a step, an event, a task, a sweep, an account, a consumer, an endpoint — is
+worker, a run, a step, an event, a task, a sweep, an account, a consumer, an endpoint, a lease
+key or holder — is
 exact text: two that differ in one code point are two. A store compares them as text the way
 its column, its collation or its key pattern does, and a third party's store often does not
 compare exactly: a case-insensitive or accent-insensitive collation (MySQL's and SQL Server's
@@ -12,6 +13,8 @@ each back alone. Each scenario stops at the first call of a family the driver do
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from jobs_core.driver import JobDriver
 from jobs_core.records import (
@@ -25,6 +28,10 @@ from jobs_core.records import (
     Fence,
     JobFilter,
     JobListParams,
+    Lease,
+    LeaseRef,
+    LeaseRenew,
+    LeaseTake,
     Nack,
     NackKind,
     NewJob,
@@ -333,6 +340,81 @@ async def scenario_twins_webhooks_apart(driver: JobDriver) -> None:
     for unknown in (PREFIX, UNWRITTEN):
         assert await driver.webhook_endpoint_get(None, unknown) is None
         assert await driver.webhook_endpoint_get(unknown, "orders") is None
+
+
+async def _holdings(driver: JobDriver, key: str) -> list[tuple[str, int, int]]:
+    """The key's live holdings at `T0 + 1` as `(holder, token, expires_at_ms)`, by holder."""
+    return sorted(
+        (h.holder, h.token, h.expires_at_ms) for h in await driver.lease_holders(key, T0 + 1)
+    )
+
+
+async def scenario_twins_leases_apart(driver: JobDriver) -> None:
+    """Each twin lease key has a limit and holdings of its own; a renewal, release or abandon
+    lands on its exact key only, and the holders of a key are its own. Each twin holder of one
+    key holds apart: a take by one replaces its own holding only, and a twin of a holder is
+    another holder, for the room too."""
+    # Each twin key held by a holder of its own, limit 1. Round r takes LAST[r:] again, so
+    # LAST[k] is taken k + 1 times by its holder and every key's live token differs from every
+    # other key's however a store numbers them (one counter, or one per key).
+    held: dict[str, Lease] = {}
+    for r in range(len(LAST)):
+        takes = [LeaseTake(t, f"h{TWINS.index(t)}", 1, 60_000) for t in LAST[r:]]
+        got = await driver.lease_take(takes, T0)
+        assert all(g is not None for g in got), f"a twin key's holding took the room: {got}"
+        held |= {g.key: g for g in got if g is not None}
+    assert sorted(held) == sorted(TWINS), held
+    others = [LeaseTake(t, "other", 1, 60_000) for t in TWINS]
+    assert await driver.lease_take(others, T0) == [None] * len(TWINS), "a key of limit 1 took two"
+
+    def state() -> dict[str, list[tuple[str, int, int]]]:
+        return {t: [(h.holder, h.token, h.expires_at_ms)] for t, h in held.items()}
+
+    async def stored() -> dict[str, list[tuple[str, int, int]]]:
+        return {t: await _holdings(driver, t) for t in TWINS}
+
+    got_held = await stored()
+    assert got_held == state(), f"the holders of a twin key: {got_held}"
+    # A twin key's token, or any token under a key never written, lands nothing.
+    keys = (*TWINS, PREFIX, UNWRITTEN)
+    crossed = [LeaseRef(k, held[t].token) for k in keys for t in TWINS if k != t]
+    renews = [LeaseRenew(r.key, r.token, 5000) for r in crossed]
+    landed = await driver.lease_renew(renews, T0 + 1)
+    assert landed == [False] * len(crossed), f"renewed under a twin key: {landed}"
+    landed = await driver.lease_release(crossed, T0 + 1)
+    assert landed == [False] * len(crossed), f"released under a twin key: {landed}"
+    landed = await driver.lease_abandon(crossed, T0 + 1)
+    assert landed == [False] * len(crossed), f"abandoned under a twin key: {landed}"
+    assert await stored() == state(), "a twin key's renewal, release or abandon landed"
+    for unknown in (PREFIX, UNWRITTEN):
+        found = await driver.lease_holders(unknown, T0)
+        assert found == [], f"{unknown!r} holds its twins' holdings: {found}"
+    # Each on its exact key: one renewed, one released, one abandoned.
+    renewed, released, abandoned = (held[t] for t in TWINS[:3])
+    renew = LeaseRenew(renewed.key, renewed.token, 5000)
+    assert await driver.lease_renew([renew], T0 + 1) == [True]
+    held[renewed.key] = replace(renewed, expires_at_ms=T0 + 5001)
+    assert await driver.lease_release([LeaseRef(released.key, released.token)], T0 + 1) == [True]
+    assert await driver.lease_abandon([LeaseRef(abandoned.key, abandoned.token)], T0 + 1) == [True]
+    want = {**state(), released.key: [], abandoned.key: []}
+    assert await stored() == want, "an exact key's call changed a twin's holding"
+    # Twin holders of one key, room for all six: each its own holding.
+    lock = [LeaseTake("lock", t, len(TWINS), 60_000) for t in LAST]
+    mine = await driver.lease_take(lock, T0 + 1)
+    assert [g is not None and g.holder for g in mine] == list(LAST), mine
+    before = await _holdings(driver, "lock")
+    assert sorted(h for h, _, _ in before) == sorted(TWINS), f"a twin holder's went: {before}"
+    again = await driver.lease_take([LeaseTake("lock", TWINS[0], len(TWINS), 1000)], T0 + 1)
+    assert again[0] is not None and again[0].holder == TWINS[0], again
+    want_lock = sorted(
+        (h, t, e) if h != TWINS[0] else (h, again[0].token, T0 + 1001) for h, t, e in before
+    )
+    assert await _holdings(driver, "lock") == want_lock, "a take replaced a twin holder's holding"
+    # No room left: a holder never written is refused, its twins' holdings are not its own.
+    for stranger in (UNWRITTEN, PREFIX, "sync  "):
+        take = LeaseTake("lock", stranger, len(TWINS), 1000)
+        assert await driver.lease_take([take], T0 + 1) == [None], f"{stranger!r} took a twin's room"
+    assert await _holdings(driver, "lock") == want_lock
 
 
 TWIN_SCENARIOS: dict[str, Scenario] = {

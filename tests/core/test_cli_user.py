@@ -72,6 +72,7 @@ def app(tmp_path: Path) -> Path:
     (tmp_path / "myjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
     (tmp_path / "nojobs.py").write_text("X = 1\n", encoding="utf-8")
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    (tmp_path / "typo.py").write_text("X = 1\n\ndef f(:\n    pass\n", "utf-8")
     return tmp_path
 
 
@@ -95,18 +96,24 @@ def test_a_missing_extra_is_one_line_naming_it_with_its_brackets() -> None:
 
 def test_an_unknown_module_is_one_line(app: Path, tmp_path: Path) -> None:
     mem = ["--driver", "memory"]
-    worker, enqueue, missing, broken = run_forked(
+    worker, enqueue, missing, broken, typo = run_forked(
         tmp_path / "runs",
         (["worker", "nosuch_module", *mem], app, None),
         (["enqueue", "nosuch_module", "hello", "{}", *mem], app, None),
         (["worker", "missing/file.py", *mem], app, None),
         (["worker", "broken", *mem], app, None),
+        (["worker", "typo", *mem], app, None),
     )
     for done in (worker, enqueue):
         line = one_line_refusal(done, "X_CLI_MODULE_INVALID")
         assert "nosuch_module" in line
     one_line_refusal(missing, "X_CLI_MODULE_INVALID")
-    assert "boom at import" in one_line_refusal(broken, "X_CLI_MODULE_INVALID")
+    line = one_line_refusal(broken, "X_CLI_MODULE_INVALID")
+    assert "failed at broken.py:1: RuntimeError: boom at import" in line
+    # A module that does not parse has no frame of its own: the place is the syntax error's,
+    # not importlib's (it was `at <frozen importlib._bootstrap>:241`).
+    line = one_line_refusal(typo, "X_CLI_MODULE_INVALID")
+    assert "failed at typo.py:3: SyntaxError: invalid syntax (-vv" in line, line
 
 
 def test_a_module_without_jobs_is_its_own_refusal(app: Path, tmp_path: Path) -> None:

@@ -83,7 +83,11 @@ BY_CODE: Final[dict[str, str]] = {
         "without the feature."
     ),
     "X_DRIVER_CONFLICT": "Retry later; if it persists, look for contention on the same rows.",
-    "X_DRIVER_ERROR": "Unexpected: read the message and the store's log, and report it with both.",
+    "X_DRIVER_ERROR": (
+        "When it says the jobs schema is not installed or is behind: run `ujobs db upgrade "
+        "--driver URL` with the same URL (its `?schema=`). Otherwise unexpected: read the "
+        "message and the store's log, and report it with both."
+    ),
     "X_DRIVER_LIMIT": "Shorten the value the message names (the store's own limit).",
     "X_DRIVER_NOT_INSTALLED": "Install the extra: `pip install 'ultimat3-jobs[pg]'` or `[redis]`.",
     "X_DRIVER_UNAVAILABLE": (

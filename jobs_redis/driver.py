@@ -406,6 +406,7 @@ class RedisDriver(JobDriver):
         was = await self._read(lambda: client.get(k.schema), "GET")
         cursor: Any = 0
         added = 0
+        stored = False
         while True:
 
             def scan(at: Any = cursor) -> Any:
@@ -413,6 +414,7 @@ class RedisDriver(JobDriver):
 
             cursor, page = await self._read(scan, "HSCAN")
             done = int(cursor) == 0
+            stored = stored or bool(page)
             if page or done:
                 added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
             if done:
@@ -420,6 +422,8 @@ class RedisDriver(JobDriver):
         added += await self._index_holdings()
         if was == _SCHEMA:
             return f"schema {_SCHEMA} current ({added} index entries added)"
+        if not stored and added == 0:
+            return f"created schema {_SCHEMA} (a fresh prefix: nothing to index)"
         return f"upgraded to schema {_SCHEMA}: {added} index entries added"
 
     async def _index_holdings(self) -> int:

@@ -132,13 +132,16 @@ def test_worker_and_enqueue_never_fall_back_to_memory(app: Path, tmp_path: Path)
         tmp_path / "runs",
         (["worker", "myjobs"], app, None),
         (enqueue, app, None),
+        (["jobs", "list"], app, None),
         # Asked for explicitly, on the command line or in the environment, memory is fine.
         ([*enqueue, "--driver", "memory"], app, None),
         (enqueue, app, {"UJOBS_DRIVER": "memory"}),
     )
-    for done in unnamed:
+    for done, command in zip(unnamed, ("worker", "enqueue", "jobs list"), strict=True):
         line = one_line_refusal(done, "X_CLI_DRIVER_REQUIRED")
         assert "--driver memory" in line and "UJOBS_DRIVER" in line
+        # The command the user typed (it read "ujobs operator commands needs --driver URL").
+        assert line.startswith(f"X_CLI_DRIVER_REQUIRED: ujobs {command} needs --driver"), line
     for done in (named, from_env):
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["deduped"] is False

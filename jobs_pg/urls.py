@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import DriverUrlInvalidError
 from jobs_core.urlparams import split_params
-from jobs_core.urls import encode_userinfo, mask_url
+from jobs_core.urls import encode_userinfo, mask_text, mask_url
 
 if TYPE_CHECKING:
     from jobs_pg.driver import PgDriver
@@ -71,6 +71,7 @@ def from_url(url: str) -> PgDriver:
     from jobs_pg.driver import PgDriver
 
     base, opts = split_options(url)
+    _check_libpq_params(base, url)
     try:
         pool_size = int(opts.get("pool_size", "10"))
     except ValueError:
@@ -84,3 +85,19 @@ def from_url(url: str) -> PgDriver:
         lazy_claim=flag(opts.get("lazy_claim", "0"), "lazy_claim", url),
         listen_url=opts.get("listen_url"),
     )
+
+
+def _check_libpq_params(base: str, url: str) -> None:
+    """Refuse, before any connection, a query parameter libpq does not know (a misspelt driver
+    option such as `?shema=`): psycopg would raise it untyped at the first connect."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(libpq_url(base))
+    except psycopg.ProgrammingError as exc:
+        raise DriverUrlInvalidError(
+            f"{mask_text(str(exc).strip(), url)}; the driver's own options are"
+            f" {', '.join(DRIVER_OPTIONS)}, the rest go to libpq",
+            detail=mask(url),
+        ) from None

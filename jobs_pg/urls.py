@@ -52,9 +52,11 @@ def mask(url: str) -> str:
 
 def split_options(url: str) -> tuple[str, dict[str, str]]:
     """`url` without our driver options (the rest kept as written, so libpq reads it as given),
-    and those options."""
+    and those options; a parameter libpq would refuse is refused here, typed."""
     _split(url)
-    return split_params(url, DRIVER_OPTIONS)
+    base, opts = split_params(url, DRIVER_OPTIONS)
+    _check_libpq_params(base, url)
+    return base, opts
 
 
 def flag(value: str, what: str, url: str) -> bool:
@@ -71,7 +73,6 @@ def from_url(url: str) -> PgDriver:
     from jobs_pg.driver import PgDriver
 
     base, opts = split_options(url)
-    _check_libpq_params(base, url)
     try:
         pool_size = int(opts.get("pool_size", "10"))
     except ValueError:

@@ -165,15 +165,17 @@ def test_the_driver_url_comes_from_the_environment_and_help_says_so(
 def test_a_misspelt_url_option_is_one_line_naming_it(tmp_path: Path) -> None:
     """`?shema=` / `?prefx=`: refused before any connection (port 1 answers nothing), not a
     traceback from psycopg or redis-py at the first call."""
-    pg, redis, known = run_forked(
+    pg, outbox, redis, known = run_forked(
         tmp_path / "runs",
         (["queues", "--driver", "postgresql://postgres@127.0.0.1:1/test?shema=app"], ROOT, None),
+        (["outbox", "--outbox", "postgresql://postgres@127.0.0.1:1/test?shema=app"], ROOT, None),
         (["queues", "--driver", "redis://127.0.0.1:1/0?prefx=app"], ROOT, None),
         # A libpq parameter and redis-py's own options still reach their libraries.
         (["queues", "--driver", "redis://127.0.0.1:1/0?prefix=app&client_name=me"], ROOT, None),
     )
-    line = one_line_refusal(pg, "X_DRIVER_URL_INVALID")
-    assert '"shema"' in line and "options are schema, pool_size" in line, line
+    for done in (pg, outbox):
+        line = one_line_refusal(done, "X_DRIVER_URL_INVALID")
+        assert '"shema"' in line and "options are schema, pool_size" in line, line
     line = one_line_refusal(redis, "X_DRIVER_URL_INVALID")
     assert "'prefx'" in line and "options are prefix" in line, line
     assert "X_DRIVER_UNAVAILABLE" in one_line_refusal(known, "X_DRIVER_UNAVAILABLE")

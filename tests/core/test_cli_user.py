@@ -145,6 +145,8 @@ def test_worker_and_enqueue_never_fall_back_to_memory(app: Path, tmp_path: Path)
     for done in (named, from_env):
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["deduped"] is False
+        # Done as asked, but said plainly: no worker will ever see that job.
+        assert "the memory store lives in this process alone" in done.stderr, done.stderr
 
 
 def test_the_driver_url_comes_from_the_environment_and_help_says_so(

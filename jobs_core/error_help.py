@@ -83,7 +83,11 @@ BY_CODE: Final[dict[str, str]] = {
         "without the feature."
     ),
     "X_DRIVER_CONFLICT": "Retry later; if it persists, look for contention on the same rows.",
-    "X_DRIVER_ERROR": "Unexpected: read the message and the store's log, and report it with both.",
+    "X_DRIVER_ERROR": (
+        "When it says the jobs schema is not installed or is behind: run `ujobs db upgrade "
+        "--driver URL` with the same URL (its `?schema=`). Otherwise unexpected: read the "
+        "message and the store's log, and report it with both."
+    ),
     "X_DRIVER_LIMIT": "Shorten the value the message names (the store's own limit).",
     "X_DRIVER_NOT_INSTALLED": "Install the extra: `pip install 'ultimat3-jobs[pg]'` or `[redis]`.",
     "X_DRIVER_UNAVAILABLE": (
@@ -110,7 +114,12 @@ BY_CODE: Final[dict[str, str]] = {
     "X_JOB_DEPENDENCY_FAILED": "Fix and requeue the dependency, then requeue this job.",
     "X_JOB_DEPENDENCY_UNKNOWN": "Enqueue the dependency first, and pass its id.",
     "X_JOB_DUPLICATE": "Give each job its own name (two functions declared under one name).",
-    "X_JOB_INPUT_INVALID": "Pass JSON values only (dicts, lists, str, int, float, bool, None).",
+    "X_JOB_INPUT_INVALID": (
+        "Pass JSON values (dicts, lists, str, int, finite float, bool, None); datetimes, UUIDs, "
+        "Decimals, enums, tuples and dataclasses are converted for you (a datetime arrives as "
+        "its ISO string). Convert anything else yourself (a set to a list, an object to a "
+        "dict): the detail is the path of the value refused, e.g. `.order`."
+    ),
     "X_JOB_KEY_REQUIRED": "Pass `key=` or declare the job with a key function.",
     "X_JOB_LEASE_LOST": (
         "Nothing in the body: the job was reclaimed after its lease lapsed. If it happens "

@@ -77,6 +77,11 @@ class LoopLocal(Generic[S]):
             stale = [_quiet(self._by_loop.pop(lp)) for lp in gone]
             value = self._make()
             guard = loop.create_task(self._guard(loop, value), name="ujobs-loop-guard")
+            # A guard destroyed while pending means its loop was abandoned, never shut down (a
+            # sync caller's portal on its daemon thread at interpreter exit): there is nothing
+            # left to close it on, and asyncio's "Task was destroyed but it is pending!" would
+            # end every plain script that enqueued with a line its author cannot act on.
+            _mute(guard)
             self._by_loop[loop] = (value, guard)
         for old in stale:
             self._release(old)
@@ -152,9 +157,15 @@ def _quiet(held: tuple[S, asyncio.Task[None]]) -> S:
     """The holder of a loop that is gone; its guard can never run, so asyncio must not warn
     that it was destroyed pending (a closed loop cannot cancel it)."""
     value, guard = held
+    _mute(guard)
+    return value
+
+
+def _mute(guard: asyncio.Task[None]) -> None:
+    """No "destroyed but it is pending" warning for `guard` (a private flag of asyncio's tasks,
+    absent from other loops' tasks: then nothing to do)."""
     with contextlib.suppress(AttributeError):
         guard._log_destroy_pending = False  # type: ignore[attr-defined]
-    return value
 
 
 async def _call(close: Callable[[S], Awaitable[None]], value: S) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from jobs_core.errors import DriverUrlInvalidError
 from jobs_core.urlparams import split_params
-from jobs_core.urls import encode_userinfo, mask_url
+from jobs_core.urls import encode_userinfo, mask_text, mask_url
 
 if TYPE_CHECKING:
     from jobs_pg.driver import PgDriver
@@ -52,9 +52,11 @@ def mask(url: str) -> str:
 
 def split_options(url: str) -> tuple[str, dict[str, str]]:
     """`url` without our driver options (the rest kept as written, so libpq reads it as given),
-    and those options."""
+    and those options; a parameter libpq would refuse is refused here, typed."""
     _split(url)
-    return split_params(url, DRIVER_OPTIONS)
+    base, opts = split_params(url, DRIVER_OPTIONS)
+    _check_libpq_params(base, url)
+    return base, opts
 
 
 def flag(value: str, what: str, url: str) -> bool:
@@ -84,3 +86,19 @@ def from_url(url: str) -> PgDriver:
         lazy_claim=flag(opts.get("lazy_claim", "0"), "lazy_claim", url),
         listen_url=opts.get("listen_url"),
     )
+
+
+def _check_libpq_params(base: str, url: str) -> None:
+    """Refuse, before any connection, a query parameter libpq does not know (a misspelt driver
+    option such as `?shema=`): psycopg would raise it untyped at the first connect."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(libpq_url(base))
+    except psycopg.ProgrammingError as exc:
+        raise DriverUrlInvalidError(
+            f"{mask_text(str(exc).strip(), url)}; the driver's own options are"
+            f" {', '.join(DRIVER_OPTIONS)}, the rest go to libpq",
+            detail=mask(url),
+        ) from None

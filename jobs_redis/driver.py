@@ -75,6 +75,7 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -96,7 +97,12 @@ from jobs_core.driver import (
     JobDriver,
     WakeSubscription,
 )
-from jobs_core.errors import DriverError, DriverUnavailableError, RecordInvalidError
+from jobs_core.errors import (
+    DriverError,
+    DriverUnavailableError,
+    DriverUrlInvalidError,
+    RecordInvalidError,
+)
 from jobs_core.loops import LoopLocal
 from jobs_core.lost_claims import ClaimCall, LostClaim, LostClaims
 from jobs_core.records import (
@@ -342,11 +348,26 @@ class RedisDriver(JobDriver):
         # The password split where `mask_url` splits it, so an unencoded `@` or `/` in it
         # reaches the server whole (redis-py would cut it at the first `/`).
         url = encode_userinfo(url)
-        if self.cluster:
-            base = _CLUSTER_SCHEMES.get(scheme, scheme or "redis")
-            plain = base + url[len(scheme) :] if scheme else url
-            return RedisCluster.from_url(plain, **options)
-        return Redis.from_url(url, **options)
+        try:
+            if self.cluster:
+                base = _CLUSTER_SCHEMES.get(scheme, scheme or "redis")
+                plain = base + url[len(scheme) :] if scheme else url
+                return RedisCluster.from_url(plain, **options)
+            client = Redis.from_url(url, **options)
+            # A connection is only built at the first call: build one now (no I/O), so an
+            # option redis-py does not know is refused here, typed, not at that call.
+            pool = client.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
+            return client
+        except TypeError as exc:
+            unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+            if unknown is None:
+                raise
+            raise DriverUrlInvalidError(
+                f"unknown URL option {unknown[1]!r}; the driver's own options are prefix,"
+                " the rest go to redis-py",
+                detail=mask_url(self.url),
+            ) from None
 
     @property
     def client(self) -> Any:
@@ -406,6 +427,7 @@ class RedisDriver(JobDriver):
         was = await self._read(lambda: client.get(k.schema), "GET")
         cursor: Any = 0
         added = 0
+        stored = False
         while True:
 
             def scan(at: Any = cursor) -> Any:
@@ -413,6 +435,7 @@ class RedisDriver(JobDriver):
 
             cursor, page = await self._read(scan, "HSCAN")
             done = int(cursor) == 0
+            stored = stored or bool(page)
             if page or done:
                 added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
             if done:
@@ -420,6 +443,8 @@ class RedisDriver(JobDriver):
         added += await self._index_holdings()
         if was == _SCHEMA:
             return f"schema {_SCHEMA} current ({added} index entries added)"
+        if not stored and added == 0:
+            return f"created schema {_SCHEMA} (a fresh prefix: nothing to index)"
         return f"upgraded to schema {_SCHEMA}: {added} index entries added"
 
     async def _index_holdings(self) -> int:

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import ModuleType
@@ -1122,6 +1122,9 @@ NOT_RUN = {
 
 #: Commands run below, each found by a stable start (the README's text is what runs).
 EXPORT = "export UJOBS_DRIVER="
+DB_UPGRADE_ENV = "ujobs db upgrade"  # bare: the URL from the exported env
+#: Cases that are a whole command, not a start (`ujobs db upgrade --url …` is another case).
+WHOLE = {DB_UPGRADE_ENV}
 WORKER_ENV = "ujobs worker myapp.jobs --concurrency"
 WORKER_MEMORY = "ujobs worker myapp.jobs --driver memory"
 ENQUEUE_DELAY = "ujobs enqueue myapp.jobs send_welcome"
@@ -1167,6 +1170,7 @@ SHELL_CASES = (
     OPS_WORKERS,
     WORKER_METRICS,
     EXPORT,
+    DB_UPGRADE_ENV,
     WORKER_ENV,
     WORKER_MEMORY,
     ENQUEUE_DELAY,
@@ -1189,8 +1193,13 @@ def shell_commands() -> list[str]:
     return list(commands)
 
 
+def cases_of(command: str, starts: Sequence[str]) -> list[str]:
+    """The cases `command` is: each start it begins with, each of `WHOLE` it equals."""
+    return [s for s in starts if command == s or (s not in WHOLE and command.startswith(s))]
+
+
 def shell_command(start: str) -> str:
-    found = [c for c in shell_commands() if c.startswith(start)]
+    found = [c for c in shell_commands() if start in cases_of(c, SHELL_CASES)]
     assert len(found) == 1, f"README has {len(found)} commands starting {start!r}: {found}"
     return found[0]
 
@@ -1200,7 +1209,7 @@ def test_every_shell_command_is_run_or_excused() -> None:
     excused = {shlex.join(shlex.split(c)) for c in NOT_RUN}
     assert excused <= set(commands), f"excuses for no command: {excused - set(commands)}"
     for command in commands:
-        cases = [start for start in SHELL_CASES if command.startswith(start)]
+        cases = cases_of(command, SHELL_CASES)
         assert len(cases) + (command in excused) == 1, (
             f"README command {command!r}: cases {cases}, excused {command in excused}; "
             "each command needs exactly one case here (or one named excuse in NOT_RUN)"
@@ -1317,12 +1326,14 @@ async def _row(schema: str, job_id: str) -> Any:
 def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) -> None:
     schema = fresh_schema()
     try:
-        migrate(schema)
         # The README exports a URL for its own host `db`; `localize` makes it the test server's.
         export, assignment = localize(shell_command(EXPORT))
         variable, url = assignment.split("=", 1)
         assert (export, variable) == ("export", "UJOBS_DRIVER")
         env = {variable: f"{url}?schema={schema}"}
+        # The page's own next step installs the tables: a new user runs no test helper.
+        created = run(localize(shell_command(DB_UPGRADE_ENV)), app_dir, env)
+        assert f"created the jobs tables in schema '{schema}'" in created.stdout, created.stdout
         enqueue = localize(shell_command(ENQUEUE_DELAY))
         delay_ms = round(float(enqueue[enqueue.index("--delay") + 1]) * 1000)
         queued = json.loads(run(enqueue, app_dir, env).stdout)

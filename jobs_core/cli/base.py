@@ -142,12 +142,25 @@ def _import_module(target: str) -> ModuleType:
         ) from exc
     except Exception as exc:
         logging.getLogger("jobs.cli").debug("importing %s failed", name, exc_info=True)
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+        at, why = _where_import_failed(exc)
         raise CliModuleInvalidError(
-            f"importing {name!r} failed{at}: {type(exc).__name__}: {exc} (-vv shows the traceback)",
+            f"importing {name!r} failed{at}: {type(exc).__name__}: {why} (-vv shows the traceback)",
             detail=target,
         ) from exc
+
+
+def _where_import_failed(exc: Exception) -> tuple[str, str]:
+    """` at file.py:LINE` of the user's code that failed to import (empty when unknown) and the
+    error's text. A module that does not parse ran no frame of its own: its place is the
+    syntax error's (the traceback's last frame is importlib's, `<frozen …>`)."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" at {Path(exc.filename).name}:{exc.lineno}", str(exc.msg)
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")
+    ]
+    if not frames:
+        return "", str(exc)
+    return f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}", str(exc)
 
 
 def _jobs_in(module: str) -> list[JobHandle]:

@@ -122,11 +122,21 @@ def _filter(
 _tz_option = tz_option("this machine's")
 
 
+def _typed_command() -> str:
+    """The operator command being run, as typed after `ujobs` (`jobs list`, `queues`)."""
+    names: list[str] = []
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None and ctx.parent is not None:  # the root is the program itself
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names)) or "operator commands"
+
+
 def _run(url: str | None, app: str | None, work: Callable[[Operator], Awaitable[T]]) -> T:
     """Open the driver of `url`, run `work` with an `Operator` over it, close it; a refusal
     prints its one line and exits 2."""
     try:
-        url = _required_driver(url, "operator commands")
+        url = _required_driver(url, _typed_command())
         driver = driver_from_url(url)
         handles = _jobs_in(app) if app else []
 

@@ -56,7 +56,7 @@ from jobs_core.options import ascii_decimal, ascii_whole
 from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
-from jobs_core.urls import driver_from_url
+from jobs_core.urls import driver_from_url, scheme_of
 from jobs_core.worker import Worker, WorkerStats
 from jobs_core.worker.supervisor import (
     ChildHooks,
@@ -559,6 +559,14 @@ def enqueue(
             emit_json({"id": result.id, "deduped": result.deduped})
 
         asyncio.run(go())
+        if scheme_of(url) == "memory":
+            # Asked for, so done; but no worker can ever see it, which a newcomer trying the
+            # CLI without a server would otherwise find out by waiting.
+            click.echo(
+                "note: the memory store lives in this process alone: the job ended with it; "
+                "enqueue on a Postgres or Redis URL for a worker to run it",
+                err=True,
+            )
     except JobsError as exc:
         _fail(exc)
 

@@ -72,6 +72,7 @@ def app(tmp_path: Path) -> Path:
     (tmp_path / "myjobs.py").write_text(JOBS_MODULE, encoding="utf-8")
     (tmp_path / "nojobs.py").write_text("X = 1\n", encoding="utf-8")
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    (tmp_path / "typo.py").write_text("X = 1\n\ndef f(:\n    pass\n", "utf-8")
     return tmp_path
 
 
@@ -95,18 +96,24 @@ def test_a_missing_extra_is_one_line_naming_it_with_its_brackets() -> None:
 
 def test_an_unknown_module_is_one_line(app: Path, tmp_path: Path) -> None:
     mem = ["--driver", "memory"]
-    worker, enqueue, missing, broken = run_forked(
+    worker, enqueue, missing, broken, typo = run_forked(
         tmp_path / "runs",
         (["worker", "nosuch_module", *mem], app, None),
         (["enqueue", "nosuch_module", "hello", "{}", *mem], app, None),
         (["worker", "missing/file.py", *mem], app, None),
         (["worker", "broken", *mem], app, None),
+        (["worker", "typo", *mem], app, None),
     )
     for done in (worker, enqueue):
         line = one_line_refusal(done, "X_CLI_MODULE_INVALID")
         assert "nosuch_module" in line
     one_line_refusal(missing, "X_CLI_MODULE_INVALID")
-    assert "boom at import" in one_line_refusal(broken, "X_CLI_MODULE_INVALID")
+    line = one_line_refusal(broken, "X_CLI_MODULE_INVALID")
+    assert "failed at broken.py:1: RuntimeError: boom at import" in line
+    # A module that does not parse has no frame of its own: the place is the syntax error's,
+    # not importlib's (it was `at <frozen importlib._bootstrap>:241`).
+    line = one_line_refusal(typo, "X_CLI_MODULE_INVALID")
+    assert "failed at typo.py:3: SyntaxError: invalid syntax (-vv" in line, line
 
 
 def test_a_module_without_jobs_is_its_own_refusal(app: Path, tmp_path: Path) -> None:
@@ -125,16 +132,21 @@ def test_worker_and_enqueue_never_fall_back_to_memory(app: Path, tmp_path: Path)
         tmp_path / "runs",
         (["worker", "myjobs"], app, None),
         (enqueue, app, None),
+        (["jobs", "list"], app, None),
         # Asked for explicitly, on the command line or in the environment, memory is fine.
         ([*enqueue, "--driver", "memory"], app, None),
         (enqueue, app, {"UJOBS_DRIVER": "memory"}),
     )
-    for done in unnamed:
+    for done, command in zip(unnamed, ("worker", "enqueue", "jobs list"), strict=True):
         line = one_line_refusal(done, "X_CLI_DRIVER_REQUIRED")
         assert "--driver memory" in line and "UJOBS_DRIVER" in line
+        # The command the user typed (it read "ujobs operator commands needs --driver URL").
+        assert line.startswith(f"X_CLI_DRIVER_REQUIRED: ujobs {command} needs --driver"), line
     for done in (named, from_env):
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["deduped"] is False
+        # Done as asked, but said plainly: no worker will ever see that job.
+        assert "the memory store lives in this process alone" in done.stderr, done.stderr
 
 
 def test_the_driver_url_comes_from_the_environment_and_help_says_so(
@@ -150,6 +162,25 @@ def test_the_driver_url_comes_from_the_environment_and_help_says_so(
     assert "nosuch" in one_line_refusal(done, "X_DRIVER_URL_INVALID")
     for shown in helps:
         assert "UJOBS_DRIVER" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_a_misspelt_url_option_is_one_line_naming_it(tmp_path: Path) -> None:
+    """`?shema=` / `?prefx=`: refused before any connection (port 1 answers nothing), not a
+    traceback from psycopg or redis-py at the first call."""
+    pg, outbox, redis, known = run_forked(
+        tmp_path / "runs",
+        (["queues", "--driver", "postgresql://postgres@127.0.0.1:1/test?shema=app"], ROOT, None),
+        (["outbox", "--outbox", "postgresql://postgres@127.0.0.1:1/test?shema=app"], ROOT, None),
+        (["queues", "--driver", "redis://127.0.0.1:1/0?prefx=app"], ROOT, None),
+        # A libpq parameter and redis-py's own options still reach their libraries.
+        (["queues", "--driver", "redis://127.0.0.1:1/0?prefix=app&client_name=me"], ROOT, None),
+    )
+    for done in (pg, outbox):
+        line = one_line_refusal(done, "X_DRIVER_URL_INVALID")
+        assert '"shema"' in line and "options are schema, pool_size" in line, line
+    line = one_line_refusal(redis, "X_DRIVER_URL_INVALID")
+    assert "'prefx'" in line and "options are prefix" in line, line
+    assert "X_DRIVER_UNAVAILABLE" in one_line_refusal(known, "X_DRIVER_UNAVAILABLE")
 
 
 def test_usage_errors_and_bad_values_are_typed_refusals(app: Path, tmp_path: Path) -> None:

@@ -6,6 +6,10 @@ failed with "Future attached to a different loop")."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from jobs_redis import RedisDriver
 from tests.loops_cases import (
@@ -62,3 +66,50 @@ def test_sync_and_async_callers_alternate_on_one_driver() -> None:
 
 def test_consecutive_asyncio_runs_share_one_driver() -> None:
     consecutive_asyncio_runs_share_one_driver(backend())
+
+
+def test_a_script_that_enqueues_sync_exits_without_asyncio_noise(tmp_path: Path) -> None:
+    """A plain script (`configure(url)`, `enqueue_sync`, exit: no `close_sync`) ends quietly.
+
+    The portal's loop lives on a daemon thread that the interpreter abandons at exit, its
+    per-loop connection guard still waiting to be cancelled: asyncio used to print "Task was
+    destroyed but it is pending!" with the guard's repr at the end of every such script."""
+    prefix = fresh_prefix()
+    # The jobs in a module of the app's own, as the guides lay an app out (declared in the
+    # script itself, the interpreter happened to tear things down in an order that hid it).
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(
+        "from jobs_core import job\n"
+        "@job(tenant='none', idempotency_key=lambda i: str(i['n']))\n"
+        "async def mail(inp, ctx):\n"
+        "    return None\n"
+    )
+    script = tmp_path / "enqueue_once.py"
+    script.write_text(
+        "import sys\n"
+        "import jobs_core\n"
+        "from myapp.jobs import mail\n"
+        "jobs_core.configure(sys.argv[1])\n"
+        "print(mail.enqueue_sync({'n': 1}).deduped)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), f"{REDIS_URL}?prefix={prefix}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    finally:
+
+        async def clean() -> None:
+            driver = RedisDriver(REDIS_URL, prefix=prefix)
+            await purge(driver)
+            await driver.close()
+
+        asyncio.run(clean())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False\n"
+    assert done.stderr == ""

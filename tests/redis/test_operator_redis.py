@@ -71,6 +71,15 @@ async def _listed(d: RedisDriver) -> list[str]:
     return [j.id for j in page.jobs]
 
 
+async def test_migrate_on_a_fresh_prefix_says_it_created_the_schema(make_driver: Factory) -> None:
+    """A new user's first `ujobs db upgrade` on a prefix that holds nothing is told the schema was
+    created, as on Postgres (it read "upgraded to schema 2: 0 index entries added")."""
+    async with make_driver() as d:
+        await d.client.delete(d.keys.schema)  # a prefix nothing was ever written under
+        assert await d.migrate() == "created schema 2 (a fresh prefix: nothing to index)"
+        assert await d.migrate() == "schema 2 current (0 index entries added)"
+
+
 async def test_migrate_lists_and_counts_rows_an_older_version_stored(make_driver: Factory) -> None:
     async with make_driver() as d:
         jobs = [new_job(f"j{i}", T + i, queue=f"q{i % 3}") for i in range(30)]

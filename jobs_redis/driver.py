@@ -398,7 +398,8 @@ class RedisDriver(JobDriver):
         listing index and is counted in its queue (the schema "2" mark is set once the scan is
         through: from then on no settle checks whether a row is counted). Rows that workers of
         an OLDER version write while this runs may be missed: stop them first. Lease holdings
-        go into the expiry index `lease_purge` reads.
+        go into the expiry index `lease_purge` reads, webhook attempts into the age index
+        `webhook_attempt_purge` reads.
         """
         k = self.keys
         keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
@@ -418,6 +419,7 @@ class RedisDriver(JobDriver):
             if done:
                 break
         added += await self._index_holdings()
+        added += await self._index_attempts()
         if was == _SCHEMA:
             return f"schema {_SCHEMA} current ({added} index entries added)"
         return f"upgraded to schema {_SCHEMA}: {added} index entries added"
@@ -441,6 +443,29 @@ class RedisDriver(JobDriver):
         if page:
             added += int(await self._run("migrate_leases", (*page, k.hold_expiry), ()))
         return added
+
+    async def _index_attempts(self) -> int:
+        """Put every webhook attempt into `webhook:attempt-age` (attempts recorded before the
+        index existed: `webhook_attempt_purge` reads only the index); answers how many were not
+        in it. An HSCAN of `webhook:attempt`, `migrate_webhooks.lua` per page."""
+        k = self.keys
+        client = self._loops.get().client
+        cursor: Any = 0
+        added = 0
+        while True:
+
+            def scan(at: Any = cursor) -> Any:
+                return client.hscan(k.webhook_attempt, at, count=1000)
+
+            cursor, page = await self._read(scan, "HSCAN")
+            if page:
+                added += int(
+                    await self._run(
+                        "migrate_webhooks", (k.webhook_attempt, k.webhook_attempt_age), list(page)
+                    )
+                )
+            if int(cursor) == 0:
+                return added
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -1673,7 +1698,13 @@ class RedisDriver(JobDriver):
         f = put.fence
         got = await self._run(
             "webhook_attempt_put",
-            (k.state, k.webhook_endpoint, k.webhook_attempt, k.webhook_attempts),
+            (
+                k.state,
+                k.webhook_endpoint,
+                k.webhook_attempt,
+                k.webhook_attempts,
+                k.webhook_attempt_age,
+            ),
             (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00",
@@ -1693,6 +1724,16 @@ class RedisDriver(JobDriver):
         if got[0] == 0:
             return WebhookAttemptAnswer(False, None)
         return WebhookAttemptAnswer(True, _webhook_endpoint(put.tenant_id, put.endpoint, got[1]))
+
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        k = self.keys
+        return int(
+            await self._run(
+                "webhook_attempt_purge",
+                (k.webhook_attempt, k.webhook_attempts, k.webhook_attempt_age),
+                (before_ms, limit),
+            )
+        )
 
     async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         k = self.keys

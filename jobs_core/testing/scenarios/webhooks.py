@@ -334,9 +334,9 @@ async def scenario_webhooks_attempts_purged_oldest_first(driver: JobDriver) -> N
         await _fail(driver, job_id, T0 + 5, disable_after=100)
     # Two claims of one row, their attempts in one millisecond: claims 1, then 2.
     first = await _held(driver, "c", T0 + 5)
-    assert (await driver.webhook_attempt_put(_attempt(first.fence, now=T0 + 2000))).recorded
+    assert (await driver.webhook_attempt_put(_attempt(first.fence, now=T0 + 2000, disable_after=100))).recorded
     second = await claim_one(driver, T0 + 2000, "q-c", worker="w2")
-    assert (await driver.webhook_attempt_put(_attempt(second.fence, now=T0 + 2000))).recorded
+    assert (await driver.webhook_attempt_put(_attempt(second.fence, now=T0 + 2000, disable_after=100))).recorded
     ours, nobodys = await _get(driver), await _get(driver, None)
     assert ours.failures == 6 and nobodys.failures == 1, (ours, nobodys)
 
@@ -352,7 +352,10 @@ async def scenario_webhooks_attempts_purged_oldest_first(driver: JobDriver) -> N
     assert (await _get(driver), await _get(driver, None)) == (ours, nobodys), "a purge moved one"
 
     # A claim that still holds after its attempt went: its retried put records anew.
-    again = await driver.webhook_attempt_put(_attempt(second.fence, now=T0 + 2001))
+    assert await driver.webhook_attempt_purge(T0 + 2001, 10) == 1
+    again = await driver.webhook_attempt_put(
+        _attempt(second.fence, now=T0 + 2001, disable_after=100)
+    )
     assert again == WebhookAttemptAnswer(True, await _get(driver)) and again.endpoint is not None
     assert again.endpoint.failures == ours.failures + 1, again
     assert [(a.job_id, a.claims) for a in await _attempts(driver)] == [("c", 2)]

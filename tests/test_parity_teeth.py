@@ -2852,6 +2852,7 @@ class WebhookPurgeKeepsClaimMark(_WebhookLedger, _WebhookPurge):
         tombs = self.__dict__.get("_wh_tombs", set())
         return super()._wh_recorded_before(fence) or (fence.job_id, fence.claims) in tombs
 
+
 BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (UnfencedAck, "jobs", ["lapsed_lease_reclaimed", "requeue_refusals"]),
     (ClaimIgnoresPauses, "jobs", ["pause_by_queue_and_name", "bury_final_attempt"]),

@@ -25,11 +25,11 @@ run's step records go with its job, in the same store write), `events` (past the
 `leases` (holdings expired on lease keys nobody takes again; a key taken again drops its own),
 `workers` (registry rows of workers that died without forgetting themselves), `counters`
 (minute buckets folded into hours, hours past 30 days dropped), `webhook_attempts` (attempts
-older than the `Retention`'s `webhook_attempts`, oldest first; endpoints and streaks stay). There is no outbox target: the
-relay deletes a published row in the publish itself (`OutboxStore.publish`), and an unpublished
-row is a job still owed, never garbage; nothing in the outbox expires. The sweep ledger
-(`sweeps`) is a record of what ran, kept on purpose: no target purges it. A `PurgeTarget` of
-your own (an app table, say) joins the same pass.
+older than the `Retention`'s `webhook_attempts`, oldest first; endpoints and streaks stay).
+There is no outbox target: the relay deletes a published row in the publish itself
+(`OutboxStore.publish`), and an unpublished row is a job still owed, never garbage; nothing in
+the outbox expires. The sweep ledger (`sweeps`) is a record of what ran, kept on purpose: no
+target purges it. A `PurgeTarget` of your own (an app table, say) joins the same pass.
 
 Scope: `tenant="none"`, the only cross-tenant scope, since what expires belongs to every tenant.
 A pass needs the driver's `steps` family and each target's families; a driver lacking one is
@@ -38,9 +38,10 @@ target declared but skipped would be the sweep nobody runs. Declare only the tar
 driver has (`targets=[...]`).
 
 Which to use: the worker's own retention (`jobs_core.retention`, `Worker(retention=...)`) needs
-no setup and purges finished jobs, events, counters and webhook attempts from every worker; `purge()` is one
-owned, visible, schedulable sweep with its counts in its job's result, and the only one that
-purges leases and worker rows. Both can run at once: every purge is safe beside another.
+no setup and purges finished jobs, events, counters and webhook attempts from every worker;
+`purge()` is one owned, visible, schedulable sweep with its counts in its job's result, and the
+only one that purges leases and worker rows. Both can run at once: every purge is safe beside
+another.
 """
 
 from __future__ import annotations

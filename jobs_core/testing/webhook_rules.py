@@ -284,19 +284,19 @@ class WebhookRules(ParityMachine):
             if job is not None and r is not None and r.lease_until_ms is not None:
                 self.now = max(self.now, r.lease_until_ms)
                 self._attempt(job.fence, None, endpoint, "failed", 3)
-                got = self._claim(ClaimParams((r.queue,), WORKERS[1], 1, 1000, self.now))
-                if isinstance(got, ClaimResult) and got.jobs:
-                    self._attempt(got.jobs[0].fence, None, endpoint, "failed", 3)
+                reclaim = self._claim(ClaimParams((r.queue,), WORKERS[1], 1, 1000, self.now))
+                if isinstance(reclaim, ClaimResult) and reclaim.jobs:
+                    self._attempt(reclaim.jobs[0].fence, None, endpoint, "failed", 3)
         stored = sorted(self.model.attempts, key=_age)
         aim = stored[-1 - pick % len(stored)].at_ms if stored else self.now
         bound = min(max(0, aim + delta), MAX_TIME_MS)
         old = [a for a in stored if a.at_ms < bound]
-        got = self._both(
+        purged = self._both(
             "webhook_attempt_purge",
             functools.partial(self.model.webhook_attempt_purge, bound, limit),
             functools.partial(self.driver.webhook_attempt_purge, bound, limit),
         )
-        if not isinstance(got, int):
+        if not isinstance(purged, int):
             return
         if any(a.at_ms == bound for a in stored):
             self._note("webhook purge sparing an attempt made at its bound")

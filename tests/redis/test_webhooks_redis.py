@@ -23,9 +23,7 @@ async def test_a_purge_leaves_nothing_of_an_attempt(make_driver: Factory) -> Non
         endpoint = await client.hget(k.webhook_endpoint, "t1\x00orders")
         assert await d.webhook_attempt_purge(T0 + 2, 1000) == 3
         assert list(await client.hkeys(k.webhook_attempt)) == ["b00000\x00" + "0" * 18 + "1"]
-        assert await client.zrange(k.webhook_attempt_age, 0, -1) == [
-            "b00000\x00" + "0" * 18 + "1"
-        ]
+        assert await client.zrange(k.webhook_attempt_age, 0, -1) == ["b00000\x00" + "0" * 18 + "1"]
         (member,) = await client.zrange(k.webhook_attempts, 0, -1)
         assert member.endswith("b00000\x00" + "0" * 18 + "1"), member
         assert await client.hget(k.webhook_endpoint, "t1\x00orders") == endpoint

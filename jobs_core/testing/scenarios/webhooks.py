@@ -334,9 +334,11 @@ async def scenario_webhooks_attempts_purged_oldest_first(driver: JobDriver) -> N
         await _fail(driver, job_id, T0 + 5, disable_after=100)
     # Two claims of one row, their attempts in one millisecond: claims 1, then 2.
     first = await _held(driver, "c", T0 + 5)
-    assert (await driver.webhook_attempt_put(_attempt(first.fence, now=T0 + 2000, disable_after=100))).recorded
+    put = _attempt(first.fence, now=T0 + 2000, disable_after=100)
+    assert (await driver.webhook_attempt_put(put)).recorded
     second = await claim_one(driver, T0 + 2000, "q-c", worker="w2")
-    assert (await driver.webhook_attempt_put(_attempt(second.fence, now=T0 + 2000, disable_after=100))).recorded
+    put = _attempt(second.fence, now=T0 + 2000, disable_after=100)
+    assert (await driver.webhook_attempt_put(put)).recorded
     ours, nobodys = await _get(driver), await _get(driver, None)
     assert ours.failures == 6 and nobodys.failures == 1, (ours, nobodys)
 

@@ -76,7 +76,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Final, cast
 
@@ -405,19 +405,10 @@ class RedisDriver(JobDriver):
         keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
         client = self._loops.get().client
         was = await self._read(lambda: client.get(k.schema), "GET")
-        cursor: Any = 0
         added = 0
-        while True:
-
-            def scan(at: Any = cursor) -> Any:
-                return client.hscan(k.state, at, count=1000)
-
-            cursor, page = await self._read(scan, "HSCAN")
-            done = int(cursor) == 0
+        async for page, done in self._hscan(k.state):
             if page or done:
                 added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
-            if done:
-                break
         added += await self._index_holdings()
         added += await self._index_attempts()
         if was == _SCHEMA:
@@ -449,23 +440,31 @@ class RedisDriver(JobDriver):
         index existed: `webhook_attempt_purge` reads only the index); answers how many were not
         in it. An HSCAN of `webhook:attempt`, `migrate_webhooks.lua` per page."""
         k = self.keys
-        client = self._loops.get().client
-        cursor: Any = 0
         added = 0
-        while True:
-
-            def scan(at: Any = cursor) -> Any:
-                return client.hscan(k.webhook_attempt, at, count=1000)
-
-            cursor, page = await self._read(scan, "HSCAN")
+        async for page, _ in self._hscan(k.webhook_attempt):
             if page:
                 added += int(
                     await self._run(
-                        "migrate_webhooks", (k.webhook_attempt, k.webhook_attempt_age), list(page)
+                        "migrate_webhooks", (k.webhook_attempt, k.webhook_attempt_age), page
                     )
                 )
-            if int(cursor) == 0:
-                return added
+        return added
+
+    async def _hscan(self, key: str) -> AsyncIterator[tuple[list[str], bool]]:
+        """The fields of hash `key`, a page (about 1,000) at a time, each with whether it is the
+        last (which may be empty); a field written meanwhile may be missed or seen twice."""
+        client = self._loops.get().client
+        cursor: Any = 0
+        while True:
+
+            def scan(at: Any = cursor) -> Any:
+                return client.hscan(key, at, count=1000)
+
+            cursor, page = await self._read(scan, "HSCAN")
+            done = int(cursor) == 0
+            yield list(page), done
+            if done:
+                return
 
     # -- running a script ---------------------------------------------------------------------
 

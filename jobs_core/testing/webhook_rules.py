@@ -255,7 +255,7 @@ class WebhookRules(ParityMachine):
         delta=st.sampled_from((0, 0, 1, 1, -1)),
         limit=st.sampled_from((1, 2, 3, MAX_PURGE_LIMIT)),
         make=st.sampled_from((0, 2, 3)),
-        again=st.booleans(),
+        again=st.sampled_from((False, False, True)),
         twice=st.booleans(),
     )
     def webhook_purge(
@@ -264,12 +264,14 @@ class WebhookRules(ParityMachine):
         """Purge the attempts made before a bound aimed at a stored attempt's time (at it: it
         stays; one past: it goes; one short), `limit` cutting them oldest first. `make`
         attempts in one millisecond come first, each under a fresh claim it still holds, so
-        the cut can fall inside a tie; with `again` the newest is written again after the
-        purge (its claim still holds: once its record went, it records once more); with
-        `twice` one row's lapsed claim and its reclaim record an attempt each, in one
-        millisecond, so a tie is cut between two claims of one row."""
+        the cut can fall inside a tie; with `again` the bound is one past the newest of them
+        and it is written again after the purge (its claim still holds: once its record went,
+        it records once more); with `twice` one row's lapsed claim and its reclaim record an
+        attempt each, in one millisecond, and the cut falls between them (or, `delta` not above
+        0, the bound at their time spares both)."""
         endpoint = ENDPOINTS[0]
         made: list[Fence] = []
+        pair: str | None = None
         if make:
             self._endpoint_put(None, endpoint, URLS[0])
         for _ in range(make):
@@ -287,9 +289,17 @@ class WebhookRules(ParityMachine):
                 reclaim = self._claim(ClaimParams((r.queue,), WORKERS[1], 1, 1000, self.now))
                 if isinstance(reclaim, ClaimResult) and reclaim.jobs:
                     self._attempt(reclaim.jobs[0].fence, None, endpoint, "failed", 3)
+                    pair = job.fence.job_id
         stored = sorted(self.model.attempts, key=_age)
         aim = stored[-1 - pick % len(stored)].at_ms if stored else self.now
         bound = min(max(0, aim + delta), MAX_TIME_MS)
+        if again and made:
+            bound, limit = self.now + 1, MAX_PURGE_LIMIT
+        elif pair is not None:
+            # The cut falls right after the pair's first claim, or the bound spares the pair.
+            bound = self.now + 1 if delta > 0 else self.now
+            at = [(a.job_id, a.claims) for a in stored].index((pair, 1))
+            limit = min(at + 1, MAX_PURGE_LIMIT)
         old = [a for a in stored if a.at_ms < bound]
         purged = self._both(
             "webhook_attempt_purge",

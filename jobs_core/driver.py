@@ -121,7 +121,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 6
+CONTRACT_VERSION: Final = 7
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -271,7 +271,8 @@ class Capabilities:
     #: each `consumer()` stands in its source, moved by its turns, fenced on the turn's claim.
     consumers: bool = False
     #: The webhook ledger (`webhook_endpoint_*`, `webhook_attempt_*`): the endpoints `webhook()`
-    #: sends to, their failure streaks, and every attempt, recorded fenced on its claim.
+    #: sends to, their failure streaks, and every attempt, recorded fenced on its claim and
+    #: purged by age (`webhook_attempt_purge`).
     webhooks: bool = False
 
     def declared(self) -> frozenset[str]:
@@ -593,6 +594,14 @@ class JobDriver(abc.ABC):
         rows = await self._webhook_attempt_list(params)
         rows.sort(key=lambda a: (a.at_ms, a.job_id, a.claims), reverse=True)
         return rows[: params.limit]
+
+    async def webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        """Delete up to `limit` recorded attempts made before `before_ms` (`at_ms < before_ms`),
+        oldest first; answers how many went. Endpoints and their streaks are never touched."""
+        self.require("webhooks", what="webhook_attempt_purge")
+        _check_time(before_ms, "before_ms")
+        _check_int(limit, "limit", 1, MAX_PURGE_LIMIT)
+        return await self._webhook_attempt_purge(before_ms, limit)
 
     async def webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
         """Record one attempt under its claim and move its endpoint's failure streak, in one
@@ -1642,13 +1651,24 @@ class JobDriver(abc.ABC):
     # -- webhooks --
     # The webhook ledger: endpoints keyed by (tenant_id, endpoint) — a None tenant is its own
     # key, apart from every named one — and attempts keyed by (job_id, claims), the claim that
-    # made each (one attempt per claim). Nothing in the family removes either.
+    # made each (one attempt per claim). Nothing in the family removes an endpoint; attempts go
+    # by age alone (`_webhook_attempt_purge`), the retention of the history.
 
     async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         """The attempts recorded for endpoint (`params.tenant_id`, `params.endpoint`), newest
         `at_ms` first, ties by job id then claims descending (code-point order); at most
         `params.limit` (the ABC sorts: only which it picks under the limit shows)."""
         raise _unimplemented(self, "webhooks", "_webhook_attempt_list")
+
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        """Delete the first `limit` attempts with `at_ms < before_ms` by (`at_ms`, job id,
+        claims; code-point order); answers how many went. By age alone, whatever the state of
+        the delivery that made them: its job row holds where it stands, the endpoint its streak,
+        and neither is read or written here. (The one thing an attempt still does is answer a
+        retried `_webhook_attempt_put` of its own claim as recorded; a claim held past the
+        retention after its put is a stalled run, and its retried put records once more.)
+        Purgers running at once delete each attempt once."""
+        raise _unimplemented(self, "webhooks", "_webhook_attempt_purge")
 
     async def _webhook_attempt_put(self, put: WebhookAttemptPut) -> WebhookAttemptAnswer:
         """Atomically, in this order:

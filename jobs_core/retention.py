@@ -10,8 +10,10 @@ still costs at most its budget of round-trips (30, 12 with a live wake), the pur
 The same rounds fold the settle counters (`counter_fold`: old minute buckets into hours,
 expired hours dropped) and purge expired events (`event_purge`, counted), at most once every
 `FOLD_EVERY_MS`, whatever the retention: a worker that keeps every row still keeps its counters
-and events bounded. Each needs its driver family (`Capabilities.counters`, `.events`); a driver
-without one has nothing of it to fold or purge.
+and events bounded. They also purge webhook attempts older than the retention's
+`webhook_attempts` (`webhook_attempt_purge`, counted; None keeps them, and so does a worker
+with no retention at all). Each needs its driver family (`Capabilities.counters`, `.events`,
+`.webhooks`); a driver without one has nothing of it to fold or purge.
 
 Retention needs the driver's `retention` family (`job_purge`). A worker handed a retention that
 removes anything, on a driver without it, refuses to start (`X_DRIVER_CAPABILITY_MISSING`): rows
@@ -68,27 +70,37 @@ def _keep_ms(value: object, option: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """How long rows in each final state are kept after they finished; `None` keeps forever.
+    """How long rows in each final state are kept after they finished, and webhook attempts
+    after they were made (`webhook_attempts`); `None` keeps forever.
 
     Values are seconds (an int or a float) or a `timedelta`. The defaults are River's:
-    completed and cancelled rows for 24 hours, failed and dead rows for 7 days. A negative, not
-    finite or absurd value (over a century) is refused with `X_JOB_OPTION_INVALID` naming the
-    option, e.g. `retention.dead`.
+    completed and cancelled rows for 24 hours, failed and dead rows for 7 days; webhook
+    attempts 7 days, as long as a dead delivery's row, so its attempts are there while it is. A
+    negative, not finite or absurd value (over a century) is refused with `X_JOB_OPTION_INVALID`
+    naming the option, e.g. `retention.dead`.
     """
 
     completed: Duration | None = DAY
     cancelled: Duration | None = DAY
     failed: Duration | None = 7 * DAY
     dead: Duration | None = 7 * DAY
+    webhook_attempts: Duration | None = 7 * DAY
 
     def __post_init__(self) -> None:
-        for name in ("completed", "cancelled", "failed", "dead"):
+        for name in ("completed", "cancelled", "failed", "dead", "webhook_attempts"):
             _keep_ms(getattr(self, name), f"retention.{name}")
 
     @property
     def keeps_everything(self) -> bool:
-        """True when no final state has a retention (nothing is ever purged)."""
+        """True when no final state has a retention (no finished job is ever purged; webhook
+        attempts go by their own, `webhook_attempts`)."""
         return all(v is None for v in (self.completed, self.cancelled, self.failed, self.dead))
+
+    def attempts_before(self, now_ms: int) -> int | None:
+        """The `webhook_attempt_purge` bound that applies `webhook_attempts` at `now_ms`: an
+        attempt made more than that long ago goes; None when they are kept forever."""
+        keep = _keep_ms(self.webhook_attempts, "retention.webhook_attempts")
+        return None if keep is None else max(0, now_ms - keep)
 
     def params(self, now_ms: int, limit: int) -> PurgeParams:
         """The `job_purge` call that applies this retention at `now_ms`, `limit` rows at most."""
@@ -159,6 +171,8 @@ class Purger:
         self.folded = 0
         #: Expired events purged since start.
         self.events_purged = 0
+        #: Webhook attempts purged since start.
+        self.attempts_purged = 0
 
     @property
     def purges(self) -> bool:
@@ -166,9 +180,10 @@ class Purger:
         return self.retention is not None and not self.retention.keeps_everything
 
     async def fold(self) -> int:
-        """Fold the counters, then purge expired events (each where the driver keeps them), in
-        batches until one comes back short (or fails); answers the counter buckets folded or
-        dropped. Events purged are counted in `events_purged`."""
+        """Fold the counters, then purge expired events and webhook attempts past the
+        retention's `webhook_attempts` (each where the driver keeps them), in batches until one
+        comes back short (or fails); answers the counter buckets folded or dropped. Events and
+        attempts purged are counted in `events_purged` and `attempts_purged`."""
         caps = self.driver.capabilities()
         total = (
             await self._batches("counters.fold", self.driver.counter_fold) if caps.counters else 0
@@ -179,6 +194,18 @@ class Purger:
             self.events_purged += purged
             if purged:
                 log.info("jobs.events.purged %d expired events removed", purged)
+        retention = self.retention
+        if caps.webhooks and retention is not None and retention.webhook_attempts is not None:
+
+            async def attempts(now_ms: int, limit: int) -> int:
+                before = retention.attempts_before(now_ms)
+                assert before is not None
+                return await self.driver.webhook_attempt_purge(before, limit)
+
+            purged = await self._batches("webhooks.purge", attempts)
+            self.attempts_purged += purged
+            if purged:
+                log.info("jobs.webhooks.purged %d old webhook attempts removed", purged)
         return total
 
     async def _batches(self, what: str, call: Callable[[int, int], Awaitable[int]]) -> int:

@@ -1304,6 +1304,15 @@ class MemoryDriver(JobDriver):
             self._endpoints[key] = ep
             return WebhookAttemptAnswer(True, ep)
 
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        with self._lock:
+            gone = sorted(
+                (a.at_ms, key) for key, a in self._attempts.items() if a.at_ms < before_ms
+            )[:limit]
+            for _, key in gone:
+                del self._attempts[key]
+            return len(gone)
+
     async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         tenant = params.tenant_id or ""
         with self._lock:

@@ -2568,6 +2568,10 @@ class PgDriver(JobDriver):
         after = by_tag.get("m") or by_tag.get("f")
         return WebhookAttemptAnswer(after is not None, after)
 
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        rows = await self._rows("WEBHOOK_ATTEMPT_PURGE", {"before_ms": before_ms, "limit": limit})
+        return int(rows[0][0])
+
     async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         rows = await self._read(
             "WEBHOOK_ATTEMPT_LIST",

@@ -481,6 +481,14 @@ sa.Index(
     webhook_attempts.c.job_id,
     webhook_attempts.c.claims,
 )
+# `webhook_attempt_purge` (migration 0019): the oldest attempts first, one range, `LIMIT n`
+# reads n entries.
+sa.Index(
+    "webhook_attempts_age",
+    webhook_attempts.c.at_ms,
+    webhook_attempts.c.job_id,
+    webhook_attempts.c.claims,
+)
 
 
 # -- postings --

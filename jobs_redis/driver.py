@@ -77,7 +77,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Final, cast
 
@@ -419,28 +419,21 @@ class RedisDriver(JobDriver):
         listing index and is counted in its queue (the schema "2" mark is set once the scan is
         through: from then on no settle checks whether a row is counted). Rows that workers of
         an OLDER version write while this runs may be missed: stop them first. Lease holdings
-        go into the expiry index `lease_purge` reads.
+        go into the expiry index `lease_purge` reads, webhook attempts into the age index
+        `webhook_attempt_purge` reads.
         """
         k = self.keys
         keys = (k.state, *(k.finished(s) for s in _FINISHED_ORDER), *k.account())
         client = self._loops.get().client
         was = await self._read(lambda: client.get(k.schema), "GET")
-        cursor: Any = 0
         added = 0
         stored = False
-        while True:
-
-            def scan(at: Any = cursor) -> Any:
-                return client.hscan(k.state, at, count=1000)
-
-            cursor, page = await self._read(scan, "HSCAN")
-            done = int(cursor) == 0
+        async for page, done in self._hscan(k.state):
             stored = stored or bool(page)
             if page or done:
                 added += int(await self._run("migrate", keys, ["1" if done else "0", *page]))
-            if done:
-                break
         added += await self._index_holdings()
+        added += await self._index_attempts()
         if was == _SCHEMA:
             return f"schema {_SCHEMA} current ({added} index entries added)"
         if not stored and added == 0:
@@ -466,6 +459,37 @@ class RedisDriver(JobDriver):
         if page:
             added += int(await self._run("migrate_leases", (*page, k.hold_expiry), ()))
         return added
+
+    async def _index_attempts(self) -> int:
+        """Put every webhook attempt into `webhook:attempt-age` (attempts recorded before the
+        index existed: `webhook_attempt_purge` reads only the index); answers how many were not
+        in it. An HSCAN of `webhook:attempt`, `migrate_webhooks.lua` per page."""
+        k = self.keys
+        added = 0
+        async for page, _ in self._hscan(k.webhook_attempt):
+            if page:
+                added += int(
+                    await self._run(
+                        "migrate_webhooks", (k.webhook_attempt, k.webhook_attempt_age), page
+                    )
+                )
+        return added
+
+    async def _hscan(self, key: str) -> AsyncIterator[tuple[list[str], bool]]:
+        """The fields of hash `key`, a page (about 1,000) at a time, each with whether it is the
+        last (which may be empty); a field written meanwhile may be missed or seen twice."""
+        client = self._loops.get().client
+        cursor: Any = 0
+        while True:
+
+            def scan(at: Any = cursor) -> Any:
+                return client.hscan(key, at, count=1000)
+
+            cursor, page = await self._read(scan, "HSCAN")
+            done = int(cursor) == 0
+            yield list(page), done
+            if done:
+                return
 
     # -- running a script ---------------------------------------------------------------------
 
@@ -1698,7 +1722,13 @@ class RedisDriver(JobDriver):
         f = put.fence
         got = await self._run(
             "webhook_attempt_put",
-            (k.state, k.webhook_endpoint, k.webhook_attempt, k.webhook_attempts),
+            (
+                k.state,
+                k.webhook_endpoint,
+                k.webhook_attempt,
+                k.webhook_attempts,
+                k.webhook_attempt_age,
+            ),
             (
                 f.job_id,
                 f"{f.claims}\x00{f.worker_id}\x00",
@@ -1718,6 +1748,16 @@ class RedisDriver(JobDriver):
         if got[0] == 0:
             return WebhookAttemptAnswer(False, None)
         return WebhookAttemptAnswer(True, _webhook_endpoint(put.tenant_id, put.endpoint, got[1]))
+
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        k = self.keys
+        return int(
+            await self._run(
+                "webhook_attempt_purge",
+                (k.webhook_attempt, k.webhook_attempts, k.webhook_attempt_age),
+                (before_ms, limit),
+            )
+        )
 
     async def _webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         k = self.keys

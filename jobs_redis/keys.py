@@ -54,6 +54,7 @@ class Keys:
         "wait_index",
         "wake",
         "webhook_attempt",
+        "webhook_attempt_age",
         "webhook_attempts",
         "webhook_endpoint",
         "webhook_endpoints",
@@ -147,6 +148,8 @@ class Keys:
         #: hash `job_id NUL claims` -> the attempt; zset of each endpoint's attempts by time.
         self.webhook_attempt = f"{t}:webhook:attempt"
         self.webhook_attempts = f"{t}:webhook:attempts"
+        #: zset of every attempt by at_ms, members its field: what `webhook_attempt_purge` reads.
+        self.webhook_attempt_age = f"{t}:webhook:attempt-age"
 
     def due(self, queue: str) -> str:
         """Ready rows and parked rows with a time, of one queue, by priority * 2**42 + run_at."""

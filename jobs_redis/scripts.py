@@ -44,6 +44,8 @@ SCRIPT_NAMES: Final = (
     "migrate",
     # The lease half of `migrate` (holdings stored before their expiry index).
     "migrate_leases",
+    # The webhook half of `migrate` (attempts stored before their age index).
+    "migrate_webhooks",
     "pause_add",
     "pause_list",
     "pause_remove",
@@ -64,6 +66,7 @@ SCRIPT_NAMES: Final = (
     "task_marks",
     # -- webhooks --
     "webhook_attempt_list",
+    "webhook_attempt_purge",
     "webhook_attempt_put",
     "webhook_endpoint_enable",
     "webhook_endpoint_get",

@@ -166,6 +166,7 @@ OPTIONAL_CALLS: list[tuple[Family, Callable[[JobDriver], Awaitable[object]]]] = 
     ("flows", lambda d: d.job_nack([Nack(FENCE, NackKind.PARK, T0, join=("a",))])),
     ("flows", lambda d: d.job_enqueue(new_job("f", parent_id="a"))),
     ("flows", lambda d: d.job_enqueue_many([new_job("f", batch_id="b")])),
+    ("webhooks", lambda d: d.webhook_attempt_purge(T0, 10)),
 ]
 
 

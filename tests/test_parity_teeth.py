@@ -2779,6 +2779,80 @@ class WebhookPutResetsStreak(MemoryDriver):
         return await super()._webhook_endpoint_put(put)
 
 
+class _WebhookPurge(MemoryDriver):
+    """The memory driver's attempt purge, spelled with the seams a broken purge bends: which
+    attempts are old, in which order they go, how many, and what else a purge touches."""
+
+    def _wh_old(self, a: WebhookAttempt, before_ms: int) -> bool:
+        return a.at_ms < before_ms
+
+    def _wh_order(self, a: WebhookAttempt) -> tuple[int, str, int]:
+        return (a.at_ms, a.job_id, a.claims)
+
+    def _wh_gone(self, gone: list[WebhookAttempt]) -> None:
+        """What the purge does beside deleting `gone` (nothing)."""
+
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        with self._lock:
+            old = [a for a in self._attempts.values() if self._wh_old(a, before_ms)]
+            gone = sorted(old, key=self._wh_order)[:limit]
+            for a in gone:
+                del self._attempts[(a.job_id, a.claims)]
+            self._wh_gone(gone)
+            return len(gone)
+
+
+class WebhookPurgeTakesItsBound(_WebhookPurge):
+    """Deletes an attempt made at `before_ms` too (a `<=` for a `<`)."""
+
+    def _wh_old(self, a: WebhookAttempt, before_ms: int) -> bool:
+        return a.at_ms <= before_ms
+
+
+class WebhookPurgeIgnoresLimit(_WebhookPurge):
+    """Deletes every old attempt, whatever the limit (answers the limit when it cut)."""
+
+    async def _webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        return min(await super()._webhook_attempt_purge(before_ms, MAX_PURGE_LIMIT), limit)
+
+
+class WebhookPurgeTiesByIdDescending(_WebhookPurge):
+    """Attempts of one millisecond go greatest job id first (an index built descending)."""
+
+    def _wh_order(self, a: WebhookAttempt) -> tuple[int, str, int]:
+        return (a.at_ms, "".join(chr(0x10FFFF - ord(c)) for c in a.job_id), a.claims)
+
+
+class WebhookPurgeClaimsNewestFirst(_WebhookPurge):
+    """Of one job in one millisecond, the later claim's attempt goes first."""
+
+    def _wh_order(self, a: WebhookAttempt) -> tuple[int, str, int]:
+        return (a.at_ms, a.job_id, -a.claims)
+
+
+class WebhookPurgeClearsStreak(_WebhookPurge):
+    """Purging an endpoint's attempts clears its failure streak (the history 'starts over')."""
+
+    def _wh_gone(self, gone: list[WebhookAttempt]) -> None:
+        for a in gone:
+            key = (a.tenant_id or "", a.endpoint)
+            held = self._endpoints.get(key)
+            if held is not None and held.failures:
+                self._endpoints[key] = replace(held, failures=0)
+
+
+class WebhookPurgeKeepsClaimMark(_WebhookLedger, _WebhookPurge):
+    """Remembers each purged attempt's claim as recorded: a claim that still holds cannot
+    record its attempt again (a tombstone kept beside the history)."""
+
+    def _wh_gone(self, gone: list[WebhookAttempt]) -> None:
+        self.__dict__.setdefault("_wh_tombs", set()).update((a.job_id, a.claims) for a in gone)
+
+    def _wh_recorded_before(self, fence: Fence) -> bool:
+        tombs = self.__dict__.get("_wh_tombs", set())
+        return super()._wh_recorded_before(fence) or (fence.job_id, fence.claims) in tombs
+
+
 BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (UnfencedAck, "jobs", ["lapsed_lease_reclaimed", "requeue_refusals"]),
     (ClaimIgnoresPauses, "jobs", ["pause_by_queue_and_name", "bury_final_attempt"]),
@@ -2990,6 +3064,12 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (WebhookExcerptCut, "webhooks", ["webhooks_attempts_listed_newest_first"]),
     (WebhookEnableKeepsStreak, "webhooks", ["webhooks_a_streak_disables_at_its_limit"]),
     (WebhookPutResetsStreak, "webhooks", ["webhooks_endpoints_put_and_listed"]),
+    (WebhookPurgeTakesItsBound, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
+    (WebhookPurgeIgnoresLimit, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
+    (WebhookPurgeTiesByIdDescending, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
+    (WebhookPurgeClaimsNewestFirst, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
+    (WebhookPurgeClearsStreak, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
+    (WebhookPurgeKeepsClaimMark, "webhooks", ["webhooks_attempts_purged_oldest_first"]),
 ]
 
 
@@ -3157,6 +3237,7 @@ def test_every_broken_driver_is_listed_once() -> None:
         _SweepBlocker,
         _SweepUnfenced,
         _WebhookLedger,
+        _WebhookPurge,
         *(d for d, _ in LEGAL),
     }
     assert len(listed) == len(set(listed)), "a broken driver is listed twice"
@@ -3410,6 +3491,11 @@ REACH: dict[str, dict[str, int]] = {
         "webhook endpoint disabled at its limit": 20,
         "webhook failure on a disabled endpoint": 30,
         "webhook failure one short of the limit": 12,
+        "webhook attempt again after its record was purged": 1,
+        "webhook purge cut between two claims of one row": 1,
+        "webhook purge cut by its limit": 1,
+        "webhook purge cut inside one millisecond": 1,
+        "webhook purge sparing an attempt made at its bound": 1,
     },
 }
 

@@ -38,7 +38,7 @@ def _retention(r: Retention | None) -> dict[str, float | None] | None:
     if r is None:
         return None
     out: dict[str, float | None] = {}
-    for name in ("completed", "cancelled", "failed", "dead"):
+    for name in ("completed", "cancelled", "failed", "dead", "webhook_attempts"):
         value = getattr(r, name)
         out[name] = value.total_seconds() if isinstance(value, timedelta) else value
     return out

@@ -91,8 +91,9 @@ from jobs_core.worker.supervisor import (
     "keeps",
     multiple=True,
     metavar="STATE=SECONDS",
-    help="Retention of one final state (completed, cancelled, failed, dead): seconds, or "
-    "'forever' (repeat). Defaults: completed and cancelled 86400, failed and dead 604800.",
+    help="Retention of one final state (completed, cancelled, failed, dead) or of webhook "
+    "attempts (webhook_attempts): seconds, or 'forever' (repeat). Defaults: completed and "
+    "cancelled 86400, failed, dead and webhook_attempts 604800.",
 )
 @click.option(
     "--rate-limit",
@@ -309,7 +310,7 @@ def retention_from(keeps: Sequence[str]) -> Retention:
     return replace(Retention(), **given)
 
 
-_KEEP_STATES: Final = ("completed", "cancelled", "failed", "dead")
+_KEEP_STATES: Final = ("completed", "cancelled", "failed", "dead", "webhook_attempts")
 
 
 def rate_limit_from(text: str) -> RateLimit:

@@ -24,11 +24,12 @@ The built-in targets (`default_targets()`): `jobs` (finished jobs past a `Retent
 run's step records go with its job, in the same store write), `events` (past their expiry),
 `leases` (holdings expired on lease keys nobody takes again; a key taken again drops its own),
 `workers` (registry rows of workers that died without forgetting themselves), `counters`
-(minute buckets folded into hours, hours past 30 days dropped). There is no outbox target: the
-relay deletes a published row in the publish itself (`OutboxStore.publish`), and an unpublished
-row is a job still owed, never garbage; nothing in the outbox expires. The sweep ledger
-(`sweeps`) is a record of what ran, kept on purpose: no target purges it. A `PurgeTarget` of
-your own (an app table, say) joins the same pass.
+(minute buckets folded into hours, hours past 30 days dropped), `webhook_attempts` (attempts
+older than the `Retention`'s `webhook_attempts`, oldest first; endpoints and streaks stay).
+There is no outbox target: the relay deletes a published row in the publish itself
+(`OutboxStore.publish`), and an unpublished row is a job still owed, never garbage; nothing in
+the outbox expires. The sweep ledger (`sweeps`) is a record of what ran, kept on purpose: no
+target purges it. A `PurgeTarget` of your own (an app table, say) joins the same pass.
 
 Scope: `tenant="none"`, the only cross-tenant scope, since what expires belongs to every tenant.
 A pass needs the driver's `steps` family and each target's families; a driver lacking one is
@@ -37,9 +38,10 @@ target declared but skipped would be the sweep nobody runs. Declare only the tar
 driver has (`targets=[...]`).
 
 Which to use: the worker's own retention (`jobs_core.retention`, `Worker(retention=...)`) needs
-no setup and purges finished jobs, events and counters from every worker; `purge()` is one
-owned, visible, schedulable sweep with its counts in its job's result, and the only one that
-purges leases and worker rows. Both can run at once: every purge is safe beside another.
+no setup and purges finished jobs, events, counters and webhook attempts from every worker;
+`purge()` is one owned, visible, schedulable sweep with its counts in its job's result, and the
+only one that purges leases and worker rows. Both can run at once: every purge is safe beside
+another.
 """
 
 from __future__ import annotations
@@ -140,14 +142,32 @@ def counter_target() -> PurgeTarget:
     return PurgeTarget("counters", call, ("counters",))
 
 
+def webhook_attempt_target(retention: Retention = DEFAULT_RETENTION) -> PurgeTarget:
+    """`webhook_attempts`: attempts made longer ago than `retention.webhook_attempts`
+    (`webhook_attempt_purge`), oldest first; endpoints and their streaks stay. None purges
+    nothing."""
+    if not isinstance(retention, Retention):
+        raise PurgeDeclarationInvalidError("a Retention", detail="retention")
+
+    async def call(driver: JobDriver, now_ms: int, limit: int) -> int:
+        before = retention.attempts_before(now_ms)
+        if before is None:
+            return 0
+        return await driver.webhook_attempt_purge(before, limit)
+
+    return PurgeTarget("webhook_attempts", call, ("webhooks",))
+
+
 def default_targets(retention: Retention = DEFAULT_RETENTION) -> list[PurgeTarget]:
-    """Every built-in target: jobs (past `retention`), events, leases, workers, counters."""
+    """Every built-in target: jobs (past `retention`), events, leases, workers, counters,
+    webhook attempts (past `retention.webhook_attempts`)."""
     return [
         job_target(retention),
         event_target(),
         lease_target(),
         worker_target(),
         counter_target(),
+        webhook_attempt_target(retention),
     ]
 
 
@@ -299,5 +319,6 @@ __all__ = [
     "job_target",
     "lease_target",
     "purge",
+    "webhook_attempt_target",
     "worker_target",
 ]

@@ -1523,6 +1523,19 @@ class ReferenceModel:
         self.endpoints[at] = e
         return WebhookAttemptAnswer(True, e)
 
+    def webhook_attempt_purge(self, before_ms: int, limit: int) -> int:
+        """Delete the first `limit` attempts made before `before_ms` by (at, job id, claims);
+        answers how many went. Endpoints stay as they are, streaks included."""
+        _check_range(before_ms, 0, MAX_TIME_MS, "before_ms")
+        _check_range(limit, 1, MAX_PURGE_LIMIT, "limit")
+        old = sorted(
+            (a for a in self.attempts if a.at_ms < before_ms),
+            key=lambda a: (a.at_ms, a.job_id, a.claims),
+        )[:limit]
+        for a in old:
+            self.attempts.remove(a)
+        return len(old)
+
     def webhook_attempt_list(self, params: WebhookAttemptListParams) -> list[WebhookAttempt]:
         """One endpoint's attempts, newest first; ties by the greater job id, then claims."""
         _check_tenant_text(params.tenant_id)

@@ -10,7 +10,10 @@ past it, cleared by a delivery mid-way, disabled endpoints failing and deliverin
 operator's enable; an attempt under a held claim, a near miss of it (another worker, a count
 off by one), a lapsed lease nobody claimed (it holds) or one claimed again (it does not), an
 acked row; the same claim's attempt again (a retried write: nothing moves twice); one endpoint
-id under no tenant and two tenants; attempts in one millisecond listed by job id and claims.
+id under no tenant and two tenants; attempts in one millisecond listed by job id and claims;
+the purge of attempts made before a bound at a stored attempt's time (it stays) or one past it
+(it goes), cut by its limit inside one millisecond, and a claim written again after its
+record went.
 Tenants, endpoints and excerpts hold quotes, newlines, markup and non-ASCII text, some at their
 byte limits.
 """
@@ -23,7 +26,13 @@ from dataclasses import replace
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from jobs_core.driver import MAX_WEBHOOK_EXCERPT_BYTES, MAX_WEBHOOK_LIST, MAX_WEBHOOK_URL_BYTES
+from jobs_core.driver import (
+    MAX_PURGE_LIMIT,
+    MAX_TIME_MS,
+    MAX_WEBHOOK_EXCERPT_BYTES,
+    MAX_WEBHOOK_LIST,
+    MAX_WEBHOOK_URL_BYTES,
+)
 from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
@@ -31,6 +40,7 @@ from jobs_core.records import (
     ClaimParams,
     ClaimResult,
     Fence,
+    WebhookAttempt,
     WebhookAttemptAnswer,
     WebhookAttemptListParams,
     WebhookAttemptPut,
@@ -239,6 +249,80 @@ class WebhookRules(ParityMachine):
             self._enable(tenants[1], endpoint)
         self._note("webhook attempt beside another tenant's endpoint of the same id")
 
+    @precondition(lambda self: self.capabilities.webhooks)
+    @rule(
+        pick=recent,
+        delta=st.sampled_from((0, 0, 1, 1, -1)),
+        limit=st.sampled_from((1, 2, 3, MAX_PURGE_LIMIT)),
+        make=st.sampled_from((0, 2, 3)),
+        again=st.sampled_from((False, False, True)),
+        twice=st.booleans(),
+    )
+    def webhook_purge(
+        self, pick: int, delta: int, limit: int, make: int, again: bool, twice: bool
+    ) -> None:
+        """Purge the attempts made before a bound aimed at a stored attempt's time (at it: it
+        stays; one past: it goes; one short), `limit` cutting them oldest first. `make`
+        attempts in one millisecond come first, each under a fresh claim it still holds, so
+        the cut can fall inside a tie; with `again` the bound is one past the newest of them
+        and it is written again after the purge (its claim still holds: once its record went,
+        it records once more); with `twice` one row's lapsed claim and its reclaim record an
+        attempt each, in one millisecond, and the cut falls between them (or, `delta` not above
+        0, the bound at their time spares both)."""
+        endpoint = ENDPOINTS[0]
+        made: list[Fence] = []
+        pair: str | None = None
+        if make:
+            self._endpoint_put(None, endpoint, URLS[0])
+        for _ in range(make):
+            job = self._webhook_row()
+            if job is not None:
+                self._attempt(job.fence, None, endpoint, "failed", 3)
+                made.append(job.fence)
+        if twice:
+            self._endpoint_put(None, endpoint, URLS[0])
+            job = self._webhook_row()
+            r = None if job is None else self.model.rows[job.fence.job_id]
+            if job is not None and r is not None and r.lease_until_ms is not None:
+                self.now = max(self.now, r.lease_until_ms)
+                self._attempt(job.fence, None, endpoint, "failed", 3)
+                reclaim = self._claim(ClaimParams((r.queue,), WORKERS[1], 1, 1000, self.now))
+                if isinstance(reclaim, ClaimResult) and reclaim.jobs:
+                    self._attempt(reclaim.jobs[0].fence, None, endpoint, "failed", 3)
+                    pair = job.fence.job_id
+        stored = sorted(self.model.attempts, key=_age)
+        aim = stored[-1 - pick % len(stored)].at_ms if stored else self.now
+        bound = min(max(0, aim + delta), MAX_TIME_MS)
+        if again and made:
+            bound, limit = self.now + 1, MAX_PURGE_LIMIT
+        elif pair is not None:
+            # The cut falls right after the pair's first claim, or the bound spares the pair.
+            bound = self.now + 1 if delta > 0 else self.now
+            at = [(a.job_id, a.claims) for a in stored].index((pair, 1))
+            limit = min(at + 1, MAX_PURGE_LIMIT)
+        old = [a for a in stored if a.at_ms < bound]
+        purged = self._both(
+            "webhook_attempt_purge",
+            functools.partial(self.model.webhook_attempt_purge, bound, limit),
+            functools.partial(self.driver.webhook_attempt_purge, bound, limit),
+        )
+        if not isinstance(purged, int):
+            return
+        if any(a.at_ms == bound for a in stored):
+            self._note("webhook purge sparing an attempt made at its bound")
+        if len(old) > limit:
+            self._note("webhook purge cut by its limit")
+            cut, kept = old[limit - 1], old[limit]
+            if cut.at_ms == kept.at_ms:
+                self._note("webhook purge cut inside one millisecond")
+                if cut.job_id == kept.job_id:
+                    self._note("webhook purge cut between two claims of one row")
+        if again and made:
+            f = made[-1]
+            if not any(a.job_id == f.job_id and a.claims == f.claims for a in self.model.attempts):
+                self._note("webhook attempt again after its record was purged")
+            self._attempt(f, None, endpoint, "delivered", 3)
+
     # -- calls on both, and what they reached -----------------------------------------------------
 
     def _endpoint_put(self, tenant: str | None, endpoint: str, url: str) -> object:
@@ -421,3 +505,8 @@ class WebhookRules(ParityMachine):
                     )
                 )
         return checks
+
+
+def _age(a: WebhookAttempt) -> tuple[int, str, int]:
+    """The purge's order: oldest first, ties by job id, then claims (code points)."""
+    return (a.at_ms, a.job_id, a.claims)

@@ -181,3 +181,27 @@ WEBHOOK_ATTEMPT_LIST: Final = (
     )
     .limit(p("limit", INT))
 )
+
+# -- WEBHOOK_ATTEMPT_PURGE ----------------------------------------------------------------------
+# The oldest `:limit` attempts made before `:before_ms`, by (at, job id, claims), one range of
+# `webhook_attempts_age`; SKIP LOCKED so purgers side by side take disjoint rows and never wait
+# on each other. No endpoint row is read or locked: a purge never holds up an attempt's write.
+_old = (
+    sa.select(webhook_attempts.c.job_id, webhook_attempts.c.claims)
+    .where(webhook_attempts.c.at_ms < p("before_ms", BIGINT))
+    .order_by(webhook_attempts.c.at_ms, webhook_attempts.c.job_id, webhook_attempts.c.claims)
+    .limit(p("limit", INT))
+    .with_for_update(skip_locked=True)
+    .cte("old")
+)
+_gone = (
+    sa.delete(webhook_attempts)
+    .where(
+        sa.tuple_(webhook_attempts.c.job_id, webhook_attempts.c.claims).in_(
+            sa.select(_old.c.job_id, _old.c.claims)
+        )
+    )
+    .returning(webhook_attempts.c.job_id)
+    .cte("gone")
+)
+WEBHOOK_ATTEMPT_PURGE: Final = sa.select(sa.func.count().label("purged")).select_from(_gone)

@@ -2,7 +2,7 @@
 -- endpoint's failure streak, in one step.
 --
 -- KEYS[1] job:state   KEYS[2] webhook:endpoint   KEYS[3] webhook:attempt
--- KEYS[4] webhook:attempts   (includes/webhook.lua)
+-- KEYS[4] webhook:attempts   KEYS[5] webhook:attempt-age   (includes/webhook.lua)
 -- ARGV[1] the fence's job id   ARGV[2] claims NUL worker NUL (the fence)   ARGV[3] claims as 19
 -- digits   ARGV[4] tenant ("" for None)   ARGV[5] endpoint   ARGV[6] event_id   ARGV[7] outcome
 -- ARGV[8] status_code ("" for None)   ARGV[9] latency_ms   ARGV[10] excerpt   ARGV[11] error
@@ -33,6 +33,7 @@ redis.call(
   join({ ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[13] })
 )
 redis.call("ZADD", KEYS[4], 0, field .. Z .. pad(ARGV[13], 13) .. Z .. key)
+redis.call("ZADD", KEYS[5], ARGV[13], key)
 local e = split(raw)
 if ARGV[7] == "delivered" then
   e[W_FAILURES] = "0"

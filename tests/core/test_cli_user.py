@@ -327,8 +327,10 @@ def test_keep_sets_the_workers_retention_and_refuses_what_it_cannot_read(
     keep = retention_from(["completed=3600", "dead=forever", " failed = 1.5 "])
     assert keep == Retention(completed=3600.0, cancelled=DAY, failed=1.5, dead=None)
     assert retention_from([]) == Retention()
+    assert retention_from(["webhook_attempts=forever"]) == Retention(webhook_attempts=None)
     assert _retention_text(keep) == (
-        "keeps completed 3600 s, cancelled 86400 s, failed 1.5 s, dead forever"
+        "keeps completed 3600 s, cancelled 86400 s, failed 1.5 s, dead forever,"
+        " webhook_attempts 604800 s"
     )
     mem = ["--driver", "memory"]
     usage, values = ("completed", "running=10", "=10"), ("dead=soon", "dead=-1", "dead=nan")

@@ -30,6 +30,7 @@ from jobs_core.records import (
     EventRecord,
     LeaseTake,
     StepPut,
+    WebhookAttemptListParams,
     WorkerBeat,
 )
 from jobs_core.retention import Retention
@@ -40,13 +41,14 @@ from jobs_core.testing import ujobs_for
 from jobs_core.testing.scenarios.support import new_job
 from jobs_memory import MemoryDriver
 from tests.core.support import fresh_store
+from tests.core.webhook_support import record_attempts
 
 T0 = 1_800_000_000_000
 #: Far enough on that the minute bucket of T0 folds into its hour (`fold_before`).
 LATER = T0 + 3 * HOUR_MS
 #: A time to live that outlasts `LATER`.
 LASTING = 4 * HOUR_MS
-KEEP_A_MINUTE = Retention(completed=60, cancelled=60, failed=60, dead=60)
+KEEP_A_MINUTE = Retention(completed=60, cancelled=60, failed=60, dead=60, webhook_attempts=60)
 
 
 @pytest.fixture(params=["memory", "pg", "redis"])
@@ -72,7 +74,7 @@ async def run_pass(
 async def stock(driver: JobDriver) -> None:
     """For every target, what has expired by `LATER` beside what has not: a job completed at T0
     with a step (and the minute counter its ack moved) and a live job; events; lease holdings
-    (one a rate stamp); registry rows."""
+    (one a rate stamp); registry rows; webhook attempts (one made exactly a minute before)."""
     await driver.job_enqueue(new_job("done"))
     (held,) = (await driver.job_claim(ClaimParams(("q",), "w1", 1, 60_000, T0))).jobs
     assert await driver.step_put([StepPut(held.fence, "s", "1", T0)]) == [True]
@@ -84,6 +86,8 @@ async def stock(driver: JobDriver) -> None:
     assert None not in await driver.lease_take([*takes, LeaseTake("lasting", "h", 1, LASTING)], T0)
     for w, ttl in (("dead-1", 10), ("dead-2", 10), ("alive", LASTING)):
         await driver.worker_beat(WorkerBeat(w, "{}", ttl, T0))
+    await record_attempts(driver, 2, T0, "old")
+    await record_attempts(driver, 1, LATER - 60_000, "edge")
 
 
 async def test_one_pass_purges_every_target(driver: JobDriver) -> None:
@@ -97,7 +101,14 @@ async def test_one_pass_purges_every_target(driver: JobDriver) -> None:
     result = await run_pass(driver, handle, await claim_purge(driver, handle, LATER), clock)
     assert result == {
         "now_ms": LATER,
-        "purged": {"jobs": 1, "events": 2, "leases": 3, "workers": 2, "counters": 1},
+        "purged": {
+            "jobs": 1,
+            "events": 2,
+            "leases": 3,
+            "workers": 2,
+            "counters": 1,
+            "webhook_attempts": 2,
+        },
         "capped": [],
     }
     assert await driver.job_get_many(["done"]) == {}
@@ -110,6 +121,10 @@ async def test_one_pass_purges_every_target(driver: JobDriver) -> None:
     assert await driver.worker_purge(LATER, 100) == 0
     (hour,) = await driver.counter_read(CounterReadParams(0, LATER))
     assert (hour.bucket_ms, hour.width_ms, hour.completed) == (T0 - T0 % HOUR_MS, HOUR_MS, 1)
+    left = await driver.webhook_attempt_list(WebhookAttemptListParams("t1", "orders", 10))
+    assert [a.job_id for a in left] == ["edge00000"]
+    endpoint = await driver.webhook_endpoint_get("t1", "orders")
+    assert endpoint is not None and endpoint.failures == 3
 
 
 class Crash(Exception):

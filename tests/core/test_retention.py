@@ -55,6 +55,7 @@ def test_seconds_timedelta_and_none() -> None:
         ("completed", "1d"),
         ("dead", timedelta(days=-1)),
         ("failed", 200 * 365 * DAY),
+        ("webhook_attempts", -1),
     ],
 )
 def test_bad_values_are_refused_naming_the_option(option: str, value: object) -> None:
@@ -176,3 +177,34 @@ async def test_the_upkeep_folds_counters_and_purges_expired_events_whatever_the_
     assert left is not None and left.id == "kept"
     buckets = await driver.counter_read(CounterReadParams(0, clock.now_ms() + 1))
     assert [b.width_ms for b in buckets] == [HOUR_MS]
+
+
+async def test_the_upkeep_purges_webhook_attempts_past_their_retention() -> None:
+    """The upkeep round deletes attempts made more than `webhook_attempts` ago, batch after
+    batch (one made exactly that long ago stays), and leaves the endpoint's streak; a retention
+    keeping them (None), or no retention at all, makes no such call."""
+    from jobs_core.records import WebhookAttemptListParams
+    from tests.core.webhook_support import record_attempts
+
+    clock = FakeClock()
+    now = clock.now_ms()
+    keep = Retention(webhook_attempts=3600)
+    for retention in (None, Retention(webhook_attempts=None)):
+        driver = counting(MemoryDriver)()
+        await record_attempts(driver, 2, 0)
+        driver.calls.clear()
+        await Purger(driver, retention, clock).fold()
+        assert "_webhook_attempt_purge" not in driver.calls, retention
+    driver = counting(MemoryDriver)()
+    await record_attempts(driver, 5, now - 3_600_001, "old")
+    await record_attempts(driver, 1, now - 3_600_000, "edge")
+    before = await driver.webhook_endpoint_get("t1", "orders")
+    driver.calls.clear()
+    purger = Purger(driver, keep, clock, batch=2)
+    await purger.fold()
+    assert purger.attempts_purged == 5  # in batches of 2: 2, 2, then 1 (short) ends it
+    assert driver.calls.count("_webhook_attempt_purge") == 3
+    left = await driver.webhook_attempt_list(WebhookAttemptListParams("t1", "orders", 10))
+    assert [a.job_id for a in left] == ["edge00000"]
+    assert await driver.webhook_endpoint_get("t1", "orders") == before
+    assert keep.attempts_before(1000) == 0  # a bound before every attempt: nothing goes

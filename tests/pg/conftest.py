@@ -33,7 +33,7 @@ from tests.pg.proxy import Proxy
 
 PG_URL = os.environ.get("JOBS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 #: The newest migration of ours: what an upgraded schema records (`jobs_pg/migrations/versions`).
-HEAD_REVISION = "0018_lease_clocks"
+HEAD_REVISION = "0019_webhook_attempt_age"
 
 
 def fresh_schema() -> str:

@@ -4,7 +4,8 @@ Without the wake it polls at its 2 s ceiling (at most 30 a minute); with the LIS
 live it slows to 5 s (at most 12). The registry beat rides a claim, the wake's probe is sent at
 dial time only, and a retention round takes the slot of one poll, so nothing else reaches the
 store while idle — but for the upkeep every ~10 minutes (`counter_fold` and, the driver keeping
-events, `event_purge`), which rides a retention round and is measured here too.
+events and webhook attempts, `event_purge` and `webhook_attempt_purge`), which rides a retention
+round and is measured here too.
 """
 
 from __future__ import annotations
@@ -50,17 +51,23 @@ async def test_an_idle_minute_on_postgres_stays_within_budget(
             made.append(driver.calls[before:])
         spent = list(driver.calls)
         await worker.stop()
-    # The upkeep (`counter_fold`, then `event_purge`: this driver keeps events) is allowed beside
+    # The upkeep (`counter_fold`, then `event_purge` and `webhook_attempt_purge`: this driver
+    # keeps events and webhook attempts) is allowed beside
     # the budget, which is the polling's: it comes once per ~10 minutes, not per minute — one
     # call each, as a batch that comes back short ends its round and an idle store's are short
     # at once — and it keeps counters and events bounded on a worker that keeps every row. So
-    # the minute that holds it may reach the budget plus these two calls, and no other minute
+    # the minute that holds it may reach the budget plus these three calls, and no other minute
     # holds any.
-    upkeep = {"_counter_fold", "_event_purge"}
+    upkeep = {"_counter_fold", "_event_purge", "_webhook_attempt_purge"}
     polls = [sum(1 for c in step if c not in upkeep) for step in made]
     worst = max(sum(polls[i : i + 600]) for i in range(len(polls) - 600))
     assert 0 < worst <= budget, (worst, spent)
     assert set(spent) == {"_job_claim", "_job_purge", *upkeep}, spent
-    assert spent.count("_counter_fold") == spent.count("_event_purge") == 1, spent
+    assert (
+        spent.count("_counter_fold")
+        == spent.count("_event_purge")
+        == spent.count("_webhook_attempt_purge")
+        == 1
+    ), spent
     # The retention rounds (one every 60 to 100 s) fit inside the budget.
     assert spent.count("_job_purge") >= 2, spent.count("_job_purge")

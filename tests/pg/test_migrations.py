@@ -133,6 +133,7 @@ def test_migrated_schema_equals_declared(pg_schema: str) -> None:
     assert idx["events_by_name"].endswith("(name, published_at_ms, id)")
     assert idx["events_expiry"].endswith("(expires_at_ms, id)")
     assert idx["leases_pkey"].endswith("(key, token)")
+    assert idx["webhook_attempts_age"].endswith("(at_ms, job_id, claims)")
 
 
 def test_declared_indexes_are_the_migrated_ones_word_for_word(pg_schema: str) -> None:

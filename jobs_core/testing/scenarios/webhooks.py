@@ -3,7 +3,8 @@ moved and listed, one tenant's apart from another's (no tenant is a key of its o
 streak that disables an endpoint at exactly its `disable_after`, cleared by a delivery and by
 the operator's enable; every attempt fenced on the claim that made it (a lapsed lease nobody
 reclaimed still holds), one per claim (a retried call moves nothing twice); attempts listed
-newest first, excerpts kept whole at their byte limit; refused calls writing nothing.
+newest first, excerpts kept whole at their byte limit; attempts purged by age, oldest first,
+endpoints and streaks untouched; refused calls writing nothing.
 
 Each attempt is made under a row of its own queue, claimed by `w1` unless said. A driver that
 does not declare `webhooks` must refuse the calls with `X_DRIVER_CAPABILITY_MISSING`; these
@@ -12,9 +13,11 @@ scenarios check that much and stop there.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from jobs_core.driver import (
+    MAX_PURGE_LIMIT,
     MAX_WEBHOOK_EXCERPT_BYTES,
     MAX_WEBHOOK_LIST,
     MAX_WEBHOOK_URL_BYTES,
@@ -49,6 +52,7 @@ async def _unsupported(driver: JobDriver) -> bool:
     await refused(
         "X_DRIVER_CAPABILITY_MISSING", driver.webhook_attempt_put(_attempt(Fence("j", 1, "w1")))
     )
+    await refused("X_DRIVER_CAPABILITY_MISSING", driver.webhook_attempt_purge(T0, 10))
     return True
 
 
@@ -315,6 +319,60 @@ async def scenario_webhooks_attempts_listed_newest_first(driver: JobDriver) -> N
     assert [a.job_id for a in cut] == ["b", "ab"]
 
 
+async def scenario_webhooks_attempts_purged_oldest_first(driver: JobDriver) -> None:
+    """`webhook_attempt_purge(before, limit)` deletes the first `limit` attempts made before
+    `before` (one made at it stays) by (at, job id, claims), whichever tenant's endpoint, and
+    never moves an endpoint; purgers at once delete each attempt once; a claim that still
+    holds after its attempt went records its attempt once more."""
+    if await _unsupported(driver):
+        return
+    await _put(driver)
+    await _put(driver, None)
+    await _fail(driver, "z", T0 + 1, disable_after=100)
+    await _fail(driver, "n", T0 + 3, tenant=None, disable_after=100)
+    for job_id in ("b", "ab", "a"):
+        await _fail(driver, job_id, T0 + 5, disable_after=100)
+    # Two claims of one row, their attempts in one millisecond: claims 1, then 2.
+    first = await _held(driver, "c", T0 + 5)
+    put = _attempt(first.fence, now=T0 + 2000, disable_after=100)
+    assert (await driver.webhook_attempt_put(put)).recorded
+    second = await claim_one(driver, T0 + 2000, "q-c", worker="w2")
+    put = _attempt(second.fence, now=T0 + 2000, disable_after=100)
+    assert (await driver.webhook_attempt_put(put)).recorded
+    ours, nobodys = await _get(driver), await _get(driver, None)
+    assert ours.failures == 6 and nobodys.failures == 1, (ours, nobodys)
+
+    assert await driver.webhook_attempt_purge(T0 + 1, 10) == 0, "one made at the bound went"
+    assert await driver.webhook_attempt_purge(T0 + 2, 10) == 1
+    assert [a.job_id for a in await _attempts(driver)] == ["c", "c", "b", "ab", "a"]
+    assert await driver.webhook_attempt_purge(T0 + 5, 10) == 1, "the untenanted one, at T0 + 3"
+    assert await _attempts(driver, None) == []
+    assert await driver.webhook_attempt_purge(T0 + 6, 2) == 2, "a and ab: ties by job id"
+    assert [a.job_id for a in await _attempts(driver)] == ["c", "c", "b"]
+    assert await driver.webhook_attempt_purge(T0 + 2001, 2) == 2, "b, then c's first claim"
+    assert [(a.job_id, a.claims) for a in await _attempts(driver)] == [("c", 2)]
+    assert (await _get(driver), await _get(driver, None)) == (ours, nobodys), "a purge moved one"
+
+    # A claim that still holds after its attempt went: its retried put records anew.
+    assert await driver.webhook_attempt_purge(T0 + 2001, 10) == 1
+    again = await driver.webhook_attempt_put(
+        _attempt(second.fence, now=T0 + 2001, disable_after=100)
+    )
+    assert again == WebhookAttemptAnswer(True, await _get(driver)) and again.endpoint is not None
+    assert again.endpoint.failures == ours.failures + 1, again
+    assert [(a.job_id, a.claims) for a in await _attempts(driver)] == [("c", 2)]
+
+    for i in range(6):
+        await _fail(driver, f"r{i}", T0 + 3000, disable_after=100)
+    counts = await asyncio.gather(*(driver.webhook_attempt_purge(T0 + 3001, 2) for _ in range(4)))
+    assert sum(counts) == 7 and all(n <= 2 for n in counts), counts
+    assert await _attempts(driver) == []
+    code = "X_JOB_RECORD_INVALID"
+    await refused(code, driver.webhook_attempt_purge(T0, 0))
+    await refused(code, driver.webhook_attempt_purge(T0, MAX_PURGE_LIMIT + 1))
+    await refused(code, driver.webhook_attempt_purge(-1, 10))
+
+
 async def scenario_webhooks_refusals_write_nothing(driver: JobDriver) -> None:
     """Every call the ABC refuses (`X_JOB_RECORD_INVALID`) writes nothing."""
     if await _unsupported(driver):
@@ -363,6 +421,7 @@ WEBHOOK_SCENARIOS: dict[str, Scenario] = {
         scenario_webhooks_a_streak_disables_at_its_limit,
         scenario_webhooks_attempts_are_fenced_on_the_claim,
         scenario_webhooks_attempts_listed_newest_first,
+        scenario_webhooks_attempts_purged_oldest_first,
         scenario_webhooks_endpoints_put_and_listed,
         scenario_webhooks_one_attempt_per_claim,
         scenario_webhooks_refusals_write_nothing,

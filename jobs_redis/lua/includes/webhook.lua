@@ -13,6 +13,9 @@
 --   {p}:webhook:attempts   zset, all scores 0, members `tenant NUL endpoint NUL at_ms (13) NUL
 --                          job_id NUL claims (19)`: one endpoint's attempts are one lex range,
 --                          oldest first (ties by job id bytes, then claims)
+--   {p}:webhook:attempt-age  zset, score at_ms, members `job_id NUL claims (19)` (the attempt's
+--                          field): every attempt oldest first, ties by job id bytes then claims,
+--                          what webhook_attempt_purge reads
 
 local W_URL, W_ENABLED, W_FAILURES, W_DISABLED, W_CREATED, W_UPDATED = 1, 2, 3, 4, 5, 6
 

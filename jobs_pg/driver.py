@@ -1390,13 +1390,12 @@ class PgDriver(JobDriver):
                 # Answer in batch order; `inserted` rows map to themselves, the rest to the
                 # id that was taken or the key's holder (a row stored before, or an earlier
                 # record of this very batch).
-                # Positional `EnqueueResult`s: a frozen dataclass's keyword call costs twice.
-                for ordinal, existed, inserted, batch_holder, holder, _ in rows:
+                for ordinal, existed, inserted, batch_holder, holder in rows:
                     pos = positions[ordinal - 1]
                     if inserted:
-                        out[pos] = EnqueueResult(ids[pos], False)
+                        out[pos] = EnqueueResult(ids[pos], deduped=False)
                     elif existed:
-                        out[pos] = EnqueueResult(ids[pos], True)
+                        out[pos] = EnqueueResult(ids[pos], deduped=True)
                     elif batch_holder is not None or holder is not None:
                         out[pos] = EnqueueResult(batch_holder or holder, deduped=True)
                     else:
@@ -1454,8 +1453,7 @@ class PgDriver(JobDriver):
         *,
         wake: bool,
     ) -> list[tuple[Any, ...]]:
-        """One JOB_ENQUEUE_MANY of the records at `positions` (no id repeated among them): its
-        rows (ordinal, existed, inserted, batch_holder, holder, notified)."""
+        """One JOB_ENQUEUE_MANY of the records at `positions` (no id repeated among them)."""
         ids, run_ids, keys, texts = cols.ids, cols.run_ids, cols.keys, cols.input_jsons
         acts = cols.acts_for
         values: dict[str, Any] = {
@@ -1484,7 +1482,7 @@ class PgDriver(JobDriver):
                 values[name] = [getattr(j, name) for j in batch]
                 values[f"{name}_all"] = None
         cur = await self._insert(conn, stmt, stmt.args(values), ids[positions[0]])
-        return await cur.fetchall()
+        return [r[:5] for r in await cur.fetchall()]
 
     async def _insert(
         self,

@@ -1337,16 +1337,12 @@ class PgDriver(JobDriver):
         two batches over the same keys in different orders wait for each other, never deadlock;
         a batch that repeats an id keeps the caller's order (a deadlock is then retried).
         """
-        # Ids the facade made for this call: no row holds one, no record looks its own up.
-        fresh = type(jobs) is NewJobs and jobs.take_fresh()
         cols = _EnqueueColumns(jobs)
         ids = cols.ids
         unique_ids = len(set(ids)) == len(ids)
         if unique_ids and len(ids) <= ENQUEUE_CHUNK:
             async with self._conn() as conn:
-                return await self._enqueue_chunks(
-                    conn, cols, range(len(ids)), wake=True, fresh=fresh
-                )
+                return await self._enqueue_chunks(conn, cols, range(len(ids)), wake=True)
         order: Sequence[int] = range(len(ids))
         if unique_ids:
             # Ids never repeat, so records interact only through their key: sorted stably by
@@ -1356,10 +1352,7 @@ class PgDriver(JobDriver):
         while True:
             try:
                 async with self._conn() as conn, self._transaction(conn):
-                    # A try after the first looks ids up: its rollback is all it knows of.
-                    out = await self._enqueue_chunks(
-                        conn, cols, order, wake=False, fresh=fresh and not tries
-                    )
+                    out = await self._enqueue_chunks(conn, cols, order, wake=False)
                     await self._enqueue_wake(conn, cols, out)
                 return out
             except (DriverConflictError, DriverError) as exc:
@@ -1374,13 +1367,12 @@ class PgDriver(JobDriver):
         order: Sequence[int],
         *,
         wake: bool,
-        fresh: bool,
     ) -> list[EnqueueResult]:
         """Enqueue the records taken in `order`, one statement per chunk (split where an id
-        repeats); `fresh`: no stored row holds any of their ids (JOB_ENQUEUE_MANY_FRESH)."""
+        repeats)."""
         ids = cols.ids
         out: list[EnqueueResult | None] = [None] * len(ids)
-        stmt = self._q["JOB_ENQUEUE_MANY_FRESH" if fresh else "JOB_ENQUEUE_MANY"]
+        stmt = self._q["JOB_ENQUEUE_MANY"]
         leftovers: list[int] = []
         for start in range(0, len(order), ENQUEUE_CHUNK):
             chunk = order[start : start + ENQUEUE_CHUNK]

@@ -317,105 +317,87 @@ SHARED_COLUMNS: Final = (
     "batch_id",
 )
 _rows_src = unnest("r", **_JOB_ARRAYS)
-
-
-def _enqueue_many(fresh: bool) -> sa.Select[Any]:
-    """JOB_ENQUEUE_MANY; `fresh`: without the `jobs_pkey` probe per record (`taken` NULL), for
-    ids made for this very call that no row can hold yet."""
-    taken = jobs.alias("taken")
-    taken_id: sa.ColumnElement[Any] = (
-        sa.cast(sa.null(), TEXT)
-        if fresh
-        else sa.select(taken.c.id).where(taken.c.id == _rows_src.c.id).scalar_subquery()
-    )
-    _rows = sa.select(
-        *(
-            sa.func.coalesce(c, p(f"{c.name}_all", _JOB_ARRAYS[c.name])).label(c.name)
-            if c.name in SHARED_COLUMNS
-            else c
-            for c in _rows_src.c
+_taken = jobs.alias("taken")
+_rows = sa.select(
+    *(
+        sa.func.coalesce(c, p(f"{c.name}_all", _JOB_ARRAYS[c.name])).label(c.name)
+        if c.name in SHARED_COLUMNS
+        else c
+        for c in _rows_src.c
+    ),
+    sa.select(_taken.c.id).where(_taken.c.id == _rows_src.c.id).scalar_subquery().label("taken"),
+).cte("rows")
+_many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}
+_many_values.update(
+    state=lit("ready"), attempt=sa.literal_column("0"), claims=sa.literal_column("0")
+)
+_many_ins = (
+    pg_insert(jobs)
+    .from_select(
+        list(_INSERT_COLUMNS),
+        sa.select(*(_many_values[c] for c in _INSERT_COLUMNS))
+        .where(_rows.c.taken.is_(None))
+        # Insert (and so lock each key's index entry) in namespace order, never the caller's:
+        # two batches over the same keys in different orders then wait, never deadlock. Within
+        # one key the caller's order stays (`ord`), so the first record of a key still wins.
+        # COLLATE "C" (code points, as the driver sorts a multi-statement batch): the unnested
+        # text has the database's collation, whose comparisons cost several times more.
+        .order_by(
+            _rows.c.name.collate(C),
+            sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")).collate(C),
+            _rows.c.idempotency_key.collate(C),
+            _rows.c.ord,
         ),
-        taken_id.label("taken"),
-    ).cte("rows")
-    _many_values: dict[str, Any] = {c: _rows.c[c] for c in _INSERT_COLUMNS if c in _rows.c}
-    _many_values.update(
-        state=lit("ready"), attempt=sa.literal_column("0"), claims=sa.literal_column("0")
     )
-    _many_ins = (
-        pg_insert(jobs)
-        .from_select(
-            list(_INSERT_COLUMNS),
-            sa.select(*(_many_values[c] for c in _INSERT_COLUMNS))
-            .where(_rows.c.taken.is_(None))
-            # Insert (and so lock each key's index entry) in namespace order, never the caller's:
-            # two batches over the same keys in different orders then wait, never deadlock. Within
-            # one key the caller's order stays (`ord`), so the first record of a key still wins.
-            # COLLATE "C" (code points, as the driver sorts a multi-statement batch): the unnested
-            # text has the database's collation, whose comparisons cost several times more.
-            .order_by(
-                _rows.c.name.collate(C),
-                sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")).collate(C),
-                _rows.c.idempotency_key.collate(C),
-                _rows.c.ord,
+    .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
+    .returning(
+        jobs.c.id,
+        jobs.c.name,
+        jobs.c.tenant_id,
+        jobs.c.idempotency_key,
+        jobs.c.queue,
+        jobs.c.run_at_ms,
+        jobs.c.created_at_ms,
+    )
+    .cte("ins")
+)
+_many_wake = wake_cte(_many_ins, "wake")
+_mine = _many_ins.alias("mine")
+_twin = _many_ins.alias("twin")
+_holder = jobs.alias("holder")
+JOB_ENQUEUE_MANY: Final = (
+    sa.select(
+        _rows.c.ord,
+        (_rows.c.taken.is_not(None)).label("existed"),
+        (_mine.c.id.is_not(None)).label("inserted"),
+        _twin.c.id.label("batch_holder"),
+        sa.case(
+            (
+                sa.and_(_rows.c.taken.is_(None), _mine.c.id.is_(None), _twin.c.id.is_(None)),
+                sa.select(_holder.c.id)
+                .where(
+                    live_key_matches(
+                        _holder, _rows.c.name, _rows.c.tenant_id, _rows.c.idempotency_key
+                    )
+                )
+                .scalar_subquery(),
+            ),
+        ).label("holder"),
+        notified(_many_wake),
+    )
+    .select_from(
+        _rows.outerjoin(_mine, _mine.c.id == _rows.c.id).outerjoin(
+            _twin,
+            sa.and_(
+                _twin.c.name == _rows.c.name,
+                sa.func.coalesce(_twin.c.tenant_id, sa.literal_column("''"))
+                == sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")),
+                _twin.c.idempotency_key == _rows.c.idempotency_key,
             ),
         )
-        .on_conflict_do_nothing(index_elements=LIVE_KEY_TARGET, index_where=LIVE_KEY_WHERE)
-        .returning(
-            jobs.c.id,
-            jobs.c.name,
-            jobs.c.tenant_id,
-            jobs.c.idempotency_key,
-            jobs.c.queue,
-            jobs.c.run_at_ms,
-            jobs.c.created_at_ms,
-        )
-        .cte("ins")
     )
-    _many_wake = wake_cte(_many_ins, "wake")
-    _mine = _many_ins.alias("mine")
-    _twin = _many_ins.alias("twin")
-    _holder = jobs.alias("holder")
-    return (
-        sa.select(
-            _rows.c.ord,
-            (_rows.c.taken.is_not(None)).label("existed"),
-            (_mine.c.id.is_not(None)).label("inserted"),
-            _twin.c.id.label("batch_holder"),
-            sa.case(
-                (
-                    sa.and_(_rows.c.taken.is_(None), _mine.c.id.is_(None), _twin.c.id.is_(None)),
-                    sa.select(_holder.c.id)
-                    .where(
-                        live_key_matches(
-                            _holder, _rows.c.name, _rows.c.tenant_id, _rows.c.idempotency_key
-                        )
-                    )
-                    .scalar_subquery(),
-                ),
-            ).label("holder"),
-            notified(_many_wake),
-        )
-        .select_from(
-            _rows.outerjoin(_mine, _mine.c.id == _rows.c.id).outerjoin(
-                _twin,
-                sa.and_(
-                    _twin.c.name == _rows.c.name,
-                    sa.func.coalesce(_twin.c.tenant_id, sa.literal_column("''"))
-                    == sa.func.coalesce(_rows.c.tenant_id, sa.literal_column("''")),
-                    _twin.c.idempotency_key == _rows.c.idempotency_key,
-                ),
-            )
-        )
-        .order_by(_rows.c.ord)
-    )
-
-
-JOB_ENQUEUE_MANY: Final = _enqueue_many(fresh=False)
-
-# -- JOB_ENQUEUE_MANY_FRESH ---------------------------------------------------------------------
-# JOB_ENQUEUE_MANY of ids the facade made for this call (`NewJobs.take_fresh`): no stored row can
-# hold one, so no record looks its id up (about half a microsecond of the server's per record).
-JOB_ENQUEUE_MANY_FRESH: Final = _enqueue_many(fresh=True)
+    .order_by(_rows.c.ord)
+)
 
 # -- JOB_ENQUEUE_MANY_WAKE ----------------------------------------------------------------------
 # The wake of an `enqueue_many` that spans several statements in one transaction: its chunks run

@@ -13,11 +13,7 @@ import psycopg
 import psycopg.sql
 import pytest
 
-from jobs_core.clock import FakeClock
 from jobs_core.errors import DriverUrlInvalidError
-from jobs_core.facade import build_records
-from jobs_core.job import JobRegistry
-from jobs_core.job import job as job_handle
 from jobs_core.records import (
     Ack,
     ClaimParams,
@@ -311,49 +307,6 @@ async def test_enqueue_many_of_columns_stores_and_answers_as_records_one_by_one(
     assert sum(not r.deduped for r in got) == min(n, 700) - 2  # two keys held before
     ids = [r.id for r in batch]
     assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
-
-
-_BULK_REG = JobRegistry()
-
-
-@job_handle(
-    name="bulk",
-    queue="q",
-    idempotency_key=lambda inp: inp["k"],
-    tenant="none",
-    registry=_BULK_REG,
-)
-async def _bulk(inp: Any, ctx: Any) -> None:
-    return None
-
-
-async def test_enqueue_many_of_fresh_ids_skips_their_lookup_once(pg: PgDriver) -> None:
-    # The facade's own ids (no `ids=`) go by JOB_ENQUEUE_MANY_FRESH on their first sending
-    # only: the same batch sent again (a retry after an outage) looks each id up, and answers
-    # every record deduped under its own id, one row each.
-    sent: list[str] = []
-    insert = pg._insert
-
-    async def spy(conn: Any, stmt: Any, args: Any, job_id: str) -> Any:
-        sent.append(next(k for k, v in pg._q.items() if v is stmt))
-        return await insert(conn, stmt, args, job_id)
-
-    pg._insert = spy  # type: ignore[method-assign]
-    clock = FakeClock(T0)
-    for n in (3, 2500):
-        sent.clear()
-        batch = build_records(_bulk, [{"k": f"{n}-{i % 900}"} for i in range(n)], clock=clock)
-        first = await pg.job_enqueue_many(batch)
-        assert set(sent) == {"JOB_ENQUEUE_MANY_FRESH"}
-        sent.clear()
-        again = await pg.job_enqueue_many(batch)
-        assert set(sent) == {"JOB_ENQUEUE_MANY"}
-        assert again == [EnqueueResult(r.id, True) for r in first]
-        assert first == await MemoryDriver().job_enqueue_many(list(batch))
-    sent.clear()
-    given = build_records(_bulk, [{"k": "x"}, {"k": "y"}], clock=clock, ids=["g1", "g2"])
-    await pg.job_enqueue_many(given)
-    assert sent == ["JOB_ENQUEUE_MANY"]
 
 
 async def test_concurrent_enqueues_of_one_key_insert_once(pg: PgDriver) -> None:

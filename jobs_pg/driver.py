@@ -34,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -100,6 +100,7 @@ from jobs_core.records import (
     Nack,
     NackKind,
     NewJob,
+    NewJobs,
     Pause,
     PostingPut,
     PostingPutAnswer,
@@ -489,6 +490,9 @@ class PgDriver(JobDriver):
     Callers on several event loops share one driver: each loop gets its own pool, hot connection
     and LISTEN sessions, closed when that loop shuts down or by `close()`.
     """
+
+    #: `enqueue_many` reads the facade's batch as columns (`_EnqueueColumns`).
+    enqueue_columns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -1333,21 +1337,23 @@ class PgDriver(JobDriver):
         two batches over the same keys in different orders wait for each other, never deadlock;
         a batch that repeats an id keeps the caller's order (a deadlock is then retried).
         """
-        unique_ids = len({j.id for j in jobs}) == len(jobs)
-        if unique_ids and len(jobs) <= ENQUEUE_CHUNK:
+        cols = _EnqueueColumns(jobs)
+        ids = cols.ids
+        unique_ids = len(set(ids)) == len(ids)
+        if unique_ids and len(ids) <= ENQUEUE_CHUNK:
             async with self._conn() as conn:
-                return await self._enqueue_chunks(conn, jobs, range(len(jobs)), wake=True)
-        order: Sequence[int] = range(len(jobs))
+                return await self._enqueue_chunks(conn, cols, range(len(ids)), wake=True)
+        order: Sequence[int] = range(len(ids))
         if unique_ids:
             # Ids never repeat, so records interact only through their key: sorted stably by
             # namespace, the answers are those of the caller's order (COLLATE "C" = code points).
-            order = sorted(order, key=lambda i: _namespace(jobs[i]))
+            order = sorted(order, key=cols.namespace_key())
         tries = 0
         while True:
             try:
                 async with self._conn() as conn, self._transaction(conn):
-                    out = await self._enqueue_chunks(conn, jobs, order, wake=False)
-                    await self._enqueue_wake(conn, jobs, out)
+                    out = await self._enqueue_chunks(conn, cols, order, wake=False)
+                    await self._enqueue_wake(conn, cols, out)
                 return out
             except (DriverConflictError, DriverError) as exc:
                 if not _restartable(exc) or tries >= self._conflict_retries:
@@ -1357,31 +1363,31 @@ class PgDriver(JobDriver):
     async def _enqueue_chunks(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
-        jobs: Sequence[NewJob],
+        cols: _EnqueueColumns,
         order: Sequence[int],
         *,
         wake: bool,
     ) -> list[EnqueueResult]:
-        """Enqueue `jobs` taken in `order`, one statement per chunk (split where an id repeats)."""
-        out: list[EnqueueResult | None] = [None] * len(jobs)
+        """Enqueue the records taken in `order`, one statement per chunk (split where an id
+        repeats)."""
+        ids = cols.ids
+        out: list[EnqueueResult | None] = [None] * len(ids)
         stmt = self._q["JOB_ENQUEUE_MANY"]
         leftovers: list[int] = []
         for start in range(0, len(order), ENQUEUE_CHUNK):
             chunk = order[start : start + ENQUEUE_CHUNK]
-            for run in unique_runs([jobs[pos].id for pos in chunk]):
+            for run in unique_runs([ids[pos] for pos in chunk]):
                 positions = [chunk[i] for i in run]
-                batch = [jobs[pos] for pos in positions]
-                rows = await self._enqueue_batch(conn, stmt, batch, wake=wake)
+                rows = await self._enqueue_batch(conn, stmt, cols, positions, wake=wake)
                 # Answer in batch order; `inserted` rows map to themselves, the rest to the
                 # id that was taken or the key's holder (a row stored before, or an earlier
                 # record of this very batch).
                 for ordinal, existed, inserted, batch_holder, holder in rows:
                     pos = positions[ordinal - 1]
-                    j = jobs[pos]
                     if inserted:
-                        out[pos] = EnqueueResult(j.id, deduped=False)
+                        out[pos] = EnqueueResult(ids[pos], deduped=False)
                     elif existed:
-                        out[pos] = EnqueueResult(j.id, deduped=True)
+                        out[pos] = EnqueueResult(ids[pos], deduped=True)
                     elif batch_holder is not None or holder is not None:
                         out[pos] = EnqueueResult(batch_holder or holder, deduped=True)
                     else:
@@ -1390,11 +1396,12 @@ class PgDriver(JobDriver):
                     # A concurrent writer won a key after our snapshot: settle those
                     # records one by one, in order, before the next batch.
                     for pos in leftovers:
-                        found = await self._key_holder(conn, jobs[pos])
+                        one = cols.jobs[pos]
+                        found = await self._key_holder(conn, one)
                         out[pos] = (
                             EnqueueResult(found, deduped=True)
                             if found is not None
-                            else await self._enqueue_on(conn, jobs[pos], quiet=not wake)
+                            else await self._enqueue_on(conn, one, quiet=not wake)
                         )
                     leftovers = []
         return [r for r in out if r is not None]
@@ -1402,18 +1409,26 @@ class PgDriver(JobDriver):
     async def _enqueue_wake(
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
-        jobs: Sequence[NewJob],
+        cols: _EnqueueColumns,
         answers: Sequence[EnqueueResult],
     ) -> None:
         """Record the wake slot of each queue that got a due row (NOTIFY at commit)."""
-        slot = self._slot(max(j.created_at_ms for j in jobs))
-        queues = sorted(
-            {
-                j.queue
-                for j, a in zip(jobs, answers, strict=True)
-                if not a.deduped and j.run_at_ms <= j.created_at_ms
-            }
-        )
+        shared = cols.shared
+        if shared is not None:
+            slot = self._slot(shared.created_at_ms)
+            due = shared.run_at_ms <= shared.created_at_ms
+            inserted = due and not all(a.deduped for a in answers)
+            queues = [shared.queue] if inserted else []
+        else:
+            jobs = cols.jobs
+            slot = self._slot(max(j.created_at_ms for j in jobs))
+            queues = sorted(
+                {
+                    j.queue
+                    for j, a in zip(jobs, answers, strict=True)
+                    if not a.deduped and j.run_at_ms <= j.created_at_ms
+                }
+            )
         if slot is None or not queues:
             return
         stmt = self._q["JOB_ENQUEUE_MANY_WAKE"]
@@ -1425,31 +1440,40 @@ class PgDriver(JobDriver):
         self,
         conn: psycopg.AsyncConnection[tuple[Any, ...]],
         stmt: _Stmt,
-        batch: Sequence[NewJob],
+        cols: _EnqueueColumns,
+        positions: Sequence[int],
         *,
         wake: bool,
     ) -> list[tuple[Any, ...]]:
+        """One JOB_ENQUEUE_MANY of the records at `positions` (no id repeated among them)."""
+        ids, run_ids, keys, texts = cols.ids, cols.run_ids, cols.keys, cols.input_jsons
+        acts = cols.acts_for
         values: dict[str, Any] = {
-            "id": [j.id for j in batch],
-            "run_id": [j.run_id for j in batch],
-            "idempotency_key": [j.idempotency_key for j in batch],
-            "input_json": [j.input_json for j in batch],
-            "acts_for": [j.acts_for for j in batch],  # acts-for: per record, rarely shared
-            "slot": self._slot(max(j.created_at_ms for j in batch)) if wake else None,
+            "id": [ids[pos] for pos in positions],
+            "run_id": [run_ids[pos] for pos in positions],
+            "idempotency_key": [keys[pos] for pos in positions],
+            "input_json": [texts[pos] for pos in positions],
+            "acts_for": None if acts is None else [acts[pos] for pos in positions],
+            "slot": None,
             "channel": self.channel,
         }
         # One value for the whole batch where every record holds it (JOB_ENQUEUE_MANY's
         # SHARED_COLUMNS): dumping an array costs the client about a microsecond an item.
-        first = _shared_fields(batch[0])
-        if all(_shared_fields(j) == first for j in batch):
-            for name, value in zip(SHARED_COLUMNS, first, strict=True):
+        shared = cols.shared
+        if shared is not None:
+            if wake:
+                values["slot"] = self._slot(shared.created_at_ms)
+            for name, value in zip(SHARED_COLUMNS, _shared_fields(shared), strict=True):
                 values[name] = None
                 values[f"{name}_all"] = value
         else:
+            batch = [cols.jobs[pos] for pos in positions]
+            if wake:
+                values["slot"] = self._slot(max(j.created_at_ms for j in batch))
             for name in SHARED_COLUMNS:
                 values[name] = [getattr(j, name) for j in batch]
                 values[f"{name}_all"] = None
-        cur = await self._insert(conn, stmt, stmt.args(values), batch[0].id)
+        cur = await self._insert(conn, stmt, stmt.args(values), ids[positions[0]])
         return [r[:5] for r in await cur.fetchall()]
 
     async def _insert(
@@ -2946,6 +2970,45 @@ def _live_key_taken(exc: JobsError) -> bool:
     return isinstance(cause, psycopg.errors.UniqueViolation) and (
         _constraint(cause) == "jobs_live_key"
     )
+
+
+class _EnqueueColumns:
+    """An `enqueue_many` batch as columns, each read once: from a `NewJobs` without building
+    a `NewJob` a record (the facade's batches), or from a list of records. `shared` is a
+    record whose `SHARED_COLUMNS` fields every record holds, None when they differ; `acts_for`
+    is None when every record's is None (the statement then reads NULL for each)."""
+
+    __slots__ = ("acts_for", "ids", "input_jsons", "jobs", "keys", "run_ids", "shared")
+
+    def __init__(self, jobs: Sequence[NewJob]) -> None:
+        self.jobs = jobs
+        acts: Sequence[str | None] | None
+        if type(jobs) is NewJobs:
+            self.ids: Sequence[str] = list(jobs.ids)
+            self.run_ids: Sequence[str] = list(jobs.run_ids)
+            self.keys: Sequence[str] = jobs.keys
+            self.input_jsons: Sequence[str] = jobs.input_jsons
+            self.shared: NewJob | None = jobs.shared
+            acts = jobs.acts_for
+            if acts is None and jobs.shared.acts_for is not None:
+                acts = [jobs.shared.acts_for] * len(self.ids)
+        else:
+            self.ids = [j.id for j in jobs]
+            self.run_ids = [j.run_id for j in jobs]
+            self.keys = [j.idempotency_key for j in jobs]
+            self.input_jsons = [j.input_json for j in jobs]
+            first = _shared_fields(jobs[0])
+            self.shared = jobs[0] if all(_shared_fields(j) == first for j in jobs) else None
+            acts = [j.acts_for for j in jobs]
+        self.acts_for = None if acts is None or all(a is None for a in acts) else acts
+
+    def namespace_key(self) -> Callable[[int], Any]:
+        """A sort key of positions that orders records as `_namespace` orders them."""
+        if self.shared is None:
+            jobs = self.jobs
+            return lambda i: _namespace(jobs[i])
+        # One name and tenant for all: the keys alone order them.
+        return self.keys.__getitem__
 
 
 def _namespace(job: NewJob) -> tuple[str, str, str]:

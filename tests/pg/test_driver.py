@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ from jobs_core.records import (
     Nack,
     NackKind,
     NewJob,
+    NewJobs,
     Pause,
     Progress,
     WorkerBeat,
@@ -250,6 +252,60 @@ async def test_enqueue_many_stores_each_records_own_fields_shared_or_not(
     mem = MemoryDriver()
     assert await pg.job_enqueue_many(records) == await mem.job_enqueue_many(records)
     ids = [r.id for r in records]
+    assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
+
+
+def _columns(n: int, acts: list[str | None] | None, shared_acts: str | None) -> NewJobs:
+    """A `NewJobs` of `n` records of tenant "org", keys repeating every 700 records."""
+    shared = replace(job(0, tenant="org"), acts_for=shared_acts)
+    return NewJobs(
+        shared,
+        [f"c{i}" for i in range(n)],
+        [f"r{i}" for i in range(n)],
+        [f"k{(i * 7919) % 700}" for i in range(n)],
+        [json.dumps({"i": i}) for i in range(n)],
+        acts,
+    )
+
+
+async def test_enqueue_many_reads_a_batch_of_columns_as_given(pg: PgDriver) -> None:
+    # The facade's `NewJobs` reaches the driver as it is (no `NewJob` built a record).
+    given: list[object] = []
+    read = pg._job_enqueue_many
+
+    async def spy(jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        given.append(type(jobs))
+        return await read(jobs)
+
+    pg._job_enqueue_many = spy  # type: ignore[method-assign]
+    await pg.job_enqueue_many(_columns(3, None, None))
+    assert given == [NewJobs]
+
+
+@pytest.mark.parametrize(
+    ("n", "acts", "shared_acts"),
+    [
+        (2500, None, None),  # several statements, one transaction
+        (2500, None, "u-shared"),  # every record acts for the shared record's
+        (2500, "each", None),  # a column of its own
+        (600, None, "u-shared"),  # one statement
+        (600, "each", None),
+    ],
+)
+async def test_enqueue_many_of_columns_stores_and_answers_as_records_one_by_one(
+    pg: PgDriver, n: int, acts: str | None, shared_acts: str | None
+) -> None:
+    # Repeated keys across chunks, ids stored before the call, each record's acts-for: the
+    # columns' answers and rows are those of the same records as a list, in the memory store.
+    column = [None if i % 3 else f"u{i % 5}" for i in range(n)] if acts else None
+    batch = _columns(n, column, shared_acts)
+    mem = MemoryDriver()
+    before = [batch[5], batch[n - 1]]
+    assert await pg.job_enqueue_many(before) == await mem.job_enqueue_many(before)
+    got = await pg.job_enqueue_many(batch)
+    assert got == await mem.job_enqueue_many(list(batch))
+    assert sum(not r.deduped for r in got) == min(n, 700) - 2  # two keys held before
+    ids = [r.id for r in batch]
     assert await pg.job_get_many(ids) == await mem.job_get_many(ids)
 
 

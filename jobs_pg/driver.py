@@ -1217,8 +1217,10 @@ class PgDriver(JobDriver):
     def _slot(self, now_ms: int) -> int | None:
         return now_ms // self._slot_ms if self._wake else None
 
-    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
-        return await self._enqueue_on(None, job)
+    def _job_enqueue(self, job: NewJob) -> Coroutine[Any, Any, EnqueueResult]:
+        # `_enqueue_on`'s coroutine itself: a frame awaiting it would be passed through on
+        # every resume of the enqueue.
+        return self._enqueue_on(None, job)
 
     async def _enqueue_on(
         self,

@@ -672,7 +672,9 @@ class PgDriver(JobDriver):
     # -- running statements -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _conn(
+        self, here: _LoopConns | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
         """A pooled connection; a call past its timeout is X_DRIVER_UNAVAILABLE, a failure its
         typed error by SQLSTATE (`classify`).
 
@@ -682,9 +684,13 @@ class PgDriver(JobDriver):
         calls spill over to the pool. After any failure the hot connection goes back to the
         pool, which keeps or discards it by its state, and the next call takes a new one.
         (One context manager, not a lease nested in this one: every call of the driver enters
-        it, and a second async generator was a tenth of a lone enqueue's client CPU.)"""
-        pool = await self._ready()
-        here = self._loops.get()
+        it.) `here`: the running loop's holder when the caller has it already — finding it
+        asks the loop for itself, and on Python 3.11 that is a `getpid` system call."""
+        if here is None:
+            here = self._loops.get()
+        pool = here.pool
+        if pool is None:
+            pool = await self._ready()
         try:
             async with asyncio.timeout(self._call_timeout):
                 if here.hot_busy or self._pool_size < 2:
@@ -1075,14 +1081,17 @@ class PgDriver(JobDriver):
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
         (`LostClaims`: its rows, if it committed, are looked for and given back)."""
-        pool = await self._ready()
+        here = self._loops.get()
+        pool = here.pool
+        if pool is None:
+            pool = await self._ready()
         shared: Round | None = None
         # The session the round went on, and the place of the statement's own answer in the
         # round (after its settings).
         held: psycopg.AsyncConnection[Any] | None = None
         last = 0
         try:
-            async with self._conn() as conn:
+            async with self._conn(here) as conn:
                 held = conn
                 retries = raced = 0
                 while True:

@@ -136,11 +136,23 @@ class Jobs:
         """
         after = options.pop("after", None)
         policy = options.pop("after_policy", JoinPolicy.SUCCESS)
+        if not tracing.active():
+            # No span to open: the producer's context manager would only yield None.
+            record = self.build_record(handle, input, traceparent=None, **options)
+            return await self._send(record, after, policy)
         with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
             record = self.build_record(handle, input, traceparent=traceparent, **options)
-            if after is None:
-                return await self._retrying(lambda: self.driver.job_enqueue(record))
-            return await self.enqueue_after(record, after, policy)
+            return await self._send(record, after, policy)
+
+    def _send(
+        self, record: NewJob, after: Sequence[str] | None, policy: Any
+    ) -> Awaitable[EnqueueResult]:
+        """`record` enqueued (retried), or made to wait for `after` (`enqueue_after`): the
+        coroutine itself, not one more awaiting it (a frame every resume would pass through)."""
+        if after is None:
+            driver = self.driver
+            return self._retrying(lambda: driver.job_enqueue(record))
+        return self.enqueue_after(record, after, policy)
 
     async def enqueue_after(
         self, record: NewJob, after: Sequence[str], policy: JoinPolicy | str = JoinPolicy.SUCCESS

@@ -305,6 +305,7 @@ LOCAL_SETTINGS: Final[dict[tuple[bool, bool], str]] = {
 _LOCAL_SETTINGS_QUERY: Final = {k: v.encode() for k, v in LOCAL_SETTINGS.items()}
 #: What the server rolls back for another transaction's sake: alone, a statement runs again.
 _CONFLICTS: Final = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
 #: Runs of an enqueue whose id a concurrent insert keeps winning (`_raced`), then `_RACED`.
 _RACE_TRIES: Final = 5
 _RACED: Final = "enqueue kept racing a concurrent writer"
@@ -343,7 +344,13 @@ class _Stmt:
         self.query: str | bytes = (
             self.text.encode() if sql.raw and self.text.isascii() else self.text
         )
-        self.args = sql.args
+        #: The positional parameters for a dict of values by name: a C `itemgetter` where no
+        #: name has a default or binds an array (every call of the driver passes here).
+        self.args: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            operator.itemgetter(*sql.order)
+            if len(sql.order) > 1 and not sql.defaults and not any(sql.arrays)
+            else sql.args
+        )
         self.generic = sql.generic_plan
         self.lazy_commit = sql.lazy_commit
         self.raw = sql.raw
@@ -669,13 +676,54 @@ class PgDriver(JobDriver):
     # -- running statements -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _conn(
+        self, here: _LoopConns | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
         """A pooled connection; a call past its timeout is X_DRIVER_UNAVAILABLE, a failure its
-        typed error by SQLSTATE (`classify`)."""
-        pool = await self._ready()
+        typed error by SQLSTATE (`classify`).
+
+        The driver's hot connection when it is free, else one from the pool: calls made one
+        after another (an enqueue loop, a worker's claim then its acks) reuse one connection
+        without a trip through the pool's locks and bookkeeping (≈ 35 µs a call); concurrent
+        calls spill over to the pool. After any failure the hot connection goes back to the
+        pool, which keeps or discards it by its state, and the next call takes a new one.
+        (One context manager, not a lease nested in this one: every call of the driver enters
+        it.) `here`: the running loop's holder when the caller has it already — finding it
+        asks the loop for itself, and on Python 3.11 that is a `getpid` system call."""
+        if here is None:
+            here = self._loops.get()
+        pool = here.pool
+        if pool is None:
+            pool = await self._ready()
         try:
-            async with asyncio.timeout(self._call_timeout), self._lease(pool) as conn:
-                yield conn
+            async with asyncio.timeout(self._call_timeout):
+                if here.hot_busy or self._pool_size < 2:
+                    async with pool.connection() as conn:
+                        yield conn
+                    return
+                here.hot_busy = True
+                try:
+                    hot = here.hot
+                    if hot is not None and (
+                        time.monotonic() - here.hot_since > HOT_MAX_AGE_S or _stale(hot)
+                    ):
+                        # The pool recycles connections by age; the hot one takes its turn too.
+                        # A stale one (the server ended it: a restart) goes back to be closed,
+                        # not used.
+                        here.hot = None
+                        await pool.putconn(hot)
+                        hot = None
+                    if hot is None:
+                        hot = here.hot = await pool.getconn()
+                        here.hot_since = time.monotonic()
+                    try:
+                        yield hot
+                    except BaseException:
+                        here.hot = None
+                        await pool.putconn(hot)
+                        raise
+                finally:
+                    here.hot_busy = False
         except TimeoutError as exc:
             self._after_failure()
             raise DriverUnavailableError("the call timed out", detail=self.describe()) from exc
@@ -684,44 +732,6 @@ class PgDriver(JobDriver):
             if isinstance(err, DriverUnavailableError):
                 self._after_failure()
             raise err from exc
-
-    @contextlib.asynccontextmanager
-    async def _lease(self, pool: _Pool) -> AsyncIterator[_Conn]:
-        """The driver's hot connection when it is free, else one from the pool.
-
-        Calls made one after another (an enqueue loop, a worker's claim then its acks) reuse one
-        connection without a trip through the pool's locks and bookkeeping (≈ 35 µs a call);
-        concurrent calls spill over to the pool. After any failure the hot connection goes back
-        to the pool, which keeps or discards it by its state, and the next call takes a new one.
-        """
-        here = self._loops.get()
-        if here.hot_busy or self._pool_size < 2:
-            async with pool.connection() as conn:
-                yield conn
-            return
-        here.hot_busy = True
-        try:
-            hot = here.hot
-            if hot is not None and (
-                time.monotonic() - here.hot_since > HOT_MAX_AGE_S or _stale(hot)
-            ):
-                # The pool recycles connections by age; the hot one takes its turn too. A stale
-                # one (the server ended it: a restart) goes back to be closed, not used.
-                here.hot = None
-                await pool.putconn(hot)
-                hot = None
-            if hot is None:
-                hot = here.hot = await pool.getconn()
-                here.hot_since = time.monotonic()
-            conn = hot
-            try:
-                yield conn
-            except BaseException:
-                here.hot = None
-                await pool.putconn(conn)
-                raise
-        finally:
-            here.hot_busy = False
 
     @contextlib.asynccontextmanager
     async def _transaction(self, conn: _Conn) -> AsyncIterator[None]:
@@ -1075,14 +1085,17 @@ class PgDriver(JobDriver):
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
         (`LostClaims`: its rows, if it committed, are looked for and given back)."""
-        pool = await self._ready()
+        here = self._loops.get()
+        pool = here.pool
+        if pool is None:
+            pool = await self._ready()
         shared: Round | None = None
         # The session the round went on, and the place of the statement's own answer in the
         # round (after its settings).
         held: psycopg.AsyncConnection[Any] | None = None
         last = 0
         try:
-            async with self._conn() as conn:
+            async with self._conn(here) as conn:
                 held = conn
                 retries = raced = 0
                 while True:
@@ -1094,7 +1107,8 @@ class PgDriver(JobDriver):
                     if not isinstance(query, bytes):
                         query = query.encode(conn.info.encoding)
                     statements: list[tuple[bytes, Sequence[Any]]] = [(query, args)]
-                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    # `pgconn`'s, not `conn.info`'s: that makes a new object on every read.
+                    if conn.pgconn.transaction_status == _IDLE:
                         settings = _LOCAL_SETTINGS_QUERY.get((stmt.generic and prepared, lazy))
                         if settings is not None:
                             statements.insert(0, (settings, ()))
@@ -1216,8 +1230,10 @@ class PgDriver(JobDriver):
     def _slot(self, now_ms: int) -> int | None:
         return now_ms // self._slot_ms if self._wake else None
 
-    async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
-        return await self._enqueue_on(None, job)
+    def _job_enqueue(self, job: NewJob) -> Coroutine[Any, Any, EnqueueResult]:
+        # `_enqueue_on`'s coroutine itself: a frame awaiting it would be passed through on
+        # every resume of the enqueue.
+        return self._enqueue_on(None, job)
 
     async def _enqueue_on(
         self,

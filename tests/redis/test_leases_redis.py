@@ -16,7 +16,7 @@ from jobs_core.records import ClaimParams, Lease, LeaseRef, LeaseRenew, LeaseTak
 from jobs_memory import MemoryDriver
 from jobs_redis import RedisDriver
 from tests.lease_clock_cases import LIMIT, PER_MS, most_in_a_window, skewed_hosts, stale_racers
-from tests.redis.conftest import Factory
+from tests.redis.conftest import CONNECT_TIMEOUT_S, Factory
 from tests.redis.test_durable_redis import new_job
 from tests.redis.test_operator_redis import Sent
 
@@ -41,10 +41,12 @@ ODD = (
 
 
 def _other(d: RedisDriver) -> RedisDriver:
-    """Another driver on `d`'s prefix: its own connections on a server, `d`'s fake client."""
+    """Another driver on `d`'s prefix: its own connections on a server, `d`'s fake client.
+    With the tests' connect timeout, as every fixture's driver: a burst of connects on a busy
+    machine once took over the default second (`task_fire: Timeout connecting to server`)."""
     if d.url == "fakeredis://":
         return RedisDriver(d.url, prefix=d.keys.prefix, client=d.client)
-    return RedisDriver(d.url, prefix=d.keys.prefix)
+    return RedisDriver(d.url, prefix=d.keys.prefix, connect_timeout=CONNECT_TIMEOUT_S)
 
 
 async def test_racing_takers_on_several_instances_never_pass_the_limit(

@@ -13,7 +13,7 @@ from jobs_core.driver import JobDriver, WakeSubscription
 from jobs_core.errors import DriverUnavailableError, JobsError
 from jobs_core.facade import bound_client
 from jobs_core.leases.admit import ADMITTED, Admission, deferred
-from jobs_core.records import ClaimedJob, ClaimParams, ClaimResult, WorkerBeat
+from jobs_core.records import ClaimedJob, ClaimParams
 from jobs_core.retention import Purger
 from jobs_core.tenant import acting_for
 from jobs_core.worker.held import Held
@@ -24,11 +24,6 @@ from jobs_core.worker.run import Runner
 from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
-
-#: The smallest half-claim: below it a claim's fixed cost (a round trip, a statement, a commit)
-#: outweighs what a second claim on its way hides (claims of 5 at concurrency 10 drained at
-#: 0.6 of claims of 10, docs/pg.md).
-SPLIT_CLAIM_FROM = 50
 
 
 class ClaimLoop:
@@ -80,20 +75,6 @@ class ClaimLoop:
         # claimed jobs beyond its running slots refills it in batches of half the buffer,
         # so a busy worker spends one claim on many jobs, not one claim per job.
         self._refill_at = max(1, (max_in_flight - concurrency) // 2)
-        #: The most one claim asks for: half of `max_in_flight` when each half is still a
-        #: batch (`SPLIT_CLAIM_FROM`), so that while one claim is on its way the jobs of the one
-        #: before run, and a second claim may go (`_ahead`); else all of it.
-        self._claim_cap = (
-            -(-max_in_flight // 2) if max_in_flight >= 2 * SPLIT_CLAIM_FROM else max_in_flight
-        )
-        #: The claim sent ahead while the one before was on its way, with what it asked, when
-        #: and the beat it carries; `_asked`: the jobs claims on their way may bring.
-        self._ahead: tuple[asyncio.Task[ClaimResult], int, int, WorkerBeat | None] | None = None
-        self._asked = 0
-        #: The last answered claim came back full: the queues hold more than it asked for.
-        self._full = False
-        #: A claim on its way carries the registry's beat: no second one does.
-        self._beating = False
         self.kick = asyncio.Event()
         self._backlog = False
         #: Held jobs whose body has ended: the next claim need not wait for their settles to
@@ -131,9 +112,9 @@ class ClaimLoop:
     def free(self) -> int:
         """How many jobs the next claim may take: held jobs still to run or running count
         against `max_in_flight`; settling ones do not, while all held stay within twice it."""
-        held = len(self._held) + self._asked
+        held = len(self._held)
         room = min(self._max_in_flight - (held - self._settling), 2 * self._max_in_flight - held)
-        return room if self.budget is None else min(room, self.budget - self._asked)
+        return room if self.budget is None else min(room, self.budget)
 
     def _body_ended(self, held: Held) -> None:
         held.body_ended = True
@@ -144,60 +125,6 @@ class ClaimLoop:
         if self._backlog and self.accepting and self.free() >= self._refill_at:
             self._backlog = False
             self.kick.set()
-
-    def _send(self, limit: int) -> tuple[asyncio.Task[ClaimResult], int, int, WorkerBeat | None]:
-        now = self._clock.now_ms()
-        beat = None
-        if now >= self._registry.next_at and not self._beating:
-            beat = self._registry.beat(now)
-            self._beating = True
-        task = asyncio.ensure_future(
-            self._driver.job_claim(
-                ClaimParams(
-                    queues=self._queues,
-                    worker_id=self._worker_id,
-                    limit=limit,
-                    lease_ms=self._lease_ms,
-                    now_ms=now,
-                    drop_exhausted=self._drop_exhausted,
-                    beat=beat,
-                    # Back from an outage: the leases that lapsed in it wait for their holders.
-                    reclaim_until_ms=self._watch.reclaim_until(now),
-                )
-            )
-        )
-        self._asked += limit
-        return task, limit, now, beat
-
-    def _sent_ahead(self) -> bool:
-        return self._ahead is not None
-
-    def _may_send_ahead(self) -> int:
-        if self._ahead is not None or not self._full or not self.accepting:
-            return 0
-        free = self.free()
-        return self._claim_cap if free >= max(self._refill_at, self._claim_cap) else 0
-
-    async def _answer(self, task: asyncio.Task[ClaimResult]) -> ClaimResult:
-        """The claim's answer; while it is on its way a second claim may go ahead of the next
-        pass, once the claim before came back full and room allows (`_may_send_ahead`)."""
-        while not task.done():
-            ahead = self._may_send_ahead()
-            if ahead:
-                self._ahead = self._send(ahead)
-            if self._ahead is not None or self.kick.is_set() or not self._full:
-                break
-            # A body or run ending kicks once there is room for the claim ahead (`_refill`).
-            self._backlog = True
-            waiter = asyncio.ensure_future(self.kick.wait())
-            try:
-                await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not self.kick.is_set():
-                break
-            self.kick.clear()
-        return await task
 
     def _ceiling(self) -> int:
         live = self.wake is not None and self.wake.is_live()
@@ -213,37 +140,35 @@ class ClaimLoop:
             await self._claim_until_stopped()
 
     async def _claim_until_stopped(self) -> None:
-        try:
-            await self._claims()
-        finally:
-            if self._ahead is not None:
-                self._ahead[0].cancel()
-
-    async def _claims(self) -> None:
         outage = Outage("jobs.claim.failed")
-        while self.accepting or self._ahead is not None:
-            if self._ahead is not None:
-                sent, self._ahead = self._ahead, None
-            else:
-                free = self.free()
-                if free <= 0:
-                    self._backlog = True
-                    self.kick.clear()
-                    # Full. Room comes only from a run's body or run ending (`_refill`, which kicks
-                    # once `_refill_at` jobs are free): when that is one, no timer can find room
-                    # sooner, and a wake or a stop kicks too.
-                    await self.wait(None if self._refill_at == 1 else self._ceiling())
-                    continue
+        while self.accepting:
+            free = self.free()
+            if free <= 0:
+                self._backlog = True
                 self.kick.clear()
-                sent = self._send(min(free, self._claim_cap))
-            task, limit, now, beat = sent
+                # Full. Room comes only from a run's body or run ending (`_refill`, which kicks
+                # once `_refill_at` jobs are free): when that is one, no timer can find room
+                # sooner, and a wake or a stop kicks too.
+                await self.wait(None if self._refill_at == 1 else self._ceiling())
+                continue
+            self.kick.clear()
+            now = self._clock.now_ms()
+            beat = self._registry.beat(now) if now >= self._registry.next_at else None
             try:
-                result = await self._answer(task)
+                result = await self._driver.job_claim(
+                    ClaimParams(
+                        queues=self._queues,
+                        worker_id=self._worker_id,
+                        limit=free,
+                        lease_ms=self._lease_ms,
+                        now_ms=now,
+                        drop_exhausted=self._drop_exhausted,
+                        beat=beat,
+                        # Back from an outage: the leases that lapsed in it wait for their holders.
+                        reclaim_until_ms=self._watch.reclaim_until(now),
+                    )
+                )
             except Exception as exc:  # a failed pass backs off, capped; the loop never dies
-                self._asked -= limit
-                self._full = False
-                if beat is not None:
-                    self._beating = False
                 if isinstance(exc, DriverUnavailableError):
                     self._watch.unavailable(now)
                 elif not isinstance(exc, JobsError):
@@ -251,16 +176,13 @@ class ClaimLoop:
                 self._backoff.reset()
                 await self.wait(outage.failed(exc))
                 continue
-            self._asked -= limit
             outage.recovered()
             self._watch.answered(now)
             if beat is not None:
-                self._beating = False
                 self._registry.sent(now)
             for b in result.buried:
                 self._outcomes.buried(b)
             held = [self._hold(j, now) for j in result.jobs]
-            self._full = len(result.jobs) == limit
             if self.budget is not None:
                 # Counted as they are held, before the admission's wait: a `limit` called in
                 # it counts them among those held already, once.
@@ -271,13 +193,11 @@ class ClaimLoop:
                 self._start(h)
             if result.jobs and self._purger is not None:
                 self._purger.grant()  # a busy worker lets a waiting purge round start at once
-            if self._sent_ahead():
-                continue  # its answer is the next pass's, draining or not
             if self._draining():
                 break
             if result.jobs:
                 self._backoff.reset()
-                if len(result.jobs) == limit:
+                if len(result.jobs) == free:
                     continue
                 await self.wait(self._backoff.next_ms(self._ceiling()))
             else:

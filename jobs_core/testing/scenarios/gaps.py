@@ -3,17 +3,23 @@
 - every bulk call takes a full `MAX_BULK_IDS` batch (a store binding at most 999 parameters a
   statement answers the rest as unknown), a listing a full `MAX_LIST_LIMIT` page, a task read
   a full `MAX_TASK_BATCH`;
-- a watch answers a parked row's wait, as a read does;
+- a watch answers a parked row's wait, as a read does; a watched row failed or buried is
+  announced, as an acked one is;
 - a pause of one kind holds nothing of another kind of the same text;
 - a minute folds into the hour it begins in, its last minute too;
 - retention reads each final state's own keep, and a state kept forever stays;
 - every settle kind is fenced on the worker and on the claims count;
 - a read racing a settle sees the row before it or after it, never half of it;
 - the operator's re-enable of an endpoint touches its tenant's only; endpoints list by tenant;
-- values at the bounds come back whole: a JSON text of `MAX_JSON_BYTES`, nested
-  `MAX_JSON_DEPTH` deep, times near `MAX_TIME_MS` to the millisecond;
-- two calls racing on one cursor, one posting or one endpoint's streak: one lands, or both
-  count, never a lost update.
+- a consumer's later turn rewrites its entry's source and holder; a settled account's balance
+  is still answered;
+- values at the bounds come back whole: every JSON field at `MAX_JSON_BYTES`, a result nested
+  `MAX_JSON_DEPTH` deep, and each family's times near `MAX_TIME_MS` to the millisecond;
+- two calls racing (an enqueue of one key, a cursor, a posting, a streak, a pause, a minute's
+  count, a waiter's count): one lands, or both count, never a lost update.
+
+Each family's part is a scenario of its own, so a driver without one family still runs the
+others'.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from jobs_core.records import (
     Fence,
     Heartbeat,
     JobListParams,
+    JoinEnqueue,
     LeaseTake,
     Nack,
     NackKind,
@@ -72,6 +79,7 @@ from jobs_core.testing.scenarios.support import (
     new_job,
     row,
     same_json,
+    until_live,
 )
 
 
@@ -290,52 +298,81 @@ def _whole(text: str | None, expected: str, what: str) -> None:
     assert whole, f"the {what} came back changed"
 
 
+#: The JSON texts the bound scenarios store, one per field: `MAX_JSON_BYTES` each.
+_BIGGEST = {w: _biggest(w) for w in ("input", "progress", "output", "data")}
+_DEEPEST = "[" * MAX_JSON_DEPTH + "1" + "]" * MAX_JSON_DEPTH
+
+
 async def scenario_values_at_the_json_bounds_come_back_whole(driver: JobDriver) -> None:
-    """Every JSON a row, a step or an event keeps, of exactly `MAX_JSON_BYTES`, and a result
-    nested `MAX_JSON_DEPTH` deep, is stored and read back whole."""
-    texts = {w: _biggest(w) for w in ("input", "progress", "output", "data")}
-    assert {len(t.encode()) for t in texts.values()} == {MAX_JSON_BYTES}
-    deep = "[" * MAX_JSON_DEPTH + "1" + "]" * MAX_JSON_DEPTH
-    await driver.job_enqueue(new_job("big", input_json=texts["input"]))
+    """A row's input and progress of exactly `MAX_JSON_BYTES`, and its result nested
+    `MAX_JSON_DEPTH` deep, are stored and read back whole."""
+    assert {len(t.encode()) for t in _BIGGEST.values()} == {MAX_JSON_BYTES}
+    await driver.job_enqueue(new_job("big", input_json=_BIGGEST["input"]))
     await driver.job_enqueue(new_job("deep"))
     big, other = exactly(2, (await claim(driver, T0))[0], "claimed jobs")
-    assert await driver.job_progress([Progress(big.fence, texts["progress"], T0)]) == [True]
-    assert await driver.job_ack([Ack(other.fence, T0 + 1, deep)]) == [True]
+    assert await driver.job_progress([Progress(big.fence, _BIGGEST["progress"], T0)]) == [True]
+    assert await driver.job_ack([Ack(other.fence, T0 + 1, _DEEPEST)]) == [True]
     r = await row(driver, "big")
-    _whole(r.input_json, texts["input"], "input")
-    _whole(r.progress_json, texts["progress"], "progress")
-    _whole((await row(driver, "deep")).result_json, deep, "deep result")
-    put = StepPut(big.fence, "s", texts["output"], T0 + 1)
+    _whole(r.input_json, _BIGGEST["input"], "input")
+    _whole(r.progress_json, _BIGGEST["progress"], "progress")
+    _whole((await row(driver, "deep")).result_json, _DEEPEST, "deep result")
+
+
+async def scenario_steps_and_events_at_the_json_bound_come_back_whole(driver: JobDriver) -> None:
+    """A step's output and an event's data of exactly `MAX_JSON_BYTES` come back whole."""
+    await driver.job_enqueue(new_job("s"))
+    held = await claim_one(driver, T0)
+    put = StepPut(held.fence, "s", _BIGGEST["output"], T0 + 1)
     assert await driver.step_put([put]) == [True]
-    (step,) = await driver.step_list(big.run_id)
-    _whole(step.output_json, texts["output"], "step output")
-    event = EventRecord("e1", "big", texts["data"], T0, T0 + HOUR_MS)
+    (step,) = await driver.step_list(held.run_id)
+    _whole(step.output_json, _BIGGEST["output"], "step output")
+    event = EventRecord("e1", "big", _BIGGEST["data"], T0, T0 + HOUR_MS)
     await driver.event_publish(event)
     found = await driver.event_find(EventWait("big", "{}", T0), T0 + 1)
     assert found is not None, "the event is not found"
-    _whole(found.data_json, texts["data"], "event data")
+    _whole(found.data_json, _BIGGEST["data"], "event data")
+
+
+#: A time just under `MAX_TIME_MS` that a float of seconds does not keep: x / 1000 * 1000 != x.
+FAR = MAX_TIME_MS - 200_000
 
 
 async def scenario_times_near_the_max_to_the_millisecond(driver: JobDriver) -> None:
-    """Times just under `MAX_TIME_MS` are kept to the millisecond (a float of seconds is not):
-    a row's due time, a holding's end, a task's watermark; a lease taken there may end past
-    it."""
-    run_at = MAX_TIME_MS - 200_000  # x / 1000 * 1000 != x in doubles
-    assert int(run_at / 1000 * 1000) != run_at
-    await driver.job_enqueue(new_job("far", run_at_ms=run_at, created_at_ms=run_at))
-    assert (await row(driver, "far")).run_at_ms == run_at
-    assert await claim(driver, run_at - 1) == ([], [])
-    held = await claim_one(driver, run_at)
+    """A row's times just under `MAX_TIME_MS` are kept to the millisecond (a float of seconds
+    is not), and a lease taken there may end past it."""
+    assert int(FAR / 1000 * 1000) != FAR
+    await driver.job_enqueue(new_job("far", run_at_ms=FAR, created_at_ms=FAR))
+    assert (await row(driver, "far")).run_at_ms == FAR
+    assert await claim(driver, FAR - 1) == ([], [])
+    held = await claim_one(driver, FAR)
     beat = Heartbeat(held.fence, MAX_LEASE_MS, MAX_TIME_MS)
     assert await driver.job_heartbeat([beat]) == [True]
     assert (await row(driver, "far")).lease_until_ms == MAX_TIME_MS + MAX_LEASE_MS
-    (lease,) = await driver.lease_take([LeaseTake("k", "h", 1, 1000)], run_at - 1000)
-    assert lease is not None and lease.expires_at_ms == run_at, lease
-    assert await driver.lease_holders("k", run_at - 1) == [lease]
-    (mark,) = await driver.task_arm(["t"], run_at - 10)
-    fire = TaskFire("t", mark.watermark_ms, run_at - 5, run_at, new_job("fired"), run_at - 5)
+
+
+async def scenario_lease_times_near_the_max(driver: JobDriver) -> None:
+    """A holding ending just under `MAX_TIME_MS` ends there to the millisecond."""
+    (lease,) = await driver.lease_take([LeaseTake("k", "h", 1, 1000)], FAR - 1000)
+    assert lease is not None and lease.expires_at_ms == FAR, lease
+    assert await driver.lease_holders("k", FAR - 1) == [lease]
+    assert await driver.lease_holders("k", FAR) == []
+
+
+async def scenario_task_times_near_the_max(driver: JobDriver) -> None:
+    """A task's watermark just under `MAX_TIME_MS` is kept to the millisecond."""
+    (mark,) = await driver.task_arm(["t"], FAR - 10)
+    fire = TaskFire("t", mark.watermark_ms, FAR - 5, FAR, new_job("fired"), FAR - 5)
     assert (await driver.task_fire(fire)).enqueued is not None
-    assert (await driver.task_marks(["t"]))["t"].watermark_ms == run_at
+    assert (await driver.task_marks(["t"]))["t"].watermark_ms == FAR
+
+
+async def scenario_event_times_near_the_max(driver: JobDriver) -> None:
+    """An event expiring just under `MAX_TIME_MS` is found until that very millisecond."""
+    await driver.event_publish(EventRecord("e", "late", "{}", FAR - 100, FAR))
+    wait = EventWait("late", "{}", FAR - 100)
+    found = await driver.event_find(wait, FAR - 1)
+    assert found is not None and found.expires_at_ms == FAR, found
+    assert await driver.event_find(wait, FAR) is None
 
 
 async def scenario_racing_cursor_puts_land_once(driver: JobDriver) -> None:
@@ -421,6 +458,66 @@ async def _attempts_of(driver: JobDriver) -> list[WebhookAttempt]:
     return list(await driver.webhook_attempt_list(WebhookAttemptListParams("t1", "e", 10)))
 
 
+async def scenario_racing_enqueues_of_one_key_insert_once(driver: JobDriver) -> None:
+    """Two enqueues of one idempotency key at once insert one row; the other answers it."""
+    a, b = (new_job(i, idempotency_key="same") for i in ("a", "b"))
+    answers = await asyncio.gather(driver.job_enqueue(a), driver.job_enqueue(b))
+    assert sorted(x.deduped for x in answers) == [False, True], answers
+    assert {x.id for x in answers} == {next(x.id for x in answers if not x.deduped)}, answers
+    assert len(await driver.job_get_many(["a", "b"])) == 1
+
+
+async def scenario_racing_acks_both_counted(driver: JobDriver) -> None:
+    """Two calls acking at once in one minute both move its completed count."""
+    await driver.job_enqueue_many([new_job("a"), new_job("b")])
+    a, b = exactly(2, (await claim(driver, T0))[0], "claimed jobs")
+    landed = await asyncio.gather(
+        driver.job_ack([Ack(a.fence, T0 + 1)]), driver.job_ack([Ack(b.fence, T0 + 1)])
+    )
+    assert landed == [[True], [True]]
+    rows = await driver.counter_read(CounterReadParams(0, MAX_TIME_MS))
+    assert sum(r.completed for r in rows) == 2, rows
+
+
+async def scenario_racing_acks_release_their_waiter(driver: JobDriver) -> None:
+    """A waiter's two dependencies acked at once by two calls release it: neither finish is
+    lost from its count."""
+    await driver.job_enqueue_many([new_job("d1"), new_job("d2")])
+    answers = await driver.join_enqueue([JoinEnqueue(new_job("w", queue="later"), ("d1", "d2"))])
+    assert answers[0].enqueued is not None and not answers[0].enqueued.deduped, answers
+    d1, d2 = exactly(2, (await claim(driver, T0))[0], "claimed jobs")
+    await asyncio.gather(
+        driver.job_ack([Ack(d1.fence, T0 + 1)]), driver.job_ack([Ack(d2.fence, T0 + 1)])
+    )
+    w = await row(driver, "w")
+    assert w.state is JobState.READY and w.join is not None and w.join.pending == 0, w
+
+
+async def scenario_watched_failures_and_buries_announced(driver: JobDriver) -> None:
+    """A watched row finished by a failing nack or by a claim's bury of its lapsed final
+    attempt is announced, as an ack's is."""
+    await driver.job_enqueue_many([new_job("f"), new_job("b", max_attempts=1)])
+    await driver.job_watch(["f", "b"])
+    seen: list[str] = []
+    sub = await driver.finish_subscribe(seen.append)
+    if sub is None:
+        return  # unsupported: a waiter polls
+    try:
+        await until_live(sub, 15.0, "finish")
+        held = {j.id: j for j in exactly(2, (await claim(driver, T0))[0], "claimed jobs")}
+        fail = Nack(held["f"].fence, NackKind.FAIL, T0 + 1, error="e")
+        assert await driver.job_nack([fail]) == [True]
+        buried = (await claim(driver, T0 + 1000))[1]
+        assert [x.id for x in buried] == ["b"], buried
+        for _ in range(500):
+            if {"f", "b"} <= set(seen):
+                break
+            await asyncio.sleep(0.01)
+        assert {"f", "b"} <= set(seen), seen
+    finally:
+        await sub.close()
+
+
 GAP_SCENARIOS: dict[str, Scenario] = {
     f.__name__.removeprefix("scenario_"): f
     for f in (
@@ -436,6 +533,14 @@ GAP_SCENARIOS: dict[str, Scenario] = {
         scenario_webhook_side_paths_by_tenant,
         scenario_values_at_the_json_bounds_come_back_whole,
         scenario_times_near_the_max_to_the_millisecond,
+        scenario_steps_and_events_at_the_json_bound_come_back_whole,
+        scenario_lease_times_near_the_max,
+        scenario_task_times_near_the_max,
+        scenario_event_times_near_the_max,
+        scenario_racing_enqueues_of_one_key_insert_once,
+        scenario_racing_acks_both_counted,
+        scenario_racing_acks_release_their_waiter,
+        scenario_watched_failures_and_buries_announced,
         scenario_racing_cursor_puts_land_once,
         scenario_racing_posting_puts_apply_once,
         scenario_consumer_turns_rewrite_the_entry,

@@ -80,6 +80,7 @@ from jobs_core.states import LIVE_STATES, JobState, Outcome
 from jobs_core.testing import run_scenario
 from jobs_core.testing.scenarios import SCENARIOS
 from jobs_memory import MemoryDriver
+from tests.teeth import assert_each_listed_once
 
 #: What a store that binds at most 999 parameters per statement (SQLite's old default) reads of
 #: a bulk call when it forgets to chunk.
@@ -1212,7 +1213,7 @@ BROKEN: list[tuple[type[MemoryDriver], list[str]]] = [
     (EventExpiryAsFloatSeconds, ["event_times_near_the_max"]),
     (CounterReadSkipsHours, ["counters_fold", "counters_fold_an_hours_last_minute"]),
     (JoinCountsParkedDepAsFinished, ["flows_join_enqueue_counts_its_dependencies"]),
-    (WatchAnnouncesSomeFinishes, ["watched_failures_and_buries_announced"]),
+    (WatchAnnouncesSomeFinishes, ["flows_watched_failures_and_buries_announced"]),
 ]
 
 
@@ -1227,12 +1228,4 @@ def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
 
 
 def test_every_broken_driver_is_listed_once() -> None:
-    """A broken driver written here and left out of `BROKEN` would test nothing."""
-    written = {
-        v
-        for v in globals().values()
-        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
-    }
-    listed = [b for b, _ in BROKEN]
-    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
-    assert written == set(listed), written ^ set(listed)
+    assert_each_listed_once(globals(), __name__, [b for b, _ in BROKEN])

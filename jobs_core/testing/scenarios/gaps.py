@@ -3,8 +3,8 @@
 - every bulk call takes a full `MAX_BULK_IDS` batch (a store binding at most 999 parameters a
   statement answers the rest as unknown), a listing a full `MAX_LIST_LIMIT` page, a task read
   a full `MAX_TASK_BATCH`;
-- a watch answers a parked row's wait, as a read does; a watched row failed or buried is
-  announced, as an acked one is;
+- a watch answers a parked row's wait, as a read does (`flows.py` has a watched row failed or
+  buried announced);
 - a pause of one kind holds nothing of another kind of the same text;
 - a minute folds into the hour it begins in, its last minute too;
 - retention reads each final state's own keep, and a state kept forever stays;
@@ -79,7 +79,6 @@ from jobs_core.testing.scenarios.support import (
     new_job,
     row,
     same_json,
-    until_live,
 )
 
 
@@ -474,7 +473,7 @@ async def scenario_racing_acks_both_counted(driver: JobDriver) -> None:
     landed = await asyncio.gather(
         driver.job_ack([Ack(a.fence, T0 + 1)]), driver.job_ack([Ack(b.fence, T0 + 1)])
     )
-    assert landed == [[True], [True]]
+    assert list(landed) == [[True], [True]]
     rows = await driver.counter_read(CounterReadParams(0, MAX_TIME_MS))
     assert sum(r.completed for r in rows) == 2, rows
 
@@ -491,31 +490,6 @@ async def scenario_racing_acks_release_their_waiter(driver: JobDriver) -> None:
     )
     w = await row(driver, "w")
     assert w.state is JobState.READY and w.join is not None and w.join.pending == 0, w
-
-
-async def scenario_watched_failures_and_buries_announced(driver: JobDriver) -> None:
-    """A watched row finished by a failing nack or by a claim's bury of its lapsed final
-    attempt is announced, as an ack's is."""
-    await driver.job_enqueue_many([new_job("f"), new_job("b", max_attempts=1)])
-    await driver.job_watch(["f", "b"])
-    seen: list[str] = []
-    sub = await driver.finish_subscribe(seen.append)
-    if sub is None:
-        return  # unsupported: a waiter polls
-    try:
-        await until_live(sub, 15.0, "finish")
-        held = {j.id: j for j in exactly(2, (await claim(driver, T0))[0], "claimed jobs")}
-        fail = Nack(held["f"].fence, NackKind.FAIL, T0 + 1, error="e")
-        assert await driver.job_nack([fail]) == [True]
-        buried = (await claim(driver, T0 + 1000))[1]
-        assert [x.id for x in buried] == ["b"], buried
-        for _ in range(500):
-            if {"f", "b"} <= set(seen):
-                break
-            await asyncio.sleep(0.01)
-        assert {"f", "b"} <= set(seen), seen
-    finally:
-        await sub.close()
 
 
 GAP_SCENARIOS: dict[str, Scenario] = {
@@ -540,7 +514,6 @@ GAP_SCENARIOS: dict[str, Scenario] = {
         scenario_racing_enqueues_of_one_key_insert_once,
         scenario_racing_acks_both_counted,
         scenario_racing_acks_release_their_waiter,
-        scenario_watched_failures_and_buries_announced,
         scenario_racing_cursor_puts_land_once,
         scenario_racing_posting_puts_apply_once,
         scenario_consumer_turns_rewrite_the_entry,

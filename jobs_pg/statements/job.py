@@ -34,7 +34,12 @@ from jobs_pg.statements._build import (
     p,
     unnest,
 )
-from jobs_pg.statements.attempts import attempt_entry, attempts_appended
+from jobs_pg.statements.attempts import (
+    ack_attempts,
+    attempt_entry,
+    attempts_appended,
+    attempts_read,
+)
 from jobs_pg.statements.counter import minute_of, moved
 
 #: The columns a `JobRecord` is built from, in its field order.
@@ -77,9 +82,10 @@ FLOW_COLUMNS: Final = (
 )
 
 # -- attempts --
-#: A row's latest claim time and attempt history (`jobs_core.attempts`), read after
-#: `FLOW_COLUMNS` by `JOB_GET_MANY` and `JOB_WATCH` (never by the listings).
-ATTEMPT_COLUMNS: Final = ("claimed_at_ms", "attempts")
+#: A row's latest claim time and attempt history (`jobs_core.attempts`, the implicit entry of a
+#: `completed` row spelled out: `attempts_read`), read after `FLOW_COLUMNS` by `JOB_GET_MANY`
+#: and `JOB_WATCH` (never by the listings).
+ATTEMPT_COLUMNS: Final = (jobs.c.claimed_at_ms, attempts_read().label("attempts"))
 
 #: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
 #: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
@@ -782,10 +788,8 @@ _acked = (
         result_json=_acks.c.result_json,
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
-        # -- attempts -- no member is NULL: the fence holds `claimed_by`, the rest are NOT NULL.
-        attempts=attempts_appended(
-            attempt_entry(_acks.c.now_ms, lit("completed"), strip_nulls=False)
-        ),
+        # -- attempts -- the entry is implicit in the completed row (`attempts_read`).
+        attempts=ack_attempts(_acks.c.now_ms),
     )
     .returning(_acks.c.ord, jobs.c.name, jobs.c.queue, _acks.c.now_ms)
     .cte("acked")
@@ -1146,6 +1150,8 @@ _requeued = (
     .values(
         state=lit("ready"),
         attempt=sa.literal_column("0"),
+        # -- attempts -- a completed row's implicit entry is stored as it leaves `completed`.
+        attempts=attempts_read(),
         run_at_ms=p("now_ms", BIGINT),
         lease_until_ms=sa.null(),
         finished_at_ms=sa.null(),
@@ -1312,7 +1318,8 @@ JOB_LIST: Final = sa.union_all(
 # the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order,
 # then the three of its wait.
 JOB_GET_MANY: Final = sa.select(
-    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
+    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS)),
+    *ATTEMPT_COLUMNS,
 ).where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
 
 # -- JOB_PURGE ----------------------------------------------------------------------------------

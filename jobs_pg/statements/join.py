@@ -146,6 +146,7 @@ JOB_WATCH: Final = (
     .where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
     .values(watched=sa.true())
     .returning(
-        *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
+        *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS)),
+        *ATTEMPT_COLUMNS,
     )
 )

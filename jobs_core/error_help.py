@@ -153,6 +153,11 @@ BY_CODE: Final[dict[str, str]] = {
     "X_JOB_TENANT_MISMATCH": (
         "Put the tenant the run acts for in the input, as the declaration expects."
     ),
+    "X_JOB_WAIT_CYCLE": (
+        "Do not gather or await a job that waits (`after=`, or its own gather) for this run: "
+        "enqueue the child without `after=[ctx.job_id]`, or split the work so the waits go one "
+        "way (the detail names the job that waits for this one)."
+    ),
     "X_JOB_TERMINAL": "Read the error in `ujobs jobs show ID`; fix the cause and requeue by hand.",
     "X_JOB_EXECUTOR_INVALID": (
         'Give `executor="process"` a plain top-level `def` body that takes its input and a '

@@ -83,6 +83,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
+    "X_JOB_WAIT_CYCLE": "the wait would close a cycle: a job it waits for waits for it",
     "X_LEDGER_ACCOUNT_INVALID": "an account name is not one a ledger can hold",
     "X_LEDGER_AMOUNT_INVALID": "an amount is not a whole number of minor units within the bound",
     "X_LEDGER_CURRENCY_INVALID": "a currency code is not one a ledger can hold",
@@ -540,6 +541,14 @@ class DependencyUnknownError(JobsError):
     """A job it depends on does not exist."""
 
     code = "X_JOB_DEPENDENCY_UNKNOWN"
+
+
+class WaitCycleError(JobsError):
+    """The wait would close a cycle: a job it waits for waits for it."""
+
+    code = "X_JOB_WAIT_CYCLE"
+    # The jobs it would wait for still wait for it: a retry would close the same cycle.
+    terminal = True
 
 
 class StepDuplicateError(JobsError):
@@ -1004,6 +1013,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         ResultTimeoutError,
         DependencyFailedError,
         DependencyUnknownError,
+        WaitCycleError,
         CompensationError,
         ConcurrencyKeyError,
         ConcurrencyUnenforceableError,

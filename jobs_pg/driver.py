@@ -1784,6 +1784,12 @@ class PgDriver(JobDriver):
             raise DriverError("join_enqueue kept racing a concurrent writer", detail=job.id)
         return EnqueueResult(holder, deduped=True)
 
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for waiter_id, dep_id in await self._rows("JOIN_PENDING", {"ids": sorted(set(job_ids))}):
+            out.setdefault(waiter_id, []).append(dep_id)
+        return {i: tuple(out[i]) for i in dict.fromkeys(job_ids) if i in out}
+
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         rows = await self._rows("JOB_WATCH", {"ids": sorted(set(job_ids))})
         n = len(job_stmts.RECORD_COLUMNS)

@@ -1655,6 +1655,11 @@ class RedisDriver(JobDriver):
                 out.append(JoinEnqueueAnswer(None, tuple(answer[1:].split("\x00"))))
         return out
 
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        asked = list(dict.fromkeys(job_ids))
+        got = await self._run("join_pending", (self.keys.state, self.keys.join_pending), asked)
+        return {i: tuple(deps.split("\x00")) for i, deps in zip(asked, got, strict=True) if deps}
+
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         return await self._records("job_watch", job_ids)
 

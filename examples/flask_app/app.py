@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 import jobs_core
 from examples.flask_app.jobs import send_welcome
+from examples.signup import sign_up_fields
 from jobs_pg import PgOutbox
 
 Answer = tuple[dict[str, Any], int]
@@ -66,7 +67,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.post("/signups")
     def sign_up() -> Answer:
-        body = request.get_json()
+        try:
+            body = sign_up_fields(request.get_json(silent=True))
+        except ValueError as exc:
+            return {"error": str(exc)}, 400
         try:
             with sessions.begin() as session:
                 user = User(email=body["email"], name=body["name"])

@@ -101,3 +101,25 @@ def test_the_resend_view_enqueues_at_once_deduped_while_live(
     again = client.post(f"/users/{user_id}/welcome").get_json()
     assert again == {"job_id": first["job_id"], "deduped": True}
     assert client.post("/users/999999/welcome").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"email": "a@example.com"}',
+        b'{"email": "b@example.com", "name": "\\ud800"}',
+        b'{"email": "c@example.com", "name": "a\\u0000b"}',
+    ],
+    ids=["not-json", "a-list", "a-field-missing", "a-lone-surrogate", "a-nul"],
+)
+def test_a_sign_up_that_cannot_be_read_is_a_400_and_stages_nothing(
+    schema: str, client: FlaskClient, body: bytes
+) -> None:
+    """An unreadable sign-up answered 500 (a missing field, a list, a NUL the table refused);
+    it is a JSON 400 and nothing is written."""
+    answer = client.post("/signups", data=body, content_type="application/json")
+    assert answer.status_code == 400, answer.data
+    assert "error" in (answer.get_json() or {})
+    assert asyncio.run(pending(schema)) == [] and table(schema, "users") == []

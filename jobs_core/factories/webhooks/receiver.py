@@ -185,16 +185,28 @@ class WebhookReceiver(JobHandle):
             body += chunk
         return bytes(body)
 
-    def read_sync(self, read: Callable[[int], bytes], chunk: int = 65_536) -> bytes:
-        """`read` for a WSGI input (`read(n)` answering b"" at its end)."""
+    def read_sync(
+        self, read: Callable[[int], bytes], chunk: int = 65_536, *, length: str | None = None
+    ) -> bytes:
+        """`read` for a WSGI input (`read(n)` answering b"" at its end). A client that went
+        away mid-body — the server's read raises `OSError` (Django's `UnreadablePostError`
+        is one), or the input ends before the declared Content-Length `length` — is
+        `WebhookRequestInvalidError` (a 400): a cut body is never taken for the whole."""
         body = bytearray()
         while True:
-            part = read(min(chunk, self.spec.max_bytes + 1 - len(body)))
+            try:
+                part = read(min(chunk, self.spec.max_bytes + 1 - len(body)))
+            except OSError:
+                raise WebhookRequestInvalidError("the client went away mid-body") from None
             if not part:
-                return bytes(body)
+                break
             body += part
             if len(body) > self.spec.max_bytes:
                 raise WebhookBodyTooLargeError()
+        declared = (length or "").strip()
+        if declared.isdigit() and declared.isascii() and len(body) < int(declared):
+            raise WebhookRequestInvalidError("the body ended before its Content-Length")
+        return bytes(body)
 
     # -- the body read -------------------------------------------------------------------------
 

@@ -83,6 +83,11 @@ BY_CODE: Final[dict[str, str]] = {
         "without the feature."
     ),
     "X_DRIVER_CONFLICT": "Retry later; if it persists, look for contention on the same rows.",
+    "X_DRIVER_SCHEMA_MISSING": (
+        "Install or upgrade the schema: `ujobs db upgrade --driver URL` (or `alembic upgrade "
+        "head` in a checkout), then start again. Check the URL's `?schema=` names the schema "
+        "you installed."
+    ),
     "X_DRIVER_ERROR": (
         "When it says the jobs schema is not installed or is behind: run `ujobs db upgrade "
         "--driver URL` with the same URL (its `?schema=`). Otherwise unexpected: read the "

@@ -40,6 +40,7 @@ CODES: Final[dict[str, str]] = {
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
     "X_DRIVER_NOT_INSTALLED": "the driver for this URL needs an extra that is not installed",
+    "X_DRIVER_SCHEMA_MISSING": "the store's jobs schema is not installed or is behind this version",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
     "X_DRIVER_UNSUPPORTED": "the driver does not offer this capability",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
@@ -240,6 +241,12 @@ class DriverError(JobsError):
     """The store answered with an error this library does not expect."""
 
     code = "X_DRIVER_ERROR"
+
+
+class DriverSchemaMissingError(DriverError):
+    """The store's jobs schema is not installed or is behind this version."""
+
+    code = "X_DRIVER_SCHEMA_MISSING"
 
 
 class DriverLimitError(JobsError):
@@ -1014,6 +1021,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         DependencyFailedError,
         DependencyUnknownError,
         WaitCycleError,
+        DriverSchemaMissingError,
         CompensationError,
         ConcurrencyKeyError,
         ConcurrencyUnenforceableError,

@@ -60,6 +60,7 @@ from jobs_core.errors import (
     DriverConflictError,
     DriverError,
     DriverLimitError,
+    DriverSchemaMissingError,
     DriverUnavailableError,
     JobsError,
 )
@@ -3068,13 +3069,24 @@ def translate(exc: BaseException, schema: str, statement: str | None = None) -> 
     (a statement's name) is named in the message of a server error."""
     if statement is not None and isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
         exc.add_note(_STATEMENT_NOTE + statement)
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return DriverError(
+    if isinstance(exc, _SCHEMA_MISSING):
+        return DriverSchemaMissingError(
             f"the jobs schema {schema!r} is not installed or is behind this version"
             " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
             detail=_reason(exc),
         )
     return classify(exc)
+
+
+#: What a statement of ours meets on a schema never installed (its tables, its functions, the
+#: schema itself) or behind this version (a column or function a later migration adds). Every
+#: statement is tested against the newest schema, so in use these mean the schema, not the SQL.
+_SCHEMA_MISSING: Final = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+)
 
 
 def classify(exc: BaseException) -> JobsError:

@@ -29,6 +29,7 @@ from jobs_core.errors import (
     DependencyUnknownError,
     DriverUnavailableError,
     OptionInvalidError,
+    TenantMismatchError,
 )
 from jobs_core.ids import FreshIds, new_id
 from jobs_core.job import JobHandle
@@ -305,8 +306,10 @@ class Jobs:
         Tenants fail closed: the event is published for the tenant the caller acts for
         (`current_tenant()`: inside a body, its run's; None outside any), or for `tenant_id=`
         when given (None: for no tenant), and meets only the waits of runs acting for that
-        very tenant. `all_tenants=True` publishes it for every tenant's waits (it then names
-        no tenant: `tenant_id=` with it is refused).
+        very tenant. Code acting for an org may name only that org: another (or None) is
+        `X_JOB_TENANT_MISMATCH`, nothing published — say so with `acting_for(other)` around
+        the call. `all_tenants=True` publishes it for every tenant's waits (it then names no
+        tenant: `tenant_id=` with it is refused).
 
         The event is kept for `ttl` (seconds or a timedelta; 7 days by default), so a wait
         that begins later and asks for earlier events (`since=`) still finds it. Retried like
@@ -323,7 +326,17 @@ class Jobs:
                 )
             tenant: str | None = None
         else:
-            tenant = current_tenant() if tenant_id is _UNSET else tenant_id
+            acting = current_tenant()
+            tenant = acting if tenant_id is _UNSET else tenant_id
+            if acting is not None and tenant != acting:
+                # Code acting for an org (a tenant job's body, an `acting_for` block) never
+                # signals another org's runs on a value its input may carry (SPEC §16).
+                raise TenantMismatchError(
+                    f"code acting for {acting!r} cannot send an event for another tenant: "
+                    "wrap the call in acting_for(<that tenant>), or broadcast with "
+                    "all_tenants=True",
+                    detail="tenant_id",
+                )
         now = self.clock.now_ms()
         if ttl is None:
             ttl_ms = EVENT_TTL_MS

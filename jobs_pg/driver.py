@@ -569,6 +569,8 @@ class PgDriver(JobDriver):
             self._closed,
             # A claim's answer as its rows; a buried row's id too (it is running for no one).
             lambda rows: (r[1] for r in rows),
+            self._lost_buried_look,
+            self._hold_buried,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -1000,21 +1002,9 @@ class PgDriver(JobDriver):
         claim (`ClaimResult.buried`, whose worker counts, logs and hooks them as any burial),
         and logged here meanwhile: a worker that stops claims no more."""
         worker = claim.params.worker_id
-        buried = [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
-        if buried:
-            # Bounded: a process whose workers never claim again holds no more than this.
-            kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
-            if kept:
-                self._lost_buried.setdefault(worker, []).extend(buried)
-            for b in buried:
-                log.warning(
-                    "jobs.pg.claim_buried_for_caller_gone %s %s (%s; %s worker %r)",
-                    b.name,
-                    b.id,
-                    b.state,
-                    "reported with the next claim of" if kept else "too many held to report to",
-                    worker,
-                )
+        self._hold_buried(
+            worker, [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
+        )
         fences = [Fence(r[1], r[12], worker) for r in rows if r[0] == "c"]
         if not fences:
             return
@@ -1030,6 +1020,39 @@ class PgDriver(JobDriver):
                 log.warning("jobs.pg.claim_give_back_failed: leases lapse", exc_info=True)
 
         _in_background(give_back())
+
+    def _hold_buried(self, worker: str, buried: Sequence[BuriedJob]) -> None:
+        """Rows a claim of `worker` buried whose answer never reached it (its caller gone, or
+        the answer lost), held for that worker's next claim (`ClaimResult.buried`) and logged
+        meanwhile: a worker that stops claims no more."""
+        if not buried:
+            return
+        # Bounded: a process whose workers never claim again holds no more than this.
+        kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
+        if kept:
+            self._lost_buried.setdefault(worker, []).extend(buried)
+        for b in buried:
+            log.warning(
+                "jobs.pg.claim_buried_unanswered %s %s (%s; %s worker %r)",
+                b.name,
+                b.id,
+                b.state,
+                "reported with the next claim of" if kept else "too many held to report to",
+                worker,
+            )
+
+    async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
+        """The rows a claim whose answer was lost may have buried (`JOB_CLAIM_LOST_BURIED`)."""
+        params = lost.call.params
+        rows = await self._read(
+            "JOB_CLAIM_LOST_BURIED",
+            {
+                "queues": list(dict.fromkeys(params.queues)),
+                "now_ms": params.now_ms,
+                "error": LEASE_LAPSED_ERROR,
+            },
+        )
+        return [BuriedJob(i, name, queue, _STATES[state]) for i, name, queue, state in rows]
 
     def _closed(self) -> bool:
         """This loop's pool is closed: a call now would open a new one that nobody closes."""

@@ -225,6 +225,8 @@ _STALE_TRIES: Final = 5
 _JOIN_CHUNK_IDS: Final = 20_000
 #: Seconds `finish_subscribe` waits for its channel to prove itself before it returns.
 _FINISH_PROVE_S: Final = 5.0
+#: Rows buried at most held for their workers' next claims (`RedisDriver._hold_buried`).
+_LOST_BURIED_MAX: Final = 10_000
 #: Lease keys' holdings indexed per `migrate_leases` call.
 _HOLD_PAGE: Final = 500
 #: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
@@ -307,8 +309,14 @@ class RedisDriver(JobDriver):
             self._lost_look,
             self._interrupt,
             lambda: self._loops.peek() is None,
-            lambda jobs: (j.id for j in jobs),
+            # A claim's answer as its jobs and the rows it buried (`_job_claim`).
+            lambda rows: (r.id for r in rows),
+            self._lost_buried_look,
+            self._hold_buried,
         )
+        #: worker_id -> rows a claim of that worker buried whose reply was lost, answered with
+        #: its next claim (`ClaimResult.buried`).
+        self._lost_buried: dict[str, list[BuriedJob]] = {}
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
         self._wait_queues: set[str] = set()
@@ -813,8 +821,52 @@ class RedisDriver(JobDriver):
             key=lambda b: b.id,
         )
         taken = tuple(jobs)
-        lost_claims.answered(call, taken)
+        lost_claims.answered(call, (*taken, *dead))
+        held = self._lost_buried.pop(worker, None) if self._lost_buried else None
+        if held:
+            dead = sorted([*dead, *held], key=lambda b: b.id)
         return ClaimResult(taken, tuple(dead))
+
+    def _hold_buried(self, worker: str, buried: Sequence[BuriedJob]) -> None:
+        """Rows a claim of `worker` buried whose reply was lost, held for that worker's next
+        claim and logged meanwhile (a worker that stops claims no more)."""
+        kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
+        if kept:
+            self._lost_buried.setdefault(worker, []).extend(buried)
+        for b in buried:
+            log.warning(
+                "jobs.redis.claim_buried_unanswered %s %s (%s; %s worker %r)",
+                b.name,
+                b.id,
+                b.state,
+                "reported with the next claim of" if kept else "too many held to report to",
+                worker,
+            )
+
+    async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
+        """The rows a claim whose reply was lost may have buried: finished `dead` or `failed`
+        at its `now_ms` (the `finished:*` zsets), in its queues, `last_error` the lapse's."""
+        k = self.keys
+        client = self._loops.get().client
+        params = lost.call.params
+        at = params.now_ms
+        queues = set(params.queues)
+        ids: list[str] = []
+        for key in (k.finished("dead"), k.finished("failed")):
+            ids += await self._read(
+                lambda: client.zrangebyscore(key, at, at),  # noqa: B023
+                "ZRANGEBYSCORE",
+            )
+        if not ids:
+            return []
+        rows = await self._read(lambda: client.hmget(k.state, ids), "HMGET")
+        errors = await self._read(lambda: client.hmget(k.error, ids), "HMGET")
+        out = []
+        for i, row, error in zip(ids, rows, errors, strict=True):
+            s = row.split("\x00") if row is not None else []
+            if s and s[0] in ("dead", "failed") and s[9] in queues and error == LEASE_LAPSED_ERROR:
+                out.append(BuriedJob(i, s[10], s[9], _STATES[s[0]]))
+        return sorted(out, key=lambda b: b.id)
 
     async def _interrupt(self, call: ClaimCall, fences: Sequence[Fence]) -> None:
         """`call`'s rows of `fences` back to `ready`: an interrupt nack at the claim's clock now,

@@ -141,7 +141,8 @@ class Jobs:
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
             return await self._send(record, after, policy)
-        with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
+        queue = options.get("queue")
+        with tracing.producer(handle.name, queue or handle.queue) as traceparent:
             record = self.build_record(handle, input, traceparent=traceparent, **options)
             return await self._send(record, after, policy)
 
@@ -497,7 +498,8 @@ class _Batch:
             if priority is None
             else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
         )
-        self.queue = queue or handle.queue
+        # None is "the declared queue"; an empty one is refused with the record, never replaced.
+        self.queue = handle.queue if queue is None else queue
         self.tenant_id = current_tenant() if tenant_id is _UNSET else tenant_id
         self.enqueued_by = enqueued_by
         self.traceparent = traceparent

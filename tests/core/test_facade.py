@@ -236,6 +236,22 @@ async def test_an_empty_id_is_refused_not_replaced() -> None:
     assert info.value.code == "X_JOB_RECORD_INVALID"
 
 
+@pytest.mark.parametrize("many", [False, True])
+async def test_an_empty_queue_is_refused_not_replaced_by_the_default(many: bool) -> None:
+    """`queue=""` (a form field left blank, an unset environment variable) went silently to
+    the job's declared queue, where workers of another queue never look; it is refused as
+    an empty id is, and nothing is stored."""
+    driver = MemoryDriver()
+    client = Jobs(driver)
+    with pytest.raises(JobsError) as info:
+        if many:
+            await client.enqueue_many(make_handle(), [{"n": 1}], queue="")
+        else:
+            await client.enqueue(make_handle(), {"n": 1}, queue="")
+    assert (info.value.code, info.value.detail) == ("X_JOB_RECORD_INVALID", "queue")
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
 class _TickingClock(FakeClock):
     """A clock that moves one millisecond every time it is read."""
 

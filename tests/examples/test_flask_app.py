@@ -123,3 +123,10 @@ def test_a_sign_up_that_cannot_be_read_is_a_400_and_stages_nothing(
     assert answer.status_code == 400, answer.data
     assert "error" in (answer.get_json() or {})
     assert asyncio.run(pending(schema)) == [] and table(schema, "users") == []
+
+
+def test_a_user_id_past_the_column_is_a_404_not_a_500(schema: str, client: FlaskClient) -> None:
+    """Flask's `int` converter takes any digits: an id past Postgres's integer failed in the
+    database (a 500); no such user can exist, so it is a 404."""
+    assert client.post(f"/users/{10**30}/welcome").status_code == 404
+    assert client.post(f"/users/{2**31}/welcome").status_code == 404

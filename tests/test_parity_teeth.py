@@ -113,7 +113,14 @@ from jobs_core.testing.profiles import profile_settings, scaled
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
 from tests.core_driver import CoreDriver
-from tests.teeth import SEEDS, MachineMaker, ci_walk, first_catch, reached
+from tests.teeth import (
+    SEEDS,
+    MachineMaker,
+    assert_each_listed_once,
+    ci_walk,
+    first_catch,
+    reached,
+)
 
 
 class UnfencedAck(MemoryDriver):
@@ -3242,25 +3249,21 @@ def test_what_the_contract_leaves_free_passes_every_scenario(legal: type[MemoryD
 
 
 def test_every_broken_driver_is_listed_once() -> None:
-    """A broken driver written here and left out of `BROKEN` would test nothing."""
-    written = {
-        v
-        for v in globals().values()
-        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
-    }
-    listed = [b for b, _, _ in BROKEN] + [b for b, _ in SCENARIO_ONLY]
-    helpers = {
-        SilentWake,
-        WakingMemory,
-        _SomeFinishesMoveNoWaiter,
-        _SweepBlocker,
-        _SweepUnfenced,
-        _WebhookLedger,
-        _WebhookPurge,
-        *(d for d, _ in LEGAL),
-    }
-    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
-    assert written - helpers == set(listed), written - helpers ^ set(listed)
+    assert_each_listed_once(
+        globals(),
+        __name__,
+        [b for b, _, _ in BROKEN] + [b for b, _ in SCENARIO_ONLY],
+        {
+            SilentWake,
+            WakingMemory,
+            _SomeFinishesMoveNoWaiter,
+            _SweepBlocker,
+            _SweepUnfenced,
+            _WebhookLedger,
+            _WebhookPurge,
+            *(d for d, _ in LEGAL),
+        },
+    )
 
 
 #: Per family walk: each edge its rules aim at, and the least number of times the `ci` walks

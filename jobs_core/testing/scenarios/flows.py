@@ -577,6 +577,29 @@ async def scenario_flows_watched_rows_announced(driver: JobDriver) -> None:
         await sub.close()
 
 
+async def scenario_flows_watched_failures_and_buries_announced(driver: JobDriver) -> None:
+    """A watched row finished by a failing nack, or by a claim's bury of its lapsed final
+    attempt, is announced as an acked one is (a store whose notify sits in the ack, the cancel
+    and the remove only misses them)."""
+    if await _unsupported(driver):
+        return
+    await enqueue(driver, new_job("f"), new_job("b", max_attempts=1))
+    await driver.job_watch(["f", "b"])
+    seen: list[str] = []
+    sub = await driver.finish_subscribe(seen.append)
+    if sub is None:
+        return  # unsupported: a waiter polls
+    try:
+        await until_live(sub, ANNOUNCE_WAIT_S, "finish")
+        f = await running(driver, T0, "f", "b")
+        assert await driver.job_nack([Nack(f["f"], NackKind.FAIL, T0 + 1, error="e")]) == [True]
+        jobs, buried = await claim(driver, T0 + 1000, "q")
+        assert jobs == [] and [x.id for x in buried] == ["b"], (jobs, buried)
+        await _heard(seen, {"f", "b"})
+    finally:
+        await sub.close()
+
+
 async def scenario_flows_parent_and_batch_links(driver: JobDriver) -> None:
     """`parent_id` and `batch_id` are stored as enqueued (enqueue, enqueue_many, a join), kept
     by a requeue, answered by the row and the listing, and filtered on."""
@@ -675,5 +698,6 @@ FLOW_SCENARIOS: dict[str, Scenario] = {
         scenario_flows_remove_of_a_live_dependency_releases,
         scenario_flows_two_waiters_on_one_dependency,
         scenario_flows_watched_rows_announced,
+        scenario_flows_watched_failures_and_buries_announced,
     )
 }

@@ -29,6 +29,8 @@ RETRY_S: Final = 0.5
 _ANSWERED_MAX: Final = 10_000
 #: The doublings of the wait for a claim the store may still run (0.005 s * 2**7 > `RETRY_S`).
 _WAITS_MAX: Final = 16
+#: Rows buried at most held for their workers' next claims (`HeldBurials`).
+_HELD_BURIALS_MAX: Final = 10_000
 #: The give-back tasks running now (the loop keeps only weak references to tasks).
 _TASKS: set[asyncio.Task[None]] = set()
 
@@ -243,3 +245,39 @@ class LostClaims:
             log.warning("%s.lost_claim_give_back_failed: leases lapse", log.name, exc_info=True)
         finally:
             self._pending.pop(worker, None)
+
+
+class HeldBurials:
+    """Rows a worker's claims buried whose answer never reached it (its caller gone, or the
+    answer lost), held for that worker's next claim (`ClaimResult.buried`, whose worker then
+    counts, logs and hooks them as any burial) and logged meanwhile: a worker that stops
+    claims no more. Bounded: a process whose workers never claim again holds no more than
+    `_HELD_BURIALS_MAX` of them."""
+
+    __slots__ = ("_by_worker", "_log")
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._by_worker: dict[str, list[BuriedJob]] = {}
+
+    def hold(self, worker: str, buried: Sequence[BuriedJob]) -> None:
+        """Keep `buried` for `worker`'s next claim."""
+        if not buried:
+            return
+        kept = sum(map(len, self._by_worker.values())) + len(buried) <= _HELD_BURIALS_MAX
+        if kept:
+            self._by_worker.setdefault(worker, []).extend(buried)
+        for b in buried:
+            self._log.warning(
+                "%s.claim_buried_unanswered %s %s (%s; %s worker %r)",
+                self._log.name,
+                b.name,
+                b.id,
+                b.state,
+                "reported with the next claim of" if kept else "too many held to report to",
+                worker,
+            )
+
+    def take(self, worker: str) -> list[BuriedJob] | None:
+        """What is held for `worker` (None: nothing), held no more."""
+        return self._by_worker.pop(worker, None) if self._by_worker else None

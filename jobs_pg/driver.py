@@ -67,7 +67,7 @@ from jobs_core.errors import (
 from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
 from jobs_core.lost_claims import ClaimCall as _Claim
-from jobs_core.lost_claims import LostClaim, LostClaims
+from jobs_core.lost_claims import HeldBurials, LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -399,10 +399,6 @@ def _settle_params(
     }
 
 
-#: Rows buried at most held for their workers' next claims (`PgDriver._give_back`).
-_LOST_BURIED_MAX: Final = 10_000
-
-
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
@@ -557,9 +553,9 @@ class PgDriver(JobDriver):
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
-        #: worker_id -> rows a claim buried for that worker once gone (`_give_back`), to be
-        #: answered with its next claim.
-        self._lost_buried: dict[str, list[BuriedJob]] = {}
+        #: Rows a claim buried for a worker it could not answer (its caller gone: `_give_back`;
+        #: its answer lost: `_lost_buried_look`), answered with that worker's next claim.
+        self._held_buried = HeldBurials(log)
         #: The claims in flight, answered and lost: those lost give their rows back
         #: (`JOB_CLAIM_LOST` finds them, `_interrupt` gives them back).
         self._lost_claims = LostClaims(
@@ -570,7 +566,7 @@ class PgDriver(JobDriver):
             # A claim's answer as its rows; a buried row's id too (it is running for no one).
             lambda rows: (r[1] for r in rows),
             self._lost_buried_look,
-            self._hold_buried,
+            self._held_buried.hold,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -1002,7 +998,7 @@ class PgDriver(JobDriver):
         claim (`ClaimResult.buried`, whose worker counts, logs and hooks them as any burial),
         and logged here meanwhile: a worker that stops claims no more."""
         worker = claim.params.worker_id
-        self._hold_buried(
+        self._held_buried.hold(
             worker, [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
         )
         fences = [Fence(r[1], r[12], worker) for r in rows if r[0] == "c"]
@@ -1020,26 +1016,6 @@ class PgDriver(JobDriver):
                 log.warning("jobs.pg.claim_give_back_failed: leases lapse", exc_info=True)
 
         _in_background(give_back())
-
-    def _hold_buried(self, worker: str, buried: Sequence[BuriedJob]) -> None:
-        """Rows a claim of `worker` buried whose answer never reached it (its caller gone, or
-        the answer lost), held for that worker's next claim (`ClaimResult.buried`) and logged
-        meanwhile: a worker that stops claims no more."""
-        if not buried:
-            return
-        # Bounded: a process whose workers never claim again holds no more than this.
-        kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
-        if kept:
-            self._lost_buried.setdefault(worker, []).extend(buried)
-        for b in buried:
-            log.warning(
-                "jobs.pg.claim_buried_unanswered %s %s (%s; %s worker %r)",
-                b.name,
-                b.id,
-                b.state,
-                "reported with the next claim of" if kept else "too many held to report to",
-                worker,
-            )
 
     async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
         """The rows a claim whose answer was lost may have buried (`JOB_CLAIM_LOST_BURIED`)."""
@@ -1602,7 +1578,7 @@ class PgDriver(JobDriver):
             )
             for r in mine
         )
-        lost = self._lost_buried.pop(worker, None) if self._lost_buried else None
+        lost = self._held_buried.take(worker)
         if len(mine) == len(rows) and lost is None:
             return ClaimResult(jobs)
         buried = sorted(

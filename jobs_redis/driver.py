@@ -104,7 +104,7 @@ from jobs_core.errors import (
     RecordInvalidError,
 )
 from jobs_core.loops import LoopLocal
-from jobs_core.lost_claims import ClaimCall, LostClaim, LostClaims
+from jobs_core.lost_claims import ClaimCall, HeldBurials, LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -225,8 +225,6 @@ _STALE_TRIES: Final = 5
 _JOIN_CHUNK_IDS: Final = 20_000
 #: Seconds `finish_subscribe` waits for its channel to prove itself before it returns.
 _FINISH_PROVE_S: Final = 5.0
-#: Rows buried at most held for their workers' next claims (`RedisDriver._hold_buried`).
-_LOST_BURIED_MAX: Final = 10_000
 #: Lease keys' holdings indexed per `migrate_leases` call.
 _HOLD_PAGE: Final = 500
 #: The store layout this version writes (`migrate` marks it; see `Keys.schema`).
@@ -304,6 +302,8 @@ class RedisDriver(JobDriver):
         self._queue_of: dict[str, str] = {}
         #: The claims in flight, answered and lost: those whose reply was lost give their rows
         #: back (`_lost_look` finds them, `_interrupt` gives them back).
+        #: Rows a claim of a worker buried whose reply was lost, answered with its next claim.
+        self._held_buried = HeldBurials(log)
         self._lost_claims = LostClaims(
             log,
             self._lost_look,
@@ -312,11 +312,8 @@ class RedisDriver(JobDriver):
             # A claim's answer as its jobs and the rows it buried (`_job_claim`).
             lambda rows: (r.id for r in rows),
             self._lost_buried_look,
-            self._hold_buried,
+            self._held_buried.hold,
         )
-        #: worker_id -> rows a claim of that worker buried whose reply was lost, answered with
-        #: its next claim (`ClaimResult.buried`).
-        self._lost_buried: dict[str, list[BuriedJob]] = {}
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
         self._wait_queues: set[str] = set()
@@ -822,26 +819,10 @@ class RedisDriver(JobDriver):
         )
         taken = tuple(jobs)
         lost_claims.answered(call, (*taken, *dead))
-        held = self._lost_buried.pop(worker, None) if self._lost_buried else None
+        held = self._held_buried.take(worker)
         if held:
             dead = sorted([*dead, *held], key=lambda b: b.id)
         return ClaimResult(taken, tuple(dead))
-
-    def _hold_buried(self, worker: str, buried: Sequence[BuriedJob]) -> None:
-        """Rows a claim of `worker` buried whose reply was lost, held for that worker's next
-        claim and logged meanwhile (a worker that stops claims no more)."""
-        kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
-        if kept:
-            self._lost_buried.setdefault(worker, []).extend(buried)
-        for b in buried:
-            log.warning(
-                "jobs.redis.claim_buried_unanswered %s %s (%s; %s worker %r)",
-                b.name,
-                b.id,
-                b.state,
-                "reported with the next claim of" if kept else "too many held to report to",
-                worker,
-            )
 
     async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
         """The rows a claim whose reply was lost may have buried: finished `dead` or `failed`

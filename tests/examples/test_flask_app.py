@@ -21,6 +21,7 @@ from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.examples.support import (
     ANN,
+    UNREADABLE_SIGN_UPS,
     jobs_url,
     on_schema,
     pending,
@@ -103,17 +104,7 @@ def test_the_resend_view_enqueues_at_once_deduped_while_live(
     assert client.post("/users/999999/welcome").status_code == 404
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"{not json",
-        b"[1, 2]",
-        b'{"email": "a@example.com"}',
-        b'{"email": "b@example.com", "name": "\\ud800"}',
-        b'{"email": "c@example.com", "name": "a\\u0000b"}',
-    ],
-    ids=["not-json", "a-list", "a-field-missing", "a-lone-surrogate", "a-nul"],
-)
+@pytest.mark.parametrize("body", list(UNREADABLE_SIGN_UPS.values()), ids=list(UNREADABLE_SIGN_UPS))
 def test_a_sign_up_that_cannot_be_read_is_a_400_and_stages_nothing(
     schema: str, client: FlaskClient, body: bytes
 ) -> None:

@@ -13,13 +13,14 @@ from types import ModuleType
 
 from jobs_core.backoff import IdleBackoff
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver, WakeSubscription
+from jobs_core.driver import JobDriver, WakeSubscription, name_refusal
 from jobs_core.errors import (
     ConcurrencyUnenforceableError,
     DrainingError,
     DriverUnavailableError,
     ExecutorInvalidError,
     JobsError,
+    OptionInvalidError,
 )
 from jobs_core.facade import Jobs, LoopJobs
 from jobs_core.ids import host_name, new_id
@@ -90,11 +91,7 @@ class Worker:
         #: The jobs this worker runs, as declared (its metrics read the backfills among them).
         self.handles: tuple[JobHandle, ...] = tuple(handles)
         by_name = {h.name: h for h in handles}
-        self.queues: tuple[str, ...] = tuple(
-            dict.fromkeys(queues if queues is not None else [h.queue for h in handles])
-        )
-        if not self.queues:
-            raise JobsError("a worker needs at least one queue", detail="queues")
+        self.queues: tuple[str, ...] = _queues(queues, handles)
         self.concurrency = count(concurrency, "concurrency", minimum=1, maximum=10_000)
         self.max_in_flight = count(
             max_in_flight if max_in_flight is not None else concurrency,
@@ -420,3 +417,20 @@ class Worker:
         if self._client is None:
             self._client = LoopJobs(self.driver, loop=asyncio.get_running_loop(), clock=self.clock)
         return self._client
+
+
+def _queues(queues: Sequence[str] | None, handles: Sequence[JobHandle]) -> tuple[str, ...]:
+    """The distinct queues a worker claims from (its jobs' when None), each one a store can
+    hold: refused here (`X_JOB_OPTION_INVALID`, `queues`), not by every claim of its loop."""
+    if queues is None:
+        queues = [h.queue for h in handles]
+    elif isinstance(queues, str | bytes) or not isinstance(queues, Sequence):
+        raise OptionInvalidError("must be a list of queue names, not one name", detail="queues")
+    for q in queues:
+        why = name_refusal(q)
+        if why is not None:
+            raise OptionInvalidError(f"a queue {why}", detail="queues")
+    distinct = tuple(dict.fromkeys(queues))
+    if not distinct:
+        raise OptionInvalidError("a worker needs at least one queue", detail="queues")
+    return distinct

@@ -679,3 +679,21 @@ async def test_limit_claims_while_claimed_jobs_are_admitted_still_calls_back() -
         assert worker.stats.claimed == 2
     finally:
         await worker.stop()
+
+
+@pytest.mark.parametrize(
+    "queues",
+    [[""], ["a\x00b"], ["q\ud800"], ["x" * 300], "abc", [1], []],
+    ids=["empty", "nul", "surrogate", "long", "a-string", "not-a-string", "none"],
+)
+def test_queues_no_store_can_claim_are_refused_at_construction(queues: Any) -> None:
+    """A queue no store holds (empty, a NUL, a lone surrogate, past 200 bytes, not a string)
+    was taken: every claim then failed in the loop, backing off for good; a bare string was
+    read as its letters ("abc": queues a, b and c). Refused at once, naming `queues`."""
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(JobsError) as info:
+        Worker(MemoryDriver(), [declare(ok)], queues=queues)
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", "queues")

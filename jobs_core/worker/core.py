@@ -37,7 +37,7 @@ from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage, StoreWatch
-from jobs_core.worker.outcome import Observer, Outcomes, WorkerHook
+from jobs_core.worker.outcome import BurialObserver, Observer, Outcomes, WorkerHook
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
 from jobs_core.worker.stats import WorkerStats
@@ -394,6 +394,11 @@ class Worker:
         """Call `observer(job, outcome, body_ms)` after every settle of this worker that landed
         (metrics, tests); an observer that raises is logged, never rethrown."""
         self._outcomes.observers.append(observer)
+
+    def observe_burials(self, observer: BurialObserver) -> None:
+        """Call `observer(buried, outcome)` for every burial this worker reports (a lapsed
+        final attempt its claim buried; once per burial); as `observe`, never rethrown."""
+        self._outcomes.burial_observers.append(observer)
 
     @property
     def healthy(self) -> bool:

@@ -64,6 +64,9 @@ WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 #: Told of every settle that landed: the job, its outcome, how long its body ran (None when
 #: no body ran). Metrics count with it; it must be quick and never block.
 Observer = Callable[[ClaimedJob, Outcome, "int | None"], None]
+#: Told of every burial this worker reports (once per burial): the row and its outcome
+#: (dead-lettered, or dropped). No body ran; metrics count it as a settle's ending.
+BurialObserver = Callable[[BuriedJob, Outcome], None]
 
 
 class Outcomes:
@@ -104,6 +107,7 @@ class Outcomes:
         )
         self._hooks: set[asyncio.Task[None]] = set()
         self.observers: list[Observer] = []
+        self.burial_observers: list[BurialObserver] = []
 
     async def suspend(self, held: Held, asked: StepSuspension) -> None:
         """Park a run that asked to (a sleep, an event wait, a gather of child jobs): no attempt
@@ -445,6 +449,11 @@ class Outcomes:
             b.id,
             extra=log_fields(self._worker_id, b.id, b.name, b.queue, None),
         )
+        for observe in self.burial_observers:
+            try:
+                observe(b, outcome)
+            except Exception:  # an observer never breaks a burial's report
+                log.exception("jobs.observer.failed %s", b.id)
         event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, LEASE_LAPSED_ERROR)
         handle = self._handles.get(b.name)
         if caps.steps and b.name != UNWIND_JOB:

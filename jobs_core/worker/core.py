@@ -131,6 +131,11 @@ class Worker:
             why = reach_refusal(h.fn)
             if why is not None:
                 raise ExecutorInvalidError(why, detail=h.name)
+        if on_settled is not None and not callable(on_settled):
+            raise OptionInvalidError("must be a function of the settled event", detail="on_settled")
+        if worker_id is not None and (why := name_refusal(worker_id)) is not None:
+            # Refused here, not by every claim and beat of the loop.
+            raise OptionInvalidError(f"the worker id {why}", detail="worker_id")
         self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
@@ -153,6 +158,8 @@ class Worker:
                 detail=", ".join(limited) or "rate_limits",
             )
         #: How long finished rows are kept (None: this worker never purges).
+        if retention is not None and not isinstance(retention, Retention):
+            raise OptionInvalidError("must be a Retention, or None", detail="retention")
         self.retention = retention_on(driver, retention)
         #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
         #: folds the settle counters.

@@ -697,3 +697,28 @@ def test_queues_no_store_can_claim_are_refused_at_construction(queues: Any) -> N
     with pytest.raises(JobsError) as info:
         Worker(MemoryDriver(), [declare(ok)], queues=queues)
     assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", "queues")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("worker_id", ""),
+        ("worker_id", "w\x00"),
+        ("worker_id", "w\ud800"),
+        ("worker_id", "w" * 300),
+        ("worker_id", 5),
+        ("retention", "7d"),
+        ("on_settled", "print"),
+    ],
+)
+def test_worker_options_no_store_takes_are_refused_at_construction(option: str, value: Any) -> None:
+    """A worker id no store holds was taken (every claim and beat then failed in the loop, for
+    good); a retention of the wrong type raised a bare AttributeError; a hook that is no
+    callable failed at every settle. Each is refused at once, naming the option."""
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(JobsError) as info:
+        Worker(MemoryDriver(), [declare(ok)], **{option: value})
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", option)

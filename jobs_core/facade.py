@@ -32,7 +32,7 @@ from jobs_core.errors import (
     TenantMismatchError,
 )
 from jobs_core.ids import FreshIds, new_id
-from jobs_core.job import JobHandle
+from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
@@ -141,6 +141,7 @@ class Jobs:
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
             return await self._send(record, after, policy)
+        check_handle(handle, "handle")  # read below before `build_record` checks it
         queue = options.get("queue")
         with tracing.producer(handle.name, queue or handle.queue) as traceparent:
             record = self.build_record(handle, input, traceparent=traceparent, **options)
@@ -243,6 +244,10 @@ class Jobs:
         try. Retried under the same ids like `enqueue`; `ids=` (one per input) makes your own
         retries exactly-once.
         """
+        check_handle(handle, "handle")
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            # A string is a sequence of letters: one job each, never what was meant.
+            raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
         for shared in ("id", "run_id"):
@@ -428,6 +433,7 @@ def build_records(
 def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:
     """`_Batch` of `options`; a name no enqueue takes is `X_JOB_OPTION_INVALID` (a typo such as
     `delay_s=` would otherwise be a bare TypeError, or worse, ignored by a wrapper)."""
+    check_handle(handle, "handle")
     if not options.keys() <= _BATCH_OPTIONS:
         unknown = sorted(options.keys() - _BATCH_OPTIONS)
         raise OptionInvalidError(

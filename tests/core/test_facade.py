@@ -272,3 +272,26 @@ async def test_enqueue_many_builds_a_batch_at_one_time_under_its_options_once() 
     assert {(rows[r.id].run_at_ms, rows[r.id].tenant_id) for r in results} == {
         (created.pop() + 5, "org-3")
     }
+
+
+async def test_what_is_no_job_handle_or_no_list_of_inputs_is_refused_typed() -> None:
+    """A handle that is no declared job raised a bare AttributeError from inside the facade, and
+    a batch of inputs given as one string enqueued one job per letter. Each is a typed
+    refusal naming the argument, nothing stored."""
+    driver = MemoryDriver()
+    client = Jobs(driver)
+    calls: list[tuple[str, Any]] = [
+        ("handle", lambda: client.enqueue("send_welcome", {})),  # type: ignore[arg-type]
+        ("handle", lambda: client.enqueue_many(print, [{}])),  # type: ignore[arg-type]
+        ("inputs", lambda: client.enqueue_many(make_handle(), "abc")),
+        ("inputs", lambda: client.enqueue_many(make_handle(), b"ab")),  # type: ignore[arg-type]
+    ]
+    for detail, call in calls:
+        with pytest.raises(JobsError) as info:
+            await call()
+        assert (info.value.code, info.value.detail) == ("X_JOB_DECLARATION_INVALID", detail)
+    for options in ({"on_complete": "report"}, {"on_complete": make_handle(), "on_success": 5}):
+        with pytest.raises(JobsError) as info:
+            client.batch(**options)  # type: ignore[arg-type]
+        assert info.value.code == "X_JOB_DECLARATION_INVALID", options
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}

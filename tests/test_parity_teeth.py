@@ -1822,6 +1822,24 @@ class CountsRefinishedDepTwice(MemoryDriver):
                 self._waiters.setdefault(job_id, set()).add(waiter_id)
 
 
+class JoinPendingKeepsCounted(MemoryDriver):
+    """`join_pending` answers a waiter's whole join as it parked, the dependencies its join
+    already counted too (an edge table read without the finishes' deletes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._linked: dict[str, tuple[str, ...]] = {}
+
+    def _join_locked(self, waiter_id: str, after: Sequence[str], policy: JoinPolicy) -> JoinState:
+        join = super()._join_locked(waiter_id, after, policy)
+        self._linked[waiter_id] = tuple(sorted(self._waiting.get(waiter_id, ())))
+        return join
+
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        got = await super()._join_pending(job_ids)
+        return {i: self._linked[i] for i in got}
+
+
 class JoinEnqueueIgnoresFinished(MemoryDriver):
     """`join_enqueue` counts every dependency as pending, the finished ones too: its row waits
     for finishes that already happened."""
@@ -3000,6 +3018,7 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (MovesWaiterThatLeft, "flows", ["flows_a_waiter_that_left_parked_is_not_moved"]),
     (CountsRefinishedDepTwice, "flows", ["flows_a_dependency_counts_once"]),
     (JoinEnqueueIgnoresFinished, "flows", ["flows_join_enqueue_counts_its_dependencies"]),
+    (JoinPendingKeepsCounted, "flows", ["flows_join_pending_answers_what_is_left"]),
     (MissingDependencyWritesRow, "flows", ["flows_join_enqueue_missing_dependency_writes_nothing"]),
     (ReleasedAtItsCreation, "flows", ["flows_released_at_its_last_dependency"]),
     (ClaimForgetsJoin, "flows", ["flows_park_on_a_join"]),

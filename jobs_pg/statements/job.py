@@ -688,6 +688,22 @@ JOB_CLAIM_LOST: Final = sa.select(jobs.c.id, jobs.c.claims).where(
     jobs.c.claimed_at_ms == p("now_ms", BIGINT),
 )
 
+# -- JOB_CLAIM_LOST_BURIED ----------------------------------------------------------------------
+# The rows a claim whose answer was lost may have buried (`PgDriver._lost_buried_look`): lapsed
+# final attempts of its queues it moved to `dead` or `failed` at its time, `last_error` the
+# lapse's (the `jobs_finished` index: state, finished_at_ms). A claim of another worker in the
+# same millisecond may have buried some of them too.
+JOB_CLAIM_LOST_BURIED: Final = (
+    sa.select(jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state)
+    .where(
+        jobs.c.state.in_([lit("dead"), lit("failed")]),
+        jobs.c.finished_at_ms == p("now_ms", BIGINT),
+        jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+        jobs.c.last_error == p("error", TEXT),
+    )
+    .order_by(jobs.c.id)
+)
+
 # -- JOB_CLAIM_LOST_OPEN ------------------------------------------------------------------------
 # How many of the driver's sessions (this database and `application_name`), this one aside, are
 # in a transaction begun `:since_ms` before this statement or earlier: a claim whose connection

@@ -191,3 +191,37 @@ async def direct_rows(prefix: str) -> dict[str, JobRecord]:
         return await direct.job_get_many(["id-1", "id-2"])
     finally:
         await direct.close()
+
+
+async def test_rows_a_lost_claim_buried_are_reported_with_the_next_claim(
+    proxy: RedisProxy,
+) -> None:
+    """As on Postgres (tests/pg/test_claim_lost_answer.py): the lapsed final attempt the lost
+    claim buried is reported, once, with its worker's next claim."""
+    from tests.pg.test_claim_lost_answer import _reported
+
+    driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix())
+    try:
+        await driver.job_claim(replace(_claim(T0), queues=("other",)))
+        await driver.job_enqueue(replace(job(3), max_attempts=1))
+        dying = await driver.job_claim(replace(_claim(T0, "w0"), lease_ms=100))
+        assert [j.id for j in dying.jobs] == ["id-3"]
+        proxy.drop_next_reply()
+        with pytest.raises(DriverUnavailableError):
+            await driver.job_claim(_claim(T0 + 1_000))
+        assert proxy.dropped == 1
+        assert (await direct_rows_of(driver.keys.prefix, ["id-3"]))["id-3"].state is JobState.DEAD
+        reported = await _reported(driver, "w", T0 + 2_000)
+        assert reported == [BuriedJob("id-3", "n", "q", JobState.DEAD)]
+    finally:
+        with contextlib.suppress(Exception):
+            await purge(driver)
+        await driver.close()
+
+
+async def direct_rows_of(prefix: str, ids: list[str]) -> dict[str, JobRecord]:
+    direct = RedisDriver(REDIS_URL, prefix=prefix)
+    try:
+        return await direct.job_get_many(ids)
+    finally:
+        await direct.close()

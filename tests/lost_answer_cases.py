@@ -23,10 +23,19 @@ from jobs_core.clock import FakeClock, SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverUnavailableError
-from jobs_core.job import JobRegistry, job
+from jobs_core.facade import Jobs
+from jobs_core.factories.consumers import consumer, function
+from jobs_core.factories.consumers.run import lease_key
+from jobs_core.factories.ledger import ledger
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.jsonform import loads
 from jobs_core.leases.lock import with_lock
 from jobs_core.records import JobFilter, JobListParams, JobRecord
+from jobs_core.retry import Retry
 from jobs_core.scheduler import LEADER_KEY, Scheduler, TaskRegistry, task
+from jobs_core.states import JobState
+from jobs_core.worker import Worker
+from tests.core.support import until
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -87,28 +96,21 @@ async def fire_lost_fires_each_occurrence_once(rig: Rig) -> None:
     assert await s.stop(timeout=5)
 
 
-async def lead_take_lost_leads_at_the_next_ask(rig: Rig) -> None:
-    """The lead's `lease_take` landed, its answer lost: the next ask (a third of the TTL on)
-    takes it again under the same holder, which replaces the holding nobody knew of rather
-    than being refused by it for a whole TTL; the lead is one holding all along."""
+async def lead_take_lost_leads_at_once(rig: Rig) -> None:
+    """The lead's `lease_take` landed, its answer lost: it is asked again at once under the
+    scheduler's holder, which replaces the holding nobody knew of (rather than being refused by
+    it for a whole TTL, no task firing meanwhile); the lead is one holding, given back at stop."""
     clock = FakeClock(JUNE + 5 * MINUTE)
     s = Scheduler(rig.driver, [_hourly()], clock=clock, lease_ttl=3 * 3600, scheduler_id="s-a")
     rig.lose(b"s-a")
-    with pytest.raises(DriverUnavailableError):
-        await s.tick()
-    assert rig.dropped() == 1 and not s.leading
+    assert await s.tick() == []
+    assert rig.dropped() == 1 and s.leading
     (held,) = await rig.direct.lease_holders(LEADER_KEY, clock.now_ms())
     assert held.holder == "s-a"
-    clock.set(clock.now_ms() + s.renew_every_ms + s.renew_every_ms // 10 + 1)
-    assert await s.tick() == []
-    assert s.leading
-    (again,) = await rig.direct.lease_holders(LEADER_KEY, clock.now_ms())
-    assert again.holder == "s-a" and again.token > held.token
-    clock.set(JUNE + 2 * HOUR + 1_000)  # armed at its lead: 02:00 is its first occurrence
+    clock.set(JUNE + HOUR + 1_000)
     (fired,) = await s.tick()
     assert fired.job_id is not None
     assert await s.stop(timeout=5)
-    # The lead it took again is the one it gives back.
     assert await rig.direct.lease_holders(LEADER_KEY, clock.now_ms()) == []
 
 
@@ -126,3 +128,148 @@ async def lock_take_lost_takes_it_again(rig: Rig) -> None:
         ran.append(lock.token)
     assert rig.dropped() == 1 and ran
     assert await rig.direct.lease_holders("lock:nightly-report", clock.now_ms()) == []
+
+
+#: Retried at once: a lost answer fails the attempt, and the next one is what is looked at.
+QUICK = Retry(attempts=3, base_ms=20, jitter="none")
+
+
+async def _run(rig: Rig, handles: list[JobHandle], ids: list[str], within: float = 8.0) -> None:
+    """A worker on the runtime's driver until every job of `ids` completed."""
+    worker = Worker(rig.driver, handles, concurrency=2, poll_floor=0.01)
+    await worker.start()
+
+    async def done() -> bool:
+        rows = await rig.direct.job_get_many(ids)
+        return all(r.state is JobState.COMPLETED for r in rows.values())
+
+    try:
+        await until(done, within=within)
+    finally:
+        await worker.stop(timeout=5)
+
+
+async def slot_take_lost_starts_the_job(rig: Rig) -> None:
+    """The admission's `lease_take` of a `concurrency=1` slot landed, its answer lost: asked
+    again at once under the same holder, it replaces that holding, so the job starts rather than
+    waiting a whole lease behind a slot nobody holds; the slot is handed back after the run."""
+    ran: list[str] = []
+
+    async def body(input: Any, ctx: JobContext) -> None:
+        holders = await rig.direct.lease_holders("job:limited", SystemClock().now_ms())
+        assert len(holders) == 1  # the limit, whatever the loss left behind
+        ran.append(ctx.job_id)
+
+    handle = job(body, name="limited", tenant="none", concurrency=1, registry=JobRegistry())
+    sent = await Jobs(rig.direct).enqueue(handle, {}, key="one")
+    rig.lose(b"job:limited")
+    await _run(rig, [handle], [sent.id])
+    assert rig.dropped() == 1 and ran == [sent.id]
+    assert await rig.direct.lease_holders("job:limited", 2**40) == []
+
+
+def _feed(name: str, seen: list[int], **options: Any) -> Any:
+    """A consumer over the numbers 1..5, two a turn, its cursor `pos-<count read>`; what it
+    handles goes to `seen`."""
+    data = [1, 2, 3, 4, 5]
+
+    def fetch(cursor: Any, limit: int) -> tuple[list[int], str]:
+        at = 0 if cursor is None else int(str(cursor)[4:])
+        batch = data[at : at + limit]
+        return batch, f"pos-{at + len(batch):04d}"
+
+    async def handle(records: list[int], turn: Any) -> None:
+        seen.extend(records)
+
+    return consumer(
+        name,
+        source=function(fetch),
+        handle=handle,
+        tenant="none",
+        batch=2,
+        run_for=0.5,
+        idle=0.02,
+        lease=20.0,
+        retry=QUICK,
+        registry=JobRegistry(),
+        task_registry=TaskRegistry(),
+    )
+
+
+async def consumer_lease_take_lost_runs_its_turns(rig: Rig) -> None:
+    """A consumer run's `lease_take` landed, its answer lost: asked again at once under the run's
+    holder, the run goes on with its turns, rather than failing and its retry finding the lease
+    held by nobody (ending with no turn) until the lease runs out."""
+    seen: list[int] = []
+    c = _feed("feeds", seen)
+    sent = await Jobs(rig.direct).enqueue(c.job, None, key="one")
+    rig.lose(lease_key("feeds", None).encode())
+    await _run(rig, [c.job], [sent.id])
+    assert rig.dropped() == 1
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.result_json is not None
+    assert loads(row.result_json)["records"] == 5 and seen == [1, 2, 3, 4, 5]
+    assert await rig.direct.lease_holders(lease_key("feeds", None), 2**40) == []
+
+
+async def cursor_put_lost_never_hands_a_batch_twice(rig: Rig) -> None:
+    """A turn's `consumer_cursor_put` landed, its answer lost: the attempt fails, and the next
+    reads the stored cursor (moved), so no record is handed twice and the cursor never goes back;
+    the rest is read on."""
+    seen: list[int] = []
+    c = _feed("ticks", seen)
+    sent = await Jobs(rig.direct).enqueue(c.job, None, key="one")
+    rig.lose(b'"pos-0004"')
+    await _run(rig, [c.job], [sent.id])
+    assert rig.dropped() == 1
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.attempt == 2 and seen == [1, 2, 3, 4, 5]
+    stored = await rig.direct.consumer_cursor_get("ticks", None)
+    assert stored is not None and loads(stored.cursor_json) == "pos-0005"
+
+
+async def posting_put_lost_posts_once(rig: Rig) -> None:
+    """A ledger run's `posting_put` landed, its answer lost: the attempt fails, the next finds the
+    key posted with the same lines (`already_applied`, nothing written): posted once."""
+    charge = ledger(
+        name="charge",
+        tenant="none",
+        idempotency_key=lambda i: f"charge:{i['invoice']}",
+        lines=lambda i: [("customer:c9", "EUR", 1250), ("revenue", "EUR", -1250)],
+        retry=QUICK,
+        registry=JobRegistry(),
+    )
+    sent = await Jobs(rig.direct).enqueue(charge, {"invoice": "inv-1"})
+    rig.lose(b"charge:inv-1")
+    await _run(rig, [charge], [sent.id])
+    assert rig.dropped() == 1
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.attempt == 2 and row.result_json is not None
+    assert loads(row.result_json)["status"] == "already_applied"
+    (revenue,) = await rig.direct.posting_balances(None, ["revenue"])
+    assert (revenue.credits, revenue.debits) == (1250, 0)
+
+
+async def step_put_lost_runs_the_step_once(rig: Rig) -> None:
+    """A step's `step_put` landed, its answer lost: the worker's settler sends it again under the
+    same fence (the first record stays, and the fence still holds), so the run goes on in the
+    same attempt; the step's function ran once and its record is the one stored."""
+    calls: list[int] = []
+
+    def charge() -> dict[str, str]:
+        calls.append(1)
+        return {"charged": "tok-77"}
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        return await ctx.step.run("charge-card", charge)
+
+    handle = job(body, name="checkout", tenant="none", retry=QUICK, registry=JobRegistry())
+    sent = await Jobs(rig.direct).enqueue(handle, {}, key="one")
+    rig.lose(b"charge-card")
+    await _run(rig, [handle], [sent.id])
+    assert rig.dropped() == 1
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.attempt == 1 and row.result_json is not None
+    assert loads(row.result_json) == {"charged": "tok-77"} and calls == [1]
+    (step,) = await rig.direct.step_list(row.run_id)
+    assert step.name == "charge-card" and loads(step.output_json) == {"charged": "tok-77"}

@@ -45,6 +45,7 @@ from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import loads, utf8_length
 from jobs_core.leases.limits import RateLimit
+from jobs_core.leases.take import take_again_if_lost
 from jobs_core.records import ClaimedJob, Lease, LeaseRef, LeaseRenew, LeaseTake
 
 log = logging.getLogger("jobs")
@@ -307,11 +308,12 @@ class Gate:
     async def _take(self, takes: Sequence[LeaseTake]) -> list[Lease | None]:
         """`lease_take` in batches, each at the clock read right before it is sent: a stamp is
         a start, so it is taken as close to the body's start as the worker can (a round's
-        `now`, read before its claim went out, is stale by the claim's round trip and more)."""
+        `now`, read before its claim went out, is stale by the claim's round trip and more).
+        A batch whose answer is lost is asked again under the same holders (`take`)."""
         answers: list[Lease | None] = []
         for i in range(0, len(takes), MAX_LEASE_BATCH):
             batch = takes[i : i + MAX_LEASE_BATCH]
-            answers += await self._driver.lease_take(batch, self._clock.now_ms())
+            answers += await take_again_if_lost(self._driver, batch, self._clock)
         return answers
 
     def _grant(self, w: _Wants, granted: list[Lease], now: int) -> Admission:

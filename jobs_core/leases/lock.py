@@ -20,6 +20,7 @@ from jobs_core.errors import (
     LockTimeoutError,
 )
 from jobs_core.ids import new_id
+from jobs_core.leases.take import take_again_if_lost
 from jobs_core.options import finite_number, seconds_to_ms
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
 
@@ -146,21 +147,17 @@ async def _take(
     holder = new_id()
     start = clock.now_ms()
     delay = LOCK_POLL_FLOOR_MS
-    unanswered = False
     while True:
         now = clock.now_ms()
         try:
-            (got,) = await driver.lease_take([LeaseTake(_store_key(key), holder, 1, ttl_ms)], now)
+            take = [LeaseTake(_store_key(key), holder, 1, ttl_ms)]
+            (got,) = await take_again_if_lost(driver, take, clock)
         except DriverUnavailableError:
-            # The take may have landed unanswered: asked again under the SAME holder, it
-            # replaces that holding (a holder's own holding never counts against it), so the
-            # key is not locked by nobody for a TTL. Past the TTL such a holding has lapsed.
+            # Every take is under this one holder: whichever landed unanswered, the next one
+            # replaces it. Past the TTL such a holding has lapsed anyway.
             patience = ttl_ms if wait_ms is None else min(ttl_ms, wait_ms)
             if clock.now_ms() - start >= patience:
                 raise
-            if not unanswered:
-                unanswered = True  # a dropped connection: asked again at once
-                continue
             got = None
         if got is not None:
             return Lock(key, got.token, holder)

@@ -44,8 +44,13 @@ async def rig(pg_schema: str, proxy: Proxy) -> AsyncIterator[cases.Rig]:
 
 CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.fire_lost_fires_each_occurrence_once,
-    cases.lead_take_lost_leads_at_the_next_ask,
+    cases.lead_take_lost_leads_at_once,
     cases.lock_take_lost_takes_it_again,
+    cases.slot_take_lost_starts_the_job,
+    cases.consumer_lease_take_lost_runs_its_turns,
+    cases.cursor_put_lost_never_hands_a_batch_twice,
+    cases.posting_put_lost_posts_once,
+    cases.step_put_lost_runs_the_step_once,
 ]
 
 

@@ -23,6 +23,7 @@ from jobs_core.driver import name_refusal
 from jobs_core.errors import ConsumerSelfEnqueueError, JobsError
 from jobs_core.factories.consumers.sources import Handler, Source, TurnPlan
 from jobs_core.jsonform import JsonValue, loads
+from jobs_core.leases.take import take_again_if_lost
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
 
 log = logging.getLogger("jobs")
@@ -89,9 +90,7 @@ class Plan:
         tenant = ctx.tenant
         key = lease_key(self.name, tenant)
         holder = holder_of(ctx.job_id, step.fence.claims)
-        got = (await driver.lease_take([LeaseTake(key, holder, 1, self.lease_ms)], clock.now_ms()))[
-            0
-        ]
+        (got,) = await take_again_if_lost(driver, [LeaseTake(key, holder, 1, self.lease_ms)], clock)
         if got is None:
             held = await driver.lease_holders(key, clock.now_ms())
             by = held[0].holder if held else None

@@ -27,15 +27,17 @@ from jobs_core.facade import Jobs
 from jobs_core.factories.consumers import consumer, function
 from jobs_core.factories.consumers.run import lease_key
 from jobs_core.factories.ledger import ledger
+from jobs_core.factories.webhooks import register_endpoint, webhook, webhook_event
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import loads
 from jobs_core.leases.lock import with_lock
-from jobs_core.records import JobFilter, JobListParams, JobRecord
+from jobs_core.records import JobFilter, JobListParams, JobRecord, WebhookAttemptListParams
 from jobs_core.retry import Retry
 from jobs_core.scheduler import LEADER_KEY, Scheduler, TaskRegistry, task
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
 from tests.core.support import until
+from tests.webhooks.support import SECRET, recording_endpoint
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -273,3 +275,30 @@ async def step_put_lost_runs_the_step_once(rig: Rig) -> None:
     assert loads(row.result_json) == {"charged": "tok-77"} and calls == [1]
     (step,) = await rig.direct.step_list(row.run_id)
     assert step.name == "charge-card" and loads(step.output_json) == {"charged": "tok-77"}
+
+
+async def attempt_put_lost_posts_once(rig: Rig) -> None:
+    """A delivery's `webhook_attempt_put` landed after its POST, its answer lost: it is sent
+    again at once (a claim records one attempt; the repeat answers it), so the run completes
+    in the same attempt and the event is POSTed once, recorded once."""
+    local = ["127.0.0.0/8"]
+    send = webhook(
+        "hooks",
+        secrets=[SECRET],
+        tenant="none",
+        allow_networks=local,
+        retry=QUICK,
+        registry=JobRegistry(),
+    )
+    with recording_endpoint() as (url, got):
+        await register_endpoint(rig.direct, "orders", url, allow_networks=local)
+        event = webhook_event("orders", "order.paid", {"id": 42}, id="evt-lost-1")
+        sent = await Jobs(rig.direct).enqueue(send, event)
+        rig.lose(b"evt-lost-1")
+        await _run(rig, [send], [sent.id])
+    assert rig.dropped() == 1
+    assert [h["webhook-id"] for h, _ in got] == ["evt-lost-1"]
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.attempt == 1
+    (attempt,) = await rig.direct.webhook_attempt_list(WebhookAttemptListParams(None, "orders", 10))
+    assert (attempt.job_id, attempt.outcome) == (sent.id, "delivered")

@@ -51,6 +51,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.cursor_put_lost_never_hands_a_batch_twice,
     cases.posting_put_lost_posts_once,
     cases.step_put_lost_runs_the_step_once,
+    cases.attempt_put_lost_posts_once,
 ]
 
 

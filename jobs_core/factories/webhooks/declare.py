@@ -37,6 +37,7 @@ from jobs_core.clock import Clock
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_KEY_BYTES, MAX_WEBHOOK_DISABLE_AFTER
 from jobs_core.errors import (
+    DriverUnavailableError,
     LeaseLostError,
     RateLimitedError,
     TenantMismatchError,
@@ -313,21 +314,26 @@ async def _deliver(plan: _Plan, input: Any, ctx: JobContext) -> dict[str, JsonVa
         code = WebhookDeliveryFailedError.code
     else:
         code = WebhookRejectedError.code
-    recorded = await driver.webhook_attempt_put(
-        WebhookAttemptPut(
-            fence=step.fence,
-            tenant_id=org,
-            endpoint=event.endpoint,
-            event_id=event.id,
-            outcome=outcome,
-            status_code=answer.status_code,
-            latency_ms=min(answer.latency_ms, 86_400_000),
-            excerpt=answer.excerpt,
-            error=code,
-            disable_after=plan.disable_after,
-            now_ms=clock.now_ms(),
-        )
+    put = WebhookAttemptPut(
+        fence=step.fence,
+        tenant_id=org,
+        endpoint=event.endpoint,
+        event_id=event.id,
+        outcome=outcome,
+        status_code=answer.status_code,
+        latency_ms=min(answer.latency_ms, 86_400_000),
+        excerpt=answer.excerpt,
+        error=code,
+        disable_after=plan.disable_after,
+        now_ms=clock.now_ms(),
     )
+    try:
+        recorded = await driver.webhook_attempt_put(put)
+    except DriverUnavailableError:
+        # The POST is made; its record may have landed unanswered. A claim records one attempt
+        # (a repeat writes nothing and answers it), so it is sent again at once rather than the
+        # attempt failing and the next one POSTing the event a second time.
+        recorded = await driver.webhook_attempt_put(put)
     if not recorded.recorded or recorded.endpoint is None:
         raise LeaseLostError("the attempt was made but its claim was lost", detail=ctx.job_id)
     ATTEMPTS.add(outcome)

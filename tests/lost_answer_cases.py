@@ -24,6 +24,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DriverUnavailableError
 from jobs_core.facade import Jobs
+from jobs_core.factories.backfill import BackfillRegistry, backfill
 from jobs_core.factories.consumers import consumer, function
 from jobs_core.factories.consumers.run import lease_key
 from jobs_core.factories.ledger import ledger
@@ -302,3 +303,35 @@ async def attempt_put_lost_posts_once(rig: Rig) -> None:
     assert row.attempt == 1
     (attempt,) = await rig.direct.webhook_attempt_list(WebhookAttemptListParams(None, "orders", 10))
     assert (attempt.job_id, attempt.outcome) == (sent.id, "delivered")
+
+
+async def checkpoint_lost_counts_each_batch_once(rig: Rig) -> None:
+    """A backfill's `sweep_checkpoint` (a batch's step record and its ledger advance in one
+    write) landed, its answer lost: it is sent again at once (the record stays the first, the
+    advance moves once per batch), so the run goes on in the same attempt — on its one attempt
+    allowed — and every batch is handled and counted once."""
+    handled: list[int] = []
+
+    def pages(cursor: Any, scope: str, limit: int) -> tuple[list[int], Any]:
+        start = 0 if cursor is None else cursor
+        rows = list(range(start, min(start + limit, 6)))
+        return rows, (start + limit if start + limit < 6 else None)
+
+    sweep = backfill(
+        name="renumber",
+        tenant="none",
+        handle=handled.extend,
+        pages=pages,
+        batch=2,
+        count=6,
+        checkpoint_s=0,
+        retry=Retry(attempts=1),
+        registry=JobRegistry(),
+        backfills=BackfillRegistry(),
+    )
+    sent = await sweep.enqueue({}, client=Jobs(rig.direct))
+    rig.lose(b"batch:1")
+    await _run(rig, [sweep], [sent.id])
+    assert rig.dropped() == 1 and handled == [0, 1, 2, 3, 4, 5]
+    (entry,) = await rig.direct.sweep_list("renumber", 10)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 3, 6)

@@ -51,6 +51,7 @@ from jobs_core.errors import (
     BatchTooLargeError,
     DeclarationInvalidError,
     DrainingError,
+    DriverUnavailableError,
     JobsError,
     LeaseLostError,
     OptionInvalidError,
@@ -108,6 +109,17 @@ class Compensable:
     name: str
     output: JsonValue
     undo: Compensation
+
+
+async def _resent_if_lost(write: RecordWrite, item: StepPut) -> bool:
+    """`write(item)`, sent once more at once when it fails unavailable (it may have landed, its
+    answer lost): the first record of a name stays and a factory's write moves its family once
+    per record, so the repeat writes nothing twice, and the run does not spend an attempt (its
+    last, maybe) on a record that is stored."""
+    try:
+        return await write(item)
+    except DriverUnavailableError:
+        return await write(item)
 
 
 def _ms_of(when: object, what: str) -> int:
@@ -266,7 +278,7 @@ class StepApi:
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
         check_step_put(item)
-        landed = await asyncio.shield((write or self._put)(item))
+        landed = await asyncio.shield(_resent_if_lost(write or self._put, item))
         if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)

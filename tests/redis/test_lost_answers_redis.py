@@ -49,6 +49,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.posting_put_lost_posts_once,
     cases.step_put_lost_runs_the_step_once,
     cases.attempt_put_lost_posts_once,
+    cases.checkpoint_lost_counts_each_batch_once,
 ]
 
 

@@ -31,6 +31,7 @@ is its evidence against a refusal), and are never handed over.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import Counter, deque
@@ -45,8 +46,8 @@ from jobs_core.ids import new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import loads, utf8_length
 from jobs_core.leases.limits import RateLimit
-from jobs_core.leases.take import take_again_if_lost
 from jobs_core.records import ClaimedJob, Lease, LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.resend import again_if_lost
 
 log = logging.getLogger("jobs")
 
@@ -308,13 +309,16 @@ class Gate:
     async def _take(self, takes: Sequence[LeaseTake]) -> list[Lease | None]:
         """`lease_take` in batches, each at the clock read right before it is sent: a stamp is
         a start, so it is taken as close to the body's start as the worker can (a round's
-        `now`, read before its claim went out, is stale by the claim's round trip and more).
-        A batch whose answer is lost is asked again under the same holders (`take`)."""
+        `now`, read before its claim went out, is stale by the claim's round trip and more)."""
         answers: list[Lease | None] = []
         for i in range(0, len(takes), MAX_LEASE_BATCH):
             batch = takes[i : i + MAX_LEASE_BATCH]
-            answers += await take_again_if_lost(self._driver, batch, self._clock)
+            # Resent under the same holders when its answer is lost (`again_if_lost`).
+            answers += await again_if_lost(functools.partial(self._take_now, batch))
         return answers
+
+    async def _take_now(self, takes: Sequence[LeaseTake]) -> list[Lease | None]:
+        return await self._driver.lease_take(takes, self._clock.now_ms())
 
     def _grant(self, w: _Wants, granted: list[Lease], now: int) -> Admission:
         held = [idle.lease for idle in w.reused] + granted

@@ -20,9 +20,9 @@ from jobs_core.errors import (
     LockTimeoutError,
 )
 from jobs_core.ids import new_id
-from jobs_core.leases.take import take_again_if_lost
 from jobs_core.options import finite_number, seconds_to_ms
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.resend import again_if_lost
 
 log = logging.getLogger("jobs")
 
@@ -147,11 +147,11 @@ async def _take(
     holder = new_id()
     start = clock.now_ms()
     delay = LOCK_POLL_FLOOR_MS
+    take = [LeaseTake(_store_key(key), holder, 1, ttl_ms)]
     while True:
         now = clock.now_ms()
         try:
-            take = [LeaseTake(_store_key(key), holder, 1, ttl_ms)]
-            (got,) = await take_again_if_lost(driver, take, clock)
+            (got,) = await again_if_lost(lambda: driver.lease_take(take, clock.now_ms()))
         except DriverUnavailableError:
             # Every take is under this one holder: whichever landed unanswered, the next one
             # replaces it. Past the TTL such a holding has lapsed anyway.

@@ -51,7 +51,6 @@ from jobs_core.errors import (
     BatchTooLargeError,
     DeclarationInvalidError,
     DrainingError,
-    DriverUnavailableError,
     JobsError,
     LeaseLostError,
     OptionInvalidError,
@@ -74,6 +73,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
 )
+from jobs_core.resend import again_if_lost
 from jobs_core.results import answer_of, finished
 from jobs_core.semantics import SAGA_STEP
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
@@ -109,17 +109,6 @@ class Compensable:
     name: str
     output: JsonValue
     undo: Compensation
-
-
-async def _resent_if_lost(write: RecordWrite, item: StepPut) -> bool:
-    """`write(item)`, sent once more at once when it fails unavailable (it may have landed, its
-    answer lost): the first record of a name stays and a factory's write moves its family once
-    per record, so the repeat writes nothing twice, and the run does not spend an attempt (its
-    last, maybe) on a record that is stored."""
-    try:
-        return await write(item)
-    except DriverUnavailableError:
-        return await write(item)
 
 
 def _ms_of(when: object, what: str) -> int:
@@ -278,7 +267,11 @@ class StepApi:
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
         check_step_put(item)
-        landed = await asyncio.shield(_resent_if_lost(write or self._put, item))
+        # Resent when its answer is lost: the first record of a name stays and a factory's
+        # write moves its family once per record, so no attempt (the last, maybe) is spent on a
+        # record that is stored.
+        send = write or self._put
+        landed = await asyncio.shield(again_if_lost(lambda: send(item)))
         if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)

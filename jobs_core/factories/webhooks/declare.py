@@ -37,7 +37,6 @@ from jobs_core.clock import Clock
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_KEY_BYTES, MAX_WEBHOOK_DISABLE_AFTER
 from jobs_core.errors import (
-    DriverUnavailableError,
     LeaseLostError,
     RateLimitedError,
     TenantMismatchError,
@@ -59,6 +58,7 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.options import count, finite_number
 from jobs_core.records import WebhookAttemptPut, WebhookEndpoint
+from jobs_core.resend import again_if_lost
 from jobs_core.retry import Retry
 from jobs_core.tenant import current_tenant
 
@@ -327,13 +327,10 @@ async def _deliver(plan: _Plan, input: Any, ctx: JobContext) -> dict[str, JsonVa
         disable_after=plan.disable_after,
         now_ms=clock.now_ms(),
     )
-    try:
-        recorded = await driver.webhook_attempt_put(put)
-    except DriverUnavailableError:
-        # The POST is made; its record may have landed unanswered. A claim records one attempt
-        # (a repeat writes nothing and answers it), so it is sent again at once rather than the
-        # attempt failing and the next one POSTing the event a second time.
-        recorded = await driver.webhook_attempt_put(put)
+    # The POST is made; its record may land unanswered. A claim records one attempt (a repeat
+    # writes nothing and answers it), so it is resent rather than the attempt failing and the
+    # next one POSTing the event a second time.
+    recorded = await again_if_lost(lambda: driver.webhook_attempt_put(put))
     if not recorded.recorded or recorded.endpoint is None:
         raise LeaseLostError("the attempt was made but its claim was lost", detail=ctx.job_id)
     ATTEMPTS.add(outcome)

@@ -306,22 +306,24 @@ async def attempt_put_lost_posts_once(rig: Rig) -> None:
     assert (attempt.job_id, attempt.outcome) == (sent.id, "delivered")
 
 
-async def checkpoint_lost_counts_each_batch_once(rig: Rig) -> None:
-    """A backfill's `sweep_checkpoint` (a batch's step record and its ledger advance in one
-    write) landed, its answer lost: it is sent again at once (the record stays the first, the
-    advance moves once per batch), so the run goes on in the same attempt — on its one attempt
-    allowed — and every batch is handled and counted once."""
-    handled: list[int] = []
+def _renumber(handled: list[int], on_rows: Callable[[list[int]], None] | None = None) -> Any:
+    """A backfill over 0..5, two a batch, one step per batch, on its one attempt allowed; what
+    it handles goes to `handled` (and to `on_rows`)."""
 
     def pages(cursor: Any, scope: str, limit: int) -> tuple[list[int], Any]:
         start = 0 if cursor is None else cursor
         rows = list(range(start, min(start + limit, 6)))
         return rows, (start + limit if start + limit < 6 else None)
 
-    sweep = backfill(
+    def handle(rows: list[int]) -> None:
+        handled.extend(rows)
+        if on_rows is not None:
+            on_rows(rows)
+
+    return backfill(
         name="renumber",
         tenant="none",
-        handle=handled.extend,
+        handle=handle,
         pages=pages,
         batch=2,
         count=6,
@@ -330,8 +332,35 @@ async def checkpoint_lost_counts_each_batch_once(rig: Rig) -> None:
         registry=JobRegistry(),
         backfills=BackfillRegistry(),
     )
+
+
+async def checkpoint_lost_counts_each_batch_once(rig: Rig) -> None:
+    """A backfill's `sweep_checkpoint` (a batch's step record and its ledger advance in one
+    write) landed, its answer lost: it is sent again at once (the record stays the first, the
+    advance moves once per batch), so the run goes on in the same attempt — on its one attempt
+    allowed — and every batch is handled and counted once."""
+    handled: list[int] = []
+    sweep = _renumber(handled)
     sent = await sweep.enqueue({}, client=Jobs(rig.direct))
     rig.lose(b"batch:1")
+    await _run(rig, [sweep], [sent.id])
+    assert rig.dropped() == 1 and handled == [0, 1, 2, 3, 4, 5]
+    (entry,) = await rig.direct.sweep_list("renumber", 10)
+    assert (entry.status, entry.batches, entry.rows) == ("completed", 3, 6)
+
+
+async def finish_lost_completes_the_sweep(rig: Rig) -> None:
+    """A backfill's `sweep_finish` landed, its answer lost: it is sent again at once (a repeat
+    ends nothing more), so the run completes on its one attempt allowed instead of being
+    dead-lettered with its sweep done; the entry is `completed` once, every batch counted once."""
+    handled: list[int] = []
+
+    def at_the_last(rows: list[int]) -> None:
+        if 5 in rows:  # the finish is the next write to name a status
+            rig.lose(b"completed")
+
+    sweep = _renumber(handled, at_the_last)
+    sent = await sweep.enqueue({}, client=Jobs(rig.direct))
     await _run(rig, [sweep], [sent.id])
     assert rig.dropped() == 1 and handled == [0, 1, 2, 3, 4, 5]
     (entry,) = await rig.direct.sweep_list("renumber", 10)

@@ -50,6 +50,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.step_put_lost_runs_the_step_once,
     cases.attempt_put_lost_posts_once,
     cases.checkpoint_lost_counts_each_batch_once,
+    cases.finish_lost_completes_the_sweep,
 ]
 
 

@@ -32,11 +32,13 @@ from jobs_core.factories.webhooks import register_endpoint, webhook, webhook_eve
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import loads
 from jobs_core.leases.lock import with_lock
+from jobs_core.outbox import Relay
 from jobs_core.records import JobFilter, JobListParams, JobRecord, WebhookAttemptListParams
 from jobs_core.retry import Retry
 from jobs_core.scheduler import LEADER_KEY, Scheduler, TaskRegistry, task
 from jobs_core.states import JobState
 from jobs_core.worker import Worker
+from jobs_memory.outbox import MemoryOutbox
 from tests.core.support import until
 from tests.webhooks.support import SECRET, recording_endpoint
 
@@ -365,3 +367,24 @@ async def finish_lost_completes_the_sweep(rig: Rig) -> None:
     assert rig.dropped() == 1 and handled == [0, 1, 2, 3, 4, 5]
     (entry,) = await rig.direct.sweep_list("renumber", 10)
     assert (entry.status, entry.batches, entry.rows) == ("completed", 3, 6)
+
+
+async def relay_publish_lost_creates_each_job_once(rig: Rig) -> None:
+    """The relay's `job_enqueue_many` of a batch committed, its answer lost: the batch drops to
+    the row loop, which enqueues each row again under its staged id (`deduped`), and marks them:
+    each staged job exists once, and nothing is left to relay."""
+
+    async def noop(input: Any, ctx: JobContext) -> None:
+        return None
+
+    handle = job(noop, name="mail", tenant="none", registry=JobRegistry())
+    outbox = MemoryOutbox()
+    with outbox.transaction() as tx:
+        staged = [outbox.stage(tx, handle, {"n": n}, key=f"m{n}") for n in range(4)]
+    relay = Relay(outbox, rig.driver, batch=10, poll=3600)
+    rig.lose(staged[0].id.encode())
+    published = await relay.tick()
+    assert rig.dropped() == 1
+    published += await relay.tick()
+    assert published == 4 and await outbox.outbox_pending(10) == []
+    assert sorted(r.id for r in await _jobs(rig.direct)) == sorted(s.id for s in staged)

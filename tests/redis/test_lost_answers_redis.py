@@ -51,6 +51,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.attempt_put_lost_posts_once,
     cases.checkpoint_lost_counts_each_batch_once,
     cases.finish_lost_completes_the_sweep,
+    cases.relay_publish_lost_creates_each_job_once,
 ]
 
 

@@ -58,6 +58,9 @@ class Rig:
     lose: Callable[[bytes], None]
     #: How many answers were swallowed so far.
     dropped: Callable[[], int]
+    #: `lose`, for a write of several statements in one transaction (Postgres): the answers
+    #: go through until its commit's, which is swallowed. A Redis script is one answer.
+    lose_commit: Callable[[bytes], None]
 
 
 async def _jobs(driver: JobDriver) -> list[JobRecord]:
@@ -388,3 +391,37 @@ async def relay_publish_lost_creates_each_job_once(rig: Rig) -> None:
     published += await relay.tick()
     assert published == 4 and await outbox.outbox_pending(10) == []
     assert sorted(r.id for r in await _jobs(rig.direct)) == sorted(s.id for s in staged)
+
+
+async def publish_lost_wakes_the_waiter_once(rig: Rig) -> None:
+    """`event_publish` committed (the event stored, the parked run woken), its answer lost:
+    `send_event` sends the SAME record again, which stores nothing and wakes nothing, so the
+    caller is answered with the event's id and the run resumes once with its data. (`woken`
+    then counts only what the answered call woke: none.)"""
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        return await ctx.step.wait_for_event("paid", "order.paid", match={"order": 7})
+
+    handle = job(body, name="ship", tenant="none", registry=JobRegistry())
+    sent = await Jobs(rig.direct).enqueue(handle, {}, key="one")
+    # The worker shares the publisher's driver, as in one process: it has seen where rows wait.
+    worker = Worker(rig.driver, [handle], concurrency=2, poll_floor=0.01)
+    await worker.start()
+    try:
+
+        async def state_is(state: JobState) -> bool:
+            return (await rig.direct.job_get_many([sent.id]))[sent.id].state is state
+
+        await until(lambda: state_is(JobState.PARKED), within=8)
+        rig.lose_commit(b"evt-paid-7")
+        told = await Jobs(rig.driver).send_event(
+            "order.paid", {"order": 7}, id="evt-paid-7", tenant_id=None
+        )
+        got = (rig.dropped(), told.id, told.woken)
+        assert got == (1, "evt-paid-7", 0), got
+        await until(lambda: state_is(JobState.COMPLETED), within=8)
+    finally:
+        await worker.stop(timeout=5)
+    row = (await rig.direct.job_get_many([sent.id]))[sent.id]
+    assert row.result_json is not None and loads(row.result_json) == {"order": 7}
+    assert row.attempt == 1

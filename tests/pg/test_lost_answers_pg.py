@@ -15,6 +15,8 @@ from tests.pg.proxy import Proxy
 
 #: Postgres's ReadyForQuery: the end of an answer, sent after the implicit transaction committed.
 READY = b"Z\x00\x00\x00\x05"
+#: ReadyForQuery, idle: the end of the answer to a transaction's COMMIT.
+COMMITTED = READY + b"I"
 
 
 @pytest.fixture
@@ -36,6 +38,7 @@ async def rig(pg_schema: str, proxy: Proxy) -> AsyncIterator[cases.Rig]:
             direct,
             lambda token: proxy.drop_next_reply(until=READY, matching=token),
             lambda: proxy.dropped,
+            lambda token: proxy.drop_next_reply(until=COMMITTED, matching=token, through=True),
         )
     finally:
         await driver.close()
@@ -55,6 +58,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.checkpoint_lost_counts_each_batch_once,
     cases.finish_lost_completes_the_sweep,
     cases.relay_publish_lost_creates_each_job_once,
+    cases.publish_lost_wakes_the_waiter_once,
 ]
 
 

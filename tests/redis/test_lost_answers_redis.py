@@ -31,6 +31,7 @@ async def rig(proxy: RedisProxy) -> AsyncIterator[cases.Rig]:
             direct,
             lambda token: proxy.drop_next_reply(matching=token),
             lambda: proxy.dropped,
+            lambda token: proxy.drop_next_reply(matching=token),
         )
     finally:
         with contextlib.suppress(Exception):
@@ -52,6 +53,7 @@ CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
     cases.checkpoint_lost_counts_each_batch_once,
     cases.finish_lost_completes_the_sweep,
     cases.relay_publish_lost_creates_each_job_once,
+    cases.publish_lost_wakes_the_waiter_once,
 ]
 
 

@@ -13,7 +13,7 @@ carries) and then cuts every connection.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -425,3 +425,22 @@ async def publish_lost_wakes_the_waiter_once(rig: Rig) -> None:
     row = (await rig.direct.job_get_many([sent.id]))[sent.id]
     assert row.result_json is not None and loads(row.result_json) == {"order": 7}
     assert row.attempt == 1
+
+
+Case = Callable[[Rig], Awaitable[None]]
+#: Every case, run by each backend's file.
+ALL: list[Case] = [
+    fire_lost_fires_each_occurrence_once,
+    lead_take_lost_leads_at_once,
+    lock_take_lost_takes_it_again,
+    slot_take_lost_starts_the_job,
+    consumer_lease_take_lost_runs_its_turns,
+    cursor_put_lost_never_hands_a_batch_twice,
+    posting_put_lost_posts_once,
+    step_put_lost_runs_the_step_once,
+    attempt_put_lost_posts_once,
+    checkpoint_lost_counts_each_batch_once,
+    finish_lost_completes_the_sweep,
+    relay_publish_lost_creates_each_job_once,
+    publish_lost_wakes_the_waiter_once,
+]

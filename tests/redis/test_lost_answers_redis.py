@@ -5,7 +5,7 @@ tests/pg/test_lost_answers_pg.py)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -40,23 +40,6 @@ async def rig(proxy: RedisProxy) -> AsyncIterator[cases.Rig]:
         await direct.close()
 
 
-CASES: list[Callable[[cases.Rig], Awaitable[None]]] = [
-    cases.fire_lost_fires_each_occurrence_once,
-    cases.lead_take_lost_leads_at_once,
-    cases.lock_take_lost_takes_it_again,
-    cases.slot_take_lost_starts_the_job,
-    cases.consumer_lease_take_lost_runs_its_turns,
-    cases.cursor_put_lost_never_hands_a_batch_twice,
-    cases.posting_put_lost_posts_once,
-    cases.step_put_lost_runs_the_step_once,
-    cases.attempt_put_lost_posts_once,
-    cases.checkpoint_lost_counts_each_batch_once,
-    cases.finish_lost_completes_the_sweep,
-    cases.relay_publish_lost_creates_each_job_once,
-    cases.publish_lost_wakes_the_waiter_once,
-]
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
-async def test_a_lost_answer(rig: cases.Rig, case: Callable[[cases.Rig], Awaitable[None]]) -> None:
+@pytest.mark.parametrize("case", cases.ALL, ids=lambda c: c.__name__)
+async def test_a_lost_answer(rig: cases.Rig, case: cases.Case) -> None:
     await case(rig)

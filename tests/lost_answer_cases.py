@@ -221,9 +221,9 @@ async def consumer_lease_take_lost_runs_its_turns(rig: Rig) -> None:
 
 
 async def cursor_put_lost_never_hands_a_batch_twice(rig: Rig) -> None:
-    """A turn's `consumer_cursor_put` landed, its answer lost: the attempt fails, and the next
-    reads the stored cursor (moved), so no record is handed twice and the cursor never goes back;
-    the rest is read on."""
+    """A turn's `consumer_cursor_put` landed, its answer lost: the turn reads the stored cursor,
+    finds its own, and goes on in the same attempt; no record is handed twice, the cursor never
+    goes back, and the rest is read on."""
     seen: list[int] = []
     c = _feed("ticks", seen)
     sent = await Jobs(rig.direct).enqueue(c.job, None, key="one")
@@ -231,7 +231,7 @@ async def cursor_put_lost_never_hands_a_batch_twice(rig: Rig) -> None:
     await _run(rig, [c.job], [sent.id])
     assert rig.dropped() == 1
     row = (await rig.direct.job_get_many([sent.id]))[sent.id]
-    assert row.attempt == 2 and seen == [1, 2, 3, 4, 5]
+    assert row.attempt == 1 and seen == [1, 2, 3, 4, 5]
     stored = await rig.direct.consumer_cursor_get("ticks", None)
     assert stored is not None and loads(stored.cursor_json) == "pos-0005"
 

@@ -22,7 +22,7 @@ import pytest
 from jobs_core.clock import FakeClock, SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.errors import DriverUnavailableError
+from jobs_core.errors import DriverUnavailableError, TerminalError
 from jobs_core.facade import Jobs
 from jobs_core.factories.backfill import BackfillRegistry, backfill
 from jobs_core.factories.consumers import consumer, function
@@ -36,7 +36,7 @@ from jobs_core.outbox import Relay
 from jobs_core.records import JobFilter, JobListParams, JobRecord, WebhookAttemptListParams
 from jobs_core.retry import Retry
 from jobs_core.scheduler import LEADER_KEY, Scheduler, TaskRegistry, task
-from jobs_core.states import JobState
+from jobs_core.states import FINISHED_STATES, JobState
 from jobs_core.worker import Worker
 from jobs_memory.outbox import MemoryOutbox
 from tests.core.support import until
@@ -427,6 +427,41 @@ async def publish_lost_wakes_the_waiter_once(rig: Rig) -> None:
     assert row.attempt == 1
 
 
+async def undo_record_lost_compensates_once(rig: Rig) -> None:
+    """A saga's compensation ran and its `~undo:` record landed, its answer lost: the worker's
+    settler sends the record again (the first record stays), so the unwinding completes without
+    running the compensation twice, and the record is one."""
+    undone: list[Any] = []
+
+    async def refund(output: Any) -> None:
+        undone.append(output)
+
+    async def order(input: Any, ctx: JobContext) -> None:
+        await ctx.step.run("charge", lambda: {"charge": "ch_9"}, compensate=refund)
+        raise TerminalError("the shipment was refused")
+
+    handle = job(order, name="order", tenant="none", retry=QUICK, registry=JobRegistry())
+    sent = await Jobs(rig.direct).enqueue(handle, {}, key="one")
+    rig.lose(b"~undo:charge")
+    worker = Worker(rig.driver, [handle], concurrency=2, poll_floor=0.01)
+    await worker.start()
+    run_id = (await rig.direct.job_get_many([sent.id]))[sent.id].run_id
+    try:
+
+        async def unwound() -> bool:
+            names = [s.name for s in await rig.direct.step_list(run_id)]
+            rows = await _jobs(rig.direct)
+            return "~undo:charge" in names and all(r.state in FINISHED_STATES for r in rows)
+
+        await until(unwound, within=8)
+    finally:
+        await worker.stop(timeout=5)
+    assert rig.dropped() == 1 and undone == [{"charge": "ch_9"}]
+    names = [s.name for s in await rig.direct.step_list(run_id)]
+    assert names.count("~undo:charge") == 1
+    assert sorted(r.state for r in await _jobs(rig.direct)) == [JobState.COMPLETED, JobState.DEAD]
+
+
 Case = Callable[[Rig], Awaitable[None]]
 #: Every case, run by each backend's file.
 ALL: list[Case] = [
@@ -443,4 +478,5 @@ ALL: list[Case] = [
     finish_lost_completes_the_sweep,
     relay_publish_lost_creates_each_job_once,
     publish_lost_wakes_the_waiter_once,
+    undo_record_lost_compensates_once,
 ]

@@ -74,6 +74,7 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
 )
+from jobs_core.resend import again_if_lost
 from jobs_core.results import answer_of, finished
 from jobs_core.semantics import SAGA_STEP
 from jobs_core.states import JobState
@@ -271,7 +272,11 @@ class StepApi:
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
         check_step_put(item)
-        landed = await asyncio.shield((write or self._put)(item))
+        # Resent when its answer is lost: the first record of a name stays and a factory's
+        # write moves its family once per record, so no attempt (the last, maybe) is spent on a
+        # record that is stored.
+        send = write or self._put
+        landed = await asyncio.shield(again_if_lost(lambda: send(item)))
         if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)

@@ -1,7 +1,7 @@
-"""What one single-job enqueue costs the store and the client, ours beside PgQueuer, each
-through its bench producer (`python -m bench.peers.cli SYSTEM ...`, as `bench.pickup_pairs`
-enqueues): `.venv/bin/python -m bench.enqueue_wal [--loop 500] [--rate 50 --seconds 8]
-[--rounds 4]`.
+"""What one single-job enqueue costs the store and the client, ours beside PgQueuer (or
+oban-py: `--systems ours,oban`), each through its bench producer (`python -m bench.peers.cli
+SYSTEM ...`, as `bench.pickup_pairs` enqueues): `.venv/bin/python -m bench.enqueue_wal [--loop
+500] [--rate 50 --seconds 8] [--rounds 4] [--systems ours,pgqueuer]`.
 
 On a throwaway Postgres with fsync on (the pickup bench's), a database per system:
 
@@ -37,6 +37,7 @@ from bench.systems import ROOT, VENVS
 from jobs_pg.urls import libpq_url
 from scripts.with_services import find
 
+#: The two systems compared unless `--systems` names others (ours first).
 SYSTEMS = ("ours", "pgqueuer")
 
 
@@ -95,14 +96,18 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="two, ours first")
     args = parser.parse_args()
+    systems = tuple(args.systems.split(","))
+    if len(systems) != 2 or systems[0] != "ours":
+        raise SystemExit("--systems: ours and one peer, e.g. ours,oban")
     with throwaway_server(fsync=True) as server:
         admin = libpq_url(server.url)
         urls: dict[str, str] = {}
         with psycopg.connect(admin, autocommit=True) as conn:
-            for system in SYSTEMS:
+            for system in systems:
                 conn.execute(f"CREATE DATABASE bench_{system}")
-        for system in SYSTEMS:
+        for system in systems:
             urls[system] = admin.rsplit("/", 1)[0] + f"/bench_{system}"
             if system == "ours":
                 urls[system] += "?schema=bench"
@@ -110,7 +115,7 @@ def main() -> None:
             _cli(system, urls[system], "enqueue", "200")  # the tables and indexes warm
         n = args.loop + 1  # the producer's warm-up call is one more
         for checkpoint in (True, False):
-            for system in SYSTEMS:
+            for system in systems:
                 with psycopg.connect(admin, autocommit=True) as conn:
                     if checkpoint:
                         conn.execute("CHECKPOINT")
@@ -136,10 +141,10 @@ def main() -> None:
                     print(f"    {calls} calls, {mean_ms} ms: {text}")
                 for line in _waldump(str(server.data), start, end):
                     print("    " + line)
-        base = {s: _cli(s, urls[s], "latency", str(args.rate), "0.1")[1] for s in SYSTEMS}
-        rows: dict[str, list[dict[str, float]]] = {s: [] for s in SYSTEMS}
+        base = {s: _cli(s, urls[s], "latency", str(args.rate), "0.1")[1] for s in systems}
+        rows: dict[str, list[dict[str, float]]] = {s: [] for s in systems}
         for r in range(args.rounds):
-            for system in SYSTEMS[r % 2 :] + SYSTEMS[: r % 2]:
+            for system in systems[r % 2 :] + systems[: r % 2]:
                 with psycopg.connect(admin, autocommit=True) as conn:
                     conn.execute("SELECT pg_stat_statements_reset()")
                     time.sleep(STATS_SETTLE_SECONDS + 0.1)
@@ -164,14 +169,14 @@ def main() -> None:
                 rows[system].append(row)
                 shown = {k: round(v, 2) for k, v in row.items()}
                 print(f"paced {r} {system} {shown} {[(c, m) for c, m, _ in statements]}")
-        for system in SYSTEMS:
+        for system in systems:
             medians = {k: round(statistics.median(x[k] for x in rows[system]), 2) for k in row}
             print(f"paced {system}, median of rounds: {medians}")
         ratios = {
             k: round(statistics.median(a[k] / b[k] for a, b in zip(*rows.values(), strict=True)), 2)
             for k in row
         }
-        print(f"paced ours / pgqueuer, median of the rounds' ratios: {ratios}")
+        print(f"paced ours / {systems[1]}, median of the rounds' ratios: {ratios}")
 
 
 if __name__ == "__main__":

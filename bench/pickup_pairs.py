@@ -5,7 +5,9 @@ worker fed 50 jobs/s, then 200 jobs/s; pickup = the producer's stamp to the body
 nothing else (no enqueue, bulk or drain phase), for the variants named, in rounds whose order
 rotates by one, on a throwaway Postgres (fsync on) or `--pg-url`'s. Each round also reads the
 worker's CPU per job over each phase. `ours:lazy` is ours at concurrency 10 with the driver's
-`lazy_claim=1` (off by default, see docs/pg.md "Durability"); `ours:aio` is ours at concurrency
+`lazy_claim=1` (off by default, see docs/pg.md "Durability"); `ours:nosync` is ours at
+concurrency 10 with no commit of the worker's or the producer's waiting for its WAL flush (a
+measure of the flushes' share, not a setting to run); `ours:aio` is ours at concurrency
 10 on the standard library's event loop (`--loop asyncio`; `ours:c10` runs on the default,
 uvloop where installed). `ours:base` is ours at concurrency 10 on another checkout's code
 (`--base TREE`, e.g. a detached worktree of main): old and new tree in the same rotating rounds,
@@ -47,8 +49,18 @@ AIO = Variant(
     args=("--concurrency", "10", "--loop", "asyncio"),
     passed="`--concurrency 10 --loop asyncio`",
 )
+#: Not a setting to run with: every commit of the worker's and the producer's sessions waits for
+#: no WAL flush (libpq's PGOPTIONS), to show what the two flushes an idle pickup waits for (the
+#: enqueue's, the claim's) cost beside `lazy` (the claim's alone).
+NOSYNC = Variant(
+    "nosync",
+    "concurrency 10, no commit waits for its flush",
+    args=("--concurrency", "10"),
+    env=(("PGOPTIONS", "-c synchronous_commit=off"),),
+    passed="`--concurrency 10`, PGOPTIONS `-c synchronous_commit=off` (worker and producer)",
+)
 #: Ours' variants that only this bench runs.
-EXTRA = {"lazy": LAZY, "aio": AIO}
+EXTRA = {"lazy": LAZY, "aio": AIO, "nosync": NOSYNC}
 
 
 def _variant(key: str, base: str | None) -> tuple[System, Variant]:
@@ -162,6 +174,7 @@ def main() -> None:
                 "command": "python -m bench.pickup_pairs --rounds "
                 + f"{args.rounds} --seconds {args.seconds:g} "
                 + ("--base <base tree> " if args.base else "")
+                + ("--probe " if args.probe else "")
                 + " ".join(args.variants),
                 "config": {"latency_rate": config.latency_rate, "stream_rate": config.stream_rate},
                 "load_before": load_before,

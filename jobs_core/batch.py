@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from jobs_core.driver import MAX_JOIN_IDS
 from jobs_core.errors import BatchTooLargeError, DeclarationInvalidError
 from jobs_core.ids import derived_id, new_id
+from jobs_core.job import check_handle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import EnqueueResult, JoinEnqueue, JoinPolicy, JoinState
 
@@ -70,6 +71,9 @@ class JobBatch:
         for taken in ("id", "batch_id", "after", "after_policy"):
             if taken in options:
                 raise DeclarationInvalidError("a batch sets this itself", detail=taken)
+        check_handle(on_complete, "on_complete")
+        if on_success is not None:
+            check_handle(on_success, "on_success")
         if on_success is not None and on_success.name == on_complete.name and "key" in options:
             # One name and one key: `on_success` would dedupe against `on_complete`'s row.
             raise DeclarationInvalidError(

@@ -121,7 +121,7 @@ from jobs_core.states import JobState
 #: the parity suite. It grows when a `_` method's contract changes or a family is added; a
 #: driver that passed the suite of one version passes that of the next unless the change names
 #: a family it declares.
-CONTRACT_VERSION: Final = 7
+CONTRACT_VERSION: Final = 8
 #: The core family's name: what every driver implements, never a flag.
 CORE_FAMILY: Final = "jobs"
 #: The most records one `job_enqueue_many` call accepts.
@@ -447,6 +447,15 @@ class JobDriver(abc.ABC):
         if not items:
             return []
         return await self._join_enqueue(items)
+
+    async def join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """For each of these rows parked on a join, the dependencies it still waits for (what
+        `ctx.step.gather` reads to refuse a wait that would close a cycle). Reads only."""
+        self.require("flows", what="join_pending")
+        _check_ids(job_ids)
+        if not job_ids:
+            return {}
+        return await self._join_pending(job_ids)
 
     async def job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """Mark these rows watched (their finish is announced to `finish_subscribe`) and answer
@@ -1525,6 +1534,14 @@ class JobDriver(abc.ABC):
         than `completed`; it is `parked` with `run_at_ms` None while `pending > 0`, else
         `ready` at `job.run_at_ms`. A later item may name an earlier item's job."""
         raise _unimplemented(self, "flows", "_join_enqueue")
+
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """For each id of `job_ids` naming a row `parked` on a join that still waits for some
+        of its dependencies (pending > 0: the dependencies not finished since it parked on that
+        join), those dependencies' ids in code-point order; every other id absent (a row not
+        parked, parked without a join or with nothing pending, a waiter that left `parked`, an
+        unknown id). Reads only."""
+        raise _unimplemented(self, "flows", "_join_pending")
 
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """Mark each existing row of `job_ids` watched (kept until the row is removed or

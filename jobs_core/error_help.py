@@ -83,6 +83,11 @@ BY_CODE: Final[dict[str, str]] = {
         "without the feature."
     ),
     "X_DRIVER_CONFLICT": "Retry later; if it persists, look for contention on the same rows.",
+    "X_DRIVER_SCHEMA_MISSING": (
+        "Install or upgrade the schema: `ujobs db upgrade --driver URL` (or `alembic upgrade "
+        "head` in a checkout), then start again. Check the URL's `?schema=` names the schema "
+        "you installed."
+    ),
     "X_DRIVER_ERROR": (
         "When it says the jobs schema is not installed or is behind: run `ujobs db upgrade "
         "--driver URL` with the same URL (its `?schema=`). Otherwise unexpected: read the "
@@ -151,7 +156,14 @@ BY_CODE: Final[dict[str, str]] = {
         "Pass the tenant, or make the job's `tenant=` function find it in the input."
     ),
     "X_JOB_TENANT_MISMATCH": (
-        "Put the tenant the run acts for in the input, as the declaration expects."
+        "Put the tenant the run acts for in the input, as the declaration expects. From a "
+        "body, `send_event` names only the run's own tenant: to reach another org, say so in "
+        "code (`with acting_for(org): ...`) or broadcast (`all_tenants=True`)."
+    ),
+    "X_JOB_WAIT_CYCLE": (
+        "Do not gather or await a job that waits (`after=`, or its own gather) for this run: "
+        "enqueue the child without `after=[ctx.job_id]`, or split the work so the waits go one "
+        "way (the detail names the job that waits for this one)."
     ),
     "X_JOB_TERMINAL": "Read the error in `ujobs jobs show ID`; fix the cause and requeue by hand.",
     "X_JOB_EXECUTOR_INVALID": (

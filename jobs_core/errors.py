@@ -40,6 +40,7 @@ CODES: Final[dict[str, str]] = {
     "X_DRIVER_ERROR": "the store answered with an error this library does not expect",
     "X_DRIVER_LIMIT": "the store refused a value past one of its own limits or out of its range",
     "X_DRIVER_NOT_INSTALLED": "the driver for this URL needs an extra that is not installed",
+    "X_DRIVER_SCHEMA_MISSING": "the store's jobs schema is not installed or is behind this version",
     "X_DRIVER_UNAVAILABLE": "the store could not be reached or went away during the call",
     "X_DRIVER_UNSUPPORTED": "the driver does not offer this capability",
     "X_DRIVER_URL_INVALID": "the driver URL names no known backend or is malformed",
@@ -83,6 +84,7 @@ CODES: Final[dict[str, str]] = {
     "X_JOB_TENANT_REQUIRED": "the job's tenant is required and could not be derived",
     "X_JOB_TERMINAL": "the job body failed with an error marked terminal",
     "X_JOB_TIMEOUT": "the run passed its deadline and was cancelled",
+    "X_JOB_WAIT_CYCLE": "the wait would close a cycle: a job it waits for waits for it",
     "X_LEDGER_ACCOUNT_INVALID": "an account name is not one a ledger can hold",
     "X_LEDGER_AMOUNT_INVALID": "an amount is not a whole number of minor units within the bound",
     "X_LEDGER_CURRENCY_INVALID": "a currency code is not one a ledger can hold",
@@ -239,6 +241,12 @@ class DriverError(JobsError):
     """The store answered with an error this library does not expect."""
 
     code = "X_DRIVER_ERROR"
+
+
+class DriverSchemaMissingError(DriverError):
+    """The store's jobs schema is not installed or is behind this version."""
+
+    code = "X_DRIVER_SCHEMA_MISSING"
 
 
 class DriverLimitError(JobsError):
@@ -540,6 +548,14 @@ class DependencyUnknownError(JobsError):
     """A job it depends on does not exist."""
 
     code = "X_JOB_DEPENDENCY_UNKNOWN"
+
+
+class WaitCycleError(JobsError):
+    """The wait would close a cycle: a job it waits for waits for it."""
+
+    code = "X_JOB_WAIT_CYCLE"
+    # The jobs it would wait for still wait for it: a retry would close the same cycle.
+    terminal = True
 
 
 class StepDuplicateError(JobsError):
@@ -1004,6 +1020,8 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         ResultTimeoutError,
         DependencyFailedError,
         DependencyUnknownError,
+        WaitCycleError,
+        DriverSchemaMissingError,
         CompensationError,
         ConcurrencyKeyError,
         ConcurrencyUnenforceableError,

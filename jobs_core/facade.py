@@ -29,9 +29,10 @@ from jobs_core.errors import (
     DependencyUnknownError,
     DriverUnavailableError,
     OptionInvalidError,
+    TenantMismatchError,
 )
 from jobs_core.ids import FreshIds, new_id
-from jobs_core.job import JobHandle
+from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
 from jobs_core.options import count, finite_number
@@ -140,7 +141,9 @@ class Jobs:
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
             return await self._send(record, after, policy)
-        with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
+        check_handle(handle, "handle")  # read below before `build_record` checks it
+        queue = options.get("queue")
+        with tracing.producer(handle.name, queue or handle.queue) as traceparent:
             record = self.build_record(handle, input, traceparent=traceparent, **options)
             return await self._send(record, after, policy)
 
@@ -241,6 +244,10 @@ class Jobs:
         try. Retried under the same ids like `enqueue`; `ids=` (one per input) makes your own
         retries exactly-once.
         """
+        check_handle(handle, "handle")
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            # A string is a sequence of letters: one job each, never what was meant.
+            raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:
             raise BatchTooLargeError(detail=f"{len(inputs)} > {MAX_ENQUEUE_BATCH}")
         for shared in ("id", "run_id"):
@@ -305,8 +312,10 @@ class Jobs:
         Tenants fail closed: the event is published for the tenant the caller acts for
         (`current_tenant()`: inside a body, its run's; None outside any), or for `tenant_id=`
         when given (None: for no tenant), and meets only the waits of runs acting for that
-        very tenant. `all_tenants=True` publishes it for every tenant's waits (it then names
-        no tenant: `tenant_id=` with it is refused).
+        very tenant. Code acting for an org may name only that org: another (or None) is
+        `X_JOB_TENANT_MISMATCH`, nothing published — say so with `acting_for(other)` around
+        the call. `all_tenants=True` publishes it for every tenant's waits (it then names no
+        tenant: `tenant_id=` with it is refused).
 
         The event is kept for `ttl` (seconds or a timedelta; 7 days by default), so a wait
         that begins later and asks for earlier events (`since=`) still finds it. Retried like
@@ -323,7 +332,17 @@ class Jobs:
                 )
             tenant: str | None = None
         else:
-            tenant = current_tenant() if tenant_id is _UNSET else tenant_id
+            acting = current_tenant()
+            tenant = acting if tenant_id is _UNSET else tenant_id
+            if acting is not None and tenant != acting:
+                # Code acting for an org (a tenant job's body, an `acting_for` block) never
+                # signals another org's runs on a value its input may carry (SPEC §16).
+                raise TenantMismatchError(
+                    f"code acting for {acting!r} cannot send an event for another tenant: "
+                    "wrap the call in acting_for(<that tenant>), or broadcast with "
+                    "all_tenants=True",
+                    detail="tenant_id",
+                )
         now = self.clock.now_ms()
         if ttl is None:
             ttl_ms = EVENT_TTL_MS
@@ -414,6 +433,7 @@ def build_records(
 def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:
     """`_Batch` of `options`; a name no enqueue takes is `X_JOB_OPTION_INVALID` (a typo such as
     `delay_s=` would otherwise be a bare TypeError, or worse, ignored by a wrapper)."""
+    check_handle(handle, "handle")
     if not options.keys() <= _BATCH_OPTIONS:
         unknown = sorted(options.keys() - _BATCH_OPTIONS)
         raise OptionInvalidError(
@@ -484,7 +504,8 @@ class _Batch:
             if priority is None
             else count(priority, "priority", minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
         )
-        self.queue = queue or handle.queue
+        # None is "the declared queue"; an empty one is refused with the record, never replaced.
+        self.queue = handle.queue if queue is None else queue
         self.tenant_id = current_tenant() if tenant_id is _UNSET else tenant_id
         self.enqueued_by = enqueued_by
         self.traceparent = traceparent

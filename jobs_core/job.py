@@ -393,3 +393,12 @@ def factory_handle(
         raise refused from exc
     kept = {f.name: getattr(base, f.name) for f in dataclasses.fields(JobHandle) if f.init}
     return cls(**kept, **fields)
+
+
+def check_handle(handle: object, what: str) -> None:
+    """Refuse what is no declared job (`X_JOB_DECLARATION_INVALID`, naming `what`): a bare
+    AttributeError from inside the enqueue would say nothing of the call."""
+    if not isinstance(handle, JobHandle):
+        raise DeclarationInvalidError(
+            f"must be a job declared with @job, not {type(handle).__name__}", detail=what
+        )

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from jobs_core.errors import DriverUnavailableError
-from jobs_core.records import ClaimParams, Fence
+from jobs_core.records import BuriedJob, ClaimParams, Fence
 
 #: Seconds between the looks for a lost claim's rows while the store is out.
 RETRY_S: Final = 0.5
@@ -29,6 +29,8 @@ RETRY_S: Final = 0.5
 _ANSWERED_MAX: Final = 10_000
 #: The doublings of the wait for a claim the store may still run (0.005 s * 2**7 > `RETRY_S`).
 _WAITS_MAX: Final = 16
+#: Rows buried at most held for their workers' next claims (`HeldBurials`).
+_HELD_BURIALS_MAX: Final = 10_000
 #: The give-back tasks running now (the loop keeps only weak references to tasks).
 _TASKS: set[asyncio.Task[None]] = set()
 
@@ -78,6 +80,13 @@ Look = Callable[[LostClaim], Awaitable[Sequence[Fence] | None]]
 GiveBack = Callable[[ClaimCall, Sequence[Fence]], Awaitable[None]]
 #: The ids of the rows of a claim's answer, as the driver holds it (`LostClaims.answered`).
 IdsOf = Callable[[Sequence[Any]], Iterable[str]]
+#: The driver's look for the rows a lost claim may have buried: finished `dead` or `failed` at
+#: its `now_ms` with `LEASE_LAPSED_ERROR`, in its queues (a claim of the same millisecond may
+#: have buried some of them: `LostClaims` leaves out those its worker was answered).
+LookBuried = Callable[[LostClaim], Awaitable[Sequence[BuriedJob]]]
+#: Where the rows a worker's lost claim buried go: held by the driver for that worker's next
+#: claim, whose `ClaimResult.buried` reports them (the worker's burial path then runs for them).
+ReportBuried = Callable[[str, Sequence[BuriedJob]], None]
 
 
 class LostClaims:
@@ -93,7 +102,9 @@ class LostClaims:
         "_in_flight",
         "_log",
         "_look",
+        "_look_buried",
         "_pending",
+        "_report_buried",
     )
 
     def __init__(
@@ -103,9 +114,13 @@ class LostClaims:
         give_back: GiveBack,
         closed: Callable[[], bool],
         ids_of: IdsOf,
+        look_buried: LookBuried | None = None,
+        report_buried: ReportBuried | None = None,
     ) -> None:
         self._log = log
         self._look = look
+        self._look_buried = look_buried
+        self._report_buried = report_buried
         self._give_back = give_back
         self._ids_of = ids_of
         #: True once the driver is closed: a call then would open a client nobody closes.
@@ -156,8 +171,9 @@ class LostClaims:
     def lost(self, call: ClaimCall) -> None:
         """`call`'s answer was lost: if the store ran it, its rows are given back (in the task of
         its worker's lost claims, started if none runs). Best effort: a store out past the lease
-        end leaves them to lapse, the attempt spent. Rows it buried are not found: the answer
-        that named them was lost."""
+        end leaves them to lapse, the attempt spent. Rows it buried (lapsed final attempts) are
+        looked for too (`look_buried`) and handed to `report_buried`, so the worker's next
+        claim reports them: the answer that named them was lost."""
         worker = call.params.worker_id
         lost = LostClaim(call, self._answered_ids(call))
         pending = self._pending.get(worker)
@@ -212,6 +228,15 @@ class LostClaims:
                     ]
                     if fences:
                         await self._give_back(lost.call, fences)
+                    if self._look_buried is not None and self._report_buried is not None:
+                        # Rows a claim of the same worker and millisecond was answered are its.
+                        buried = [
+                            b
+                            for b in await self._look_buried(lost)
+                            if b.id not in lost.answered and b.id not in since
+                        ]
+                        if buried:
+                            self._report_buried(worker, buried)
                     pending.remove(lost)
                     waits = 0
                 except DriverUnavailableError:
@@ -220,3 +245,39 @@ class LostClaims:
             log.warning("%s.lost_claim_give_back_failed: leases lapse", log.name, exc_info=True)
         finally:
             self._pending.pop(worker, None)
+
+
+class HeldBurials:
+    """Rows a worker's claims buried whose answer never reached it (its caller gone, or the
+    answer lost), held for that worker's next claim (`ClaimResult.buried`, whose worker then
+    counts, logs and hooks them as any burial) and logged meanwhile: a worker that stops
+    claims no more. Bounded: a process whose workers never claim again holds no more than
+    `_HELD_BURIALS_MAX` of them."""
+
+    __slots__ = ("_by_worker", "_log")
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._by_worker: dict[str, list[BuriedJob]] = {}
+
+    def hold(self, worker: str, buried: Sequence[BuriedJob]) -> None:
+        """Keep `buried` for `worker`'s next claim."""
+        if not buried:
+            return
+        kept = sum(map(len, self._by_worker.values())) + len(buried) <= _HELD_BURIALS_MAX
+        if kept:
+            self._by_worker.setdefault(worker, []).extend(buried)
+        for b in buried:
+            self._log.warning(
+                "%s.claim_buried_unanswered %s %s (%s; %s worker %r)",
+                self._log.name,
+                b.name,
+                b.id,
+                b.state,
+                "reported with the next claim of" if kept else "too many held to report to",
+                worker,
+            )
+
+    def take(self, worker: str) -> list[BuriedJob] | None:
+        """What is held for `worker` (None: nothing), held no more."""
+        return self._by_worker.pop(worker, None) if self._by_worker else None

@@ -388,6 +388,9 @@ class ClaimResult:
     """The claimed jobs in claim order, and the rows buried on the way."""
 
     jobs: tuple[ClaimedJob, ...]
+    #: Sorted by id. A driver whose earlier claim of the same worker buried rows it could not
+    #: answer (its caller gone, its answer lost: `jobs_core.lost_claims.HeldBurials`) adds them
+    #: here, so the worker's burial path runs for every burial.
     buried: tuple[BuriedJob, ...] = ()
 
 

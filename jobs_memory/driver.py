@@ -339,6 +339,16 @@ class MemoryDriver(JobDriver):
                 out.append(JoinEnqueueAnswer(enqueued))
         return out
 
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        with self._lock:
+            out: dict[str, tuple[str, ...]] = {}
+            for i in job_ids:
+                deps = self._waiting.get(i)
+                row = self._rows.get(i)
+                if deps and row is not None and row.rec.state is JobState.PARKED:
+                    out[i] = tuple(sorted(deps))
+            return out
+
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._lock:
             for i in job_ids:

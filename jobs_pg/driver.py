@@ -60,13 +60,14 @@ from jobs_core.errors import (
     DriverConflictError,
     DriverError,
     DriverLimitError,
+    DriverSchemaMissingError,
     DriverUnavailableError,
     JobsError,
 )
 from jobs_core.jsonform import loads
 from jobs_core.loops import LoopLocal
 from jobs_core.lost_claims import ClaimCall as _Claim
-from jobs_core.lost_claims import LostClaim, LostClaims
+from jobs_core.lost_claims import HeldBurials, LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -398,10 +399,6 @@ def _settle_params(
     }
 
 
-#: Rows buried at most held for their workers' next claims (`PgDriver._give_back`).
-_LOST_BURIED_MAX: Final = 10_000
-
-
 class _Piped:
     """One statement waiting to go out in a shared pipeline, and the future of its rows."""
 
@@ -556,9 +553,9 @@ class PgDriver(JobDriver):
         self._conflict_retries = max(0, conflict_retries)
         #: Deadlocks and serialization failures this driver met (each retried or raised).
         self.conflicts_seen = 0
-        #: worker_id -> rows a claim buried for that worker once gone (`_give_back`), to be
-        #: answered with its next claim.
-        self._lost_buried: dict[str, list[BuriedJob]] = {}
+        #: Rows a claim buried for a worker it could not answer (its caller gone: `_give_back`;
+        #: its answer lost: `_lost_buried_look`), answered with that worker's next claim.
+        self._held_buried = HeldBurials(log)
         #: The claims in flight, answered and lost: those lost give their rows back
         #: (`JOB_CLAIM_LOST` finds them, `_interrupt` gives them back).
         self._lost_claims = LostClaims(
@@ -568,6 +565,8 @@ class PgDriver(JobDriver):
             self._closed,
             # A claim's answer as its rows; a buried row's id too (it is running for no one).
             lambda rows: (r[1] for r in rows),
+            self._lost_buried_look,
+            self._held_buried.hold,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -999,21 +998,9 @@ class PgDriver(JobDriver):
         claim (`ClaimResult.buried`, whose worker counts, logs and hooks them as any burial),
         and logged here meanwhile: a worker that stops claims no more."""
         worker = claim.params.worker_id
-        buried = [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
-        if buried:
-            # Bounded: a process whose workers never claim again holds no more than this.
-            kept = sum(map(len, self._lost_buried.values())) + len(buried) <= _LOST_BURIED_MAX
-            if kept:
-                self._lost_buried.setdefault(worker, []).extend(buried)
-            for b in buried:
-                log.warning(
-                    "jobs.pg.claim_buried_for_caller_gone %s %s (%s; %s worker %r)",
-                    b.name,
-                    b.id,
-                    b.state,
-                    "reported with the next claim of" if kept else "too many held to report to",
-                    worker,
-                )
+        self._held_buried.hold(
+            worker, [BuriedJob(r[1], r[3], r[4], _STATES[r[8]]) for r in rows if r[0] != "c"]
+        )
         fences = [Fence(r[1], r[12], worker) for r in rows if r[0] == "c"]
         if not fences:
             return
@@ -1029,6 +1016,19 @@ class PgDriver(JobDriver):
                 log.warning("jobs.pg.claim_give_back_failed: leases lapse", exc_info=True)
 
         _in_background(give_back())
+
+    async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
+        """The rows a claim whose answer was lost may have buried (`JOB_CLAIM_LOST_BURIED`)."""
+        params = lost.call.params
+        rows = await self._read(
+            "JOB_CLAIM_LOST_BURIED",
+            {
+                "queues": list(dict.fromkeys(params.queues)),
+                "now_ms": params.now_ms,
+                "error": LEASE_LAPSED_ERROR,
+            },
+        )
+        return [BuriedJob(i, name, queue, _STATES[state]) for i, name, queue, state in rows]
 
     def _closed(self) -> bool:
         """This loop's pool is closed: a call now would open a new one that nobody closes."""
@@ -1578,7 +1578,7 @@ class PgDriver(JobDriver):
             )
             for r in mine
         )
-        lost = self._lost_buried.pop(worker, None) if self._lost_buried else None
+        lost = self._held_buried.take(worker)
         if len(mine) == len(rows) and lost is None:
             return ClaimResult(jobs)
         buried = sorted(
@@ -1783,6 +1783,12 @@ class PgDriver(JobDriver):
         if holder is None:
             raise DriverError("join_enqueue kept racing a concurrent writer", detail=job.id)
         return EnqueueResult(holder, deduped=True)
+
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for waiter_id, dep_id in await self._rows("JOIN_PENDING", {"ids": sorted(set(job_ids))}):
+            out.setdefault(waiter_id, []).append(dep_id)
+        return {i: tuple(out[i]) for i in dict.fromkeys(job_ids) if i in out}
 
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         rows = await self._rows("JOB_WATCH", {"ids": sorted(set(job_ids))})
@@ -3062,13 +3068,24 @@ def translate(exc: BaseException, schema: str, statement: str | None = None) -> 
     (a statement's name) is named in the message of a server error."""
     if statement is not None and isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
         exc.add_note(_STATEMENT_NOTE + statement)
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return DriverError(
+    if isinstance(exc, _SCHEMA_MISSING):
+        return DriverSchemaMissingError(
             f"the jobs schema {schema!r} is not installed or is behind this version"
             " (run `ujobs db upgrade --driver URL` or `alembic upgrade head`)",
             detail=_reason(exc),
         )
     return classify(exc)
+
+
+#: What a statement of ours meets on a schema never installed (its tables, its functions, the
+#: schema itself) or behind this version (a column or function a later migration adds). Every
+#: statement is tested against the newest schema, so in use these mean the schema, not the SQL.
+_SCHEMA_MISSING: Final = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+)
 
 
 def classify(exc: BaseException) -> JobsError:

@@ -113,7 +113,8 @@ jobs: Final = sa.Table(
     sa.Column("acts_for", sa.Text(collation=C), nullable=True),
     # -- attempts (migration 0016) -- the latest claim's time, and how the last claims ended
     # (`jobs_core.attempts`): a JSON array of at most ATTEMPT_HISTORY entries, oldest first,
-    # appended by the write that ends each claim; NULL is none yet.
+    # appended by the write that ends each claim; NULL is none yet. An ack appends none: a
+    # `completed` row's own columns spell its last entry (`statements.attempts.attempts_read`).
     sa.Column("claimed_at_ms", sa.BigInteger, nullable=True),
     sa.Column("attempts", JSONB, nullable=True),
     sa.CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="state"),

@@ -104,7 +104,7 @@ from jobs_core.errors import (
     RecordInvalidError,
 )
 from jobs_core.loops import LoopLocal
-from jobs_core.lost_claims import ClaimCall, LostClaim, LostClaims
+from jobs_core.lost_claims import ClaimCall, HeldBurials, LostClaim, LostClaims
 from jobs_core.records import (
     Ack,
     BalanceRow,
@@ -302,12 +302,17 @@ class RedisDriver(JobDriver):
         self._queue_of: dict[str, str] = {}
         #: The claims in flight, answered and lost: those whose reply was lost give their rows
         #: back (`_lost_look` finds them, `_interrupt` gives them back).
+        #: Rows a claim of a worker buried whose reply was lost, answered with its next claim.
+        self._held_buried = HeldBurials(log)
         self._lost_claims = LostClaims(
             log,
             self._lost_look,
             self._interrupt,
             lambda: self._loops.peek() is None,
-            lambda jobs: (j.id for j in jobs),
+            # A claim's answer as its jobs and the rows it buried (`_job_claim`).
+            lambda rows: (r.id for r in rows),
+            self._lost_buried_look,
+            self._held_buried.hold,
         )
         #: Queues rows have waited for events in (learned from parks and publishes): a publish
         #: names their keys up front, so it runs its script once, not twice.
@@ -813,8 +818,36 @@ class RedisDriver(JobDriver):
             key=lambda b: b.id,
         )
         taken = tuple(jobs)
-        lost_claims.answered(call, taken)
+        lost_claims.answered(call, (*taken, *dead))
+        held = self._held_buried.take(worker)
+        if held:
+            dead = sorted([*dead, *held], key=lambda b: b.id)
         return ClaimResult(taken, tuple(dead))
+
+    async def _lost_buried_look(self, lost: LostClaim) -> list[BuriedJob]:
+        """The rows a claim whose reply was lost may have buried: finished `dead` or `failed`
+        at its `now_ms` (the `finished:*` zsets), in its queues, `last_error` the lapse's."""
+        k = self.keys
+        client = self._loops.get().client
+        params = lost.call.params
+        at = params.now_ms
+        queues = set(params.queues)
+        ids: list[str] = []
+        for key in (k.finished("dead"), k.finished("failed")):
+            ids += await self._read(
+                lambda: client.zrangebyscore(key, at, at),  # noqa: B023
+                "ZRANGEBYSCORE",
+            )
+        if not ids:
+            return []
+        rows = await self._read(lambda: client.hmget(k.state, ids), "HMGET")
+        errors = await self._read(lambda: client.hmget(k.error, ids), "HMGET")
+        out = []
+        for i, row, error in zip(ids, rows, errors, strict=True):
+            s = row.split("\x00") if row is not None else []
+            if s and s[0] in ("dead", "failed") and s[9] in queues and error == LEASE_LAPSED_ERROR:
+                out.append(BuriedJob(i, s[10], s[9], _STATES[s[0]]))
+        return sorted(out, key=lambda b: b.id)
 
     async def _interrupt(self, call: ClaimCall, fences: Sequence[Fence]) -> None:
         """`call`'s rows of `fences` back to `ready`: an interrupt nack at the claim's clock now,
@@ -1654,6 +1687,11 @@ class RedisDriver(JobDriver):
             else:
                 out.append(JoinEnqueueAnswer(None, tuple(answer[1:].split("\x00"))))
         return out
+
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        asked = list(dict.fromkeys(job_ids))
+        got = await self._run("join_pending", (self.keys.state, self.keys.join_pending), asked)
+        return {i: tuple(deps.split("\x00")) for i, deps in zip(asked, got, strict=True) if deps}
 
     async def _job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         return await self._records("job_watch", job_ids)

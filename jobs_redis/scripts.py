@@ -35,6 +35,7 @@ SCRIPT_NAMES: Final = (
     "job_requeue_many",
     "job_watch",
     "join_enqueue",
+    "join_pending",
     "lease_abandon",
     "lease_holders",
     "lease_purge",

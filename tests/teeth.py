@@ -10,7 +10,7 @@ reached. Fixed seeds keep these tests' answers, and their time, the same on ever
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from hypothesis import seed as use_seed
@@ -19,6 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from jobs_core.testing.compare import PairedMachine, ParityError
 from jobs_core.testing.walks import steady_constants
+from jobs_memory import MemoryDriver
 
 SEEDS = (20261214, 1, 2)
 
@@ -50,3 +51,20 @@ def reached(make: MachineMaker, walks: settings) -> Counter[str]:
         ci_walk(machine, walks, seed)
         total += machine.tally
     return total
+
+
+def assert_each_listed_once(
+    namespace: Mapping[str, object],
+    module: str,
+    listed: Collection[type],
+    helpers: Collection[type] = (),
+) -> None:
+    """Every broken driver `module` writes (a subclass of the memory driver in `namespace`,
+    its globals) but `helpers` is `listed`, once: one written and left out would test nothing."""
+    written = {
+        v
+        for v in namespace.values()
+        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == module
+    }
+    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
+    assert written - set(helpers) == set(listed), (written - set(helpers)) ^ set(listed)

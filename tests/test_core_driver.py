@@ -163,6 +163,7 @@ OPTIONAL_CALLS: list[tuple[Family, Callable[[JobDriver], Awaitable[object]]]] = 
     ("tasks", lambda d: d.task_marks(["t"])),
     ("flows", lambda d: d.join_enqueue([JoinEnqueue(new_job("f"), ("a",))])),
     ("flows", lambda d: d.job_watch(["a"])),
+    ("flows", lambda d: d.join_pending(["a"])),
     ("flows", lambda d: d.job_nack([Nack(FENCE, NackKind.PARK, T0, join=("a",))])),
     ("flows", lambda d: d.job_enqueue(new_job("f", parent_id="a"))),
     ("flows", lambda d: d.job_enqueue_many([new_job("f", batch_id="b")])),

@@ -72,6 +72,7 @@ from jobs_core.testing import run_scenario
 from jobs_core.testing.scenarios import SCENARIOS
 from jobs_memory import MemoryDriver
 from jobs_memory import driver as memory_module
+from tests.teeth import assert_each_listed_once
 
 
 def folded(text: str) -> str:
@@ -1126,19 +1127,15 @@ def test_scenario_catches(broken: type[MemoryDriver], scenario: str) -> None:
 
 
 def test_every_broken_driver_is_listed_once() -> None:
-    """A broken driver written here and left out of `BROKEN` would test nothing."""
-    written = {
-        v
-        for v in globals().values()
-        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
-    }
-    listed = [b for b, _ in BROKEN]
-    helpers = {
-        _EventNameMatch,
-        _FreshRunRewritesTheRow,
-        _LeaseRefKeyMatch,
-        _LeaseHoldersMatch,
-        _LeaseHolderMatch,
-    }
-    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
-    assert written - helpers == set(listed), written - helpers ^ set(listed)
+    assert_each_listed_once(
+        globals(),
+        __name__,
+        [b for b, _ in BROKEN],
+        {
+            _EventNameMatch,
+            _FreshRunRewritesTheRow,
+            _LeaseRefKeyMatch,
+            _LeaseHoldersMatch,
+            _LeaseHolderMatch,
+        },
+    )

@@ -113,7 +113,14 @@ from jobs_core.testing.profiles import profile_settings, scaled
 from jobs_memory import MemoryDriver
 from jobs_memory.driver import nacked
 from tests.core_driver import CoreDriver
-from tests.teeth import SEEDS, MachineMaker, ci_walk, first_catch, reached
+from tests.teeth import (
+    SEEDS,
+    MachineMaker,
+    assert_each_listed_once,
+    ci_walk,
+    first_catch,
+    reached,
+)
 
 
 class UnfencedAck(MemoryDriver):
@@ -1815,6 +1822,24 @@ class CountsRefinishedDepTwice(MemoryDriver):
                 self._waiters.setdefault(job_id, set()).add(waiter_id)
 
 
+class JoinPendingKeepsCounted(MemoryDriver):
+    """`join_pending` answers a waiter's whole join as it parked, the dependencies its join
+    already counted too (an edge table read without the finishes' deletes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._linked: dict[str, tuple[str, ...]] = {}
+
+    def _join_locked(self, waiter_id: str, after: Sequence[str], policy: JoinPolicy) -> JoinState:
+        join = super()._join_locked(waiter_id, after, policy)
+        self._linked[waiter_id] = tuple(sorted(self._waiting.get(waiter_id, ())))
+        return join
+
+    async def _join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        got = await super()._join_pending(job_ids)
+        return {i: self._linked[i] for i in got}
+
+
 class JoinEnqueueIgnoresFinished(MemoryDriver):
     """`join_enqueue` counts every dependency as pending, the finished ones too: its row waits
     for finishes that already happened."""
@@ -2993,6 +3018,7 @@ BROKEN: list[tuple[type[MemoryDriver], str, list[str]]] = [
     (MovesWaiterThatLeft, "flows", ["flows_a_waiter_that_left_parked_is_not_moved"]),
     (CountsRefinishedDepTwice, "flows", ["flows_a_dependency_counts_once"]),
     (JoinEnqueueIgnoresFinished, "flows", ["flows_join_enqueue_counts_its_dependencies"]),
+    (JoinPendingKeepsCounted, "flows", ["flows_join_pending_answers_what_is_left"]),
     (MissingDependencyWritesRow, "flows", ["flows_join_enqueue_missing_dependency_writes_nothing"]),
     (ReleasedAtItsCreation, "flows", ["flows_released_at_its_last_dependency"]),
     (ClaimForgetsJoin, "flows", ["flows_park_on_a_join"]),
@@ -3223,25 +3249,21 @@ def test_what_the_contract_leaves_free_passes_every_scenario(legal: type[MemoryD
 
 
 def test_every_broken_driver_is_listed_once() -> None:
-    """A broken driver written here and left out of `BROKEN` would test nothing."""
-    written = {
-        v
-        for v in globals().values()
-        if isinstance(v, type) and issubclass(v, MemoryDriver) and v.__module__ == __name__
-    }
-    listed = [b for b, _, _ in BROKEN] + [b for b, _ in SCENARIO_ONLY]
-    helpers = {
-        SilentWake,
-        WakingMemory,
-        _SomeFinishesMoveNoWaiter,
-        _SweepBlocker,
-        _SweepUnfenced,
-        _WebhookLedger,
-        _WebhookPurge,
-        *(d for d, _ in LEGAL),
-    }
-    assert len(listed) == len(set(listed)), "a broken driver is listed twice"
-    assert written - helpers == set(listed), written - helpers ^ set(listed)
+    assert_each_listed_once(
+        globals(),
+        __name__,
+        [b for b, _, _ in BROKEN] + [b for b, _ in SCENARIO_ONLY],
+        {
+            SilentWake,
+            WakingMemory,
+            _SomeFinishesMoveNoWaiter,
+            _SweepBlocker,
+            _SweepUnfenced,
+            _WebhookLedger,
+            _WebhookPurge,
+            *(d for d, _ in LEGAL),
+        },
+    )
 
 
 #: Per family walk: each edge its rules aim at, and the least number of times the `ci` walks

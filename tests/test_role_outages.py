@@ -386,13 +386,20 @@ def test_a_role_waiting_for_its_store_answers_sigterm_at_once(
     assert max(took.values()) < PROMISED_S + LOADED_S, took
 
 
-def test_a_scheduler_whose_store_lacks_the_schema_exits_2_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["scheduler", "worker"])
+def test_a_role_whose_store_lacks_the_schema_exits_2_with_one_line(
+    tmp_path: Path, role: str
+) -> None:
+    """The store answers, but the jobs schema was never installed: the role exits 2 at once
+    with one typed line saying how to install it (not the generic `X_DRIVER_ERROR`, and not
+    a worker waiting for a store that will never have its tables)."""
     (tmp_path / "outageapp.py").write_text(APP, encoding="utf-8")
     url = f"{PG_URL}?schema={fresh_schema()}"  # never installed
-    done = ujobs("scheduler", "outageapp", "--driver", url, cwd=tmp_path, timeout=60)
+    done = ujobs(role, "outageapp", "--driver", url, cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("X_DRIVER_ERROR: ") and "not installed" in last, done.stdout
+    assert last.startswith("X_DRIVER_SCHEMA_MISSING: ") and "not installed" in last, done.stdout
+    assert "ujobs db upgrade" in last, done.stdout
 
 
 @pytest.mark.parametrize("how", ["shut down", "frozen"])

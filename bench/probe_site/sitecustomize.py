@@ -1,11 +1,17 @@
 """Probes for `python -m bench.pickup_phases`: loaded by a worker process whose PYTHONPATH starts
 with this directory, whatever the system (ours, PgQueuer, oban-py), when BENCH_PROBE_FILE names a
 file. One line a event, "<event> <wall time> <label>": `notify` (a NOTIFY reached the worker's
-code), `send` / `answer` (a statement's call and its answer; ours: the claim, `PgDriver._job_claim`,
-pipeline and all). Only the standard library and the system's own driver are imported."""
+code), `send` / `answer` (the claim's call and its answer — ours: `PgDriver._job_claim`, its
+gathering and its round; PgQueuer: each asyncpg statement; oban-py: `Query.fetch_jobs`, its pool
+connection, BEGIN, the fetch and COMMIT, which end before its jobs are dispatched), and
+`step_send` / `step_answer` (one round trip on psycopg's `AsyncConnection.wait` — ours' `Round`,
+oban-py's BEGIN, statement or COMMIT — labelled with its task, as a claim's are, so the claim's
+own round trips can be told from its client's work). Only the standard library and the system's
+own driver are imported."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -17,14 +23,35 @@ def _install(path: str) -> None:
     def note(event: str, label: str = "") -> None:
         out.write(f"{event} {time.time()} {label}\n")
 
+    def task() -> str:
+        """The running task's id: a claim's round trips are the ones in its task."""
+        try:
+            return f"t{id(asyncio.current_task())}"
+        except RuntimeError:
+            return "t0"
+
     async def timed(text: object, answer: Any) -> Any:
         """Await `answer` (a statement's call) between its `send` and `answer` lines."""
-        label = " ".join(str(text).split())[:40].replace(" ", "_")
+        label = " ".join(str(text).split())[:40].replace(" ", "_") + "@" + task()
         note("send", label)
         try:
             return await answer
         finally:
             note("answer", label)
+
+    def steps(psycopg: Any) -> None:
+        """Each round trip psycopg waits for, as `step_send` / `step_answer` of its task."""
+        wait = psycopg.AsyncConnection.wait
+
+        async def traced_wait(self: Any, gen: Any, *a: Any, **kw: Any) -> Any:
+            label = task()
+            note("step_send", label)
+            try:
+                return await wait(self, gen, *a, **kw)
+            finally:
+                note("step_answer", label)
+
+        psycopg.AsyncConnection.wait = traced_wait  # type: ignore[method-assign]
 
     try:
         from jobs_pg.driver import PgDriver
@@ -32,6 +59,8 @@ def _install(path: str) -> None:
     except ImportError:
         pass
     else:
+        import psycopg
+
         deliver = PgWakeSubscription._deliver
 
         def traced_deliver(self: Any, payload: str) -> None:
@@ -45,6 +74,7 @@ def _install(path: str) -> None:
             return await timed("claim", claim(self, params))
 
         PgDriver._job_claim = traced_claim  # type: ignore[method-assign]
+        steps(psycopg)
         return
     try:
         import asyncpg.connection as apg
@@ -76,16 +106,20 @@ def _install(path: str) -> None:
             yield n
 
     psycopg.AsyncConnection.notifies = traced_notifies  # type: ignore[method-assign]
-    cur_execute = psycopg.AsyncCursor.execute
+    try:
+        from oban._query import Query
+    except ImportError:
+        return
+    # oban-py's claim is the whole of `fetch_jobs`: a pool connection, BEGIN, the fetch and
+    # COMMIT, all before its jobs are dispatched (its statements alone would leave the COMMIT
+    # in the answer → body part).
+    fetch = Query.fetch_jobs
 
-    async def traced_cur_execute(self: Any, query: Any, *a: Any, **kw: Any) -> Any:
-        try:
-            text = query if isinstance(query, str) else query.as_string(self.connection)
-        except Exception:
-            text = type(query).__name__
-        return await timed(text, cur_execute(self, query, *a, **kw))
+    async def traced_fetch(self: Any, *a: Any, **kw: Any) -> Any:
+        return await timed("fetch_jobs", fetch(self, *a, **kw))
 
-    psycopg.AsyncCursor.execute = traced_cur_execute  # type: ignore[method-assign]
+    Query.fetch_jobs = traced_fetch  # type: ignore[method-assign]
+    steps(psycopg)
 
 
 if os.environ.get("BENCH_PROBE_FILE"):

@@ -22,13 +22,17 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
-from pydantic import BaseModel
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, model_validator
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from examples.fastapi_app.jobs import send_welcome
+from examples.signup import sign_up_fields
 from jobs_core import Jobs, driver_from_url
+from jobs_core.errors import RecordInvalidError
 from jobs_pg import PgOutbox
 
 
@@ -78,6 +82,12 @@ class SignUp(BaseModel):
     email: str
     name: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def storable(cls, data: Any) -> Any:
+        """Only what the table can hold (`sign_up_fields`): a 422, never the database's 500."""
+        return sign_up_fields(data)
+
 
 class SignedUp(BaseModel):
     user_id: int
@@ -117,6 +127,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan)
 
+    @app.exception_handler(RequestValidationError)
+    async def refused(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes the input, which may hold what JSON cannot encode (a
+        # lone surrogate): that was a 500. Where and why, never the value.
+        errors = [{"loc": e.get("loc"), "msg": e.get("msg")} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.post("/signups", status_code=201)
     async def sign_up(
         body: SignUp, session: Annotated[AsyncSession, Depends(db_session)]
@@ -149,7 +166,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/jobs/{job_id}")
     async def get_job(job_id: str, request: Request) -> JobView:
         jobs: Jobs = request.app.state.jobs
-        row = (await jobs.driver.job_get_many([job_id])).get(job_id)
+        try:
+            row = (await jobs.driver.job_get_many([job_id])).get(job_id)
+        except RecordInvalidError:  # no store holds such an id (a NUL, past 200 bytes)
+            row = None
         if row is None:  # a staged job is here once the relay published it
             raise HTTPException(404, "no such job in the jobs' store")
         result = None if row.result_json is None else json.loads(row.result_json)

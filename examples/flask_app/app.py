@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 import jobs_core
 from examples.flask_app.jobs import send_welcome
+from examples.signup import sign_up_fields
 from jobs_pg import PgOutbox
 
 Answer = tuple[dict[str, Any], int]
@@ -66,7 +67,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.post("/signups")
     def sign_up() -> Answer:
-        body = request.get_json()
+        try:
+            body = sign_up_fields(request.get_json(silent=True))
+        except ValueError as exc:
+            return {"error": str(exc)}, 400
         try:
             with sessions.begin() as session:
                 user = User(email=body["email"], name=body["name"])
@@ -80,6 +84,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.post("/users/<int:user_id>/welcome")
     def send_welcome_again(user_id: int) -> Answer:
+        if user_id > 2**31 - 1:  # past the id column: no such user (the database would refuse)
+            return {"error": "no such user"}, 404
         with Session(engine) as session:
             user = session.get(User, user_id)
         if user is None:

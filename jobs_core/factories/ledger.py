@@ -71,6 +71,7 @@ from jobs_core.job import (
 )
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import BalanceRow, PostingLine, PostingPut, PostingRecord
+from jobs_core.resend import again_if_lost
 from jobs_core.retry import Retry
 from jobs_core.tenant import current_tenant
 
@@ -280,9 +281,10 @@ async def _post(spec: LedgerSpec, input: Any, ctx: JobContext) -> JsonValue:
     key = step.job_key
 
     async def post() -> JsonValue:
-        answer = await driver.posting_put(
-            PostingPut(step.fence, org, key, lines, step.clock.now_ms())
-        )
+        put = PostingPut(step.fence, org, key, lines, step.clock.now_ms())
+        # Resent when its answer is lost: the same put again is `already_applied`, nothing
+        # written, rather than an attempt (the last one, maybe) spent on a stored posting.
+        answer = await again_if_lost(lambda: driver.posting_put(put))
         if answer.status == "fence_lost" or answer.posting is None:
             raise LeaseLostError(f"the claim was lost before {key!r} was posted")
         if answer.status == "conflict":

@@ -30,6 +30,7 @@ from jobs_core.records import (
     SweepRecord,
     SweepStart,
 )
+from jobs_core.resend import again_if_lost
 from jobs_core.steps.api import RecordWrite, StepApi
 
 #: The environment variable naming where this process runs (`production`, `staging`…).
@@ -107,19 +108,19 @@ class SweepLedger:
         already finished its sweep). A completed run of the same sweep raises `blocked`
         naming it, writing nothing."""
         i = self._identity
-        answer = await self._step.driver.sweep_start(
-            SweepStart(
-                fence=self._step.fence,
-                run_id=self._run_id,
-                name=i.name,
-                scope=i.scope,
-                environment=i.environment,
-                kind=i.kind,
-                checksum=i.checksum,
-                expected=expected,
-                now_ms=self._step.clock.now_ms(),
-            )
+        start = SweepStart(
+            fence=self._step.fence,
+            run_id=self._run_id,
+            name=i.name,
+            scope=i.scope,
+            environment=i.environment,
+            kind=i.kind,
+            checksum=i.checksum,
+            expected=expected,
+            now_ms=self._step.clock.now_ms(),
         )
+        # A repeat resumes this run's entry as it is: resent when the answer is lost.
+        answer = await again_if_lost(lambda: self._step.driver.sweep_start(start))
         if answer.blocked_by is not None:
             by = answer.blocked_by
             raise blocked(
@@ -136,18 +137,17 @@ class SweepLedger:
     ) -> bool:
         """Record batch `batch` (1-based) once; False when it moved nothing: a replay, or a run
         that lost its claim (whose step record then fails to land, `X_JOB_LEASE_LOST`)."""
-        moved = await self._step.driver.sweep_advance(
-            SweepAdvance(
-                fence=self._step.fence,
-                run_id=self._run_id,
-                batch=batch,
-                rows=rows,
-                errors=errors,
-                cursor_json=None if cursor is None else dumps(cursor),
-                now_ms=self._step.clock.now_ms(),
-            )
+        advance = SweepAdvance(
+            fence=self._step.fence,
+            run_id=self._run_id,
+            batch=batch,
+            rows=rows,
+            errors=errors,
+            cursor_json=None if cursor is None else dumps(cursor),
+            now_ms=self._step.clock.now_ms(),
         )
-        return moved
+        # A batch moves the entry once: resent when the answer is lost.
+        return await again_if_lost(lambda: self._step.driver.sweep_advance(advance))
 
     def checkpoint(self, batch: int, counts: Counts) -> RecordWrite:
         """The write that stores batch `batch`'s step record together with its advance, whose
@@ -176,16 +176,17 @@ class SweepLedger:
         return write
 
     async def finish(self, error: JobsError | None = None) -> bool:
-        """Close the entry: `completed`, or `failed` with `error`'s code."""
-        return await self._step.driver.sweep_finish(
-            SweepFinish(
-                fence=self._step.fence,
-                run_id=self._run_id,
-                status="completed" if error is None else "failed",
-                error=None if error is None else error.code,
-                now_ms=self._step.clock.now_ms(),
-            )
+        """Close the entry: `completed`, or `failed` with `error`'s code; False when it closed
+        nothing (a lost claim, or an entry closed already: a resent finish whose first landed
+        unanswered — so the run is not failed, maybe for good, with its sweep closed)."""
+        finish = SweepFinish(
+            fence=self._step.fence,
+            run_id=self._run_id,
+            status="completed" if error is None else "failed",
+            error=None if error is None else error.code,
+            now_ms=self._step.clock.now_ms(),
         )
+        return await again_if_lost(lambda: self._step.driver.sweep_finish(finish))
 
     @property
     def _run_id(self) -> str:

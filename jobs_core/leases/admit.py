@@ -31,6 +31,7 @@ is its evidence against a refusal), and are never handed over.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import Counter, deque
@@ -46,6 +47,7 @@ from jobs_core.job import JobHandle
 from jobs_core.jsonform import loads, utf8_length
 from jobs_core.leases.limits import RateLimit
 from jobs_core.records import ClaimedJob, Lease, LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.resend import again_if_lost
 
 log = logging.getLogger("jobs")
 
@@ -311,8 +313,12 @@ class Gate:
         answers: list[Lease | None] = []
         for i in range(0, len(takes), MAX_LEASE_BATCH):
             batch = takes[i : i + MAX_LEASE_BATCH]
-            answers += await self._driver.lease_take(batch, self._clock.now_ms())
+            # Resent under the same holders when its answer is lost (`again_if_lost`).
+            answers += await again_if_lost(functools.partial(self._take_now, batch))
         return answers
+
+    async def _take_now(self, takes: Sequence[LeaseTake]) -> list[Lease | None]:
+        return await self._driver.lease_take(takes, self._clock.now_ms())
 
     def _grant(self, w: _Wants, granted: list[Lease], now: int) -> Admission:
         held = [idle.lease for idle in w.reused] + granted

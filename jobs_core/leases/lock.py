@@ -12,10 +12,17 @@ from typing import Final
 
 from jobs_core.clock import Clock, SystemClock
 from jobs_core.driver import JobDriver
-from jobs_core.errors import DeclarationInvalidError, JobsError, LockLostError, LockTimeoutError
+from jobs_core.errors import (
+    DeclarationInvalidError,
+    DriverUnavailableError,
+    JobsError,
+    LockLostError,
+    LockTimeoutError,
+)
 from jobs_core.ids import new_id
 from jobs_core.options import finite_number, seconds_to_ms
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.resend import again_if_lost
 
 log = logging.getLogger("jobs")
 
@@ -58,10 +65,13 @@ async def with_lock(
     """Hold the fleet-wide lock `key` for the block; renewed every third of `ttl` seconds.
 
     Waits up to `wait` seconds for a busy lock (None: for as long as it takes), then
-    `X_LOCK_TIMEOUT`. A lock lost while held (the store refused a renewal, or none landed for a
-    whole `ttl`) cancels the block, which then raises `X_LOCK_LOST`. Outside a job body, the
-    driver is the `configure`d client's unless `driver` is given; in a body, the worker's. A
-    `driver` given without `clock` runs on the system clock: no client is needed.
+    `X_LOCK_TIMEOUT`. A store that is unavailable while it asks is asked again under the same
+    holder, so a take that landed unanswered is the holding it gets; for up to `wait` and at
+    most `ttl`, then `X_DRIVER_UNAVAILABLE`. A lock lost while held (the store refused a
+    renewal, or none landed for a whole `ttl`) cancels the block, which then raises
+    `X_LOCK_LOST`. Outside a job body, the driver is the `configure`d client's unless `driver`
+    is given; in a body, the worker's. A `driver` given without `clock` runs on the system
+    clock: no client is needed.
     """
     if driver is None or clock is None:
         from jobs_core.facade import current_client
@@ -137,9 +147,18 @@ async def _take(
     holder = new_id()
     start = clock.now_ms()
     delay = LOCK_POLL_FLOOR_MS
+    take = [LeaseTake(_store_key(key), holder, 1, ttl_ms)]
     while True:
         now = clock.now_ms()
-        (got,) = await driver.lease_take([LeaseTake(_store_key(key), holder, 1, ttl_ms)], now)
+        try:
+            (got,) = await again_if_lost(lambda: driver.lease_take(take, clock.now_ms()))
+        except DriverUnavailableError:
+            # Every take is under this one holder: whichever landed unanswered, the next one
+            # replaces it. Past the TTL such a holding has lapsed anyway.
+            patience = ttl_ms if wait_ms is None else min(ttl_ms, wait_ms)
+            if clock.now_ms() - start >= patience:
+                raise
+            got = None
         if got is not None:
             return Lock(key, got.token, holder)
         if wait_ms is not None and now - start >= wait_ms:

@@ -1,7 +1,8 @@
 """Prometheus metrics and a health check for one worker (`ujobs worker --metrics-port N`).
 
 `/metrics` serves Prometheus text (the standard `prometheus_client` library):
-- from this worker, as it settles: `ujobs_jobs_processed_total`, `ujobs_jobs_failed_total`,
+- from this worker, as it settles (and as its claims bury lapsed final attempts, counted
+  processed and failed): `ujobs_jobs_processed_total`, `ujobs_jobs_failed_total`,
   `ujobs_jobs_retried_total` (by job name and queue) and the body run-time histogram
   `ujobs_job_run_seconds`; `ujobs_worker_running` and `ujobs_worker_in_flight`;
   `ujobs_processes_killed_total` and `ujobs_processes_died_total` (`executor="process"`
@@ -69,7 +70,7 @@ from jobs_core.factories.sweep import current_environment
 from jobs_core.factories.webhook_tally import ATTEMPTS
 from jobs_core.outbox import OutboxRow, Relay
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
-from jobs_core.records import ClaimedJob, QueueStats
+from jobs_core.records import BuriedJob, ClaimedJob, QueueStats
 from jobs_core.scheduler import Scheduler
 from jobs_core.states import JobState, Outcome
 from jobs_core.worker import Worker
@@ -335,7 +336,8 @@ class _SchedulerGauges(Collector):
 
 
 class WorkerMetrics:
-    """A registry of one worker's metrics, fed by its settles (`Worker.observe`)."""
+    """A registry of one worker's metrics, fed by its settles (`Worker.observe`) and its
+    burials (`Worker.observe_burials`)."""
 
     def __init__(
         self,
@@ -411,6 +413,7 @@ class WorkerMetrics:
         self._synced = dict.fromkeys(self._from_stats, 0)
         self._sync_lock = threading.Lock()
         worker.observe(self._observe)
+        worker.observe_burials(self._observe_burial)
         if group_child:
             return
         for collector in store_collectors(worker, loop):
@@ -434,6 +437,12 @@ class WorkerMetrics:
             self._retried.labels(*labels).inc()
         if body_ms is not None and outcome in _ENDED | _FAILED:
             self._run.labels(*labels).observe(body_ms / 1000)
+
+    def _observe_burial(self, b: BuriedJob, outcome: Outcome) -> None:
+        # A dead letter (or drop) no body's settle wrote: it ended, and it failed.
+        labels = (b.name, b.queue)
+        self._processed.labels(*labels).inc()
+        self._failed.labels(*labels).inc()
 
     def sync(self) -> None:
         """Move the counters copied from the worker's (`WorkerStats`) up to its values now."""

@@ -31,8 +31,8 @@ from typing import Final
 
 from jobs_core.backoff import IdleBackoff, wait_kick
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver, WakeSubscription
-from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError
+from jobs_core.driver import JobDriver, WakeSubscription, name_refusal
+from jobs_core.errors import DrainingError, DriverUnavailableError, JobsError, OptionInvalidError
 from jobs_core.ids import host_name, new_id
 from jobs_core.jsonform import storable
 from jobs_core.lifecycle import StopBudget, leave, wait_for_store
@@ -90,6 +90,9 @@ class Relay:
         self.outbox = outbox
         self.driver = driver
         self.clock = clock or SystemClock()
+        if relay_id and (why := name_refusal(relay_id)) is not None:
+            # It is the claim's holder: every claim of the loop would refuse it, forever.
+            raise OptionInvalidError(f"the relay id {why}", detail="relay_id")
         self.relay_id = relay_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.batch = count(batch, "batch", minimum=1, maximum=MAX_OUTBOX_BATCH)
         self.lease_ms = seconds_to_ms(lease, "lease")

@@ -37,6 +37,7 @@ from jobs_core.ids import new_id
 from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, wait_for_store
 from jobs_core.options import seconds_to_ms
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake, TaskFire, TaskMark
+from jobs_core.resend import again_if_lost
 from jobs_core.scheduler.task import ENQUEUED_BY, Occurrence, TaskHandle, tasks_of
 from jobs_core.worker.outage import Outage
 
@@ -235,9 +236,8 @@ class Scheduler:
         if now < self._ask_at or self._stopping:
             return False
         self._ask_at = now + self.renew_every_ms + random.randint(0, self.renew_every_ms // 10)
-        took = await self.driver.lease_take(
-            [LeaseTake(LEADER_KEY, self.scheduler_id, 1, self.ttl_ms)], now
-        )
+        take = [LeaseTake(LEADER_KEY, self.scheduler_id, 1, self.ttl_ms)]
+        took = await again_if_lost(lambda: self.driver.lease_take(take, self.clock.now_ms()))
         if took[0] is None:
             return False
         self._lease = took[0]

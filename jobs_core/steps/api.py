@@ -59,6 +59,7 @@ from jobs_core.errors import (
     StepNameInvalidError,
     StepOutputInvalidError,
     StepTimeoutError,
+    WaitCycleError,
     shown,
 )
 from jobs_core.ids import derived_id
@@ -73,8 +74,10 @@ from jobs_core.records import (
     StepPut,
     StepRecord,
 )
+from jobs_core.resend import again_if_lost
 from jobs_core.results import answer_of, finished
 from jobs_core.semantics import SAGA_STEP
+from jobs_core.states import JobState
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
 
 if TYPE_CHECKING:
@@ -84,6 +87,9 @@ if TYPE_CHECKING:
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
 #: (the wake is the fast path; this is the guarantee).
 DEFAULT_EVENT_POLL_MS: Final = 60_000
+#: How many jobs a gather's cycle check reads at most (the waits of the jobs it would wait for,
+#: and theirs): past it, a longer chain is not followed (docs/guides/workflows.md).
+MAX_CYCLE_SCAN: Final = 10_000
 #: The prefix of the runner's own step records; a user's step name may not start with it.
 RESERVED: Final = "~"
 #: The record a run gets once a step of it declared a compensation (the store reads it: a plain
@@ -266,7 +272,11 @@ class StepApi:
         # Shielded: a drain's cancel that arrives during the write does not leave it half-known.
         item = StepPut(self._job.fence, name, text, now)
         check_step_put(item)
-        landed = await asyncio.shield((write or self._put)(item))
+        # Resent when its answer is lost: the first record of a name stays and a factory's
+        # write moves its family once per record, so no attempt (the last, maybe) is spent on a
+        # record that is stored.
+        send = write or self._put
+        landed = await asyncio.shield(again_if_lost(lambda: send(item)))
         if not landed:
             raise LeaseLostError(f"the claim was lost before {name!r} was recorded")
         record = StepRecord(self._job.run_id, name, text, now)
@@ -590,6 +600,7 @@ class StepApi:
                 rows.update(await self._driver.job_get_many(distinct[at : at + MAX_BULK_IDS]))
             live = tuple(i for i in distinct if i in rows and not finished(rows[i]))
             if live:
+                await self._refuse_cycle(live, rows)
                 # The store recounts the join as the park lands: a child that finished since
                 # the read above counts as finished, and none finishing meanwhile is missed.
                 raise StepSuspension(None, join=live)
@@ -603,6 +614,29 @@ class StepApi:
             )
         return got
 
+    async def _refuse_cycle(self, live: tuple[str, ...], rows: dict[str, JobRecord]) -> None:
+        """`X_JOB_WAIT_CYCLE` when a job of `live` waits, through joins, for this run's own job:
+        the park would close a cycle no finish could ever release. Walks the joins parked now
+        (`join_pending`), level by level, up to `MAX_CYCLE_SCAN` jobs; a row not parked on a
+        join waits for nothing, so a plain fan-out costs no read at all."""
+        me = self._job.id
+        frontier = [i for i in live if _parked_on_join(rows[i])]
+        seen = set(live)
+        while frontier:
+            level, frontier = frontier, []
+            for at in range(0, len(level), MAX_BULK_IDS):
+                pending = await self._driver.join_pending(level[at : at + MAX_BULK_IDS])
+                for waiter, deps in pending.items():
+                    if me in deps:
+                        raise WaitCycleError(
+                            f"job {waiter} waits for this run's job {me}: the wait would never end",
+                            detail=waiter,
+                        )
+                    for dep in deps:
+                        if dep not in seen and len(seen) < MAX_CYCLE_SCAN:
+                            seen.add(dep)
+                            frontier.append(dep)
+
     async def _enqueue_chunk(self, chunk: list[NewJob]) -> list[EnqueueResult]:
         return await self._client()._retrying(lambda: self._driver.job_enqueue_many(chunk))
 
@@ -612,6 +646,10 @@ class StepApi:
         if self._jobs is None:
             self._jobs = Jobs(self._driver, clock=self._clock)
         return self._jobs
+
+
+def _parked_on_join(row: JobRecord) -> bool:
+    return row.state is JobState.PARKED and row.join is not None and row.join.pending > 0
 
 
 def _outcome(job_id: str, row: JobRecord | None) -> JsonValue:

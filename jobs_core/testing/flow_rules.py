@@ -24,7 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from jobs_core.driver import MAX_ENQUEUE_BATCH, MAX_JOIN_IDS
+from jobs_core.driver import MAX_BULK_IDS, MAX_ENQUEUE_BATCH, MAX_JOIN_IDS
 from jobs_core.errors import JobsError
 from jobs_core.records import (
     Ack,
@@ -610,6 +610,15 @@ class FlowRules(ParityMachine):
 
     def _family_checks(self) -> list[Check]:
         checks = super()._family_checks()
+        if self._walks("flows") and self.capabilities.flows:
+            ids = [*self.ids, UNKNOWN_ID][-MAX_BULK_IDS:]
+            checks.append(
+                (
+                    "join_pending",
+                    lambda: self.model.join_pending(ids),
+                    lambda: self.driver.join_pending(ids),
+                )
+            )
         # What the finishes of this step moved (the rows themselves are compared with the rest).
         if self._walks("flows"):
             for _, _, how, released in self.model.moves:

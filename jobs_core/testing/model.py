@@ -351,6 +351,16 @@ class ReferenceModel:
                 self.rows[r.id] = replace(r, join=join)
         return out
 
+    def join_pending(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Per row of `job_ids` parked on a join still waiting, what it waits for, sorted."""
+        _check_bulk(job_ids)
+        out: dict[str, tuple[str, ...]] = {}
+        for i in job_ids:
+            pending = self.pending_of(i)
+            if pending:
+                out[i] = tuple(sorted(pending))
+        return out
+
     def job_watch(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """Mark the existing rows of `job_ids` watched; answer them as `job_get_many` does."""
         _check_bulk(job_ids)

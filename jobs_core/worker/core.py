@@ -13,13 +13,14 @@ from types import ModuleType
 
 from jobs_core.backoff import IdleBackoff
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import JobDriver, WakeSubscription
+from jobs_core.driver import JobDriver, WakeSubscription, name_refusal
 from jobs_core.errors import (
     ConcurrencyUnenforceableError,
     DrainingError,
     DriverUnavailableError,
     ExecutorInvalidError,
     JobsError,
+    OptionInvalidError,
 )
 from jobs_core.facade import Jobs, LoopJobs
 from jobs_core.ids import host_name, new_id
@@ -36,7 +37,7 @@ from jobs_core.worker.drain import Drain
 from jobs_core.worker.heartbeat import HeartbeatLoop
 from jobs_core.worker.held import Held
 from jobs_core.worker.outage import Outage, StoreWatch
-from jobs_core.worker.outcome import Observer, Outcomes, WorkerHook
+from jobs_core.worker.outcome import BurialObserver, Observer, Outcomes, WorkerHook
 from jobs_core.worker.registry import Registry
 from jobs_core.worker.run import Runner
 from jobs_core.worker.stats import WorkerStats
@@ -90,11 +91,7 @@ class Worker:
         #: The jobs this worker runs, as declared (its metrics read the backfills among them).
         self.handles: tuple[JobHandle, ...] = tuple(handles)
         by_name = {h.name: h for h in handles}
-        self.queues: tuple[str, ...] = tuple(
-            dict.fromkeys(queues if queues is not None else [h.queue for h in handles])
-        )
-        if not self.queues:
-            raise JobsError("a worker needs at least one queue", detail="queues")
+        self.queues: tuple[str, ...] = _queues(queues, handles)
         self.concurrency = count(concurrency, "concurrency", minimum=1, maximum=10_000)
         self.max_in_flight = count(
             max_in_flight if max_in_flight is not None else concurrency,
@@ -134,6 +131,11 @@ class Worker:
             why = reach_refusal(h.fn)
             if why is not None:
                 raise ExecutorInvalidError(why, detail=h.name)
+        if on_settled is not None and not callable(on_settled):
+            raise OptionInvalidError("must be a function of the settled event", detail="on_settled")
+        if worker_id is not None and (why := name_refusal(worker_id)) is not None:
+            # Refused here, not by every claim and beat of the loop.
+            raise OptionInvalidError(f"the worker id {why}", detail="worker_id")
         self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
@@ -156,6 +158,8 @@ class Worker:
                 detail=", ".join(limited) or "rate_limits",
             )
         #: How long finished rows are kept (None: this worker never purges).
+        if retention is not None and not isinstance(retention, Retention):
+            raise OptionInvalidError("must be a Retention, or None", detail="retention")
         self.retention = retention_on(driver, retention)
         #: Applies `retention` (None, or a retention keeping everything: no purge at all) and
         #: folds the settle counters.
@@ -398,6 +402,11 @@ class Worker:
         (metrics, tests); an observer that raises is logged, never rethrown."""
         self._outcomes.observers.append(observer)
 
+    def observe_burials(self, observer: BurialObserver) -> None:
+        """Call `observer(buried, outcome)` for every burial this worker reports (a lapsed
+        final attempt its claim buried; once per burial); as `observe`, never rethrown."""
+        self._outcomes.burial_observers.append(observer)
+
     @property
     def healthy(self) -> bool:
         """True while the worker runs (started, not stopped), every loop of it is alive, and
@@ -420,3 +429,20 @@ class Worker:
         if self._client is None:
             self._client = LoopJobs(self.driver, loop=asyncio.get_running_loop(), clock=self.clock)
         return self._client
+
+
+def _queues(queues: Sequence[str] | None, handles: Sequence[JobHandle]) -> tuple[str, ...]:
+    """The distinct queues a worker claims from (its jobs' when None), each one a store can
+    hold: refused here (`X_JOB_OPTION_INVALID`, `queues`), not by every claim of its loop."""
+    if queues is None:
+        queues = [h.queue for h in handles]
+    elif isinstance(queues, str | bytes) or not isinstance(queues, Sequence):
+        raise OptionInvalidError("must be a list of queue names, not one name", detail="queues")
+    for q in queues:
+        why = name_refusal(q)
+        if why is not None:
+            raise OptionInvalidError(f"a queue {why}", detail="queues")
+    distinct = tuple(dict.fromkeys(queues))
+    if not distinct:
+        raise OptionInvalidError("a worker needs at least one queue", detail="queues")
+    return distinct

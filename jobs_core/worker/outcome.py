@@ -4,6 +4,7 @@ its tally, the `on_settled` hooks, and the settles that cannot be sent as they a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,7 +23,16 @@ from jobs_core.facade import Jobs, SettledEvent, bound_client
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.leases.admit import Refusal
-from jobs_core.records import Ack, BuriedJob, ClaimedJob, Fence, JobRecord, Nack, NackKind
+from jobs_core.records import (
+    Ack,
+    BuriedJob,
+    ClaimedJob,
+    Fence,
+    JobRecord,
+    LeaseTake,
+    Nack,
+    NackKind,
+)
 from jobs_core.redact import SCRUB_EXTRA, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler, StoreSeen
@@ -40,6 +50,10 @@ log = logging.getLogger("jobs")
 
 #: Tries of an `on_settled` hook before it is given up (never rethrown).
 ON_SETTLED_TRIES = 3
+#: How long the mark of a reported burial is kept (`Outcomes._first_report`): longer than any
+#: lease, so the second report of a burial (a lost claim's, looked for until its lease end)
+#: always finds it.
+BURIAL_MARK_MS = 24 * 3600 * 1000
 #: A settle the store cannot take is retried until one lease past its lease's end plus this (the
 #: fence keeps a late one safe: it lands only while no other claim was made). An outage shorter
 #: than the lease that began while the lease was live is over one lease past its end, and a
@@ -50,6 +64,9 @@ WorkerHook = Callable[[SettledEvent], Awaitable[None] | None]
 #: Told of every settle that landed: the job, its outcome, how long its body ran (None when
 #: no body ran). Metrics count with it; it must be quick and never block.
 Observer = Callable[[ClaimedJob, Outcome, "int | None"], None]
+#: Told of every burial this worker reports (once per burial): the row and its outcome
+#: (dead-lettered, or dropped). No body ran; metrics count it as a settle's ending.
+BurialObserver = Callable[[BuriedJob, Outcome], None]
 
 
 class Outcomes:
@@ -90,6 +107,7 @@ class Outcomes:
         )
         self._hooks: set[asyncio.Task[None]] = set()
         self.observers: list[Observer] = []
+        self.burial_observers: list[BurialObserver] = []
 
     async def suspend(self, held: Held, asked: StepSuspension) -> None:
         """Park a run that asked to (a sleep, an event wait, a gather of child jobs): no attempt
@@ -401,7 +419,27 @@ class Outcomes:
                     )
 
     def buried(self, b: BuriedJob) -> None:
-        """A lapsed final attempt a claim buried: counted, logged, and its hooks run apart."""
+        """A lapsed final attempt a claim buried: counted, logged, and its hooks run apart —
+        once per burial, whichever worker it is reported to (`_first_report`)."""
+        hook = asyncio.create_task(self._after_burial(b))
+        self._hooks.add(hook)
+        hook.add_done_callback(self._hooks.discard)
+
+    async def _after_burial(self, b: BuriedJob) -> None:
+        """A run that died on its final attempt: count and log it, queue the undoing of its
+        steps (when one of them declared a compensation; a worker that runs its name does the
+        undoing), then run its hooks. Nothing of it when another report of the same burial
+        came first."""
+        caps = self._driver.capabilities()
+        row: JobRecord | None = None
+        if caps.leases or caps.steps:
+            try:
+                row = (await self._driver.job_get_many([b.id])).get(b.id)
+            except Exception as exc:  # best effort: the burial is still reported
+                log.error("jobs.claim.buried_unread %s %s: %r", b.name, b.id, exc)
+        if not await self._first_report(b, row):
+            log.info("jobs.claim.buried_reported %s %s (by another report)", b.name, b.id)
+            return
         self._stats.buried += 1
         outcome = Outcome.DEAD_LETTERED if b.state is JobState.DEAD else Outcome.DROPPED
         # A dead letter (or drop) like any other: ERROR, though no traceback exists for it.
@@ -411,19 +449,15 @@ class Outcomes:
             b.id,
             extra=log_fields(self._worker_id, b.id, b.name, b.queue, None),
         )
-        event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, LEASE_LAPSED_ERROR)
-        hook = asyncio.create_task(self._after_burial(b, event))
-        self._hooks.add(hook)
-        hook.add_done_callback(self._hooks.discard)
-
-    async def _after_burial(self, b: BuriedJob, event: SettledEvent) -> None:
-        """A run that died on its final attempt: queue the undoing of its steps (when one of them
-        declared a compensation; a worker that runs its name does the undoing), then run its
-        hooks."""
-        handle = self._handles.get(b.name)
-        if self._driver.capabilities().steps and b.name != UNWIND_JOB:
+        for observe in self.burial_observers:
             try:
-                row = (await self._driver.job_get_many([b.id])).get(b.id)
+                observe(b, outcome)
+            except Exception:  # an observer never breaks a burial's report
+                log.exception("jobs.observer.failed %s", b.id)
+        event = SettledEvent(b.id, b.name, b.queue, outcome, 0, None, None, LEASE_LAPSED_ERROR)
+        handle = self._handles.get(b.name)
+        if caps.steps and b.name != UNWIND_JOB:
+            try:
                 if row is not None and any(
                     s.name == SAGA for s in await self._driver.step_list(row.run_id)
                 ):
@@ -431,6 +465,23 @@ class Outcomes:
             except Exception as exc:  # best effort: the hooks still run
                 log.error("jobs.unwind.burial_failed %s %s: %r", b.name, b.id, exc)
         await self.fire_settled(handle, event, None)
+
+    async def _first_report(self, b: BuriedJob, row: JobRecord | None) -> bool:
+        """Whether this is the first report of `b`'s burial: a lease per burial (its id and
+        finish time), held for `BURIAL_MARK_MS`, with the leases family; without it, or the
+        row or the store not at hand, True. A burial is reported twice when a lost claim's
+        look (`jobs_core.lost_claims`) finds a row another worker's claim of the same
+        millisecond buried and reported."""
+        if not self._driver.capabilities().leases or row is None or row.finished_at_ms is None:
+            return True
+        mark = hashlib.sha256(f"{b.id}\x00{row.finished_at_ms}".encode()).hexdigest()[:40]
+        take = LeaseTake(f"ujobs.buried:{mark}", self._worker_id, 1, BURIAL_MARK_MS)
+        try:
+            (got,) = await self._driver.lease_take([take], self._clock.now_ms())
+        except Exception as exc:  # a report over a silence: the hooks are best effort anyway
+            log.error("jobs.claim.buried_unmarked %s %s: %r", b.name, b.id, exc)
+            return True
+        return got is not None
 
     # -- settles that cannot be sent as they are, or not yet ----------------------------------
 

@@ -34,7 +34,12 @@ from jobs_pg.statements._build import (
     p,
     unnest,
 )
-from jobs_pg.statements.attempts import attempt_entry, attempts_appended
+from jobs_pg.statements.attempts import (
+    ack_attempts,
+    attempt_entry,
+    attempts_appended,
+    attempts_read,
+)
 from jobs_pg.statements.counter import minute_of, moved
 
 #: The columns a `JobRecord` is built from, in its field order.
@@ -77,9 +82,10 @@ FLOW_COLUMNS: Final = (
 )
 
 # -- attempts --
-#: A row's latest claim time and attempt history (`jobs_core.attempts`), read after
-#: `FLOW_COLUMNS` by `JOB_GET_MANY` and `JOB_WATCH` (never by the listings).
-ATTEMPT_COLUMNS: Final = ("claimed_at_ms", "attempts")
+#: A row's latest claim time and attempt history (`jobs_core.attempts`, the implicit entry of a
+#: `completed` row spelled out: `attempts_read`), read after `FLOW_COLUMNS` by `JOB_GET_MANY`
+#: and `JOB_WATCH` (never by the listings).
+ATTEMPT_COLUMNS: Final = (jobs.c.claimed_at_ms, attempts_read().label("attempts"))
 
 #: A row's event wait (NULL unless it is `parked` with one), read after `RECORD_COLUMNS` by
 #: `JOB_GET_MANY`: together they make its `JobRecord.wait`.
@@ -682,6 +688,22 @@ JOB_CLAIM_LOST: Final = sa.select(jobs.c.id, jobs.c.claims).where(
     jobs.c.claimed_at_ms == p("now_ms", BIGINT),
 )
 
+# -- JOB_CLAIM_LOST_BURIED ----------------------------------------------------------------------
+# The rows a claim whose answer was lost may have buried (`PgDriver._lost_buried_look`): lapsed
+# final attempts of its queues it moved to `dead` or `failed` at its time, `last_error` the
+# lapse's (the `jobs_finished` index: state, finished_at_ms). A claim of another worker in the
+# same millisecond may have buried some of them too.
+JOB_CLAIM_LOST_BURIED: Final = (
+    sa.select(jobs.c.id, jobs.c.name, jobs.c.queue, jobs.c.state)
+    .where(
+        jobs.c.state.in_([lit("dead"), lit("failed")]),
+        jobs.c.finished_at_ms == p("now_ms", BIGINT),
+        jobs.c.queue == sa.func.any(arr("queues", TEXT)),
+        jobs.c.last_error == p("error", TEXT),
+    )
+    .order_by(jobs.c.id)
+)
+
 # -- JOB_CLAIM_LOST_OPEN ------------------------------------------------------------------------
 # How many of the driver's sessions (this database and `application_name`), this one aside, are
 # in a transaction begun `:since_ms` before this statement or earlier: a claim whose connection
@@ -782,10 +804,8 @@ _acked = (
         result_json=_acks.c.result_json,
         # The last progress rides the ack; none given keeps what was recorded.
         progress_json=sa.func.coalesce(_acks.c.progress_json, jobs.c.progress_json),
-        # -- attempts -- no member is NULL: the fence holds `claimed_by`, the rest are NOT NULL.
-        attempts=attempts_appended(
-            attempt_entry(_acks.c.now_ms, lit("completed"), strip_nulls=False)
-        ),
+        # -- attempts -- the entry is implicit in the completed row (`attempts_read`).
+        attempts=ack_attempts(_acks.c.now_ms),
     )
     .returning(_acks.c.ord, jobs.c.name, jobs.c.queue, _acks.c.now_ms)
     .cte("acked")
@@ -1146,6 +1166,8 @@ _requeued = (
     .values(
         state=lit("ready"),
         attempt=sa.literal_column("0"),
+        # -- attempts -- a completed row's implicit entry is stored as it leaves `completed`.
+        attempts=attempts_read(),
         run_at_ms=p("now_ms", BIGINT),
         lease_until_ms=sa.null(),
         finished_at_ms=sa.null(),
@@ -1312,7 +1334,8 @@ JOB_LIST: Final = sa.union_all(
 # the number of ids (one prepared plan), and every column of a `JobRecord` is named, in its order,
 # then the three of its wait.
 JOB_GET_MANY: Final = sa.select(
-    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
+    *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS)),
+    *ATTEMPT_COLUMNS,
 ).where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
 
 # -- JOB_PURGE ----------------------------------------------------------------------------------

@@ -137,6 +137,23 @@ JOIN_PARK: Final = (
     .returning(jobs.c.queue, jobs.c.state)
 )
 
+# -- JOIN_PENDING -------------------------------------------------------------------------------
+# The edges still uncounted of each asked row parked on its current join (`join_claims` = its
+# claims: an edge left behind by a waiter that was claimed, cancelled or requeued since counts
+# no more). A finish deletes the edges it counts, so what is left is what the join waits for.
+_waiter = jobs.alias("w")
+JOIN_PENDING: Final = (
+    sa.select(joins.c.waiter_id, joins.c.dep_id)
+    .select_from(joins.join(_waiter, _waiter.c.id == joins.c.waiter_id))
+    .where(
+        joins.c.waiter_id == sa.func.any(arr("ids", TEXT)),
+        _waiter.c.state == lit("parked"),
+        _waiter.c.claims == _waiter.c.join_claims,
+        _waiter.c.join_pending > sa.literal_column("0"),
+    )
+    .order_by(joins.c.waiter_id, joins.c.dep_id)
+)
+
 # -- JOB_WATCH ----------------------------------------------------------------------------------
 # Mark the rows watched and answer them from the version the mark locked (RETURNING, not the
 # statement's snapshot): a finish committed before the mark is in the answer, a later one sees
@@ -146,6 +163,7 @@ JOB_WATCH: Final = (
     .where(jobs.c.id == sa.func.any(arr("ids", TEXT)))
     .values(watched=sa.true())
     .returning(
-        *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS))
+        *(jobs.c[c] for c in (*RECORD_COLUMNS, *WAIT_COLUMNS, *FLOW_COLUMNS)),
+        *ATTEMPT_COLUMNS,
     )
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jobs_core import send_event
+from jobs_core import acting_for, send_event
 from jobs_core.context import JobContext
 from jobs_core.errors import DeclarationInvalidError, RequeueUnwoundError, TerminalError
 from jobs_core.job import JobHandle, JobRegistry, job
@@ -133,6 +133,63 @@ async def events_keep_to_their_tenant(url: str) -> None:
         await u.drain(handles)
         assert (await _row(u, globex.id)).result_json == '{"got":{"order":7}}'
         assert (await _row(u, initech.id)).result_json == '{"got":{"order":7}}'
+
+
+async def a_body_signals_only_its_own_tenant(url: str) -> None:
+    """A body acting for acme naming another tenant (`tenant_id="globex"`, or None: the
+    tenant-free runs) in `send_event` woke that tenant's waits — a body acting across tenants
+    on a value its input may carry. It is refused, `X_JOB_TENANT_MISMATCH` (terminal), and
+    nothing is published: globex's run stays parked.
+    Naming its own tenant is fine; the explicit escapes stay open: `all_tenants=True` (a
+    broadcast), `acting_for(...)` around the call, or a job declared `tenant="none"`."""
+    async with _scratch(url) as u:
+        registry = JobRegistry()
+        waiter = _waiter(registry)
+
+        async def ship(input: Any, ctx: JobContext) -> int:
+            options: dict[str, Any] = {}
+            if input["to"] == "all":
+                options["all_tenants"] = True
+            elif input["to"] == "escape":
+                with acting_for("globex"):
+                    return (await send_event("order.shipped", {"order": 8})).woken
+            elif input["to"] != "default":
+                options["tenant_id"] = None if input["to"] == "none" else input["to"]
+            return (await send_event("order.shipped", {"order": input["order"]}, **options)).woken
+
+        shipper = job(
+            ship,
+            name="ship",
+            tenant=lambda i: i["org"],
+            idempotency_key=lambda i: f"ship:{i['to']}:{i['order']}",
+            retry=Retry(attempts=1),
+            registry=registry,
+        )
+        handles = [waiter, shipper]
+        globex = await u.client.enqueue(waiter, {"org": "globex", "order": 7})
+        await u.drain(handles)
+        refused = [
+            await u.client.enqueue(shipper, {"org": "acme", "to": to, "order": 7})
+            for to in ("globex", "none")
+        ]
+        own = await u.client.enqueue(shipper, {"org": "acme", "to": "acme", "order": 7})
+        await u.drain(handles)
+        for sent in refused:
+            r = await _row(u, sent.id)
+            assert r.state is JobState.DEAD, r
+            assert r.last_error is not None and "X_JOB_TENANT_MISMATCH" in r.last_error
+        assert (await _row(u, own.id)).result_json == "0"
+        assert (await _row(u, globex.id)).state is JobState.PARKED
+        # The explicit escapes: a broadcast, and acting for the other tenant by name.
+        other = await u.client.enqueue(waiter, {"org": "globex", "order": 8})
+        await u.drain(handles)
+        escape = await u.client.enqueue(shipper, {"org": "acme", "to": "escape", "order": 8})
+        await u.drain(handles)
+        assert (await _row(u, escape.id)).result_json == "1"
+        assert (await _row(u, other.id)).result_json == '{"got":{"order":8}}'
+        wide = await u.client.enqueue(shipper, {"org": "acme", "to": "all", "order": 7})
+        await u.drain(handles)
+        assert (await _row(u, wide.id)).state is JobState.COMPLETED
 
 
 class _Hotel:

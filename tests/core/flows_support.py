@@ -27,12 +27,12 @@ def flow_kinds() -> list[str]:
     from jobs_pg import PgDriver
     from jobs_redis import RedisDriver
     from tests.pg.conftest import PG_URL
-    from tests.redis.conftest import REDIS_URL
+    from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL
 
     drivers: dict[str, JobDriver] = {
         "memory": MemoryDriver(),
         "pg": PgDriver(PG_URL, schema="flows_probe"),
-        "redis": RedisDriver(REDIS_URL, prefix="flows_probe"),
+        "redis": RedisDriver(REDIS_URL, prefix="flows_probe", connect_timeout=CONNECT_TIMEOUT_S),
     }
     return [kind for kind, d in drivers.items() if d.capabilities().flows]
 

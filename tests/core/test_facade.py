@@ -236,6 +236,22 @@ async def test_an_empty_id_is_refused_not_replaced() -> None:
     assert info.value.code == "X_JOB_RECORD_INVALID"
 
 
+@pytest.mark.parametrize("many", [False, True])
+async def test_an_empty_queue_is_refused_not_replaced_by_the_default(many: bool) -> None:
+    """`queue=""` (a form field left blank, an unset environment variable) went silently to
+    the job's declared queue, where workers of another queue never look; it is refused as
+    an empty id is, and nothing is stored."""
+    driver = MemoryDriver()
+    client = Jobs(driver)
+    with pytest.raises(JobsError) as info:
+        if many:
+            await client.enqueue_many(make_handle(), [{"n": 1}], queue="")
+        else:
+            await client.enqueue(make_handle(), {"n": 1}, queue="")
+    assert (info.value.code, info.value.detail) == ("X_JOB_RECORD_INVALID", "queue")
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}
+
+
 class _TickingClock(FakeClock):
     """A clock that moves one millisecond every time it is read."""
 
@@ -256,3 +272,26 @@ async def test_enqueue_many_builds_a_batch_at_one_time_under_its_options_once() 
     assert {(rows[r.id].run_at_ms, rows[r.id].tenant_id) for r in results} == {
         (created.pop() + 5, "org-3")
     }
+
+
+async def test_what_is_no_job_handle_or_no_list_of_inputs_is_refused_typed() -> None:
+    """A handle that is no declared job raised a bare AttributeError from inside the facade, and
+    a batch of inputs given as one string enqueued one job per letter. Each is a typed
+    refusal naming the argument, nothing stored."""
+    driver = MemoryDriver()
+    client = Jobs(driver)
+    calls: list[tuple[str, Any]] = [
+        ("handle", lambda: client.enqueue("send_welcome", {})),  # type: ignore[arg-type]
+        ("handle", lambda: client.enqueue_many(print, [{}])),  # type: ignore[arg-type]
+        ("inputs", lambda: client.enqueue_many(make_handle(), "abc")),
+        ("inputs", lambda: client.enqueue_many(make_handle(), b"ab")),  # type: ignore[arg-type]
+    ]
+    for detail, call in calls:
+        with pytest.raises(JobsError) as info:
+            await call()
+        assert (info.value.code, info.value.detail) == ("X_JOB_DECLARATION_INVALID", detail)
+    for options in ({"on_complete": "report"}, {"on_complete": make_handle(), "on_success": 5}):
+        with pytest.raises(JobsError) as info:
+            client.batch(**options)  # type: ignore[arg-type]
+        assert info.value.code == "X_JOB_DECLARATION_INVALID", options
+    assert await driver.queue_demand(["default"], 2**41) == {"default": 0}

@@ -264,3 +264,46 @@ async def test_an_unwinding_replay_answers_recorded_children_and_stops_at_the_re
     else:
         raise AssertionError("the replay went past a step the run never recorded")
     assert set((await driver.job_get_many([recorded, done.id])).keys()) == {done.id}
+
+
+async def test_a_wait_that_closes_a_cycle_is_refused_not_parked_forever(
+    driver: JobDriver,
+) -> None:
+    """A child enqueued with `after=[parent]` waits for its parent; the parent then gathering
+    it parked both for good (each waiting for the other). The gather that would close the
+    cycle is refused with `X_JOB_WAIT_CYCLE` before anything is recorded, and fails (terminal:
+    a retry would close it again); the child is then released by its parent's finish. A chain
+    (parent waits on a child that waits on a grandchild that waits on the parent) is refused
+    the same way."""
+
+    async def child(input: Any, ctx: JobContext) -> int:
+        return 1
+
+    ch = declare(child, name="cyc-child")
+
+    async def parent(input: Any, ctx: JobContext) -> Any:
+        if input["how"] == "direct":
+            kid = await ctx.step.enqueue("kid", ch, {"n": 1}, after=[ctx.job_id])
+        else:
+            grand = await ctx.step.enqueue("grand", ch, {"n": 2}, after=[ctx.job_id])
+            kid = await ctx.step.enqueue("kid", ch, {"n": 3}, after=[grand])
+        return await ctx.step.gather("all", [kid])
+
+    ph = declare(parent, name="cyc-parent", retry=ONCE)
+    client = Jobs(driver)
+    ids = [(await client.enqueue(ph, {"n": how, "how": how})).id for how in ("direct", "chain")]
+
+    async def all_ended() -> bool:
+        kids = [k.id for i in ids for k in await listed(driver, JobFilter(parent_id=i))]
+        return len(kids) == 3 and await ended(driver, *ids, *kids)()
+
+    await working(driver, [ph, ch], all_ended, within=10)
+    for job_id in ids:
+        r = await row(driver, job_id)
+        assert r.state is JobState.DEAD and r.join is None, r
+        assert r.last_error is not None and "X_JOB_WAIT_CYCLE" in r.last_error, r.last_error
+        assert "all" not in [s.name for s in await driver.step_list(r.run_id)]
+        # Released by their parent's finish, the children fail as their dependency did.
+        for k in await listed(driver, JobFilter(parent_id=job_id)):
+            assert k.state is JobState.DEAD and k.join is not None, k
+    await client.close()

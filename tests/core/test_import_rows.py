@@ -359,18 +359,23 @@ async def test_a_crash_mid_import_resumes_at_the_last_checkpoint(
 class RecordsLikeTheLastVersion(MemoryDriver):
     """Page `batch`'s checkpoint lands once as the previous version wrote a page — its step
     record alone, the count a write of its own after it — and the store goes away before the
-    count (what a crash between that version's two writes left behind)."""
+    count, and stays away for the write's resend (what a crash between that version's two
+    writes left behind; one failure alone is a lost answer, resent in the same attempt)."""
 
     def __init__(self, batch: int) -> None:
         super().__init__()
         self.batch = batch
         self.lost = False
+        self.resent = False
 
     async def _sweep_checkpoint(self, checkpoint: SweepCheckpoint) -> bool:
         if checkpoint.advance.batch == self.batch and not self.lost:
             self.lost = True
             await self._step_put([checkpoint.step])
             raise DriverUnavailableError("the store went away")
+        if checkpoint.advance.batch == self.batch and not self.resent:
+            self.resent = True
+            raise DriverUnavailableError("the store is still away")
         return await super()._sweep_checkpoint(checkpoint)
 
 
@@ -407,11 +412,16 @@ async def test_a_page_an_earlier_version_recorded_but_never_counted_is_counted_o
 
 
 class LosesTheEndsAnswer(MemoryDriver):
-    """The ledger's end lands, but its answer is lost once (the run crashed right after it)."""
+    """The ledger's end lands, but its answer is lost, and the store is away for its resend too
+    (the run crashed right after it; one lost answer alone is resent in the same attempt)."""
 
     lost = False
+    resent = False
 
     async def _sweep_finish(self, finish: SweepFinish) -> bool:
+        if self.lost and not self.resent:
+            self.resent = True
+            raise DriverUnavailableError("the store is still away")
         landed = await super()._sweep_finish(finish)
         if not self.lost:
             self.lost = True

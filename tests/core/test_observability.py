@@ -320,3 +320,30 @@ async def test_a_failing_runs_log_lines_never_print_its_secrets() -> None:
         text = stream.getvalue()
         assert "gateway refused [redacted]" in text, (kind, text)
         assert "Traceback" in text and CARD not in text, (kind, text)
+
+
+async def test_a_buried_final_attempt_counts_as_processed_and_failed() -> None:
+    """A lapsed final attempt a claim buried is a dead letter like one a body's error made:
+    `ujobs_jobs_failed_total` and `ujobs_jobs_processed_total` count it (they heard only
+    settles, so a burial was in the logs and `on_settled` but in no metric)."""
+    import time
+
+    driver = MemoryDriver()
+    handle = declare(pay, name="pay", retry=Retry(attempts=1))
+    queued = await Jobs(driver).enqueue(handle, {"n": 1})
+    now = int(time.time() * 1000)
+    claim = await driver.job_claim(ClaimParams(("default",), "crashed", 1, 1, now))
+    assert [j.id for j in claim.jobs] == [queued.id]
+    worker = fast(driver, [handle])
+    server = serve(worker, "127.0.0.1", 0)
+    try:
+        await worker.start()
+        await until(lambda: worker.stats.buried == 1)
+        status, text = await asyncio.to_thread(_get, f"http://127.0.0.1:{server.port}/metrics")
+        assert status == 200
+        labels = {"name": "pay", "queue": "default"}
+        assert _value(text, "ujobs_jobs_failed_total", **labels) == 1
+        assert _value(text, "ujobs_jobs_processed_total", **labels) == 1
+        await worker.stop()
+    finally:
+        server.close()

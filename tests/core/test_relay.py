@@ -23,6 +23,7 @@ from jobs_core.errors import (
     DriverNotInstalledError,
     DriverUnavailableError,
     DriverUrlInvalidError,
+    JobsError,
     OptionInvalidError,
     RecordInvalidError,
 )
@@ -545,3 +546,12 @@ async def test_an_idle_minute_on_a_postgres_outbox_stays_within_budget(
     finally:
         await outbox.close()
         await asyncio.to_thread(drop_schema, schema)
+
+
+@pytest.mark.parametrize("relay_id", ["r\x00", "r\ud800", "r" * 300, 5])
+def test_a_relay_id_no_store_holds_is_refused_at_construction(relay_id: Any) -> None:
+    """It is the claim's holder: every claim of the loop would have refused it (or, in memory,
+    stored it), for good. Refused at once, as the scheduler's id is."""
+    with pytest.raises(JobsError) as info:
+        Relay(MemoryOutbox(), MemoryDriver(), relay_id=relay_id)
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", "relay_id")

@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from jobs_core.errors import (
 )
 from jobs_core.facade import Jobs, SettledEvent
 from jobs_core.job import JobHandle
-from jobs_core.records import ClaimParams, JobRecord
+from jobs_core.records import BuriedJob, ClaimParams, ClaimResult, JobRecord
 from jobs_core.retry import Retry
 from jobs_core.states import JobState, Outcome
 from jobs_core.tenant import acting_for, current_tenant
@@ -485,6 +486,50 @@ async def test_a_lapsed_final_attempt_is_buried_and_announced() -> None:
     assert worker.stats.buried == 1
 
 
+class _EchoesBurials(MemoryDriver):
+    """Reports each burial a second time, to the next claim of ANOTHER worker: what a lost
+    claim's look does when a claim of another worker in the same millisecond buried the row
+    (the look finds it by its time and queues, not by who buried it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo: list[tuple[str, BuriedJob]] = []
+
+    async def _job_claim(self, params: ClaimParams) -> ClaimResult:
+        got = await super()._job_claim(params)
+        echoed = [b for w, b in self.echo if w != params.worker_id]
+        self.echo = [(w, b) for w, b in self.echo if w == params.worker_id]
+        self.echo += [(params.worker_id, b) for b in got.buried]
+        return replace(got, buried=(*got.buried, *echoed)) if echoed else got
+
+
+async def test_a_burial_reported_to_two_workers_is_hooked_and_unwound_once() -> None:
+    """At most once: each reporter takes the burial's lease first (`ujobs.buried:`), so the
+    second report of one burial is counted nowhere and hooks nothing."""
+    events: list[SettledEvent] = []
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    driver = _EchoesBurials()
+    h = declare(ok, retry=Retry(attempts=1))
+    queued = await Jobs(driver).enqueue(h, {"n": 1})
+    now = int(time.time() * 1000)
+    claim = await driver.job_claim(ClaimParams(("default",), "crashed", 1, 1, now))
+    assert [j.id for j in claim.jobs] == [queued.id]
+    workers = [fast_worker(driver, [h], on_settled=events.append) for _ in range(2)]
+    for w in workers:
+        await w.start()
+    await until(lambda: settled(driver, queued.id))
+    await until(lambda: bool(events))
+    await asyncio.sleep(0.3)  # both workers claimed again meanwhile: the echo went out
+    for w in workers:
+        await w.stop()
+    assert not driver.echo or all(w == driver.echo[0][0] for w, _ in driver.echo)
+    assert [(e.job_id, e.outcome) for e in events] == [(queued.id, Outcome.DEAD_LETTERED)]
+    assert sum(w.stats.buried for w in workers) == 1
+
+
 async def test_the_registry_lists_a_running_worker_and_forgets_it_on_stop() -> None:
     async def ok(input: Any, ctx: JobContext) -> None:
         return None
@@ -634,3 +679,46 @@ async def test_limit_claims_while_claimed_jobs_are_admitted_still_calls_back() -
         assert worker.stats.claimed == 2
     finally:
         await worker.stop()
+
+
+@pytest.mark.parametrize(
+    "queues",
+    [[""], ["a\x00b"], ["q\ud800"], ["x" * 300], "abc", [1], []],
+    ids=["empty", "nul", "surrogate", "long", "a-string", "not-a-string", "none"],
+)
+def test_queues_no_store_can_claim_are_refused_at_construction(queues: Any) -> None:
+    """A queue no store holds (empty, a NUL, a lone surrogate, past 200 bytes, not a string)
+    was taken: every claim then failed in the loop, backing off for good; a bare string was
+    read as its letters ("abc": queues a, b and c). Refused at once, naming `queues`."""
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(JobsError) as info:
+        Worker(MemoryDriver(), [declare(ok)], queues=queues)
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", "queues")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("worker_id", ""),
+        ("worker_id", "w\x00"),
+        ("worker_id", "w\ud800"),
+        ("worker_id", "w" * 300),
+        ("worker_id", 5),
+        ("retention", "7d"),
+        ("on_settled", "print"),
+    ],
+)
+def test_worker_options_no_store_takes_are_refused_at_construction(option: str, value: Any) -> None:
+    """A worker id no store holds was taken (every claim and beat then failed in the loop, for
+    good); a retention of the wrong type raised a bare AttributeError; a hook that is no
+    callable failed at every settle. Each is refused at once, naming the option."""
+
+    async def ok(input: Any, ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(JobsError) as info:
+        Worker(MemoryDriver(), [declare(ok)], **{option: value})
+    assert (info.value.code, info.value.detail) == ("X_JOB_OPTION_INVALID", option)

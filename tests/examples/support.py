@@ -24,6 +24,15 @@ from tests.pg.conftest import PG_URL, admin, drop_schema, fresh_schema, migrate
 
 #: The sign-up every test makes.
 ANN = {"email": "ann@example.com", "name": "Ann"}
+#: Sign-up bodies no example may take (each view answers 400 or 422, nothing written), by case.
+UNREADABLE_SIGN_UPS: dict[str, bytes] = {
+    "not-json": b"{not json",
+    "a-list": b"[1, 2]",
+    "a-field-missing": b'{"email": "a@example.com"}',
+    "a-lone-surrogate": b'{"email": "b@example.com", "name": "\\ud800"}',
+    "a-nul": b'{"email": "c@example.com", "name": "a\\u0000b"}',
+    "not-a-string": b'{"email": 1, "name": "x"}',
+}
 
 
 @contextlib.contextmanager

@@ -15,7 +15,14 @@ from django.test import Client
 from examples.django_app import jobs
 from jobs_core.states import JobState
 from tests.examples.django_site import site_on
-from tests.examples.support import ANN, pending, relay_and_work, signed_up, table
+from tests.examples.support import (
+    ANN,
+    UNREADABLE_SIGN_UPS,
+    pending,
+    relay_and_work,
+    signed_up,
+    table,
+)
 
 
 @pytest.fixture
@@ -51,3 +58,40 @@ def test_a_sign_up_that_fails_at_commit_leaves_no_member_and_no_job(
     assert taken.status_code == 409, taken.content
     assert [r.job.id for r in asyncio.run(pending(schema))] == [first.json()["welcome_job_id"]]
     assert table(schema, "members") == [(ANN["email"], ANN["name"])]
+
+
+@pytest.mark.parametrize("body", list(UNREADABLE_SIGN_UPS.values()), ids=list(UNREADABLE_SIGN_UPS))
+def test_a_sign_up_that_cannot_be_read_is_a_400_and_stages_nothing(
+    schema: str, client: Client, body: bytes
+) -> None:
+    """An unreadable sign-up answered 500 (the view parsed it bare); it is a 400 and nothing
+    is written, neither the member nor its welcome."""
+    answer = client.post("/signups", body, content_type="application/json")
+    assert answer.status_code == 400, answer.content
+    assert "error" in answer.json()
+    assert asyncio.run(pending(schema)) == [] and table(schema, "members") == []
+
+
+def test_a_sign_up_whose_client_went_away_mid_body_is_a_400_and_stages_nothing(
+    schema: str,
+) -> None:
+    """Django raises `UnreadablePostError` for a body the client stopped sending: that was a
+    500; it is a 400, and nothing is written."""
+    from django.core.handlers.wsgi import WSGIRequest
+    from django.test import RequestFactory
+
+    from examples.django_app.views import sign_up
+
+    class Gone:
+        def read(self, n: int = -1) -> bytes:
+            raise OSError("client went away")
+
+        def readline(self, limit: int = -1) -> bytes:
+            return self.read(limit)
+
+    with site_on(schema):
+        meta = RequestFactory().post("/signups", ANN, content_type="application/json").META
+        meta.update({"wsgi.input": Gone(), "CONTENT_LENGTH": "50"})
+        answer = sign_up(WSGIRequest(meta))
+    assert answer.status_code == 400, answer.content
+    assert asyncio.run(pending(schema)) == [] and table(schema, "members") == []

@@ -6,6 +6,7 @@ commit leaves neither its user nor its job."""
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -65,3 +66,33 @@ def test_a_sign_up_that_fails_at_commit_leaves_no_user_and_no_job(schema: str, p
         assert taken.status_code == 409, taken.text
     assert [r.job.id for r in asyncio.run(pending(schema))] == [first.json()["welcome_job_id"]]
     assert table(schema, "users") == [(ANN["email"], ANN["name"])]
+
+
+@pytest.mark.parametrize("path", SIGN_UPS)
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"email": "b@example.com", "name": "\\ud800"}',
+        b'{"email": "c@example.com", "name": "a\\u0000b"}',
+        b'{"email": "", "name": "x"}',
+    ],
+    ids=["a-lone-surrogate", "a-nul", "empty"],
+)
+def test_a_sign_up_the_table_cannot_hold_is_a_422_and_stages_nothing(
+    schema: str, path: str, body: bytes
+) -> None:
+    """A name with a NUL or a lone surrogate passed the model and failed in the database: a
+    500. It is refused with the model's 422, nothing written."""
+    with client_on(schema) as client:
+        answer = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == 422, answer.text
+    assert asyncio.run(pending(schema)) == [] and table(schema, "users") == []
+
+
+@pytest.mark.parametrize(
+    "job_id", ["a\x00b", "x" * 300, "\ud800"], ids=["nul", "long", "surrogate"]
+)
+def test_a_job_id_no_store_holds_is_a_404_not_a_500(schema: str, job_id: str) -> None:
+    with client_on(schema) as client:
+        answer = client.get(f"/jobs/{quote(job_id, errors='surrogatepass')}")
+        assert answer.status_code == 404, answer.text

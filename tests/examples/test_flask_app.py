@@ -21,6 +21,7 @@ from jobs_core.states import JobState
 from jobs_pg import PgDriver
 from tests.examples.support import (
     ANN,
+    UNREADABLE_SIGN_UPS,
     jobs_url,
     on_schema,
     pending,
@@ -101,3 +102,22 @@ def test_the_resend_view_enqueues_at_once_deduped_while_live(
     again = client.post(f"/users/{user_id}/welcome").get_json()
     assert again == {"job_id": first["job_id"], "deduped": True}
     assert client.post("/users/999999/welcome").status_code == 404
+
+
+@pytest.mark.parametrize("body", list(UNREADABLE_SIGN_UPS.values()), ids=list(UNREADABLE_SIGN_UPS))
+def test_a_sign_up_that_cannot_be_read_is_a_400_and_stages_nothing(
+    schema: str, client: FlaskClient, body: bytes
+) -> None:
+    """An unreadable sign-up answered 500 (a missing field, a list, a NUL the table refused);
+    it is a JSON 400 and nothing is written."""
+    answer = client.post("/signups", data=body, content_type="application/json")
+    assert answer.status_code == 400, answer.data
+    assert "error" in (answer.get_json() or {})
+    assert asyncio.run(pending(schema)) == [] and table(schema, "users") == []
+
+
+def test_a_user_id_past_the_column_is_a_404_not_a_500(schema: str, client: FlaskClient) -> None:
+    """Flask's `int` converter takes any digits: an id past Postgres's integer failed in the
+    database (a 500); no such user can exist, so it is a 404."""
+    assert client.post(f"/users/{10**30}/welcome").status_code == 404
+    assert client.post(f"/users/{2**31}/welcome").status_code == 404

@@ -25,8 +25,12 @@ class Proxy:
         #: When set, the server's next reply is held back until it holds this, then everything is
         #: cut: the client never reads it (b"" cuts at the first byte of the reply).
         self._drop_until: bytes | None = None
-        #: The connection whose reply is swallowed: the first to send a request once armed.
+        #: The connection whose reply is swallowed: the first to send a request once armed
+        #: (that holds `_matching`, when set).
         self._target: int | None = None
+        self._matching: bytes | None = None
+        #: When set, the target's replies go through until the one that holds `_drop_until`.
+        self._through = False
         self._held = b""
         #: How many replies were swallowed by `drop_next_reply`.
         self.dropped = 0
@@ -52,7 +56,12 @@ class Proxy:
     ) -> None:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await src.read(65536):
-                if not reply and self._drop_until is not None and self._target is None:
+                if (
+                    not reply
+                    and self._drop_until is not None
+                    and self._target is None
+                    and (self._matching is None or self._matching in data)
+                ):
                     self._target = conn
                 if reply and self._drop_until is not None and self._target == conn:
                     self._held += data
@@ -61,22 +70,34 @@ class Proxy:
                         self.dropped += 1
                         self.cut()
                         return
-                    continue
+                    if not self._through:
+                        continue
+                    # Only a tail is kept: enough to see `until` split across two reads.
+                    self._held = self._held[-len(self._drop_until) :]
                 dst.write(data)
                 await dst.drain()
         with contextlib.suppress(OSError):
             dst.close()
 
-    def drop_next_reply(self, until: bytes = b"") -> None:
+    def drop_next_reply(
+        self, until: bytes = b"", matching: bytes | None = None, *, through: bool = False
+    ) -> None:
         """Swallow the server's next reply (once it holds `until`), then cut every connection.
 
-        The reply swallowed is on the first connection to send a request after this call.
+        The reply swallowed is on the first connection to send a request after this call; with
+        `matching`, the first to send one holding those bytes (a bind value or a script argument
+        the write alone carries), so a runtime's other traffic meanwhile goes through. With
+        `through`, that connection's replies go on through until the one holding `until`: for
+        a write of several statements in one transaction, whose COMMIT's answer is the one lost
+        (for Postgres, `until=b"Z\\x00\\x00\\x00\\x05I"`: ready, idle, after the commit).
 
         For Postgres, `until=b"Z\\x00\\x00\\x00\\x05"` (ReadyForQuery) waits for the end of
         the answer, sent after the statement's implicit transaction committed.
         """
         self._held = b""
         self._target = None
+        self._matching = matching
+        self._through = through
         self._drop_until = until
 
     def cut(self) -> None:

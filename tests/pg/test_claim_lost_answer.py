@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import replace
+from typing import Any
 
 import psycopg
 import pytest
@@ -237,3 +238,40 @@ async def test_a_driver_closed_with_a_lost_claim_pending_opens_no_pool_again(
     finally:
         with contextlib.suppress(Exception):
             await driver.close()
+
+
+async def _reported(driver: PgDriver | Any, worker: str, start: int) -> list[BuriedJob]:
+    """What the next claims of `worker` report buried, claimed until one reports something
+    (the lost claim's look runs in the background) and once more after (nothing twice)."""
+    got: list[BuriedJob] = []
+    for n in range(250):
+        answer = await driver.job_claim(_claim(start + n, worker))
+        got += answer.buried
+        if got:
+            answer = await driver.job_claim(_claim(start + n + 1, worker))
+            return got + list(answer.buried)
+        await asyncio.sleep(0.02)
+    return got
+
+
+async def test_rows_a_lost_claim_buried_are_reported_with_the_next_claim(
+    pg_schema: str, proxy: Proxy
+) -> None:
+    """The claim whose answer was lost buried a lapsed final attempt: the answer that named
+    it was lost, so nobody counted, logged, hooked or unwound that dead letter. Its worker's
+    next claim reports it in `buried` (the worker's burial path then runs for it), once."""
+    driver = _driver(proxy, pg_schema)
+    try:
+        await driver.job_claim(replace(_claim(T0), queues=("other",)))
+        await driver.job_enqueue(replace(job(3), max_attempts=1))
+        dying = await driver.job_claim(replace(_claim(T0, "w0"), lease_ms=100))
+        assert [j.id for j in dying.jobs] == ["id-3"]
+        proxy.drop_next_reply(until=READY)
+        with pytest.raises(DriverUnavailableError):
+            await driver.job_claim(_claim(T0 + 1_000))
+        assert proxy.dropped == 1
+        assert (await _rows(pg_schema, ["id-3"]))["id-3"].state is JobState.DEAD
+        reported = await _reported(driver, "w", T0 + 2_000)
+        assert reported == [BuriedJob("id-3", "n", "q", JobState.DEAD)]
+    finally:
+        await driver.close()

@@ -641,10 +641,25 @@ async def test_a_lost_prepared_claim_runs_again_unprepared(pg_schema: str) -> No
 
 
 async def test_a_missing_schema_says_how_to_install_it() -> None:
-    from jobs_core.errors import DriverError
+    """Typed on the first call that meets it: `X_DRIVER_SCHEMA_MISSING` (still a
+    `DriverError`), naming the schema and the command that installs it — a table never made,
+    and a column a later migration adds (a schema behind this version) alike."""
+    from jobs_core.errors import DriverError, DriverSchemaMissingError
 
     async with PgDriver(PG_URL, schema="never_migrated_here", pool_size=2) as d:
         with pytest.raises(DriverError) as err:
             await d.job_enqueue(job(1))
-    assert err.value.code == "X_DRIVER_ERROR"
-    assert "alembic upgrade head" in str(err.value)
+    assert isinstance(err.value, DriverSchemaMissingError)
+    assert err.value.code == "X_DRIVER_SCHEMA_MISSING"
+    assert "alembic upgrade head" in str(err.value) and "ujobs db upgrade" in str(err.value)
+    schema = fresh_schema()
+    migrate(schema)
+    with admin() as conn:
+        conn.execute(f"ALTER TABLE {schema}.jobs DROP COLUMN acts_for")
+    try:
+        async with PgDriver(PG_URL, schema=schema, pool_size=2) as d:
+            with pytest.raises(DriverSchemaMissingError) as behind:
+                await d.job_enqueue(job(2))
+        assert "is behind this version" in str(behind.value)
+    finally:
+        drop_schema(schema)

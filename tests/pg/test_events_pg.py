@@ -15,6 +15,10 @@ async def test_events_keep_to_their_tenant() -> None:
     await events_cases.events_keep_to_their_tenant(URL)
 
 
+async def test_a_body_signals_only_its_own_tenant() -> None:
+    await events_cases.a_body_signals_only_its_own_tenant(URL)
+
+
 async def test_an_unwound_saga_runs_again_only_as_a_fresh_run() -> None:
     await events_cases.an_unwound_saga_runs_again_only_as_a_fresh_run(URL)
 

@@ -18,7 +18,7 @@ from jobs_core.records import BuriedJob, ClaimParams, JobRecord
 from jobs_core.states import JobState
 from jobs_redis import RedisDriver
 from tests.pg.test_driver import T0, job
-from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
 from tests.redis.proxy import RedisProxy
 
 LEASE_MS = 5_000
@@ -77,7 +77,7 @@ async def test_rows_a_later_claim_of_the_same_millisecond_took_are_not_given_bac
     the same worker and millisecond answered after the loss, before the give-back got through,
     took rows that look the same. They stay with it, running; only the lost claim's go back."""
     driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix(), connect_timeout=0.2)
-    direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
+    direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         at = T0 + 1_000
         await _lost_claim(driver, proxy, at, LEASE_MS)
@@ -110,7 +110,7 @@ async def test_a_lost_claim_past_its_lease_end_with_the_store_out_lapses(
     do: the next claim takes them, the lost claim's attempt spent and recorded `abandoned`, and
     the one on its final attempt is buried, never having run."""
     driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix(), connect_timeout=0.2)
-    direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
+    direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         at = T0 + 1_000
         await _lost_claim(driver, proxy, at, 300)
@@ -145,7 +145,9 @@ async def test_a_driver_closed_with_a_lost_claim_pending_opens_no_client_again(
         assert driver._loops.peek() is None
     finally:
         await driver.close()
-        direct = RedisDriver(REDIS_URL, prefix=driver.keys.prefix)
+        direct = RedisDriver(
+            REDIS_URL, prefix=driver.keys.prefix, connect_timeout=CONNECT_TIMEOUT_S
+        )
         with contextlib.suppress(Exception):
             await purge(direct)
         await direct.close()
@@ -184,8 +186,42 @@ async def test_a_claim_cancelled_before_its_reply_was_read_gives_its_rows_back(
 
 async def direct_rows(prefix: str) -> dict[str, JobRecord]:
     """The rows as the server holds them, read past the proxy."""
-    direct = RedisDriver(REDIS_URL, prefix=prefix)
+    direct = RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         return await direct.job_get_many(["id-1", "id-2"])
+    finally:
+        await direct.close()
+
+
+async def test_rows_a_lost_claim_buried_are_reported_with_the_next_claim(
+    proxy: RedisProxy,
+) -> None:
+    """As on Postgres (tests/pg/test_claim_lost_answer.py): the lapsed final attempt the lost
+    claim buried is reported, once, with its worker's next claim."""
+    from tests.pg.test_claim_lost_answer import _reported
+
+    driver = RedisDriver(proxy.url(REDIS_URL), prefix=fresh_prefix())
+    try:
+        await driver.job_claim(replace(_claim(T0), queues=("other",)))
+        await driver.job_enqueue(replace(job(3), max_attempts=1))
+        dying = await driver.job_claim(replace(_claim(T0, "w0"), lease_ms=100))
+        assert [j.id for j in dying.jobs] == ["id-3"]
+        proxy.drop_next_reply()
+        with pytest.raises(DriverUnavailableError):
+            await driver.job_claim(_claim(T0 + 1_000))
+        assert proxy.dropped == 1
+        assert (await direct_rows_of(driver.keys.prefix, ["id-3"]))["id-3"].state is JobState.DEAD
+        reported = await _reported(driver, "w", T0 + 2_000)
+        assert reported == [BuriedJob("id-3", "n", "q", JobState.DEAD)]
+    finally:
+        with contextlib.suppress(Exception):
+            await purge(driver)
+        await driver.close()
+
+
+async def direct_rows_of(prefix: str, ids: list[str]) -> dict[str, JobRecord]:
+    direct = RedisDriver(REDIS_URL, prefix=prefix)
+    try:
+        return await direct.job_get_many(ids)
     finally:
         await direct.close()

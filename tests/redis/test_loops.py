@@ -17,7 +17,7 @@ from tests.loops_cases import (
     consecutive_asyncio_runs_share_one_driver,
     sync_and_async_callers_alternate,
 )
-from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
+from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, fresh_prefix, purge
 
 
 async def keys_stored(driver: RedisDriver) -> list[str]:
@@ -49,7 +49,7 @@ def named(prefix: str) -> str:
 
 def backend() -> Backend:
     prefix = fresh_prefix()
-    driver = RedisDriver(named(prefix), prefix=prefix)
+    driver = RedisDriver(named(prefix), prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
 
     async def finish() -> list[str]:
         stored = await keys_stored(driver)
@@ -105,7 +105,7 @@ def test_a_script_that_enqueues_sync_exits_without_asyncio_noise(tmp_path: Path)
     finally:
 
         async def clean() -> None:
-            driver = RedisDriver(REDIS_URL, prefix=prefix)
+            driver = RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S)
             await purge(driver)
             await driver.close()
 

@@ -22,7 +22,7 @@ from jobs_core.semantics import HOUR_MS, MINUTE_MS, decode_cursor
 from jobs_redis import RedisDriver
 from jobs_redis.scripts import load_all
 from tests.core.retention_support import new_job
-from tests.redis.conftest import REDIS_URL, Factory, fresh_prefix, purge
+from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, Factory, fresh_prefix, purge
 
 T = 1_800_000_000_000
 
@@ -124,7 +124,7 @@ async def test_migrate_lists_and_counts_rows_an_older_version_stored(make_driver
 
 
 async def test_a_settle_moves_its_counter_inside_its_own_script() -> None:
-    driver = RedisDriver(REDIS_URL, prefix=fresh_prefix())
+    driver = RedisDriver(REDIS_URL, prefix=fresh_prefix(), connect_timeout=CONNECT_TIMEOUT_S)
     try:
         async with driver as d:
             await d.job_enqueue_many([new_job(f"j{i}", T) for i in range(4)])
@@ -190,7 +190,9 @@ async def test_a_walk_through_10k_rows_examines_the_scan_budget_per_page(
 
 async def test_folds_racing_on_one_server_fold_each_minute_once() -> None:
     prefix = fresh_prefix()
-    drivers = [RedisDriver(REDIS_URL, prefix=prefix) for _ in range(3)]
+    drivers = [
+        RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S) for _ in range(3)
+    ]
     d = drivers[0]
     try:
         minutes = 40

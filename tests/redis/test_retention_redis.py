@@ -17,7 +17,7 @@ from tests.core.retention_support import (
     worker_purges_old_finished_rows,
 )
 from tests.core.support import advance_quietly
-from tests.redis.conftest import REDIS_URL, Factory, fresh_prefix, purge
+from tests.redis.conftest import CONNECT_TIMEOUT_S, REDIS_URL, Factory, fresh_prefix, purge
 
 T = 1_800_000_000_000
 
@@ -98,7 +98,9 @@ async def test_a_worker_purges_old_finished_rows_and_keeps_the_rest(make_driver:
 
 async def test_purgers_on_several_clients_remove_each_row_once() -> None:
     prefix = fresh_prefix()
-    drivers = [RedisDriver(REDIS_URL, prefix=prefix) for _ in range(3)]
+    drivers = [
+        RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S) for _ in range(3)
+    ]
     try:
         await purgers_at_once_remove_each_row_once(list(drivers), _clock(), rows=3000)
         await _index_is_exact(drivers[0])
@@ -125,7 +127,10 @@ async def test_upgrade_indexes_rows_that_finished_before_the_index(make_driver: 
 
 async def test_a_purged_id_reused_in_another_queue_is_cancelled_by_a_stale_client() -> None:
     prefix = fresh_prefix()
-    a, b = RedisDriver(REDIS_URL, prefix=prefix), RedisDriver(REDIS_URL, prefix=prefix)
+    a, b = (
+        RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S),
+        RedisDriver(REDIS_URL, prefix=prefix, connect_timeout=CONNECT_TIMEOUT_S),
+    )
     try:
         await a.job_enqueue(new_job("x", T, queue="q1"))
         await a.job_claim(ClaimParams(("q1",), "w", 1, 1000, T))

@@ -24,6 +24,7 @@ from jobs_core.facade import Jobs
 from jobs_core.factories.webhooks import (
     ReceivedEvent,
     WebhookReceiver,
+    receiver_starlette,
     standard_webhooks_verifier,
     stripe_verifier,
     webhook_receiver,
@@ -449,5 +450,41 @@ def test_any_delivery_is_answered_never_raised_and_stored_only_when_whole(
             assert answer.status in {400, 401, 422}, answer
             assert set(answer.body) == {"code", "title"}
             assert loop.run_until_complete(all_ids(jobs.driver)) == []
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("how", ["short", "disconnect"])
+def test_a_body_cut_short_of_its_length_is_a_400_and_stores_nothing(how: str) -> None:
+    """An ASGI body that ends before its Content-Length (a server that hands what it got and
+    says no more body), or a disconnect: a JSON 400 and nothing stored — even when the part
+    that arrived is a validly signed body of its own."""
+    from starlette.requests import Request
+
+    hook = receiver()
+    whole = event_body()
+    headers = {**sign(whole, "msg_cut"), "content-length": str(len(whole) + 100)}
+    jobs = Jobs(MemoryDriver(), enqueue_retry_s=0)
+    messages = [{"type": "http.request", "body": whole, "more_body": how == "disconnect"}]
+    if how == "disconnect":
+        messages.append({"type": "http.disconnect"})
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/hooks/acme",
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+        "query_string": b"",
+    }
+    loop = asyncio.new_event_loop()
+    try:
+        request = Request(scope, receive)  # type: ignore[arg-type]
+        answer = loop.run_until_complete(receiver_starlette.answer(hook, request, jobs))
+        assert answer.status_code == 400, answer.body
+        refused(json.loads(answer.body), answer.body.decode(), "X_WEBHOOK_REQUEST_INVALID")
+        assert loop.run_until_complete(all_ids(jobs.driver)) == []
     finally:
         loop.close()

@@ -164,3 +164,90 @@ def test_no_jobs_client_to_enqueue_on_answers_503(
         status, answer, text = post(body, sign(body, "msg_1"))
     assert status == 503, text
     refused(answer, text, "X_DRIVER_UNAVAILABLE")
+
+
+class _Disconnecting:
+    """A WSGI input whose client goes away after `keep` bytes: the server then raises (`how`
+    "raise": gunicorn, uWSGI) or reports the end early ("short": wsgiref)."""
+
+    def __init__(self, body: bytes, keep: int, how: str) -> None:
+        self._rest = io.BytesIO(body[:keep])
+        self._how = how
+
+    def read(self, n: int = -1) -> bytes:
+        got = self._rest.read(n)
+        if not got and self._how == "raise":
+            raise OSError("client went away")
+        return got
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.read(limit)
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        got = self.read(len(buffer))
+        buffer[: len(got)] = got
+        return len(got)
+
+
+@pytest.mark.parametrize("how", ["raise", "short"])
+@pytest.mark.parametrize("url", ["pg"], indirect=True)
+def test_django_a_client_gone_mid_body_is_a_400_and_stores_nothing(how: str, jobs: Jobs) -> None:
+    """A delivery whose client disconnects mid-body answered 500 (Django's `UnreadablePostError`
+    escaped the view) or read a partial body as the whole; it is a small JSON 400
+    (`X_WEBHOOK_REQUEST_INVALID`) and nothing is stored — even when the part that arrived is a
+    complete, validly signed body of its own."""
+    from django.test import RequestFactory
+
+    django_set_up()
+    hook = receiver()
+    whole = event_body()
+    # The part that arrives is itself a signed body: only the length can tell it is cut.
+    headers = sign(whole, "msg_cut")
+    padded = whole + b" " * 100
+    request = RequestFactory().post(
+        "/hooks/acme",
+        data=b"",
+        content_type="application/json",
+        headers={k: v for k, v in headers.items() if k != "content-type"},
+    )
+    request.META["CONTENT_TYPE"] = "application/json"
+    request.META["CONTENT_LENGTH"] = str(len(padded))
+    request.META["wsgi.input"] = _Disconnecting(padded, len(whole), how)
+    from django.core.handlers.wsgi import WSGIRequest
+
+    cut = WSGIRequest(request.META)
+    answer = receiver_django.view(hook, jobs)(cut)
+    assert answer.status_code == 400, answer.content
+    refused(json.loads(answer.content), answer.content.decode(), "X_WEBHOOK_REQUEST_INVALID")
+    assert ids(jobs) == []
+
+
+@pytest.mark.parametrize("how", ["raise", "short"])
+@pytest.mark.parametrize("url", ["pg"], indirect=True)
+def test_flask_a_client_gone_mid_body_is_a_json_400_and_stores_nothing(
+    how: str, jobs: Jobs
+) -> None:
+    """As on Django: a JSON 400 (`X_WEBHOOK_REQUEST_INVALID`), never the HTML of Werkzeug's
+    own `ClientDisconnected` page nor a 500, and nothing stored."""
+    hook = receiver()
+    whole = event_body()
+    padded = whole + b" " * 100
+    app = Flask(__name__)
+    app.add_url_rule("/hooks/acme", view_func=receiver_flask.view(hook, jobs), methods=["POST"])
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/hooks/acme",
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "80",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": _Disconnecting(padded, len(whole), how),
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(padded)),
+        **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in sign(whole, "msg_cut").items()},
+    }
+    seen: list[Any] = []
+    chunks = app.wsgi_app(environ, lambda status, headers: seen.append(status))
+    text = b"".join(chunks).decode()
+    assert seen and seen[0].startswith("400"), (seen, text)
+    refused(json.loads(text), text, "X_WEBHOOK_REQUEST_INVALID")
+    assert ids(jobs) == []

@@ -24,6 +24,7 @@ from jobs_core.errors import ConsumerSelfEnqueueError, JobsError
 from jobs_core.factories.consumers.sources import Handler, Source, TurnPlan
 from jobs_core.jsonform import JsonValue, loads
 from jobs_core.records import LeaseRef, LeaseRenew, LeaseTake
+from jobs_core.resend import again_if_lost
 
 log = logging.getLogger("jobs")
 
@@ -89,9 +90,8 @@ class Plan:
         tenant = ctx.tenant
         key = lease_key(self.name, tenant)
         holder = holder_of(ctx.job_id, step.fence.claims)
-        got = (await driver.lease_take([LeaseTake(key, holder, 1, self.lease_ms)], clock.now_ms()))[
-            0
-        ]
+        take = [LeaseTake(key, holder, 1, self.lease_ms)]
+        (got,) = await again_if_lost(lambda: driver.lease_take(take, clock.now_ms()))
         if got is None:
             held = await driver.lease_holders(key, clock.now_ms())
             by = held[0].holder if held else None

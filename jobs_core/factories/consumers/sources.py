@@ -44,6 +44,7 @@ from jobs_core.errors import (
     ConsumerCursorMovedError,
     ConsumerDeclarationInvalidError,
     ConsumerSourceInvalidError,
+    DriverUnavailableError,
     JobsError,
     LeaseLostError,
 )
@@ -115,6 +116,23 @@ class TurnPlan:
 
     def turn(self, conn: Any = None) -> Turn:
         return Turn(self.name, self.tenant, self.cursor, conn)
+
+    async def store(self, put: ConsumerPut) -> bool:
+        """The turn's fenced cursor write (the driver's own connection); whether it landed.
+
+        When its answer is lost (`X_DRIVER_UNAVAILABLE`: it may have landed), the stored cursor
+        says which: this turn's (landed), the one it read (sent again once), else it raises —
+        rather than fail the run, its attempt spent, on a cursor that moved."""
+        try:
+            return await self.driver.consumer_cursor_put(put)
+        except DriverUnavailableError:
+            now = await self.driver.consumer_cursor_get(self.name, self.tenant)
+            text = None if now is None else now.cursor_json
+            if text == put.cursor_json:
+                return True
+            if text != put.expect_json:
+                raise
+            return await self.driver.consumer_cursor_put(put)
 
     async def refused(self) -> JobsError:
         """Why a put of this turn did not land: another turn moved the cursor, else the claim
@@ -377,7 +395,7 @@ class StreamSource:
         records = [(_text(i), fields) for i, fields in entries]
         await call(plan.handler, records, plan.turn())
         lag = await self._group_lag(group)
-        if not await plan.driver.consumer_cursor_put(plan.put(dumps(ids[-1]), len(records), lag)):
+        if not await plan.store(plan.put(dumps(ids[-1]), len(records), lag)):
             raise await plan.refused()
         await c.xack(self._key, group, *ids)
         return Done(len(records), await plan.driver.consumer_cursor_get(plan.name, plan.tenant))
@@ -456,7 +474,7 @@ class FunctionSource:
             )
         await call(plan.handler, list(records), plan.turn())
         lag = None if self._lag_fn is None else _lag(await call(self._lag_fn, loads(text)))
-        if not await plan.driver.consumer_cursor_put(plan.put(text, len(records), lag)):
+        if not await plan.store(plan.put(text, len(records), lag)):
             raise await plan.refused()
         return Done(len(records), await plan.driver.consumer_cursor_get(plan.name, plan.tenant))
 

@@ -58,6 +58,7 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.jsonform import JsonValue, dumps
 from jobs_core.options import count, finite_number
 from jobs_core.records import WebhookAttemptPut, WebhookEndpoint
+from jobs_core.resend import again_if_lost
 from jobs_core.retry import Retry
 from jobs_core.tenant import current_tenant
 
@@ -313,21 +314,23 @@ async def _deliver(plan: _Plan, input: Any, ctx: JobContext) -> dict[str, JsonVa
         code = WebhookDeliveryFailedError.code
     else:
         code = WebhookRejectedError.code
-    recorded = await driver.webhook_attempt_put(
-        WebhookAttemptPut(
-            fence=step.fence,
-            tenant_id=org,
-            endpoint=event.endpoint,
-            event_id=event.id,
-            outcome=outcome,
-            status_code=answer.status_code,
-            latency_ms=min(answer.latency_ms, 86_400_000),
-            excerpt=answer.excerpt,
-            error=code,
-            disable_after=plan.disable_after,
-            now_ms=clock.now_ms(),
-        )
+    put = WebhookAttemptPut(
+        fence=step.fence,
+        tenant_id=org,
+        endpoint=event.endpoint,
+        event_id=event.id,
+        outcome=outcome,
+        status_code=answer.status_code,
+        latency_ms=min(answer.latency_ms, 86_400_000),
+        excerpt=answer.excerpt,
+        error=code,
+        disable_after=plan.disable_after,
+        now_ms=clock.now_ms(),
     )
+    # The POST is made; its record may land unanswered. A claim records one attempt (a repeat
+    # writes nothing and answers it), so it is resent rather than the attempt failing and the
+    # next one POSTing the event a second time.
+    recorded = await again_if_lost(lambda: driver.webhook_attempt_put(put))
     if not recorded.recorded or recorded.endpoint is None:
         raise LeaseLostError("the attempt was made but its claim was lost", detail=ctx.job_id)
     ATTEMPTS.add(outcome)

@@ -175,26 +175,37 @@ class WebhookReceiver(JobHandle):
                 return Answer.refusal(415, WebhookContentTypeError())
         return None
 
-    async def read(self, chunks: AsyncIterator[bytes]) -> bytes:
+    async def read(self, chunks: AsyncIterator[bytes], *, length: str | None = None) -> bytes:
         """The body from `chunks`, stopped as soon as it passes `max_bytes`
-        (`WebhookBodyTooLargeError`): no more than `max_bytes` and one chunk is ever held."""
+        (`WebhookBodyTooLargeError`): no more than `max_bytes` and one chunk is ever held. A
+        body that ends before the declared Content-Length `length` is
+        `WebhookRequestInvalidError` (a 400): a cut body is never taken for the whole."""
         body = bytearray()
         async for chunk in chunks:
             if len(body) + len(chunk) > self.spec.max_bytes:
                 raise WebhookBodyTooLargeError()
             body += chunk
-        return bytes(body)
+        return _whole(body, length)
 
-    def read_sync(self, read: Callable[[int], bytes], chunk: int = 65_536) -> bytes:
-        """`read` for a WSGI input (`read(n)` answering b"" at its end)."""
+    def read_sync(
+        self, read: Callable[[int], bytes], chunk: int = 65_536, *, length: str | None = None
+    ) -> bytes:
+        """`read` for a WSGI input (`read(n)` answering b"" at its end). A client that went
+        away mid-body — the server's read raises `OSError` (Django's `UnreadablePostError`
+        is one), or the input ends before the declared Content-Length `length` — is
+        `WebhookRequestInvalidError` (a 400): a cut body is never taken for the whole."""
         body = bytearray()
         while True:
-            part = read(min(chunk, self.spec.max_bytes + 1 - len(body)))
+            try:
+                part = read(min(chunk, self.spec.max_bytes + 1 - len(body)))
+            except OSError:
+                raise WebhookRequestInvalidError("the client went away mid-body") from None
             if not part:
-                return bytes(body)
+                break
             body += part
             if len(body) > self.spec.max_bytes:
                 raise WebhookBodyTooLargeError()
+        return _whole(body, length)
 
     # -- the body read -------------------------------------------------------------------------
 
@@ -295,6 +306,15 @@ def resolve_client(client: Jobs | Callable[[], Jobs] | None) -> Jobs:
     if isinstance(client, Jobs):
         return client
     return client()
+
+
+def _whole(body: bytearray, length: str | None) -> bytes:
+    """`body`, unless the request declared a Content-Length it falls short of: the client went
+    away mid-body (`WebhookRequestInvalidError`)."""
+    declared = (length or "").strip()
+    if declared.isdigit() and declared.isascii() and len(body) < int(declared):
+        raise WebhookRequestInvalidError("the body ended before its Content-Length")
+    return bytes(body)
 
 
 def _kind(exc: BaseException) -> str:

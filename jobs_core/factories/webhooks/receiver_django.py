@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs_core.errors import WebhookBodyTooLargeError
+from jobs_core.errors import WebhookBodyTooLargeError, WebhookRequestInvalidError
 from jobs_core.factories.webhooks.receiver import Answer
 
 if TYPE_CHECKING:
@@ -34,9 +34,11 @@ def view(
         if refused is not None:
             return respond(refused)
         try:
-            body = receiver.read_sync(request.read)
+            body = receiver.read_sync(request.read, length=request.headers.get("Content-Length"))
         except WebhookBodyTooLargeError as exc:
             return respond(Answer.refusal(413, exc))
+        except WebhookRequestInvalidError as exc:
+            return respond(Answer.refusal(400, exc))
         return respond(receiver.receive_sync(body, dict(request.headers.items()), client))
 
     receive.__name__ = f"webhook_{receiver.name}"

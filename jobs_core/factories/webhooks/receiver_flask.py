@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flask import Response, request
+from werkzeug.exceptions import ClientDisconnected
 
-from jobs_core.errors import WebhookBodyTooLargeError
+from jobs_core.errors import WebhookBodyTooLargeError, WebhookRequestInvalidError
 from jobs_core.factories.webhooks.receiver import Answer
 
 if TYPE_CHECKING:
@@ -32,9 +33,15 @@ def view(
         if refused is not None:
             return respond(refused)
         try:
-            body = receiver.read_sync(request.stream.read)
+            body = receiver.read_sync(
+                request.stream.read, length=request.headers.get("Content-Length")
+            )
         except WebhookBodyTooLargeError as exc:
             return respond(Answer.refusal(413, exc))
+        except WebhookRequestInvalidError as exc:
+            return respond(Answer.refusal(400, exc))
+        except ClientDisconnected:  # Werkzeug's own word for an input cut short
+            return respond(Answer.refusal(400, WebhookRequestInvalidError()))
         return respond(receiver.receive_sync(body, dict(request.headers.items()), client))
 
     receive.__name__ = f"webhook_{receiver.name}"

@@ -68,9 +68,11 @@ async def answer(receiver: WebhookReceiver, request: Request, client: Jobs) -> R
     if refused is not None:
         return respond(refused)
     try:
-        body = await receiver.read(request.stream())
+        body = await receiver.read(request.stream(), length=headers.get("content-length"))
     except WebhookBodyTooLargeError as exc:
         return respond(Answer.refusal(413, exc))
+    except WebhookRequestInvalidError as exc:
+        return respond(Answer.refusal(400, exc))
     except ClientDisconnect:
         return respond(Answer.refusal(400, WebhookRequestInvalidError()))
     return respond(await receiver.receive(body, dict(headers.items()), client))

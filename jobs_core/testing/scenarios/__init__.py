@@ -13,6 +13,7 @@ from jobs_core.testing.scenarios.consumers import CONSUMER_SCENARIOS
 from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
 from jobs_core.testing.scenarios.edges import EDGE_SCENARIOS
 from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
+from jobs_core.testing.scenarios.gaps import GAP_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
@@ -41,6 +42,7 @@ SCENARIOS: dict[str, Scenario] = {
     # -- twins --
     **TWIN_SCENARIOS,
     **EDGE_SCENARIOS,
+    **GAP_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -484,6 +484,33 @@ async def scenario_flows_park_on_a_join_with_a_due_time(driver: JobDriver) -> No
     await released(driver, "p", T0 + 104, JoinState(2, 0, 1, ALWAYS))
 
 
+async def scenario_flows_join_pending_answers_what_is_left(driver: JobDriver) -> None:
+    """`join_pending` answers each asked row parked on a join with the dependencies not
+    finished since it parked on it, in code-point order; a row released, claimed at its due
+    time (its join still pending), cancelled, never joined, or unknown is absent."""
+    if await _unsupported(driver):
+        return
+    await enqueue(driver, new_job("é"), new_job("a"), new_job("b"), new_job("p", queue="pq"))
+    await joined(driver, join("w", ["é", "a", "b"]), join("w2", ["a"]))
+    asked = ["w", "w2", "a", "p", "ghost"]
+    got = await driver.join_pending(asked)
+    assert got == {"w": ("a", "b", "é"), "w2": ("a",)}, got
+    f = await running(driver, T0 + 1, "é", "a", "b")
+    assert await driver.job_ack([Ack(f["a"], T0 + 2)]) == [True]
+    got = await driver.join_pending(asked)
+    assert got == {"w": ("b", "é")}, got
+    # A park with a due time, claimed at it while its join is pending, waits for nothing.
+    held = await claim_one(driver, T0 + 3, "pq")
+    park = Nack(held.fence, NackKind.PARK, T0 + 4, run_at_ms=T0 + 10, join=("b", "ghost"))
+    assert await driver.job_nack([park]) == [True]
+    assert await driver.join_pending(["p"]) == {"p": ("b",)}
+    again = await claim_one(driver, T0 + 10, "pq")
+    assert again.id == "p" and await driver.join_pending(["p"]) == {}
+    assert await driver.job_cancel("w", T0 + 11) is CancelAnswer.CANCELLED
+    assert await driver.join_pending(asked) == {}
+    await refused("X_JOB_BATCH_TOO_LARGE", driver.join_pending([f"i{n}" for n in range(1001)]))
+
+
 async def scenario_flows_a_claims_bury_releases_for_the_next_claim(driver: JobDriver) -> None:
     """A claim's candidates are the rows as they stood before its bury: a waiter of the same
     queue its bury releases is not taken by it (the next claim takes it, answering the join),
@@ -546,6 +573,29 @@ async def scenario_flows_watched_rows_announced(driver: JobDriver) -> None:
         assert await driver.job_nack([shed]) == [True]
         assert await driver.job_remove(["c"]) == [RemoveAnswer.REMOVED]
         await _heard(seen, {"a", "b", "c"})
+    finally:
+        await sub.close()
+
+
+async def scenario_flows_watched_failures_and_buries_announced(driver: JobDriver) -> None:
+    """A watched row finished by a failing nack, or by a claim's bury of its lapsed final
+    attempt, is announced as an acked one is (a store whose notify sits in the ack, the cancel
+    and the remove only misses them)."""
+    if await _unsupported(driver):
+        return
+    await enqueue(driver, new_job("f"), new_job("b", max_attempts=1))
+    await driver.job_watch(["f", "b"])
+    seen: list[str] = []
+    sub = await driver.finish_subscribe(seen.append)
+    if sub is None:
+        return  # unsupported: a waiter polls
+    try:
+        await until_live(sub, ANNOUNCE_WAIT_S, "finish")
+        f = await running(driver, T0, "f", "b")
+        assert await driver.job_nack([Nack(f["f"], NackKind.FAIL, T0 + 1, error="e")]) == [True]
+        jobs, buried = await claim(driver, T0 + 1000, "q")
+        assert jobs == [] and [x.id for x in buried] == ["b"], (jobs, buried)
+        await _heard(seen, {"f", "b"})
     finally:
         await sub.close()
 
@@ -638,6 +688,7 @@ FLOW_SCENARIOS: dict[str, Scenario] = {
         scenario_flows_join_enqueue_counts_its_dependencies,
         scenario_flows_join_enqueue_dedupes_and_writes_nothing_more,
         scenario_flows_join_enqueue_missing_dependency_writes_nothing,
+        scenario_flows_join_pending_answers_what_is_left,
         scenario_flows_park_on_a_join,
         scenario_flows_park_and_its_dependency_in_one_nack_batch,
         scenario_flows_park_on_a_join_with_a_due_time,
@@ -647,5 +698,6 @@ FLOW_SCENARIOS: dict[str, Scenario] = {
         scenario_flows_remove_of_a_live_dependency_releases,
         scenario_flows_two_waiters_on_one_dependency,
         scenario_flows_watched_rows_announced,
+        scenario_flows_watched_failures_and_buries_announced,
     )
 }

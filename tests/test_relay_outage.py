@@ -116,3 +116,38 @@ async def test_the_jobs_store_going_down_hands_rows_back_in_order_then_publishes
             await purge(driver)
     finally:
         drop_schema(schema)
+
+
+async def test_stages_committed_while_the_jobs_store_is_down_do_not_cut_the_relays_backoff(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each committed stage wakes the relay; through an outage of the jobs' store a wake that
+    # started a pass at once made the relay claim, fail and hand back the outbox's rows once
+    # per commit of the app (every 45 ms in the chaos run's relay family), not on its backoff.
+    schema = fresh_schema()
+    migrate(schema)
+    driver = RedisDriver(redis_server.url, prefix=fresh_prefix(), connect_timeout=0.5)
+    try:
+        async with PgOutbox(PG_URL, schema=schema) as outbox, driver:
+            relay = Relay(outbox, driver, poll=0.2)
+            running = asyncio.ensure_future(relay.run())
+            try:
+                await until(lambda: relay.wake is not None and relay.wake.is_live(), within=10)
+                redis_server.stop()
+                caplog.set_level("WARNING", logger="jobs")
+                ids: list[str] = []
+                for i in range(30):  # 30 commits over 1.5 s, each a wake
+                    ids += stage(PG_URL, schema, i, 1)
+                    await asyncio.sleep(0.05)
+                passes = [r for r in caplog.records if "jobs.relay.batch_failed" in r.message]
+                # The outage's backoff (0.1, 0.2, 0.4, 0.8 s) allows five passes in 1.5 s.
+                assert len(passes) <= 6, len(passes)
+                redis_server.start()
+                await until(lambda: relay.published == 30, within=30)
+                assert sorted(await listed(driver)) == sorted(ids)
+            finally:
+                assert await relay.stop(timeout=10)
+                await asyncio.wait_for(running, 10)
+            await purge(driver)
+    finally:
+        drop_schema(schema)

@@ -104,6 +104,8 @@ class Relay:
         self.wake: WakeSubscription | None = None
         self._backoff = IdleBackoff(min(POLL_FLOOR_MS, self.poll_ms), self.poll_ms)
         self._kick = asyncio.Event()
+        #: The last pass met a store that was down: its wait is the outage's backoff.
+        self._store_down = False
         #: Set by the first `stop()`: a start still waiting for its stores gives up.
         self._halt = asyncio.Event()
         self._forced = asyncio.Event()
@@ -254,13 +256,16 @@ class Relay:
                 if not isinstance(exc, JobsError):
                     log.exception("jobs.relay.pass_crashed %s", self.relay_id)
                 self._backoff.reset()
+                self._store_down = True
                 await self._wait(outage.failed(exc))
                 continue
             if done.outage is not None:
                 # The rows went back in order; the next pass waits out a short pause.
                 self._backoff.reset()
+                self._store_down = True
                 await self._wait(outage.failed(done.outage))
                 continue
+            self._store_down = False
             outage.recovered()
             if done.claimed:
                 self._backoff.reset()
@@ -284,6 +289,10 @@ class Relay:
         return True
 
     def _on_wake(self) -> None:
+        if self._store_down:
+            # A commit of the app does not bring the store back: a pass per commit would
+            # claim and hand back the same rows at the app's pace, not the outage's backoff.
+            return
         self._backoff.reset()
         self._kick.set()
 

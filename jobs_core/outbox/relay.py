@@ -13,8 +13,9 @@ a lease that lapsed mid-pass costs a deduped enqueue, never a second job; that i
 mark or release is left to the lease rather than retried.
 
 Idle, the relay polls like the worker's claim loop (`IdleBackoff` from a floor to `poll`, 5 s
-while the store's wake channel is live) and a wake starts a pass at once. Stores that are
-unavailable when it starts are waited for like the worker's. `stop()` drains in two phases like
+while the store's wake channel is live) and a wake starts a pass at once, unless the last pass
+met a store down: that waits out the outage's backoff. Stores that are unavailable when it
+starts are waited for like the worker's. `stop()` drains in two phases like
 the worker: no new claim, the pass in flight finishes its claimed rows; past the timeout it is
 cancelled and its rows wait for their lease, its unwinding and the wake's close sharing the
 drain's slack (`jobs_core.lifecycle`).

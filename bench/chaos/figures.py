@@ -58,6 +58,9 @@ class Row:
     #: flows: the row's parent and batch, as enqueued.
     parent_id: str | None = None
     batch_id: str | None = None
+    #: the row's attempt history as read (`JobRecord.attempts`), each entry's claim number,
+    #: attempt, outcome and error code: `history_faults` checks it.
+    attempts: tuple[tuple[int, int, str, str | None], ...] = ()
 
 
 @dataclass
@@ -224,6 +227,7 @@ def row_from_record(rec: Any) -> Row:
         rec.claims,
         rec.parent_id,
         rec.batch_id,
+        tuple((a.claims, a.attempt, a.outcome.value, a.error_code) for a in rec.attempts),
     )
 
 

@@ -13,8 +13,9 @@ a lease that lapsed mid-pass costs a deduped enqueue, never a second job; that i
 mark or release is left to the lease rather than retried.
 
 Idle, the relay polls like the worker's claim loop (`IdleBackoff` from a floor to `poll`, 5 s
-while the store's wake channel is live) and a wake starts a pass at once. Stores that are
-unavailable when it starts are waited for like the worker's. `stop()` drains in two phases like
+while the store's wake channel is live) and a wake starts a pass at once, unless the last pass
+met a store down: that waits out the outage's backoff. Stores that are unavailable when it
+starts are waited for like the worker's. `stop()` drains in two phases like
 the worker: no new claim, the pass in flight finishes its claimed rows; past the timeout it is
 cancelled and its rows wait for their lease, its unwinding and the wake's close sharing the
 drain's slack (`jobs_core.lifecycle`).
@@ -104,6 +105,8 @@ class Relay:
         self.wake: WakeSubscription | None = None
         self._backoff = IdleBackoff(min(POLL_FLOOR_MS, self.poll_ms), self.poll_ms)
         self._kick = asyncio.Event()
+        #: The last pass met a store that was down: its wait is the outage's backoff.
+        self._store_down = False
         #: Set by the first `stop()`: a start still waiting for its stores gives up.
         self._halt = asyncio.Event()
         self._forced = asyncio.Event()
@@ -254,13 +257,16 @@ class Relay:
                 if not isinstance(exc, JobsError):
                     log.exception("jobs.relay.pass_crashed %s", self.relay_id)
                 self._backoff.reset()
+                self._store_down = True
                 await self._wait(outage.failed(exc))
                 continue
             if done.outage is not None:
                 # The rows went back in order; the next pass waits out a short pause.
                 self._backoff.reset()
+                self._store_down = True
                 await self._wait(outage.failed(done.outage))
                 continue
+            self._store_down = False
             outage.recovered()
             if done.claimed:
                 self._backoff.reset()
@@ -284,6 +290,10 @@ class Relay:
         return True
 
     def _on_wake(self) -> None:
+        if self._store_down:
+            # A commit of the app does not bring the store back: a pass per commit would
+            # claim and hand back the same rows at the app's pace, not the outage's backoff.
+            return
         self._backoff.reset()
         self._kick.set()
 

@@ -454,16 +454,18 @@ def test_any_delivery_is_answered_never_raised_and_stored_only_when_whole(
         loop.close()
 
 
-@pytest.mark.parametrize("how", ["short", "disconnect"])
+@pytest.mark.parametrize("how", ["short", "disconnect", "past_int_digits"])
 def test_a_body_cut_short_of_its_length_is_a_400_and_stores_nothing(how: str) -> None:
     """An ASGI body that ends before its Content-Length (a server that hands what it got and
-    says no more body), or a disconnect: a JSON 400 and nothing stored — even when the part
-    that arrived is a validly signed body of its own."""
+    says no more body; a length of more digits than Python's int conversion takes), or a
+    disconnect: a JSON 400 and nothing stored — even when the part that arrived is a validly
+    signed body of its own."""
     from starlette.requests import Request
 
     hook = receiver()
     whole = event_body()
-    headers = {**sign(whole, "msg_cut"), "content-length": str(len(whole) + 100)}
+    length = "9" * 5_000 if how == "past_int_digits" else str(len(whole) + 100)
+    headers = {**sign(whole, "msg_cut"), "content-length": length}
     jobs = Jobs(MemoryDriver(), enqueue_retry_s=0)
     messages = [{"type": "http.request", "body": whole, "more_body": how == "disconnect"}]
     if how == "disconnect":

@@ -37,7 +37,7 @@ from jobs_core.redact import SCRUB_EXTRA, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler, StoreSeen
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
-from jobs_core.steps.api import SAGA
+from jobs_core.steps.api import SAGA, waiter_of
 from jobs_core.steps.suspend import StepSuspension
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_org, unwind_record
 from jobs_core.tenant import acting_for
@@ -129,6 +129,8 @@ class Outcomes:
             )
         )
         self.tally(Outcome.SUSPENDED, landed, job)
+        if landed and asked.join:
+            await self._unpark_if_cycle(held, asked.join)
         log.debug(
             "jobs.run.suspended %s %s until %s%s",
             job.name,
@@ -141,6 +143,30 @@ class Outcomes:
             else "",
             extra=job_fields(self._worker_id, job),
         )
+
+    async def _unpark_if_cycle(self, held: Held, join: tuple[str, ...]) -> None:
+        """After a park on `join` landed, end it (cancel the row) if a job of `join` now waits,
+        through parked joins, for this row: a run that parked at the same instant as one it
+        waits for, each having read the other not parked yet (`waiter_of` says why one of them
+        always sees it). A cancel, not a failure: the row is no longer held, and a cancel is
+        the one write that ends a parked row; `jobs.flow.wait_cycle` names the cycle."""
+        job = held.job
+        try:
+            waiter = await waiter_of(self._driver, job.id, join)
+            if waiter is None:
+                return
+            log.warning(
+                "jobs.flow.wait_cycle %s %s: X_JOB_WAIT_CYCLE: job %s waits for it; parked at "
+                "the same instant as the run it waits for, its row is cancelled",
+                job.name,
+                job.id,
+                waiter,
+                extra=job_fields(self._worker_id, job),
+            )
+            if self._driver.capabilities().operator:
+                await self._driver.job_cancel_many([job.id], self._clock.now_ms())
+        except Exception as exc:  # the park stands; the cycle is the operator's to cancel
+            log.error("jobs.flow.wait_cycle_check_failed %s %s: %r", job.name, job.id, exc)
 
     async def _unwind_later(self, failed: ClaimedJob | JobRecord, handle: JobHandle | None) -> None:
         """Enqueue the job that undoes a failed run's compensable steps (deduped per run), acting

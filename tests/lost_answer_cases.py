@@ -13,6 +13,7 @@ carries) and then cuts every connection.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +80,10 @@ def _hourly() -> Any:
 
 async def fire_lost_fires_each_occurrence_once(rig: Rig) -> None:
     """`task_fire` committed (job enqueued, watermark moved), its answer lost: the round fails,
-    the next one is fenced by the stored watermark, and the occurrence is one job; the next
-    occurrence fires as usual."""
+    the next one is fenced by the stored watermark, which shows the scheduler its own fire
+    (the job it sent, the time it sent it): it reports that fire, not a fence — an operator
+    reading `jobs.scheduler.fenced` looks for a second scheduler. The occurrence is one job;
+    the next occurrence fires as usual."""
     clock = FakeClock(JUNE + 5 * MINUTE)
     s = Scheduler(rig.driver, [_hourly()], clock=clock, lease_ttl=3 * 3600)
     assert await s.tick() == []  # leads, arms the mark
@@ -89,8 +92,18 @@ async def fire_lost_fires_each_occurrence_once(rig: Rig) -> None:
     with pytest.raises(DriverUnavailableError):
         await s.tick()
     assert rig.dropped() == 1
-    (again,) = await s.tick()
-    assert again.fenced and again.job_id is None
+    said: list[str] = []
+    hear = logging.Handler()
+    hear.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("jobs").addHandler(hear)
+    try:
+        (again,) = await s.tick()
+    finally:
+        logging.getLogger("jobs").removeHandler(hear)
+    (first,) = await _jobs(rig.direct)
+    assert not again.fenced and again.job_id == first.id, again
+    assert again.occurrence.at_ms == JUNE + HOUR
+    assert not [m for m in said if "jobs.scheduler.fenced" in m], said
     clock.set(JUNE + 2 * HOUR + 1_000)
     (second,) = await s.tick()
     assert second.job_id is not None and not second.fenced

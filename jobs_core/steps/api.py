@@ -616,15 +616,15 @@ class StepApi:
 
     async def _refuse_cycle(self, live: tuple[str, ...], rows: dict[str, JobRecord]) -> None:
         """`X_JOB_WAIT_CYCLE` when a job of `live` waits, through joins, for this run's own job:
-        the park would close a cycle no finish could ever release (`waiter_of`). A row of
+        the park would close a cycle no finish could ever release (`wait_ring`). A row of
         `live` not parked on a join waits for nothing, so a plain fan-out costs no read at all;
-        the race this read-then-park leaves open is closed after the park (`waiter_of`)."""
+        the race this read-then-park leaves open is closed after the park (`wait_ring`)."""
         me = self._job.id
-        waiter = await waiter_of(self._driver, me, [i for i in live if _parked_on_join(rows[i])])
-        if waiter is not None:
+        ring = await wait_ring(self._driver, me, [i for i in live if _parked_on_join(rows[i])])
+        if ring:
             raise WaitCycleError(
-                f"job {waiter} waits for this run's job {me}: the wait would never end",
-                detail=waiter,
+                f"job {ring[0]} waits for this run's job {me}: the wait would never end",
+                detail=ring[0],
             )
 
     async def _enqueue_chunk(self, chunk: list[NewJob]) -> list[EnqueueResult]:
@@ -638,33 +638,36 @@ class StepApi:
         return self._jobs
 
 
-async def waiter_of(driver: JobDriver, me: str, frontier: Sequence[str]) -> str | None:
-    """A job that waits, through the joins parked now, for `me`, reached from `frontier` (the
-    jobs `me` would wait for); None when none does within `MAX_CYCLE_SCAN` jobs. Walks
+async def wait_ring(driver: JobDriver, me: str, frontier: Sequence[str]) -> tuple[str, ...]:
+    """The jobs of a wait cycle through `me`, found from `frontier` (the jobs `me` waits, or
+    would wait, for) along the joins parked now: first the job that waits for `me`, last the
+    job of `frontier` it is reached from; empty when none within `MAX_CYCLE_SCAN` jobs. Walks
     `join_pending` level by level; reads only.
 
     Why a check after the park closes the race the check before it leaves: two runs (or k, in
     a ring) each park on the next and each, AFTER its park landed, walks the parks from its
     own join. Every park lands before its own run's walk starts, so the run whose walk starts
     last finds every other park of the ring already written and reaches itself: at least one
-    run of any ring sees it (both may: each then refuses, none stays parked). A park of the
-    ring can only be undone by a finish, and no row of a ring finishes unless one is refused
-    or cancelled, which ends the ring anyway."""
-    seen = set(frontier)
-    level = list(frontier)
+    run of any ring sees it (several may). A park of the ring can only be undone by a finish,
+    and no row of a ring finishes unless one of them is refused or cancelled, which ends it."""
+    via: dict[str, str] = dict.fromkeys(frontier, me)
+    level = list(via)
     while level:
         ahead: list[str] = []
         for at in range(0, len(level), MAX_BULK_IDS):
             pending = await driver.join_pending(level[at : at + MAX_BULK_IDS])
             for waiter, deps in pending.items():
                 if me in deps:
-                    return waiter
+                    ring = [waiter]
+                    while via[ring[-1]] != me:
+                        ring.append(via[ring[-1]])
+                    return tuple(ring)
                 for dep in deps:
-                    if dep not in seen and len(seen) < MAX_CYCLE_SCAN:
-                        seen.add(dep)
+                    if dep not in via and len(via) < MAX_CYCLE_SCAN:
+                        via[dep] = waiter
                         ahead.append(dep)
         level = ahead
-    return None
+    return ()
 
 
 def _parked_on_join(row: JobRecord) -> bool:

@@ -166,8 +166,8 @@ class Outcomes:
             if not ring:
                 return
             row = (await self._driver.job_get_many([job.id])).get(job.id)
-            if row is None or row.state is not JobState.PARKED or row.join is None:
-                return  # released meanwhile: the ring is ended already
+            if row is None or row.state is not JobState.PARKED or row.claims != job.claims:
+                return  # released meanwhile (the ring is ended already), or parked anew since
             log.warning(
                 "jobs.flow.wait_cycle %s %s: X_JOB_WAIT_CYCLE: it waits, through %s, for "
                 "itself (parked at the same instant as a run it waits for); its row is cancelled",

@@ -71,10 +71,13 @@ ENQUEUE_RETRY_CEILING_S: Final = 1.0
 
 @dataclass(frozen=True, slots=True)
 class EventSent:
-    """What `send_event` did: the event's id, and how many waiting runs it woke at once."""
+    """What `send_event` did: the event's id, and how many waiting runs it woke at once —
+    None when that is unknown: a try failed `X_DRIVER_UNAVAILABLE` (it may have landed and
+    woken runs; its count went with its answer) and the resend, finding the id stored, woke
+    none. The store keeps the event, not the count, so no resend can read it back."""
 
     id: str
-    woken: int
+    woken: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +320,9 @@ class Jobs:
         the call. `all_tenants=True` publishes it for every tenant's waits (it then names no
         tenant: `tenant_id=` with it is refused).
 
+        `woken` is how many runs this publish woke; None after an answer lost on the way
+        (`EventSent`): the runs were woken, the count is unknown.
+
         The event is kept for `ttl` (seconds or a timedelta; 7 days by default), so a wait
         that begins later and asks for earlier events (`since=`) still finds it. Retried like
         an enqueue under the same id: a repeat stores nothing and wakes nothing. Pass your own
@@ -360,8 +366,20 @@ class Jobs:
             tenant_id=tenant,
             all_tenants=all_tenants,
         )
-        woken = await self._retrying(lambda: self.driver.event_publish(record))
-        return EventSent(record.id, woken)
+        tries_failed = False
+
+        async def publish() -> int:
+            nonlocal tries_failed
+            try:
+                return await self.driver.event_publish(record)
+            except DriverUnavailableError:
+                tries_failed = True
+                raise
+
+        woken = await self._retrying(publish)
+        # A resend that woke some proves the failed try stored nothing; one that woke none
+        # may be answering a try that landed and woke runs: its count is lost, not zero.
+        return EventSent(record.id, None if tries_failed and woken == 0 else woken)
 
     def send_event_sync(self, name: str, data: Any = None, **options: Any) -> EventSent:
         """`send_event` from sync code."""

@@ -13,6 +13,7 @@ carries) and then cuts every connection.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +80,10 @@ def _hourly() -> Any:
 
 async def fire_lost_fires_each_occurrence_once(rig: Rig) -> None:
     """`task_fire` committed (job enqueued, watermark moved), its answer lost: the round fails,
-    the next one is fenced by the stored watermark, and the occurrence is one job; the next
-    occurrence fires as usual."""
+    the next one is fenced by the stored watermark, which shows the scheduler its own fire
+    (the job it sent, the time it sent it): it reports that fire, not a fence — an operator
+    reading `jobs.scheduler.fenced` looks for a second scheduler. The occurrence is one job;
+    the next occurrence fires as usual."""
     clock = FakeClock(JUNE + 5 * MINUTE)
     s = Scheduler(rig.driver, [_hourly()], clock=clock, lease_ttl=3 * 3600)
     assert await s.tick() == []  # leads, arms the mark
@@ -89,8 +92,18 @@ async def fire_lost_fires_each_occurrence_once(rig: Rig) -> None:
     with pytest.raises(DriverUnavailableError):
         await s.tick()
     assert rig.dropped() == 1
-    (again,) = await s.tick()
-    assert again.fenced and again.job_id is None
+    said: list[str] = []
+    hear = logging.Handler()
+    hear.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("jobs").addHandler(hear)
+    try:
+        (again,) = await s.tick()
+    finally:
+        logging.getLogger("jobs").removeHandler(hear)
+    (first,) = await _jobs(rig.direct)
+    assert not again.fenced and again.job_id == first.id, again
+    assert again.occurrence.at_ms == JUNE + HOUR
+    assert not [m for m in said if "jobs.scheduler.fenced" in m], said
     clock.set(JUNE + 2 * HOUR + 1_000)
     (second,) = await s.tick()
     assert second.job_id is not None and not second.fenced
@@ -396,8 +409,8 @@ async def relay_publish_lost_creates_each_job_once(rig: Rig) -> None:
 async def publish_lost_wakes_the_waiter_once(rig: Rig) -> None:
     """`event_publish` committed (the event stored, the parked run woken), its answer lost:
     `send_event` sends the SAME record again, which stores nothing and wakes nothing, so the
-    caller is answered with the event's id and the run resumes once with its data. (`woken`
-    then counts only what the answered call woke: none.)"""
+    caller is answered with the event's id and the run resumes once with its data. `woken` is
+    None, not the 0 the answered call woke: how many the lost first call woke is unknown."""
 
     async def body(input: Any, ctx: JobContext) -> Any:
         return await ctx.step.wait_for_event("paid", "order.paid", match={"order": 7})
@@ -418,7 +431,7 @@ async def publish_lost_wakes_the_waiter_once(rig: Rig) -> None:
             "order.paid", {"order": 7}, id="evt-paid-7", tenant_id=None
         )
         got = (rig.dropped(), told.id, told.woken)
-        assert got == (1, "evt-paid-7", 0), got
+        assert got == (1, "evt-paid-7", None), got
         await until(lambda: state_is(JobState.COMPLETED), within=8)
     finally:
         await worker.stop(timeout=5)

@@ -102,6 +102,8 @@ class Scheduler:
         self._next: dict[str, int] = {}
         #: A task held back (paused, refused) until then.
         self._held: dict[str, int] = {}
+        # Per task, the fire whose answer was lost: (occurrence, job id sent, now_ms sent).
+        self._unanswered: dict[str, tuple[Occurrence, str, int]] = {}
         self._round: asyncio.Task[list[Fired]] | None = None
         self._loop: asyncio.Task[None] | None = None
         self._started = False
@@ -344,14 +346,29 @@ class Scheduler:
             self._held[t.name] = now + REFUSED_RETRY_MS
             log.error("jobs.scheduler.fire_refused %s at=%d: %s", t.name, at, exc)
             return None
-        answer = await self.driver.task_fire(
-            TaskFire(t.name, mark.watermark_ms, at, last, record, now)
-        )
+        try:
+            answer = await self.driver.task_fire(
+                TaskFire(t.name, mark.watermark_ms, at, last, record, now)
+            )
+        except Exception:
+            # It may have landed: the next fence's stored mark tells (`_own_fire`).
+            self._unanswered[t.name] = (occurrence, record.id, now)
+            raise
+        unanswered = self._unanswered.pop(t.name, None)
         if answer.mark is None:
             await self._arm([t.name], now)  # the mark went (an operator removed it)
             return Fired(t.name, occurrence, None, fenced=True)
         self._remember(answer.mark)
         if answer.enqueued is None:
+            own = _own_fire(answer.mark, unanswered)
+            if own is not None:
+                log.info(
+                    "jobs.scheduler.fired %s at=%d job=%s (landed; its answer was lost)",
+                    t.name,
+                    own.occurrence.at_ms,
+                    own.job_id,
+                )
+                return own
             log.warning(
                 "jobs.scheduler.fenced %s at=%d: watermark already %d",
                 t.name,
@@ -366,6 +383,22 @@ class Scheduler:
             level, "jobs.scheduler.fired %s at=%d job=%s%s", t.name, at, answer.enqueued.id, skipped
         )
         return Fired(t.name, occurrence, answer.enqueued.id, deduped=answer.enqueued.deduped)
+
+
+def _own_fire(mark: TaskMark, unanswered: tuple[Occurrence, str, int] | None) -> Fired | None:
+    """The fire whose answer was lost, when the stored mark shows it is the one that landed:
+    its occurrence, and the job it sent (or the live job its key deduped into: then the mark
+    holds that job's id, and the fire's own time tells it apart from another scheduler's)."""
+    if unanswered is None:
+        return None
+    occurrence, job_id, sent_ms = unanswered
+    if mark.fired_ms != occurrence.at_ms or mark.fired_job_id is None:
+        return None
+    if mark.fired_job_id != job_id and mark.fired_at_ms != sent_ms:
+        return None
+    return Fired(
+        occurrence.task, occurrence, mark.fired_job_id, deduped=mark.fired_job_id != job_id
+    )
 
 
 def _seconds(ms: int | None) -> float | None:

@@ -616,26 +616,16 @@ class StepApi:
 
     async def _refuse_cycle(self, live: tuple[str, ...], rows: dict[str, JobRecord]) -> None:
         """`X_JOB_WAIT_CYCLE` when a job of `live` waits, through joins, for this run's own job:
-        the park would close a cycle no finish could ever release. Walks the joins parked now
-        (`join_pending`), level by level, up to `MAX_CYCLE_SCAN` jobs; a row not parked on a
-        join waits for nothing, so a plain fan-out costs no read at all."""
+        the park would close a cycle no finish could ever release (`wait_ring`). A row of
+        `live` not parked on a join waits for nothing, so a plain fan-out costs no read at all;
+        the race this read-then-park leaves open is closed after the park (`wait_ring`)."""
         me = self._job.id
-        frontier = [i for i in live if _parked_on_join(rows[i])]
-        seen = set(live)
-        while frontier:
-            level, frontier = frontier, []
-            for at in range(0, len(level), MAX_BULK_IDS):
-                pending = await self._driver.join_pending(level[at : at + MAX_BULK_IDS])
-                for waiter, deps in pending.items():
-                    if me in deps:
-                        raise WaitCycleError(
-                            f"job {waiter} waits for this run's job {me}: the wait would never end",
-                            detail=waiter,
-                        )
-                    for dep in deps:
-                        if dep not in seen and len(seen) < MAX_CYCLE_SCAN:
-                            seen.add(dep)
-                            frontier.append(dep)
+        ring = await wait_ring(self._driver, me, [i for i in live if _parked_on_join(rows[i])])
+        if ring:
+            raise WaitCycleError(
+                f"job {ring[0]} waits for this run's job {me}: the wait would never end",
+                detail=ring[0],
+            )
 
     async def _enqueue_chunk(self, chunk: list[NewJob]) -> list[EnqueueResult]:
         return await self._client()._retrying(lambda: self._driver.job_enqueue_many(chunk))
@@ -646,6 +636,38 @@ class StepApi:
         if self._jobs is None:
             self._jobs = Jobs(self._driver, clock=self._clock)
         return self._jobs
+
+
+async def wait_ring(driver: JobDriver, me: str, frontier: Sequence[str]) -> tuple[str, ...]:
+    """The jobs of a wait cycle through `me`, found from `frontier` (the jobs `me` waits, or
+    would wait, for) along the joins parked now: first the job that waits for `me`, last the
+    job of `frontier` it is reached from; empty when none within `MAX_CYCLE_SCAN` jobs. Walks
+    `join_pending` level by level; reads only.
+
+    Why a check after the park closes the race the check before it leaves: two runs (or k, in
+    a ring) each park on the next and each, AFTER its park landed, walks the parks from its
+    own join. Every park lands before its own run's walk starts, so the run whose walk starts
+    last finds every other park of the ring already written and reaches itself: at least one
+    run of any ring sees it (several may). A park of the ring can only be undone by a finish,
+    and no row of a ring finishes unless one of them is refused or cancelled, which ends it."""
+    via: dict[str, str] = dict.fromkeys(frontier, me)
+    level = list(via)
+    while level:
+        ahead: list[str] = []
+        for at in range(0, len(level), MAX_BULK_IDS):
+            pending = await driver.join_pending(level[at : at + MAX_BULK_IDS])
+            for waiter, deps in pending.items():
+                if me in deps:
+                    ring = [waiter]
+                    while via[ring[-1]] != me:
+                        ring.append(via[ring[-1]])
+                    return tuple(ring)
+                for dep in deps:
+                    if dep not in via and len(via) < MAX_CYCLE_SCAN:
+                        via[dep] = waiter
+                        ahead.append(dep)
+        level = ahead
+    return ()
 
 
 def _parked_on_join(row: JobRecord) -> bool:

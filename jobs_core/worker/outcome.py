@@ -37,7 +37,7 @@ from jobs_core.redact import SCRUB_EXTRA, secrets_of
 from jobs_core.semantics import LEASE_LAPSED_ERROR
 from jobs_core.settle import Settler, StoreSeen
 from jobs_core.states import ENDING_OUTCOMES, JobState, Outcome
-from jobs_core.steps.api import SAGA
+from jobs_core.steps.api import SAGA, wait_ring
 from jobs_core.steps.suspend import StepSuspension
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_org, unwind_record
 from jobs_core.tenant import acting_for
@@ -48,6 +48,9 @@ from jobs_core.worker.stats import WorkerStats
 
 log = logging.getLogger("jobs")
 
+#: How long a run that parked into a wait cycle, not of its ring's least id, leaves that one to
+#: end it (`Outcomes._unpark_if_cycle`): far above the few round trips that takes.
+RING_DEFER_S = 1.0
 #: Tries of an `on_settled` hook before it is given up (never rethrown).
 ON_SETTLED_TRIES = 3
 #: How long the mark of a reported burial is kept (`Outcomes._first_report`): longer than any
@@ -129,6 +132,8 @@ class Outcomes:
             )
         )
         self.tally(Outcome.SUSPENDED, landed, job)
+        if landed and asked.join:
+            await self._unpark_if_cycle(held, asked.join)
         log.debug(
             "jobs.run.suspended %s %s until %s%s",
             job.name,
@@ -141,6 +146,40 @@ class Outcomes:
             else "",
             extra=job_fields(self._worker_id, job),
         )
+
+    async def _unpark_if_cycle(self, held: Held, join: tuple[str, ...]) -> None:
+        """After a park on `join` landed, end it (cancel the row) if a job of `join` now waits,
+        through parked joins, for this row: a run that parked at the same instant as one it
+        waits for, each having read the other not parked yet (`wait_ring` says why one of them
+        always sees it). A cancel, not a failure: the row is no longer held, and a cancel is
+        the one write that ends a parked row; `jobs.flow.wait_cycle` names the cycle.
+
+        Several runs of a ring may see it at once; the one of least id ends its row at once,
+        any other only if it is still parked in a ring `RING_DEFER_S` later (the first cancel
+        released it), so one run is ended, not each — unless the least one did not see it."""
+        job = held.job
+        try:
+            ring = await wait_ring(self._driver, job.id, join)
+            if ring and job.id > min(ring):
+                await asyncio.sleep(RING_DEFER_S)
+                ring = await wait_ring(self._driver, job.id, join)
+            if not ring:
+                return
+            row = (await self._driver.job_get_many([job.id])).get(job.id)
+            if row is None or row.state is not JobState.PARKED or row.claims != job.claims:
+                return  # released meanwhile (the ring is ended already), or parked anew since
+            log.warning(
+                "jobs.flow.wait_cycle %s %s: X_JOB_WAIT_CYCLE: it waits, through %s, for "
+                "itself (parked at the same instant as a run it waits for); its row is cancelled",
+                job.name,
+                job.id,
+                " -> ".join(reversed(ring)),
+                extra=job_fields(self._worker_id, job),
+            )
+            if self._driver.capabilities().operator:
+                await self._driver.job_cancel_many([job.id], self._clock.now_ms())
+        except Exception as exc:  # the park stands; the cycle is the operator's to cancel
+            log.error("jobs.flow.wait_cycle_check_failed %s %s: %r", job.name, job.id, exc)
 
     async def _unwind_later(self, failed: ClaimedJob | JobRecord, handle: JobHandle | None) -> None:
         """Enqueue the job that undoes a failed run's compensable steps (deduped per run), acting

@@ -18,6 +18,7 @@ from jobs_core.facade import Jobs
 from jobs_core.ids import derived_id
 from jobs_core.records import JobFilter, JoinPolicy, JoinState, StepPut
 from jobs_core.states import JobState
+from jobs_core.worker import Worker
 from tests.core.flows_support import FAST, ONCE, driver, ended, listed, row, working
 from tests.core.support import declare, until
 
@@ -307,3 +308,59 @@ async def test_a_wait_that_closes_a_cycle_is_refused_not_parked_forever(
         for k in await listed(driver, JobFilter(parent_id=job_id)):
             assert k.state is JobState.DEAD and k.join is not None, k
     await client.close()
+
+
+async def test_two_runs_that_start_waiting_for_each_other_at_once_are_never_both_parked(
+    driver: JobDriver,
+) -> None:
+    """Two runs each gather the other, both bodies past their start before either gathers: each
+    check reads the other still running, so both park. The check after the park sees the cycle
+    (at least one of the two does: each park lands before its own read) and that run's row is
+    cancelled, which releases the other: never both parked. Half the pairs meet at a barrier
+    (the race forced), half start as they are claimed (the race as timing makes it). With
+    `return_errors=True` the released run completes: when both see the cycle only the one of
+    least id is ended (the other waits `RING_DEFER_S`, a second, for that cancel: a few round
+    trips)."""
+    arrived: dict[str, int] = Counter()
+    both_in: dict[str, asyncio.Event] = {}
+
+    async def pair(input: Any, ctx: JobContext) -> Any:
+        if input["barrier"]:
+            arrived[input["pair"]] += 1
+            if arrived[input["pair"]] == 2:
+                both_in[input["pair"]].set()
+            await asyncio.wait_for(both_in[input["pair"]].wait(), 5)
+        got = await ctx.step.gather("other", [input["other"]], return_errors=True)
+        return [str(g) for g in got]
+
+    ph = declare(pair, name="cyc-pair", retry=ONCE)
+    client = Jobs(driver)
+    worker = Worker(driver, [ph], concurrency=4, poll_floor=0.001, poll_ceiling=0.02, lease=5.0)
+    ended_as: list[tuple[JobState, ...]] = []
+    await worker.start()
+    try:
+        for n in range(12):
+            key, barrier = f"p{n}", n % 2 == 0
+            both_in[key] = asyncio.Event()
+            a, b = f"{key}-a", f"{key}-b"
+            for me, other in ((a, b), (b, a)):
+                await client.enqueue(
+                    ph, {"n": me, "pair": key, "other": other, "barrier": barrier}, id=me
+                )
+            try:
+                await until(ended(driver, a, b), within=5)
+            except AssertionError:
+                rows = await driver.job_get_many([a, b])
+                raise AssertionError(f"pair {key} left live: {rows}") from None
+            rows = await driver.job_get_many([a, b])
+            ended_as.append(tuple(sorted(r.state for r in rows.values())))
+    finally:
+        await worker.stop()
+        await client.close()
+    assert set(ended_as) <= {
+        (JobState.CANCELLED, JobState.COMPLETED),
+        (JobState.COMPLETED, JobState.DEAD),  # the check before the park saw the other parked
+        (JobState.CANCELLED, JobState.CANCELLED),
+        (JobState.COMPLETED, JobState.COMPLETED),  # the first ran before the second was enqueued
+    }, ended_as
+    assert (JobState.CANCELLED, JobState.CANCELLED) not in ended_as, ended_as

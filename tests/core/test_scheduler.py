@@ -435,3 +435,25 @@ def test_a_second_task_under_a_name_is_a_duplicate() -> None:
     with pytest.raises(JobDuplicateError):
         task("t", cron="@hourly", tz="UTC", job=j, input={"kind": "a"}, registry=registry)
     assert registry.names() == ["t"]
+
+
+def test_a_lost_fire_is_told_apart_from_another_schedulers_by_the_stored_mark() -> None:
+    """After a fire's answer was lost, the fenced answer's mark says whose fire landed: the
+    occurrence must be the lost one's, and its job the one sent — or, when the key deduped it
+    into a live job (the mark then names that job), the fire's time the one sent. Anything
+    else is another scheduler's fire: a real fence."""
+    from jobs_core.records import TaskMark
+    from jobs_core.scheduler.role import Fired, _own_fire
+
+    at = 3_600_000
+    lost = (Occurrence("t", at, at, at, "UTC"), "job-1", 5_000)
+
+    def mark(fired_ms: int, job_id: str | None, fired_at_ms: int) -> TaskMark:
+        return TaskMark("t", at, fired_ms, job_id, fired_at_ms)
+
+    assert _own_fire(mark(at, "job-1", 5_000), None) is None  # no fire of ours was lost
+    assert _own_fire(mark(at, "job-1", 5_000), lost) == Fired("t", lost[0], "job-1")
+    assert _own_fire(mark(at, "live-9", 5_000), lost) == Fired("t", lost[0], "live-9", True)
+    assert _own_fire(mark(at, "job-2", 5_001), lost) is None  # another's fire of it
+    assert _own_fire(mark(at + 1, "job-1", 5_000), lost) is None  # a later occurrence's
+    assert _own_fire(mark(at, None, 5_000), lost) is None

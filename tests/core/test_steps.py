@@ -12,7 +12,7 @@ from typing import Any
 from jobs_core.clock import SystemClock
 from jobs_core.context import JobContext
 from jobs_core.driver import MAX_TIME_MS
-from jobs_core.errors import TerminalError
+from jobs_core.errors import DriverUnavailableError, TerminalError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle
 from jobs_core.records import ClaimParams, CounterReadParams, JobRecord, Nack, NackKind, StepPut
@@ -167,6 +167,39 @@ async def test_an_event_wakes_a_waiting_run_and_a_timeout_answers_none() -> None
     await running(driver, [h], ended(driver, lapse.id))
     assert (await row(driver, wait.id)).result_json == '{"got":{"order":1.0,"carrier":"ups"}}'
     assert (await row(driver, lapse.id)).result_json == '{"got":null}'
+
+
+async def test_a_resend_that_wakes_runs_answers_its_count_and_one_that_wakes_none_unknown() -> None:
+    """A publish try fails `X_DRIVER_UNAVAILABLE` before it is sent: the resend stores the
+    event and wakes the run, so its count is the truth (1). Failing before it was sent or
+    after it landed look alike to the caller, so a resend answering 0 is `woken=None`."""
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    jobs.enqueue_retry_s = 5
+
+    async def body(input: Any, ctx: JobContext) -> Any:
+        return await ctx.step.wait_for_event("paid", "order.paid", match={"order": input["n"]})
+
+    h = declare(body, name="payer", retry=FAST, event_poll=30)
+    wait = await jobs.enqueue(h, {"n": 1})
+
+    async def parked() -> bool:
+        return (await row(driver, wait.id)).state is JobState.PARKED
+
+    await running(driver, [h], parked)
+    publish = driver._event_publish
+    tries: list[str] = []
+
+    async def unreachable_once(event: Any) -> int:
+        tries.append(event.id)
+        if tries.count(event.id) == 1 and len(set(tries)) < 3:  # each of the first two events
+            raise DriverUnavailableError("the store went away")
+        return await publish(event)
+
+    driver._event_publish = unreachable_once  # type: ignore[method-assign]
+    assert (await jobs.send_event("order.paid", {"order": 1})).woken == 1
+    assert (await jobs.send_event("order.paid", {"order": 2})).woken is None
+    assert (await jobs.send_event("order.paid", {"order": 3})).woken == 0
 
 
 async def test_a_wait_may_count_events_sent_since_the_enqueue() -> None:

@@ -232,3 +232,24 @@ async def test_the_readme_samples_show_what_the_cli_prints(
     tasks_sample = text.split("`ujobs tasks` lists each task", 1)[1]
     sample_header = next(line for line in tasks_sample.splitlines() if line.startswith("┃"))
     assert _printed_header(tasks) == [c.strip() for c in sample_header.strip("┃").split("┃")]
+
+
+def test_no_commands_help_sends_a_user_into_the_source() -> None:
+    """Every `--help` (and the CLI reference page, rendered from them) explains in its own
+    words: an installed user has no checkout to open a `jobs_core/….py` in."""
+    import click
+    from click.testing import CliRunner
+
+    from jobs_core.cli import main
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = [path]
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                found += walk(sub, (*path, name))
+        return found
+
+    for path in walk(main, ()):
+        shown = CliRunner().invoke(main, [*path, "--help"], env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, (path, shown.output)
+        assert not re.search(r"jobs_(?:core|pg|redis|memory)/|\.py\b", shown.output), path

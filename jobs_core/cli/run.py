@@ -175,8 +175,9 @@ def worker(
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
 
-    With --processes N (or --max-jobs-per-process), this process supervises N such workers
-    (see jobs_core/worker/supervisor.py); /metrics then serves the whole group on one port.
+    With --processes N (or --max-jobs-per-process), this process supervises N such workers: it
+    restarts one that dies and drains them all on SIGTERM or Ctrl-C; /metrics then serves the
+    whole group on one port.
     """
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
     child = None

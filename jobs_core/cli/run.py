@@ -45,6 +45,7 @@ from jobs_core.errors import (
     InputInvalidError,
     JobNotRegisteredError,
     JobsError,
+    KeyRequiredError,
     OptionInvalidError,
 )
 from jobs_core.facade import Jobs
@@ -551,6 +552,13 @@ def enqueue(
             raise InputInvalidError(f"INPUT_JSON is not JSON: {exc}", detail=job_name) from None
         except RecursionError:
             raise InputInvalidError("INPUT_JSON nests too deep", detail=job_name) from None
+        if key is None and handle.key is None:
+            # Refused here as the library would, but naming the option this command takes.
+            raise KeyRequiredError(
+                f"{job_name!r} declares no idempotency_key: pass --key KEY (one job per key),"
+                " or declare idempotency_key= (each_enqueue for a fresh key every time)",
+                detail=job_name,
+            )
         options: dict[str, Any] = {"key": key, "priority": priority}
         if delay is not None:
             options["delay_ms"] = round(delay * 1000)

@@ -191,7 +191,11 @@ BY_CODE: Final[dict[str, str]] = {
     "X_STEP_NAME_INVALID": "Use a short printable step name.",
     "X_STEP_OUTPUT_INVALID": "Return JSON values within the bound from the step.",
     "X_STEP_TIMEOUT": "Raise the step's timeout, or make it faster.",
-    "X_TASK_CRON_INVALID": "Fix the cron: 5 fields, or 6 with seconds last.",
+    "X_SYNC_CALL_IN_LOOP": (
+        "In async code (an `async def` view or body, `python -m asyncio`), await the method "
+        "without `_sync`; the `_sync` forms are for code with no event loop of its own."
+    ),
+    "X_TASK_CRON_INVALID": "Fix the cron: 5 fields (minute first), or 6 with seconds first.",
     "X_TASK_TZ_INVALID": "Name an IANA zone such as `Europe/Paris`.",
     "X_WORKER_ERROR": "A bug around the body: report it with the worker's log line.",
     "X_WEBHOOK_BODY_INVALID": (

@@ -99,6 +99,7 @@ CODES: Final[dict[str, str]] = {
     "X_RATE_LIMITED": "the job was deferred by a rate limit",
     "X_RESULT_FAILED": "the job finished without completing: dead, failed or cancelled",
     "X_RESULT_TIMEOUT": "the job did not finish before the wait for its result timed out",
+    "X_SYNC_CALL_IN_LOOP": "a `_sync` method was called from a running event loop",
     "X_STEP_COMPENSATION_FAILED": "a compensation raised while a failed run was undone",
     "X_STEP_DUPLICATE": "a step name is used twice in one run",
     "X_STEP_NAME_INVALID": "a step name is not one the store can record",
@@ -528,6 +529,12 @@ class ResultFailedError(JobsError):
         self.job_id = job_id
         self.state = state
         self.error = error
+
+
+class SyncCallInLoopError(JobsError, RuntimeError):
+    """A `_sync` method was called from a running event loop."""
+
+    code = "X_SYNC_CALL_IN_LOOP"
 
 
 class ResultTimeoutError(JobsError):
@@ -1096,6 +1103,7 @@ _CLASSES: Final[dict[str, type[JobsError]]] = {
         # -- process executor --
         ExecutorInvalidError,
         ProcessDiedError,
+        SyncCallInLoopError,
     )
 }
 

@@ -29,6 +29,7 @@ from jobs_core.errors import (
     DependencyUnknownError,
     DriverUnavailableError,
     OptionInvalidError,
+    SyncCallInLoopError,
     TenantMismatchError,
 )
 from jobs_core.ids import FreshIds, new_id
@@ -393,7 +394,10 @@ class Jobs:
             pass
         else:
             coro.close()
-            raise RuntimeError("called from a running event loop: await the async method instead")
+            raise SyncCallInLoopError(
+                "called from a running event loop, which it would block: await the async method"
+                " instead (`await handle.enqueue(...)`, not `enqueue_sync`)"
+            )
         return self._run_elsewhere(coro)
 
     def _run_elsewhere(self, coro: Coroutine[Any, Any, T]) -> T:

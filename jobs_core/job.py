@@ -227,7 +227,9 @@ def job(
 def job(
     fn: JobBody | None = None,
     *,
-    tenant: TenantSpec,
+    # Required (the overloads say so to a type checker); None here so a `@job()` without it
+    # is refused by its code, naming the option, rather than by Python's TypeError.
+    tenant: TenantSpec | None = None,
     name: str | None = None,
     queue: str = "default",
     idempotency_key: KeySpec = None,
@@ -274,6 +276,12 @@ def job(
         _check_name(job_name, "name")
         assert isinstance(job_name, str)
         _check_name(queue, "queue")
+        if tenant is None:
+            raise TenantRequiredError(
+                "tenant= is required: a function of the input answering the org the body acts"
+                " for, or 'none' for a job that acts for no org",
+                detail=job_name,
+            )
         if tenant != "none" and not callable(tenant):
             raise TenantRequiredError(
                 "tenant must be 'none' or a function of the input", detail=job_name

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable
@@ -409,3 +411,21 @@ async def test_an_unwound_saga_is_requeued_only_fresh(store_url: str, app: Path)
     assert fresh == [{"id": "saga-1", "answer": "requeued"}]
     shown = json.loads(ok(await run("jobs", "show", "saga-1", "--json")))
     assert shown["state"] == "ready" and shown["run_id"] != "run-saga-1" and shown["steps"] == []
+
+
+async def test_the_all_refusal_suggests_a_command_that_acts_on_its_verbs_jobs(
+    store_url: str, app: Path, filled: dict[str, str]
+) -> None:
+    """`ujobs jobs VERB --all` alone names an example to copy: run as written, it finds jobs
+    that verb can act on (a delayed job promoted and cancelled, a dead one requeued), never a
+    state the verb refuses (`promote --all --state dead` promotes nothing)."""
+    run = lambda *a: asyncio.to_thread(ujobs_here, *a, url=store_url)  # noqa: E731
+    # Paused, the fixture's worker cannot run the promoted or requeued job meanwhile.
+    assert "paused" in ok(await run("pause", "payments"))
+    for verb, answer in (("promote", "promoted"), ("cancel", "cancelled"), ("requeue", "requeued")):
+        done = await run("jobs", verb, "--all")
+        refused(done, "X_CLI_USAGE_INVALID")
+        suggested = re.search(r"`ujobs (jobs [^`]+)`", done.stdout + done.stderr)
+        assert suggested, done.stdout + done.stderr
+        bulk = json.loads(ok(await run(*shlex.split(suggested.group(1)), "--json")))
+        assert bulk["answers"] == {answer: 1}, (verb, suggested.group(1), bulk)

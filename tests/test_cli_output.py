@@ -30,7 +30,7 @@ from jobs_core.states import JobState
 from jobs_core.urls import driver_from_url
 from jobs_core.worker import Worker
 from tests.cli_forks import Forked, forked
-from tests.core.support import ROOT, code_path, declare, until
+from tests.core.support import ROOT, cli_commands, code_path, declare, until
 from tests.dashboard import shopapp
 
 MARKUP_NAME = "report[/x] [bold]:smile:"
@@ -232,3 +232,16 @@ async def test_the_readme_samples_show_what_the_cli_prints(
     tasks_sample = text.split("`ujobs tasks` lists each task", 1)[1]
     sample_header = next(line for line in tasks_sample.splitlines() if line.startswith("┃"))
     assert _printed_header(tasks) == [c.strip() for c in sample_header.strip("┃").split("┃")]
+
+
+def test_no_commands_help_sends_a_user_into_the_source() -> None:
+    """Every `--help` (and the CLI reference page, rendered from them) explains in its own
+    words: an installed user has no checkout to open a `jobs_core/….py` in."""
+    from click.testing import CliRunner
+
+    from jobs_core.cli import main
+
+    for path in cli_commands(main):
+        shown = CliRunner().invoke(main, [*path, "--help"], env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, (path, shown.output)
+        assert not re.search(r"jobs_(?:core|pg|redis|memory)/|\.py\b", shown.output), path

@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 
 from jobs_core.cli import main
 from jobs_core.error_help import what_to_do
 from jobs_core.errors import CODES
 from jobs_core.states import JobState
+from tests.core.support import cli_commands
 from tests.test_docs_factories import SECTIONS, example
 from tests.test_readme_examples import FENCE, PAGES
 
@@ -88,19 +88,10 @@ def test_the_site_builds_strictly_with_the_codes_metrics_and_states_generated(
         assert f"<code>{metric}</code>" in operations, metric
     cli = (tmp_path / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     assert "--log-format" in cli
-    for path in _commands(main, ("ujobs",)):
+    for path in cli_commands(main, ("ujobs",)):
         assert f'id="{"-".join(path)}"' in cli, " ".join(path)
     api = (tmp_path / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "enqueue_sync" in api and "DriverSuite" in api
-
-
-def _commands(group: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """Every command under `group`, as its words (`("ujobs", "jobs", "list")`)."""
-    found = [path]
-    if isinstance(group, click.Group):
-        for name, command in group.commands.items():
-            found += _commands(command, (*path, name))
-    return found
 
 
 def test_every_error_code_has_a_meaning_and_advice() -> None:

@@ -32,6 +32,13 @@ from jobs_core.urls import mask_text
 if TYPE_CHECKING:
     from jobs_core.job import JobHandle
 
+    _IntParam = click.ParamType[int]
+    _FloatParam = click.ParamType[float]
+else:
+    # click's ParamType takes a type argument from 8.4 on; below that (pyproject allows 8.1)
+    # subscripting it raises TypeError and no command imports. The checker sees the typed form.
+    _IntParam = _FloatParam = click.ParamType
+
 # A command imports what it runs when it runs (here: the zone, the jobs module, the version), so
 # a verb pays for its own imports only (docs/operations.md, "Start-up").
 
@@ -185,7 +192,7 @@ def _required_driver(url: str | None, command: str) -> str:
     )
 
 
-class Whole(click.ParamType[int]):
+class Whole(_IntParam):
     """An integer option: ASCII digits alone (`ascii_whole`: click's own reads "2_0" as 20, "+2"
     and other scripts' digits), within `[minimum, maximum]`; else a usage error naming the
     option (`X_CLI_USAGE_INVALID`)."""
@@ -213,7 +220,7 @@ WHOLE: Final = Whole()
 WEEK_S: Final = 7 * 24 * 3600.0
 
 
-class Seconds(click.ParamType[float]):
+class Seconds(_FloatParam):
     """A duration option: ASCII digits with an optional fraction alone (`ascii_decimal`:
     click's own `float` reads "1_0", other scripts' digits, "nan" and "inf"), within
     `[minimum, maximum]`; else a usage error naming the option (`X_CLI_USAGE_INVALID`)."""

@@ -223,6 +223,17 @@ def jobs_show(job_id: str, url: str | None, app: str | None, tz: str | None, as_
             print_family(view, family)
 
 
+#: The state the `--all` refusal's example names for each verb: one it acts on (a dead job is
+#: never promoted nor cancelled), so the example copied does what the verb is for.
+_EXAMPLE_STATE: dict[Action, str] = {
+    Action.CANCEL: "ready",
+    Action.REQUEUE: "dead",
+    Action.REQUEUE_FRESH: "dead",
+    Action.PROMOTE: "ready",
+    Action.REMOVE: "dead",
+}
+
+
 def _steer(verb: Action, verb_help: str) -> None:
     """The command `ujobs jobs <verb>`; `requeue` takes `--fresh` (the `REQUEUE_FRESH` action)."""
 
@@ -249,8 +260,7 @@ def _steer(verb: Action, verb_help: str) -> None:
                     CliUsageInvalidError(
                         f"--all takes no ids and at least one filter (--state, --queue, --name,"
                         f" --tenant, --acts-for, --parent, --batch): `ujobs jobs {verb.value}"
-                        " --all --state"
-                        " dead`"
+                        f" --all --state {_EXAMPLE_STATE[verb]}`"
                     )
                 )
             report = _run(url, None, lambda op: op.act_all(action, f))

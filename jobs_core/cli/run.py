@@ -45,6 +45,7 @@ from jobs_core.errors import (
     InputInvalidError,
     JobNotRegisteredError,
     JobsError,
+    KeyRequiredError,
     OptionInvalidError,
 )
 from jobs_core.facade import Jobs
@@ -175,8 +176,9 @@ def worker(
 ) -> None:
     """Run a worker for the jobs MODULE exports, until SIGTERM or Ctrl-C (then drain).
 
-    With --processes N (or --max-jobs-per-process), this process supervises N such workers
-    (see jobs_core/worker/supervisor.py); /metrics then serves the whole group on one port.
+    With --processes N (or --max-jobs-per-process), this process supervises N such workers: it
+    restarts one that dies and drains them all on SIGTERM or Ctrl-C; /metrics then serves the
+    whole group on one port.
     """
     _configure_logging(ctx.obj or 0, log_format, [u for u in (url, outbox_url) if u])
     child = None
@@ -550,6 +552,13 @@ def enqueue(
             raise InputInvalidError(f"INPUT_JSON is not JSON: {exc}", detail=job_name) from None
         except RecursionError:
             raise InputInvalidError("INPUT_JSON nests too deep", detail=job_name) from None
+        if key is None and handle.key is None:
+            # Refused here as the library would, but naming the option this command takes.
+            raise KeyRequiredError(
+                f"{job_name!r} declares no idempotency_key: pass --key KEY (one job per key),"
+                " or declare idempotency_key= (each_enqueue for a fresh key every time)",
+                detail=job_name,
+            )
         options: dict[str, Any] = {"key": key, "priority": priority}
         if delay is not None:
             options["delay_ms"] = round(delay * 1000)

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from pathlib import Path
 from typing import Any, TypeVar
 
+import click
+
 from jobs_core.clock import FakeClock
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
@@ -276,3 +278,12 @@ def reaping() -> Iterator[list[subprocess.Popen[str]]]:
         if p.poll() is None:
             p.kill()
             p.communicate()
+
+
+def cli_commands(group: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command under `group`, as its words (`("ujobs", "jobs", "list")`)."""
+    found = [path]
+    if isinstance(group, click.Group):
+        for name, command in group.commands.items():
+            found += cli_commands(command, (*path, name))
+    return found

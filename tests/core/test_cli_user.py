@@ -73,6 +73,11 @@ def app(tmp_path: Path) -> Path:
     (tmp_path / "nojobs.py").write_text("X = 1\n", encoding="utf-8")
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
     (tmp_path / "typo.py").write_text("X = 1\n\ndef f(:\n    pass\n", "utf-8")
+    # What a Celery task becomes on a first try: no key function, or no tenant at all.
+    keyless = "from jobs_core import job\n@job(tenant='none')\ndef add(input, ctx):\n    return 1\n"
+    (tmp_path / "keyless.py").write_text(keyless, "utf-8")
+    untenanted = "from jobs_core import job\n@job()\ndef add(input, ctx):\n    return 1\n"
+    (tmp_path / "untenanted.py").write_text(untenanted, "utf-8")
     return tmp_path
 
 
@@ -124,6 +129,25 @@ def test_a_module_without_jobs_is_its_own_refusal(app: Path, tmp_path: Path) -> 
         (["enqueue", "nojobs", "hello", "{}", *mem], app, None),
     ):
         assert "nojobs" in one_line_refusal(done, "X_CLI_NO_JOBS")
+
+
+def test_a_first_try_without_a_key_or_a_tenant_is_told_what_to_add(
+    app: Path, tmp_path: Path
+) -> None:
+    """A job declared with no idempotency key, enqueued from the CLI without `--key`, is refused
+    naming `--key`; a `@job()` with no tenant is refused by its code naming `tenant=`, not by
+    Python's TypeError about a missing argument."""
+    mem = ["--driver", "memory"]
+    keyless, keyed, untenanted = run_forked(
+        tmp_path / "runs",
+        (["enqueue", "keyless", "add", "{}", *mem], app, None),
+        (["enqueue", "keyless", "add", "{}", "--key", "first", *mem], app, None),
+        (["worker", "untenanted", *mem], app, None),
+    )
+    assert "--key" in one_line_refusal(keyless, "X_JOB_KEY_REQUIRED")
+    assert keyed.returncode == 0 and '"deduped": false' in keyed.stdout, keyed.stderr
+    line = one_line_refusal(untenanted, "X_CLI_MODULE_INVALID")
+    assert "X_JOB_TENANT_REQUIRED" in line and "tenant=" in line and "TypeError" not in line
 
 
 def test_worker_and_enqueue_never_fall_back_to_memory(app: Path, tmp_path: Path) -> None:

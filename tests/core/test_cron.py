@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from jobs_core.error_help import what_to_do
 from jobs_core.errors import TaskCronInvalidError, TaskTzInvalidError
 from jobs_core.job import JobRegistry, job
 from jobs_core.scheduler.cron import CronSchedule
@@ -173,6 +174,8 @@ def test_six_fields_read_seconds_first() -> None:
         "2026-06-01T12:00:30+00:00",
         "2026-06-02T12:00:30+00:00",
     ]
+    # The refusal's advice (the error reference prints it) says the order the parser reads.
+    assert "seconds first" in what_to_do("X_TASK_CRON_INVALID")
 
 
 @pytest.mark.parametrize(

@@ -40,8 +40,12 @@ def test_sync_enqueue_needs_no_event_loop_and_dedupes() -> None:
 
 async def test_sync_enqueue_refuses_to_block_a_running_loop() -> None:
     jobs = Jobs(MemoryDriver())
-    with pytest.raises(RuntimeError):
+    # Its own code (a RuntimeError still, as before), so the error reference says what to do:
+    # a newcomer meets it first in `python -m asyncio` or a FastAPI `async def` view.
+    with pytest.raises(RuntimeError) as caught:
         jobs.enqueue_sync(make_handle(), {"n": 1})
+    assert isinstance(caught.value, JobsError) and caught.value.code == "X_SYNC_CALL_IN_LOOP"
+    assert "await" in str(caught.value)
 
 
 async def test_the_row_carries_the_enqueuers_tenant_and_the_json_form() -> None:

@@ -137,6 +137,7 @@ class Jobs:
         """
         after = options.pop("after", None)
         policy = options.pop("after_policy", JoinPolicy.SUCCESS)
+        check_not_traced(options)
         if not tracing.active():
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
@@ -256,6 +257,7 @@ class Jobs:
                     "one value for every record of a batch: pass ids=[...], one per input",
                     detail=shared,
                 )
+        check_not_traced(options)
         if ids is not None and (isinstance(ids, str) or len(ids) != len(inputs)):
             raise DeclarationInvalidError("must hold one id per input", detail="ids")
         queue = options.get("queue") or handle.queue
@@ -428,6 +430,16 @@ def build_records(
     time — is resolved and refused once, so a refusal still comes before any write; each
     input's refusal is the one `build_record` makes, the first input's first."""
     return _batch(handle, clock, options).records(inputs, ids)
+
+
+def check_not_traced(options: dict[str, Any]) -> None:
+    """Refuse `traceparent=` from a caller: the enqueue's tracing stamps it (passing it as well
+    was a bare TypeError, "multiple values for keyword argument")."""
+    if "traceparent" in options:
+        raise OptionInvalidError(
+            "is stamped by the enqueue's tracing (OpenTelemetry), never passed",
+            detail="traceparent",
+        )
 
 
 def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:

@@ -1,0 +1,119 @@
+"""Hostile values at the edges the earlier passes left: each one refused with its stable `X_*`
+code before anything is written (the store unchanged), never an untyped exception raised late
+or a declaration that silently means something else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from jobs_core.clock import FakeClock
+from jobs_core.driver import JobDriver
+from jobs_core.errors import JobsError
+from jobs_core.facade import Jobs
+from jobs_core.job import JobHandle, JobRegistry, job
+from jobs_core.leases import RateLimit
+from jobs_core.outbox.stage import staged_record
+from jobs_core.records import JobListParams
+from tests.core.support import HUGE_INT, deep_list, fresh_store
+
+
+def body(ctx: Any, x: Any) -> Any:
+    return x
+
+
+def declared(**options: Any) -> JobHandle:
+    return job(body, tenant="none", name="edges4", registry=JobRegistry(), **options)
+
+
+@pytest.fixture(params=["memory", "pg", "redis"])
+async def driver(request: pytest.FixtureRequest) -> AsyncIterator[JobDriver]:
+    async with fresh_store(request.param) as store:
+        yield store
+
+
+async def stored_ids(driver: JobDriver) -> list[str]:
+    page = await driver.job_list(JobListParams(limit=100))
+    return [r.id for r in page.jobs]
+
+
+def refused(code: str, call: Any) -> JobsError:
+    with pytest.raises(JobsError) as caught:
+        call()
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+# --- the enqueue's traceparent: stamped by tracing, never a caller's option --------------------
+
+
+@pytest.mark.parametrize("value", ["00-" + "a" * 32 + "-" + "b" * 16 + "-01", None, "\x00", 5])
+async def test_enqueue_refuses_a_traceparent_option_with_its_code_storing_nothing(
+    driver: JobDriver, value: Any
+) -> None:
+    """`traceparent=` was a bare TypeError ("multiple values for keyword argument") from
+    enqueue, enqueue_many and the outbox's stage: it is the tracing's to stamp."""
+    jobs = Jobs(driver)
+    handle = declared()
+    for call in (
+        lambda: jobs.enqueue(handle, {"a": 1}, key="k", traceparent=value),
+        lambda: jobs.enqueue_many(handle, [{"a": 1}], key="k", traceparent=value),
+    ):
+        with pytest.raises(JobsError) as caught:
+            await call()
+        assert caught.value.code == "X_JOB_OPTION_INVALID"
+        assert caught.value.detail == "traceparent"
+    refused(
+        "X_JOB_OPTION_INVALID",
+        lambda: staged_record(handle, {"a": 1}, clock=FakeClock(0), key="k", traceparent=value),
+    )
+    assert await stored_ids(driver) == []
+
+
+# --- job() options typed as one thing and given another ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["abc", 3, 3.0, True, {"attempts": 2}, HUGE_INT], ids=lambda v: type(v).__name__
+)
+def test_job_refuses_a_retry_that_is_not_a_retry(value: Any) -> None:
+    """A non-`Retry` was accepted, then every enqueue raised AttributeError ('attempts')."""
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: declared(retry=value))
+    assert error.detail == "retry"
+
+
+@pytest.mark.parametrize("value", ["abc", 3, True, ["x"]])
+def test_job_refuses_an_on_settled_hook_that_is_not_callable(value: Any) -> None:
+    """It was accepted, and each settle's call of it failed (logged, given up): the hook
+    never ran. The worker's own `on_settled` was already refused so."""
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: declared(on_settled=value))
+    assert error.detail == "on_settled"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["card", "", 3, 1.5, None, True, [3], ["card", None], [["card"]], deep_list()],
+    ids=lambda v: type(v).__name__ + str(len(str(v)) if not isinstance(v, list) else len(v)),
+)
+def test_job_refuses_sensitive_that_is_not_field_names(value: Any) -> None:
+    """`sensitive="card"` was read as the fields c, a, r, d — the card went unredacted; a
+    number was a bare TypeError, a nested list 'unhashable type'."""
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: declared(sensitive=value))
+    assert error.detail == "sensitive"
+
+
+def test_job_sensitive_names_are_kept_as_given() -> None:
+    handle = declared(sensitive=("card", "<script>", "é" * 300))
+    assert handle.sensitive == frozenset({"card", "<script>", "é" * 300})
+    assert declared(sensitive=frozenset({"cvv"})).sensitive == frozenset({"cvv"})
+
+
+@pytest.mark.parametrize("value", [3, 1.5, True, "", "limit"])
+def test_job_refuses_a_rate_limit_that_is_not_rate_limits(value: Any) -> None:
+    """A number was a bare TypeError ('not iterable'); an empty string read as no limit."""
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: declared(rate_limit=value))
+    assert error.detail == "rate_limit"
+    assert declared(rate_limit=RateLimit(limit=1, per=1.0)).rate_limits

@@ -15,10 +15,10 @@ from jobs_core.driver import JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, JobRegistry, job
-from jobs_core.leases import RateLimit
+from jobs_core.leases import RateLimit, with_lock
 from jobs_core.outbox.stage import staged_record
 from jobs_core.records import JobListParams
-from tests.core.support import HUGE_INT, deep_list, fresh_store
+from tests.core.support import HUGE_INT, T0, deep_list, fresh_store
 
 
 def body(ctx: Any, x: Any) -> Any:
@@ -117,3 +117,31 @@ def test_job_refuses_a_rate_limit_that_is_not_rate_limits(value: Any) -> None:
     error = refused("X_JOB_DECLARATION_INVALID", lambda: declared(rate_limit=value))
     assert error.detail == "rate_limit"
     assert declared(rate_limit=RateLimit(limit=1, per=1.0)).rate_limits
+
+
+# --- with_lock's key: a string, never what str() makes of another value -----------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, 5, True, b"ab", 1.5, ["a"], "", HUGE_INT, deep_list()],
+    ids=["None", "int", "bool", "bytes", "float", "list", "empty", "huge-int", "deep-list"],
+)
+async def test_with_lock_refuses_a_key_that_is_not_a_non_empty_string(
+    driver: JobDriver, value: Any
+) -> None:
+    """`key=None` took the lock "lock:None" (the one `key="None"` takes), `key=5` the one of
+    "5"; an int past 4,300 digits raised ValueError, a deep list RecursionError — all before
+    any refusal. Now `X_JOB_OPTION_INVALID` before the store is asked, and nothing held."""
+    clock = FakeClock(T0)
+
+    async def take() -> None:
+        async with with_lock(value, driver=driver, clock=clock):
+            pytest.fail("the block ran under a refused key")
+
+    with pytest.raises(JobsError) as caught:
+        await take()
+    assert (caught.value.code, caught.value.detail) == ("X_JOB_OPTION_INVALID", "key")
+    async with with_lock("None", driver=driver, clock=clock, wait=0):
+        pass  # free: the refused call held nothing
+    assert await driver.lease_holders("lock:None", clock.now_ms()) == []

@@ -137,7 +137,7 @@ class Jobs:
         """
         after = options.pop("after", None)
         policy = options.pop("after_policy", JoinPolicy.SUCCESS)
-        check_not_traced(options)
+        check_caller_options(options)
         if not tracing.active():
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
@@ -257,7 +257,7 @@ class Jobs:
                     "one value for every record of a batch: pass ids=[...], one per input",
                     detail=shared,
                 )
-        check_not_traced(options)
+        check_caller_options(options)
         if ids is not None and (isinstance(ids, str) or len(ids) != len(inputs)):
             raise DeclarationInvalidError("must hold one id per input", detail="ids")
         queue = options.get("queue") or handle.queue
@@ -432,13 +432,23 @@ def build_records(
     return _batch(handle, clock, options).records(inputs, ids)
 
 
-def check_not_traced(options: dict[str, Any]) -> None:
-    """Refuse `traceparent=` from a caller: the enqueue's tracing stamps it (passing it as well
-    was a bare TypeError, "multiple values for keyword argument")."""
+def check_caller_options(options: dict[str, Any]) -> None:
+    """Refuse what a caller's enqueue may not say: `traceparent=` (the enqueue's tracing stamps
+    it; passing it as well was a bare TypeError), and, from code acting for an org, a
+    `tenant_id=` naming another tenant or none (`X_JOB_TENANT_MISMATCH`, as `send_event`)."""
     if "traceparent" in options:
         raise OptionInvalidError(
             "is stamped by the enqueue's tracing (OpenTelemetry), never passed",
             detail="traceparent",
+        )
+    acting = current_tenant()
+    if acting is not None and "tenant_id" in options and options["tenant_id"] != acting:
+        # The row's tenant is the idempotency namespace and the per-tenant rate bucket: another
+        # org's key would dedupe onto (and answer the id of) that org's job.
+        raise TenantMismatchError(
+            f"code acting for {acting!r} cannot enqueue for another tenant: wrap the call in "
+            "acting_for(<that tenant>)",
+            detail="tenant_id",
         )
 
 

@@ -18,6 +18,7 @@ from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.leases import RateLimit, with_lock
 from jobs_core.outbox.stage import staged_record
 from jobs_core.records import JobListParams
+from jobs_core.tenant import acting_for
 from tests.core.support import HUGE_INT, T0, deep_list, fresh_store
 
 
@@ -145,3 +146,39 @@ async def test_with_lock_refuses_a_key_that_is_not_a_non_empty_string(
     async with with_lock("None", driver=driver, clock=clock, wait=0):
         pass  # free: the refused call held nothing
     assert await driver.lease_holders("lock:None", clock.now_ms()) == []
+
+
+# --- a caller acting for an org enqueues only for that org -------------------------------------
+
+
+async def test_code_acting_for_an_org_cannot_enqueue_for_another_tenant(driver: JobDriver) -> None:
+    """The row's tenant is the idempotency namespace and the rate bucket: acme's code naming
+    `tenant_id="globex"` with globex's key was answered `deduped` with GLOBEX's job id (then
+    `result()` of it read globex's result), and spent globex's per-tenant rate. Refused as
+    `send_event` refuses it (`X_JOB_TENANT_MISMATCH`), nothing stored; `acting_for(other)`
+    around the call says the crossing in code."""
+    jobs = Jobs(driver)
+    handle = declared()
+    theirs = await jobs.enqueue(handle, {"invoice": 42}, key="inv-42", tenant_id="globex")
+    with acting_for("acme"):
+        for other in ("globex", None):
+            for many in (False, True):
+                with pytest.raises(JobsError) as caught:
+                    if many:
+                        await jobs.enqueue_many(handle, [{}], key="inv-42", tenant_id=other)
+                    else:
+                        await jobs.enqueue(handle, {}, key="inv-42", tenant_id=other)
+                assert (caught.value.code, caught.value.detail) == (
+                    "X_JOB_TENANT_MISMATCH",
+                    "tenant_id",
+                )
+        refused(
+            "X_JOB_TENANT_MISMATCH",
+            lambda: staged_record(handle, {}, clock=FakeClock(T0), key="k", tenant_id="globex"),
+        )
+        assert await stored_ids(driver) == [theirs.id]
+        own = await jobs.enqueue(handle, {"x": 1}, key="inv-42", tenant_id="acme")
+        assert not own.deduped
+    with acting_for("globex"):
+        again = await jobs.enqueue(handle, {"invoice": 42}, key="inv-42", tenant_id="globex")
+    assert again.deduped and again.id == theirs.id

@@ -489,7 +489,8 @@ class StepApi:
         id the store answered is recorded as step `name`: a replay answers the recorded id
         without enqueueing, and a crash between the enqueue and its record enqueues the same
         id again, which the store dedupes. The child carries this job as its parent
-        (`NewJob.parent_id`) and acts for this run's tenant unless `tenant_id=` says otherwise;
+        (`NewJob.parent_id`) and is enqueued for this run's tenant (`tenant_id=` naming another
+        is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
         self._claim_name(name)

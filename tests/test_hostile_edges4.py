@@ -182,3 +182,52 @@ async def test_code_acting_for_an_org_cannot_enqueue_for_another_tenant(driver: 
     with acting_for("globex"):
         again = await jobs.enqueue(handle, {"invoice": 42}, key="inv-42", tenant_id="globex")
     assert again.deduped and again.id == theirs.id
+
+
+# --- a batch's callbacks: refused when the batch is made, before any member is written ---------
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"input": float("nan")}, "X_JOB_INPUT_INVALID"),
+        ({"input": deep_list()}, "X_JOB_INPUT_INVALID"),
+        ({"priority": "high"}, "X_JOB_OPTION_INVALID"),
+        ({"delay_s": 5}, "X_JOB_OPTION_INVALID"),
+        ({"queue": "a\x00b"}, "X_JOB_RECORD_INVALID"),
+        ({"tenant_id": ""}, "X_JOB_RECORD_INVALID"),
+        ({"key": "\ud800"}, "X_JOB_RECORD_INVALID"),
+        ({"enqueued_by": "é" * 201}, "X_JOB_RECORD_INVALID"),
+        ({"id": "a\x00b"}, "X_JOB_RECORD_INVALID"),
+        ({"id": 5}, "X_JOB_RECORD_INVALID"),
+        ({"id": "\ud800"}, "X_JOB_RECORD_INVALID"),
+        ({"id": ""}, "X_JOB_RECORD_INVALID"),
+    ],
+    ids=[
+        "nan-input",
+        "deep-input",
+        "priority",
+        "unknown",
+        "queue",
+        "tenant",
+        "key",
+        "by",
+        "id",
+        "int-id",
+        "surrogate-id",
+        "empty-id",
+    ],
+)
+async def test_a_batch_refuses_what_its_callbacks_cannot_carry_before_any_member(
+    driver: JobDriver, options: dict[str, Any], code: str
+) -> None:
+    """They were refused only by `close()`, after the members were written: the members ran
+    as a batch whose callback could never be enqueued."""
+    jobs = Jobs(driver)
+    member = job(body, tenant="none", name="member", registry=JobRegistry())
+    with pytest.raises(JobsError) as caught:
+        batch = jobs.batch(on_complete=declared(), **options)
+        await batch.enqueue(member, {"n": 1}, key="m1")
+        await batch.close()
+    assert caught.value.code == code
+    assert await stored_ids(driver) == []

@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -168,8 +168,14 @@ class Jobs:
 
         An id naming no job is `X_JOB_DEPENDENCY_UNKNOWN` (`DependencyUnknownError`, its
         `detail` the ids), and nothing is written. Retried like `enqueue`, same record."""
-        # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError).
-        if isinstance(after, str) or not all(isinstance(i, str) for i in after):
+        # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError); a
+        # number is no list (TypeError iterating it), a mapping's keys are not what was meant.
+        given: object = after
+        if (
+            isinstance(given, str | bytes | Mapping)
+            or not isinstance(given, Iterable)
+            or not all(isinstance(i, str) for i in after)
+        ):
             raise OptionInvalidError("must be a list of job ids", detail="after")
         try:
             if not isinstance(policy, str):  # the enum's own refusal spells the value
@@ -258,8 +264,13 @@ class Jobs:
                     detail=shared,
                 )
         check_caller_options(options)
-        if ids is not None and (isinstance(ids, str) or len(ids) != len(inputs)):
+        if ids is not None and (
+            isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) != len(inputs)
+        ):
             raise DeclarationInvalidError("must hold one id per input", detail="ids")
+        if ids is not None and not _distinct(ids):
+            # The second record of one id would be answered `deduped`, its input dropped.
+            raise DeclarationInvalidError("must hold distinct ids", detail="ids")
         queue = options.get("queue") or handle.queue
         with tracing.producer(handle.name, queue, len(inputs)) as traceparent:
             records = build_records(
@@ -430,6 +441,15 @@ def build_records(
     time — is resolved and refused once, so a refusal still comes before any write; each
     input's refusal is the one `build_record` makes, the first input's first."""
     return _batch(handle, clock, options).records(inputs, ids)
+
+
+def _distinct(ids: Sequence[object]) -> bool:
+    """True when no id of `ids` is there twice (an unhashable one is left to the record's
+    own refusal)."""
+    try:
+        return len(set(ids)) == len(ids)
+    except TypeError:
+        return True
 
 
 def check_caller_options(options: dict[str, Any]) -> None:

@@ -26,6 +26,11 @@ def body(ctx: Any, x: Any) -> Any:
     return x
 
 
+def repr_id(value: object) -> str:
+    """A test id for `value` (an int past 4,300 digits has no `str`)."""
+    return type(value).__name__ if value == HUGE_INT else repr(value)[:20]
+
+
 def declared(**options: Any) -> JobHandle:
     return job(body, tenant="none", name="edges4", registry=JobRegistry(), **options)
 
@@ -230,4 +235,32 @@ async def test_a_batch_refuses_what_its_callbacks_cannot_carry_before_any_member
         await batch.enqueue(member, {"n": 1}, key="m1")
         await batch.close()
     assert caught.value.code == code
+    assert await stored_ids(driver) == []
+
+
+# --- after= and ids=: typed as lists, refused as such -----------------------------------------
+
+
+@pytest.mark.parametrize("value", [5, True, 1.5, HUGE_INT, {"a": 1}, b"ab"], ids=repr_id)
+async def test_enqueue_refuses_an_after_that_is_not_a_list_of_ids(
+    driver: JobDriver, value: Any
+) -> None:
+    """A number was a bare TypeError ('not iterable'); a dict waited on its keys."""
+    jobs = Jobs(driver)
+    with pytest.raises(JobsError) as caught:
+        await jobs.enqueue(declared(), {"a": 1}, key="k", after=value)
+    assert (caught.value.code, caught.value.detail) == ("X_JOB_OPTION_INVALID", "after")
+    assert await stored_ids(driver) == []
+
+
+@pytest.mark.parametrize("value", [5, True, 1.5, HUGE_INT, ["x", "x"]], ids=repr_id)
+async def test_enqueue_many_refuses_ids_that_are_not_one_distinct_id_per_input(
+    driver: JobDriver, value: Any
+) -> None:
+    """A number was a bare TypeError ('has no len()'); one id twice stored the first input
+    and answered the second `deduped` under its id — the second input silently dropped."""
+    jobs = Jobs(driver)
+    with pytest.raises(JobsError) as caught:
+        await jobs.enqueue_many(declared(), [{"n": 1}, {"n": 2}], key="k", ids=value)
+    assert (caught.value.code, caught.value.detail) == ("X_JOB_DECLARATION_INVALID", "ids")
     assert await stored_ids(driver) == []

@@ -366,8 +366,12 @@ def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) 
         exported = {k: v for k, v in vars(source).items() if isinstance(v, JobHandle)}
     elif isinstance(source, Mapping):
         exported = dict(source)
+        _refuse_other(list(exported.values()))
     else:
-        handles = list(source)
+        given: object = source
+        # A number or a name is no list; a list holding another value is refused with it.
+        listed = isinstance(given, Iterable) and not isinstance(given, str | bytes)
+        handles = _refuse_other(list(source) if listed else [given])
         _refuse_duplicates(handles)
         return handles
     seen: dict[int, str] = {}
@@ -385,6 +389,16 @@ def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) 
     handles = list(exported.values())
     _refuse_duplicates(handles)
     return handles
+
+
+def _refuse_other(found: list[Any]) -> list[JobHandle]:
+    """`found` when every item is a declaration; else refused (a number, a name, or a list
+    holding one was a TypeError or an AttributeError out of the worker's constructor)."""
+    if not all(isinstance(h, JobHandle) for h in found):
+        raise DeclarationInvalidError(
+            "must be a module, or a list or mapping of declared jobs (job())", detail="jobs"
+        )
+    return found
 
 
 def _refuse_duplicates(handles: Sequence[JobHandle]) -> None:

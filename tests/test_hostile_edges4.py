@@ -264,3 +264,32 @@ async def test_enqueue_many_refuses_ids_that_are_not_one_distinct_id_per_input(
         await jobs.enqueue_many(declared(), [{"n": 1}, {"n": 2}], key="k", ids=value)
     assert (caught.value.code, caught.value.detail) == ("X_JOB_DECLARATION_INVALID", "ids")
     assert await stored_ids(driver) == []
+
+
+# --- what a worker and a scheduler are given to run ---------------------------------------------
+
+
+@pytest.mark.parametrize("value", [5, "charge", [5], {"charge": 5}, [None]], ids=repr_id)
+def test_a_worker_and_a_scheduler_refuse_what_is_no_declaration(value: Any) -> None:
+    """A number, a string, or a list or mapping holding one was an untyped TypeError or
+    AttributeError ('has no attribute name') out of the constructor."""
+    from jobs_core.scheduler import Scheduler
+    from jobs_core.worker import Worker
+    from jobs_memory import MemoryDriver
+
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: Worker(MemoryDriver(), value))
+    assert error.detail == "jobs"
+    error = refused("X_TASK_DECLARATION_INVALID", lambda: Scheduler(MemoryDriver(), value))
+    assert error.detail == "tasks"
+
+
+def test_a_heartbeat_not_shorter_than_the_lease_is_an_option_refusal() -> None:
+    """It was a bare JobsError, whose code is X_DRIVER_ERROR: the store's, not the caller's."""
+    from jobs_core.worker import Worker
+    from jobs_memory import MemoryDriver
+
+    error = refused(
+        "X_JOB_OPTION_INVALID",
+        lambda: Worker(MemoryDriver(), [declared()], lease=1, heartbeat_every=1),
+    )
+    assert error.detail == "heartbeat_every"

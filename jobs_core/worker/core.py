@@ -19,7 +19,6 @@ from jobs_core.errors import (
     DrainingError,
     DriverUnavailableError,
     ExecutorInvalidError,
-    JobsError,
     OptionInvalidError,
 )
 from jobs_core.facade import Jobs, LoopJobs
@@ -106,7 +105,7 @@ class Worker:
             else max(1, self.lease_ms // 3)
         )
         if self.heartbeat_ms >= self.lease_ms:
-            raise JobsError("must be shorter than lease", detail="heartbeat_every")
+            raise OptionInvalidError("must be shorter than lease", detail="heartbeat_every")
         backoff = IdleBackoff(
             seconds_to_ms(poll_floor, "poll_floor"), seconds_to_ms(poll_ceiling, "poll_ceiling")
         )

@@ -6,6 +6,7 @@ or a declaration that silently means something else.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -293,3 +294,66 @@ def test_a_heartbeat_not_shorter_than_the_lease_is_an_option_refusal() -> None:
         lambda: Worker(MemoryDriver(), [declared()], lease=1, heartbeat_every=1),
     )
     assert error.detail == "heartbeat_every"
+
+
+# --- factory declarations: a list option given a number -----------------------------------------
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True, HUGE_INT], ids=repr_id)
+def test_factory_list_options_refuse_a_number_with_their_code(tmp_path: Path, value: Any) -> None:
+    """`webhook_receiver(sensitive=)`, `webhook(allow_networks=)` and `export_rows(columns=)`
+    given a number were bare TypeErrors ('not iterable')."""
+    from jobs_core.factories.rows.exports import export_rows
+    from jobs_core.factories.webhooks.declare import webhook
+    from jobs_core.factories.webhooks.receiver import webhook_receiver
+
+    def handle(*args: Any) -> None:
+        return None
+
+    error = refused(
+        "X_WEBHOOK_RECEIVER_DECLARATION_INVALID",
+        lambda: webhook_receiver(
+            name="r",
+            verify=lambda *a: None,
+            handle=handle,
+            tenant="none",
+            sensitive=value,
+            registry=JobRegistry(),
+        ),
+    )
+    assert error.detail == "sensitive"
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    error = refused(
+        "X_WEBHOOK_DECLARATION_INVALID",
+        lambda: webhook(
+            "w", secrets=[secret], tenant="none", allow_networks=value, registry=JobRegistry()
+        ),
+    )
+    assert error.detail == "allow_networks"
+    error = refused(
+        "X_EXPORT_DECLARATION_INVALID",
+        lambda: export_rows(
+            name="e",
+            tenant="none",
+            sink=str(tmp_path),
+            pages=lambda *a: [],
+            columns=value,
+            registry=JobRegistry(),
+        ),
+    )
+    assert error.detail == "columns"
+
+
+def test_webhook_allow_networks_refuses_a_value_repr_cannot_spell() -> None:
+    """A deep list in the list was a RecursionError making the refusal's text."""
+    from jobs_core.factories.webhooks.declare import webhook
+
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    for bad in (deep_list(), HUGE_INT):
+        error = refused(
+            "X_WEBHOOK_DECLARATION_INVALID",
+            lambda bad=bad: webhook(
+                "w", secrets=[secret], tenant="none", allow_networks=[bad], registry=JobRegistry()
+            ),
+        )
+        assert error.detail == "allow_networks"

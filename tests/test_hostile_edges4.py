@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 
 from jobs_core.clock import FakeClock
+from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobHandle, JobRegistry, job
 from jobs_core.leases import RateLimit, with_lock
 from jobs_core.outbox.stage import staged_record
-from jobs_core.records import JobListParams
+from jobs_core.records import ClaimParams, JobListParams
 from jobs_core.tenant import acting_for
 from tests.core.support import HUGE_INT, T0, deep_list, fresh_store
+
+TRACE = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
 
 
 def body(ctx: Any, x: Any) -> Any:
@@ -357,3 +360,37 @@ def test_webhook_allow_networks_refuses_a_value_repr_cannot_spell() -> None:
             ),
         )
         assert error.detail == "allow_networks"
+
+
+async def test_a_body_acting_for_an_org_cannot_enqueue_children_for_another(
+    driver: JobDriver,
+) -> None:
+    """`ctx.step.enqueue_many` built its records itself, past the enqueue's checks: a body
+    acting for acme enqueued children under globex's tenant (and a `traceparent=` of its own)."""
+    clock = FakeClock(T0)
+    jobs = Jobs(driver, clock=clock)
+    parent = job(body, tenant=lambda i: i["org"], name="parent", registry=JobRegistry())
+    child = job(body, tenant=lambda i: i["org"], name="child", registry=JobRegistry())
+    with acting_for("acme"):
+        done = await jobs.enqueue(parent, {"org": "acme"}, key="p")
+    (claimed,) = (await driver.job_claim(ClaimParams(("default",), "w", 1, 30_000, T0))).jobs
+    with acting_for("acme"):
+        ctx = JobContext.for_test(claimed, driver, tenant="acme", clock=clock)
+        for n, options in enumerate(({"tenant_id": "globex"}, {"tenant_id": None})):
+            with pytest.raises(JobsError) as caught:
+                await ctx.step.enqueue_many(f"kids{n}", child, [{"org": "acme"}], **options)
+            assert (caught.value.code, caught.value.detail) == (
+                "X_JOB_TENANT_MISMATCH",
+                "tenant_id",
+            )
+            with pytest.raises(JobsError) as caught:
+                await ctx.step.enqueue(f"kid{n}", child, {"org": "acme"}, **options)
+            assert caught.value.code == "X_JOB_TENANT_MISMATCH"
+        with pytest.raises(JobsError) as caught:
+            await ctx.step.enqueue_many("traced", child, [{"org": "acme"}], traceparent=TRACE)
+        assert (caught.value.code, caught.value.detail) == ("X_JOB_OPTION_INVALID", "traceparent")
+        assert await stored_ids(driver) == [done.id]
+        assert await driver.step_list(claimed.run_id) == []
+        ids = await ctx.step.enqueue_many("kids", child, [{"org": "acme"}])
+    rows = await driver.job_get_many(ids)
+    assert [r.tenant_id for r in rows.values()] == ["acme"]

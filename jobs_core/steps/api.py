@@ -527,7 +527,11 @@ class StepApi:
             if self._mode == "unwind":
                 raise UnwindReached(name)
             self._driver.require("flows", what="ctx.step.enqueue_many")
-            from jobs_core.facade import build_record
+            from jobs_core.facade import build_record, check_caller_options
+
+            # As `enqueue` checks them (its records are built here, past `Jobs.enqueue_many`):
+            # another tenant than the one acted for, a `traceparent=` of the caller's.
+            check_caller_options(options)
 
             ids = [derived_id(self._job.run_id, name, i) for i in range(len(inputs))]
             records = [

@@ -13,8 +13,6 @@ import asyncio
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from jobs_core.driver import JobDriver
 from jobs_core.records import JobFilter, JobListParams, JobSummary
 from jobs_core.states import FINISHED_STATES, JobState
@@ -52,16 +50,6 @@ async def checkout(input, ctx):
 """
 
 
-@pytest.fixture
-def app(tmp_path: Path) -> Path:
-    (tmp_path / "sagaapp.py").write_text(APP, encoding="utf-8")
-    return tmp_path
-
-
-def start_worker(app: Path, url: str, **env: str) -> subprocess.Popen[str]:
-    return ledger_worker(app, "sagaapp", url, "--lease", "2", **env)
-
-
 async def _all_rows(store_url: str) -> list[JobSummary]:
     driver: JobDriver = driver_from_url(store_url)
     async with driver:
@@ -69,16 +57,22 @@ async def _all_rows(store_url: str) -> list[JobSummary]:
 
 
 def test_a_worker_killed_inside_a_compensation_runs_it_again_and_no_other(
-    store_url: str, app: Path, workers: list[subprocess.Popen[str]]
+    store_url: str, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
+    app = tmp_path
+    (app / "sagaapp.py").write_text(APP, encoding="utf-8")
+
+    def start_worker(pause: str) -> subprocess.Popen[str]:
+        return ledger_worker(app, "sagaapp", store_url, "--lease", "2", PAUSE=pause)
+
     job_id = asyncio.run(_enqueue(store_url, "checkout", {"n": 1}))
-    first = start_worker(app, store_url, PAUSE="60")
+    first = start_worker("60")
     workers.append(first)
     wait_for(lambda: "refund" in [e.split()[0] for e in ledger(app)], "the refund went out")
     first.kill()  # SIGKILL: the refund's record never lands; the unwind's lease (2 s) lapses
     first.communicate()
     assert [e.split()[0] for e in ledger(app)] == ["charge", "reserve", "release", "refund"]
-    second = start_worker(app, store_url, PAUSE="0")
+    second = start_worker("0")
     workers.append(second)
 
     def unwound() -> bool:

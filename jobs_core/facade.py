@@ -107,6 +107,13 @@ class Jobs:
         """`enqueue_retry_s`: how long an enqueue keeps retrying an unreachable store (0: never).
         `result_poll_s` / `result_poll_max_s`: the first and the longest pause of `result`'s
         poll, the guarantee behind the store's finish announcement (seconds)."""
+        if not isinstance(driver, JobDriver):
+            # A URL here (`configure` takes one), or any other value, failed only at the first
+            # enqueue, as an AttributeError.
+            raise DeclarationInvalidError(
+                "must be a JobDriver: for a URL, use configure(url) or driver_from_url(url)",
+                detail="driver",
+            )
         self.driver = driver
         self.clock = clock or SystemClock()
         self.enqueue_retry_s = finite_number(

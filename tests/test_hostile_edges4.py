@@ -394,3 +394,20 @@ async def test_a_body_acting_for_an_org_cannot_enqueue_children_for_another(
         ids = await ctx.step.enqueue_many("kids", child, [{"org": "acme"}])
     rows = await driver.job_get_many(ids)
     assert [r.tenant_id for r in rows.values()] == ["acme"]
+
+
+@pytest.mark.parametrize(
+    "value", [5, None, "memory", b"memory", object()], ids=["int", "None", "url", "bytes", "object"]
+)
+def test_a_client_refuses_what_is_no_driver_when_made(value: Any) -> None:
+    """`Jobs("memory")` (a URL where `configure` takes one) and `configure(5)` were accepted,
+    and every enqueue then raised AttributeError ('has no attribute job_enqueue')."""
+    from jobs_core.facade import configure, current_client
+
+    before = current_client()
+    error = refused("X_JOB_DECLARATION_INVALID", lambda: Jobs(value))
+    assert error.detail == "driver"
+    if not isinstance(value, str):  # a string is a URL to configure
+        error = refused("X_JOB_DECLARATION_INVALID", lambda: configure(value))
+        assert error.detail == "driver"
+    assert current_client() is before

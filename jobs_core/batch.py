@@ -71,6 +71,10 @@ class JobBatch:
         for taken in ("id", "batch_id", "after", "after_policy"):
             if taken in options:
                 raise DeclarationInvalidError("a batch sets this itself", detail=taken)
+        from jobs_core.facade import check_caller_options  # the facade imports this module
+
+        # The callbacks' records are built past `Jobs.enqueue`: its checks of the caller here.
+        check_caller_options(options)
         check_handle(on_complete, "on_complete")
         if on_success is not None:
             check_handle(on_success, "on_success")

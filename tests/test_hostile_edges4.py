@@ -411,3 +411,20 @@ def test_a_client_refuses_what_is_no_driver_when_made(value: Any) -> None:
         error = refused("X_JOB_DECLARATION_INVALID", lambda: configure(value))
         assert error.detail == "driver"
     assert current_client() is before
+
+
+async def test_a_batch_made_acting_for_an_org_cannot_name_another_for_its_callbacks(
+    driver: JobDriver,
+) -> None:
+    """The callbacks' records were built past the enqueue's checks: a batch made acting for
+    acme with `tenant_id="globex"` and globex's key answered globex's job from `close()`."""
+    jobs = Jobs(driver)
+    handle = declared()
+    theirs = await jobs.enqueue(handle, {"invoice": 42}, key="inv-42", tenant_id="globex")
+    with acting_for("acme"):
+        for options in ({"tenant_id": "globex", "key": "inv-42"}, {"traceparent": TRACE}):
+            with pytest.raises(JobsError) as caught:
+                jobs.batch(on_complete=handle, **options)
+            assert caught.value.code in ("X_JOB_TENANT_MISMATCH", "X_JOB_OPTION_INVALID")
+            assert caught.value.detail in options
+    assert await stored_ids(driver) == [theirs.id]

@@ -35,7 +35,7 @@ from jobs_core.ids import FreshIds, new_id
 from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
-from jobs_core.options import count, finite_number
+from jobs_core.options import check_clock, count, finite_number
 from jobs_core.records import (
     EnqueueResult,
     EventRecord,
@@ -114,6 +114,7 @@ class Jobs:
                 "must be a JobDriver: for a URL, use configure(url) or driver_from_url(url)",
                 detail="driver",
             )
+        check_clock(clock)
         self.driver = driver
         self.clock = clock or SystemClock()
         self.enqueue_retry_s = finite_number(

@@ -428,3 +428,24 @@ async def test_a_batch_made_acting_for_an_org_cannot_name_another_for_its_callba
             assert caught.value.code in ("X_JOB_TENANT_MISMATCH", "X_JOB_OPTION_INVALID")
             assert caught.value.detail in options
     assert await stored_ids(driver) == [theirs.id]
+
+
+@pytest.mark.parametrize("value", [5, "now", object()], ids=["int", "str", "object"])
+def test_a_clock_that_is_no_clock_is_refused_where_it_is_given(value: Any) -> None:
+    """`Jobs`, `Worker` and `Scheduler` took any `clock=`: the worker then failed at start,
+    a client at its first enqueue (AttributeError: 'now_ms'); a worker's `rng=` at its first
+    jittered retry."""
+    from jobs_core.scheduler import Scheduler, TaskRegistry, task
+    from jobs_core.worker import Worker
+    from jobs_memory import MemoryDriver
+
+    handle = declared()
+    every = task("t", cron="* * * * *", tz="UTC", job=handle, registry=TaskRegistry())
+    for make in (
+        lambda: Jobs(MemoryDriver(), clock=value),
+        lambda: Worker(MemoryDriver(), [handle], clock=value),
+        lambda: Scheduler(MemoryDriver(), [every], clock=value),
+    ):
+        assert refused("X_JOB_OPTION_INVALID", make).detail == "clock"
+    error = refused("X_JOB_OPTION_INVALID", lambda: Worker(MemoryDriver(), [handle], rng=value))
+    assert error.detail == "rng"

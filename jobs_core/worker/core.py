@@ -27,7 +27,7 @@ from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
 from jobs_core.lifecycle import wait_for_store
-from jobs_core.options import count, finite_number, seconds_to_ms
+from jobs_core.options import check_clock, count, finite_number, seconds_to_ms
 from jobs_core.processes import reach_refusal
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
@@ -136,6 +136,10 @@ class Worker:
             # Refused here, not by every claim and beat of the loop.
             raise OptionInvalidError(f"the worker id {why}", detail="worker_id")
         self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
+        check_clock(clock)
+        if rng is not None and not isinstance(rng, random.Random):
+            # Read first by a jittered retry's delay, as an AttributeError.
+            raise OptionInvalidError("must be a random.Random, or None", detail="rng")
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))

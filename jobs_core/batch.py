@@ -33,12 +33,12 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from jobs_core.driver import MAX_JOIN_IDS
-from jobs_core.errors import BatchTooLargeError, DeclarationInvalidError
+from jobs_core.driver import MAX_JOIN_IDS, check_new_job, name_refusal
+from jobs_core.errors import BatchTooLargeError, DeclarationInvalidError, RecordInvalidError
 from jobs_core.ids import derived_id, new_id
 from jobs_core.job import check_handle
 from jobs_core.jsonform import JsonValue
-from jobs_core.records import EnqueueResult, JoinEnqueue, JoinPolicy, JoinState
+from jobs_core.records import EnqueueResult, JoinEnqueue, JoinPolicy, JoinState, NewJob
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,6 +71,10 @@ class JobBatch:
         for taken in ("id", "batch_id", "after", "after_policy"):
             if taken in options:
                 raise DeclarationInvalidError("a batch sets this itself", detail=taken)
+        from jobs_core.facade import check_caller_options  # the facade imports this module
+
+        # The callbacks' records are built past `Jobs.enqueue`: its checks of the caller here.
+        check_caller_options(options)
         check_handle(on_complete, "on_complete")
         if on_success is not None:
             check_handle(on_success, "on_success")
@@ -82,6 +86,11 @@ class JobBatch:
                 detail="key",
             )
         self.id = id if id is not None else new_id()
+        why = name_refusal(self.id)
+        if why is not None:
+            # Before its callbacks' ids are derived from it (a lone surrogate, an int past
+            # 4,300 digits: untyped errors there); the members would carry it as `batch_id`.
+            raise RecordInvalidError(why, detail="batch_id")
         self._client = client
         self._on_complete = on_complete
         self._on_success = on_success
@@ -89,6 +98,11 @@ class JobBatch:
         self._options = options
         self._members: dict[str, None] = {}
         self._closed = False
+        # The callbacks' records made once now, so what they cannot carry (the input, the
+        # options, the id) is refused before a member is written: `close()` alone refused it,
+        # after the members, which then ran as a batch whose callback could never be enqueued.
+        for record in self._callbacks(0):
+            check_new_job(record)
 
     @property
     def member_ids(self) -> list[str]:
@@ -130,28 +144,33 @@ class JobBatch:
             self._members.setdefault(d.id)
         return done
 
+    def _plan(self) -> list[tuple[JobHandle, str, JoinPolicy]]:
+        """Each callback: its handle, its role (its id's seed) and when it runs."""
+        plan = [(self._on_complete, "on_complete", JoinPolicy.ALWAYS)]
+        if self._on_success is not None:
+            plan.append((self._on_success, "on_success", JoinPolicy.SUCCESS))
+        return plan
+
+    def _callbacks(self, total: int) -> list[NewJob]:
+        """The callbacks' records for a batch of `total` members (every refusal raised here)."""
+        stored = {BATCH_MARK: True, "batch_id": self.id, "total": total, "input": self._input}
+        records = []
+        for handle, role, _ in self._plan():
+            options = dict(self._options)
+            job_id = derived_id(self.id, role)
+            options.setdefault("key", job_id)
+            records.append(self._client.build_record(handle, stored, id=job_id, **options))
+        return records
+
     async def close(self) -> list[EnqueueResult]:
         """Enqueue the callbacks (`on_complete`, then `on_success` when given), each waiting for
         every member; exactly once for this batch id, however often it is called (a second
         call answers them `deduped`)."""
         self._closed = True
         members = tuple(self._members)
-        stored = {
-            BATCH_MARK: True,
-            "batch_id": self.id,
-            "total": len(members),
-            "input": self._input,
-        }
-        plan = [(self._on_complete, "on_complete", JoinPolicy.ALWAYS)]
-        if self._on_success is not None:
-            plan.append((self._on_success, "on_success", JoinPolicy.SUCCESS))
+        plan = self._plan()
         client = self._client
-        records = []
-        for handle, role, _ in plan:
-            options = dict(self._options)
-            job_id = derived_id(self.id, role)
-            options.setdefault("key", job_id)
-            records.append(client.build_record(handle, stored, id=job_id, **options))
+        records = self._callbacks(len(members))
         if not members:
             return await client._retrying(lambda: client.driver.job_enqueue_many(records))
         items = [

@@ -157,8 +157,9 @@ BY_CODE: Final[dict[str, str]] = {
     ),
     "X_JOB_TENANT_MISMATCH": (
         "Put the tenant the run acts for in the input, as the declaration expects. From a "
-        "body, `send_event` names only the run's own tenant: to reach another org, say so in "
-        "code (`with acting_for(org): ...`) or broadcast (`all_tenants=True`)."
+        "body, `send_event` and an enqueue's `tenant_id=` name only the run's own tenant: to "
+        "reach another org, say so in code (`with acting_for(org): ...`) or broadcast an "
+        "event (`all_tenants=True`)."
     ),
     "X_JOB_WAIT_CYCLE": (
         "Do not gather or await a job that waits (`after=`, or its own gather) for this run: "

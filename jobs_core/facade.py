@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -36,7 +36,7 @@ from jobs_core.ids import FreshIds, new_id
 from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, dumps_many, loads
 from jobs_core.loops import cancel_other_tasks
-from jobs_core.options import count, finite_number
+from jobs_core.options import check_clock, count, finite_number
 from jobs_core.records import (
     EnqueueResult,
     EventRecord,
@@ -111,6 +111,14 @@ class Jobs:
         """`enqueue_retry_s`: how long an enqueue keeps retrying an unreachable store (0: never).
         `result_poll_s` / `result_poll_max_s`: the first and the longest pause of `result`'s
         poll, the guarantee behind the store's finish announcement (seconds)."""
+        if not isinstance(driver, JobDriver):
+            # A URL here (`configure` takes one), or any other value, failed only at the first
+            # enqueue, as an AttributeError.
+            raise DeclarationInvalidError(
+                "must be a JobDriver: for a URL, use configure(url) or driver_from_url(url)",
+                detail="driver",
+            )
+        check_clock(clock)
         self.driver = driver
         self.clock = clock or SystemClock()
         self.enqueue_retry_s = finite_number(
@@ -141,6 +149,7 @@ class Jobs:
         """
         after = options.pop("after", None)
         policy = options.pop("after_policy", JoinPolicy.SUCCESS)
+        check_caller_options(options)
         if not tracing.active():
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)
@@ -171,8 +180,14 @@ class Jobs:
 
         An id naming no job is `X_JOB_DEPENDENCY_UNKNOWN` (`DependencyUnknownError`, its
         `detail` the ids), and nothing is written. Retried like `enqueue`, same record."""
-        # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError).
-        if isinstance(after, str) or not all(isinstance(i, str) for i in after):
+        # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError); a
+        # number is no list (TypeError iterating it), a mapping's keys are not what was meant.
+        given: object = after
+        if (
+            isinstance(given, str | bytes | Mapping)
+            or not isinstance(given, Iterable)
+            or not all(isinstance(i, str) for i in after)
+        ):
             raise OptionInvalidError("must be a list of job ids", detail="after")
         try:
             if not isinstance(policy, str):  # the enum's own refusal spells the value
@@ -260,8 +275,14 @@ class Jobs:
                     "one value for every record of a batch: pass ids=[...], one per input",
                     detail=shared,
                 )
-        if ids is not None and (isinstance(ids, str) or len(ids) != len(inputs)):
+        check_caller_options(options)
+        if ids is not None and (
+            isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) != len(inputs)
+        ):
             raise DeclarationInvalidError("must hold one id per input", detail="ids")
+        if ids is not None and not _distinct(ids):
+            # The second record of one id would be answered `deduped`, its input dropped.
+            raise DeclarationInvalidError("must hold distinct ids", detail="ids")
         queue = options.get("queue") or handle.queue
         with tracing.producer(handle.name, queue, len(inputs)) as traceparent:
             records = build_records(
@@ -450,6 +471,35 @@ def build_records(
     time — is resolved and refused once, so a refusal still comes before any write; each
     input's refusal is the one `build_record` makes, the first input's first."""
     return _batch(handle, clock, options).records(inputs, ids)
+
+
+def _distinct(ids: Sequence[object]) -> bool:
+    """True when no id of `ids` is there twice (an unhashable one is left to the record's
+    own refusal)."""
+    try:
+        return len(set(ids)) == len(ids)
+    except TypeError:
+        return True
+
+
+def check_caller_options(options: dict[str, Any]) -> None:
+    """Refuse what a caller's enqueue may not say: `traceparent=` (the enqueue's tracing stamps
+    it; passing it as well was a bare TypeError), and, from code acting for an org, a
+    `tenant_id=` naming another tenant or none (`X_JOB_TENANT_MISMATCH`, as `send_event`)."""
+    if "traceparent" in options:
+        raise OptionInvalidError(
+            "is stamped by the enqueue's tracing (OpenTelemetry), never passed",
+            detail="traceparent",
+        )
+    acting = current_tenant()
+    if acting is not None and "tenant_id" in options and options["tenant_id"] != acting:
+        # The row's tenant is the idempotency namespace and the per-tenant rate bucket: another
+        # org's key would dedupe onto (and answer the id of) that org's job.
+        raise TenantMismatchError(
+            f"code acting for {acting!r} cannot enqueue for another tenant: wrap the call in "
+            "acting_for(<that tenant>)",
+            detail="tenant_id",
+        )
 
 
 def _batch(handle: JobHandle, clock: Clock, options: dict[str, Any]) -> _Batch:

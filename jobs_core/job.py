@@ -291,6 +291,12 @@ def job(
             raise DeclarationInvalidError(
                 "idempotency_key must be a function of the input", detail="idempotency_key"
             )
+        if retry is not None and not isinstance(retry, Retry):
+            raise DeclarationInvalidError("must be a Retry", detail="retry")
+        if on_settled is not None and not callable(on_settled):
+            raise DeclarationInvalidError(
+                "must be a function of the settled event", detail="on_settled"
+            )
         handle = JobHandle(
             name=job_name,
             fn=body,
@@ -304,7 +310,7 @@ def job(
                 None if step_timeout is None else seconds_to_ms(step_timeout, "step_timeout")
             ),
             event_poll_ms=None if event_poll is None else seconds_to_ms(event_poll, "event_poll"),
-            sensitive=frozenset(sensitive),
+            sensitive=_field_names(sensitive),
             on_settled=on_settled,
             explicit_name=name is not None,
             concurrency=resolve_concurrency(concurrency),
@@ -323,6 +329,21 @@ def _failure(exc: Exception) -> str:
     if len(text) > 200:
         text = text[:200] + "…"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _field_names(sensitive: object) -> frozenset[str]:
+    """`sensitive` as a set of field names; a lone string is refused, never read as the set of
+    its letters (`"card"` would redact the fields c, a, r and d, and leave the card shown)."""
+    names = (
+        None
+        if isinstance(sensitive, str | bytes) or not isinstance(sensitive, Iterable)
+        else list(sensitive)
+    )
+    if names is None or not all(isinstance(f, str) for f in names):
+        raise DeclarationInvalidError(
+            "must be a list of field names (strings), such as ['card']", detail="sensitive"
+        )
+    return frozenset(names)
 
 
 def _check_name(value: object, option: str) -> None:
@@ -353,8 +374,12 @@ def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) 
         exported = {k: v for k, v in vars(source).items() if isinstance(v, JobHandle)}
     elif isinstance(source, Mapping):
         exported = dict(source)
+        _refuse_other(list(exported.values()))
     else:
-        handles = list(source)
+        given: object = source
+        # A number or a name is no list; a list holding another value is refused with it.
+        listed = isinstance(given, Iterable) and not isinstance(given, str | bytes)
+        handles = _refuse_other(list(source) if listed else [given])
         _refuse_duplicates(handles)
         return handles
     seen: dict[int, str] = {}
@@ -372,6 +397,16 @@ def jobs_of(source: ModuleType | Sequence[JobHandle] | Mapping[str, JobHandle]) 
     handles = list(exported.values())
     _refuse_duplicates(handles)
     return handles
+
+
+def _refuse_other(found: list[Any]) -> list[JobHandle]:
+    """`found` when every item is a declaration; else refused (a number, a name, or a list
+    holding one was a TypeError or an AttributeError out of the worker's constructor)."""
+    if not all(isinstance(h, JobHandle) for h in found):
+        raise DeclarationInvalidError(
+            "must be a module, or a list or mapping of declared jobs (job())", detail="jobs"
+        )
+    return found
 
 
 def _refuse_duplicates(handles: Sequence[JobHandle]) -> None:

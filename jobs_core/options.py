@@ -22,6 +22,15 @@ def each_enqueue(input: object) -> str:
     return f"each:{new_id()}"
 
 
+def check_clock(clock: object) -> None:
+    """Refuse a `clock=` that is no `Clock` (None: the system's): it failed only where it was
+    first read — a worker's start, a client's first enqueue — as an AttributeError."""
+    from jobs_core.clock import Clock
+
+    if clock is not None and not isinstance(clock, Clock):
+        raise OptionInvalidError("must be a Clock (now_ms and sleep_ms), or None", detail="clock")
+
+
 def ascii_whole(text: str) -> int | None:
     """`text` (spaces around it aside) as a whole number when it is ASCII digits alone, at most
     18 of them; else None. `int` also reads "2_0" as 20, "+2", "-0" and other scripts' digits,

@@ -4,7 +4,7 @@ and the lease keys they hold in the store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -130,6 +130,10 @@ def resolve_rate_limits(
     """One or several `RateLimit`s, at most one per `by`; refused with `option` named."""
     if spec is None:
         return ()
+    # A number was a bare TypeError; a string iterated as its letters ('' as no limit).
+    given: object = spec
+    if isinstance(given, str | bytes) or not isinstance(given, RateLimit | Iterable):
+        raise DeclarationInvalidError("must be a RateLimit or a list of them", detail=option)
     limits = (spec,) if isinstance(spec, RateLimit) else tuple(spec)
     for r in limits:
         if not isinstance(r, RateLimit):

@@ -18,6 +18,7 @@ from jobs_core.errors import (
     JobsError,
     LockLostError,
     LockTimeoutError,
+    OptionInvalidError,
 )
 from jobs_core.ids import new_id
 from jobs_core.options import finite_number, seconds_to_ms
@@ -73,6 +74,10 @@ async def with_lock(
     is given; in a body, the worker's. A `driver` given without `clock` runs on the system
     clock: no client is needed.
     """
+    if not isinstance(key, str) or not key:
+        # str() of another value names some other lock: None would take "lock:None", 5 the
+        # lock of "5" (and an int past 4,300 digits or a deep list fails untyped making it).
+        raise OptionInvalidError("must be a non-empty string naming the lock", detail="key")
     if driver is None or clock is None:
         from jobs_core.facade import current_client
 

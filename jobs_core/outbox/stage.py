@@ -12,7 +12,7 @@ from typing import Any
 from jobs_core import tracing
 from jobs_core.clock import Clock
 from jobs_core.errors import DeclarationInvalidError, OptionInvalidError
-from jobs_core.facade import build_record
+from jobs_core.facade import build_record, check_caller_options
 from jobs_core.job import JobHandle
 from jobs_core.outbox.records import Staged
 from jobs_core.records import NewJob
@@ -39,6 +39,7 @@ def staged_record(handle: JobHandle, input: Any, *, clock: Clock, **options: Any
                 " enqueue such a job from the staged job's body",
                 detail=name,
             )
+    check_caller_options(options)
     with tracing.producer(handle.name, options.get("queue") or handle.queue) as traceparent:
         return build_record(handle, input, clock=clock, traceparent=traceparent, **options)
 

@@ -35,7 +35,7 @@ from jobs_core.errors import DrainingError, JobsError, OptionInvalidError
 from jobs_core.facade import Jobs
 from jobs_core.ids import new_id
 from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, wait_for_store
-from jobs_core.options import seconds_to_ms
+from jobs_core.options import check_clock, seconds_to_ms
 from jobs_core.records import Lease, LeaseRef, LeaseRenew, LeaseTake, TaskFire, TaskMark
 from jobs_core.resend import again_if_lost
 from jobs_core.scheduler.task import ENQUEUED_BY, Occurrence, TaskHandle, tasks_of
@@ -84,6 +84,7 @@ class Scheduler:
         self.driver = driver
         self.tasks = tasks_of(tasks)
         self._by_name = {t.name: t for t in self.tasks}
+        check_clock(clock)
         self.clock = clock or SystemClock()
         if scheduler_id and (why := name_refusal(scheduler_id)) is not None:
             # It is the lead's holder: every round's lease call would refuse it, forever.

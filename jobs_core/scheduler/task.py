@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -200,14 +200,24 @@ def tasks_of(
 ) -> list[TaskHandle]:
     """The tasks a scheduler fires: a list as given, or every task a module exports (one
     handle exported twice counts once; two handles under one name are `X_JOB_DUPLICATE`)."""
+    found: list[object]
     if isinstance(source, ModuleType):
         found = [v for v in vars(source).values() if isinstance(v, TaskHandle)]
     elif isinstance(source, Mapping):
         found = list(source.values())
     else:
-        found = list(source)
+        given: object = source
+        # A number or a name is no list: refused below, as a list holding it is.
+        listed = isinstance(given, Iterable) and not isinstance(given, str | bytes)
+        found = list(source) if listed else [given]
+    handles = [h for h in found if isinstance(h, TaskHandle)]
+    if len(handles) != len(found):
+        # A number, a name, or a list holding one was a TypeError or an AttributeError.
+        raise TaskDeclarationInvalidError(
+            "must be a module, or a list or mapping of declared tasks (task())", detail="tasks"
+        )
     by_name: dict[str, TaskHandle] = {}
-    for h in found:
+    for h in handles:
         held = by_name.setdefault(h.name, h)
         if held is not h:
             raise JobDuplicateError("two tasks share this name", detail=h.name)

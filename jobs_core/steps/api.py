@@ -489,7 +489,8 @@ class StepApi:
         id the store answered is recorded as step `name`: a replay answers the recorded id
         without enqueueing, and a crash between the enqueue and its record enqueues the same
         id again, which the store dedupes. The child carries this job as its parent
-        (`NewJob.parent_id`) and acts for this run's tenant unless `tenant_id=` says otherwise;
+        (`NewJob.parent_id`) and is enqueued for this run's tenant (`tenant_id=` naming another
+        is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
         self._claim_name(name)
@@ -526,7 +527,11 @@ class StepApi:
             if self._mode == "unwind":
                 raise UnwindReached(name)
             self._driver.require("flows", what="ctx.step.enqueue_many")
-            from jobs_core.facade import build_record
+            from jobs_core.facade import build_record, check_caller_options
+
+            # As `enqueue` checks them (its records are built here, past `Jobs.enqueue_many`):
+            # another tenant than the one acted for, a `traceparent=` of the caller's.
+            check_caller_options(options)
 
             ids = [derived_id(self._job.run_id, name, i) for i in range(len(inputs))]
             records = [

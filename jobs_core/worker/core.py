@@ -19,7 +19,6 @@ from jobs_core.errors import (
     DrainingError,
     DriverUnavailableError,
     ExecutorInvalidError,
-    JobsError,
     OptionInvalidError,
 )
 from jobs_core.facade import Jobs, LoopJobs
@@ -28,7 +27,7 @@ from jobs_core.job import JobHandle, jobs_of
 from jobs_core.leases.admit import Gate
 from jobs_core.leases.limits import RateLimit, resolve_rate_limits
 from jobs_core.lifecycle import wait_for_store
-from jobs_core.options import count, finite_number, seconds_to_ms
+from jobs_core.options import check_clock, count, finite_number, seconds_to_ms
 from jobs_core.processes import reach_refusal
 from jobs_core.retention import DEFAULT_RETENTION, Purger, Retention, retention_on
 from jobs_core.steps.unwind import UNWIND_JOB, unwind_job
@@ -106,7 +105,7 @@ class Worker:
             else max(1, self.lease_ms // 3)
         )
         if self.heartbeat_ms >= self.lease_ms:
-            raise JobsError("must be shorter than lease", detail="heartbeat_every")
+            raise OptionInvalidError("must be shorter than lease", detail="heartbeat_every")
         backoff = IdleBackoff(
             seconds_to_ms(poll_floor, "poll_floor"), seconds_to_ms(poll_ceiling, "poll_ceiling")
         )
@@ -137,6 +136,10 @@ class Worker:
             # Refused here, not by every claim and beat of the loop.
             raise OptionInvalidError(f"the worker id {why}", detail="worker_id")
         self.worker_id = worker_id or f"{host_name()}:{os.getpid()}:{new_id()[-12:]}"
+        check_clock(clock)
+        if rng is not None and not isinstance(rng, random.Random):
+            # Read first by a jittered retry's delay, as an AttributeError.
+            raise OptionInvalidError("must be a random.Random, or None", detail="rng")
         self.clock = clock or SystemClock()
         # The built-in undoing of failed sagas: run by every worker, in the failed job's queue.
         by_name.setdefault(UNWIND_JOB, unwind_job(by_name, driver, self.clock))

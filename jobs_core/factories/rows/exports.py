@@ -217,9 +217,12 @@ def export_rows(
     check_root(sink, "sink", bad)
     per_page = whole(page_rows, "page_rows", 1, MAX_PAGE_ROWS, bad)
     if columns is not None:
-        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns):
+        given: object = columns
+        if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+            raise bad("a list of column names", detail="columns")  # a number: TypeError
+        columns = tuple(columns)  # once: a generator read by the check would be left empty
+        if not all(isinstance(c, str) and c for c in columns):
             raise bad("a list of column names", detail="columns")
-        columns = tuple(columns)
         if len(set(columns)) != len(columns):
             raise bad("a column is named twice", detail="columns")
     if (query is None) == (pages is None):

@@ -466,6 +466,7 @@ def _content_types(value: Iterable[str] | None) -> frozenset[str] | None:
 
 
 def _names(sensitive: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(sensitive, str | bytes):
+    if isinstance(sensitive, str | bytes) or not isinstance(sensitive, Iterable):
+        # A number was a bare TypeError ('not iterable').
         raise WebhookReceiverDeclarationInvalidError("a list of field names", detail="sensitive")
     return tuple(sensitive)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
 from jobs_core.driver import MAX_WEBHOOK_URL_BYTES
-from jobs_core.errors import WebhookDeclarationInvalidError, WebhookUrlRefusedError
+from jobs_core.errors import WebhookDeclarationInvalidError, WebhookUrlRefusedError, shown
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -52,15 +52,20 @@ class Target:
 def networks(allowed: Sequence[str]) -> tuple[IpNetwork, ...]:
     """The declaration's `allow_networks` as networks (`X_WEBHOOK_DECLARATION_INVALID` for one
     that is not a CIDR block or an address)."""
-    if isinstance(allowed, str):
+    given: object = allowed
+    if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        # A number was a bare TypeError ('not iterable').
         raise WebhookDeclarationInvalidError("a list of networks", detail="allow_networks")
     out = []
     for n in allowed:
         try:
+            if not isinstance(n, str):
+                # ipaddress spells any other value with repr (a deep list: RecursionError).
+                raise TypeError(type(n).__name__)
             out.append(ipaddress.ip_network(n, strict=False))
         except (TypeError, ValueError) as exc:
             raise WebhookDeclarationInvalidError(
-                f"not a network: {n!r:.80}", detail="allow_networks"
+                f"not a network: {shown(n, 80)}", detail="allow_networks"
             ) from exc
     return tuple(out)
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/redis_drain_instr.py TREE [TREE ...] [--jobs 4000]
         [--concurrency 50 | --loop 50] [--port 26452] [--rounds 1] [--no-client | --timed]
+        [--event-loop asyncio|uvloop|auto]
 
 Starts a private `redis-server --port <port> --save '' --appendonly no` under `valgrind
 --tool=callgrind`, and per tree and round (trees in turn, each round's order reversed) a process
@@ -14,6 +15,8 @@ though it and valgrind's slowness shape the batches (the calls per job say how).
 drains by claims of N jobs each acked whole instead of a `Worker` (the same shape every run);
 `--timed` runs neither process under valgrind and reports the drain's rate and CPU a job (the
 server's from its `INFO cpu`) with the median of the pairs' ratios: run it under the bench lock.
+`--event-loop` is the client's loop (`ujobs worker --loop`'s choice; the harness's worker runs
+`auto`: uvloop where installed); asyncio's by default.
 """
 
 from __future__ import annotations
@@ -133,10 +136,16 @@ def main() -> int:
         " median of the pairs' ratios of the later trees to the first (run it under the bench"
         " lock)",
     )
-    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--event-loop", default="asyncio", help="the client's loop: asyncio, uvloop or auto"
+    )
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        asyncio.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
+        from jobs_core.lifecycle import loop_factory
+
+        with asyncio.Runner(loop_factory=loop_factory(args.one[3])) as runner:
+            runner.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
         return 0
     out = Path(tempfile.mkdtemp(prefix="redis_drain_instr."))
     grind = [] if args.timed else [*VALGRIND, f"--callgrind-out-file={out}/srv.%p"]
@@ -163,6 +172,7 @@ def main() -> int:
                 env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
                 shape = -args.loop if args.loop else args.concurrency
                 cmd = [sys.executable, __file__, "--one", url, str(args.jobs), str(shape)]
+                cmd.append(args.event_loop)
                 if not args.no_client:
                     cmd = [*VALGRIND, f"--callgrind-out-file={out}/cli.%p", *cmd]
                 client = subprocess.Popen(

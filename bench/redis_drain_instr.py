@@ -2,18 +2,22 @@
 
     .venv/bin/python bench/redis_drain_instr.py TREE [TREE ...] [--jobs 4000]
         [--concurrency 50 | --loop 50] [--port 26452] [--rounds 1] [--no-client | --timed]
+        [--event-loop asyncio|uvloop|auto]
 
 Starts a private `redis-server --port <port> --save '' --appendonly no` under `valgrind
---tool=callgrind`, and per tree and round (trees in turn, each round's order reversed) a process
-on that tree (its PYTHONPATH) under callgrind too, which enqueues `--jobs` no-op jobs
+--tool=callgrind`, and per tree and round (trees in turn, each round's order reversed) a process on
+that tree (its PYTHONPATH) under callgrind too, which enqueues `--jobs` no-op jobs
 (`bench.peers.ours_peer.noop`, `enqueue_many`) into a fresh prefix and says so; both counters are
 then zeroed (`callgrind_control -z`), ONE in-process `Worker` at `--concurrency` drains the jobs,
-and both are dumped (`-d`): the instructions (Ir) each ran during the drain alone, per job, and
-the claims and acks (script calls) per job. Counts, not times: a busy machine cannot skew them,
-though it and valgrind's slowness shape the batches (the calls per job say how). `--loop N`
+and both are dumped (`-d`): the instructions (Ir) each ran during the drain alone, per job, and the
+claims and acks (script calls) per job, with how they met (`_turns`: the median claim and ack call,
+and the share of acks run with no claim in flight). Counts, not times: a busy machine cannot skew
+them, though it and valgrind's slowness shape the batches (the calls per job say how). `--loop N`
 drains by claims of N jobs each acked whole instead of a `Worker` (the same shape every run);
 `--timed` runs neither process under valgrind and reports the drain's rate and CPU a job (the
 server's from its `INFO cpu`) with the median of the pairs' ratios: run it under the bench lock.
+`--event-loop` is the client's loop (`ujobs worker --loop`'s choice; the harness's worker runs
+`auto`: uvloop where installed); asyncio's by default.
 """
 
 from __future__ import annotations
@@ -64,12 +68,18 @@ async def _one(url: str, jobs: int, concurrency: int) -> None:
 
     driver = RedisDriver(url, prefix="instr_" + uuid.uuid4().hex[:10])
     calls = {"job_claim": 0, "job_ack": 0}
+    spans: list[tuple[str, float, float]] = []
     run = driver._run
 
     async def counted(name: str, keys: object, args: object) -> object:
-        if name in calls:
-            calls[name] += 1
-        return await run(name, keys, args)  # type: ignore[arg-type]
+        if name not in calls:
+            return await run(name, keys, args)  # type: ignore[arg-type]
+        calls[name] += 1
+        sent = time.perf_counter()
+        try:
+            return await run(name, keys, args)  # type: ignore[arg-type]
+        finally:
+            spans.append((name, sent, time.perf_counter()))
 
     driver._run = counted  # type: ignore[method-assign]
     async with driver:
@@ -80,6 +90,7 @@ async def _one(url: str, jobs: int, concurrency: int) -> None:
         gc.collect()
         gc.freeze()
         calls.update(job_claim=0, job_ack=0)
+        spans.clear()
         print("filled", flush=True)
         sys.stdin.readline()
         began, cpu = time.perf_counter(), time.process_time()
@@ -91,10 +102,25 @@ async def _one(url: str, jobs: int, concurrency: int) -> None:
                 await asyncio.sleep(0.005)
         took = time.perf_counter() - began
         cpu = time.process_time() - cpu
-        print(json.dumps({"seconds": took, "cpu": cpu, **calls}), flush=True)
+        print(json.dumps({"seconds": took, "cpu": cpu, **calls, **_turns(spans)}), flush=True)
         sys.stdin.readline()
         if concurrency > 0:
             await worker.stop()
+
+
+def _turns(spans: list[tuple[str, float, float]]) -> dict[str, float]:
+    """How the drain's claims and acks met, from each call's send and answer in the client:
+    the median claim and ack call in ms, and the share of acks that ran with no claim in flight
+    at any moment of theirs (the server ran them while the worker ran a batch, not while it
+    waited on a claim)."""
+    claims = [(a, b) for name, a, b in spans if name == "job_claim"]
+    acks = [(a, b) for name, a, b in spans if name == "job_ack"]
+    alone = sum(1 for a, b in acks if not any(c < b and a < d for c, d in claims))
+    return {
+        "claim_ms": statistics.median(b - a for a, b in claims) * 1000 if claims else 0.0,
+        "ack_ms": statistics.median(b - a for a, b in acks) * 1000 if acks else 0.0,
+        "acks_alone": alone / len(acks) if acks else 0.0,
+    }
 
 
 def _ctl(flag: str, pid: int) -> None:
@@ -133,10 +159,16 @@ def main() -> int:
         " median of the pairs' ratios of the later trees to the first (run it under the bench"
         " lock)",
     )
-    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--event-loop", default="asyncio", help="the client's loop: asyncio, uvloop or auto"
+    )
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        asyncio.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
+        from jobs_core.lifecycle import loop_factory
+
+        with asyncio.Runner(loop_factory=loop_factory(args.one[3])) as runner:
+            runner.run(_one(args.one[0], int(args.one[1]), int(args.one[2])))
         return 0
     out = Path(tempfile.mkdtemp(prefix="redis_drain_instr."))
     grind = [] if args.timed else [*VALGRIND, f"--callgrind-out-file={out}/srv.%p"]
@@ -163,6 +195,7 @@ def main() -> int:
                 env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
                 shape = -args.loop if args.loop else args.concurrency
                 cmd = [sys.executable, __file__, "--one", url, str(args.jobs), str(shape)]
+                cmd.append(args.event_loop)
                 if not args.no_client:
                     cmd = [*VALGRIND, f"--callgrind-out-file={out}/cli.%p", *cmd]
                 client = subprocess.Popen(
@@ -183,6 +216,9 @@ def main() -> int:
                 row = {
                     "claims_per_job": got["job_claim"] / args.jobs,
                     "acks_per_job": got["job_ack"] / args.jobs,
+                    "claim_ms": got["claim_ms"],
+                    "ack_ms": got["ack_ms"],
+                    "acks_alone": got["acks_alone"],
                 }
                 if args.timed:
                     row["per_s"] = args.jobs / got["seconds"]
@@ -206,7 +242,11 @@ def main() -> int:
     first = str(args.trees[0])
     for tree in args.trees[1:]:
         for key in rows[first][0]:
-            pairs = [b[key] / a[key] for a, b in zip(rows[first], rows[str(tree)], strict=True)]
+            pairs = [
+                b[key] / a[key] for a, b in zip(rows[first], rows[str(tree)], strict=True) if a[key]
+            ]
+            if not pairs:  # a figure that was 0 in every run of the first tree: no ratio
+                continue
             print(
                 f"{tree} / {first}: {key} median {statistics.median(pairs):.3f}"
                 f" ({min(pairs):.3f}-{max(pairs):.3f}) over {len(pairs)} pairs;"

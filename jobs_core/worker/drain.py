@@ -13,6 +13,7 @@ from jobs_core.clock import Clock
 from jobs_core.driver import JobDriver
 from jobs_core.errors import DrainingError
 from jobs_core.lifecycle import STOP_CALL_FLOOR_MS, StopBudget, bounded, leave
+from jobs_core.loops import cancel_and_wait
 from jobs_core.records import Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.worker.claim import ClaimLoop
@@ -100,8 +101,6 @@ class Drain:
                         h.signal.fire(DrainingError(detail=h.job.id))
                 # A body that ignores its cancellation must not hold the deploy hostage.
                 await self._wait_tasks(running, CANCEL_GRACE_MS, forceable=False)
-        for task in self._loops[1:]:
-            task.cancel()
         await self._last_calls(handback, budget)
         if self._runner.executor is not None:
             self._runner.executor.shutdown(wait=False, cancel_futures=True)
@@ -118,8 +117,10 @@ class Drain:
         wake, self._claims.wake = self._claims.wake, None
         calls: dict[str, Awaitable[Any]] = {
             "hand-back": handback,
-            # A heartbeat cancelled mid-call may take its driver's time to unwind.
-            "heartbeat": asyncio.gather(*self._loops[1:], return_exceptions=True),
+            # The heartbeat and maintenance loops: cancelled again while they run on, since a
+            # store call beneath may drop the cancel and such a loop ends only when cancelled
+            # (`cancel_and_wait`); one cancelled mid-call may take its driver's time to unwind.
+            "heartbeat": asyncio.gather(*(cancel_and_wait(t) for t in self._loops[1:])),
             "settles": settler.join(),
             # Slots handed back now free their room at once; any left behind lapse at their TTL.
             "lease releases": self._runner.gate.join(),

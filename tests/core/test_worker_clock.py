@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -195,3 +196,34 @@ async def test_drain_aborts_at_the_deadline_and_hands_claims_back_uncounted() ->
         await worker.start()
     assert info.value.code == "X_DRAINING"
     assert await worker.demand() == {"default": 0}
+
+
+class SwallowsACancel(MemoryDriver):
+    """Its purge call, cancelled mid-flight, answers as if it finished: what Python 3.11's
+    `asyncio.wait_for` (redis-py sends each command through it) does when the call beneath
+    finished as the cancel came, dropping the cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.purging = asyncio.Event()
+
+    async def _job_purge(self, params: Any) -> int:
+        self.purging.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.get_running_loop().create_future()
+        return 0
+
+
+async def test_stop_ends_though_a_store_call_swallowed_the_cancel_of_the_maintenance_loop() -> None:
+    # Seen in a Redis drain bench: `await worker.stop()` waited forever, its maintenance task
+    # "cancelling" yet asleep until its next purge round, round after round.
+    clock = FakeClock()
+    driver = SwallowsACancel()
+    worker = Worker(driver, [declare(noop)], clock=clock)
+    await worker.start()
+    for _ in range(400):
+        if driver.purging.is_set():
+            break
+        await clock.advance(1_000)
+    assert driver.purging.is_set()
+    await asyncio.wait_for(worker.stop(), 5)

@@ -17,7 +17,7 @@ from jobs_core.loops import cancel_and_wait
 from jobs_core.records import Nack, NackKind
 from jobs_core.states import Outcome
 from jobs_core.worker.claim import ClaimLoop
-from jobs_core.worker.held import Held
+from jobs_core.worker.held import Held, let_go
 from jobs_core.worker.outcome import Outcomes
 from jobs_core.worker.run import Runner
 from jobs_core.worker.stats import WorkerStats
@@ -163,9 +163,9 @@ class Drain:
             [Nack(h.job.fence, NackKind.INTERRUPT, now) for h in waiting]
         )
         for h, ok in zip(waiting, answers, strict=True):
-            self._held.pop(h.job.id, None)
+            let_go(self._held, h)
             self._stats.in_flight = len(self._held)
-            self._outcomes.tally(Outcome.INTERRUPTED, ok, h.job)
+            self._outcomes.tally(Outcome.INTERRUPTED, ok, h.job, h)
 
     async def _wait_tasks(
         self, tasks: list[asyncio.Task[None]], ms: int | None, *, forceable: bool = True

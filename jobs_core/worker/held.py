@@ -101,6 +101,14 @@ class Held:
             return None
 
 
+def let_go(held: dict[str, Held], run: Held) -> None:
+    """Stop tracking `run`, and only it: its job's next attempt, claimed again before this run
+    ended (a retry due at once, claimed while this attempt's settle was answered), stays held,
+    heartbeaten and handed back by a drain."""
+    if held.get(run.job.id) is run:
+        del held[run.job.id]
+
+
 def log_fields(
     worker_id: str, job_id: str, name: str, queue: str, attempt: int | None
 ) -> dict[str, object]:

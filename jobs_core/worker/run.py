@@ -40,7 +40,7 @@ from jobs_core.steps import StepApi, StepSuspension
 from jobs_core.tenant import acting_for
 from jobs_core.threads import BodyThreads
 from jobs_core.worker.failure import brief, typed
-from jobs_core.worker.held import Held, job_fields
+from jobs_core.worker.held import Held, job_fields, let_go
 from jobs_core.worker.outcome import Outcomes
 from jobs_core.worker.stats import WorkerStats
 
@@ -174,7 +174,7 @@ class Runner:
 
     def _run_ended(self, held: Held) -> None:
         if held.started:
-            self._held.pop(held.job.id, None)
+            let_go(self._held, held)
             self._stats.in_flight = len(self._held)
         self.on_run_end(held)
 

@@ -17,6 +17,7 @@ wrong, not unlucky); a name may not start with `~` (reserved for the runner's ow
 is checked before anything runs or is written: a name the store could not record, as itself or
 as the runner's record of it (past `MAX_NAME_BYTES` UTF-8 bytes, a NUL, a lone surrogate), is
 `X_STEP_NAME_INVALID`, terminal; a bad duration, time, event or match is refused with its code.
+A call refused for its arguments takes no name: caught, the same name may be used again.
 A step whose output cannot be stored (no JSON form, past a bound) fails the run for good,
 `X_STEP_OUTPUT_INVALID`: its function ran, and a retry would only run it again.
 """
@@ -310,11 +311,11 @@ class StepApi:
         a resume) answer the stored form without calling `fn`. `compensate(output)` undoes
         the step if the run fails for good (steps undone in reverse order, each recorded once;
         a compensation, like `fn`, runs at least once)."""
-        self._claim_name(name, *((UNDO,) if compensate is not None else ()))
         if not callable(fn):
             raise DeclarationInvalidError("a step runs a function", detail="fn")
         if compensate is not None and not callable(compensate):
             raise DeclarationInvalidError("a compensation is a function", detail="compensate")
+        self._claim_name(name, *((UNDO,) if compensate is not None else ()))
         record = await self._recorded(name, fn, marks_saga=compensate is not None)
         output = loads(record.output_json)
         if compensate is not None:
@@ -328,9 +329,9 @@ class StepApi:
         """`run`, but a first run's record is stored by `write(record)` instead of a plain
         `step_put`: a factory's own fenced write that lands the record together with what its
         family keeps of the step, in one commit; `write` answers whether the fence held."""
-        self._claim_name(name)
         if not callable(fn):
             raise DeclarationInvalidError("a step runs a function", detail="fn")
+        self._claim_name(name)
         return loads((await self._recorded(name, fn, write=write)).output_json)
 
     async def _recorded(
@@ -371,14 +372,14 @@ class StepApi:
         """Park the run for `duration` (seconds or a timedelta) without spending an attempt;
         it resumes on any worker once the time is up. The end is recorded, so a replay sleeps
         only what is left of it."""
-        self._claim_name(name)
         ms = _duration_ms(duration, "duration")
+        self._claim_name(name)
         await self._sleep(name, lambda now: _ends(now, ms, "duration"))
 
     async def sleep_until(self, name: str, when: dt.datetime | int) -> None:
         """`sleep` until an aware datetime (or epoch ms); a time already past does not park."""
-        self._claim_name(name)
         until = _ms_of(when, "when")
+        self._claim_name(name)
         await self._sleep(name, lambda now: until)
 
     async def _sleep(self, name: str, until_of: Callable[[int], int]) -> None:
@@ -412,7 +413,6 @@ class StepApi:
         epoch ms) any since then — and before its deadline (start + `timeout`): one published
         at the deadline or later never counts, however late the run resumes.
         """
-        self._claim_name(name, WAIT)
         now = self._clock.now_ms()
         match_json = dumps(match if match is not None else {})
         if since == "wait":
@@ -424,6 +424,7 @@ class StepApi:
         ends = None if timeout is None else _ends(now, _duration_ms(timeout, "timeout"), "timeout")
         # The event's name and the match as `event_find` will judge them, before any record.
         check_wait(EventWait(event, match_json, since_ms, tenant_id=self._tenant, until_ms=ends))
+        self._claim_name(name, WAIT)
         loaded = await self.records()
         done = loaded.get(name)
         if done is not None:
@@ -471,9 +472,6 @@ class StepApi:
     def _child_options(
         self, handle: JobHandle, job_id: str, options: dict[str, Any]
     ) -> dict[str, Any]:
-        for taken in ("id", "ids", "parent_id", "run_id"):
-            if taken in options:
-                raise DeclarationInvalidError("a child's ids are the step's own", detail=taken)
         options["parent_id"] = self._job.id
         # The run's tenant, as a plain enqueue inside the body takes it (`current_tenant()`):
         # named here so a replay (or an unwinding one) enqueues for the very same tenant.
@@ -493,6 +491,7 @@ class StepApi:
         is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
+        _refuse_taken(options)
         self._claim_name(name)
         record = (await self.records()).get(name)
         if record is None:
@@ -511,7 +510,6 @@ class StepApi:
         """`enqueue` of one child per input, recorded as ONE step `name`: the ids are derived
         from (run id, `name`, index), so a replay or a retry enqueues none twice. At most
         `MAX_ENQUEUE_BATCH` inputs."""
-        self._claim_name(name)
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:
@@ -522,6 +520,8 @@ class StepApi:
                     "children that wait for other jobs are enqueued one by one (enqueue)",
                     detail=one_only,
                 )
+        _refuse_taken(options)
+        self._claim_name(name)
         record = (await self.records()).get(name)
         if record is None:
             if self._mode == "unwind":
@@ -560,8 +560,9 @@ class StepApi:
         is live the run PARKS — no attempt spent, no slot held — and resumes once it finished.
         `X_RESULT_FAILED` (`ResultFailedError`, terminal) when it ended dead, failed or
         cancelled (or no longer exists: state "missing"), on the first run and every replay."""
+        distinct = self._join_ids((job_id,))
         self._claim_name(name)
-        (outcome,) = await self._gathered(name, (job_id,))
+        (outcome,) = await self._gathered(name, (job_id,), distinct)
         return _answer(outcome, return_errors=False)
 
     async def gather(
@@ -575,15 +576,16 @@ class StepApi:
         unless `return_errors=True`: then its place holds a `ResultFailedError` (`job_id`,
         `state`, `error`). Recorded as `{"results": [{"ok": <result>} | {"failed": {"job_id",
         "state", "error"}}, ...]}`, so a replay answers, and raises, exactly the same."""
-        self._claim_name(name)
         if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
             raise DeclarationInvalidError("a list of job ids", detail="job_ids")
-        outcomes = await self._gathered(name, tuple(job_ids))
+        distinct = self._join_ids(tuple(job_ids))
+        self._claim_name(name)
+        outcomes = await self._gathered(name, tuple(job_ids), distinct)
         answers = [_answer(o, return_errors=return_errors) for o in outcomes]
         return answers
 
-    async def _gathered(self, name: str, job_ids: tuple[str, ...]) -> list[JsonValue]:
-        """The recorded outcome of each of `job_ids` (see `gather`); parks while any is live."""
+    def _join_ids(self, job_ids: tuple[str, ...]) -> tuple[str, ...]:
+        """`job_ids` without repeats, once checked as ids a run can wait for."""
         for job_id in job_ids:
             if not isinstance(job_id, str):
                 raise DeclarationInvalidError("a job id is a string", detail="job_ids")
@@ -595,6 +597,13 @@ class StepApi:
             )
         if len(distinct) > MAX_JOIN_IDS:
             raise BatchTooLargeError(detail=f"{len(distinct)} jobs > {MAX_JOIN_IDS}")
+        return distinct
+
+    async def _gathered(
+        self, name: str, job_ids: tuple[str, ...], distinct: tuple[str, ...]
+    ) -> list[JsonValue]:
+        """The recorded outcome of each of `job_ids` (`distinct`: `_join_ids`'s; see `gather`);
+        parks while any is live."""
         record = (await self.records()).get(name)
         if record is None:
             if self._mode == "unwind":
@@ -673,6 +682,13 @@ async def wait_ring(driver: JobDriver, me: str, frontier: Sequence[str]) -> tupl
                         ahead.append(dep)
         level = ahead
     return ()
+
+
+def _refuse_taken(options: dict[str, Any]) -> None:
+    """A child's ids are derived from its step: options naming them are refused."""
+    for taken in ("id", "ids", "parent_id", "run_id"):
+        if taken in options:
+            raise DeclarationInvalidError("a child's ids are the step's own", detail=taken)
 
 
 def _parked_on_join(row: JobRecord) -> bool:

@@ -135,11 +135,16 @@ def announce_relay(r: Relay) -> None:
     )
 
 
+def rows_said(n: int) -> str:
+    """`n` rows in words: "1 row", "2 rows"."""
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
 def announce_relay_stopped(r: Relay) -> None:
     """`jobs.relay.counts`: the rows the relay published, when it stopped."""
     announce(
         "jobs.relay.counts",
-        f"relay stopped: {r.published} rows published",
+        f"relay stopped: {rows_said(r.published)} published",
         relay_id=r.relay_id,
         published=r.published,
     )

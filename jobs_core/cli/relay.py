@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from jobs_core.cli.banner import announce_relay, announce_relay_stopped
+from jobs_core.cli.banner import announce_relay, announce_relay_stopped, rows_said
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -106,7 +106,7 @@ def relay(
     if as_json:
         announce_relay_stopped(r)
     else:
-        console.print(f"relay stopped: {r.published} rows published")
+        console.print(f"relay stopped: {rows_said(r.published)} published")
     drained()
 
 
@@ -162,8 +162,8 @@ def outbox(outbox_url: str | None, limit: int, as_json: bool) -> None:
     failing = sum(1 for r in rows if r.attempts)
     more = " (or more: raise --limit)" if len(rows) == limit else ""
     console.print(
-        f"{len(rows)} rows waiting{more}, the oldest staged {age(now - rows[0].job.created_at_ms)}"
-        f" ago; {failing} with a failed publish",
+        f"{rows_said(len(rows))} waiting{more}, the oldest staged"
+        f" {age(now - rows[0].job.created_at_ms)} ago; {failing} with a failed publish",
         soft_wrap=True,
     )
 

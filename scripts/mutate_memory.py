@@ -49,7 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "jobs_memory" / "driver.py"
+#: The modules a mutant may come from (`--module`): the driver, or the outbox store.
+MODULES = {
+    "driver": ROOT / "jobs_memory" / "driver.py",
+    "outbox": ROOT / "jobs_memory" / "outbox.py",
+}
+SOURCE = MODULES["driver"]
 
 _FLIP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,
@@ -116,8 +121,10 @@ _SKIP = {
 }
 
 
-def family_of(func: str) -> str:
-    """The family whose walk a mutant of `func` runs first."""
+def family_of(func: str, module: str = "driver") -> str:
+    """The family whose walk a mutant of `func` runs first (`outbox` for the outbox store)."""
+    if module == "outbox":
+        return "outbox"
     for prefix, family in _FAMILY_PREFIXES:
         if func.startswith(prefix):
             return family
@@ -134,6 +141,7 @@ class Mutant:
     func: str
     line: int
     what: str
+    module: str = "driver"
 
     @property
     def key(self) -> str:
@@ -141,7 +149,7 @@ class Mutant:
 
     @property
     def family(self) -> str:
-        return family_of(self.func)
+        return family_of(self.func, self.module)
 
 
 def _functions(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -220,8 +228,8 @@ def _parents(tree: ast.AST) -> dict[int, ast.AST]:
     return {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 
 
-def enumerate_mutants(source: str) -> list[Mutant]:
-    """Every mutant of `source`'s driver functions (bar `_SKIP`)."""
+def enumerate_mutants(source: str, module: str = "driver") -> list[Mutant]:
+    """Every mutant of `source`'s functions (bar `_SKIP`)."""
     tree = ast.parse(source)
     parents = _parents(tree)
     owner: dict[int, str] = {}
@@ -232,15 +240,16 @@ def enumerate_mutants(source: str) -> list[Mutant]:
             owner[id(sub)] = func.name
     out = []
     for ordinal, node in enumerate(ast.walk(tree)):
-        func = owner.get(id(node))
-        if func is None:
+        name = owner.get(id(node))
+        if name is None:
             continue
         # A docstring's or an annotation's node changes nothing observable.
         if isinstance(node, ast.Constant) and isinstance(parents.get(id(node)), ast.Expr):
             continue
         for kind, variant, what in _sites(node, parents):
-            line = getattr(node, "lineno", 0)
-            out.append(Mutant(kind, ordinal, variant, func, line, what))
+            # A comprehension has no line of its own: its expression's.
+            line = int(getattr(node, "lineno", 0) or getattr(parents.get(id(node)), "lineno", 0))
+            out.append(Mutant(kind, ordinal, variant, name, line, what, module))
     return out
 
 
@@ -266,6 +275,7 @@ def apply(source: str, kind: str, ordinal: int, variant: int) -> str:
         assert isinstance(node, ast.Constant) and isinstance(node.value, int)
         node.value += 1 if variant == 0 else -1
     elif kind == "limit":
+        assert isinstance(node, ast.expr)
         bumped = ast.BinOp(
             copy.deepcopy(node), ast.Add() if variant == 0 else ast.Sub(), ast.Constant(1)
         )
@@ -335,13 +345,17 @@ def run_one(spec: dict[str, object]) -> dict[str, object]:
     """Load the mutant as `jobs_memory.driver`, run the suite on it, answer what killed it."""
     import types
 
-    source = SOURCE.read_text()
+    which = str(spec.get("module", "driver"))
+    path = MODULES[which]
+    source = path.read_text()
     if spec["kind"] != "none":
         source = apply(source, str(spec["kind"]), int(spec["ordinal"]), int(spec["variant"]))  # type: ignore[call-overload]
-    module = types.ModuleType("jobs_memory.driver")
-    module.__file__ = str(SOURCE)
-    sys.modules["jobs_memory.driver"] = module
+    module = types.ModuleType(f"jobs_memory.{which}")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module
     exec(compile(source, "<mutant>", "exec"), module.__dict__)
+    if which == "outbox":
+        return _run_outbox(module)
 
     import contextlib
     import io
@@ -385,6 +399,36 @@ def run_one(spec: dict[str, object]) -> dict[str, object]:
     return {"killed_by": None, "error": None}
 
 
+def _run_outbox(module: object) -> dict[str, object]:
+    """The outbox suite (its scenarios, then its `ci` walk) on the mutated `MemoryOutbox`."""
+    import contextlib
+    import io
+
+    from jobs_core.testing.outbox import OUTBOX_SCENARIOS, make_outbox_machine, run_outbox_scenario
+    from jobs_core.testing.profiles import profile_settings
+    from jobs_memory import MemoryOutbox
+    from tests.teeth import SEEDS, ci_walk
+    from tests.test_outbox_parity import memory_harness
+
+    assert getattr(module, "MemoryOutbox", None) is MemoryOutbox
+
+    def factory():  # type: ignore[no-untyped-def]
+        return memory_harness(MemoryOutbox())
+
+    for name in sorted(OUTBOX_SCENARIOS):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                run_outbox_scenario(factory, OUTBOX_SCENARIOS[name])
+        except Exception as exc:
+            return {"killed_by": f"scenario:{name}", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            ci_walk(make_outbox_machine(factory), profile_settings("ci"), SEEDS[0])
+    except Exception as exc:
+        return {"killed_by": "walk:outbox", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"killed_by": None, "error": None}
+
+
 def _child(spec: dict[str, object], timeout: float) -> dict[str, object]:
     started = time.monotonic()
     try:
@@ -414,6 +458,7 @@ def _spec(m: Mutant, seeds: int, without_holes: bool) -> dict[str, object]:
         "variant": m.variant,
         "family": m.family,
         "func": m.func,
+        "module": m.module,
         "line": m.line,
         "what": m.what,
         "key": m.key,
@@ -450,11 +495,12 @@ def report(path: Path) -> str:
     return "\n".join(out)
 
 
-def show(key: str) -> str:
-    """The unified diff of mutant `key` (`kind:ordinal:variant`) against the driver."""
+def show(key: str, module: str = "driver") -> str:
+    """The unified diff of mutant `key` (`kind:ordinal:variant`) against its module."""
     kind, ordinal, variant = key.split(":")
-    before = ast.unparse(ast.parse(SOURCE.read_text()))
-    after = apply(SOURCE.read_text(), kind, int(ordinal), int(variant))
+    source = MODULES[module].read_text()
+    before = ast.unparse(ast.parse(source))
+    after = apply(source, kind, int(ordinal), int(variant))
     return "".join(
         difflib.unified_diff(before.splitlines(True), after.splitlines(True), "driver", key, n=2)
     )
@@ -477,6 +523,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="summarise a results file and exit")
     parser.add_argument("--show", help="print one mutant's diff and exit")
     parser.add_argument("--list", action="store_true", help="count the sites per kind and exit")
+    parser.add_argument("--module", choices=sorted(MODULES), default="driver")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -487,9 +534,9 @@ def main() -> None:
         print(report(args.report))
         return
     if args.show:
-        print(show(args.show))
+        print(show(args.show, args.module))
         return
-    every = enumerate_mutants(SOURCE.read_text())
+    every = enumerate_mutants(MODULES[args.module].read_text(), args.module)
     if args.list:
         print(len(every), dict(Counter(m.kind for m in every)))
         print(dict(Counter(m.family for m in every)))
@@ -509,7 +556,10 @@ def main() -> None:
             done = {json.loads(line)["key"] for line in args.out.read_text().splitlines()}
             chosen = [m for m in chosen if m.key not in done]
     # The unmutated driver must pass, or every kill means nothing.
-    base = _child({"kind": "none", "family": "jobs", "seeds": args.seeds}, args.timeout * 3)
+    base = _child(
+        {"kind": "none", "family": "jobs", "seeds": args.seeds, "module": args.module},
+        args.timeout * 3,
+    )
     if base["killed_by"] is not None:
         raise SystemExit(f"the unmutated driver fails the suite: {base}")
     print(f"{len(every)} sites; running {len(chosen)} (baseline {base['seconds']} s)")

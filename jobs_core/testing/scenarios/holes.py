@@ -8,7 +8,8 @@ spelled out once:
 - a counter fold spends what its limit leaves after the minutes it folded on hour buckets to
   drop, exactly that many;
 - a lease purge examines the first `limit` droppable clocks by (clock, key), no more and no
-  fewer: the rest stay, and a caller behind is still judged at them.
+  fewer: the rest stay, and a caller behind is still judged at them; a key whose last
+  holding a purge deleted holds nothing, so a later purge drops its clock.
 
 Each family's part is a scenario of its own, so a driver without one family still runs the
 others'.
@@ -108,6 +109,22 @@ async def scenario_lease_purge_drops_at_most_limit_clocks(driver: JobDriver) -> 
     assert ends == [T0 + ttl, T0 + ttl, T0 + 3000 + ttl], ends
 
 
+async def scenario_lease_purged_empty_key_drops_its_clock(driver: JobDriver) -> None:
+    """A key whose only holding a purge deleted holds nothing: its clock (the end deleted) is
+    dropped by a purge `LEASE_CLOCK_KEEP_MS` later, and a caller far behind starts afresh."""
+    ttl = 100
+    took = await driver.lease_take([LeaseTake("k", "a", 1, ttl)], T0)
+    assert took[0] is not None, took
+    assert await driver.lease_purge(T0 + 2 * ttl, 10) == 1
+    # Judged at the end the purge deleted (T0 + ttl), until a later purge drops that clock.
+    behind = await driver.lease_take([LeaseTake("k", "b", 1, ttl)], T0)
+    assert behind[0] is not None and behind[0].expires_at_ms == T0 + 2 * ttl, behind
+    assert await driver.lease_purge(T0 + 3 * ttl, 10) == 1  # b's, ending at T0 + 2 * ttl
+    assert await driver.lease_purge(T0 + 2 * ttl + LEASE_CLOCK_KEEP_MS, 10) == 0
+    fresh = await driver.lease_take([LeaseTake("k", "c", 1, ttl)], T0)
+    assert fresh[0] is not None and fresh[0].expires_at_ms == T0 + ttl, fresh
+
+
 HOLE_SCENARIOS: dict[str, Scenario] = {
     f.__name__.removeprefix("scenario_"): f
     for f in (
@@ -115,5 +132,6 @@ HOLE_SCENARIOS: dict[str, Scenario] = {
         scenario_a_removed_parked_row_takes_its_wait,
         scenario_counter_fold_drops_hours_with_the_limit_left,
         scenario_lease_purge_drops_at_most_limit_clocks,
+        scenario_lease_purged_empty_key_drops_its_clock,
     )
 }

@@ -475,6 +475,7 @@ def report(path: Path) -> str:
         rows[row["key"]] = row
     made: Counter[str] = Counter()
     killed: Counter[str] = Counter()
+    slow: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     survivors = []
     for row in rows.values():
@@ -482,13 +483,17 @@ def report(path: Path) -> str:
         made[fam] += 1
         if row["killed_by"] is not None:
             killed[fam] += 1
+            slow[fam] += row["killed_by"] == "timeout"
         else:
             kinds[str(row["kind"])] += 1
             survivors.append(row)
-    out = [f"{'family':10} mutants killed survived"]
+    # A timeout counts as killed (a hang fails a CI too), but may be a survivor on a busy box.
+    out = [f"{'family':10} mutants killed survived (of the killed, timed out)"]
     for fam in sorted(made):
-        out.append(f"{fam:10} {made[fam]:7} {killed[fam]:6} {made[fam] - killed[fam]:8}")
-    out.append(f"{'all':10} {sum(made.values()):7} {sum(killed.values()):6} {len(survivors):8}")
+        line = f"{fam:10} {made[fam]:7} {killed[fam]:6} {made[fam] - killed[fam]:8}"
+        out.append(line + (f" ({slow[fam]})" if slow[fam] else ""))
+    total = f"{'all':10} {sum(made.values()):7} {sum(killed.values()):6} {len(survivors):8}"
+    out.append(total + (f" ({sum(slow.values())})" if sum(slow.values()) else ""))
     out.append(f"survivors by kind: {dict(sorted(kinds.items()))}")
     for row in sorted(survivors, key=lambda r: (str(r["func"]), int(r["line"]))):  # type: ignore[call-overload]
         out.append(f"  {row['key']:18} {row['func']}:{row['line']}  {row['what']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs_core.semantics import HOUR_MS, MINUTE_MS, drop_before, fold_before, hour_of
+from jobs_core.semantics import MINUTE_MS, fold_before
 from jobs_core.semantics import lease_clock_droppable as droppable
 from jobs_core.testing import run_scenario
 from jobs_core.testing.scenarios import SCENARIOS
@@ -59,28 +59,14 @@ class _FoldHoursOff(MemoryDriver):
     async def _counter_fold(self, now_ms: int, limit: int) -> int:
         with self._lock:
             before = fold_before(now_ms)
-            minutes = sorted(
-                (bucket, name, queue)
-                for (name, queue, bucket, width) in self._counters
+            minutes = sum(
+                1
+                for (_, _, bucket, width) in self._counters
                 if width == MINUTE_MS and bucket < before
-            )[:limit]
-            for bucket, name, queue in minutes:
-                values = self._counters.pop((name, queue, bucket, MINUTE_MS))
-                hour = self._counters.setdefault((name, queue, hour_of(bucket), HOUR_MS), [0] * 9)
-                for i, v in enumerate(values):
-                    hour[i] += v
-            left = limit - len(minutes)
-            if left == 0:
-                return len(minutes)
-            cutoff = drop_before(now_ms)
-            hours = sorted(
-                (bucket, name, queue)
-                for (name, queue, bucket, width) in self._counters
-                if width == HOUR_MS and bucket < cutoff
-            )[: max(0, left + self.by)]
-            for bucket, name, queue in hours:
-                del self._counters[(name, queue, bucket, HOUR_MS)]
-            return len(minutes) + len(hours)
+            )
+        # While the minutes leave some of the limit, a limit `by` off is the hours' share `by`
+        # off (the minutes all fold either way).
+        return await super()._counter_fold(now_ms, limit + self.by if minutes < limit else limit)
 
 
 class FoldDropsAnHourShort(_FoldHoursOff):
@@ -115,27 +101,19 @@ class LeasePurgeDropsAClockShort(MemoryDriver):
 
     async def _lease_purge(self, now_ms: int, limit: int) -> int:
         with self._lock:
-            old = sorted(
+            hidden = sorted(
                 (clock, key)
                 for key, clock in self._lease_clocks.items()
                 if droppable(clock, now_ms)
-            )[: limit - 1]
-            for _, key in old:
-                if key not in self._holdings:
-                    del self._lease_clocks[key]
-            gone = sorted(
-                (h.expires_at_ms, h.key, h.token)
-                for held in self._holdings.values()
-                for h in held.values()
-                if h.expires_at_ms <= now_ms
-            )[:limit]
-            for ends, key, token in gone:
-                held = self._holdings[key]
-                del held[token]
-                if not held:
-                    del self._holdings[key]
-                self._lease_clocks[key] = max(ends, self._lease_clocks.get(key, ends))
-            return len(gone)
+            )[limit - 1 :]
+            for _, key in hidden:
+                del self._lease_clocks[key]
+        try:
+            return await super()._lease_purge(now_ms, limit)
+        finally:
+            with self._lock:
+                for clock, key in hidden:
+                    self._lease_clocks[key] = max(clock, self._lease_clocks.get(key, clock))
 
 
 class PurgeLeavesAnEmptyKey(MemoryDriver):

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import pytest
 
+from jobs_core.errors import DeclarationInvalidError
 from jobs_core.semantics import MINUTE_MS, fold_before
 from jobs_core.semantics import lease_clock_droppable as droppable
 from jobs_core.testing import run_scenario
+from jobs_core.testing.outbox.scenarios import record
 from jobs_core.testing.scenarios import SCENARIOS
-from jobs_memory import MemoryDriver
+from jobs_memory import MemoryDriver, MemoryOutbox
 from tests.teeth import assert_each_listed_once
 
 # -- flows --------------------------------------------------------------------------------------
@@ -167,3 +169,22 @@ def test_the_memory_driver_passes_them() -> None:
     for _, names, _ in BROKEN:
         for name in names:
             run_scenario(MemoryDriver, SCENARIOS[name])
+
+
+# -- the memory outbox's own guard (outside the parity suite) -----------------------------------
+
+
+def test_memory_outbox_refuses_a_stage_outside_an_open_transaction_of_its_own() -> None:
+    """A stage into a committed, a rolled-back or another outbox's transaction is refused: it
+    would never commit. (The parity suite stages through its harness, which holds no
+    transaction object, so it cannot ask this of a store; the sampler found it unpinned.)"""
+    outbox, other = MemoryOutbox(), MemoryOutbox()
+    with outbox.transaction() as committed:
+        outbox.stage_records(committed, [record("a")])
+    with pytest.raises(RuntimeError), outbox.transaction() as rolled_back:
+        raise RuntimeError("roll back")
+    with other.transaction() as foreign:
+        for tx in (committed, rolled_back, foreign):
+            with pytest.raises(DeclarationInvalidError):
+                outbox.stage_records(tx, [record("b")])
+    assert [r.job.id for r in outbox._rows.values()] == ["a"]

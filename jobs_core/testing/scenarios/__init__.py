@@ -14,6 +14,7 @@ from jobs_core.testing.scenarios.durable import DURABLE_SCENARIOS
 from jobs_core.testing.scenarios.edges import EDGE_SCENARIOS
 from jobs_core.testing.scenarios.flows import FLOW_SCENARIOS
 from jobs_core.testing.scenarios.gaps import GAP_SCENARIOS
+from jobs_core.testing.scenarios.holes import HOLE_SCENARIOS
 from jobs_core.testing.scenarios.jobs import JOB_SCENARIOS
 from jobs_core.testing.scenarios.leases import LEASE_SCENARIOS
 from jobs_core.testing.scenarios.operator import OPERATOR_SCENARIOS
@@ -43,6 +44,7 @@ SCENARIOS: dict[str, Scenario] = {
     **TWIN_SCENARIOS,
     **EDGE_SCENARIOS,
     **GAP_SCENARIOS,
+    **HOLE_SCENARIOS,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

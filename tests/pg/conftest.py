@@ -5,10 +5,9 @@ A schema is created by the packaged migrations (`migrate`: their offline SQL, re
 process). A test's schema (`pg_schema`, `pg`, `fresh_driver`, the `store_url` fixture) is given
 back emptied when the test ends and handed to the process's next test only if it is still as
 new as a migrated one (`take_schema`: the same catalog, revision and statistics, no rows, its
-relations under 10 pages), else dropped: a migration and a drop cost 0.12 s a test on a quiet
-box and 0.7-1.1 s on a loaded one (the disk's syncs), an empty and a check 0.08 s and 0.28 s
-(2026-12-07). A process drops its spares as it exits; names stay unique, so runs are safe twice
-over and side by side.
+relations under 10 pages), else dropped: a migration and a drop cost 0.3-1.1 s a test, an empty
+and a check 0.05-0.3 s (measured 2026-12-07, quiet and loaded). A process drops its spares as
+it exits; names stay unique, so runs are safe twice over and side by side.
 The tests of the migrations themselves run `jobs_pg.migrate.upgrade`, and
 tests/pg/test_schema_fixture.py pins that both build the same schema.
 """

@@ -36,10 +36,7 @@ echo "== pytest on 3 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
 # 2026-12-06: 9 min 40 s with three on a quiet machine, 10 min 47 s with two and other work
 # beside it); worksteal evens out the long process
 # and parity tests. Each test has its own schema, key prefix, ports and tmp dir, so they never
-# share state; a process hands its next test a schema its last one gave back only emptied and
-# checked as new as a migrated one (tests/pg/conftest.py, take_schema), for a migration and a
-# DROP SCHEMA a test cost 0.3-1.1 s of the server's time, the check 0.05-0.3 s (2026-12-07).
-# `scripts/test.sh -n 0` runs in one process. The
+# share state. `scripts/test.sh -n 0` runs in one process. The
 # ten slowest tests are printed at the end, so a test that grows shows where the time goes.
 pytest_status=0
 "$venv/bin/python" scripts/with_services.py -- \

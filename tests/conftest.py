@@ -25,18 +25,22 @@ register_profiles()
 
 @contextlib.contextmanager
 def fresh_store_url(kind: str) -> Iterator[str]:
-    """A fresh store's URL: `memory://`, a Postgres schema as new as a migrated one (given back
-    emptied after: `tests.pg.conftest.take_schema`), or a Redis key prefix (purged after)."""
+    """A fresh store's URL: `memory://`, a migrated Postgres schema, or a Redis key prefix;
+    dropped (purged) after."""
     from jobs_core.urls import driver_from_url
-    from tests.pg.conftest import PG_URL, schema_for_test
+    from tests.pg.conftest import PG_URL, drop_schema, fresh_schema, migrate
     from tests.redis.conftest import REDIS_URL, fresh_prefix, purge
 
     if kind == "memory":
         yield "memory://"
         return
     if kind == "pg":
-        with schema_for_test() as schema:
+        schema = fresh_schema()
+        migrate(schema)
+        try:
             yield f"{PG_URL}?schema={schema}"
+        finally:
+            drop_schema(schema)
         return
     url = f"{REDIS_URL}?prefix={fresh_prefix()}"
     try:
@@ -53,8 +57,7 @@ def fresh_store_url(kind: str) -> Iterator[str]:
 
 @pytest.fixture(params=["pg", "redis"])
 def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh store's URL: a Postgres schema as new as a migrated one, or a Redis key prefix;
-    emptied (purged) after."""
+    """A fresh store's URL: a migrated Postgres schema, or a Redis key prefix; dropped after."""
     with fresh_store_url(request.param) as url:
         yield url
 

@@ -2,12 +2,7 @@
 
 The server is `JOBS_TEST_PG_URL` (default `postgresql+psycopg://postgres@127.0.0.1:5432/test`).
 A schema is created by the packaged migrations (`migrate`: their offline SQL, rendered once per
-process). A test's schema (`pg_schema`, `pg`, `fresh_driver`, the `store_url` fixture) is given
-back emptied when the test ends and handed to the process's next test only if it is still as
-new as a migrated one (`take_schema`: the same catalog, revision and statistics, no rows, its
-relations under 10 pages), else dropped: a migration and a drop cost 0.3-1.1 s a test, an empty
-and a check 0.05-0.3 s (measured 2026-12-07, quiet and loaded). A process drops its spares as
-it exits; names stay unique, so runs are safe twice over and side by side.
+process) and dropped when the test or example ends, so runs are safe twice over and side by side.
 The tests of the migrations themselves run `jobs_pg.migrate.upgrade`, and
 tests/pg/test_schema_fixture.py pins that both build the same schema.
 """
@@ -15,7 +10,6 @@ tests/pg/test_schema_fixture.py pins that both build the same schema.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import functools
 import io
@@ -40,8 +34,6 @@ from tests.pg.proxy import Proxy
 PG_URL = os.environ.get("JOBS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 #: The newest migration of ours: what an upgraded schema records (`jobs_pg/migrations/versions`).
 HEAD_REVISION = "0019_webhook_attempt_age"
-#: The table the migrations record a schema's revision in (`jobs_pg.migrate`).
-VERSION_TABLE = "ujobs_alembic_version"
 
 
 def fresh_schema() -> str:
@@ -114,156 +106,17 @@ def drop_schema(schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-#: What a schema holds, kind by kind (its own name written `S`): equal catalogs, equal schemas.
-CATALOG = {
-    "relations": """
-        SELECT c.relname, c.relkind, c.relpersistence, c.relhasindex, c.relhastriggers,
-               coalesce(c.reloptions::text, '')
-        FROM pg_class c WHERE c.relnamespace = %(s)s::regnamespace""",
-    "columns": """
-        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
-               a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
-               coalesce(co.collname, ''), a.attidentity, a.attgenerated
-        FROM pg_attribute a
-        JOIN pg_class c ON c.oid = a.attrelid
-        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0
-        WHERE c.relnamespace = %(s)s::regnamespace AND a.attnum > 0 AND NOT a.attisdropped""",
-    "constraints": """
-        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
-        FROM pg_constraint WHERE connamespace = %(s)s::regnamespace""",
-    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = %(s)s",
-    "triggers": """
-        SELECT t.tgname, pg_get_triggerdef(t.oid)
-        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-        WHERE c.relnamespace = %(s)s::regnamespace AND NOT t.tgisinternal""",
-    "functions": """
-        SELECT proname, pg_get_functiondef(oid)
-        FROM pg_proc WHERE pronamespace = %(s)s::regnamespace""",
-    "sequences": """
-        SELECT sequencename, data_type, start_value, increment_by, min_value, max_value, cycle,
-               last_value
-        FROM pg_sequences WHERE schemaname = %(s)s""",
-}
-
-
-def catalog(
-    schema: str, conn: psycopg.Connection[tuple[Any, ...]] | None = None
-) -> dict[str, list[tuple[str, ...]]]:
-    """What `schema` holds, its own name written `S`: each kind of catalog entry, sorted."""
-    if conn is None:
-        with admin() as fresh:
-            return catalog(schema, fresh)
-    with conn.pipeline():  # one round trip for the seven reads
-        read = {
-            kind: conn.execute(query, {"s": schema})  # type: ignore[arg-type]
-            for kind, query in CATALOG.items()
-        }
-    return {
-        kind: sorted(tuple(str(v).replace(schema, "S") for v in row) for row in cur.fetchall())
-        for kind, cur in read.items()
-    }
-
-
-#: Migrated schemas this process's tests used and gave back emptied, for the next test to take.
-_SPARE: list[str] = []
-#: The catalog of a newly migrated schema (the first one's, its name written `S`): a spare is
-#: handed out only while its own still equals it.
-_PRISTINE: list[dict[str, list[tuple[str, ...]]]] = []
-#: Pages a spare's relations stay under: the planner takes a never-vacuumed table of fewer as
-#: one of 10 pages, so its estimates on a spare whose deleted rows still fill them are a new one's.
-_PAGES = 10
-#: Whether the statistics or the migration record of a schema say it is not as new: analyzed
-#: (a plan would differ) or at another revision.
-_USED = """
-    SELECT EXISTS (SELECT 1 FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid
-                   WHERE c.relnamespace = %(s)s::regnamespace)
-        OR EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = %(s)s::regnamespace
-                   AND c.relkind = 'r' AND c.reltuples >= 0)
-        OR EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = %(s)s::regnamespace
-                   AND c.relkind IN ('r', 'i', 't')
-                   AND pg_relation_size(c.oid) >= %(pages)s * current_setting('block_size')::int)
-        OR (SELECT array_agg(version_num) FROM {}) IS DISTINCT FROM ARRAY[%(head)s::varchar]"""
-
-
-def _as_new(schema: str, conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    """Whether `schema` is, to a test, what `migrate` makes: the same catalog, at the head
-    revision, never analyzed, its sequences unstarted (`give_back` deleted its rows)."""
-    used = sql.SQL(_USED).format(sql.Identifier(schema, VERSION_TABLE))
-    row = conn.execute(used, {"s": schema, "head": HEAD_REVISION, "pages": _PAGES}).fetchone()
-    if row is None or row[0]:
-        return False
-    if not _PRISTINE:
-        return False
-    return catalog(schema, conn) == _PRISTINE[0]
-
-
-def take_schema() -> str:
-    """A schema at the newest revision for one test, as new to it as a `migrate`d one: a spare
-    this process gave back (emptied), checked as new, or a newly migrated one."""
-    while _SPARE:
-        schema = _SPARE.pop()
-        try:
-            with admin() as conn:
-                if _as_new(schema, conn):
-                    return schema
-        except psycopg.Error:
-            pass
-        drop_schema(schema)
-    schema = fresh_schema()
-    migrate(schema)
-    if not _PRISTINE:
-        _PRISTINE.append(catalog(schema))
-    return schema
-
-
-def give_back(schema: str) -> None:
-    """Empty `schema` (from `take_schema`) for this process's next test: every row deleted but
-    the migration's record, its sequences restarted; dropped instead when that fails (a test
-    dropped a table). `take_schema` checks it again before handing it out."""
-    try:
-        with admin() as conn:
-            empty_schema(schema, conn)
-            for (name,) in conn.execute(
-                "SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (schema,)
-            ).fetchall():
-                conn.execute(
-                    sql.SQL("ALTER SEQUENCE {} RESTART").format(sql.Identifier(schema, name))
-                )
-    except psycopg.Error:
-        drop_schema(schema)
-        return
-    _SPARE.append(schema)
-
-
-@atexit.register
-def _drop_spares() -> None:
-    while _SPARE:
-        with contextlib.suppress(psycopg.Error):
-            drop_schema(_SPARE.pop())
-
-
-@contextlib.contextmanager
-def schema_for_test() -> Iterator[str]:
-    """A schema as new as a migrated one for the block (`take_schema`), given back after it."""
-    schema = take_schema()
-    try:
-        yield schema
-    finally:
-        give_back(schema)
-
-
 @contextlib.asynccontextmanager
 async def fresh_driver(**kwargs: Any) -> AsyncIterator[PgDriver]:
-    """A driver on a schema of its own, as new as a migrated one (`take_schema`), given back
-    emptied on the way out."""
-    schema = await asyncio.to_thread(take_schema)
+    """A driver on a newly migrated schema of its own, dropped on the way out."""
+    schema = fresh_schema()
     try:
+        await asyncio.to_thread(migrate, schema)
         driver = PgDriver(PG_URL, schema=schema, pool_size=kwargs.pop("pool_size", 4), **kwargs)
         async with driver:
             yield driver
     finally:
-        await asyncio.to_thread(give_back, schema)
+        await asyncio.to_thread(drop_schema, schema)
 
 
 #: The tables of a schema at the head revision, but the migration's record of itself: every
@@ -276,8 +129,8 @@ def _deletes(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> sql.Comp
         # pg_tables costs 35-50 ms a read on a loaded runner: more than a walk's whole reset.
         names = conn.execute(
             "SELECT tablename FROM pg_tables"
-            " WHERE schemaname = %s AND tablename <> %s ORDER BY tablename",
-            (schema, VERSION_TABLE),
+            " WHERE schemaname = %s AND tablename <> 'alembic_version' ORDER BY tablename",
+            (schema,),
         ).fetchall()
         _TABLES.append(tuple(n for (n,) in names))
     return sql.SQL("; ").join(
@@ -325,9 +178,13 @@ def parity_factory(schema: str) -> Iterator[Callable[[], AbstractAsyncContextMan
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
-    """A schema for one test, as new as a migrated one (`schema_for_test`)."""
-    with schema_for_test() as schema:
+    """A migrated schema for one test."""
+    schema = fresh_schema()
+    try:
+        migrate(schema)
         yield schema
+    finally:
+        drop_schema(schema)
 
 
 @pytest.fixture

@@ -2,27 +2,56 @@
 
 Every Postgres test runs on a schema `tests.pg.conftest.migrate` made; this pins that it is what
 a user's `ujobs db upgrade` makes, catalog entry for catalog entry, so no test runs on a schema
-no user has; and that a schema a test gave back is handed to the next one only as new as that
-(the same catalog, revision and statistics, no rows), else dropped.
+no user has.
 """
 
 from __future__ import annotations
 
-import pytest
-
 from jobs_pg.migrate import upgrade, version_of
-from tests.pg import conftest
-from tests.pg.conftest import (
-    HEAD_REVISION,
-    PG_URL,
-    admin,
-    catalog,
-    drop_schema,
-    fresh_schema,
-    give_back,
-    migrate,
-    take_schema,
-)
+from tests.pg.conftest import HEAD_REVISION, PG_URL, admin, drop_schema, fresh_schema, migrate
+
+_CATALOG = {
+    "relations": """
+        SELECT c.relname, c.relkind, c.relpersistence, c.relhasindex, c.relhastriggers
+        FROM pg_class c WHERE c.relnamespace = %(s)s::regnamespace""",
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+               a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
+               coalesce(co.collname, ''), a.attidentity, a.attgenerated
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0
+        WHERE c.relnamespace = %(s)s::regnamespace AND a.attnum > 0 AND NOT a.attisdropped""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+        FROM pg_constraint WHERE connamespace = %(s)s::regnamespace""",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = %(s)s",
+    "triggers": """
+        SELECT t.tgname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = %(s)s::regnamespace AND NOT t.tgisinternal""",
+    "functions": """
+        SELECT proname, pg_get_functiondef(oid)
+        FROM pg_proc WHERE pronamespace = %(s)s::regnamespace""",
+    "sequences": """
+        SELECT sequencename, data_type, start_value, increment_by, min_value, max_value, cycle,
+               last_value
+        FROM pg_sequences WHERE schemaname = %(s)s""",
+}
+
+
+def catalog(schema: str) -> dict[str, list[tuple[str, ...]]]:
+    """What `schema` holds, its own name written `S`: each kind of catalog entry, sorted."""
+    with admin() as conn:
+        found = {
+            kind: sorted(
+                tuple(str(v).replace(schema, "S") for v in row)
+                for row in conn.execute(query, {"s": schema}).fetchall()  # type: ignore[arg-type]
+            )
+            for kind, query in _CATALOG.items()
+        }
+    return found
 
 
 def test_migrate_builds_the_schema_upgrade_builds_and_upgrade_finds_it_current() -> None:
@@ -42,65 +71,3 @@ def test_migrate_builds_the_schema_upgrade_builds_and_upgrade_finds_it_current()
     finally:
         drop_schema(online)
         drop_schema(offline)
-
-
-def _schemas() -> set[str]:
-    with admin() as conn:
-        return {n for (n,) in conn.execute("SELECT nspname FROM pg_namespace").fetchall()}
-
-
-def _new_again(schema: str) -> None:
-    """`schema`, given back, is the next one `take_schema` hands out, with no row left."""
-    give_back(schema)
-    again = take_schema()
-    try:
-        assert again == schema
-        assert catalog(again) == conftest._PRISTINE[0]
-        with admin() as conn:
-            tables = conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (again,)
-            ).fetchall()
-            for (table,) in tables:
-                count = conn.execute(f'SELECT count(*) FROM "{again}"."{table}"').fetchone()
-                assert count == ((1,) if table == conftest.VERSION_TABLE else (0,)), table
-        assert version_of(PG_URL, again) == HEAD_REVISION
-    finally:
-        give_back(again)
-
-
-def test_a_schema_given_back_with_rows_is_handed_out_again_as_new() -> None:
-    schema = take_schema()
-    with admin() as conn:
-        conn.execute(f"INSERT INTO \"{schema}\".pauses VALUES ('queue', 'q')")  # type: ignore[arg-type]
-        conn.execute(f"SELECT nextval('\"{schema}\".lease_tokens')")  # type: ignore[arg-type]
-        conn.execute(f"SELECT nextval('\"{schema}\".lease_tokens')")  # type: ignore[arg-type]
-    _new_again(schema)
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        'CREATE INDEX extra ON "{s}".jobs (name)',
-        'ALTER TABLE "{s}".jobs DROP COLUMN acts_for',
-        'DROP TABLE "{s}".pauses',
-        'CREATE TABLE "{s}".app_orders (id int)',
-        'ANALYZE "{s}".jobs',
-        "UPDATE \"{s}\".ujobs_alembic_version SET version_num = '0001_jobs'",
-        "INSERT INTO \"{s}\".pauses SELECT 'queue', 'q' || g FROM generate_series(1, 3000) g",
-    ],
-    ids=["index", "column", "table-dropped", "table-added", "analyzed", "revision", "ten-pages"],
-)
-def test_a_schema_a_test_changed_is_dropped_not_handed_out(change: str) -> None:
-    """A schema whose catalog, revision or statistics a test changed, or whose deleted rows
-    fill 10 pages, is dropped: the next test gets another, new."""
-    schema = take_schema()
-    with admin() as conn:
-        conn.execute(change.format(s=schema))  # type: ignore[arg-type]
-    give_back(schema)
-    other = take_schema()
-    try:
-        assert other != schema
-        assert schema not in _schemas()
-        assert catalog(other) == conftest._PRISTINE[0]
-    finally:
-        give_back(other)

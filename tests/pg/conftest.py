@@ -129,7 +129,7 @@ def _deletes(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> sql.Comp
         # pg_tables costs 35-50 ms a read on a loaded runner: more than a walk's whole reset.
         names = conn.execute(
             "SELECT tablename FROM pg_tables"
-            " WHERE schemaname = %s AND tablename <> 'alembic_version' ORDER BY tablename",
+            " WHERE schemaname = %s AND tablename <> 'ujobs_alembic_version' ORDER BY tablename",
             (schema,),
         ).fetchall()
         _TABLES.append(tuple(n for (n,) in names))

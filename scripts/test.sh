@@ -30,17 +30,19 @@ if [ "${LINT:-1}" = "1" ]; then
     "$venv/bin/mypy" >"$mypy_log" 2>&1 &
     mypy_pid=$!
 fi
-echo "== pytest on 3 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
-# Three processes (pytest-xdist) on a 2-core runner: a third of the suite's time is spent
+echo "== pytest on 4 processes (hypothesis profile: $HYPOTHESIS_PROFILE)"
+# Four processes (pytest-xdist) on a 2-core runner: a third of the suite's time is spent
 # waiting (on servers, subprocesses, leases): with two, a quarter of the cores sat idle (measured
 # 2026-12-06: 9 min 40 s with three on a quiet machine, 10 min 47 s with two and other work
-# beside it); worksteal evens out the long process
+# beside it); with three the cores still sat idle a third of the time (2026-12-07, 4,768
+# tests: pytest 591 s with three, 518 s with four, one run each on a quiet machine, the
+# CPU used 14.1 and 12.8 min); worksteal evens out the long process
 # and parity tests. Each test has its own schema, key prefix, ports and tmp dir, so they never
 # share state. `scripts/test.sh -n 0` runs in one process. The
 # ten slowest tests are printed at the end, so a test that grows shows where the time goes.
 pytest_status=0
 "$venv/bin/python" scripts/with_services.py -- \
-    "$venv/bin/python" -m pytest -q -n 3 --dist worksteal --durations=10 "$@" || pytest_status=$?
+    "$venv/bin/python" -m pytest -q -n 4 --dist worksteal --durations=10 "$@" || pytest_status=$?
 if [ -n "$mypy_pid" ]; then
     echo "== mypy --strict (run beside the tests)"
     mypy_status=0

@@ -165,7 +165,7 @@ class Drain:
         for h, ok in zip(waiting, answers, strict=True):
             let_go(self._held, h)
             self._stats.in_flight = len(self._held)
-            self._outcomes.tally(Outcome.INTERRUPTED, ok, h.job, h)
+            self._outcomes.tally(Outcome.INTERRUPTED, ok, h)
 
     async def _wait_tasks(
         self, tasks: list[asyncio.Task[None]], ms: int | None, *, forceable: bool = True

@@ -131,7 +131,7 @@ class Outcomes:
                 join=asked.join,
             )
         )
-        self.tally(Outcome.SUSPENDED, landed, job, held)
+        self.tally(Outcome.SUSPENDED, landed, held)
         if landed and asked.join:
             await self._unpark_if_cycle(held, asked.join)
         log.debug(
@@ -208,7 +208,7 @@ class Outcomes:
                     progress_json=held.pending_progress(self._worker_id),
                 )
             )
-            self.tally(Outcome.INTERRUPTED, landed, job, held)
+            self.tally(Outcome.INTERRUPTED, landed, held)
         elif isinstance(reason, JobTimeoutError | SlotLostError):
             # Cut short by its deadline or by its lost fleet slot: the attempt fails (retried).
             await self.settle_error(held, handle, reason, input)
@@ -247,7 +247,7 @@ class Outcomes:
             landed = await self.settler.nack(
                 Nack(job.fence, NackKind.SHED, now, max(now, refusal.run_at_ms))
             )
-            self.tally(Outcome.SHED, landed, job, held)
+            self.tally(Outcome.SHED, landed, held)
             log.debug(
                 "jobs.worker.shed %s %s until %d: %s",
                 job.name,
@@ -258,7 +258,7 @@ class Outcomes:
             )
             return
         landed = await self.settler.nack(Nack(job.fence, NackKind.REFUSE, now, error=refusal.why))
-        self.tally(Outcome.REFUSED, landed, job, held)
+        self.tally(Outcome.REFUSED, landed, held)
         log.info(
             "jobs.run.refused %s %s: %s",
             job.name,
@@ -363,7 +363,7 @@ class Outcomes:
             )
         held.settled = True
         landed = await self.settler.nack(nack)
-        self.tally(outcome, landed, job, held)
+        self.tally(outcome, landed, held)
         if landed and outcome in ENDING_OUTCOMES:
             event = SettledEvent(
                 job.id, job.name, job.queue, outcome, job.attempt, input, None, error
@@ -389,27 +389,19 @@ class Outcomes:
             log.error("jobs.unwind.unknown %s %s: %r", held.job.name, held.job.id, exc)
             return False
 
-    def tally(
-        self, outcome: Outcome, landed: bool, job: ClaimedJob, held: Held | None = None
-    ) -> None:
-        """Count a settle's answer; `held`: the run's, when the caller has it at hand."""
+    def tally(self, outcome: Outcome, landed: bool, held: Held) -> None:
+        """Count the answer to the settle of `held`'s run (not a later claim of its job)."""
+        job = held.job
         if landed:
             self._stats.count(outcome)
-            if held is None:
-                held = self._held.get(job.id)
-                if held is not None and held.job.claims != job.claims:
-                    held = None  # the job's next claim, not this run's
-            body_ms = held.body_ms if held is not None else None
-            if held is not None and held.span is not None:
+            if held.span is not None:
                 tracing.ended(held.span, outcome)
             for observe in self.observers:
                 try:
-                    observe(job, outcome, body_ms)
+                    observe(job, outcome, held.body_ms)
                 except Exception:  # an observer never breaks a settle
                     log.exception(
-                        "jobs.observer.failed %s",
-                        job.id,
-                        extra=held.log_extra(self._worker_id) if held is not None else None,
+                        "jobs.observer.failed %s", job.id, extra=held.log_extra(self._worker_id)
                     )
         else:
             self._stats.unowned += 1

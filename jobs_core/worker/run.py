@@ -181,7 +181,7 @@ class Runner:
     def _acked(self, held: Held, landed: bool) -> None:
         """A completed run's ack answered (`Settler.ack_then`): counted, and the run ends."""
         try:
-            self._outcomes.tally(Outcome.COMPLETED, landed, held.job, held)
+            self._outcomes.tally(Outcome.COMPLETED, landed, held)
         finally:
             self._run_ended(held)
 
@@ -438,7 +438,7 @@ class Runner:
             held.acking = True
             return
         landed = await self._outcomes.settler.ack(ack)
-        self._outcomes.tally(Outcome.COMPLETED, landed, job, held)
+        self._outcomes.tally(Outcome.COMPLETED, landed, held)
         if landed and hears:  # the event built only for a hook
             event = SettledEvent(
                 job.id,
@@ -497,7 +497,7 @@ class Runner:
             Nack(job.fence, NackKind.SHED, now, now + UNKNOWN_NAME_DELAY_MS)
         )
         if not landed:
-            self._outcomes.tally(Outcome.SHED, landed, job)
+            self._outcomes.tally(Outcome.SHED, landed, held)
 
     async def _run_in_thread(
         self,

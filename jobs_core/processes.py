@@ -463,6 +463,13 @@ class _Child:
     def _writable(self, timeout: float) -> bool:
         return bool(select.select([], [self._sock], [], timeout)[1])
 
+    def dead(self) -> bool:
+        """Whether the child has exited, even when something else in this process reaped it
+        (multiprocessing's `is_alive` then still answers True): its pidfd is readable."""
+        if self.exit_fd is not None and wait_ready([self.exit_fd], 0):
+            return True
+        return not self.proc.is_alive()
+
     def exited(self, timeout: float) -> bool:
         """Wait at most `timeout` seconds for the child to exit; True once it did (reaped)."""
         if self.exit_fd is not None:
@@ -585,7 +592,7 @@ class BodyProcesses:
             raise ProcessDiedError("the worker's processes are closed")
         while self._idle:
             child = self._idle.pop()
-            if child.proc.is_alive():
+            if not child.dead():
                 return child
             self._lose(child, None)  # died idle: the next body gets a fresh one
         turn: asyncio.Future[_Child] = asyncio.get_running_loop().create_future()

@@ -650,3 +650,28 @@ async def test_a_chaos_of_process_bodies_on_redis_loses_no_job(tmp_path: Path) -
         (JobState.FAILED, 1)
     ] * 2
     assert spawned_children() == set()
+
+
+async def test_an_idle_child_reaped_by_someone_else_is_not_handed_the_next_body() -> None:
+    """A pooled child that died idle, its exit already reaped by other code in the worker's
+    process (multiprocessing's `is_alive` then still answers True): the next body goes to a
+    fresh process, its attempt unspent. It was handed to the dead one and failed attempt 1
+    `X_JOB_PROCESS_DIED` (seen as a rare failure of the test above)."""
+    driver = MemoryDriver()
+    jobs = Jobs(driver)
+    worker = Worker(
+        driver, [pb.h_answers_then_dies], poll_floor=0.005, poll_ceiling=0.05, process_pool_size=1
+    )
+    await worker.start()
+    try:
+        answered = await jobs.enqueue(pb.h_answers_then_dies, {"n": 1})
+        await until(lambda: has_state(driver, [answered.id], JobState.COMPLETED), within=15)
+        dead = json.loads((await row(driver, answered.id)).result_json or "")
+        await until(lambda: exited(dead), within=10)
+        await asyncio.to_thread(os.waitpid, dead, 0)  # reaped here, as a SIGCHLD handler might
+        after = await jobs.enqueue(pb.h_answers_then_dies, {"n": 2})
+        await until(lambda: has_state(driver, [after.id], JobState.COMPLETED), within=15)
+        next_one = await row(driver, after.id)
+        assert next_one.attempt == 1 and json.loads(next_one.result_json or "") != dead
+    finally:
+        await worker.stop()

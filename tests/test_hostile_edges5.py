@@ -160,6 +160,16 @@ CALLS: dict[str, Call] = {
     "enqueue_many surrogate input": lambda ctx, ok: ctx.step.enqueue_many(
         "s", CHILD, [{"n": 1 if ok else "\ud800"}]
     ),
+    "enqueue no handle": lambda ctx, ok: ctx.step.enqueue(
+        "s",
+        CHILD if ok else "child",  # type: ignore[arg-type]
+        {"n": 1},
+    ),
+    "enqueue_many no handle": lambda ctx, ok: ctx.step.enqueue_many(
+        "s",
+        CHILD if ok else None,  # type: ignore[arg-type]
+        [{"n": 1}],
+    ),
     "result nul id": lambda ctx, ok: (
         ctx.step.gather("s", []) if ok else ctx.step.result("s", "a\x00b")
     ),
@@ -174,7 +184,8 @@ CALLS: dict[str, Call] = {
 @pytest.mark.parametrize("what", list(CALLS))
 async def test_a_step_call_refused_after_its_name_leaves_the_name_free(what: str) -> None:
     """Each was refused with its code, but only after the name was taken: the body that caught
-    the refusal and called again with good arguments met `X_STEP_DUPLICATE` (terminal)."""
+    the refusal and called again with good arguments met `X_STEP_DUPLICATE` (terminal). A
+    handle that is no declared job was worse: an AttributeError ('key') out of the step."""
     await refused_then_good(CALLS[what])
 
 

@@ -65,6 +65,7 @@ from jobs_core.errors import (
     shown,
 )
 from jobs_core.ids import derived_id
+from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import (
     ClaimedJob,
@@ -84,7 +85,6 @@ from jobs_core.steps.suspend import StepSuspension, UnwindReached
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
-    from jobs_core.job import JobHandle
 
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
 #: (the wake is the fast path; this is the guarantee).
@@ -506,6 +506,7 @@ class StepApi:
         is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
+        check_handle(handle, "handle")  # read below (its key) before the enqueue checks it
         _refuse_taken(options)
         self._claim_name(name)
         record = (await self.records()).get(name)
@@ -526,6 +527,7 @@ class StepApi:
         """`enqueue` of one child per input, recorded as ONE step `name`: the ids are derived
         from (run id, `name`, index), so a replay or a retry enqueues none twice. At most
         `MAX_ENQUEUE_BATCH` inputs."""
+        check_handle(handle, "handle")  # read below (its key) before a record is built
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:

@@ -21,7 +21,9 @@ no members runs its callbacks at once with zeros. The stored row holds
 `{"~batch": true, "batch_id", "total", "input"}` (the counts are only known when it runs); the
 callback handle's tenant and key functions see that stored form. Its id is derived from the
 batch's id (`derived_id(batch_id, "on_complete")`), and so is its default idempotency key, so
-the end of the block — or a retry of `close()` after it failed — enqueues it exactly once.
+the end of the block — or a retry of `close()` after it failed — enqueues it exactly once. The
+worker hands the view to that row alone: any other job's input holding the marker reaches its
+body as it was given.
 
 An exception inside the block enqueues NO callback. The members enqueued before it stay
 enqueued and run (a store cannot take back what workers may already run); call `close()`
@@ -30,6 +32,7 @@ yourself to still get the callback for them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,15 +42,16 @@ from jobs_core.ids import derived_id, new_id
 from jobs_core.job import check_handle
 from jobs_core.jsonform import JsonValue
 from jobs_core.records import EnqueueResult, JoinEnqueue, JoinPolicy, JoinState, NewJob
+from jobs_core.tenant import current_tenant
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from jobs_core.facade import Jobs
     from jobs_core.job import JobHandle
 
 #: The stored callback input's marker: the worker fills in the counts of such an input.
 BATCH_MARK: Final = "~batch"
+#: The roles of a batch's callbacks: each one's id is derived from the batch's id and its role.
+ROLES: Final = ("on_complete", "on_success")
 
 
 class JobBatch:
@@ -65,9 +69,11 @@ class JobBatch:
         **options: Any,
     ) -> None:
         """`options` are the callbacks' enqueue options (`queue=`, `priority=`, `tenant_id=`,
-        `key=`…); their ids are the batch's own. A `key=` with one job for both callbacks is
-        refused (`X_JOB_DECLARATION_INVALID`): they would share one key, and `on_success` would
-        be deduped against `on_complete`."""
+        `key=`…); their ids are the batch's own, and their tenant (without `tenant_id=`) the
+        one the batch is made acting for, wherever `close()` runs. A `key=` with one job for
+        both callbacks is refused (`X_JOB_DECLARATION_INVALID`): they would share one key, and
+        `on_success` would be deduped against `on_complete`. `input` is refused here unless
+        its stored form fits the JSON bounds beside the largest count (`MAX_JOIN_IDS`)."""
         for taken in ("id", "batch_id", "after", "after_policy"):
             if taken in options:
                 raise DeclarationInvalidError("a batch sets this itself", detail=taken)
@@ -75,6 +81,9 @@ class JobBatch:
 
         # The callbacks' records are built past `Jobs.enqueue`: its checks of the caller here.
         check_caller_options(options)
+        # The callbacks are the batch's, enqueued for the tenant it was made for: `close()` may
+        # run elsewhere (after the block, outside its `acting_for`), and took the tenant there.
+        options.setdefault("tenant_id", current_tenant())
         check_handle(on_complete, "on_complete")
         if on_success is not None:
             check_handle(on_success, "on_success")
@@ -101,7 +110,9 @@ class JobBatch:
         # The callbacks' records made once now, so what they cannot carry (the input, the
         # options, the id) is refused before a member is written: `close()` alone refused it,
         # after the members, which then ran as a batch whose callback could never be enqueued.
-        for record in self._callbacks(0):
+        # Made with the largest count a batch holds: the stored count's digits count toward
+        # the input's byte bound, so an input that fits beside 0 members may not beside 10.
+        for record in self._callbacks(MAX_JOIN_IDS):
             check_new_job(record)
 
     @property
@@ -121,7 +132,11 @@ class JobBatch:
         if exc_type is None:
             await self.close()
 
-    def _open(self, adding: int) -> None:
+    def _open(self, adding: int, options: dict[str, Any]) -> None:
+        if "batch_id" in options:
+            # The batch sets it: passed on beside its own, it was a bare TypeError ("multiple
+            # values for keyword argument").
+            raise DeclarationInvalidError("a batch sets its members' batch_id", detail="batch_id")
         if self._closed:
             raise DeclarationInvalidError("the batch is closed: its callback is enqueued")
         if len(self._members) + adding > MAX_JOIN_IDS:
@@ -129,7 +144,7 @@ class JobBatch:
 
     async def enqueue(self, handle: JobHandle, input: Any, **options: Any) -> EnqueueResult:
         """`client.enqueue` of one member (it carries the batch's id)."""
-        self._open(1)
+        self._open(1, options)
         done = await self._client.enqueue(handle, input, batch_id=self.id, **options)
         self._members.setdefault(done.id)
         return done
@@ -138,7 +153,10 @@ class JobBatch:
         self, handle: JobHandle, inputs: Sequence[Any], **options: Any
     ) -> list[EnqueueResult]:
         """`client.enqueue_many` of members (each carries the batch's id)."""
-        self._open(len(inputs))
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            # Before `len` (a generator has none: a bare TypeError), as `client.enqueue_many`.
+            raise DeclarationInvalidError("a list of inputs", detail="inputs")
+        self._open(len(inputs), options)
         done = await self._client.enqueue_many(handle, inputs, batch_id=self.id, **options)
         for d in done:
             self._members.setdefault(d.id)
@@ -146,9 +164,9 @@ class JobBatch:
 
     def _plan(self) -> list[tuple[JobHandle, str, JoinPolicy]]:
         """Each callback: its handle, its role (its id's seed) and when it runs."""
-        plan = [(self._on_complete, "on_complete", JoinPolicy.ALWAYS)]
+        plan = [(self._on_complete, ROLES[0], JoinPolicy.ALWAYS)]
         if self._on_success is not None:
-            plan.append((self._on_success, "on_success", JoinPolicy.SUCCESS))
+            plan.append((self._on_success, ROLES[1], JoinPolicy.SUCCESS))
         return plan
 
     def _callbacks(self, total: int) -> list[NewJob]:
@@ -192,10 +210,17 @@ class JobBatch:
         return out
 
 
-def batch_view(input: JsonValue, join: JoinState | None) -> JsonValue:
+def batch_view(input: JsonValue, join: JoinState | None, job_id: str) -> JsonValue:
     """What a batch callback's body is handed for its stored `input` (see the module's doc);
-    any other input as it is."""
+    any other input as it is.
+
+    A callback is known by its id, derived from the batch id its input names (never by the
+    marker alone: any job's input may hold `"~batch": true`, written by whoever made it, and
+    its body would have been handed counts made up from it in place of its input)."""
     if not (isinstance(input, dict) and input.get(BATCH_MARK) is True):
+        return input
+    batch_id = input.get("batch_id")
+    if not isinstance(batch_id, str) or job_id not in (derived_id(batch_id, r) for r in ROLES):
         return input
     stored_total = input.get("total")
     total = join.total if join is not None else stored_total if isinstance(stored_total, int) else 0

@@ -731,6 +731,7 @@ class JobDriver(abc.ABC):
 
     async def job_get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         """The rows of these ids that exist, by id."""
+        _check_id_list(job_ids, "job_ids")
         for i in job_ids:
             _check_str(i, "job_ids")
         if not job_ids:
@@ -1850,7 +1851,18 @@ def _check_beat(beat: WorkerBeat) -> None:
     _check_time(beat.now_ms, "now_ms")
 
 
+def _check_id_list(values: object, what: str) -> None:
+    """Refuse what is no list of ids before it is read as one: a string was read as the ids of
+    its characters (`job_cancel_many("abc", ...)` cancelled jobs "a", "b" and "c"), a number a
+    bare TypeError from `len`, and an iterator was read through by the checks (`job_get_many`
+    then asked the store for nothing); a set was read on one store and a TypeError on
+    another (Redis slices the list)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise RecordInvalidError("must be a list of ids, not one string", detail=what)
+
+
 def _check_ids(job_ids: Sequence[str]) -> None:
+    _check_id_list(job_ids, "job_ids")
     if len(job_ids) > MAX_BULK_IDS:
         raise BatchTooLargeError(detail=f"{len(job_ids)} ids > {MAX_BULK_IDS}")
     for i in job_ids:
@@ -1883,7 +1895,7 @@ def _check_filter(f: JobFilter) -> None:
 
 
 def _check_task_names(names: Sequence[str]) -> None:
-    if isinstance(names, str):
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
         raise RecordInvalidError("must be a sequence of task names", detail="names")
     if len(names) > MAX_TASK_BATCH:
         raise BatchTooLargeError(detail=f"{len(names)} > {MAX_TASK_BATCH}")

@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -181,11 +181,13 @@ class Jobs:
         An id naming no job is `X_JOB_DEPENDENCY_UNKNOWN` (`DependencyUnknownError`, its
         `detail` the ids), and nothing is written. Retried like `enqueue`, same record."""
         # Each id a string before `dict.fromkeys` hashes it (a list in the list: TypeError); a
-        # number is no list (TypeError iterating it), a mapping's keys are not what was meant.
+        # number is no list (TypeError iterating it), a mapping's keys are not what was meant,
+        # and an iterator is no list either: the check read it through, and the join, finding
+        # nothing left, enqueued the job waiting for none of them.
         given: object = after
         if (
             isinstance(given, str | bytes | Mapping)
-            or not isinstance(given, Iterable)
+            or not isinstance(given, Collection)
             or not all(isinstance(i, str) for i in after)
         ):
             raise OptionInvalidError("must be a list of job ids", detail="after")

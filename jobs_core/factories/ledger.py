@@ -52,6 +52,7 @@ from jobs_core.context import JobContext
 from jobs_core.driver import check_amount, check_posting_lines
 from jobs_core.errors import (
     JobDuplicateError,
+    JobsError,
     LeaseLostError,
     LedgerDeclarationInvalidError,
     LedgerLinesInvalidError,
@@ -90,6 +91,21 @@ def _input_lines(input: Any) -> Any:
     if not isinstance(input, Mapping) or "lines" not in input:
         raise LedgerLinesInvalidError("the input holds no 'lines'", detail="lines")
     return input["lines"]
+
+
+def lines_of(spec: LedgerSpec, input: Any) -> tuple[PostingLine, ...]:
+    """The lines `spec` posts for `input`, checked (`posting_lines`). A `lines` function that
+    raises on the input is `X_LEDGER_LINES_INVALID` too (terminal, and at enqueue before any
+    write): it ran bare inside the enqueue's key check, a KeyError out of `enqueue`."""
+    try:
+        value = spec.lines(input)
+    except JobsError:
+        raise
+    except Exception as exc:
+        raise LedgerLinesInvalidError(
+            f"the lines function raised {type(exc).__name__}", detail="lines"
+        ) from exc
+    return posting_lines(value)
 
 
 def posting_lines(value: object) -> tuple[PostingLine, ...]:
@@ -142,7 +158,7 @@ class Ledger(JobHandle):
         """The posting's key (as `JobHandle.key_for`), once the lines and the scope are checked:
         every enqueue asks for it first, so a posting that would be refused is never enqueued,
         nor one a tenant's code asks to land in another tenant's ledger, `key=` given or not."""
-        posting_lines(self.spec.lines(input))
+        lines_of(self.spec, input)
         _refuse_other(current_tenant(), None if self.spec.cross_tenant else self.tenant_for(input))
         return super().key_for(input, given)
 
@@ -275,7 +291,7 @@ async def _post(spec: LedgerSpec, input: Any, ctx: JobContext) -> JsonValue:
     step = ctx.step
     driver = step.driver
     driver.require("steps", "postings", what=f"the ledger {spec.name!r}")
-    lines = posting_lines(spec.lines(input))
+    lines = lines_of(spec, input)
     _refuse_other(ctx.enqueued_tenant, ctx.tenant)
     org = None if spec.cross_tenant else ctx.tenant
     key = step.job_key

@@ -248,6 +248,16 @@ def _targets(targets: Sequence[PurgeTarget] | None, retention: Retention) -> lis
         seen.add(t.name)
         if not callable(t.purge):
             raise PurgeDeclarationInvalidError("a target's purge is a function", detail=t.name)
+        needs: object = t.needs
+        if (
+            isinstance(needs, str | bytes)
+            or not isinstance(needs, Sequence)
+            or not all(isinstance(f, str) for f in needs)
+        ):
+            # A number was a bare TypeError ('not iterable'), a list in it 'unhashable'.
+            raise PurgeDeclarationInvalidError(
+                "a target's needs is a list of driver families", detail=t.name
+            )
         unknown = [f for f in t.needs if f not in families]
         if unknown:
             raise PurgeDeclarationInvalidError(

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from jobs_core.clock import Clock, SystemClock
-from jobs_core.driver import MAX_LIST_LIMIT, MAX_TASK_BATCH, JobDriver
+from jobs_core.driver import MAX_LIST_LIMIT, MAX_TASK_BATCH, MAX_TIME_MS, JobDriver, name_refusal
 from jobs_core.errors import (
     JobNotFoundError,
     JobsError,
@@ -37,6 +37,8 @@ from jobs_core.errors import (
     NotPromotableError,
     NotRemovableError,
     NotRequeueableError,
+    OptionInvalidError,
+    RecordInvalidError,
     RequeueDuplicateError,
     RequeueUnwoundError,
 )
@@ -44,6 +46,7 @@ from jobs_core.ids import derived_id, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator.attempts import AttemptView, attempt_views
+from jobs_core.options import count
 from jobs_core.records import (
     COUNTED_OUTCOMES,
     CancelAnswer,
@@ -584,6 +587,10 @@ class CancelReport:
         }
 
 
+#: The longest series `Operator.throughput` answers, in minutes (30 days).
+MAX_THROUGHPUT_MINUTES: Final = 30 * 24 * 60
+
+
 class Operator:
     """See and steer the jobs of one driver. `handles` are declarations the caller knows (an
     app module), added to the live workers' for redaction."""
@@ -626,6 +633,10 @@ class Operator:
         with the cursor to go on from."""
         self.driver.require("operator", what="listing jobs")
         f = f if f is not None else JobFilter()
+        for option, value in (("limit", limit), ("max_calls", max_calls)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                # Compared below: another type was a bare TypeError.
+                raise OptionInvalidError("must be an integer", detail=option)
         limit = min(max(1, limit), MAX_LIST_LIMIT)
         taken: list[JobSummary] = []
         for _ in range(max(1, max_calls)):
@@ -725,6 +736,9 @@ class Operator:
         """A batch's members by state and its callbacks; `X_JOB_NOT_FOUND` when no member nor
         callback exists. Refused without `flows` (`X_DRIVER_CAPABILITY_MISSING`)."""
         self.driver.require("operator", "flows", what="a batch's view")
+        if (why := name_refusal(batch_id)) is not None:
+            # Before its callbacks' ids are derived from it (a lone surrogate: UnicodeEncodeError).
+            raise RecordInvalidError(f"a batch id {why}", detail="batch_id")
         ids = batch_callback_ids(batch_id)
         members = await self.census(JobFilter(batch_id=batch_id), exclude=frozenset(ids))
         rows = await self.driver.job_get_many(list(ids))
@@ -774,6 +788,8 @@ class Operator:
         """Per queue, what settled in each of the last `minutes` minutes (the current one last),
         from the counters' minute buckets: one counter read for every queue."""
         self.driver.require("counters", what="the throughput view")
+        # Bounded: each queue's series is `minutes` long (a month of them at most).
+        minutes = count(minutes, "minutes", minimum=1, maximum=MAX_THROUGHPUT_MINUTES)
         now = self.clock.now_ms()
         first = now - now % MINUTE_MS - (minutes - 1) * MINUTE_MS
         rows = await self.driver.counter_read(CounterReadParams(first, now + 1))
@@ -797,6 +813,7 @@ class Operator:
         the counters from `counted_since(now, window_ms)` on (a window starting in a folded hour
         counts that hour whole; the view's `since_ms` says where counting began)."""
         self.driver.require("operator", "counters", what="the stats view")
+        window_ms = count(window_ms, "window_ms", minimum=0, maximum=MAX_TIME_MS)
         now = self.clock.now_ms()
         states = dict.fromkeys((s.value for s in JobState), 0)
         for q in await self.driver.queue_stats(now):
@@ -814,7 +831,12 @@ class Operator:
 
     async def act(self, action: Action, job_ids: Sequence[str]) -> list[Answer]:
         """Apply `action` to each id in one driver call (at most `MAX_BULK_IDS`), in order."""
+        if not isinstance(action, Action):
+            raise OptionInvalidError("must be an Action", detail="action")
         self.driver.require("operator", what=f"{action.value} (an operator's verb)")
+        if isinstance(job_ids, str | bytes) or not isinstance(job_ids, Sequence):
+            # A string was the ids of its characters; a number a bare TypeError (`tuple`).
+            raise RecordInvalidError("must be a list of ids, not one string", detail="job_ids")
         now = self.clock.now_ms()
         answers: list[Answer]
         match action:
@@ -953,6 +975,8 @@ class Operator:
         before the first (a task never armed, or armed and not fired yet). Never the watermark:
         a catch-up or a pause moves that, not this."""
         self.driver.require("tasks", what="the task fires")
+        if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+            raise RecordInvalidError("must be a sequence of task names", detail="names")
         marks = await self._task_marks(names)
         return {n: (marks[n].fired_ms if n in marks else None) for n in names}
 

@@ -30,7 +30,7 @@ import contextlib
 import datetime as dt
 import inspect
 import queue
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -55,6 +55,7 @@ from jobs_core.errors import (
     JobsError,
     LeaseLostError,
     OptionInvalidError,
+    RecordInvalidError,
     ResultFailedError,
     StepDuplicateError,
     StepNameInvalidError,
@@ -64,6 +65,7 @@ from jobs_core.errors import (
     shown,
 )
 from jobs_core.ids import derived_id
+from jobs_core.job import JobHandle, check_handle
 from jobs_core.jsonform import JsonValue, dumps, loads
 from jobs_core.records import (
     ClaimedJob,
@@ -83,7 +85,6 @@ from jobs_core.steps.suspend import StepSuspension, UnwindReached
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
-    from jobs_core.job import JobHandle
 
 #: How often a run waiting for an event looks again when its job declares no `event_poll`
 #: (the wake is the fast path; this is the guarantee).
@@ -304,6 +305,18 @@ class StepApi:
             raise StepDuplicateError(detail=name)
         self._used.add(name)
 
+    @contextlib.contextmanager
+    def _freed_if_refused(self, name: str) -> Iterator[None]:
+        """Give `name` back when the block raises: it ran before anything was recorded under
+        the name (a child's input or option refused, a sleep ending past the last time), so a
+        call that caught the refusal may use the name again. A child's id is derived from its
+        step's name: a later call under it sends the same child, never a second one."""
+        try:
+            yield
+        except BaseException:
+            self._used.discard(name)
+            raise
+
     # -- steps ----------------------------------------------------------------------------------
 
     async def run(self, name: str, fn: StepFn, *, compensate: Compensation | None = None) -> Any:
@@ -387,7 +400,9 @@ class StepApi:
         if record is None:
             if self._mode == "unwind":
                 raise UnwindReached(name)
-            record = await self.record(name, {"until": until_of(self._clock.now_ms())})
+            with self._freed_if_refused(name):
+                ends = until_of(self._clock.now_ms())
+            record = await self.record(name, {"until": ends})
         until = _field(record, "until")
         if not isinstance(until, int):
             raise DeclarationInvalidError(f"{name!r} is recorded, but not as a sleep", detail=name)
@@ -491,6 +506,7 @@ class StepApi:
         is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
+        check_handle(handle, "handle")  # read below (its key) before the enqueue checks it
         _refuse_taken(options)
         self._claim_name(name)
         record = (await self.records()).get(name)
@@ -500,7 +516,8 @@ class StepApi:
             self._driver.require("flows", what="ctx.step.enqueue")
             job_id = derived_id(self._job.run_id, name)
             options = self._child_options(handle, job_id, options)
-            done = await self._client().enqueue(handle, input, id=job_id, **options)
+            with self._freed_if_refused(name):
+                done = await self._client().enqueue(handle, input, id=job_id, **options)
             record = await self.record(name, {"id": done.id})
         return str(_field(record, "id"))
 
@@ -510,6 +527,7 @@ class StepApi:
         """`enqueue` of one child per input, recorded as ONE step `name`: the ids are derived
         from (run id, `name`, index), so a replay or a retry enqueues none twice. At most
         `MAX_ENQUEUE_BATCH` inputs."""
+        check_handle(handle, "handle")  # read below (its key) before a record is built
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             raise DeclarationInvalidError("a list of inputs", detail="inputs")
         if len(inputs) > MAX_ENQUEUE_BATCH:
@@ -529,26 +547,25 @@ class StepApi:
             self._driver.require("flows", what="ctx.step.enqueue_many")
             from jobs_core.facade import build_record, check_caller_options
 
-            # As `enqueue` checks them (its records are built here, past `Jobs.enqueue_many`):
-            # another tenant than the one acted for, a `traceparent=` of the caller's.
-            check_caller_options(options)
-
             ids = [derived_id(self._job.run_id, name, i) for i in range(len(inputs))]
-            records = [
-                build_record(
-                    handle,
-                    value,
-                    clock=self._clock,
-                    id=job_id,
-                    **self._child_options(handle, job_id, dict(options)),
-                )
-                for value, job_id in zip(inputs, ids, strict=True)
-            ]
             answered: list[JsonValue] = []
-            for at in range(0, len(records), ENQUEUE_CHUNK):
-                answered.extend(
-                    d.id for d in await self._enqueue_chunk(records[at : at + ENQUEUE_CHUNK])
-                )
+            with self._freed_if_refused(name):
+                # As `enqueue` checks them (its records are built here, past
+                # `Jobs.enqueue_many`): another tenant than the one acted for, a `traceparent=`.
+                check_caller_options(options)
+                records = [
+                    build_record(
+                        handle,
+                        value,
+                        clock=self._clock,
+                        id=job_id,
+                        **self._child_options(handle, job_id, dict(options)),
+                    )
+                    for value, job_id in zip(inputs, ids, strict=True)
+                ]
+                for at in range(0, len(records), ENQUEUE_CHUNK):
+                    chunk = records[at : at + ENQUEUE_CHUNK]
+                    answered.extend(d.id for d in await self._enqueue_chunk(chunk))
             record = await self.record(name, {"ids": answered})
         got = _field(record, "ids")
         if not isinstance(got, list):
@@ -589,6 +606,9 @@ class StepApi:
         for job_id in job_ids:
             if not isinstance(job_id, str):
                 raise DeclarationInvalidError("a job id is a string", detail="job_ids")
+            if (why := name_refusal(job_id)) is not None:
+                # Before the name is taken: the store's read refused it only after.
+                raise RecordInvalidError(f"a job id {why}", detail="job_ids")
         distinct = tuple(dict.fromkeys(job_ids))
         if self._job.id in distinct:
             # Its own row is live while it waits: the park would never be released.

@@ -322,7 +322,7 @@ class Runner:
             )
             await self._outcomes.settle_error(held, handle, unmet, input)
             return
-        viewed = batch_view(input, join)
+        viewed = batch_view(input, join, job.id)
         # What a process is sent: the stored text, unless the body is handed a view of it.
         input_json = job.input_json if viewed is input else None
         input = viewed

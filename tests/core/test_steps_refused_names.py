@@ -63,15 +63,21 @@ CHILD = declare(child, name="child")
 
 @pytest.mark.parametrize("what", list(CALLS))
 async def test_a_refused_step_call_leaves_its_name_free(what: str) -> None:
+    await refused_then_good(CALLS[what])
+
+
+async def refused_then_good(call: Call) -> None:
+    """A body makes `call` refused, catches it, then makes it good under the same name: the
+    refusal is one typed `X_*` (not `X_STEP_DUPLICATE`) and the good call completes the job."""
     driver = MemoryDriver()
     refused: list[str] = []
 
     async def body(input: Any, ctx: JobContext) -> str:
         try:
-            await CALLS[what](ctx, False)
+            await call(ctx, False)
         except JobsError as exc:
             refused.append(exc.code)
-        await CALLS[what](ctx, True)
+        await call(ctx, True)
         return "done"
 
     handle = declare(body, name="body", retry=Retry(attempts=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 from jobs_core.driver import MAX_NAME_BYTES, MAX_PURGE_LIMIT, MAX_TIME_MS, JobDriver
 from jobs_core.records import (
@@ -309,6 +310,15 @@ async def scenario_bulk_requeue_and_cancel(driver: JobDriver) -> None:
     too_many = RequeueParams(("a",) * 1_001, T0)
     await refused("X_JOB_BATCH_TOO_LARGE", driver.job_requeue_many(too_many))
     assert (await row(driver, "a")).state is JobState.CANCELLED
+    # One string is no list of ids (it was read as the ids of its characters: "ab" named a, b).
+    one: Any = "ab"
+    await refused("X_JOB_RECORD_INVALID", driver.job_requeue_many(RequeueParams(one, T0 + 4)))
+    await refused("X_JOB_RECORD_INVALID", driver.job_cancel_many(one, T0 + 4))
+    await refused("X_JOB_RECORD_INVALID", driver.job_promote(one, T0 + 4))
+    await refused("X_JOB_RECORD_INVALID", driver.job_remove(one))
+    await refused("X_JOB_RECORD_INVALID", driver.job_get_many(one))
+    assert (await row(driver, "a")).state is JobState.CANCELLED
+    assert (await row(driver, "b")).state is JobState.READY
 
 
 def _minute(ms: int) -> int:

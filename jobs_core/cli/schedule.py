@@ -215,13 +215,13 @@ def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
 
 
 def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) -> None:
-    """The tasks as a table; fires in `zone`, else each task's own."""
+    """The tasks as a table; fires in `zone`, else each task's own. A paused task's next fire
+    says what a resume brings (`TaskView.fire_said`)."""
     from jobs_core.operator.times import relative
 
     rows: list[list[Cell]] = []
     for v in views:
-        h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms
-        paused = Text(" (paused)", style="yellow") if v.paused else ""
+        h, last = v.handle, v.last_fire_ms
         rows.append(
             [
                 h.name,
@@ -229,7 +229,7 @@ def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) 
                 h.tz,
                 h.job.name,
                 h.catch_up,
-                Text.assemble(f"{v.shown(nxt, zone)} ({relative(nxt, now_ms)})", paused),
+                Text(v.fire_said(now_ms, zone), style="yellow" if v.paused else ""),
                 "-" if last is None else f"{v.shown(last, zone)} ({relative(last, now_ms)})",
             ]
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from collections.abc import Callable
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
@@ -126,11 +127,15 @@ def scheduler(
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
     except JobsError as exc:
         _fail(exc)
-    if log_format == "json":  # the banner is a log line too (jobs_core.cli.banner)
-        from jobs_core.cli.banner import announce_scheduler
 
-        announce_scheduler(s)
-    else:
+    def banner() -> None:
+        # Printed once the store first answered (or was found down, and is waited for): a
+        # store that refuses the scheduler (its schema missing) prints its error alone.
+        if log_format == "json":  # the banner is a log line too (jobs_core.cli.banner)
+            from jobs_core.cli.banner import announce_scheduler
+
+            announce_scheduler(s)
+            return
         console.print(
             Text.assemble(
                 ("ujobs scheduler", "bold"),
@@ -144,17 +149,21 @@ def scheduler(
         )
         now = SystemClock().now_ms()
         print_tasks(unread(handles, now), now)
+
     try:
-        run_role(run_scheduler(s, drain_timeout), loop)
+        run_role(run_scheduler(s, drain_timeout, banner), loop)
     except JobsError as exc:
         _fail(exc)
     drained()
 
 
-async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
+async def run_scheduler(
+    s: Scheduler, drain_timeout: float, banner: Callable[[], None] | None = None
+) -> None:
     """Run `s` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`) and close its
     driver within the drain's slack. A store that is down at start is waited for (a signal
-    meanwhile ends the wait); one that refuses the scheduler otherwise raises."""
+    meanwhile ends the wait); one that refuses the scheduler otherwise raises. `banner()` runs
+    once the store was heard from (`Scheduler.start`), never before a refusal."""
     from jobs_core.lifecycle import StopBudget, close_quietly
 
     signalled = asyncio.Event()
@@ -162,7 +171,7 @@ async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled.set)
     budget: StopBudget | None = None
-    starting = asyncio.ensure_future(s.start())
+    starting = asyncio.ensure_future(s.start(banner))
     waiting = asyncio.ensure_future(signalled.wait())
     try:
         await asyncio.wait([starting, waiting], return_when=asyncio.FIRST_COMPLETED)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from rich.cells import cell_len
+from rich.text import Text
 
 if TYPE_CHECKING:
     from jobs_core.driver import JobDriver
@@ -219,3 +220,16 @@ def fitted(head: str, parts: Sequence[str], sep: str = ", ", after: str = "") ->
         line, empty = line + elided(part, BANNER_WIDTH - cell_len(line), after), False
     lines.append(line)
     return lines
+
+
+def role_head(role: str, who: str, store: str) -> list[Text]:
+    """A role's first banner lines: `ujobs <role> <id> on <store>` when it fits
+    `BANNER_WIDTH`, else the store on lines of its own, a URL too long for one cut after its
+    scheme. `who` and `store` are text already shown (`jobs_core.visible`), passwords masked."""
+    name = f"ujobs {role}"
+    if cell_len(f"{name} {who} on {store}") <= BANNER_WIDTH:
+        return [Text.assemble((name, "bold"), f" {who} on ", (store, "cyan"))]
+    return [
+        Text.assemble((name, "bold"), " ", elided(who, BANNER_WIDTH - cell_len(name) - 1)),
+        *(Text(line) for line in fitted(f"{INDENT}on ", store.split(" "), " ", "://")),
+    ]

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any, Final, cast
 
 import click
-from rich.cells import cell_len
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -21,15 +20,14 @@ from rich.text import Text
 
 from jobs_core.cli.banner import (
     BANNER_WIDTH,
-    INDENT,
     announce,
     announce_plan,
     announce_stats,
     body_kind,
-    elided,
     fitted,
     json_logs,
     listed,
+    role_head,
 )
 from jobs_core.cli.base import (
     _DRIVER_HELP,
@@ -371,14 +369,7 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver, *, loop:
     Each line holds `BANNER_WIDTH` columns (an 80-column terminal wraps none): a value that
     cannot is elided in its middle (the store, passwords masked as `describe` masks them) or
     by count (`queues: a, b, … (+12 more)`), a list that cannot goes on lines of its own."""
-    who, store = spelled(w.worker_id), spelled(driver.describe())
-    if cell_len(f"ujobs worker {who} on {store}") <= BANNER_WIDTH:
-        head = [Text.assemble(("ujobs worker", "bold"), f" {who} on ", (store, "cyan"))]
-    else:  # the store on lines of its own, a URL too long for one cut after its scheme
-        head = [
-            Text.assemble(("ujobs worker ", "bold"), elided(who, BANNER_WIDTH - 13)),
-            *(Text(line) for line in fitted(f"{INDENT}on ", store.split(" "), " ", "://")),
-        ]
+    head = role_head("worker", spelled(w.worker_id), spelled(driver.describe()))
     queues = [spelled(q) for q in w.queues]
     keeps = _retention_parts(w.retention)
     lines: list[Text | str] = [

@@ -23,7 +23,6 @@ from jobs_core.cli.base import (
     drain_option,
     emit_json,
     lease_option,
-    literal,
     main,
     tz_option,
     use_tz,
@@ -33,6 +32,7 @@ from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
 from jobs_core.lifecycle import LOOP_CHOICES, loop_factory
 from jobs_core.urls import driver_from_url
+from jobs_core.visible import spelled
 
 if TYPE_CHECKING:
     from jobs_core.lifecycle import StopBudget
@@ -136,17 +136,12 @@ def scheduler(
 
             announce_scheduler(s)
             return
-        console.print(
-            Text.assemble(
-                ("ujobs scheduler", "bold"),
-                " ",
-                literal(s.scheduler_id),
-                " on ",
-                literal(s.driver.describe(), "cyan"),
-                f" · lease {s.ttl_ms / 1000:g} s",
-            ),
-            soft_wrap=True,
-        )
+        from jobs_core.cli.banner import role_head
+
+        # Each line within 80 columns, as the worker's (`role_head`).
+        for line in role_head("scheduler", spelled(s.scheduler_id), spelled(s.driver.describe())):
+            console.print(line, soft_wrap=True)
+        console.print(f"lease {s.ttl_ms / 1000:g} s", soft_wrap=True)
         now = SystemClock().now_ms()
         print_tasks(unread(handles, now), now)
 

@@ -93,7 +93,11 @@ def _unwound(fut: asyncio.Future[Any]) -> None:
 
 
 async def wait_for_store(
-    attempt: Callable[[], Awaitable[None]], outage: Outage, stop: asyncio.Event, clock: Clock
+    attempt: Callable[[], Awaitable[None]],
+    outage: Outage,
+    stop: asyncio.Event,
+    clock: Clock,
+    heard: Callable[[], None] | None = None,
 ) -> bool:
     """Run `attempt` (a role's first store calls) until it goes through: True.
 
@@ -102,6 +106,10 @@ async def wait_for_store(
     once: an attempt in flight is cancelled (a connect to a store that does not answer may take
     seconds to fail). Any other error is raised: a store that refuses the role (a schema not
     installed) is not an outage, and waiting would hide it.
+
+    `heard()` runs once, after the first attempt that went through or found the store
+    unavailable — never before a refusal: what a role's process prints on its way in (its
+    banner) goes there, so a refused start prints only its error.
     """
     while not stop.is_set():
         call = asyncio.ensure_future(attempt())
@@ -118,8 +126,13 @@ async def wait_for_store(
         try:
             call.result()
         except DriverUnavailableError as exc:
+            if heard is not None:
+                told, heard = heard, None
+                told()
             await wait_kick(stop, clock, outage.failed(exc))
             continue
+        if heard is not None:
+            heard()
         outage.recovered()
         return True
     return False

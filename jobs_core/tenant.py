@@ -7,6 +7,7 @@ as None even when enqueued from inside another tenant's run.
 from __future__ import annotations
 
 import contextvars
+from typing import NoReturn
 
 _TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("ujobs_tenant", default=None)
 
@@ -17,7 +18,8 @@ def current_tenant() -> str | None:
 
 
 class acting_for:  # lower case: it was a function, and is called as one
-    """Run the block as `tenant` (None: no org), restoring the previous one after.
+    """Run the block as `tenant` (None: no org), restoring the previous one after; a `tenant`
+    that is neither a str nor None is `X_JOB_OPTION_INVALID` at once.
 
     A class, not a generator: every run of every job enters one, and a generator's context
     manager costs several times as much."""
@@ -25,6 +27,9 @@ class acting_for:  # lower case: it was a function, and is called as one
     __slots__ = ("_tenant", "_token")
 
     def __init__(self, tenant: str | None) -> None:
+        # One isinstance for a str (every run enters one): only what is neither pays for more.
+        if not isinstance(tenant, str) and tenant is not None:
+            _refuse(tenant)
         self._tenant = tenant
 
     def __enter__(self) -> None:
@@ -32,3 +37,14 @@ class acting_for:  # lower case: it was a function, and is called as one
 
     def __exit__(self, *exc: object) -> None:
         _TENANT.reset(self._token)
+
+
+def _refuse(tenant: object) -> NoReturn:
+    """`X_JOB_OPTION_INVALID` for an `acting_for` argument no enqueue could store: refused
+    here, where it was written, not at the first enqueue inside the block."""
+    from jobs_core.errors import OptionInvalidError
+
+    raise OptionInvalidError(
+        f"acting_for takes an org id (a str) or None, not {type(tenant).__name__}",
+        detail="tenant",
+    )

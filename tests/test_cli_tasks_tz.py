@@ -7,6 +7,7 @@ refuse it.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -22,7 +23,7 @@ from jobs_core.driver import JobDriver
 from jobs_core.facade import build_record
 from jobs_core.job import JobRegistry, job
 from jobs_core.operator.times import use_zone
-from jobs_core.records import TaskFire
+from jobs_core.records import Pause, TaskFire
 from jobs_core.scheduler import task
 from jobs_core.scheduler.task import TaskRegistry
 from jobs_core.urls import driver_from_url
@@ -75,6 +76,41 @@ async def test_tasks_show_next_and_last_fire_in_the_zone_asked_for(
     assert re.search(r"\d{4}-\d\d-\d\d 03:00 CES?T \(in ", own.output), own.output
     assert not re.search(r" 1[01]:00:00 JST", tokyo.output)
     assert " UTC (" not in tokyo.output and " CET (" not in tokyo.output
+
+
+async def test_a_paused_task_says_what_a_resume_brings(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paused task's next fire read `<a past time> (8 s ago) (paused)`, as if it had fired
+    late. Its next occurrence past, it says it fires once on resume and since when it is due;
+    still ahead, when it would fire if resumed by then. `--json` keeps `paused` and the next
+    fire the watermark gives."""
+    monkeypatch.setattr(console, "width", 300)
+    now = SystemClock().now_ms()
+    driver: JobDriver = driver_from_url(store_url)
+    async with driver:
+        await driver.task_arm(["ticks"], now - 60_000)  # due since 50 s ago, paused since
+        await driver.task_arm(["nightly"], now)  # 03:00 Paris is ahead
+        for name in ("ticks", "nightly"):
+            assert await driver.pause_add(Pause("task", name))
+    shown, as_json = [
+        await asyncio.to_thread(_ujobs, store_url, *args) for args in ((), ("--json",))
+    ]
+    assert shown.exit_code == 0 and as_json.exit_code == 0, (shown.output, as_json.output)
+    rows = {line.split("│")[1].strip(): line for line in shown.output.splitlines() if "│" in line}
+    assert re.search(
+        r"paused: fires once on resume \(due since \d{4}-\d\d-\d\d \d\d:\d\d:\d0 UTC "
+        r"\(\d+ (s|min) ago\)\)",
+        rows["ticks"],
+    ), shown.output
+    assert re.search(
+        r"paused: would fire \d{4}-\d\d-\d\d 03:00 CES?T \(in .+\) if resumed by then",
+        rows["nightly"],
+    ), shown.output
+    assert "(paused)" not in shown.output
+    views = {v["name"]: v for v in json.loads(as_json.output)}
+    assert views["ticks"]["paused"] and views["ticks"]["next_fire_ms"] <= now
+    assert views["nightly"]["paused"] and views["nightly"]["next_fire_ms"] > now
 
 
 def test_a_zone_zoneinfo_does_not_know_is_refused() -> None:

@@ -316,6 +316,7 @@ async def test_the_lag_gauge_reads_the_stored_cursors() -> None:
     import asyncio
 
     from jobs_core.operator.metrics import serve
+    from jobs_core.records import ConsumerPut
     from jobs_core.worker import Worker
     from jobs_memory import MemoryDriver
     from tests.core.test_observability import _get, _value
@@ -324,12 +325,20 @@ async def test_the_lag_gauge_reads_the_stored_cursors() -> None:
     odd = 'fe"ed\n{x}'
     c = declare(odd, source=function(numbers(7, []), lag=lambda cursor: 40), handle=print)
     await run_once(driver, c)
+    # The same consumer's cursor for an org literally named "none": a series of its own.
+    job = await claimed(driver, c)
+    now = SystemClock().now_ms()
+    org = ConsumerPut(job.fence, odd, "none", "function:x", None, "3", 3, 7, now)
+    assert await driver.consumer_cursor_put(org)
     worker = Worker(driver, [c.job], poll_floor=0.001, poll_ceiling=0.01, lease=5.0)
     server = serve(worker, "127.0.0.1", 0)
     try:
         await worker.start()
         text = (await asyncio.to_thread(_get, f"http://127.0.0.1:{server.port}/metrics"))[1]
-        assert _value(text, "ujobs_consumer_lag", consumer='fe\\"ed\\n{x}', tenant="none") == 40
+        shown = 'fe\\"ed\\n{x}'
+        # No tenant is the empty label (no org id is empty), never the org "none"'s value.
+        assert _value(text, "ujobs_consumer_lag", consumer=shown, tenant="") == 40
+        assert _value(text, "ujobs_consumer_lag", consumer=shown, tenant="none") == 7
     finally:
         await worker.stop()
         server.close()

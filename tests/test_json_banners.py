@@ -150,4 +150,4 @@ def test_the_worker_banners_say_where_each_body_runs_and_on_which_loop(tmp_path:
         "t": "thread",
         "p": "process",
     }, table
-    assert plan["loop"] == "asyncio" and " · loop uvloop · " in table, (plan, table)
+    assert plan["loop"] == "asyncio" and " · loop uvloop" in table, (plan, table)

@@ -392,7 +392,8 @@ def test_a_role_whose_store_lacks_the_schema_exits_2_with_one_line(
 ) -> None:
     """The store answers, but the jobs schema was never installed: the role exits 2 at once
     with one typed line saying how to install it (not the generic `X_DRIVER_ERROR`, and not
-    a worker waiting for a store that will never have its tables)."""
+    a worker waiting for a store that will never have its tables) — and that line alone: no
+    banner before it, as if the role had started (the check comes first)."""
     (tmp_path / "outageapp.py").write_text(APP, encoding="utf-8")
     url = f"{PG_URL}?schema={fresh_schema()}"  # never installed
     done = ujobs(role, "outageapp", "--driver", url, cwd=tmp_path, timeout=60)
@@ -400,6 +401,8 @@ def test_a_role_whose_store_lacks_the_schema_exits_2_with_one_line(
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("X_DRIVER_SCHEMA_MISSING: ") and "not installed" in last, done.stdout
     assert "ujobs db upgrade" in last, done.stdout
+    assert done.stdout.strip().splitlines() == [last], done.stdout
+    assert f"ujobs {role}" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("how", ["shut down", "frozen"])

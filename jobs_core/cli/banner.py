@@ -1,6 +1,7 @@
 """The start-up banner and the final counts of `ujobs worker` as JSON log lines, for
 `--log-format json`: what the text tables on stdout say, as one `event` each on stderr, so a
-log pipeline reads every line the process writes (docs/operations.md, "JSON logs")."""
+log pipeline reads every line the process writes (docs/operations.md, "JSON logs"); and how the
+text banner's lines keep within `BANNER_WIDTH` columns (`fitted`, `elided`, `listed`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+from rich.cells import cell_len
+from rich.text import Text
 
 if TYPE_CHECKING:
     from jobs_core.driver import JobDriver
@@ -148,3 +152,84 @@ def announce_relay_stopped(r: Relay) -> None:
         relay_id=r.relay_id,
         published=r.published,
     )
+
+
+# -- the text banner's width --
+
+#: The widest a line of a role's text banner is: an 80-column terminal never wraps one.
+BANNER_WIDTH: Final = 80
+#: What a banner line carried on from the one above starts with.
+INDENT: Final = "  "
+_CUT: Final = "\u2026"
+
+
+def elided(text: str, width: int, after: str = "") -> str:
+    """`text` within `width` columns: whole when it fits, else cut, `…` where the cut is —
+    right after the first `after` in it when that leaves its end room (a URL's `://`: its
+    scheme stays, then its host, port, database and schema or prefix, the user goes first),
+    else in its middle, so both ends stay."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return _CUT[:width]
+    at = text.find(after) + len(after) if after and after in text else -1
+    if at > 0 and cell_len(text[:at]) * 2 < width:
+        head, tail = text[:at], text[at:]
+        while cell_len(head) + cell_len(tail) + 1 > width:
+            tail = tail[1:]
+        return head + _CUT + tail
+    keep = width // 2
+    head, tail = text[:keep], text[len(text) - (width - 1 - keep) :]
+    while cell_len(head) + cell_len(tail) + 1 > width:  # wide characters take two columns
+        if len(head) >= len(tail):
+            head = head[:-1]
+        else:
+            tail = tail[1:]
+    return head + _CUT + tail
+
+
+def listed(items: Sequence[str], width: int) -> str:
+    """`items` joined by ", " within `width` columns: all when they fit, else the first ones
+    that fit and `… (+N more)` (the first one elided when even it alone does not)."""
+    whole = ", ".join(items)
+    if cell_len(whole) <= width:
+        return whole
+    for n in range(len(items) - 1, 0, -1):
+        text = ", ".join(items[:n]) + f", {_CUT} (+{len(items) - n} more)"
+        if cell_len(text) <= width:
+            return text
+    more = f", {_CUT} (+{len(items) - 1} more)" if len(items) > 1 else ""
+    return elided(items[0], width - cell_len(more)) + more
+
+
+def fitted(head: str, parts: Sequence[str], sep: str = ", ", after: str = "") -> list[str]:
+    """`head` then `parts` joined by `sep`, as lines of at most `BANNER_WIDTH` columns: a part
+    that does not fit on its line starts the next (indented by `INDENT`), and a part wider
+    than a line alone is `elided` (cut after `after`). Each part is text already shown
+    (`jobs_core.visible`)."""
+    lines: list[str] = []
+    line, empty = head, True
+    for part in parts:
+        piece = part if empty else sep + part
+        if cell_len(line + piece) <= BANNER_WIDTH:
+            line, empty = line + piece, False
+            continue
+        if not empty:
+            lines.append(line + sep.rstrip())
+            line = INDENT
+        line, empty = line + elided(part, BANNER_WIDTH - cell_len(line), after), False
+    lines.append(line)
+    return lines
+
+
+def role_head(role: str, who: str, store: str) -> list[Text]:
+    """A role's first banner lines: `ujobs <role> <id> on <store>` when it fits
+    `BANNER_WIDTH`, else the store on lines of its own, a URL too long for one cut after its
+    scheme. `who` and `store` are text already shown (`jobs_core.visible`), passwords masked."""
+    name = f"ujobs {role}"
+    if cell_len(f"{name} {who} on {store}") <= BANNER_WIDTH:
+        return [Text.assemble((name, "bold"), f" {who} on ", (store, "cyan"))]
+    return [
+        Text.assemble((name, "bold"), " ", elided(who, BANNER_WIDTH - cell_len(name) - 1)),
+        *(Text(line) for line in fitted(f"{INDENT}on ", store.split(" "), " ", "://")),
+    ]

@@ -28,6 +28,7 @@ from jobs_core.errors import (
 )
 from jobs_core.options import ascii_decimal, ascii_whole
 from jobs_core.urls import mask_text
+from jobs_core.visible import BLOCK_UNSAFE, spelled
 
 if TYPE_CHECKING:
     from jobs_core.job import JobHandle
@@ -47,29 +48,15 @@ else:
 #: emoji or a markup error; our own styles are `Text` spans (`literal`, `Text.assemble`).
 console = Console(stderr=False, markup=False, emoji=False, highlight=False)
 
-#: What a terminal would act on or a value cannot show as itself: C0 and C1 controls (ESC
-#: starts a terminal escape), DEL, lone surrogates (not UTF-8: printing one raises), bidi
-#: overrides (they reorder what is shown), line and paragraph separators.
-_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_BLOCK_UNSAFE = re.compile(f"[{_UNSAFE}]")
-#: The same, plus newline and tab, for a value that must stay on one line (an id, a name).
-_LINE_UNSAFE = re.compile(f"[\n\t{_UNSAFE}]")
-_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    c = m.group()
-    code = ord(c)
-    return _SHORT_ESCAPES.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
 def literal(value: object, style: str = "", *, line: bool = True) -> Text:
     """`value` as text the terminal shows exactly: never read as markup, and each control
     character, lone surrogate or bidi override spelled as its escape (`\\x1b`, `\\udcff`);
-    with `line` (an id, a name, a message) newlines and tabs too, so it stays one line."""
-    unsafe = _LINE_UNSAFE if line else _BLOCK_UNSAFE
-    return Text(unsafe.sub(_escape_char, str(value)), style=style)
+    with `line` (an id, a name, a message) newlines and tabs too, so it stays one line
+    (`jobs_core.visible`: the dashboard spells the same)."""
+    return Text(spelled(value, line=line), style=style)
 
 
 def emit_json(doc: Any) -> None:
@@ -82,7 +69,7 @@ def emit_json(doc: Any) -> None:
 def _json_safe(text: str) -> str:
     """JSON text with what `json.dumps` leaves raw but a terminal would act on `\\u`-escaped
     (it stands only inside strings, where the escape is the same JSON)."""
-    return _BLOCK_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return BLOCK_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 #: Where the CLI reads the driver URL when `--driver` is not given (kept off `ps`).
@@ -333,7 +320,7 @@ class _Formatter(logging.Formatter):
                 head, nl, tail = text.partition("\n")
                 text = f"{head} {fields}{nl}{tail}"
             # A job's name or error may hold a terminal escape: the log shows it, never runs it.
-            text = _BLOCK_UNSAFE.sub(_escape_char, text)
+            text = spelled(text, line=False)
         return mask_text(text, *self.urls)
 
 

@@ -81,7 +81,7 @@ def consumers_list(url: str | None, name: str | None, limit: int, as_json: bool)
     rows = [
         [
             v.name,
-            v.tenant or "none",
+            v.tenant or "-",
             v.source,
             dumps(v.cursor),
             "?" if v.lag is None else str(v.lag),

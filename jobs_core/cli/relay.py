@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from jobs_core.cli.banner import announce_relay, announce_relay_stopped, rows_said
+from jobs_core.cli.banner import announce_relay, announce_relay_stopped, fitted, rows_said
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -37,6 +37,7 @@ from jobs_core.outbox import OutboxRow, OutboxStore, Relay
 from jobs_core.outbox.relay import RELAY_BATCH
 from jobs_core.outbox.store import MAX_OUTBOX_PENDING
 from jobs_core.urls import driver_from_url, outbox_from_url, scheme_of
+from jobs_core.visible import spelled
 
 log = logging.getLogger("jobs")
 
@@ -194,17 +195,16 @@ def backlog_json(r: OutboxRow, now_ms: int) -> dict[str, Any]:
 
 
 def print_relay(r: Relay) -> None:
-    """The banner line: where the relay reads and writes, passwords masked, and its batch."""
-    console.print(
-        Text.assemble(
-            "relay from ",
-            literal(r.outbox.describe(), "cyan"),
-            " to ",
-            literal(r.driver.describe(), "cyan"),
-            f" · batch {r.batch} · lease {r.lease_ms / 1000:g} s",
-        ),
-        soft_wrap=True,
-    )
+    """The banner: where the relay reads and writes, passwords masked, and its batch, in lines
+    of at most `BANNER_WIDTH` columns (a store too long for one elided in its middle)."""
+    parts = [
+        f"from {spelled(r.outbox.describe())}",
+        f"to {spelled(r.driver.describe())}",
+        f"batch {r.batch}",
+        f"lease {r.lease_ms / 1000:g} s",
+    ]
+    for line in fitted("relay ", parts, " · "):
+        console.print(line, soft_wrap=True)
 
 
 def outbox_for_worker(outbox_url: str | None, driver_url: str) -> OutboxStore:

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final, cast
@@ -18,7 +18,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from jobs_core.cli.banner import announce, announce_plan, announce_stats, body_kind, json_logs
+from jobs_core.cli.banner import (
+    BANNER_WIDTH,
+    announce,
+    announce_plan,
+    announce_stats,
+    body_kind,
+    fitted,
+    json_logs,
+    listed,
+    role_head,
+)
 from jobs_core.cli.base import (
     _DRIVER_HELP,
     DRIVER_ENV,
@@ -58,6 +68,7 @@ from jobs_core.outbox import Relay
 from jobs_core.retention import DEFAULT_RETENTION, Retention
 from jobs_core.scheduler import Scheduler
 from jobs_core.urls import driver_from_url, scheme_of
+from jobs_core.visible import spelled
 from jobs_core.worker import Worker, WorkerStats
 from jobs_core.worker.supervisor import (
     ChildHooks,
@@ -229,21 +240,28 @@ def worker(
         raise SystemExit(run_group(ctx, w, group[0], metrics_host, metrics_port))
     # --log-format json: the banner and the final counts are log lines too (jobs_core.cli.banner)
     as_json = log_format == "json"
-    if as_json:
-        announce_plan(w, handles, driver, sched, relay, loop=loop_name(loop))
-    else:
-        _print_plan(w, handles, driver, loop=loop_name(loop))
-    if sched is not None and not as_json:
-        from jobs_core.cli.schedule import print_tasks, unread
 
-        now = w.clock.now_ms()
-        print_tasks(unread(sched.tasks, now), now)
-    if relay is not None and not as_json:
-        print_relay(relay)
+    def banner() -> None:
+        # Printed once the store first answered (or was found down, and is waited for): a
+        # store that refuses the worker (its schema missing) prints its error alone.
+        if as_json:
+            announce_plan(w, handles, driver, sched, relay, loop=loop_name(loop))
+            return
+        _print_plan(w, handles, driver, loop=loop_name(loop))
+        if sched is not None:
+            from jobs_core.cli.schedule import print_tasks, unread
+
+            now = w.clock.now_ms()
+            print_tasks(unread(sched.tasks, now), now)
+        if relay is not None:
+            print_relay(relay)
+
     started()
     try:
         run_role(
-            _run_worker(w, quiet or as_json, metrics_host, metrics_port, sched, relay, child),
+            _run_worker(
+                w, quiet or as_json, metrics_host, metrics_port, sched, relay, child, banner
+            ),
             loop,
         )
     except JobsError as exc:
@@ -328,36 +346,51 @@ def rate_limit_from(text: str) -> RateLimit:
     return RateLimit(limit, per=seconds, by=cast(RateScope, by or "global"))
 
 
-def _retention_text(r: Retention | None) -> str:
+def _retention_parts(r: Retention | None) -> list[str]:
+    """Each final state's retention for people (`completed 86400 s`, `dead forever`); none
+    when every finished job is kept."""
     if r is None or r.keeps_everything:
-        return "keeps every finished job"
+        return []
     parts = []
     for state in _KEEP_STATES:
         value = getattr(r, state)
         seconds = value.total_seconds() if isinstance(value, timedelta) else value
         parts.append(f"{state} {'forever' if seconds is None else f'{seconds:g} s'}")
-    return "keeps " + ", ".join(parts)
+    return parts
+
+
+def _retention_text(r: Retention | None) -> str:
+    parts = _retention_parts(r)
+    return "keeps " + ", ".join(parts) if parts else "keeps every finished job"
 
 
 def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver, *, loop: str) -> None:
-    console.print(
-        Text.assemble(
-            ("ujobs worker", "bold"),
-            " ",
-            literal(w.worker_id),
-            " on ",
-            literal(driver.describe(), "cyan"),
+    """The text banner: who works where, its queues, its settings, its retention, its jobs.
+    Each line holds `BANNER_WIDTH` columns (an 80-column terminal wraps none): a value that
+    cannot is elided in its middle (the store, passwords masked as `describe` masks them) or
+    by count (`queues: a, b, … (+12 more)`), a list that cannot goes on lines of its own."""
+    head = role_head("worker", spelled(w.worker_id), spelled(driver.describe()))
+    queues = [spelled(q) for q in w.queues]
+    keeps = _retention_parts(w.retention)
+    lines: list[Text | str] = [
+        *head,
+        f"queues: {listed(queues, BANNER_WIDTH - len('queues: '))}",
+        *fitted(
+            "",
+            [
+                f"concurrency {w.concurrency}",
+                f"max in flight {w.max_in_flight}",
+                f"lease {w.lease_ms / 1000:g} s",
+                f"loop {loop}",
+            ],
+            " · ",
         ),
-        soft_wrap=True,
-    )
-    console.print(
-        Text.assemble(
-            "queues: ",
-            literal(", ".join(w.queues)),
-            f" · concurrency {w.concurrency} · max in flight {w.max_in_flight} · lease"
-            f" {w.lease_ms / 1000:g} s · loop {loop} · {_retention_text(w.retention)}",
-        )
-    )
+        *(fitted("keeps ", keeps) if keeps else ["keeps every finished job"]),
+    ]
+    if w.rate_limits:
+        lines += fitted("rate limits: ", [_rate_text(r) for r in w.rate_limits])
+    for line in lines:
+        console.print(line, soft_wrap=True)
     rows: list[list[Cell]] = [
         [
             h.name,
@@ -371,8 +404,6 @@ def _print_plan(w: Worker, handles: list[JobHandle], driver: JobDriver, *, loop:
     ]
     heads = ("attempts", "timeout", "body", "limits")
     print_table([Col("job", True), Col("queue", True), *(Col(h) for h in heads)], rows)
-    if w.rate_limits:
-        console.print("rate limits: " + ", ".join(_rate_text(r) for r in w.rate_limits))
 
 
 def _rate_text(r: RateLimit) -> str:
@@ -400,26 +431,37 @@ async def _run_worker(
     sched: Scheduler | None = None,
     relay: Relay | None = None,
     child: ChildHooks | None = None,
+    banner: Callable[[], None] | None = None,
 ) -> None:
     # Before start: a worker waiting for its store to come up still drains on SIGTERM.
     w.install_signal_handlers()
     if child is not None:
         child.attach(w)
+    url = None
     if metrics_port is not None:
         from jobs_core.operator.metrics import serve
 
+        # Served from now on (/healthz says 503 while the store is waited for); said with the
+        # banner, once the store was heard from.
         server = serve(w, metrics_host, metrics_port, relay, scheduler=sched)
         url = f"http://{metrics_host}:{server.port}/metrics"
+
+    def heard() -> None:
+        if banner is not None:
+            banner()
+        if url is None:
+            return
         if json_logs():
             announce("jobs.worker.metrics", f"metrics on {url}", metrics_url=url)
         else:
             console.print(
                 Text.assemble("metrics on ", literal(url), ", health on /healthz"), soft_wrap=True
             )
+
     roles: list[Scheduler | Relay] = [r for r in (sched, relay) if r is not None]
     # Watching before anything starts: a signal while a start waits for its store ends it.
     w_stopping = asyncio.ensure_future(_stop_with(w, roles)) if roles else None
-    await w.start()
+    await w.start(heard)
     for role in roles:
         if w.draining:  # the roles were stopped with it: none starts now
             break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from collections.abc import Callable
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,6 @@ from jobs_core.cli.base import (
     drain_option,
     emit_json,
     lease_option,
-    literal,
     main,
     tz_option,
     use_tz,
@@ -32,6 +32,7 @@ from jobs_core.clock import SystemClock
 from jobs_core.errors import CliNoJobsError, JobsError
 from jobs_core.lifecycle import LOOP_CHOICES, loop_factory
 from jobs_core.urls import driver_from_url
+from jobs_core.visible import spelled
 
 if TYPE_CHECKING:
     from jobs_core.lifecycle import StopBudget
@@ -126,35 +127,38 @@ def scheduler(
         s = Scheduler(driver_from_url(url), handles, lease_ttl=lease)
     except JobsError as exc:
         _fail(exc)
-    if log_format == "json":  # the banner is a log line too (jobs_core.cli.banner)
-        from jobs_core.cli.banner import announce_scheduler
 
-        announce_scheduler(s)
-    else:
-        console.print(
-            Text.assemble(
-                ("ujobs scheduler", "bold"),
-                " ",
-                literal(s.scheduler_id),
-                " on ",
-                literal(s.driver.describe(), "cyan"),
-                f" · lease {s.ttl_ms / 1000:g} s",
-            ),
-            soft_wrap=True,
-        )
+    def banner() -> None:
+        # Printed once the store first answered (or was found down, and is waited for): a
+        # store that refuses the scheduler (its schema missing) prints its error alone.
+        if log_format == "json":  # the banner is a log line too (jobs_core.cli.banner)
+            from jobs_core.cli.banner import announce_scheduler
+
+            announce_scheduler(s)
+            return
+        from jobs_core.cli.banner import role_head
+
+        # Each line within 80 columns, as the worker's (`role_head`).
+        for line in role_head("scheduler", spelled(s.scheduler_id), spelled(s.driver.describe())):
+            console.print(line, soft_wrap=True)
+        console.print(f"lease {s.ttl_ms / 1000:g} s", soft_wrap=True)
         now = SystemClock().now_ms()
         print_tasks(unread(handles, now), now)
+
     try:
-        run_role(run_scheduler(s, drain_timeout), loop)
+        run_role(run_scheduler(s, drain_timeout, banner), loop)
     except JobsError as exc:
         _fail(exc)
     drained()
 
 
-async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
+async def run_scheduler(
+    s: Scheduler, drain_timeout: float, banner: Callable[[], None] | None = None
+) -> None:
     """Run `s` until SIGTERM or SIGINT, then drain it (bounded by `drain_timeout`) and close its
     driver within the drain's slack. A store that is down at start is waited for (a signal
-    meanwhile ends the wait); one that refuses the scheduler otherwise raises."""
+    meanwhile ends the wait); one that refuses the scheduler otherwise raises. `banner()` runs
+    once the store was heard from (`Scheduler.start`), never before a refusal."""
     from jobs_core.lifecycle import StopBudget, close_quietly
 
     signalled = asyncio.Event()
@@ -162,7 +166,7 @@ async def run_scheduler(s: Scheduler, drain_timeout: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled.set)
     budget: StopBudget | None = None
-    starting = asyncio.ensure_future(s.start())
+    starting = asyncio.ensure_future(s.start(banner))
     waiting = asyncio.ensure_future(signalled.wait())
     try:
         await asyncio.wait([starting, waiting], return_when=asyncio.FIRST_COMPLETED)
@@ -215,13 +219,13 @@ def unread(handles: list[TaskHandle], now_ms: int) -> list[TaskView]:
 
 
 def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) -> None:
-    """The tasks as a table; fires in `zone`, else each task's own."""
+    """The tasks as a table; fires in `zone`, else each task's own. A paused task's next fire
+    says what a resume brings (`TaskView.fire_said`)."""
     from jobs_core.operator.times import relative
 
     rows: list[list[Cell]] = []
     for v in views:
-        h, nxt, last = v.handle, v.next_fire_ms, v.last_fire_ms
-        paused = Text(" (paused)", style="yellow") if v.paused else ""
+        h, last = v.handle, v.last_fire_ms
         rows.append(
             [
                 h.name,
@@ -229,7 +233,7 @@ def print_tasks(views: list[TaskView], now_ms: int, zone: tzinfo | None = None) 
                 h.tz,
                 h.job.name,
                 h.catch_up,
-                Text.assemble(f"{v.shown(nxt, zone)} ({relative(nxt, now_ms)})", paused),
+                Text(v.fire_said(now_ms, zone), style="yellow" if v.paused else ""),
                 "-" if last is None else f"{v.shown(last, zone)} ({relative(last, now_ms)})",
             ]
         )

@@ -295,7 +295,7 @@ def print_queues(views: Sequence[QueueView], now_ms: int) -> None:
             age(v.oldest_ready_age_ms) if v.oldest_ready_age_ms is not None else "-",
             str(v.demand),
             f"{v.completed_per_minute:.1f}",
-            Text("paused", style="yellow") if v.paused else "",
+            Text("paused", style="yellow") if v.paused else "-",
         ]
         for v in views
     ]
@@ -321,8 +321,10 @@ def print_workers(views: Sequence[WorkerView], now_ms: int) -> None:
         ]
         for w in views
     ]
-    heads = ("host", "pid", "queues", "concurrency", "jobs", "last beat")
-    print_table([Col("worker", True), *(Col(h) for h in heads)], rows)
+    # Queue and job names are names: never folded mid-word (too narrow: `header: value` lines).
+    cols = [Col("worker", True), Col("host"), Col("pid"), Col("queues", True)]
+    cols += [Col("concurrency"), Col("jobs", True), Col("last beat")]
+    print_table(cols, rows)
     if not views:
         console.print("no live workers")
 

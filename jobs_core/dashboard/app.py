@@ -29,6 +29,7 @@ from typing import Any, Final, Literal
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -96,6 +97,7 @@ from jobs_core.records import (
 from jobs_core.redact import REDACTED, SENSITIVE_HINT, UNDECLARED_HINT
 from jobs_core.scheduler.task import TaskHandle
 from jobs_core.states import FINISHED_STATES, LIVE_STATES, JobState
+from jobs_core.visible import spelled
 
 log = logging.getLogger("jobs.dashboard")
 
@@ -221,27 +223,38 @@ def sweep_path(name: str, run: str | None = None) -> str:
     return f"{path}?{urlencode(query)}" if query else path
 
 
-#: What a page spells as its escape rather than shows in stored text: controls, lone
-#: surrogates, line and paragraph separators, and the bidi overrides and isolates that reorder
-#: what is shown (a name `\u202egnp.exe` reads as `exe.png`); newlines and tabs too, so a name
-#: stays one line. The CLI's `literal` spells the same.
-_UNSEEN: Final = re.compile(
-    "[\n\t\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
-
-
 def literal(text: object) -> str:
-    """`text` with every character `_UNSEEN` lists spelled as its escape (`\\u202e`)."""
-    return _UNSEEN.sub(_spelled, str(text))
+    """`text` on one line, every character a page would hide or reorder spelled as its escape
+    (`\\x1b`, `\\u202e`): the CLI's rule (`jobs_core.visible`)."""
+    return spelled(text)
 
 
-_SHORT: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+def on_page(value: object) -> object:
+    """What every `{{ ... }}` of a page prints (the environment's `finalize`): a string as
+    `literal` spells it, so no stored text reaches a page raw, whichever view shows it; markup
+    (a macro's output, already made of shown parts; `block`, `field`) and non-strings as they
+    are."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return spelled(value)
+    return value
 
 
-def _spelled(m: re.Match[str]) -> str:
-    c = m.group()
-    code = ord(c)
-    return _SHORT.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+def block(text: object) -> Markup:
+    """`text` kept on its lines (a traceback, a JSON document in a `<pre>`), escaped for HTML,
+    each other character `literal` spells spelled."""
+    return escape(spelled(text, line=False))
+
+
+def field(value: object) -> Markup:
+    """`value` exactly, for a form field's value: what the form posts back is what was stored
+    (a queue or task to act on, a filter), never its spelling. Escaped for HTML, each C0
+    control and DEL as a character reference (`&#x1b;`: read back as itself, and no raw
+    control in the page); a C1 control stays as it is, since a browser reads `&#x9b;` as the
+    Windows-1252 character it once stood for."""
+    return Markup(_C0.sub(lambda m: f"&#x{ord(m.group()):x};", str(escape(value))))
+
+
+_C0: Final = re.compile("[\x01-\x08\x0b-\x1f\x7f]")
 
 
 def clip(text: object, chars: int) -> str:
@@ -306,6 +319,7 @@ def _environment() -> Environment:
         autoescape=select_autoescape(default=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=on_page,
     )
     env.filters.update(
         pretty=_pretty,
@@ -318,6 +332,8 @@ def _environment() -> Environment:
         sweep_path=sweep_path,
         clip=clip,
         literal=literal,
+        block=block,
+        field=field,
     )
     env.globals.update(relative=relative, when=when, endpoint_path=endpoint_path)
     # -- acts-for / waits: instants in the viewer's zone, waits in words, redaction hints --

@@ -10,6 +10,7 @@ from markupsafe import Markup, escape
 
 from jobs_core.operator.times import iso_utc, local, relative
 from jobs_core.operator.waits import At, Said
+from jobs_core.visible import spelled
 
 
 def at_html(ms: int) -> Markup:
@@ -32,7 +33,8 @@ def ago_html(ms: int, now_ms: int) -> Markup:
 
 
 def said_html(said: Said, now_ms: int) -> Markup:
-    """A sentence of `jobs_core.operator.waits`: its text escaped, its instants as `when_html`."""
+    """A sentence of `jobs_core.operator.waits`: its text (event and step names, ids) spelled
+    as every stored text on a page is, then escaped; its instants as `when_html`."""
     return Markup("").join(
-        when_html(s.ms, now_ms) if isinstance(s, At) else escape(s) for s in said
+        when_html(s.ms, now_ms) if isinstance(s, At) else escape(spelled(s)) for s in said
     )

@@ -31,7 +31,9 @@
   (`jobs.metrics.partial`);
 - from the consumers' cursors (a driver with the `consumers` family), the same way:
   `ujobs_consumer_lag` (by consumer and tenant: the records its last turn found left past
-  its cursor; a consumer whose source cannot tell is not served);
+  its cursor; a consumer whose source cannot tell is not served). A cross-tenant consumer's
+  `tenant` is empty (`NO_TENANT_LABEL`: an org id never is), so an org named "none" keeps a
+  series of its own;
 - from this process's `webhook()` senders (a driver with the `webhooks` family):
   `ujobs_webhook_attempts_total` (by `outcome`, delivered or failed: attempts whose record
   landed in the endpoint ledger; an attempt whose fence did not hold counts nothing). Labelled
@@ -219,6 +221,16 @@ class _SweepGauges(Collector):
 
 # -- consumers --
 
+#: The `tenant` label of a series of no tenant: empty, which no org id can be (a tenant is a
+#: non-empty string), so `tenant="none"` is an org named "none" and only that; to Prometheus
+#: an empty label is no label, so `{tenant=""}` selects these series.
+NO_TENANT_LABEL: Final = ""
+
+
+def tenant_label(tenant: str | None) -> str:
+    """The `tenant` label value of `tenant` (`NO_TENANT_LABEL` for None)."""
+    return NO_TENANT_LABEL if tenant is None else tenant
+
 
 class _ConsumerGauges(Collector):
     """Each consumer's lag per tenant, as its last turn measured it, read through the consumers'
@@ -242,7 +254,7 @@ class _ConsumerGauges(Collector):
         )
         for v in views:
             if v.lag is not None:
-                lag.add_metric([v.name, v.tenant or "none"], v.lag)
+                lag.add_metric([v.name, tenant_label(v.tenant)], v.lag)
         yield lag
 
 

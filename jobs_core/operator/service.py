@@ -46,6 +46,7 @@ from jobs_core.ids import derived_id, new_id
 from jobs_core.job import JobHandle
 from jobs_core.jsonform import JsonValue
 from jobs_core.operator.attempts import AttemptView, attempt_views
+from jobs_core.operator.times import relative
 from jobs_core.options import count
 from jobs_core.records import (
     COUNTED_OUTCOMES,
@@ -366,7 +367,8 @@ class TaskView:
     mark: TaskMark | None
     paused: bool
     #: The next occurrence a leader would fire: after the watermark, or after now for a task
-    #: never armed (a first sight fires nothing from before it).
+    #: never armed (a first sight fires nothing from before it). A pause keeps the watermark,
+    #: so a paused task's may be past: it is then due, and fires once on resume (`fire_said`).
     next_fire_ms: int
 
     @staticmethod
@@ -391,6 +393,20 @@ class TaskView:
         spec = "%Y-%m-%d %H:%M:%S %Z" if schedule.has_seconds else "%Y-%m-%d %H:%M %Z"
         at = schedule.local(at_ms)
         return (at if zone is None else at.astimezone(zone)).strftime(spec)
+
+    def fire_said(self, now_ms: int, zone: tzinfo | None = None) -> str:
+        """The next fire for people, as `ujobs tasks` and the dashboard's schedule show it:
+        `<when> (in 5 min)`; paused, what a resume brings — `paused: would fire <when> (in 5
+        min) if resumed by then`, or, its next occurrence past, `paused: fires once on resume
+        (due since <when> (8 s ago))`, that one fire standing for every occurrence missed as
+        its catch-up says. Never a past time read as a fire that came late."""
+        at = self.next_fire_ms
+        when = f"{self.shown(at, zone)} ({relative(at, now_ms)})"
+        if not self.paused:
+            return when
+        if at > now_ms:
+            return f"paused: would fire {when} if resumed by then"
+        return f"paused: fires once on resume (due since {when})"
 
     def to_json(self) -> dict[str, Any]:
         h, mark = self.handle, self.mark

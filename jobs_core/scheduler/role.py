@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
@@ -124,14 +124,15 @@ class Scheduler:
 
     # -- the role ------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, heard: Callable[[], None] | None = None) -> None:
         """Refuse a scheduler stopped before (`X_DRAINING`); open the driver and read the lead's
         holders once, then run rounds in the background until stop.
 
         A store that is unavailable (down, still starting) is waited for with the worker's
         outage backoff, logged once per step (`jobs.scheduler.store_unavailable`); a `stop()`
         meanwhile ends the wait at once and no round runs. A store that refuses otherwise (a
-        schema not installed) raises.
+        schema not installed) raises. `heard()` runs once the store first answered or was
+        found unavailable, never before a refusal (`ujobs scheduler` prints its banner there).
         """
         if self._stopping:
             raise DrainingError(detail=self.scheduler_id)
@@ -145,7 +146,7 @@ class Scheduler:
             await self.driver.lease_holders(LEADER_KEY, self.clock.now_ms())
 
         outage = Outage("jobs.scheduler.store_unavailable")
-        if not await wait_for_store(reach, outage, self._halt, self.clock) or self._stopping:
+        if not await wait_for_store(reach, outage, self._halt, self.clock, heard) or self._stopping:
             return
         names = ", ".join(t.name for t in self.tasks) or "none"
         log.info("jobs.scheduler.started %s tasks=%s", self.scheduler_id, names)

@@ -61,6 +61,7 @@ from jobs_core.errors import (
     StepNameInvalidError,
     StepOutputInvalidError,
     StepTimeoutError,
+    TenantMismatchError,
     WaitCycleError,
     shown,
 )
@@ -82,6 +83,7 @@ from jobs_core.results import answer_of, finished
 from jobs_core.semantics import SAGA_STEP
 from jobs_core.states import JobState
 from jobs_core.steps.suspend import StepSuspension, UnwindReached
+from jobs_core.tenant import current_tenant
 
 if TYPE_CHECKING:
     from jobs_core.facade import Jobs
@@ -488,6 +490,18 @@ class StepApi:
         self, handle: JobHandle, job_id: str, options: dict[str, Any]
     ) -> dict[str, Any]:
         options["parent_id"] = self._job.id
+        if "tenant_id" not in options:
+            acting = current_tenant()
+            if acting is not None and acting != self._tenant:
+                # Refused as an enqueue naming another tenant would be, but saying where the
+                # tenant came from: the writer named none, and may not know the default.
+                raise TenantMismatchError(
+                    f"a child of ctx.step is enqueued for the run's tenant ({self._tenant!r}) "
+                    f"unless tenant_id= names one, and this code acts for {acting!r} "
+                    f"(acting_for): pass tenant_id={acting!r} to enqueue it for {acting!r}, or "
+                    "call it outside the acting_for block to enqueue it for the run's tenant",
+                    detail="tenant_id",
+                )
         # The run's tenant, as a plain enqueue inside the body takes it (`current_tenant()`):
         # named here so a replay (or an unwinding one) enqueues for the very same tenant.
         options.setdefault("tenant_id", self._tenant)
@@ -503,7 +517,9 @@ class StepApi:
         without enqueueing, and a crash between the enqueue and its record enqueues the same
         id again, which the store dedupes. The child carries this job as its parent
         (`NewJob.parent_id`) and is enqueued for this run's tenant (`tenant_id=` naming another
-        is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`);
+        is `X_JOB_TENANT_MISMATCH` unless inside `acting_for(that tenant)`; inside
+        `acting_for(other)`, a call naming no `tenant_id=` is refused the same way, its message
+        saying to pass `tenant_id=other`);
         without a `key=` or a key function its key is its id. `options` are `client.enqueue`'s
         (`after=` included). Needs the `flows` family."""
         check_handle(handle, "handle")  # read below (its key) before the enqueue checks it

@@ -277,12 +277,14 @@ class Worker:
     def draining(self) -> bool:
         return self._stop_task is not None
 
-    async def start(self) -> None:
+    async def start(self, heard: Callable[[], None] | None = None) -> None:
         """Announce the worker and start its loops; refused while draining (`X_DRAINING`).
 
         A store that is unavailable (down, still starting) is waited for with the outage
         backoff, never a reason to fail; a drain begun meanwhile ends the wait at once and
         nothing starts. A store that refuses otherwise (a schema not installed) raises.
+        `heard()` runs once the store first answered or was found unavailable, never before
+        a refusal (`lifecycle.wait_for_store`: `ujobs worker` prints its banner there).
         """
         if self.draining:
             raise DrainingError(detail=self.worker_id)
@@ -303,7 +305,7 @@ class Worker:
                 raise
 
         outage = Outage("jobs.worker.store_unavailable")
-        if not await wait_for_store(announce, outage, self._drain_begun, self.clock):
+        if not await wait_for_store(announce, outage, self._drain_begun, self.clock, heard):
             return
         self._registry.sent(self.clock.now_ms())
         if self.driver.capabilities().wake:

@@ -259,6 +259,67 @@ def test_every_duration_is_in_seconds_options_and_banner_alike(tmp_path: Path) -
         assert " ms" not in text and "millisecond" not in text and "econds" in text
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://reporting_app:Pw-s3cret-pw@db-primary-01.eu-west-3.internal"
+        ".example.com:5432/reporting?schema=ujobs_reporting_tenants",
+        "redis://default:Pw-s3cret-pw@cache-primary-01.eu-west-3.internal.example.com:6379/4"
+        "?prefix=ujobs-reporting-tenants",
+    ],
+)
+def test_the_worker_banner_keeps_each_line_within_80_columns(url: str) -> None:
+    """A long store URL, a dozen queues, the default retention and three rate limits: each
+    banner line holds 80 columns (a terminal of 80 wrapped the settings line, the retention
+    and the first line in the middle of a word); the URL is elided in its middle, its password
+    masked and its schema or prefix kept; the queue list says how many it leaves out; no
+    setting is lost."""
+    from rich.cells import cell_len
+
+    from jobs_core.cli import _print_plan, console
+    from jobs_core.job import JobRegistry, job
+    from jobs_core.leases import RateLimit
+    from jobs_core.urls import driver_from_url
+    from jobs_core.worker import Worker
+
+    @job(tenant="none", registry=JobRegistry())
+    async def report(input: object, ctx: object) -> None:
+        return None
+
+    driver = driver_from_url(url)
+    queues = [f"reports-{region}-{n}" for region in ("eu", "us", "ap") for n in range(4)]
+    limits = [RateLimit(100, per=60), RateLimit(10, per=1, by="queue")]
+    limits.append(RateLimit(5, per=0.5, by="tenant"))
+    w = Worker(driver, [report], queues=queues, lease=2.5, rate_limits=limits)
+    with console.capture() as cap:
+        _print_plan(w, [report], driver, loop="uvloop")
+    text = cap.get()
+    banner = text.splitlines()  # the jobs' table, one short job, is narrower than 80 too
+    assert all(cell_len(line) <= 80 for line in banner), text
+    assert banner[0].startswith("ujobs worker " + w.worker_id[:20]), banner
+    assert "Pw-s3cret-pw" not in text, text
+    assert "***@" in text or "://\u2026" in text, text  # masked, or cut with the user
+    assert "ujobs_reporting_tenants" in text or "ujobs-reporting-tenants" in text, text
+    assert "-01.eu-west-3.internal.example.com:" in text  # cut after its scheme if at all
+    assert "reports-eu-0, " in text and "more)" in text, text
+    flat = " ".join(line.strip() for line in banner)
+    for setting in (
+        "concurrency 50",
+        "max in flight 50",
+        "lease 2.5 s",
+        "loop uvloop",
+        "completed 86400 s",
+        "cancelled 86400 s",
+        "failed 604800 s",
+        "dead 604800 s",
+        "webhook_attempts 604800 s",
+        "100/60 s",
+        "10/1 s per queue",
+        "5/0.5 s per tenant",
+    ):
+        assert setting in flat, (setting, banner)
+
+
 def test_log_format_json_prints_one_object_per_line_with_extra_fields(tmp_path: Path) -> None:
     (tmp_path / "logjobs.py").write_text(
         JOBS_MODULE + "log = logging.getLogger('logjobs')\n"

@@ -278,6 +278,26 @@ async def test_enqueue_many_builds_a_batch_at_one_time_under_its_options_once() 
     }
 
 
+def test_acting_for_what_is_no_org_id_is_refused_where_it_is_written() -> None:
+    """`acting_for(5)` was taken, and refused only at the first enqueue inside the block (if
+    any came), far from the line that was wrong: it is `X_JOB_OPTION_INVALID` at once, naming
+    the type given; a str and None go through as before."""
+    from jobs_core.errors import OptionInvalidError
+    from jobs_core.tenant import current_tenant
+
+    for bad in (5, b"acme", ["acme"], True):
+        with pytest.raises(OptionInvalidError) as refused:
+            acting_for(bad)  # type: ignore[arg-type]
+        assert refused.value.detail == "tenant", refused.value
+        assert f"not {type(bad).__name__}" in str(refused.value), refused.value
+        assert current_tenant() is None
+    with acting_for("acme"):
+        assert current_tenant() == "acme"
+        with acting_for(None):
+            assert current_tenant() is None
+        assert current_tenant() == "acme"
+
+
 async def test_what_is_no_job_handle_or_no_list_of_inputs_is_refused_typed() -> None:
     """A handle that is no declared job raised a bare AttributeError from inside the facade, and
     a batch of inputs given as one string enqueued one job per letter. Each is a typed

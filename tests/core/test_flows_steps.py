@@ -13,11 +13,12 @@ import pytest
 
 from jobs_core.context import JobContext
 from jobs_core.driver import JobDriver
-from jobs_core.errors import ResultFailedError, TerminalError
+from jobs_core.errors import ResultFailedError, TenantMismatchError, TerminalError
 from jobs_core.facade import Jobs
 from jobs_core.ids import derived_id
 from jobs_core.records import JobFilter, JoinPolicy, JoinState, StepPut
 from jobs_core.states import JobState
+from jobs_core.tenant import acting_for
 from jobs_core.worker import Worker
 from tests.core.flows_support import FAST, ONCE, driver, ended, listed, row, working
 from tests.core.support import declare, until
@@ -234,6 +235,48 @@ async def test_a_child_acts_for_its_parents_tenant(driver: JobDriver) -> None:
     rows = await driver.job_get_many(ids)
     assert [rows[i].tenant_id for i in ids] == ["acme", "acme"]
     assert rows[ids[0]].parent_id == done.id and rows[ids[1]].parent_id is None
+    await client.close()
+
+
+async def test_a_step_child_inside_acting_for_another_org_says_to_name_it(
+    driver: JobDriver,
+) -> None:
+    """Inside `acting_for(other)` a step child naming no `tenant_id=` would go to the RUN's
+    tenant: refused, enqueue and enqueue_many alike (the batch went to the run's tenant
+    silently), nothing enqueued, the message saying what happened and what to write; with
+    `tenant_id=other` it goes to that org."""
+
+    async def child(input: Any, ctx: JobContext) -> None:
+        return None
+
+    ch = declare(child, name="org-child")
+
+    async def parent(input: Any, ctx: JobContext) -> dict[str, str]:
+        said: dict[str, str] = {}
+        with acting_for("globex"):
+            try:
+                said["one"] = await ctx.step.enqueue("one", ch, {"n": 1})
+            except TenantMismatchError as exc:
+                said["one"] = str(exc)
+            try:
+                said["many"] = str(await ctx.step.enqueue_many("many", ch, [{"n": 2}]))
+            except TenantMismatchError as exc:
+                said["many"] = str(exc)
+            said["named"] = await ctx.step.enqueue("named", ch, {"n": 3}, tenant_id="globex")
+        return said
+
+    ph = declare(parent, name="acme-parent", tenant=lambda i: i["org"])
+    client = Jobs(driver)
+    done = await client.enqueue(ph, {"n": 1, "org": "acme"})
+    await working(driver, [ph, ch], ended(driver, done.id))
+    said = await client.result(done.id)
+    for call in ("one", "many"):
+        text = said[call]
+        assert text.startswith("X_JOB_TENANT_MISMATCH"), said
+        assert "the run's tenant ('acme')" in text and "tenant_id='globex'" in text, said
+        assert "acting_for" in text, said
+    children = await listed(driver, JobFilter(parent_id=done.id))
+    assert [(c.id, c.tenant_id) for c in children] == [(said["named"], "globex")]
     await client.close()
 
 

@@ -400,6 +400,29 @@ async def test_the_schedule_shows_each_task_and_pauses_and_resumes_it(shop: Shop
         assert await shop.driver.pause_list() == []
 
 
+async def test_the_schedule_says_what_resuming_a_paused_task_brings(shop: Shop) -> None:
+    """A paused task's next fire was shown as a past time `(… ago)`, as if it fired late: past
+    due, it says it fires once on resume and since when; still ahead, when it would fire if
+    resumed by then. A task that runs shows its next fire as before."""
+    registry = TaskRegistry()
+    declared = [
+        task(name, cron="0 3 * * *", tz="Europe/Paris", job=shop.handle,
+             input={"n": 0, "card": CARD, "who": "report"}, registry=registry)
+        for name in ("nightly", "overdue", "running")
+    ]  # fmt: skip
+    day = 86_400_000
+    await shop.driver.task_arm(["overdue"], shop.clock.now_ms() - 3 * day)
+    for name in ("nightly", "overdue"):
+        assert await shop.driver.pause_add(Pause("task", name))
+    async with signed_in(shop.app(Access(token=TOKEN), tasks=declared)) as (c, _):
+        page = html.unescape((await c.get("/schedule")).text)
+    rows = {r.split("</td>", 1)[0].split()[0]: r for r in page.split("<tr>\n      <td>")[1:]}
+    assert "paused: would fire " in rows["nightly"] and " if resumed by then" in rows["nightly"]
+    assert "paused: fires once on resume (due since " in rows["overdue"], rows["overdue"]
+    assert " ago))" in rows["overdue"] and "paused" not in rows["running"].split("</td>")[5]
+    assert "ago" not in rows["nightly"].split("</td>")[5]
+
+
 async def test_a_bulk_press_is_bounded_and_the_next_press_takes_the_rest(
     shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -348,8 +348,12 @@ def test_cli_lists_each_consumer_and_tenant() -> None:
     import asyncio
     import json
 
-    from tests.core.support import ujobs
     from tests.pg.conftest import PG_URL
+    from tests.test_cli_operator import ujobs_here
+
+    def ujobs(*args: str) -> Any:
+        """`ujobs ARGS` in this process (an interpreter's imports would cost it a second)."""
+        return ujobs_here(*args, url="", env_driver=False)
 
     async def stored() -> str:
         async with fresh_store("pg") as driver:
@@ -359,14 +363,14 @@ def test_cli_lists_each_consumer_and_tenant() -> None:
                 await run_once(driver, c)
             url = f"{PG_URL}?schema={driver.schema}"  # type: ignore[attr-defined]
             shown = await asyncio.to_thread(ujobs, "consumers", "list", "--driver", url, "--json")
-            assert shown.returncode == 0, shown.stderr
+            assert shown.exit_code == 0, (shown.stderr, shown.exception)
             rows = json.loads(shown.stdout)
             assert [(r["name"], r["tenant"], r["cursor"], r["records"]) for r in rows] == [
                 (name, None, 3, 3),
                 (name, "t1", 3, 3),
             ]
             table_ = await asyncio.to_thread(ujobs, "consumers", "list", "--driver", url)
-            assert table_.returncode == 0, table_.stderr
+            assert table_.exit_code == 0, (table_.stderr, table_.exception)
             assert "\u202e" not in table_.stdout and "t1" in table_.stdout
             return table_.stdout
 

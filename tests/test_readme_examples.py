@@ -65,6 +65,7 @@ from jobs_memory import MemoryDriver
 from jobs_pg import PgDriver, PgOutbox, stage
 from jobs_pg.urls import libpq_url
 from jobs_redis import RedisDriver
+from tests.cli_forks import forked
 from tests.core.retention_support import finish
 from tests.core.support import advance_quietly, free_port, until
 from tests.examples.django_site import site_on
@@ -1245,6 +1246,23 @@ def run(
     return done
 
 
+def run_in_turn(
+    argvs: list[list[str]], cwd: Path, tmp: Path, env: dict[str, str] | None = None
+) -> list[str]:
+    """The `ujobs` command lines `argvs` (as `localize` makes them), one after the other, each a
+    fork of one interpreter that imported the CLI (tests/cli_forks.py) rather than an
+    interpreter of its own (about a second of imports each): each one's stdout; each must exit
+    0. For commands that need no check of the store between them."""
+    runs = []
+    for argv in argvs:
+        assert argv[:3] == [sys.executable, "-m", "jobs_core.cli"], argv
+        runs.append((argv[3:], {**os.environ, **(env or {})}, cwd))
+    done = forked(runs, tmp, at_once=1)
+    for one in done:
+        assert one.returncode == 0, f"{one.args}: {one.stdout}{one.stderr}"
+    return [one.stdout for one in done]
+
+
 def catches_sigterm(pid: int) -> bool:
     """Whether process `pid` has a SIGTERM handler: the worker installs its drain handler after
     printing its plan, and a SIGTERM before that would kill it rather than drain it."""
@@ -1323,7 +1341,9 @@ async def _row(schema: str, job_id: str) -> Any:
         return (await driver.job_get_many([job_id]))[job_id]
 
 
-def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) -> None:
+def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(
+    app_dir: Path, tmp_path: Path
+) -> None:
     schema = fresh_schema()
     try:
         # The README exports a URL for its own host `db`; `localize` makes it the test server's.
@@ -1332,11 +1352,13 @@ def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) 
         assert (export, variable) == ("export", "UJOBS_DRIVER")
         env = {variable: f"{url}?schema={schema}"}
         # The page's own next step installs the tables: a new user runs no test helper.
-        created = run(localize(shell_command(DB_UPGRADE_ENV)), app_dir, env)
-        assert f"created the jobs tables in schema '{schema}'" in created.stdout, created.stdout
         enqueue = localize(shell_command(ENQUEUE_DELAY))
+        created, enqueued = run_in_turn(
+            [localize(shell_command(DB_UPGRADE_ENV)), enqueue], app_dir, tmp_path, env
+        )
+        assert f"created the jobs tables in schema '{schema}'" in created, created
         delay_ms = round(float(enqueue[enqueue.index("--delay") + 1]) * 1000)
-        queued = json.loads(run(enqueue, app_dir, env).stdout)
+        queued = json.loads(enqueued)
         assert queued["deduped"] is False
         row = asyncio.run(_row(schema, queued["id"]))
         assert row.state is JobState.READY and row.run_at_ms - row.created_at_ms == delay_ms
@@ -1353,17 +1375,20 @@ def test_enqueue_with_a_delay_then_a_worker_from_the_env_runs_it(app_dir: Path) 
         drop_schema(schema)
 
 
-def test_db_upgrade_alembic_and_a_pg_worker(app_dir: Path) -> None:
+def test_db_upgrade_alembic_and_a_pg_worker(app_dir: Path, tmp_path: Path) -> None:
     made, by_alembic = fresh_schema(), fresh_schema()
     try:
-        created = run(localize(shell_command(DB_UPGRADE), schema=made), app_dir)
-        assert "created" in created.stdout, created.stdout
-        again = run(localize(shell_command(DB_UPGRADE), schema=made), app_dir)
-        assert "current" in again.stdout, again.stdout
         run(localize(shell_command(ALEMBIC), schema=by_alembic), ROOT)
+        upgrade = shell_command(DB_UPGRADE)
+        created, again, agreed = run_in_turn(
+            [localize(upgrade, schema=made)] * 2 + [localize(upgrade, schema=by_alembic)],
+            app_dir,
+            tmp_path,
+        )
+        assert "created" in created, created
+        assert "current" in again, again
         # alembic and `ujobs db upgrade` agree on what is installed.
-        agreed = run(localize(shell_command(DB_UPGRADE), schema=by_alembic), app_dir)
-        assert "current" in agreed.stdout, agreed.stdout
+        assert "current" in agreed, agreed
         out, _ = worker_briefly(localize(shell_command(WORKER_PG), schema=made), app_dir)
         # The banner's head: the store on the first line, or on lines of its own (80 columns).
         assert f"schema={made}" in out.split("\nqueues: ")[0], out
@@ -1405,13 +1430,17 @@ def test_the_scheduler_commands_on_postgres(tmp_path: Path) -> None:
             banner_start="ujobs scheduler",
         )
         assert not asyncio.run(_scheduler_state(schema))[2], "the drain kept the lead"
-        listed = run(localize(shell_command(TASKS), schema=schema), tmp_path, {"COLUMNS": "200"})
-        assert "nightly-sales" in listed.stdout and "Europe/Paris" in listed.stdout, listed.stdout
-        as_json = run([*localize(shell_command(TASKS), schema=schema), "--json"], tmp_path)
-        (doc,) = json.loads(as_json.stdout)
+        tasks = localize(shell_command(TASKS), schema=schema)
+        listed, as_json, _ = run_in_turn(
+            [tasks, [*tasks, "--json"], localize(shell_command(PAUSE_TASK), schema=schema)],
+            tmp_path,
+            tmp_path / "runs",
+            {"COLUMNS": "200"},
+        )
+        assert "nightly-sales" in listed and "Europe/Paris" in listed, listed
+        (doc,) = json.loads(as_json)
         assert doc["name"] == "nightly-sales" and doc["last_fire"] is None
         assert doc["next_fire"].endswith(("T02:00:00+01:00", "T02:00:00+02:00")), doc
-        run(localize(shell_command(PAUSE_TASK), schema=schema), tmp_path)
         assert Pause("task", "nightly-sales") in asyncio.run(_scheduler_state(schema))[1]
     finally:
         drop_schema(schema)
@@ -1522,7 +1551,9 @@ def test_the_relay_commands_publish_what_was_staged(app_dir: Path, myapp: Module
         asyncio.run(_drop_prefix(prefix))
 
 
-def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: ModuleType) -> None:
+def test_the_operator_verbs_and_a_worker_with_metrics(
+    app_dir: Path, myapp: ModuleType, tmp_path: Path
+) -> None:
     """The operator block as a user runs it, in order, on Postgres: the dead jobs are listed,
     requeued, the queue shown, paused and resumed; a worker serving metrics runs them."""
     import urllib.request
@@ -1537,22 +1568,31 @@ def test_the_operator_verbs_and_a_worker_with_metrics(app_dir: Path, myapp: Modu
                 return await dead_welcomes(driver, myapp, 2)
 
         ids = asyncio.run(seed())
-        listed = run(localize(shell_command(OPS_LIST)), app_dir, env).stdout
+        # In the block's order; what each printed is read after (nothing runs the jobs before
+        # the worker below, and the pause is seen in the listing taken while it held).
+        listed, requeued, queues, stats, _, paused_json, _, _ = run_in_turn(
+            [
+                localize(shell_command(OPS_LIST)),
+                localize(shell_command(OPS_REQUEUE)),
+                localize(shell_command(OPS_QUEUES)),
+                localize(shell_command(OPS_STATS)),
+                localize(shell_command(OPS_PAUSE)),
+                [*localize(shell_command(OPS_QUEUES)), "--json"],
+                localize(shell_command(OPS_RESUME)),
+                localize(shell_command(OPS_WORKERS)),
+            ],
+            app_dir,
+            tmp_path,
+            env,
+        )
         assert all(i in listed for i in ids) and "dead" in listed, listed
-        requeued = run(localize(shell_command(OPS_REQUEUE)), app_dir, env).stdout
         assert "requeued" in requeued and "2" in requeued, requeued
         assert {r.state for r in (asyncio.run(_rows(schema, ids))).values()} == {JobState.READY}
-        queues = run(localize(shell_command(OPS_QUEUES)), app_dir, env).stdout
         assert "emails" in queues, queues
-        stats = run(localize(shell_command(OPS_STATS)), app_dir, env).stdout
         assert "send_welcome" in stats, stats  # its two dead-letterings, from the counters
-        run(localize(shell_command(OPS_PAUSE)), app_dir, env)
-        paused = json.loads(
-            run([*localize(shell_command(OPS_QUEUES)), "--json"], app_dir, env).stdout
-        )
+        paused = json.loads(paused_json)
         assert any(q["queue"] == "emails" and q["paused"] for q in paused), paused
-        run(localize(shell_command(OPS_RESUME)), app_dir, env)
-        run(localize(shell_command(OPS_WORKERS)), app_dir, env)
+        assert not asyncio.run(_queue_paused(schema, "emails")), "the resume left it paused"
 
         port = free_port()
         worker = [w.replace("9464", str(port)) for w in localize(shell_command(WORKER_METRICS))]
@@ -1633,6 +1673,11 @@ def test_ujobs_dashboard_serves_the_queues_to_its_token_and_stops_on_sigterm(
 async def _rows(schema: str, ids: list[str]) -> dict[str, Any]:
     async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
         return await driver.job_get_many(ids)
+
+
+async def _queue_paused(schema: str, queue: str) -> bool:
+    async with PgDriver(PG_URL, schema=schema, pool_size=1) as driver:
+        return Pause("queue", queue) in await driver.pause_list()
 
 
 # --- Use it from your web app: each block is the example app's code, run here on its own -------

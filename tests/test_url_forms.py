@@ -13,8 +13,9 @@ a password in the userinfo (encoded, or raw with `@` and `/`) or in `?password=`
 module starts (`--port 0 --unixsocket` for the plain socket), never the shared one.
 
 From code each form stores a job and reads it back; from the CLI `ujobs enqueue` stores another
-and `ujobs jobs list --json` lists both (the same store, prefix and schema); on a Unix socket a
-`ujobs worker` runs them.
+and `ujobs jobs list --json` lists both (the same store, prefix and schema), both run in this
+process (click's runner: the URL is read by the CLI's code either way, and an interpreter's
+imports cost each run about a second); on a Unix socket a `ujobs worker` process runs them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import pytest
+from click.testing import Result
 
 from jobs_core.driver import JobDriver
 from jobs_core.states import JobState
@@ -52,19 +54,14 @@ from tests.redis.conftest import (
 from tests.redis.conftest import (
     purge as purge_prefix,
 )
+from tests.test_cli_operator import ujobs_here
 
 #: Every character a URL's userinfo must escape, so a raw one tests where the password ends.
 PASSWORD = "p@ss/w:rd"
 ENCODED = quote(PASSWORD, safe="")
 
-APP = """
-from jobs_core import job
-from jobs_core.job import JobRegistry
-
-@job(tenant="none", idempotency_key=lambda i: str(i["n"]), registry=JobRegistry())
-async def ping(input, ctx):
-    return input["n"]
-"""
+#: The app both kinds of run import (`ping`).
+APP = "tests.urlapp"
 
 
 @dataclass(frozen=True)
@@ -232,25 +229,13 @@ def form(request: pytest.FixtureRequest, servers: Servers, cluster_url: str) -> 
             asyncio.run(purge())
 
 
-def ujobs(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": code_path(cwd), "COLUMNS": "200"}
-    env.pop("UJOBS_DRIVER", None)
-    return subprocess.run(
-        [sys.executable, "-m", "jobs_core.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+def ujobs(*args: str, url: str) -> Result:
+    """`ujobs ARGS --driver URL` in this process, UJOBS_DRIVER unset."""
+    return ujobs_here(*args, "--driver", url, url=url, env_driver=False)
 
 
 @pytest.mark.parametrize("form", LABELS, indirect=True)
-def test_every_documented_url_form_works_from_code_and_from_the_cli(
-    form: Form, tmp_path: Path
-) -> None:
-    (tmp_path / "urlapp.py").write_text(APP, encoding="utf-8")
-
+def test_every_documented_url_form_works_from_code_and_from_the_cli(form: Form) -> None:
     async def from_code() -> str:
         driver: JobDriver = driver_from_url(form.url)
         async with driver:
@@ -263,26 +248,25 @@ def test_every_documented_url_form_works_from_code_and_from_the_cli(
     described = asyncio.run(from_code())
     assert PASSWORD not in described and ENCODED not in described, described
 
-    enqueued = ujobs("enqueue", "urlapp", "ping", '{"n": 7}', "--driver", form.url, cwd=tmp_path)
-    assert enqueued.returncode == 0, mask_url(form.url) + enqueued.stdout + enqueued.stderr
+    enqueued = ujobs("enqueue", APP, "ping", '{"n": 7}', url=form.url)
+    assert enqueued.exit_code == 0, (mask_url(form.url), enqueued.stdout, enqueued.stderr)
     job_id = json.loads(enqueued.stdout)["id"]
     if form.url == "memory":
-        return  # each process has its own memory store: nothing more to read back
-    listed = ujobs("jobs", "list", "--json", "--driver", form.url, cwd=tmp_path)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
+        return  # each command opens a memory store of its own: nothing more to read back
+    listed = ujobs("jobs", "list", "--json", url=form.url)
+    assert listed.exit_code == 0, (listed.stdout, listed.stderr)
     assert {j["id"] for j in json.loads(listed.stdout)["jobs"]} == {"from-code", job_id}
 
 
 def test_a_worker_runs_on_a_unix_socket_url(servers: Servers, tmp_path: Path) -> None:
     """`ujobs worker --driver unix:///…` starts, and runs what was enqueued on that socket."""
-    (tmp_path / "urlapp.py").write_text(APP, encoding="utf-8")
     url = f"unix://{servers.plain_sock}?db=0&prefix={fresh_prefix()}"
-    enqueued = ujobs("enqueue", "urlapp", "ping", '{"n": 1}', "--driver", url, cwd=tmp_path)
-    assert enqueued.returncode == 0, enqueued.stdout + enqueued.stderr
+    enqueued = ujobs("enqueue", APP, "ping", '{"n": 1}', url=url)
+    assert enqueued.exit_code == 0, (enqueued.stdout, enqueued.stderr)
     job_id = json.loads(enqueued.stdout)["id"]
-    env = {**os.environ, "PYTHONPATH": code_path(tmp_path), "UJOBS_DRIVER": url}
+    env = {**os.environ, "PYTHONPATH": code_path(), "UJOBS_DRIVER": url}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "jobs_core.cli", "worker", "urlapp", "--quiet"],
+        [sys.executable, "-m", "jobs_core.cli", "worker", APP, "--quiet"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,

@@ -15,7 +15,8 @@ from pathlib import Path
 from psycopg import sql
 
 from jobs_core.states import JobState
-from tests.core.support import code_path, ujobs
+from tests.cli_forks import forked
+from tests.core.support import code_path
 from tests.pg.conftest import PG_URL, admin
 
 
@@ -28,11 +29,15 @@ def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None
         encoding="utf-8",
     )
     url = f"{PG_URL}?schema={pg_schema}"
+    env = {**os.environ, "PYTHONPATH": code_path(tmp_path)}
+    # Five enqueues, each a fork of one interpreter that imported the CLI (an interpreter of
+    # its own each cost a second of imports): the same `main` a user's command runs.
+    enqueues = [
+        (["enqueue", "pgjobs", "double", json.dumps({"n": n}), "--driver", url], env, tmp_path)
+        for n in range(5)
+    ]
     ids = []
-    for n in range(5):
-        done = ujobs(
-            "enqueue", "pgjobs", "double", json.dumps({"n": n}), "--driver", url, cwd=tmp_path
-        )
+    for done in forked(enqueues, tmp_path / "runs"):
         assert done.returncode == 0, done.stdout + done.stderr
         ids.append(json.loads(done.stdout)["id"])
     worker = subprocess.Popen(
@@ -41,7 +46,7 @@ def test_enqueue_then_worker_on_postgres(pg_schema: str, tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONPATH": code_path(tmp_path)},
+        env=env,
     )
     try:
         query = sql.SQL("SELECT id, state, result_json FROM {}.jobs").format(

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +34,7 @@ from tests.pg.conftest import (
     fresh_schema,
     kept_database,
 )
+from tests.test_cli_operator import ujobs_here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -354,7 +356,6 @@ def test_alembic_cli_with_the_pyproject_block(tmp_path: Path) -> None:
 # -- every path the README names, as a user runs it ------------------------------------------
 
 ALEMBIC = str(Path(sys.executable).parent / "alembic")
-UJOBS = [sys.executable, "-m", "jobs_core.cli"]
 
 
 def _readme_line(starts: str) -> str:
@@ -367,15 +368,16 @@ def _readme_line(starts: str) -> str:
     return found[0]
 
 
-def _db_upgrade(url: str, cwd: Path = REPO) -> str:
-    done = subprocess.run(
-        [*UJOBS, "db", "upgrade", "--url", url],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+#: One `ujobs` command in this process at a time: click's runner swaps the process's stdout.
+_IN_PROCESS = threading.Lock()
+
+
+def _db_upgrade(url: str) -> str:
+    """What `ujobs db upgrade --url URL` printed, run in this process: it checks what the
+    alembic runs beside it installed, and an interpreter's imports would cost it a second."""
+    with _IN_PROCESS:
+        done = ujobs_here("db", "upgrade", "--url", url, url=url, env_driver=False)
+    assert done.exit_code == 0, (done.stdout, done.stderr, done.exception)
     return done.stdout
 
 

@@ -291,10 +291,18 @@ async def test_a_due_job_that_went_in_quiet_gets_one_publish_at_its_slots_end(
         await asyncio.sleep(0.2)
         assert woken == ["q"]
         await _until(lambda: len(woken) == 2)
+        trails = d._loops.get().trails
+        assert trails is not None
+        sent = trails.sent
         await d.job_enqueue(new_job(5, created=T0 + 1000))  # the next slot: published…
         await d.job_enqueue(new_job(6, created=T0 + 1001))  # …and quiet…
+        assert "q" in trails._pending  # …its trailing one due at the slot's end…
         await d.job_enqueue(new_job(7, created=T0 + 2000))  # …but this one published after it
-        await asyncio.sleep(2.3)
+        await _until(lambda: len(woken) >= 4)
+        # The slot's end came (a second after the enqueues' own publishes, long since here) and
+        # found job 6 covered: nothing sent then, nor pending to be sent later.
+        await _until(lambda: "q" not in trails._pending)
+        assert trails.sent == sent
         assert woken == ["q"] * 4
 
 

@@ -5,6 +5,8 @@ limit one off, a write dropped, a filter dropped, a state swapped...) and ran ev
 every family's `ci` walk on each; these are the survivors judged real (the rest changed nothing
 a caller can see). Each broken driver here is the memory driver with ONE such bug, written out
 by hand; the fixed scenarios of `scenarios/holes.py` named with it catch it on every run.
+scripts/mutate_stores.py did the same to the Postgres SQL and the Redis Lua; a survivor of
+theirs judged real is written here the same way, as the memory driver with the same bug.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import pytest
 
 from jobs_core.errors import DeclarationInvalidError
-from jobs_core.semantics import MINUTE_MS, fold_before
+from jobs_core.semantics import HOUR_MS, MINUTE_MS, fold_before
 from jobs_core.semantics import lease_clock_droppable as droppable
+from jobs_core.states import JobState, Outcome
 from jobs_core.testing import run_scenario
 from jobs_core.testing.outbox.scenarios import record
 from jobs_core.testing.scenarios import SCENARIOS
 from jobs_memory import MemoryDriver, MemoryOutbox
+from jobs_memory.driver import _OUTCOME_AT
 from tests.teeth import assert_each_listed_once
 
 # -- flows --------------------------------------------------------------------------------------
@@ -34,6 +38,28 @@ class UnlinkDropsTheSiblings(MemoryDriver):
                 waiters.discard(waiter_id)
                 if waiters:
                     del self._waiters[dep]
+
+
+class RemoveKeepsTheEdges(MemoryDriver):
+    """A removed waiter's pending edges are left stored (scripts/mutate_stores.py:
+    `job_remove.lua` dropping them only for a row that never joined): its dependency's finish
+    still counts for a new row of its id."""
+
+    def _drop(self, job_id: str) -> None:
+        deps = set(self._waiting.get(job_id, ()))
+        super()._drop(job_id)
+        for dep in deps:
+            self._waiters.setdefault(dep, set()).add(job_id)
+
+    def _finish_locked(self, job_id: str, completed: bool, now_ms: int | None) -> None:
+        # As the store reads each waiter's row: a stale edge's waiter gone, or not parked on a
+        # join, is passed over; a new row of its id parked on a join is counted down.
+        waiters = self._waiters.get(job_id, set())
+        for waiter_id in list(waiters):
+            r = self._rows.get(waiter_id)
+            if r is None or r.rec.state is not JobState.PARKED or r.rec.join is None:
+                waiters.discard(waiter_id)
+        super()._finish_locked(job_id, completed, now_ms)
 
 
 # -- durable ------------------------------------------------------------------------------------
@@ -97,6 +123,23 @@ class LeasePurgeDropsEveryOldClock(MemoryDriver):
         return await super()._lease_purge(now_ms, limit)
 
 
+class FoldKeepsAnHoursInterrupted(MemoryDriver):
+    """A fold into an hour bucket that already holds counts adds every outcome but
+    `interrupted`, which keeps the first fold's (scripts/mutate_stores.py: `COUNTER_FOLD`'s
+    upsert with `interrupted` left out of its SET list)."""
+
+    async def _counter_fold(self, now_ms: int, limit: int) -> int:
+        at = _OUTCOME_AT[Outcome.INTERRUPTED]
+        with self._lock:
+            kept = {k: v[at] for k, v in self._counters.items() if k[3] == HOUR_MS}
+        folded = await super()._counter_fold(now_ms, limit)
+        with self._lock:
+            for k, interrupted in kept.items():
+                if k in self._counters:
+                    self._counters[k][at] = interrupted
+        return folded
+
+
 class LeasePurgeDropsAClockShort(MemoryDriver):
     """A lease purge examines one droppable clock fewer than its limit: the last it should
     drop stays, and a caller far behind is judged at it."""
@@ -134,14 +177,17 @@ class PurgeLeavesAnEmptyKey(MemoryDriver):
 
 
 #: Each broken driver, the scenarios that must catch it and the error they fail it with. Of
-#: these 7, 5 passed the suite as it stood before `holes.py` (every scenario, every family's
+#: the first 7, 5 passed the suite as it stood before `holes.py` (every scenario, every family's
 #: `ci` walk from each of `SEEDS`); the two fold ones the counters walk caught from one seed of
-#: the three only.
+#: the three only. `FoldKeepsAnHoursInterrupted` is the memory twin of a Postgres mutant
+#: (scripts/mutate_stores.py) that passed it too.
 BROKEN: list[tuple[type[MemoryDriver], list[str], type[Exception]]] = [
     (UnlinkDropsTheSiblings, ["a_cancelled_waiter_leaves_its_siblings_linked"], AssertionError),
+    (RemoveKeepsTheEdges, ["a_removed_waiter_takes_its_edges"], AssertionError),
     (RemoveKeepsTheWait, ["a_removed_parked_row_takes_its_wait"], KeyError),
     (FoldDropsAnHourShort, ["counter_fold_drops_hours_with_the_limit_left"], AssertionError),
     (FoldDropsAnHourMore, ["counter_fold_drops_hours_with_the_limit_left"], AssertionError),
+    (FoldKeepsAnHoursInterrupted, ["counter_fold_adds_every_outcome_to_its_hour"], AssertionError),
     (LeasePurgeDropsEveryOldClock, ["lease_purge_drops_at_most_limit_clocks"], AssertionError),
     (LeasePurgeDropsAClockShort, ["lease_purge_drops_at_most_limit_clocks"], AssertionError),
     (PurgeLeavesAnEmptyKey, ["lease_purged_empty_key_drops_its_clock"], AssertionError),

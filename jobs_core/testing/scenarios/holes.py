@@ -6,12 +6,18 @@ spelled out once:
 - a waiter removed while parked takes its pending edges with it: a new row of its id waits
   only for what it joins itself (found by scripts/mutate_stores.py: the Redis removal skipping
   the edges' cleanup of a row that joined);
+- a row parked on a join with a deadline and released by its dependency is a due ready row
+  to the queue's stats (found by scripts/mutate_stores.py: the Redis release leaving it in
+  its queue's parked index);
 - a row parked on an event and removed takes its wait with it: the event published later
   wakes nothing (and does not fail), and a new row of the same id shows no wait;
 - a counter fold spends what its limit leaves after the minutes it folded on hour buckets to
   drop, exactly that many;
 - a counter fold into an hour bucket that already holds counts adds every outcome's count to
   it (found by scripts/mutate_stores.py: an upsert's SET list short of one outcome);
+- a queue's oldest due ready row is found behind any number of due parked rows (found by
+  scripts/mutate_stores.py: the Redis scan's page one short of its own end test stopped after
+  the first page);
 - a lease purge examines the first `limit` droppable clocks by (clock, key), no more and no
   fewer: the rest stay, and a caller behind is still judged at them; a key whose last
   holding a purge deleted holds nothing, so a later purge drops its clock.
@@ -79,6 +85,22 @@ async def scenario_a_removed_waiter_takes_its_edges(driver: JobDriver) -> None:
     w = await row(driver, "w")
     assert w.state is JobState.PARKED and w.join is not None, w
     assert (w.join.total, w.join.pending) == (1, 1), w.join
+
+
+async def scenario_a_released_timed_waiter_is_due_ready(driver: JobDriver) -> None:
+    """A row parked on a join with a deadline and released by its dependency's finish is a
+    due `ready` row: its queue's stats answer its release as the oldest due."""
+    await driver.job_enqueue_many([new_job("d"), new_job("w", queue="wq")])
+    held = await claim_one(driver, T0, "wq")
+    park = Nack(held.fence, NackKind.PARK, T0, T0 + 10_000, join=("d",))
+    assert await driver.job_nack([park]) == [True]
+    dep = await claim_one(driver, T0 + 1, "q")
+    assert await driver.job_ack([Ack(dep.fence, T0 + 2)]) == [True]
+    w = await row(driver, "w")
+    assert (w.state, w.run_at_ms) == (JobState.READY, T0 + 2), w
+    stats = {s.queue: s for s in await driver.queue_stats(T0 + 5)}
+    assert stats["wq"].count(JobState.PARKED) == 0, stats
+    assert stats["wq"].oldest_ready_at_ms == T0 + 2, stats
 
 
 async def scenario_a_removed_parked_row_takes_its_wait(driver: JobDriver) -> None:
@@ -155,6 +177,27 @@ async def scenario_counter_fold_adds_every_outcome_to_its_hour(driver: JobDriver
     assert await driver.counter_read(everything) == [CounterRow("n", "q", h0, HOUR_MS, *[2] * 9)]
 
 
+async def scenario_queue_stats_finds_the_oldest_ready_behind_many_parked(driver: JobDriver) -> None:
+    """A queue's oldest due `ready` row is found behind any number of due `parked` rows ahead
+    of it in (priority, run_at) order: a store that scans them a page at a time looks past
+    every page."""
+    parked = [f"p{i:03}" for i in range(200)]
+    await driver.job_enqueue_many(
+        [new_job(i) for i in parked] + [new_job("r", run_at_ms=T0 + 1_000)]
+    )
+    jobs, _ = await claim(driver, T0, limit=len(parked))
+    assert sorted(j.id for j in jobs) == parked
+    nacks = [Nack(j.fence, NackKind.PARK, T0, T0 + 1 + n) for n, j in enumerate(jobs)]
+    assert await driver.job_nack(nacks) == [True] * len(parked)
+    (stats,) = await driver.queue_stats(T0 + 2_000)
+    assert (stats.queue, stats.count(JobState.PARKED), stats.count(JobState.READY)) == (
+        "q",
+        len(parked),
+        1,
+    ), stats
+    assert stats.oldest_ready_at_ms == T0 + 1_000, stats
+
+
 async def scenario_lease_purge_drops_at_most_limit_clocks(driver: JobDriver) -> None:
     """Three keys holding nothing, their clocks all droppable: a purge of limit 2 drops the
     first two clocks by (clock, key) and keeps the third, at which a caller behind is judged."""
@@ -191,9 +234,11 @@ HOLE_SCENARIOS: dict[str, Scenario] = {
     for f in (
         scenario_a_cancelled_waiter_leaves_its_siblings_linked,
         scenario_a_removed_waiter_takes_its_edges,
+        scenario_a_released_timed_waiter_is_due_ready,
         scenario_a_removed_parked_row_takes_its_wait,
         scenario_counter_fold_drops_hours_with_the_limit_left,
         scenario_counter_fold_adds_every_outcome_to_its_hour,
+        scenario_queue_stats_finds_the_oldest_ready_behind_many_parked,
         scenario_lease_purge_drops_at_most_limit_clocks,
         scenario_lease_purged_empty_key_drops_its_clock,
     )

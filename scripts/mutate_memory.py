@@ -621,27 +621,46 @@ def campaign(
             print(f"[{n}/{len(chosen)}] {m.key} {m.func}:{m.line} {m.what}: {mark}", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_run_args(parser)
-    parser.add_argument("--module", choices=sorted(MODULES), default="driver")
-    args = parser.parse_args()
+def run_main(
+    args: argparse.Namespace,
+    one: Callable[[dict[str, Any]], dict[str, object]],
+    show_one: Callable[[str], str],
+    every: Callable[[], list[Mutant]],
+    base: dict[str, object],
+    **options: Any,
+) -> None:
+    """What a sampler does with its parsed options: run one mutant (`--one`, the child), print
+    a report, a diff or the sites' counts, or run a campaign (`options` go to `campaign`)."""
+    sys.path.insert(0, str(ROOT))
     if args.one:
-        sys.path.insert(0, str(ROOT))
-        print(json.dumps(run_one(json.loads(args.one))))
+        print(json.dumps(one(json.loads(args.one))))
         return
     if args.report:
         print(report(args.report))
         return
     if args.show:
-        print(show(args.show, args.module))
+        print(show_one(args.show))
         return
-    every = enumerate_mutants(MODULES[args.module].read_text(), args.module)
+    mutants = every()
     if args.list:
-        print(len(every), dict(Counter(m.kind for m in every)))
-        print(dict(Counter(m.family for m in every)))
+        print(len(mutants), dict(Counter(m.kind for m in mutants)))
+        print(dict(Counter(m.family for m in mutants)))
         return
-    campaign(args, every, {"kind": "none", "family": "jobs", "module": args.module})
+    campaign(args, mutants, base, **options)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_args(parser)
+    parser.add_argument("--module", choices=sorted(MODULES), default="driver")
+    args = parser.parse_args()
+    run_main(
+        args,
+        run_one,
+        lambda key: show(key, args.module),
+        lambda: enumerate_mutants(MODULES[args.module].read_text(), args.module),
+        {"kind": "none", "family": "jobs", "module": args.module},
+    )
 
 
 if __name__ == "__main__":

@@ -52,11 +52,9 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
-import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import uuid
 from collections import Counter
@@ -69,9 +67,8 @@ from mutate_memory import (
     ROOT,
     Mutant,
     add_run_args,
-    campaign,
     family_of,
-    report,
+    run_main,
     run_suite,
     sample,
 )
@@ -592,24 +589,11 @@ def main() -> None:
     add_run_args(parser)
     parser.add_argument("--store", choices=("pg", "redis"), default="pg")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    if args.one:
-        print(json.dumps(run_one(json.loads(args.one))))
-        return
-    if args.report:
-        print(report(args.report))
-        return
-    if args.show:
-        print(show(args.store, args.show))
-        return
-    every = enumerate_mutants(args.store)
-    if args.list:
-        print(len(every), dict(Counter(m.kind for m in every)))
-        print(dict(Counter(m.family for m in every)))
-        return
-    campaign(
+    run_main(
         args,
-        every,
+        run_one,
+        lambda key: show(args.store, key),
+        lambda: enumerate_mutants(args.store),
         {"kind": "none", "family": "jobs", "module": args.store},
         script=Path(__file__),
         pick=pick,

@@ -49,9 +49,11 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The modules a mutant may come from (`--module`): the driver, or the outbox store.
@@ -322,17 +324,28 @@ def apply(source: str, kind: str, ordinal: int, variant: int) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
-def sample(mutants: list[Mutant], n: int, seed: int) -> list[Mutant]:
-    """Up to `n` mutants spread over the functions: round-robin over functions (shuffled), each
-    function's own mutants shuffled, so every method gets its share before any gets more."""
+def sample(
+    mutants: list[Mutant],
+    n: int,
+    seed: int,
+    by: Callable[[Mutant], str] = attrgetter("func"),
+    then: Callable[[Mutant], str] | None = None,
+) -> list[Mutant]:
+    """Up to `n` mutants spread over the groups `by` makes (the functions): round-robin over the
+    groups (shuffled), each group's own mutants shuffled (or, with `then`, spread over its
+    subgroups the same way), so every group gets its share before any gets more."""
     rng = random.Random(seed)
-    by_func: dict[str, list[Mutant]] = defaultdict(list)
+    groups: dict[str, list[Mutant]] = defaultdict(list)
     for m in mutants:
-        by_func[m.func].append(m)
+        groups[by(m)].append(m)
     queues = []
-    for func in sorted(by_func):
-        ms = by_func[func][:]
-        rng.shuffle(ms)
+    for name in sorted(groups):
+        ms = groups[name][:]
+        if then is None:
+            rng.shuffle(ms)
+        else:
+            # Taken from the end: the subgroups' spread, last first.
+            ms = sample(ms, len(ms), seed, then)[::-1]
         queues.append(ms)
     rng.shuffle(queues)
     out: list[Mutant] = []
@@ -362,6 +375,22 @@ def run_one(spec: dict[str, object]) -> dict[str, object]:
     if which == "outbox":
         return _run_outbox(module)
 
+    from jobs_memory import MemoryDriver
+
+    assert MemoryDriver.__module__ == "jobs_memory.driver" and module.MemoryDriver is MemoryDriver
+    return run_suite(
+        MemoryDriver,
+        str(spec["family"]),
+        int(spec.get("seeds", 1)),  # type: ignore[call-overload]
+        bool(spec.get("without_holes")),
+    )
+
+
+def run_suite(factory: Any, first: str, seeds: int, without_holes: bool) -> dict[str, object]:
+    """The parity suite on `factory`'s drivers as the `ci` profile runs it, stopping at the first
+    failure: every scenario (`first` family's module's first), then the walk of family `first`,
+    the job family's and every other family's, from each of the first `seeds` of `SEEDS`.
+    Answers what failed (`killed_by`, None when nothing did) and its error."""
     import contextlib
     import io
 
@@ -369,36 +398,37 @@ def run_one(spec: dict[str, object]) -> dict[str, object]:
     from jobs_core.testing.profiles import profile_settings, scaled
     from jobs_core.testing.scenarios import SCENARIOS
     from jobs_core.testing.suite import run_scenario
-    from jobs_memory import MemoryDriver
     from tests.teeth import SEEDS, ci_walk
-
-    assert MemoryDriver.__module__ == "jobs_memory.driver" and module.MemoryDriver is MemoryDriver
 
     def fail(by: str, exc: BaseException) -> dict[str, object]:
         return {"killed_by": by, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
-    if spec.get("without_holes"):
+    if without_holes:
         from jobs_core.testing.scenarios.holes import HOLE_SCENARIOS
 
         scenarios = {k: v for k, v in SCENARIOS.items() if k not in HOLE_SCENARIOS}
     else:
         scenarios = SCENARIOS
-    for name in sorted(scenarios):
+
+    def own_first(name: str) -> tuple[bool, str]:
+        # A mutant of a family is mostly killed by that family's scenarios: on a real store,
+        # where a scenario costs a driver's connections, they run first.
+        module = getattr(scenarios[name], "__module__", "")
+        return (module.rpartition(".")[2] != first, name)
+
+    for name in sorted(scenarios, key=own_first):
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                run_scenario(MemoryDriver, scenarios[name])
+                run_scenario(factory, scenarios[name])
         except Exception as exc:
             return fail(f"scenario:{name}", exc)
-    first = str(spec["family"])
     order = [first, *(["jobs"] if first != "jobs" else []), *sorted(FAMILIES - {first, "jobs"})]
     ci = profile_settings("ci")
-    for seed in SEEDS[: int(spec.get("seeds", 1))]:  # type: ignore[call-overload]
+    for seed in SEEDS[:seeds]:
         for family in order:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    ci_walk(
-                        make_machine(MemoryDriver, frozenset({family})), scaled(ci, family), seed
-                    )
+                    ci_walk(make_machine(factory, frozenset({family})), scaled(ci, family), seed)
             except Exception as exc:
                 return fail(f"walk:{family}@{seed}", exc)
     return {"killed_by": None, "error": None}
@@ -434,11 +464,13 @@ def _run_outbox(module: object) -> dict[str, object]:
     return {"killed_by": None, "error": None}
 
 
-def _child(spec: dict[str, object], timeout: float) -> dict[str, object]:
+def _child(
+    spec: dict[str, object], timeout: float, script: Path = Path(__file__)
+) -> dict[str, object]:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "--one", json.dumps(spec)],
+            [sys.executable, str(script), "--one", json.dumps(spec)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -516,8 +548,9 @@ def show(key: str, module: str = "driver") -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """The options every sampler takes (which mutants, how long each may run, where the
+    results go, and the read-only views)."""
     parser.add_argument("--sample", type=int, default=250, help="how many mutants to run")
     parser.add_argument("--seed", type=int, default=7, help="the sampling seed")
     parser.add_argument("--seeds", type=int, default=1, help="walk from the first N SEEDS")
@@ -533,24 +566,37 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="summarise a results file and exit")
     parser.add_argument("--show", help="print one mutant's diff and exit")
     parser.add_argument("--list", action="store_true", help="count the sites per kind and exit")
-    parser.add_argument("--module", choices=sorted(MODULES), default="driver")
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        sys.path.insert(0, str(ROOT))
-        print(json.dumps(run_one(json.loads(args.one))))
-        return
-    if args.report:
-        print(report(args.report))
-        return
-    if args.show:
-        print(show(args.show, args.module))
-        return
-    every = enumerate_mutants(MODULES[args.module].read_text(), args.module)
-    if args.list:
-        print(len(every), dict(Counter(m.kind for m in every)))
-        print(dict(Counter(m.family for m in every)))
-        return
+
+
+def campaign(
+    args: argparse.Namespace,
+    every: list[Mutant],
+    base: dict[str, object],
+    *,
+    script: Path = Path(__file__),
+    pick: Callable[[list[Mutant], int, int], list[Mutant]] = sample,
+    before: Callable[[dict[str, object]], dict[str, object]] = dict,
+    after: Callable[[dict[str, object]], None] = lambda spec: None,
+    narrow: Callable[[list[Mutant], dict[str, object]], list[Mutant]] = lambda every, base: every,
+) -> None:
+    """Run the mutants `args` choose of `every` (`--keys`, `--rerun`, or the `--sample` that
+    `pick` makes, resumed past what `--out` holds), each in a child of `script` after the unmutated
+    `base` passed; each result is appended to `--out` as it comes. `before` completes a spec
+    (a store of its own), `after` cleans up after its child, whatever the child did; `narrow`
+    keeps the sample to what the unmutated run's answer says the suite can reach."""
+
+    def run(spec: dict[str, object], timeout: float) -> dict[str, object]:
+        spec = before(spec)
+        try:
+            return {**spec, **_child(spec, timeout, script)}
+        finally:
+            after(spec)
+
+    # The unmutated driver must pass, or every kill means nothing.
+    base = run({**base, "seeds": args.seeds}, args.timeout * 3)
+    if base["killed_by"] is not None:
+        raise SystemExit(f"the unmutated driver fails the suite: {base}")
     by_key = {m.key: m for m in every}
     if args.keys:
         chosen = [by_key[k] for k in args.keys.split(",")]
@@ -559,29 +605,62 @@ def main() -> None:
         last = {r["key"]: r for r in rows}
         chosen = [by_key[k] for k, r in last.items() if r["killed_by"] is None]
     else:
-        chosen = sample(every, args.sample, args.seed)
+        chosen = pick(narrow(every, base), args.sample, args.seed)
         # A larger sample of the same seed starts with the smaller one: resume past what `--out`
         # already holds.
         if args.out.exists():
             done = {json.loads(line)["key"] for line in args.out.read_text().splitlines()}
             chosen = [m for m in chosen if m.key not in done]
-    # The unmutated driver must pass, or every kill means nothing.
-    base = _child(
-        {"kind": "none", "family": "jobs", "seeds": args.seeds, "module": args.module},
-        args.timeout * 3,
-    )
-    if base["killed_by"] is not None:
-        raise SystemExit(f"the unmutated driver fails the suite: {base}")
     print(f"{len(every)} sites; running {len(chosen)} (baseline {base['seconds']} s)")
     with args.out.open("a") as out:
         for n, m in enumerate(chosen, 1):
-            spec = _spec(m, args.seeds, args.without_holes)
-            answer = _child(spec, args.timeout)
-            row = {**spec, **answer}
+            row = run(_spec(m, args.seeds, args.without_holes), args.timeout)
             out.write(json.dumps(row) + "\n")
             out.flush()
-            mark = "survived" if answer["killed_by"] is None else f"killed by {answer['killed_by']}"
+            mark = "survived" if row["killed_by"] is None else f"killed by {row['killed_by']}"
             print(f"[{n}/{len(chosen)}] {m.key} {m.func}:{m.line} {m.what}: {mark}", flush=True)
+
+
+def run_main(
+    args: argparse.Namespace,
+    one: Callable[[dict[str, Any]], dict[str, object]],
+    show_one: Callable[[str], str],
+    every: Callable[[], list[Mutant]],
+    base: dict[str, object],
+    **options: Any,
+) -> None:
+    """What a sampler does with its parsed options: run one mutant (`--one`, the child), print
+    a report, a diff or the sites' counts, or run a campaign (`options` go to `campaign`)."""
+    sys.path.insert(0, str(ROOT))
+    if args.one:
+        print(json.dumps(one(json.loads(args.one))))
+        return
+    if args.report:
+        print(report(args.report))
+        return
+    if args.show:
+        print(show_one(args.show))
+        return
+    mutants = every()
+    if args.list:
+        print(len(mutants), dict(Counter(m.kind for m in mutants)))
+        print(dict(Counter(m.family for m in mutants)))
+        return
+    campaign(args, mutants, base, **options)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_args(parser)
+    parser.add_argument("--module", choices=sorted(MODULES), default="driver")
+    args = parser.parse_args()
+    run_main(
+        args,
+        run_one,
+        lambda key: show(key, args.module),
+        lambda: enumerate_mutants(MODULES[args.module].read_text(), args.module),
+        {"kind": "none", "family": "jobs", "module": args.module},
+    )
 
 
 if __name__ == "__main__":

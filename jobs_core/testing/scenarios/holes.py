@@ -3,10 +3,21 @@ spelled out once:
 
 - a waiter that leaves `parked` by another path (cancelled) drops its own edge only: another
   waiter on the same dependency is still released by that dependency's finish;
+- a waiter removed while parked takes its pending edges with it: a new row of its id waits
+  only for what it joins itself (found by scripts/mutate_stores.py: the Redis removal skipping
+  the edges' cleanup of a row that joined);
+- a row parked on a join with a deadline and released by its dependency is a due ready row
+  to the queue's stats (found by scripts/mutate_stores.py: the Redis release leaving it in
+  its queue's parked index);
 - a row parked on an event and removed takes its wait with it: the event published later
   wakes nothing (and does not fail), and a new row of the same id shows no wait;
 - a counter fold spends what its limit leaves after the minutes it folded on hour buckets to
   drop, exactly that many;
+- a counter fold into an hour bucket that already holds counts adds every outcome's count to
+  it (found by scripts/mutate_stores.py: an upsert's SET list short of one outcome);
+- a queue's oldest due ready row is found behind any number of due parked rows (found by
+  scripts/mutate_stores.py: the Redis scan's page one short of its own end test stopped after
+  the first page);
 - a lease purge examines the first `limit` droppable clocks by (clock, key), no more and no
   fewer: the rest stay, and a caller behind is still judged at them; a key whose last
   holding a purge deleted holds nothing, so a later purge drops its clock.
@@ -36,9 +47,9 @@ from jobs_core.records import (
     NackKind,
     RemoveAnswer,
 )
-from jobs_core.semantics import HOUR_MS, LEASE_CLOCK_KEEP_MS
+from jobs_core.semantics import HOUR_MS, LEASE_CLOCK_KEEP_MS, MINUTE_MS
 from jobs_core.states import JobState
-from jobs_core.testing.scenarios.support import T0, Scenario, claim_one, new_job, row
+from jobs_core.testing.scenarios.support import T0, Scenario, claim, claim_one, new_job, row
 
 
 async def scenario_a_cancelled_waiter_leaves_its_siblings_linked(driver: JobDriver) -> None:
@@ -57,6 +68,39 @@ async def scenario_a_cancelled_waiter_leaves_its_siblings_linked(driver: JobDriv
         expected = (JobState.READY, T0 + 2, JoinState(1, 0, 0, JoinPolicy.SUCCESS))
         assert (r.state, r.run_at_ms, r.join) == expected, r
     assert (await row(driver, "w2")).state is JobState.CANCELLED
+
+
+async def scenario_a_removed_waiter_takes_its_edges(driver: JobDriver) -> None:
+    """A waiter removed while parked takes its pending edges with it: a new row of its id
+    joining another dependency waits for that one only, and the old one's finish moves it not."""
+    await driver.job_enqueue_many([new_job("d"), new_job("e")])
+    await driver.join_enqueue([JoinEnqueue(new_job("w", queue="wq"), ("d",))])
+    assert await driver.job_remove(["w"]) == [RemoveAnswer.REMOVED]
+    again = await driver.join_enqueue([JoinEnqueue(new_job("w", queue="wq"), ("e",))])
+    assert again == [JoinEnqueueAnswer(EnqueueResult("w", deduped=False))], again
+    assert await driver.join_pending(["w"]) == {"w": ("e",)}
+    held = await claim_one(driver, T0 + 1, "q", limit=1)
+    assert held.id == "d", held
+    assert await driver.job_ack([Ack(held.fence, T0 + 2)]) == [True]
+    w = await row(driver, "w")
+    assert w.state is JobState.PARKED and w.join is not None, w
+    assert (w.join.total, w.join.pending) == (1, 1), w.join
+
+
+async def scenario_a_released_timed_waiter_is_due_ready(driver: JobDriver) -> None:
+    """A row parked on a join with a deadline and released by its dependency's finish is a
+    due `ready` row: its queue's stats answer its release as the oldest due."""
+    await driver.job_enqueue_many([new_job("d"), new_job("w", queue="wq")])
+    held = await claim_one(driver, T0, "wq")
+    park = Nack(held.fence, NackKind.PARK, T0, T0 + 10_000, join=("d",))
+    assert await driver.job_nack([park]) == [True]
+    dep = await claim_one(driver, T0 + 1, "q")
+    assert await driver.job_ack([Ack(dep.fence, T0 + 2)]) == [True]
+    w = await row(driver, "w")
+    assert (w.state, w.run_at_ms) == (JobState.READY, T0 + 2), w
+    stats = {s.queue: s for s in await driver.queue_stats(T0 + 5)}
+    assert stats["wq"].count(JobState.PARKED) == 0, stats
+    assert stats["wq"].oldest_ready_at_ms == T0 + 2, stats
 
 
 async def scenario_a_removed_parked_row_takes_its_wait(driver: JobDriver) -> None:
@@ -94,6 +138,66 @@ async def scenario_counter_fold_drops_hours_with_the_limit_left(driver: JobDrive
     assert await driver.counter_read(everything) == []
 
 
+async def _settle_once_each_way(driver: JobDriver, tag: str, at: int) -> None:
+    """Nine rows of job `n`, due at `at`, each settled there with another outcome; the live
+    ones it leaves come due only far later."""
+    ways = ("ack", "retry", "dead", "drop", "refuse", "stop", "shed", "park", "cancel")
+    await driver.job_enqueue_many([new_job(f"{tag}-{w}", name="n", run_at_ms=at) for w in ways])
+    jobs, _ = await claim(driver, at, limit=len(ways))
+    held = {j.id.removeprefix(f"{tag}-"): j.fence for j in jobs}
+    assert set(held) == set(ways), held
+    later = at + 100 * HOUR_MS
+    assert await driver.job_ack([Ack(held["ack"], at)]) == [True]
+    nacks = [
+        Nack(held["retry"], NackKind.RETRY, at, later, "e"),
+        Nack(held["dead"], NackKind.FAIL, at, error="e", dead_letter=True),
+        Nack(held["drop"], NackKind.FAIL, at, error="e", dead_letter=False),
+        Nack(held["refuse"], NackKind.REFUSE, at, error="busy"),
+        Nack(held["stop"], NackKind.INTERRUPT, at, later),
+        Nack(held["shed"], NackKind.SHED, at, later),
+        Nack(held["park"], NackKind.PARK, at, None),
+    ]
+    assert await driver.job_nack(nacks) == [True] * len(nacks)
+    assert await driver.job_cancel_many([f"{tag}-cancel"], at) == [CancelAnswer.CANCELLED]
+
+
+async def scenario_counter_fold_adds_every_outcome_to_its_hour(driver: JobDriver) -> None:
+    """A fold into an hour bucket that already holds counts adds each outcome's minute count
+    to the hour's, every outcome alike (the second fold is an update, not an insert)."""
+    h0 = T0 - T0 % HOUR_MS
+    now = h0 + 2 * HOUR_MS
+    everything = CounterReadParams(0, MAX_TIME_MS)
+    ones = CounterRow("n", "q", h0, HOUR_MS, *[1] * 9)
+    await _settle_once_each_way(driver, "a", h0 + 5 * MINUTE_MS)
+    assert await driver.counter_fold(now, 10) == 1
+    assert await driver.counter_read(everything) == [ones]
+    # Settles landing late, in the hour already folded, fold into the same hour bucket.
+    await _settle_once_each_way(driver, "b", h0 + 7 * MINUTE_MS)
+    assert await driver.counter_fold(now, 10) == 1
+    assert await driver.counter_read(everything) == [CounterRow("n", "q", h0, HOUR_MS, *[2] * 9)]
+
+
+async def scenario_queue_stats_finds_the_oldest_ready_behind_many_parked(driver: JobDriver) -> None:
+    """A queue's oldest due `ready` row is found behind any number of due `parked` rows ahead
+    of it in (priority, run_at) order: a store that scans them a page at a time looks past
+    every page."""
+    parked = [f"p{i:03}" for i in range(200)]
+    await driver.job_enqueue_many(
+        [new_job(i) for i in parked] + [new_job("r", run_at_ms=T0 + 1_000)]
+    )
+    jobs, _ = await claim(driver, T0, limit=len(parked))
+    assert sorted(j.id for j in jobs) == parked
+    nacks = [Nack(j.fence, NackKind.PARK, T0, T0 + 1 + n) for n, j in enumerate(jobs)]
+    assert await driver.job_nack(nacks) == [True] * len(parked)
+    (stats,) = await driver.queue_stats(T0 + 2_000)
+    assert (stats.queue, stats.count(JobState.PARKED), stats.count(JobState.READY)) == (
+        "q",
+        len(parked),
+        1,
+    ), stats
+    assert stats.oldest_ready_at_ms == T0 + 1_000, stats
+
+
 async def scenario_lease_purge_drops_at_most_limit_clocks(driver: JobDriver) -> None:
     """Three keys holding nothing, their clocks all droppable: a purge of limit 2 drops the
     first two clocks by (clock, key) and keeps the third, at which a caller behind is judged."""
@@ -129,8 +233,12 @@ HOLE_SCENARIOS: dict[str, Scenario] = {
     f.__name__.removeprefix("scenario_"): f
     for f in (
         scenario_a_cancelled_waiter_leaves_its_siblings_linked,
+        scenario_a_removed_waiter_takes_its_edges,
+        scenario_a_released_timed_waiter_is_due_ready,
         scenario_a_removed_parked_row_takes_its_wait,
         scenario_counter_fold_drops_hours_with_the_limit_left,
+        scenario_counter_fold_adds_every_outcome_to_its_hour,
+        scenario_queue_stats_finds_the_oldest_ready_behind_many_parked,
         scenario_lease_purge_drops_at_most_limit_clocks,
         scenario_lease_purged_empty_key_drops_its_clock,
     )

@@ -1293,7 +1293,7 @@ class PgDriver(JobDriver):
 
     async def _send_trail(self, queue: str) -> None:
         try:
-            await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": "q:" + queue})
+            await self._notify(self.channel, "q:" + queue)
         except JobsError as exc:  # the poll is the guarantee; this only shortens the wait
             log.debug("jobs.pg.trailing_wake_failed: %s", exc.code)
 
@@ -2668,7 +2668,12 @@ class PgDriver(JobDriver):
     async def send_probe(self, payload: str, channel: str | None = None) -> None:
         """NOTIFY `payload` on `channel` (default: this schema's wake channel) through the pool
         (a wake's probe)."""
-        await self._rows("WAKE_PROBE", {"channel": channel or self.channel, "payload": payload})
+        await self._notify(channel or self.channel, payload)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        """`WAKE_PROBE` alone, one `Round` (its own transaction): a trailing wake, a probe."""
+        stmt = self._q["WAKE_PROBE"]
+        await self._alone(stmt, stmt.args({"channel": channel, "payload": payload}), False, None)
 
 
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]

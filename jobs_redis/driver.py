@@ -503,7 +503,11 @@ class RedisDriver(JobDriver):
     # -- running a script ---------------------------------------------------------------------
 
     async def _run(
-        self, name: str, keys: Sequence[str], args: Sequence[object], here: _LoopClient | None = None
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        here: _LoopClient | None = None,
     ) -> Any:
         """Run one operation's script by SHA, loading it on NOSCRIPT; errors become typed.
         `here`: the running loop's holder when the caller has it (finding it is a system call

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobs_core import jsonform
 from jobs_core.driver import (
     MAX_ATTEMPTS_LIMIT,
     MAX_KEY_BYTES,
@@ -15,7 +16,6 @@ from jobs_core.driver import (
     _check_new_job_fields,
     check_new_job,
 )
-from jobs_core import jsonform
 from jobs_core.errors import JobsError
 from jobs_core.facade import Jobs
 from jobs_core.job import JobRegistry, job
@@ -133,7 +133,10 @@ async def test_a_lone_enqueue_reads_its_json_text_once_when_dumps_wrote_it(
     # The facade's text is `dumps`' own: the driver's check takes that very object as valid.
     reads = _counting_reads(monkeypatch)
     handle = job(
-        lambda i, c: None, name="one", tenant="none", idempotency_key=lambda i: i["k"],
+        lambda i, c: None,
+        name="one",
+        tenant="none",
+        idempotency_key=lambda i: i["k"],
         registry=JobRegistry(),
     )
     answer = await Jobs(MemoryDriver()).enqueue(handle, {"k": "a", "n": [1, 2]})

@@ -37,10 +37,6 @@ class Trails:
         self._quiet_at: dict[str, float] = {}
         self._published_at: dict[str, float] = {}
         self._trailed_at: dict[str, float] = {}
-        #: queue -> enqueues of ours of its due jobs under way (`begin` … `end`); queue -> the
-        #: trailing wake that fell due meanwhile, left to them (True: one took it to carry).
-        self._flying: dict[str, int] = {}
-        self._owed: dict[str, bool] = {}
         self._closed = False
         #: Trailing publishes sent so far, and those carried by a quiet job's own enqueue;
         #: read by tests and benchmarks.
@@ -98,50 +94,8 @@ class Trails:
         self.carries += 1
         self.published(queue, began)
 
-    def begin(self, queue: str) -> bool:
-        """An enqueue of ours of a due job of `queue` goes now (`end` when it is over, however
-        it ends). True: it is to carry the trailing wake owed to the queue in its commit (the
-        first to begin since one fell due); one that would wake the queue anyway need not."""
-        self._flying[queue] = self._flying.get(queue, 0) + 1
-        if self._owed.get(queue) is False:
-            self._owed[queue] = True
-            return True
-        return False
-
-    def end(self, queue: str) -> None:
-        """An enqueue `begin` announced is over: a wake it owed and did not cover goes once no
-        other enqueue of ours of the queue is under way (the next one, begun at once, takes it)."""
-        left = self._flying.get(queue, 1) - 1
-        if left > 0:
-            self._flying[queue] = left
-            return
-        self._flying.pop(queue, None)
-        if queue not in self._owed:
-            return
-        if self._published_at.get(queue, 0.0) >= self._quiet_at.get(queue, float("inf")):
-            del self._owed[queue]  # a wake of ours begun after the quiet jobs covers them
-            return
-        self._owed[queue] = False
-        asyncio.get_running_loop().call_soon(self._owed_due, queue)
-
-    def _owed_due(self, queue: str) -> None:
-        if queue in self._owed:  # else covered meanwhile
-            self._settle(queue)
-
     def _due(self, queue: str) -> None:
         self._pending.pop(queue, None)
-        self._settle(queue)
-
-    def _settle(self, queue: str) -> None:
-        """The trailing wake of `queue` falls due: sent now unless covered or left to an
-        enqueue of ours under way."""
-        if self._flying.get(queue) and not self._closed:
-            # An enqueue of ours is under way: the next one carries the wake in its own commit,
-            # or this one's end sends it (`end`) — while a producer's enqueues follow one
-            # another, the wake of each slot goes with them, not in a transaction of its own.
-            self._owed.setdefault(queue, False)
-            return
-        self._owed.pop(queue, None)
         # A queue forgotten since (the memory's bound cleared it) still had its quiet jobs.
         quiet = self._quiet_at.get(queue, float("inf"))
         if self._closed or self._published_at.get(queue, 0.0) >= quiet:
@@ -164,7 +118,6 @@ class Trails:
         for handle in self._pending.values():
             handle.cancel()
         self._pending.clear()
-        self._owed.clear()
 
     async def close(self) -> None:
         """Send nothing more and wait out a publish under way."""

@@ -1252,51 +1252,44 @@ class PgDriver(JobDriver):
         due = not quiet and slot is not None and job.run_at_ms <= job.created_at_ms
         wake = due and self._spent_slots.get(job.queue) != slot
         here = self._loops.get()
-        trails = here.trails if due else None
-        # A trailing NOTIFY that fell due while an enqueue of ours was under way rides this
-        # job's commit (`Trails.begin`). Else, its slot's NOTIFY out: rather than go in quiet and
-        # have a trailing NOTIFY sent after it (a transaction of its own, at the slot's end),
-        # the job carries that one in its own commit when one may go now (docs/pg.md, "The
-        # wake").
-        owed = trails is not None and trails.begin(job.queue)
-        try:
-            carry = not wake and trails is not None and (owed or trails.may_carry(job.queue))
-            stmt = self._q[
-                "JOB_ENQUEUE" if wake else "JOB_ENQUEUE_CARRIED" if carry else "JOB_ENQUEUE_QUIET"
-            ]
-            args = stmt.args(self._enqueue_values(job, slot))
-            began = time.monotonic()
-            for _ in range(5):
-                if conn is None:
-                    rows = await self._alone(stmt, args, False, None, job.id, here)
-                    row = rows[0] if rows else None
-                else:
-                    row = await (await self._insert(conn, stmt, args, job.id)).fetchone()
-                if row is None:
-                    raise DriverError("the enqueue statement answered no row", detail=job.id)
-                inserted, existing, holder = row[0], row[1], row[2]
-                if inserted is not None:
-                    if wake and slot is not None:
-                        self._slot_spent(job.queue, slot)
-                    if trails is not None and carry:
-                        trails.carried(job.queue, began)
-                    elif trails is not None and wake and row[3]:
-                        trails.published(job.queue, began)
-                    elif trails is not None:
-                        trails.quiet(job.queue, job.created_at_ms, began)
-                    return EnqueueResult(job.id, deduped=False)
-                if existing is not None:
-                    return EnqueueResult(job.id, deduped=True)
-                if holder is not None:
-                    return EnqueueResult(holder, deduped=True)
-                # The key's holder committed after our snapshot: a fresh one names it.
-                found = await self._key_holder(conn, job)
-                if found is not None:
-                    return EnqueueResult(found, deduped=True)
-            raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
-        finally:
-            if trails is not None:
-                trails.end(job.queue)
+        trails = here.trails
+        # Its slot's NOTIFY is out: rather than go in quiet and have a trailing NOTIFY sent
+        # after it (a transaction of its own, at the slot's end), the job carries that one in
+        # its own commit when one may go now (docs/pg.md, "The wake").
+        carry = due and not wake and trails is not None and trails.may_carry(job.queue)
+        stmt = self._q[
+            "JOB_ENQUEUE" if wake else "JOB_ENQUEUE_CARRIED" if carry else "JOB_ENQUEUE_QUIET"
+        ]
+        args = stmt.args(self._enqueue_values(job, slot))
+        began = time.monotonic()
+        for _ in range(5):
+            if conn is None:
+                rows = await self._alone(stmt, args, False, None, job.id, here)
+                row = rows[0] if rows else None
+            else:
+                row = await (await self._insert(conn, stmt, args, job.id)).fetchone()
+            if row is None:
+                raise DriverError("the enqueue statement answered no row", detail=job.id)
+            inserted, existing, holder = row[0], row[1], row[2]
+            if inserted is not None:
+                if wake and slot is not None:
+                    self._slot_spent(job.queue, slot)
+                if trails is not None and carry:
+                    trails.carried(job.queue, began)
+                elif trails is not None and wake and row[3]:
+                    trails.published(job.queue, began)
+                elif trails is not None and due:
+                    trails.quiet(job.queue, job.created_at_ms, began)
+                return EnqueueResult(job.id, deduped=False)
+            if existing is not None:
+                return EnqueueResult(job.id, deduped=True)
+            if holder is not None:
+                return EnqueueResult(holder, deduped=True)
+            # The key's holder committed after our snapshot: a fresh one names it.
+            found = await self._key_holder(conn, job)
+            if found is not None:
+                return EnqueueResult(found, deduped=True)
+        raise DriverError("enqueue kept racing a concurrent writer", detail=job.id)
 
     async def _send_trail(self, queue: str) -> None:
         try:

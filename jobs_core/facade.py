@@ -147,9 +147,11 @@ class Jobs:
         insert twice; a retry that finds its own earlier write answers `deduped` with the
         record's id. Pass `id=` to make your own retries of a failed call exactly-once too.
         """
-        after = options.pop("after", None)
-        policy = options.pop("after_policy", JoinPolicy.SUCCESS)
-        check_caller_options(options)
+        after = policy = None
+        if options:  # none given, none to refuse (each check reads a given option)
+            after = options.pop("after", None)
+            policy = options.pop("after_policy", JoinPolicy.SUCCESS)
+            check_caller_options(options)
         if not tracing.active():
             # No span to open: the producer's context manager would only yield None.
             record = self.build_record(handle, input, traceparent=None, **options)

@@ -1071,6 +1071,7 @@ class PgDriver(JobDriver):
         lazy: bool,
         claim: _Claim | None,
         enqueue_of: str | None = None,
+        here: _LoopConns | None = None,
     ) -> list[Any]:
         """A claim, an ack or a lone enqueue (`enqueue_of`: its job's id) run alone: one
         `Round` on libpq, its plan and commit settings ahead of it in the same pipeline (one
@@ -1084,8 +1085,10 @@ class PgDriver(JobDriver):
         until their leases lapsed. Its caller cancelled then, a `claim`'s jobs go back at once
         (`_give_back`). Its answer unknown (psycopg gave up on it after its cancel):
         X_DRIVER_UNAVAILABLE past the timeout; a cancelled caller's claim is lost
-        (`LostClaims`: its rows, if it committed, are looked for and given back)."""
-        here = self._loops.get()
+        (`LostClaims`: its rows, if it committed, are looked for and given back). `here`: the
+        running loop's holder when the caller has it (finding it is a system call, `_conn`)."""
+        if here is None:
+            here = self._loops.get()
         pool = here.pool
         if pool is None:
             pool = await self._ready()
@@ -1248,7 +1251,8 @@ class PgDriver(JobDriver):
         slot = self._slot(job.created_at_ms)
         due = not quiet and slot is not None and job.run_at_ms <= job.created_at_ms
         wake = due and self._spent_slots.get(job.queue) != slot
-        trails = self._loops.get().trails
+        here = self._loops.get()
+        trails = here.trails
         # Its slot's NOTIFY is out: rather than go in quiet and have a trailing NOTIFY sent
         # after it (a transaction of its own, at the slot's end), the job carries that one in
         # its own commit when one may go now (docs/pg.md, "The wake").
@@ -1260,7 +1264,7 @@ class PgDriver(JobDriver):
         began = time.monotonic()
         for _ in range(5):
             if conn is None:
-                rows = await self._alone(stmt, args, False, None, job.id)
+                rows = await self._alone(stmt, args, False, None, job.id, here)
                 row = rows[0] if rows else None
             else:
                 row = await (await self._insert(conn, stmt, args, job.id)).fetchone()
@@ -1289,7 +1293,7 @@ class PgDriver(JobDriver):
 
     async def _send_trail(self, queue: str) -> None:
         try:
-            await self._rows("WAKE_PROBE", {"channel": self.channel, "payload": "q:" + queue})
+            await self._notify(self.channel, "q:" + queue)
         except JobsError as exc:  # the poll is the guarantee; this only shortens the wait
             log.debug("jobs.pg.trailing_wake_failed: %s", exc.code)
 
@@ -2664,7 +2668,12 @@ class PgDriver(JobDriver):
     async def send_probe(self, payload: str, channel: str | None = None) -> None:
         """NOTIFY `payload` on `channel` (default: this schema's wake channel) through the pool
         (a wake's probe)."""
-        await self._rows("WAKE_PROBE", {"channel": channel or self.channel, "payload": payload})
+        await self._notify(channel or self.channel, payload)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        """`WAKE_PROBE` alone, one `Round` (its own transaction): a trailing wake, a probe."""
+        stmt = self._q["WAKE_PROBE"]
+        await self._alone(stmt, stmt.args({"channel": channel, "payload": payload}), False, None)
 
 
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]

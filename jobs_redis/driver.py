@@ -289,6 +289,10 @@ class RedisDriver(JobDriver):
             raise RecordInvalidError("must be at least 1", detail="wake_slot_ms")
         self.wake_slot_ms = wake_slot_ms
         self._unavailable, self._refused = _redis_errors()
+        from redis.exceptions import NoScriptError
+
+        #: Imported once here, not by every script call (`_run`).
+        self._no_script: type[BaseException] = NoScriptError
         self._scripts = load_all()
         self._owned = client is None
         self._client: Any = (
@@ -498,16 +502,22 @@ class RedisDriver(JobDriver):
 
     # -- running a script ---------------------------------------------------------------------
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Run one operation's script by SHA, loading it on NOSCRIPT; errors become typed."""
-        from redis.exceptions import NoScriptError
-
+    async def _run(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        here: _LoopClient | None = None,
+    ) -> Any:
+        """Run one operation's script by SHA, loading it on NOSCRIPT; errors become typed.
+        `here`: the running loop's holder when the caller has it (finding it is a system call
+        on Python 3.11: `asyncio.get_running_loop` asks for the process id)."""
         script: LuaScript = self._scripts[name]
-        client = self._loops.get().client
+        client = (self._loops.get() if here is None else here).client
         try:
             try:
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
+            except self._no_script:
                 await client.script_load(script.source)
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
         except self._unavailable as exc:
@@ -554,9 +564,10 @@ class RedisDriver(JobDriver):
 
     async def _job_enqueue(self, job: NewJob) -> EnqueueResult:
         keys, args = self._enqueue_call(job)
+        here = self._loops.get()
         began = time.monotonic()
-        got = await self._run("job_enqueue", (*keys, *self.keys.account()), args)
-        trails = self._loops.get().trails
+        got = await self._run("job_enqueue", (*keys, *self.keys.account()), args, here)
+        trails = here.trails
         if trails is not None:
             if got == _INSERTED_QUIET:
                 trails.quiet(job.queue, job.created_at_ms, began)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobs_core import jsonform
 from jobs_core.driver import (
     MAX_ATTEMPTS_LIMIT,
     MAX_KEY_BYTES,
@@ -16,6 +17,10 @@ from jobs_core.driver import (
     check_new_job,
 )
 from jobs_core.errors import JobsError
+from jobs_core.facade import Jobs
+from jobs_core.job import JobRegistry, job
+from jobs_core.jsonform import check_text, dumps
+from jobs_memory import MemoryDriver
 from tests.core.support import new_job
 
 
@@ -107,3 +112,47 @@ def test_check_text_judges_whole_texts_only(text: str, valid: bool) -> None:
     record = dataclasses.replace(new_job("j1", "k1"), input_json=text)
     answer = _answer(check_new_job, record)
     assert answer == (None if valid else ("X_JOB_RECORD_INVALID", "input_json"))
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts `check_text` reads in full from now on (each one its JSON scan reads)."""
+    reads: list[str] = []
+    scan = jsonform._scan_end
+
+    def counted(text: str) -> int:
+        reads.append(text)
+        return scan(text)
+
+    monkeypatch.setattr(jsonform, "_scan_end", counted)
+    return reads
+
+
+async def test_a_lone_enqueue_reads_its_json_text_once_when_dumps_wrote_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The facade's text is `dumps`' own: the driver's check takes that very object as valid.
+    reads = _counting_reads(monkeypatch)
+    handle = job(
+        lambda i, c: None,
+        name="one",
+        tenant="none",
+        idempotency_key=lambda i: i["k"],
+        registry=JobRegistry(),
+    )
+    answer = await Jobs(MemoryDriver()).enqueue(handle, {"k": "a", "n": [1, 2]})
+    assert answer.deduped is False
+    assert reads == []
+
+
+def test_only_the_very_text_dumps_made_skips_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _counting_reads(monkeypatch)
+    made = dumps({"k": "v"})
+    check_text(made, "input_json")
+    assert reads == []
+    equal = "".join(['{"k":', '"v"}'])  # the same text, another object: read in full
+    check_text(equal, "input_json")
+    assert reads == [equal]
+    # Right after a `dumps`, a text it did not make is judged as ever.
+    for bad in ('"\\ud800"', "{", '{"a":NaN}'):
+        record = dataclasses.replace(new_job("j1", "k1"), input_json=bad)
+        assert _answer(check_new_job, record) == ("X_JOB_RECORD_INVALID", "input_json")

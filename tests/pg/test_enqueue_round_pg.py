@@ -48,6 +48,19 @@ async def test_a_lone_waking_enqueue_goes_on_the_round_too(pg_schema: str) -> No
         await d.close()
 
 
+async def test_a_trailing_wake_and_a_probe_go_on_the_round_too(pg_schema: str) -> None:
+    # A burst's every slot ends with a trailing NOTIFY: it goes as a lone enqueue does.
+    d = PgDriver(PG_URL, schema=pg_schema, pool_size=1, wake=True)
+    try:
+        await d._send_trail("q")
+        held = await _ours(d)
+        assert held == [d._q["WAKE_PROBE"].text]
+        await d.send_probe("p")
+        assert await _ours(d) == held
+    finally:
+        await d.close()
+
+
 async def test_a_lone_enqueue_whose_answer_is_cut_off_is_told_and_a_retry_answers_deduped(
     pg_schema: str, proxy: Proxy
 ) -> None:

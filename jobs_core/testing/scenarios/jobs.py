@@ -949,7 +949,14 @@ async def scenario_wake_every_insert_path(driver: JobDriver) -> None:
                 EnqueueResult("r", deduped=False),
             ], got
             await _until_woken(woken, "join", "a join_enqueue whose dependencies finished")
-            assert "release" not in woken, f"a parked waiter woke its queue: {woken!r}"
+            # A later wake slot of the same queue wakes it again. (A channel delivers in order:
+            # once this wake is in, no wake sent before it, a parked waiter's, can stand in for
+            # the release's below.)
+            woken.clear()
+            later = new_job("j2", queue="join", run_at_ms=T0 + 1000, created_at_ms=T0 + 1000)
+            got = await driver.join_enqueue([JoinEnqueue(later, ("d",))])
+            assert [a.enqueued for a in got] == [EnqueueResult("j2", deduped=False)], got
+            await _until_woken(woken, "join", "a ready join_enqueue in a later wake slot")
             assert await driver.job_ack([Ack(fences["e"], T0 + 1)]) == [True]
             await _until_woken(woken, "release", "the finish that released a waiter")
         if caps.tasks:

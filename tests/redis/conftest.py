@@ -178,9 +178,11 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def _real(url: str, **kw: Any) -> AsyncIterator[RedisDriver]:
+async def _real(
+    url: str, driver_class: type[RedisDriver] = RedisDriver, **kw: Any
+) -> AsyncIterator[RedisDriver]:
     kw.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
-    driver = RedisDriver(url, prefix=kw.pop("prefix", None) or fresh_prefix(), **kw)
+    driver = driver_class(url, prefix=kw.pop("prefix", None) or fresh_prefix(), **kw)
     try:
         async with driver:
             yield driver

@@ -23,12 +23,15 @@ from jobs_core.records import (
     EnqueueResult,
     Fence,
     Heartbeat,
+    JoinEnqueue,
     Nack,
     NackKind,
     NewJob,
     Pause,
     Progress,
     PurgeParams,
+    TaskFire,
+    TaskMark,
     WorkerBeat,
 )
 from jobs_core.semantics import LEASE_LAPSED_ERROR
@@ -887,6 +890,17 @@ async def scenario_values_at_the_byte_limits(driver: JobDriver) -> None:
 WAKE_WAIT_S = 15.0
 
 
+async def _until_woken(woken: list[str], queue: str, what: str) -> None:
+    """Wait (bounded) for `queue` among the wakes delivered so far."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAKE_WAIT_S
+    while queue not in woken:
+        assert loop.time() < deadline, (
+            f"no wake for queue {queue!r} within {WAKE_WAIT_S} s of {what} (got {woken!r})"
+        )
+        await asyncio.sleep(0.02)
+
+
 async def scenario_wake(driver: JobDriver) -> None:
     """A driver that declares `wake` delivers an enqueue's queue to a live subscriber; one that
     does not answers None from `wake_subscribe`, so no worker trusts a channel it lacks."""
@@ -898,14 +912,60 @@ async def scenario_wake(driver: JobDriver) -> None:
     assert sub is not None, "capabilities() declares wake, but wake_subscribe answered None"
     try:
         await until_live(sub, WAKE_WAIT_S, "wake")
-        loop = asyncio.get_running_loop()
         await driver.job_enqueue(new_job("w"))
-        deadline = loop.time() + WAKE_WAIT_S
-        while "q" not in woken:
-            assert loop.time() < deadline, (
-                f"no wake for queue 'q' within {WAKE_WAIT_S} s of an enqueue (got {woken!r})"
-            )
-            await asyncio.sleep(0.02)
+        await _until_woken(woken, "q", "an enqueue")
+    finally:
+        await sub.close()
+
+
+async def scenario_wake_every_insert_path(driver: JobDriver) -> None:
+    """A driver that declares `wake` wakes for a due row whatever call inserted it, not only
+    `job_enqueue`: `job_enqueue_many` (a step's children), a `join_enqueue` whose dependencies
+    all finished already (a batch's callback), a task's fire; and a waiter its last dependency's
+    finish releases. Each in a queue of its own, so no earlier wake stands in for it."""
+    paths = ["many", "join", "release", "fire"]
+    woken: list[str] = []
+    caps = driver.capabilities()
+    if not caps.wake:
+        return  # the poll alone: `scenario_wake` pins that such a driver offers no channel
+    sub = await driver.wake_subscribe(paths, woken.append)
+    assert sub is not None, "capabilities() declares wake, but wake_subscribe answered None"
+    try:
+        await until_live(sub, WAKE_WAIT_S, "wake")
+        await accepted(driver.job_enqueue_many([new_job("m", queue="many")]), "enqueue_many")
+        await _until_woken(woken, "many", "a job_enqueue_many")
+        if caps.flows:
+            # Dependencies in `q` (no subscriber): `d` finished, `e` still live.
+            await driver.job_enqueue_many([new_job("d"), new_job("e")])
+            jobs, _ = await claim(driver, T0, "q", limit=2)
+            fences = {j.id: j.fence for j in jobs}
+            assert sorted(fences) == ["d", "e"], fences
+            assert await driver.job_ack([Ack(fences["d"], T0)]) == [True]
+            ready = JoinEnqueue(new_job("j", queue="join"), ("d",))
+            held = JoinEnqueue(new_job("r", queue="release"), ("e",))
+            got = await driver.join_enqueue([ready, held])
+            assert [a.enqueued for a in got] == [
+                EnqueueResult("j", deduped=False),
+                EnqueueResult("r", deduped=False),
+            ], got
+            await _until_woken(woken, "join", "a join_enqueue whose dependencies finished")
+            # A later wake slot of the same queue wakes it again. (A channel delivers in order:
+            # once this wake is in, no wake sent before it, a parked waiter's, can stand in for
+            # the release's below.)
+            woken.clear()
+            later = new_job("j2", queue="join", run_at_ms=T0 + 1000, created_at_ms=T0 + 1000)
+            got = await driver.join_enqueue([JoinEnqueue(later, ("d",))])
+            assert [a.enqueued for a in got] == [EnqueueResult("j2", deduped=False)], got
+            await _until_woken(woken, "join", "a ready join_enqueue in a later wake slot")
+            assert await driver.job_ack([Ack(fences["e"], T0 + 1)]) == [True]
+            await _until_woken(woken, "release", "the finish that released a waiter")
+        if caps.tasks:
+            assert await driver.task_arm(["t"], T0) == [TaskMark("t", T0)]
+            due = T0 + 1000
+            job = new_job("f", queue="fire", name="t", idempotency_key=f"t@{due}")
+            fired = await driver.task_fire(TaskFire("t", T0, due, due, job, due + 5))
+            assert fired.enqueued == EnqueueResult("f", deduped=False), fired
+            await _until_woken(woken, "fire", "a task's fire")
     finally:
         await sub.close()
 
@@ -937,6 +997,7 @@ JOB_SCENARIOS: dict[str, Scenario] = {
         scenario_special_characters,
         scenario_values_at_the_byte_limits,
         scenario_wake,
+        scenario_wake_every_insert_path,
         scenario_worker_registry_ttl,
     )
 }
